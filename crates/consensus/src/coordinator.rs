@@ -1,0 +1,920 @@
+//! The coordinator role (paper 001 §III-A; Multi-Paxos and Ring Paxos).
+//!
+//! Phase 1 runs ahead of time, for ranges of `phase1_range_instances` instances: the
+//! coordinator may propose in instance `i` only once a majority promised its ballot for
+//! the range holding `i`, and it must first re-propose, in that range, the value with the
+//! highest ballot that any promising acceptor reported (gaps below the highest reported
+//! instance are filled with no-ops, as a recovering Multi-Paxos leader does).
+//!
+//! Client commands are queued and packed into values of at most `batch_bytes_max`
+//! bytes; a value is proposed when the window of instances in flight has room. With
+//! instances in flight, a value that is not full waits up to `batch_delay_ticks` for
+//! more commands, so that batches grow under load while an idle system proposes at once.
+
+use crate::{
+    command_bytes, send_all, CoordinatorConfig, Drop, DropCounts, Membership, Msg, Outbox,
+    Protocol, Value, Vid,
+};
+use partita_types::{Ballot, Command, Instance, NodeId};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    value: Arc<Value>,
+    votes: u64,
+    sent_at_tick: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Phase1 {
+    from: Instance,
+    to: Instance,
+    promises: u64,
+    /// Highest-ballot value reported per instance.
+    reported: BTreeMap<Instance, (Ballot, Arc<Value>)>,
+    sent_at_tick: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CoordinatorStats {
+    pub commands_received: u64,
+    pub commands_refused: u64,
+    pub values_proposed: u64,
+    pub instances_decided: u64,
+    pub retransmits: u64,
+    pub phase1_runs: u64,
+}
+
+pub struct Coordinator {
+    id: NodeId,
+    membership: Membership,
+    cfg: CoordinatorConfig,
+    ballot: Ballot,
+    /// Phase 1 done for every instance below this.
+    prepared_up_to: Instance,
+    phase1: Option<Phase1>,
+    /// Values Phase 1 obliges us to re-propose, by instance.
+    forced: BTreeMap<Instance, Arc<Value>>,
+    next_instance: Instance,
+    next_vid_seq: u64,
+    in_flight: BTreeMap<Instance, InFlight>,
+    /// Every instance below this is decided.
+    decided_up_to: Instance,
+    /// Decided above `decided_up_to` (out of order).
+    decided_ahead: BTreeMap<Instance, Vid>,
+    /// Decisions not yet announced.
+    unannounced: Vec<(Instance, Vid)>,
+    pending: VecDeque<Command>,
+    pending_bytes: usize,
+    pending_since_tick: u64,
+    now_tick: u64,
+    last_heartbeat_tick: u64,
+    /// Recently decided values, for learners that ask the coordinator.
+    recent: BTreeMap<Instance, Arc<Value>>,
+    recent_max: usize,
+    stats: CoordinatorStats,
+    drops: DropCounts,
+}
+
+impl Coordinator {
+    /// A coordinator that will lead with a ballot above `highest_seen` (for a fresh
+    /// cluster `Ballot::ZERO`; after a restart the acceptor's recovered promise).
+    pub fn new(
+        id: NodeId,
+        membership: Membership,
+        cfg: CoordinatorConfig,
+        highest_seen: Ballot,
+    ) -> Coordinator {
+        assert_eq!(
+            membership.coordinator, id,
+            "coordinator core on a node that does not coordinate"
+        );
+        assert!(
+            cfg.window_instances_max > 0
+                && cfg.batch_bytes_max > 0
+                && cfg.phase1_range_instances > 0
+        );
+        Coordinator {
+            id,
+            membership,
+            cfg,
+            ballot: highest_seen.next_for(id),
+            prepared_up_to: 1,
+            phase1: None,
+            forced: BTreeMap::new(),
+            next_instance: 1,
+            next_vid_seq: 0,
+            in_flight: BTreeMap::new(),
+            decided_up_to: 1,
+            decided_ahead: BTreeMap::new(),
+            unannounced: Vec::new(),
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            pending_since_tick: 0,
+            now_tick: 0,
+            last_heartbeat_tick: 0,
+            recent: BTreeMap::new(),
+            recent_max: 4096,
+            stats: CoordinatorStats::default(),
+            drops: DropCounts::default(),
+        }
+    }
+
+    pub fn ballot(&self) -> Ballot {
+        self.ballot
+    }
+    /// Highest decided instance with every instance below it decided too (0: none).
+    pub fn decided_up_to(&self) -> Instance {
+        self.decided_up_to - 1
+    }
+    pub fn stats(&self) -> &CoordinatorStats {
+        &self.stats
+    }
+    pub fn drops(&self) -> &DropCounts {
+        &self.drops
+    }
+    pub fn pending_commands(&self) -> usize {
+        self.pending.len()
+    }
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Begin leading: Phase 1 for the first range.
+    pub fn start(&mut self, out: &mut Outbox) {
+        self.start_phase1(self.prepared_up_to, out);
+    }
+
+    fn start_phase1(&mut self, from: Instance, out: &mut Outbox) {
+        let to = from + self.cfg.phase1_range_instances;
+        self.phase1 = Some(Phase1 {
+            from,
+            to,
+            promises: 0,
+            reported: BTreeMap::new(),
+            sent_at_tick: self.now_tick,
+        });
+        self.stats.phase1_runs += 1;
+        let acceptors = self.membership.acceptors.clone();
+        send_all(
+            out,
+            &acceptors,
+            Msg::Phase1A {
+                ballot: self.ballot,
+                from,
+                to,
+            },
+        );
+    }
+
+    /// A client command. Returns false (and counts it) when the queue is full: the
+    /// client will time out and resubmit.
+    pub fn on_command(&mut self, cmd: Command, out: &mut Outbox) -> bool {
+        self.stats.commands_received += 1;
+        if self.pending.len() >= self.cfg.pending_commands_max {
+            self.stats.commands_refused += 1;
+            self.drops.count(Drop::QueueFull);
+            return false;
+        }
+        if self.pending.is_empty() {
+            self.pending_since_tick = self.now_tick;
+        }
+        self.pending_bytes += command_bytes(&cmd);
+        self.pending.push_back(cmd);
+        self.flush(out);
+        true
+    }
+
+    pub fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) {
+        match msg {
+            Msg::Phase1B {
+                ballot,
+                from: lo,
+                to: hi,
+                accepted,
+            } => self.on_phase1b(from, ballot, lo, hi, accepted, out),
+            Msg::Nack { ballot, promised } => self.on_nack(ballot, promised, out),
+            Msg::Phase2B {
+                ballot,
+                instance,
+                vid,
+                votes,
+            } => self.on_phase2b(ballot, instance, vid, votes, out),
+            Msg::LearnRequest { from: lo, to: hi } => {
+                let decided: Vec<_> = self
+                    .recent
+                    .range(lo..hi)
+                    .map(|(&i, v)| (i, v.clone()))
+                    .collect();
+                out.push(crate::Action::Send {
+                    to: from,
+                    msg: Msg::LearnReply { decided },
+                });
+            }
+            _ => self.drops.count(Drop::NotForThisRole),
+        }
+    }
+
+    fn on_phase1b(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        lo: Instance,
+        hi: Instance,
+        accepted: Vec<(Instance, Ballot, Arc<Value>)>,
+        out: &mut Outbox,
+    ) {
+        let Some(bit) = self.membership.acceptor_index(from).map(|i| 1u64 << i) else {
+            self.drops.count(Drop::FromNonMember);
+            return;
+        };
+        let Some(p) = self.phase1.as_mut() else {
+            self.drops.count(Drop::StaleBallot);
+            return;
+        };
+        if ballot != self.ballot || lo != p.from || hi != p.to {
+            self.drops.count(Drop::StaleBallot);
+            return;
+        }
+        if p.promises & bit != 0 {
+            return; // duplicate
+        }
+        p.promises |= bit;
+        for (i, b, v) in accepted {
+            assert!(
+                b <= ballot,
+                "acceptor reported a value accepted above the ballot it promised"
+            );
+            if i < lo || i >= hi {
+                continue;
+            }
+            match p.reported.get(&i) {
+                Some((old, _)) if *old >= b => {}
+                _ => {
+                    p.reported.insert(i, (b, v));
+                }
+            }
+        }
+        if (p.promises.count_ones() as usize) < self.membership.majority() {
+            return;
+        }
+        // Phase 1 complete for [lo, hi).
+        let p = self.phase1.take().unwrap();
+        self.prepared_up_to = p.to;
+        if let Some((&max, _)) = p.reported.iter().next_back() {
+            for i in self.next_instance.max(p.from)..=max {
+                let v = match p.reported.get(&i) {
+                    Some((_, v)) => v.clone(),
+                    None => Arc::new(Value {
+                        vid: self.fresh_vid(),
+                        commands: Vec::new(),
+                    }),
+                };
+                self.forced.insert(i, v);
+            }
+        }
+        self.flush(out);
+    }
+
+    fn on_nack(&mut self, ballot: Ballot, promised: Ballot, out: &mut Outbox) {
+        if ballot != self.ballot || promised <= self.ballot {
+            self.drops.count(Drop::StaleBallot);
+            return;
+        }
+        // Someone promised a higher ballot: take a higher one and redo Phase 1 from the
+        // first undecided instance. Values in flight are re-proposed under the new ballot
+        // if Phase 1 reports them (or as the values we choose again otherwise).
+        self.ballot = promised.next_for(self.id);
+        let from = self.decided_up_to;
+        for (i, f) in std::mem::take(&mut self.in_flight) {
+            self.forced.entry(i).or_insert(f.value);
+        }
+        self.prepared_up_to = from;
+        self.start_phase1(from, out);
+    }
+
+    fn on_phase2b(
+        &mut self,
+        ballot: Ballot,
+        instance: Instance,
+        vid: Vid,
+        votes: u64,
+        out: &mut Outbox,
+    ) {
+        if ballot != self.ballot {
+            self.drops.count(Drop::StaleBallot);
+            return;
+        }
+        let majority = self.membership.majority();
+        let Some(f) = self.in_flight.get_mut(&instance) else {
+            self.drops.count(Drop::AlreadyDecided);
+            return;
+        };
+        if f.value.vid != vid {
+            self.drops.count(Drop::UnknownInstance);
+            return;
+        }
+        f.votes |= votes;
+        if (f.votes.count_ones() as usize) < majority {
+            return;
+        }
+        let f = self.in_flight.remove(&instance).unwrap();
+        self.decide(instance, f.value, out);
+        self.flush(out);
+    }
+
+    fn decide(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {
+        self.stats.instances_decided += 1;
+        let vid = value.vid;
+        if self.membership.protocol == Protocol::MultiPaxos {
+            let learners = self.membership.learners.clone();
+            send_all(
+                out,
+                &learners,
+                Msg::DecideValue {
+                    instance,
+                    value: value.clone(),
+                },
+            );
+        }
+        self.unannounced.push((instance, vid));
+        self.recent.insert(instance, value);
+        while self.recent.len() > self.recent_max {
+            self.recent.pop_first();
+        }
+        self.decided_ahead.insert(instance, vid);
+        while self.decided_ahead.remove(&self.decided_up_to).is_some() {
+            self.decided_up_to += 1;
+        }
+    }
+
+    pub fn on_tick(&mut self, now_tick: u64, out: &mut Outbox) {
+        self.now_tick = now_tick;
+        // Retransmit whatever has waited too long: a lost Phase 1A/1B or 2A/2B.
+        if let Some(p) = &mut self.phase1 {
+            if now_tick.saturating_sub(p.sent_at_tick) >= self.cfg.retransmit_ticks {
+                p.sent_at_tick = now_tick;
+                self.stats.retransmits += 1;
+                let msg = Msg::Phase1A {
+                    ballot: self.ballot,
+                    from: p.from,
+                    to: p.to,
+                };
+                let acceptors = self.membership.acceptors.clone();
+                send_all(out, &acceptors, msg);
+            }
+        }
+        let stale: Vec<Instance> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| now_tick.saturating_sub(f.sent_at_tick) >= self.cfg.retransmit_ticks)
+            .map(|(&i, _)| i)
+            .collect();
+        for i in stale {
+            self.stats.retransmits += 1;
+            let f = self.in_flight.get_mut(&i).unwrap();
+            f.sent_at_tick = now_tick;
+            f.votes = 0;
+            let value = f.value.clone();
+            self.send_phase2a(i, value, out);
+        }
+        if now_tick.saturating_sub(self.last_heartbeat_tick) >= self.cfg.heartbeat_ticks {
+            self.last_heartbeat_tick = now_tick;
+            let mut to = self.membership.learners.clone();
+            to.extend(self.membership.acceptors.iter().filter(|&&a| a != self.id));
+            send_all(
+                out,
+                &to,
+                Msg::Heartbeat {
+                    ballot: self.ballot,
+                    decided_up_to: self.decided_up_to(),
+                },
+            );
+        }
+        self.flush(out);
+    }
+
+    fn fresh_vid(&mut self) -> Vid {
+        self.next_vid_seq += 1;
+        Vid {
+            ballot: self.ballot,
+            seq: self.next_vid_seq,
+        }
+    }
+
+    /// Propose whatever the window, Phase 1 and the batching policy allow; announce
+    /// decisions that found no Phase 2A to ride on.
+    fn flush(&mut self, out: &mut Outbox) {
+        loop {
+            if self.in_flight.len() >= self.cfg.window_instances_max {
+                break;
+            }
+            if self.next_instance >= self.prepared_up_to {
+                break;
+            }
+            let value = if let Some(v) = self.forced.remove(&self.next_instance) {
+                v
+            } else if self.batch_ready() {
+                let v = self.take_batch();
+                Arc::new(v)
+            } else {
+                break;
+            };
+            let instance = self.next_instance;
+            self.next_instance += 1;
+            self.stats.values_proposed += 1;
+            self.in_flight.insert(
+                instance,
+                InFlight {
+                    value: value.clone(),
+                    votes: 0,
+                    sent_at_tick: self.now_tick,
+                },
+            );
+            self.send_phase2a(instance, value, out);
+        }
+        // Run Phase 1 for the next range ahead of time, before proposals stall on it.
+        if self.phase1.is_none()
+            && self.prepared_up_to.saturating_sub(self.next_instance)
+                <= self.cfg.phase1_range_instances / 2
+        {
+            self.start_phase1(self.prepared_up_to, out);
+        }
+        if !self.unannounced.is_empty() {
+            let decided = std::mem::take(&mut self.unannounced);
+            let mut to = self
+                .membership
+                .acceptors
+                .iter()
+                .copied()
+                .filter(|&a| a != self.id)
+                .collect::<Vec<_>>();
+            if self.membership.protocol == Protocol::RingPaxos {
+                to.extend(&self.membership.learners);
+            }
+            send_all(out, &to, Msg::Decide { decided });
+        }
+        self.invariants();
+    }
+
+    fn batch_ready(&self) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        self.in_flight.is_empty()
+            || self.pending_bytes >= self.cfg.batch_bytes_max
+            || self.now_tick.saturating_sub(self.pending_since_tick) >= self.cfg.batch_delay_ticks
+    }
+
+    fn take_batch(&mut self) -> Value {
+        let mut commands = Vec::new();
+        let mut bytes = 0;
+        while let Some(c) = self.pending.front() {
+            let b = command_bytes(c);
+            if !commands.is_empty() && bytes + b > self.cfg.batch_bytes_max {
+                break;
+            }
+            bytes += b;
+            commands.push(self.pending.pop_front().unwrap());
+        }
+        self.pending_bytes -= bytes;
+        self.pending_since_tick = self.now_tick;
+        Value {
+            vid: self.fresh_vid(),
+            commands,
+        }
+    }
+
+    fn send_phase2a(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {
+        let mut to: Vec<NodeId> = self.membership.acceptors.clone();
+        let decided = match self.membership.protocol {
+            Protocol::RingPaxos => {
+                // The value goes once to acceptors and learners; decisions ride along.
+                to.extend(&self.membership.learners);
+                std::mem::take(&mut self.unannounced)
+            }
+            Protocol::MultiPaxos => Vec::new(),
+        };
+        send_all(
+            out,
+            &to,
+            Msg::Phase2A {
+                ballot: self.ballot,
+                instance,
+                value,
+                decided,
+            },
+        );
+    }
+
+    pub fn invariants(&self) {
+        assert!(
+            self.in_flight.len() <= self.cfg.window_instances_max,
+            "window overflow"
+        );
+        if let Some((&i, _)) = self.in_flight.iter().next_back() {
+            assert!(
+                i < self.prepared_up_to,
+                "proposed in instance {i} before Phase 1 covered it"
+            );
+            assert!(i < self.next_instance);
+        }
+        for (i, f) in &self.in_flight {
+            assert!(
+                (f.votes.count_ones() as usize) < self.membership.majority(),
+                "instance {i} has a majority but is not decided"
+            );
+            assert!(*i >= self.decided_up_to);
+        }
+        assert!(self.decided_up_to <= self.next_instance);
+        assert!(self.pending.len() <= self.cfg.pending_commands_max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Action;
+    use partita_types::Op;
+
+    fn membership(protocol: Protocol) -> Membership {
+        Membership {
+            protocol,
+            acceptors: vec![1, 2, 3],
+            coordinator: 3,
+            learners: vec![4, 5],
+        }
+    }
+
+    fn cfg() -> CoordinatorConfig {
+        CoordinatorConfig {
+            window_instances_max: 2,
+            phase1_range_instances: 10,
+            ..Default::default()
+        }
+    }
+
+    fn cmd(seq: u64) -> Command {
+        Command {
+            client: 1,
+            seq,
+            reply_to: 4,
+            op: Op::Insert {
+                key: seq,
+                value: seq,
+            },
+        }
+    }
+
+    fn sends(out: &[Action]) -> Vec<(NodeId, &'static str)> {
+        out.iter()
+            .filter_map(|a| match a {
+                Action::Send { to, msg } => Some((*to, msg.kind())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn prepared(protocol: Protocol) -> Coordinator {
+        let mut c = Coordinator::new(3, membership(protocol), cfg(), Ballot::ZERO);
+        let mut out = Vec::new();
+        c.start(&mut out);
+        let b = c.ballot();
+        for a in [1, 3] {
+            c.on_message(
+                a,
+                Msg::Phase1B {
+                    ballot: b,
+                    from: 1,
+                    to: 11,
+                    accepted: vec![],
+                },
+                &mut out,
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn phase1_goes_to_every_acceptor_for_a_range() {
+        let mut c = Coordinator::new(3, membership(Protocol::RingPaxos), cfg(), Ballot::ZERO);
+        let mut out = Vec::new();
+        c.start(&mut out);
+        let b = Ballot::new(0, 3);
+        assert_eq!(c.ballot(), b);
+        let expect: Vec<Action> = [1, 2, 3]
+            .iter()
+            .map(|&to| Action::Send {
+                to,
+                msg: Msg::Phase1A {
+                    ballot: b,
+                    from: 1,
+                    to: 11,
+                },
+            })
+            .collect();
+        assert_eq!(out, expect);
+    }
+
+    #[test]
+    fn no_proposal_before_phase1_completes() {
+        let mut c = Coordinator::new(3, membership(Protocol::RingPaxos), cfg(), Ballot::ZERO);
+        let mut out = Vec::new();
+        c.start(&mut out);
+        out.clear();
+        c.on_command(cmd(1), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let b = c.ballot();
+        c.on_message(
+            1,
+            Msg::Phase1B {
+                ballot: b,
+                from: 1,
+                to: 11,
+                accepted: vec![],
+            },
+            &mut out,
+        );
+        assert!(out.is_empty(), "one promise is not a majority: {out:?}");
+        c.on_message(
+            2,
+            Msg::Phase1B {
+                ballot: b,
+                from: 1,
+                to: 11,
+                accepted: vec![],
+            },
+            &mut out,
+        );
+        assert_eq!(
+            sends(&out),
+            vec![
+                (1, "phase2a"),
+                (2, "phase2a"),
+                (3, "phase2a"),
+                (4, "phase2a"),
+                (5, "phase2a")
+            ]
+        );
+    }
+
+    #[test]
+    fn phase1_adopts_highest_ballot_value_and_fills_gaps() {
+        let mut c = Coordinator::new(
+            3,
+            membership(Protocol::MultiPaxos),
+            cfg(),
+            Ballot::new(5, 1),
+        );
+        let mut out = Vec::new();
+        c.start(&mut out);
+        let b = c.ballot();
+        assert_eq!(b, Ballot::new(5, 3));
+        let old = |r: u64, seq: u64| {
+            Arc::new(Value {
+                vid: Vid {
+                    ballot: Ballot::new(r, 1),
+                    seq,
+                },
+                commands: vec![cmd(seq)],
+            })
+        };
+        c.on_message(
+            1,
+            Msg::Phase1B {
+                ballot: b,
+                from: 1,
+                to: 11,
+                accepted: vec![(3, Ballot::new(1, 1), old(1, 1))],
+            },
+            &mut out,
+        );
+        c.on_message(
+            2,
+            Msg::Phase1B {
+                ballot: b,
+                from: 1,
+                to: 11,
+                accepted: vec![(3, Ballot::new(2, 1), old(2, 2))],
+            },
+            &mut out,
+        );
+        let proposed: Vec<(Instance, Vid, usize)> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to: 1,
+                    msg:
+                        Msg::Phase2A {
+                            instance, value, ..
+                        },
+                } => Some((*instance, value.vid, value.commands.len())),
+                _ => None,
+            })
+            .collect();
+        // Window of 2: instance 1 (no-op) and 2 (no-op) go first; 3 must carry the value
+        // with ballot 2.
+        assert_eq!(proposed.len(), 2);
+        assert!(
+            proposed.iter().all(|p| p.2 == 0),
+            "gaps are no-ops: {proposed:?}"
+        );
+        assert_eq!(
+            c.forced[&3].vid,
+            Vid {
+                ballot: Ballot::new(2, 1),
+                seq: 2
+            }
+        );
+    }
+
+    #[test]
+    fn ring_decides_on_majority_mask_and_piggybacks_decision() {
+        let mut c = prepared(Protocol::RingPaxos);
+        let mut out = Vec::new();
+        c.on_command(cmd(1), &mut out);
+        let vid = match &out[0] {
+            Action::Send {
+                msg: Msg::Phase2A { value, .. },
+                ..
+            } => value.vid,
+            other => panic!("{other:?}"),
+        };
+        out.clear();
+        let b = c.ballot();
+        c.on_message(
+            3,
+            Msg::Phase2B {
+                ballot: b,
+                instance: 1,
+                vid,
+                votes: 0b100,
+            },
+            &mut out,
+        );
+        assert!(out.is_empty(), "one vote is not a majority");
+        c.on_message(
+            3,
+            Msg::Phase2B {
+                ballot: b,
+                instance: 1,
+                vid,
+                votes: 0b101,
+            },
+            &mut out,
+        );
+        assert_eq!(c.decided_up_to(), 1);
+        // Nothing to carry the decision: a small Decide goes to the other acceptors and learners.
+        assert_eq!(
+            sends(&out),
+            vec![(1, "decide"), (2, "decide"), (4, "decide"), (5, "decide")]
+        );
+        out.clear();
+        // Now a command waits (batch delay) while instance 2 is in flight; when 2 is
+        // decided, the waiting batch leaves at once and carries the decision.
+        c.on_command(cmd(2), &mut out);
+        let vid2 = match &out[0] {
+            Action::Send {
+                msg: Msg::Phase2A {
+                    value, instance: 2, ..
+                },
+                ..
+            } => value.vid,
+            other => panic!("{other:?}"),
+        };
+        c.on_command(cmd(3), &mut out);
+        out.clear();
+        c.on_message(
+            3,
+            Msg::Phase2B {
+                ballot: b,
+                instance: 2,
+                vid: vid2,
+                votes: 0b011,
+            },
+            &mut out,
+        );
+        assert_eq!(
+            sends(&out),
+            vec![
+                (1, "phase2a"),
+                (2, "phase2a"),
+                (3, "phase2a"),
+                (4, "phase2a"),
+                (5, "phase2a")
+            ]
+        );
+        match &out[0] {
+            Action::Send {
+                msg:
+                    Msg::Phase2A {
+                        decided,
+                        instance: 3,
+                        ..
+                    },
+                ..
+            } => assert_eq!(decided, &vec![(2, vid2)]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn multipaxos_decision_carries_the_value_to_learners() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        c.on_command(cmd(1), &mut out);
+        assert_eq!(
+            sends(&out),
+            vec![(1, "phase2a"), (2, "phase2a"), (3, "phase2a")]
+        );
+        let vid = match &out[0] {
+            Action::Send {
+                msg: Msg::Phase2A { value, .. },
+                ..
+            } => value.vid,
+            other => panic!("{other:?}"),
+        };
+        out.clear();
+        let b = c.ballot();
+        c.on_message(
+            1,
+            Msg::Phase2B {
+                ballot: b,
+                instance: 1,
+                vid,
+                votes: 0b001,
+            },
+            &mut out,
+        );
+        c.on_message(
+            2,
+            Msg::Phase2B {
+                ballot: b,
+                instance: 1,
+                vid,
+                votes: 0b010,
+            },
+            &mut out,
+        );
+        assert_eq!(
+            sends(&out),
+            vec![
+                (4, "decidevalue"),
+                (5, "decidevalue"),
+                (1, "decide"),
+                (2, "decide")
+            ]
+        );
+    }
+
+    #[test]
+    fn window_bounds_instances_in_flight() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        c.cfg.batch_bytes_max = 1; // one command per value
+        let mut out = Vec::new();
+        for s in 1..=5 {
+            c.on_command(cmd(s), &mut out);
+        }
+        assert_eq!(c.in_flight(), 2);
+        assert_eq!(c.pending_commands(), 3);
+        c.on_tick(1, &mut out);
+        assert_eq!(
+            c.in_flight(),
+            2,
+            "ticks do not open the window, decisions do"
+        );
+    }
+
+    #[test]
+    fn nack_with_higher_ballot_restarts_phase1() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        let b = c.ballot();
+        c.on_message(
+            1,
+            Msg::Nack {
+                ballot: b,
+                promised: Ballot::new(7, 2),
+            },
+            &mut out,
+        );
+        // 7.3 is the smallest ballot of node 3 above 7.2.
+        assert_eq!(c.ballot(), Ballot::new(7, 3));
+        assert_eq!(
+            sends(&out),
+            vec![(1, "phase1a"), (2, "phase1a"), (3, "phase1a")]
+        );
+    }
+
+    #[test]
+    fn unanswered_phase2a_is_retransmitted() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        c.on_command(cmd(1), &mut out);
+        out.clear();
+        c.on_tick(cfg().retransmit_ticks, &mut out);
+        assert!(sends(&out).contains(&(1, "phase2a")));
+        assert_eq!(c.stats().retransmits, 1);
+    }
+}

@@ -1,0 +1,423 @@
+//! The learner role (paper 001 §III-A).
+//!
+//! A learner collects proposed values (Ring Paxos sends them to learners with Phase 2A)
+//! and decisions (by id in Ring Paxos, with the value in Multi-Paxos) and delivers each
+//! decided value once, in instance order. When it knows of a decided instance it cannot
+//! deliver (a decision without its value, a gap below a later decision, or a heartbeat
+//! announcing decisions it never saw) for `gap_ticks`, it asks its preferential acceptor
+//! for the decided values, and on repeated silence alternates with the coordinator.
+
+use crate::{Action, Drop, DropCounts, LearnerConfig, Membership, Msg, Outbox, Value, Vid};
+use partita_types::{Instance, NodeId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Default)]
+pub struct LearnerStats {
+    pub delivered: u64,
+    pub learn_requests: u64,
+    pub values_recovered: u64,
+}
+
+pub struct Learner {
+    id: NodeId,
+    membership: Membership,
+    cfg: LearnerConfig,
+    next_deliver: Instance,
+    /// Proposed values seen per instance (Ring Paxos Phase 2A), newest last.
+    proposals: BTreeMap<Instance, Vec<Arc<Value>>>,
+    /// Decided ids whose value is not here yet, or not yet delivered.
+    decided_ids: BTreeMap<Instance, Vid>,
+    /// Decided values ready to deliver once their turn comes.
+    ready: BTreeMap<Instance, Arc<Value>>,
+    /// Highest decided instance anyone told us about.
+    known_decided: Instance,
+    gap_since_tick: Option<u64>,
+    now_tick: u64,
+    attempts: u64,
+    stats: LearnerStats,
+    drops: DropCounts,
+}
+
+impl Learner {
+    /// A learner that will deliver from instance `next_deliver` on (1 for a fresh
+    /// replica, the instance after its checkpoint for a recovering one).
+    pub fn new(
+        id: NodeId,
+        membership: Membership,
+        cfg: LearnerConfig,
+        next_deliver: Instance,
+    ) -> Learner {
+        assert!(next_deliver >= 1);
+        Learner {
+            id,
+            membership,
+            cfg,
+            next_deliver,
+            proposals: BTreeMap::new(),
+            decided_ids: BTreeMap::new(),
+            ready: BTreeMap::new(),
+            known_decided: next_deliver - 1,
+            gap_since_tick: None,
+            now_tick: 0,
+            attempts: 0,
+            stats: LearnerStats::default(),
+            drops: DropCounts::default(),
+        }
+    }
+
+    /// The last instance delivered (0: none).
+    pub fn delivered_up_to(&self) -> Instance {
+        self.next_deliver - 1
+    }
+    pub fn known_decided(&self) -> Instance {
+        self.known_decided
+    }
+    pub fn stats(&self) -> &LearnerStats {
+        &self.stats
+    }
+    pub fn drops(&self) -> &DropCounts {
+        &self.drops
+    }
+
+    pub fn on_message(&mut self, _from: NodeId, msg: Msg, out: &mut Outbox) {
+        match msg {
+            Msg::Phase2A {
+                instance,
+                value,
+                decided,
+                ..
+            } => {
+                for (i, vid) in decided {
+                    self.on_decided_id(i, vid);
+                }
+                if instance < self.next_deliver || self.ready.contains_key(&instance) {
+                    self.drops.count(Drop::AlreadyDecided);
+                } else if instance >= self.next_deliver + self.cfg.buffered_instances_max {
+                    self.drops.count(Drop::QueueFull);
+                } else {
+                    let props = self.proposals.entry(instance).or_default();
+                    if !props.iter().any(|p| p.vid == value.vid) {
+                        props.push(value);
+                    }
+                    self.resolve(instance);
+                }
+            }
+            Msg::Decide { decided } => {
+                for (i, vid) in decided {
+                    self.on_decided_id(i, vid);
+                }
+            }
+            Msg::DecideValue { instance, value } => self.on_decided_value(instance, value),
+            Msg::LearnReply { decided } => {
+                self.stats.values_recovered += decided.len() as u64;
+                for (i, v) in decided {
+                    self.on_decided_value(i, v);
+                }
+            }
+            Msg::Heartbeat { decided_up_to, .. } => {
+                self.known_decided = self.known_decided.max(decided_up_to);
+            }
+            _ => self.drops.count(Drop::NotForThisRole),
+        }
+        self.deliver(out);
+    }
+
+    fn on_decided_id(&mut self, instance: Instance, vid: Vid) {
+        self.known_decided = self.known_decided.max(instance);
+        if instance < self.next_deliver || self.ready.contains_key(&instance) {
+            return;
+        }
+        if let Some(old) = self.decided_ids.insert(instance, vid) {
+            assert_eq!(
+                old, vid,
+                "instance {instance} decided twice with different values"
+            );
+        }
+        self.resolve(instance);
+    }
+
+    fn on_decided_value(&mut self, instance: Instance, value: Arc<Value>) {
+        self.known_decided = self.known_decided.max(instance);
+        if instance < self.next_deliver {
+            return;
+        }
+        if let Some(vid) = self.decided_ids.remove(&instance) {
+            assert_eq!(
+                vid, value.vid,
+                "instance {instance} decided twice with different values"
+            );
+        }
+        if let Some(old) = self.ready.get(&instance) {
+            assert_eq!(
+                old.vid, value.vid,
+                "instance {instance} decided twice with different values"
+            );
+            return;
+        }
+        self.proposals.remove(&instance);
+        self.ready.insert(instance, value);
+    }
+
+    /// Match a decided id with a value we hold.
+    fn resolve(&mut self, instance: Instance) {
+        let Some(&vid) = self.decided_ids.get(&instance) else {
+            return;
+        };
+        let Some(props) = self.proposals.get(&instance) else {
+            return;
+        };
+        if let Some(v) = props.iter().find(|p| p.vid == vid).cloned() {
+            self.decided_ids.remove(&instance);
+            self.proposals.remove(&instance);
+            self.ready.insert(instance, v);
+        }
+    }
+
+    fn deliver(&mut self, out: &mut Outbox) {
+        while let Some(v) = self.ready.remove(&self.next_deliver) {
+            out.push(Action::Deliver {
+                instance: self.next_deliver,
+                value: v,
+            });
+            self.next_deliver += 1;
+            self.stats.delivered += 1;
+            self.attempts = 0;
+        }
+        // Forget proposals for instances already delivered.
+        while let Some((&i, _)) = self.proposals.first_key_value() {
+            if i >= self.next_deliver {
+                break;
+            }
+            self.proposals.pop_first();
+        }
+        self.known_decided = self.known_decided.max(self.next_deliver - 1);
+        if self.known_decided >= self.next_deliver {
+            if self.gap_since_tick.is_none() {
+                self.gap_since_tick = Some(self.now_tick);
+            }
+        } else {
+            self.gap_since_tick = None;
+        }
+    }
+
+    pub fn on_tick(&mut self, now_tick: u64, out: &mut Outbox) {
+        self.now_tick = now_tick;
+        let Some(since) = self.gap_since_tick else {
+            return;
+        };
+        if now_tick.saturating_sub(since) < self.cfg.gap_ticks {
+            return;
+        }
+        self.gap_since_tick = Some(now_tick);
+        let from = self.next_deliver;
+        let to = (self.known_decided + 1).min(from + self.cfg.learn_batch_instances_max);
+        // Ask the preferential acceptor first; if that does not help, alternate with the
+        // coordinator, which keeps recently decided values.
+        let target = if self.attempts.is_multiple_of(2) {
+            self.membership.preferential_acceptor(self.id)
+        } else {
+            self.membership.coordinator
+        };
+        self.attempts += 1;
+        self.stats.learn_requests += 1;
+        out.push(Action::Send {
+            to: target,
+            msg: Msg::LearnRequest { from, to },
+        });
+    }
+
+    pub fn invariants(&self) {
+        if let Some((&i, _)) = self.ready.first_key_value() {
+            assert!(
+                i >= self.next_deliver,
+                "ready value below the delivery point"
+            );
+        }
+        if let Some((&i, _)) = self.decided_ids.first_key_value() {
+            assert!(
+                i >= self.next_deliver,
+                "pending decision below the delivery point"
+            );
+        }
+        assert!(self.known_decided + 1 >= self.next_deliver);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Protocol;
+    use partita_types::Ballot;
+
+    fn m() -> Membership {
+        Membership {
+            protocol: Protocol::RingPaxos,
+            acceptors: vec![1, 2, 3],
+            coordinator: 3,
+            learners: vec![4, 5],
+        }
+    }
+
+    fn v(seq: u64) -> Arc<Value> {
+        Arc::new(Value {
+            vid: Vid {
+                ballot: Ballot::new(0, 3),
+                seq,
+            },
+            commands: vec![],
+        })
+    }
+
+    fn p2a(instance: Instance, value: Arc<Value>, decided: Vec<(Instance, Vid)>) -> Msg {
+        Msg::Phase2A {
+            ballot: Ballot::new(0, 3),
+            instance,
+            value,
+            decided,
+        }
+    }
+
+    #[test]
+    fn delivers_in_order_when_value_and_decision_meet() {
+        let mut l = Learner::new(4, m(), LearnerConfig::default(), 1);
+        let mut out = Vec::new();
+        l.on_message(3, p2a(2, v(2), vec![]), &mut out);
+        l.on_message(
+            3,
+            Msg::Decide {
+                decided: vec![(2, v(2).vid)],
+            },
+            &mut out,
+        );
+        assert!(
+            out.is_empty(),
+            "instance 1 is missing: nothing may be delivered"
+        );
+        l.on_message(3, p2a(1, v(1), vec![]), &mut out);
+        assert!(out.is_empty());
+        l.on_message(3, p2a(3, v(3), vec![(1, v(1).vid)]), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Action::Deliver {
+                    instance: 1,
+                    value: v(1)
+                },
+                Action::Deliver {
+                    instance: 2,
+                    value: v(2)
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn asks_preferential_acceptor_then_coordinator_for_gaps() {
+        let cfg = LearnerConfig {
+            gap_ticks: 5,
+            ..Default::default()
+        };
+        let mut l = Learner::new(5, m(), cfg, 1);
+        let mut out = Vec::new();
+        l.on_message(
+            3,
+            Msg::Decide {
+                decided: vec![(3, v(3).vid)],
+            },
+            &mut out,
+        );
+        l.on_tick(4, &mut out);
+        assert!(out.is_empty());
+        l.on_tick(5, &mut out);
+        // Learner 5 is the second learner: preferential acceptor is acceptors[1] = 2.
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 2,
+                msg: Msg::LearnRequest { from: 1, to: 4 }
+            }]
+        );
+        out.clear();
+        l.on_tick(10, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 3,
+                msg: Msg::LearnRequest { from: 1, to: 4 }
+            }]
+        );
+        out.clear();
+        l.on_message(
+            3,
+            Msg::LearnReply {
+                decided: vec![(1, v(1)), (2, v(2)), (3, v(3))],
+            },
+            &mut out,
+        );
+        assert_eq!(out.len(), 3);
+        assert_eq!(l.delivered_up_to(), 3);
+    }
+
+    #[test]
+    fn heartbeat_reveals_missed_tail() {
+        let cfg = LearnerConfig {
+            gap_ticks: 1,
+            ..Default::default()
+        };
+        let mut l = Learner::new(4, m(), cfg, 1);
+        let mut out = Vec::new();
+        l.on_message(
+            3,
+            Msg::Heartbeat {
+                ballot: Ballot::new(0, 3),
+                decided_up_to: 2,
+            },
+            &mut out,
+        );
+        l.on_tick(1, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 1,
+                msg: Msg::LearnRequest { from: 1, to: 3 }
+            }]
+        );
+    }
+
+    #[test]
+    fn duplicates_are_delivered_once() {
+        let mut l = Learner::new(4, m(), LearnerConfig::default(), 1);
+        let mut out = Vec::new();
+        l.on_message(
+            3,
+            Msg::DecideValue {
+                instance: 1,
+                value: v(1),
+            },
+            &mut out,
+        );
+        l.on_message(
+            3,
+            Msg::DecideValue {
+                instance: 1,
+                value: v(1),
+            },
+            &mut out,
+        );
+        l.on_message(
+            3,
+            Msg::LearnReply {
+                decided: vec![(1, v(1))],
+            },
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![Action::Deliver {
+                instance: 1,
+                value: v(1)
+            }]
+        );
+    }
+}

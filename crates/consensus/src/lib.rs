@@ -1,0 +1,437 @@
+//! Sans-IO consensus cores for one totally ordered stream of values (paper 001 §III-A).
+//!
+//! Three roles, each a plain struct whose handlers take `&mut self`, one input and an
+//! outbox ([`Outbox`]), and return without blocking:
+//!
+//! - [`Acceptor`]: promises ballots and accepts values; every promise and accepted value
+//!   is written through [`Action::Persist`] and the acceptor answers only once the driver
+//!   reports the write durable with [`Acceptor::on_persisted`].
+//! - [`Coordinator`]: batches client commands into values (up to `batch_bytes_max`, 8 KiB
+//!   by default as in paper 001), runs Phase 1 ahead of time for ranges of instances,
+//!   proposes with Phase 2A inside a window of instances in flight, decides on a majority
+//!   of Phase 2B votes and informs the learners.
+//! - [`Learner`]: collects values and decisions, delivers decided values in instance
+//!   order, and asks its preferential acceptor for whatever it missed.
+//!
+//! Two protocols share the roles, chosen by [`Protocol`]:
+//!
+//! - **Multi-Paxos**: Phase 2A (with the value) goes to the acceptors only; each acceptor
+//!   sends its Phase 2B to the coordinator; the decision carries the value to the learners.
+//! - **Ring Paxos** (paper 001 Figure 3): Phase 2A carries the value once, with a unique
+//!   value id ([`Vid`]), to acceptors *and* learners; acceptors are laid out in a logical
+//!   ring ending at the coordinator, and the Phase 2B for the id travels the ring, each
+//!   acceptor adding its vote only if it holds the value and has it on disk; the
+//!   coordinator decides and sends a small decision carrying ids only, piggybacked on
+//!   the next Phase 2A when there is one.
+//!
+//! Inputs: a peer message (`on_message`), a client command (`Coordinator::on_command`),
+//! a timer tick (`on_tick`, time is a tick count supplied by the driver), a completed
+//! persist (`Acceptor::on_persisted`). Outputs: [`Action`]s. No core reads a clock,
+//! opens a socket or spawns a thread; `tests/tidy.rs` enforces it.
+//!
+//! Invariants (checked by each role's `invariants()`, run after every handler by the
+//! tests and the simulator):
+//! - acceptor: every accepted ballot is at most the promised ballot; a vote (Phase 2B)
+//!   or promise (Phase 1B) is only sent for a durable write;
+//! - coordinator: never more than `window_instances_max` instances in flight; an
+//!   instance is decided only with votes from a majority; it proposes in an instance
+//!   only after Phase 1 covered it;
+//! - learner: delivers each instance exactly once and in order.
+
+mod acceptor;
+mod coordinator;
+mod learner;
+
+pub use acceptor::Acceptor;
+pub use coordinator::{Coordinator, CoordinatorStats};
+pub use learner::{Learner, LearnerStats};
+
+use partita_types::{Ballot, Command, Instance, NodeId};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Which ordering protocol a cluster runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    MultiPaxos,
+    RingPaxos,
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Protocol::MultiPaxos => "multi-paxos",
+            Protocol::RingPaxos => "ring-paxos",
+        })
+    }
+}
+
+/// Who plays which role. Shared by every core of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Membership {
+    pub protocol: Protocol,
+    /// Acceptors in ring order for Ring Paxos. The coordinator must be one of them; the
+    /// ring is this list rotated so that the coordinator comes last.
+    pub acceptors: Vec<NodeId>,
+    pub coordinator: NodeId,
+    /// Learners (the replicas).
+    pub learners: Vec<NodeId>,
+}
+
+impl Membership {
+    pub fn majority(&self) -> usize {
+        self.acceptors.len() / 2 + 1
+    }
+
+    /// Position of an acceptor in `acceptors` (its bit in a vote mask).
+    pub fn acceptor_index(&self, node: NodeId) -> Option<usize> {
+        self.acceptors.iter().position(|&a| a == node)
+    }
+
+    /// The ring (paper 001 §III-A): the acceptors, rotated so that the coordinator is at
+    /// its end.
+    pub fn ring(&self) -> Vec<NodeId> {
+        let at = self
+            .acceptor_index(self.coordinator)
+            .expect("coordinator is an acceptor");
+        let n = self.acceptors.len();
+        (1..=n).map(|i| self.acceptors[(at + i) % n]).collect()
+    }
+
+    /// The node after `node` in the ring, or `None` for the coordinator at its end.
+    pub fn ring_successor(&self, node: NodeId) -> Option<NodeId> {
+        let ring = self.ring();
+        let pos = ring.iter().position(|&a| a == node)?;
+        ring.get(pos + 1).copied()
+    }
+
+    /// The acceptor a learner asks for what it missed: spread learners over acceptors.
+    pub fn preferential_acceptor(&self, learner: NodeId) -> NodeId {
+        let idx = self
+            .learners
+            .iter()
+            .position(|&l| l == learner)
+            .unwrap_or(learner as usize);
+        self.acceptors[idx % self.acceptors.len()]
+    }
+
+    /// Check the membership is usable; the cluster file loader reports the message.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.acceptors.is_empty() {
+            return Err("at least one acceptor is required".into());
+        }
+        if self.acceptors.len() > 64 {
+            return Err("at most 64 acceptors (votes are a 64-bit mask)".into());
+        }
+        let mut sorted = self.acceptors.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != self.acceptors.len() {
+            return Err("an acceptor is listed twice".into());
+        }
+        if self.acceptor_index(self.coordinator).is_none() {
+            return Err(format!(
+                "coordinator {} is not an acceptor",
+                self.coordinator
+            ));
+        }
+        if self.learners.is_empty() {
+            return Err("at least one replica (learner) is required".into());
+        }
+        Ok(())
+    }
+}
+
+/// Unique identity of a proposed value: the ballot of the coordinator that first
+/// proposed it and a counter within that ballot. A ballot belongs to one coordinator
+/// incarnation, so ids never collide; a value adopted in Phase 1 keeps its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Vid {
+    pub ballot: Ballot,
+    pub seq: u64,
+}
+
+/// A value to be ordered: a batch of client commands (possibly empty: the no-op that
+/// fills a gap after Phase 1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Value {
+    pub vid: Vid,
+    pub commands: Vec<Command>,
+}
+
+impl Value {
+    pub fn is_noop(&self) -> bool {
+        self.commands.is_empty()
+    }
+}
+
+/// Approximate encoded size of a command, used for the batch size bound.
+pub fn command_bytes(c: &Command) -> usize {
+    use partita_types::Op;
+    28 + match &c.op {
+        Op::Batch(ops) => 8 + ops.len() * 20,
+        _ => 20,
+    }
+}
+
+/// Messages between consensus roles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Msg {
+    /// Coordinator → acceptors: promise `ballot` and report what you accepted in
+    /// instances `from..to`.
+    Phase1A {
+        ballot: Ballot,
+        from: Instance,
+        to: Instance,
+    },
+    /// Acceptor → coordinator: promised, and these are my accepted values in the range.
+    Phase1B {
+        ballot: Ballot,
+        from: Instance,
+        to: Instance,
+        accepted: Vec<(Instance, Ballot, Arc<Value>)>,
+    },
+    /// Acceptor → coordinator: I promised a higher ballot.
+    Nack { ballot: Ballot, promised: Ballot },
+    /// Coordinator → acceptors (and, in Ring Paxos, learners). `decided` piggybacks
+    /// decisions by id (Ring Paxos).
+    Phase2A {
+        ballot: Ballot,
+        instance: Instance,
+        value: Arc<Value>,
+        decided: Vec<(Instance, Vid)>,
+    },
+    /// Ring Paxos: a vote travelling the ring; `votes` has one bit per acceptor index.
+    RingVote {
+        ballot: Ballot,
+        instance: Instance,
+        vid: Vid,
+        votes: u64,
+    },
+    /// Acceptor → coordinator: votes for `(ballot, instance, vid)`. Multi-Paxos sends one
+    /// bit; in Ring Paxos the last ring member sends the accumulated mask.
+    Phase2B {
+        ballot: Ballot,
+        instance: Instance,
+        vid: Vid,
+        votes: u64,
+    },
+    /// Coordinator → learners and acceptors: decisions by value id (Ring Paxos, when no
+    /// Phase 2A leaves soon enough to carry them).
+    Decide { decided: Vec<(Instance, Vid)> },
+    /// Coordinator → learners and acceptors: a decision with its value (Multi-Paxos).
+    DecideValue {
+        instance: Instance,
+        value: Arc<Value>,
+    },
+    /// Coordinator → everyone, periodically: who leads and the highest decided instance,
+    /// so learners notice what they missed even when traffic stops.
+    Heartbeat {
+        ballot: Ballot,
+        decided_up_to: Instance,
+    },
+    /// Learner → its preferential acceptor (or the coordinator): send me decided values
+    /// for `from..to`.
+    LearnRequest { from: Instance, to: Instance },
+    /// Answer to `LearnRequest`: the decided values the sender knows in the range.
+    LearnReply {
+        decided: Vec<(Instance, Arc<Value>)>,
+    },
+}
+
+impl Msg {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Msg::Phase1A { .. } => "phase1a",
+            Msg::Phase1B { .. } => "phase1b",
+            Msg::Nack { .. } => "nack",
+            Msg::Phase2A { .. } => "phase2a",
+            Msg::RingVote { .. } => "ringvote",
+            Msg::Phase2B { .. } => "phase2b",
+            Msg::Decide { .. } => "decide",
+            Msg::DecideValue { .. } => "decidevalue",
+            Msg::Heartbeat { .. } => "heartbeat",
+            Msg::LearnRequest { .. } => "learnrequest",
+            Msg::LearnReply { .. } => "learnreply",
+        }
+    }
+}
+
+/// What an acceptor writes to its log. Recovery replays these in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcceptorRecord {
+    Promise {
+        ballot: Ballot,
+    },
+    Accept {
+        instance: Instance,
+        ballot: Ballot,
+        value: Arc<Value>,
+    },
+}
+
+/// Token identifying a persist request; the driver hands it back on completion.
+pub type PersistToken = u64;
+
+/// Output of a core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Send {
+        to: NodeId,
+        msg: Msg,
+    },
+    /// Write `record` durably, then call `on_persisted(token)`. Writes complete in order.
+    Persist {
+        token: PersistToken,
+        record: AcceptorRecord,
+    },
+    /// A learner delivers a decided value, in instance order.
+    Deliver {
+        instance: Instance,
+        value: Arc<Value>,
+    },
+}
+
+/// Where a handler writes its actions.
+pub type Outbox = Vec<Action>;
+
+/// Send `msg` to each node in `to` (the driver encodes once per message it sees; the
+/// clones share their value through `Arc`).
+pub(crate) fn send_all(out: &mut Outbox, to: &[NodeId], msg: Msg) {
+    if let Some((last, rest)) = to.split_last() {
+        for &n in rest {
+            out.push(Action::Send {
+                to: n,
+                msg: msg.clone(),
+            });
+        }
+        out.push(Action::Send { to: *last, msg });
+    }
+}
+
+/// Reasons a core ignored a message; counted per reason and logged by the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Drop {
+    StaleBallot,
+    NotForThisRole,
+    UnknownInstance,
+    AlreadyDecided,
+    NoValue,
+    QueueFull,
+    FromNonMember,
+}
+
+/// Per-reason counters of dropped inputs.
+#[derive(Clone, Debug, Default)]
+pub struct DropCounts(pub std::collections::BTreeMap<&'static str, u64>);
+
+impl DropCounts {
+    pub fn count(&mut self, why: Drop) {
+        *self.0.entry(drop_name(why)).or_default() += 1;
+    }
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+}
+
+fn drop_name(d: Drop) -> &'static str {
+    match d {
+        Drop::StaleBallot => "stale_ballot",
+        Drop::NotForThisRole => "not_for_this_role",
+        Drop::UnknownInstance => "unknown_instance",
+        Drop::AlreadyDecided => "already_decided",
+        Drop::NoValue => "no_value",
+        Drop::QueueFull => "queue_full",
+        Drop::FromNonMember => "from_non_member",
+    }
+}
+
+/// Tunables of the coordinator (cluster file `[batching]` and `[consensus]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoordinatorConfig {
+    /// A value holds commands up to this many bytes (paper 001: 8 KiB packets).
+    pub batch_bytes_max: usize,
+    /// With instances in flight, a non-full batch waits at most this many ticks before
+    /// it is proposed anyway (the time bound); 0 proposes as soon as the window allows.
+    pub batch_delay_ticks: u64,
+    /// Instances proposed and not yet decided, at most.
+    pub window_instances_max: usize,
+    /// Phase 1 is run ahead of time for ranges of this many instances.
+    pub phase1_range_instances: u64,
+    /// Re-send Phase 1A / 2A not answered after this many ticks.
+    pub retransmit_ticks: u64,
+    /// Send a heartbeat every this many ticks.
+    pub heartbeat_ticks: u64,
+    /// Commands waiting for a batch, at most; beyond that new commands are refused.
+    pub pending_commands_max: usize,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            batch_bytes_max: 8 * 1024,
+            batch_delay_ticks: 1,
+            window_instances_max: 16,
+            phase1_range_instances: 100_000,
+            retransmit_ticks: 200,
+            heartbeat_ticks: 50,
+            pending_commands_max: 100_000,
+        }
+    }
+}
+
+/// Tunables of a learner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LearnerConfig {
+    /// Ask for missing instances once a gap has been open this many ticks.
+    pub gap_ticks: u64,
+    /// Instances asked for in one request, at most.
+    pub learn_batch_instances_max: u64,
+    /// Values held ahead of the delivery point, at most (bounds memory when far behind).
+    pub buffered_instances_max: u64,
+}
+
+impl Default for LearnerConfig {
+    fn default() -> Self {
+        LearnerConfig {
+            gap_ticks: 20,
+            learn_batch_instances_max: 256,
+            buffered_instances_max: 100_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m() -> Membership {
+        Membership {
+            protocol: Protocol::RingPaxos,
+            acceptors: vec![1, 2, 3],
+            coordinator: 2,
+            learners: vec![4, 5],
+        }
+    }
+
+    #[test]
+    fn ring_ends_at_the_coordinator() {
+        assert_eq!(m().ring(), vec![3, 1, 2]);
+        assert_eq!(m().ring_successor(3), Some(1));
+        assert_eq!(m().ring_successor(1), Some(2));
+        assert_eq!(m().ring_successor(2), None);
+        assert_eq!(m().majority(), 2);
+    }
+
+    #[test]
+    fn validate_names_the_problem() {
+        let mut bad = m();
+        bad.coordinator = 9;
+        assert!(bad.validate().unwrap_err().contains("coordinator 9"));
+        let mut bad = m();
+        bad.acceptors = vec![1, 1];
+        assert!(bad.validate().is_err());
+        assert!(m().validate().is_ok());
+    }
+}

@@ -1,0 +1,436 @@
+//! The cluster file: who plays which role, where it listens, which ordering protocol,
+//! durability and batching. TOML, strictly parsed: an unknown or malformed field fails
+//! at start with its name.
+//!
+//! ```toml
+//! [cluster]
+//! id = 7311                 # written into every WAL header; a foreign data dir is refused
+//! mode = "smr"              # "smr" (replicated) or "cs" (one unreplicated server)
+//! protocol = "ring-paxos"   # or "multi-paxos"
+//! durability = "fsync"      # or "memory" (experiments; printed beside every result)
+//! coordinator = 1
+//!
+//! [batching]
+//! batch_bytes_max = 8192
+//! batch_delay_ms = 1
+//! window_instances_max = 16
+//!
+//! [[node]]
+//! id = 1
+//! addr = "127.0.0.1:7101"
+//! roles = ["acceptor"]       # "acceptor", "replica", "server" (cs mode)
+//! ```
+
+use partita_consensus::{CoordinatorConfig, LearnerConfig, Membership, Protocol};
+use partita_types::NodeId;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    Fsync,
+    Memory,
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Durability::Fsync => "fsync",
+            Durability::Memory => "memory",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// State-machine replication: consensus orders, replicas execute.
+    Smr,
+    /// Client-server baseline (paper 001 §V): one unreplicated server executes on receipt.
+    Cs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Acceptor,
+    Replica,
+    Server,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    pub id: u64,
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    #[serde(default = "default_protocol")]
+    pub protocol: Protocol,
+    #[serde(default = "default_durability")]
+    pub durability: Durability,
+    #[serde(default)]
+    pub coordinator: Option<NodeId>,
+    /// Milliseconds per core tick.
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchingSection {
+    #[serde(default = "default_batch_bytes")]
+    pub batch_bytes_max: usize,
+    #[serde(default = "default_batch_delay")]
+    pub batch_delay_ms: u64,
+    #[serde(default = "default_window")]
+    pub window_instances_max: usize,
+}
+
+impl Default for BatchingSection {
+    fn default() -> Self {
+        BatchingSection {
+            batch_bytes_max: default_batch_bytes(),
+            batch_delay_ms: default_batch_delay(),
+            window_instances_max: default_window(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    pub id: NodeId,
+    pub addr: String,
+    pub roles: Vec<Role>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub cluster: ClusterSection,
+    #[serde(default)]
+    pub batching: BatchingSection,
+    #[serde(rename = "node")]
+    pub nodes: Vec<NodeSection>,
+}
+
+fn default_mode() -> Mode {
+    Mode::Smr
+}
+fn default_protocol() -> Protocol {
+    Protocol::RingPaxos
+}
+fn default_durability() -> Durability {
+    Durability::Fsync
+}
+fn default_tick_ms() -> u64 {
+    1
+}
+fn default_batch_bytes() -> usize {
+    8 * 1024
+}
+fn default_batch_delay() -> u64 {
+    1
+}
+fn default_window() -> usize {
+    16
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read cluster file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cluster file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("cluster file {path}: field `{field}`: {message}")]
+    Field {
+        path: String,
+        field: String,
+        message: String,
+    },
+}
+
+impl ClusterConfig {
+    pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        Self::parse(&text, &p)
+    }
+
+    pub fn parse(text: &str, path: &str) -> Result<ClusterConfig, ConfigError> {
+        let cfg: ClusterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()
+            .map_err(|(field, message)| ConfigError::Field {
+                path: path.into(),
+                field,
+                message,
+            })?;
+        Ok(cfg)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("cluster config serializes")
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let f = |field: &str, m: String| Err((field.to_string(), m));
+        if self.nodes.is_empty() {
+            return f("node", "at least one [[node]] is required".into());
+        }
+        let mut ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != self.nodes.len() {
+            return f("node.id", "node ids must be unique".into());
+        }
+        for n in &self.nodes {
+            match n.addr.parse::<SocketAddr>() {
+                Ok(a)
+                    if a.ip().is_loopback()
+                        || a.ip().is_unspecified()
+                        || std::env::var_os("PARTITA_ALLOW_NON_LOOPBACK").is_some() => {}
+                Ok(a) => {
+                    return f(
+                        "node.addr",
+                        format!("node {}: {a} is not a loopback address (127.0.0.0/8)", n.id),
+                    )
+                }
+                Err(e) => {
+                    return f(
+                        "node.addr",
+                        format!(
+                            "node {}: `{}` is not an ip:port address ({e})",
+                            n.id, n.addr
+                        ),
+                    )
+                }
+            }
+            if n.roles.is_empty() {
+                return f("node.roles", format!("node {} has no roles", n.id));
+            }
+        }
+        if self.cluster.tick_ms == 0 || self.cluster.tick_ms > 1000 {
+            return f("cluster.tick_ms", "must be between 1 and 1000".into());
+        }
+        if self.batching.batch_bytes_max < 64 || self.batching.batch_bytes_max > 16 << 20 {
+            return f(
+                "batching.batch_bytes_max",
+                "must be between 64 and 16777216".into(),
+            );
+        }
+        if self.batching.window_instances_max == 0 || self.batching.window_instances_max > 4096 {
+            return f(
+                "batching.window_instances_max",
+                "must be between 1 and 4096".into(),
+            );
+        }
+        match self.cluster.mode {
+            Mode::Cs => {
+                let servers = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.roles.contains(&Role::Server))
+                    .count();
+                if servers != 1 {
+                    return f(
+                        "node.roles",
+                        format!(
+                            "cs mode needs exactly one node with role \"server\", found {servers}"
+                        ),
+                    );
+                }
+            }
+            Mode::Smr => {
+                if self.nodes.iter().any(|n| n.roles.contains(&Role::Server)) {
+                    return f(
+                        "node.roles",
+                        "role \"server\" is only for mode = \"cs\"".into(),
+                    );
+                }
+                let Some(c) = self.cluster.coordinator else {
+                    return f("cluster.coordinator", "smr mode needs a coordinator".into());
+                };
+                if !self.nodes.iter().any(|n| n.id == c) {
+                    return f(
+                        "cluster.coordinator",
+                        format!("{c} is not a node of the cluster"),
+                    );
+                }
+                self.membership()
+                    .validate()
+                    .map_err(|m| ("node.roles".to_string(), m))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn node(&self, id: NodeId) -> Option<&NodeSection> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    pub fn addr(&self, id: NodeId) -> SocketAddr {
+        self.node(id)
+            .expect("known node")
+            .addr
+            .parse()
+            .expect("validated address")
+    }
+
+    pub fn with_role(&self, role: Role) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|n| n.roles.contains(&role))
+            .map(|n| n.id)
+            .collect()
+    }
+
+    pub fn membership(&self) -> Membership {
+        Membership {
+            protocol: self.cluster.protocol,
+            acceptors: self.with_role(Role::Acceptor),
+            coordinator: self.cluster.coordinator.unwrap_or(0),
+            learners: self.with_role(Role::Replica),
+        }
+    }
+
+    /// Where clients send commands: the coordinator, or the server in cs mode.
+    pub fn entry_node(&self) -> NodeId {
+        match self.cluster.mode {
+            Mode::Smr => self.cluster.coordinator.expect("validated"),
+            Mode::Cs => self.with_role(Role::Server)[0],
+        }
+    }
+
+    /// Nodes that execute commands and reply.
+    pub fn executors(&self) -> Vec<NodeId> {
+        match self.cluster.mode {
+            Mode::Smr => self.with_role(Role::Replica),
+            Mode::Cs => self.with_role(Role::Server),
+        }
+    }
+
+    pub fn coordinator_config(&self) -> CoordinatorConfig {
+        let tick = self.cluster.tick_ms;
+        CoordinatorConfig {
+            batch_bytes_max: self.batching.batch_bytes_max,
+            batch_delay_ticks: self.batching.batch_delay_ms.div_ceil(tick),
+            window_instances_max: self.batching.window_instances_max,
+            retransmit_ticks: (200 / tick).max(1),
+            heartbeat_ticks: (50 / tick).max(1),
+            ..CoordinatorConfig::default()
+        }
+    }
+
+    pub fn learner_config(&self) -> LearnerConfig {
+        LearnerConfig {
+            gap_ticks: (20 / self.cluster.tick_ms).max(1),
+            ..LearnerConfig::default()
+        }
+    }
+
+    /// The default local cluster of `partita up`: 3 acceptors (node 1 coordinates),
+    /// 2 replicas, Ring Paxos, fsync on.
+    pub fn default_local(base_port: u16, cluster_id: u64) -> ClusterConfig {
+        let node = |id: NodeId, roles: Vec<Role>| NodeSection {
+            id,
+            addr: format!("127.0.0.1:{}", base_port + id as u16),
+            roles,
+        };
+        ClusterConfig {
+            cluster: ClusterSection {
+                id: cluster_id,
+                mode: Mode::Smr,
+                protocol: Protocol::RingPaxos,
+                durability: Durability::Fsync,
+                coordinator: Some(1),
+                tick_ms: 1,
+            },
+            batching: BatchingSection::default(),
+            nodes: vec![
+                node(1, vec![Role::Acceptor]),
+                node(2, vec![Role::Acceptor]),
+                node(3, vec![Role::Acceptor]),
+                node(4, vec![Role::Replica]),
+                node(5, vec![Role::Replica]),
+            ],
+        }
+    }
+
+    /// The client-server baseline: one server process.
+    pub fn client_server(port: u16, cluster_id: u64) -> ClusterConfig {
+        ClusterConfig {
+            cluster: ClusterSection {
+                id: cluster_id,
+                mode: Mode::Cs,
+                protocol: Protocol::RingPaxos,
+                durability: Durability::Memory,
+                coordinator: None,
+                tick_ms: 1,
+            },
+            batching: BatchingSection::default(),
+            nodes: vec![NodeSection {
+                id: 1,
+                addr: format!("127.0.0.1:{port}"),
+                roles: vec![Role::Server],
+            }],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_round_trips() {
+        let c = ClusterConfig::default_local(7100, 42);
+        let text = c.to_toml();
+        assert_eq!(ClusterConfig::parse(&text, "x").unwrap(), c);
+        let cs = ClusterConfig::client_server(7200, 42);
+        assert_eq!(ClusterConfig::parse(&cs.to_toml(), "x").unwrap(), cs);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let good = ClusterConfig::default_local(7100, 42).to_toml();
+        let cases = [
+            (
+                good.replace("protocol = \"ring-paxos\"", "protocol = \"raft\""),
+                "protocol",
+            ),
+            (
+                good.replace("durability = \"fsync\"", "durability = \"sometimes\""),
+                "durability",
+            ),
+            (good.replace("127.0.0.1:7101", "10.0.0.1:7101"), "node.addr"),
+            (good.replace("127.0.0.1:7101", "localhost"), "node.addr"),
+            (
+                good.replace("coordinator = 1", "coordinator = 4"),
+                "coordinator",
+            ),
+            (
+                good.replace("batch_bytes_max = 8192", "batch_bytes_max = 1"),
+                "batch_bytes_max",
+            ),
+            (good.replace("[batching]", "[batching]\nbogus = 3"), "bogus"),
+            (good.replace("id = 42", "id = \"x\""), "id"),
+        ];
+        for (text, field) in cases {
+            let e = ClusterConfig::parse(&text, "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "error `{e}` does not name `{field}`");
+        }
+    }
+}

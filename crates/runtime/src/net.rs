@@ -1,0 +1,98 @@
+//! Connections: framed reads and queued writes over tokio TCP.
+//!
+//! Every connection has a writer task fed by a bounded queue of encoded frames; when
+//! the queue is full the frame is dropped and counted (consensus retransmits, clients
+//! resubmit), so one slow peer never blocks the node. Readers parse frames and hand
+//! decoded messages to the caller; a malformed, oversized or wrong-version frame ends
+//! that connection only.
+
+use crate::wire::Wire;
+use partita_types::frame::{self, FrameError};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc;
+
+pub type FrameBytes = Arc<Vec<u8>>;
+
+/// Bound of a connection's outgoing queue, in frames.
+pub const SEND_QUEUE_FRAMES_MAX: usize = 65_536;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("connection closed")]
+    Closed,
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("bad frame: {0}")]
+    Frame(#[from] FrameError),
+    #[error("{0}")]
+    Decode(#[from] partita_types::DecodeError),
+}
+
+/// Reads whole frames from a stream.
+pub struct FrameReader {
+    rd: OwnedReadHalf,
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl FrameReader {
+    pub fn new(rd: OwnedReadHalf) -> FrameReader {
+        FrameReader {
+            rd,
+            buf: Vec::with_capacity(64 * 1024),
+            start: 0,
+        }
+    }
+
+    pub async fn next(&mut self) -> Result<Wire, ReadError> {
+        loop {
+            if let Some((range, used)) = frame::parse_frame(&self.buf[self.start..])? {
+                let payload = &self.buf[self.start + range.start..self.start + range.end];
+                let w = partita_types::decode::<Wire>(payload);
+                self.start += used;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                }
+                return Ok(w?);
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            let len = self.buf.len();
+            self.buf.resize(len + 64 * 1024, 0);
+            let n = self.rd.read(&mut self.buf[len..]).await?;
+            self.buf.truncate(len + n);
+            if n == 0 {
+                return Err(ReadError::Closed);
+            }
+        }
+    }
+}
+
+/// Spawn the writer task of a connection; returns its queue.
+pub fn spawn_writer(mut wr: OwnedWriteHalf) -> mpsc::Sender<FrameBytes> {
+    let (tx, mut rx) = mpsc::channel::<FrameBytes>(SEND_QUEUE_FRAMES_MAX);
+    tokio::spawn(async move {
+        let mut buf: Vec<u8> = Vec::with_capacity(256 * 1024);
+        while let Some(f) = rx.recv().await {
+            buf.extend_from_slice(&f);
+            // Coalesce whatever else is queued into one write.
+            while buf.len() < 1 << 20 {
+                match rx.try_recv() {
+                    Ok(f) => buf.extend_from_slice(&f),
+                    Err(_) => break,
+                }
+            }
+            if wr.write_all(&buf).await.is_err() {
+                break;
+            }
+            buf.clear();
+        }
+        let _ = wr.shutdown().await;
+    });
+    tx
+}

@@ -1,0 +1,77 @@
+//! What travels on a connection: one [`Wire`] message per frame
+//! (`partita_types::frame`). The first frame of a connection says who is talking: a
+//! peer node (`PeerHello`), a client (`ClientHello`) or a one-shot status probe.
+
+use partita_consensus::Msg;
+use partita_types::{frame, ClientId, Command, NodeId, Reply};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Wire {
+    PeerHello {
+        from: NodeId,
+        cluster_id: u64,
+    },
+    Peer(Msg),
+    ClientHello {
+        client: ClientId,
+    },
+    Request(Command),
+    Reply(Reply),
+    /// The node cannot take the command (not the entry node, queue full); the client
+    /// should retry later or elsewhere.
+    Refused {
+        client: ClientId,
+        seq: u64,
+        reason: String,
+    },
+    StatusRequest,
+    Status(Box<NodeStatus>),
+}
+
+/// What `partita status` shows for a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node: NodeId,
+    pub cluster_id: u64,
+    pub roles: Vec<String>,
+    pub mode: String,
+    pub protocol: String,
+    pub durability: String,
+    pub coordinator: bool,
+    pub ballot: Option<String>,
+    /// Coordinator: highest instance decided with all below it decided.
+    pub decided_up_to: Option<u64>,
+    /// Replica: last instance executed.
+    pub executed_up_to: Option<u64>,
+    /// Replica: digest of the B+tree contents and its size.
+    pub digest: Option<u64>,
+    pub entries: Option<u64>,
+    /// Acceptor: promised ballot, accepted instances and the highest of them.
+    pub promised: Option<String>,
+    pub accepted: Option<u64>,
+    pub accepted_max_instance: Option<u64>,
+    pub counters: Vec<(String, u64)>,
+}
+
+/// Encode one message as a complete frame.
+pub fn to_frame(w: &Wire) -> Vec<u8> {
+    let payload = partita_types::encode(w);
+    let mut out = Vec::with_capacity(payload.len() + frame::FRAME_HEADER_BYTES);
+    frame::write_frame(&mut out, &payload);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let w = Wire::ClientHello { client: 99 };
+        let f = to_frame(&w);
+        let (range, used) = frame::parse_frame(&f).unwrap().unwrap();
+        assert_eq!(used, f.len());
+        assert_eq!(partita_types::decode::<Wire>(&f[range]).unwrap(), w);
+    }
+}

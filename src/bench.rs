@@ -1,0 +1,383 @@
+//! `partita bench`: closed-loop clients against a running cluster (paper 001 §V-A).
+//!
+//! Each client is a session with its own connections; it draws an operation from the
+//! workload, executes it (exactly once, resubmitting on timeouts), then thinks for a
+//! uniform 0..=think_ms milliseconds. The first and last 10% of the run (warm-up and
+//! cool-down) are left out of throughput and latency, as the paper does.
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use partita_client::{Client, ClientOptions};
+use partita_runtime::{ClusterConfig, Mode};
+use partita_types::{BatchOp, Op, OpResult};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Range queries of 1000 keys.
+    Query,
+    /// One insert or delete per command.
+    Update,
+    /// Seven inserts/deletes per command (paper 001 workload (c)).
+    Batch,
+    /// Reads, updates, inserts, deletes, next/prev and 100-key ranges by ratio.
+    Mixed,
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub workload: Workload,
+    pub clients: usize,
+    pub duration: Duration,
+    pub think_ms: u64,
+    pub preload: u64,
+    pub seed: u64,
+    /// Fraction of the run trimmed at each end.
+    pub trim: f64,
+    pub record_history: bool,
+    pub progress: bool,
+    /// Keys are drawn from 0..key_space (default: 2 × max(preload, 1,000,000)).
+    pub key_space: Option<u64>,
+}
+
+/// Keys of the preload are 0, 2, 4, …, 2(N-1) with value = key; operations draw keys
+/// from 0..2N so that about half of them hit existing keys.
+pub const PRELOAD_STRIDE: u64 = 2;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchResult {
+    pub workload: Workload,
+    pub mode: String,
+    pub ordering: String,
+    pub durability: String,
+    pub replicas: usize,
+    pub acceptors: usize,
+    pub batch_bytes_max: usize,
+    pub window_instances_max: usize,
+    pub clients: usize,
+    pub think_ms: u64,
+    pub preload: u64,
+    pub duration_s: f64,
+    pub measured_s: f64,
+    pub commands: u64,
+    pub throughput_cmds_per_s: f64,
+    pub throughput_ops_per_s: f64,
+    pub latency_ms_p50: f64,
+    pub latency_ms_p90: f64,
+    pub latency_ms_p99: f64,
+    pub latency_ms_max: f64,
+    pub timeouts: u64,
+    pub resubmissions: u64,
+}
+
+/// One finished operation, for the history and the statistics.
+#[derive(Clone, Debug)]
+pub struct Record {
+    pub client: u64,
+    pub op: Op,
+    pub call_ns: u64,
+    pub ret_ns: u64,
+    /// `None`: the outcome is unknown (timed out).
+    pub result: Option<OpResult>,
+}
+
+pub fn key_space(preload: u64) -> u64 {
+    preload.max(1_000_000) * PRELOAD_STRIDE
+}
+
+fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
+    let key = |rng: &mut dyn rand::RngCore| rng.gen_range(0..keys);
+    match w {
+        Workload::Query => {
+            let min = rng.gen_range(0..keys) & !1;
+            Op::Query {
+                min,
+                max: min + 999 * PRELOAD_STRIDE,
+            }
+        }
+        Workload::Update => {
+            if rng.gen_bool(0.5) {
+                Op::Insert {
+                    key: key(rng),
+                    value: rng.gen(),
+                }
+            } else {
+                Op::Delete { key: key(rng) }
+            }
+        }
+        Workload::Batch => Op::Batch(
+            (0..7)
+                .map(|_| {
+                    if rng.gen_bool(0.5) {
+                        BatchOp::Insert {
+                            key: key(rng),
+                            value: rng.gen(),
+                        }
+                    } else {
+                        BatchOp::Delete { key: key(rng) }
+                    }
+                })
+                .collect(),
+        ),
+        Workload::Mixed => match rng.gen_range(0..100) {
+            0..40 => Op::Read { key: key(rng) },
+            40..60 => Op::Update {
+                key: key(rng),
+                value: rng.gen(),
+            },
+            60..75 => Op::Insert {
+                key: key(rng),
+                value: rng.gen(),
+            },
+            75..90 => Op::Delete { key: key(rng) },
+            90..95 => {
+                let min = key(rng);
+                Op::Query {
+                    min,
+                    max: min.saturating_add(99 * PRELOAD_STRIDE),
+                }
+            }
+            95..98 => Op::Next { key: key(rng) },
+            _ => Op::Prev { key: key(rng) },
+        },
+    }
+}
+
+/// Insert keys 0, 2, …, 2(n-1) (value = key) through the replicated path, in batches.
+pub async fn preload(cluster: &ClusterConfig, n: u64, progress: bool) -> anyhow::Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    const PER_COMMAND: u64 = 1000;
+    const LOADERS: u64 = 4;
+    let bar = progress_bar(progress, n, "preload");
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for l in 0..LOADERS {
+        let cluster = cluster.clone();
+        let bar = bar.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let opts = ClientOptions {
+                timeout: Duration::from_secs(5),
+                give_up: Duration::from_secs(120),
+                ..Default::default()
+            };
+            let mut c = Client::connect(cluster, opts).await?;
+            let mut chunk = l;
+            while chunk * PER_COMMAND < n {
+                let lo = chunk * PER_COMMAND;
+                let hi = (lo + PER_COMMAND).min(n);
+                let ops = (lo..hi)
+                    .map(|i| BatchOp::Insert {
+                        key: i * PRELOAD_STRIDE,
+                        value: i * PRELOAD_STRIDE,
+                    })
+                    .collect();
+                c.execute(Op::Batch(ops)).await.context("preload batch")?;
+                let d = done.fetch_add(hi - lo, Ordering::Relaxed) + hi - lo;
+                if let Some(b) = &bar {
+                    b.set_position(d);
+                }
+                chunk += LOADERS;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(())
+}
+
+fn progress_bar(on: bool, len: u64, what: &str) -> Option<indicatif::ProgressBar> {
+    if !on {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(len);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>8} [{bar:40}] {pos}/{len} {msg}")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    b.set_prefix(what.to_string());
+    Some(b)
+}
+
+/// Run the closed-loop clients. Returns the result and every operation (for histories).
+pub async fn run(
+    cluster: &ClusterConfig,
+    cfg: &BenchConfig,
+) -> anyhow::Result<(BenchResult, Vec<Record>)> {
+    assert!(cfg.clients > 0);
+    let keys = cfg
+        .key_space
+        .unwrap_or_else(|| key_space(cfg.preload))
+        .max(2);
+    let base = Instant::now();
+    let end = base + cfg.duration;
+    let completed = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..cfg.clients {
+        let cluster = cluster.clone();
+        let cfg = cfg.clone();
+        let completed = completed.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(
+                cfg.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
+            );
+            let mut client = Client::connect(cluster, ClientOptions::default()).await?;
+            let mut records = Vec::new();
+            let mut timeouts = 0u64;
+            while Instant::now() < end {
+                if cfg.think_ms > 0 {
+                    let ms = rng.gen_range(0..=cfg.think_ms);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                let op = random_op(cfg.workload, &mut rng, keys);
+                let call = base.elapsed().as_nanos() as u64;
+                let res = client.execute(op.clone()).await;
+                let ret = base.elapsed().as_nanos() as u64;
+                let result = match res {
+                    Ok(r) => Some(r),
+                    Err(_) => {
+                        timeouts += 1;
+                        None
+                    }
+                };
+                completed.fetch_add(1, Ordering::Relaxed);
+                records.push(Record {
+                    client: i as u64 + 1,
+                    op,
+                    call_ns: call,
+                    ret_ns: ret,
+                    result,
+                });
+            }
+            anyhow::Ok((records, timeouts, client.resubmissions()))
+        }));
+    }
+    let bar = progress_bar(cfg.progress, cfg.duration.as_secs().max(1), "bench");
+    if let Some(b) = &bar {
+        while Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            b.set_position(base.elapsed().as_secs());
+            b.set_message(format!("{} commands", completed.load(Ordering::Relaxed)));
+        }
+        b.finish_and_clear();
+    }
+    let mut records = Vec::new();
+    let (mut timeouts, mut resubmissions) = (0, 0);
+    for t in tasks {
+        let (r, to, rs) = t.await??;
+        records.extend(r);
+        timeouts += to;
+        resubmissions += rs;
+    }
+    let total = base.elapsed();
+    let lo = (cfg.duration.as_nanos() as f64 * cfg.trim) as u64;
+    let hi = (cfg.duration.as_nanos() as f64 * (1.0 - cfg.trim)) as u64;
+    let measured_s = (hi - lo) as f64 / 1e9;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
+    let (mut commands, mut ops) = (0u64, 0u64);
+    for r in &records {
+        if r.call_ns >= lo && r.ret_ns <= hi && r.result.is_some() {
+            commands += 1;
+            ops += r.op.btree_ops() as u64;
+            hist.saturating_record((r.ret_ns - r.call_ns) / 1000);
+        }
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    let mode = cluster.cluster.mode;
+    let result = BenchResult {
+        workload: cfg.workload,
+        mode: match mode {
+            Mode::Smr => "smr".into(),
+            Mode::Cs => "cs".into(),
+        },
+        ordering: match mode {
+            Mode::Smr => cluster.cluster.protocol.to_string(),
+            Mode::Cs => "none (client-server)".into(),
+        },
+        durability: match mode {
+            Mode::Smr => cluster.cluster.durability.to_string(),
+            Mode::Cs => "none (in memory, unreplicated)".into(),
+        },
+        replicas: cluster.executors().len(),
+        acceptors: cluster.membership().acceptors.len(),
+        batch_bytes_max: cluster.batching.batch_bytes_max,
+        window_instances_max: cluster.batching.window_instances_max,
+        clients: cfg.clients,
+        think_ms: cfg.think_ms,
+        preload: cfg.preload,
+        duration_s: total.as_secs_f64(),
+        measured_s,
+        commands,
+        throughput_cmds_per_s: commands as f64 / measured_s,
+        throughput_ops_per_s: ops as f64 / measured_s,
+        latency_ms_p50: ms(hist.value_at_quantile(0.5)),
+        latency_ms_p90: ms(hist.value_at_quantile(0.9)),
+        latency_ms_p99: ms(hist.value_at_quantile(0.99)),
+        latency_ms_max: ms(hist.max()),
+        timeouts,
+        resubmissions,
+    };
+    records.sort_by_key(|r| r.call_ns);
+    Ok((result, records))
+}
+
+impl std::fmt::Display for BenchResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "configuration")?;
+        writeln!(f, "  workload        {:?}", self.workload)?;
+        writeln!(f, "  mode            {}", self.mode)?;
+        writeln!(f, "  ordering        {}", self.ordering)?;
+        writeln!(f, "  durability      {}", self.durability)?;
+        writeln!(
+            f,
+            "  acceptors       {}   replicas {}",
+            self.acceptors, self.replicas
+        )?;
+        writeln!(
+            f,
+            "  batching        {} bytes, window {} instances",
+            self.batch_bytes_max, self.window_instances_max
+        )?;
+        writeln!(
+            f,
+            "  clients         {}   think time 0..={} ms",
+            self.clients, self.think_ms
+        )?;
+        writeln!(f, "  preload         {} entries", self.preload)?;
+        writeln!(
+            f,
+            "  duration        {:.1} s ({:.1} s measured after trimming warm-up and cool-down)",
+            self.duration_s, self.measured_s
+        )?;
+        writeln!(f, "results")?;
+        writeln!(f, "  commands        {}", self.commands)?;
+        writeln!(
+            f,
+            "  throughput      {:.0} commands/s, {:.0} B+tree ops/s",
+            self.throughput_cmds_per_s, self.throughput_ops_per_s
+        )?;
+        writeln!(
+            f,
+            "  latency (ms)    p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
+            self.latency_ms_p50, self.latency_ms_p90, self.latency_ms_p99, self.latency_ms_max
+        )?;
+        write!(
+            f,
+            "  timeouts        {}   resubmissions {}",
+            self.timeouts, self.resubmissions
+        )
+    }
+}

@@ -1,0 +1,581 @@
+//! Command-line interface. Every subcommand prints readable output by default and JSON
+//! with `--json` where scripts need it; misuse prints usage and exits with status 2.
+
+use crate::bench::{self, BenchConfig, Workload};
+use crate::launch::{self, LocalCluster};
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use partita_consensus::Protocol;
+use partita_runtime::{ClusterConfig, Durability, NodeOptions};
+use partita_types::{Op, OpResult};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "partita",
+    version,
+    about = "Scalable, linearizable state-machine replication: a replicated B+tree on Ring Paxos or Multi-Paxos"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start the default local cluster (3 acceptors, 2 replicas, Ring Paxos, fsync) in the foreground.
+    Up(UpArgs),
+    /// Run one node of a cluster (started by `up`, or by hand).
+    Node(NodeArgs),
+    /// Show each node's role, whether it answers and its progress.
+    Status(TargetArgs),
+    /// Run one B+tree operation against the cluster.
+    Kv(KvArgs),
+    /// Benchmark a cluster (or the B+tree alone: `partita bench btree`).
+    Bench(BenchArgs),
+    /// Check a recorded history for linearizability.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    /// Data directory: cluster file, WALs and logs.
+    #[arg(long, default_value = "partita-data")]
+    data_dir: PathBuf,
+    /// Ordering protocol of a new cluster (an existing cluster file wins).
+    #[arg(long, value_enum, default_value = "ring-paxos")]
+    protocol: ProtocolArg,
+    /// Durability of a new cluster (an existing cluster file wins).
+    #[arg(long, value_enum, default_value = "fsync")]
+    durability: DurabilityArg,
+    /// First port of a new cluster; node N listens on BASE+N.
+    #[arg(long, default_value_t = 7100)]
+    base_port: u16,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ProtocolArg {
+    RingPaxos,
+    MultiPaxos,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum DurabilityArg {
+    Fsync,
+    Memory,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ModeArg {
+    Smr,
+    Cs,
+}
+
+#[derive(Args, Debug)]
+struct NodeArgs {
+    #[arg(long)]
+    cluster: PathBuf,
+    #[arg(long)]
+    id: u32,
+    /// Where the node keeps its state (a `node-ID` directory is made inside).
+    #[arg(long, default_value = "partita-data")]
+    data_dir: PathBuf,
+    /// Plant a known bug (for tests of the checks): lose-acked-writes, reexecute-duplicates.
+    #[arg(long = "unsafe")]
+    unsafe_bugs: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct TargetArgs {
+    /// Cluster file (default: the one `partita up` wrote in ./partita-data).
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct KvArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The replica that must answer (default: one at random).
+    #[arg(long)]
+    replica: Option<u32>,
+    #[command(subcommand)]
+    op: KvOp,
+}
+
+#[derive(Subcommand, Debug)]
+enum KvOp {
+    /// Insert KEY VALUE if KEY is absent.
+    Insert { key: String, value: String },
+    /// Delete KEY, printing the removed value.
+    Delete { key: String },
+    /// Read KEY.
+    Read { key: String },
+    /// Replace the value of an existing KEY, printing the old value.
+    Update { key: String, value: String },
+    /// All entries with MIN <= key <= MAX.
+    Query { min: String, max: String },
+    /// The smallest entry with key > KEY.
+    Next { key: String },
+    /// The largest entry with key < KEY.
+    Prev { key: String },
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct BenchArgs {
+    #[command(subcommand)]
+    target: Option<BenchTarget>,
+    #[command(flatten)]
+    run: BenchRunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchTarget {
+    /// The B+tree alone against std's BTreeMap.
+    Btree {
+        #[arg(long, default_value_t = 1_000_000)]
+        entries: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+struct BenchRunArgs {
+    /// Cluster file of a running cluster (default: ./partita-data/cluster.toml).
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Start a fresh cluster for this run (in a temporary directory) and stop it after.
+    #[arg(long)]
+    up: bool,
+    /// With --up: replicated (smr) or one unreplicated server (cs, paper 001's baseline).
+    #[arg(long, value_enum, default_value = "smr")]
+    mode: ModeArg,
+    /// With --up: ordering protocol.
+    #[arg(long, value_enum, default_value = "ring-paxos")]
+    protocol: ProtocolArg,
+    /// With --up: durability.
+    #[arg(long, value_enum, default_value = "fsync")]
+    durability: DurabilityArg,
+    #[arg(long, value_enum, default_value = "update")]
+    workload: Workload,
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Think time between commands, uniform in 0..=N ms (paper 001: 0..=10).
+    #[arg(long, default_value_t = 10)]
+    think_ms: u64,
+    /// Entries loaded before the run (keys 0, 2, 4, ...; value = key).
+    #[arg(long, default_value_t = 1_000_000)]
+    preload: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as one JSON object.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Record the client history (JSON lines, DESIGN.md format).
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    #[arg(long)]
+    history: PathBuf,
+    /// The history started from a preload of N entries (keys 0, 2, ...; value = key).
+    #[arg(long, default_value_t = 0)]
+    preload: u64,
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PARTITA_LOG").unwrap_or_else(|_| {
+        let default = if matches!(cli.cmd, Cmd::Node(_)) {
+            "info"
+        } else {
+            "warn"
+        };
+        tracing_subscriber::EnvFilter::new(default)
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = if matches!(cli.cmd, Cmd::Node(_)) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    }
+    .expect("tokio runtime");
+    match rt.block_on(dispatch(cli.cmd)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    }
+}
+
+async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
+    match cmd {
+        Cmd::Up(a) => up(a).await,
+        Cmd::Node(a) => {
+            let cluster = ClusterConfig::load(&a.cluster)?;
+            partita_runtime::run_node(NodeOptions {
+                cluster,
+                id: a.id,
+                data_dir: a.data_dir,
+                unsafe_bugs: a.unsafe_bugs,
+            })
+            .await?;
+            Ok(0)
+        }
+        Cmd::Status(t) => status(t).await,
+        Cmd::Kv(a) => kv(a).await,
+        Cmd::Bench(a) => match a.target {
+            Some(BenchTarget::Btree { entries, json }) => bench_btree(entries, json),
+            None => bench_cluster(a.run).await,
+        },
+        Cmd::Check(a) => crate::history::check_command(&a.history, a.preload),
+    }
+}
+
+fn protocol(p: ProtocolArg) -> Protocol {
+    match p {
+        ProtocolArg::RingPaxos => Protocol::RingPaxos,
+        ProtocolArg::MultiPaxos => Protocol::MultiPaxos,
+    }
+}
+
+fn durability(d: DurabilityArg) -> Durability {
+    match d {
+        DurabilityArg::Fsync => Durability::Fsync,
+        DurabilityArg::Memory => Durability::Memory,
+    }
+}
+
+fn default_cluster_file() -> PathBuf {
+    PathBuf::from("partita-data").join("cluster.toml")
+}
+
+fn load_target(cluster: &Option<PathBuf>) -> anyhow::Result<ClusterConfig> {
+    let path = cluster.clone().unwrap_or_else(default_cluster_file);
+    if cluster.is_none() && !path.exists() {
+        bail!(
+            "no cluster file at {}: start a cluster with `partita up`, or pass --cluster FILE",
+            path.display()
+        );
+    }
+    Ok(ClusterConfig::load(&path)?)
+}
+
+async fn up(a: UpArgs) -> anyhow::Result<i32> {
+    let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
+        let mut c = ClusterConfig::default_local(a.base_port, rand::random::<u64>() >> 1);
+        c.cluster.protocol = protocol(a.protocol);
+        c.cluster.durability = durability(a.durability);
+        c
+    })?;
+    let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[])?;
+    if let Err(e) = lc.wait_ready(Duration::from_secs(20)).await {
+        lc.stop(Duration::from_secs(5));
+        return Err(e);
+    }
+    println!(
+        "Partita is up: {} nodes, {}, durability {}",
+        cluster.nodes.len(),
+        cluster.cluster.protocol,
+        cluster.cluster.durability
+    );
+    for n in &cluster.nodes {
+        let roles: Vec<String> = n
+            .roles
+            .iter()
+            .map(|r| format!("{r:?}").to_lowercase())
+            .collect();
+        let coord = if cluster.cluster.coordinator == Some(n.id) {
+            " (coordinator)"
+        } else {
+            ""
+        };
+        println!("  node {}  {}  {}{}", n.id, n.addr, roles.join("+"), coord);
+    }
+    println!(
+        "cluster file: {}   logs: {}/node-N.log",
+        file.display(),
+        a.data_dir.display()
+    );
+    let prefix = if a.data_dir == Path::new("partita-data") {
+        String::new()
+    } else {
+        format!(" --cluster {}", file.display())
+    };
+    println!("try:  cargo run --release -- kv{prefix} insert 1 100");
+    println!("      cargo run --release -- kv{prefix} query 0 1000");
+    println!("      cargo run --release -- status{prefix}");
+    println!(
+        "      cargo run --release -- bench{prefix} --workload batch --clients 8 --think-ms 0"
+    );
+    println!("Ctrl-C stops the cluster.");
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let code = loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break 0,
+            _ = sigterm.recv() => break 0,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                for (id, c) in &mut lc.children {
+                    if let Ok(Some(st)) = c.try_wait() {
+                        eprintln!("node {id} exited ({st}); see {}/node-{id}.log", a.data_dir.display());
+                    }
+                }
+                lc.children.retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+                if lc.children.is_empty() { break 1; }
+            }
+        }
+    };
+    println!("stopping every node...");
+    lc.stop(Duration::from_secs(10));
+    println!("stopped; data kept in {}", a.data_dir.display());
+    Ok(code)
+}
+
+async fn status(t: TargetArgs) -> anyhow::Result<i32> {
+    let cluster = load_target(&t.cluster)?;
+    let mut rows = Vec::new();
+    for n in &cluster.nodes {
+        let s = partita_client::node_status(cluster.addr(n.id), Duration::from_secs(1)).await;
+        rows.push((n.clone(), s));
+    }
+    let all_up = rows.iter().all(|(_, s)| s.is_some());
+    if t.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(n, s)| serde_json::json!({"node": n.id, "addr": n.addr, "answers": s.is_some(), "status": s}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "{:<5} {:<22} {:<22} {:<8} {:>10} {:>10}  digest",
+            "node", "addr", "roles", "answers", "decided", "executed"
+        );
+        for (n, s) in &rows {
+            match s {
+                Some(s) => println!(
+                    "{:<5} {:<22} {:<22} {:<8} {:>10} {:>10}  {}",
+                    n.id,
+                    n.addr,
+                    s.roles.join("+"),
+                    "yes",
+                    s.decided_up_to.map(|d| d.to_string()).unwrap_or("-".into()),
+                    s.executed_up_to
+                        .map(|d| d.to_string())
+                        .unwrap_or("-".into()),
+                    s.digest
+                        .map(|d| format!("{d:016x} ({} entries)", s.entries.unwrap_or(0)))
+                        .unwrap_or("-".into())
+                ),
+                None => println!("{:<5} {:<22} {:<22} {:<8}", n.id, n.addr, "?", "no"),
+            }
+        }
+    }
+    Ok(if all_up { 0 } else { 1 })
+}
+
+fn parse_key(what: &str, s: &str) -> anyhow::Result<u64> {
+    s.parse::<u64>().map_err(|_| {
+        anyhow::anyhow!(
+            "{what} `{s}` is not an unsigned 64-bit integer (0..={})",
+            u64::MAX
+        )
+    })
+}
+
+async fn kv(a: KvArgs) -> anyhow::Result<i32> {
+    let op = match &a.op {
+        KvOp::Insert { key, value } => Op::Insert {
+            key: parse_key("key", key)?,
+            value: parse_key("value", value)?,
+        },
+        KvOp::Delete { key } => Op::Delete {
+            key: parse_key("key", key)?,
+        },
+        KvOp::Read { key } => Op::Read {
+            key: parse_key("key", key)?,
+        },
+        KvOp::Update { key, value } => Op::Update {
+            key: parse_key("key", key)?,
+            value: parse_key("value", value)?,
+        },
+        KvOp::Query { min, max } => Op::Query {
+            min: parse_key("min", min)?,
+            max: parse_key("max", max)?,
+        },
+        KvOp::Next { key } => Op::Next {
+            key: parse_key("key", key)?,
+        },
+        KvOp::Prev { key } => Op::Prev {
+            key: parse_key("key", key)?,
+        },
+    };
+    let cluster = load_target(&a.target.cluster)?;
+    if let Some(r) = a.replica {
+        if !cluster.executors().contains(&r) {
+            bail!(
+                "node {r} is not a replica of this cluster (replicas: {:?})",
+                cluster.executors()
+            );
+        }
+    }
+    let opts = partita_client::ClientOptions {
+        replica: a.replica,
+        give_up: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let mut client = partita_client::Client::connect(cluster, opts).await?;
+    let result = client.execute(op.clone()).await?;
+    if a.target.json {
+        println!(
+            "{}",
+            serde_json::to_string(&crate::history::result_json(&op, &result))?
+        );
+    } else {
+        println!("{}", describe(&result));
+    }
+    Ok(0)
+}
+
+fn describe(r: &OpResult) -> String {
+    let opt = |v: &Option<u64>| {
+        v.map(|x| x.to_string())
+            .unwrap_or_else(|| "(absent)".into())
+    };
+    match r {
+        OpResult::Inserted(true) => "inserted".into(),
+        OpResult::Inserted(false) => "not inserted: key exists".into(),
+        OpResult::Removed(v) => format!("removed: {}", opt(v)),
+        OpResult::Value(v) => opt(v),
+        OpResult::Old(None) => "not updated: key absent".into(),
+        OpResult::Old(v) => format!("updated; old value: {}", opt(v)),
+        OpResult::Entries(e) => {
+            let mut s = format!("{} entries", e.len());
+            for (k, v) in e.iter().take(1000) {
+                s.push_str(&format!("\n{k} {v}"));
+            }
+            if e.len() > 1000 {
+                s.push_str("\n...");
+            }
+            s
+        }
+        OpResult::Entry(Some((k, v))) => format!("{k} {v}"),
+        OpResult::Entry(None) => "(none)".into(),
+        OpResult::Batch(rs) => rs.iter().map(describe).collect::<Vec<_>>().join("\n"),
+    }
+}
+
+fn bench_btree(entries: u64, json: Option<PathBuf>) -> anyhow::Result<i32> {
+    let cfg = partita_btree::bench::BenchConfig {
+        entries,
+        ..Default::default()
+    };
+    let report = partita_btree::bench::run(&cfg);
+    println!("{report}");
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(0)
+}
+
+async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
+    if a.clients == 0 || a.clients > 10_000 {
+        bail!("--clients must be between 1 and 10000");
+    }
+    if !(a.duration > 0.0 && a.duration <= 86_400.0) {
+        bail!("--duration must be between 0 and 86400 seconds");
+    }
+    let mut _lc = None;
+    let mut _tmp = None;
+    let cluster = if a.up {
+        let dir = std::env::temp_dir().join(format!("partita-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let base = launch::pick_base_port();
+        let (file, c) = launch::ensure_cluster_file(&dir, || match a.mode {
+            ModeArg::Cs => ClusterConfig::client_server(base + 1, rand::random::<u64>() >> 1),
+            ModeArg::Smr => {
+                let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+                c.cluster.protocol = protocol(a.protocol);
+                c.cluster.durability = durability(a.durability);
+                c
+            }
+        })?;
+        let mut lc = LocalCluster::start(&file, &c, &dir, &[])?;
+        lc.wait_ready(Duration::from_secs(20)).await?;
+        _lc = Some(lc);
+        _tmp = Some(TempDir(dir));
+        c
+    } else {
+        if a.mode == ModeArg::Cs {
+            bail!("--mode cs starts its own server: use it with --up");
+        }
+        load_target(&a.cluster)?
+    };
+    if !a.quiet {
+        eprintln!("preloading {} entries...", a.preload);
+    }
+    bench::preload(&cluster, a.preload, !a.quiet).await?;
+    let cfg = BenchConfig {
+        workload: a.workload,
+        clients: a.clients,
+        duration: Duration::from_secs_f64(a.duration),
+        think_ms: a.think_ms,
+        preload: a.preload,
+        seed: a.seed,
+        trim: 0.1,
+        record_history: a.history.is_some(),
+        progress: !a.quiet,
+        key_space: None,
+    };
+    let (result, records) = bench::run(&cluster, &cfg).await?;
+    println!("{result}");
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&result)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.history {
+        crate::history::write_history(p, &records)?;
+        println!("history: {} operations in {}", records.len(), p.display());
+    }
+    if let Some(mut lc) = _lc.take() {
+        lc.stop(Duration::from_secs(10));
+    }
+    Ok(0)
+}
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

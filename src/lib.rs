@@ -1,0 +1,7 @@
+//! The `partita` program: CLI, local cluster launcher and benchmark harness. The
+//! protocols live in the `crates/` of the workspace; see ARCHITECTURE.md.
+
+pub mod bench;
+pub mod cli;
+pub mod history;
+pub mod launch;

@@ -1,0 +1,282 @@
+//! Real-process integration tests: a cluster of `partita node` processes on 127.0.0.1
+//! (3 acceptors, 2 replicas), concurrent clients doing every operation with a recorded
+//! history, then: the replicas' digests are equal, the history is linearizable, and
+//! every acknowledged insert is present afterwards (the final contents are checked as a
+//! last whole-range query of the history). One test per ordering protocol, plus an
+//! acceptor restart on its data directory.
+
+use partita::bench::{self, BenchConfig, Workload};
+use partita::launch::{pick_base_port, spawn_node, LocalCluster};
+use partita_client::{node_status, Client, ClientOptions};
+use partita_consensus::Protocol;
+use partita_runtime::{ClusterConfig, Durability, NodeStatus};
+use partita_types::{Op, OpResult};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_partita"))
+}
+
+fn start(dir: &Path, protocol: Protocol, durability: Durability) -> LocalCluster {
+    start_with_args(dir, protocol, durability, &[])
+}
+
+fn start_with_args(
+    dir: &Path,
+    protocol: Protocol,
+    durability: Durability,
+    args: &[String],
+) -> LocalCluster {
+    let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
+    cfg.cluster.protocol = protocol;
+    cfg.cluster.durability = durability;
+    let file = dir.join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    LocalCluster::start_with(&exe(), &file, &cfg, dir, args).unwrap()
+}
+
+async fn statuses(c: &ClusterConfig) -> Vec<(u32, Option<NodeStatus>)> {
+    let mut v = Vec::new();
+    for n in &c.nodes {
+        v.push((
+            n.id,
+            node_status(c.addr(n.id), Duration::from_secs(1)).await,
+        ));
+    }
+    v
+}
+
+/// Wait until both replicas executed everything the coordinator decided; return their digests.
+async fn converged_digests(c: &ClusterConfig) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = statuses(c).await;
+        let decided = st
+            .iter()
+            .filter_map(|(_, s)| s.as_ref()?.decided_up_to)
+            .max()
+            .unwrap_or(0);
+        let replicas: Vec<&NodeStatus> = st
+            .iter()
+            .filter_map(|(_, s)| s.as_ref())
+            .filter(|s| s.executed_up_to.is_some())
+            .collect();
+        if replicas.len() == 2 && replicas.iter().all(|r| r.executed_up_to == Some(decided)) {
+            return replicas
+                .iter()
+                .map(|r| (format!("node {}", r.node), r.digest.unwrap()))
+                .collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas did not catch up with decided instance {decided}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Run concurrent clients on a fresh cluster and judge the outcome: `Err` carries the
+/// first failed check (divergence, non-linearizable history).
+async fn run_and_judge(protocol: Protocol, node_args: &[String]) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lc = start_with_args(dir.path(), protocol, Durability::Fsync, node_args);
+    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let cluster = lc.cluster.clone();
+    let preload = 100;
+    bench::preload(&cluster, preload, false).await.unwrap();
+    let cfg = BenchConfig {
+        workload: Workload::Mixed,
+        clients: 6,
+        duration: Duration::from_secs(3),
+        think_ms: 1,
+        preload,
+        seed: 7,
+        trim: 0.1,
+        record_history: true,
+        progress: false,
+        key_space: Some(2 * preload),
+    };
+    let (result, records) = bench::run(&cluster, &cfg).await.unwrap();
+    assert!(result.commands > 100, "too little work to judge: {result}");
+    let kinds: std::collections::BTreeSet<&str> = records.iter().map(|r| r.op.name()).collect();
+    for k in [
+        "insert", "delete", "read", "update", "query", "next", "prev",
+    ] {
+        assert!(kinds.contains(k), "the run did no {k}");
+    }
+    // The final contents, read through the replicated path after every client stopped.
+    let mut client = Client::connect(cluster.clone(), ClientOptions::default())
+        .await
+        .unwrap();
+    let last = client
+        .execute(Op::Query {
+            min: 0,
+            max: u64::MAX,
+        })
+        .await
+        .unwrap();
+    let OpResult::Entries(final_entries) = last else {
+        panic!("query returned {last:?}")
+    };
+
+    let digests = converged_digests(&cluster).await;
+    lc.stop(Duration::from_secs(5));
+    partita_checker::check_convergence(&digests).map_err(|e| format!("replicas diverged: {e}"))?;
+
+    let events: Vec<_> = records.iter().map(partita::history::to_event).collect();
+    let opts = partita_checker::CheckOptions {
+        initial: partita::history::preload_initial(preload),
+        ..Default::default()
+    };
+    match partita_checker::check_with_final_state(&events, &opts, &final_entries) {
+        Ok(summary) => {
+            eprintln!(
+                "{protocol}: {} operations linearizable ({summary:?})",
+                events.len()
+            );
+            Ok(())
+        }
+        Err(v) => Err(format!("{protocol}: history not linearizable: {v}")),
+    }
+}
+
+async fn replicated_history_is_linearizable(protocol: Protocol) {
+    if let Err(e) = run_and_judge(protocol, &[]).await {
+        panic!("{e}");
+    }
+}
+
+/// Control: the same checks must catch replicas that acknowledge writes and lose them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_lost_writes_are_caught() {
+    let args = vec!["--unsafe".to_string(), "lose-acked-writes".to_string()];
+    let verdict = run_and_judge(Protocol::RingPaxos, &args).await;
+    assert!(
+        verdict.is_err(),
+        "a cluster that loses every 5th acknowledged write passed the checks"
+    );
+    eprintln!("caught as expected: {}", verdict.unwrap_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_paxos_cluster_is_linearizable_and_converges() {
+    replicated_history_is_linearizable(Protocol::RingPaxos).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_paxos_cluster_is_linearizable_and_converges() {
+    replicated_history_is_linearizable(Protocol::MultiPaxos).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acceptor_restart_recovers_promise_and_accepted_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lc = start(dir.path(), Protocol::RingPaxos, Durability::Fsync);
+    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let cluster = lc.cluster.clone();
+    let mut client = Client::connect(cluster.clone(), ClientOptions::default())
+        .await
+        .unwrap();
+    for k in 0..50u64 {
+        assert_eq!(
+            client
+                .execute(Op::Insert {
+                    key: k,
+                    value: k + 1
+                })
+                .await
+                .unwrap(),
+            OpResult::Inserted(true)
+        );
+    }
+    converged_digests(&cluster).await;
+    let before = node_status(cluster.addr(2), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(before.accepted.unwrap() >= 50, "{before:?}");
+
+    // SIGKILL acceptor 2: no chance to flush anything that was not already durable.
+    let (_, child) = lc.children.iter_mut().find(|(id, _)| *id == 2).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let restarted = spawn_node(&exe(), &lc.cluster_file, 2, dir.path(), &[]).unwrap();
+    lc.children.retain(|(id, _)| *id != 2);
+    lc.children.push((2, restarted));
+    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let after = node_status(cluster.addr(2), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.promised, before.promised,
+        "promise lost across restart"
+    );
+    assert!(
+        after.accepted.unwrap() >= before.accepted.unwrap(),
+        "accepted values lost: {before:?} vs {after:?}"
+    );
+    assert_eq!(after.accepted_max_instance, before.accepted_max_instance);
+
+    // The cluster keeps working, and the restarted acceptor votes again.
+    for k in 50..60u64 {
+        assert_eq!(
+            client
+                .execute(Op::Insert {
+                    key: k,
+                    value: k + 1
+                })
+                .await
+                .unwrap(),
+            OpResult::Inserted(true)
+        );
+    }
+    converged_digests(&cluster).await;
+    lc.stop(Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_close_one_connection_only() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut lc = start(dir.path(), Protocol::MultiPaxos, Durability::Memory);
+    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let cluster = lc.cluster.clone();
+    let coord = cluster.addr(1);
+    // Garbage, an oversized length, a wrong version, and a bad checksum.
+    let mut bad_version = partita_runtime::wire::to_frame(&partita_runtime::Wire::StatusRequest);
+    bad_version[4] = 99;
+    let mut bad_crc = partita_runtime::wire::to_frame(&partita_runtime::Wire::StatusRequest);
+    let n = bad_crc.len();
+    bad_crc[n - 1] ^= 0xff;
+    let inputs: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        u32::MAX.to_le_bytes().to_vec(),
+        bad_version,
+        bad_crc,
+        vec![0; 9],
+    ];
+    for bytes in inputs {
+        let mut s = tokio::net::TcpStream::connect(coord).await.unwrap();
+        s.write_all(&bytes).await.unwrap();
+        let _ = s.shutdown().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut client = Client::connect(cluster.clone(), ClientOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        client
+            .execute(Op::Insert { key: 1, value: 2 })
+            .await
+            .unwrap(),
+        OpResult::Inserted(true)
+    );
+    assert_eq!(
+        client.execute(Op::Read { key: 1 }).await.unwrap(),
+        OpResult::Value(Some(2))
+    );
+    for (id, s) in statuses(&cluster).await {
+        assert!(s.is_some(), "node {id} died");
+    }
+    lc.stop(Duration::from_secs(5));
+}
