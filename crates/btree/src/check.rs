@@ -131,3 +131,47 @@ impl BPlusTree {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::node::{set_len, set_next, IK, LK};
+    use crate::BPlusTree;
+
+    fn sample() -> BPlusTree {
+        BPlusTree::bulk_load_with_node_keys(4, (0..100u64).map(|k| (k * 2, k))).unwrap()
+    }
+
+    #[test]
+    fn detects_corruption() {
+        let t = sample();
+        t.check_invariants().unwrap();
+
+        let mut bad = sample();
+        let li = bad.find_leaf(50);
+        bad.leaves.node_mut(li)[LK] = 1_000_000; // key order / bounds
+        assert!(bad.check_invariants().is_err());
+
+        let mut bad = sample();
+        let li = bad.find_leaf(50);
+        set_len(bad.leaves.node_mut(li), 1); // underfull
+        assert!(bad.check_invariants().is_err());
+
+        let mut bad = sample();
+        let li = bad.find_leaf(50);
+        set_next(bad.leaves.node_mut(li), crate::node::NIL); // broken chain
+        assert!(bad.check_invariants().is_err());
+
+        let mut bad = sample();
+        let root = bad.root.index();
+        bad.inners.node_mut(root)[IK] += 1; // separator no longer bounds its children
+        assert!(bad.check_invariants().is_err());
+
+        let mut bad = sample();
+        bad.len += 1;
+        assert!(bad.check_invariants().is_err());
+
+        let mut bad = sample();
+        bad.free_leaves.push(bad.find_leaf(0)); // live and free
+        assert!(bad.check_invariants().is_err());
+    }
+}

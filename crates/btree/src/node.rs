@@ -112,7 +112,7 @@ fn as_words_mut(lines: &mut [Line]) -> &mut [u64] {
 
 impl Slab {
     pub(crate) fn new(stride_words: usize) -> Slab {
-        assert!(stride_words > 0 && stride_words % 8 == 0);
+        assert!(stride_words > 0 && stride_words.is_multiple_of(8));
         Slab {
             chunks: Vec::new(),
             stride: stride_words,

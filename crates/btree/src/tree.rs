@@ -21,7 +21,7 @@ pub const MAX_NODE_KEYS: usize = 1024;
 pub(crate) const MAX_HEIGHT: usize = 40;
 
 /// Leaves a range query prefetches ahead of the one it is reading.
-const PREFETCH_LEAVES: usize = 16;
+const PREFETCH_LEAVES: usize = 12;
 
 /// Cursor of the range-query look-ahead: a root-to-parent path (see `prefetch_ahead`).
 struct Ahead {
@@ -228,10 +228,6 @@ impl BPlusTree {
     /// Start fetching all of node `id` (see `Slab::prefetch`).
     #[inline(always)]
     fn prefetch(&self, id: u32) {
-        static NOPF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *NOPF.get_or_init(|| std::env::var_os("NOPF").is_some()) {
-            return;
-        }
         if id & LEAF_BIT == 0 {
             self.inners.prefetch(id);
         } else {
@@ -450,15 +446,13 @@ impl BPlusTree {
             let n = len(w);
             let keys = &w[LK..LK + n];
             let vals = &w[LK + cap..LK + cap + n];
-            if n > 0 && keys[n - 1] <= max {
-                for i in pos..n {
-                    f(keys[i], vals[i]);
-                }
-            } else {
-                let end = rank_le(keys, max);
-                for i in pos..end {
-                    f(keys[i], vals[i]);
-                }
+            let whole = n > 0 && keys[n - 1] <= max;
+            let end = if whole { n } else { rank_le(keys, max) };
+            // Zipped sub-slices: no bounds checks, so the loop vectorizes.
+            for (&k, &v) in keys[pos..end].iter().zip(&vals[pos..end]) {
+                f(k, v);
+            }
+            if !whole {
                 return;
             }
             li = next(w);
@@ -471,11 +465,32 @@ impl BPlusTree {
 
     /// Move the look-ahead cursor to the next leaf in key order (unless that leaf
     /// starts above `max`) and prefetch it.
-    #[inline]
+    #[inline(always)]
     fn prefetch_ahead(&self, a: &mut Ahead, max: u64) {
         if a.done {
             return;
         }
+        // Fast path: the next leaf has the same parent.
+        let bottom = a.path.depth - 1;
+        let w = self.inners.node(a.path.nodes[bottom]);
+        let s = a.path.slots[bottom] as usize;
+        if s < len(w) {
+            if w[IK + s] > max {
+                a.done = true;
+            } else {
+                a.path.slots[bottom] = s as u32 + 1;
+                self.leaves
+                    .prefetch(children(w, self.cap)[s + 1] & !LEAF_BIT);
+            }
+            return;
+        }
+        self.prefetch_ahead_climb(a, max);
+    }
+
+    /// `prefetch_ahead` when the cursor leaves its parent: climb to the first ancestor
+    /// with a right neighbour and descend to that subtree's leftmost leaf.
+    #[inline(never)]
+    fn prefetch_ahead_climb(&self, a: &mut Ahead, max: u64) {
         let cap = self.cap;
         let bottom = a.path.depth - 1;
         let mut lvl = bottom;
