@@ -8,24 +8,26 @@
 //! already executed instead of executing it twice. After `give_up` it returns
 //! [`ClientError::Timeout`]: the outcome is then unknown (an `info` entry in a history).
 
-use partita_runtime::net::{spawn_writer, FrameBytes, FrameReader};
+use partita_runtime::net::{spawn_writer, FrameReader};
 use partita_runtime::{ClusterConfig, Mode, Wire};
-use partita_types::{ClientId, Command, NodeId, Op, OpResult, Reply};
+use partita_types::{ClientId, Command, NodeId, Op, OpResult};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(
-        "no node answers at {addr} (node {node}): {source}. Is the cluster running? (`partita up`)"
+        "no node answers at {addr} (node {node}): {error}. Is the cluster running? (`partita up`)"
     )]
     Unreachable {
         node: NodeId,
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("no reply within {0:?}; the command may or may not have been applied")]
     Timeout(Duration),
@@ -52,13 +54,23 @@ impl Default for ClientOptions {
 }
 
 enum Incoming {
-    Reply(Reply),
     Refused { seq: u64, reason: String },
     Closed,
 }
 
+/// A connection whose frames this client writes directly (no writer task: one task
+/// wakeup less per command).
 struct Conn {
-    tx: mpsc::Sender<FrameBytes>,
+    wr: OwnedWriteHalf,
+    broken: bool,
+}
+
+impl Conn {
+    async fn send(&mut self, frame: &[u8]) {
+        if self.wr.write_all(frame).await.is_err() {
+            self.broken = true;
+        }
+    }
 }
 
 pub struct Client {
@@ -67,8 +79,14 @@ pub struct Client {
     cluster: ClusterConfig,
     opts: ClientOptions,
     replica: NodeId,
+    /// Where commands go (the coordinator, or the server in cs mode).
     entry: Option<Conn>,
+    /// Where replies come from (the chosen replica). When the entry node is also the
+    /// replica (cs mode), replies arrive on the entry connection and this holds its
+    /// reading half.
+    replies: Option<FrameReader>,
     reply_conn: Option<Conn>,
+    /// Out-of-band news from the entry connection (refusals, closing).
     rx: mpsc::UnboundedReceiver<Incoming>,
     tx: mpsc::UnboundedSender<Incoming>,
     resubmissions: u64,
@@ -92,6 +110,7 @@ impl Client {
             opts,
             replica,
             entry: None,
+            replies: None,
             reply_conn: None,
             rx,
             tx,
@@ -111,51 +130,57 @@ impl Client {
         self.resubmissions
     }
 
-    async fn open(&self, node: NodeId) -> Result<Conn, ClientError> {
+    async fn open(&self, node: NodeId) -> Result<(Conn, FrameReader), ClientError> {
         let addr = self.cluster.addr(node);
         let stream = TcpStream::connect(addr)
             .await
-            .map_err(|source| ClientError::Unreachable { node, addr, source })?;
+            .map_err(|error| ClientError::Unreachable { node, addr, error })?;
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
-        let tx = spawn_writer(wr);
-        let _ = tx
-            .send(Arc::new(partita_runtime::wire::to_frame(
-                &Wire::ClientHello { client: self.id },
-            )))
-            .await;
-        let events = self.tx.clone();
-        tokio::spawn(async move {
-            let mut reader = FrameReader::new(rd);
-            loop {
-                match reader.next().await {
-                    Ok(Wire::Reply(r)) => {
-                        if events.send(Incoming::Reply(r)).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(Wire::Refused { seq, reason, .. }) => {
-                        let _ = events.send(Incoming::Refused { seq, reason });
-                    }
-                    Ok(_) => {}
-                    Err(_) => {
-                        let _ = events.send(Incoming::Closed);
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Conn { tx })
+        let mut conn = Conn { wr, broken: false };
+        conn.send(&partita_runtime::wire::to_frame(&Wire::ClientHello {
+            client: self.id,
+        }))
+        .await;
+        Ok((conn, FrameReader::new(rd)))
+    }
+
+    fn replies_on_entry(&self) -> bool {
+        self.cluster.cluster.mode == Mode::Cs || self.cluster.entry_node() == self.replica
     }
 
     async fn ensure_connected(&mut self) -> Result<(), ClientError> {
         let entry_node = self.cluster.entry_node();
-        let same = self.cluster.cluster.mode == Mode::Cs || entry_node == self.replica;
-        if self.entry.as_ref().is_none_or(|c| c.tx.is_closed()) {
-            self.entry = Some(self.open(entry_node).await?);
+        let same = self.replies_on_entry();
+        if self.entry.as_ref().is_none_or(|c| c.broken) {
+            let (conn, reader) = self.open(entry_node).await?;
+            self.entry = Some(conn);
+            if same {
+                self.replies = Some(reader);
+            } else {
+                // Only refusals come back on the entry connection: watch it in a task.
+                let events = self.tx.clone();
+                tokio::spawn(async move {
+                    let mut reader = reader;
+                    loop {
+                        match reader.next().await {
+                            Ok(Wire::Refused { seq, reason, .. }) => {
+                                let _ = events.send(Incoming::Refused { seq, reason });
+                            }
+                            Ok(_) => {}
+                            Err(_) => {
+                                let _ = events.send(Incoming::Closed);
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
         }
-        if !same && self.reply_conn.as_ref().is_none_or(|c| c.tx.is_closed()) {
-            self.reply_conn = Some(self.open(self.replica).await?);
+        if !same && (self.reply_conn.as_ref().is_none_or(|c| c.broken) || self.replies.is_none()) {
+            let (conn, reader) = self.open(self.replica).await?;
+            self.reply_conn = Some(conn);
+            self.replies = Some(reader);
         }
         Ok(())
     }
@@ -169,7 +194,7 @@ impl Client {
             reply_to: self.replica,
             op,
         };
-        let frame = Arc::new(partita_runtime::wire::to_frame(&Wire::Request(cmd)));
+        let frame = partita_runtime::wire::to_frame(&Wire::Request(cmd));
         let started = Instant::now();
         let mut first = true;
         loop {
@@ -184,8 +209,8 @@ impl Client {
             // give_up, since a restarting node may come back.
             match self.ensure_connected().await {
                 Ok(()) => {
-                    if let Some(e) = &self.entry {
-                        let _ = e.tx.send(frame.clone()).await;
+                    if let Some(e) = self.entry.as_mut() {
+                        e.send(&frame).await;
                     }
                 }
                 Err(e) => {
@@ -197,25 +222,43 @@ impl Client {
                 }
             }
             let deadline = tokio::time::Instant::now() + self.opts.timeout;
-            loop {
-                match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                    Ok(Some(Incoming::Reply(r))) if r.seq == self.seq && r.client == self.id => {
-                        return Ok(r.result)
-                    }
-                    Ok(Some(Incoming::Reply(_))) => continue, // a late reply to an earlier command
-                    Ok(Some(Incoming::Refused { seq, reason })) if seq == self.seq => {
-                        tracing::debug!("command refused: {reason}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        break;
-                    }
-                    Ok(Some(Incoming::Refused { .. })) => continue,
-                    Ok(Some(Incoming::Closed)) => {
-                        // Let ensure_connected notice which one closed.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        break;
-                    }
-                    Ok(None) => unreachable!("the client holds a sender"),
-                    Err(_) => break, // timeout: resubmit
+            while let Some(reader) = self.replies.as_mut() {
+                tokio::select! {
+                    r = tokio::time::timeout_at(deadline, reader.next()) => match r {
+                        Ok(Ok(Wire::Reply(r))) if r.seq == self.seq && r.client == self.id => return Ok(r.result),
+                        Ok(Ok(Wire::Refused { seq, reason, .. })) if seq == self.seq => {
+                            tracing::debug!("command refused: {reason}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            break;
+                        }
+                        Ok(Ok(_)) => continue, // a late reply to an earlier command
+                        Ok(Err(_)) => {
+                            // The reply connection broke: reopen it and resubmit.
+                            self.replies = None;
+                            if self.replies_on_entry() {
+                                if let Some(e) = self.entry.as_mut() { e.broken = true; }
+                            } else if let Some(c) = self.reply_conn.as_mut() {
+                                c.broken = true;
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            break;
+                        }
+                        Err(_) => break, // timeout: resubmit
+                    },
+                    ev = self.rx.recv() => match ev {
+                        Some(Incoming::Refused { seq, reason }) if seq == self.seq => {
+                            tracing::debug!("command refused: {reason}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            break;
+                        }
+                        Some(Incoming::Refused { .. }) => continue,
+                        Some(Incoming::Closed) => {
+                            if let Some(e) = self.entry.as_mut() { e.broken = true; }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            break;
+                        }
+                        None => unreachable!("the client holds a sender"),
+                    },
                 }
             }
         }

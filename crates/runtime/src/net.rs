@@ -30,11 +30,13 @@ pub enum ReadError {
     Decode(#[from] partita_types::DecodeError),
 }
 
-/// Reads whole frames from a stream.
+/// Reads whole frames from a stream. [`FrameReader::next`] is cancel-safe: bytes enter
+/// the buffer only once a read completed, so it can sit in `select!` or under a timeout.
 pub struct FrameReader {
     rd: OwnedReadHalf,
     buf: Vec<u8>,
     start: usize,
+    scratch: Box<[u8]>,
 }
 
 impl FrameReader {
@@ -43,6 +45,7 @@ impl FrameReader {
             rd,
             buf: Vec::with_capacity(64 * 1024),
             start: 0,
+            scratch: vec![0; 64 * 1024].into_boxed_slice(),
         }
     }
 
@@ -62,13 +65,11 @@ impl FrameReader {
                 self.buf.drain(..self.start);
                 self.start = 0;
             }
-            let len = self.buf.len();
-            self.buf.resize(len + 64 * 1024, 0);
-            let n = self.rd.read(&mut self.buf[len..]).await?;
-            self.buf.truncate(len + n);
+            let n = self.rd.read(&mut self.scratch).await?;
             if n == 0 {
                 return Err(ReadError::Closed);
             }
+            self.buf.extend_from_slice(&self.scratch[..n]);
         }
     }
 }

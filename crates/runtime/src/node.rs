@@ -400,20 +400,22 @@ fn same_msg(a: &Msg, b: &Msg) -> bool {
 }
 
 /// Keep a link to one peer: connect (and reconnect), announce ourselves, then write
-/// whatever the node queues for it.
+/// whatever the node queues for it, coalescing queued frames into one write.
 fn spawn_peer_link(
     me: NodeId,
     cluster_id: u64,
     addr: std::net::SocketAddr,
     mut rx: mpsc::Receiver<FrameBytes>,
 ) {
+    use tokio::io::AsyncWriteExt;
     tokio::spawn(async move {
-        let hello = Arc::new(to_frame(&Wire::PeerHello {
+        let hello = to_frame(&Wire::PeerHello {
             from: me,
             cluster_id,
-        }));
+        });
+        let mut buf: Vec<u8> = Vec::with_capacity(256 * 1024);
         loop {
-            let stream = match TcpStream::connect(addr).await {
+            let mut stream = match TcpStream::connect(addr).await {
                 Ok(s) => s,
                 Err(_) => {
                     // Drop what queued up while the peer was unreachable: consensus
@@ -427,18 +429,23 @@ fn spawn_peer_link(
                 }
             };
             let _ = stream.set_nodelay(true);
-            let (_rd, wr) = stream.into_split();
-            let tx = spawn_writer(wr);
-            if tx.send(hello.clone()).await.is_err() {
-                continue;
-            }
+            buf.clear();
+            buf.extend_from_slice(&hello);
             loop {
-                match rx.recv().await {
-                    Some(f) => {
-                        if tx.send(f).await.is_err() {
-                            break;
-                        }
+                while buf.len() < 1 << 20 {
+                    match rx.try_recv() {
+                        Ok(f) => buf.extend_from_slice(&f),
+                        Err(_) => break,
                     }
+                }
+                if !buf.is_empty() {
+                    if stream.write_all(&buf).await.is_err() {
+                        break;
+                    }
+                    buf.clear();
+                }
+                match rx.recv().await {
+                    Some(f) => buf.extend_from_slice(&f),
                     None => return,
                 }
             }
