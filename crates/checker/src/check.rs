@@ -12,9 +12,10 @@ use crate::initial::{Initial, InitialIndex};
 use crate::model::Subject;
 use crate::search::{search, Expected, Failure, Outcome, SubOp};
 
-/// Default bound on explored search states (all sub-histories together). A state costs
-/// about 20 bytes of memo, so the default caps the memo at roughly 100 MB.
-pub const DEFAULT_MAX_STATES: u64 = 5_000_000;
+/// Default bound on explored search states (all sub-histories together): a few seconds
+/// of search at most (1 to 10 µs per state) and about 20 MB of memo. Valid histories
+/// rarely need more than a couple of states per operation.
+pub const DEFAULT_MAX_STATES: u64 = 1_000_000;
 
 /// How to check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,8 +87,13 @@ pub struct Violation {
     pub index: Option<usize>,
     /// The offending event as recorded.
     pub event: Option<Event>,
-    /// Keys involved: the smallest and largest key its result depends on.
+    /// Keys involved: the smallest and largest key its result depends on (or the one key
+    /// of `projected_key`).
     pub keys: Option<(u64, u64)>,
+    /// Set when the violation was found by looking at one key alone (a multi-key operation
+    /// whose result is impossible for that key); `allowed` then holds results of the
+    /// operation's projection onto that key (e.g. `value=...` for a query).
+    pub projected_key: Option<u64>,
     /// What the model would have returned to it at the furthest point any partial
     /// linearization reached (a few alternatives at most). Empty for final-state
     /// mismatches, which the message spells out.
@@ -379,15 +385,139 @@ fn span(intervals: &[(u64, u64)]) -> Option<(u64, u64)> {
     Some((lo, hi))
 }
 
-fn describe_failure(
-    events: &[Event],
-    ops: &[Prepared<'_>],
-    group: &Group,
-    f: &Failure,
-    other_failures: usize,
-) -> Violation {
-    let p = &ops[group.ops[f.op]];
-    let context = match span(&group.ranges) {
+/// A multi-key operation seen from one key: what its observed result implies there.
+struct Projection {
+    /// Index of the projected operation in the prepared list.
+    src: usize,
+    key: u64,
+    op: Op,
+    result: Option<OpResult>,
+}
+
+/// Keys of an interval set.
+fn keys_in<'k>(keys: &'k BTreeSet<u64>, lo: u64, hi: u64) -> impl Iterator<Item = u64> + 'k {
+    // BTreeSet::range panics on an inclusive range with start > end.
+    (lo <= hi)
+        .then(|| keys.range(lo..=hi))
+        .into_iter()
+        .flatten()
+        .copied()
+}
+
+/// Project `p` onto each key of `keys` it depends on or changes, as point operations (or
+/// a batch of that key's sub-operations) with the results its own result implies: a query
+/// reads every key of its range, `next(x) = (k, v)` reads "absent" strictly between and
+/// `v` at k, and so on. Results no state could produce are not projected (the global
+/// search reports them).
+fn project(p: &Prepared<'_>, src: usize, keys: &BTreeSet<u64>, out: &mut Vec<Projection>) {
+    let mut push = |key: u64, op: Op, result: Option<OpResult>| {
+        out.push(Projection {
+            src,
+            key,
+            op,
+            result,
+        })
+    };
+    let read = |key: u64, v: Option<u64>| (key, Op::Read { key }, Some(OpResult::Value(v)));
+    let op = match &p.subject {
+        Subject::Op(op) => *op,
+        Subject::Observe(points) => {
+            for &(k, v) in points {
+                let (k, op, r) = read(k, v);
+                push(k, op, r);
+            }
+            return;
+        }
+    };
+    match (op, p.result) {
+        (
+            Op::Insert { key, .. } | Op::Delete { key } | Op::Read { key } | Op::Update { key, .. },
+            r,
+        ) => push(*key, op.clone(), r.cloned()),
+        (Op::Query { min, max }, Some(OpResult::Entries(es))) => {
+            let sorted = es.windows(2).all(|w| w[0].0 < w[1].0);
+            for k in keys_in(keys, *min, *max) {
+                let v = if sorted {
+                    es.binary_search_by_key(&k, |e| e.0).ok().map(|i| es[i].1)
+                } else {
+                    es.iter().find(|e| e.0 == k).map(|e| e.1)
+                };
+                let (k, op, r) = read(k, v);
+                push(k, op, r);
+            }
+        }
+        (Op::Next { key: x }, Some(OpResult::Entry(e)))
+        | (Op::Prev { key: x }, Some(OpResult::Entry(e))) => {
+            let next = matches!(op, Op::Next { .. });
+            // The gap that must be empty, and the entry found at its end.
+            let (lo, hi, found) = match (next, e) {
+                (true, Some((k, v))) if k > x => (x + 1, k - 1, Some((*k, *v))),
+                (false, Some((k, v))) if k < x => (k + 1, x - 1, Some((*k, *v))),
+                (_, Some(_)) => return,
+                (true, None) if *x == u64::MAX => return,
+                (true, None) => (x + 1, u64::MAX, None),
+                (false, None) if *x == 0 => return,
+                (false, None) => (0, x - 1, None),
+            };
+            for k in keys_in(keys, lo, hi) {
+                let (k, op, r) = read(k, None);
+                push(k, op, r);
+            }
+            if let Some((k, v)) = found {
+                let (k, op, r) = read(k, Some(v));
+                push(k, op, r);
+            }
+        }
+        (Op::Batch(bs), r) => {
+            let rs = match r {
+                Some(OpResult::Batch(rs)) if rs.len() == bs.len() => Some(rs),
+                Some(_) => return,
+                None => None,
+            };
+            let batch_keys: BTreeSet<u64> = bs
+                .iter()
+                .map(|b| match b {
+                    BatchOp::Insert { key, .. } | BatchOp::Delete { key } => *key,
+                })
+                .collect();
+            for k in batch_keys {
+                let idx: Vec<usize> = (0..bs.len())
+                    .filter(|&i| matches!(bs[i], BatchOp::Insert { key, .. } | BatchOp::Delete { key } if key == k))
+                    .collect();
+                let sub_results =
+                    rs.map(|rs| idx.iter().map(|&i| rs[i].clone()).collect::<Vec<_>>());
+                if let [i] = idx[..] {
+                    push(k, Op::from(bs[i]), sub_results.map(|mut v| v.remove(0)));
+                } else {
+                    push(
+                        k,
+                        Op::Batch(idx.iter().map(|&i| bs[i]).collect()),
+                        sub_results.map(OpResult::Batch),
+                    );
+                }
+            }
+        }
+        // Info reads never get here; results of the wrong kind are left to the global search.
+        _ => {}
+    }
+}
+
+/// How a failure found by some search maps back to the history.
+struct Culprit<'x> {
+    /// The prepared operation at fault.
+    src: &'x Prepared<'x>,
+    /// Set when the failure was found on the projection of a multi-key operation onto
+    /// one key: that key and the projected operation's implied result.
+    projected: Option<(u64, &'x Op, Option<&'x OpResult>)>,
+    failure: &'x Failure,
+    /// Keys of the sub-history the search ran on.
+    span: Option<(u64, u64)>,
+}
+
+fn describe_failure(events: &[Event], c: &Culprit<'_>, other_failures: usize) -> Violation {
+    let f = c.failure;
+    let p = c.src;
+    let context = match c.span {
         Some(k) => format!(
             "after linearizing {} earlier operation{} on {}",
             f.linearized,
@@ -396,31 +526,58 @@ fn describe_failure(
         ),
         None => "no state could produce it".to_string(),
     };
-    let (message, allowed) = match &p.subject {
-        Subject::Op(op) => {
-            let allowed: Vec<OpResult> = f
-                .allowed
-                .iter()
-                .filter_map(|a| match a {
-                    Expected::Result(r) => Some(r.clone()),
-                    Expected::Values(_) => None,
-                })
-                .collect();
-            let said: Vec<String> = allowed.iter().map(fmt_result).collect();
+    let opt = |v: Option<u64>| v.map_or_else(|| "absent".to_string(), |v| v.to_string());
+    let results: Vec<OpResult> = f
+        .allowed
+        .iter()
+        .filter_map(|a| match a {
+            Expected::Result(r) => Some(r.clone()),
+            Expected::Values(_) => None,
+        })
+        .collect();
+    let said = results
+        .iter()
+        .map(fmt_result)
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let final_mismatch = |k: u64, fin: Option<u64>, models: Vec<Option<u64>>| {
+        let models: Vec<String> = models.into_iter().map(opt).collect();
+        format!(
+            "the final state does not match the history: key {k} is {} in the final state but {} in the model ({context})",
+            opt(fin),
+            models.join(" or ")
+        )
+    };
+    let (message, allowed) = match (&p.subject, c.projected) {
+        (Subject::Op(op), projected) => {
             let what = match p.index {
                 Some(i) => events[i].describe(),
                 None => fmt_op(op),
             };
-            (
-                format!(
-                    "{what}, which no linearization allows: the model would return {} at that point ({context})",
-                    said.join(" or ")
+            let identity = projected.is_none_or(|(_, pop, _)| pop == *op);
+            let message = match projected {
+                Some((k, _, Some(r))) if !identity => format!(
+                    "{what}, which no linearization allows: for key {k} it implies {}, where the model would return {said} at that point ({context})",
+                    fmt_result(r)
                 ),
-                allowed,
-            )
+                _ => format!(
+                    "{what}, which no linearization allows: the model would return {said} at that point ({context})"
+                ),
+            };
+            (message, results)
         }
-        Subject::Observe(points) => {
-            let opt = |v: Option<u64>| v.map_or_else(|| "absent".to_string(), |v| v.to_string());
+        (Subject::Observe(points), Some((k, _, _))) => {
+            let fin = points.iter().find(|e| e.0 == k).and_then(|e| e.1);
+            let models = results
+                .iter()
+                .filter_map(|r| match r {
+                    OpResult::Value(v) => Some(*v),
+                    _ => None,
+                })
+                .collect();
+            (final_mismatch(k, fin, models), Vec::new())
+        }
+        (Subject::Observe(points), None) => {
             let alternatives: Vec<String> = f
                 .allowed
                 .iter()
@@ -453,7 +610,11 @@ fn describe_failure(
     Violation {
         index: p.index,
         event: p.index.map(|i| events[i].clone()),
-        keys: span(&p.footprint),
+        keys: match c.projected {
+            Some((k, _, _)) => Some((k, k)),
+            None => span(&p.footprint),
+        },
+        projected_key: c.projected.map(|(k, ..)| k),
         allowed,
         linearized_before: f.linearized,
         other_failures,
@@ -461,19 +622,23 @@ fn describe_failure(
     }
 }
 
-fn run(
-    events: &[Event],
+/// Outcome of searching a list of groups.
+struct GroupRun {
+    failures: Vec<(usize, Failure)>,
+    gave_up: Option<Unknown>,
+}
+
+fn search_groups(
     ops: &[Prepared<'_>],
     groups: &[Group],
     initial: &InitialIndex<'_>,
-    opts: &CheckOptions,
-    mut summary: CheckSummary,
-) -> Result<CheckSummary, CheckError> {
-    summary.groups = groups.len();
-    summary.largest_group = groups.iter().map(|g| g.ops.len()).max().unwrap_or(0);
-    let mut states = 0u64;
-    let mut failures: Vec<(usize, Failure)> = Vec::new();
-    let mut gave_up: Option<Unknown> = None;
+    states: &mut u64,
+    limit: u64,
+) -> GroupRun {
+    let mut run = GroupRun {
+        failures: Vec::new(),
+        gave_up: None,
+    };
     for (gi, group) in groups.iter().enumerate() {
         let subops: Vec<SubOp<'_>> = group
             .ops
@@ -490,39 +655,150 @@ fn run(
             })
             .collect();
         let init = initial.entries_in_ranges(&group.ranges);
-        match search(&subops, init, &mut states, opts.max_states) {
+        match search(&subops, init, states, limit) {
             Outcome::Linearizable => {}
-            Outcome::Violation(f) => failures.push((gi, f)),
+            Outcome::Violation(f) => run.failures.push((gi, f)),
             Outcome::GaveUp => {
-                gave_up = Some(Unknown {
-                    states,
-                    limit: opts.max_states,
+                run.gave_up = Some(Unknown {
+                    states: *states,
+                    limit,
                     group_ops: group.ops.len(),
                     keys: span(&group.ranges),
-                    groups_checked: gi - failures.len(),
+                    groups_checked: gi - run.failures.len(),
                     groups: groups.len(),
                 });
                 break;
             }
         }
     }
-    summary.states = states;
-    // Of several failing sub-histories, report the one whose culprit responded first:
-    // that is the earliest point at which the history went wrong.
-    let first = failures.iter().min_by_key(|(gi, f)| {
-        let p = &ops[groups[*gi].ops[f.op]];
-        (p.ret, p.call)
-    });
-    if let Some((gi, f)) = first {
-        return Err(CheckError::NotLinearizable(Box::new(describe_failure(
-            events,
-            ops,
-            &groups[*gi],
-            f,
-            failures.len() - 1,
-        ))));
+    run
+}
+
+/// Upper bound on projected operations, relative to the history, beyond which the
+/// per-key pre-check is skipped (wide queries over many keys would make it quadratic).
+const PROJECTION_FACTOR: usize = 16;
+
+/// Per-key pre-check of the groups that contain multi-key operations: project every
+/// operation onto the keys it involves and check each key alone. Any linearization of
+/// the whole history projects onto a linearization of each key, so a failure here is a
+/// violation of the whole. It is cheap (per-key searches are small) and finds the
+/// common bugs (stale or lost values, missing or extra entries) with a per-key account,
+/// even where the global search over a large group would run out of budget.
+fn projection_precheck(
+    events: &[Event],
+    ops: &[Prepared<'_>],
+    groups: &[Group],
+    initial: &InitialIndex<'_>,
+    states: &mut u64,
+    limit: u64,
+) -> Option<Violation> {
+    let mut projections: Vec<Projection> = Vec::new();
+    let cap = ops.len().saturating_mul(PROJECTION_FACTOR).max(100_000);
+    for g in groups {
+        let single_key = g.ranges.len() == 1 && g.ranges[0].0 == g.ranges[0].1;
+        if single_key || g.ranges.is_empty() {
+            continue;
+        }
+        // The keys worth looking at: those something may change or some result names.
+        let mut keys: BTreeSet<u64> = BTreeSet::new();
+        for &i in &g.ops {
+            match (&ops[i].subject, ops[i].result) {
+                (Subject::Op(op), r) => {
+                    mutated_keys(op, &mut keys);
+                    match r {
+                        Some(OpResult::Entries(es)) => keys.extend(es.iter().map(|e| e.0)),
+                        Some(OpResult::Entry(Some((k, _)))) => {
+                            keys.insert(*k);
+                        }
+                        _ => {}
+                    }
+                }
+                (Subject::Observe(points), _) => keys.extend(points.iter().map(|p| p.0)),
+            }
+        }
+        for &i in &g.ops {
+            project(&ops[i], i, &keys, &mut projections);
+            if projections.len() > cap {
+                return None;
+            }
+        }
     }
-    if let Some(u) = gave_up {
+    if projections.is_empty() {
+        return None;
+    }
+    let projected: Vec<Prepared<'_>> = projections
+        .iter()
+        .map(|pr| {
+            let src = &ops[pr.src];
+            Prepared {
+                index: src.index,
+                subject: Subject::Op(&pr.op),
+                result: pr.result.as_ref(),
+                call: src.call,
+                ret: src.ret,
+                footprint: vec![(pr.key, pr.key)],
+            }
+        })
+        .collect();
+    let key_groups = partition(&projected);
+    let run = search_groups(&projected, &key_groups, initial, states, limit);
+    let culprits: Vec<Culprit<'_>> = run
+        .failures
+        .iter()
+        .map(|(gi, f)| {
+            let local = key_groups[*gi].ops[f.op];
+            let pr = &projections[local];
+            Culprit {
+                src: &ops[pr.src],
+                projected: Some((pr.key, &pr.op, pr.result.as_ref())),
+                failure: f,
+                span: Some((pr.key, pr.key)),
+            }
+        })
+        .collect();
+    earliest(events, &culprits)
+}
+
+/// Of several failures, the one whose culprit responded first: that is the earliest point
+/// at which the history went wrong.
+fn earliest(events: &[Event], culprits: &[Culprit<'_>]) -> Option<Violation> {
+    let first = culprits
+        .iter()
+        .min_by_key(|c| (c.src.ret, c.src.call, c.src.index))?;
+    Some(describe_failure(events, first, culprits.len() - 1))
+}
+
+fn run(
+    events: &[Event],
+    ops: &[Prepared<'_>],
+    groups: &[Group],
+    initial: &InitialIndex<'_>,
+    opts: &CheckOptions,
+    mut summary: CheckSummary,
+) -> Result<CheckSummary, CheckError> {
+    summary.groups = groups.len();
+    summary.largest_group = groups.iter().map(|g| g.ops.len()).max().unwrap_or(0);
+    let mut states = 0u64;
+    let pre = projection_precheck(events, ops, groups, initial, &mut states, opts.max_states);
+    if let Some(v) = pre {
+        return Err(CheckError::NotLinearizable(Box::new(v)));
+    }
+    let run = search_groups(ops, groups, initial, &mut states, opts.max_states);
+    summary.states = states;
+    let culprits: Vec<Culprit<'_>> = run
+        .failures
+        .iter()
+        .map(|(gi, f)| Culprit {
+            src: &ops[groups[*gi].ops[f.op]],
+            projected: None,
+            failure: f,
+            span: span(&groups[*gi].ranges),
+        })
+        .collect();
+    if let Some(v) = earliest(events, &culprits) {
+        return Err(CheckError::NotLinearizable(Box::new(v)));
+    }
+    if let Some(u) = run.gave_up {
         return Err(CheckError::Unknown(u));
     }
     Ok(summary)
@@ -581,6 +857,7 @@ pub fn check_with_final_state(
             index: None,
             event: None,
             keys: Some((key, key)),
+            projected_key: None,
             allowed: Vec::new(),
             linearized_before: 0,
             other_failures: 0,

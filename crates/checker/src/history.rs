@@ -418,9 +418,11 @@ impl TryFrom<RawEvent> for Event {
                         ("delete", Some(_)) => {
                             return Err(format!("batch op {i}: delete takes no field `value`"))
                         }
-                        (other, _) => return Err(format!(
+                        (other, _) => {
+                            return Err(format!(
                             "batch op {i}: `{other}` is not allowed in a batch (insert or delete)"
-                        )),
+                        ))
+                        }
                     });
                 }
                 Op::Batch(ops)

@@ -40,12 +40,11 @@ impl Initial {
 
     /// Preload: number of keys that exist and fit in u64.
     fn preload_len(count: u64, stride: u64) -> u64 {
-        if count == 0 {
-            0
-        } else if stride == 0 {
-            1
-        } else {
-            count.min(u64::MAX / stride + 1)
+        match u64::MAX.checked_div(stride) {
+            _ if count == 0 => 0,
+            // Stride 0: every i maps to key 0.
+            None => 1,
+            Some(last) => count.min(last + 1),
         }
     }
 
@@ -88,7 +87,7 @@ impl Initial {
                 let present = match *stride {
                     _ if n == 0 => false,
                     0 => key == 0,
-                    s => key % s == 0 && key / s < n,
+                    s => key.is_multiple_of(s) && key / s < n,
                 };
                 present.then_some(key)
             }

@@ -12,7 +12,7 @@
 //!
 //! # Checking
 //!
-//! [`check`] decides whether some total order of the operations (a) respects real time
+//! [`check()`] decides whether some total order of the operations (a) respects real time
 //! (an operation that responded before another was invoked comes first), (b) agrees with
 //! every observed result when executed on the map, starting from [`Initial`] state.
 //!
@@ -27,19 +27,30 @@
 //!    linearizability each group is checked on its own against the map restricted to its
 //!    keys. A history of point operations thus splits into one small search per key;
 //!    multi-key operations merge only the keys they actually span.
-//! 3. **Search** (per group, module `search`): Lowe's just-in-time linearization with
+//! 3. **Per-key pre-check.** In groups that multi-key operations joined, every
+//!    operation is also projected onto each key it involves (a query of `1..=9` that
+//!    returned `[(3, x)]` reads `x` at 3 and "absent" at every other key of `1..=9` that
+//!    some operation changes or names) and each key is checked alone. A linearization of
+//!    the whole projects onto one of every key, so a failure here is a real violation,
+//!    found cheaply and explained per key.
+//! 4. **Search** (per group, module `search`): Lowe's just-in-time linearization with
 //!    Wing & Gong-style memoization of (linearized set, model state), iterative with an
-//!    explicit stack. Operations are linearized only when their response forces it, and
-//!    only operations in conflict with the forced one are tried before it, which avoids
-//!    exploring interleavings of unrelated operations. The model is a `BTreeMap` mutated
-//!    in place and undone while backtracking; its contents are hashed incrementally
-//!    (XOR of a 128-bit mix per entry).
+//!    explicit stack. Reads are linearized as soon as their result matches (never a
+//!    branch); `ok` mutations only when their response forces it, preceded only by
+//!    operations in conflict with them; `info` mutations are applied at invocation or
+//!    left pending for later. A per-key reachability argument prunes configurations that
+//!    can no longer satisfy an operation, including the next reads of a key just
+//!    written, so that a wrong choice is undone at once rather than after a long detour.
+//!    The model is a `BTreeMap` mutated in place and undone while backtracking; its
+//!    contents are hashed incrementally (XOR of a 128-bit mix per entry).
 //!
 //! **Bounds.** Linearizability checking is NP-complete; the search is exponential in the
 //! worst case in the number of mutually conflicting operations that are concurrent
 //! (bounded by the number of clients plus outstanding `info` mutations in one group).
-//! Valid histories typically need about one state per operation. The total number of
-//! explored states is capped by [`CheckOptions::max_states`]; past it the answer is
+//! Valid histories typically need about one state per operation (a 20,000-operation
+//! history of 16 clients whose range queries merge all keys into one group checks in
+//! about 0.1 s, release build). A state costs 1 to 10 µs. The total number of explored
+//! states is capped by [`CheckOptions::max_states`]; past it the answer is
 //! [`CheckError::Unknown`], never a hang. Memory is about 20 bytes per explored state
 //! plus the model of the largest group.
 //!

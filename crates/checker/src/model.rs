@@ -1,15 +1,15 @@
 //! The sequential specification: an ordered map u64 -> u64.
 //!
 //! [`apply_op`] is the plain reference semantics (the generator uses it to produce
-//! linearizable histories). [`Model`] is the same map as the search needs it: checking an
+//! linearizable histories). `Model` is the same map as the search needs it: checking an
 //! observed result without allocating, undoing changes in LIFO order while the search
 //! backtracks, and an incrementally maintained 128-bit hash of the contents so that a
 //! search configuration can be memoized in O(1).
 
 use std::collections::BTreeMap;
-use std::ops::Bound::{Excluded, Unbounded};
+use std::ops::Bound::{self, Excluded, Unbounded};
 
-use partita_types::{Op, OpResult};
+use partita_types::{BatchOp, Op, OpResult};
 
 /// Execute `op` on `map` and return its result (the specification, see
 /// `partita_types::ops`).
@@ -55,11 +55,94 @@ pub(crate) enum Subject<'a> {
 }
 
 impl Subject<'_> {
-    pub(crate) fn is_mutation(&self) -> bool {
+    /// Whether linearizing it with the observed `result` (`None`: unknown) can change the
+    /// map. An insert that reports `inserted=false`, a delete or update that found nothing
+    /// (or an update to the same value) is, as observed, a read: the search treats it as
+    /// one, which is what lets it skip ordering such operations among themselves.
+    pub(crate) fn changes_state(&self, result: Option<&OpResult>) -> bool {
         match self {
-            Subject::Op(op) => op.is_mutation(),
+            Subject::Op(op) => match result {
+                None => op.is_mutation(),
+                Some(r) => op_changes_state(op, r),
+            },
             Subject::Observe(_) => false,
         }
+    }
+}
+
+fn op_changes_state(op: &Op, r: &OpResult) -> bool {
+    match (op, r) {
+        (Op::Insert { .. }, OpResult::Inserted(inserted)) => *inserted,
+        (Op::Delete { .. }, OpResult::Removed(old)) => old.is_some(),
+        (Op::Update { value, .. }, OpResult::Old(old)) => old.is_some_and(|o| o != *value),
+        (Op::Batch(ops), OpResult::Batch(rs)) => ops
+            .iter()
+            .zip(rs)
+            .any(|(b, r)| op_changes_state(&Op::from(*b), r)),
+        // Read-only operations, and results of the wrong kind (which never match).
+        _ => false,
+    }
+}
+
+/// What an operation needs of one key when it is linearized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Exactly this value (None: absent).
+    Is(Option<u64>),
+    /// Present, any value.
+    Present,
+    /// Nothing can satisfy it (e.g. a query result out of its range).
+    Never,
+}
+
+impl Need {
+    pub(crate) fn accepts(self, v: Option<u64>) -> bool {
+        match self {
+            Need::Is(x) => x == v,
+            Need::Present => v.is_some(),
+            Need::Never => false,
+        }
+    }
+}
+
+/// The state of `key` after `op` (observed result `result`, None: unknown) runs on it from
+/// `v`, or None when that result is impossible from `v`. Only `op`'s accesses to `key`
+/// count; an operation that does not touch `key` leaves it alone.
+pub(crate) fn effect_on_key(
+    op: &Op,
+    result: Option<&OpResult>,
+    key: u64,
+    v: Option<u64>,
+) -> Option<Option<u64>> {
+    match (op, result) {
+        (Op::Insert { key: k, value }, r) if *k == key => match r {
+            Some(OpResult::Inserted(b)) if *b != v.is_none() => None,
+            Some(OpResult::Inserted(_)) | None => Some(v.or(Some(*value))),
+            Some(_) => None,
+        },
+        (Op::Delete { key: k }, r) if *k == key => match r {
+            Some(OpResult::Removed(old)) if *old != v => None,
+            Some(OpResult::Removed(_)) | None => Some(None),
+            Some(_) => None,
+        },
+        (Op::Update { key: k, value }, r) if *k == key => match r {
+            Some(OpResult::Old(old)) if *old != v => None,
+            Some(OpResult::Old(_)) | None => Some(v.map(|_| *value)),
+            Some(_) => None,
+        },
+        (Op::Batch(bs), r) => {
+            let rs = match r {
+                Some(OpResult::Batch(rs)) if rs.len() == bs.len() => Some(rs),
+                Some(_) => return None,
+                None => None,
+            };
+            let mut cur = v;
+            for (i, b) in bs.iter().enumerate() {
+                cur = effect_on_key(&Op::from(*b), rs.map(|rs| &rs[i]), key, cur)?;
+            }
+            Some(cur)
+        }
+        _ => Some(v),
     }
 }
 
@@ -227,6 +310,190 @@ impl Model {
         }
     }
 
+    /// How far the current state is from one in which `s` would return `result`: the
+    /// number of keys whose state contradicts what the result implies (a batch counts its
+    /// mismatching sub-operations). 0 means the step would succeed. The search uses it to
+    /// try first the operations that bring a stuck operation closer to its result.
+    pub(crate) fn distance(&mut self, s: &Subject<'_>, result: Option<&OpResult>) -> usize {
+        let Some(result) = result else {
+            return match s {
+                Subject::Observe(points) => {
+                    points.iter().filter(|&&(k, v)| self.get(k) != v).count()
+                }
+                Subject::Op(_) => 0,
+            };
+        };
+        let Subject::Op(op) = s else {
+            return 0;
+        };
+        let present_between = |map: &BTreeMap<u64, u64>, lo: Bound<u64>, hi: Bound<u64>| {
+            // A heuristic: beyond a few dozen, "far" is all the search needs to know.
+            map.range((lo, hi)).take(64).count()
+        };
+        match (op, result) {
+            (Op::Query { min, max }, OpResult::Entries(es)) => {
+                if min > max {
+                    return es.len();
+                }
+                // Keys present on one side only or with different values.
+                let mut model = self.map.range(min..=max).peekable();
+                let mut seen = es.iter().peekable();
+                let mut d = 0;
+                for _ in 0..4096 {
+                    match (model.peek(), seen.peek()) {
+                        (None, None) => break,
+                        (Some(_), None) => {
+                            model.next();
+                            d += 1;
+                        }
+                        (None, Some(_)) => {
+                            seen.next();
+                            d += 1;
+                        }
+                        (Some((mk, mv)), Some((sk, sv))) => {
+                            if **mk == *sk {
+                                d += usize::from(**mv != *sv);
+                                model.next();
+                                seen.next();
+                            } else if **mk < *sk {
+                                model.next();
+                                d += 1;
+                            } else {
+                                seen.next();
+                                d += 1;
+                            }
+                        }
+                    }
+                }
+                d
+            }
+            (Op::Next { key }, OpResult::Entry(e)) => match e {
+                Some((k, v)) if k > key => {
+                    present_between(&self.map, Excluded(*key), Excluded(*k))
+                        + usize::from(self.get(*k) != Some(*v))
+                }
+                Some(_) => 1,
+                None => present_between(&self.map, Excluded(*key), Unbounded),
+            },
+            (Op::Prev { key }, OpResult::Entry(e)) => match e {
+                Some((k, v)) if k < key => {
+                    present_between(&self.map, Excluded(*k), Excluded(*key))
+                        + usize::from(self.get(*k) != Some(*v))
+                }
+                Some(_) => 1,
+                None => present_between(&self.map, Unbounded, Excluded(*key)),
+            },
+            (Op::Batch(ops), OpResult::Batch(rs)) if ops.len() == rs.len() => {
+                let mark = self.mark();
+                let d = ops
+                    .iter()
+                    .zip(rs)
+                    .filter(|(b, r)| self.exec(&Op::from(**b)) != **r)
+                    .count();
+                self.rollback(mark);
+                d
+            }
+            (Op::Batch(_), _) => usize::MAX / 2,
+            (op, r) => usize::from(self.eval(op) != *r),
+        }
+    }
+
+    /// The needs of `s` (with observed `result`) on individual keys that the current state
+    /// does not meet, at most `cap` of them. Empty when the step would succeed, except for
+    /// needs a batch has on keys it changed itself (only its first access to a key counts).
+    pub(crate) fn unmet_needs(
+        &self,
+        s: &Subject<'_>,
+        result: Option<&OpResult>,
+        cap: usize,
+    ) -> Vec<(u64, Need)> {
+        let mut out: Vec<(u64, Need)> = Vec::new();
+        let need = |out: &mut Vec<(u64, Need)>, key: u64, n: Need| {
+            if out.len() < cap && !n.accepts(self.get(key)) {
+                out.push((key, n));
+            }
+        };
+        let never = |out: &mut Vec<(u64, Need)>, key: u64| out.push((key, Need::Never));
+        let op = match (s, result) {
+            (Subject::Observe(points), _) => {
+                for &(k, v) in points {
+                    need(&mut out, k, Need::Is(v));
+                }
+                return out;
+            }
+            (Subject::Op(_), None) => return out,
+            (Subject::Op(op), Some(_)) => *op,
+        };
+        let result = result.expect("matched Some above");
+        match (op, result) {
+            (Op::Read { key }, OpResult::Value(v))
+            | (Op::Delete { key }, OpResult::Removed(v))
+            | (Op::Update { key, .. }, OpResult::Old(v)) => need(&mut out, *key, Need::Is(*v)),
+            (Op::Insert { key, .. }, OpResult::Inserted(true)) => {
+                need(&mut out, *key, Need::Is(None))
+            }
+            (Op::Insert { key, .. }, OpResult::Inserted(false)) => {
+                need(&mut out, *key, Need::Present)
+            }
+            (Op::Query { min, max }, OpResult::Entries(es)) => {
+                let sorted = es.windows(2).all(|w| w[0].0 < w[1].0);
+                let inside = es.iter().all(|e| (*min..=*max).contains(&e.0));
+                if !sorted || !inside {
+                    never(&mut out, *min);
+                    return out;
+                }
+                for (k, _) in self.map.range(min..=max) {
+                    if es.binary_search_by_key(k, |e| e.0).is_err() {
+                        need(&mut out, *k, Need::Is(None));
+                    }
+                }
+                for &(k, v) in es {
+                    need(&mut out, k, Need::Is(Some(v)));
+                }
+            }
+            (Op::Next { key: x }, OpResult::Entry(e))
+            | (Op::Prev { key: x }, OpResult::Entry(e)) => {
+                let next = matches!(op, Op::Next { .. });
+                let gap: (Bound<u64>, Bound<u64>) = match (next, e) {
+                    (true, Some((k, _))) if k > x => (Excluded(*x), Excluded(*k)),
+                    (false, Some((k, _))) if k < x => (Excluded(*k), Excluded(*x)),
+                    (_, Some((k, _))) => {
+                        never(&mut out, *k);
+                        return out;
+                    }
+                    (true, None) => (Excluded(*x), Unbounded),
+                    (false, None) => (Unbounded, Excluded(*x)),
+                };
+                for (k, _) in self.map.range(gap).take(cap) {
+                    need(&mut out, *k, Need::Is(None));
+                }
+                if let Some((k, v)) = e {
+                    need(&mut out, *k, Need::Is(Some(*v)));
+                }
+            }
+            (Op::Batch(bs), OpResult::Batch(rs)) if bs.len() == rs.len() => {
+                let mut seen: Vec<u64> = Vec::new();
+                for (b, r) in bs.iter().zip(rs) {
+                    let sub = Op::from(*b);
+                    let key = match b {
+                        BatchOp::Insert { key, .. } | BatchOp::Delete { key } => *key,
+                    };
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key);
+                    let n = self.unmet_needs(&Subject::Op(&sub), Some(r), 1);
+                    out.extend(n);
+                    if out.len() >= cap {
+                        break;
+                    }
+                }
+            }
+            (_, _) => never(&mut out, 0),
+        }
+        out
+    }
+
     /// What `op` would return in the current state (no net change). Diagnostics only.
     pub(crate) fn eval(&mut self, op: &Op) -> OpResult {
         let mark = self.mark();
@@ -270,7 +537,6 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use partita_types::BatchOp;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

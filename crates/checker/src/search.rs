@@ -1,25 +1,51 @@
 //! The linearizability search for one independent sub-history.
 //!
 //! Just-in-time linearization (Lowe, "Testing for linearizability", 2017) with the
-//! memoization of Wing & Gong / Lowe / Porcupine, run with an explicit stack.
+//! memoization of Wing & Gong / Lowe / Porcupine, run with an explicit stack, plus
+//! reductions that keep it from enumerating orders that cannot matter and pruning that
+//! keeps it from wandering far down a doomed branch.
 //!
-//! Events (invocations and responses) are visited in time order. An invocation only makes
-//! its operation *pending*. Nothing is linearized until the response of a pending
-//! operation X is reached: at that point X must be linearized, possibly preceded by some
-//! other pending operations. That is a *decision node*; its choices are "linearize X now"
-//! (tried first) or "linearize pending operation P first, then decide again".
+//! Events (invocations and responses) are visited in time order. An invocation makes its
+//! operation *pending*. There are three kinds of operation:
 //!
-//! Only pending operations in X's *conflict closure* are offered as P: operations whose
-//! footprints (the keys their result depends on or that they change) overlap X's, where
-//! at least one of the two mutates, and transitively so. This loses no linearization:
-//! take any valid continuation `S · X · T`; the operations of S outside X's causal past
-//! commute with everything after them up to X, and since they are pending (their
-//! responses come later) they may be moved after X without breaking real-time order.
-//! Leaving them pending is also never worse than linearizing them now, because they stay
-//! available at every later decision. This is what keeps a search over many keys and
-//! many clients from enumerating interleavings of unrelated operations, and what makes
-//! `info` operations (pending forever, since they have no response) cheap: they are
-//! applied only when some later result needs them, and otherwise never.
+//! * **Reads are linearized eagerly.** A pending operation that does not change the map
+//!   given its observed result (read, query, next, prev, but also `inserted=false`,
+//!   `removed=null`, `old=null`) is linearized, without branching, as soon as its result
+//!   matches the model. That loses nothing: in any valid continuation the read can be
+//!   moved to this point (real time allows it, since everything that must precede it is
+//!   linearized already and nothing that must follow it has been invoked; it changes
+//!   nothing and sees the same state). Pending reads are re-examined when invoked and
+//!   whenever a mutation touching their footprint is applied.
+//! * **`ok` mutations are linearized lazily.** Nothing is decided until the response of a
+//!   pending operation X is reached: X must be linearized now, possibly preceded by other
+//!   pending mutations. That is a *decision node*; its choices are "linearize X now"
+//!   (tried first) or "linearize pending mutation P first, then decide again". Only
+//!   mutations in X's *conflict closure* are offered as P: pending operations whose
+//!   footprints (the keys their result depends on or that they change) overlap X's, where
+//!   at least one of the two mutates, and transitively so (a pending read may connect two
+//!   mutations). That loses nothing either: in any valid continuation `S · X · T`, the
+//!   operations of S outside X's causal past commute with everything after them up to X,
+//!   and being pending (responding later), they may move after X without breaking real
+//!   time; they stay available at every later decision. Candidates are ranked (a
+//!   heuristic only) by how much closer they bring X to its observed result.
+//! * **`info` mutations** (no response: they may take effect at any time after their
+//!   invocation, or never) are decided at their invocation: apply now (tried first:
+//!   a timed-out operation usually did take effect, soon), or leave pending, from where
+//!   any later decision node may still apply it as part of a closure (most recently
+//!   invoked first). Applying one where it would change nothing is never tried: leaving
+//!   it pending covers that outcome and more.
+//!
+//! **Pruning** (sound: it only ever rejects configurations from which no valid
+//! continuation exists). For each key an operation needs in another state than the model's
+//! (e.g. a read of 5 while the model has 7), the states reachable for that key through the
+//! mutations that could still come before it are over-approximated (each usable any
+//! number of times, in any order); if the needed one is not among them the configuration
+//! is dead. This is checked when a decision node's X cannot simply be linearized (before
+//! enumerating subsets of its closure) and, after every applied mutation, for the pending
+//! operations it touches and the next few not yet invoked operations on its keys. The
+//! latter catches a value written at the wrong time right away, rather than when the read
+//! that contradicts it responds, which with chronological backtracking could mean
+//! re-exploring everything in between.
 //!
 //! A configuration is (decision position, set of linearized operations, map state). It is
 //! memoized as a 128-bit hash: XOR of a random tag per linearized operation, the
@@ -30,12 +56,13 @@
 //!
 //! Every new configuration counts as one explored state against the caller's budget.
 
-use std::collections::HashSet;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use partita_types::OpResult;
 
-use crate::model::{mix64, tag128, Model, Subject};
+use crate::model::{effect_on_key, mix64, tag128, Model, Need, Subject};
 
 /// One operation of a sub-history, as the search needs it.
 pub(crate) struct SubOp<'a> {
@@ -102,25 +129,33 @@ struct Entry {
     op: u32,
 }
 
-/// A choice applied at a node, with what is needed to take it back.
+/// A change to the pending list, logged so that backtracking can replay it backwards.
+#[derive(Clone, Copy)]
+enum Edit {
+    /// `op` was invoked (pushed at the end).
+    Invoked,
+    /// `op`, which sat at `idx`, was linearized.
+    Linearized { idx: u32, op: u32 },
+    /// `info` operation `op` was linearized.
+    LinearizedInfo { op: u32 },
+}
+
+/// A choice applied at a node, with the marks to take it back.
 struct Applied {
-    op: u32,
     model_mark: usize,
-    /// Where `op` sat in `pending`.
-    pending_idx: usize,
-    /// Length of `pending` after removing `op`; operations pushed past it were invoked
-    /// while advancing to the next decision.
-    pending_len: usize,
+    edit_mark: usize,
 }
 
 struct Node {
-    /// Entry index of the response that forces `x`.
+    /// Entry index of the response that forces `x` (choices: `x`, then `others`) or of the
+    /// invocation of `info` operation `x` (choices: apply it, leave it pending).
     pos: usize,
     x: u32,
-    /// 0: X itself is next to try; k >= 1: `others[k - 1]` is.
+    /// Choices tried so far (at a response: 0 means X itself is next, k >= 1 means
+    /// `others[k - 1]` is).
     stage: usize,
-    /// X's conflict closure among the pending operations, computed only when X cannot
-    /// simply be linearized (the common case needs none).
+    /// Mutations in X's conflict closure, computed only when X cannot simply be
+    /// linearized (the common case needs none).
     others: Option<Vec<u32>>,
     applied: Option<Applied>,
 }
@@ -145,33 +180,137 @@ fn overlaps(a: &[(u64, u64)], b: &[(u64, u64)]) -> bool {
 struct Search<'a, 'b> {
     ops: &'b [SubOp<'a>],
     mutates: Vec<bool>,
+    /// `info` mutation: no response, may take effect or not.
+    optional: Vec<bool>,
     entries: Vec<Entry>,
+    /// Entry index of each operation's invocation and response.
+    call_pos: Vec<usize>,
+    ret_pos: Vec<Option<usize>>,
+    /// Operations whose footprint is a set of single keys, by key, in invocation order.
+    by_key: HashMap<u64, Vec<(u32, u32)>>,
     model: Model,
     linearized: Vec<bool>,
     n_linearized: usize,
     set_hash: u128,
     op_tags: Vec<u128>,
-    /// Invoked, not yet linearized, in invocation order.
+    /// `ok` operations invoked and not yet linearized, in invocation order. (`info`
+    /// operations are pending from their invocation on until linearized, which may be
+    /// never; they are found through `info_by_key` instead, so that those that never took
+    /// effect do not slow down every scan of this list.)
     pending: Vec<u32>,
+    /// `info` operations (all mutations of single keys) by key, in invocation order.
+    info_by_key: BTreeMap<u64, Vec<u32>>,
+    edits: Vec<Edit>,
     /// Scratch for the closure computation: `stamp[op] == generation` means "in closure".
     stamp: Vec<u32>,
     generation: u32,
     best: Option<(usize, Failure)>,
 }
 
-impl<'a, 'b> Search<'a, 'b> {
-    /// Walk events from `from`: invocations become pending, responses of linearized
-    /// operations are passed; stop at the first response of an unlinearized operation.
+impl Search<'_, '_> {
+    /// Walk events from `from`: invocations become pending (reads that already match are
+    /// linearized at once), responses of linearized operations are passed; stop at the
+    /// first response of an unlinearized operation.
     fn advance(&mut self, from: usize) -> Option<usize> {
         for p in from..self.entries.len() {
             let e = self.entries[p];
+            if !e.is_ret && self.optional[e.op as usize] {
+                // A decision: apply the `info` operation now, or leave it pending.
+                return Some(p);
+            }
             if !e.is_ret {
                 self.pending.push(e.op);
+                self.edits.push(Edit::Invoked);
+                if !self.mutates[e.op as usize] {
+                    self.try_read(self.pending.len() - 1);
+                }
             } else if !self.linearized[e.op as usize] {
                 return Some(p);
             }
         }
         None
+    }
+
+    /// Mark `op` linearized: the part common to `ok` and `info` operations.
+    fn mark_linearized(&mut self, op: u32) {
+        self.linearized[op as usize] = true;
+        self.n_linearized += 1;
+        self.set_hash ^= self.op_tags[op as usize];
+    }
+
+    /// Linearize `info` operation `op`.
+    fn linearize_info(&mut self, op: u32) {
+        self.mark_linearized(op);
+        self.edits.push(Edit::LinearizedInfo { op });
+    }
+
+    /// `info` operations touching `lo..=hi`, invoked before entry `before`, not linearized
+    /// (a batch touching several of those keys comes once per key).
+    fn pending_info(&self, lo: u64, hi: u64, before: usize) -> impl Iterator<Item = u32> + '_ {
+        self.info_by_key
+            .range(lo..=hi)
+            .flat_map(|(_, ops)| ops.iter().copied())
+            .filter(move |&o| self.call_pos[o as usize] < before && !self.linearized[o as usize])
+    }
+
+    /// Linearize the pending operation at `idx`.
+    fn linearize(&mut self, idx: usize) {
+        let op = self.pending.remove(idx);
+        self.mark_linearized(op);
+        self.edits.push(Edit::Linearized {
+            idx: idx as u32,
+            op,
+        });
+    }
+
+    /// Linearize the pending read at `idx` if its result matches the state. True if it did.
+    fn try_read(&mut self, idx: usize) -> bool {
+        let sub = &self.ops[self.pending[idx] as usize];
+        // Given its result the step cannot change the map, but an update to the same value
+        // logs an undo record; keep the log balanced on failure too.
+        let mark = self.model.mark();
+        if self.model.step(sub.subject, sub.result) {
+            self.linearize(idx);
+            true
+        } else {
+            self.model.rollback(mark);
+            false
+        }
+    }
+
+    /// After mutation `m` was applied: linearize the pending reads it may have satisfied.
+    fn saturate_after(&mut self, m: u32) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let p = self.pending[i] as usize;
+            let affected =
+                !self.mutates[p] && overlaps(self.ops[p].footprint, self.ops[m as usize].footprint);
+            if !(affected && self.try_read(i)) {
+                i += 1;
+            }
+        }
+    }
+
+    fn undo(&mut self, a: Applied) {
+        self.model.rollback(a.model_mark);
+        while self.edits.len() > a.edit_mark {
+            match self.edits.pop().expect("edit log shorter than mark") {
+                Edit::Invoked => {
+                    self.pending.pop();
+                }
+                Edit::Linearized { idx, op } => {
+                    self.pending.insert(idx as usize, op);
+                    self.unmark_linearized(op);
+                }
+                Edit::LinearizedInfo { op } => self.unmark_linearized(op),
+            }
+        }
+    }
+
+    fn unmark_linearized(&mut self, op: u32) {
+        self.linearized[op as usize] = false;
+        self.n_linearized -= 1;
+        self.set_hash ^= self.op_tags[op as usize];
     }
 
     fn conflicts(&self, a: u32, b: u32) -> bool {
@@ -182,8 +321,9 @@ impl<'a, 'b> Search<'a, 'b> {
             )
     }
 
-    /// Pending operations in the conflict closure of `x`, in invocation order.
-    fn closure(&mut self, x: u32) -> Vec<u32> {
+    /// Pending mutations in the conflict closure of `x` (at decision position `pos`),
+    /// most promising first.
+    fn closure(&mut self, x: u32, pos: usize) -> Vec<u32> {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
             self.stamp.iter_mut().for_each(|s| *s = 0);
@@ -192,6 +332,7 @@ impl<'a, 'b> Search<'a, 'b> {
         let g = self.generation;
         self.stamp[x as usize] = g;
         let mut queue = vec![x];
+        let mut infos: Vec<u32> = Vec::new();
         while let Some(a) = queue.pop() {
             for i in 0..self.pending.len() {
                 let p = self.pending[i];
@@ -200,21 +341,152 @@ impl<'a, 'b> Search<'a, 'b> {
                     queue.push(p);
                 }
             }
+            // `info` operations are mutations: touching a key of `a` is a conflict.
+            let found: Vec<u32> = self.ops[a as usize]
+                .footprint
+                .iter()
+                .flat_map(|&(lo, hi)| self.pending_info(lo, hi, pos))
+                .filter(|&i| self.stamp[i as usize] != g)
+                .collect();
+            for i in found {
+                if self.stamp[i as usize] != g {
+                    self.stamp[i as usize] = g;
+                    queue.push(i);
+                    infos.push(i);
+                }
+            }
         }
-        self.pending
+        // Most recently invoked first: an `info` operation that takes effect long after
+        // it was invoked is possible but rare, and an old one that never took effect
+        // stays pending forever.
+        infos.sort_unstable_by_key(|&i| Reverse(self.call_pos[i as usize]));
+        let members: Vec<u32> = self
+            .pending
             .iter()
             .copied()
-            .filter(|&p| p != x && self.stamp[p as usize] == g)
-            .collect()
+            .filter(|&p| p != x && self.stamp[p as usize] == g && self.mutates[p as usize])
+            .chain(infos)
+            .collect();
+        // Order (a heuristic only: every member stays a candidate unless it cannot be
+        // applied here at all): first what brings X closest to its observed result, then
+        // `ok` before `info`, then invocation order.
+        let xs = &self.ops[x as usize];
+        let base = self.model.distance(xs.subject, xs.result);
+        let mut ranked: Vec<(Reverse<usize>, usize, bool, usize, u32)> =
+            Vec::with_capacity(members.len());
+        for (order, p) in members.into_iter().enumerate() {
+            let sub = &self.ops[p as usize];
+            let mark = self.model.mark();
+            if self.model.step(sub.subject, sub.result) {
+                let d = self.model.distance(xs.subject, xs.result);
+                let (gain, harm) = (base.saturating_sub(d), d.saturating_sub(base));
+                ranked.push((Reverse(gain), harm, self.optional[p as usize], order, p));
+            }
+            self.model.rollback(mark);
+        }
+        ranked.sort_unstable();
+        ranked.into_iter().map(|r| r.4).collect()
     }
 
-    fn undo(&mut self, a: Applied) {
-        self.pending.truncate(a.pending_len);
-        self.pending.insert(a.pending_idx, a.op);
-        self.linearized[a.op as usize] = false;
-        self.n_linearized -= 1;
-        self.set_hash ^= self.op_tags[a.op as usize];
-        self.model.rollback(a.model_mark);
+    /// Whether `x` could still be linearized at this point by applying some pending
+    /// mutations first, judged key by key: each key x needs in another state must be able
+    /// to reach it through pending mutations touching it (each usable any number of times
+    /// and in any order, which over-approximates, so a "no" is certain). Saves enumerating
+    /// every subset of x's conflict closure when x is already doomed.
+    ///
+    /// `upcoming` are the entries after the current position up to x's response: the
+    /// mutations invoked there may also come before x.
+    fn feasible(&self, x: u32, upcoming: std::ops::Range<usize>) -> bool {
+        const MAX_NEEDS: usize = 64;
+        let xs = &self.ops[x as usize];
+        let needs = self.model.unmet_needs(xs.subject, xs.result, MAX_NEEDS);
+        needs
+            .into_iter()
+            .all(|(key, need)| self.reachable(key, need, upcoming.clone()))
+    }
+
+    /// Lookahead after mutation `m` was applied at position `pos`: every pending `ok`
+    /// operation it may have affected must remain feasible before its own response.
+    /// Without this, a wrong choice (typically an `info` batch applied at the wrong time)
+    /// would only show when that other operation's response is reached, possibly far later,
+    /// and backtracking to it would re-explore everything in between.
+    ///
+    /// The same goes for the next few `ok` operations on each key `m` changed that have
+    /// not been invoked yet (point operations only, which are indexed by key): a value
+    /// written at the wrong time is usually contradicted by one of the next reads of that
+    /// key.
+    ///
+    /// Returns an operation that became infeasible, if any.
+    fn doomed_by(&self, m: u32, pos: usize) -> Option<u32> {
+        const LOOKAHEAD: usize = 3;
+        let fp = self.ops[m as usize].footprint;
+        let check = |y: u32| match self.ret_pos[y as usize] {
+            Some(r) => self.feasible(y, pos + 1..r.max(pos + 1)),
+            None => true,
+        };
+        if let Some(&y) = self
+            .pending
+            .iter()
+            .find(|&&y| overlaps(self.ops[y as usize].footprint, fp) && !check(y))
+        {
+            return Some(y);
+        }
+        fp.iter().filter(|r| r.0 == r.1).find_map(|&(key, _)| {
+            let ops = self.by_key.get(&key)?;
+            let first = ops.partition_point(|&(c, _)| c as usize <= pos);
+            ops[first..]
+                .iter()
+                .map(|&(_, o)| o)
+                .filter(|&o| !self.optional[o as usize])
+                .take(LOOKAHEAD)
+                .find(|&y| !check(y))
+        })
+    }
+
+    fn reachable(&self, key: u64, need: Need, upcoming: std::ops::Range<usize>) -> bool {
+        if need == Need::Never {
+            return false;
+        }
+        if need.accepts(self.model.get(key)) {
+            return true;
+        }
+        // Mutations are point operations, so `by_key` lists every one touching `key`.
+        let on_key: &[(u32, u32)] = self.by_key.get(&key).map_or(&[], Vec::as_slice);
+        let from = on_key.partition_point(|&(c, _)| (c as usize) < upcoming.start);
+        let to = from + on_key[from..].partition_point(|&(c, _)| (c as usize) < upcoming.end);
+        let touches = |o: u32| {
+            self.ops[o as usize]
+                .footprint
+                .iter()
+                .any(|&(lo, hi)| lo <= key && key <= hi)
+        };
+        let writers: Vec<&SubOp<'_>> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|&o| touches(o))
+            .chain(self.pending_info(key, key, upcoming.start))
+            .chain(on_key[from..to].iter().map(|&(_, o)| o))
+            .filter(|&o| self.mutates[o as usize])
+            .map(|o| &self.ops[o as usize])
+            .collect();
+        let mut values = vec![self.model.get(key)];
+        let mut i = 0;
+        while i < values.len() {
+            if need.accepts(values[i]) {
+                return true;
+            }
+            for w in &writers {
+                let Subject::Op(op) = w.subject else { continue };
+                if let Some(post) = effect_on_key(op, w.result, key, values[i]) {
+                    if !values.contains(&post) {
+                        values.push(post);
+                    }
+                }
+            }
+            i += 1;
+        }
+        false
     }
 
     fn key(&self, pos: usize) -> u128 {
@@ -224,7 +496,7 @@ impl<'a, 'b> Search<'a, 'b> {
     /// Remember what the model would have said to `x` at the furthest failing position.
     fn note_failure(&mut self, pos: usize, x: u32) {
         const MAX_ALLOWED: usize = 4;
-        let furthest = self.best.as_ref().map_or(true, |(p, _)| pos > *p);
+        let furthest = self.best.as_ref().is_none_or(|(p, _)| pos > *p);
         let same = self
             .best
             .as_ref()
@@ -285,10 +557,37 @@ pub(crate) fn search(
     // At equal times invocations come first: treating such operations as concurrent is
     // the lenient reading of a clock tie, so a tie never causes a false violation.
     entries.sort_by_key(|e| (e.time, e.is_ret, e.op));
+    let mut call_pos = vec![0; ops.len()];
+    let mut ret_pos = vec![None; ops.len()];
+    let mut by_key: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
+    let mut info_by_key: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        if e.is_ret {
+            ret_pos[e.op as usize] = Some(i);
+        } else {
+            call_pos[e.op as usize] = i;
+            let fp = ops[e.op as usize].footprint;
+            if fp.iter().all(|r| r.0 == r.1) {
+                for &(k, _) in fp {
+                    by_key.entry(k).or_default().push((i as u32, e.op));
+                    if ops[e.op as usize].ret.is_none() {
+                        info_by_key.entry(k).or_default().push(e.op);
+                    }
+                }
+            }
+        }
+    }
 
     let mut s = Search {
         ops,
-        mutates: ops.iter().map(|o| o.subject.is_mutation()).collect(),
+        mutates: ops
+            .iter()
+            .map(|o| o.subject.changes_state(o.result))
+            .collect(),
+        optional: ops.iter().map(|o| o.ret.is_none()).collect(),
+        call_pos,
+        ret_pos,
+        by_key,
         entries,
         model: Model::new(initial),
         linearized: vec![false; ops.len()],
@@ -298,6 +597,8 @@ pub(crate) fn search(
             .map(|i| tag128(i as u64, mix64(ops.len() as u64)))
             .collect(),
         pending: Vec::new(),
+        info_by_key,
+        edits: Vec::new(),
         stamp: vec![0; ops.len()],
         generation: 0,
         best: None,
@@ -316,47 +617,84 @@ pub(crate) fn search(
             s.undo(a);
         }
         let (pos, x) = (node.pos, node.x);
-        let choice = if node.stage == 0 {
+        let invoke = !s.entries[pos].is_ret;
+        // What to do at this node: Some(op) linearizes op, None (at an invocation) leaves
+        // the operation pending.
+        let choice: Option<u32> = if invoke {
+            node.stage += 1;
+            match node.stage {
+                1 => Some(x),
+                2 => None,
+                _ => {
+                    stack.pop();
+                    continue;
+                }
+            }
+        } else if node.stage == 0 {
             node.stage = 1;
+            // A pending read that matched would have been linearized already.
+            if !s.mutates[x as usize] {
+                continue;
+            }
             Some(x)
         } else {
             if node.others.is_none() {
-                node.others = Some(s.closure(x));
+                node.others = Some(if s.feasible(x, pos..pos) {
+                    s.closure(x, pos)
+                } else {
+                    Vec::new()
+                });
             }
             let others = node.others.as_ref().expect("closure computed above");
             let c = others.get(node.stage - 1).copied();
             node.stage += 1;
+            if c.is_none() {
+                // Every choice failed: this configuration cannot be extended.
+                s.note_failure(pos, x);
+                stack.pop();
+                continue;
+            }
             c
         };
-        let Some(c) = choice else {
-            // Every choice failed: this configuration cannot be extended.
-            s.note_failure(pos, x);
-            stack.pop();
-            continue;
-        };
 
-        let sub = &s.ops[c as usize];
-        let model_mark = s.model.mark();
-        if !s.model.step(sub.subject, sub.result) {
-            s.model.rollback(model_mark);
-            continue;
-        }
-        let pending_idx = s
-            .pending
-            .iter()
-            .position(|&p| p == c)
-            .expect("a choice is always pending");
-        s.pending.remove(pending_idx);
-        s.linearized[c as usize] = true;
-        s.n_linearized += 1;
-        s.set_hash ^= s.op_tags[c as usize];
         let applied = Applied {
-            op: c,
-            model_mark,
-            pending_idx,
-            pending_len: s.pending.len(),
+            model_mark: s.model.mark(),
+            edit_mark: s.edits.len(),
         };
-        let next_pos = if c == x {
+        if let Some(c) = choice {
+            let sub = &s.ops[c as usize];
+            let before = s.model.hash();
+            // An `info` operation that would change nothing here is better left pending:
+            // it can still be applied later, or never, which includes this outcome.
+            if !s.model.step(sub.subject, sub.result)
+                || (s.optional[c as usize] && s.model.hash() == before)
+            {
+                s.undo(applied);
+                continue;
+            }
+            if s.optional[c as usize] {
+                s.linearize_info(c);
+            } else {
+                let idx = s
+                    .pending
+                    .iter()
+                    .position(|&p| p == c)
+                    .expect("a choice is always pending");
+                s.linearize(idx);
+            }
+            s.saturate_after(c);
+            if s.mutates[c as usize] {
+                if let Some(y) = s.doomed_by(c, pos) {
+                    // Blame the operation that can no longer be satisfied, as of its
+                    // response: that is where this line of linearization would fail.
+                    let at = s.ret_pos[y as usize].expect("only ok operations are checked");
+                    s.note_failure(at, y);
+                    s.undo(applied);
+                    continue;
+                }
+            }
+        }
+        let next_pos = if invoke || s.linearized[x as usize] {
             match s.advance(pos + 1) {
                 Some(q) => q,
                 // Every response has been passed: the operations left pending are `info`
@@ -366,7 +704,7 @@ pub(crate) fn search(
         } else {
             pos
         };
-        // Either way the node's choice is recorded so that coming back to it undoes it.
+        // Recorded on the node so that coming back to it undoes the choice.
         stack.last_mut().expect("node is on the stack").applied = Some(applied);
         if !memo.insert(s.key(next_pos)) {
             continue;

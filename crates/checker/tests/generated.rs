@@ -126,21 +126,27 @@ fn many_clients_contending_on_few_keys() {
 }
 
 #[test]
-fn a_long_single_group_history() {
-    // Wide range queries merge every key into one sub-history: the global search.
-    let cfg = GenConfig {
-        seed: 11,
-        clients: 16,
-        ops: 8_000,
-        keys: 256,
-        max_range: 256,
-        info_rate: 0.01,
-        ..GenConfig::default()
-    };
-    let g = generate(&cfg);
-    let s = check(&g.events, &opts_for(&cfg)).unwrap();
-    assert!(s.largest_group > 7_000, "{s:?}");
-    assert!(s.states < 100_000, "{s:?}");
+fn long_single_group_histories() {
+    // Wide range queries merge every key into one sub-history: the global search, over
+    // 20k operations of 16 or 32 clients, some of them timing out.
+    for (seed, clients, values) in [(11, 16, 1_000_000_000), (12, 32, 8)] {
+        let cfg = GenConfig {
+            seed,
+            clients,
+            ops: 20_000,
+            keys: 256,
+            values,
+            max_range: 256,
+            info_rate: 0.01,
+            ..GenConfig::default()
+        };
+        let g = generate(&cfg);
+        let s = check(&g.events, &opts_for(&cfg)).unwrap();
+        assert!(s.largest_group > 19_000, "{s:?}");
+        // About one state per operation: no real backtracking.
+        assert!(s.states < 60_000, "{s:?}");
+        check_with_final_state(&g.events, &opts_for(&cfg), &g.final_state).unwrap();
+    }
 }
 
 /// An ok read after every operation completed, returning a value nobody ever wrote:
