@@ -41,7 +41,7 @@ pub struct BenchConfig {
     pub trim: f64,
     pub record_history: bool,
     pub progress: bool,
-    /// Keys are drawn from 0..key_space (default: 2 × max(preload, 1,000,000)).
+    /// Keys are drawn from 0..key_space (default: [`key_space`]).
     pub key_space: Option<u64>,
 }
 
@@ -86,8 +86,14 @@ pub struct Record {
     pub result: Option<OpResult>,
 }
 
+/// Keys are drawn from 0..2N for a preload of N (so ranges and reads hit preloaded
+/// data and about half of the inserts find their key taken), or 0..2,000,000 without one.
 pub fn key_space(preload: u64) -> u64 {
-    preload.max(1_000_000) * PRELOAD_STRIDE
+    if preload > 0 {
+        preload * PRELOAD_STRIDE
+    } else {
+        1_000_000 * PRELOAD_STRIDE
+    }
 }
 
 fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
