@@ -710,34 +710,7 @@ pub(crate) fn search(
             continue;
         }
         *states += 1;
-        if *states % 100_000 == 0 && std::env::var_os("PCTRACE").is_some() {
-            let alts: Vec<(usize, usize, bool, u32, usize)> = stack
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.stage > 1)
-                .map(|(i, n)| (i, n.pos, s.entries[n.pos].is_ret, n.x, n.stage))
-                .collect();
-            let bp = s.best.as_ref().map(|b| (b.0, b.1.op));
-            eprintln!(
-                "states {} depth {} pos {next_pos} best {:?} pending {} alts {} {:?}",
-                *states,
-                stack.len(),
-                bp,
-                s.pending.len(),
-                alts.len(),
-                &alts[alts.len().saturating_sub(6)..]
-            );
-        }
         if *states >= limit {
-            if std::env::var_os("PCTRACE").is_some() {
-                if let Some((bp, f)) = &s.best {
-                    let o = &s.ops[f.op];
-                    eprintln!(
-                        "best pos {bp} op {} {:?} res {:?} call {} ret {:?} fp {:?} allowed {:?}",
-                        f.op, o.subject, o.result, o.call, o.ret, o.footprint, f.allowed
-                    );
-                }
-            }
             return Outcome::GaveUp;
         }
         let next_x = s.entries[next_pos].op;
