@@ -12,9 +12,10 @@ use crate::initial::{Initial, InitialIndex};
 use crate::model::Subject;
 use crate::search::{search, Expected, Failure, Outcome, SubOp};
 
-/// Default bound on explored search states (all sub-histories together): a few seconds
-/// of search at most (1 to 10 µs per state) and about 20 MB of memo. Valid histories
-/// rarely need more than a couple of states per operation.
+/// Default bound on explored search states (all sub-histories together): about 20 MB of
+/// memo and, at 1 to 40 µs per state, seconds to a few tens of seconds of search. Valid
+/// histories usually need one or two states per operation; the budget is there for
+/// violations hidden in large groups and for histories dense with `info` operations.
 pub const DEFAULT_MAX_STATES: u64 = 1_000_000;
 
 /// How to check.
