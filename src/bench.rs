@@ -39,7 +39,6 @@ pub struct BenchConfig {
     pub seed: u64,
     /// Fraction of the run trimmed at each end.
     pub trim: f64,
-    pub record_history: bool,
     pub progress: bool,
     /// Keys are drawn from 0..key_space (default: [`key_space`]).
     pub key_space: Option<u64>,

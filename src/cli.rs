@@ -553,7 +553,6 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         preload: a.preload,
         seed: a.seed,
         trim: 0.1,
-        record_history: a.history.is_some(),
         progress: !a.quiet,
         key_space: None,
     };

@@ -93,7 +93,6 @@ async fn run_and_judge(protocol: Protocol, node_args: &[String]) -> Result<(), S
         preload,
         seed: 7,
         trim: 0.1,
-        record_history: true,
         progress: false,
         key_space: Some(2 * preload),
     };

@@ -12,8 +12,8 @@
 //! hands the mask to the coordinator as a [`Msg::Phase2B`].
 
 use crate::{
-    send_all, AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, PersistToken,
-    Protocol, Value, Vid,
+    AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, PersistToken, Protocol,
+    Value, Vid,
 };
 use partita_types::{Ballot, Instance, NodeId};
 use std::collections::{BTreeMap, HashMap};
@@ -493,7 +493,6 @@ impl Acceptor {
             self.pending.len() as u64 <= self.next_token,
             "pending writes bounded by tokens issued"
         );
-        let _ = send_all;
     }
 }
 
