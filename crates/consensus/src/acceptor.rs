@@ -67,6 +67,9 @@ pub struct Acceptor {
     /// Writes the driver reported complete, for the "vote only when durable" check.
     last_persisted: PersistToken,
     drops: DropCounts,
+    /// Planted bug (simulator controls only): vote as soon as a value arrives, before
+    /// its write is durable.
+    unsafe_vote_before_durable: bool,
 }
 
 impl Acceptor {
@@ -87,7 +90,20 @@ impl Acceptor {
             next_token: 1,
             last_persisted: 0,
             drops: DropCounts::default(),
+            unsafe_vote_before_durable: false,
         }
+    }
+
+    /// Plant the "vote before the write is durable" bug (simulator controls only).
+    pub fn set_unsafe_vote_before_durable(&mut self, on: bool) {
+        self.unsafe_vote_before_durable = on;
+    }
+
+    /// Plant the "forget the promise on restart" bug (simulator controls only): keep
+    /// the accepted values, but let the promise fall back to the highest ballot
+    /// accepted, forgetting any higher promise made in a Phase 1 since.
+    pub fn unsafe_forget_promise(&mut self) {
+        self.promised = self.max_accepted_ballot;
     }
 
     /// Rebuild the acceptor from its log, oldest record first. Everything replayed was
@@ -272,6 +288,12 @@ impl Acceptor {
             },
             out,
         );
+        if self.unsafe_vote_before_durable {
+            // `vote` asserts durability; the bug lies to it for this one vote.
+            self.set_durable(instance, true);
+            self.vote(instance, ballot, vid, out);
+            self.set_durable(instance, false);
+        }
         self.pending.insert(
             token,
             PendingWrite::Accept {
@@ -342,6 +364,12 @@ impl Acceptor {
             }
         }
         self.invariants();
+    }
+
+    fn set_durable(&mut self, instance: Instance, durable: bool) {
+        if let Some(a) = self.accepted.get_mut(&instance) {
+            a.durable = durable;
+        }
     }
 
     /// Cast this acceptor's vote for a durable accepted value.

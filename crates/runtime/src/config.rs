@@ -332,6 +332,23 @@ impl ClusterConfig {
         }
     }
 
+    /// What the node core of node `id` needs to know (`id` must be in the file).
+    pub fn node_setup(&self, id: NodeId) -> partita_node::NodeSetup {
+        let roles = &self.node(id).expect("node is in the cluster file").roles;
+        partita_node::NodeSetup {
+            id,
+            mode: match self.cluster.mode {
+                Mode::Smr => partita_node::Mode::Smr,
+                Mode::Cs => partita_node::Mode::Cs,
+            },
+            membership: self.membership(),
+            acceptor: roles.contains(&Role::Acceptor),
+            replica: roles.contains(&Role::Replica) || roles.contains(&Role::Server),
+            coordinator_config: self.coordinator_config(),
+            learner_config: self.learner_config(),
+        }
+    }
+
     pub fn learner_config(&self) -> LearnerConfig {
         LearnerConfig {
             gap_ticks: (20 / self.cluster.tick_ms).max(1),

@@ -11,13 +11,10 @@ use crate::config::{ClusterConfig, Durability, Mode, Role};
 use crate::net::{spawn_writer, FrameBytes, FrameReader};
 use crate::wire::{to_frame, NodeStatus, Wire};
 use anyhow::{bail, Context};
-use partita_btree::BPlusTree;
-use partita_consensus::{
-    Acceptor, AcceptorRecord, Action, Coordinator, Learner, Msg, Outbox, Value, Vid,
-};
-use partita_smr::SequentialReplica;
-use partita_types::{Ballot, ClientId, Command, NodeId, Reply};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use partita_consensus::{AcceptorRecord, Msg};
+use partita_node::{NodeCore, Output, UnsafeBugs};
+use partita_types::{ClientId, Command, NodeId};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
@@ -47,7 +44,6 @@ enum Event {
         tx: mpsc::Sender<FrameBytes>,
     },
     Request {
-        conn: u64,
         cmd: Command,
     },
     Status {
@@ -92,19 +88,12 @@ fn check_identity(dir: &Path, cluster_id: u64, node: NodeId) -> anyhow::Result<(
 struct Node {
     id: NodeId,
     cfg: ClusterConfig,
-    acceptor: Option<Acceptor>,
-    coordinator: Option<Coordinator>,
-    learner: Option<Learner>,
-    replica: Option<SequentialReplica>,
-    /// cs mode: the unreplicated server's instance counter.
-    cs_instance: u64,
+    core: NodeCore,
     peers: HashMap<NodeId, mpsc::Sender<FrameBytes>>,
     clients: HashMap<ClientId, (u64, mpsc::Sender<FrameBytes>)>,
     wal: Option<partita_wal::GroupCommit>,
-    local: VecDeque<(NodeId, Msg)>,
     counters: BTreeMap<&'static str, u64>,
-    tick: u64,
-    replies: Vec<Reply>,
+    out: Vec<Output>,
 }
 
 impl Node {
@@ -127,201 +116,69 @@ impl Node {
         }
     }
 
-    fn run(&mut self, out: Outbox) {
-        let mut out = out;
-        loop {
-            // Encode each distinct message once even when it goes to several peers.
-            let mut prev: Option<(Msg, FrameBytes)> = None;
-            for a in out.drain(..) {
-                match a {
-                    Action::Send { to, msg } if to == self.id => {
-                        self.local.push_back((self.id, msg))
-                    }
-                    Action::Send { to, msg } => {
-                        let frame = match &prev {
-                            Some((p, f)) if same_msg(p, &msg) => f.clone(),
-                            _ => {
-                                let f = Arc::new(to_frame(&Wire::Peer(msg.clone())));
-                                prev = Some((msg, f.clone()));
-                                f
-                            }
-                        };
-                        self.send_peer(to, frame);
-                    }
-                    Action::Persist { token, record } => {
-                        let bytes = partita_types::encode(&record);
-                        match &self.wal {
-                            Some(w) => {
-                                // Blocks only if the disk falls 4096 records behind, far
-                                // beyond what the window of instances can queue.
-                                if let Err(e) = w.submit(bytes, token) {
-                                    error!("WAL refused a record: {e}");
-                                }
-                            }
-                            None => panic!("persist on a node without a WAL"),
+    /// Carry out what the core asked for, in order.
+    fn perform(&mut self) {
+        let mut out = std::mem::take(&mut self.out);
+        // Encode each distinct message once even when it goes to several peers.
+        let mut prev: Option<(Msg, FrameBytes)> = None;
+        for o in out.drain(..) {
+            match o {
+                Output::Send { to, msg } => {
+                    let frame = match &prev {
+                        Some((p, f)) if same_msg(p, &msg) => f.clone(),
+                        _ => {
+                            let f = Arc::new(to_frame(&Wire::Peer(msg.clone())));
+                            prev = Some((msg, f.clone()));
+                            f
                         }
-                    }
-                    Action::Deliver { instance, value } => self.execute(instance, &value),
+                    };
+                    self.send_peer(to, frame);
                 }
-            }
-            let Some((from, msg)) = self.local.pop_front() else {
-                break;
-            };
-            out = self.dispatch(from, msg);
-        }
-        self.flush_replies();
-    }
-
-    fn execute(&mut self, instance: u64, value: &Value) {
-        let Some(r) = self.replica.as_mut() else {
-            self.count("dropped_deliver_without_replica");
-            return;
-        };
-        r.execute(instance, value, &mut self.replies);
-    }
-
-    fn flush_replies(&mut self) {
-        for reply in std::mem::take(&mut self.replies) {
-            match self.clients.get(&reply.client) {
-                Some((_, tx)) => {
-                    let f = Arc::new(to_frame(&Wire::Reply(reply)));
-                    if tx.try_send(f).is_err() {
-                        *self.counters.entry("dropped_reply_queue_full").or_default() += 1;
+                Output::Persist { token, record } => {
+                    let bytes = partita_types::encode(&record);
+                    match &self.wal {
+                        // Blocks only if the disk falls 4096 records behind, far beyond
+                        // what the window of instances can queue.
+                        Some(w) => {
+                            if let Err(e) = w.submit(bytes, token) {
+                                error!("WAL refused a record: {e}");
+                            }
+                        }
+                        None => panic!("persist on a node without a WAL"),
                     }
                 }
-                None => {
-                    *self
-                        .counters
-                        .entry("dropped_reply_client_gone")
-                        .or_default() += 1
+                Output::Reply(reply) => {
+                    let client = reply.client;
+                    self.send_client(client, || Wire::Reply(reply), "dropped_reply");
                 }
-            }
-        }
-    }
-
-    fn dispatch(&mut self, from: NodeId, msg: Msg) -> Outbox {
-        let mut out = Vec::new();
-        let mut handled = false;
-        match &msg {
-            Msg::Phase1B { .. } | Msg::Nack { .. } | Msg::Phase2B { .. } => {
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.on_message(from, msg, &mut out);
-                    c.invariants();
-                    handled = true;
-                }
-            }
-            Msg::Phase1A { .. } | Msg::RingVote { .. } => {
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::Phase2A { .. } | Msg::Decide { .. } | Msg::DecideValue { .. } => {
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg.clone(), &mut out);
-                    handled = true;
-                }
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::Heartbeat { .. } | Msg::LearnReply { .. } => {
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::LearnRequest { .. } => {
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.on_message(from, msg.clone(), &mut out);
-                    handled = true;
-                }
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-        }
-        if !handled {
-            self.count("dropped_not_for_this_node");
-        }
-        out
-    }
-
-    fn on_request(&mut self, conn: u64, cmd: Command) {
-        if self.cfg.cluster.mode == Mode::Cs {
-            let Some(r) = self.replica.as_mut() else {
-                unreachable!("cs server has a replica")
-            };
-            self.cs_instance += 1;
-            let value = Value {
-                vid: Vid {
-                    ballot: Ballot::ZERO,
-                    seq: self.cs_instance,
-                },
-                commands: vec![cmd],
-            };
-            r.execute(self.cs_instance, &value, &mut self.replies);
-            self.flush_replies();
-            return;
-        }
-        let (client, seq) = (cmd.client, cmd.seq);
-        let refused = match self.coordinator.as_mut() {
-            Some(c) => {
-                let mut out = Vec::new();
-                if c.on_command(cmd, &mut out) {
-                    self.run(out);
-                    None
-                } else {
-                    Some("coordinator queue full".to_string())
-                }
-            }
-            None => Some(format!(
-                "node {} does not coordinate; send commands to node {}",
-                self.id,
-                self.cfg.entry_node()
-            )),
-        };
-        if let Some(reason) = refused {
-            self.count("requests_refused");
-            if let Some((_, tx)) = self.clients.get(&client) {
-                let _ = tx.try_send(Arc::new(to_frame(&Wire::Refused {
+                Output::Refused {
                     client,
                     seq,
                     reason,
-                })));
-            } else {
-                debug!(conn, "refused request from a connection without hello");
+                } => self.send_client(
+                    client,
+                    || Wire::Refused {
+                        client,
+                        seq,
+                        reason,
+                    },
+                    "dropped_refusal",
+                ),
             }
         }
+        self.out = out;
+        self.core.invariants();
     }
 
-    fn on_tick(&mut self) {
-        self.tick += 1;
-        let mut out = Vec::new();
-        if let Some(c) = self.coordinator.as_mut() {
-            c.on_tick(self.tick, &mut out);
+    fn send_client(&mut self, client: ClientId, wire: impl FnOnce() -> Wire, what: &'static str) {
+        match self.clients.get(&client) {
+            Some((_, tx)) => {
+                if tx.try_send(Arc::new(to_frame(&wire()))).is_err() {
+                    self.count(what);
+                }
+            }
+            None => self.count("dropped_client_gone"),
         }
-        if let Some(l) = self.learner.as_mut() {
-            l.on_tick(self.tick, &mut out);
-        }
-        if !out.is_empty() {
-            self.run(out);
-        }
-    }
-
-    fn on_persisted(&mut self, tokens: Vec<u64>) {
-        let mut out = Vec::new();
-        let a = self
-            .acceptor
-            .as_mut()
-            .expect("persist completions go to the acceptor");
-        for t in tokens {
-            a.on_persisted(t, &mut out);
-        }
-        a.invariants();
-        self.run(out);
     }
 
     fn status(&self) -> NodeStatus {
@@ -329,15 +186,19 @@ impl Node {
         let mut counters: Vec<(String, u64)> = self
             .counters
             .iter()
+            .chain(self.core.counters())
             .map(|(k, v)| (k.to_string(), *v))
             .collect();
-        if let Some(c) = &self.coordinator {
+        let coordinator = self.core.coordinator();
+        let acceptor = self.core.acceptor();
+        let replica = self.core.replica();
+        if let Some(c) = coordinator {
             let s = c.stats();
             counters.push(("commands_received".into(), s.commands_received));
             counters.push(("values_proposed".into(), s.values_proposed));
             counters.push(("retransmits".into(), s.retransmits));
         }
-        if let Some(r) = &self.replica {
+        if let Some(r) = replica {
             counters.push(("commands_executed".into(), r.stats().commands_executed));
         }
         NodeStatus {
@@ -347,20 +208,20 @@ impl Node {
                 .roles
                 .iter()
                 .map(|r| format!("{r:?}").to_lowercase())
-                .chain(self.coordinator.as_ref().map(|_| "coordinator".to_string()))
+                .chain(coordinator.map(|_| "coordinator".to_string()))
                 .collect(),
             mode: format!("{:?}", self.cfg.cluster.mode).to_lowercase(),
             protocol: self.cfg.cluster.protocol.to_string(),
             durability: self.cfg.cluster.durability.to_string(),
-            coordinator: self.coordinator.is_some(),
-            ballot: self.coordinator.as_ref().map(|c| c.ballot().to_string()),
-            decided_up_to: self.coordinator.as_ref().map(|c| c.decided_up_to()),
-            executed_up_to: self.replica.as_ref().map(|r| r.last_instance()),
-            digest: self.replica.as_ref().map(|r| r.digest()),
-            entries: self.replica.as_ref().map(|r| r.tree().len() as u64),
-            promised: self.acceptor.as_ref().map(|a| a.promised().to_string()),
-            accepted: self.acceptor.as_ref().map(|a| a.accepted_count() as u64),
-            accepted_max_instance: self.acceptor.as_ref().map(|a| a.max_accepted_instance()),
+            coordinator: coordinator.is_some(),
+            ballot: coordinator.map(|c| c.ballot().to_string()),
+            decided_up_to: coordinator.map(|c| c.decided_up_to()),
+            executed_up_to: replica.map(|r| r.last_instance()),
+            digest: replica.map(|r| r.digest()),
+            entries: replica.map(|r| r.tree().len() as u64),
+            promised: acceptor.map(|a| a.promised().to_string()),
+            accepted: acceptor.map(|a| a.accepted_count() as u64),
+            accepted_max_instance: acceptor.map(|a| a.max_accepted_instance()),
             counters,
         }
     }
@@ -523,7 +384,7 @@ async fn serve_conn(
                             );
                             break;
                         }
-                        if events.send(Event::Request { conn, cmd }).is_err() {
+                        if events.send(Event::Request { cmd }).is_err() {
                             return;
                         }
                     }
@@ -559,101 +420,72 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating {}", opts.data_dir.display()))?;
     check_identity(&dir, cfg.cluster.id, id)?;
-    let membership = cfg.membership();
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let mut bugs = UnsafeBugs::default();
     for bug in &opts.unsafe_bugs {
-        if !["lose-acked-writes", "reexecute-duplicates"].contains(&bug.as_str()) {
-            bail!("unknown --unsafe bug `{bug}` (known: lose-acked-writes, reexecute-duplicates)");
+        if let Err(e) = bugs.enable(bug) {
+            bail!("{e}");
         }
         warn!("PLANTED BUG ENABLED: {bug}; this node is deliberately incorrect");
     }
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
 
+    let mut wal = None;
+    let mut recovered = Vec::new();
+    if cfg.cluster.mode == Mode::Smr && me.roles.contains(&Role::Acceptor) {
+        let durability = match cfg.cluster.durability {
+            Durability::Fsync => partita_wal::Durability::Fsync,
+            Durability::Memory => partita_wal::Durability::Memory,
+        };
+        let mut wopts = partita_wal::WalOptions::new(cfg.cluster.id, id);
+        wopts.durability = durability;
+        let (w, records) = partita_wal::Wal::open(dir.join("wal"), wopts)
+            .with_context(|| format!("opening the WAL in {}", dir.display()))?;
+        for r in records.iter() {
+            let rec: AcceptorRecord = partita_types::decode(&r.payload)
+                .with_context(|| format!("WAL record {} does not decode", r.lsn))?;
+            recovered.push(rec);
+        }
+        let tx = ev_tx.clone();
+        let gc = partita_wal::GroupCommit::spawn(
+            w,
+            partita_wal::GroupCommitOptions::default(),
+            move |c: partita_wal::Completion| match c {
+                partita_wal::Completion::Durable { tokens, .. } => {
+                    let _ = tx.send(Event::Persisted { tokens });
+                }
+                partita_wal::Completion::Failed { error, .. } => {
+                    let _ = tx.send(Event::WalFailed {
+                        error: error.to_string(),
+                    });
+                }
+            },
+        )?;
+        wal = Some(gc);
+    }
+    let n_recovered = recovered.len();
+    let mut out = Vec::new();
+    let core = NodeCore::new(cfg.node_setup(id), recovered, bugs, &mut out);
+    if let Some(a) = core.acceptor() {
+        info!(records = n_recovered, promised = %a.promised(), accepted = a.accepted_count(), "acceptor recovered from its WAL");
+    }
     let mut node = Node {
         id,
         cfg: cfg.clone(),
-        acceptor: None,
-        coordinator: None,
-        learner: None,
-        replica: None,
-        cs_instance: 0,
+        core,
         peers: HashMap::new(),
         clients: HashMap::new(),
-        wal: None,
-        local: VecDeque::new(),
+        wal,
         counters: BTreeMap::new(),
-        tick: 0,
-        replies: Vec::new(),
+        out,
     };
-
-    let mut start_out = Vec::new();
-    match cfg.cluster.mode {
-        Mode::Cs => {
-            node.replica = Some(SequentialReplica::new(id, BPlusTree::new()));
-        }
-        Mode::Smr => {
-            if me.roles.contains(&Role::Acceptor) {
-                let durability = match cfg.cluster.durability {
-                    Durability::Fsync => partita_wal::Durability::Fsync,
-                    Durability::Memory => partita_wal::Durability::Memory,
-                };
-                let mut wopts = partita_wal::WalOptions::new(cfg.cluster.id, id);
-                wopts.durability = durability;
-                let (wal, recovered) = partita_wal::Wal::open(dir.join("wal"), wopts)
-                    .with_context(|| format!("opening the WAL in {}", dir.display()))?;
-                let mut records = Vec::with_capacity(recovered.len());
-                for r in recovered.iter() {
-                    let rec: AcceptorRecord = partita_types::decode(&r.payload)
-                        .with_context(|| format!("WAL record {} does not decode", r.lsn))?;
-                    records.push(rec);
-                }
-                let n = records.len();
-                let acceptor = Acceptor::recover(id, membership.clone(), records);
-                info!(records = n, promised = %acceptor.promised(), accepted = acceptor.accepted_count(), "acceptor recovered from its WAL");
-                let tx = ev_tx.clone();
-                let gc = partita_wal::GroupCommit::spawn(
-                    wal,
-                    partita_wal::GroupCommitOptions::default(),
-                    move |c: partita_wal::Completion| match c {
-                        partita_wal::Completion::Durable { tokens, .. } => {
-                            let _ = tx.send(Event::Persisted { tokens });
-                        }
-                        partita_wal::Completion::Failed { error, .. } => {
-                            let _ = tx.send(Event::WalFailed {
-                                error: error.to_string(),
-                            });
-                        }
-                    },
-                )?;
-                node.wal = Some(gc);
-                if cfg.cluster.coordinator == Some(id) {
-                    let mut c = Coordinator::new(
-                        id,
-                        membership.clone(),
-                        cfg.coordinator_config(),
-                        acceptor.promised(),
-                    );
-                    c.start(&mut start_out);
-                    node.coordinator = Some(c);
-                }
-                node.acceptor = Some(acceptor);
+    if cfg.cluster.mode == Mode::Smr {
+        for n in &cfg.nodes {
+            if n.id == id {
+                continue;
             }
-            if me.roles.contains(&Role::Replica) {
-                node.learner = Some(Learner::new(
-                    id,
-                    membership.clone(),
-                    cfg.learner_config(),
-                    1,
-                ));
-                node.replica = Some(SequentialReplica::new(id, BPlusTree::new()));
-            }
-            for n in &cfg.nodes {
-                if n.id == id {
-                    continue;
-                }
-                let (tx, rx) = mpsc::channel(crate::net::SEND_QUEUE_FRAMES_MAX);
-                spawn_peer_link(id, cfg.cluster.id, cfg.addr(n.id), rx);
-                node.peers.insert(n.id, tx);
-            }
+            let (tx, rx) = mpsc::channel(crate::net::SEND_QUEUE_FRAMES_MAX);
+            spawn_peer_link(id, cfg.cluster.id, cfg.addr(n.id), rx);
+            node.peers.insert(n.id, tx);
         }
     }
 
@@ -680,15 +512,7 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
             }
         });
     }
-    if let Some(r) = node.replica.as_mut() {
-        if opts.unsafe_bugs.iter().any(|b| b == "lose-acked-writes") {
-            r.set_unsafe_lose_every(5);
-        }
-        if opts.unsafe_bugs.iter().any(|b| b == "reexecute-duplicates") {
-            r.set_unsafe_reexecute_duplicates(true);
-        }
-    }
-    node.run(start_out);
+    node.perform();
 
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(cfg.cluster.tick_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -699,21 +523,21 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
                 let Some(ev) = ev else { break };
                 match ev {
                     Event::Peer { from, msg } => {
-                        let out = node.dispatch(from, msg);
-                        node.run(out);
+                        node.core.on_peer(from, msg, &mut node.out);
+                        node.perform();
                     }
                     Event::ClientHello { conn, client, tx } => { node.clients.insert(client, (conn, tx)); }
-                    Event::Request { conn, cmd } => node.on_request(conn, cmd),
+                    Event::Request { cmd } => { node.core.on_request(cmd, &mut node.out); node.perform(); }
                     Event::Status { tx } => { let _ = tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status()))))); }
                     Event::Closed { conn } => node.clients.retain(|_, (c, _)| *c != conn),
-                    Event::Persisted { tokens } => node.on_persisted(tokens),
+                    Event::Persisted { tokens } => { node.core.on_persisted(&tokens, &mut node.out); node.perform(); }
                     Event::WalFailed { error } => {
                         error!("WAL failure, stopping the node: {error}");
                         bail!("WAL failure: {error}");
                     }
                 }
             }
-            _ = tick.tick() => node.on_tick(),
+            _ = tick.tick() => { node.core.on_tick(&mut node.out); if !node.out.is_empty() { node.perform(); } }
             _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
             _ = sigterm.recv() => { info!("terminated; stopping"); break; }
         }

@@ -83,6 +83,22 @@ impl SequentialReplica {
         self.tree.digest()
     }
 
+    /// Planted bug (simulator controls only): answer a read-only command from the
+    /// local state at once, without ordering it. A replica that lags behind the order
+    /// then returns stale results.
+    pub fn unsafe_read_unordered(&mut self, cmd: &partita_types::Command) -> Option<Reply> {
+        if cmd.op.is_mutation() {
+            return None;
+        }
+        let (result, _undo) = self.tree.execute(&cmd.op);
+        Some(Reply {
+            client: cmd.client,
+            seq: cmd.seq,
+            instance: self.last_instance,
+            result,
+        })
+    }
+
     /// Execute a decided value. Returns the replies this replica must send.
     pub fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
         assert_eq!(

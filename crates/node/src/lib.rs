@@ -1,0 +1,517 @@
+//! The node core: every role one node plays (acceptor, coordinator, learner, replica, or
+//! the client-server baseline), composed behind one sans-IO event interface.
+//!
+//! Both drivers use exactly this code: the networked runtime (`partita node`) feeds it
+//! events from sockets, the WAL and a clock, and the deterministic simulator feeds it
+//! events from its virtual network, disk and clock. Routing a peer message to the right
+//! role, handling messages a node sends to itself, turning decided values into
+//! executions and executions into replies all live here, so the simulator tests them
+//! too.
+//!
+//! Inputs: [`NodeCore::on_peer`], [`NodeCore::on_request`], [`NodeCore::on_tick`],
+//! [`NodeCore::on_persisted`]. Outputs ([`Output`]): messages to other nodes, records
+//! to persist (the driver reports completion with `on_persisted`, in order), replies
+//! and refusals to clients. Invariants ([`NodeCore::invariants`]) hold after every
+//! input; each role's own invariants are checked with them.
+
+use partita_btree::BPlusTree;
+use partita_consensus::{
+    Acceptor, AcceptorRecord, Action, Coordinator, CoordinatorConfig, Learner, LearnerConfig,
+    Membership, Msg, Outbox, PersistToken, Value, Vid,
+};
+use partita_smr::SequentialReplica;
+use partita_types::{Ballot, ClientId, Command, NodeId, Reply};
+use std::collections::{BTreeMap, VecDeque};
+
+/// How commands are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Replicated: ordered by consensus, executed by every replica.
+    Smr,
+    /// Paper 001's client-server baseline: one server executes on receipt.
+    Cs,
+}
+
+/// Everything a node core needs to know about its place in the cluster.
+#[derive(Clone, Debug)]
+pub struct NodeSetup {
+    pub id: NodeId,
+    pub mode: Mode,
+    pub membership: Membership,
+    pub acceptor: bool,
+    pub replica: bool,
+    pub coordinator_config: CoordinatorConfig,
+    pub learner_config: LearnerConfig,
+}
+
+impl NodeSetup {
+    pub fn is_coordinator(&self) -> bool {
+        self.mode == Mode::Smr && self.acceptor && self.membership.coordinator == self.id
+    }
+}
+
+/// Planted bugs, for the controls that show the checks can fail. Never on in service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnsafeBugs {
+    /// Replicas acknowledge every 5th mutation, then undo it.
+    pub lose_acked_writes: bool,
+    /// A resubmitted command is executed again.
+    pub reexecute_duplicates: bool,
+    /// An acceptor votes before its write is durable.
+    pub vote_before_durable: bool,
+    /// An acceptor forgets its promise on restart (keeps only accepted ballots).
+    pub forget_promise: bool,
+    /// A replica answers a read-only request sent to it at once, without ordering it.
+    pub unordered_query: bool,
+}
+
+impl UnsafeBugs {
+    pub const NAMES: [&'static str; 5] = [
+        "lose-acked-writes",
+        "reexecute-duplicates",
+        "vote-before-durable",
+        "forget-promise",
+        "unordered-query",
+    ];
+
+    /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
+    pub fn enable(&mut self, name: &str) -> Result<(), String> {
+        match name {
+            "lose-acked-writes" => self.lose_acked_writes = true,
+            "reexecute-duplicates" => self.reexecute_duplicates = true,
+            "vote-before-durable" => self.vote_before_durable = true,
+            "forget-promise" => self.forget_promise = true,
+            "unordered-query" => self.unordered_query = true,
+            _ => {
+                return Err(format!(
+                    "unknown unsafe bug `{name}` (known: {})",
+                    Self::NAMES.join(", ")
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    pub fn any(&self) -> bool {
+        *self != UnsafeBugs::default()
+    }
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Send to another node (never to this one: those are handled inside).
+    Send { to: NodeId, msg: Msg },
+    /// Write durably, then call `on_persisted(token)`; completions in token order.
+    Persist {
+        token: PersistToken,
+        record: AcceptorRecord,
+    },
+    /// Send to the client.
+    Reply(Reply),
+    /// Tell the client its request was not taken.
+    Refused {
+        client: ClientId,
+        seq: u64,
+        reason: String,
+    },
+}
+
+pub struct NodeCore {
+    setup: NodeSetup,
+    acceptor: Option<Acceptor>,
+    coordinator: Option<Coordinator>,
+    learner: Option<Learner>,
+    replica: Option<SequentialReplica>,
+    /// cs mode: the server's instance counter.
+    cs_instance: u64,
+    local: VecDeque<(NodeId, Msg)>,
+    counters: BTreeMap<&'static str, u64>,
+    tick: u64,
+    bugs: UnsafeBugs,
+    replies: Vec<Reply>,
+}
+
+impl NodeCore {
+    /// A node starting fresh or restarting: `recovered` holds the acceptor's durable
+    /// records, oldest first (empty on a fresh start). Returns the outputs of starting
+    /// (a coordinator's first Phase 1).
+    pub fn new(
+        setup: NodeSetup,
+        recovered: Vec<AcceptorRecord>,
+        bugs: UnsafeBugs,
+        out: &mut Vec<Output>,
+    ) -> NodeCore {
+        let id = setup.id;
+        let mut core = NodeCore {
+            acceptor: None,
+            coordinator: None,
+            learner: None,
+            replica: None,
+            cs_instance: 0,
+            local: VecDeque::new(),
+            counters: BTreeMap::new(),
+            tick: 0,
+            bugs,
+            replies: Vec::new(),
+            setup,
+        };
+        let setup = core.setup.clone();
+        match setup.mode {
+            Mode::Cs => core.replica = Some(SequentialReplica::new(id, BPlusTree::new())),
+            Mode::Smr => {
+                if setup.acceptor {
+                    let mut a = Acceptor::recover(id, setup.membership.clone(), recovered);
+                    if core.bugs.forget_promise {
+                        a.unsafe_forget_promise();
+                    }
+                    a.set_unsafe_vote_before_durable(core.bugs.vote_before_durable);
+                    if setup.is_coordinator() {
+                        core.coordinator = Some(Coordinator::new(
+                            id,
+                            setup.membership.clone(),
+                            setup.coordinator_config.clone(),
+                            a.promised(),
+                        ));
+                    }
+                    core.acceptor = Some(a);
+                }
+                if setup.replica {
+                    core.learner = Some(Learner::new(
+                        id,
+                        setup.membership.clone(),
+                        setup.learner_config.clone(),
+                        1,
+                    ));
+                    core.replica = Some(SequentialReplica::new(id, BPlusTree::new()));
+                }
+            }
+        }
+        if let Some(r) = core.replica.as_mut() {
+            if core.bugs.lose_acked_writes {
+                r.set_unsafe_lose_every(5);
+            }
+            r.set_unsafe_reexecute_duplicates(core.bugs.reexecute_duplicates);
+        }
+        let mut start = Vec::new();
+        if let Some(c) = core.coordinator.as_mut() {
+            c.start(&mut start);
+        }
+        core.run(start, out);
+        core
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.setup.id
+    }
+    pub fn setup(&self) -> &NodeSetup {
+        &self.setup
+    }
+    pub fn acceptor(&self) -> Option<&Acceptor> {
+        self.acceptor.as_ref()
+    }
+    pub fn coordinator(&self) -> Option<&Coordinator> {
+        self.coordinator.as_ref()
+    }
+    pub fn learner(&self) -> Option<&Learner> {
+        self.learner.as_ref()
+    }
+    pub fn replica(&self) -> Option<&SequentialReplica> {
+        self.replica.as_ref()
+    }
+    pub fn counters(&self) -> &BTreeMap<&'static str, u64> {
+        &self.counters
+    }
+    pub fn bugs(&self) -> &UnsafeBugs {
+        &self.bugs
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.counters.entry(what).or_default() += 1;
+    }
+
+    /// A message from another node (or a peer claiming to be one).
+    pub fn on_peer(&mut self, from: NodeId, msg: Msg, out: &mut Vec<Output>) {
+        let actions = self.dispatch(from, msg);
+        self.run(actions, out);
+    }
+
+    /// A client's command.
+    pub fn on_request(&mut self, cmd: Command, out: &mut Vec<Output>) {
+        if self.setup.mode == Mode::Cs {
+            let r = self.replica.as_mut().expect("a cs server has a replica");
+            self.cs_instance += 1;
+            let value = Value {
+                vid: Vid {
+                    ballot: Ballot::ZERO,
+                    seq: self.cs_instance,
+                },
+                commands: vec![cmd],
+            };
+            r.execute(self.cs_instance, &value, &mut self.replies);
+            self.flush_replies(out);
+            return;
+        }
+        if self.bugs.unordered_query && self.coordinator.is_none() {
+            if let Some(reply) = self
+                .replica
+                .as_mut()
+                .and_then(|r| r.unsafe_read_unordered(&cmd))
+            {
+                out.push(Output::Reply(reply));
+                return;
+            }
+        }
+        let (client, seq) = (cmd.client, cmd.seq);
+        let refused = match self.coordinator.as_mut() {
+            Some(c) => {
+                let mut actions = Vec::new();
+                if c.on_command(cmd, &mut actions) {
+                    self.run(actions, out);
+                    None
+                } else {
+                    Some("coordinator queue full".to_string())
+                }
+            }
+            None => Some(format!(
+                "node {} does not coordinate; send commands to node {}",
+                self.setup.id, self.setup.membership.coordinator
+            )),
+        };
+        if let Some(reason) = refused {
+            self.count("requests_refused");
+            out.push(Output::Refused {
+                client,
+                seq,
+                reason,
+            });
+        }
+    }
+
+    /// One clock tick (the cluster's `tick_ms`).
+    pub fn on_tick(&mut self, out: &mut Vec<Output>) {
+        self.tick += 1;
+        let mut actions = Vec::new();
+        if let Some(c) = self.coordinator.as_mut() {
+            c.on_tick(self.tick, &mut actions);
+        }
+        if let Some(l) = self.learner.as_mut() {
+            l.on_tick(self.tick, &mut actions);
+        }
+        if !actions.is_empty() {
+            self.run(actions, out);
+        }
+    }
+
+    /// Writes with these tokens are durable (in order).
+    pub fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Vec<Output>) {
+        let mut actions = Vec::new();
+        let a = self
+            .acceptor
+            .as_mut()
+            .expect("persist completions go to the acceptor");
+        for &t in tokens {
+            a.on_persisted(t, &mut actions);
+        }
+        self.run(actions, out);
+    }
+
+    /// Every role's invariants, plus the node's own. Cheap: callable after every input.
+    pub fn invariants(&self) {
+        if let Some(a) = &self.acceptor {
+            a.invariants();
+        }
+        if let Some(c) = &self.coordinator {
+            c.invariants();
+        }
+        if let Some(l) = &self.learner {
+            l.invariants();
+        }
+        if let (Some(l), Some(r)) = (&self.learner, &self.replica) {
+            assert_eq!(
+                r.last_instance(),
+                l.delivered_up_to(),
+                "replica executed exactly what the learner delivered"
+            );
+        }
+        assert!(self.local.is_empty(), "local messages left unhandled");
+        assert!(self.replies.is_empty(), "replies left unsent");
+    }
+
+    fn run(&mut self, actions: Outbox, out: &mut Vec<Output>) {
+        let mut actions = actions;
+        loop {
+            for a in actions.drain(..) {
+                match a {
+                    Action::Send { to, msg } if to == self.setup.id => {
+                        self.local.push_back((to, msg))
+                    }
+                    Action::Send { to, msg } => out.push(Output::Send { to, msg }),
+                    Action::Persist { token, record } => {
+                        out.push(Output::Persist { token, record })
+                    }
+                    Action::Deliver { instance, value } => match self.replica.as_mut() {
+                        Some(r) => r.execute(instance, &value, &mut self.replies),
+                        None => self.count("dropped_deliver_without_replica"),
+                    },
+                }
+            }
+            let Some((from, msg)) = self.local.pop_front() else {
+                break;
+            };
+            actions = self.dispatch(from, msg);
+        }
+        self.flush_replies(out);
+    }
+
+    fn flush_replies(&mut self, out: &mut Vec<Output>) {
+        out.extend(self.replies.drain(..).map(Output::Reply));
+    }
+
+    fn dispatch(&mut self, from: NodeId, msg: Msg) -> Outbox {
+        let mut out = Vec::new();
+        let mut handled = false;
+        match &msg {
+            Msg::Phase1B { .. } | Msg::Nack { .. } | Msg::Phase2B { .. } => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+            Msg::Phase1A { .. } | Msg::RingVote { .. } => {
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+            Msg::Phase2A { .. } | Msg::Decide { .. } | Msg::DecideValue { .. } => {
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, msg.clone(), &mut out);
+                    handled = true;
+                }
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+            Msg::Heartbeat { .. } | Msg::LearnReply { .. } => {
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+            Msg::LearnRequest { .. } => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_message(from, msg.clone(), &mut out);
+                    handled = true;
+                }
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+        }
+        if !handled {
+            self.count("dropped_not_for_this_node");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use partita_consensus::Protocol;
+    use partita_types::Op;
+
+    fn setup(id: NodeId, acceptor: bool, replica: bool) -> NodeSetup {
+        NodeSetup {
+            id,
+            mode: Mode::Smr,
+            membership: Membership {
+                protocol: Protocol::MultiPaxos,
+                acceptors: vec![1, 2, 3],
+                coordinator: 1,
+                learners: vec![4],
+            },
+            acceptor,
+            replica,
+            coordinator_config: CoordinatorConfig::default(),
+            learner_config: LearnerConfig::default(),
+        }
+    }
+
+    #[test]
+    fn coordinator_starts_phase1_and_answers_its_own_acceptor_locally() {
+        let mut out = Vec::new();
+        let core = NodeCore::new(
+            setup(1, true, false),
+            vec![],
+            UnsafeBugs::default(),
+            &mut out,
+        );
+        assert!(core.coordinator().is_some());
+        // Phase 1A to the two other acceptors; its own acceptor got it locally and asks
+        // to persist the promise.
+        let to: Vec<NodeId> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Send {
+                    to,
+                    msg: Msg::Phase1A { .. },
+                } => Some(*to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(to, vec![2, 3]);
+        assert!(out.iter().any(|o| matches!(
+            o,
+            Output::Persist {
+                record: AcceptorRecord::Promise { .. },
+                ..
+            }
+        )));
+        core.invariants();
+    }
+
+    #[test]
+    fn a_non_coordinator_refuses_commands_and_names_the_coordinator() {
+        let mut out = Vec::new();
+        let mut core = NodeCore::new(
+            setup(2, true, false),
+            vec![],
+            UnsafeBugs::default(),
+            &mut out,
+        );
+        out.clear();
+        core.on_request(
+            Command {
+                client: 9,
+                seq: 1,
+                reply_to: 4,
+                op: Op::Read { key: 1 },
+            },
+            &mut out,
+        );
+        match &out[..] {
+            [Output::Refused {
+                client: 9,
+                seq: 1,
+                reason,
+            }] => {
+                assert!(reason.contains("node 1"), "{reason}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(core.counters()["requests_refused"], 1);
+    }
+
+    #[test]
+    fn unknown_bug_names_are_refused_with_the_list() {
+        let mut b = UnsafeBugs::default();
+        let e = b.enable("bogus").unwrap_err();
+        assert!(e.contains("vote-before-durable"), "{e}");
+        b.enable("unordered-query").unwrap();
+        assert!(b.any());
+    }
+}
