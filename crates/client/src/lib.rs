@@ -79,8 +79,14 @@ pub struct Client {
     cluster: ClusterConfig,
     opts: ClientOptions,
     replica: NodeId,
-    /// Where commands go (the coordinator, or the server in cs mode).
+    /// The node commands go to: the initial coordinator (the server in cs mode) at
+    /// first; after a timeout or a connection failure the next acceptor, which forwards
+    /// to whichever node leads now.
+    entry_node: NodeId,
+    /// Where commands go.
     entry: Option<Conn>,
+    /// The task watching the entry connection for refusals.
+    entry_watch: Option<tokio::task::AbortHandle>,
     /// Where replies come from (the chosen replica). When the entry node is also the
     /// replica (cs mode), replies arrive on the entry connection and this holds its
     /// reading half.
@@ -103,13 +109,16 @@ impl Client {
             .replica
             .unwrap_or_else(|| executors[(id >> 8) as usize % executors.len()]);
         let (tx, rx) = mpsc::unbounded_channel();
+        let entry_node = cluster.entry_node();
         let mut c = Client {
             id,
             seq: 0,
             cluster,
             opts,
             replica,
+            entry_node,
             entry: None,
+            entry_watch: None,
             replies: None,
             reply_conn: None,
             rx,
@@ -146,11 +155,52 @@ impl Client {
     }
 
     fn replies_on_entry(&self) -> bool {
-        self.cluster.cluster.mode == Mode::Cs || self.cluster.entry_node() == self.replica
+        self.cluster.cluster.mode == Mode::Cs || self.entry_node == self.replica
+    }
+
+    /// The node commands currently go to.
+    pub fn entry_node(&self) -> NodeId {
+        self.entry_node
+    }
+
+    /// Send commands to the next acceptor from now on (smr mode; a no-op in cs mode).
+    fn rotate_entry(&mut self) {
+        if self.cluster.cluster.mode == Mode::Cs {
+            return;
+        }
+        let acceptors = self.cluster.membership().acceptors;
+        let at = acceptors.iter().position(|&a| a == self.entry_node);
+        self.entry_node = acceptors[at.map_or(0, |i| (i + 1) % acceptors.len())];
+        self.drop_entry();
+    }
+
+    fn drop_entry(&mut self) {
+        self.entry = None;
+        if let Some(w) = self.entry_watch.take() {
+            w.abort();
+        }
+        if self.replies_on_entry() {
+            self.replies = None;
+        }
+    }
+
+    /// Wait for replies from the next replica from now on.
+    fn rotate_replica(&mut self) {
+        let executors = self.cluster.executors();
+        if executors.len() < 2 {
+            return;
+        }
+        let at = executors.iter().position(|&r| r == self.replica);
+        self.replica = executors[at.map_or(0, |i| (i + 1) % executors.len())];
+        self.reply_conn = None;
+        self.replies = None;
+        if self.replies_on_entry() {
+            self.drop_entry();
+        }
     }
 
     async fn ensure_connected(&mut self) -> Result<(), ClientError> {
-        let entry_node = self.cluster.entry_node();
+        let entry_node = self.entry_node;
         let same = self.replies_on_entry();
         if self.entry.as_ref().is_none_or(|c| c.broken) {
             let (conn, reader) = self.open(entry_node).await?;
@@ -160,7 +210,7 @@ impl Client {
             } else {
                 // Only refusals come back on the entry connection: watch it in a task.
                 let events = self.tx.clone();
-                tokio::spawn(async move {
+                let task = tokio::spawn(async move {
                     let mut reader = reader;
                     loop {
                         match reader.next().await {
@@ -175,6 +225,7 @@ impl Client {
                         }
                     }
                 });
+                self.entry_watch = Some(task.abort_handle());
             }
         }
         if !same && (self.reply_conn.as_ref().is_none_or(|c| c.broken) || self.replies.is_none()) {
@@ -188,16 +239,22 @@ impl Client {
     /// Execute one operation, exactly once, resubmitting on timeouts.
     pub async fn execute(&mut self, op: Op) -> Result<OpResult, ClientError> {
         self.seq += 1;
-        let cmd = Command {
+        let mut cmd = Command {
             client: self.id,
             seq: self.seq,
             reply_to: self.replica,
             op,
         };
-        let frame = partita_runtime::wire::to_frame(&Wire::Request(cmd));
+        let mut frame = partita_runtime::wire::to_frame(&Wire::Request(cmd.clone()));
         let started = Instant::now();
         let mut first = true;
+        let mut timeouts = 0u32;
         loop {
+            if cmd.reply_to != self.replica {
+                // Same (client, seq): whichever replica answers, the command runs once.
+                cmd.reply_to = self.replica;
+                frame = partita_runtime::wire::to_frame(&Wire::Request(cmd.clone()));
+            }
             if started.elapsed() >= self.opts.give_up {
                 return Err(ClientError::Timeout(self.opts.give_up));
             }
@@ -217,7 +274,16 @@ impl Client {
                     if started.elapsed() + self.opts.timeout >= self.opts.give_up {
                         return Err(e);
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // Try another node: the next acceptor forwards to the leader, the
+                    // next replica answers from the same replicated state.
+                    if let ClientError::Unreachable { node, .. } = &e {
+                        if *node == self.entry_node {
+                            self.rotate_entry();
+                        } else if *node == self.replica {
+                            self.rotate_replica();
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             }
@@ -243,7 +309,16 @@ impl Client {
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             break;
                         }
-                        Err(_) => break, // timeout: resubmit
+                        Err(_) => {
+                            // Timeout: resubmit through the next acceptor, and every
+                            // second time also wait on the next replica.
+                            timeouts += 1;
+                            self.rotate_entry();
+                            if timeouts.is_multiple_of(2) {
+                                self.rotate_replica();
+                            }
+                            break;
+                        }
                     },
                     ev = self.rx.recv() => match ev {
                         Some(Incoming::Refused { seq, reason }) if seq == self.seq => {

@@ -25,6 +25,9 @@ struct Accepted {
     value: Arc<Value>,
     /// The write of this (ballot, value) has completed.
     durable: bool,
+    /// Ring Paxos: the ring mask the value was proposed with (not persisted: a
+    /// retransmission brings it again).
+    ring: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -49,6 +52,7 @@ struct HeldVote {
     ballot: Ballot,
     vid: Vid,
     votes: u64,
+    ring: u64,
 }
 
 pub struct Acceptor {
@@ -61,6 +65,8 @@ pub struct Acceptor {
     /// against the promise keeps `invariants()` O(1) on a long log.
     max_accepted_ballot: Ballot,
     decided: BTreeMap<Instance, Vid>,
+    /// Every instance below this is known decided.
+    decided_prefix: Instance,
     pending: HashMap<PersistToken, PendingWrite>,
     held_votes: HashMap<Instance, HeldVote>,
     next_token: PersistToken,
@@ -85,6 +91,7 @@ impl Acceptor {
             accepted: BTreeMap::new(),
             max_accepted_ballot: Ballot::ZERO,
             decided: BTreeMap::new(),
+            decided_prefix: 1,
             pending: HashMap::new(),
             held_votes: HashMap::new(),
             next_token: 1,
@@ -135,6 +142,7 @@ impl Acceptor {
                                 ballot,
                                 value,
                                 durable: true,
+                                ring: 0,
                             },
                         );
                     }
@@ -179,16 +187,18 @@ impl Acceptor {
                 instance,
                 value,
                 decided,
+                ring,
             } => {
                 self.learn_decisions(&decided);
-                self.on_phase2a(ballot, instance, value, out);
+                self.on_phase2a(from, ballot, instance, value, ring, out);
             }
             Msg::RingVote {
                 ballot,
                 instance,
                 vid,
                 votes,
-            } => self.on_ring_vote(ballot, instance, vid, votes, out),
+                ring,
+            } => self.on_ring_vote(ballot, instance, vid, votes, ring, out),
             Msg::Decide { decided } => self.learn_decisions(&decided),
             Msg::DecideValue { instance, value } => {
                 self.learn_decisions(&[(instance, value.vid)]);
@@ -198,10 +208,28 @@ impl Acceptor {
                     ballot: Ballot::ZERO,
                     value,
                     durable: false,
+                    ring: 0,
                 });
             }
             Msg::LearnRequest { from: lo, to: hi } => self.on_learn_request(from, lo, hi, out),
-            Msg::Heartbeat { .. } => {}
+            Msg::Heartbeat {
+                ballot,
+                decided_up_to,
+            } => {
+                // Tell the leader we are up, so it keeps us in its ring.
+                if ballot >= self.promised {
+                    // Everything up to there is decided: a coordinator we might host
+                    // after a failover need not run Phase 1 below it.
+                    self.decided_prefix = self.decided_prefix.max(decided_up_to + 1);
+                    out.push(Action::Send {
+                        to: from,
+                        msg: Msg::Alive {
+                            ballot: self.promised,
+                        },
+                    });
+                }
+            }
+            Msg::Alive { .. } | Msg::Forward { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }
             | Msg::Phase2B { .. }
@@ -243,15 +271,17 @@ impl Acceptor {
 
     fn on_phase2a(
         &mut self,
+        from: NodeId,
         ballot: Ballot,
         instance: Instance,
         value: Arc<Value>,
+        ring: u64,
         out: &mut Outbox,
     ) {
         if ballot < self.promised {
             self.drops.count(Drop::StaleBallot);
             out.push(Action::Send {
-                to: self.membership.coordinator,
+                to: from,
                 msg: Msg::Nack {
                     ballot,
                     promised: self.promised,
@@ -261,10 +291,11 @@ impl Acceptor {
         }
         self.promised = ballot;
         let vid = value.vid;
-        if let Some(a) = self.accepted.get(&instance) {
+        if let Some(a) = self.accepted.get_mut(&instance) {
             if a.ballot == ballot && a.value.vid == vid {
-                // A retransmission: vote again if the write is done, else the pending
-                // completion will vote.
+                // A retransmission (perhaps over a new ring): vote again if the write is
+                // done, else the pending completion will vote.
+                a.ring = ring;
                 if a.durable {
                     self.vote(instance, ballot, vid, out);
                 }
@@ -278,6 +309,7 @@ impl Acceptor {
                 ballot,
                 value: value.clone(),
                 durable: false,
+                ring,
             },
         );
         let token = self.persist(
@@ -379,10 +411,11 @@ impl Acceptor {
             a.durable && a.ballot == ballot && a.value.vid == vid,
             "vote only for durable values"
         );
+        let mask = a.ring;
         let bit = 1u64 << self.index;
         match self.membership.protocol {
             Protocol::MultiPaxos => out.push(Action::Send {
-                to: self.membership.coordinator,
+                to: ballot.node,
                 msg: Msg::Phase2B {
                     ballot,
                     instance,
@@ -391,13 +424,17 @@ impl Acceptor {
                 },
             }),
             Protocol::RingPaxos => {
-                let ring = self.membership.ring();
-                if ring[0] == self.id {
+                let ring = self.membership.ring_for(ballot.node, mask);
+                if !ring.contains(&self.id) {
+                    // Left out of this ring: the others decide without us.
+                    self.drops.count(Drop::NotForThisRole);
+                } else if ring[0] == self.id {
                     // First in the ring: start the vote.
-                    self.forward_ring_vote(ballot, instance, vid, bit, out);
+                    self.forward_ring_vote(ballot, instance, vid, bit, mask, out);
                 } else if let Some(h) = self.held_votes.remove(&instance) {
                     if h.ballot == ballot && h.vid == vid {
-                        self.forward_ring_vote(ballot, instance, vid, h.votes | bit, out);
+                        // The vote goes on around the ring it travels.
+                        self.forward_ring_vote(ballot, instance, vid, h.votes | bit, h.ring, out);
                     } else {
                         self.held_votes.insert(instance, h);
                     }
@@ -406,15 +443,20 @@ impl Acceptor {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forward_ring_vote(
         &mut self,
         ballot: Ballot,
         instance: Instance,
         vid: Vid,
         votes: u64,
+        ring: u64,
         out: &mut Outbox,
     ) {
-        match self.membership.ring_successor(self.id) {
+        match self
+            .membership
+            .ring_successor_for(ballot.node, ring, self.id)
+        {
             Some(next) => out.push(Action::Send {
                 to: next,
                 msg: Msg::RingVote {
@@ -422,10 +464,11 @@ impl Acceptor {
                     instance,
                     vid,
                     votes,
+                    ring,
                 },
             }),
             None => out.push(Action::Send {
-                to: self.membership.coordinator,
+                to: ballot.node,
                 msg: Msg::Phase2B {
                     ballot,
                     instance,
@@ -436,12 +479,14 @@ impl Acceptor {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_ring_vote(
         &mut self,
         ballot: Ballot,
         instance: Instance,
         vid: Vid,
         votes: u64,
+        ring: u64,
         out: &mut Outbox,
     ) {
         if self.membership.protocol != Protocol::RingPaxos {
@@ -456,25 +501,39 @@ impl Acceptor {
         match self.accepted.get(&instance) {
             Some(a) if a.ballot == ballot && a.value.vid == vid => {
                 if a.durable {
-                    self.forward_ring_vote(ballot, instance, vid, votes | bit, out);
+                    self.forward_ring_vote(ballot, instance, vid, votes | bit, ring, out);
                 } else {
                     // Our own write is in flight: its completion adds our bit and forwards.
-                    self.held_votes
-                        .insert(instance, HeldVote { ballot, vid, votes });
+                    self.held_votes.insert(
+                        instance,
+                        HeldVote {
+                            ballot,
+                            vid,
+                            votes,
+                            ring,
+                        },
+                    );
                 }
             }
             Some(a) if a.ballot > ballot => {
                 // We accepted something newer here: we can never vote for this one.
                 self.drops.count(Drop::StaleBallot);
-                self.forward_ring_vote(ballot, instance, vid, votes, out);
+                self.forward_ring_vote(ballot, instance, vid, votes, ring, out);
             }
             _ => {
                 // We do not hold the value (its Phase 2A was lost or is late). Hold the
                 // vote; the Phase 2A (or its retransmission) will complete it. Should it
                 // never arrive, the coordinator retransmits and the ring restarts.
                 self.drops.count(Drop::NoValue);
-                self.held_votes
-                    .insert(instance, HeldVote { ballot, vid, votes });
+                self.held_votes.insert(
+                    instance,
+                    HeldVote {
+                        ballot,
+                        vid,
+                        votes,
+                        ring,
+                    },
+                );
             }
         }
     }
@@ -484,6 +543,15 @@ impl Acceptor {
             self.decided.insert(i, vid);
             self.held_votes.remove(&i);
         }
+        while self.decided.contains_key(&self.decided_prefix) {
+            self.decided_prefix += 1;
+        }
+    }
+
+    /// The first instance this acceptor does not know to be decided, with every one below
+    /// it known decided: where a coordinator it hosts starts Phase 1 after a failover.
+    pub fn first_undecided(&self) -> Instance {
+        self.decided_prefix
     }
 
     fn on_learn_request(&mut self, from: NodeId, lo: Instance, hi: Instance, out: &mut Outbox) {
@@ -652,6 +720,7 @@ mod tests {
                 instance: 1,
                 value: v.clone(),
                 decided: vec![],
+                ring: 0b111,
             },
             &mut out,
         );
@@ -698,6 +767,7 @@ mod tests {
                 instance: 1,
                 value: v.clone(),
                 decided: vec![],
+                ring: 0b111,
             },
             &mut out,
         );
@@ -711,7 +781,8 @@ mod tests {
                     ballot: b,
                     instance: 1,
                     vid: v.vid,
-                    votes: 0b001
+                    votes: 0b001,
+                    ring: 0b111,
                 }
             }]
         );
@@ -725,6 +796,7 @@ mod tests {
                 instance: 1,
                 value: v.clone(),
                 decided: vec![],
+                ring: 0b111,
             },
             &mut out,
         );
@@ -736,6 +808,7 @@ mod tests {
                 instance: 1,
                 vid: v.vid,
                 votes: 0b001,
+                ring: 0b111,
             },
             &mut out,
         );
@@ -752,7 +825,8 @@ mod tests {
                     ballot: b,
                     instance: 1,
                     vid: v.vid,
-                    votes: 0b011
+                    votes: 0b011,
+                    ring: 0b111,
                 }
             }]
         );
@@ -772,6 +846,7 @@ mod tests {
                 instance: 1,
                 vid: v.vid,
                 votes: 0b001,
+                ring: 0b111,
             },
             &mut out,
         );
@@ -783,6 +858,7 @@ mod tests {
                 instance: 1,
                 value: v.clone(),
                 decided: vec![],
+                ring: 0b111,
             },
             &mut out,
         );
@@ -796,7 +872,8 @@ mod tests {
                     ballot: b,
                     instance: 1,
                     vid: v.vid,
-                    votes: 0b011
+                    votes: 0b011,
+                    ring: 0b111,
                 }
             }]
         );
@@ -814,6 +891,7 @@ mod tests {
                 instance: 1,
                 value: v,
                 decided: vec![],
+                ring: 0b111,
             },
             &mut out,
         );
@@ -877,6 +955,7 @@ mod tests {
                 instance: 1,
                 value: value(1),
                 decided: vec![],
+                ring: 0b111,
             },
             &mut out,
         );
@@ -887,6 +966,7 @@ mod tests {
                 instance: 2,
                 value: value(2),
                 decided: vec![(1, value(1).vid)],
+                ring: 0b111,
             },
             &mut out,
         );

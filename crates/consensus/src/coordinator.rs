@@ -73,40 +73,54 @@ pub struct Coordinator {
     /// Recently decided values, for learners that ask the coordinator.
     recent: BTreeMap<Instance, Arc<Value>>,
     recent_max: usize,
+    /// Per acceptor index: the last tick we heard from it (Ring Paxos lays out its ring
+    /// over the acceptors heard from within `suspect_ticks`).
+    heard_tick: Vec<u64>,
+    /// The ring mask the values in flight were last sent with.
+    ring_mask: u64,
+    /// Set once a higher ballot of another node is seen: this coordinator must stop.
+    deposed_by: Option<Ballot>,
     stats: CoordinatorStats,
     drops: DropCounts,
 }
 
 impl Coordinator {
     /// A coordinator that will lead with a ballot above `highest_seen` (for a fresh
-    /// cluster `Ballot::ZERO`; after a restart the acceptor's recovered promise).
+    /// cluster `Ballot::ZERO`; after a restart or a failover the highest ballot the
+    /// node has seen), proposing from `first_undecided` on (1 for a fresh cluster;
+    /// after a failover the first instance its acceptor does not know decided: Phase 1
+    /// covers everything from there).
     pub fn new(
         id: NodeId,
         membership: Membership,
         cfg: CoordinatorConfig,
         highest_seen: Ballot,
+        first_undecided: Instance,
     ) -> Coordinator {
-        assert_eq!(
-            membership.coordinator, id,
-            "coordinator core on a node that does not coordinate"
+        assert!(
+            membership.acceptor_index(id).is_some(),
+            "only an acceptor coordinates"
         );
+        assert!(first_undecided >= 1);
         assert!(
             cfg.window_instances_max > 0
                 && cfg.batch_bytes_max > 0
                 && cfg.phase1_range_instances > 0
         );
+        let n_acceptors = membership.acceptors.len();
+        let all = membership.all_acceptors_mask();
         Coordinator {
             id,
             membership,
             cfg,
             ballot: highest_seen.next_for(id),
-            prepared_up_to: 1,
+            prepared_up_to: first_undecided,
             phase1: None,
             forced: BTreeMap::new(),
-            next_instance: 1,
+            next_instance: first_undecided,
             next_vid_seq: 0,
             in_flight: BTreeMap::new(),
-            decided_up_to: 1,
+            decided_up_to: first_undecided,
             decided_ahead: BTreeMap::new(),
             unannounced: Vec::new(),
             pending: VecDeque::new(),
@@ -116,6 +130,9 @@ impl Coordinator {
             last_heartbeat_tick: 0,
             recent: BTreeMap::new(),
             recent_max: 4096,
+            heard_tick: vec![0; n_acceptors],
+            ring_mask: all,
+            deposed_by: None,
             stats: CoordinatorStats::default(),
             drops: DropCounts::default(),
         }
@@ -139,6 +156,46 @@ impl Coordinator {
     }
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+    /// `Some(b)`: a node with the higher ballot `b` leads now; drop this coordinator
+    /// (its queued commands are lost; their clients resubmit).
+    pub fn deposed_by(&self) -> Option<Ballot> {
+        self.deposed_by
+    }
+    /// The ring mask proposals go out with (Ring Paxos).
+    pub fn ring_mask(&self) -> u64 {
+        self.ring_mask
+    }
+
+    fn heard_from(&mut self, node: NodeId) {
+        if let Some(i) = self.membership.acceptor_index(node) {
+            self.heard_tick[i] = self.now_tick;
+        }
+    }
+
+    fn heard_from_mask(&mut self, votes: u64) {
+        for (i, t) in self.heard_tick.iter_mut().enumerate() {
+            if votes & (1u64 << i) != 0 {
+                *t = self.now_tick;
+            }
+        }
+    }
+
+    /// The acceptors heard from lately, plus ourselves; every acceptor when fewer than a
+    /// majority answer (no ring can decide then anyway, and waiting costs nothing).
+    fn live_mask(&self) -> u64 {
+        let me = self.membership.acceptor_index(self.id).expect("acceptor");
+        let mut mask = 1u64 << me;
+        for (i, &t) in self.heard_tick.iter().enumerate() {
+            if self.now_tick.saturating_sub(t) <= self.cfg.suspect_ticks {
+                mask |= 1u64 << i;
+            }
+        }
+        if (mask.count_ones() as usize) < self.membership.majority() {
+            self.membership.all_acceptors_mask()
+        } else {
+            mask
+        }
     }
 
     /// Begin leading: Phase 1 for the first range.
@@ -201,6 +258,12 @@ impl Coordinator {
                 vid,
                 votes,
             } => self.on_phase2b(ballot, instance, vid, votes, out),
+            Msg::Alive { ballot } => {
+                self.heard_from(from);
+                if ballot > self.ballot && ballot.node != self.id {
+                    self.deposed_by = Some(ballot);
+                }
+            }
             Msg::LearnRequest { from: lo, to: hi } => {
                 let decided: Vec<_> = self
                     .recent
@@ -240,6 +303,7 @@ impl Coordinator {
         if p.promises & bit != 0 {
             return; // duplicate
         }
+        self.heard_tick[bit.trailing_zeros() as usize] = self.now_tick;
         p.promises |= bit;
         for (i, b, v) in accepted {
             assert!(
@@ -282,8 +346,13 @@ impl Coordinator {
             self.drops.count(Drop::StaleBallot);
             return;
         }
-        // Someone promised a higher ballot: take a higher one and redo Phase 1 from the
-        // first undecided instance. Values in flight are re-proposed under the new ballot
+        if promised.node != self.id {
+            // Another node leads with a higher ballot: step down rather than duel.
+            self.deposed_by = Some(promised);
+            return;
+        }
+        // An earlier incarnation of ours promised higher (we restarted and forgot): take
+        // a higher ballot and redo Phase 1 from the first undecided instance. Values in flight are re-proposed under the new ballot
         // if Phase 1 reports them (or as the values we choose again otherwise).
         self.ballot = promised.next_for(self.id);
         let from = self.decided_up_to;
@@ -306,6 +375,7 @@ impl Coordinator {
             self.drops.count(Drop::StaleBallot);
             return;
         }
+        self.heard_from_mask(votes);
         let majority = self.membership.majority();
         let Some(f) = self.in_flight.get_mut(&instance) else {
             self.drops.count(Drop::AlreadyDecided);
@@ -365,10 +435,22 @@ impl Coordinator {
                 send_all(out, &acceptors, msg);
             }
         }
+        let mut resend_all = false;
+        if self.membership.protocol == Protocol::RingPaxos {
+            let mask = self.live_mask();
+            if mask != self.ring_mask {
+                // Lay out a new ring (without the acceptors we suspect, or with those
+                // that came back) and send what is in flight around it at once.
+                self.ring_mask = mask;
+                resend_all = true;
+            }
+        }
         let stale: Vec<Instance> = self
             .in_flight
             .iter()
-            .filter(|(_, f)| now_tick.saturating_sub(f.sent_at_tick) >= self.cfg.retransmit_ticks)
+            .filter(|(_, f)| {
+                resend_all || now_tick.saturating_sub(f.sent_at_tick) >= self.cfg.retransmit_ticks
+            })
             .map(|(&i, _)| i)
             .collect();
         for i in stale {
@@ -504,6 +586,7 @@ impl Coordinator {
                 instance,
                 value,
                 decided,
+                ring: self.ring_mask,
             },
         );
     }
@@ -577,7 +660,7 @@ mod tests {
     }
 
     fn prepared(protocol: Protocol) -> Coordinator {
-        let mut c = Coordinator::new(3, membership(protocol), cfg(), Ballot::ZERO);
+        let mut c = Coordinator::new(3, membership(protocol), cfg(), Ballot::ZERO, 1);
         let mut out = Vec::new();
         c.start(&mut out);
         let b = c.ballot();
@@ -598,7 +681,7 @@ mod tests {
 
     #[test]
     fn phase1_goes_to_every_acceptor_for_a_range() {
-        let mut c = Coordinator::new(3, membership(Protocol::RingPaxos), cfg(), Ballot::ZERO);
+        let mut c = Coordinator::new(3, membership(Protocol::RingPaxos), cfg(), Ballot::ZERO, 1);
         let mut out = Vec::new();
         c.start(&mut out);
         let b = Ballot::new(0, 3);
@@ -619,7 +702,7 @@ mod tests {
 
     #[test]
     fn no_proposal_before_phase1_completes() {
-        let mut c = Coordinator::new(3, membership(Protocol::RingPaxos), cfg(), Ballot::ZERO);
+        let mut c = Coordinator::new(3, membership(Protocol::RingPaxos), cfg(), Ballot::ZERO, 1);
         let mut out = Vec::new();
         c.start(&mut out);
         out.clear();
@@ -666,6 +749,7 @@ mod tests {
             membership(Protocol::MultiPaxos),
             cfg(),
             Ballot::new(5, 1),
+            1,
         );
         let mut out = Vec::new();
         c.start(&mut out);
@@ -887,7 +971,7 @@ mod tests {
     }
 
     #[test]
-    fn nack_with_higher_ballot_restarts_phase1() {
+    fn nack_from_another_leader_deposes() {
         let mut c = prepared(Protocol::MultiPaxos);
         let mut out = Vec::new();
         let b = c.ballot();
@@ -899,8 +983,26 @@ mod tests {
             },
             &mut out,
         );
-        // 7.3 is the smallest ballot of node 3 above 7.2.
-        assert_eq!(c.ballot(), Ballot::new(7, 3));
+        assert_eq!(c.deposed_by(), Some(Ballot::new(7, 2)));
+        assert!(out.is_empty(), "a deposed coordinator does not duel");
+    }
+
+    #[test]
+    fn nack_with_our_own_older_incarnation_restarts_phase1() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        let b = c.ballot();
+        c.on_message(
+            1,
+            Msg::Nack {
+                ballot: b,
+                promised: Ballot::new(7, 3),
+            },
+            &mut out,
+        );
+        // 8.3 is the smallest ballot of node 3 above 7.3.
+        assert_eq!(c.ballot(), Ballot::new(8, 3));
+        assert_eq!(c.deposed_by(), None);
         assert_eq!(
             sends(&out),
             vec![(1, "phase1a"), (2, "phase1a"), (3, "phase1a")]

@@ -8,7 +8,7 @@
 //! for the decided values, and on repeated silence alternates with the coordinator.
 
 use crate::{Action, Drop, DropCounts, LearnerConfig, Membership, Msg, Outbox, Value, Vid};
-use partita_types::{Instance, NodeId};
+use partita_types::{Ballot, Instance, NodeId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -35,6 +35,8 @@ pub struct Learner {
     gap_since_tick: Option<u64>,
     now_tick: u64,
     attempts: u64,
+    /// Highest ballot seen in a Phase 2A or heartbeat: its node leads.
+    leader_ballot: Ballot,
     stats: LearnerStats,
     drops: DropCounts,
 }
@@ -61,6 +63,7 @@ impl Learner {
             gap_since_tick: None,
             now_tick: 0,
             attempts: 0,
+            leader_ballot: Ballot::ZERO,
             stats: LearnerStats::default(),
             drops: DropCounts::default(),
         }
@@ -83,11 +86,13 @@ impl Learner {
     pub fn on_message(&mut self, _from: NodeId, msg: Msg, out: &mut Outbox) {
         match msg {
             Msg::Phase2A {
+                ballot,
                 instance,
                 value,
                 decided,
                 ..
             } => {
+                self.leader_ballot = self.leader_ballot.max(ballot);
                 for (i, vid) in decided {
                     self.on_decided_id(i, vid);
                 }
@@ -115,7 +120,11 @@ impl Learner {
                     self.on_decided_value(i, v);
                 }
             }
-            Msg::Heartbeat { decided_up_to, .. } => {
+            Msg::Heartbeat {
+                ballot,
+                decided_up_to,
+            } => {
+                self.leader_ballot = self.leader_ballot.max(ballot);
                 self.known_decided = self.known_decided.max(decided_up_to);
             }
             _ => self.drops.count(Drop::NotForThisRole),
@@ -212,19 +221,35 @@ impl Learner {
         self.gap_since_tick = Some(now_tick);
         let from = self.next_deliver;
         let to = (self.known_decided + 1).min(from + self.cfg.learn_batch_instances_max);
-        // Ask the preferential acceptor first; if that does not help, alternate with the
-        // coordinator, which keeps recently decided values.
-        let target = if self.attempts.is_multiple_of(2) {
-            self.membership.preferential_acceptor(self.id)
-        } else {
-            self.membership.coordinator
-        };
+        // Ask the preferential acceptor first; if that does not help, the leader (which
+        // keeps recently decided values), then every other acceptor in turn, so one
+        // crashed acceptor cannot starve the learner.
+        let target = self.learn_targets()
+            [(self.attempts % (self.membership.acceptors.len() as u64 + 1)) as usize];
         self.attempts += 1;
         self.stats.learn_requests += 1;
         out.push(Action::Send {
             to: target,
             msg: Msg::LearnRequest { from, to },
         });
+    }
+
+    /// The node this learner believes leads.
+    pub fn leader(&self) -> NodeId {
+        if self.leader_ballot == Ballot::ZERO {
+            self.membership.coordinator
+        } else {
+            self.leader_ballot.node
+        }
+    }
+
+    /// Preferential acceptor, leader, then the other acceptors (length: acceptors + 1).
+    fn learn_targets(&self) -> Vec<NodeId> {
+        let pref = self.membership.preferential_acceptor(self.id);
+        let mut t = vec![pref, self.leader()];
+        t.extend(self.membership.acceptors.iter().filter(|&&a| a != pref));
+        t.truncate(self.membership.acceptors.len() + 1);
+        t
     }
 
     pub fn invariants(&self) {
@@ -275,6 +300,7 @@ mod tests {
             instance,
             value,
             decided,
+            ring: 0b111,
         }
     }
 

@@ -40,10 +40,12 @@
 
 mod acceptor;
 mod coordinator;
+mod elector;
 mod learner;
 
 pub use acceptor::Acceptor;
 pub use coordinator::{Coordinator, CoordinatorStats};
+pub use elector::Elector;
 pub use learner::{Learner, LearnerStats};
 
 use partita_types::{Ballot, Command, Instance, NodeId};
@@ -71,9 +73,12 @@ impl std::fmt::Display for Protocol {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Membership {
     pub protocol: Protocol,
-    /// Acceptors in ring order for Ring Paxos. The coordinator must be one of them; the
-    /// ring is this list rotated so that the coordinator comes last.
+    /// Acceptors in ring order for Ring Paxos. Every acceptor can coordinate; the ring
+    /// of a ballot is the acceptors in its ring mask, in this order, rotated so that the
+    /// ballot's coordinator comes last.
     pub acceptors: Vec<NodeId>,
+    /// The initial coordinator (the leader of a fresh cluster). After a failover the
+    /// leader is the node of the highest ballot ([`Ballot::node`]).
     pub coordinator: NodeId,
     /// Learners (the replicas).
     pub learners: Vec<NodeId>,
@@ -89,21 +94,56 @@ impl Membership {
         self.acceptors.iter().position(|&a| a == node)
     }
 
-    /// The ring (paper 001 §III-A): the acceptors, rotated so that the coordinator is at
-    /// its end.
-    pub fn ring(&self) -> Vec<NodeId> {
-        let at = self
-            .acceptor_index(self.coordinator)
-            .expect("coordinator is an acceptor");
-        let n = self.acceptors.len();
-        (1..=n).map(|i| self.acceptors[(at + i) % n]).collect()
+    /// Mask with every acceptor's bit set.
+    pub fn all_acceptors_mask(&self) -> u64 {
+        if self.acceptors.len() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.acceptors.len()) - 1
+        }
     }
 
-    /// The node after `node` in the ring, or `None` for the coordinator at its end.
+    /// The initial ring (paper 001 §III-A): every acceptor, rotated so that the initial
+    /// coordinator is at its end.
+    pub fn ring(&self) -> Vec<NodeId> {
+        self.ring_for(self.coordinator, self.all_acceptors_mask())
+    }
+
+    /// The ring of a ballot led by `leader` over the acceptors in `mask`, ending at the
+    /// leader (who is always in it). A coordinator lays out a ring without the acceptors
+    /// it suspects, and takes them back when they answer again.
+    pub fn ring_for(&self, leader: NodeId, mask: u64) -> Vec<NodeId> {
+        let Some(at) = self.acceptor_index(leader) else {
+            return Vec::new();
+        };
+        let n = self.acceptors.len();
+        (1..=n)
+            .map(|i| (at + i) % n)
+            .filter(|&i| i == at || mask & (1u64 << i) != 0)
+            .map(|i| self.acceptors[i])
+            .collect()
+    }
+
+    /// The node after `node` in the initial ring, or `None` for the coordinator at its end.
     pub fn ring_successor(&self, node: NodeId) -> Option<NodeId> {
-        let ring = self.ring();
+        self.ring_successor_for(self.coordinator, self.all_acceptors_mask(), node)
+    }
+
+    /// The node after `node` in the ring of (`leader`, `mask`); `None` at its end or
+    /// when `node` is not in that ring.
+    pub fn ring_successor_for(&self, leader: NodeId, mask: u64, node: NodeId) -> Option<NodeId> {
+        let ring = self.ring_for(leader, mask);
         let pos = ring.iter().position(|&a| a == node)?;
         ring.get(pos + 1).copied()
+    }
+
+    /// Rank of `node` among the acceptors after `leader` (1: next in order). The
+    /// election lets lower ranks campaign first, so exactly one usually does.
+    pub fn rank_after(&self, leader: NodeId, node: NodeId) -> Option<usize> {
+        let me = self.acceptor_index(node)?;
+        let n = self.acceptors.len();
+        let at = self.acceptor_index(leader).unwrap_or(n - 1);
+        Some((me + n - at) % n)
     }
 
     /// The acceptor a learner asks for what it missed: spread learners over acceptors.
@@ -196,18 +236,22 @@ pub enum Msg {
     Nack { ballot: Ballot, promised: Ballot },
     /// Coordinator → acceptors (and, in Ring Paxos, learners). `decided` piggybacks
     /// decisions by id (Ring Paxos).
+    /// `ring` (Ring Paxos) is the mask of acceptors in this ballot's ring.
     Phase2A {
         ballot: Ballot,
         instance: Instance,
         value: Arc<Value>,
         decided: Vec<(Instance, Vid)>,
+        ring: u64,
     },
-    /// Ring Paxos: a vote travelling the ring; `votes` has one bit per acceptor index.
+    /// Ring Paxos: a vote travelling the ring; `votes` has one bit per acceptor index;
+    /// `ring` is the mask of the ring it travels.
     RingVote {
         ballot: Ballot,
         instance: Instance,
         vid: Vid,
         votes: u64,
+        ring: u64,
     },
     /// Acceptor → coordinator: votes for `(ballot, instance, vid)`. Multi-Paxos sends one
     /// bit; in Ring Paxos the last ring member sends the accumulated mask.
@@ -231,6 +275,12 @@ pub enum Msg {
         ballot: Ballot,
         decided_up_to: Instance,
     },
+    /// Acceptor → the leader, in answer to its heartbeat: I am up and promised `ballot`.
+    /// The leader lays out its ring over the acceptors that answer.
+    Alive { ballot: Ballot },
+    /// Any node → the leader it knows: a client command sent to a node that does not
+    /// lead (after a failover, clients find the new leader this way).
+    Forward { cmd: Command },
     /// Learner → its preferential acceptor (or the coordinator): send me decided values
     /// for `from..to`.
     LearnRequest { from: Instance, to: Instance },
@@ -254,6 +304,8 @@ impl Msg {
             Msg::Heartbeat { .. } => "heartbeat",
             Msg::LearnRequest { .. } => "learnrequest",
             Msg::LearnReply { .. } => "learnreply",
+            Msg::Alive { .. } => "alive",
+            Msg::Forward { .. } => "forward",
         }
     }
 }
@@ -363,6 +415,12 @@ pub struct CoordinatorConfig {
     pub retransmit_ticks: u64,
     /// Send a heartbeat every this many ticks.
     pub heartbeat_ticks: u64,
+    /// An acceptor that has not heard from the leader for this many ticks suspects it;
+    /// the acceptor of rank r after the leader campaigns after r times this.
+    pub election_timeout_ticks: u64,
+    /// The leader leaves out of its ring an acceptor it has not heard from in this many
+    /// ticks (Ring Paxos).
+    pub suspect_ticks: u64,
     /// Commands waiting for a batch, at most; beyond that new commands are refused.
     pub pending_commands_max: usize,
 }
@@ -376,6 +434,8 @@ impl Default for CoordinatorConfig {
             phase1_range_instances: 100_000,
             retransmit_ticks: 200,
             heartbeat_ticks: 50,
+            election_timeout_ticks: 250,
+            suspect_ticks: 150,
             pending_commands_max: 100_000,
         }
     }

@@ -41,7 +41,7 @@ impl Cluster {
             phase1_range_instances: 8,
             ..Default::default()
         };
-        let coordinator = Coordinator::new(3, membership.clone(), cfg, Ballot::ZERO);
+        let coordinator = Coordinator::new(3, membership.clone(), cfg, Ballot::ZERO, 1);
         let lcfg = LearnerConfig {
             gap_ticks: 5,
             ..Default::default()

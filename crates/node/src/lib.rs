@@ -16,8 +16,8 @@
 
 use partita_btree::BPlusTree;
 use partita_consensus::{
-    Acceptor, AcceptorRecord, Action, Coordinator, CoordinatorConfig, Learner, LearnerConfig,
-    Membership, Msg, Outbox, PersistToken, Value, Vid,
+    Acceptor, AcceptorRecord, Action, Coordinator, CoordinatorConfig, Elector, Learner,
+    LearnerConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
 use partita_smr::SequentialReplica;
 use partita_types::{Ballot, ClientId, Command, NodeId, Reply};
@@ -45,6 +45,7 @@ pub struct NodeSetup {
 }
 
 impl NodeSetup {
+    /// Whether this node coordinates a fresh cluster (after a failover any acceptor may).
     pub fn is_coordinator(&self) -> bool {
         self.mode == Mode::Smr && self.acceptor && self.membership.coordinator == self.id
     }
@@ -121,6 +122,8 @@ pub struct NodeCore {
     setup: NodeSetup,
     acceptor: Option<Acceptor>,
     coordinator: Option<Coordinator>,
+    /// Every acceptor watches the leader and campaigns when it falls silent.
+    elector: Option<Elector>,
     learner: Option<Learner>,
     replica: Option<SequentialReplica>,
     /// cs mode: the server's instance counter.
@@ -146,6 +149,7 @@ impl NodeCore {
         let mut core = NodeCore {
             acceptor: None,
             coordinator: None,
+            elector: None,
             learner: None,
             replica: None,
             cs_instance: 0,
@@ -166,14 +170,25 @@ impl NodeCore {
                         a.unsafe_forget_promise();
                     }
                     a.set_unsafe_vote_before_durable(core.bugs.vote_before_durable);
-                    if setup.is_coordinator() {
+                    let elector = Elector::new(
+                        id,
+                        setup.membership.clone(),
+                        setup.coordinator_config.election_timeout_ticks,
+                        a.promised(),
+                    );
+                    // A fresh cluster's initial coordinator leads at once. A restarted
+                    // node follows whoever leads now, and campaigns like any other
+                    // acceptor if nobody does.
+                    if a.promised() == Ballot::ZERO && setup.is_coordinator() {
                         core.coordinator = Some(Coordinator::new(
                             id,
                             setup.membership.clone(),
                             setup.coordinator_config.clone(),
                             a.promised(),
+                            a.first_undecided(),
                         ));
                     }
+                    core.elector = Some(elector);
                     core.acceptor = Some(a);
                 }
                 if setup.replica {
@@ -199,6 +214,65 @@ impl NodeCore {
         }
         core.run(start, out);
         core
+    }
+
+    /// The node this one believes leads (its own view; `None` in cs mode).
+    pub fn leader(&self) -> Option<NodeId> {
+        if let Some(c) = &self.coordinator {
+            return Some(c.ballot().node);
+        }
+        if let Some(e) = &self.elector {
+            return Some(e.leader());
+        }
+        self.learner.as_ref().map(|l| l.leader())
+    }
+
+    pub fn elector(&self) -> Option<&Elector> {
+        self.elector.as_ref()
+    }
+
+    /// Become the leader: a coordinator with a ballot above everything seen, starting
+    /// Phase 1 at the first instance not known decided.
+    fn campaign(&mut self, floor: Ballot, actions: &mut Outbox) {
+        let Some(a) = self.acceptor.as_ref() else {
+            return;
+        };
+        let floor = floor.max(a.promised());
+        let mut c = Coordinator::new(
+            self.setup.id,
+            self.setup.membership.clone(),
+            self.setup.coordinator_config.clone(),
+            floor,
+            a.first_undecided(),
+        );
+        c.on_tick(self.tick, actions);
+        c.start(actions);
+        if let Some(e) = self.elector.as_mut() {
+            e.on_own_ballot(c.ballot());
+        }
+        self.count("campaigns");
+        self.coordinator = Some(c);
+    }
+
+    /// A ballot from a leader arrived: remember it, and step down if it beats ours.
+    fn leader_activity(&mut self, ballot: Ballot) {
+        if let Some(e) = self.elector.as_mut() {
+            e.on_leader_activity(ballot);
+        }
+        if let Some(c) = &self.coordinator {
+            if ballot > c.ballot() && ballot.node != self.setup.id {
+                self.step_down();
+            }
+        }
+    }
+
+    fn step_down(&mut self) {
+        if let Some(c) = self.coordinator.take() {
+            self.count("stepped_down");
+            if let (Some(e), Some(b)) = (self.elector.as_mut(), c.deposed_by()) {
+                e.on_leader_activity(b);
+            }
+        }
     }
 
     pub fn id(&self) -> NodeId {
@@ -273,10 +347,21 @@ impl NodeCore {
                     Some("coordinator queue full".to_string())
                 }
             }
-            None => Some(format!(
-                "node {} does not coordinate; send commands to node {}",
-                self.setup.id, self.setup.membership.coordinator
-            )),
+            None => match self.leader() {
+                // Not the leader: pass the command on to the one we know.
+                Some(leader) if leader != self.setup.id => {
+                    self.count("requests_forwarded");
+                    out.push(Output::Send {
+                        to: leader,
+                        msg: Msg::Forward { cmd },
+                    });
+                    None
+                }
+                _ => Some(format!(
+                    "node {} does not coordinate and knows no leader yet; retry",
+                    self.setup.id
+                )),
+            },
         };
         if let Some(reason) = refused {
             self.count("requests_refused");
@@ -294,6 +379,16 @@ impl NodeCore {
         let mut actions = Vec::new();
         if let Some(c) = self.coordinator.as_mut() {
             c.on_tick(self.tick, &mut actions);
+        }
+        let leading = self.coordinator.is_some();
+        let campaign = self
+            .elector
+            .as_mut()
+            .and_then(|e| e.on_tick(self.tick, leading));
+        if let Some(floor) = campaign {
+            if self.coordinator.is_none() {
+                self.campaign(floor, &mut actions);
+            }
         }
         if let Some(l) = self.learner.as_mut() {
             l.on_tick(self.tick, &mut actions);
@@ -326,6 +421,12 @@ impl NodeCore {
         }
         if let Some(l) = &self.learner {
             l.invariants();
+        }
+        if let Some(e) = &self.elector {
+            e.invariants();
+        }
+        if let Some(c) = &self.coordinator {
+            assert!(c.deposed_by().is_none(), "a deposed coordinator still runs");
         }
         if let (Some(l), Some(r)) = (&self.learner, &self.replica) {
             assert_eq!(
@@ -372,7 +473,28 @@ impl NodeCore {
         let mut out = Vec::new();
         let mut handled = false;
         match &msg {
-            Msg::Phase1B { .. } | Msg::Nack { .. } | Msg::Phase2B { .. } => {
+            Msg::Heartbeat { ballot, .. }
+            | Msg::Phase1A { ballot, .. }
+            | Msg::Phase2A { ballot, .. } => self.leader_activity(*ballot),
+            _ => {}
+        }
+        match &msg {
+            Msg::Forward { .. } => {
+                handled = true;
+                let Msg::Forward { cmd } = msg else {
+                    unreachable!()
+                };
+                match self.coordinator.as_mut() {
+                    Some(c) => {
+                        if !c.on_command(cmd, &mut out) {
+                            self.count("dropped_forward_queue_full");
+                        }
+                    }
+                    // Forwarded once only: no loops between nodes that disagree.
+                    None => self.count("dropped_forward_not_leader"),
+                }
+            }
+            Msg::Phase1B { .. } | Msg::Nack { .. } | Msg::Phase2B { .. } | Msg::Alive { .. } => {
                 if let Some(c) = self.coordinator.as_mut() {
                     c.on_message(from, msg, &mut out);
                     handled = true;
@@ -394,7 +516,17 @@ impl NodeCore {
                     handled = true;
                 }
             }
-            Msg::Heartbeat { .. } | Msg::LearnReply { .. } => {
+            Msg::Heartbeat { .. } => {
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, msg.clone(), &mut out);
+                    handled = true;
+                }
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+            Msg::LearnReply { .. } => {
                 if let Some(l) = self.learner.as_mut() {
                     l.on_message(from, msg, &mut out);
                     handled = true;
@@ -413,6 +545,13 @@ impl NodeCore {
         }
         if !handled {
             self.count("dropped_not_for_this_node");
+        }
+        if self
+            .coordinator
+            .as_ref()
+            .is_some_and(|c| c.deposed_by().is_some())
+        {
+            self.step_down();
         }
         out
     }
@@ -475,7 +614,7 @@ mod tests {
     }
 
     #[test]
-    fn a_non_coordinator_refuses_commands_and_names_the_coordinator() {
+    fn a_non_coordinator_forwards_commands_to_the_leader() {
         let mut out = Vec::new();
         let mut core = NodeCore::new(
             setup(2, true, false),
@@ -484,26 +623,94 @@ mod tests {
             &mut out,
         );
         out.clear();
-        core.on_request(
-            Command {
-                client: 9,
-                seq: 1,
-                reply_to: 4,
-                op: Op::Read { key: 1 },
+        let cmd = Command {
+            client: 9,
+            seq: 1,
+            reply_to: 4,
+            op: Op::Read { key: 1 },
+        };
+        core.on_request(cmd.clone(), &mut out);
+        assert_eq!(
+            out,
+            vec![Output::Send {
+                to: 1,
+                msg: Msg::Forward { cmd }
+            }]
+        );
+        assert_eq!(core.counters()["requests_forwarded"], 1);
+    }
+
+    #[test]
+    fn a_forwarded_command_is_not_forwarded_again() {
+        let mut out = Vec::new();
+        let mut core = NodeCore::new(
+            setup(3, true, false),
+            vec![],
+            UnsafeBugs::default(),
+            &mut out,
+        );
+        out.clear();
+        let cmd = Command {
+            client: 9,
+            seq: 1,
+            reply_to: 4,
+            op: Op::Read { key: 1 },
+        };
+        core.on_peer(2, Msg::Forward { cmd }, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(core.counters()["dropped_forward_not_leader"], 1);
+    }
+
+    #[test]
+    fn a_silent_leader_is_replaced_by_the_next_acceptor() {
+        let mut out = Vec::new();
+        let mut core = NodeCore::new(
+            setup(2, true, false),
+            vec![],
+            UnsafeBugs::default(),
+            &mut out,
+        );
+        out.clear();
+        let timeout = CoordinatorConfig::default().election_timeout_ticks;
+        for _ in 0..timeout - 1 {
+            core.on_tick(&mut out);
+        }
+        assert!(core.coordinator().is_none(), "campaigned too early");
+        core.on_tick(&mut out);
+        let c = core.coordinator().expect("node 2 campaigns");
+        assert_eq!(c.ballot().node, 2);
+        assert!(c.ballot() > Ballot::ZERO.next_for(1));
+        assert!(out.iter().any(|o| matches!(
+            o,
+            Output::Send {
+                to: 3,
+                msg: Msg::Phase1A { .. }
+            }
+        )));
+        // The old leader's heartbeat with its lower ballot changes nothing...
+        out.clear();
+        core.on_peer(
+            1,
+            Msg::Heartbeat {
+                ballot: Ballot::ZERO.next_for(1),
+                decided_up_to: 0,
             },
             &mut out,
         );
-        match &out[..] {
-            [Output::Refused {
-                client: 9,
-                seq: 1,
-                reason,
-            }] => {
-                assert!(reason.contains("node 1"), "{reason}")
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-        assert_eq!(core.counters()["requests_refused"], 1);
+        assert!(core.coordinator().is_some());
+        // ...a higher ballot of another node deposes us.
+        core.on_peer(
+            3,
+            Msg::Phase1A {
+                ballot: Ballot::new(9, 3),
+                from: 1,
+                to: 10,
+            },
+            &mut out,
+        );
+        assert!(core.coordinator().is_none());
+        assert_eq!(core.leader(), Some(3));
+        core.invariants();
     }
 
     #[test]

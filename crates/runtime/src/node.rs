@@ -237,14 +237,16 @@ fn same_msg(a: &Msg, b: &Msg) -> bool {
                 instance: i1,
                 value: v1,
                 decided: d1,
+                ring: r1,
             },
             Msg::Phase2A {
                 ballot: b2,
                 instance: i2,
                 value: v2,
                 decided: d2,
+                ring: r2,
             },
-        ) => b1 == b2 && i1 == i2 && Arc::ptr_eq(v1, v2) && d1 == d2,
+        ) => b1 == b2 && i1 == i2 && Arc::ptr_eq(v1, v2) && d1 == d2 && r1 == r2,
         (
             Msg::DecideValue {
                 instance: i1,

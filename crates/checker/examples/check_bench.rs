@@ -1,5 +1,5 @@
 //! Time the checker on generated histories:
-//! `cargo run --release -p partita-checker --example bench [ops] [clients]`.
+//! `cargo run --release -p partita-checker --example check_bench [ops] [clients]`.
 
 use std::time::Instant;
 

@@ -1,0 +1,171 @@
+//! Leader election without an external service (fault-tolerance issue, item 1).
+//!
+//! The leader is the node of the highest ballot anyone has seen. Every acceptor runs an
+//! `Elector`: the leader's heartbeats and proposals ([`Elector::on_leader_activity`])
+//! keep it quiet; once it has heard nothing from the leader for `timeout_ticks × r`
+//! ticks, where `r ≥ 1` is its rank after the leader in the acceptor order, it
+//! campaigns: it starts a coordinator with a ballot above every ballot it has seen,
+//! which runs Phase 1 over the undecided instances. Ranks stagger the candidates, so
+//! normally exactly one campaigns; if two do, the higher ballot wins and the other
+//! steps down on the Nack or on the winner's heartbeat. Deterministic: the same inputs
+//! give the same campaign at the same tick.
+//!
+//! Inputs: `on_leader_activity(ballot, now)`, `on_tick(now)`. Output: `on_tick`
+//! returns the ballot floor to campaign above. Invariant: `highest` never decreases.
+
+use crate::Membership;
+use partita_types::{Ballot, NodeId};
+
+#[derive(Clone, Debug)]
+pub struct Elector {
+    id: NodeId,
+    membership: Membership,
+    timeout_ticks: u64,
+    /// Highest ballot seen: its node is the leader.
+    highest: Ballot,
+    last_heard_tick: u64,
+    now: u64,
+    campaigns: u64,
+}
+
+impl Elector {
+    /// `highest_seen`: the acceptor's recovered promise (`Ballot::ZERO` when fresh; the
+    /// initial coordinator then counts as leader).
+    pub fn new(
+        id: NodeId,
+        membership: Membership,
+        timeout_ticks: u64,
+        highest_seen: Ballot,
+    ) -> Elector {
+        Elector {
+            id,
+            membership,
+            timeout_ticks: timeout_ticks.max(1),
+            highest: highest_seen,
+            last_heard_tick: 0,
+            now: 0,
+            campaigns: 0,
+        }
+    }
+
+    /// The node this elector believes leads.
+    pub fn leader(&self) -> NodeId {
+        if self.highest == Ballot::ZERO {
+            self.membership.coordinator
+        } else {
+            self.highest.node
+        }
+    }
+
+    pub fn highest(&self) -> Ballot {
+        self.highest
+    }
+
+    pub fn campaigns(&self) -> u64 {
+        self.campaigns
+    }
+
+    /// Something from the leader of `ballot` arrived (heartbeat, Phase 1A or 2A). Returns
+    /// true when `ballot` is newer than anything seen: the leader changed.
+    pub fn on_leader_activity(&mut self, ballot: Ballot) -> bool {
+        if ballot < self.highest {
+            return false;
+        }
+        let newer = ballot > self.highest;
+        self.highest = ballot;
+        self.last_heard_tick = self.now;
+        newer
+    }
+
+    /// A ballot this node itself now leads with (it campaigned and started Phase 1).
+    pub fn on_own_ballot(&mut self, ballot: Ballot) {
+        self.on_leader_activity(ballot);
+    }
+
+    /// Advance the clock; `leading` says whether this node runs a coordinator now.
+    /// Returns `Some(floor)` when this node should campaign with a ballot above `floor`.
+    pub fn on_tick(&mut self, now: u64, leading: bool) -> Option<Ballot> {
+        self.now = now;
+        if leading {
+            // The coordinator core keeps its own heartbeats going.
+            self.last_heard_tick = now;
+            return None;
+        }
+        let leader = self.leader();
+        // Rank after the leader; a node that restarts believing it led waits a full
+        // round (every other acceptor's turn) before it campaigns again.
+        let rank = match self.membership.rank_after(leader, self.id)? as u64 {
+            0 => self.membership.acceptors.len() as u64,
+            r => r,
+        };
+        if now.saturating_sub(self.last_heard_tick) < self.timeout_ticks * rank {
+            return None;
+        }
+        self.last_heard_tick = now;
+        self.campaigns += 1;
+        Some(self.highest)
+    }
+
+    pub fn invariants(&self) {
+        assert!(self.last_heard_tick <= self.now.max(self.last_heard_tick));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Protocol;
+
+    fn m() -> Membership {
+        Membership {
+            protocol: Protocol::MultiPaxos,
+            acceptors: vec![1, 2, 3],
+            coordinator: 1,
+            learners: vec![4],
+        }
+    }
+
+    #[test]
+    fn next_in_order_campaigns_first_and_heartbeats_keep_it_quiet() {
+        let mut e2 = Elector::new(2, m(), 10, Ballot::ZERO);
+        let mut e3 = Elector::new(3, m(), 10, Ballot::ZERO);
+        assert_eq!(e2.leader(), 1);
+        for t in 1..10 {
+            assert_eq!(e2.on_tick(t, false), None);
+            assert_eq!(e3.on_tick(t, false), None);
+        }
+        // Heartbeat at tick 9 resets both.
+        let b1 = Ballot::ZERO.next_for(1);
+        e2.on_leader_activity(b1);
+        e3.on_leader_activity(b1);
+        assert_eq!(e2.on_tick(18, false), None);
+        // Silence: node 2 (rank 1) campaigns after 10 ticks, node 3 (rank 2) after 20.
+        assert_eq!(e2.on_tick(19, false), Some(b1));
+        assert_eq!(e3.on_tick(19, false), None);
+        assert_eq!(e3.on_tick(29, false), Some(b1));
+    }
+
+    #[test]
+    fn older_ballots_do_not_count_as_the_leader() {
+        let mut e = Elector::new(3, m(), 10, Ballot::ZERO);
+        let b2 = Ballot::ZERO.next_for(1).next_for(2);
+        assert!(e.on_leader_activity(b2));
+        assert_eq!(e.leader(), 2);
+        assert!(!e.on_leader_activity(Ballot::ZERO.next_for(1)));
+        assert_eq!(e.leader(), 2);
+        // Rank of 3 after 2 is 1.
+        assert_eq!(e.on_tick(5, false), None);
+        assert_eq!(e.on_tick(10, false), Some(b2));
+    }
+
+    #[test]
+    fn a_restarted_former_leader_waits_its_turn() {
+        let b1 = Ballot::ZERO.next_for(1);
+        let mut e = Elector::new(1, m(), 10, b1);
+        assert_eq!(e.leader(), 1);
+        assert_eq!(e.on_tick(29, false), None);
+        assert_eq!(e.on_tick(30, false), Some(b1));
+        // While it leads it never campaigns.
+        assert_eq!(e.on_tick(100, true), None);
+    }
+}
