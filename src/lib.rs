@@ -5,3 +5,4 @@ pub mod bench;
 pub mod cli;
 pub mod history;
 pub mod launch;
+pub mod nemesis;

@@ -212,15 +212,9 @@ impl Acceptor {
                 });
             }
             Msg::LearnRequest { from: lo, to: hi } => self.on_learn_request(from, lo, hi, out),
-            Msg::Heartbeat {
-                ballot,
-                decided_up_to,
-            } => {
+            Msg::Heartbeat { ballot, .. } => {
                 // Tell the leader we are up, so it keeps us in its ring.
                 if ballot >= self.promised {
-                    // Everything up to there is decided: a coordinator we might host
-                    // after a failover need not run Phase 1 below it.
-                    self.decided_prefix = self.decided_prefix.max(decided_up_to + 1);
                     out.push(Action::Send {
                         to: from,
                         msg: Msg::Alive {
@@ -548,8 +542,11 @@ impl Acceptor {
         }
     }
 
-    /// The first instance this acceptor does not know to be decided, with every one below
-    /// it known decided: where a coordinator it hosts starts Phase 1 after a failover.
+    /// The first instance this acceptor does not know to be decided, with the decided id of
+    /// every one below it known: where a coordinator it hosts starts Phase 1 after a
+    /// failover. Deliberately not lifted by the leader's heartbeats: a new leader decides
+    /// again (with the same value ids) what its acceptor does not know, so that every
+    /// acceptor learns those decisions anew and can serve them to learners.
     pub fn first_undecided(&self) -> Instance {
         self.decided_prefix
     }

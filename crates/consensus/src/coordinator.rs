@@ -525,13 +525,9 @@ impl Coordinator {
         }
         if !self.unannounced.is_empty() {
             let decided = std::mem::take(&mut self.unannounced);
-            let mut to = self
-                .membership
-                .acceptors
-                .iter()
-                .copied()
-                .filter(|&a| a != self.id)
-                .collect::<Vec<_>>();
+            // Every acceptor, our own included: acceptors serve decided values to
+            // learners, and ours may serve them after we step down.
+            let mut to = self.membership.acceptors.clone();
             if self.membership.protocol == Protocol::RingPaxos {
                 to.extend(&self.membership.learners);
             }
@@ -849,10 +845,17 @@ mod tests {
             &mut out,
         );
         assert_eq!(c.decided_up_to(), 1);
-        // Nothing to carry the decision: a small Decide goes to the other acceptors and learners.
+        // Nothing to carry the decision: a small Decide goes to the acceptors (its own
+        // too) and the learners.
         assert_eq!(
             sends(&out),
-            vec![(1, "decide"), (2, "decide"), (4, "decide"), (5, "decide")]
+            vec![
+                (1, "decide"),
+                (2, "decide"),
+                (3, "decide"),
+                (4, "decide"),
+                (5, "decide")
+            ]
         );
         out.clear();
         // Now a command waits (batch delay) while instance 2 is in flight; when 2 is
@@ -947,7 +950,8 @@ mod tests {
                 (4, "decidevalue"),
                 (5, "decidevalue"),
                 (1, "decide"),
-                (2, "decide")
+                (2, "decide"),
+                (3, "decide")
             ]
         );
     }

@@ -1,0 +1,444 @@
+//! `partita nemesis`: faults injected into a live cluster of real processes while
+//! closed-loop clients record a history, then the verdict.
+//!
+//! The nemesis owns its cluster (a [`LocalCluster`] of `partita node` processes on
+//! 127.0.0.1). On a schedule it SIGKILLs and restarts the coordinator, an acceptor or
+//! a replica, or pauses the coordinator (SIGSTOP, then SIGCONT), one fault at a time so
+//! that a majority of acceptors is always up. Meanwhile the clients of `partita bench`
+//! run the mixed workload with a recorded history. Afterwards:
+//!
+//! 1. the history is linearizable, judged with the final contents read through the
+//!    replicated path (so no acknowledged insert may be missing);
+//! 2. the replicas converge (same digest at the same instance);
+//! 3. the whole cluster is stopped and started again on the same data directories, and
+//!    the contents read then must equal the contents before: every acknowledged write
+//!    survived a full restart.
+//!
+//! For each coordinator kill it measures the time from the kill to the next decided
+//! instance (any node reporting itself coordinator with a higher decided instance).
+
+use crate::bench::{self, BenchConfig, BenchResult, Workload};
+use crate::launch::{spawn_node, LocalCluster};
+use anyhow::{bail, Context};
+use partita_client::{node_status, Client, ClientOptions};
+use partita_runtime::{ClusterConfig, NodeStatus, Role};
+use partita_types::{NodeId, Op, OpResult};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// SIGKILL the node that coordinates, restart it later on its data directory.
+    KillCoordinator,
+    /// SIGKILL an acceptor that does not coordinate, restart it later.
+    KillAcceptor,
+    /// SIGKILL a replica, restart it later.
+    KillReplica,
+    /// SIGSTOP the coordinator, SIGCONT it later.
+    PauseCoordinator,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 4] = [
+        Fault::KillCoordinator,
+        Fault::KillAcceptor,
+        Fault::KillReplica,
+        Fault::PauseCoordinator,
+    ];
+}
+
+#[derive(Clone, Debug)]
+pub struct NemesisConfig {
+    pub faults: Vec<Fault>,
+    /// Time between the end of one fault and the start of the next.
+    pub interval: Duration,
+    /// How long a killed node stays down, or a paused one stopped.
+    pub down_for: Duration,
+    pub bench: BenchConfig,
+    /// Write the history here (JSON lines).
+    pub history: Option<PathBuf>,
+}
+
+/// One injected fault and what it cost.
+#[derive(Clone, Debug, Serialize)]
+pub struct Injected {
+    pub at_s: f64,
+    pub fault: Fault,
+    pub node: NodeId,
+    /// Kill or pause of the coordinator: time until the next decided instance.
+    pub next_decision_ms: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NemesisReport {
+    pub injected: Vec<Injected>,
+    pub bench: BenchResult,
+    pub operations: usize,
+    pub unknown_outcomes: usize,
+    pub linearizable: Result<String, String>,
+    pub converged: Result<String, String>,
+    pub survived_restart: Result<String, String>,
+}
+
+impl NemesisReport {
+    pub fn passed(&self) -> bool {
+        self.linearizable.is_ok() && self.converged.is_ok() && self.survived_restart.is_ok()
+    }
+
+    /// Failover times (ms) of the coordinator faults.
+    pub fn failover_ms(&self) -> Vec<f64> {
+        self.injected
+            .iter()
+            .filter_map(|i| i.next_decision_ms)
+            .collect()
+    }
+}
+
+impl std::fmt::Display for NemesisReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "faults")?;
+        for i in &self.injected {
+            write!(f, "  {:7.2} s  {:?} node {}", i.at_s, i.fault, i.node)?;
+            match i.next_decision_ms {
+                Some(ms) => writeln!(f, "  next decision after {ms:.0} ms")?,
+                None => writeln!(f)?,
+            }
+        }
+        let mut fo = self.failover_ms();
+        fo.sort_by(f64::total_cmp);
+        if !fo.is_empty() {
+            writeln!(
+                f,
+                "coordinator faults: {} ; time to next decision p50 {:.0} ms, max {:.0} ms",
+                fo.len(),
+                fo[fo.len() / 2],
+                fo[fo.len() - 1]
+            )?;
+        }
+        writeln!(f, "load\n{}", self.bench)?;
+        writeln!(
+            f,
+            "verdict ({} operations, {} with unknown outcome)",
+            self.operations, self.unknown_outcomes
+        )?;
+        let line = |f: &mut std::fmt::Formatter<'_>, what: &str, r: &Result<String, String>| match r
+        {
+            Ok(s) => writeln!(f, "  ok    {what}: {s}"),
+            Err(e) => writeln!(f, "  FAIL  {what}: {e}"),
+        };
+        line(f, "linearizable", &self.linearizable)?;
+        line(f, "replicas converge", &self.converged)?;
+        line(
+            f,
+            "acknowledged writes survive a full restart",
+            &self.survived_restart,
+        )
+    }
+}
+
+async fn statuses(c: &ClusterConfig, timeout: Duration) -> Vec<(NodeId, Option<NodeStatus>)> {
+    let mut v = Vec::new();
+    for n in &c.nodes {
+        v.push((n.id, node_status(c.addr(n.id), timeout).await));
+    }
+    v
+}
+
+/// The node that coordinates now (the highest decided instance among those that say
+/// they coordinate), and that instance.
+async fn coordinator(c: &ClusterConfig) -> Option<(NodeId, u64)> {
+    statuses(c, Duration::from_millis(300))
+        .await
+        .into_iter()
+        .filter_map(|(id, s)| {
+            let s = s?;
+            s.coordinator.then_some((id, s.decided_up_to.unwrap_or(0)))
+        })
+        .max_by_key(|&(_, d)| d)
+}
+
+/// Wait until some coordinator reports a decided instance above `above`.
+async fn next_decision(c: &ClusterConfig, above: u64, limit: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        for n in &c.nodes {
+            if let Some(s) = node_status(c.addr(n.id), Duration::from_millis(100)).await {
+                if s.coordinator && s.decided_up_to.unwrap_or(0) > above {
+                    return Some(t0.elapsed());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+fn signal(pid: u32, sig: i32) {
+    // The pid is our own child (a node this process started).
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+struct Nemesis<'a> {
+    lc: &'a mut LocalCluster,
+    exe: PathBuf,
+    node_args: Vec<String>,
+}
+
+impl Nemesis<'_> {
+    fn pid(&self, id: NodeId) -> Option<u32> {
+        self.lc
+            .children
+            .iter()
+            .find(|(n, _)| *n == id)
+            .map(|(_, c)| c.id())
+    }
+
+    fn kill(&mut self, id: NodeId) {
+        if let Some((_, c)) = self.lc.children.iter_mut().find(|(n, _)| *n == id) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn restart(&mut self, id: NodeId) -> anyhow::Result<()> {
+        let child = spawn_node(
+            &self.exe,
+            &self.lc.cluster_file,
+            id,
+            &self.lc.data_dir,
+            &self.node_args,
+        )?;
+        if let Some(slot) = self.lc.children.iter_mut().find(|(n, _)| *n == id) {
+            slot.1 = child;
+        } else {
+            self.lc.children.push((id, child));
+        }
+        Ok(())
+    }
+
+    async fn inject(
+        &mut self,
+        fault: Fault,
+        down_for: Duration,
+        t0: Instant,
+    ) -> anyhow::Result<Injected> {
+        let cluster = self.lc.cluster.clone();
+        let (leader, decided) = coordinator(&cluster)
+            .await
+            .unwrap_or((cluster.cluster.coordinator.unwrap_or(1), 0));
+        let acceptors: Vec<NodeId> = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.roles.contains(&Role::Acceptor))
+            .map(|n| n.id)
+            .collect();
+        let replicas = cluster.executors();
+        let k = t0.elapsed().as_millis() as usize;
+        let node = match fault {
+            Fault::KillCoordinator | Fault::PauseCoordinator => leader,
+            Fault::KillAcceptor => {
+                let others: Vec<NodeId> = acceptors.into_iter().filter(|&a| a != leader).collect();
+                others[k % others.len()]
+            }
+            Fault::KillReplica => replicas[k % replicas.len()],
+        };
+        let at_s = t0.elapsed().as_secs_f64();
+        let mut next_decision_ms = None;
+        match fault {
+            Fault::PauseCoordinator => {
+                let pid = self.pid(node).context("no such node")?;
+                signal(pid, libc::SIGSTOP);
+                next_decision_ms =
+                    next_decision(&cluster, decided, down_for.max(Duration::from_secs(3)))
+                        .await
+                        .map(|d| d.as_secs_f64() * 1e3);
+                let rest = down_for.saturating_sub(Duration::from_secs_f64(
+                    next_decision_ms.unwrap_or(0.0) / 1e3,
+                ));
+                tokio::time::sleep(rest).await;
+                signal(pid, libc::SIGCONT);
+            }
+            _ => {
+                self.kill(node);
+                if fault == Fault::KillCoordinator {
+                    next_decision_ms = next_decision(&cluster, decided, Duration::from_secs(10))
+                        .await
+                        .map(|d| d.as_secs_f64() * 1e3);
+                }
+                let spent = Duration::from_secs_f64(next_decision_ms.unwrap_or(0.0) / 1e3);
+                tokio::time::sleep(down_for.saturating_sub(spent)).await;
+                self.restart(node)?;
+            }
+        }
+        Ok(Injected {
+            at_s,
+            fault,
+            node,
+            next_decision_ms,
+        })
+    }
+}
+
+/// Read every entry through the replicated path.
+async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>> {
+    let opts = ClientOptions {
+        give_up: Duration::from_secs(30),
+        ..ClientOptions::default()
+    };
+    let mut client = Client::connect(cluster.clone(), opts).await?;
+    match client
+        .execute(Op::Query {
+            min: 0,
+            max: u64::MAX,
+        })
+        .await?
+    {
+        OpResult::Entries(e) => Ok(e),
+        other => bail!("a whole-range query returned {other:?}"),
+    }
+}
+
+/// Wait until every replica executed the same instance; return their digests.
+async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, String> {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    while t0.elapsed() < limit {
+        let st = statuses(cluster, Duration::from_secs(1)).await;
+        let reps: Vec<&NodeStatus> = st
+            .iter()
+            .filter_map(|(_, s)| s.as_ref())
+            .filter(|s| s.executed_up_to.is_some())
+            .collect();
+        let decided = st
+            .iter()
+            .filter_map(|(_, s)| s.as_ref()?.decided_up_to)
+            .max()
+            .unwrap_or(0);
+        if reps.len() == cluster.executors().len()
+            && reps.iter().all(|r| r.executed_up_to == Some(decided))
+        {
+            let digests: Vec<(String, u64)> = reps
+                .iter()
+                .map(|r| (format!("node {}", r.node), r.digest.unwrap_or(0)))
+                .collect();
+            return partita_checker::check_convergence(&digests)
+                .map(|_| format!("{} replicas at instance {decided}", digests.len()))
+                .map_err(|e| e.to_string());
+        }
+        last = format!("{st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "replicas did not catch up within {limit:?}: {last}"
+    ))
+}
+
+/// Run the nemesis against `lc` (started, ready). `exe` is the partita binary used to
+/// restart nodes, with `node_args` (e.g. `--unsafe ...` for controls).
+pub async fn run(
+    lc: &mut LocalCluster,
+    exe: &Path,
+    node_args: &[String],
+    cfg: &NemesisConfig,
+) -> anyhow::Result<NemesisReport> {
+    if cfg.faults.is_empty() {
+        bail!("no faults to inject");
+    }
+    let cluster = lc.cluster.clone();
+    bench::preload(&cluster, cfg.bench.preload, false).await?;
+    let load = {
+        let cluster = cluster.clone();
+        let bcfg = cfg.bench.clone();
+        tokio::spawn(async move { bench::run(&cluster, &bcfg).await })
+    };
+    let t0 = Instant::now();
+    let mut nem = Nemesis {
+        lc,
+        exe: exe.to_path_buf(),
+        node_args: node_args.to_vec(),
+    };
+    let mut injected = Vec::new();
+    let stop_at = cfg.bench.duration.saturating_sub(cfg.down_for);
+    tokio::time::sleep(cfg.interval.min(cfg.bench.duration / 4)).await;
+    let mut i = 0;
+    while t0.elapsed() + cfg.down_for < stop_at {
+        let fault = cfg.faults[i % cfg.faults.len()];
+        i += 1;
+        injected.push(nem.inject(fault, cfg.down_for, t0).await?);
+        tokio::time::sleep(cfg.interval).await;
+    }
+    let (bench_result, records) = load.await.context("load task")??;
+    if let Some(p) = &cfg.history {
+        crate::history::write_history(p, &records)?;
+    }
+
+    // The verdict: final contents, convergence, linearizability, then a full restart.
+    let final_entries = read_all(&cluster)
+        .await
+        .context("reading the final contents")?;
+    let converged = converged(&cluster, Duration::from_secs(60)).await;
+    let events: Vec<_> = records.iter().map(crate::history::to_event).collect();
+    let unknown = records.iter().filter(|r| r.result.is_none()).count();
+    let opts = partita_checker::CheckOptions {
+        initial: crate::history::preload_initial(cfg.bench.preload),
+        ..Default::default()
+    };
+    let linearizable = match partita_checker::check_with_final_state(&events, &opts, &final_entries)
+    {
+        Ok(s) => Ok(format!("{} operations ({s:?})", events.len())),
+        Err(e) => Err(e.to_string()),
+    };
+
+    nem.lc.stop(Duration::from_secs(5));
+    let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
+    for id in ids {
+        nem.restart(id)?;
+    }
+    nem.lc.wait_ready(Duration::from_secs(30)).await?;
+    let survived_restart = match read_all(&cluster).await {
+        Ok(after) if after == final_entries => Ok(format!(
+            "{} entries identical after restarting every node",
+            after.len()
+        )),
+        Ok(after) => {
+            let missing = final_entries.iter().filter(|e| !after.contains(e)).count();
+            Err(format!(
+                "{} entries before the restart, {} after; {missing} missing",
+                final_entries.len(),
+                after.len()
+            ))
+        }
+        Err(e) => Err(format!("no answer after the restart: {e}")),
+    };
+    Ok(NemesisReport {
+        injected,
+        bench: bench_result,
+        operations: records.len(),
+        unknown_outcomes: unknown,
+        linearizable,
+        converged,
+        survived_restart,
+    })
+}
+
+/// The nemesis's default load: the mixed workload on a small key space, so that the
+/// checker judges real contention.
+pub fn default_bench(duration: Duration, clients: usize, seed: u64) -> BenchConfig {
+    let preload = 200;
+    BenchConfig {
+        workload: Workload::Mixed,
+        clients,
+        duration,
+        think_ms: 2,
+        preload,
+        seed,
+        trim: 0.1,
+        progress: false,
+        key_space: Some(2 * preload),
+    }
+}
