@@ -6,3 +6,5 @@ pub mod cli;
 pub mod history;
 pub mod launch;
 pub mod nemesis;
+pub mod experiment;
+pub mod plot;
