@@ -10,6 +10,17 @@
 //! is durable. The first acceptor of the ring starts a [`Msg::RingVote`]; every other one
 //! adds its bit when it can and forwards; the last one (the coordinator's own acceptor)
 //! hands the mask to the coordinator as a [`Msg::Phase2B`].
+//!
+//! Truncation: replicas report their durable checkpoints ([`Msg::Checkpointed`]). When
+//! a majority of the replicas (both of two) have checkpointed instance `c`, every
+//! instance up to `c` is decided and executed there, so the acceptor forgets them,
+//! writes [`AcceptorRecord::Truncated`] (with its promise) and, once that record is
+//! durable, reports with [`Action::TruncateLog`] the oldest record still needed: the
+//! truncation record itself or the oldest record of a value it still keeps. Below the
+//! truncation point it accepts nothing and answers learners with [`Msg::Truncated`].
+//!
+//! Persist tokens are log positions: a fresh acceptor issues 1, 2, …; a recovered one
+//! numbers the records it recovered 1..=n and issues n + 1, … from there.
 
 use crate::{
     AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, PersistToken, Protocol,
@@ -28,6 +39,13 @@ struct Accepted {
     /// Ring Paxos: the ring mask the value was proposed with (not persisted: a
     /// retransmission brings it again).
     ring: u64,
+    /// Token (log position) of the record holding this value; 0 when it is not in
+    /// the log (a Multi-Paxos decision kept only to serve learners).
+    token: PersistToken,
+    /// The oldest record recovery needs for this instance: `token` once that write is
+    /// durable; until then, the record of the value it replaces (a crash before the
+    /// new write completes must find the old value, which we may have voted for).
+    keep_token: PersistToken,
 }
 
 #[derive(Clone, Debug)]
@@ -44,6 +62,8 @@ enum PendingWrite {
         ballot: Ballot,
         vid: Vid,
     },
+    /// The truncation record: once durable, older records may go.
+    Truncate,
 }
 
 /// A ring vote waiting for this acceptor's own write to become durable.
@@ -76,6 +96,11 @@ pub struct Acceptor {
     /// Planted bug (simulator controls only): vote as soon as a value arrives, before
     /// its write is durable.
     unsafe_vote_before_durable: bool,
+    /// Every instance below this was truncated (1: none).
+    truncated_below: Instance,
+    /// Per replica: the newest durable checkpoint it reported (memory only: replicas
+    /// report again periodically).
+    replica_checkpoints: BTreeMap<NodeId, Instance>,
 }
 
 impl Acceptor {
@@ -98,6 +123,8 @@ impl Acceptor {
             last_persisted: 0,
             drops: DropCounts::default(),
             unsafe_vote_before_durable: false,
+            truncated_below: 1,
+            replica_checkpoints: BTreeMap::new(),
         }
     }
 
@@ -114,26 +141,35 @@ impl Acceptor {
     }
 
     /// Rebuild the acceptor from its log, oldest record first. Everything replayed was
-    /// durable, so it counts as such.
+    /// durable, so it counts as such. The records get tokens 1, 2, … in this order
+    /// (their positions), and new writes continue the count.
     pub fn recover(
         id: NodeId,
         membership: Membership,
         records: impl IntoIterator<Item = AcceptorRecord>,
     ) -> Acceptor {
         let mut a = Acceptor::new(id, membership);
+        let mut position: PersistToken = 0;
         for r in records {
+            position += 1;
             match r {
                 AcceptorRecord::Promise { ballot } => a.promised = a.promised.max(ballot),
+                AcceptorRecord::Truncated { below, promised } => {
+                    a.promised = a.promised.max(promised);
+                    a.truncate_below(below);
+                }
                 AcceptorRecord::Accept {
                     instance,
                     ballot,
                     value,
                 } => {
                     a.promised = a.promised.max(ballot);
-                    let newer = a
-                        .accepted
-                        .get(&instance)
-                        .is_none_or(|old| old.ballot <= ballot);
+                    // A record below a later truncation record is dropped by it; one
+                    // below an earlier one cannot exist (nothing is accepted there).
+                    let newer = instance >= a.truncated_below
+                        && a.accepted
+                            .get(&instance)
+                            .is_none_or(|old| old.ballot <= ballot);
                     if newer {
                         a.max_accepted_ballot = a.max_accepted_ballot.max(ballot);
                         a.accepted.insert(
@@ -143,12 +179,16 @@ impl Acceptor {
                                 value,
                                 durable: true,
                                 ring: 0,
+                                token: position,
+                                keep_token: position,
                             },
                         );
                     }
                 }
             }
         }
+        a.next_token = position + 1;
+        a.last_persisted = position;
         a.invariants();
         a
     }
@@ -169,6 +209,16 @@ impl Acceptor {
 
     pub fn accepted_count(&self) -> usize {
         self.accepted.len()
+    }
+
+    /// Every instance below this was truncated (1: none).
+    pub fn truncated_below(&self) -> Instance {
+        self.truncated_below
+    }
+
+    /// The newest checkpoint each replica reported.
+    pub fn replica_checkpoints(&self) -> &BTreeMap<NodeId, Instance> {
+        &self.replica_checkpoints
     }
 
     pub fn drops(&self) -> &DropCounts {
@@ -201,6 +251,10 @@ impl Acceptor {
             } => self.on_ring_vote(ballot, instance, vid, votes, ring, out),
             Msg::Decide { decided } => self.learn_decisions(&decided),
             Msg::DecideValue { instance, value } => {
+                if instance < self.truncated_below {
+                    self.drops.count(Drop::Truncated);
+                    return;
+                }
                 self.learn_decisions(&[(instance, value.vid)]);
                 // Multi-Paxos: a decided value this acceptor never accepted is kept so it
                 // can serve learners; it is not a vote, so it is not persisted.
@@ -209,7 +263,28 @@ impl Acceptor {
                     value,
                     durable: false,
                     ring: 0,
+                    token: 0,
+                    keep_token: 0,
                 });
+            }
+            Msg::Checkpointed { instance } => self.on_checkpointed(from, instance, out),
+            Msg::ReadAccepted { from: lo, to: hi } => {
+                let msg = if lo < self.truncated_below {
+                    Msg::Truncated {
+                        below: self.truncated_below,
+                    }
+                } else {
+                    Msg::AcceptedValues {
+                        from: lo,
+                        to: hi,
+                        accepted: self
+                            .accepted
+                            .range(lo..hi)
+                            .map(|(&i, a)| (i, a.ballot, a.value.clone()))
+                            .collect(),
+                    }
+                };
+                out.push(Action::Send { to: from, msg });
             }
             Msg::LearnRequest { from: lo, to: hi } => self.on_learn_request(from, lo, hi, out),
             Msg::Heartbeat { ballot, .. } => {
@@ -223,7 +298,12 @@ impl Acceptor {
                     });
                 }
             }
-            Msg::Alive { .. } | Msg::Forward { .. } => self.drops.count(Drop::NotForThisRole),
+            Msg::Alive { .. }
+            | Msg::Forward { .. }
+            | Msg::Truncated { .. }
+            | Msg::AcceptedValues { .. }
+            | Msg::CheckpointRequest { .. }
+            | Msg::CheckpointChunk { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }
             | Msg::Phase2B { .. }
@@ -283,6 +363,19 @@ impl Acceptor {
             });
             return;
         }
+        if instance < self.truncated_below {
+            // Decided and checkpointed by a majority of replicas: nothing may be
+            // accepted here. A coordinator still proposing here (it re-proposes what
+            // Phase 1 found while we truncated) must learn that it can move on.
+            self.drops.count(Drop::Truncated);
+            out.push(Action::Send {
+                to: from,
+                msg: Msg::Truncated {
+                    below: self.truncated_below,
+                },
+            });
+            return;
+        }
         self.promised = ballot;
         let vid = value.vid;
         if let Some(a) = self.accepted.get_mut(&instance) {
@@ -297,22 +390,28 @@ impl Acceptor {
             }
         }
         self.max_accepted_ballot = self.max_accepted_ballot.max(ballot);
-        self.accepted.insert(
-            instance,
-            Accepted {
-                ballot,
-                value: value.clone(),
-                durable: false,
-                ring,
-            },
-        );
         let token = self.persist(
             AcceptorRecord::Accept {
                 instance,
                 ballot,
-                value,
+                value: value.clone(),
             },
             out,
+        );
+        let keep_token = match self.accepted.get(&instance) {
+            Some(old) if old.keep_token > 0 => old.keep_token,
+            _ => token,
+        };
+        self.accepted.insert(
+            instance,
+            Accepted {
+                ballot,
+                value,
+                durable: false,
+                ring,
+                token,
+                keep_token,
+            },
         );
         if self.unsafe_vote_before_durable {
             // `vote` asserts durability; the bug lies to it for this one vote.
@@ -366,7 +465,23 @@ impl Acceptor {
                         from,
                         to,
                         accepted,
+                        truncated_below: self.truncated_below,
                     },
+                });
+            }
+            PendingWrite::Truncate => {
+                // Everything the log must still hold starts at the truncation record
+                // (the promise) or at the oldest record of a value still kept,
+                // whichever is older. Older records are superseded or truncated.
+                let oldest_kept = self
+                    .accepted
+                    .values()
+                    .filter(|a| a.keep_token > 0)
+                    .map(|a| a.keep_token)
+                    .min()
+                    .unwrap_or(token);
+                out.push(Action::TruncateLog {
+                    below_token: oldest_kept.min(token),
                 });
             }
             PendingWrite::Accept {
@@ -375,7 +490,14 @@ impl Acceptor {
                 vid,
             } => {
                 let Some(a) = self.accepted.get_mut(&instance) else {
-                    panic!("accepted entry for instance {instance} vanished before its write completed");
+                    assert!(
+                        instance < self.truncated_below,
+                        "accepted entry for instance {instance} vanished before its write completed"
+                    );
+                    // Truncated while the write was in flight: decided and checkpointed
+                    // elsewhere, no vote needed.
+                    self.drops.count(Drop::Truncated);
+                    return;
                 };
                 if a.ballot != ballot || a.value.vid != vid {
                     // Overwritten by a higher ballot meanwhile: this write no longer
@@ -383,7 +505,9 @@ impl Acceptor {
                     self.drops.count(Drop::StaleBallot);
                     return;
                 }
+                assert_eq!(a.token, token, "the completed write holds this value");
                 a.durable = true;
+                a.keep_token = token;
                 if ballot == self.promised {
                     self.vote(instance, ballot, vid, out);
                 }
@@ -487,6 +611,10 @@ impl Acceptor {
             self.drops.count(Drop::NotForThisRole);
             return;
         }
+        if instance < self.truncated_below {
+            self.drops.count(Drop::Truncated);
+            return;
+        }
         if ballot < self.promised {
             self.drops.count(Drop::StaleBallot);
             return;
@@ -534,6 +662,9 @@ impl Acceptor {
 
     fn learn_decisions(&mut self, decided: &[(Instance, Vid)]) {
         for &(i, vid) in decided {
+            if i < self.truncated_below {
+                continue;
+            }
             self.decided.insert(i, vid);
             self.held_votes.remove(&i);
         }
@@ -552,6 +683,15 @@ impl Acceptor {
     }
 
     fn on_learn_request(&mut self, from: NodeId, lo: Instance, hi: Instance, out: &mut Outbox) {
+        if lo < self.truncated_below {
+            out.push(Action::Send {
+                to: from,
+                msg: Msg::Truncated {
+                    below: self.truncated_below,
+                },
+            });
+            return;
+        }
         let mut decided = Vec::new();
         for (&i, &vid) in self.decided.range(lo..hi) {
             if let Some(a) = self.accepted.get(&i) {
@@ -573,10 +713,55 @@ impl Acceptor {
         token
     }
 
-    /// Forget accepted values and decisions below `instance` (after a checkpoint).
+    /// A replica's newest durable checkpoint covers `instance`: truncate below what a
+    /// majority of replicas have checkpointed, if that moved.
+    fn on_checkpointed(&mut self, from: NodeId, instance: Instance, out: &mut Outbox) {
+        if !self.membership.learners.contains(&from) {
+            self.drops.count(Drop::FromNonMember);
+            return;
+        }
+        let c = self.replica_checkpoints.entry(from).or_default();
+        *c = (*c).max(instance);
+        // The majority-th highest checkpoint (replicas not heard from count as 0):
+        // a majority of replicas executed and checkpointed everything up to it.
+        let mut all: Vec<Instance> = self
+            .membership
+            .learners
+            .iter()
+            .map(|l| self.replica_checkpoints.get(l).copied().unwrap_or(0))
+            .collect();
+        all.sort_unstable_by(|a, b| b.cmp(a));
+        let covered = all[self.membership.learners.len() / 2];
+        if covered < self.truncated_below {
+            return;
+        }
+        let below = covered + 1;
+        self.truncate_below(below);
+        let token = self.persist(
+            AcceptorRecord::Truncated {
+                below,
+                promised: self.promised,
+            },
+            out,
+        );
+        self.pending.insert(token, PendingWrite::Truncate);
+    }
+
+    /// Forget accepted values and decisions below `instance`: they are decided (a
+    /// majority of replicas checkpointed them). In memory only; see `on_checkpointed`
+    /// for the record that makes it last.
     pub fn truncate_below(&mut self, instance: Instance) {
+        if instance <= self.truncated_below {
+            return;
+        }
         self.accepted = self.accepted.split_off(&instance);
         self.decided = self.decided.split_off(&instance);
+        self.held_votes.retain(|&i, _| i >= instance);
+        self.truncated_below = instance;
+        self.decided_prefix = self.decided_prefix.max(instance);
+        while self.decided.contains_key(&self.decided_prefix) {
+            self.decided_prefix += 1;
+        }
     }
 
     /// Cheap enough to run after every handler: O(1) in the size of the log.
@@ -599,6 +784,18 @@ impl Acceptor {
             self.pending.len() as u64 <= self.next_token,
             "pending writes bounded by tokens issued"
         );
+        if let Some((&i, _)) = self.accepted.first_key_value() {
+            assert!(
+                i >= self.truncated_below,
+                "accepted instance {i} below the truncation point {}",
+                self.truncated_below
+            );
+        }
+        assert!(
+            self.decided_prefix >= self.truncated_below,
+            "a truncated instance is not counted as decided"
+        );
+        assert!(self.last_persisted < self.next_token);
     }
 }
 
@@ -662,7 +859,8 @@ mod tests {
                     ballot: b,
                     from: 1,
                     to: 100,
-                    accepted: vec![]
+                    accepted: vec![],
+                    truncated_below: 1,
                 }
             }]
         );
@@ -978,5 +1176,253 @@ mod tests {
                 }
             }]
         );
+    }
+
+    fn accept(a: &mut Acceptor, instance: Instance, ballot: Ballot, seq: u64, out: &mut Outbox) {
+        a.on_message(
+            ballot.node,
+            Msg::Phase2A {
+                ballot,
+                instance,
+                value: value(seq),
+                decided: vec![],
+                ring: 0b111,
+            },
+            out,
+        );
+    }
+
+    fn three_replicas() -> Membership {
+        Membership {
+            learners: vec![4, 5, 6],
+            ..membership(Protocol::MultiPaxos)
+        }
+    }
+
+    #[test]
+    fn truncates_below_what_a_majority_of_replicas_checkpointed() {
+        let mut a = Acceptor::new(1, three_replicas());
+        let mut out = Vec::new();
+        let b = Ballot::new(1, 3);
+        for i in 1..=6 {
+            accept(&mut a, i, b, i, &mut out);
+        }
+        for t in 1..=6 {
+            a.on_persisted(t, &mut out);
+        }
+        out.clear();
+        // One replica is not a majority of three.
+        a.on_message(4, Msg::Checkpointed { instance: 5 }, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(a.truncated_below(), 1);
+        // A non-replica's claim counts for nothing.
+        a.on_message(2, Msg::Checkpointed { instance: 9 }, &mut out);
+        assert!(out.is_empty());
+        // Two of three: truncate below the lower of the two (3), durably with the promise.
+        a.on_message(5, Msg::Checkpointed { instance: 3 }, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Persist {
+                token: 7,
+                record: AcceptorRecord::Truncated {
+                    below: 4,
+                    promised: b
+                }
+            }]
+        );
+        assert_eq!(a.truncated_below(), 4);
+        assert!(a.accepted(3).is_none() && a.accepted(4).is_some());
+        assert_eq!(a.first_undecided(), 4);
+        out.clear();
+        // Once the record is durable, the log before the oldest kept value may go.
+        a.on_persisted(7, &mut out);
+        assert_eq!(out, vec![Action::TruncateLog { below_token: 4 }]);
+        out.clear();
+        // Learners asking below the truncation point are told to fetch a checkpoint.
+        a.on_message(4, Msg::LearnRequest { from: 2, to: 6 }, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 4,
+                msg: Msg::Truncated { below: 4 }
+            }]
+        );
+        out.clear();
+        // Nothing is accepted below it (the proposer is told), and Phase 1 reports it.
+        accept(&mut a, 2, Ballot::new(2, 2), 99, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 2,
+                msg: Msg::Truncated { below: 4 }
+            }]
+        );
+        assert!(a.accepted(2).is_none());
+        out.clear();
+        a.on_message(
+            2,
+            Msg::Phase1A {
+                ballot: Ballot::new(3, 2),
+                from: 1,
+                to: 100,
+            },
+            &mut out,
+        );
+        out.clear();
+        a.on_persisted(8, &mut out);
+        match &out[..] {
+            [Action::Send {
+                msg:
+                    Msg::Phase1B {
+                        accepted,
+                        truncated_below: 4,
+                        ..
+                    },
+                ..
+            }] => assert_eq!(accepted.len(), 3),
+            other => panic!("unexpected {other:?}"),
+        }
+        // A stale, lower report changes nothing.
+        out.clear();
+        a.on_message(6, Msg::Checkpointed { instance: 2 }, &mut out);
+        assert!(out.is_empty());
+        a.invariants();
+    }
+
+    #[test]
+    fn read_accepted_reports_every_value_with_its_ballot() {
+        let mut a = Acceptor::new(1, three_replicas());
+        let mut out = Vec::new();
+        accept(&mut a, 2, Ballot::new(1, 3), 2, &mut out);
+        accept(&mut a, 5, Ballot::new(1, 3), 5, &mut out);
+        out.clear();
+        a.on_message(4, Msg::ReadAccepted { from: 1, to: 5 }, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 4,
+                msg: Msg::AcceptedValues {
+                    from: 1,
+                    to: 5,
+                    accepted: vec![(2, Ballot::new(1, 3), value(2))]
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn truncate_log_keeps_the_oldest_record_of_a_kept_value() {
+        let mut a = Acceptor::new(
+            1,
+            Membership {
+                learners: vec![4],
+                ..membership(Protocol::MultiPaxos)
+            },
+        );
+        let mut out = Vec::new();
+        accept(&mut a, 1, Ballot::new(1, 3), 1, &mut out); // token 1
+        accept(&mut a, 3, Ballot::new(1, 3), 3, &mut out); // token 2
+        accept(&mut a, 2, Ballot::new(1, 3), 2, &mut out); // token 3
+        accept(&mut a, 2, Ballot::new(2, 3), 4, &mut out); // token 4 supersedes 3
+        for t in 1..=4 {
+            a.on_persisted(t, &mut out);
+        }
+        out.clear();
+        a.on_message(4, Msg::Checkpointed { instance: 1 }, &mut out);
+        a.on_persisted(5, &mut out);
+        // Instance 3's record (token 2) is the oldest still needed.
+        assert_eq!(out.last(), Some(&Action::TruncateLog { below_token: 2 }));
+    }
+
+    #[test]
+    fn truncate_log_keeps_a_durable_value_whose_replacement_is_in_flight() {
+        let mut a = Acceptor::new(
+            1,
+            Membership {
+                learners: vec![4],
+                ..membership(Protocol::MultiPaxos)
+            },
+        );
+        let mut out = Vec::new();
+        accept(&mut a, 1, Ballot::new(1, 3), 1, &mut out); // token 1
+        accept(&mut a, 5, Ballot::new(1, 3), 5, &mut out); // token 2
+        a.on_persisted(1, &mut out);
+        a.on_persisted(2, &mut out);
+        a.on_message(4, Msg::Checkpointed { instance: 1 }, &mut out); // token 3
+        accept(&mut a, 5, Ballot::new(2, 3), 6, &mut out); // token 4, in flight
+        out.clear();
+        a.on_persisted(3, &mut out);
+        // Should token 4 never reach the disk, recovery needs token 2's value.
+        assert_eq!(out, vec![Action::TruncateLog { below_token: 2 }]);
+        out.clear();
+        a.on_persisted(4, &mut out);
+        a.on_message(4, Msg::Checkpointed { instance: 2 }, &mut out); // token 5
+        out.clear();
+        a.on_persisted(5, &mut out);
+        assert_eq!(out, vec![Action::TruncateLog { below_token: 4 }]);
+    }
+
+    #[test]
+    fn recovery_honours_a_truncation_record() {
+        let recs = vec![
+            AcceptorRecord::Promise {
+                ballot: Ballot::new(1, 3),
+            },
+            AcceptorRecord::Accept {
+                instance: 1,
+                ballot: Ballot::new(1, 3),
+                value: value(1),
+            },
+            AcceptorRecord::Accept {
+                instance: 5,
+                ballot: Ballot::new(1, 3),
+                value: value(5),
+            },
+            AcceptorRecord::Truncated {
+                below: 3,
+                promised: Ballot::new(7, 2),
+            },
+            AcceptorRecord::Accept {
+                instance: 6,
+                ballot: Ballot::new(7, 2),
+                value: value(6),
+            },
+        ];
+        let mut a = Acceptor::recover(1, membership(Protocol::RingPaxos), recs.clone());
+        assert_eq!(a.promised(), Ballot::new(7, 2));
+        assert!(a.accepted(1).is_none());
+        assert!(a.accepted(5).is_some() && a.accepted(6).is_some());
+        assert_eq!(a.truncated_below(), 3);
+        assert!(a.first_undecided() >= 3);
+        // The same state from the suffix alone: what remains after the log prefix
+        // before the oldest needed record (position 3, instance 5) is deleted.
+        let b = Acceptor::recover(1, membership(Protocol::RingPaxos), recs[2..].to_vec());
+        assert_eq!(b.promised(), a.promised());
+        assert_eq!(b.truncated_below(), 3);
+        assert_eq!(b.accepted_count(), a.accepted_count());
+        // New writes continue the positions: 5 records recovered, the next token is 6.
+        let mut out = Vec::new();
+        accept(&mut a, 7, Ballot::new(7, 2), 7, &mut out);
+        assert!(matches!(out[..], [Action::Persist { token: 6, .. }]));
+    }
+
+    #[test]
+    fn a_write_overtaken_by_truncation_is_not_voted() {
+        let mut a = Acceptor::new(
+            1,
+            Membership {
+                learners: vec![4],
+                ..membership(Protocol::MultiPaxos)
+            },
+        );
+        let mut out = Vec::new();
+        accept(&mut a, 1, Ballot::new(1, 3), 1, &mut out);
+        a.on_message(4, Msg::Checkpointed { instance: 1 }, &mut out);
+        out.clear();
+        a.on_persisted(1, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        a.on_persisted(2, &mut out);
+        assert_eq!(out, vec![Action::TruncateLog { below_token: 2 }]);
+        a.invariants();
     }
 }

@@ -33,6 +33,9 @@ struct Phase1 {
     promises: u64,
     /// Highest-ballot value reported per instance.
     reported: BTreeMap<Instance, (Ballot, Arc<Value>)>,
+    /// Highest truncation point a promising acceptor reported: every instance below
+    /// it is decided and checkpointed, and must not be proposed in again.
+    truncated_below: Instance,
     sent_at_tick: u64,
 }
 
@@ -44,6 +47,8 @@ pub struct CoordinatorStats {
     pub instances_decided: u64,
     pub retransmits: u64,
     pub phase1_runs: u64,
+    /// Instances skipped because Phase 1 found them truncated (decided earlier).
+    pub instances_skipped: u64,
 }
 
 pub struct Coordinator {
@@ -210,6 +215,7 @@ impl Coordinator {
             to,
             promises: 0,
             reported: BTreeMap::new(),
+            truncated_below: 1,
             sent_at_tick: self.now_tick,
         });
         self.stats.phase1_runs += 1;
@@ -250,7 +256,8 @@ impl Coordinator {
                 from: lo,
                 to: hi,
                 accepted,
-            } => self.on_phase1b(from, ballot, lo, hi, accepted, out),
+                truncated_below,
+            } => self.on_phase1b(from, ballot, lo, hi, accepted, truncated_below, out),
             Msg::Nack { ballot, promised } => self.on_nack(ballot, promised, out),
             Msg::Phase2B {
                 ballot,
@@ -258,6 +265,7 @@ impl Coordinator {
                 vid,
                 votes,
             } => self.on_phase2b(ballot, instance, vid, votes, out),
+            Msg::Truncated { below } => self.on_truncated(below, out),
             Msg::Alive { ballot } => {
                 self.heard_from(from);
                 if ballot > self.ballot && ballot.node != self.id {
@@ -279,6 +287,7 @@ impl Coordinator {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_phase1b(
         &mut self,
         from: NodeId,
@@ -286,6 +295,7 @@ impl Coordinator {
         lo: Instance,
         hi: Instance,
         accepted: Vec<(Instance, Ballot, Arc<Value>)>,
+        truncated_below: Instance,
         out: &mut Outbox,
     ) {
         let Some(bit) = self.membership.acceptor_index(from).map(|i| 1u64 << i) else {
@@ -305,6 +315,7 @@ impl Coordinator {
         }
         self.heard_tick[bit.trailing_zeros() as usize] = self.now_tick;
         p.promises |= bit;
+        p.truncated_below = p.truncated_below.max(truncated_below);
         for (i, b, v) in accepted {
             assert!(
                 b <= ballot,
@@ -320,11 +331,34 @@ impl Coordinator {
                 }
             }
         }
-        if (p.promises.count_ones() as usize) < self.membership.majority() {
+        // Our own acceptor's promise must be among them: it is the durable record that
+        // this ballot was used, so a restart of this node can never lead with it again
+        // (reusing a ballot would let two incarnations propose different values, and
+        // value ids, under one ballot).
+        let own = self
+            .membership
+            .acceptor_index(self.id)
+            .map_or(0, |i| 1u64 << i);
+        if (p.promises.count_ones() as usize) < self.membership.majority() || p.promises & own == 0
+        {
             return;
         }
         // Phase 1 complete for [lo, hi).
         let p = self.phase1.take().unwrap();
+        if p.truncated_below > self.next_instance {
+            // Acceptors of the quorum truncated past where we stand: those instances are
+            // decided and executed by a majority of replicas (learners that lag fetch a
+            // checkpoint). Skip them; above the highest truncation point every quorum
+            // member still holds what it accepted, so Paxos proceeds as usual.
+            self.skip_to(p.truncated_below);
+        }
+        if p.to <= self.next_instance {
+            // Everything this Phase 1 covered is decided: prepare from where we stand.
+            self.prepared_up_to = self.next_instance;
+            self.start_phase1(self.next_instance, out);
+            self.flush(out);
+            return;
+        }
         self.prepared_up_to = p.to;
         if let Some((&max, _)) = p.reported.iter().next_back() {
             for i in self.next_instance.max(p.from)..=max {
@@ -339,6 +373,37 @@ impl Coordinator {
             }
         }
         self.flush(out);
+    }
+
+    /// An acceptor refused a proposal below its truncation point `below`: every
+    /// instance there is decided (a majority of replicas checkpointed it), whoever
+    /// decided it. Stop proposing there.
+    fn on_truncated(&mut self, below: Instance, out: &mut Outbox) {
+        if below <= self.decided_up_to {
+            self.drops.count(Drop::AlreadyDecided);
+            return;
+        }
+        self.skip_to(below);
+        if self.phase1.is_none() && self.prepared_up_to < self.next_instance {
+            self.prepared_up_to = self.next_instance;
+            self.start_phase1(self.next_instance, out);
+        }
+        self.flush(out);
+    }
+
+    /// Every instance below `instance` is decided (truncated after checkpoints): stop
+    /// proposing there and count them decided.
+    fn skip_to(&mut self, instance: Instance) {
+        self.stats.instances_skipped += instance.saturating_sub(self.next_instance);
+        self.next_instance = self.next_instance.max(instance);
+        self.decided_up_to = self.decided_up_to.max(instance);
+        self.in_flight = self.in_flight.split_off(&instance);
+        self.forced = self.forced.split_off(&instance);
+        self.decided_ahead = self.decided_ahead.split_off(&instance);
+        while self.decided_ahead.remove(&self.decided_up_to).is_some() {
+            self.decided_up_to += 1;
+        }
+        self.unannounced.retain(|&(i, _)| i >= instance);
     }
 
     fn on_nack(&mut self, ballot: Ballot, promised: Ballot, out: &mut Outbox) {
@@ -655,6 +720,22 @@ mod tests {
             .collect()
     }
 
+    /// The coordinator's own acceptor (3) promises `from..to`: Phase 1 needs it.
+    fn own_promise(c: &mut Coordinator, from: Instance, to: Instance, out: &mut Outbox) {
+        let ballot = c.ballot();
+        c.on_message(
+            3,
+            Msg::Phase1B {
+                ballot,
+                from,
+                to,
+                accepted: vec![],
+                truncated_below: 1,
+            },
+            out,
+        );
+    }
+
     fn prepared(protocol: Protocol) -> Coordinator {
         let mut c = Coordinator::new(3, membership(protocol), cfg(), Ballot::ZERO, 1);
         let mut out = Vec::new();
@@ -668,6 +749,7 @@ mod tests {
                     from: 1,
                     to: 11,
                     accepted: vec![],
+                    truncated_below: 1,
                 },
                 &mut out,
             );
@@ -712,6 +794,7 @@ mod tests {
                 from: 1,
                 to: 11,
                 accepted: vec![],
+                truncated_below: 1,
             },
             &mut out,
         );
@@ -723,9 +806,15 @@ mod tests {
                 from: 1,
                 to: 11,
                 accepted: vec![],
+                truncated_below: 1,
             },
             &mut out,
         );
+        assert!(
+            out.is_empty(),
+            "a majority without our own acceptor's promise is not enough: {out:?}"
+        );
+        own_promise(&mut c, 1, 11, &mut out);
         assert_eq!(
             sends(&out),
             vec![
@@ -767,6 +856,7 @@ mod tests {
                 from: 1,
                 to: 11,
                 accepted: vec![(3, Ballot::new(1, 1), old(1, 1))],
+                truncated_below: 1,
             },
             &mut out,
         );
@@ -777,9 +867,11 @@ mod tests {
                 from: 1,
                 to: 11,
                 accepted: vec![(3, Ballot::new(2, 1), old(2, 2))],
+                truncated_below: 1,
             },
             &mut out,
         );
+        own_promise(&mut c, 1, 11, &mut out);
         let proposed: Vec<(Instance, Vid, usize)> = out
             .iter()
             .filter_map(|a| match a {
@@ -1022,5 +1114,133 @@ mod tests {
         c.on_tick(cfg().retransmit_ticks, &mut out);
         assert!(sends(&out).contains(&(1, "phase2a")));
         assert_eq!(c.stats().retransmits, 1);
+    }
+
+    #[test]
+    fn phase1_skips_instances_an_acceptor_truncated() {
+        // Truncated inside the range: proposals start at the truncation point.
+        let mut c = Coordinator::new(3, membership(Protocol::MultiPaxos), cfg(), Ballot::ZERO, 1);
+        let mut out = Vec::new();
+        c.start(&mut out);
+        let b = c.ballot();
+        for (a, t) in [(1, 1), (2, 6), (3, 1)] {
+            c.on_message(
+                a,
+                Msg::Phase1B {
+                    ballot: b,
+                    from: 1,
+                    to: 11,
+                    accepted: vec![],
+                    truncated_below: t,
+                },
+                &mut out,
+            );
+        }
+        assert_eq!(c.decided_up_to(), 5);
+        out.clear();
+        c.on_command(cmd(1), &mut out);
+        let proposed: Vec<Instance> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to: 1,
+                    msg: Msg::Phase2A { instance, .. },
+                } => Some(*instance),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(proposed, vec![6]);
+
+        // Truncated past the range: Phase 1 again, from the truncation point.
+        let mut c = Coordinator::new(3, membership(Protocol::MultiPaxos), cfg(), Ballot::ZERO, 1);
+        let mut out = Vec::new();
+        c.start(&mut out);
+        out.clear();
+        for a in [1, 3] {
+            c.on_message(
+                a,
+                Msg::Phase1B {
+                    ballot: b,
+                    from: 1,
+                    to: 11,
+                    accepted: vec![],
+                    truncated_below: 40,
+                },
+                &mut out,
+            );
+        }
+        assert_eq!(
+            out[0],
+            Action::Send {
+                to: 1,
+                msg: Msg::Phase1A {
+                    ballot: b,
+                    from: 40,
+                    to: 50
+                }
+            }
+        );
+        assert_eq!(c.decided_up_to(), 39);
+        assert_eq!(c.stats().instances_skipped, 39);
+        c.invariants();
+    }
+
+    #[test]
+    fn a_truncated_answer_to_phase2a_moves_the_coordinator_on() {
+        // Phase 1 found nothing truncated, but the acceptors truncated while the
+        // coordinator (re-)proposed: without moving on it would retransmit forever.
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        c.on_command(cmd(1), &mut out);
+        c.on_command(cmd(2), &mut out);
+        assert_eq!((c.in_flight(), c.pending_commands()), (1, 1));
+        out.clear();
+        // Instance 1 is in flight; the waiting command goes next, at 5, inside the
+        // prepared range (1..11).
+        c.on_message(1, Msg::Truncated { below: 5 }, &mut out);
+        assert_eq!(c.decided_up_to(), 4);
+        assert_eq!(c.in_flight(), 1);
+        let proposed: Vec<Instance> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to: 1,
+                    msg: Msg::Phase2A { instance, .. },
+                } => Some(*instance),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(proposed, vec![5]);
+        // Beyond the prepared range: Phase 1 from there, once the Phase 1 already
+        // running ahead (11..21) completes.
+        out.clear();
+        c.on_message(2, Msg::Truncated { below: 30 }, &mut out);
+        let b = c.ballot();
+        for a in [1, 3] {
+            c.on_message(
+                a,
+                Msg::Phase1B {
+                    ballot: b,
+                    from: 11,
+                    to: 21,
+                    accepted: vec![],
+                    truncated_below: 1,
+                },
+                &mut out,
+            );
+        }
+        assert!(out.contains(&Action::Send {
+            to: 1,
+            msg: Msg::Phase1A {
+                ballot: c.ballot(),
+                from: 30,
+                to: 40
+            }
+        }));
+        // An old answer changes nothing.
+        out.clear();
+        c.on_message(3, Msg::Truncated { below: 5 }, &mut out);
+        assert!(out.is_empty());
+        c.invariants();
     }
 }

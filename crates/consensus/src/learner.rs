@@ -6,6 +6,18 @@
 //! deliver (a decision without its value, a gap below a later decision, or a heartbeat
 //! announcing decisions it never saw) for `gap_ticks`, it asks its preferential acceptor
 //! for the decided values, and on repeated silence alternates with the coordinator.
+//!
+//! Should neither help (the decisions of a range reached no acceptor, and the leader
+//! that made them was replaced, so nobody holds them as decided), the learner reads
+//! the range from a majority of acceptors ([`Msg::ReadAccepted`]): for an instance
+//! below the decided prefix a leader announced, the highest-ballot value among a
+//! majority's reports is the decided value (the quorum that decided it intersects
+//! every majority, and every proposal above the deciding ballot carries that value).
+//!
+//! A learner that falls behind the acceptors' truncation point cannot learn the
+//! missing prefix at all: its node restores a replica checkpoint instead (state
+//! transfer, see `partita-node`) and moves the learner past it with
+//! [`Learner::skip_to`], the one way an instance is passed without being delivered.
 
 use crate::{Action, Drop, DropCounts, LearnerConfig, Membership, Msg, Outbox, Value, Vid};
 use partita_types::{Ballot, Instance, NodeId};
@@ -17,6 +29,17 @@ pub struct LearnerStats {
     pub delivered: u64,
     pub learn_requests: u64,
     pub values_recovered: u64,
+    /// Values learned by reading a majority of acceptors.
+    pub values_read: u64,
+    /// Instances passed over by [`Learner::skip_to`] (covered by a restored checkpoint).
+    pub skipped: u64,
+}
+
+struct MajorityRead {
+    from: Instance,
+    to: Instance,
+    replies: BTreeMap<NodeId, Vec<(Instance, Ballot, Arc<Value>)>>,
+    sent_tick: u64,
 }
 
 pub struct Learner {
@@ -37,6 +60,11 @@ pub struct Learner {
     attempts: u64,
     /// Highest ballot seen in a Phase 2A or heartbeat: its node leads.
     leader_ballot: Ballot,
+    /// Every instance up to here is decided (a leader's heartbeat said so). Unlike
+    /// `known_decided`, which may lie above undecided instances, this is a prefix.
+    decided_prefix: Instance,
+    /// A majority read under way: its range, the acceptors' answers, when it began.
+    read: Option<MajorityRead>,
     stats: LearnerStats,
     drops: DropCounts,
 }
@@ -64,6 +92,8 @@ impl Learner {
             now_tick: 0,
             attempts: 0,
             leader_ballot: Ballot::ZERO,
+            decided_prefix: next_deliver - 1,
+            read: None,
             stats: LearnerStats::default(),
             drops: DropCounts::default(),
         }
@@ -83,7 +113,7 @@ impl Learner {
         &self.drops
     }
 
-    pub fn on_message(&mut self, _from: NodeId, msg: Msg, out: &mut Outbox) {
+    pub fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) {
         match msg {
             Msg::Phase2A {
                 ballot,
@@ -126,7 +156,13 @@ impl Learner {
             } => {
                 self.leader_ballot = self.leader_ballot.max(ballot);
                 self.known_decided = self.known_decided.max(decided_up_to);
+                self.decided_prefix = self.decided_prefix.max(decided_up_to);
             }
+            Msg::AcceptedValues {
+                from: lo,
+                to: hi,
+                accepted,
+            } => self.on_accepted_values(from, lo, hi, accepted),
             _ => self.drops.count(Drop::NotForThisRole),
         }
         self.deliver(out);
@@ -210,6 +246,70 @@ impl Learner {
         }
     }
 
+    /// One acceptor's answer to the majority read. With a majority, every instance of
+    /// the range within the decided prefix gets its highest-ballot value.
+    fn on_accepted_values(
+        &mut self,
+        acceptor: NodeId,
+        from: Instance,
+        to: Instance,
+        accepted: Vec<(Instance, Ballot, Arc<Value>)>,
+    ) {
+        let Some(read) = self.read.as_mut().filter(|r| r.from == from && r.to == to) else {
+            self.drops.count(Drop::UnknownInstance);
+            return;
+        };
+        if self.membership.acceptor_index(acceptor).is_none() {
+            self.drops.count(Drop::FromNonMember);
+            return;
+        }
+        read.replies.insert(acceptor, accepted);
+        if read.replies.len() < self.membership.majority() {
+            return;
+        }
+        let read = self.read.take().expect("checked above");
+        let mut best: BTreeMap<Instance, (Ballot, Arc<Value>)> = BTreeMap::new();
+        for (i, b, v) in read.replies.into_values().flatten() {
+            if i < from || i >= to || i > self.decided_prefix {
+                continue;
+            }
+            match best.get(&i) {
+                Some((old, _)) if *old >= b => {}
+                _ => {
+                    best.insert(i, (b, v));
+                }
+            }
+        }
+        for (i, (_, v)) in best {
+            if i >= self.next_deliver && !self.ready.contains_key(&i) {
+                self.stats.values_read += 1;
+                self.on_decided_value(i, v);
+            }
+        }
+    }
+
+    /// Continue delivering at `next_deliver`: everything below is covered by a
+    /// checkpoint the replica restored (state transfer) and will never be delivered.
+    /// Values already held for later instances are kept, and delivered if their turn
+    /// has come.
+    pub fn skip_to(&mut self, next_deliver: Instance, out: &mut Outbox) {
+        assert!(
+            next_deliver > self.next_deliver,
+            "skip_to moves forward only ({} to {next_deliver})",
+            self.next_deliver
+        );
+        self.stats.skipped += next_deliver - self.next_deliver;
+        self.next_deliver = next_deliver;
+        self.proposals = self.proposals.split_off(&next_deliver);
+        self.decided_ids = self.decided_ids.split_off(&next_deliver);
+        self.ready = self.ready.split_off(&next_deliver);
+        self.attempts = 0;
+        self.gap_since_tick = None;
+        self.read = None;
+        self.decided_prefix = self.decided_prefix.max(next_deliver - 1);
+        self.deliver(out);
+    }
+
     pub fn on_tick(&mut self, now_tick: u64, out: &mut Outbox) {
         self.now_tick = now_tick;
         let Some(since) = self.gap_since_tick else {
@@ -232,6 +332,26 @@ impl Learner {
             to: target,
             msg: Msg::LearnRequest { from, to },
         });
+        // The preferential acceptor and the leader could not help: read the part of
+        // the gap inside the decided prefix from a majority (again if the last read
+        // got no majority within a few gap periods).
+        let read_to = to.min(self.decided_prefix + 1);
+        let stale = self.read.as_ref().is_none_or(|r| {
+            r.from != from || now_tick.saturating_sub(r.sent_tick) >= 4 * self.cfg.gap_ticks
+        });
+        if self.attempts >= 2 && read_to > from && stale {
+            self.read = Some(MajorityRead {
+                from,
+                to: read_to,
+                replies: BTreeMap::new(),
+                sent_tick: now_tick,
+            });
+            crate::send_all(
+                out,
+                &self.membership.acceptors,
+                Msg::ReadAccepted { from, to: read_to },
+            );
+        }
     }
 
     /// The node this learner believes leads.
@@ -266,6 +386,14 @@ impl Learner {
             );
         }
         assert!(self.known_decided + 1 >= self.next_deliver);
+        assert!(
+            self.decided_prefix <= self.known_decided,
+            "decided prefix beyond what is known decided"
+        );
+        if let Some(r) = &self.read {
+            assert!(r.from < r.to && r.to <= self.decided_prefix + 1);
+            assert!(r.replies.len() < self.membership.majority());
+        }
     }
 }
 
@@ -445,5 +573,134 @@ mod tests {
                 value: v(1)
             }]
         );
+    }
+
+    #[test]
+    fn skip_to_passes_a_restored_prefix_and_delivers_what_waits() {
+        let mut l = Learner::new(4, m(), LearnerConfig::default(), 1);
+        let mut out = Vec::new();
+        for i in [2, 11, 12] {
+            l.on_message(
+                3,
+                Msg::DecideValue {
+                    instance: i,
+                    value: v(i),
+                },
+                &mut out,
+            );
+        }
+        assert!(out.is_empty());
+        l.skip_to(11, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Action::Deliver {
+                    instance: 11,
+                    value: v(11)
+                },
+                Action::Deliver {
+                    instance: 12,
+                    value: v(12)
+                }
+            ]
+        );
+        assert_eq!(l.delivered_up_to(), 12);
+        assert_eq!(l.stats().skipped, 10);
+        l.invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "forward only")]
+    fn skip_to_never_goes_back() {
+        let mut l = Learner::new(4, m(), LearnerConfig::default(), 5);
+        l.skip_to(5, &mut Vec::new());
+    }
+
+    #[test]
+    fn a_gap_nobody_holds_as_decided_is_read_from_a_majority() {
+        let cfg = LearnerConfig {
+            gap_ticks: 1,
+            ..Default::default()
+        };
+        let mut l = Learner::new(4, m(), cfg, 1);
+        let mut out = Vec::new();
+        // The leader says 1..=2 are decided; 3 is decided too, but only 1..=2 form a
+        // prefix a majority read may resolve.
+        l.on_message(
+            3,
+            Msg::Heartbeat {
+                ballot: Ballot::new(0, 3),
+                decided_up_to: 2,
+            },
+            &mut out,
+        );
+        l.on_message(
+            3,
+            Msg::Decide {
+                decided: vec![(3, v(3).vid)],
+            },
+            &mut out,
+        );
+        l.on_tick(1, &mut out);
+        assert_eq!(out.len(), 1, "first the preferential acceptor: {out:?}");
+        out.clear();
+        l.on_tick(2, &mut out);
+        let reads: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to,
+                    msg: Msg::ReadAccepted { from, to: hi },
+                } => Some((*to, *from, *hi)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reads, vec![(1, 1, 3), (2, 1, 3), (3, 1, 3)]);
+        out.clear();
+        let old = Arc::new(Value {
+            vid: Vid {
+                ballot: Ballot::new(0, 1),
+                seq: 9,
+            },
+            commands: vec![],
+        });
+        // Acceptor 1 still holds an older proposal for instance 1, acceptor 2 the
+        // value of the higher ballot (the decided one); one answer is not a majority.
+        l.on_message(
+            1,
+            Msg::AcceptedValues {
+                from: 1,
+                to: 3,
+                accepted: vec![(1, Ballot::new(0, 1), old), (2, Ballot::new(0, 3), v(2))],
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        l.on_message(
+            2,
+            Msg::AcceptedValues {
+                from: 1,
+                to: 3,
+                accepted: vec![(1, Ballot::new(1, 3), v(1)), (3, Ballot::new(1, 3), v(3))],
+            },
+            &mut out,
+        );
+        // 1 and 2 delivered; 3 lies beyond the prefix: not taken from the read, and
+        // it waits for its value.
+        assert_eq!(
+            out,
+            vec![
+                Action::Deliver {
+                    instance: 1,
+                    value: v(1)
+                },
+                Action::Deliver {
+                    instance: 2,
+                    value: v(2)
+                }
+            ]
+        );
+        assert_eq!(l.stats().values_read, 2);
+        l.invariants();
     }
 }

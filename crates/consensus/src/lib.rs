@@ -24,6 +24,15 @@
 //!   coordinator decides and sends a small decision carrying ids only, piggybacked on
 //!   the next Phase 2A when there is one.
 //!
+//! Log truncation (the papers are silent on it; this is the usual Paxos log
+//! compaction, written down here): replicas report their durable checkpoints with
+//! [`Msg::Checkpointed`]; an acceptor forgets every instance up to the one a majority
+//! of replicas checkpointed, writes an [`AcceptorRecord::Truncated`] (which also
+//! carries its promise) and, once that is durable, tells the driver with
+//! [`Action::TruncateLog`] which prefix of its log is obsolete. Learners asking below
+//! the truncation point get [`Msg::Truncated`] and fetch a checkpoint instead; a
+//! coordinator skips instances an acceptor reports truncated in its Phase 1B.
+//!
 //! Inputs: a peer message (`on_message`), a client command (`Coordinator::on_command`),
 //! a timer tick (`on_tick`, time is a tick count supplied by the driver), a completed
 //! persist (`Acceptor::on_persisted`). Outputs: [`Action`]s. No core reads a clock,
@@ -32,7 +41,8 @@
 //! Invariants (checked by each role's `invariants()`, run after every handler by the
 //! tests and the simulator):
 //! - acceptor: every accepted ballot is at most the promised ballot; a vote (Phase 2B)
-//!   or promise (Phase 1B) is only sent for a durable write;
+//!   or promise (Phase 1B) is only sent for a durable write; nothing is kept below its
+//!   truncation point, and every instance below it counts as decided;
 //! - coordinator: never more than `window_instances_max` instances in flight; an
 //!   instance is decided only with votes from a majority; it proposes in an instance
 //!   only after Phase 1 covered it;
@@ -226,11 +236,15 @@ pub enum Msg {
         to: Instance,
     },
     /// Acceptor → coordinator: promised, and these are my accepted values in the range.
+    /// `truncated_below`: this acceptor dropped every instance below it after a
+    /// majority of replicas checkpointed them (1: nothing dropped); they are decided,
+    /// and the coordinator must not propose there.
     Phase1B {
         ballot: Ballot,
         from: Instance,
         to: Instance,
         accepted: Vec<(Instance, Ballot, Arc<Value>)>,
+        truncated_below: Instance,
     },
     /// Acceptor → coordinator: I promised a higher ballot.
     Nack { ballot: Ballot, promised: Ballot },
@@ -288,6 +302,87 @@ pub enum Msg {
     LearnReply {
         decided: Vec<(Instance, Arc<Value>)>,
     },
+    /// Learner → every acceptor, when a gap below the leader's announced decided
+    /// prefix persists (the decisions may have reached no acceptor, and a new leader
+    /// keeps no values decided before it): report what you accepted in `from..to`.
+    ReadAccepted { from: Instance, to: Instance },
+    /// Acceptor → learner: every value it holds in `from..to` with the ballot it was
+    /// accepted in (ZERO: a decided value it kept without voting). For an instance
+    /// known decided, the highest-ballot value reported by a majority is the decided
+    /// one (every proposal above the deciding ballot carries the decided value).
+    AcceptedValues {
+        from: Instance,
+        to: Instance,
+        accepted: Vec<(Instance, Ballot, Arc<Value>)>,
+    },
+    /// Replica → every acceptor, after each checkpoint and periodically: my newest
+    /// durable checkpoint covers every instance up to `instance`. Acceptors truncate
+    /// below what a majority of replicas have checkpointed.
+    Checkpointed { instance: Instance },
+    /// Acceptor → learner, answering a `LearnRequest` that reaches below what the
+    /// acceptor kept: every instance below `below` was truncated; fetch a replica's
+    /// checkpoint (state transfer), then learn from `below` on.
+    Truncated { below: Instance },
+    /// Replica → replica (state transfer): send `len` bytes (or up to the end) at byte
+    /// `offset` of your checkpoint of `instance`; `instance == 0`: of your newest
+    /// checkpoint, which must cover at least `min_instance`.
+    CheckpointRequest {
+        instance: Instance,
+        min_instance: Instance,
+        offset: u64,
+        len: u64,
+    },
+    /// Replica → replica: bytes `offset..offset + data.len()` of checkpoint `instance`,
+    /// `total` bytes long, whose CRC32C over everything before its 4-byte trailer is
+    /// `crc32c` (the trailer holds the same value). `total == 0`: no
+    /// checkpoint covering the requested `min_instance` here (`instance`: the newest
+    /// there is, 0 for none). A request for a checkpoint this replica replaced since is
+    /// answered with offset 0 of its newest.
+    CheckpointChunk {
+        instance: Instance,
+        offset: u64,
+        total: u64,
+        crc32c: u32,
+        #[serde(with = "bytes")]
+        data: Vec<u8>,
+    },
+}
+
+/// `Vec<u8>` as one length-prefixed byte string (serde's default for `Vec<u8>` is a
+/// sequence of `u8`s, encoded and decoded one call per byte: slow for 1 MiB chunks).
+mod bytes {
+    use serde::de::{Error, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+                // Self-describing formats may hand bytes over as a sequence. The
+                // capacity hint is not trusted beyond a bound.
+                let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+                while let Some(b) = seq.next_element()? {
+                    v.push(b);
+                }
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(V)
+    }
 }
 
 impl Msg {
@@ -306,6 +401,12 @@ impl Msg {
             Msg::LearnReply { .. } => "learnreply",
             Msg::Alive { .. } => "alive",
             Msg::Forward { .. } => "forward",
+            Msg::ReadAccepted { .. } => "readaccepted",
+            Msg::AcceptedValues { .. } => "acceptedvalues",
+            Msg::Checkpointed { .. } => "checkpointed",
+            Msg::Truncated { .. } => "truncated",
+            Msg::CheckpointRequest { .. } => "checkpointrequest",
+            Msg::CheckpointChunk { .. } => "checkpointchunk",
         }
     }
 }
@@ -320,6 +421,13 @@ pub enum AcceptorRecord {
         instance: Instance,
         ballot: Ballot,
         value: Arc<Value>,
+    },
+    /// Every instance below `below` is forgotten (a majority of replicas checkpointed
+    /// them). Carries the promise at the time, so that the records before it, older
+    /// `Promise` records included, may be deleted from the log.
+    Truncated {
+        below: Instance,
+        promised: Ballot,
     },
 }
 
@@ -342,6 +450,14 @@ pub enum Action {
     Deliver {
         instance: Instance,
         value: Arc<Value>,
+    },
+    /// Records persisted with tokens below `below_token` are obsolete (superseded by
+    /// later records or truncated): the driver may delete them from its log, or keep
+    /// them (recovery gives the same state either way). Tokens count the acceptor's
+    /// records: a recovered acceptor numbers the records it recovered 1, 2, … and
+    /// continues from there, so a driver maps a token to a log position.
+    TruncateLog {
+        below_token: PersistToken,
     },
 }
 
@@ -372,6 +488,8 @@ pub enum Drop {
     NoValue,
     QueueFull,
     FromNonMember,
+    /// About an instance below the acceptor's truncation point.
+    Truncated,
 }
 
 /// Per-reason counters of dropped inputs.
@@ -396,6 +514,7 @@ fn drop_name(d: Drop) -> &'static str {
         Drop::NoValue => "no_value",
         Drop::QueueFull => "queue_full",
         Drop::FromNonMember => "from_non_member",
+        Drop::Truncated => "truncated",
     }
 }
 

@@ -80,6 +80,8 @@ impl Cluster {
                     let l = self.learners.iter_mut().find(|x| x.0 == from).unwrap();
                     l.2.extend(value.commands.iter().cloned());
                 }
+                // No checkpoints in this scenario: nothing is ever truncated.
+                Action::TruncateLog { .. } => unreachable!("no replica checkpoints here"),
             }
         }
     }

@@ -9,19 +9,46 @@
 //! too.
 //!
 //! Inputs: [`NodeCore::on_peer`], [`NodeCore::on_request`], [`NodeCore::on_tick`],
-//! [`NodeCore::on_persisted`]. Outputs ([`Output`]): messages to other nodes, records
-//! to persist (the driver reports completion with `on_persisted`, in order), replies
-//! and refusals to clients. Invariants ([`NodeCore::invariants`]) hold after every
-//! input; each role's own invariants are checked with them.
+//! [`NodeCore::on_persisted`], [`NodeCore::on_checkpoint_saved`]. Outputs
+//! ([`Output`]): messages to other nodes, records to persist (the driver reports
+//! completion with `on_persisted`, in order), replies and refusals to clients,
+//! checkpoints to write (completion reported with `on_checkpoint_saved`), and the
+//! prefix of the acceptor's log that became obsolete. Invariants
+//! ([`NodeCore::invariants`]) hold after every input; each role's own invariants are
+//! checked with them.
+//!
+//! # Checkpoints, truncation and state transfer
+//!
+//! A replica checkpoints every [`CheckpointConfig::interval_instances`] executed
+//! instances: the core serializes its replica ([`SequentialReplica::checkpoint`]) and
+//! hands the bytes to the driver ([`Output::SaveCheckpoint`]); once the driver reports
+//! them durable, the replica tells every acceptor ([`Msg::Checkpointed`], repeated every
+//! `announce_ticks`). Acceptors truncate below what a majority of replicas have
+//! checkpointed and tell the driver which prefix of their log is obsolete
+//! ([`Output::TruncateLog`]).
+//!
+//! A restarted node is built with [`NodeCore::recover`] from its newest durable
+//! checkpoint: its learner starts at the instance after it, so only the suffix is
+//! learned from acceptors. A replica that needs instances the acceptors truncated
+//! (they answer [`Msg::Truncated`]) fetches a peer replica's checkpoint in chunks (see
+//! the `transfer` module), restores it, skips its learner past it and learns the
+//! suffix. The checkpoint includes the reply cache, so exactly-once holds across
+//! restarts and state transfers.
+
+mod transfer;
+
+pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_btree::BPlusTree;
 use partita_consensus::{
     Acceptor, AcceptorRecord, Action, Coordinator, CoordinatorConfig, Elector, Learner,
     LearnerConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
-use partita_smr::SequentialReplica;
-use partita_types::{Ballot, ClientId, Command, NodeId, Reply};
+use partita_smr::{CheckpointError, SequentialReplica};
+use partita_types::{Ballot, ClientId, Command, Instance, NodeId, Reply};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use transfer::{ChunkOutcome, Transfer};
 
 /// How commands are served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,12 +63,101 @@ pub enum Mode {
 #[derive(Clone, Debug)]
 pub struct NodeSetup {
     pub id: NodeId,
+    /// Written into checkpoints; a checkpoint of another cluster is refused.
+    pub cluster_id: u64,
     pub mode: Mode,
     pub membership: Membership,
     pub acceptor: bool,
     pub replica: bool,
     pub coordinator_config: CoordinatorConfig,
     pub learner_config: LearnerConfig,
+    pub checkpoint: CheckpointConfig,
+}
+
+/// Replica checkpoints and state transfer (cluster file `[storage]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// A replica checkpoints every this many executed instances; 0: never (then
+    /// acceptors never truncate their logs either).
+    pub interval_instances: u64,
+    /// A replica re-announces its newest durable checkpoint to the acceptors every
+    /// this many ticks (acceptors keep the announcements in memory only).
+    pub announce_ticks: u64,
+    /// State transfer: bytes per chunk (at most [`CHUNK_BYTES_MAX`]).
+    pub chunk_bytes: u64,
+    /// State transfer: chunk requests outstanding at once.
+    pub transfer_window_chunks: u64,
+    /// State transfer: re-request chunks unanswered for this many ticks; after
+    /// `transfer_timeouts_max` timeouts in a row, ask another replica.
+    pub transfer_timeout_ticks: u64,
+    pub transfer_timeouts_max: u64,
+    /// State transfer: the largest checkpoint accepted from a peer.
+    pub transfer_bytes_max: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval_instances: 50_000,
+            announce_ticks: 100,
+            chunk_bytes: 1 << 20,
+            transfer_window_chunks: 8,
+            transfer_timeout_ticks: 500,
+            transfer_timeouts_max: 3,
+            transfer_bytes_max: 4 << 30,
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// Check the values are usable; the cluster file loader reports the message.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.chunk_bytes == 0 || self.chunk_bytes > CHUNK_BYTES_MAX {
+            return Err(format!("chunk_bytes must be in 1..={CHUNK_BYTES_MAX}"));
+        }
+        if self.transfer_window_chunks == 0 || self.transfer_window_chunks > 64 {
+            return Err("transfer_window_chunks must be in 1..=64".into());
+        }
+        if self.announce_ticks == 0 || self.transfer_timeout_ticks == 0 {
+            return Err("announce_ticks and transfer_timeout_ticks must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Checkpoint bytes, shared between the core (which serves them to peers) and the
+/// driver (which writes them). Debug-prints its size and checksum, not its contents.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CheckpointBytes(pub Arc<Vec<u8>>);
+
+impl std::ops::Deref for CheckpointBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for CheckpointBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let crc = self.0.len().checked_sub(4).map(|at| &self.0[at..]);
+        write!(
+            f,
+            "CheckpointBytes({} bytes, crc {:02x?})",
+            self.0.len(),
+            crc
+        )
+    }
+}
+
+/// Why [`NodeCore::recover`] refused the checkpoint it was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecoverError {
+    #[error("checkpoint refused: {0}")]
+    Checkpoint(#[from] CheckpointError),
+    #[error("a checkpoint was given to node {0}, which has no replica")]
+    NoReplica(NodeId),
+    #[error("checkpoint settings: {0}")]
+    Config(String),
 }
 
 impl NodeSetup {
@@ -116,6 +232,19 @@ pub enum Output {
         seq: u64,
         reason: String,
     },
+    /// Write this replica checkpoint durably (keeping older ones is the driver's
+    /// choice; one is enough), then call `on_checkpoint_saved(instance)`. At most one
+    /// is outstanding at a time. A restart passes the newest durable one to
+    /// [`NodeCore::recover`].
+    SaveCheckpoint {
+        instance: Instance,
+        bytes: CheckpointBytes,
+    },
+    /// The acceptor's records persisted with tokens below `below_token` are obsolete
+    /// (truncated or superseded): the driver may delete them from its log. Tokens are
+    /// log positions: the records handed to `recover` are 1, 2, …, and the tokens of
+    /// later `Persist` outputs continue from there.
+    TruncateLog { below_token: PersistToken },
 }
 
 pub struct NodeCore {
@@ -133,19 +262,69 @@ pub struct NodeCore {
     tick: u64,
     bugs: UnsafeBugs,
     replies: Vec<Reply>,
+    /// The newest checkpoint this replica holds (its own or restored from a peer),
+    /// served to peers: (instance, bytes, CRC32C trailer).
+    checkpoint: Option<(Instance, CheckpointBytes, u32)>,
+    /// The checkpoint the driver is writing, if any.
+    checkpoint_saving: Option<Instance>,
+    /// Highest checkpoint handed to the driver.
+    checkpoint_handed: Instance,
+    /// Highest checkpoint the driver reported durable (what acceptors are told).
+    checkpoint_durable: Instance,
+    last_announce_tick: u64,
+    transfer: Option<Transfer>,
+    /// Rotates state-transfer requests over the other replicas.
+    transfer_rotation: usize,
 }
 
 impl NodeCore {
     /// A node starting fresh or restarting: `recovered` holds the acceptor's durable
     /// records, oldest first (empty on a fresh start). Returns the outputs of starting
-    /// (a coordinator's first Phase 1).
+    /// (a coordinator's first Phase 1). A replica starts empty; see
+    /// [`NodeCore::recover`] to start it from a checkpoint.
     pub fn new(
         setup: NodeSetup,
         recovered: Vec<AcceptorRecord>,
         bugs: UnsafeBugs,
         out: &mut Vec<Output>,
     ) -> NodeCore {
+        Self::recover(setup, recovered, None, bugs, out)
+            .expect("without a checkpoint there is nothing to refuse")
+    }
+
+    /// Like [`NodeCore::new`], with the replica restored from `checkpoint` (its
+    /// newest durable one, as written from [`Output::SaveCheckpoint`]): the learner
+    /// starts at the instance after it. A checkpoint that is damaged, or written by
+    /// another node or cluster, is refused and nothing is built.
+    pub fn recover(
+        setup: NodeSetup,
+        recovered: Vec<AcceptorRecord>,
+        checkpoint: Option<Vec<u8>>,
+        bugs: UnsafeBugs,
+        out: &mut Vec<Output>,
+    ) -> Result<NodeCore, RecoverError> {
         let id = setup.id;
+        setup.checkpoint.validate().map_err(RecoverError::Config)?;
+        let restored = match checkpoint {
+            None => None,
+            Some(bytes) => {
+                if !setup.replica || setup.mode != Mode::Smr {
+                    return Err(RecoverError::NoReplica(id));
+                }
+                let info = partita_smr::verify_checkpoint(&bytes)?;
+                if info.cluster_id != setup.cluster_id || info.node_id != id {
+                    return Err(CheckpointError::Foreign {
+                        expected_cluster_id: setup.cluster_id,
+                        expected_node_id: Some(id),
+                        found_cluster_id: info.cluster_id,
+                        found_node_id: info.node_id,
+                    }
+                    .into());
+                }
+                let replica = SequentialReplica::restore_as(&bytes, setup.cluster_id, id)?;
+                Some((replica, info, bytes))
+            }
+        };
         let mut core = NodeCore {
             acceptor: None,
             coordinator: None,
@@ -158,6 +337,13 @@ impl NodeCore {
             tick: 0,
             bugs,
             replies: Vec::new(),
+            checkpoint: None,
+            checkpoint_saving: None,
+            checkpoint_handed: 0,
+            checkpoint_durable: 0,
+            last_announce_tick: 0,
+            transfer: None,
+            transfer_rotation: 0,
             setup,
         };
         let setup = core.setup.clone();
@@ -192,28 +378,49 @@ impl NodeCore {
                     core.acceptor = Some(a);
                 }
                 if setup.replica {
+                    let (replica, next_deliver) = match restored {
+                        Some((replica, info, bytes)) => {
+                            // From the driver's disk: durable, and ours to serve.
+                            core.checkpoint = Some((
+                                info.instance,
+                                CheckpointBytes(Arc::new(bytes)),
+                                info.crc32c,
+                            ));
+                            core.checkpoint_handed = info.instance;
+                            core.checkpoint_durable = info.instance;
+                            (replica, info.instance + 1)
+                        }
+                        None => (SequentialReplica::new(id, BPlusTree::new()), 1),
+                    };
                     core.learner = Some(Learner::new(
                         id,
                         setup.membership.clone(),
                         setup.learner_config.clone(),
-                        1,
+                        next_deliver,
                     ));
-                    core.replica = Some(SequentialReplica::new(id, BPlusTree::new()));
+                    core.replica = Some(replica);
                 }
             }
         }
-        if let Some(r) = core.replica.as_mut() {
-            if core.bugs.lose_acked_writes {
-                r.set_unsafe_lose_every(5);
-            }
-            r.set_unsafe_reexecute_duplicates(core.bugs.reexecute_duplicates);
+        if let Some(r) = core.replica.take() {
+            core.replica = Some(core.prepare_replica(r));
         }
         let mut start = Vec::new();
         if let Some(c) = core.coordinator.as_mut() {
             c.start(&mut start);
         }
         core.run(start, out);
-        core
+        Ok(core)
+    }
+
+    /// Cluster id and planted bugs of a replica this node is about to use.
+    fn prepare_replica(&self, mut r: SequentialReplica) -> SequentialReplica {
+        r.set_cluster_id(self.setup.cluster_id);
+        if self.bugs.lose_acked_writes {
+            r.set_unsafe_lose_every(5);
+        }
+        r.set_unsafe_reexecute_duplicates(self.bugs.reexecute_duplicates);
+        r
     }
 
     /// The node this one believes leads (its own view; `None` in cs mode).
@@ -298,6 +505,22 @@ impl NodeCore {
     }
     pub fn bugs(&self) -> &UnsafeBugs {
         &self.bugs
+    }
+    /// Instance of the newest checkpoint this replica holds (0: none).
+    pub fn checkpoint_instance(&self) -> Instance {
+        self.checkpoint.as_ref().map_or(0, |c| c.0)
+    }
+    /// Instance of the newest checkpoint the driver reported durable (0: none).
+    pub fn checkpoint_durable(&self) -> Instance {
+        self.checkpoint_durable
+    }
+    /// Whether a state transfer is under way, and its progress (bytes received of
+    /// the total, 0 of 0 before the first chunk).
+    pub fn transfer_progress(&self) -> Option<(u64, u64)> {
+        self.transfer.as_ref().map(|t| {
+            let got = (t.received_chunks * self.setup.checkpoint.chunk_bytes).min(t.total);
+            (got, t.total)
+        })
     }
 
     fn count(&mut self, what: &'static str) {
@@ -393,8 +616,43 @@ impl NodeCore {
         if let Some(l) = self.learner.as_mut() {
             l.on_tick(self.tick, &mut actions);
         }
+        if self.checkpoint_durable > 0
+            && self.tick.saturating_sub(self.last_announce_tick)
+                >= self.setup.checkpoint.announce_ticks
+        {
+            self.announce_checkpoint(&mut actions);
+        }
+        self.transfer_tick(&mut actions);
         if !actions.is_empty() {
             self.run(actions, out);
+        }
+    }
+
+    /// The driver wrote checkpoint `instance` durably (from [`Output::SaveCheckpoint`]).
+    pub fn on_checkpoint_saved(&mut self, instance: Instance, out: &mut Vec<Output>) {
+        assert_eq!(
+            self.checkpoint_saving.take(),
+            Some(instance),
+            "a checkpoint reported saved that was not being saved"
+        );
+        self.count("checkpoints_saved");
+        let mut actions = Vec::new();
+        if instance > self.checkpoint_durable {
+            self.checkpoint_durable = instance;
+            self.announce_checkpoint(&mut actions);
+        }
+        self.run(actions, out);
+    }
+
+    fn announce_checkpoint(&mut self, actions: &mut Outbox) {
+        self.last_announce_tick = self.tick;
+        for &a in &self.setup.membership.acceptors {
+            actions.push(Action::Send {
+                to: a,
+                msg: Msg::Checkpointed {
+                    instance: self.checkpoint_durable,
+                },
+            });
         }
     }
 
@@ -437,6 +695,22 @@ impl NodeCore {
         }
         assert!(self.local.is_empty(), "local messages left unhandled");
         assert!(self.replies.is_empty(), "replies left unsent");
+        if let Some(r) = &self.replica {
+            r.invariants();
+            assert!(
+                self.checkpoint_instance() <= r.last_instance(),
+                "a checkpoint ahead of the replica"
+            );
+        }
+        assert!(self.checkpoint_durable <= self.checkpoint_handed);
+        assert!(self.checkpoint_handed <= self.checkpoint_instance());
+        if let Some(s) = self.checkpoint_saving {
+            assert!(s <= self.checkpoint_handed && s > self.checkpoint_durable);
+        }
+        if let Some(t) = &self.transfer {
+            t.invariants(&self.setup.checkpoint);
+            assert!(self.replica.is_some(), "state transfer without a replica");
+        }
     }
 
     fn run(&mut self, actions: Outbox, out: &mut Vec<Output>) {
@@ -455,14 +729,228 @@ impl NodeCore {
                         Some(r) => r.execute(instance, &value, &mut self.replies),
                         None => self.count("dropped_deliver_without_replica"),
                     },
+                    Action::TruncateLog { below_token } => {
+                        out.push(Output::TruncateLog { below_token })
+                    }
                 }
             }
+            // Deliveries execute whole instances: this is a consistent point.
+            self.maybe_checkpoint();
             let Some((from, msg)) = self.local.pop_front() else {
                 break;
             };
             actions = self.dispatch(from, msg);
         }
+        self.maybe_save(out);
         self.flush_replies(out);
+    }
+
+    /// Take a checkpoint if `interval_instances` passed since the last one and the
+    /// driver is not busy writing one.
+    fn maybe_checkpoint(&mut self) {
+        let interval = self.setup.checkpoint.interval_instances;
+        if interval == 0 || self.setup.mode != Mode::Smr || self.checkpoint_saving.is_some() {
+            return;
+        }
+        let Some(r) = &self.replica else { return };
+        if r.last_instance() < self.checkpoint_instance() + interval {
+            return;
+        }
+        let bytes = r.checkpoint();
+        let instance = r.last_instance();
+        let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
+        self.count("checkpoints_taken");
+        self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
+    }
+
+    /// Hand the newest checkpoint to the driver if it has not seen it and is idle.
+    fn maybe_save(&mut self, out: &mut Vec<Output>) {
+        if self.checkpoint_saving.is_some() || self.setup.checkpoint.interval_instances == 0 {
+            return;
+        }
+        let Some((instance, bytes, _)) = &self.checkpoint else {
+            return;
+        };
+        if *instance <= self.checkpoint_handed {
+            return;
+        }
+        self.checkpoint_saving = Some(*instance);
+        self.checkpoint_handed = *instance;
+        out.push(Output::SaveCheckpoint {
+            instance: *instance,
+            bytes: bytes.clone(),
+        });
+    }
+
+    /// An acceptor truncated below `below`: if this replica needs anything there, fetch
+    /// a checkpoint covering it from another replica.
+    fn on_truncated(&mut self, below: Instance, actions: &mut Outbox) {
+        let Some(l) = &self.learner else { return };
+        if l.delivered_up_to() + 1 >= below {
+            self.count("truncated_not_needed");
+            return;
+        }
+        if self.transfer.is_some() {
+            // Already fetching. Should that checkpoint not reach `below`, the learner
+            // asks again after restoring it and a second transfer covers the rest.
+            return;
+        }
+        let Some(peer) = self.next_transfer_peer() else {
+            self.count("state_transfer_no_peer");
+            return;
+        };
+        self.count("state_transfers_started");
+        let mut t = Transfer::new(below - 1, peer, self.tick);
+        let cfg = self.setup.checkpoint.clone();
+        for msg in t.requests(&cfg, self.tick) {
+            actions.push(Action::Send { to: peer, msg });
+        }
+        self.transfer = Some(t);
+    }
+
+    /// The other replicas, in turn.
+    fn next_transfer_peer(&mut self) -> Option<NodeId> {
+        let me = self.setup.id;
+        let peers: Vec<NodeId> = self
+            .setup
+            .membership
+            .learners
+            .iter()
+            .copied()
+            .filter(|&p| p != me)
+            .collect();
+        if peers.is_empty() {
+            return None;
+        }
+        self.transfer_rotation = self.transfer_rotation.wrapping_add(1);
+        Some(peers[self.transfer_rotation % peers.len()])
+    }
+
+    /// Retransmit and give up on silent peers (called every tick).
+    fn transfer_tick(&mut self, actions: &mut Outbox) {
+        let Some(t) = self.transfer.as_mut() else {
+            return;
+        };
+        // Caught up by other means (the acceptors' logs reached back far enough)?
+        if self
+            .learner
+            .as_ref()
+            .is_some_and(|l| l.delivered_up_to() >= t.min_instance)
+        {
+            self.transfer = None;
+            self.count("state_transfers_abandoned");
+            return;
+        }
+        let cfg = self.setup.checkpoint.clone();
+        let msgs = t.resend_stale(&cfg, self.tick);
+        let (peer, timeouts) = (t.peer, t.timeouts);
+        if msgs.is_empty() {
+            return;
+        }
+        if timeouts >= cfg.transfer_timeouts_max {
+            self.count("state_transfer_peer_silent");
+            self.switch_transfer_peer(actions, true);
+            return;
+        }
+        self.count("state_transfer_retransmits");
+        for msg in msgs {
+            actions.push(Action::Send { to: peer, msg });
+        }
+    }
+
+    /// Start the transfer over with the next replica: at once, or (after a failure
+    /// that could repeat at once, like a bad checksum) at the next timeout.
+    fn switch_transfer_peer(&mut self, actions: &mut Outbox, now: bool) {
+        let Some(peer) = self.next_transfer_peer() else {
+            return;
+        };
+        let cfg = self.setup.checkpoint.clone();
+        let tick = self.tick;
+        let Some(t) = self.transfer.as_mut() else {
+            return;
+        };
+        t.restart(peer, tick);
+        if now {
+            for msg in t.requests(&cfg, tick) {
+                actions.push(Action::Send { to: peer, msg });
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_chunk(
+        &mut self,
+        from: NodeId,
+        instance: Instance,
+        offset: u64,
+        total: u64,
+        crc32c: u32,
+        data: &[u8],
+        actions: &mut Outbox,
+    ) {
+        let cfg = self.setup.checkpoint.clone();
+        let tick = self.tick;
+        let Some(t) = self.transfer.as_mut().filter(|t| t.peer == from) else {
+            self.count("dropped_chunk_unexpected");
+            return;
+        };
+        let outcome = t.on_chunk(&cfg, tick, instance, offset, total, crc32c, data);
+        let tried = t.peers_tried;
+        if outcome == ChunkOutcome::Progress {
+            for msg in t.requests(&cfg, tick) {
+                actions.push(Action::Send { to: from, msg });
+            }
+        }
+        match outcome {
+            ChunkOutcome::Ignored(why) => self.count(why),
+            ChunkOutcome::PeerLacks => {
+                self.count("state_transfer_peer_lacks");
+                let n_peers = self.setup.membership.learners.len().saturating_sub(1);
+                if tried < n_peers {
+                    self.switch_transfer_peer(actions, true);
+                }
+                // Otherwise every replica was asked this round: wait for the timeout.
+            }
+            ChunkOutcome::Progress => {}
+            ChunkOutcome::BadChecksum => {
+                self.count("state_transfer_bad_checksum");
+                self.switch_transfer_peer(actions, false);
+            }
+            ChunkOutcome::Complete => self.finish_transfer(actions),
+        }
+    }
+
+    /// Every chunk arrived: restore, skip the learner past the checkpoint, keep the
+    /// checkpoint as our own (re-stamped with our node id) and save it.
+    fn finish_transfer(&mut self, actions: &mut Outbox) {
+        let t = self.transfer.take().expect("a transfer to finish");
+        let mut bytes = t.buf;
+        let restored = SequentialReplica::restore_as(&bytes, self.setup.cluster_id, self.setup.id);
+        let Ok(r) = restored else {
+            // A valid checksum but refused contents: a peer of another cluster, or a
+            // bug. Try another replica after a timeout.
+            self.count("state_transfer_refused");
+            let mut again = Transfer::new(t.min_instance, t.peer, self.tick);
+            again.peers_tried = t.peers_tried;
+            self.transfer = Some(again);
+            self.switch_transfer_peer(actions, false);
+            return;
+        };
+        let instance = r.last_instance();
+        let current = self.replica.as_ref().map_or(0, |r| r.last_instance());
+        if instance <= current {
+            self.count("state_transfer_obsolete");
+            return;
+        }
+        partita_smr::restamp_checkpoint(&mut bytes, self.setup.id)
+            .expect("a checkpoint that was just restored verifies");
+        let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
+        self.replica = Some(self.prepare_replica(r));
+        self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
+        self.count("state_transfers_completed");
+        if let Some(l) = self.learner.as_mut() {
+            l.skip_to(instance + 1, actions);
+        }
     }
 
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
@@ -532,6 +1020,69 @@ impl NodeCore {
                     handled = true;
                 }
             }
+            Msg::AcceptedValues { .. } => {
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+            Msg::Checkpointed { .. } | Msg::ReadAccepted { .. } => {
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+            }
+            Msg::Truncated { below } => {
+                let below = *below;
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_message(from, msg, &mut out);
+                    handled = true;
+                }
+                if self.learner.is_some() {
+                    handled = true;
+                    self.on_truncated(below, &mut out);
+                }
+            }
+            Msg::CheckpointRequest {
+                instance,
+                min_instance,
+                offset,
+                len,
+            } => {
+                if self.replica.is_some() && self.setup.mode == Mode::Smr {
+                    handled = true;
+                    let held = self
+                        .checkpoint
+                        .as_ref()
+                        .map(|(i, b, crc)| (*i, &b.0[..], *crc));
+                    match transfer::serve(held, *instance, *min_instance, *offset, *len) {
+                        Ok(reply) => {
+                            self.count("checkpoint_chunks_served");
+                            out.push(Action::Send {
+                                to: from,
+                                msg: reply,
+                            });
+                        }
+                        Err(why) => self.count(why),
+                    }
+                }
+            }
+            Msg::CheckpointChunk { .. } => {
+                if self.replica.is_some() {
+                    handled = true;
+                    let Msg::CheckpointChunk {
+                        instance,
+                        offset,
+                        total,
+                        crc32c,
+                        data,
+                    } = msg
+                    else {
+                        unreachable!()
+                    };
+                    self.on_chunk(from, instance, offset, total, crc32c, &data, &mut out);
+                }
+            }
             Msg::LearnRequest { .. } => {
                 if let Some(c) = self.coordinator.as_mut() {
                     c.on_message(from, msg.clone(), &mut out);
@@ -566,6 +1117,7 @@ mod tests {
     fn setup(id: NodeId, acceptor: bool, replica: bool) -> NodeSetup {
         NodeSetup {
             id,
+            cluster_id: 1,
             mode: Mode::Smr,
             membership: Membership {
                 protocol: Protocol::MultiPaxos,
@@ -577,6 +1129,7 @@ mod tests {
             replica,
             coordinator_config: CoordinatorConfig::default(),
             learner_config: LearnerConfig::default(),
+            checkpoint: CheckpointConfig::default(),
         }
     }
 

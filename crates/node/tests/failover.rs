@@ -5,7 +5,7 @@
 //! (crates/sim) covers the same ground under random faults; these show each step.
 
 use partita_consensus::{AcceptorRecord, CoordinatorConfig, LearnerConfig, Membership, Protocol};
-use partita_node::{Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
+use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
 use partita_types::{Command, NodeId, Op, OpResult, Reply};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -27,6 +27,7 @@ impl Cluster {
     fn setup(&self, id: NodeId) -> NodeSetup {
         NodeSetup {
             id,
+            cluster_id: 1,
             mode: Mode::Smr,
             membership: Membership {
                 protocol: self.protocol,
@@ -47,6 +48,7 @@ impl Cluster {
                 gap_ticks: 5,
                 ..LearnerConfig::default()
             },
+            checkpoint: CheckpointConfig::default(),
         }
     }
 
@@ -88,6 +90,10 @@ impl Cluster {
                 Output::Persist { token, record } => self.persists.push_back((from, token, record)),
                 Output::Reply(r) => self.replies.push(r),
                 Output::Refused { .. } => {}
+                // Too few instances here for the default checkpoint interval.
+                Output::SaveCheckpoint { .. } | Output::TruncateLog { .. } => {
+                    unreachable!("no checkpoints in these scenarios")
+                }
             }
         }
         if let Some(n) = self.nodes.get(&from) {

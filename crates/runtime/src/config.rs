@@ -15,6 +15,10 @@
 //! batch_delay_ms = 1
 //! window_instances_max = 16
 //!
+//! [storage]                  # optional, these are the defaults
+//! checkpoint_instances = 50000   # replicas checkpoint every this many instances; 0 = never
+//! wal_segment_bytes_max = 67108864   # acceptors' WAL segments; truncation frees whole ones
+//!
 //! [[node]]
 //! id = 1
 //! addr = "127.0.0.1:7101"
@@ -98,6 +102,36 @@ impl Default for BatchingSection {
     }
 }
 
+/// Checkpoints and logs on disk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSection {
+    /// A replica checkpoints (to `DIR/node-N/checkpoint/`) every this many executed
+    /// instances, and acceptors truncate their logs below what a majority of replicas
+    /// checkpointed. 0: never (logs then grow without bound).
+    #[serde(default = "default_checkpoint_instances")]
+    pub checkpoint_instances: u64,
+    /// Size of an acceptor's WAL segment; truncation deletes whole segments.
+    #[serde(default = "default_wal_segment_bytes")]
+    pub wal_segment_bytes_max: u64,
+}
+
+impl Default for StorageSection {
+    fn default() -> Self {
+        StorageSection {
+            checkpoint_instances: default_checkpoint_instances(),
+            wal_segment_bytes_max: default_wal_segment_bytes(),
+        }
+    }
+}
+
+fn default_checkpoint_instances() -> u64 {
+    50_000
+}
+fn default_wal_segment_bytes() -> u64 {
+    64 << 20
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
@@ -112,6 +146,8 @@ pub struct ClusterConfig {
     pub cluster: ClusterSection,
     #[serde(default)]
     pub batching: BatchingSection,
+    #[serde(default)]
+    pub storage: StorageSection,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -229,6 +265,12 @@ impl ClusterConfig {
                 "must be between 64 and 16777216".into(),
             );
         }
+        if !(4096..=1 << 30).contains(&self.storage.wal_segment_bytes_max) {
+            return f(
+                "storage.wal_segment_bytes_max",
+                "must be between 4096 and 1073741824".into(),
+            );
+        }
         if self.batching.window_instances_max == 0 || self.batching.window_instances_max > 4096 {
             return f(
                 "batching.window_instances_max",
@@ -337,6 +379,7 @@ impl ClusterConfig {
         let roles = &self.node(id).expect("node is in the cluster file").roles;
         partita_node::NodeSetup {
             id,
+            cluster_id: self.cluster.id,
             mode: match self.cluster.mode {
                 Mode::Smr => partita_node::Mode::Smr,
                 Mode::Cs => partita_node::Mode::Cs,
@@ -346,6 +389,18 @@ impl ClusterConfig {
             replica: roles.contains(&Role::Replica) || roles.contains(&Role::Server),
             coordinator_config: self.coordinator_config(),
             learner_config: self.learner_config(),
+            checkpoint: self.checkpoint_config(),
+        }
+    }
+
+    /// Replica checkpoints and state transfer, in ticks of this cluster.
+    pub fn checkpoint_config(&self) -> partita_node::CheckpointConfig {
+        let tick = self.cluster.tick_ms;
+        partita_node::CheckpointConfig {
+            interval_instances: self.storage.checkpoint_instances,
+            announce_ticks: (100 / tick).max(1),
+            transfer_timeout_ticks: (500 / tick).max(1),
+            ..partita_node::CheckpointConfig::default()
         }
     }
 
@@ -374,6 +429,7 @@ impl ClusterConfig {
                 tick_ms: 1,
             },
             batching: BatchingSection::default(),
+            storage: StorageSection::default(),
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -396,6 +452,7 @@ impl ClusterConfig {
                 tick_ms: 1,
             },
             batching: BatchingSection::default(),
+            storage: StorageSection::default(),
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),
@@ -408,6 +465,23 @@ impl ClusterConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn storage_is_optional_and_strict() {
+        let good = ClusterConfig::default_local(7100, 42).to_toml();
+        assert!(good.contains("[storage]"), "{good}");
+        let start = good.find("[storage]").unwrap();
+        let end = good[start..]
+            .find("\n\n")
+            .map_or(good.len(), |e| start + e + 2);
+        let without = format!("{}{}", &good[..start], &good[end..]);
+        let c = ClusterConfig::parse(&without, "x").unwrap();
+        assert_eq!(c.storage, StorageSection::default());
+        let never = good.replace("checkpoint_instances = 50000", "checkpoint_instances = 0");
+        let c = ClusterConfig::parse(&never, "x").unwrap();
+        assert_eq!(c.node_setup(4).checkpoint.interval_instances, 0);
+        assert_eq!(c.node_setup(4).cluster_id, 42);
+    }
 
     #[test]
     fn default_round_trips() {
@@ -441,6 +515,18 @@ mod tests {
                 "batch_bytes_max",
             ),
             (good.replace("[batching]", "[batching]\nbogus = 3"), "bogus"),
+            (good.replace("[storage]", "[storage]\nbogus = 3"), "bogus"),
+            (
+                good.replace("checkpoint_instances = 50000", "checkpoint_instances = -1"),
+                "checkpoint_instances",
+            ),
+            (
+                good.replace(
+                    "wal_segment_bytes_max = 67108864",
+                    "wal_segment_bytes_max = 10",
+                ),
+                "wal_segment_bytes_max",
+            ),
             (good.replace("id = 42", "id = \"x\""), "id"),
         ];
         for (text, field) in cases {

@@ -6,7 +6,17 @@
 //! carried out in order: sends go to per-peer queues (messages to itself are handled
 //! locally, without a socket), persists go to the WAL's group-commit thread, deliveries
 //! go to the replica, whose replies go to the client's connection.
+//!
+//! Checkpoints: the core serializes a replica checkpoint inside the event loop (one
+//! pass over the tree); writing it (file, fsync, rename, directory fsync, pruning) runs
+//! on a blocking thread, and its completion comes back as an event. A failed checkpoint
+//! write stops the node, like a failed WAL fsync. Log truncation: the core names the
+//! oldest acceptor record still needed by its persist token; tokens are positions in
+//! the log since the records recovered at start, so token `t` is LSN
+//! `t + lsn_offset`, with the offset fixed at start and checked against every WAL
+//! completion.
 
+use crate::checkpoint::CheckpointStore;
 use crate::config::{ClusterConfig, Durability, Mode, Role};
 use crate::net::{spawn_writer, FrameBytes, FrameReader};
 use crate::wire::{to_frame, NodeStatus, Wire};
@@ -54,6 +64,11 @@ enum Event {
     },
     Persisted {
         tokens: Vec<u64>,
+        first_lsn: u64,
+    },
+    CheckpointSaved {
+        instance: u64,
+        result: Result<PathBuf, String>,
     },
     WalFailed {
         error: String,
@@ -92,6 +107,11 @@ struct Node {
     peers: HashMap<NodeId, mpsc::Sender<FrameBytes>>,
     clients: HashMap<ClientId, (u64, mpsc::Sender<FrameBytes>)>,
     wal: Option<partita_wal::GroupCommit>,
+    /// LSN of the record with persist token `t` is `t + lsn_offset`; `None` once a
+    /// completion contradicted it (then the log is never truncated).
+    lsn_offset: Option<u64>,
+    checkpoints: Option<CheckpointStore>,
+    events: mpsc::UnboundedSender<Event>,
     counters: BTreeMap<&'static str, u64>,
     out: Vec<Output>,
 }
@@ -164,6 +184,41 @@ impl Node {
                     },
                     "dropped_refusal",
                 ),
+                Output::SaveCheckpoint { instance, bytes } => {
+                    let Some(store) = self.checkpoints.clone() else {
+                        panic!("checkpoint from a node without a replica");
+                    };
+                    let events = self.events.clone();
+                    self.count("checkpoint_writes");
+                    tokio::task::spawn_blocking(move || {
+                        let started = std::time::Instant::now();
+                        let result = store.save(instance, &bytes).map_err(|e| format!("{e:#}"));
+                        if result.is_ok() {
+                            info!(
+                                instance,
+                                bytes = bytes.len(),
+                                write_ms = started.elapsed().as_millis() as u64,
+                                "checkpoint written"
+                            );
+                        }
+                        let _ = events.send(Event::CheckpointSaved { instance, result });
+                    });
+                }
+                Output::TruncateLog { below_token } => {
+                    let what = match (&self.wal, self.lsn_offset) {
+                        (Some(w), Some(offset)) => {
+                            debug!(
+                                below_token,
+                                below_lsn = below_token + offset,
+                                "WAL prefix truncation"
+                            );
+                            w.request_truncate_prefix(below_token + offset);
+                            "wal_truncations_requested"
+                        }
+                        _ => "wal_truncations_skipped",
+                    };
+                    self.count(what);
+                }
             }
         }
         self.out = out;
@@ -222,7 +277,19 @@ impl Node {
             promised: acceptor.map(|a| a.promised().to_string()),
             accepted: acceptor.map(|a| a.accepted_count() as u64),
             accepted_max_instance: acceptor.map(|a| a.max_accepted_instance()),
-            counters,
+            counters: {
+                if let Some(a) = acceptor {
+                    counters.push(("truncated_below".into(), a.truncated_below()));
+                }
+                if replica.is_some() {
+                    counters.push(("checkpoint_instance".into(), self.core.checkpoint_durable()));
+                    if let Some((got, total)) = self.core.transfer_progress() {
+                        counters.push(("state_transfer_bytes_received".into(), got));
+                        counters.push(("state_transfer_bytes_total".into(), total));
+                    }
+                }
+                counters
+            },
         }
     }
 }
@@ -413,6 +480,15 @@ async fn serve_conn(
 
 /// Run a node until SIGINT/SIGTERM (or a fatal error).
 pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
+    run_node_until(opts, std::future::pending()).await
+}
+
+/// Run a node until `stop` completes, SIGINT/SIGTERM, or a fatal error; then close
+/// its listener and WAL (in-process tests stop and restart nodes this way).
+pub async fn run_node_until(
+    opts: NodeOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     let cfg = opts.cluster.clone();
     let id = opts.id;
     let Some(me) = cfg.node(id).cloned() else {
@@ -431,8 +507,22 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
         warn!("PLANTED BUG ENABLED: {bug}; this node is deliberately incorrect");
     }
 
+    // Checkpoints before the WAL: a foreign checkpoint must be refused before anything
+    // in the data directory is touched (opening the WAL may cut a torn tail).
+    let mut checkpoints = None;
+    let mut checkpoint = None;
+    if cfg.cluster.mode == Mode::Smr && me.roles.contains(&Role::Replica) {
+        let store = CheckpointStore::new(
+            dir.join("checkpoint"),
+            cfg.cluster.durability == Durability::Fsync,
+        );
+        checkpoint = store.load_newest(cfg.cluster.id, id)?;
+        checkpoints = Some(store);
+    }
+
     let mut wal = None;
     let mut recovered = Vec::new();
+    let mut lsn_offset = None;
     if cfg.cluster.mode == Mode::Smr && me.roles.contains(&Role::Acceptor) {
         let durability = match cfg.cluster.durability {
             Durability::Fsync => partita_wal::Durability::Fsync,
@@ -440,20 +530,31 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
         };
         let mut wopts = partita_wal::WalOptions::new(cfg.cluster.id, id);
         wopts.durability = durability;
+        wopts.segment_bytes_max = cfg.storage.wal_segment_bytes_max;
         let (w, records) = partita_wal::Wal::open(dir.join("wal"), wopts)
             .with_context(|| format!("opening the WAL in {}", dir.display()))?;
         for r in records.iter() {
-            let rec: AcceptorRecord = partita_types::decode(&r.payload)
-                .with_context(|| format!("WAL record {} does not decode", r.lsn))?;
+            let rec: AcceptorRecord = partita_types::decode(&r.payload).with_context(|| {
+                format!(
+                    "WAL record {} in {} does not decode",
+                    r.lsn,
+                    w.dir().display()
+                )
+            })?;
             recovered.push(rec);
         }
+        // The core numbers the recovered records 1..=n and continues from there.
+        let first_lsn = records.records.first().map_or(w.next_lsn(), |r| r.lsn);
+        lsn_offset = Some(first_lsn - 1);
         let tx = ev_tx.clone();
         let gc = partita_wal::GroupCommit::spawn(
             w,
             partita_wal::GroupCommitOptions::default(),
             move |c: partita_wal::Completion| match c {
-                partita_wal::Completion::Durable { tokens, .. } => {
-                    let _ = tx.send(Event::Persisted { tokens });
+                partita_wal::Completion::Durable {
+                    tokens, first_lsn, ..
+                } => {
+                    let _ = tx.send(Event::Persisted { tokens, first_lsn });
                 }
                 partita_wal::Completion::Failed { error, .. } => {
                     let _ = tx.send(Event::WalFailed {
@@ -466,7 +567,28 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
     }
     let n_recovered = recovered.len();
     let mut out = Vec::new();
-    let core = NodeCore::new(cfg.node_setup(id), recovered, bugs, &mut out);
+    let (checkpoint_path, checkpoint_bytes) = match checkpoint {
+        Some(l) => (Some(l.path), Some(l.bytes)),
+        None => (None, None),
+    };
+    let core = NodeCore::recover(
+        cfg.node_setup(id),
+        recovered,
+        checkpoint_bytes,
+        bugs,
+        &mut out,
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e}; refusing to start",
+            checkpoint_path
+                .as_ref()
+                .map_or("checkpoint".into(), |p| p.display().to_string())
+        )
+    })?;
+    if let (Some(path), Some(r)) = (&checkpoint_path, core.replica()) {
+        info!(path = %path.display(), instance = r.last_instance(), entries = r.tree().len(), digest = r.digest(), "replica restored from its checkpoint");
+    }
     if let Some(a) = core.acceptor() {
         info!(records = n_recovered, promised = %a.promised(), accepted = a.accepted_count(), "acceptor recovered from its WAL");
     }
@@ -477,6 +599,9 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
         peers: HashMap::new(),
         clients: HashMap::new(),
         wal,
+        lsn_offset,
+        checkpoints,
+        events: ev_tx.clone(),
         counters: BTreeMap::new(),
         out,
     };
@@ -495,7 +620,7 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", cfg.addr(id)))?;
     info!(node = id, addr = %cfg.addr(id), mode = ?cfg.cluster.mode, protocol = %cfg.cluster.protocol, durability = %cfg.cluster.durability, "node listening");
-    {
+    let accept_task = {
         let ev = ev_tx.clone();
         let cluster_id = cfg.cluster.id;
         tokio::spawn(async move {
@@ -512,9 +637,24 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
                     }
                 }
             }
-        });
-    }
+        })
+    };
     node.perform();
+    let result = event_loop(&mut node, &mut ev_rx, &cfg, stop).await;
+    accept_task.abort();
+    if let Some(w) = node.wal.take() {
+        let _ = w.shutdown();
+    }
+    result
+}
+
+async fn event_loop(
+    node: &mut Node,
+    ev_rx: &mut mpsc::UnboundedReceiver<Event>,
+    cfg: &ClusterConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    tokio::pin!(stop);
 
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(cfg.cluster.tick_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -532,7 +672,23 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
                     Event::Request { cmd } => { node.core.on_request(cmd, &mut node.out); node.perform(); }
                     Event::Status { tx } => { let _ = tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status()))))); }
                     Event::Closed { conn } => node.clients.retain(|_, (c, _)| *c != conn),
-                    Event::Persisted { tokens } => { node.core.on_persisted(&tokens, &mut node.out); node.perform(); }
+                    Event::Persisted { tokens, first_lsn } => {
+                        if let (Some(offset), Some(&t)) = (node.lsn_offset, tokens.first()) {
+                            if t + offset != first_lsn {
+                                error!(token = t, first_lsn, offset, "WAL LSNs and persist tokens disagree; the log will not be truncated");
+                                node.lsn_offset = None;
+                            }
+                        }
+                        node.core.on_persisted(&tokens, &mut node.out);
+                        node.perform();
+                    }
+                    Event::CheckpointSaved { instance, result } => match result {
+                        Ok(_) => { node.core.on_checkpoint_saved(instance, &mut node.out); node.perform(); }
+                        Err(e) => {
+                            error!("writing checkpoint {instance} failed, stopping the node: {e}");
+                            bail!("writing checkpoint {instance} failed: {e}");
+                        }
+                    },
                     Event::WalFailed { error } => {
                         error!("WAL failure, stopping the node: {error}");
                         bail!("WAL failure: {error}");
@@ -542,10 +698,8 @@ pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
             _ = tick.tick() => { node.core.on_tick(&mut node.out); if !node.out.is_empty() { node.perform(); } }
             _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
             _ = sigterm.recv() => { info!("terminated; stopping"); break; }
+            _ = &mut stop => { info!("stop requested; stopping"); break; }
         }
-    }
-    if let Some(w) = node.wal.take() {
-        let _ = w.shutdown();
     }
     Ok(())
 }

@@ -13,8 +13,24 @@
 //! replicated state).
 //!
 //! Input: [`SequentialReplica::execute`] with a decided value, in instance order.
-//! Output: the replies this replica must send. Invariants: instances are executed once
-//! and in order; the reply cache never goes backwards for a client.
+//! Output: the replies this replica must send. Invariants
+//! ([`SequentialReplica::invariants`]): instances are executed once and in order; the
+//! reply cache never goes backwards for a client and holds no reply from an instance
+//! not yet executed.
+//!
+//! Checkpoints ([`checkpoint`]): [`SequentialReplica::checkpoint`] serializes the tree,
+//! the reply cache and the instance covered into one checksummed byte string that
+//! [`SequentialReplica::restore`] turns back into a replica answering exactly as the
+//! original would (paper 001 §IV: replicas checkpoint so that acceptors can truncate
+//! their logs; a replica that fell behind the truncation point restores a peer's
+//! checkpoint, then learns the suffix).
+
+pub mod checkpoint;
+
+pub use checkpoint::{
+    checkpoint_header, checkpoint_identity, restamp_checkpoint, verify_checkpoint, CheckpointError,
+    CheckpointInfo, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC, CHECKPOINT_VERSION,
+};
 
 use partita_btree::BPlusTree;
 use partita_consensus::Value;
@@ -32,10 +48,15 @@ pub struct ReplicaStats {
 
 pub struct SequentialReplica {
     id: NodeId,
+    /// Written into checkpoints, so that one found in another cluster's data
+    /// directory is refused (0 until [`SequentialReplica::set_cluster_id`]).
+    cluster_id: u64,
     tree: BPlusTree,
     last_instance: Instance,
     /// Per client: sequence number and reply of its last mutating command.
     replies: HashMap<ClientId, Reply>,
+    /// Highest instance of any cached reply (0: empty cache), for `invariants`.
+    max_cached_instance: Instance,
     stats: ReplicaStats,
     /// Planted bug for checker controls: execute resubmitted commands again.
     unsafe_reexecute_duplicates: bool,
@@ -48,9 +69,11 @@ impl SequentialReplica {
     pub fn new(id: NodeId, tree: BPlusTree) -> SequentialReplica {
         SequentialReplica {
             id,
+            cluster_id: 0,
             tree,
             last_instance: 0,
             replies: HashMap::new(),
+            max_cached_instance: 0,
             stats: ReplicaStats::default(),
             unsafe_reexecute_duplicates: false,
             unsafe_lose_every: 0,
@@ -67,6 +90,41 @@ impl SequentialReplica {
     /// acknowledged, then silently undone (tests and `--unsafe` only; 0 turns it off).
     pub fn set_unsafe_lose_every(&mut self, n: u64) {
         self.unsafe_lose_every = n;
+    }
+
+    /// The cluster id written into checkpoints.
+    pub fn set_cluster_id(&mut self, cluster_id: u64) {
+        self.cluster_id = cluster_id;
+    }
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+    /// The cached reply of `client`'s last mutating command, if any.
+    pub fn cached_reply(&self, client: ClientId) -> Option<&Reply> {
+        self.replies.get(&client)
+    }
+    /// Clients in the reply cache.
+    pub fn cached_clients(&self) -> usize {
+        self.replies.len()
+    }
+
+    /// O(1) checks, callable after every input. (The per-client monotonicity of the
+    /// cache is asserted where it changes, in `execute`.)
+    pub fn invariants(&self) {
+        assert!(
+            self.max_cached_instance <= self.last_instance,
+            "reply cache holds a reply of instance {} beyond the last executed {}",
+            self.max_cached_instance,
+            self.last_instance
+        );
+        assert_eq!(
+            self.replies.is_empty(),
+            self.max_cached_instance == 0,
+            "reply cache and its high-water mark disagree"
+        );
     }
 
     pub fn tree(&self) -> &BPlusTree {
@@ -144,6 +202,7 @@ impl SequentialReplica {
                 result,
             };
             if cmd.op.is_mutation() {
+                self.max_cached_instance = instance;
                 let prev = self.replies.insert(cmd.client, reply.clone());
                 assert!(
                     prev.is_none_or(|p| p.seq <= cmd.seq),

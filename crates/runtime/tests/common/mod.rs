@@ -1,0 +1,220 @@
+//! In-process clusters for the runtime's integration tests: every node is
+//! `run_node_until` on a task of the test's tokio runtime, on 127.0.0.1 with free
+//! ports and a temporary data directory; a node is stopped (its listener and WAL
+//! closed) and restarted on the same directory at will. A minimal client speaks the
+//! wire protocol directly.
+#![allow(dead_code)]
+
+use partita_runtime::net::FrameReader;
+use partita_runtime::wire::to_frame;
+use partita_runtime::{ClusterConfig, NodeOptions, NodeStatus, Wire};
+use partita_types::{ClientId, Command, NodeId, Op, Reply};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// `n` distinct free ports on 127.0.0.1 (bound, then released).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// The default local cluster (3 acceptors, 2 replicas) on free ports.
+pub fn local_config(cluster_id: u64) -> ClusterConfig {
+    let mut cfg = ClusterConfig::default_local(7100, cluster_id);
+    for (n, port) in cfg.nodes.iter_mut().zip(free_ports(5)) {
+        n.addr = format!("127.0.0.1:{port}");
+    }
+    cfg
+}
+
+pub struct TestCluster {
+    pub cfg: ClusterConfig,
+    pub data: PathBuf,
+    running: BTreeMap<NodeId, (oneshot::Sender<()>, JoinHandle<anyhow::Result<()>>)>,
+}
+
+impl TestCluster {
+    pub fn new(cfg: ClusterConfig, data: &Path) -> TestCluster {
+        TestCluster {
+            cfg,
+            data: data.to_path_buf(),
+            running: BTreeMap::new(),
+        }
+    }
+
+    pub fn node_dir(&self, id: NodeId) -> PathBuf {
+        self.data.join(format!("node-{id}"))
+    }
+
+    pub fn start(&mut self, id: NodeId) {
+        let (tx, rx) = oneshot::channel::<()>();
+        let opts = NodeOptions {
+            cluster: self.cfg.clone(),
+            id,
+            data_dir: self.data.clone(),
+            unsafe_bugs: Vec::new(),
+        };
+        let handle = tokio::spawn(partita_runtime::run_node_until(opts, async move {
+            let _ = rx.await;
+        }));
+        self.running.insert(id, (tx, handle));
+    }
+
+    pub fn start_all(&mut self) {
+        let ids: Vec<NodeId> = self.cfg.nodes.iter().map(|n| n.id).collect();
+        for id in ids {
+            self.start(id);
+        }
+    }
+
+    /// Stop a node and wait until its listener and WAL are closed.
+    pub async fn stop(&mut self, id: NodeId) {
+        let (tx, handle) = self.running.remove(&id).expect("node is running");
+        let _ = tx.send(());
+        handle
+            .await
+            .expect("node task")
+            .unwrap_or_else(|e| panic!("node {id} failed: {e:#}"));
+    }
+
+    pub async fn stop_all(&mut self) {
+        let ids: Vec<NodeId> = self.running.keys().copied().collect();
+        for id in ids {
+            self.stop(id).await;
+        }
+    }
+
+    pub async fn status(&self, id: NodeId) -> Option<NodeStatus> {
+        status(self.cfg.addr(id)).await
+    }
+
+    /// Poll node `id`'s status until `pred` holds (panics after `secs` seconds).
+    pub async fn wait_for(
+        &self,
+        id: NodeId,
+        secs: u64,
+        what: &str,
+        pred: impl Fn(&NodeStatus) -> bool,
+    ) -> NodeStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let mut last = None;
+        loop {
+            if let Some(s) = self.status(id).await {
+                if pred(&s) {
+                    return s;
+                }
+                last = Some(s);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id}: {what} not reached in {secs} s; last status {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+pub fn counter(s: &NodeStatus, name: &str) -> u64 {
+    s.counters
+        .iter()
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+pub async fn status(addr: std::net::SocketAddr) -> Option<NodeStatus> {
+    let fut = async {
+        let stream = TcpStream::connect(addr).await.ok()?;
+        let (rd, mut wr) = stream.into_split();
+        wr.write_all(&to_frame(&Wire::StatusRequest)).await.ok()?;
+        let mut reader = FrameReader::new(rd);
+        match reader.next().await {
+            Ok(Wire::Status(s)) => Some(*s),
+            _ => None,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(1), fut)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A client session on one replica's connection: requests go there (and are
+/// forwarded to the leader), replies come back on it. Resubmits on silence.
+pub struct TestClient {
+    pub id: ClientId,
+    pub replica: NodeId,
+    pub seq: u64,
+    reader: FrameReader,
+    wr: OwnedWriteHalf,
+}
+
+impl TestClient {
+    pub async fn connect(cfg: &ClusterConfig, replica: NodeId, id: ClientId) -> TestClient {
+        let stream = TcpStream::connect(cfg.addr(replica)).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let (rd, mut wr) = stream.into_split();
+        wr.write_all(&to_frame(&Wire::ClientHello { client: id }))
+            .await
+            .unwrap();
+        TestClient {
+            id,
+            replica,
+            seq: 0,
+            reader: FrameReader::new(rd),
+            wr,
+        }
+    }
+
+    /// Submit `cmd` (resubmitting every 500 ms) until its reply arrives.
+    pub async fn submit(&mut self, cmd: Command) -> Reply {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            self.wr
+                .write_all(&to_frame(&Wire::Request(cmd.clone())))
+                .await
+                .unwrap();
+            let wait = tokio::time::timeout(Duration::from_millis(500), async {
+                loop {
+                    match self.reader.next().await {
+                        Ok(Wire::Reply(r)) if r.seq == cmd.seq => return r,
+                        Ok(_) => continue,
+                        Err(e) => panic!("client connection failed: {e}"),
+                    }
+                }
+            });
+            if let Ok(r) = wait.await {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "command {:?} of client {} never answered",
+                cmd.op,
+                self.id
+            );
+        }
+    }
+
+    /// The next command of this session, answered by this client's replica.
+    pub async fn execute(&mut self, op: Op) -> Reply {
+        self.seq += 1;
+        let cmd = Command {
+            client: self.id,
+            seq: self.seq,
+            reply_to: self.replica,
+            op,
+        };
+        self.submit(cmd).await
+    }
+}

@@ -1,0 +1,325 @@
+//! Replica checkpoints: the replicated state of a [`SequentialReplica`] at an instance
+//! boundary, in one self-describing, checksummed byte string.
+//!
+//! A checkpoint holds everything that determines how the replica answers from then on:
+//! the B+tree contents, the exactly-once reply cache (so that a command resubmitted
+//! after a restore, a restart or a state transfer is answered from the cache instead of
+//! being executed twice), and the instance it covers (every instance up to and
+//! including it has been executed). It also names the cluster and the node that wrote
+//! it, so that a checkpoint found in the wrong data directory is refused instead of
+//! silently adopted. Replica statistics are not part of it.
+//!
+//! Layout, little endian (`HEADER_BYTES` = 72 bytes of header):
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | 0 | 8 | magic `b"PCHKPT\0\x01"` |
+//! | 8 | 4 | format version ([`CHECKPOINT_VERSION`]) |
+//! | 12 | 4 | node id of the replica that wrote it |
+//! | 16 | 8 | cluster id |
+//! | 24 | 8 | instance covered |
+//! | 32 | 8 | digest of the B+tree contents |
+//! | 40 | 8 | B+tree entries |
+//! | 48 | 8 | reply-cache entries (clients) |
+//! | 56 | 8 | bytes of the reply-cache section |
+//! | 64 | 8 | bytes of the B+tree section |
+//! | 72 | … | reply cache: per client, in client order, `len:u32 \| codec(Reply)` |
+//! | … | … | B+tree: a [`BPlusTree::snapshot`] (itself checksummed) |
+//! | end − 4 | 4 | CRC32C of every byte before it |
+//!
+//! The bytes are a function of the replicated state only (the cache is written in
+//! client order), so two replicas with the same state at the same instance write
+//! the same checkpoint except for the node id and the checksum.
+//!
+//! Any damage is reported as a [`CheckpointError`], never a panic: the outer checksum
+//! is checked before anything is decoded, and every section is then validated again
+//! (the tree snapshot has its own checksum and digest; the header's digest and entry
+//! count must match the restored tree).
+
+use crate::SequentialReplica;
+use partita_btree::{BPlusTree, SnapshotError};
+use partita_types::{ClientId, Instance, NodeId, Reply};
+use std::collections::HashMap;
+
+/// First 8 bytes of every checkpoint.
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
+/// The only format version this build reads and writes.
+pub const CHECKPOINT_VERSION: u32 = 1;
+const HEADER_BYTES: usize = 72;
+const TRAILER_BYTES: usize = 4;
+
+/// What a checkpoint's header says (after its checksum was verified).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub cluster_id: u64,
+    /// The replica that wrote it.
+    pub node_id: NodeId,
+    /// Every instance up to and including this one is reflected.
+    pub instance: Instance,
+    pub digest: u64,
+    pub entries: u64,
+    pub clients: u64,
+    /// Size of the whole checkpoint.
+    pub bytes: u64,
+    /// The CRC32C trailer (also the checksum state transfer announces).
+    pub crc32c: u32,
+}
+
+/// Why a checkpoint was refused. Nothing is restored when any of these is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("checkpoint of {0} bytes is shorter than its header and checksum")]
+    Truncated(usize),
+    #[error("not a Partita checkpoint (bad magic)")]
+    Magic,
+    #[error("checkpoint format version {0} is not the supported version {CHECKPOINT_VERSION}")]
+    Version(u32),
+    #[error("checkpoint of {actual} bytes, its header implies {expected}")]
+    Length { expected: u64, actual: u64 },
+    #[error("checkpoint checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    Checksum { stored: u32, computed: u32 },
+    #[error(
+        "checkpoint belongs to cluster {found_cluster_id} node {found_node_id}, expected cluster \
+         {expected_cluster_id}{}",
+        expected_node_id.map(|n| format!(" node {n}")).unwrap_or_default()
+    )]
+    Foreign {
+        expected_cluster_id: u64,
+        expected_node_id: Option<NodeId>,
+        found_cluster_id: u64,
+        found_node_id: NodeId,
+    },
+    #[error("checkpoint reply cache entry {index}: {reason}")]
+    ReplyCache { index: u64, reason: String },
+    #[error("checkpoint B+tree section: {0}")]
+    Tree(#[from] SnapshotError),
+    #[error("checkpoint header says {header_entries} entries with digest {header_digest:#018x}, the tree holds {entries} with {digest:#018x}")]
+    Contents {
+        header_entries: u64,
+        header_digest: u64,
+        entries: u64,
+        digest: u64,
+    },
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Check magic, version, lengths and the checksum; return the header. Reads every
+/// byte once (CRC32C), decodes nothing else.
+pub fn verify_checkpoint(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError> {
+    let info = checkpoint_header(bytes)?;
+    let body = bytes.len() - TRAILER_BYTES;
+    let stored = u32_at(bytes, body);
+    let computed = crc32c::crc32c(&bytes[..body]);
+    if stored != computed {
+        return Err(CheckpointError::Checksum { stored, computed });
+    }
+    Ok(info)
+}
+
+/// Parse the header and check that the section lengths add up to `bytes.len()`,
+/// without verifying the checksum (cheap: for a first look at a file's identity).
+pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError> {
+    if bytes.len() < HEADER_BYTES + TRAILER_BYTES {
+        return Err(CheckpointError::Truncated(bytes.len()));
+    }
+    if bytes[..8] != CHECKPOINT_MAGIC {
+        return Err(CheckpointError::Magic);
+    }
+    let version = u32_at(bytes, 8);
+    if version != CHECKPOINT_VERSION {
+        return Err(CheckpointError::Version(version));
+    }
+    let replies_bytes = u64_at(bytes, 56);
+    let tree_bytes = u64_at(bytes, 64);
+    let expected = replies_bytes
+        .checked_add(tree_bytes)
+        .and_then(|b| b.checked_add((HEADER_BYTES + TRAILER_BYTES) as u64));
+    if expected != Some(bytes.len() as u64) {
+        return Err(CheckpointError::Length {
+            expected: expected.unwrap_or(u64::MAX),
+            actual: bytes.len() as u64,
+        });
+    }
+    Ok(CheckpointInfo {
+        node_id: u32_at(bytes, 12),
+        cluster_id: u64_at(bytes, 16),
+        instance: u64_at(bytes, 24),
+        digest: u64_at(bytes, 32),
+        entries: u64_at(bytes, 40),
+        clients: u64_at(bytes, 48),
+        bytes: bytes.len() as u64,
+        crc32c: u32_at(bytes, bytes.len() - TRAILER_BYTES),
+    })
+}
+
+/// Cluster id, node id and instance from the first [`CHECKPOINT_IDENTITY_BYTES`] of
+/// a checkpoint (magic and version checked, nothing else): enough to tell whose it is
+/// without reading all of it.
+pub fn checkpoint_identity(prefix: &[u8]) -> Result<(u64, NodeId, Instance), CheckpointError> {
+    if prefix.len() < CHECKPOINT_IDENTITY_BYTES {
+        return Err(CheckpointError::Truncated(prefix.len()));
+    }
+    if prefix[..8] != CHECKPOINT_MAGIC {
+        return Err(CheckpointError::Magic);
+    }
+    let version = u32_at(prefix, 8);
+    if version != CHECKPOINT_VERSION {
+        return Err(CheckpointError::Version(version));
+    }
+    Ok((u64_at(prefix, 16), u32_at(prefix, 12), u64_at(prefix, 24)))
+}
+
+/// Bytes [`checkpoint_identity`] needs.
+pub const CHECKPOINT_IDENTITY_BYTES: usize = 32;
+
+/// Rewrite the node id of a verified checkpoint (and its checksum): a replica that
+/// restored a peer's checkpoint keeps it as its own. O(n) for the checksum.
+pub fn restamp_checkpoint(bytes: &mut [u8], node_id: NodeId) -> Result<(), CheckpointError> {
+    verify_checkpoint(bytes)?;
+    bytes[12..16].copy_from_slice(&node_id.to_le_bytes());
+    let body = bytes.len() - TRAILER_BYTES;
+    let crc = crc32c::crc32c(&bytes[..body]);
+    bytes[body..].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+impl SequentialReplica {
+    /// Serialize the replicated state (see the module documentation). Costs one pass
+    /// over the tree plus one checksum pass over the result.
+    pub fn checkpoint(&self) -> Vec<u8> {
+        let mut clients: Vec<(&ClientId, &Reply)> = self.replies.iter().collect();
+        clients.sort_unstable_by_key(|(c, _)| **c);
+        let mut replies = Vec::with_capacity(clients.len() * 48);
+        for (_, reply) in &clients {
+            let enc = partita_types::encode(*reply);
+            replies.extend_from_slice(&(enc.len() as u32).to_le_bytes());
+            replies.extend_from_slice(&enc);
+        }
+        // The tree section dominates (16 bytes per entry). Rather than copy it into a
+        // second buffer, grow the snapshot's own buffer (for large buffers the
+        // allocator remaps pages instead of copying them) and slide the snapshot up to
+        // make room for the header and the reply cache in front.
+        let mut out = self.tree.snapshot();
+        let tree_bytes = out.len();
+        let front = HEADER_BYTES + replies.len();
+        let total = front + tree_bytes + TRAILER_BYTES;
+        out.resize(total, 0);
+        out.copy_within(0..tree_bytes, front);
+        let mut header = Vec::with_capacity(HEADER_BYTES);
+        header.extend_from_slice(&CHECKPOINT_MAGIC);
+        header.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
+        header.extend_from_slice(&self.id.to_le_bytes());
+        header.extend_from_slice(&self.cluster_id.to_le_bytes());
+        header.extend_from_slice(&self.last_instance.to_le_bytes());
+        header.extend_from_slice(&self.tree.digest().to_le_bytes());
+        header.extend_from_slice(&(self.tree.len() as u64).to_le_bytes());
+        header.extend_from_slice(&(clients.len() as u64).to_le_bytes());
+        header.extend_from_slice(&(replies.len() as u64).to_le_bytes());
+        header.extend_from_slice(&(tree_bytes as u64).to_le_bytes());
+        assert_eq!(header.len(), HEADER_BYTES);
+        out[..HEADER_BYTES].copy_from_slice(&header);
+        out[HEADER_BYTES..front].copy_from_slice(&replies);
+        let body = total - TRAILER_BYTES;
+        let crc = crc32c::crc32c(&out[..body]);
+        out[body..].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Rebuild a replica from [`SequentialReplica::checkpoint`] bytes, with the node
+    /// and cluster id the checkpoint names. Planted bugs are off in the result.
+    pub fn restore(bytes: &[u8]) -> Result<SequentialReplica, CheckpointError> {
+        let info = verify_checkpoint(bytes)?;
+        Self::restore_verified(bytes, &info, info.node_id)
+    }
+
+    /// Rebuild a replica from a checkpoint of cluster `cluster_id` (written by any of
+    /// its replicas, for state transfer) as replica `node_id`. A checkpoint of another
+    /// cluster is refused with [`CheckpointError::Foreign`].
+    pub fn restore_as(
+        bytes: &[u8],
+        cluster_id: u64,
+        node_id: NodeId,
+    ) -> Result<SequentialReplica, CheckpointError> {
+        let info = verify_checkpoint(bytes)?;
+        if info.cluster_id != cluster_id {
+            return Err(CheckpointError::Foreign {
+                expected_cluster_id: cluster_id,
+                expected_node_id: None,
+                found_cluster_id: info.cluster_id,
+                found_node_id: info.node_id,
+            });
+        }
+        Self::restore_verified(bytes, &info, node_id)
+    }
+
+    fn restore_verified(
+        bytes: &[u8],
+        info: &CheckpointInfo,
+        node_id: NodeId,
+    ) -> Result<SequentialReplica, CheckpointError> {
+        let replies_bytes = u64_at(bytes, 56) as usize;
+        let replies_end = HEADER_BYTES + replies_bytes;
+        // Each entry takes at least its 4-byte length and a few bytes of reply: the
+        // section's size bounds the allocation, whatever the (damaged) count says.
+        let capacity = (info.clients as usize).min(replies_bytes / 8);
+        let mut replies: HashMap<ClientId, Reply> = HashMap::with_capacity(capacity);
+        let mut at = HEADER_BYTES;
+        let mut prev: Option<ClientId> = None;
+        for index in 0..info.clients {
+            let bad = |reason: String| CheckpointError::ReplyCache { index, reason };
+            if at + 4 > replies_end {
+                return Err(bad("runs past the end of its section".into()));
+            }
+            let len = u32_at(bytes, at) as usize;
+            at += 4;
+            if len > replies_end - at {
+                return Err(bad(format!(
+                    "length {len} runs past the end of its section"
+                )));
+            }
+            let reply: Reply =
+                partita_types::decode(&bytes[at..at + len]).map_err(|e| bad(e.to_string()))?;
+            at += len;
+            if prev.is_some_and(|p| p >= reply.client) {
+                return Err(bad("clients not in strictly increasing order".into()));
+            }
+            if reply.instance == 0 || reply.instance > info.instance {
+                return Err(bad(format!(
+                    "reply of instance {} outside 1..={} (the checkpoint's instance)",
+                    reply.instance, info.instance
+                )));
+            }
+            prev = Some(reply.client);
+            replies.insert(reply.client, reply);
+        }
+        if at != replies_end {
+            return Err(CheckpointError::ReplyCache {
+                index: info.clients,
+                reason: format!("{} bytes left over in the section", replies_end - at),
+            });
+        }
+        let tree = BPlusTree::restore(&bytes[replies_end..bytes.len() - TRAILER_BYTES])?;
+        if tree.digest() != info.digest || tree.len() as u64 != info.entries {
+            return Err(CheckpointError::Contents {
+                header_entries: info.entries,
+                header_digest: info.digest,
+                entries: tree.len() as u64,
+                digest: tree.digest(),
+            });
+        }
+        let mut r = SequentialReplica::new(node_id, tree);
+        r.cluster_id = info.cluster_id;
+        r.last_instance = info.instance;
+        r.max_cached_instance = replies.values().map(|r| r.instance).max().unwrap_or(0);
+        r.replies = replies;
+        r.invariants();
+        Ok(r)
+    }
+}
