@@ -36,6 +36,74 @@ enum Cmd {
     Bench(BenchArgs),
     /// Check a recorded history for linearizability.
     Check(CheckArgs),
+    /// Deterministic simulation: a whole cluster in virtual time under faults, checked.
+    Sim(crate::sim::SimArgs),
+    /// Kill, restart and pause real nodes under load, then judge the history.
+    Nemesis(NemesisArgs),
+    /// Run one of the papers' experiments and write its report and figures.
+    Experiment(ExperimentArgs),
+}
+
+#[derive(Args, Debug)]
+struct NemesisArgs {
+    /// Faults to inject, in turn.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kill-coordinator,kill-acceptor,kill-replica,pause-coordinator"
+    )]
+    faults: Vec<crate::nemesis::Fault>,
+    /// Ordering protocol of the cluster the nemesis starts.
+    #[arg(long, value_enum, default_value = "ring-paxos")]
+    protocol: ProtocolArg,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Milliseconds between faults.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// Milliseconds a killed node stays down (or a paused one stopped).
+    #[arg(long, default_value_t = 1500)]
+    down_ms: u64,
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the history (JSON lines) here.
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Write the report (JSON) here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ExperimentName {
+    /// Paper 001 §V-B, Figures 5 and 6: SMR versus client-server, 1 to 8 replicas.
+    CostOfReplication,
+}
+
+#[derive(Args, Debug)]
+struct ExperimentArgs {
+    #[arg(value_enum)]
+    name: ExperimentName,
+    /// Report file (JSON); the figures go next to it as FILE-fig5.svg, FILE-fig6.svg.
+    #[arg(long, default_value = "experiment.json")]
+    json: PathBuf,
+    /// A small sweep (a minute) instead of the full one (several minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Seconds of load per point (default: 6, or 1 with --quick).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Entries preloaded per point (default: 1,000,000, or 2,000 with --quick).
+    #[arg(long)]
+    preload: Option<u64>,
+    #[arg(long, value_enum, default_value = "ring-paxos")]
+    protocol: ProtocolArg,
+    #[arg(long, value_enum, default_value = "fsync")]
+    durability: DurabilityArg,
 }
 
 #[derive(Args, Debug)]
@@ -259,6 +327,9 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
             None => bench_cluster(a.run).await,
         },
         Cmd::Check(a) => crate::history::check_command(&a.history, a.preload),
+        Cmd::Sim(a) => crate::sim::run(a),
+        Cmd::Nemesis(a) => nemesis(a).await,
+        Cmd::Experiment(a) => experiment(a).await,
     }
 }
 
@@ -576,5 +647,80 @@ struct TempDir(PathBuf);
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
+    if a.faults.is_empty() || a.duration == 0 || a.clients == 0 {
+        bail!("--faults, --duration and --clients must not be empty or zero");
+    }
+    let dir = std::env::temp_dir().join(format!("partita-nemesis-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _tmp = TempDir(dir.clone());
+    let (file, c) = launch::ensure_cluster_file(&dir, || {
+        let mut c =
+            ClusterConfig::default_local(launch::pick_base_port(), rand::random::<u64>() >> 1);
+        c.cluster.protocol = protocol(a.protocol);
+        c
+    })?;
+    let exe = std::env::current_exe().context("locating the partita binary")?;
+    let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &[])?;
+    lc.wait_ready(Duration::from_secs(20)).await?;
+    eprintln!(
+        "nemesis: {} for {} s on a fresh {} cluster in {}",
+        a.faults
+            .iter()
+            .map(|f| format!("{f:?}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        a.duration,
+        c.cluster.protocol,
+        dir.display()
+    );
+    let cfg = crate::nemesis::NemesisConfig {
+        faults: a.faults.clone(),
+        interval: Duration::from_millis(a.interval_ms),
+        down_for: Duration::from_millis(a.down_ms),
+        bench: crate::nemesis::default_bench(Duration::from_secs(a.duration), a.clients, a.seed),
+        history: a.history.clone(),
+    };
+    let report = crate::nemesis::run(&mut lc, &exe, &[], &cfg).await?;
+    lc.stop(Duration::from_secs(10));
+    println!("{report}");
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(if report.passed() { 0 } else { 1 })
+}
+
+async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
+    match a.name {
+        ExperimentName::CostOfReplication => {
+            let mut o = if a.quick {
+                crate::experiment::CostOptions::quick()
+            } else {
+                crate::experiment::CostOptions::full()
+            };
+            if let Some(d) = a.duration {
+                if !(d > 0.0 && d <= 3600.0) {
+                    bail!("--duration must be between 0 and 3600 seconds");
+                }
+                o.duration = Duration::from_secs_f64(d);
+            }
+            if let Some(p) = a.preload {
+                o.preload = p;
+            }
+            o.protocol = protocol(a.protocol);
+            o.durability = durability(a.durability);
+            o.progress = true;
+            let exe = std::env::current_exe().context("locating the partita binary")?;
+            let r = crate::experiment::cost_of_replication(&exe, &o).await?;
+            print!("{}", crate::experiment::table(&r));
+            for f in crate::experiment::write(&r, &a.json)? {
+                println!("wrote {}", f.display());
+            }
+            Ok(0)
+        }
     }
 }

@@ -3,8 +3,9 @@
 
 pub mod bench;
 pub mod cli;
+pub mod experiment;
 pub mod history;
 pub mod launch;
 pub mod nemesis;
-pub mod experiment;
 pub mod plot;
+pub mod sim;

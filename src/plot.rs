@@ -52,11 +52,13 @@ fn ticks(lo: f64, hi: f64, log: bool) -> Vec<f64> {
         .unwrap_or(10.0 * mag);
     let mut v = Vec::new();
     let mut t = (lo / step).floor() * step;
-    while t <= hi + step * 1e-9 {
+    loop {
         v.push(t);
+        if t >= hi - step * 1e-9 {
+            break v;
+        }
         t += step;
     }
-    v
 }
 
 fn fmt_num(v: f64) -> String {

@@ -1,0 +1,351 @@
+//! The checks of a run, and what a failed one reports.
+//!
+//! During the run:
+//! - **invariants**: `NodeCore::invariants()` after every handler of every node; a panic
+//!   inside a core (an assertion such as "instance decided twice with different
+//!   values") is caught and reported the same way;
+//! - **codec**: every message crosses the wire codec (encode, then decode and use the
+//!   decoded copy); a message that does not decode back is a failure;
+//! - **agreement** ([`Agreement`]): an oracle watching every message that leaves a node
+//!   for decisions (Phase 2A piggybacks, `Decide`, `DecideValue`, `LearnReply`) and
+//!   values (by value id): one instance decided with two value ids, or one value id
+//!   carrying two different values, is a safety violation even if no client noticed.
+//!
+//! After the run ([`final_checks`]):
+//! - **liveness** (by the world): every command completed after healing;
+//! - **convergence**: every replica executed up to the same instance and holds the
+//!   same digest;
+//! - **linearizability** and **final-state**: the clients' history, with the final
+//!   contents of a replica appended as a last observation, is linearizable
+//!   (`partita_checker::check_with_final_state`); an acknowledged write missing from the
+//!   final state is reported as `final-state`.
+
+use partita_checker::{CheckError, CheckOptions, CheckSummary, Event};
+use partita_consensus::{Msg, Value, Vid};
+use partita_types::{BatchOp, Instance, NodeId, Op};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Which check failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Check {
+    /// A core's `invariants()` or another assertion inside a core panicked.
+    Invariants,
+    /// A message did not survive the wire codec.
+    Codec,
+    /// Two different decisions for one instance, or one value id for two values.
+    Agreement,
+    /// Commands submitted after healing did not all complete in time.
+    Liveness,
+    /// Replicas ended in different states.
+    Convergence,
+    /// The history is not linearizable.
+    Linearizability,
+    /// The final contents of the replicas contradict the history (e.g. a lost
+    /// acknowledged insert).
+    FinalState,
+    /// The checker gave up (state budget): neither a pass nor a proof of a bug.
+    Inconclusive,
+    /// The simulator itself misbehaved (a bug in `partita-sim`).
+    Simulator,
+}
+
+impl Check {
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::Invariants => "invariants",
+            Check::Codec => "codec",
+            Check::Agreement => "agreement",
+            Check::Liveness => "liveness",
+            Check::Convergence => "convergence",
+            Check::Linearizability => "linearizability",
+            Check::FinalState => "final-state",
+            Check::Inconclusive => "inconclusive",
+            Check::Simulator => "simulator",
+        }
+    }
+
+    /// Whether this is a safety violation (as opposed to liveness or a tool limit).
+    pub fn is_safety(self) -> bool {
+        matches!(
+            self,
+            Check::Invariants
+                | Check::Codec
+                | Check::Agreement
+                | Check::Convergence
+                | Check::Linearizability
+                | Check::FinalState
+        )
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A failed check: which, when (virtual ns), what, and the last events before it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    pub check: Check,
+    pub time_ns: u64,
+    pub message: String,
+    pub trace_tail: Vec<String>,
+}
+
+/// A cheap fingerprint of a value's contents (its commands), to tell whether two
+/// messages carrying the same value id carry the same value.
+pub fn fingerprint(v: &Value) -> u64 {
+    fn mix(h: u64, x: u64) -> u64 {
+        let mut z = (h ^ x).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let mut h = mix(0, v.commands.len() as u64);
+    for c in &v.commands {
+        h = mix(h, c.client);
+        h = mix(h, c.seq);
+        h = mix(h, c.reply_to as u64);
+        h = match &c.op {
+            Op::Insert { key, value } => mix(mix(mix(h, 1), *key), *value),
+            Op::Delete { key } => mix(mix(h, 2), *key),
+            Op::Read { key } => mix(mix(h, 3), *key),
+            Op::Update { key, value } => mix(mix(mix(h, 4), *key), *value),
+            Op::Query { min, max } => mix(mix(mix(h, 5), *min), *max),
+            Op::Next { key } => mix(mix(h, 6), *key),
+            Op::Prev { key } => mix(mix(h, 7), *key),
+            Op::Batch(ops) => {
+                let mut h = mix(h, 8);
+                for b in ops {
+                    h = match b {
+                        BatchOp::Insert { key, value } => mix(mix(mix(h, 1), *key), *value),
+                        BatchOp::Delete { key } => mix(mix(h, 2), *key),
+                    };
+                }
+                h
+            }
+        };
+    }
+    h
+}
+
+/// The agreement oracle. Input: every message a node sends ([`Agreement::observe`]).
+/// Output: the first contradiction. Invariant: once an instance is announced decided
+/// with value id `v`, every later announcement for it names `v`; a value id always
+/// carries the same commands.
+#[derive(Default)]
+pub struct Agreement {
+    decided: BTreeMap<Instance, (Vid, NodeId)>,
+    values: BTreeMap<Vid, (u64, NodeId)>,
+    pub decisions_seen: u64,
+}
+
+impl Agreement {
+    fn decision(&mut self, from: NodeId, i: Instance, vid: Vid) -> Result<(), String> {
+        self.decisions_seen += 1;
+        match self.decided.get(&i) {
+            Some(&(old, by)) if old != vid => Err(format!(
+                "instance {i} decided twice: value {}/{} announced by node {by}, then value {}/{} announced by node {from}",
+                old.ballot, old.seq, vid.ballot, vid.seq
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.decided.insert(i, (vid, from));
+                Ok(())
+            }
+        }
+    }
+
+    fn value(&mut self, from: NodeId, v: &Value) -> Result<(), String> {
+        let fp = fingerprint(v);
+        match self.values.get(&v.vid) {
+            Some(&(old, by)) if old != fp => Err(format!(
+                "value id {}/{} carries two different values (first seen from node {by}, then from node {from} with {} commands)",
+                v.vid.ballot, v.vid.seq, v.commands.len()
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.values.insert(v.vid, (fp, from));
+                Ok(())
+            }
+        }
+    }
+
+    /// Look at one message sent by `from`.
+    pub fn observe(&mut self, from: NodeId, msg: &Msg) -> Result<(), String> {
+        match msg {
+            Msg::Phase2A { value, decided, .. } => {
+                self.value(from, value)?;
+                for &(i, vid) in decided {
+                    self.decision(from, i, vid)?;
+                }
+            }
+            Msg::Decide { decided } => {
+                for &(i, vid) in decided {
+                    self.decision(from, i, vid)?;
+                }
+            }
+            Msg::DecideValue { instance, value } => {
+                self.value(from, value)?;
+                self.decision(from, *instance, value.vid)?;
+            }
+            Msg::LearnReply { decided } => {
+                for (i, v) in decided {
+                    self.value(from, v)?;
+                    self.decision(from, *i, v.vid)?;
+                }
+            }
+            Msg::Phase1B { accepted, .. } => {
+                for (_, _, v) in accepted {
+                    self.value(from, v)?;
+                }
+            }
+            // Everything else carries neither decisions nor values.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Instances announced decided so far.
+    pub fn instances(&self) -> usize {
+        self.decided.len()
+    }
+}
+
+/// What the end-of-run checks need from one replica.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplicaEnd {
+    pub node: NodeId,
+    pub executed_up_to: Instance,
+    pub digest: u64,
+    pub entries: usize,
+}
+
+/// Convergence: the same executed prefix and the same digest everywhere.
+pub fn convergence(replicas: &[ReplicaEnd]) -> Result<(), String> {
+    let first = replicas.first().ok_or("no replica to compare")?;
+    if replicas
+        .iter()
+        .any(|r| r.executed_up_to != first.executed_up_to)
+    {
+        let parts: Vec<String> = replicas
+            .iter()
+            .map(|r| format!("node {} up to {}", r.node, r.executed_up_to))
+            .collect();
+        return Err(format!(
+            "replicas executed different prefixes: {}",
+            parts.join(", ")
+        ));
+    }
+    let digests: Vec<(String, u64)> = replicas
+        .iter()
+        .map(|r| (format!("node {} ({} entries)", r.node, r.entries), r.digest))
+        .collect();
+    partita_checker::check_convergence(&digests)
+}
+
+/// Linearizability of the history, with `final_entries` (a replica's contents after
+/// the run) as a last observation. Maps the checker's answer onto [`Check`]s.
+pub fn history(
+    events: &[Event],
+    final_entries: &[(u64, u64)],
+    max_states: u64,
+) -> Result<CheckSummary, (Check, String)> {
+    let opts = CheckOptions {
+        max_states,
+        ..CheckOptions::default()
+    };
+    partita_checker::check_with_final_state(events, &opts, final_entries).map_err(|e| match e {
+        CheckError::NotLinearizable(v) if v.index.is_none() => (Check::FinalState, v.to_string()),
+        CheckError::NotLinearizable(v) => (Check::Linearizability, v.to_string()),
+        CheckError::Unknown(u) => (Check::Inconclusive, u.to_string()),
+        CheckError::Invalid(m) => (
+            Check::Simulator,
+            format!("the simulator recorded an invalid history: {m}"),
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use partita_types::{Ballot, Command};
+    use std::sync::Arc;
+
+    fn value(seq: u64, key: u64) -> Arc<Value> {
+        Arc::new(Value {
+            vid: Vid {
+                ballot: Ballot::new(0, 1),
+                seq,
+            },
+            commands: vec![Command {
+                client: 1,
+                seq: 1,
+                reply_to: 4,
+                op: Op::Insert { key, value: 1 },
+            }],
+        })
+    }
+
+    #[test]
+    fn agreement_catches_two_decisions_for_one_instance() {
+        let mut a = Agreement::default();
+        let v1 = value(1, 1);
+        let v2 = value(2, 1);
+        a.observe(
+            1,
+            &Msg::Decide {
+                decided: vec![(5, v1.vid)],
+            },
+        )
+        .unwrap();
+        a.observe(
+            2,
+            &Msg::LearnReply {
+                decided: vec![(5, v1.clone())],
+            },
+        )
+        .unwrap();
+        let e = a
+            .observe(
+                1,
+                &Msg::DecideValue {
+                    instance: 5,
+                    value: v2,
+                },
+            )
+            .unwrap_err();
+        assert!(e.contains("instance 5 decided twice"), "{e}");
+    }
+
+    #[test]
+    fn agreement_catches_a_value_id_reused_for_another_value() {
+        let mut a = Agreement::default();
+        let reply = |i, v: Arc<Value>| Msg::LearnReply {
+            decided: vec![(i, v)],
+        };
+        a.observe(2, &reply(1, value(1, 1))).unwrap();
+        a.observe(3, &reply(1, value(1, 1))).unwrap();
+        let e = a.observe(2, &reply(2, value(1, 2))).unwrap_err();
+        assert!(e.contains("two different values"), "{e}");
+    }
+
+    #[test]
+    fn convergence_names_the_odd_replica() {
+        let r = |node, up, digest| ReplicaEnd {
+            node,
+            executed_up_to: up,
+            digest,
+            entries: 0,
+        };
+        assert!(convergence(&[r(4, 9, 1), r(5, 9, 1)]).is_ok());
+        let e = convergence(&[r(4, 9, 1), r(5, 8, 1)]).unwrap_err();
+        assert!(e.contains("node 5 up to 8"), "{e}");
+        let e = convergence(&[r(4, 9, 1), r(5, 9, 2), r(6, 9, 1)]).unwrap_err();
+        assert!(e.contains("diverged"), "{e}");
+    }
+}

@@ -1,0 +1,515 @@
+//! Simulated clients: closed loop, one command at a time, with the real client's
+//! retry behaviour (`partita-client`).
+//!
+//! A client thinks (uniform `0..=think_ns_max`), then invokes the next operation of its
+//! quota: it sends the command to its entry node (at first the cluster's coordinator)
+//! with `reply_to` set to its replica, and waits for that replica's reply. Without a
+//! reply after `timeout_ns` it resubmits the *same* command (same client id and
+//! sequence number), so the replicas' reply cache answers it if it was executed already.
+//! Like `partita-client`, each timeout moves the client to the next acceptor as its
+//! entry node (a node that does not lead forwards to the one it knows), and every second
+//! timeout to the next replica (the command keeps its sequence number; only `reply_to`
+//! changes). A refusal makes it resubmit after `refused_retry_ns`. While give-up is allowed (the safety phase), a
+//! command still unanswered `give_up_ns` after its invocation is abandoned and recorded
+//! as `info` (outcome unknown); in the liveness phase clients never give up.
+//!
+//! With the planted `unordered-query` bug the client sends read-only commands straight
+//! to its replica, which is how that bug manifests.
+//!
+//! The client is sans-IO like the node cores: inputs are [`SimClient::on_timer`],
+//! [`SimClient::on_reply`] and [`SimClient::on_refused`]; outputs are [`ClientAction`]s;
+//! completed operations are appended to its history in the checker's format.
+//! Invariant: at most one command outstanding; the history holds exactly one event per
+//! invoked operation, once it ended.
+
+use crate::queue::Time;
+use partita_checker::{Event, Status};
+use partita_types::{BatchOp, ClientId, Command, NodeId, Op, Reply};
+use rand::Rng;
+use serde::Serialize;
+
+/// How clients behave (drawn per seed).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClientParams {
+    pub think_ns_max: u64,
+    pub timeout_ns: u64,
+    pub give_up_ns: u64,
+    pub refused_retry_ns: u64,
+    /// Keys are drawn from `0..keys`: small, so that operations contend.
+    pub keys: u64,
+}
+
+/// What the world must do for a client.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientAction {
+    /// Send `cmd` to node `to`; `first` for the first send of an invocation (not a
+    /// resubmission).
+    Send {
+        to: NodeId,
+        cmd: Command,
+        first: bool,
+    },
+    /// Call `on_timer(gen)` at `at`.
+    Timer { at: Time, gen: u64 },
+}
+
+#[derive(Clone, Debug)]
+struct Waiting {
+    op: Op,
+    seq: u64,
+    call_ns: Time,
+    sends: u64,
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    Thinking,
+    Waiting(Waiting),
+    Done,
+}
+
+pub struct SimClient {
+    pub index: u32,
+    pub id: ClientId,
+    pub replica: NodeId,
+    entry: NodeId,
+    /// Acceptors in order (where the entry node rotates) and replicas.
+    acceptors: Vec<NodeId>,
+    replicas: Vec<NodeId>,
+    timeouts: u64,
+    params: ClientParams,
+    read_direct: bool,
+    seq: u64,
+    ops_left: u64,
+    state: State,
+    gen: u64,
+    /// The pending timer is the retry after a refusal (not a timeout).
+    refused_pending: bool,
+    give_up_allowed: bool,
+    history: Vec<Event>,
+    pub invoked: u64,
+    pub resubmissions: u64,
+    pub refusals: u64,
+    pub late_replies: u64,
+    pub gave_up: u64,
+}
+
+impl SimClient {
+    /// A client with a quota of `ops` operations, starting with entry node `entry` and
+    /// `replica` (one of `replicas`); `read_direct` sends read-only commands to the
+    /// replica (the `unordered-query` planted bug).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        index: u32,
+        entry: NodeId,
+        acceptors: Vec<NodeId>,
+        replica: NodeId,
+        replicas: Vec<NodeId>,
+        params: ClientParams,
+        ops: u64,
+        read_direct: bool,
+    ) -> SimClient {
+        assert!(
+            replicas.contains(&replica),
+            "the replica is one of the replicas"
+        );
+        SimClient {
+            index,
+            id: index as ClientId + 1,
+            replica,
+            entry,
+            acceptors,
+            replicas,
+            timeouts: 0,
+            params,
+            read_direct,
+            seq: 0,
+            ops_left: ops,
+            state: State::Thinking,
+            gen: 0,
+            refused_pending: false,
+            give_up_allowed: true,
+            history: Vec::new(),
+            invoked: 0,
+            resubmissions: 0,
+            refusals: 0,
+            late_replies: 0,
+            gave_up: 0,
+        }
+    }
+
+    /// Start: think, then invoke the first operation.
+    pub fn start(&mut self, now: Time, rng: &mut impl Rng, out: &mut Vec<ClientAction>) {
+        self.think(now, rng, out);
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    pub fn set_give_up_allowed(&mut self, allowed: bool) {
+        self.give_up_allowed = allowed;
+    }
+
+    pub fn history(&self) -> &[Event] {
+        &self.history
+    }
+
+    /// The command outstanding, for liveness reports: (seq, op, invoked at, sends).
+    pub fn outstanding(&self) -> Option<(u64, &Op, Time, u64)> {
+        match &self.state {
+            State::Waiting(w) => Some((w.seq, &w.op, w.call_ns, w.sends)),
+            _ => None,
+        }
+    }
+
+    pub fn ops_left(&self) -> u64 {
+        self.ops_left
+    }
+
+    /// The node commands go to now.
+    pub fn entry(&self) -> NodeId {
+        self.entry
+    }
+
+    /// After a timeout: the next acceptor becomes the entry node and, every second
+    /// time, the next replica the one that must reply (as `partita-client` does).
+    fn rotate(&mut self) {
+        self.timeouts += 1;
+        if let Some(i) = self.acceptors.iter().position(|&a| a == self.entry) {
+            self.entry = self.acceptors[(i + 1) % self.acceptors.len()];
+        }
+        if self.timeouts.is_multiple_of(2) {
+            if let Some(i) = self.replicas.iter().position(|&r| r == self.replica) {
+                self.replica = self.replicas[(i + 1) % self.replicas.len()];
+            }
+        }
+    }
+
+    fn timer(&mut self, at: Time, out: &mut Vec<ClientAction>) {
+        self.gen += 1;
+        out.push(ClientAction::Timer { at, gen: self.gen });
+    }
+
+    fn think(&mut self, now: Time, rng: &mut impl Rng, out: &mut Vec<ClientAction>) {
+        if self.ops_left == 0 {
+            self.state = State::Done;
+            self.gen += 1;
+            return;
+        }
+        self.state = State::Thinking;
+        let t = rng.gen_range(0..=self.params.think_ns_max);
+        self.timer(now + t, out);
+    }
+
+    fn target(&self, op: &Op) -> NodeId {
+        if self.read_direct && !op.is_mutation() {
+            self.replica
+        } else {
+            self.entry
+        }
+    }
+
+    fn send(&mut self, now: Time, out: &mut Vec<ClientAction>) {
+        let State::Waiting(w) = &mut self.state else {
+            return;
+        };
+        w.sends += 1;
+        let first = w.sends == 1;
+        let cmd = Command {
+            client: self.id,
+            seq: w.seq,
+            reply_to: self.replica,
+            op: w.op.clone(),
+        };
+        let to = self.target(&cmd.op);
+        out.push(ClientAction::Send { to, cmd, first });
+        self.timer(now + self.params.timeout_ns, out);
+    }
+
+    fn invoke(&mut self, now: Time, rng: &mut impl Rng, out: &mut Vec<ClientAction>) {
+        assert!(self.ops_left > 0);
+        self.ops_left -= 1;
+        self.seq += 1;
+        self.invoked += 1;
+        let op = random_op(rng, self.params.keys);
+        self.state = State::Waiting(Waiting {
+            op,
+            seq: self.seq,
+            call_ns: now,
+            sends: 0,
+        });
+        self.send(now, out);
+    }
+
+    fn finish(&mut self, now: Time, status: Status, reply: Option<&Reply>) {
+        let State::Waiting(w) = std::mem::replace(&mut self.state, State::Thinking) else {
+            panic!("finish without an outstanding command");
+        };
+        self.history.push(Event::new(
+            self.index as u64,
+            &w.op,
+            w.call_ns,
+            now,
+            status,
+            reply.map(|r| &r.result),
+        ));
+    }
+
+    /// A timer set earlier fired (stale generations are ignored).
+    pub fn on_timer(
+        &mut self,
+        now: Time,
+        gen: u64,
+        rng: &mut impl Rng,
+        out: &mut Vec<ClientAction>,
+    ) {
+        if gen != self.gen {
+            return;
+        }
+        let call_ns = match &self.state {
+            State::Thinking => return self.invoke(now, rng, out),
+            State::Done => return,
+            State::Waiting(w) => w.call_ns,
+        };
+        if self.give_up_allowed && now.saturating_sub(call_ns) >= self.params.give_up_ns {
+            self.gave_up += 1;
+            self.refused_pending = false;
+            self.finish(now, Status::Info, None);
+            self.think(now, rng, out);
+            return;
+        }
+        self.resubmissions += 1;
+        if !std::mem::take(&mut self.refused_pending) {
+            self.rotate();
+        }
+        self.send(now, out);
+    }
+
+    /// A reply arrived (possibly late, for an earlier command, or duplicated).
+    pub fn on_reply(
+        &mut self,
+        now: Time,
+        reply: &Reply,
+        rng: &mut impl Rng,
+        out: &mut Vec<ClientAction>,
+    ) {
+        let current = matches!(&self.state, State::Waiting(w) if w.seq == reply.seq)
+            && reply.client == self.id;
+        if !current {
+            self.late_replies += 1;
+            return;
+        }
+        self.finish(now, Status::Ok, Some(reply));
+        self.think(now, rng, out);
+    }
+
+    /// The node refused the command: resubmit it a little later.
+    pub fn on_refused(&mut self, now: Time, seq: u64, out: &mut Vec<ClientAction>) {
+        if !matches!(&self.state, State::Waiting(w) if w.seq == seq) {
+            return;
+        }
+        self.refusals += 1;
+        self.refused_pending = true;
+        self.timer(now + self.params.refused_retry_ns, out);
+    }
+}
+
+/// One operation of the mix: every B+tree operation, on keys `0..keys`.
+pub fn random_op(rng: &mut impl Rng, keys: u64) -> Op {
+    let keys = keys.max(1);
+    let key = |rng: &mut dyn rand::RngCore| rng.gen_range(0..keys);
+    // Values are drawn from a large range so that a value identifies its write: a
+    // lost or duplicated write then shows up unambiguously in the history.
+    let value = |rng: &mut dyn rand::RngCore| rng.gen_range(1..1_000_000_000u64);
+    match rng.gen_range(0..100) {
+        0..20 => Op::Read { key: key(rng) },
+        20..40 => Op::Insert {
+            key: key(rng),
+            value: value(rng),
+        },
+        40..52 => Op::Delete { key: key(rng) },
+        52..66 => Op::Update {
+            key: key(rng),
+            value: value(rng),
+        },
+        66..76 => {
+            let min = key(rng);
+            let span = rng.gen_range(0..=keys / 3);
+            Op::Query {
+                min,
+                max: min + span,
+            }
+        }
+        76..82 => Op::Next { key: key(rng) },
+        82..88 => Op::Prev { key: key(rng) },
+        _ => {
+            let n = rng.gen_range(2..=4);
+            Op::Batch(
+                (0..n)
+                    .map(|_| {
+                        if rng.gen_bool(0.6) {
+                            BatchOp::Insert {
+                                key: key(rng),
+                                value: value(rng),
+                            }
+                        } else {
+                            BatchOp::Delete { key: key(rng) }
+                        }
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use partita_types::OpResult;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    fn params() -> ClientParams {
+        ClientParams {
+            think_ns_max: 0,
+            timeout_ns: 100,
+            give_up_ns: 250,
+            refused_retry_ns: 30,
+            keys: 8,
+        }
+    }
+
+    fn timer(out: &[ClientAction]) -> (Time, u64) {
+        out.iter()
+            .find_map(|a| match a {
+                ClientAction::Timer { at, gen } => Some((*at, *gen)),
+                _ => None,
+            })
+            .expect("a timer")
+    }
+
+    fn sent(out: &[ClientAction]) -> Command {
+        out.iter()
+            .find_map(|a| match a {
+                ClientAction::Send { cmd, .. } => Some(cmd.clone()),
+                _ => None,
+            })
+            .expect("a send")
+    }
+
+    #[test]
+    fn resubmits_the_same_command_then_gives_up_with_info() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 2, false);
+        let mut out = Vec::new();
+        c.start(0, &mut rng, &mut out);
+        let (at, gen) = timer(&out);
+        out.clear();
+        c.on_timer(at, gen, &mut rng, &mut out);
+        let first = sent(&out);
+        assert_eq!((first.seq, first.reply_to), (1, 4));
+        let (at, gen) = timer(&out);
+        out.clear();
+        c.on_timer(at, gen, &mut rng, &mut out);
+        assert_eq!(sent(&out), first, "the same command, same sequence number");
+        assert_eq!(c.resubmissions, 1);
+        // Past give-up, the next timeout abandons it.
+        let (_, gen) = timer(&out);
+        out.clear();
+        c.on_timer(300, gen, &mut rng, &mut out);
+        assert_eq!(c.history().len(), 1);
+        assert_eq!(c.history()[0].status, Status::Info);
+        // A stale timer does nothing.
+        let before = out.len();
+        c.on_timer(301, gen, &mut rng, &mut out);
+        assert_eq!(out.len(), before);
+    }
+
+    #[test]
+    fn accepts_only_the_reply_to_the_current_command() {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 1, false);
+        let mut out = Vec::new();
+        c.start(0, &mut rng, &mut out);
+        let (at, gen) = timer(&out);
+        out.clear();
+        c.on_timer(at, gen, &mut rng, &mut out);
+        let cmd = sent(&out);
+        let reply = |seq| Reply {
+            client: cmd.client,
+            seq,
+            instance: 3,
+            result: OpResult::Value(None),
+        };
+        c.on_reply(5, &reply(7), &mut rng, &mut out);
+        assert_eq!(c.late_replies, 1);
+        assert!(c.history().is_empty());
+        c.on_reply(6, &reply(cmd.seq), &mut rng, &mut out);
+        assert_eq!(c.history().len(), 1);
+        assert_eq!(c.history()[0].ret_ns, 6);
+        assert!(c.is_done(), "quota of one operation used");
+    }
+
+    #[test]
+    fn without_give_up_a_client_keeps_resubmitting() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 1, false);
+        c.set_give_up_allowed(false);
+        let mut out = Vec::new();
+        c.start(0, &mut rng, &mut out);
+        let (mut at, mut gen) = timer(&out);
+        for _ in 0..20 {
+            out.clear();
+            c.on_timer(at, gen, &mut rng, &mut out);
+            (at, gen) = timer(&out);
+        }
+        assert!(c.history().is_empty());
+        assert_eq!(c.resubmissions, 19);
+    }
+
+    #[test]
+    fn timeouts_rotate_the_entry_node_and_every_second_one_the_replica() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 1, false);
+        c.set_give_up_allowed(false);
+        let mut out = Vec::new();
+        c.start(0, &mut rng, &mut out);
+        let (mut at, mut gen) = timer(&out);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            out.clear();
+            c.on_timer(at, gen, &mut rng, &mut out);
+            let cmd = sent(&out);
+            let to = out
+                .iter()
+                .find_map(|a| match a {
+                    ClientAction::Send { to, .. } => Some(*to),
+                    _ => None,
+                })
+                .unwrap();
+            seen.push((to, cmd.reply_to, cmd.seq));
+            (at, gen) = timer(&out);
+        }
+        assert_eq!(seen, vec![(1, 4, 1), (2, 4, 1), (3, 5, 1), (1, 5, 1)]);
+        // A refusal retries at the same node.
+        out.clear();
+        c.on_refused(at - 1, 1, &mut out);
+        let (at, gen) = timer(&out);
+        out.clear();
+        c.on_timer(at, gen, &mut rng, &mut out);
+        assert!(out
+            .iter()
+            .any(|a| matches!(a, ClientAction::Send { to: 1, .. })));
+    }
+
+    #[test]
+    fn the_mix_covers_every_operation() {
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..1000 {
+            seen.insert(random_op(&mut rng, 8).name());
+        }
+        assert_eq!(seen.len(), 8, "{seen:?}");
+    }
+}

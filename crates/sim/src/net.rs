@@ -1,0 +1,348 @@
+//! The network model: one directed link per ordered pair of endpoints (nodes and
+//! clients).
+//!
+//! A message of `bytes` sent on a link at time `now`:
+//! 1. waits for the link to finish sending what was queued before it, then occupies it
+//!    for `bytes / bandwidth` (serialization delay: large values slow the messages behind
+//!    them);
+//! 2. is lost with probability `loss`, or dropped if the link is cut (partition);
+//! 3. arrives after the link's propagation latency plus a uniform jitter, plus, with
+//!    probability `reorder`, an extra uniform delay of up to `reorder_ns_max` (which lets
+//!    later messages overtake it);
+//! 4. with probability `dup` is delivered a second time, later.
+//!
+//! A link cut while a message is in flight drops the message on arrival, as a severed
+//! cable would. Cuts are counted per link, so overlapping partitions heal independently.
+//!
+//! Invariants: arrivals are never before the send time; a cut link delivers nothing.
+
+use crate::queue::Time;
+use partita_types::NodeId;
+use rand::Rng;
+use serde::Serialize;
+
+/// Who sends or receives: a node of the cluster, or a simulated client (by index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Endpoint {
+    Node(NodeId),
+    Client(u32),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Node(n) => write!(f, "n{n}"),
+            Endpoint::Client(c) => write!(f, "c{c}"),
+        }
+    }
+}
+
+/// Timing of a class of links.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkTiming {
+    /// Mean one-way propagation latency; each link draws its own around it.
+    pub latency_ns: u64,
+    /// Each link's latency is the mean times a factor drawn in `1/spread..=spread`.
+    pub latency_spread: f64,
+    /// Uniform extra delay per message, `0..=jitter_ns`.
+    pub jitter_ns: u64,
+    /// Link bandwidth.
+    pub bandwidth_bytes_per_s: u64,
+}
+
+/// Faults of a class of links (all zero: a perfect network).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LinkFaults {
+    pub loss: f64,
+    pub dup: f64,
+    pub reorder: f64,
+    pub reorder_ns_max: u64,
+}
+
+impl LinkFaults {
+    pub fn none() -> LinkFaults {
+        LinkFaults::default()
+    }
+}
+
+/// Everything the network needs at construction.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NetParams {
+    /// Links between nodes.
+    pub peer: LinkTiming,
+    /// Links between a client and a node (both directions).
+    pub client: LinkTiming,
+    pub peer_faults: LinkFaults,
+    pub client_faults: LinkFaults,
+}
+
+#[derive(Clone, Debug)]
+struct Link {
+    latency_ns: u64,
+    jitter_ns: u64,
+    bandwidth_bytes_per_s: u64,
+    /// The link finishes serializing what it was given at this time.
+    free_at: Time,
+    /// Number of partitions currently cutting this link.
+    cuts: u16,
+    client: bool,
+}
+
+/// What became of a message handed to the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Arrives at these times (the second one is a duplicate).
+    Arrives(Time, Option<Time>),
+    Dropped(DropReason),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DropReason {
+    Loss,
+    Partition,
+}
+
+impl DropReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Loss => "net_dropped_loss",
+            DropReason::Partition => "net_dropped_partition",
+        }
+    }
+}
+
+pub struct Network {
+    /// Node ids in index order; clients follow the nodes.
+    nodes: Vec<NodeId>,
+    clients: u32,
+    links: Vec<Link>,
+    params: NetParams,
+}
+
+impl Network {
+    /// A network between `nodes` and `clients` clients; per-link latencies are drawn
+    /// from `rng` once, here.
+    pub fn new(nodes: &[NodeId], clients: u32, params: NetParams, rng: &mut impl Rng) -> Network {
+        let n = nodes.len() + clients as usize;
+        let mut links = Vec::with_capacity(n * n);
+        for from in 0..n {
+            for to in 0..n {
+                let client = from >= nodes.len() || to >= nodes.len();
+                let t = if client { &params.client } else { &params.peer };
+                let spread = t.latency_spread.max(1.0);
+                let factor = if spread > 1.0 {
+                    rng.gen_range(1.0 / spread..=spread)
+                } else {
+                    1.0
+                };
+                links.push(Link {
+                    latency_ns: (t.latency_ns as f64 * factor) as u64,
+                    jitter_ns: t.jitter_ns,
+                    bandwidth_bytes_per_s: t.bandwidth_bytes_per_s.max(1),
+                    free_at: 0,
+                    cuts: 0,
+                    client,
+                });
+            }
+        }
+        Network {
+            nodes: nodes.to_vec(),
+            clients,
+            links,
+            params,
+        }
+    }
+
+    fn index(&self, e: Endpoint) -> usize {
+        match e {
+            Endpoint::Node(id) => self
+                .nodes
+                .iter()
+                .position(|&n| n == id)
+                .unwrap_or_else(|| panic!("node {id} is not on the network")),
+            Endpoint::Client(c) => {
+                assert!(c < self.clients, "client {c} is not on the network");
+                self.nodes.len() + c as usize
+            }
+        }
+    }
+
+    fn link(&mut self, from: Endpoint, to: Endpoint) -> &mut Link {
+        let n = self.nodes.len() + self.clients as usize;
+        let i = self.index(from) * n + self.index(to);
+        &mut self.links[i]
+    }
+
+    fn link_ref(&self, from: Endpoint, to: Endpoint) -> &Link {
+        let n = self.nodes.len() + self.clients as usize;
+        &self.links[self.index(from) * n + self.index(to)]
+    }
+
+    pub fn params(&self) -> &NetParams {
+        &self.params
+    }
+
+    /// Replace the loss/duplication/reordering of every link (the liveness phase sets
+    /// them to none).
+    pub fn set_faults(&mut self, peer: LinkFaults, client: LinkFaults) {
+        self.params.peer_faults = peer;
+        self.params.client_faults = client;
+    }
+
+    /// Hand a message of `bytes` to the link `from -> to` at `now`.
+    pub fn send(
+        &mut self,
+        now: Time,
+        from: Endpoint,
+        to: Endpoint,
+        bytes: usize,
+        rng: &mut impl Rng,
+    ) -> Fate {
+        let link = self.link_ref(from, to).clone();
+        let faults = if link.client {
+            self.params.client_faults.clone()
+        } else {
+            self.params.peer_faults.clone()
+        };
+        // Serialization: the message occupies the link after what is queued on it.
+        let start = now.max(link.free_at);
+        let tx_ns = (bytes as u128 * 1_000_000_000 / link.bandwidth_bytes_per_s as u128) as u64;
+        self.link(from, to).free_at = start + tx_ns;
+        // Draw every random number whatever the outcome, so that turning one fault off
+        // does not shift the draws of the others.
+        let lost = rng.gen::<f64>() < faults.loss;
+        let jitter = rng.gen_range(0..=link.jitter_ns);
+        let reordered = rng.gen::<f64>() < faults.reorder;
+        let extra = rng.gen_range(0..=faults.reorder_ns_max);
+        let duplicated = rng.gen::<f64>() < faults.dup;
+        let dup_extra = rng.gen_range(0..=link.jitter_ns + faults.reorder_ns_max + 1);
+        if link.cuts > 0 {
+            return Fate::Dropped(DropReason::Partition);
+        }
+        if lost {
+            return Fate::Dropped(DropReason::Loss);
+        }
+        let mut at = start + tx_ns + link.latency_ns + jitter;
+        if reordered {
+            at += extra;
+        }
+        let dup_at = duplicated.then_some(at + dup_extra);
+        debug_assert!(at >= now);
+        Fate::Arrives(at, dup_at)
+    }
+
+    /// Whether `from -> to` is cut now (checked again on arrival).
+    pub fn is_cut(&self, from: Endpoint, to: Endpoint) -> bool {
+        self.link_ref(from, to).cuts > 0
+    }
+
+    /// Cut `from -> to` (one direction) until a matching [`Network::uncut`].
+    pub fn cut(&mut self, from: Endpoint, to: Endpoint) {
+        self.link(from, to).cuts += 1;
+    }
+
+    pub fn uncut(&mut self, from: Endpoint, to: Endpoint) {
+        let l = self.link(from, to);
+        assert!(l.cuts > 0, "uncut of a link that is not cut");
+        l.cuts -= 1;
+    }
+
+    /// Remove every partition.
+    pub fn heal_all(&mut self) {
+        for l in &mut self.links {
+            l.cuts = 0;
+        }
+    }
+
+    /// Links currently cut.
+    pub fn cut_links(&self) -> usize {
+        self.links.iter().filter(|l| l.cuts > 0).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    fn params(faults: LinkFaults) -> NetParams {
+        let t = LinkTiming {
+            latency_ns: 100_000,
+            latency_spread: 1.0,
+            jitter_ns: 0,
+            bandwidth_bytes_per_s: 1_000_000_000,
+        };
+        NetParams {
+            peer: t.clone(),
+            client: t,
+            peer_faults: faults.clone(),
+            client_faults: faults,
+        }
+    }
+
+    #[test]
+    fn latency_and_bandwidth_delay_messages_in_order() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut net = Network::new(&[1, 2], 1, params(LinkFaults::none()), &mut rng);
+        let (a, b) = (Endpoint::Node(1), Endpoint::Node(2));
+        // 1 MB at 1 GB/s takes 1 ms on the wire, then 100 µs of latency.
+        assert_eq!(
+            net.send(0, a, b, 1_000_000, &mut rng),
+            Fate::Arrives(1_100_000, None)
+        );
+        // The next message waits for the first to leave the link.
+        assert_eq!(
+            net.send(0, a, b, 1_000, &mut rng),
+            Fate::Arrives(1_101_000, None)
+        );
+        // The other direction is another link.
+        assert_eq!(net.send(0, b, a, 0, &mut rng), Fate::Arrives(100_000, None));
+    }
+
+    #[test]
+    fn cuts_are_directed_and_counted() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut net = Network::new(&[1, 2], 1, params(LinkFaults::none()), &mut rng);
+        let (a, c) = (Endpoint::Node(1), Endpoint::Client(0));
+        net.cut(a, c);
+        net.cut(a, c);
+        assert_eq!(
+            net.send(0, a, c, 10, &mut rng),
+            Fate::Dropped(DropReason::Partition)
+        );
+        assert!(matches!(net.send(0, c, a, 10, &mut rng), Fate::Arrives(..)));
+        net.uncut(a, c);
+        assert!(net.is_cut(a, c));
+        net.uncut(a, c);
+        assert!(!net.is_cut(a, c));
+        net.cut(c, a);
+        net.heal_all();
+        assert_eq!(net.cut_links(), 0);
+    }
+
+    #[test]
+    fn loss_and_duplication_rates_are_roughly_right() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let faults = LinkFaults {
+            loss: 0.3,
+            dup: 0.2,
+            reorder: 0.0,
+            reorder_ns_max: 0,
+        };
+        let mut net = Network::new(&[1, 2], 0, params(faults), &mut rng);
+        let (mut lost, mut dups) = (0, 0);
+        for _ in 0..10_000 {
+            match net.send(0, Endpoint::Node(1), Endpoint::Node(2), 0, &mut rng) {
+                Fate::Dropped(DropReason::Loss) => lost += 1,
+                Fate::Arrives(at, Some(again)) => {
+                    assert!(again >= at);
+                    dups += 1
+                }
+                _ => {}
+            }
+        }
+        assert!((2700..3300).contains(&lost), "{lost}");
+        assert!((1200..1600).contains(&dups), "{dups}");
+    }
+}

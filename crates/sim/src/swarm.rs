@@ -1,0 +1,518 @@
+//! Swarm testing: every seed draws its own cluster shape, timing and *set of fault
+//! classes* with their parameters, so that a range of seeds covers both gentle and
+//! brutal runs, and combinations of faults no hand-written test would try.
+//!
+//! Input: a seed and the user's [`SimOptions`]. Output: [`SeedParams`], everything a run
+//! needs besides the code. The draw uses its own random stream, so it does not depend
+//! on what the run later does; switching a fault class off (`--without`) or forcing a set
+//! (`--faults`) changes only that class's parameters, not the other draws.
+//!
+//! Fault classes (names as on the command line):
+//!
+//! | class | what it does in the safety phase |
+//! | --- | --- |
+//! | `loss` | each message between nodes is lost with probability 0–30% |
+//! | `dup` | each message between nodes is delivered twice with probability 0–20% |
+//! | `reorder` | with probability 0–30% a message gets an extra delay of up to 20 ms |
+//! | `client-net` | the same three faults on client↔node links |
+//! | `partition` | from time to time: a node isolated, or the nodes split in two, then healed |
+//! | `one-way` | partitions may cut one direction only (a node that can send but not hear, or the reverse) |
+//! | `crash-acceptor` | acceptors other than the coordinator's node crash (losing unsynced writes) and restart from their durable log; never more than a minority at once |
+//! | `crash-replica` | replicas crash and restart empty, relearning from acceptors and the coordinator; at least one stays up |
+//! | `crash-coordinator` | node 1 (coordinator and acceptor) crashes and restarts; off unless `--coordinator-crashes` (no failover yet) |
+//! | `pause` | a node stops (like SIGSTOP) and resumes; its inputs queue meanwhile |
+//! | `disk-stall` | some fsyncs take up to 300 ms |
+//! | `torn-tail` | a crash may keep a prefix of written-but-unsynced records, tearing the one being written |
+
+use crate::client::ClientParams;
+use crate::cpu::CostTable;
+use crate::disk::DiskParams;
+use crate::net::{LinkFaults, LinkTiming, NetParams};
+use crate::queue::{Time, MICROS, MILLIS, SECONDS};
+use partita_consensus::Protocol;
+use partita_node::UnsafeBugs;
+use partita_runtime::config::NodeSection;
+use partita_runtime::{ClusterConfig, Role};
+use partita_types::NodeId;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+/// A class of faults the swarm can switch on for a seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultClass {
+    Loss,
+    Dup,
+    Reorder,
+    ClientNet,
+    Partition,
+    OneWay,
+    CrashAcceptor,
+    CrashReplica,
+    CrashCoordinator,
+    Pause,
+    DiskStall,
+    TornTail,
+}
+
+impl FaultClass {
+    pub const ALL: [FaultClass; 12] = [
+        FaultClass::Loss,
+        FaultClass::Dup,
+        FaultClass::Reorder,
+        FaultClass::ClientNet,
+        FaultClass::Partition,
+        FaultClass::OneWay,
+        FaultClass::CrashAcceptor,
+        FaultClass::CrashReplica,
+        FaultClass::CrashCoordinator,
+        FaultClass::Pause,
+        FaultClass::DiskStall,
+        FaultClass::TornTail,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultClass::Loss => "loss",
+            FaultClass::Dup => "dup",
+            FaultClass::Reorder => "reorder",
+            FaultClass::ClientNet => "client-net",
+            FaultClass::Partition => "partition",
+            FaultClass::OneWay => "one-way",
+            FaultClass::CrashAcceptor => "crash-acceptor",
+            FaultClass::CrashReplica => "crash-replica",
+            FaultClass::CrashCoordinator => "crash-coordinator",
+            FaultClass::Pause => "pause",
+            FaultClass::DiskStall => "disk-stall",
+            FaultClass::TornTail => "torn-tail",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<FaultClass, String> {
+        FaultClass::ALL
+            .iter()
+            .copied()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = FaultClass::ALL.iter().map(|c| c.name()).collect();
+                format!("unknown fault class `{name}` (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// Which ordering protocol a seed runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProtocolChoice {
+    RingPaxos,
+    MultiPaxos,
+    /// Ring Paxos for even seeds, Multi-Paxos for odd ones.
+    Alternate,
+}
+
+/// Which fault classes a seed may use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum FaultSelection {
+    /// Each class on with probability 1/2 (swarm testing), minus `without`.
+    Swarm,
+    /// Exactly these classes, all on (to shrink a failure: one class at a time).
+    Only(Vec<FaultClass>),
+    /// No faults at all (latency, jitter, bandwidth and clock skew remain).
+    None,
+}
+
+/// What the user chooses; everything else is drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Commands per seed, across all clients.
+    pub ops: u64,
+    pub protocol: ProtocolChoice,
+    pub bugs: UnsafeBugs,
+    pub faults: FaultSelection,
+    /// Classes removed from the selection.
+    pub without: Vec<FaultClass>,
+    /// Allow the `crash-coordinator` class (off by default: no failover yet).
+    pub coordinator_crashes: bool,
+    pub cost: CostTable,
+    /// Events kept for the failure report.
+    pub trace_tail: usize,
+    /// Linearizability checker budget (search states).
+    pub check_max_states: u64,
+    /// Stop at this many processed events (a runaway guard, reported as a failure).
+    pub events_max: u64,
+}
+
+impl SimOptions {
+    /// The command-line flags that reproduce these options (besides the seed).
+    pub fn flags(&self) -> String {
+        let mut f = format!("--ops {}", self.ops);
+        match self.protocol {
+            ProtocolChoice::RingPaxos => f += " --protocol ring-paxos",
+            ProtocolChoice::MultiPaxos => f += " --protocol multi-paxos",
+            ProtocolChoice::Alternate => {}
+        }
+        for b in UnsafeBugs::NAMES {
+            if bug_on(&self.bugs, b) {
+                f += &format!(" --unsafe {b}");
+            }
+        }
+        match &self.faults {
+            FaultSelection::Swarm => {}
+            FaultSelection::None => f += " --no-faults",
+            FaultSelection::Only(list) => {
+                let names: Vec<&str> = list.iter().map(|c| c.name()).collect();
+                f += &format!(" --faults {}", names.join(","));
+            }
+        }
+        if !self.without.is_empty() {
+            let names: Vec<&str> = self.without.iter().map(|c| c.name()).collect();
+            f += &format!(" --without {}", names.join(","));
+        }
+        if self.coordinator_crashes {
+            f += " --coordinator-crashes";
+        }
+        f
+    }
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            ops: 2000,
+            protocol: ProtocolChoice::Alternate,
+            bugs: UnsafeBugs::default(),
+            faults: FaultSelection::Swarm,
+            without: Vec::new(),
+            coordinator_crashes: false,
+            cost: CostTable::default(),
+            trace_tail: 40,
+            check_max_states: 2_000_000,
+            events_max: 50_000_000,
+        }
+    }
+}
+
+/// Fault parameters of the safety phase that the network and disk do not hold.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FaultParams {
+    pub classes: Vec<FaultClass>,
+    /// Mean partitions per second, and the longest one.
+    pub partition_per_s: f64,
+    pub partition_ns_max: Time,
+    pub crash_per_s: f64,
+    /// Longest time a crashed node stays down.
+    pub down_ns_max: Time,
+    pub pause_per_s: f64,
+    pub pause_ns_max: Time,
+}
+
+impl FaultParams {
+    pub fn has(&self, c: FaultClass) -> bool {
+        self.classes.contains(&c)
+    }
+}
+
+/// Everything a run needs besides the code: drawn from the seed by [`draw`].
+#[derive(Clone, Debug, Serialize)]
+pub struct SeedParams {
+    pub seed: u64,
+    pub protocol: Protocol,
+    pub acceptors: usize,
+    pub replicas: usize,
+    pub window_instances_max: usize,
+    pub batch_bytes_max: usize,
+    pub batch_delay_ms: u64,
+    /// Replicas checkpoint every this many instances (acceptors then truncate).
+    pub checkpoint_instances: u64,
+    pub clients: u32,
+    pub ops: u64,
+    pub client: ClientParams,
+    pub net: NetParams,
+    pub disk: DiskParams,
+    /// Per node (in id order): its clock runs at `1 + skew` times real speed.
+    pub clock_skew: Vec<f64>,
+    pub faults: FaultParams,
+    /// The safety phase ends when this many operations were invoked...
+    pub safety_ops: u64,
+    /// ...or at this virtual time, whichever comes first.
+    pub safety_ns_max: Time,
+    /// After healing, everything must be done within this long.
+    pub liveness_ns_max: Time,
+    #[serde(skip)]
+    pub bugs: UnsafeBugs,
+    pub bug_names: Vec<&'static str>,
+    /// Command-line flags that reproduce the options this seed ran with.
+    pub flags: String,
+}
+
+impl SeedParams {
+    /// The cluster file of this seed: `acceptors` acceptor nodes (ids 1..=A, node 1
+    /// coordinates) and `replicas` replica nodes after them, as `partita up` would
+    /// write it (addresses are never used by the simulator).
+    pub fn cluster(&self) -> ClusterConfig {
+        let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
+        c.cluster.protocol = self.protocol;
+        c.batching.window_instances_max = self.window_instances_max;
+        c.batching.batch_bytes_max = self.batch_bytes_max;
+        c.batching.batch_delay_ms = self.batch_delay_ms;
+        c.storage.checkpoint_instances = self.checkpoint_instances;
+        c.nodes = (1..=(self.acceptors + self.replicas) as NodeId)
+            .map(|id| NodeSection {
+                id,
+                addr: format!("127.0.0.1:{}", 7100 + id),
+                roles: vec![if (id as usize) <= self.acceptors {
+                    Role::Acceptor
+                } else {
+                    Role::Replica
+                }],
+            })
+            .collect();
+        // Round-trip through the cluster-file parser so that a simulated cluster is
+        // always one the real loader accepts.
+        ClusterConfig::parse(&c.to_toml(), "simulated cluster")
+            .unwrap_or_else(|e| panic!("the simulator built an invalid cluster file: {e}"))
+    }
+}
+
+/// A random stream of the seed: `stream` separates the draws of independent models.
+pub fn stream(seed: u64, stream: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng
+}
+
+pub const STREAM_PARAMS: u64 = 1;
+pub const STREAM_NET: u64 = 2;
+pub const STREAM_DISK: u64 = 3;
+pub const STREAM_FAULTS: u64 = 4;
+pub const STREAM_CLIENTS: u64 = 5;
+pub const STREAM_LINKS: u64 = 6;
+
+fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
+    (rng.gen_range(lo.ln()..=hi.ln())).exp()
+}
+
+/// Draw the parameters of `seed`.
+pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
+    let mut rng = stream(seed, STREAM_PARAMS);
+    let protocol = match opts.protocol {
+        ProtocolChoice::RingPaxos => Protocol::RingPaxos,
+        ProtocolChoice::MultiPaxos => Protocol::MultiPaxos,
+        ProtocolChoice::Alternate if seed.is_multiple_of(2) => Protocol::RingPaxos,
+        ProtocolChoice::Alternate => Protocol::MultiPaxos,
+    };
+    let acceptors = if rng.gen_bool(0.3) { 5 } else { 3 };
+    let replicas = if rng.gen_bool(0.4) { 3 } else { 2 };
+    let window_instances_max = *[1, 2, 4, 16, 16, 16].choose(&mut rng).expect("non-empty");
+    let batch_bytes_max = *[64, 512, 8192, 8192].choose(&mut rng).expect("non-empty");
+    let batch_delay_ms = rng.gen_range(0..=2);
+    // Frequent checkpoints exercise log truncation and state transfer within a run.
+    let checkpoint_instances = *[20, 100, 500, 50_000].choose(&mut rng).expect("non-empty");
+    let clients = rng.gen_range(2..=10u32).min(opts.ops.max(1) as u32);
+    let client = ClientParams {
+        think_ns_max: rng.gen_range(0..=10) * MILLIS,
+        timeout_ns: rng.gen_range(150..=1000) * MILLIS,
+        give_up_ns: rng.gen_range(5000..=15000) * MILLIS,
+        refused_retry_ns: 50 * MILLIS,
+        keys: rng.gen_range(4..=32),
+    };
+    let peer = LinkTiming {
+        latency_ns: (log_uniform(&mut rng, 20.0, 2000.0) * MICROS as f64) as u64,
+        latency_spread: rng.gen_range(1.0..=3.0),
+        jitter_ns: rng.gen_range(0..=500) * MICROS,
+        bandwidth_bytes_per_s: (log_uniform(&mut rng, 12.5e6, 1.25e9)) as u64,
+    };
+    let client_timing = LinkTiming {
+        latency_ns: (log_uniform(&mut rng, 20.0, 2000.0) * MICROS as f64) as u64,
+        latency_spread: rng.gen_range(1.0..=2.0),
+        jitter_ns: rng.gen_range(0..=500) * MICROS,
+        bandwidth_bytes_per_s: (log_uniform(&mut rng, 12.5e6, 1.25e9)) as u64,
+    };
+    let nodes = acceptors + replicas;
+    let skew_max = rng.gen_range(0.0..=0.05);
+    let clock_skew = (0..nodes)
+        .map(|_| rng.gen_range(-skew_max..=skew_max))
+        .collect();
+
+    // Which classes are on.
+    let mut classes: Vec<FaultClass> = match &opts.faults {
+        FaultSelection::None => Vec::new(),
+        FaultSelection::Only(list) => list.clone(),
+        FaultSelection::Swarm => FaultClass::ALL
+            .iter()
+            .copied()
+            .filter(|_| rng.gen_bool(0.5))
+            .collect(),
+    };
+    // Coordinator crashes need `--coordinator-crashes` (no failover yet).
+    if !opts.coordinator_crashes {
+        classes.retain(|&c| c != FaultClass::CrashCoordinator);
+    }
+    classes.retain(|c| !opts.without.contains(c));
+    classes.sort();
+    classes.dedup();
+    let on = |c: FaultClass| classes.contains(&c);
+
+    // Parameters of every class, drawn whether or not the class is on.
+    let loss = rng.gen_range(0.0..=0.30);
+    let dup = rng.gen_range(0.0..=0.20);
+    let reorder = rng.gen_range(0.0..=0.30);
+    let reorder_ns_max = rng.gen_range(1..=20) * MILLIS;
+    let client_loss = rng.gen_range(0.0..=0.20);
+    let client_dup = rng.gen_range(0.0..=0.10);
+    let client_reorder = rng.gen_range(0.0..=0.20);
+    let peer_faults = LinkFaults {
+        loss: if on(FaultClass::Loss) { loss } else { 0.0 },
+        dup: if on(FaultClass::Dup) { dup } else { 0.0 },
+        reorder: if on(FaultClass::Reorder) {
+            reorder
+        } else {
+            0.0
+        },
+        reorder_ns_max,
+    };
+    let client_faults = if on(FaultClass::ClientNet) {
+        LinkFaults {
+            loss: client_loss,
+            dup: client_dup,
+            reorder: client_reorder,
+            reorder_ns_max,
+        }
+    } else {
+        LinkFaults::none()
+    };
+    let partition_per_s = rng.gen_range(0.5..=4.0);
+    let partition_ns_max = rng.gen_range(20..=1500) * MILLIS;
+    let crash_per_s = rng.gen_range(0.5..=5.0);
+    let down_ns_max = rng.gen_range(5..=800) * MILLIS;
+    let pause_per_s = rng.gen_range(0.5..=5.0);
+    let pause_ns_max = rng.gen_range(5..=500) * MILLIS;
+    let disk = DiskParams {
+        write_ns: rng.gen_range(2..=50) * MICROS,
+        write_byte_ps: rng.gen_range(100..=2000),
+        fsync_ns: (log_uniform(&mut rng, 50.0, 5000.0) * MICROS as f64) as u64,
+        stall: if on(FaultClass::DiskStall) {
+            rng.gen_range(0.01..=0.10)
+        } else {
+            0.0
+        },
+        stall_ns_max: rng.gen_range(20..=300) * MILLIS,
+        unsynced_survive: if on(FaultClass::TornTail) { 0.5 } else { 0.0 },
+    };
+    let safety_ops = opts.ops * 3 / 4;
+    let bug_names = UnsafeBugs::NAMES
+        .iter()
+        .copied()
+        .filter(|n| bug_on(&opts.bugs, n))
+        .collect();
+    SeedParams {
+        seed,
+        protocol,
+        acceptors,
+        replicas,
+        window_instances_max,
+        batch_bytes_max,
+        batch_delay_ms,
+        checkpoint_instances,
+        clients,
+        ops: opts.ops,
+        client,
+        net: NetParams {
+            peer,
+            client: client_timing,
+            peer_faults,
+            client_faults,
+        },
+        disk,
+        clock_skew,
+        faults: FaultParams {
+            classes,
+            partition_per_s,
+            partition_ns_max,
+            crash_per_s,
+            down_ns_max,
+            pause_per_s,
+            pause_ns_max,
+        },
+        safety_ops,
+        safety_ns_max: 30 * SECONDS,
+        liveness_ns_max: 60 * SECONDS,
+        bugs: opts.bugs.clone(),
+        bug_names,
+        flags: opts.flags(),
+    }
+}
+
+fn bug_on(b: &UnsafeBugs, name: &str) -> bool {
+    match name {
+        "lose-acked-writes" => b.lose_acked_writes,
+        "reexecute-duplicates" => b.reexecute_duplicates,
+        "vote-before-durable" => b.vote_before_durable,
+        "forget-promise" => b.forget_promise,
+        "unordered-query" => b.unordered_query,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_are_a_function_of_the_seed() {
+        let o = SimOptions::default();
+        let a = draw(17, &o);
+        let b = draw(17, &o);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert_ne!(format!("{a:?}"), format!("{:?}", draw(18, &o)));
+    }
+
+    #[test]
+    fn protocols_alternate_and_clusters_are_valid() {
+        let o = SimOptions::default();
+        for seed in 0..40 {
+            let p = draw(seed, &o);
+            let expect = if seed % 2 == 0 {
+                Protocol::RingPaxos
+            } else {
+                Protocol::MultiPaxos
+            };
+            assert_eq!(p.protocol, expect);
+            let c = p.cluster();
+            assert_eq!(c.membership().acceptors.len(), p.acceptors);
+            assert_eq!(c.executors().len(), p.replicas);
+            assert_eq!(c.entry_node(), 1);
+            assert!(!p.faults.has(FaultClass::CrashCoordinator));
+        }
+    }
+
+    #[test]
+    fn switching_a_class_off_keeps_the_other_draws() {
+        let mut o = SimOptions {
+            faults: FaultSelection::Only(vec![FaultClass::Loss, FaultClass::Dup]),
+            ..SimOptions::default()
+        };
+        let both = draw(5, &o);
+        o.without = vec![FaultClass::Loss];
+        let one = draw(5, &o);
+        assert_eq!(one.net.peer_faults.loss, 0.0);
+        assert!(both.net.peer_faults.loss > 0.0);
+        assert_eq!(one.net.peer_faults.dup, both.net.peer_faults.dup);
+        assert_eq!(one.net.peer, both.net.peer);
+        assert_eq!(one.disk, both.disk);
+        o.faults = FaultSelection::None;
+        assert!(draw(5, &o).faults.classes.is_empty());
+    }
+
+    #[test]
+    fn fault_names_parse_back() {
+        for c in FaultClass::ALL {
+            assert_eq!(FaultClass::parse(c.name()), Ok(c));
+        }
+        assert!(FaultClass::parse("meteor")
+            .unwrap_err()
+            .contains("torn-tail"));
+    }
+}

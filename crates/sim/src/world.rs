@@ -1,0 +1,1538 @@
+//! The world: every node core, every client, the network, the disks and the fault
+//! schedule of one run, driven by one event queue in virtual time.
+//!
+//! One event at a time is popped from the queue (earliest time first, ties in push
+//! order) and handled; handling may push later events. Nothing else advances time, and
+//! every random draw comes from a stream of the seed, so a run is a pure function of
+//! (seed, options, code).
+//!
+//! A node ([`SimNode`]) is a `NodeCore` plus what the runtime around it would hold: an
+//! inbox (the event channel), a disk, a clock and an incarnation number. It handles one
+//! input at a time: the handler runs when the input is taken, the node's CPU is then
+//! busy for the handler's cost (from the cost table), and the handler's outputs leave
+//! when it is done (`NodeDone`). `invariants()` is called after every handler. A crash
+//! drops the core, its inbox, the handler in progress and whatever the disk had not
+//! synced; a restart builds a fresh `NodeCore` from the durable records only. Events of
+//! an earlier incarnation (ticks, sync completions, handler completions) are recognised
+//! by their incarnation number and ignored.
+
+use crate::check::{self, Agreement, Check, Failure, ReplicaEnd};
+use crate::client::{ClientAction, SimClient};
+use crate::cpu::{CostTable, InputKind, Work};
+use crate::disk::{Disk, DiskParams};
+use crate::net::{Endpoint, Fate, LinkFaults, Network};
+use crate::queue::{EventQueue, Time, MILLIS, SECONDS};
+use crate::report::SeedReport;
+use crate::swarm::{self, FaultClass, SeedParams, SimOptions};
+use crate::trace::{Detail, Trace};
+use partita_checker::Event;
+use partita_consensus::{AcceptorRecord, Msg, PersistToken};
+use partita_node::{CheckpointBytes, NodeCore, NodeSetup, Output};
+use partita_runtime::Wire;
+use partita_types::{encode, Command, Instance, NodeId, Reply};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// What travels on the simulated network.
+#[derive(Clone, Debug)]
+enum Payload {
+    Peer(Msg),
+    Request(Command),
+    Reply(Reply),
+    Refused { seq: u64 },
+}
+
+impl Payload {
+    fn kind(&self) -> &'static str {
+        match self {
+            Payload::Peer(m) => m.kind(),
+            Payload::Request(_) => "request",
+            Payload::Reply(_) => "reply",
+            Payload::Refused { .. } => "refused",
+        }
+    }
+}
+
+/// An input waiting in a node's inbox.
+#[derive(Debug)]
+enum Input {
+    Peer {
+        from: NodeId,
+        msg: Msg,
+        bytes: usize,
+    },
+    Request {
+        cmd: Command,
+        bytes: usize,
+    },
+    Tick,
+    Persisted(Vec<PersistToken>),
+    CheckpointSaved(Instance),
+}
+
+/// An output of a finished handler, encoded and decoded back, ready to leave.
+#[derive(Debug)]
+enum Emit {
+    Peer {
+        to: NodeId,
+        msg: Msg,
+        bytes: usize,
+    },
+    Persist {
+        token: PersistToken,
+        record: AcceptorRecord,
+        bytes: usize,
+    },
+    Client {
+        to: u32,
+        payload: Payload,
+        bytes: usize,
+    },
+    Checkpoint {
+        instance: Instance,
+        bytes: CheckpointBytes,
+    },
+    Truncate {
+        below_token: PersistToken,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FaultKind {
+    Partition,
+    Crash,
+    Pause,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Arrive {
+        from: Endpoint,
+        to: Endpoint,
+        payload: Payload,
+        bytes: usize,
+    },
+    NodeDone {
+        node: usize,
+        inc: u32,
+    },
+    Tick {
+        node: usize,
+        inc: u32,
+    },
+    DiskDone {
+        node: usize,
+        inc: u32,
+        job: u64,
+    },
+    CheckpointDone {
+        node: usize,
+        inc: u32,
+        instance: Instance,
+    },
+    ClientTimer {
+        client: u32,
+        gen: u64,
+    },
+    Fault(FaultKind),
+    Restart {
+        node: usize,
+        inc: u32,
+    },
+    Resume {
+        node: usize,
+        inc: u32,
+        pause: u64,
+    },
+    Unpartition {
+        id: u64,
+    },
+    Heal,
+    Probe,
+    Deadline,
+}
+
+/// Which phase the run is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Faults are injected; clients may give up.
+    Safety,
+    /// Everything healed; every command must complete.
+    Liveness,
+}
+
+/// One node of the cluster and the machine around it.
+pub struct SimNode {
+    pub id: NodeId,
+    setup: NodeSetup,
+    core: Option<NodeCore>,
+    inc: u32,
+    paused: Option<u64>,
+    /// A handler is in progress (its `NodeDone` is scheduled).
+    busy: bool,
+    /// The handler finished while the node was paused: emit on resume.
+    stalled: bool,
+    emits: Vec<Emit>,
+    inbox: VecDeque<Input>,
+    tick_queued: bool,
+    tick_ns: Time,
+    disk: Disk,
+    /// The newest durable replica checkpoint (what a restart recovers from).
+    checkpoint: Option<(Instance, CheckpointBytes)>,
+    /// The checkpoint being written (at most one at a time).
+    checkpoint_saving: Option<(Instance, CheckpointBytes)>,
+    pub acceptor: bool,
+    pub replica: bool,
+    pub coordinator: bool,
+}
+
+impl SimNode {
+    fn disk_stall(&self) -> f64 {
+        self.disk.params().stall
+    }
+    fn up(&self) -> bool {
+        self.core.is_some()
+    }
+    fn idle(&self) -> bool {
+        self.up() && self.paused.is_none() && !self.busy
+    }
+}
+
+thread_local! {
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Install (once) a panic hook that keeps panics inside simulated cores off stderr and
+/// remembers their message and location for the failure report; other panics go to the
+/// previous hook as usual.
+fn install_quiet_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET.with(|q| q.get()) {
+                LAST_PANIC.with(|l| *l.borrow_mut() = Some(info.to_string()));
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Run `f`, turning a panic into its message.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    QUIET.with(|q| q.set(true));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(false));
+    r.map_err(|payload| {
+        LAST_PANIC
+            .with(|l| l.borrow_mut().take())
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic with a non-string payload".to_string())
+    })
+}
+
+/// Whether two consecutive sends carry the same message (the cores clone one message
+/// for every destination), so that it is encoded once. Cheap: `Arc<Value>` equality
+/// first compares pointers, and the clones share their values.
+fn same_msg(a: &Msg, b: &Msg) -> bool {
+    a == b
+}
+
+/// Encode a wire message as the runtime frames it, decode it back: (decoded, bytes on
+/// the wire including the frame header).
+fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
+    let bytes = encode(w);
+    let back: Wire = partita_types::decode(&bytes).map_err(|e| e.to_string())?;
+    Ok((back, bytes.len() + partita_types::frame::FRAME_HEADER_BYTES))
+}
+
+pub struct World {
+    p: SeedParams,
+    cost: CostTable,
+    check_max_states: u64,
+    events_max: u64,
+    q: EventQueue<Ev>,
+    nodes: Vec<SimNode>,
+    clients: Vec<SimClient>,
+    net: Network,
+    rng_net: ChaCha8Rng,
+    rng_disk: ChaCha8Rng,
+    rng_faults: ChaCha8Rng,
+    rng_clients: ChaCha8Rng,
+    trace: Trace,
+    agreement: Agreement,
+    failure: Option<Failure>,
+    phase: Phase,
+    healed_at: Option<Time>,
+    finished_at: Option<Time>,
+    probing: bool,
+    clients_done: usize,
+    done_flags: Vec<bool>,
+    invoked: u64,
+    partitions: BTreeMap<u64, Vec<(Endpoint, Endpoint)>>,
+    next_fault_id: u64,
+    counters: BTreeMap<&'static str, u64>,
+    out_buf: Vec<Output>,
+    actions_buf: Vec<ClientAction>,
+}
+
+impl World {
+    /// Build the world of `p` (nothing runs yet).
+    pub fn new(p: SeedParams, opts: &SimOptions) -> World {
+        install_quiet_hook();
+        let cluster = p.cluster();
+        let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
+        let entry = cluster.entry_node();
+        let replicas = cluster.executors();
+        let acceptors = cluster.membership().acceptors;
+        let tick_ns = cluster.cluster.tick_ms * MILLIS;
+        let nodes: Vec<SimNode> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let setup = cluster.node_setup(id);
+                SimNode {
+                    id,
+                    acceptor: setup.acceptor,
+                    replica: setup.replica,
+                    coordinator: setup.is_coordinator(),
+                    setup,
+                    core: None,
+                    inc: 0,
+                    paused: None,
+                    busy: false,
+                    stalled: false,
+                    emits: Vec::new(),
+                    inbox: VecDeque::new(),
+                    tick_queued: false,
+                    tick_ns: ((tick_ns as f64) * (1.0 + p.clock_skew[i])).max(1.0) as Time,
+                    disk: Disk::new(p.disk.clone()),
+                    checkpoint: None,
+                    checkpoint_saving: None,
+                }
+            })
+            .collect();
+        let mut rng_links = swarm::stream(p.seed, swarm::STREAM_LINKS);
+        let net = Network::new(&ids, p.clients, p.net.clone(), &mut rng_links);
+        let read_direct = p.bugs.unordered_query;
+        let clients = (0..p.clients)
+            .map(|c| {
+                let ops =
+                    p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
+                let replica = replicas[c as usize % replicas.len()];
+                SimClient::new(
+                    c,
+                    entry,
+                    acceptors.clone(),
+                    replica,
+                    replicas.clone(),
+                    p.client.clone(),
+                    ops,
+                    read_direct,
+                )
+            })
+            .collect();
+        World {
+            rng_net: swarm::stream(p.seed, swarm::STREAM_NET),
+            rng_disk: swarm::stream(p.seed, swarm::STREAM_DISK),
+            rng_faults: swarm::stream(p.seed, swarm::STREAM_FAULTS),
+            rng_clients: swarm::stream(p.seed, swarm::STREAM_CLIENTS),
+            cost: opts.cost.clone(),
+            check_max_states: opts.check_max_states,
+            events_max: opts.events_max,
+            q: EventQueue::new(),
+            nodes,
+            clients,
+            net,
+            trace: Trace::new(opts.trace_tail),
+            agreement: Agreement::default(),
+            failure: None,
+            phase: Phase::Safety,
+            healed_at: None,
+            finished_at: None,
+            probing: false,
+            clients_done: 0,
+            done_flags: vec![false; p.clients as usize],
+            invoked: 0,
+            partitions: BTreeMap::new(),
+            next_fault_id: 1,
+            counters: BTreeMap::new(),
+            out_buf: Vec::new(),
+            actions_buf: Vec::new(),
+            p,
+        }
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.counters.entry(what).or_default() += 1;
+    }
+
+    fn now(&self) -> Time {
+        self.q.now()
+    }
+
+    fn fail(&mut self, check: Check, message: String) {
+        if self.failure.is_some() {
+            return;
+        }
+        self.failure = Some(Failure {
+            check,
+            time_ns: self.now(),
+            message,
+            trace_tail: self.trace.tail().map(|e| e.to_string()).collect(),
+        });
+    }
+
+    fn node_index(&self, id: NodeId) -> usize {
+        // Node ids are 1..=N in order (see `SeedParams::cluster`).
+        let i = id as usize - 1;
+        debug_assert_eq!(self.nodes[i].id, id);
+        i
+    }
+
+    /// Run to the end and check. Consumes the world.
+    pub fn run(mut self) -> SeedReport {
+        self.start();
+        while self.failure.is_none() && self.finished_at.is_none() {
+            let Some((_, ev)) = self.q.pop() else {
+                self.fail(Check::Simulator, "the event queue ran dry".into());
+                break;
+            };
+            if self.trace.events() >= self.events_max {
+                self.fail(
+                    Check::Simulator,
+                    format!("event budget of {} exhausted", self.events_max),
+                );
+                break;
+            }
+            self.handle(ev);
+        }
+        self.finish()
+    }
+
+    fn start(&mut self) {
+        for ni in 0..self.nodes.len() {
+            self.boot(ni, true);
+        }
+        for c in 0..self.clients.len() {
+            let mut out = std::mem::take(&mut self.actions_buf);
+            self.clients[c].start(0, &mut self.rng_clients, &mut out);
+            self.client_actions(c as u32, out);
+        }
+        let f = &self.p.faults;
+        let partitions = f.has(FaultClass::Partition);
+        let crashes = f.has(FaultClass::CrashAcceptor)
+            || f.has(FaultClass::CrashReplica)
+            || f.has(FaultClass::CrashCoordinator);
+        let pauses = f.has(FaultClass::Pause);
+        if partitions {
+            self.schedule_fault(FaultKind::Partition);
+        }
+        if crashes {
+            self.schedule_fault(FaultKind::Crash);
+        }
+        if pauses {
+            self.schedule_fault(FaultKind::Pause);
+        }
+        self.q.push(self.p.safety_ns_max, Ev::Heal);
+    }
+
+    fn schedule_fault(&mut self, kind: FaultKind) {
+        let rate = match kind {
+            FaultKind::Partition => self.p.faults.partition_per_s,
+            FaultKind::Crash => self.p.faults.crash_per_s,
+            FaultKind::Pause => self.p.faults.pause_per_s,
+        };
+        let u: f64 = self.rng_faults.gen_range(f64::MIN_POSITIVE..1.0);
+        let wait = (-u.ln() / rate * SECONDS as f64) as Time;
+        self.q.push(self.now() + wait.max(1), Ev::Fault(kind));
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        let now = self.now();
+        match ev {
+            Ev::Arrive {
+                from,
+                to,
+                payload,
+                bytes,
+            } => {
+                self.trace
+                    .record(now, to, payload.kind(), Detail::Peer(from));
+                self.arrive(from, to, payload, bytes);
+            }
+            Ev::NodeDone { node, inc } => {
+                self.trace.record(
+                    now,
+                    Endpoint::Node(self.nodes[node].id),
+                    "done",
+                    Detail::None,
+                );
+                self.node_done(node, inc);
+            }
+            Ev::Tick { node, inc } => {
+                let n = &self.nodes[node];
+                if n.inc != inc || !n.up() {
+                    return;
+                }
+                self.trace
+                    .record(now, Endpoint::Node(n.id), "tick", Detail::None);
+                let at = now + n.tick_ns;
+                self.q.push(at, Ev::Tick { node, inc });
+                let n = &mut self.nodes[node];
+                if !n.tick_queued {
+                    n.tick_queued = true;
+                    n.inbox.push_back(Input::Tick);
+                    self.start_next(node);
+                }
+            }
+            Ev::DiskDone { node, inc, job } => {
+                if self.nodes[node].inc != inc {
+                    return;
+                }
+                let done = self.nodes[node].disk.complete(now, job, &mut self.rng_disk);
+                let (tokens, next) = match done {
+                    Ok(d) => d,
+                    Err(m) => {
+                        let id = self.nodes[node].id;
+                        self.fail(Check::Invariants, format!("node {id}: {m}"));
+                        return;
+                    }
+                };
+                self.trace.record(
+                    now,
+                    Endpoint::Node(self.nodes[node].id),
+                    "fsync",
+                    Detail::Num(tokens.len() as u64),
+                );
+                if let Some((job, at)) = next {
+                    self.q.push(at, Ev::DiskDone { node, inc, job });
+                }
+                if !tokens.is_empty() {
+                    self.nodes[node].inbox.push_back(Input::Persisted(tokens));
+                    self.start_next(node);
+                }
+            }
+            Ev::CheckpointDone {
+                node,
+                inc,
+                instance,
+            } => {
+                let n = &mut self.nodes[node];
+                if n.inc != inc {
+                    return;
+                }
+                let id = n.id;
+                match n.checkpoint_saving.take() {
+                    Some((i, bytes)) if i == instance => n.checkpoint = Some((i, bytes)),
+                    other => {
+                        n.checkpoint_saving = other;
+                        self.fail(
+                            Check::Simulator,
+                            format!("node {id}: checkpoint {instance} completed but was not being written"),
+                        );
+                        return;
+                    }
+                }
+                self.count("checkpoints_saved");
+                self.trace
+                    .record(now, Endpoint::Node(id), "checkpoint", Detail::Num(instance));
+                self.nodes[node]
+                    .inbox
+                    .push_back(Input::CheckpointSaved(instance));
+                self.start_next(node);
+            }
+            Ev::ClientTimer { client, gen } => {
+                self.trace
+                    .record(now, Endpoint::Client(client), "timer", Detail::Num(gen));
+                let mut out = std::mem::take(&mut self.actions_buf);
+                self.clients[client as usize].on_timer(now, gen, &mut self.rng_clients, &mut out);
+                self.client_actions(client, out);
+            }
+            Ev::Fault(kind) => {
+                if self.phase != Phase::Safety {
+                    return;
+                }
+                match kind {
+                    FaultKind::Partition => self.partition(),
+                    FaultKind::Crash => self.crash_some(),
+                    FaultKind::Pause => self.pause_some(),
+                }
+                self.schedule_fault(kind);
+            }
+            Ev::Restart { node, inc } => {
+                if self.nodes[node].inc == inc && !self.nodes[node].up() {
+                    self.boot(node, false);
+                }
+            }
+            Ev::Resume { node, inc, pause } => {
+                if self.nodes[node].inc == inc && self.nodes[node].paused == Some(pause) {
+                    self.resume(node);
+                }
+            }
+            Ev::Unpartition { id } => {
+                if let Some(cuts) = self.partitions.remove(&id) {
+                    self.trace
+                        .record(now, Endpoint::Node(0), "partition-healed", Detail::Num(id));
+                    for (a, b) in cuts {
+                        self.net.uncut(a, b);
+                    }
+                }
+            }
+            Ev::Heal => self.heal(),
+            Ev::Probe => {
+                self.trace
+                    .record(now, Endpoint::Node(0), "probe", Detail::None);
+                if self.quiescent() {
+                    self.finished_at = Some(now);
+                } else {
+                    self.q.push(now + 2 * MILLIS, Ev::Probe);
+                }
+            }
+            Ev::Deadline => {
+                if self.finished_at.is_none() {
+                    let reason = self.liveness_report();
+                    self.fail(Check::Liveness, reason);
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- nodes
+
+    /// Start (or restart) node `ni` from its durable records.
+    fn boot(&mut self, ni: usize, first: bool) {
+        let now = self.now();
+        let n = &mut self.nodes[ni];
+        debug_assert!(!n.up());
+        let recovered = n.disk.recover();
+        let records = recovered.len();
+        let checkpoint = n.checkpoint.as_ref().map(|(_, b)| b.0.as_ref().clone());
+        let setup = n.setup.clone();
+        let bugs = self.p.bugs.clone();
+        let mut out = std::mem::take(&mut self.out_buf);
+        out.clear();
+        let id = n.id;
+        self.trace.record(
+            now,
+            Endpoint::Node(id),
+            if first { "start" } else { "restart" },
+            Detail::Num(records as u64),
+        );
+        let core = guarded(|| {
+            let core = NodeCore::recover(setup, recovered, checkpoint, bugs, &mut out);
+            if let Ok(c) = &core {
+                c.invariants();
+            }
+            core.map_err(|e| e.to_string())
+        });
+        let core = match core {
+            Ok(Ok(c)) => c,
+            Ok(Err(m)) => {
+                self.fail(
+                    Check::Invariants,
+                    format!("node {id} refused its own durable checkpoint at restart: {m}"),
+                );
+                return;
+            }
+            Err(m) => {
+                self.fail(
+                    Check::Invariants,
+                    format!("node {id} panicked while starting from {records} records: {m}"),
+                );
+                return;
+            }
+        };
+        if !first {
+            self.count("restarts");
+        }
+        let inc = self.nodes[ni].inc;
+        self.nodes[ni].core = Some(core);
+        // Ticks start at a random phase of the period.
+        let tick_ns = self.nodes[ni].tick_ns;
+        let phase = self.rng_faults.gen_range(0..tick_ns);
+        self.q.push(now + phase + 1, Ev::Tick { node: ni, inc });
+        let mut work = Work::default();
+        let Some(emits) = self.prepare(id, &mut out, &mut work) else {
+            return;
+        };
+        self.out_buf = out;
+        let cost = self.cost.restart_cost(records) + self.cost.cost(InputKind::Persisted(0), &work)
+            - self.cost.cost(InputKind::Persisted(0), &Work::default());
+        let n = &mut self.nodes[ni];
+        n.emits = emits;
+        n.busy = true;
+        self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
+    }
+
+    /// Take the next input of an idle node and run its handler.
+    fn start_next(&mut self, ni: usize) {
+        if !self.nodes[ni].idle() || self.failure.is_some() {
+            return;
+        }
+        let Some(input) = self.nodes[ni].inbox.pop_front() else {
+            return;
+        };
+        let now = self.now();
+        let n = &mut self.nodes[ni];
+        let id = n.id;
+        let inc = n.inc;
+        let core = n.core.as_mut().expect("an idle node is up");
+        let ops_before = core.replica().map_or(0, |r| r.stats().btree_ops);
+        let mut out = std::mem::take(&mut self.out_buf);
+        out.clear();
+        let (what, bytes_in): (&'static str, usize) = match &input {
+            Input::Peer { msg, bytes, .. } => (msg.kind(), *bytes),
+            Input::Request { bytes, .. } => ("request", *bytes),
+            Input::Tick => ("tick", 0),
+            Input::Persisted(_) => ("persisted", 0),
+            Input::CheckpointSaved(_) => ("checkpoint-saved", 0),
+        };
+        let mut persisted = 0;
+        if matches!(input, Input::Tick) {
+            n.tick_queued = false;
+        }
+        let r = guarded(|| {
+            match input {
+                Input::Peer { from, msg, .. } => core.on_peer(from, msg, &mut out),
+                Input::Request { cmd, .. } => core.on_request(cmd, &mut out),
+                Input::Tick => core.on_tick(&mut out),
+                Input::Persisted(tokens) => {
+                    persisted = tokens.len();
+                    core.on_persisted(&tokens, &mut out)
+                }
+                Input::CheckpointSaved(instance) => core.on_checkpoint_saved(instance, &mut out),
+            }
+            core.invariants();
+        });
+        if let Err(m) = r {
+            self.fail(
+                Check::Invariants,
+                format!("node {id} panicked handling {what}: {m}"),
+            );
+            return;
+        }
+        let ops_after = self.nodes[ni]
+            .core
+            .as_ref()
+            .and_then(|c| c.replica())
+            .map_or(0, |r| r.stats().btree_ops);
+        let mut work = Work {
+            bytes_in,
+            // A state transfer replaces the replica (and its counters): count nothing then.
+            btree_ops: ops_after.saturating_sub(ops_before),
+            ..Work::default()
+        };
+        let Some(emits) = self.prepare(id, &mut out, &mut work) else {
+            return;
+        };
+        self.out_buf = out;
+        let kind = match what {
+            "request" => InputKind::Request,
+            "tick" => InputKind::Tick,
+            "persisted" => InputKind::Persisted(persisted),
+            "checkpoint-saved" => InputKind::Persisted(0),
+            k => InputKind::Peer(k),
+        };
+        let cost = self.cost.cost(kind, &work).max(1);
+        let n = &mut self.nodes[ni];
+        n.emits = emits;
+        n.busy = true;
+        self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
+    }
+
+    /// Encode every output as the runtime would, decode it back, and account the work.
+    /// `None` (and a codec failure) if something does not survive the round trip.
+    fn prepare(
+        &mut self,
+        from: NodeId,
+        out: &mut Vec<Output>,
+        work: &mut Work,
+    ) -> Option<Vec<Emit>> {
+        let mut emits = Vec::with_capacity(out.len());
+        let mut prev: Option<(Msg, Msg, usize)> = None;
+        for o in out.drain(..) {
+            let r: Result<Emit, String> = match o {
+                Output::Send { to, msg } => {
+                    let cached = match &prev {
+                        Some((orig, decoded, bytes)) if same_msg(orig, &msg) => {
+                            Some((decoded.clone(), *bytes))
+                        }
+                        _ => None,
+                    };
+                    let r = match cached {
+                        Some(c) => Ok(c),
+                        None => match roundtrip(&Wire::Peer(msg.clone())) {
+                            Ok((Wire::Peer(decoded), bytes)) => {
+                                prev = Some((msg, decoded.clone(), bytes));
+                                Ok((decoded, bytes))
+                            }
+                            Ok(_) => Err("a peer message decoded as another wire message".into()),
+                            Err(e) => Err(e),
+                        },
+                    };
+                    r.map(|(msg, bytes)| {
+                        work.sends += 1;
+                        work.bytes_out += bytes;
+                        Emit::Peer { to, msg, bytes }
+                    })
+                }
+                Output::Persist { token, record } => {
+                    let bytes = encode(&record);
+                    match partita_types::decode::<AcceptorRecord>(&bytes) {
+                        Ok(record) => {
+                            work.persists += 1;
+                            work.bytes_out += bytes.len();
+                            Ok(Emit::Persist {
+                                token,
+                                record,
+                                bytes: bytes.len(),
+                            })
+                        }
+                        Err(e) => Err(format!("a WAL record does not decode: {e}")),
+                    }
+                }
+                Output::Reply(reply) => match roundtrip(&Wire::Reply(reply)) {
+                    Ok((Wire::Reply(reply), bytes)) => {
+                        work.replies += 1;
+                        work.bytes_out += bytes;
+                        self.client_of(reply.client).map(|to| Emit::Client {
+                            to,
+                            payload: Payload::Reply(reply),
+                            bytes,
+                        })
+                    }
+                    Ok(_) => Err("a reply decoded as another wire message".into()),
+                    Err(e) => Err(e),
+                },
+                Output::Refused {
+                    client,
+                    seq,
+                    reason,
+                } => match roundtrip(&Wire::Refused {
+                    client,
+                    seq,
+                    reason,
+                }) {
+                    Ok((Wire::Refused { client, seq, .. }, bytes)) => {
+                        work.replies += 1;
+                        work.bytes_out += bytes;
+                        self.client_of(client).map(|to| Emit::Client {
+                            to,
+                            payload: Payload::Refused { seq },
+                            bytes,
+                        })
+                    }
+                    Ok(_) => Err("a refusal decoded as another wire message".into()),
+                    Err(e) => Err(e),
+                },
+                Output::SaveCheckpoint { instance, bytes } => {
+                    work.persists += 1;
+                    work.bytes_out += bytes.0.len();
+                    Ok(Emit::Checkpoint { instance, bytes })
+                }
+                Output::TruncateLog { below_token } => Ok(Emit::Truncate { below_token }),
+            };
+            match r {
+                Ok(e) => emits.push(e),
+                Err(m) => {
+                    self.fail(Check::Codec, format!("node {from}: {m}"));
+                    return None;
+                }
+            }
+        }
+        Some(emits)
+    }
+
+    fn client_of(&self, id: u64) -> Result<u32, String> {
+        let idx = id.wrapping_sub(1);
+        if idx < self.clients.len() as u64 {
+            Ok(idx as u32)
+        } else {
+            Err(format!("a reply for client {id}, which does not exist"))
+        }
+    }
+
+    /// The handler of node `ni` finished: its outputs leave, then the next input runs.
+    fn node_done(&mut self, ni: usize, inc: u32) {
+        let n = &mut self.nodes[ni];
+        if n.inc != inc || !n.up() {
+            return;
+        }
+        if n.paused.is_some() {
+            n.stalled = true;
+            return;
+        }
+        let emits = std::mem::take(&mut n.emits);
+        n.busy = false;
+        let id = n.id;
+        let now = self.now();
+        for e in emits {
+            match e {
+                Emit::Peer { to, msg, bytes } => {
+                    if let Err(m) = self.agreement.observe(id, &msg) {
+                        self.fail(Check::Agreement, m);
+                        return;
+                    }
+                    self.send(
+                        Endpoint::Node(id),
+                        Endpoint::Node(to),
+                        Payload::Peer(msg),
+                        bytes,
+                    );
+                }
+                Emit::Persist {
+                    token,
+                    record,
+                    bytes,
+                } => {
+                    let n = &mut self.nodes[ni];
+                    if let Some((job, at)) =
+                        n.disk.submit(now, token, record, bytes, &mut self.rng_disk)
+                    {
+                        self.q.push(at, Ev::DiskDone { node: ni, inc, job });
+                    }
+                }
+                Emit::Client { to, payload, bytes } => {
+                    self.send(Endpoint::Node(id), Endpoint::Client(to), payload, bytes)
+                }
+                Emit::Truncate { below_token } => {
+                    self.nodes[ni].disk.truncate_below(below_token);
+                    self.count("log_truncations");
+                }
+                Emit::Checkpoint { instance, bytes } => {
+                    // A separate file, written on its own thread: write every byte,
+                    // then one fsync (which may stall like any other).
+                    let d = &self.p.disk;
+                    let stalled = self.rng_disk.gen::<f64>() < self.nodes[ni].disk_stall();
+                    let stall = self.rng_disk.gen_range(0..=d.stall_ns_max);
+                    let at = now
+                        + d.write_ns
+                        + bytes.0.len() as u64 * d.write_byte_ps / 1000
+                        + d.fsync_ns
+                        + if stalled { stall } else { 0 };
+                    let n = &mut self.nodes[ni];
+                    if n.checkpoint_saving.is_some() {
+                        self.fail(
+                            Check::Invariants,
+                            format!("node {id} asked for a checkpoint while one was being written"),
+                        );
+                        return;
+                    }
+                    n.checkpoint_saving = Some((instance, bytes));
+                    self.q.push(
+                        at,
+                        Ev::CheckpointDone {
+                            node: ni,
+                            inc,
+                            instance,
+                        },
+                    );
+                }
+            }
+        }
+        self.start_next(ni);
+    }
+
+    fn send(&mut self, from: Endpoint, to: Endpoint, payload: Payload, bytes: usize) {
+        self.count("messages_sent");
+        let now = self.now();
+        match self.net.send(now, from, to, bytes, &mut self.rng_net) {
+            Fate::Dropped(r) => self.count(r.name()),
+            Fate::Arrives(at, dup) => {
+                if let Some(again) = dup {
+                    self.count("net_duplicated");
+                    self.q.push(
+                        again,
+                        Ev::Arrive {
+                            from,
+                            to,
+                            payload: payload.clone(),
+                            bytes,
+                        },
+                    );
+                }
+                self.q.push(
+                    at,
+                    Ev::Arrive {
+                        from,
+                        to,
+                        payload,
+                        bytes,
+                    },
+                );
+            }
+        }
+    }
+
+    fn arrive(&mut self, from: Endpoint, to: Endpoint, payload: Payload, bytes: usize) {
+        if self.net.is_cut(from, to) {
+            self.count("net_dropped_cut_in_flight");
+            return;
+        }
+        let now = self.now();
+        match to {
+            Endpoint::Node(id) => {
+                let ni = self.node_index(id);
+                if !self.nodes[ni].up() {
+                    self.count("net_dropped_node_down");
+                    return;
+                }
+                let input = match (from, payload) {
+                    (Endpoint::Node(from), Payload::Peer(msg)) => Input::Peer { from, msg, bytes },
+                    (Endpoint::Client(_), Payload::Request(cmd)) => Input::Request { cmd, bytes },
+                    (from, p) => {
+                        self.fail(
+                            Check::Simulator,
+                            format!("{from} sent a {} to node {id}", p.kind()),
+                        );
+                        return;
+                    }
+                };
+                self.nodes[ni].inbox.push_back(input);
+                self.start_next(ni);
+            }
+            Endpoint::Client(c) => {
+                let mut out = std::mem::take(&mut self.actions_buf);
+                let client = &mut self.clients[c as usize];
+                match payload {
+                    Payload::Reply(r) => client.on_reply(now, &r, &mut self.rng_clients, &mut out),
+                    Payload::Refused { seq } => client.on_refused(now, seq, &mut out),
+                    p => {
+                        self.fail(
+                            Check::Simulator,
+                            format!("client {c} received a {}", p.kind()),
+                        );
+                        return;
+                    }
+                }
+                self.client_actions(c, out);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- clients
+
+    fn client_actions(&mut self, c: u32, mut out: Vec<ClientAction>) {
+        let now = self.now();
+        for a in out.drain(..) {
+            match a {
+                ClientAction::Send { to, cmd, first } => {
+                    if first {
+                        self.invoked += 1;
+                        self.trace
+                            .record(now, Endpoint::Client(c), "invoke", Detail::Num(cmd.seq));
+                    }
+                    match roundtrip(&Wire::Request(cmd)) {
+                        Ok((Wire::Request(cmd), bytes)) => self.send(
+                            Endpoint::Client(c),
+                            Endpoint::Node(to),
+                            Payload::Request(cmd),
+                            bytes,
+                        ),
+                        Ok(_) => self.fail(
+                            Check::Codec,
+                            "a request decoded as another wire message".into(),
+                        ),
+                        Err(e) => {
+                            self.fail(Check::Codec, format!("a request does not decode: {e}"))
+                        }
+                    }
+                }
+                ClientAction::Timer { at, gen } => {
+                    self.q.push(at, Ev::ClientTimer { client: c, gen })
+                }
+            }
+        }
+        self.actions_buf = out;
+        if self.clients[c as usize].is_done() && !self.done_flags[c as usize] {
+            self.done_flags[c as usize] = true;
+            self.clients_done += 1;
+            self.trace
+                .record(now, Endpoint::Client(c), "client-done", Detail::None);
+            self.maybe_probe();
+        }
+        if self.phase == Phase::Safety && self.invoked >= self.p.safety_ops {
+            self.heal();
+        }
+    }
+
+    /// Once every client is done (and the run healed), look for quiescence.
+    fn maybe_probe(&mut self) {
+        if self.clients_done == self.clients.len() && !self.probing && self.phase == Phase::Liveness
+        {
+            self.probing = true;
+            self.q.push(self.now(), Ev::Probe);
+        }
+    }
+
+    // ---------------------------------------------------------------- faults
+
+    fn endpoints(&self) -> Vec<Endpoint> {
+        self.nodes
+            .iter()
+            .map(|n| Endpoint::Node(n.id))
+            .chain((0..self.clients.len() as u32).map(Endpoint::Client))
+            .collect()
+    }
+
+    fn partition(&mut self) {
+        let now = self.now();
+        let one_way = self.p.faults.has(FaultClass::OneWay);
+        let client_net = self.p.faults.has(FaultClass::ClientNet);
+        let shapes: Vec<&'static str> = ["isolate", "split"]
+            .into_iter()
+            .chain(one_way.then_some("one-way-out"))
+            .chain(one_way.then_some("one-way-in"))
+            .chain(client_net.then_some("client"))
+            .collect();
+        let shape = shapes[self.rng_faults.gen_range(0..shapes.len())];
+        let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+        let victim = ids[self.rng_faults.gen_range(0..ids.len())];
+        let v = Endpoint::Node(victim);
+        let mut cuts = Vec::new();
+        let text = match shape {
+            "isolate" => {
+                for e in self.endpoints() {
+                    if e != v {
+                        cuts.push((v, e));
+                        cuts.push((e, v));
+                    }
+                }
+                format!("isolate node {victim}")
+            }
+            "split" => {
+                let mut side: Vec<bool> =
+                    ids.iter().map(|_| self.rng_faults.gen_bool(0.5)).collect();
+                if side.iter().all(|&s| s) || side.iter().all(|&s| !s) {
+                    side[0] = !side[0];
+                }
+                for (i, &a) in ids.iter().enumerate() {
+                    for (j, &b) in ids.iter().enumerate() {
+                        if side[i] && !side[j] {
+                            cuts.push((Endpoint::Node(a), Endpoint::Node(b)));
+                            cuts.push((Endpoint::Node(b), Endpoint::Node(a)));
+                        }
+                    }
+                }
+                let left: Vec<String> = ids
+                    .iter()
+                    .zip(&side)
+                    .filter(|(_, &s)| s)
+                    .map(|(id, _)| id.to_string())
+                    .collect();
+                format!("split nodes {{{}}} from the others", left.join(","))
+            }
+            "one-way-out" => {
+                for &b in &ids {
+                    if b != victim {
+                        cuts.push((v, Endpoint::Node(b)));
+                    }
+                }
+                format!("node {victim} cannot send to other nodes")
+            }
+            "one-way-in" => {
+                for &b in &ids {
+                    if b != victim {
+                        cuts.push((Endpoint::Node(b), v));
+                    }
+                }
+                format!("node {victim} cannot hear other nodes")
+            }
+            _ => {
+                let c = Endpoint::Client(self.rng_faults.gen_range(0..self.clients.len() as u32));
+                match self.rng_faults.gen_range(0..3) {
+                    0 => cuts.push((c, v)),
+                    1 => cuts.push((v, c)),
+                    _ => {
+                        cuts.push((c, v));
+                        cuts.push((v, c));
+                    }
+                }
+                format!("cut {c} from node {victim}")
+            }
+        };
+        for &(a, b) in &cuts {
+            self.net.cut(a, b);
+        }
+        let id = self.next_fault_id;
+        self.next_fault_id += 1;
+        let d = self
+            .rng_faults
+            .gen_range(MILLIS..=self.p.faults.partition_ns_max.max(MILLIS));
+        self.partitions.insert(id, cuts);
+        self.count("partitions");
+        self.trace.record(
+            now,
+            Endpoint::Node(0),
+            "partition",
+            Detail::Text(format!("#{id}: {text} for {:.1} ms", d as f64 / 1e6)),
+        );
+        self.q.push(now + d, Ev::Unpartition { id });
+    }
+
+    fn crash_some(&mut self) {
+        let f = &self.p.faults;
+        let acceptors = self.nodes.iter().filter(|n| n.acceptor).count();
+        let minority = (acceptors - 1) / 2;
+        let acceptors_down = self.nodes.iter().filter(|n| n.acceptor && !n.up()).count();
+        let replicas_up = self.nodes.iter().filter(|n| n.replica && n.up()).count();
+        let eligible: Vec<usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.up())
+            .filter(|(_, n)| {
+                let class_on = if n.coordinator {
+                    f.has(FaultClass::CrashCoordinator)
+                } else if n.acceptor {
+                    f.has(FaultClass::CrashAcceptor)
+                } else {
+                    n.replica && f.has(FaultClass::CrashReplica)
+                };
+                let acceptor_ok = !n.acceptor || acceptors_down < minority;
+                let replica_ok = !n.replica || replicas_up > 1;
+                class_on && acceptor_ok && replica_ok
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if eligible.is_empty() {
+            self.count("crashes_skipped");
+            return;
+        }
+        let ni = eligible[self.rng_faults.gen_range(0..eligible.len())];
+        let down = self
+            .rng_faults
+            .gen_range(MILLIS..=self.p.faults.down_ns_max.max(MILLIS));
+        self.crash(ni, down);
+    }
+
+    /// Power loss at node `ni`; it restarts after `down`.
+    fn crash(&mut self, ni: usize, down: Time) {
+        let now = self.now();
+        let n = &mut self.nodes[ni];
+        n.core = None;
+        n.inc += 1;
+        n.paused = None;
+        n.busy = false;
+        n.stalled = false;
+        n.emits.clear();
+        n.inbox.clear();
+        n.tick_queued = false;
+        n.checkpoint_saving = None;
+        let loss = n.disk.crash(now, &mut self.rng_disk);
+        let (id, inc) = (n.id, n.inc);
+        self.count("crashes");
+        *self.counters.entry("records_lost_in_crashes").or_default() += loss.lost as u64;
+        *self
+            .counters
+            .entry("unsynced_records_survived")
+            .or_default() += loss.survived as u64;
+        if loss.torn {
+            self.count("torn_records");
+        }
+        self.trace.record(
+            now,
+            Endpoint::Node(id),
+            "crash",
+            Detail::Text(format!(
+                "(lost {} unsynced records, {} survived{}; down {:.1} ms)",
+                loss.lost,
+                loss.survived,
+                if loss.torn { ", one torn" } else { "" },
+                down as f64 / 1e6
+            )),
+        );
+        self.q.push(now + down, Ev::Restart { node: ni, inc });
+    }
+
+    fn pause_some(&mut self) {
+        let eligible: Vec<usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.up() && n.paused.is_none())
+            .map(|(i, _)| i)
+            .collect();
+        if eligible.is_empty() {
+            return;
+        }
+        let ni = eligible[self.rng_faults.gen_range(0..eligible.len())];
+        let d = self
+            .rng_faults
+            .gen_range(MILLIS..=self.p.faults.pause_ns_max.max(MILLIS));
+        let now = self.now();
+        let pause = self.next_fault_id;
+        self.next_fault_id += 1;
+        let n = &mut self.nodes[ni];
+        n.paused = Some(pause);
+        let (id, inc) = (n.id, n.inc);
+        self.count("pauses");
+        self.trace.record(
+            now,
+            Endpoint::Node(id),
+            "pause",
+            Detail::Text(format!("for {:.1} ms", d as f64 / 1e6)),
+        );
+        self.q.push(
+            now + d,
+            Ev::Resume {
+                node: ni,
+                inc,
+                pause,
+            },
+        );
+    }
+
+    fn resume(&mut self, ni: usize) {
+        let now = self.now();
+        let n = &mut self.nodes[ni];
+        n.paused = None;
+        let (id, inc) = (n.id, n.inc);
+        self.trace
+            .record(now, Endpoint::Node(id), "resume", Detail::None);
+        if std::mem::take(&mut self.nodes[ni].stalled) {
+            self.node_done(ni, inc);
+        } else {
+            self.start_next(ni);
+        }
+    }
+
+    /// End of the safety phase: every fault is repaired and stays off.
+    fn heal(&mut self) {
+        if self.phase != Phase::Safety {
+            return;
+        }
+        let now = self.now();
+        self.phase = Phase::Liveness;
+        self.healed_at = Some(now);
+        self.trace
+            .record(now, Endpoint::Node(0), "heal", Detail::None);
+        self.net.heal_all();
+        self.partitions.clear();
+        self.net.set_faults(LinkFaults::none(), LinkFaults::none());
+        let calm = DiskParams {
+            stall: 0.0,
+            unsynced_survive: 0.0,
+            ..self.p.disk.clone()
+        };
+        for ni in 0..self.nodes.len() {
+            self.nodes[ni].disk.set_params(calm.clone());
+            if !self.nodes[ni].up() {
+                self.boot(ni, false);
+            } else if self.nodes[ni].paused.is_some() {
+                self.resume(ni);
+            }
+        }
+        for c in &mut self.clients {
+            c.set_give_up_allowed(false);
+        }
+        self.q.push(now + self.p.liveness_ns_max, Ev::Deadline);
+        self.maybe_probe();
+    }
+
+    // ---------------------------------------------------------------- the end
+
+    /// The node that leads now: of the running coordinators, the one with the highest
+    /// ballot (a deposed one steps down when it hears of a higher ballot).
+    fn coordinator(&self) -> Option<&NodeCore> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.core.as_ref())
+            .filter(|c| c.coordinator().is_some())
+            .max_by_key(|c| c.coordinator().map(|k| k.ballot()))
+    }
+
+    /// Every client done, nothing left to order, every replica caught up.
+    fn quiescent(&self) -> bool {
+        let Some(c) = self.coordinator().and_then(|c| c.coordinator()) else {
+            return false;
+        };
+        if c.in_flight() > 0 || c.pending_commands() > 0 {
+            return false;
+        }
+        let decided = c.decided_up_to();
+        self.nodes.iter().filter(|n| n.replica).all(|n| {
+            n.core
+                .as_ref()
+                .and_then(|c| c.learner())
+                .is_some_and(|l| l.delivered_up_to() == decided)
+        })
+    }
+
+    /// Why the run is not done: for the liveness failure.
+    fn liveness_report(&self) -> String {
+        let mut parts = Vec::new();
+        let stuck: Vec<String> = self
+            .clients
+            .iter()
+            .filter_map(|c| {
+                c.outstanding().map(|(seq, op, at, sends)| {
+                    format!(
+                        "client {} waits for seq {seq} {} (invoked at {:.1} ms, sent {sends} times, replica {})",
+                        c.index,
+                        partita_checker::fmt_op(op),
+                        at as f64 / 1e6,
+                        c.replica
+                    )
+                })
+            })
+            .collect();
+        let healed = self.healed_at.unwrap_or(0);
+        parts.push(format!(
+            "{:.1} s after healing (at {:.3} s): {} of {} clients done",
+            self.p.liveness_ns_max as f64 / 1e9,
+            healed as f64 / 1e9,
+            self.clients_done,
+            self.clients.len()
+        ));
+        if !stuck.is_empty() {
+            let shown = stuck.len().min(5);
+            parts.push(format!(
+                "{} commands outstanding: {}{}",
+                stuck.len(),
+                stuck[..shown].join("; "),
+                if stuck.len() > shown { "; ..." } else { "" }
+            ));
+        }
+        match self.coordinator().and_then(|c| c.coordinator()) {
+            Some(c) => parts.push(format!(
+                "leader: ballot {}, decided up to {}, {} in flight, {} pending commands",
+                c.ballot(),
+                c.decided_up_to(),
+                c.in_flight(),
+                c.pending_commands()
+            )),
+            None => parts.push("no node coordinates".into()),
+        }
+        for n in &self.nodes {
+            let state = match &n.core {
+                None => "down".to_string(),
+                Some(core) => {
+                    let mut s = String::new();
+                    if let Some(l) = core.learner() {
+                        s += &format!(
+                            "delivered up to {} (knows {} decided)",
+                            l.delivered_up_to(),
+                            l.known_decided()
+                        );
+                    }
+                    if let Some(a) = core.acceptor() {
+                        s += &format!(
+                            "promised {}, {} accepted (max instance {})",
+                            a.promised(),
+                            a.accepted_count(),
+                            a.max_accepted_instance()
+                        );
+                    }
+                    if n.paused.is_some() {
+                        s += ", paused";
+                    }
+                    s
+                }
+            };
+            parts.push(format!("node {}: {state}", n.id));
+        }
+        parts.join("\n  ")
+    }
+
+    fn replica_ends(&self) -> Vec<ReplicaEnd> {
+        self.nodes
+            .iter()
+            .filter(|n| n.replica)
+            .filter_map(|n| {
+                let r = n.core.as_ref()?.replica()?;
+                Some(ReplicaEnd {
+                    node: n.id,
+                    executed_up_to: r.last_instance(),
+                    digest: r.digest(),
+                    entries: r.tree().len(),
+                })
+            })
+            .collect()
+    }
+
+    fn history(&self) -> Vec<Event> {
+        let mut events: Vec<Event> = self
+            .clients
+            .iter()
+            .flat_map(|c| c.history().iter().cloned())
+            .collect();
+        events.sort_by_key(|e| (e.call_ns, e.client));
+        events
+    }
+
+    fn finish(mut self) -> SeedReport {
+        let replicas = self.replica_ends();
+        let history = self.history();
+        let mut check_summary = None;
+        if self.failure.is_none() {
+            if let Err(m) = check::convergence(&replicas) {
+                self.fail(Check::Convergence, m);
+            }
+        }
+        if self.failure.is_none() {
+            let final_entries = self
+                .nodes
+                .iter()
+                .find(|n| n.replica)
+                .and_then(|n| n.core.as_ref()?.replica())
+                .map(|r| r.tree().query(0, u64::MAX))
+                .unwrap_or_default();
+            match check::history(&history, &final_entries, self.check_max_states) {
+                Ok(s) => check_summary = Some(s),
+                Err((c, m)) => self.fail(c, m),
+            }
+        }
+        let mut counters: BTreeMap<String, u64> = self
+            .counters
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        let syncs: u64 = self.nodes.iter().map(|n| n.disk.syncs).sum();
+        let stalls: u64 = self.nodes.iter().map(|n| n.disk.stalls).sum();
+        counters.insert("fsyncs".into(), syncs);
+        counters.insert("fsync_stalls".into(), stalls);
+        let truncated: u64 = self.nodes.iter().map(|n| n.disk.truncated).sum();
+        counters.insert("log_records_truncated".into(), truncated);
+        let resubmissions = self.clients.iter().map(|c| c.resubmissions).sum();
+        SeedReport {
+            seed: self.p.seed,
+            passed: self.failure.is_none(),
+            failure: self.failure,
+            virtual_ns: self.q.now(),
+            healed_at_ns: self.healed_at,
+            finished_at_ns: self.finished_at,
+            events: self.trace.events(),
+            trace_hash: self.trace.hash(),
+            ops_invoked: history.len() as u64
+                + self
+                    .clients
+                    .iter()
+                    .filter(|c| c.outstanding().is_some())
+                    .count() as u64,
+            ops_ok: history
+                .iter()
+                .filter(|e| e.status == partita_checker::Status::Ok)
+                .count() as u64,
+            ops_info: history
+                .iter()
+                .filter(|e| e.status == partita_checker::Status::Info)
+                .count() as u64,
+            resubmissions,
+            instances_decided: self.agreement.instances() as u64,
+            replicas,
+            check: check_summary,
+            counters,
+            params: self.p,
+            history: Vec::new(),
+        }
+        .with_history(history)
+    }
+}

@@ -1,0 +1,118 @@
+//! Planted-bug controls: every check must be able to fail. For each bug of
+//! `partita_node::UnsafeBugs`, a small range of seeds must contain one whose run
+//! violates a *safety* check with the bug planted, and passes without it (so the bug,
+//! not something else, is what the checks caught).
+//!
+//! Which faults make each bug visible:
+//! - `lose-acked-writes` (every 5th mutation undone after its reply): any run; reads,
+//!   the final state and later writes contradict the acknowledged write.
+//! - `reexecute-duplicates`: resubmissions, i.e. timeouts (lost replies, crashes,
+//!   partitions); a command executed twice returns or leaves what no single execution can.
+//! - `unordered-query` (replicas answer reads at once): a replica that lags behind
+//!   (latency, loss, pauses, crashes) returns stale reads.
+//! - `vote-before-durable`: an acceptor votes, then crashes and loses the write it voted
+//!   for; a later leader (after a failover caused by a partition or pause of the
+//!   leader) does not find the chosen value in its Phase 1 quorum and decides another
+//!   one in that instance. Found by the agreement oracle.
+//! - `forget-promise`: needs competing ballots: an acceptor that promised a new leader's
+//!   ballot restarts before accepting anything under it, forgets the promise, and then
+//!   accepts the deposed leader's proposals. Against commit 0087266 it was caught (about
+//!   1 seed in 100, with `--coordinator-crashes`: a restarted node 1 that forgot its
+//!   promise led again with its old ballot and reused value ids, which the agreement
+//!   oracle caught); against the checkpoint/truncation work in progress it is not caught
+//!   in 300 seeds, so the control is ignored until a targeted fault (restart an acceptor
+//!   between its promise and its first accept) exists.
+
+use partita_sim::{run_seed, FaultClass, FaultSelection, SimOptions, UnsafeBugs};
+
+/// Scan `seeds` with `bug` planted; return the first seed that fails a safety check
+/// with the bug and passes without it, with the failed check and message.
+fn control(
+    bug: &str,
+    faults: FaultSelection,
+    coordinator_crashes: bool,
+    seeds: std::ops::Range<u64>,
+) -> (u64, String) {
+    let mut bugs = UnsafeBugs::default();
+    bugs.enable(bug).expect("a known bug");
+    let clean = SimOptions {
+        ops: 2000,
+        faults,
+        coordinator_crashes,
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    let planted = SimOptions {
+        bugs,
+        ..clean.clone()
+    };
+    let mut seen = Vec::new();
+    for seed in seeds.clone() {
+        let r = run_seed(seed, &planted);
+        let Some(f) = &r.failure else {
+            continue;
+        };
+        if !f.check.is_safety() {
+            seen.push(format!("seed {seed}: {} (not a safety check)", f.check));
+            continue;
+        }
+        let without = run_seed(seed, &clean);
+        if !without.passed {
+            seen.push(format!(
+                "seed {seed}: fails without the bug too ({})",
+                without.one_line()
+            ));
+            continue;
+        }
+        return (seed, format!("{}: {}", f.check, f.message));
+    }
+    panic!(
+        "planted bug `{bug}` went unnoticed in seeds {seeds:?}; the checks cannot see it.\n{}",
+        seen.join("\n")
+    );
+}
+
+#[test]
+fn lose_acked_writes_is_caught() {
+    let (seed, what) = control("lose-acked-writes", FaultSelection::Swarm, false, 0..50);
+    eprintln!("lose-acked-writes caught at seed {seed}: {what}");
+}
+
+#[test]
+fn reexecute_duplicates_is_caught() {
+    let (seed, what) = control("reexecute-duplicates", FaultSelection::Swarm, false, 0..50);
+    eprintln!("reexecute-duplicates caught at seed {seed}: {what}");
+}
+
+#[test]
+fn unordered_query_is_caught() {
+    let (seed, what) = control("unordered-query", FaultSelection::Swarm, false, 0..50);
+    eprintln!("unordered-query caught at seed {seed}: {what}");
+}
+
+#[test]
+fn vote_before_durable_is_caught() {
+    // Failover (not coordinator crashes) is enough: the leader is partitioned or paused,
+    // another acceptor takes over and runs Phase 1.
+    let faults = FaultSelection::Only(vec![
+        FaultClass::Partition,
+        FaultClass::CrashAcceptor,
+        FaultClass::Pause,
+        FaultClass::DiskStall,
+    ]);
+    let (seed, what) = control("vote-before-durable", faults, false, 0..50);
+    eprintln!("vote-before-durable caught at seed {seed}: {what}");
+}
+
+#[test]
+#[ignore = "forget-promise needs two live leaders and an acceptor restarting between a promise and its first accept: not exposed reliably yet (see the module docs)"]
+fn forget_promise_is_caught() {
+    let faults = FaultSelection::Only(vec![
+        FaultClass::CrashAcceptor,
+        FaultClass::CrashCoordinator,
+        FaultClass::Pause,
+        FaultClass::DiskStall,
+    ]);
+    let (seed, what) = control("forget-promise", faults, true, 0..200);
+    eprintln!("forget-promise caught at seed {seed}: {what}");
+}

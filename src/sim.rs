@@ -1,0 +1,361 @@
+//! `partita sim`: the deterministic simulator (crate `partita-sim`) from the command line.
+//!
+//! `--seed N` runs one seed and prints its summary (configuration, fault parameters
+//! drawn, commands completed, virtual and wall time, events, verdict; on failure the
+//! check, the message and the last events). `--seeds A..B` runs a range on every core,
+//! prints progress and each failing seed, then the failing seeds and the rate in seeds
+//! per minute. The exit status is 0 only when every seed passed.
+
+use anyhow::{bail, Context};
+use clap::{ArgGroup, Args};
+use partita_sim::{
+    CostTable, FaultClass, FaultSelection, ProtocolChoice, SeedReport, SimOptions, UnsafeBugs,
+};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("which").args(["seed", "seeds"])))]
+pub struct SimArgs {
+    /// Run one seed and print its full summary.
+    #[arg(long, required_unless_present_any = ["seeds", "print_cost_table"])]
+    seed: Option<u64>,
+    /// Run the seeds A..B (B excluded), e.g. `0..200`.
+    #[arg(long, value_parser = parse_range, value_name = "A..B")]
+    seeds: Option<(u64, u64)>,
+    /// Commands per seed, across all clients.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    ops: u64,
+    /// Ordering protocol; `both` alternates by seed (even: Ring Paxos, odd: Multi-Paxos).
+    #[arg(long, value_enum, default_value = "both")]
+    protocol: SimProtocol,
+    /// Plant a known bug (the checks must catch it): lose-acked-writes,
+    /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query.
+    #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
+    unsafe_bugs: Vec<String>,
+    /// No faults at all (latency, jitter, bandwidth and clock skew remain).
+    #[arg(long, conflicts_with = "faults")]
+    no_faults: bool,
+    /// Exactly these fault classes, all on (comma-separated): loss, dup, reorder,
+    /// client-net, partition, one-way, crash-acceptor, crash-replica, crash-coordinator,
+    /// pause, disk-stall, torn-tail. Default: each seed draws its own subset.
+    #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
+    faults: Vec<FaultClass>,
+    /// Fault classes to leave out (comma-separated), to shrink a failure.
+    #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
+    without: Vec<FaultClass>,
+    /// Let the coordinator's node (node 1) crash too (off: no failover yet).
+    #[arg(long)]
+    coordinator_crashes: bool,
+    /// CPU cost table (TOML; missing fields take the defaults). `--print-cost-table`
+    /// shows the defaults.
+    #[arg(long, value_name = "FILE")]
+    cost_table: Option<PathBuf>,
+    /// Print the default cost table as TOML and exit.
+    #[arg(long, exclusive = true)]
+    print_cost_table: bool,
+    /// Run each seed twice and fail if the two event traces differ.
+    #[arg(long)]
+    check_determinism: bool,
+    /// Write the summary as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// With --seed: write the clients' history (JSON lines, `partita check` format).
+    #[arg(long, value_name = "FILE", requires = "seed")]
+    history: Option<PathBuf>,
+    /// Threads for --seeds (default: every core).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    jobs: Option<u64>,
+    /// Events shown before a failure.
+    #[arg(long, default_value_t = 40)]
+    trace_tail: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SimProtocol {
+    RingPaxos,
+    MultiPaxos,
+    Both,
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}` is not a range A..B (e.g. 0..200)"))?;
+    let a: u64 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{a}` is not a seed (an unsigned integer)"))?;
+    let b: u64 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{b}` is not a seed (an unsigned integer)"))?;
+    if b <= a {
+        return Err(format!("the range {a}..{b} is empty (B is excluded)"));
+    }
+    Ok((a, b))
+}
+
+fn parse_bug(s: &str) -> Result<String, String> {
+    UnsafeBugs::default().enable(s).map(|()| s.to_string())
+}
+
+fn parse_fault(s: &str) -> Result<FaultClass, String> {
+    FaultClass::parse(s)
+}
+
+impl SimArgs {
+    fn options(&self) -> anyhow::Result<SimOptions> {
+        let mut bugs = UnsafeBugs::default();
+        for b in &self.unsafe_bugs {
+            bugs.enable(b).map_err(anyhow::Error::msg)?;
+        }
+        let cost = match &self.cost_table {
+            None => CostTable::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading the cost table {}", p.display()))?;
+                CostTable::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            }
+        };
+        let faults = if self.no_faults {
+            FaultSelection::None
+        } else if !self.faults.is_empty() {
+            if self.faults.contains(&FaultClass::CrashCoordinator) && !self.coordinator_crashes {
+                bail!("--faults crash-coordinator needs --coordinator-crashes");
+            }
+            FaultSelection::Only(self.faults.clone())
+        } else {
+            FaultSelection::Swarm
+        };
+        Ok(SimOptions {
+            ops: self.ops,
+            protocol: match self.protocol {
+                SimProtocol::RingPaxos => ProtocolChoice::RingPaxos,
+                SimProtocol::MultiPaxos => ProtocolChoice::MultiPaxos,
+                SimProtocol::Both => ProtocolChoice::Alternate,
+            },
+            bugs,
+            faults,
+            without: self.without.clone(),
+            coordinator_crashes: self.coordinator_crashes,
+            cost,
+            trace_tail: self.trace_tail,
+            ..SimOptions::default()
+        })
+    }
+}
+
+/// One seed, optionally twice for the determinism check.
+fn run_one(seed: u64, opts: &SimOptions, twice: bool) -> (SeedReport, Option<String>) {
+    let r = partita_sim::run_seed(seed, opts);
+    if !twice {
+        return (r, None);
+    }
+    let again = partita_sim::run_seed(seed, opts);
+    let problem = (again.trace_hash != r.trace_hash || again.events != r.events).then(|| {
+        format!(
+            "seed {seed} is not deterministic: trace hash {:#018x} ({} events), then {:#018x} ({} events)",
+            r.trace_hash, r.events, again.trace_hash, again.events
+        )
+    });
+    (r, problem)
+}
+
+pub fn run(a: SimArgs) -> anyhow::Result<i32> {
+    if a.print_cost_table {
+        print!("{}", CostTable::default().to_toml());
+        return Ok(0);
+    }
+    let opts = a.options()?;
+    match (a.seed, a.seeds) {
+        (Some(seed), _) => single(&a, seed, &opts),
+        (None, Some((lo, hi))) => range(&a, lo, hi, &opts),
+        (None, None) => bail!("give --seed N or --seeds A..B"),
+    }
+}
+
+fn single(a: &SimArgs, seed: u64, opts: &SimOptions) -> anyhow::Result<i32> {
+    let started = Instant::now();
+    let (report, nondeterministic) = run_one(seed, opts, a.check_determinism);
+    let wall = started.elapsed();
+    println!("{report}");
+    println!(
+        "wall time       {:.3} s{}",
+        wall.as_secs_f64(),
+        if a.check_determinism {
+            " (two runs: determinism check)"
+        } else {
+            ""
+        }
+    );
+    if a.check_determinism {
+        match &nondeterministic {
+            None => println!(
+                "determinism     both runs: trace hash {:#018x}",
+                report.trace_hash
+            ),
+            Some(m) => println!("determinism     FAILED: {m}"),
+        }
+    }
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.history {
+        let mut w = partita_checker::HistoryWriter::create(p)
+            .with_context(|| format!("creating {}", p.display()))?;
+        for e in &report.history {
+            w.write(e)?;
+        }
+        w.flush()?;
+        println!(
+            "history         {} operations in {}",
+            report.history.len(),
+            p.display()
+        );
+    }
+    Ok(if report.passed && nondeterministic.is_none() {
+        0
+    } else {
+        1
+    })
+}
+
+#[derive(Serialize)]
+struct RangeSummary {
+    seeds: (u64, u64),
+    ops: u64,
+    flags: String,
+    passed: u64,
+    failed: Vec<u64>,
+    nondeterministic: Vec<u64>,
+    wall_s: f64,
+    seeds_per_minute: f64,
+    virtual_s: f64,
+    events: u64,
+    failures: Vec<SeedReport>,
+}
+
+fn range(a: &SimArgs, lo: u64, hi: u64, opts: &SimOptions) -> anyhow::Result<i32> {
+    let total = hi - lo;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+        .min(total);
+    println!(
+        "simulating seeds {lo}..{hi} ({total} seeds, {} ops each, {jobs} threads; flags: {})",
+        opts.ops,
+        opts.flags()
+    );
+    let next = AtomicU64::new(lo);
+    let done = AtomicU64::new(0);
+    let results: Mutex<Vec<(SeedReport, Option<String>)>> = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let last_progress = Mutex::new(Instant::now());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= hi {
+                    break;
+                }
+                let (mut r, nd) = run_one(seed, opts, a.check_determinism);
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if !r.passed || nd.is_some() {
+                    println!("[{n:>6}/{total}] {}", r.one_line());
+                    if let Some(m) = &nd {
+                        println!("         {m}");
+                    }
+                } else {
+                    let mut last = last_progress.lock().expect("progress lock");
+                    if last.elapsed() >= Duration::from_secs(5) || n == total {
+                        *last = Instant::now();
+                        let el = started.elapsed().as_secs_f64();
+                        eprintln!(
+                            "[{n:>6}/{total}] {:.0} seeds/min, {:.0} s elapsed",
+                            n as f64 * 60.0 / el.max(1e-9),
+                            el
+                        );
+                    }
+                }
+                r.history = Vec::new();
+                results.lock().expect("results lock").push((r, nd));
+            });
+        }
+    });
+    let wall = started.elapsed().as_secs_f64();
+    let mut results = results.into_inner().expect("results lock");
+    results.sort_by_key(|(r, _)| r.seed);
+    let failed: Vec<u64> = results
+        .iter()
+        .filter(|(r, _)| !r.passed)
+        .map(|(r, _)| r.seed)
+        .collect();
+    let nondeterministic: Vec<u64> = results
+        .iter()
+        .filter(|(_, nd)| nd.is_some())
+        .map(|(r, _)| r.seed)
+        .collect();
+    let rate = total as f64 * 60.0 / wall.max(1e-9);
+    let virtual_s: f64 = results.iter().map(|(r, _)| r.virtual_ns as f64 / 1e9).sum();
+    let events: u64 = results.iter().map(|(r, _)| r.events).sum();
+    println!(
+        "{total} seeds in {wall:.1} s wall ({rate:.0} seeds/min on {jobs} threads), {virtual_s:.0} s simulated, {events} events"
+    );
+    if failed.is_empty() && nondeterministic.is_empty() {
+        println!("all {total} seeds passed");
+    } else {
+        let mut by_check: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+        for (r, _) in &results {
+            if let Some(c) = r.failed_check() {
+                by_check.entry(c.name()).or_default().push(r.seed);
+            }
+        }
+        println!(
+            "{} of {total} seeds FAILED:",
+            failed.len() + nondeterministic.len()
+        );
+        for (check, seeds) in &by_check {
+            println!("  {check}: {seeds:?}");
+        }
+        if !nondeterministic.is_empty() {
+            println!("  nondeterministic: {nondeterministic:?}");
+        }
+        if let Some(first) = failed.first().or(nondeterministic.first()) {
+            println!(
+                "details: cargo run --release -- sim --seed {first} {}",
+                opts.flags()
+            );
+        }
+    }
+    if let Some(p) = &a.json {
+        let summary = RangeSummary {
+            seeds: (lo, hi),
+            ops: opts.ops,
+            flags: opts.flags(),
+            passed: total - failed.len() as u64,
+            failed: failed.clone(),
+            nondeterministic: nondeterministic.clone(),
+            wall_s: wall,
+            seeds_per_minute: rate,
+            virtual_s,
+            events,
+            failures: results
+                .iter()
+                .filter(|(r, _)| !r.passed)
+                .map(|(r, _)| r.clone())
+                .collect(),
+        };
+        std::fs::write(p, serde_json::to_string_pretty(&summary)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(if failed.is_empty() && nondeterministic.is_empty() {
+        0
+    } else {
+        1
+    })
+}
