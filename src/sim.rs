@@ -33,7 +33,8 @@ pub struct SimArgs {
     #[arg(long, value_enum, default_value = "both")]
     protocol: SimProtocol,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
-    /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query.
+    /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
+    /// skip-phase1, restore-without-reply-cache.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -47,9 +48,10 @@ pub struct SimArgs {
     /// Fault classes to leave out (comma-separated), to shrink a failure.
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     without: Vec<FaultClass>,
-    /// Let the coordinator's node (node 1) crash too (off: no failover yet).
+    /// Never crash the initial coordinator's node (node 1); by default the swarm crashes
+    /// it like any other node and failover must cope.
     #[arg(long)]
-    coordinator_crashes: bool,
+    no_coordinator_crashes: bool,
     /// CPU cost table (TOML; missing fields take the defaults). `--print-cost-table`
     /// shows the defaults.
     #[arg(long, value_name = "FILE")]
@@ -124,8 +126,8 @@ impl SimArgs {
         let faults = if self.no_faults {
             FaultSelection::None
         } else if !self.faults.is_empty() {
-            if self.faults.contains(&FaultClass::CrashCoordinator) && !self.coordinator_crashes {
-                bail!("--faults crash-coordinator needs --coordinator-crashes");
+            if self.faults.contains(&FaultClass::CrashCoordinator) && self.no_coordinator_crashes {
+                bail!("--faults crash-coordinator contradicts --no-coordinator-crashes");
             }
             FaultSelection::Only(self.faults.clone())
         } else {
@@ -141,7 +143,7 @@ impl SimArgs {
             bugs,
             faults,
             without: self.without.clone(),
-            coordinator_crashes: self.coordinator_crashes,
+            coordinator_crashes: !self.no_coordinator_crashes,
             cost,
             trace_tail: self.trace_tail,
             ..SimOptions::default()

@@ -208,6 +208,13 @@ impl Coordinator {
         self.start_phase1(self.prepared_up_to, out);
     }
 
+    /// Planted bug (simulator controls only): begin leading as if Phase 1 had completed
+    /// for the first range with nothing to adopt, and propose at once.
+    pub fn unsafe_skip_phase1(&mut self, out: &mut Outbox) {
+        self.prepared_up_to = self.next_instance + self.cfg.phase1_range_instances;
+        self.flush(out);
+    }
+
     fn start_phase1(&mut self, from: Instance, out: &mut Outbox) {
         let to = from + self.cfg.phase1_range_instances;
         self.phase1 = Some(Phase1 {

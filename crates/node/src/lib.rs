@@ -180,15 +180,21 @@ pub struct UnsafeBugs {
     pub forget_promise: bool,
     /// A replica answers a read-only request sent to it at once, without ordering it.
     pub unordered_query: bool,
+    /// A coordinator elected after a failover proposes without running Phase 1.
+    pub skip_phase1: bool,
+    /// A replica restoring a checkpoint (restart or state transfer) drops its reply cache.
+    pub restore_without_reply_cache: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 7] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
         "forget-promise",
         "unordered-query",
+        "skip-phase1",
+        "restore-without-reply-cache",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -199,6 +205,8 @@ impl UnsafeBugs {
             "vote-before-durable" => self.vote_before_durable = true,
             "forget-promise" => self.forget_promise = true,
             "unordered-query" => self.unordered_query = true,
+            "skip-phase1" => self.skip_phase1 = true,
+            "restore-without-reply-cache" => self.restore_without_reply_cache = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -420,6 +428,9 @@ impl NodeCore {
             r.set_unsafe_lose_every(5);
         }
         r.set_unsafe_reexecute_duplicates(self.bugs.reexecute_duplicates);
+        if self.bugs.restore_without_reply_cache {
+            r.unsafe_clear_reply_cache();
+        }
         r
     }
 
@@ -453,7 +464,11 @@ impl NodeCore {
             a.first_undecided(),
         );
         c.on_tick(self.tick, actions);
-        c.start(actions);
+        if self.bugs.skip_phase1 {
+            c.unsafe_skip_phase1(actions);
+        } else {
+            c.start(actions);
+        }
         if let Some(e) = self.elector.as_mut() {
             e.on_own_ballot(c.ballot());
         }

@@ -16,12 +16,15 @@
 //!   one in that instance. Found by the agreement oracle.
 //! - `forget-promise`: needs competing ballots: an acceptor that promised a new leader's
 //!   ballot restarts before accepting anything under it, forgets the promise, and then
-//!   accepts the deposed leader's proposals. Against commit 0087266 it was caught (about
-//!   1 seed in 100, with `--coordinator-crashes`: a restarted node 1 that forgot its
-//!   promise led again with its old ballot and reused value ids, which the agreement
-//!   oracle caught); against the checkpoint/truncation work in progress it is not caught
-//!   in 300 seeds, so the control is ignored until a targeted fault (restart an acceptor
-//!   between its promise and its first accept) exists.
+//!   accepts the deposed (paused or partitioned) leader's proposals, while the new leader
+//!   decides another value in the same instance. Rare: about 1 seed in 750 of the fault
+//!   mix pause + acceptor crashes + partitions + reordering, so the control scans a
+//!   fixed range known to hold one (the agreement oracle catches it).
+//! - `skip-phase1`: a leader elected after a failover proposes over values an earlier
+//!   leader had chosen (coordinator crashes, partitions or pauses): agreement oracle.
+//! - `restore-without-reply-cache`: replica restarts from a checkpoint or state
+//!   transfer; the replica's invariant (reply cache against its high-water mark) or a
+//!   resubmission executed twice.
 
 use partita_sim::{run_seed, FaultClass, FaultSelection, SimOptions, UnsafeBugs};
 
@@ -33,10 +36,20 @@ fn control(
     coordinator_crashes: bool,
     seeds: std::ops::Range<u64>,
 ) -> (u64, String) {
+    control_ops(bug, faults, coordinator_crashes, seeds, 2000)
+}
+
+fn control_ops(
+    bug: &str,
+    faults: FaultSelection,
+    coordinator_crashes: bool,
+    seeds: std::ops::Range<u64>,
+    ops: u64,
+) -> (u64, String) {
     let mut bugs = UnsafeBugs::default();
     bugs.enable(bug).expect("a known bug");
     let clean = SimOptions {
-        ops: 2000,
+        ops,
         faults,
         coordinator_crashes,
         trace_tail: 0,
@@ -105,14 +118,42 @@ fn vote_before_durable_is_caught() {
 }
 
 #[test]
-#[ignore = "forget-promise needs two live leaders and an acceptor restarting between a promise and its first accept: not exposed reliably yet (see the module docs)"]
 fn forget_promise_is_caught() {
+    // Two live leaders: the old one paused or cut off by a partition while another
+    // acceptor takes over; an acceptor that promised the new ballot restarts, forgets
+    // it and accepts the old leader's proposal, which the new leader also decides over.
+    // About 1 seed in 750 of this fault mix shows it (seeds 517 and 1120 of 0..1500);
+    // the range below holds the first.
     let faults = FaultSelection::Only(vec![
-        FaultClass::CrashAcceptor,
-        FaultClass::CrashCoordinator,
         FaultClass::Pause,
-        FaultClass::DiskStall,
+        FaultClass::CrashAcceptor,
+        FaultClass::Partition,
+        FaultClass::OneWay,
+        FaultClass::Reorder,
     ]);
-    let (seed, what) = control("forget-promise", faults, true, 0..200);
+    let (seed, what) = control_ops("forget-promise", faults, true, 510..525, 1000);
     eprintln!("forget-promise caught at seed {seed}: {what}");
+}
+
+#[test]
+fn skip_phase1_is_caught() {
+    // A coordinator elected after a failover proposes without Phase 1 and overwrites
+    // values an earlier leader already had chosen: the agreement oracle sees an
+    // instance decided twice.
+    let (seed, what) = control("skip-phase1", FaultSelection::Swarm, true, 0..50);
+    eprintln!("skip-phase1 caught at seed {seed}: {what}");
+}
+
+#[test]
+fn restore_without_reply_cache_is_caught() {
+    // A replica restoring a checkpoint (restart or state transfer) without the reply
+    // cache: the replica's own invariant (cache against its high-water mark) or, when
+    // a resubmission arrives, a command executed twice.
+    let (seed, what) = control(
+        "restore-without-reply-cache",
+        FaultSelection::Swarm,
+        true,
+        0..50,
+    );
+    eprintln!("restore-without-reply-cache caught at seed {seed}: {what}");
 }

@@ -81,6 +81,12 @@ impl SequentialReplica {
         }
     }
 
+    /// Planted bug (simulator controls only): forget every cached reply, as a replica
+    /// that restored a snapshot without its reply cache would.
+    pub fn unsafe_clear_reply_cache(&mut self) {
+        self.replies.clear();
+    }
+
     /// Plant the "resubmitted command executed twice" bug (tests and `--unsafe` only).
     pub fn set_unsafe_reexecute_duplicates(&mut self, on: bool) {
         self.unsafe_reexecute_duplicates = on;
