@@ -87,6 +87,9 @@ pub struct Acceptor {
     decided: BTreeMap<Instance, Vid>,
     /// Every instance below this is known decided.
     decided_prefix: Instance,
+    /// Highest decided instance a leader announced in a heartbeat (all below it are
+    /// decided, whether or not this acceptor saw each decision).
+    announced_decided: Instance,
     pending: HashMap<PersistToken, PendingWrite>,
     held_votes: HashMap<Instance, HeldVote>,
     next_token: PersistToken,
@@ -117,6 +120,7 @@ impl Acceptor {
             max_accepted_ballot: Ballot::ZERO,
             decided: BTreeMap::new(),
             decided_prefix: 1,
+            announced_decided: 0,
             pending: HashMap::new(),
             held_votes: HashMap::new(),
             next_token: 1,
@@ -287,9 +291,13 @@ impl Acceptor {
                 out.push(Action::Send { to: from, msg });
             }
             Msg::LearnRequest { from: lo, to: hi } => self.on_learn_request(from, lo, hi, out),
-            Msg::Heartbeat { ballot, .. } => {
+            Msg::Heartbeat {
+                ballot,
+                decided_up_to,
+            } => {
                 // Tell the leader we are up, so it keeps us in its ring.
                 if ballot >= self.promised {
+                    self.announced_decided = self.announced_decided.max(decided_up_to);
                     out.push(Action::Send {
                         to: from,
                         msg: Msg::Alive {
@@ -673,13 +681,15 @@ impl Acceptor {
         }
     }
 
-    /// The first instance this acceptor does not know to be decided, with the decided id of
-    /// every one below it known: where a coordinator it hosts starts Phase 1 after a
-    /// failover. Deliberately not lifted by the leader's heartbeats: a new leader decides
-    /// again (with the same value ids) what its acceptor does not know, so that every
-    /// acceptor learns those decisions anew and can serve them to learners.
+    /// Where a coordinator this node hosts starts Phase 1 after a failover: the first
+    /// instance not known decided, either because this acceptor saw every decision
+    /// below it, or because a leader announced them decided in a heartbeat. Instances
+    /// below are never proposed again; a learner that missed one reads it from a
+    /// majority of acceptors (the highest-ballot value, see the learner). Without the
+    /// heartbeat bound, a leader elected on a node that restarted recently would
+    /// re-propose the whole log since the last truncation before deciding anything new.
     pub fn first_undecided(&self) -> Instance {
-        self.decided_prefix
+        self.decided_prefix.max(self.announced_decided + 1)
     }
 
     fn on_learn_request(&mut self, from: NodeId, lo: Instance, hi: Instance, out: &mut Outbox) {
