@@ -178,7 +178,7 @@ async fn checkpoints_truncation_restarts_and_state_transfer() {
     c.start(5);
     let target = c.status(4).await.unwrap().executed_up_to.unwrap();
     let s5 = c
-        .wait_for(5, 20, "state transfer", |s| {
+        .wait_for(5, 60, "state transfer", |s| {
             s.executed_up_to >= Some(target) && counter(s, "state_transfers_completed") == 1
         })
         .await;

@@ -117,6 +117,10 @@ impl TestCluster {
                 last = Some(s);
             }
             assert!(
+                !self.running.get(&id).is_some_and(|(_, h)| h.is_finished()),
+                "node {id} exited while waiting for {what}; last status {last:?}"
+            );
+            assert!(
                 Instant::now() < deadline,
                 "node {id}: {what} not reached in {secs} s; last status {last:?}"
             );
