@@ -14,6 +14,11 @@
 //! majority's reports is the decided value (the quorum that decided it intersects
 //! every majority, and every proposal above the deciding ballot carries that value).
 //!
+//! Speculation (paper 001 §III-B): a learner made speculative with
+//! [`Learner::set_speculative`] also reports each new proposed value of an undecided
+//! instance ([`Action::Propose`]) so that its replica can execute it before the
+//! decision. Off by default; nothing changes then.
+//!
 //! A learner that falls behind the acceptors' truncation point cannot learn the
 //! missing prefix at all: its node restores a replica checkpoint instead (state
 //! transfer, see `partita-node`) and moves the learner past it with
@@ -67,6 +72,8 @@ pub struct Learner {
     read: Option<MajorityRead>,
     stats: LearnerStats,
     drops: DropCounts,
+    /// Report proposals ([`Action::Propose`]) for speculative execution.
+    speculative: bool,
 }
 
 impl Learner {
@@ -96,7 +103,17 @@ impl Learner {
             read: None,
             stats: LearnerStats::default(),
             drops: DropCounts::default(),
+            speculative: false,
         }
+    }
+
+    /// Report each new proposed value of an undecided instance with
+    /// [`Action::Propose`] (for speculative execution).
+    pub fn set_speculative(&mut self, on: bool) {
+        self.speculative = on;
+    }
+    pub fn speculative(&self) -> bool {
+        self.speculative
     }
 
     /// The last instance delivered (0: none).
@@ -133,6 +150,12 @@ impl Learner {
                 } else {
                     let props = self.proposals.entry(instance).or_default();
                     if !props.iter().any(|p| p.vid == value.vid) {
+                        if self.speculative {
+                            out.push(Action::Propose {
+                                instance,
+                                value: value.clone(),
+                            });
+                        }
                         props.push(value);
                     }
                     self.resolve(instance);
@@ -464,6 +487,67 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn speculative_learner_reports_new_proposals_once() {
+        let mut quiet = Learner::new(4, m(), LearnerConfig::default(), 1);
+        let mut out = Vec::new();
+        quiet.on_message(3, p2a(1, v(1), vec![]), &mut out);
+        assert!(out.is_empty(), "speculation off: nothing reported");
+
+        let mut l = Learner::new(4, m(), LearnerConfig::default(), 1);
+        l.set_speculative(true);
+        l.on_message(3, p2a(2, v(2), vec![]), &mut out);
+        l.on_message(3, p2a(2, v(2), vec![]), &mut out); // retransmission
+        l.on_message(3, p2a(1, v(1), vec![]), &mut out);
+        // A new leader proposes another value for instance 2.
+        let other = Arc::new(Value {
+            vid: Vid {
+                ballot: Ballot::new(1, 2),
+                seq: 7,
+            },
+            commands: vec![],
+        });
+        l.on_message(3, p2a(2, other.clone(), vec![]), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Action::Propose {
+                    instance: 2,
+                    value: v(2)
+                },
+                Action::Propose {
+                    instance: 1,
+                    value: v(1)
+                },
+                Action::Propose {
+                    instance: 2,
+                    value: other
+                },
+            ]
+        );
+        out.clear();
+        // Decided instances are delivered as before; a late proposal for one is not
+        // reported.
+        l.on_message(3, p2a(3, v(3), vec![(1, v(1).vid)]), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Action::Propose {
+                    instance: 3,
+                    value: v(3)
+                },
+                Action::Deliver {
+                    instance: 1,
+                    value: v(1)
+                },
+            ]
+        );
+        out.clear();
+        l.on_message(3, p2a(1, v(1), vec![]), &mut out);
+        assert!(out.is_empty());
+        l.invariants();
     }
 
     #[test]

@@ -451,6 +451,14 @@ pub enum Action {
         instance: Instance,
         value: Arc<Value>,
     },
+    /// A learner with speculation on ([`Learner::set_speculative`]) reports a value
+    /// proposed (Ring Paxos Phase 2A) for an instance not yet decided, as it arrives,
+    /// at most once per (instance, value id). A new leader's different value for the
+    /// same instance is reported too. Not a decision: see `Deliver`.
+    Propose {
+        instance: Instance,
+        value: Arc<Value>,
+    },
     /// Records persisted with tokens below `below_token` are obsolete (superseded by
     /// later records or truncated): the driver may delete them from its log, or keep
     /// them (recovery gives the same state either way). Tokens count the acceptor's

@@ -82,6 +82,7 @@ impl Cluster {
                 }
                 // No checkpoints in this scenario: nothing is ever truncated.
                 Action::TruncateLog { .. } => unreachable!("no replica checkpoints here"),
+                Action::Propose { .. } => unreachable!("no speculative learners here"),
             }
         }
     }

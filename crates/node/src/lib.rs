@@ -72,6 +72,10 @@ pub struct NodeSetup {
     pub coordinator_config: CoordinatorConfig,
     pub learner_config: LearnerConfig,
     pub checkpoint: CheckpointConfig,
+    /// Speculative execution (paper 001 §III-B, cluster file `[execution]`): replicas
+    /// execute Ring Paxos proposals before their decision and hold the replies until it
+    /// confirms them. `false` (the default) behaves exactly as before.
+    pub speculative: bool,
 }
 
 /// Replica checkpoints and state transfer (cluster file `[storage]`).
@@ -184,10 +188,13 @@ pub struct UnsafeBugs {
     pub skip_phase1: bool,
     /// A replica restoring a checkpoint (restart or state transfer) drops its reply cache.
     pub restore_without_reply_cache: bool,
+    /// A speculating replica confirms its head speculation on any decision, without
+    /// checking the decided value id (so a value replaced by a new leader stays).
+    pub speculative_no_rollback: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -195,6 +202,7 @@ impl UnsafeBugs {
         "unordered-query",
         "skip-phase1",
         "restore-without-reply-cache",
+        "speculative-no-rollback",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -207,6 +215,7 @@ impl UnsafeBugs {
             "unordered-query" => self.unordered_query = true,
             "skip-phase1" => self.skip_phase1 = true,
             "restore-without-reply-cache" => self.restore_without_reply_cache = true,
+            "speculative-no-rollback" => self.speculative_no_rollback = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -400,12 +409,14 @@ impl NodeCore {
                         }
                         None => (SequentialReplica::new(id, BPlusTree::new()), 1),
                     };
-                    core.learner = Some(Learner::new(
+                    let mut learner = Learner::new(
                         id,
                         setup.membership.clone(),
                         setup.learner_config.clone(),
                         next_deliver,
-                    ));
+                    );
+                    learner.set_speculative(setup.speculative);
+                    core.learner = Some(learner);
                     core.replica = Some(replica);
                 }
             }
@@ -431,6 +442,7 @@ impl NodeCore {
         if self.bugs.restore_without_reply_cache {
             r.unsafe_clear_reply_cache();
         }
+        r.set_unsafe_confirm_unchecked(self.bugs.speculative_no_rollback);
         r
     }
 
@@ -744,6 +756,12 @@ impl NodeCore {
                         Some(r) => r.execute(instance, &value, &mut self.replies),
                         None => self.count("dropped_deliver_without_replica"),
                     },
+                    // Only a speculative learner reports proposals; the replica
+                    // executes them ahead and holds the replies until the decision.
+                    Action::Propose { instance, value } => match self.replica.as_mut() {
+                        Some(r) => r.propose(instance, value),
+                        None => self.count("dropped_propose_without_replica"),
+                    },
                     Action::TruncateLog { below_token } => {
                         out.push(Output::TruncateLog { below_token })
                     }
@@ -767,11 +785,23 @@ impl NodeCore {
         if interval == 0 || self.setup.mode != Mode::Smr || self.checkpoint_saving.is_some() {
             return;
         }
-        let Some(r) = &self.replica else { return };
-        if r.last_instance() < self.checkpoint_instance() + interval {
+        let after = self.checkpoint_instance() + interval;
+        let Some(r) = self.replica.as_mut() else {
+            return;
+        };
+        if r.last_instance() < after {
             return;
         }
+        // A checkpoint holds decided state only: set the speculated suffix aside and
+        // speculate it again afterwards (same values, same held replies).
+        let speculating = r.speculated() > 0;
+        if speculating {
+            r.rollback_speculation();
+        }
         let bytes = r.checkpoint();
+        if speculating {
+            r.speculate();
+        }
         let instance = r.last_instance();
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
         self.count("checkpoints_taken");
@@ -1145,6 +1175,7 @@ mod tests {
             coordinator_config: CoordinatorConfig::default(),
             learner_config: LearnerConfig::default(),
             checkpoint: CheckpointConfig::default(),
+            speculative: false,
         }
     }
 

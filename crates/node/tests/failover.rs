@@ -14,6 +14,7 @@ const REPLICAS: [NodeId; 2] = [4, 5];
 
 struct Cluster {
     protocol: Protocol,
+    speculative: bool,
     nodes: BTreeMap<NodeId, NodeCore>,
     down: BTreeSet<NodeId>,
     msgs: VecDeque<(NodeId, NodeId, partita_consensus::Msg)>,
@@ -49,12 +50,14 @@ impl Cluster {
                 ..LearnerConfig::default()
             },
             checkpoint: CheckpointConfig::default(),
+            speculative: self.speculative,
         }
     }
 
     fn new(protocol: Protocol) -> Cluster {
         let mut c = Cluster {
             protocol,
+            speculative: false,
             nodes: BTreeMap::new(),
             down: BTreeSet::new(),
             msgs: VecDeque::new(),

@@ -19,6 +19,9 @@
 //! checkpoint_instances = 50000   # replicas checkpoint every this many instances; 0 = never
 //! wal_segment_bytes_max = 67108864   # acceptors' WAL segments; truncation frees whole ones
 //!
+//! [execution]              # optional
+//! speculative = false        # replicas execute Ring Paxos proposals before the decision
+//!
 //! [[node]]
 //! id = 1
 //! addr = "127.0.0.1:7101"
@@ -132,6 +135,24 @@ fn default_wal_segment_bytes() -> u64 {
     64 << 20
 }
 
+/// How replicas execute (paper 001 §III-B).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionSection {
+    /// Replicas execute each Ring Paxos proposal as soon as it arrives (before its
+    /// decision), holding the replies until the decision confirms the value and rolling
+    /// back when another value is decided. Needs `protocol = "ring-paxos"` (only Ring
+    /// Paxos sends proposed values to learners).
+    #[serde(default)]
+    pub speculative: bool,
+}
+
+impl ExecutionSection {
+    fn is_default(&self) -> bool {
+        *self == ExecutionSection::default()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
@@ -148,6 +169,9 @@ pub struct ClusterConfig {
     pub batching: BatchingSection,
     #[serde(default)]
     pub storage: StorageSection,
+    /// Optional; left out of the written file while it holds the defaults.
+    #[serde(default, skip_serializing_if = "ExecutionSection::is_default")]
+    pub execution: ExecutionSection,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -277,6 +301,24 @@ impl ClusterConfig {
                 "must be between 1 and 4096".into(),
             );
         }
+        if self.execution.speculative {
+            if self.cluster.mode != Mode::Smr {
+                return f(
+                    "execution.speculative",
+                    "speculative execution needs mode = \"smr\"".into(),
+                );
+            }
+            if self.cluster.protocol != Protocol::RingPaxos {
+                return f(
+                    "execution.speculative",
+                    format!(
+                        "speculative execution needs protocol = \"ring-paxos\" (only Ring \
+                         Paxos sends proposed values to learners), not \"{}\"",
+                        self.cluster.protocol
+                    ),
+                );
+            }
+        }
         match self.cluster.mode {
             Mode::Cs => {
                 let servers = self
@@ -390,6 +432,7 @@ impl ClusterConfig {
             coordinator_config: self.coordinator_config(),
             learner_config: self.learner_config(),
             checkpoint: self.checkpoint_config(),
+            speculative: self.execution.speculative,
         }
     }
 
@@ -430,6 +473,7 @@ impl ClusterConfig {
             },
             batching: BatchingSection::default(),
             storage: StorageSection::default(),
+            execution: ExecutionSection::default(),
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -453,6 +497,7 @@ impl ClusterConfig {
             },
             batching: BatchingSection::default(),
             storage: StorageSection::default(),
+            execution: ExecutionSection::default(),
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),
@@ -481,6 +526,70 @@ mod tests {
         let c = ClusterConfig::parse(&never, "x").unwrap();
         assert_eq!(c.node_setup(4).checkpoint.interval_instances, 0);
         assert_eq!(c.node_setup(4).cluster_id, 42);
+    }
+
+    #[test]
+    fn execution_is_optional_strict_and_needs_ring_paxos() {
+        let good = ClusterConfig::default_local(7100, 42).to_toml();
+        assert!(
+            !good.contains("[execution]"),
+            "defaults are not written: {good}"
+        );
+        assert!(
+            !ClusterConfig::parse(&good, "x")
+                .unwrap()
+                .node_setup(4)
+                .speculative
+        );
+        let on = good.replace(
+            "[batching]",
+            "[execution]\nspeculative = true\n\n[batching]",
+        );
+        let c = ClusterConfig::parse(&on, "x").unwrap();
+        assert!(c.execution.speculative);
+        assert!(c.node_setup(4).speculative);
+        assert!(c.node_setup(1).speculative);
+        assert_eq!(ClusterConfig::parse(&c.to_toml(), "x").unwrap(), c);
+        let off = good.replace(
+            "[batching]",
+            "[execution]\nspeculative = false\n\n[batching]",
+        );
+        assert!(
+            !ClusterConfig::parse(&off, "x")
+                .unwrap()
+                .execution
+                .speculative
+        );
+        let cases = [
+            (
+                good.replace("[batching]", "[execution]\nspeculate = true\n\n[batching]"),
+                "speculate",
+            ),
+            (
+                good.replace("[batching]", "[execution]\nspeculative = 1\n\n[batching]"),
+                "speculative",
+            ),
+        ];
+        for (text, field) in cases {
+            let e = ClusterConfig::parse(&text, "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "error `{e}` does not name `{field}`");
+        }
+        let multi = on.replace("protocol = \"ring-paxos\"", "protocol = \"multi-paxos\"");
+        let e = ClusterConfig::parse(&multi, "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("execution.speculative") && e.contains("ring-paxos"),
+            "{e}"
+        );
+        let mut cs = ClusterConfig::client_server(7200, 42);
+        cs.execution.speculative = true;
+        let e = ClusterConfig::parse(&cs.to_toml(), "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("execution.speculative"), "{e}");
     }
 
     #[test]

@@ -254,7 +254,13 @@ impl Node {
             counters.push(("retransmits".into(), s.retransmits));
         }
         if let Some(r) = replica {
-            counters.push(("commands_executed".into(), r.stats().commands_executed));
+            let st = r.stats();
+            counters.push(("commands_executed".into(), st.commands_executed));
+            if self.cfg.execution.speculative {
+                counters.push(("speculated".into(), st.speculated));
+                counters.push(("speculation_confirmed".into(), st.speculation_confirmed));
+                counters.push(("speculation_rolled_back".into(), st.speculation_rolled_back));
+            }
         }
         NodeStatus {
             node: self.id,

@@ -193,7 +193,15 @@ pub fn restamp_checkpoint(bytes: &mut [u8], node_id: NodeId) -> Result<(), Check
 impl SequentialReplica {
     /// Serialize the replicated state (see the module documentation). Costs one pass
     /// over the tree plus one checksum pass over the result.
+    ///
+    /// Panics while instances are speculated: a checkpoint holds decided state only
+    /// (roll the speculation back first, see [`SequentialReplica::rollback_speculation`]).
     pub fn checkpoint(&self) -> Vec<u8> {
+        assert_eq!(
+            self.speculated(),
+            0,
+            "a checkpoint taken with speculated instances"
+        );
         let mut clients: Vec<(&ClientId, &Reply)> = self.replies.iter().collect();
         clients.sort_unstable_by_key(|(c, _)| **c);
         let mut replies = Vec::with_capacity(clients.len() * 48);

@@ -18,6 +18,25 @@
 //! reply cache never goes backwards for a client and holds no reply from an instance
 //! not yet executed.
 //!
+//! Speculative execution (paper 001 §III-B): with Ring Paxos a replica sees each
+//! proposed value (Phase 2A) before it is decided. [`SequentialReplica::propose`] hands
+//! it such a value; once it is the next instance after everything executed or already
+//! speculated, the replica executes it at once, keeping per-instance undo records (the
+//! B+tree's [`partita_btree::Undo`]s, the reply-cache entries it replaced, the cache's
+//! high-water mark) and *holding* its replies. [`SequentialReplica::execute`] with the
+//! decision then either confirms the head speculation (same value id: its held replies
+//! are released) or rolls every speculated instance back, newest first, executes the
+//! decided value and re-speculates the later proposals still pending. A newer
+//! proposal for an already speculated instance (a new leader) rolls back from that
+//! instance at once. Invariants: the tree is the decided prefix plus the speculated
+//! suffix; [`SequentialReplica::last_instance`] is the last *decided* instance
+//! executed; [`SequentialReplica::digest`] is the digest of the decided state;
+//! [`SequentialReplica::checkpoint`] refuses (panics) while anything is speculated, so
+//! its caller rolls the speculation back first
+//! ([`SequentialReplica::rollback_speculation`]) and re-speculates after
+//! ([`SequentialReplica::speculate`]); the re-speculation computes the same held
+//! replies again.
+//!
 //! Checkpoints ([`checkpoint`]): [`SequentialReplica::checkpoint`] serializes the tree,
 //! the reply cache and the instance covered into one checksummed byte string that
 //! [`SequentialReplica::restore`] turns back into a replica answering exactly as the
@@ -32,10 +51,11 @@ pub use checkpoint::{
     CheckpointInfo, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC, CHECKPOINT_VERSION,
 };
 
-use partita_btree::BPlusTree;
-use partita_consensus::Value;
+use partita_btree::{BPlusTree, Undo};
+use partita_consensus::{Value, Vid};
 use partita_types::{ClientId, Instance, NodeId, Reply};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 #[derive(Clone, Debug, Default)]
 pub struct ReplicaStats {
@@ -44,6 +64,45 @@ pub struct ReplicaStats {
     pub duplicates_answered: u64,
     pub stale_ignored: u64,
     pub btree_ops: u64,
+    /// Instances executed speculatively (a re-speculation after a rollback counts again).
+    pub speculated: u64,
+    /// Speculated instances the decision confirmed (their held replies were released).
+    pub speculation_confirmed: u64,
+    /// Speculated instances rolled back (a decision or a newer proposal disagreed).
+    pub speculation_rolled_back: u64,
+}
+
+impl ReplicaStats {
+    /// Restore the execution counters of `before` (a rolled-back speculation's work
+    /// never happened), keeping the speculation counters.
+    fn rewind_to(&mut self, before: &ReplicaStats) {
+        let (s, c, r) = (
+            self.speculated,
+            self.speculation_confirmed,
+            self.speculation_rolled_back,
+        );
+        *self = before.clone();
+        self.speculated = s;
+        self.speculation_confirmed = c;
+        self.speculation_rolled_back = r;
+    }
+}
+
+/// One speculatively executed instance: how to undo it, and the replies it holds.
+struct Speculation {
+    instance: Instance,
+    vid: Vid,
+    /// B+tree undo records, in execution order (applied in reverse).
+    undo: Vec<Undo>,
+    /// Reply-cache entries it overwrote, in order: (client, previous entry).
+    cache_undo: Vec<(ClientId, Option<Reply>)>,
+    max_cached_before: Instance,
+    mutations_before: u64,
+    stats_before: ReplicaStats,
+    /// Digest of the tree before it: for the head speculation, the decided state's.
+    digest_before: u64,
+    /// Replies held until the decision confirms the value.
+    held: Vec<Reply>,
 }
 
 pub struct SequentialReplica {
@@ -62,7 +121,13 @@ pub struct SequentialReplica {
     unsafe_reexecute_duplicates: bool,
     /// Planted bug for checker controls: acknowledge every n-th mutation but undo it.
     unsafe_lose_every: u64,
+    /// Planted bug: confirm the head speculation without checking the decided value id.
+    unsafe_confirm_unchecked: bool,
     mutations: u64,
+    /// Latest proposal (highest ballot) per instance above `last_instance`.
+    pending: BTreeMap<Instance, Arc<Value>>,
+    /// Speculated instances `last_instance + 1 ..= last_instance + spec.len()`.
+    spec: VecDeque<Speculation>,
 }
 
 impl SequentialReplica {
@@ -77,8 +142,18 @@ impl SequentialReplica {
             stats: ReplicaStats::default(),
             unsafe_reexecute_duplicates: false,
             unsafe_lose_every: 0,
+            unsafe_confirm_unchecked: false,
             mutations: 0,
+            pending: BTreeMap::new(),
+            spec: VecDeque::new(),
         }
+    }
+
+    /// Plant the "speculation confirmed without checking the decided value" bug: the
+    /// head speculation's replies are released and it is kept whatever was decided
+    /// (tests and `--unsafe` only).
+    pub fn set_unsafe_confirm_unchecked(&mut self, on: bool) {
+        self.unsafe_confirm_unchecked = on;
     }
 
     /// Planted bug (simulator controls only): forget every cached reply, as a replica
@@ -120,12 +195,24 @@ impl SequentialReplica {
     /// O(1) checks, callable after every input. (The per-client monotonicity of the
     /// cache is asserted where it changes, in `execute`.)
     pub fn invariants(&self) {
+        let speculated_to = self.last_instance + self.spec.len() as u64;
         assert!(
-            self.max_cached_instance <= self.last_instance,
+            self.max_cached_instance <= speculated_to,
             "reply cache holds a reply of instance {} beyond the last executed {}",
             self.max_cached_instance,
-            self.last_instance
+            speculated_to
         );
+        if let (Some(f), Some(b)) = (self.spec.front(), self.spec.back()) {
+            assert_eq!(
+                f.instance,
+                self.last_instance + 1,
+                "speculation not at the head"
+            );
+            assert_eq!(b.instance, speculated_to, "speculation not contiguous");
+        }
+        if let Some((&i, _)) = self.pending.first_key_value() {
+            assert!(i > self.last_instance, "a pending proposal already decided");
+        }
         assert_eq!(
             self.replies.is_empty(),
             self.max_cached_instance == 0,
@@ -142,9 +229,103 @@ impl SequentialReplica {
     pub fn stats(&self) -> &ReplicaStats {
         &self.stats
     }
-    /// Digest of the service state (the B+tree contents).
+    /// Digest of the decided service state (the B+tree contents without the
+    /// speculated suffix).
     pub fn digest(&self) -> u64 {
-        self.tree.digest()
+        match self.spec.front() {
+            Some(s) => s.digest_before,
+            None => self.tree.digest(),
+        }
+    }
+
+    /// Instances currently executed speculatively (beyond `last_instance`).
+    pub fn speculated(&self) -> u64 {
+        self.spec.len() as u64
+    }
+
+    /// Proposals held for instances not yet decided.
+    pub fn pending_proposals(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A value proposed (not yet decided) for `instance`. Kept if it is the newest
+    /// proposal for its instance (highest ballot); if the instance was speculated with
+    /// another value, that speculation and every later one are rolled back. Then every
+    /// proposal that is next in line is executed speculatively, its replies held.
+    pub fn propose(&mut self, instance: Instance, value: Arc<Value>) {
+        if instance <= self.last_instance {
+            return;
+        }
+        match self.pending.get(&instance) {
+            Some(old) if old.vid == value.vid || old.vid.ballot > value.vid.ballot => return,
+            _ => {}
+        }
+        self.pending.insert(instance, value);
+        if instance <= self.last_instance + self.spec.len() as u64 {
+            self.rollback_from(instance, true);
+        }
+        self.speculate();
+    }
+
+    /// Execute speculatively every pending proposal next in line.
+    pub fn speculate(&mut self) {
+        loop {
+            let next = self.last_instance + self.spec.len() as u64 + 1;
+            let Some(value) = self.pending.get(&next).cloned() else {
+                break;
+            };
+            let mut s = Speculation {
+                instance: next,
+                vid: value.vid,
+                undo: Vec::new(),
+                cache_undo: Vec::new(),
+                max_cached_before: self.max_cached_instance,
+                mutations_before: self.mutations,
+                stats_before: self.stats.clone(),
+                digest_before: self.tree.digest(),
+                held: Vec::new(),
+            };
+            let mut held = Vec::new();
+            self.run_value(next, &value, &mut held, Some(&mut s));
+            s.held = held;
+            self.stats.speculated += 1;
+            self.spec.push_back(s);
+        }
+    }
+
+    /// Undo every speculated instance, newest first (their held replies are dropped;
+    /// the proposals stay pending, so [`SequentialReplica::speculate`] redoes them).
+    /// Afterwards the tree and the reply cache are exactly the decided state. Not
+    /// counted as a rollback in the statistics (it is the checkpoint's set-aside).
+    pub fn rollback_speculation(&mut self) {
+        self.rollback_from(self.last_instance + 1, false);
+    }
+
+    fn rollback_from(&mut self, instance: Instance, count: bool) {
+        while self.spec.back().is_some_and(|s| s.instance >= instance) {
+            let s = self.spec.pop_back().expect("checked");
+            for u in s.undo.iter().rev() {
+                self.tree.apply_undo(u);
+            }
+            for (client, prev) in s.cache_undo.into_iter().rev() {
+                match prev {
+                    Some(r) => self.replies.insert(client, r),
+                    None => self.replies.remove(&client),
+                };
+            }
+            self.max_cached_instance = s.max_cached_before;
+            self.mutations = s.mutations_before;
+            self.stats.rewind_to(&s.stats_before);
+            if count {
+                self.stats.speculation_rolled_back += 1;
+            }
+            assert_eq!(
+                self.tree.digest(),
+                s.digest_before,
+                "rolling back instance {} did not restore the tree",
+                s.instance
+            );
+        }
     }
 
     /// Planted bug (simulator controls only): answer a read-only command from the
@@ -163,14 +344,49 @@ impl SequentialReplica {
         })
     }
 
-    /// Execute a decided value. Returns the replies this replica must send.
+    /// Execute a decided value. Returns the replies this replica must send. If the
+    /// instance was speculated with the same value, the speculation becomes final and
+    /// its held replies are returned; with another value, all speculation is rolled
+    /// back first and the pending later proposals are speculated again after it.
     pub fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
         assert_eq!(
             instance,
             self.last_instance + 1,
             "instances are executed in order, once"
         );
+        while self
+            .pending
+            .first_key_value()
+            .is_some_and(|(&i, _)| i <= instance)
+        {
+            self.pending.pop_first();
+        }
+        if let Some(head) = self.spec.front() {
+            if head.vid == value.vid || self.unsafe_confirm_unchecked {
+                let s = self.spec.pop_front().expect("checked");
+                self.last_instance = instance;
+                self.stats.speculation_confirmed += 1;
+                replies_out.extend(s.held);
+                return;
+            }
+            self.rollback_from(instance, true);
+        }
         self.last_instance = instance;
+        self.run_value(instance, value, replies_out, None);
+        if !self.pending.is_empty() {
+            self.speculate();
+        }
+    }
+
+    /// Execute `value` as instance `instance` (decided, or speculated with `log`
+    /// recording how to undo it).
+    fn run_value(
+        &mut self,
+        instance: Instance,
+        value: &Value,
+        replies_out: &mut Vec<Reply>,
+        mut log: Option<&mut Speculation>,
+    ) {
         for cmd in &value.commands {
             let mine = cmd.reply_to == self.id;
             if let Some(last) = self.replies.get(&cmd.client) {
@@ -190,13 +406,19 @@ impl SequentialReplica {
                 self.stats.reads_skipped += 1;
                 continue;
             }
-            let (result, undo) = self.tree.execute(&cmd.op);
+            let (result, mut undo) = self.tree.execute(&cmd.op);
             if cmd.op.is_mutation() {
                 self.mutations += 1;
                 if self.unsafe_lose_every > 0
                     && self.mutations.is_multiple_of(self.unsafe_lose_every)
                 {
                     self.tree.apply_undo(&undo);
+                    undo = Undo::new();
+                }
+            }
+            if let Some(l) = log.as_deref_mut() {
+                if !undo.is_empty() {
+                    l.undo.push(undo);
                 }
             }
             self.stats.commands_executed += 1;
@@ -211,9 +433,12 @@ impl SequentialReplica {
                 self.max_cached_instance = instance;
                 let prev = self.replies.insert(cmd.client, reply.clone());
                 assert!(
-                    prev.is_none_or(|p| p.seq <= cmd.seq),
+                    prev.as_ref().is_none_or(|p| p.seq <= cmd.seq),
                     "reply cache went backwards"
                 );
+                if let Some(l) = log.as_deref_mut() {
+                    l.cache_undo.push((cmd.client, prev));
+                }
             }
             if mine {
                 replies_out.push(reply);
