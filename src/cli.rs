@@ -42,6 +42,24 @@ enum Cmd {
     Nemesis(NemesisArgs),
     /// Run one of the papers' experiments and write its report and figures.
     Experiment(ExperimentArgs),
+    /// Measure the simulator's cost table on this machine (codec, B+tree, node core
+    /// handlers, sockets, WAL disk) and write it as TOML.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args, Debug)]
+struct CalibrateArgs {
+    /// Where to write the cost table (TOML, with a header saying when and where it
+    /// was measured).
+    #[arg(long, default_value = "calibration.toml")]
+    out: PathBuf,
+    /// Fewer rounds and a smaller tree (seconds instead of about a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Entries of the B+tree the operations are measured on (default: 1,000,000, or
+    /// 100,000 with --quick).
+    #[arg(long)]
+    entries: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -104,6 +122,16 @@ struct ExperimentArgs {
     protocol: ProtocolArg,
     #[arg(long, value_enum, default_value = "fsync")]
     durability: DurabilityArg,
+    /// Run the sweep in the deterministic simulator (one simulated CPU per node, a
+    /// simulated gigabit LAN and disk) at the paper's sizes: 12,000,000 entries, think
+    /// time 0-10 ms, up to 3200 clients, 4 virtual seconds per point. With --quick, the
+    /// real --quick sweep's sizes. --duration is then in virtual seconds.
+    #[arg(long)]
+    sim: bool,
+    /// With --sim: the CPU and disk cost table (TOML, from `partita calibrate`;
+    /// default: the simulator's built-in table).
+    #[arg(long, value_name = "FILE", requires = "sim")]
+    cost_table: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -330,6 +358,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Sim(a) => crate::sim::run(a),
         Cmd::Nemesis(a) => nemesis(a).await,
         Cmd::Experiment(a) => experiment(a).await,
+        Cmd::Calibrate(a) => calibrate(a),
     }
 }
 
@@ -694,7 +723,66 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
     Ok(if report.passed() { 0 } else { 1 })
 }
 
+fn calibrate(a: CalibrateArgs) -> anyhow::Result<i32> {
+    let entries = a
+        .entries
+        .unwrap_or(if a.quick { 100_000 } else { 1_000_000 });
+    if entries == 0 {
+        bail!("--entries must be positive");
+    }
+    let o = crate::calibrate::Options::new(entries, a.quick);
+    let c = crate::calibrate::run(&o, true)?;
+    print!("{}", c.header);
+    print!("{}", c.readable());
+    std::fs::write(&a.out, c.to_toml()).with_context(|| format!("writing {}", a.out.display()))?;
+    println!("\nwrote {}", a.out.display());
+    Ok(0)
+}
+
+fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    let mut o = if a.quick {
+        crate::experiment::SimCostOptions::quick()
+    } else {
+        crate::experiment::SimCostOptions::full()
+    };
+    if let Some(d) = a.duration {
+        if !(d > 0.0 && d <= 3600.0) {
+            bail!("--duration must be between 0 and 3600 seconds");
+        }
+        o.duration = Duration::from_secs_f64(d);
+    }
+    if let Some(p) = a.preload {
+        o.preload = p;
+    }
+    o.protocol = protocol(a.protocol);
+    o.durability = durability(a.durability);
+    o.progress = true;
+    if let Some(p) = &a.cost_table {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("reading the cost table {}", p.display()))?;
+        o.cost = partita_sim::CostTable::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        o.cost_source = p.display().to_string();
+    }
+    let started = std::time::Instant::now();
+    let r = crate::experiment::cost_of_replication_sim(&o)?;
+    print!("{}", crate::experiment::table(&r));
+    println!(
+        "{} points simulated in {:.0} s wall",
+        r.points.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for f in crate::experiment::write(&r, &a.json)? {
+        println!("wrote {}", f.display());
+    }
+    Ok(0)
+}
+
 async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
+    if a.sim {
+        // Compute-bound and multi-threaded on its own: off the async runtime.
+        return tokio::task::block_in_place(|| sim_experiment(&a));
+    }
     match a.name {
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {

@@ -9,6 +9,13 @@
 //!   updates, batches of seven updates): throughput and response time against the
 //!   number of clients, then maximum throughput and response time against the number
 //!   of servers (1 to 8 replicas).
+//!
+//! With `--sim` the same sweep runs in the deterministic simulator instead
+//! ([`cost_of_replication_sim`], `partita_sim::bench`): every node a real `NodeCore`
+//! on its own simulated CPU charged from a cost table (`partita calibrate`), a
+//! simulated gigabit LAN and WAL disk, at the paper's sizes (12 million entries, up to
+//! hundreds of clients, 1 to 8 replicas) that this machine cannot host for real. Its
+//! report says `simulated: true` and names the cost table in `machine`.
 
 use crate::bench::{self, BenchConfig, BenchResult, Workload};
 use crate::launch::{pick_base_port, LocalCluster};
@@ -16,9 +23,12 @@ use crate::plot::{self, Panel, Series};
 use anyhow::Context;
 use partita_consensus::Protocol;
 use partita_runtime::{ClusterConfig, Durability, Role};
+use partita_sim::bench::{self as simbench, BenchReport, BenchSpec, NodeLoad, ReplicaImage};
+use partita_sim::CostTable;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// One measured point of a sweep.
 #[derive(Clone, Debug, Serialize)]
@@ -30,6 +40,24 @@ pub struct Point {
     pub x_name: String,
     pub x: f64,
     pub result: BenchResult,
+    /// Simulated points: where the time went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimDetail>,
+}
+
+/// What the simulator saw of a point besides the bench numbers.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimDetail {
+    /// Each node's CPU and network-card utilization over the measured window.
+    pub nodes: Vec<NodeLoad>,
+    /// Instances decided in the window (smr) and commands per instance.
+    pub instances: u64,
+    pub commands_per_instance: f64,
+    /// Simulated events, and the wall time the point took (preload included).
+    pub events: u64,
+    pub wall_s: f64,
+    /// Hash of the event trace: the same inputs replay the same run.
+    pub trace_hash: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -184,6 +212,7 @@ pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<
                     x_name,
                     x,
                     result: r,
+                    sim: None,
                 })
             }
         };
@@ -219,6 +248,346 @@ pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<
         name: "cost-of-replication".into(),
         simulated: false,
         machine: machine(),
+        points,
+    })
+}
+
+// ------------------------------------------------------------------ in the simulator
+
+/// The cost-of-replication sweep in the simulator.
+#[derive(Clone, Debug)]
+pub struct SimCostOptions {
+    pub workloads: Vec<Workload>,
+    pub clients: Vec<usize>,
+    pub replicas: Vec<usize>,
+    /// Virtual seconds per point (10% trimmed at each end, as `partita bench`).
+    pub duration: Duration,
+    pub preload: u64,
+    pub think_ms: u64,
+    pub protocol: Protocol,
+    pub durability: Durability,
+    pub cost: CostTable,
+    /// Where the cost table came from (a file, or the built-in defaults).
+    pub cost_source: String,
+    pub seed: u64,
+    /// Points simulated at once (each on its own thread).
+    pub jobs: usize,
+    pub progress: bool,
+}
+
+impl SimCostOptions {
+    /// The paper's sizes (§V-A): 12 million entries, think time 0–10 ms, 1 to 8
+    /// replicas; 4 virtual seconds per point (3.2 s measured). Clients go up to 3200:
+    /// with Partita's costs and the paper's think time it takes thousands of clients
+    /// to saturate a server (Figure 6 plots the maximum throughput).
+    pub fn full() -> SimCostOptions {
+        SimCostOptions {
+            workloads: vec![Workload::Query, Workload::Update, Workload::Batch],
+            clients: vec![1, 50, 100, 200, 400, 800, 1600, 3200],
+            replicas: vec![1, 2, 4, 8],
+            duration: Duration::from_secs(4),
+            preload: 12_000_000,
+            think_ms: 10,
+            protocol: Protocol::RingPaxos,
+            durability: Durability::Fsync,
+            cost: CostTable::default(),
+            cost_source: "built-in defaults".into(),
+            seed: 1,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            progress: true,
+        }
+    }
+
+    /// The same small sweep as the real `--quick` (clients 1 and 8, 1 or 2 replicas,
+    /// no think time, 2,000 entries, 1 s).
+    pub fn quick() -> SimCostOptions {
+        let q = CostOptions::quick();
+        SimCostOptions {
+            clients: q.clients,
+            replicas: q.replicas,
+            duration: q.duration,
+            preload: q.preload,
+            think_ms: q.think_ms,
+            progress: false,
+            ..SimCostOptions::full()
+        }
+    }
+}
+
+/// The `machine` string of a simulated report.
+pub fn sim_machine(cost_source: &str) -> String {
+    format!(
+        "simulated: one CPU per node, cost table {cost_source}, 1 Gbit/s network card per node, 0.05 ms one-way latency"
+    )
+}
+
+/// Cluster id of every simulated cluster (the preloaded image is built for it once).
+const SIM_CLUSTER_ID: u64 = 0x5149_0001;
+
+/// The replicated cluster of the real sweep (3 acceptors, node 1 coordinating,
+/// `replicas` replicas), without checkpoints (the paper took none), for the simulator.
+pub fn sim_smr_cluster(
+    replicas: usize,
+    protocol: Protocol,
+    durability: Durability,
+) -> ClusterConfig {
+    let mut c = ClusterConfig::default_local(7100, SIM_CLUSTER_ID);
+    c.cluster.protocol = protocol;
+    c.cluster.durability = durability;
+    c.storage.checkpoint_instances = 0;
+    let template = c
+        .nodes
+        .iter()
+        .find(|n| n.roles.contains(&Role::Replica))
+        .cloned()
+        .expect("the default cluster has replicas");
+    c.nodes.retain(|n| n.roles.contains(&Role::Acceptor));
+    for i in 0..replicas as u32 {
+        let mut n = template.clone();
+        n.id = 4 + i;
+        n.addr = format!("127.0.0.1:{}", 7100 + n.id);
+        c.nodes.push(n);
+    }
+    c
+}
+
+/// The client-server baseline, for the simulator.
+pub fn sim_cs_cluster() -> ClusterConfig {
+    ClusterConfig::client_server(7200, SIM_CLUSTER_ID)
+}
+
+type Image = (u64, u64, Arc<Vec<u8>>);
+static IMAGE: Mutex<Option<Image>> = Mutex::new(None);
+
+/// The preloaded replica state (keys 0, 2, …, value = key) as a checkpoint of
+/// instance 0 of `cluster_id`: bulk-loaded once per process and size, then stamped
+/// with each replica's id as it boots.
+pub fn replica_image(entries: u64, cluster_id: u64) -> anyhow::Result<ReplicaImage> {
+    let mut cache = IMAGE.lock().expect("image cache lock");
+    let bytes = match cache.as_ref() {
+        Some((n, id, b)) if *n == entries && *id == cluster_id => b.clone(),
+        _ => {
+            *cache = None;
+            let tree = partita_btree::BPlusTree::bulk_load(
+                (0..entries).map(|i| (i * bench::PRELOAD_STRIDE, i * bench::PRELOAD_STRIDE)),
+            )
+            .map_err(|e| anyhow::anyhow!("bulk load: {e}"))?;
+            let mut r = partita_smr::SequentialReplica::new(0, tree);
+            r.set_cluster_id(cluster_id);
+            let b = Arc::new(r.checkpoint());
+            *cache = Some((entries, cluster_id, b.clone()));
+            b
+        }
+    };
+    Ok(ReplicaImage(Arc::new(move |id| {
+        let mut b = bytes.as_ref().clone();
+        partita_smr::restamp_checkpoint(&mut b, id).expect("a checkpoint this process wrote");
+        b
+    })))
+}
+
+fn sim_workload(w: Workload) -> simbench::Workload {
+    match w {
+        Workload::Query => simbench::Workload::Query,
+        Workload::Update => simbench::Workload::Update,
+        Workload::Batch => simbench::Workload::Batch,
+        Workload::Mixed => simbench::Workload::Mixed,
+    }
+}
+
+/// `partita bench`'s result for a simulated point (virtual time throughout).
+pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> BenchResult {
+    let cs = r.mode == "cs";
+    BenchResult {
+        workload: w,
+        mode: r.mode.clone(),
+        ordering: if cs {
+            "none (client-server)".into()
+        } else {
+            r.protocol.clone()
+        },
+        durability: if cs {
+            "none (in memory, unreplicated)".into()
+        } else if r.fsync {
+            format!(
+                "fsync (simulated disk: {:.3} ms per fsync)",
+                cost.disk.fsync_ns as f64 / 1e6
+            )
+        } else {
+            "memory (simulated disk: writes, no fsync)".into()
+        },
+        replicas: r.replicas,
+        acceptors: r.acceptors,
+        batch_bytes_max: r.batch_bytes_max,
+        window_instances_max: r.window_instances_max,
+        clients: r.clients as usize,
+        think_ms: r.think_ms,
+        preload: r.preload,
+        duration_s: r.duration_s,
+        measured_s: r.measured_s,
+        commands: r.commands,
+        throughput_cmds_per_s: r.throughput_cmds_per_s,
+        throughput_ops_per_s: r.throughput_ops_per_s,
+        latency_ms_p50: r.latency_ms_p50,
+        latency_ms_p90: r.latency_ms_p90,
+        latency_ms_p99: r.latency_ms_p99,
+        latency_ms_max: r.latency_ms_max,
+        timeouts: 0,
+        resubmissions: r.resubmissions,
+    }
+}
+
+/// What one simulated point needs.
+#[derive(Clone, Debug)]
+pub struct SimPointSpec {
+    pub series: String,
+    pub workload: Workload,
+    pub x_name: String,
+    pub x: f64,
+    pub cluster: ClusterConfig,
+    pub clients: usize,
+}
+
+/// Simulate one point.
+pub fn sim_point(o: &SimCostOptions, p: &SimPointSpec) -> anyhow::Result<Point> {
+    let started = Instant::now();
+    let cs = p.cluster.cluster.mode == partita_runtime::Mode::Cs;
+    let mut spec = BenchSpec::new(
+        p.cluster.clone(),
+        sim_workload(p.workload),
+        p.clients as u32,
+    );
+    spec.think_ms = o.think_ms;
+    spec.preload = o.preload;
+    spec.duration_ns = o.duration.as_nanos() as u64;
+    spec.seed = o.seed;
+    spec.cost = o.cost.clone();
+    spec.fsync = o.durability == Durability::Fsync;
+    if !cs && o.preload > 0 {
+        spec.replica_image = Some(replica_image(o.preload, p.cluster.cluster.id)?);
+    }
+    let r = simbench::run(spec);
+    if let Some(f) = &r.failure {
+        anyhow::bail!(
+            "simulated {}, {:?}, {} = {}: {f}",
+            p.series,
+            p.workload,
+            p.x_name,
+            p.x
+        );
+    }
+    Ok(Point {
+        series: p.series.clone(),
+        workload: p.workload,
+        x_name: p.x_name.clone(),
+        x: p.x,
+        result: sim_bench_result(&r, p.workload, &o.cost),
+        sim: Some(SimDetail {
+            nodes: r.nodes.clone(),
+            instances: r.instances,
+            commands_per_instance: r.commands_per_instance,
+            events: r.events,
+            wall_s: started.elapsed().as_secs_f64(),
+            trace_hash: r.trace_hash,
+        }),
+    })
+}
+
+/// The points of the sweep, in report order: per workload, Figure 5 (CS and SMR with
+/// 2 replicas against clients), then Figure 6 (SMR against replicas, most clients).
+pub fn sim_points(o: &SimCostOptions) -> Vec<SimPointSpec> {
+    let smr_label = format!("SMR {}", o.protocol);
+    let max_clients = o.clients.iter().copied().max().unwrap_or(1);
+    let mut v = Vec::new();
+    for &w in &o.workloads {
+        for &c in &o.clients {
+            v.push(SimPointSpec {
+                series: "CS".into(),
+                workload: w,
+                x_name: "clients".into(),
+                x: c as f64,
+                cluster: sim_cs_cluster(),
+                clients: c,
+            });
+            v.push(SimPointSpec {
+                series: smr_label.clone(),
+                workload: w,
+                x_name: "clients".into(),
+                x: c as f64,
+                cluster: sim_smr_cluster(2, o.protocol, o.durability),
+                clients: c,
+            });
+        }
+        for &n in &o.replicas {
+            v.push(SimPointSpec {
+                series: smr_label.clone(),
+                workload: w,
+                x_name: "servers".into(),
+                x: n as f64,
+                cluster: sim_smr_cluster(n, o.protocol, o.durability),
+                clients: max_clients,
+            });
+        }
+    }
+    v
+}
+
+/// Paper 001 §V-B in the simulator: the points run `jobs` at a time; the report is
+/// the same as the real one's, with `simulated = true`.
+pub fn cost_of_replication_sim(o: &SimCostOptions) -> anyhow::Result<ExperimentReport> {
+    let specs = sim_points(o);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<anyhow::Result<Point>>>> =
+        Mutex::new((0..specs.len()).map(|_| None).collect());
+    let jobs = o.jobs.clamp(1, specs.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= specs.len() {
+                    break;
+                }
+                let p = &specs[i];
+                let r = sim_point(o, p);
+                if o.progress {
+                    match &r {
+                        Ok(pt) => {
+                            let d = pt.sim.as_ref().expect("simulated");
+                            let bottleneck = d
+                                .nodes
+                                .iter()
+                                .max_by(|a, b| a.cpu.max(a.nic_out).total_cmp(&b.cpu.max(b.nic_out)))
+                                .map(|n| {
+                                    format!(
+                                        "busiest: n{} {} cpu {:.0}% nic {:.0}%",
+                                        n.node,
+                                        n.role,
+                                        n.cpu * 100.0,
+                                        n.nic_out * 100.0
+                                    )
+                                })
+                                .unwrap_or_default();
+                            eprintln!(
+                                "  {:?} {:<18} {} {:>4}: {:>9.0} cmd/s  p50 {:.2} ms  ({bottleneck}; {:.1} s wall)",
+                                p.workload, p.series, p.x_name, p.x, pt.result.throughput_cmds_per_s,
+                                pt.result.latency_ms_p50, d.wall_s
+                            );
+                        }
+                        Err(e) => eprintln!("  {:?} {} {} {}: {e:#}", p.workload, p.series, p.x_name, p.x),
+                    }
+                }
+                results.lock().expect("results lock")[i] = Some(r);
+            });
+        }
+    });
+    let mut points = Vec::new();
+    for r in results.into_inner().expect("results lock") {
+        points.push(r.expect("every point ran")?);
+    }
+    Ok(ExperimentReport {
+        name: "cost-of-replication".into(),
+        simulated: true,
+        machine: sim_machine(&o.cost_source),
         points,
     })
 }
@@ -260,8 +629,18 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, String)
         v
     };
     let kind = if r.simulated { "simulated" } else { "measured" };
-    let first = r.points.first().map(|p| &p.result);
+    // The replicated configuration describes the figure (CS points have no acceptors).
+    let first = r
+        .points
+        .iter()
+        .find(|p| p.result.mode == "smr")
+        .or(r.points.first())
+        .map(|p| &p.result);
     let foot = match first {
+        Some(b) if r.simulated => format!(
+            "SIMULATED ({}); durability {}, {} acceptors, batching {} B, think time 0..={} ms, preload {} entries, {:.1} s virtual runs",
+            r.machine, b.durability, b.acceptors, b.batch_bytes_max, b.think_ms, b.preload, b.duration_s
+        ),
         Some(b) => format!(
             "{kind} on {}; durability {}, {} acceptors, batching {} B, think time 0..={} ms, preload {} entries, {:.0} s runs",
             r.machine, b.durability, b.acceptors, b.batch_bytes_max, b.think_ms, b.preload, b.duration_s
@@ -276,6 +655,13 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, String)
     };
     let mut fig5 = Vec::new();
     let mut fig6 = Vec::new();
+    let title = |t: &str| {
+        if r.simulated {
+            format!("{t} (simulated)")
+        } else {
+            t.to_string()
+        }
+    };
     for &w in &workloads {
         let y_tp = |b: &BenchResult| b.throughput_cmds_per_s;
         let y_rt = |b: &BenchResult| b.latency_ms_p50;
@@ -341,7 +727,7 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, String)
         (
             "fig5".into(),
             plot::figure(
-                "Paper 001 Figure 5: SMR versus client-server",
+                &title("Paper 001 Figure 5: SMR versus client-server"),
                 &foot,
                 &fig5,
                 2,
@@ -350,7 +736,7 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, String)
         (
             "fig6".into(),
             plot::figure(
-                "Paper 001 Figure 6: SMR with more replicas versus client-server",
+                &title("Paper 001 Figure 6: SMR with more replicas versus client-server"),
                 &foot,
                 &fig6,
                 2,
@@ -404,4 +790,130 @@ pub fn table(r: &ExperimentReport) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small simulated sweep: batches, 64 clients without think time (enough to
+    /// keep a replica's pipeline full), 2 replicas, 0.5 virtual seconds.
+    fn opts(cost: CostTable) -> SimCostOptions {
+        SimCostOptions {
+            workloads: vec![Workload::Batch],
+            clients: vec![64],
+            replicas: vec![2],
+            duration: Duration::from_millis(500),
+            preload: 2_000,
+            think_ms: 0,
+            cost,
+            progress: false,
+            jobs: 1,
+            ..SimCostOptions::full()
+        }
+    }
+
+    fn point(o: &SimCostOptions, cs: bool) -> Point {
+        let spec = SimPointSpec {
+            series: if cs { "CS" } else { "SMR ring-paxos" }.into(),
+            workload: Workload::Batch,
+            x_name: "clients".into(),
+            x: 64.0,
+            cluster: if cs {
+                sim_cs_cluster()
+            } else {
+                sim_smr_cluster(2, o.protocol, o.durability)
+            },
+            clients: 64,
+        };
+        sim_point(o, &spec).unwrap()
+    }
+
+    #[test]
+    fn a_simulated_point_is_deterministic() {
+        let o = opts(CostTable::default());
+        for cs in [true, false] {
+            let a = point(&o, cs);
+            let b = point(&o, cs);
+            let (sa, sb) = (a.sim.as_ref().unwrap(), b.sim.as_ref().unwrap());
+            assert_eq!(sa.trace_hash, sb.trace_hash);
+            assert_eq!(sa.events, sb.events);
+            assert_eq!(a.result.commands, b.result.commands);
+            assert_eq!(a.result.latency_ms_p99, b.result.latency_ms_p99);
+            assert!(a.result.commands > 100, "{:?}", a.result);
+            assert_eq!(
+                a.result.throughput_ops_per_s,
+                7.0 * a.result.throughput_cmds_per_s
+            );
+        }
+        let smr = point(&o, false);
+        assert_eq!(smr.result.mode, "smr");
+        assert!(smr.result.durability.contains("simulated"));
+        assert_eq!(point(&o, true).result.ordering, "none (client-server)");
+    }
+
+    /// With B+tree operations dominating, the client-server server is CPU-bound:
+    /// doubling their cost about halves its throughput; replicated, every replica
+    /// executes every batch, so SMR halves too.
+    #[test]
+    fn cpu_bound_throughput_follows_the_cost_table() {
+        let table = |op_ns: u64| {
+            let mut t = CostTable::default();
+            for k in ["insert", "delete"] {
+                t.btree_kind_ns.insert(k.into(), op_ns);
+            }
+            t
+        };
+        let base = opts(table(40_000));
+        let double = opts(table(80_000));
+        for cs in [true, false] {
+            let a = point(&base, cs).result.throughput_cmds_per_s;
+            let b = point(&double, cs).result.throughput_cmds_per_s;
+            let ratio = b / a;
+            assert!(
+                (0.42..0.6).contains(&ratio),
+                "cs {cs}: {a:.0} -> {b:.0} cmd/s (ratio {ratio:.2})"
+            );
+        }
+        // The busiest node is the one executing: the server, or a replica.
+        let cs = point(&base, true);
+        let busiest = cs.sim.unwrap().nodes[0].cpu;
+        assert!(busiest > 0.95, "the cs server saturates: {busiest}");
+        let smr = point(&base, false).sim.unwrap();
+        let replica = smr.nodes.iter().find(|n| n.role == "replica").unwrap();
+        assert!(replica.cpu > 0.9, "replicas saturate: {:?}", smr.nodes);
+    }
+
+    #[test]
+    fn a_quick_simulated_sweep_writes_a_labelled_report() {
+        let mut o = SimCostOptions::quick();
+        o.duration = Duration::from_millis(300);
+        o.workloads = vec![Workload::Update];
+        let r = cost_of_replication_sim(&o).unwrap();
+        assert!(r.simulated);
+        assert!(r.machine.starts_with("simulated"), "{}", r.machine);
+        assert_eq!(r.points.len(), 2 * 2 + 2);
+        let dir = tempfile::tempdir().unwrap();
+        let files = write(&r, &dir.path().join("sim.json")).unwrap();
+        assert_eq!(files.len(), 3);
+        let fig = std::fs::read_to_string(&files[1]).unwrap();
+        assert!(
+            fig.contains("simulated") && fig.contains("SIMULATED"),
+            "{fig}"
+        );
+        let json = std::fs::read_to_string(&files[0]).unwrap();
+        assert!(json.contains("\"simulated\": true"));
+        assert!(table(&r).contains("simulated"));
+    }
+
+    #[test]
+    fn the_replica_image_preloads_every_replica() {
+        let img = replica_image(1_000, 42).unwrap();
+        let bytes = (img.0)(5);
+        let r = partita_smr::SequentialReplica::restore(&bytes).unwrap();
+        assert_eq!(r.id(), 5);
+        assert_eq!(r.tree().len(), 1_000);
+        assert_eq!(r.tree().read(1_998), Some(1_998));
+        assert_eq!(r.last_instance(), 0);
+    }
 }

@@ -2,6 +2,7 @@
 //! protocols live in the `crates/` of the workspace; see ARCHITECTURE.md.
 
 pub mod bench;
+pub mod calibrate;
 pub mod cli;
 pub mod experiment;
 pub mod history;

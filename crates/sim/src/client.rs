@@ -16,6 +16,11 @@
 //! With the planted `unordered-query` bug the client sends read-only commands straight
 //! to its replica, which is how that bug manifests.
 //!
+//! In the experiment mode ([`SimClient::for_bench`]) a client draws the operations of a
+//! `partita bench` workload instead, thinks in whole milliseconds as the bench does,
+//! has no quota (the run ends at a fixed virtual time) and keeps only the call and
+//! return times of each operation ([`Sample`]), not a history.
+//!
 //! The client is sans-IO like the node cores: inputs are [`SimClient::on_timer`],
 //! [`SimClient::on_reply`] and [`SimClient::on_refused`]; outputs are [`ClientAction`]s;
 //! completed operations are appended to its history in the checker's format.
@@ -53,6 +58,15 @@ pub enum ClientAction {
     Timer { at: Time, gen: u64 },
 }
 
+/// One operation completed in the experiment mode: no result is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub call_ns: Time,
+    pub ret_ns: Time,
+    /// B+tree operations of the command (a batch of 7 counts 7).
+    pub ops: u32,
+}
+
 #[derive(Clone, Debug)]
 struct Waiting {
     op: Op,
@@ -87,6 +101,10 @@ pub struct SimClient {
     refused_pending: bool,
     give_up_allowed: bool,
     history: Vec<Event>,
+    /// Experiment mode: the workload and key space, think-time granularity, samples.
+    bench: Option<(crate::bench::Workload, u64)>,
+    think_step_ns: u64,
+    samples: Vec<Sample>,
     pub invoked: u64,
     pub resubmissions: u64,
     pub refusals: u64,
@@ -130,12 +148,33 @@ impl SimClient {
             refused_pending: false,
             give_up_allowed: true,
             history: Vec::new(),
+            bench: None,
+            think_step_ns: 1,
+            samples: Vec::new(),
             invoked: 0,
             resubmissions: 0,
             refusals: 0,
             late_replies: 0,
             gave_up: 0,
         }
+    }
+
+    /// The experiment mode: operations of `workload` over keys `0..keys`, think times
+    /// in multiples of `think_step_ns`, samples instead of a history.
+    pub fn for_bench(
+        mut self,
+        workload: crate::bench::Workload,
+        keys: u64,
+        think_step_ns: u64,
+    ) -> SimClient {
+        self.bench = Some((workload, keys));
+        self.think_step_ns = think_step_ns.max(1);
+        self
+    }
+
+    /// Completed operations (experiment mode).
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
     }
 
     /// Start: think, then invoke the first operation.
@@ -198,7 +237,8 @@ impl SimClient {
             return;
         }
         self.state = State::Thinking;
-        let t = rng.gen_range(0..=self.params.think_ns_max);
+        let step = self.think_step_ns;
+        let t = rng.gen_range(0..=self.params.think_ns_max / step) * step;
         self.timer(now + t, out);
     }
 
@@ -232,7 +272,10 @@ impl SimClient {
         self.ops_left -= 1;
         self.seq += 1;
         self.invoked += 1;
-        let op = random_op(rng, self.params.keys);
+        let op = match self.bench {
+            Some((w, keys)) => crate::bench::random_op(w, rng, keys),
+            None => random_op(rng, self.params.keys),
+        };
         self.state = State::Waiting(Waiting {
             op,
             seq: self.seq,
@@ -246,6 +289,16 @@ impl SimClient {
         let State::Waiting(w) = std::mem::replace(&mut self.state, State::Thinking) else {
             panic!("finish without an outstanding command");
         };
+        if self.bench.is_some() {
+            if status == Status::Ok {
+                self.samples.push(Sample {
+                    call_ns: w.call_ns,
+                    ret_ns: now,
+                    ops: w.op.btree_ops() as u32,
+                });
+            }
+            return;
+        }
         self.history.push(Event::new(
             self.index as u64,
             &w.op,

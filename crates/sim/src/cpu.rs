@@ -5,24 +5,85 @@
 //! handler leave when the handler's cost has elapsed. The cost of one handler is
 //!
 //! ```text
-//! base(input kind) + bytes_in * byte_in_ps / 1000
-//!   + Σ sends   (send_ns + bytes * byte_out_ps / 1000)
-//!   + Σ persists(persist_ns + bytes * byte_out_ps / 1000)
-//!   + Σ replies (reply_ns + bytes * byte_out_ps / 1000)
-//!   + B+tree operations executed * btree_op_ns
+//! base(input kind) + recv_ns (peer messages and requests) + decode(input)
+//!   + Σ sends   (send_ns)    + Σ persists (persist_ns)   + Σ replies (reply_ns)
+//!   + Σ encode(every distinct message, record and reply produced)
+//!   + B+tree work + commands executed * command_ns
 //! ```
 //!
-//! where `base` is `tick_ns`, `request_ns`, `persisted_ns + tokens * persisted_token_ns`,
-//! or `peer_message_ns` (overridden per message kind by `message_kind_ns`, e.g.
-//! `phase2a = 3000`). A restart costs `restart_ns + recovered records * recover_record_ns`.
+//! where `base` is `tick_ns`, `request_ns` (`cs_request_ns` at a client-server
+//! server), `persisted_ns + tokens * persisted_token_ns`, or `peer_message_ns`
+//! (overridden per message kind by `message_kind_ns`, e.g. `phase2a = 3000`).
+//!
+//! **Codec.** `decode(kind, bytes)` and `encode(kind, bytes)` come from the per-kind
+//! line in `codec` (`[codec.phase2a] encode_ns, encode_byte_ps, decode_ns,
+//! decode_byte_ps`; kinds are `Msg::kind()` names plus `request`, `reply`, `refused`
+//! and `record`, a WAL record). A kind with such a line is encoded once per distinct
+//! message, as the runtime does when it sends one message to several peers. A kind
+//! without one falls back to the flat `byte_in_ps` / `byte_out_ps`, charged per byte
+//! of every send (the original model, which the swarm's default table still uses).
+//!
+//! **B+tree.** Without `btree_kind_ns`, every B+tree operation a replica executes
+//! costs `btree_op_ns` (a batch of 7 counts 7). With it, the operations a reply
+//! reveals are charged by kind (`insert`, `delete`, `update`, `read`, `next`, `prev`,
+//! `query`, the latter plus `btree_query_entry_ps` per entry returned); the rest (the
+//! mutations a replica executes without replying) at the mean of `insert` and
+//! `delete`. `command_ns` is the replica's per-command overhead (reply cache, reply).
+//!
+//! A restart costs `restart_ns + recovered records * recover_record_ns`.
+//!
+//! **Disk.** `[disk]` gives the WAL's write and fsync latency for the experiment mode
+//! ([`crate::bench`]); the swarm draws its own disk per seed and ignores it.
 //!
 //! The table is plain data with TOML load/save ([`CostTable::from_toml`],
 //! [`CostTable::to_toml`]); unknown fields are refused, missing ones take the defaults
-//! below (rough figures for a 2020s server core; `partita calibrate` is meant to
-//! measure them).
+//! below (rough figures for a 2020s server core, chosen long ago for the swarm; the
+//! fields added for `partita calibrate` default to "off", so an old table loads and
+//! costs exactly what it did). `partita calibrate` measures a full table on this
+//! machine (`crates/sim/calibration/this-machine.toml`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// Encoding and decoding one message of a kind: a fixed cost plus a cost per byte of
+/// the frame (picoseconds per byte).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CodecCost {
+    pub encode_ns: u64,
+    pub encode_byte_ps: u64,
+    pub decode_ns: u64,
+    pub decode_byte_ps: u64,
+}
+
+impl CodecCost {
+    pub fn encode(&self, bytes: usize) -> u64 {
+        self.encode_ns + bytes as u64 * self.encode_byte_ps / 1000
+    }
+    pub fn decode(&self, bytes: usize) -> u64 {
+        self.decode_ns + bytes as u64 * self.decode_byte_ps / 1000
+    }
+}
+
+/// The WAL's disk, for the experiment mode: writing one record (plus per byte), then
+/// one fsync covering everything written (group commit).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskCost {
+    pub write_ns: u64,
+    pub write_byte_ps: u64,
+    pub fsync_ns: u64,
+}
+
+impl Default for DiskCost {
+    fn default() -> Self {
+        DiskCost {
+            write_ns: 10_000,
+            write_byte_ps: 1_000,
+            fsync_ns: 1_000_000,
+        }
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -32,28 +93,45 @@ pub struct CostTable {
     /// Per message kind (`Msg::kind()`: phase1a, phase2a, ringvote, ...), replacing
     /// `peer_message_ns`.
     pub message_kind_ns: BTreeMap<String, u64>,
-    /// Handling one client request.
+    /// Handling one client request (at the coordinator or any node that forwards it).
     pub request_ns: u64,
     /// One clock tick.
     pub tick_ns: u64,
     /// A batch of persist completions, plus each token in it.
     pub persisted_ns: u64,
     pub persisted_token_ns: u64,
-    /// Decoding received bytes, picoseconds per byte.
+    /// Decoding received bytes, picoseconds per byte (kinds without a `codec` line).
     pub byte_in_ps: u64,
-    /// Encoding sent or persisted bytes, picoseconds per byte.
+    /// Encoding sent or persisted bytes, picoseconds per byte, per send (kinds without
+    /// a `codec` line).
     pub byte_out_ps: u64,
-    /// Handing one message to the network.
+    /// Handing one message to the network (the socket write).
     pub send_ns: u64,
     /// Handing one record to the WAL.
     pub persist_ns: u64,
     /// Sending one reply or refusal to a client.
     pub reply_ns: u64,
-    /// One B+tree operation executed by the replica (a batch of 7 counts 7).
+    /// One B+tree operation executed by the replica (a batch of 7 counts 7), when
+    /// `btree_kind_ns` is empty (and for kinds it lacks).
     pub btree_op_ns: u64,
     /// Starting a node, plus each recovered WAL record replayed.
     pub restart_ns: u64,
     pub recover_record_ns: u64,
+    /// Taking one message or request off a connection (socket read, event channel).
+    pub recv_ns: u64,
+    /// Handling one request at the client-server baseline's server (execution and
+    /// reply excluded); `request_ns` when absent.
+    pub cs_request_ns: Option<u64>,
+    /// Per command a replica executes, besides its B+tree operations.
+    pub command_ns: u64,
+    /// B+tree operations by kind: insert, delete, update, read, next, prev, query.
+    pub btree_kind_ns: BTreeMap<String, u64>,
+    /// A range query's cost per entry returned, picoseconds.
+    pub btree_query_entry_ps: u64,
+    /// Per message kind (and `request`, `reply`, `refused`, `record`): codec costs.
+    pub codec: BTreeMap<String, CodecCost>,
+    /// The WAL's disk (experiment mode only).
+    pub disk: DiskCost,
 }
 
 impl Default for CostTable {
@@ -73,19 +151,51 @@ impl Default for CostTable {
             btree_op_ns: 800,
             restart_ns: 1_000_000,
             recover_record_ns: 500,
+            recv_ns: 0,
+            cs_request_ns: None,
+            command_ns: 0,
+            btree_kind_ns: BTreeMap::new(),
+            btree_query_entry_ps: 0,
+            codec: BTreeMap::new(),
+            disk: DiskCost::default(),
         }
     }
+}
+
+/// The B+tree operations kinds of the cost table, in the order of [`BtreeWork::known`].
+pub const BTREE_KINDS: [&str; 7] = [
+    "insert", "delete", "update", "read", "next", "prev", "query",
+];
+
+/// B+tree work of one handler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BtreeWork {
+    /// Operations executed (the replica's counter).
+    pub ops: u64,
+    /// Of those, the ones a reply revealed, by kind ([`BTREE_KINDS`] order; `next`
+    /// counts next and prev, which results do not tell apart).
+    pub known: [u64; 7],
+    /// Entries returned by range queries.
+    pub query_entries: u64,
 }
 
 /// What a handler did, for costing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Work {
+    /// Bytes received, charged at `byte_in_ps` (inputs of kinds without a codec line).
     pub bytes_in: usize,
     pub sends: usize,
     pub persists: usize,
     pub replies: usize,
+    /// Bytes produced, charged at `byte_out_ps` (kinds without a codec line, per send).
     pub bytes_out: usize,
     pub btree_ops: u64,
+    /// Codec costs already computed from `codec` lines.
+    pub codec_ns: u64,
+    /// Commands the replica executed.
+    pub commands: u64,
+    /// Set when `btree_kind_ns` is in use: replaces `btree_ops * btree_op_ns`.
+    pub btree: Option<BtreeWork>,
 }
 
 /// The kind of input a handler ran for.
@@ -93,6 +203,8 @@ pub struct Work {
 pub enum InputKind<'a> {
     Peer(&'a str),
     Request,
+    /// A request at the client-server baseline's server.
+    ServerRequest,
     Tick,
     Persisted(usize),
 }
@@ -106,24 +218,74 @@ impl CostTable {
         toml::to_string_pretty(self).expect("a cost table serializes")
     }
 
+    /// Whether B+tree operations are charged by kind.
+    pub fn btree_by_kind(&self) -> bool {
+        !self.btree_kind_ns.is_empty()
+    }
+
+    /// The codec line of a kind, if the table has one.
+    pub fn codec_of(&self, kind: &str) -> Option<&CodecCost> {
+        self.codec.get(kind)
+    }
+
+    fn btree_kind(&self, kind: &str) -> u64 {
+        self.btree_kind_ns
+            .get(kind)
+            .copied()
+            .unwrap_or(self.btree_op_ns)
+    }
+
+    /// Virtual nanoseconds of B+tree work.
+    pub fn btree_cost(&self, w: &BtreeWork) -> u64 {
+        let mut ns = 0;
+        let mut known = 0;
+        for (i, &n) in w.known.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            known += n;
+            let per = match BTREE_KINDS[i] {
+                // Results do not tell next from prev: their mean.
+                "next" => (self.btree_kind("next") + self.btree_kind("prev")) / 2,
+                k => self.btree_kind(k),
+            };
+            ns += n * per;
+        }
+        ns += w.query_entries * self.btree_query_entry_ps / 1000;
+        let mutation = (self.btree_kind("insert") + self.btree_kind("delete")) / 2;
+        ns + w.ops.saturating_sub(known) * mutation
+    }
+
     /// Virtual nanoseconds one handler costs.
     pub fn cost(&self, input: InputKind<'_>, work: &Work) -> u64 {
         let base = match input {
-            InputKind::Peer(kind) => self
-                .message_kind_ns
-                .get(kind)
-                .copied()
-                .unwrap_or(self.peer_message_ns),
-            InputKind::Request => self.request_ns,
+            InputKind::Peer(kind) => {
+                self.recv_ns
+                    + self
+                        .message_kind_ns
+                        .get(kind)
+                        .copied()
+                        .unwrap_or(self.peer_message_ns)
+            }
+            InputKind::Request => self.recv_ns + self.request_ns,
+            InputKind::ServerRequest => {
+                self.recv_ns + self.cs_request_ns.unwrap_or(self.request_ns)
+            }
             InputKind::Tick => self.tick_ns,
             InputKind::Persisted(n) => self.persisted_ns + n as u64 * self.persisted_token_ns,
+        };
+        let btree = match &work.btree {
+            Some(b) => self.btree_cost(b),
+            None => work.btree_ops * self.btree_op_ns,
         };
         base + work.bytes_in as u64 * self.byte_in_ps / 1000
             + work.sends as u64 * self.send_ns
             + work.persists as u64 * self.persist_ns
             + work.replies as u64 * self.reply_ns
             + work.bytes_out as u64 * self.byte_out_ps / 1000
-            + work.btree_ops * self.btree_op_ns
+            + btree
+            + work.codec_ns
+            + work.commands * self.command_ns
     }
 
     /// Virtual nanoseconds a (re)start costs.
@@ -160,6 +322,7 @@ mod tests {
             replies: 0,
             bytes_out: 4_000,
             btree_ops: 3,
+            ..Work::default()
         };
         let c = t.cost(InputKind::Peer("phase2a"), &w);
         assert_eq!(c, 10_000 + 1_000 + 3_000 + 1_000 + 2_000 + 2_400);
@@ -168,5 +331,78 @@ mod tests {
             t.peer_message_ns
         );
         assert_eq!(t.cost(InputKind::Persisted(5), &Work::default()), 2_000);
+    }
+
+    /// A table written before the calibration fields existed (the output of
+    /// `partita sim --print-cost-table` then) loads and costs what it did.
+    #[test]
+    fn an_old_table_loads_unchanged() {
+        let old = "peer_message_ns = 2000\nrequest_ns = 3000\ntick_ns = 300\n\
+                   persisted_ns = 1000\npersisted_token_ns = 200\nbyte_in_ps = 500\n\
+                   byte_out_ps = 500\nsend_ns = 1500\npersist_ns = 1000\nreply_ns = 1500\n\
+                   btree_op_ns = 800\nrestart_ns = 1000000\nrecover_record_ns = 500\n\n\
+                   [message_kind_ns]\n";
+        let t = CostTable::from_toml(old).unwrap();
+        assert_eq!(t, CostTable::default());
+        let w = Work {
+            bytes_in: 100,
+            sends: 3,
+            bytes_out: 300,
+            btree_ops: 2,
+            ..Work::default()
+        };
+        assert_eq!(
+            t.cost(InputKind::Peer("phase2a"), &w),
+            2_000 + 50 + 4_500 + 150 + 1_600
+        );
+    }
+
+    #[test]
+    fn codec_lines_and_btree_kinds_are_charged() {
+        let mut t = CostTable::default();
+        let c = CodecCost {
+            encode_ns: 100,
+            encode_byte_ps: 2_000,
+            decode_ns: 50,
+            decode_byte_ps: 1_000,
+        };
+        assert_eq!(c.encode(1_000), 2_100);
+        assert_eq!(c.decode(1_000), 1_050);
+        t.codec.insert("phase2a".into(), c);
+        assert!(t.codec_of("phase2a").is_some() && t.codec_of("reply").is_none());
+        t.btree_kind_ns.insert("insert".into(), 400);
+        t.btree_kind_ns.insert("delete".into(), 600);
+        t.btree_kind_ns.insert("query".into(), 1_000);
+        t.btree_kind_ns.insert("next".into(), 100);
+        t.btree_kind_ns.insert("prev".into(), 300);
+        t.btree_query_entry_ps = 5_000;
+        assert!(t.btree_by_kind());
+        let mut known = [0; 7];
+        known[6] = 1; // one query
+        known[4] = 2; // two next/prev
+        let b = BtreeWork {
+            ops: 10,
+            known,
+            query_entries: 1_000,
+        };
+        // 1 query (1000 + 1000 entries * 5 ns) + 2 * mean(next, prev) + 7 mutations
+        // at mean(insert, delete).
+        assert_eq!(t.btree_cost(&b), 1_000 + 5_000 + 2 * 200 + 7 * 500);
+        t.recv_ns = 700;
+        t.cs_request_ns = Some(10);
+        t.command_ns = 20;
+        let w = Work {
+            codec_ns: 33,
+            commands: 2,
+            btree: Some(b),
+            ..Work::default()
+        };
+        assert_eq!(
+            t.cost(InputKind::ServerRequest, &w),
+            700 + 10 + 33 + 40 + t.btree_cost(&b)
+        );
+        assert_eq!(t.cost(InputKind::Request, &Work::default()), 700 + 3_000);
+        let back = CostTable::from_toml(&t.to_toml()).unwrap();
+        assert_eq!(back, t);
     }
 }

@@ -68,7 +68,16 @@
 //! exactly. To shrink it: fewer operations (`--ops 200`), one protocol, fewer fault
 //! classes (`--without loss,dup`, or `--faults crash-acceptor` for exactly one class),
 //! `--no-faults`; see `crates/sim/README.md`.
+//!
+//! # Experiment mode ([`bench`])
+//!
+//! The same world without faults or checks beyond the cheap ones runs closed-loop
+//! benchmarks of a given cluster file (SMR or the client-server baseline) with a
+//! preloaded B+tree, `partita bench`'s workloads and one CPU per node: throughput and
+//! latency in virtual time, for `partita experiment NAME --sim`.
 
+pub mod bench;
+pub mod calibrate;
 pub mod check;
 pub mod client;
 pub mod cpu;
@@ -80,6 +89,7 @@ pub mod swarm;
 pub mod trace;
 pub mod world;
 
+pub use bench::{BenchReport, BenchSpec};
 pub use check::{Check, Failure};
 pub use cpu::CostTable;
 pub use partita_node::UnsafeBugs;

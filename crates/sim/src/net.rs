@@ -14,6 +14,17 @@
 //! A link cut while a message is in flight drops the message on arrival, as a severed
 //! cable would. Cuts are counted per link, so overlapping partitions heal independently.
 //!
+//! **Network cards** (optional, [`NetParams::nic`]; the experiment mode uses them, the
+//! swarm does not): instead of per-link serialization, every endpoint has one card of
+//! `bytes_per_s` shared by all its links, as a machine on a switched LAN has. A message
+//! occupies the sender's card for `wire bytes / bandwidth` after what the card was
+//! already sending, travels the link's latency, and finishes arriving no earlier than
+//! `wire bytes / bandwidth` after the previous message into the receiver's card (its
+//! switch port; cut-through: the two serializations overlap). Wire bytes add
+//! `overhead_bytes` per `mss_bytes` segment (TCP/IP/Ethernet headers). The receiving
+//! card is reserved at send time, in send order: a message sent later never finishes
+//! arriving before one sent earlier to the same card.
+//!
 //! Invariants: arrivals are never before the send time; a cut link delivers nothing.
 
 use crate::queue::Time;
@@ -74,6 +85,35 @@ pub struct NetParams {
     pub client: LinkTiming,
     pub peer_faults: LinkFaults,
     pub client_faults: LinkFaults,
+    /// One network card per endpoint instead of per-link bandwidth (see the module
+    /// documentation); `None`: per-link bandwidth.
+    pub nic: Option<NicParams>,
+}
+
+/// Every endpoint's network card.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NicParams {
+    pub bytes_per_s: u64,
+    /// Header bytes per segment of `mss_bytes` payload (TCP/IP/Ethernet: 66 per 1448).
+    pub overhead_bytes: u64,
+    pub mss_bytes: u64,
+}
+
+impl NicParams {
+    /// Gigabit Ethernet with TCP/IPv4 headers.
+    pub fn gigabit() -> NicParams {
+        NicParams {
+            bytes_per_s: 125_000_000,
+            overhead_bytes: 66,
+            mss_bytes: 1448,
+        }
+    }
+
+    /// Bytes on the wire for a message of `bytes`.
+    pub fn wire_bytes(&self, bytes: usize) -> u64 {
+        let b = bytes as u64;
+        b + b.div_ceil(self.mss_bytes.max(1)).max(1) * self.overhead_bytes
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -117,6 +157,12 @@ pub struct Network {
     clients: u32,
     links: Vec<Link>,
     params: NetParams,
+    /// With network cards: per endpoint index, when its card finishes sending, and
+    /// when its port finishes receiving, what it was given so far.
+    egress_free: Vec<Time>,
+    ingress_free: Vec<Time>,
+    /// Per endpoint index: nanoseconds its card spent sending.
+    pub egress_busy_ns: Vec<u64>,
 }
 
 impl Network {
@@ -150,10 +196,14 @@ impl Network {
             clients,
             links,
             params,
+            egress_free: vec![0; n],
+            ingress_free: vec![0; n],
+            egress_busy_ns: vec![0; n],
         }
     }
 
-    fn index(&self, e: Endpoint) -> usize {
+    /// Position of an endpoint in per-endpoint tables (nodes in order, then clients).
+    pub fn index(&self, e: Endpoint) -> usize {
         match e {
             Endpoint::Node(id) => self
                 .nodes
@@ -204,10 +254,26 @@ impl Network {
         } else {
             self.params.peer_faults.clone()
         };
-        // Serialization: the message occupies the link after what is queued on it.
-        let start = now.max(link.free_at);
-        let tx_ns = (bytes as u128 * 1_000_000_000 / link.bandwidth_bytes_per_s as u128) as u64;
-        self.link(from, to).free_at = start + tx_ns;
+        // Serialization: the message occupies the link (or the sender's card) after
+        // what is queued on it.
+        let (start, tx_ns, ingress_ready) = match &self.params.nic {
+            None => {
+                let start = now.max(link.free_at);
+                let tx_ns =
+                    (bytes as u128 * 1_000_000_000 / link.bandwidth_bytes_per_s as u128) as u64;
+                self.link(from, to).free_at = start + tx_ns;
+                (start, tx_ns, 0)
+            }
+            Some(nic) => {
+                let wire = nic.wire_bytes(bytes);
+                let tx_ns = (wire as u128 * 1_000_000_000 / nic.bytes_per_s.max(1) as u128) as u64;
+                let (f, t) = (self.index(from), self.index(to));
+                let start = now.max(self.egress_free[f]);
+                self.egress_free[f] = start + tx_ns;
+                self.egress_busy_ns[f] += tx_ns;
+                (start, tx_ns, self.ingress_free[t] + tx_ns)
+            }
+        };
         // Draw every random number whatever the outcome, so that turning one fault off
         // does not shift the draws of the others.
         let lost = rng.gen::<f64>() < faults.loss;
@@ -222,7 +288,11 @@ impl Network {
         if lost {
             return Fate::Dropped(DropReason::Loss);
         }
-        let mut at = start + tx_ns + link.latency_ns + jitter;
+        let mut at = (start + tx_ns + link.latency_ns + jitter).max(ingress_ready);
+        if self.params.nic.is_some() {
+            let t = self.index(to);
+            self.ingress_free[t] = at;
+        }
         if reordered {
             at += extra;
         }
@@ -278,6 +348,7 @@ mod tests {
             client: t,
             peer_faults: faults.clone(),
             client_faults: faults,
+            nic: None,
         }
     }
 
@@ -344,5 +415,39 @@ mod tests {
         }
         assert!((2700..3300).contains(&lost), "{lost}");
         assert!((1200..1600).contains(&dups), "{dups}");
+    }
+
+    #[test]
+    fn network_cards_are_shared_by_every_link_of_an_endpoint() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut p = params(LinkFaults::none());
+        p.nic = Some(NicParams {
+            bytes_per_s: 1_000_000_000,
+            overhead_bytes: 0,
+            mss_bytes: 1_000_000,
+        });
+        let mut net = Network::new(&[1, 2, 3], 0, p, &mut rng);
+        let (a, b, c) = (Endpoint::Node(1), Endpoint::Node(2), Endpoint::Node(3));
+        // 1 MB takes 1 ms on a's card, then 100 µs of latency.
+        assert_eq!(
+            net.send(0, a, b, 1_000_000, &mut rng),
+            Fate::Arrives(1_100_000, None)
+        );
+        // To another node: it still waits for a's card.
+        assert_eq!(
+            net.send(0, a, c, 1_000_000, &mut rng),
+            Fate::Arrives(2_100_000, None)
+        );
+        // c sends to b at once, but b's port is receiving a's message until 1.1 ms.
+        assert_eq!(
+            net.send(0, c, b, 1_000_000, &mut rng),
+            Fate::Arrives(2_100_000, None)
+        );
+        assert_eq!(net.egress_busy_ns[0], 2_000_000);
+        // Headers: 66 bytes per 1448-byte segment.
+        let g = NicParams::gigabit();
+        assert_eq!(g.wire_bytes(100), 166);
+        assert_eq!(g.wire_bytes(2_896), 2_896 + 132);
+        assert_eq!(g.wire_bytes(0), 66);
     }
 }

@@ -424,6 +424,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             client: client_timing,
             peer_faults,
             client_faults,
+            nic: None,
         },
         disk,
         clock_skew,

@@ -15,21 +15,27 @@
 //! synced; a restart builds a fresh `NodeCore` from the durable records only. Events of
 //! an earlier incarnation (ticks, sync completions, handler completions) are recognised
 //! by their incarnation number and ignored.
+//!
+//! The same world runs the experiment mode ([`World::new_bench`], see [`crate::bench`]):
+//! a given cluster file, workload clients without quota or history, no faults, no
+//! phases, no agreement oracle or end-of-run checks, and a report of throughput,
+//! latency and each node's load over the measured window.
 
+use crate::bench::{self as bm, BenchReport, BenchSpec, NodeLoad, ReplicaImage};
 use crate::check::{self, Agreement, Check, Failure, ReplicaEnd};
-use crate::client::{ClientAction, SimClient};
-use crate::cpu::{CostTable, InputKind, Work};
+use crate::client::{ClientAction, ClientParams, SimClient};
+use crate::cpu::{BtreeWork, CostTable, InputKind, Work};
 use crate::disk::{Disk, DiskParams};
-use crate::net::{Endpoint, Fate, LinkFaults, Network};
+use crate::net::{Endpoint, Fate, LinkFaults, LinkTiming, NetParams, Network};
 use crate::queue::{EventQueue, Time, MILLIS, SECONDS};
 use crate::report::SeedReport;
-use crate::swarm::{self, FaultClass, SeedParams, SimOptions};
+use crate::swarm::{self, FaultClass, FaultParams, SeedParams, SimOptions};
 use crate::trace::{Detail, Trace};
 use partita_checker::Event;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
-use partita_node::{CheckpointBytes, NodeCore, NodeSetup, Output};
-use partita_runtime::Wire;
-use partita_types::{encode, Command, Instance, NodeId, Reply};
+use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
+use partita_runtime::{ClusterConfig, Wire};
+use partita_types::{encode, BatchOp, Command, Instance, NodeId, Op, OpResult, Reply};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::{Cell, RefCell};
@@ -153,6 +159,32 @@ enum Ev {
     Heal,
     Probe,
     Deadline,
+    /// Experiment mode: the measured window starts or ends (a snapshot of the load).
+    BenchMark,
+    /// Experiment mode: the run ends.
+    BenchEnd,
+}
+
+/// What the experiment mode adds to a world.
+struct BenchState {
+    workload: bm::Workload,
+    think_ms: u64,
+    preload: u64,
+    fsync: bool,
+    image: Option<ReplicaImage>,
+    duration_ns: Time,
+    /// The measured window.
+    window: (Time, Time),
+    marks: Vec<Mark>,
+}
+
+/// The load counters at one instant (experiment mode).
+#[derive(Clone, Debug)]
+struct Mark {
+    busy_ns: Vec<u64>,
+    egress_ns: Vec<u64>,
+    syncs: Vec<u64>,
+    decided: u64,
 }
 
 /// Which phase the run is in.
@@ -187,6 +219,10 @@ pub struct SimNode {
     pub acceptor: bool,
     pub replica: bool,
     pub coordinator: bool,
+    /// The client-server baseline's server.
+    pub server: bool,
+    /// Virtual nanoseconds of CPU this node's handlers took, in total.
+    pub busy_ns: u64,
 }
 
 impl SimNode {
@@ -244,6 +280,28 @@ fn same_msg(a: &Msg, b: &Msg) -> bool {
     a == b
 }
 
+/// Count the B+tree operations a reply's result reveals (see [`BtreeWork`]).
+fn classify(r: &OpResult, b: &mut BtreeWork) {
+    let i = match r {
+        OpResult::Inserted(_) => 0,
+        OpResult::Removed(_) => 1,
+        OpResult::Old(_) => 2,
+        OpResult::Value(_) => 3,
+        OpResult::Entry(_) => 4,
+        OpResult::Entries(v) => {
+            b.query_entries += v.len() as u64;
+            6
+        }
+        OpResult::Batch(v) => {
+            for x in v {
+                classify(x, b);
+            }
+            return;
+        }
+    };
+    b.known[i] += 1;
+}
+
 /// Encode a wire message as the runtime frames it, decode it back: (decoded, bytes on
 /// the wire including the frame header).
 fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
@@ -280,13 +338,112 @@ pub struct World {
     counters: BTreeMap<&'static str, u64>,
     out_buf: Vec<Output>,
     actions_buf: Vec<ClientAction>,
+    bench: Option<BenchState>,
 }
 
 impl World {
     /// Build the world of `p` (nothing runs yet).
     pub fn new(p: SeedParams, opts: &SimOptions) -> World {
-        install_quiet_hook();
         let cluster = p.cluster();
+        Self::build(p, cluster, opts, None)
+    }
+
+    /// The world of an experiment point (see [`crate::bench`]); nothing runs yet.
+    pub fn new_bench(spec: BenchSpec) -> World {
+        let cluster = spec.cluster;
+        let n = cluster.nodes.len();
+        let timing = LinkTiming {
+            latency_ns: spec.net.latency_ns,
+            latency_spread: 1.0,
+            jitter_ns: spec.net.jitter_ns,
+            bandwidth_bytes_per_s: spec.net.link_bytes_per_s.max(1),
+        };
+        let d = &spec.cost.disk;
+        let p = SeedParams {
+            seed: spec.seed,
+            protocol: cluster.cluster.protocol,
+            acceptors: cluster.membership().acceptors.len(),
+            replicas: cluster.executors().len(),
+            window_instances_max: cluster.batching.window_instances_max,
+            batch_bytes_max: cluster.batching.batch_bytes_max,
+            batch_delay_ms: cluster.batching.batch_delay_ms,
+            checkpoint_instances: cluster.storage.checkpoint_instances,
+            clients: spec.clients.max(1),
+            ops: u64::MAX,
+            client: ClientParams {
+                think_ns_max: spec.think_ms * MILLIS,
+                timeout_ns: spec.client_timeout_ns.max(1),
+                give_up_ns: u64::MAX,
+                refused_retry_ns: 50 * MILLIS,
+                keys: bm::key_space(spec.preload),
+            },
+            net: NetParams {
+                peer: timing.clone(),
+                client: timing,
+                peer_faults: LinkFaults::none(),
+                client_faults: LinkFaults::none(),
+                nic: spec.net.nic.clone(),
+            },
+            disk: DiskParams {
+                write_ns: d.write_ns,
+                write_byte_ps: d.write_byte_ps,
+                fsync_ns: if spec.fsync { d.fsync_ns } else { 0 },
+                stall: 0.0,
+                stall_ns_max: 0,
+                unsynced_survive: 0.0,
+            },
+            clock_skew: vec![0.0; n],
+            faults: FaultParams {
+                classes: Vec::new(),
+                partition_per_s: 0.0,
+                partition_ns_max: 0,
+                crash_per_s: 0.0,
+                down_ns_max: 0,
+                pause_per_s: 0.0,
+                pause_ns_max: 0,
+            },
+            safety_ops: u64::MAX,
+            safety_ns_max: u64::MAX,
+            liveness_ns_max: u64::MAX,
+            bugs: Default::default(),
+            bug_names: Vec::new(),
+            flags: "experiment".into(),
+        };
+        let opts = SimOptions {
+            cost: spec.cost,
+            events_max: u64::MAX,
+            ..SimOptions::default()
+        };
+        let duration_ns = spec.duration_ns.max(1);
+        let trim = spec.trim.clamp(0.0, 0.49);
+        let window = (
+            (duration_ns as f64 * trim) as Time,
+            (duration_ns as f64 * (1.0 - trim)) as Time,
+        );
+        let bench = BenchState {
+            workload: spec.workload,
+            think_ms: spec.think_ms,
+            preload: spec.preload,
+            fsync: spec.fsync,
+            image: spec.replica_image,
+            duration_ns,
+            window,
+            marks: Vec::new(),
+        };
+        let mut w = Self::build(p, cluster, &opts, Some(bench));
+        for c in &mut w.clients {
+            c.set_give_up_allowed(false);
+        }
+        w
+    }
+
+    fn build(
+        p: SeedParams,
+        cluster: ClusterConfig,
+        opts: &SimOptions,
+        bench: Option<BenchState>,
+    ) -> World {
+        install_quiet_hook();
         let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
         let entry = cluster.entry_node();
         let replicas = cluster.executors();
@@ -302,6 +459,8 @@ impl World {
                     acceptor: setup.acceptor,
                     replica: setup.replica,
                     coordinator: setup.is_coordinator(),
+                    server: setup.mode == Mode::Cs,
+                    busy_ns: 0,
                     setup,
                     core: None,
                     inc: 0,
@@ -326,7 +485,7 @@ impl World {
                 let ops =
                     p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
                 let replica = replicas[c as usize % replicas.len()];
-                SimClient::new(
+                let client = SimClient::new(
                     c,
                     entry,
                     acceptors.clone(),
@@ -335,7 +494,11 @@ impl World {
                     p.client.clone(),
                     ops,
                     read_direct,
-                )
+                );
+                match &bench {
+                    Some(b) => client.for_bench(b.workload, p.client.keys, MILLIS),
+                    None => client,
+                }
             })
             .collect();
         World {
@@ -365,6 +528,7 @@ impl World {
             counters: BTreeMap::new(),
             out_buf: Vec::new(),
             actions_buf: Vec::new(),
+            bench,
             p,
         }
     }
@@ -399,6 +563,12 @@ impl World {
     /// Run to the end and check. Consumes the world.
     pub fn run(mut self) -> SeedReport {
         self.start();
+        self.run_loop();
+        self.finish()
+    }
+
+    /// Process events until a failure or the end.
+    fn run_loop(&mut self) {
         while self.failure.is_none() && self.finished_at.is_none() {
             let Some((_, ev)) = self.q.pop() else {
                 self.fail(Check::Simulator, "the event queue ran dry".into());
@@ -413,7 +583,6 @@ impl World {
             }
             self.handle(ev);
         }
-        self.finish()
     }
 
     fn start(&mut self) {
@@ -440,7 +609,15 @@ impl World {
         if pauses {
             self.schedule_fault(FaultKind::Pause);
         }
-        self.q.push(self.p.safety_ns_max, Ev::Heal);
+        match &self.bench {
+            Some(b) => {
+                let (lo, hi, end) = (b.window.0, b.window.1, b.duration_ns);
+                self.q.push(lo, Ev::BenchMark);
+                self.q.push(hi, Ev::BenchMark);
+                self.q.push(end, Ev::BenchEnd);
+            }
+            None => self.q.push(self.p.safety_ns_max, Ev::Heal),
+        }
     }
 
     fn schedule_fault(&mut self, kind: FaultKind) {
@@ -595,6 +772,13 @@ impl World {
                     self.q.push(now + 2 * MILLIS, Ev::Probe);
                 }
             }
+            Ev::BenchMark => {
+                let m = self.mark();
+                if let Some(b) = self.bench.as_mut() {
+                    b.marks.push(m);
+                }
+            }
+            Ev::BenchEnd => self.finished_at = Some(now),
             Ev::Deadline => {
                 if self.finished_at.is_none() {
                     let reason = self.liveness_report();
@@ -613,7 +797,27 @@ impl World {
         debug_assert!(!n.up());
         let recovered = n.disk.recover();
         let records = recovered.len();
-        let checkpoint = n.checkpoint.as_ref().map(|(_, b)| b.0.as_ref().clone());
+        let (id, replica, server) = (n.id, n.replica, n.server);
+        // Experiment mode: a replica's first boot loads the preloaded image.
+        let image = match &self.bench {
+            Some(b) if first && replica && !server && b.preload > 0 => Some(b.image.clone()),
+            _ => None,
+        };
+        let checkpoint = match image {
+            Some(Some(image)) => Some((image.0)(id)),
+            Some(None) => {
+                self.fail(
+                    Check::Simulator,
+                    format!("replica {id}: a preload needs a replica image"),
+                );
+                return;
+            }
+            None => self.nodes[ni]
+                .checkpoint
+                .as_ref()
+                .map(|(_, b)| b.0.as_ref().clone()),
+        };
+        let n = &mut self.nodes[ni];
         let setup = n.setup.clone();
         let bugs = self.p.bugs.clone();
         let mut out = std::mem::take(&mut self.out_buf);
@@ -668,6 +872,7 @@ impl World {
         let n = &mut self.nodes[ni];
         n.emits = emits;
         n.busy = true;
+        n.busy_ns += cost;
         self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
     }
 
@@ -683,8 +888,11 @@ impl World {
         let n = &mut self.nodes[ni];
         let id = n.id;
         let inc = n.inc;
+        let server = n.server;
         let core = n.core.as_mut().expect("an idle node is up");
-        let ops_before = core.replica().map_or(0, |r| r.stats().btree_ops);
+        let (ops_before, cmds_before) = core.replica().map_or((0, 0), |r| {
+            (r.stats().btree_ops, r.stats().commands_executed)
+        });
         let mut out = std::mem::take(&mut self.out_buf);
         out.clear();
         let (what, bytes_in): (&'static str, usize) = match &input {
@@ -718,22 +926,36 @@ impl World {
             );
             return;
         }
-        let ops_after = self.nodes[ni]
+        let (ops_after, cmds_after) = self.nodes[ni]
             .core
             .as_ref()
             .and_then(|c| c.replica())
-            .map_or(0, |r| r.stats().btree_ops);
+            .map_or((0, 0), |r| {
+                (r.stats().btree_ops, r.stats().commands_executed)
+            });
         let mut work = Work {
             bytes_in,
             // A state transfer replaces the replica (and its counters): count nothing then.
             btree_ops: ops_after.saturating_sub(ops_before),
+            commands: cmds_after.saturating_sub(cmds_before),
             ..Work::default()
         };
+        if let Some(c) = self.cost.codec_of(what) {
+            work.codec_ns += c.decode(bytes_in);
+            work.bytes_in = 0;
+        }
+        if self.cost.btree_by_kind() {
+            work.btree = Some(BtreeWork {
+                ops: work.btree_ops,
+                ..BtreeWork::default()
+            });
+        }
         let Some(emits) = self.prepare(id, &mut out, &mut work) else {
             return;
         };
         self.out_buf = out;
         let kind = match what {
+            "request" if server => InputKind::ServerRequest,
             "request" => InputKind::Request,
             "tick" => InputKind::Tick,
             "persisted" => InputKind::Persisted(persisted),
@@ -744,6 +966,7 @@ impl World {
         let n = &mut self.nodes[ni];
         n.emits = emits;
         n.busy = true;
+        n.busy_ns += cost;
         self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
     }
 
@@ -766,6 +989,7 @@ impl World {
                         }
                         _ => None,
                     };
+                    let fresh = cached.is_none();
                     let r = match cached {
                         Some(c) => Ok(c),
                         None => match roundtrip(&Wire::Peer(msg.clone())) {
@@ -779,7 +1003,13 @@ impl World {
                     };
                     r.map(|(msg, bytes)| {
                         work.sends += 1;
-                        work.bytes_out += bytes;
+                        // A kind with a codec line is encoded once per distinct message
+                        // (as the runtime does); otherwise per send, per byte.
+                        match self.cost.codec_of(msg.kind()) {
+                            Some(c) if fresh => work.codec_ns += c.encode(bytes),
+                            Some(_) => {}
+                            None => work.bytes_out += bytes,
+                        }
                         Emit::Peer { to, msg, bytes }
                     })
                 }
@@ -788,7 +1018,10 @@ impl World {
                     match partita_types::decode::<AcceptorRecord>(&bytes) {
                         Ok(record) => {
                             work.persists += 1;
-                            work.bytes_out += bytes.len();
+                            match self.cost.codec_of("record") {
+                                Some(c) => work.codec_ns += c.encode(bytes.len()),
+                                None => work.bytes_out += bytes.len(),
+                            }
                             Ok(Emit::Persist {
                                 token,
                                 record,
@@ -801,7 +1034,13 @@ impl World {
                 Output::Reply(reply) => match roundtrip(&Wire::Reply(reply)) {
                     Ok((Wire::Reply(reply), bytes)) => {
                         work.replies += 1;
-                        work.bytes_out += bytes;
+                        match self.cost.codec_of("reply") {
+                            Some(c) => work.codec_ns += c.encode(bytes),
+                            None => work.bytes_out += bytes,
+                        }
+                        if let Some(b) = work.btree.as_mut() {
+                            classify(&reply.result, b);
+                        }
                         self.client_of(reply.client).map(|to| Emit::Client {
                             to,
                             payload: Payload::Reply(reply),
@@ -822,7 +1061,10 @@ impl World {
                 }) {
                     Ok((Wire::Refused { client, seq, .. }, bytes)) => {
                         work.replies += 1;
-                        work.bytes_out += bytes;
+                        match self.cost.codec_of("refused") {
+                            Some(c) => work.codec_ns += c.encode(bytes),
+                            None => work.bytes_out += bytes,
+                        }
                         self.client_of(client).map(|to| Emit::Client {
                             to,
                             payload: Payload::Refused { seq },
@@ -848,6 +1090,41 @@ impl World {
             }
         }
         Some(emits)
+    }
+
+    /// Experiment mode: the server of the client-server baseline executes the preload
+    /// (keys 0, 2, …, value = key) as batches of 1000 inserts, outside virtual time:
+    /// it cannot boot from a checkpoint as a replica does.
+    fn preload_servers(&mut self) {
+        let n = self.bench.as_ref().map_or(0, |b| b.preload);
+        if n == 0 {
+            return;
+        }
+        const PER_COMMAND: u64 = 1000;
+        let mut out = Vec::new();
+        for node in &mut self.nodes {
+            let (id, server) = (node.id, node.server);
+            let Some(core) = node.core.as_mut().filter(|_| server) else {
+                continue;
+            };
+            for (chunk, lo) in (0..n).step_by(PER_COMMAND as usize).enumerate() {
+                let hi = (lo + PER_COMMAND).min(n);
+                let ops = (lo..hi)
+                    .map(|i| BatchOp::Insert {
+                        key: i * bm::PRELOAD_STRIDE,
+                        value: i * bm::PRELOAD_STRIDE,
+                    })
+                    .collect();
+                let cmd = Command {
+                    client: u64::MAX,
+                    seq: chunk as u64 + 1,
+                    reply_to: id,
+                    op: Op::Batch(ops),
+                };
+                core.on_request(cmd, &mut out);
+                out.clear();
+            }
+        }
     }
 
     fn client_of(&self, id: u64) -> Result<u32, String> {
@@ -876,9 +1153,11 @@ impl World {
         for e in emits {
             match e {
                 Emit::Peer { to, msg, bytes } => {
-                    if let Err(m) = self.agreement.observe(id, &msg) {
-                        self.fail(Check::Agreement, m);
-                        return;
+                    if self.bench.is_none() {
+                        if let Err(m) = self.agreement.observe(id, &msg) {
+                            self.fail(Check::Agreement, m);
+                            return;
+                        }
                     }
                     self.send(
                         Endpoint::Node(id),
@@ -1466,6 +1745,125 @@ impl World {
             .collect();
         events.sort_by_key(|e| (e.call_ns, e.client));
         events
+    }
+
+    // ---------------------------------------------------------------- experiment mode
+
+    /// Run an experiment point to its end (see [`crate::bench`]). Consumes the world.
+    pub fn run_bench(mut self) -> BenchReport {
+        self.start();
+        self.preload_servers();
+        self.run_loop();
+        self.finish_bench()
+    }
+
+    /// The load counters now.
+    fn mark(&self) -> Mark {
+        Mark {
+            busy_ns: self.nodes.iter().map(|n| n.busy_ns).collect(),
+            egress_ns: self
+                .nodes
+                .iter()
+                .map(|n| self.net.egress_busy_ns[self.net.index(Endpoint::Node(n.id))])
+                .collect(),
+            syncs: self.nodes.iter().map(|n| n.disk.syncs).collect(),
+            decided: self
+                .coordinator()
+                .and_then(|c| c.coordinator())
+                .map_or(0, |c| c.decided_up_to()),
+        }
+    }
+
+    fn finish_bench(mut self) -> BenchReport {
+        let b = self.bench.take().expect("experiment mode");
+        let (lo, hi) = b.window;
+        let mut lat: Vec<u64> = Vec::new();
+        let (mut commands, mut ops) = (0u64, 0u64);
+        for c in &self.clients {
+            for s in c.samples() {
+                if s.call_ns >= lo && s.ret_ns <= hi {
+                    commands += 1;
+                    ops += s.ops as u64;
+                    lat.push(s.ret_ns - s.call_ns);
+                }
+            }
+        }
+        lat.sort_unstable();
+        let measured_s = (hi - lo) as f64 / 1e9;
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let window = (hi - lo).max(1) as f64;
+        let (first, last) = match (b.marks.first(), b.marks.get(1)) {
+            (Some(a), Some(z)) => (a.clone(), z.clone()),
+            _ => {
+                let m = self.mark();
+                (m.clone(), m)
+            }
+        };
+        let nodes: Vec<NodeLoad> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeLoad {
+                node: n.id,
+                role: if n.server {
+                    "server"
+                } else if n.coordinator {
+                    "coordinator"
+                } else if n.acceptor {
+                    "acceptor"
+                } else {
+                    "replica"
+                }
+                .to_string(),
+                cpu: (last.busy_ns[i] - first.busy_ns[i]) as f64 / window,
+                nic_out: (last.egress_ns[i] - first.egress_ns[i]) as f64 / window,
+                fsyncs: last.syncs[i] - first.syncs[i],
+            })
+            .collect();
+        let instances = last.decided.saturating_sub(first.decided);
+        let server = self.nodes.iter().any(|n| n.server);
+        BenchReport {
+            mode: if server { "cs" } else { "smr" }.into(),
+            protocol: if server {
+                "none (client-server)".into()
+            } else {
+                self.p.protocol.to_string()
+            },
+            workload: b.workload,
+            clients: self.clients.len() as u32,
+            think_ms: b.think_ms,
+            preload: b.preload,
+            acceptors: self.nodes.iter().filter(|n| n.acceptor).count(),
+            replicas: self.nodes.iter().filter(|n| n.replica).count(),
+            batch_bytes_max: self.p.batch_bytes_max,
+            window_instances_max: self.p.window_instances_max,
+            fsync: b.fsync,
+            duration_s: b.duration_ns as f64 / 1e9,
+            measured_s,
+            commands,
+            ops,
+            throughput_cmds_per_s: commands as f64 / measured_s.max(1e-9),
+            throughput_ops_per_s: ops as f64 / measured_s.max(1e-9),
+            latency_ms_p50: ms(bm::percentile(&lat, 0.5)),
+            latency_ms_p90: ms(bm::percentile(&lat, 0.9)),
+            latency_ms_p99: ms(bm::percentile(&lat, 0.99)),
+            latency_ms_max: ms(lat.last().copied().unwrap_or(0)),
+            resubmissions: self.clients.iter().map(|c| c.resubmissions).sum(),
+            instances,
+            commands_per_instance: if instances > 0 {
+                commands as f64 / instances as f64
+            } else {
+                0.0
+            },
+            nodes,
+            events: self.trace.events(),
+            trace_hash: self.trace.hash(),
+            virtual_ns: self.q.now(),
+            failure: self
+                .failure
+                .take()
+                .map(|f| format!("{}: {}", f.check, f.message)),
+        }
     }
 
     fn finish(mut self) -> SeedReport {

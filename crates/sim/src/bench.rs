@@ -1,0 +1,339 @@
+//! The experiment mode: a closed-loop benchmark of a fault-free cluster in virtual time,
+//! measured like `partita bench` measures a real one.
+//!
+//! ```text
+//! BenchSpec (cluster file, workload, clients, think time, preload, duration, cost table,
+//!            network) ──► World::new_bench ──► run to `duration` ──► BenchReport
+//! ```
+//!
+//! - **Cluster**: any cluster file the real loader accepts: Ring Paxos or Multi-Paxos
+//!   with its acceptors and replicas, or the client-server baseline (one `NodeCore` in
+//!   `Mode::Cs`). Every node is a real `NodeCore` with its own CPU (one process per
+//!   machine, as in paper 001 §V-A), charged from the [`CostTable`]; every acceptor has
+//!   its own WAL disk (the table's `[disk]`, group commit; no fsync with
+//!   `fsync = false`, like `durability = "memory"`). Checkpoints follow the cluster
+//!   file (the experiments turn them off, as the paper had none).
+//! - **Preload**: every replica starts with a B+tree of `preload` entries (keys 0, 2,
+//!   4, …, value = key, as `partita bench` preloads), without consensus: an SMR
+//!   replica boots from a checkpoint of instance 0 built by the caller (see
+//!   [`ReplicaImage`]; `partita experiment` bulk-loads one tree and stamps a copy per
+//!   replica); the client-server server, which cannot boot from a checkpoint, executes
+//!   the inserts as batches of 1000 before time starts. Neither costs virtual time.
+//! - **Clients**: `clients` closed-loop clients drawing `partita bench`'s workloads
+//!   ([`Workload`], [`random_op`]: the same operations over the same key space), each
+//!   thinking a uniform whole number of milliseconds in `0..=think_ms` before each
+//!   command, sending it to the entry node (the coordinator, or the server) with one
+//!   replica chosen to reply (clients are spread evenly over the replicas), resending it
+//!   after `client_timeout_ns` without a reply. Clients cost nothing (they run on
+//!   other machines).
+//! - **Network**: every link has the same one-way latency (default 50 µs: the paper's
+//!   0.1 ms round trip) plus a uniform jitter (default up to 10 µs), and every endpoint
+//!   one network card (default 1 Gbit/s, [`NicParams::gigabit`]) shared by all its
+//!   links. No loss, no faults.
+//! - **Measurement**: operations invoked after `trim × duration` and completed before
+//!   `(1 − trim) × duration` count, as in `partita bench`; throughput in commands and
+//!   B+tree operations per virtual second, latency percentiles exact (nearest rank).
+//!   The report also gives each node's CPU and network-card utilization over the
+//!   measured window, and the instances decided in it, to show what the bottleneck is.
+//! - **Checks**: only the cheap ones: every core's `invariants()` after every handler
+//!   and the codec (every message is encoded, for its size; the decoded copy is
+//!   delivered). No agreement oracle, no history, no linearizability check.
+//!
+//! A run is a pure function of the spec: the same spec gives the same numbers and the
+//! same trace hash.
+
+use crate::cpu::CostTable;
+use crate::net::NicParams;
+use crate::queue::{Time, MICROS, MILLIS, SECONDS};
+use partita_runtime::ClusterConfig;
+use partita_types::{BatchOp, NodeId, Op};
+use rand::Rng;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The workloads of `partita bench` (paper 001 §V-A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Range queries of 1000 keys.
+    Query,
+    /// One insert or delete per command.
+    Update,
+    /// Seven inserts/deletes per command.
+    Batch,
+    /// Reads, updates, inserts, deletes, next/prev and 100-key ranges by ratio.
+    Mixed,
+}
+
+/// Keys of the preload are 0, 2, 4, …, 2(N-1) with value = key.
+pub const PRELOAD_STRIDE: u64 = 2;
+
+/// Keys are drawn from 0..2N for a preload of N, or 0..2,000,000 without one (as
+/// `partita bench`).
+pub fn key_space(preload: u64) -> u64 {
+    if preload > 0 {
+        preload * PRELOAD_STRIDE
+    } else {
+        1_000_000 * PRELOAD_STRIDE
+    }
+}
+
+/// One command of workload `w` over keys `0..keys`: the same distribution as
+/// `partita bench` (`src/bench.rs`).
+pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
+    let keys = keys.max(2);
+    let key = |rng: &mut dyn rand::RngCore| rng.gen_range(0..keys);
+    match w {
+        Workload::Query => {
+            let min = rng.gen_range(0..keys) & !1;
+            Op::Query {
+                min,
+                max: min + 999 * PRELOAD_STRIDE,
+            }
+        }
+        Workload::Update => {
+            if rng.gen_bool(0.5) {
+                Op::Insert {
+                    key: key(rng),
+                    value: rng.gen(),
+                }
+            } else {
+                Op::Delete { key: key(rng) }
+            }
+        }
+        Workload::Batch => Op::Batch(
+            (0..7)
+                .map(|_| {
+                    if rng.gen_bool(0.5) {
+                        BatchOp::Insert {
+                            key: key(rng),
+                            value: rng.gen(),
+                        }
+                    } else {
+                        BatchOp::Delete { key: key(rng) }
+                    }
+                })
+                .collect(),
+        ),
+        Workload::Mixed => match rng.gen_range(0..100) {
+            0..40 => Op::Read { key: key(rng) },
+            40..60 => Op::Update {
+                key: key(rng),
+                value: rng.gen(),
+            },
+            60..75 => Op::Insert {
+                key: key(rng),
+                value: rng.gen(),
+            },
+            75..90 => Op::Delete { key: key(rng) },
+            90..95 => {
+                let min = key(rng);
+                Op::Query {
+                    min,
+                    max: min.saturating_add(99 * PRELOAD_STRIDE),
+                }
+            }
+            95..98 => Op::Next { key: key(rng) },
+            _ => Op::Prev { key: key(rng) },
+        },
+    }
+}
+
+/// The preloaded state of an SMR replica: given a replica's node id, the bytes of a
+/// replica checkpoint of instance 0 of this cluster written by that node
+/// (`SequentialReplica::checkpoint`, then `partita_smr::restamp_checkpoint`). A
+/// function, so that each replica's copy exists only while it boots.
+#[derive(Clone)]
+pub struct ReplicaImage(pub Arc<dyn Fn(NodeId) -> Vec<u8> + Send + Sync>);
+
+impl std::fmt::Debug for ReplicaImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplicaImage(..)")
+    }
+}
+
+/// The simulated network of an experiment.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BenchNet {
+    /// One-way latency of every link.
+    pub latency_ns: u64,
+    /// Uniform extra delay per message, `0..=jitter_ns`.
+    pub jitter_ns: u64,
+    /// Every endpoint's network card; `None`: per-link bandwidth only.
+    pub nic: Option<NicParams>,
+    /// Per-link bandwidth when there are no cards.
+    pub link_bytes_per_s: u64,
+}
+
+impl Default for BenchNet {
+    /// Paper 001's LAN: 0.1 ms round trip, gigabit cards.
+    fn default() -> Self {
+        BenchNet {
+            latency_ns: 50 * MICROS,
+            jitter_ns: 10 * MICROS,
+            nic: Some(NicParams::gigabit()),
+            link_bytes_per_s: 125_000_000,
+        }
+    }
+}
+
+/// One experiment point.
+#[derive(Clone, Debug)]
+pub struct BenchSpec {
+    /// Any cluster file the real loader accepts (smr or cs mode).
+    pub cluster: ClusterConfig,
+    pub workload: Workload,
+    pub clients: u32,
+    /// Think time before each command, uniform whole milliseconds in `0..=think_ms`.
+    pub think_ms: u64,
+    /// Entries preloaded on every replica (keys 0, 2, …; value = key).
+    pub preload: u64,
+    /// Required for an SMR cluster with `preload > 0`.
+    pub replica_image: Option<ReplicaImage>,
+    /// Virtual length of the run, and the fraction trimmed at each end.
+    pub duration_ns: Time,
+    pub trim: f64,
+    pub seed: u64,
+    pub cost: CostTable,
+    pub net: BenchNet,
+    /// Whether acceptors fsync (the cost table's `[disk]`); `false`: writes only.
+    pub fsync: bool,
+    pub client_timeout_ns: Time,
+}
+
+impl BenchSpec {
+    /// A spec with the defaults of the experiments: 3 s virtual, 10% trimmed, seed 1,
+    /// the paper's network, fsync on, clients resend after 1 s (`partita-client`'s
+    /// timeout).
+    pub fn new(cluster: ClusterConfig, workload: Workload, clients: u32) -> BenchSpec {
+        BenchSpec {
+            cluster,
+            workload,
+            clients,
+            think_ms: 0,
+            preload: 0,
+            replica_image: None,
+            duration_ns: 3 * SECONDS,
+            trim: 0.1,
+            seed: 1,
+            cost: CostTable::default(),
+            net: BenchNet::default(),
+            fsync: true,
+            client_timeout_ns: 1000 * MILLIS,
+        }
+    }
+}
+
+/// Load of one node over the measured window.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeLoad {
+    pub node: NodeId,
+    /// "acceptor", "coordinator", "replica", "server".
+    pub role: String,
+    /// Fraction of the window its CPU was busy.
+    pub cpu: f64,
+    /// Fraction of the window its network card was sending.
+    pub nic_out: f64,
+    /// Fsyncs in the window (acceptors).
+    pub fsyncs: u64,
+}
+
+/// What an experiment point measured (virtual time throughout).
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// "smr" or "cs", and the ordering protocol (smr).
+    pub mode: String,
+    pub protocol: String,
+    pub workload: Workload,
+    pub clients: u32,
+    pub think_ms: u64,
+    pub preload: u64,
+    pub acceptors: usize,
+    pub replicas: usize,
+    pub batch_bytes_max: usize,
+    pub window_instances_max: usize,
+    pub fsync: bool,
+    pub duration_s: f64,
+    pub measured_s: f64,
+    pub commands: u64,
+    pub ops: u64,
+    pub throughput_cmds_per_s: f64,
+    pub throughput_ops_per_s: f64,
+    pub latency_ms_p50: f64,
+    pub latency_ms_p90: f64,
+    pub latency_ms_p99: f64,
+    pub latency_ms_max: f64,
+    pub resubmissions: u64,
+    /// Instances the coordinator decided in the window (smr), and commands per
+    /// instance.
+    pub instances: u64,
+    pub commands_per_instance: f64,
+    pub nodes: Vec<NodeLoad>,
+    pub events: u64,
+    pub trace_hash: u64,
+    pub virtual_ns: u64,
+    /// A core's invariant or the codec failed (the numbers are then meaningless).
+    pub failure: Option<String>,
+}
+
+impl BenchReport {
+    /// The node whose CPU was busiest, and how busy.
+    pub fn busiest(&self) -> Option<&NodeLoad> {
+        self.nodes.iter().max_by(|a, b| a.cpu.total_cmp(&b.cpu))
+    }
+}
+
+/// Exact percentile (nearest rank) of sorted values.
+pub fn percentile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Run one experiment point.
+pub fn run(spec: BenchSpec) -> BenchReport {
+    crate::world::World::new_bench(spec).run_bench()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn workloads_draw_the_bench_operations() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let keys = key_space(1000);
+        for _ in 0..200 {
+            match random_op(Workload::Query, &mut rng, keys) {
+                Op::Query { min, max } => {
+                    assert_eq!(min % 2, 0);
+                    assert_eq!(max - min, 1998);
+                    assert!(min < keys);
+                }
+                o => panic!("{o:?}"),
+            }
+            assert!(matches!(
+                random_op(Workload::Update, &mut rng, keys),
+                Op::Insert { .. } | Op::Delete { .. }
+            ));
+            match random_op(Workload::Batch, &mut rng, keys) {
+                Op::Batch(ops) => assert_eq!(ops.len(), 7),
+                o => panic!("{o:?}"),
+            }
+        }
+        assert_eq!(key_space(0), 2_000_000);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.5), 50);
+        assert_eq!(percentile(&v, 0.99), 99);
+        assert_eq!(percentile(&v, 1.0), 100);
+        assert_eq!(percentile(&[], 0.5), 0);
+        assert_eq!(percentile(&[7], 0.9), 7);
+    }
+}
