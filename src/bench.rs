@@ -95,61 +95,22 @@ pub fn key_space(preload: u64) -> u64 {
     }
 }
 
+/// One command of workload `w`: the generator is shared with the simulator's experiment
+/// mode, so real and simulated runs draw the same operations.
 fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
-    let key = |rng: &mut dyn rand::RngCore| rng.gen_range(0..keys);
-    match w {
-        Workload::Query => {
-            let min = rng.gen_range(0..keys) & !1;
-            Op::Query {
-                min,
-                max: min + 999 * PRELOAD_STRIDE,
-            }
+    partita_sim::bench::random_op(w.to_sim(), rng, keys)
+}
+
+impl Workload {
+    /// The simulator's name for the same workload.
+    pub fn to_sim(self) -> partita_sim::bench::Workload {
+        use partita_sim::bench::Workload as S;
+        match self {
+            Workload::Query => S::Query,
+            Workload::Update => S::Update,
+            Workload::Batch => S::Batch,
+            Workload::Mixed => S::Mixed,
         }
-        Workload::Update => {
-            if rng.gen_bool(0.5) {
-                Op::Insert {
-                    key: key(rng),
-                    value: rng.gen(),
-                }
-            } else {
-                Op::Delete { key: key(rng) }
-            }
-        }
-        Workload::Batch => Op::Batch(
-            (0..7)
-                .map(|_| {
-                    if rng.gen_bool(0.5) {
-                        BatchOp::Insert {
-                            key: key(rng),
-                            value: rng.gen(),
-                        }
-                    } else {
-                        BatchOp::Delete { key: key(rng) }
-                    }
-                })
-                .collect(),
-        ),
-        Workload::Mixed => match rng.gen_range(0..100) {
-            0..40 => Op::Read { key: key(rng) },
-            40..60 => Op::Update {
-                key: key(rng),
-                value: rng.gen(),
-            },
-            60..75 => Op::Insert {
-                key: key(rng),
-                value: rng.gen(),
-            },
-            75..90 => Op::Delete { key: key(rng) },
-            90..95 => {
-                let min = key(rng);
-                Op::Query {
-                    min,
-                    max: min.saturating_add(99 * PRELOAD_STRIDE),
-                }
-            }
-            95..98 => Op::Next { key: key(rng) },
-            _ => Op::Prev { key: key(rng) },
-        },
     }
 }
 

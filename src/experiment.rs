@@ -387,12 +387,7 @@ pub fn replica_image(entries: u64, cluster_id: u64) -> anyhow::Result<ReplicaIma
 }
 
 fn sim_workload(w: Workload) -> simbench::Workload {
-    match w {
-        Workload::Query => simbench::Workload::Query,
-        Workload::Update => simbench::Workload::Update,
-        Workload::Batch => simbench::Workload::Batch,
-        Workload::Mixed => simbench::Workload::Mixed,
-    }
+    w.to_sim()
 }
 
 /// `partita bench`'s result for a simulated point (virtual time throughout).
