@@ -9,7 +9,8 @@
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
 use partita_sim::{
-    CostTable, FaultClass, FaultSelection, ProtocolChoice, SeedReport, SimOptions, UnsafeBugs,
+    CostTable, FaultClass, FaultSelection, ProtocolChoice, SeedReport, SimOptions,
+    SpeculationChoice, UnsafeBugs,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -32,9 +33,12 @@ pub struct SimArgs {
     /// Ordering protocol; `both` alternates by seed (even: Ring Paxos, odd: Multi-Paxos).
     #[arg(long, value_enum, default_value = "both")]
     protocol: SimProtocol,
+    /// Speculative execution on Ring Paxos seeds: `swarm` draws it per seed.
+    #[arg(long, value_enum, default_value = "swarm")]
+    speculation: SimSpeculation,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
-    /// skip-phase1, restore-without-reply-cache.
+    /// skip-phase1, restore-without-reply-cache, speculative-no-rollback.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -74,6 +78,13 @@ pub struct SimArgs {
     /// Events shown before a failure.
     #[arg(long, default_value_t = 40)]
     trace_tail: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SimSpeculation {
+    Swarm,
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -139,6 +150,11 @@ impl SimArgs {
                 SimProtocol::RingPaxos => ProtocolChoice::RingPaxos,
                 SimProtocol::MultiPaxos => ProtocolChoice::MultiPaxos,
                 SimProtocol::Both => ProtocolChoice::Alternate,
+            },
+            speculation: match self.speculation {
+                SimSpeculation::Swarm => SpeculationChoice::Swarm,
+                SimSpeculation::On => SpeculationChoice::On,
+                SimSpeculation::Off => SpeculationChoice::Off,
             },
             bugs,
             faults,

@@ -94,7 +94,9 @@ pub use check::{Check, Failure};
 pub use cpu::CostTable;
 pub use partita_node::UnsafeBugs;
 pub use report::SeedReport;
-pub use swarm::{draw, FaultClass, FaultSelection, ProtocolChoice, SeedParams, SimOptions};
+pub use swarm::{
+    draw, FaultClass, FaultSelection, ProtocolChoice, SeedParams, SimOptions, SpeculationChoice,
+};
 
 /// Run one seed: draw its parameters, simulate, check.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {

@@ -55,9 +55,14 @@ impl SeedReport {
             Some(f) => format!("FAIL {}: {}", f.check, first_line(&f.message)),
         };
         format!(
-            "seed {} ({}, {}a/{}r, faults: {}): {verdict}",
+            "seed {} ({}{}, {}a/{}r, faults: {}): {verdict}",
             self.seed,
             self.params.protocol,
+            if self.params.speculative {
+                " speculative"
+            } else {
+                ""
+            },
             self.params.acceptors,
             self.params.replicas,
             fault_list(&self.params),
@@ -93,8 +98,15 @@ impl fmt::Display for SeedReport {
         writeln!(f, "configuration")?;
         writeln!(
             f,
-            "  cluster         {}, {} acceptors (node 1 coordinates), {} replicas",
-            p.protocol, p.acceptors, p.replicas
+            "  cluster         {}{}, {} acceptors (node 1 coordinates), {} replicas",
+            p.protocol,
+            if p.speculative {
+                " with speculative execution"
+            } else {
+                ""
+            },
+            p.acceptors,
+            p.replicas
         )?;
         writeln!(
             f,

@@ -112,6 +112,19 @@ pub enum ProtocolChoice {
     Alternate,
 }
 
+/// Whether Ring Paxos seeds run with speculative execution (`[execution] speculative`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpeculationChoice {
+    /// Each Ring Paxos seed draws it (probability 1/2) from its own random stream, so
+    /// that turning speculation on or off never shifts any other draw of the seed.
+    Swarm,
+    /// Every Ring Paxos seed speculates (Multi-Paxos seeds never do: it sends no
+    /// proposals to learners).
+    On,
+    Off,
+}
+
 /// Which fault classes a seed may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum FaultSelection {
@@ -129,6 +142,7 @@ pub struct SimOptions {
     /// Commands per seed, across all clients.
     pub ops: u64,
     pub protocol: ProtocolChoice,
+    pub speculation: SpeculationChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -152,6 +166,11 @@ impl SimOptions {
             ProtocolChoice::RingPaxos => f += " --protocol ring-paxos",
             ProtocolChoice::MultiPaxos => f += " --protocol multi-paxos",
             ProtocolChoice::Alternate => {}
+        }
+        match self.speculation {
+            SpeculationChoice::Swarm => {}
+            SpeculationChoice::On => f += " --speculation on",
+            SpeculationChoice::Off => f += " --speculation off",
         }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
@@ -182,6 +201,7 @@ impl Default for SimOptions {
         SimOptions {
             ops: 2000,
             protocol: ProtocolChoice::Alternate,
+            speculation: SpeculationChoice::Swarm,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -219,6 +239,8 @@ impl FaultParams {
 pub struct SeedParams {
     pub seed: u64,
     pub protocol: Protocol,
+    /// Replicas execute proposals speculatively (Ring Paxos only).
+    pub speculative: bool,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -258,6 +280,7 @@ impl SeedParams {
         c.batching.batch_bytes_max = self.batch_bytes_max;
         c.batching.batch_delay_ms = self.batch_delay_ms;
         c.storage.checkpoint_instances = self.checkpoint_instances;
+        c.execution.speculative = self.speculative;
         c.nodes = (1..=(self.acceptors + self.replicas) as NodeId)
             .map(|id| NodeSection {
                 id,
@@ -289,6 +312,7 @@ pub const STREAM_DISK: u64 = 3;
 pub const STREAM_FAULTS: u64 = 4;
 pub const STREAM_CLIENTS: u64 = 5;
 pub const STREAM_LINKS: u64 = 6;
+pub const STREAM_SPECULATION: u64 = 7;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -401,6 +425,12 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         stall_ns_max: rng.gen_range(20..=300) * MILLIS,
         unsynced_survive: if on(FaultClass::TornTail) { 0.5 } else { 0.0 },
     };
+    let speculative = protocol == Protocol::RingPaxos
+        && match opts.speculation {
+            SpeculationChoice::Swarm => stream(seed, STREAM_SPECULATION).gen_bool(0.5),
+            SpeculationChoice::On => true,
+            SpeculationChoice::Off => false,
+        };
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -410,6 +440,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     SeedParams {
         seed,
         protocol,
+        speculative,
         acceptors,
         replicas,
         window_instances_max,
@@ -455,6 +486,7 @@ fn bug_on(b: &UnsafeBugs, name: &str) -> bool {
         "unordered-query" => b.unordered_query,
         "skip-phase1" => b.skip_phase1,
         "restore-without-reply-cache" => b.restore_without_reply_cache,
+        "speculative-no-rollback" => b.speculative_no_rollback,
         _ => false,
     }
 }

@@ -362,6 +362,7 @@ impl World {
         let p = SeedParams {
             seed: spec.seed,
             protocol: cluster.cluster.protocol,
+            speculative: cluster.execution.speculative,
             acceptors: cluster.membership().acceptors.len(),
             replicas: cluster.executors().len(),
             window_instances_max: cluster.batching.window_instances_max,

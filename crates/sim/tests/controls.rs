@@ -25,8 +25,14 @@
 //! - `restore-without-reply-cache`: replica restarts from a checkpoint or state
 //!   transfer; the replica's invariant (reply cache against its high-water mark) or a
 //!   resubmission executed twice.
+//! - `speculative-no-rollback` (a replica confirms speculated commands without checking
+//!   the decided value): Ring Paxos with speculative execution, where a failover or a
+//!   lost proposal decides another value than the one speculated; the replica keeps the
+//!   wrong state and answers from it (linearizability, digests).
 
-use partita_sim::{run_seed, FaultClass, FaultSelection, SimOptions, UnsafeBugs};
+use partita_sim::{
+    run_seed, FaultClass, FaultSelection, ProtocolChoice, SimOptions, SpeculationChoice, UnsafeBugs,
+};
 
 /// Scan `seeds` with `bug` planted; return the first seed that fails a safety check
 /// with the bug and passes without it, with the failed check and message.
@@ -46,8 +52,6 @@ fn control_ops(
     seeds: std::ops::Range<u64>,
     ops: u64,
 ) -> (u64, String) {
-    let mut bugs = UnsafeBugs::default();
-    bugs.enable(bug).expect("a known bug");
     let clean = SimOptions {
         ops,
         faults,
@@ -55,6 +59,12 @@ fn control_ops(
         trace_tail: 0,
         ..SimOptions::default()
     };
+    control_opts(bug, clean, seeds)
+}
+
+fn control_opts(bug: &str, clean: SimOptions, seeds: std::ops::Range<u64>) -> (u64, String) {
+    let mut bugs = UnsafeBugs::default();
+    bugs.enable(bug).expect("a known bug");
     let planted = SimOptions {
         bugs,
         ..clean.clone()
@@ -156,4 +166,18 @@ fn restore_without_reply_cache_is_caught() {
         0..50,
     );
     eprintln!("restore-without-reply-cache caught at seed {seed}: {what}");
+}
+
+#[test]
+fn speculative_no_rollback_is_caught() {
+    // Every seed Ring Paxos with speculation; failovers and lost proposals make replicas
+    // speculate values that are not decided.
+    let clean = SimOptions {
+        protocol: ProtocolChoice::RingPaxos,
+        speculation: SpeculationChoice::On,
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    let (seed, what) = control_opts("speculative-no-rollback", clean, 0..50);
+    eprintln!("speculative-no-rollback caught at seed {seed}: {what}");
 }
