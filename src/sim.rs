@@ -9,7 +9,7 @@
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
 use partita_sim::{
-    CostTable, FaultClass, FaultSelection, ProtocolChoice, SeedReport, SimOptions,
+    CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
     SpeculationChoice, UnsafeBugs,
 };
 use serde::Serialize;
@@ -36,6 +36,10 @@ pub struct SimArgs {
     /// Speculative execution on Ring Paxos seeds: `swarm` draws it per seed.
     #[arg(long, value_enum, default_value = "swarm")]
     speculation: SimSpeculation,
+    /// State partitioning: this many key ranges (1: classic SMR). Default: each seed
+    /// draws it (one partition half of the time, else 2 to 4).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
+    partitions: Option<u32>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback.
@@ -155,6 +159,10 @@ impl SimArgs {
                 SimSpeculation::Swarm => SpeculationChoice::Swarm,
                 SimSpeculation::On => SpeculationChoice::On,
                 SimSpeculation::Off => SpeculationChoice::Off,
+            },
+            partitioning: match self.partitions {
+                Some(n) => PartitionChoice::Fixed(n),
+                None => PartitionChoice::Swarm,
             },
             bugs,
             faults,

@@ -922,6 +922,46 @@ mod tests {
         Event::new(client, &op, call, ret, Status::Ok, Some(&result))
     }
 
+    /// Paper 001, Figure 4 (right): the B-tree split into two sub-trees (keys 0..=50
+    /// and 51..=100) ordered independently. C1 inserts 20 and C2 inserts 70,
+    /// concurrently; C3's Query(0, 100) sees C1's insert but not C2's, C4's sees C2's
+    /// but not C1's. No total order of the four commands allows both answers, whatever
+    /// their timing, so the checker must reject the history; with either query seeing
+    /// both inserts (or neither) it is linearizable.
+    #[test]
+    fn figure_4_of_paper_001_is_not_linearizable() {
+        let q = Op::Query { min: 0, max: 100 };
+        let history = |c3: Vec<(u64, u64)>, c4: Vec<(u64, u64)>| {
+            vec![
+                ev(
+                    1,
+                    Op::Insert { key: 20, value: 1 },
+                    0,
+                    10,
+                    OpResult::Inserted(true),
+                ),
+                ev(
+                    2,
+                    Op::Insert { key: 70, value: 2 },
+                    0,
+                    10,
+                    OpResult::Inserted(true),
+                ),
+                ev(3, q.clone(), 1, 9, OpResult::Entries(c3)),
+                ev(4, q.clone(), 1, 9, OpResult::Entries(c4)),
+            ]
+        };
+        let bad = history(vec![(20, 1)], vec![(70, 2)]);
+        assert!(matches!(
+            check(&bad, &CheckOptions::default()),
+            Err(CheckError::NotLinearizable(_))
+        ));
+        let good = history(vec![(20, 1)], vec![(20, 1), (70, 2)]);
+        assert!(check(&good, &CheckOptions::default()).is_ok());
+        let good = history(vec![], vec![(70, 2)]);
+        assert!(check(&good, &CheckOptions::default()).is_ok());
+    }
+
     #[test]
     fn partition_splits_point_keys_and_joins_ranges() {
         let events = vec![

@@ -733,15 +733,22 @@ impl Acceptor {
         let c = self.replica_checkpoints.entry(from).or_default();
         *c = (*c).max(instance);
         // The majority-th highest checkpoint (replicas not heard from count as 0):
-        // a majority of replicas executed and checkpointed everything up to it.
-        let mut all: Vec<Instance> = self
-            .membership
-            .learners
-            .iter()
-            .map(|l| self.replica_checkpoints.get(l).copied().unwrap_or(0))
-            .collect();
-        all.sort_unstable_by(|a, b| b.cmp(a));
-        let covered = all[self.membership.learners.len() / 2];
+        // a majority of replicas executed and checkpointed everything up to it. With
+        // state partitioning, a majority of every partition's replicas (each holds only
+        // its partition's state, so only its peers can serve it a checkpoint).
+        let parts = self.membership.partitions.map.count();
+        let covered = (0..parts)
+            .map(|p| {
+                let members = self.membership.learners_of(p);
+                let mut all: Vec<Instance> = members
+                    .iter()
+                    .map(|l| self.replica_checkpoints.get(l).copied().unwrap_or(0))
+                    .collect();
+                all.sort_unstable_by(|a, b| b.cmp(a));
+                all.get(members.len() / 2).copied().unwrap_or(0)
+            })
+            .min()
+            .unwrap_or(0);
         if covered < self.truncated_below {
             return;
         }
@@ -820,6 +827,7 @@ mod tests {
             acceptors: vec![1, 2, 3],
             coordinator: 3,
             learners: vec![4],
+            partitions: Default::default(),
         }
     }
 
@@ -1205,6 +1213,7 @@ mod tests {
     fn three_replicas() -> Membership {
         Membership {
             learners: vec![4, 5, 6],
+            partitions: Default::default(),
             ..membership(Protocol::MultiPaxos)
         }
     }
@@ -1326,6 +1335,7 @@ mod tests {
             1,
             Membership {
                 learners: vec![4],
+                partitions: Default::default(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1350,6 +1360,7 @@ mod tests {
             1,
             Membership {
                 learners: vec![4],
+                partitions: Default::default(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1422,6 +1433,7 @@ mod tests {
             1,
             Membership {
                 learners: vec![4],
+                partitions: Default::default(),
                 ..membership(Protocol::MultiPaxos)
             },
         );

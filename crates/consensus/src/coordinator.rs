@@ -470,15 +470,9 @@ impl Coordinator {
         self.stats.instances_decided += 1;
         let vid = value.vid;
         if self.membership.protocol == Protocol::MultiPaxos {
-            let learners = self.membership.learners.clone();
-            send_all(
-                out,
-                &learners,
-                Msg::DecideValue {
-                    instance,
-                    value: value.clone(),
-                },
-            );
+            for (learners, value) in self.for_learners(&value) {
+                send_all(out, &learners, Msg::DecideValue { instance, value });
+            }
         }
         self.unannounced.push((instance, vid));
         self.recent.insert(instance, value);
@@ -636,27 +630,56 @@ impl Coordinator {
         }
     }
 
+    /// What each group of learners receives of `value`: all of it for everyone, or,
+    /// with state partitioning, each partition's group its sub-commands (paper 001
+    /// §III-C: one dissemination group per partition; a command for several partitions
+    /// goes once to each). A partition no command addresses still gets the (empty)
+    /// value, so that its learners deliver every instance in order without asking.
+    fn for_learners(&self, value: &Arc<Value>) -> Vec<(Vec<NodeId>, Arc<Value>)> {
+        if !self.membership.is_partitioned() {
+            return vec![(self.membership.learners.clone(), value.clone())];
+        }
+        let map = self.membership.partitions.map;
+        (0..map.count())
+            .map(|p| {
+                let part = if value.only_for(&map, p) {
+                    value.clone()
+                } else {
+                    Arc::new(value.project(&map, p))
+                };
+                (self.membership.learners_of(p), part)
+            })
+            .filter(|(l, _)| !l.is_empty())
+            .collect()
+    }
+
     fn send_phase2a(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {
-        let mut to: Vec<NodeId> = self.membership.acceptors.clone();
-        let decided = match self.membership.protocol {
-            Protocol::RingPaxos => {
-                // The value goes once to acceptors and learners; decisions ride along.
-                to.extend(&self.membership.learners);
-                std::mem::take(&mut self.unannounced)
-            }
-            Protocol::MultiPaxos => Vec::new(),
+        let acceptors: Vec<NodeId> = self.membership.acceptors.clone();
+        let msg = |value: Arc<Value>, decided: Vec<(Instance, Vid)>| Msg::Phase2A {
+            ballot: self.ballot,
+            instance,
+            value,
+            decided,
+            ring: self.ring_mask,
         };
-        send_all(
-            out,
-            &to,
-            Msg::Phase2A {
-                ballot: self.ballot,
-                instance,
-                value,
-                decided,
-                ring: self.ring_mask,
-            },
-        );
+        match self.membership.protocol {
+            Protocol::RingPaxos => {
+                // The value goes once to acceptors and learners (per partition, its
+                // part); decisions ride along.
+                let decided = std::mem::take(&mut self.unannounced);
+                if !self.membership.is_partitioned() {
+                    let mut to = acceptors;
+                    to.extend(&self.membership.learners);
+                    send_all(out, &to, msg(value, decided));
+                    return;
+                }
+                send_all(out, &acceptors, msg(value.clone(), decided.clone()));
+                for (learners, part) in self.for_learners(&value) {
+                    send_all(out, &learners, msg(part, decided.clone()));
+                }
+            }
+            Protocol::MultiPaxos => send_all(out, &acceptors, msg(value, Vec::new())),
+        }
     }
 
     pub fn invariants(&self) {
@@ -695,6 +718,7 @@ mod tests {
             acceptors: vec![1, 2, 3],
             coordinator: 3,
             learners: vec![4, 5],
+            partitions: Default::default(),
         }
     }
 
@@ -762,6 +786,84 @@ mod tests {
             );
         }
         c
+    }
+
+    /// Paper 001 §III-C: acceptors get the whole value; each partition's learners get
+    /// the sub-commands addressed to their partition (a command for both partitions
+    /// reaches both, each with its part), under the same value id.
+    #[test]
+    fn partitioned_phase2a_sends_each_partition_its_part() {
+        for protocol in [Protocol::RingPaxos, Protocol::MultiPaxos] {
+            let mut m = membership(protocol);
+            m.partitions = partita_types::PartitionLayout {
+                map: partita_types::PartitionMap::new(2, 100).unwrap(),
+                replicas: vec![vec![4], vec![5]],
+            };
+            let mut c = Coordinator::new(3, m, cfg(), Ballot::ZERO, 1);
+            let mut out = Vec::new();
+            c.start(&mut out);
+            let b = c.ballot();
+            for a in [1, 3] {
+                c.on_message(
+                    a,
+                    Msg::Phase1B {
+                        ballot: b,
+                        from: 1,
+                        to: 11,
+                        accepted: vec![],
+                        truncated_below: 1,
+                    },
+                    &mut out,
+                );
+            }
+            out.clear();
+            let q = |min, max| Command {
+                client: 9,
+                seq: 1,
+                reply_to: 4,
+                op: Op::Query { min, max },
+            };
+            c.on_command(q(10, 80), &mut out);
+            let whole = out
+                .iter()
+                .find_map(|a| match a {
+                    Action::Send {
+                        to: 1,
+                        msg: Msg::Phase2A { value, .. },
+                    } => Some(value.clone()),
+                    _ => None,
+                })
+                .expect("phase 2A to an acceptor");
+            assert_eq!(whole.commands, vec![q(10, 80)]);
+            // Decide it (Multi-Paxos sends learners the value with the decision).
+            for a in [1, 2] {
+                c.on_message(
+                    a,
+                    Msg::Phase2B {
+                        ballot: b,
+                        instance: 1,
+                        vid: whole.vid,
+                        votes: 1 << (a - 1),
+                    },
+                    &mut out,
+                );
+            }
+            for (learner, part) in [(4, q(10, 49)), (5, q(50, 80))] {
+                let got: Vec<_> = out
+                    .iter()
+                    .filter_map(|a| match a {
+                        Action::Send {
+                            to,
+                            msg: Msg::Phase2A { value, .. } | Msg::DecideValue { value, .. },
+                        } if *to == learner => Some(value.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(got.len(), 1, "{protocol:?}: learner {learner}: {out:?}");
+                assert_eq!(got[0].vid, whole.vid);
+                assert_eq!(got[0].commands, vec![part], "{protocol:?}");
+            }
+        }
     }
 
     #[test]

@@ -122,6 +122,7 @@ mod tests {
             acceptors: vec![1, 2, 3],
             coordinator: 1,
             learners: vec![4],
+            partitions: Default::default(),
         }
     }
 

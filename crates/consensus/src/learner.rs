@@ -25,7 +25,7 @@
 //! [`Learner::skip_to`], the one way an instance is passed without being delivered.
 
 use crate::{Action, Drop, DropCounts, LearnerConfig, Membership, Msg, Outbox, Value, Vid};
-use partita_types::{Ballot, Instance, NodeId};
+use partita_types::{Ballot, Instance, NodeId, PartitionId, PartitionMap};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -74,6 +74,17 @@ pub struct Learner {
     drops: DropCounts,
     /// Report proposals ([`Action::Propose`]) for speculative execution.
     speculative: bool,
+    /// State partitioning: the key ranges and the one this learner's replica holds.
+    /// Every value it takes in is reduced to that partition's sub-commands
+    /// ([`Value::project`]): the coordinator sends only those, but values recovered from
+    /// acceptors or the coordinator (learning, majority reads) are whole.
+    partition: Option<(PartitionMap, PartitionId)>,
+}
+
+/// The partition learner `id` holds, when the state is partitioned.
+fn membership_partition(m: &Membership, id: NodeId) -> Option<(PartitionMap, PartitionId)> {
+    m.is_partitioned()
+        .then(|| (m.partitions.map, m.partition_of(id)))
 }
 
 impl Learner {
@@ -88,7 +99,6 @@ impl Learner {
         assert!(next_deliver >= 1);
         Learner {
             id,
-            membership,
             cfg,
             next_deliver,
             proposals: BTreeMap::new(),
@@ -104,6 +114,16 @@ impl Learner {
             stats: LearnerStats::default(),
             drops: DropCounts::default(),
             speculative: false,
+            partition: membership_partition(&membership, id),
+            membership,
+        }
+    }
+
+    /// This learner's part of `value` (all of it when the state is not partitioned).
+    fn local(&self, value: Arc<Value>) -> Arc<Value> {
+        match &self.partition {
+            Some((map, p)) if !value.only_for(map, *p) => Arc::new(value.project(map, *p)),
+            _ => value,
         }
     }
 
@@ -139,6 +159,7 @@ impl Learner {
                 decided,
                 ..
             } => {
+                let value = self.local(value);
                 self.leader_ballot = self.leader_ballot.max(ballot);
                 for (i, vid) in decided {
                     self.on_decided_id(i, vid);
@@ -166,10 +187,14 @@ impl Learner {
                     self.on_decided_id(i, vid);
                 }
             }
-            Msg::DecideValue { instance, value } => self.on_decided_value(instance, value),
+            Msg::DecideValue { instance, value } => {
+                let value = self.local(value);
+                self.on_decided_value(instance, value)
+            }
             Msg::LearnReply { decided } => {
                 self.stats.values_recovered += decided.len() as u64;
                 for (i, v) in decided {
+                    let v = self.local(v);
                     self.on_decided_value(i, v);
                 }
             }
@@ -306,6 +331,7 @@ impl Learner {
         for (i, (_, v)) in best {
             if i >= self.next_deliver && !self.ready.contains_key(&i) {
                 self.stats.values_read += 1;
+                let v = self.local(v);
                 self.on_decided_value(i, v);
             }
         }
@@ -432,6 +458,7 @@ mod tests {
             acceptors: vec![1, 2, 3],
             coordinator: 3,
             learners: vec![4, 5],
+            partitions: Default::default(),
         }
     }
 

@@ -58,7 +58,9 @@ pub use coordinator::{Coordinator, CoordinatorStats};
 pub use elector::Elector;
 pub use learner::{Learner, LearnerStats};
 
-use partita_types::{Ballot, Command, Instance, NodeId};
+use partita_types::{
+    Ballot, Command, Instance, NodeId, PartitionId, PartitionLayout, PartitionMap,
+};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -92,6 +94,9 @@ pub struct Membership {
     pub coordinator: NodeId,
     /// Learners (the replicas).
     pub learners: Vec<NodeId>,
+    /// State partitioning (paper 001 §III-C): which learners replicate which key range.
+    /// The default (no replicas listed) is one partition holding every learner.
+    pub partitions: PartitionLayout,
 }
 
 impl Membership {
@@ -166,6 +171,28 @@ impl Membership {
         self.acceptors[idx % self.acceptors.len()]
     }
 
+    /// The partition learner `node` replicates (0 when the state is not partitioned).
+    pub fn partition_of(&self, node: NodeId) -> PartitionId {
+        self.partitions.partition_of_replica(node).unwrap_or(0)
+    }
+
+    /// Whether the state is partitioned (more than one partition).
+    pub fn is_partitioned(&self) -> bool {
+        self.partitions.map.is_partitioned()
+    }
+
+    /// The learners of partition `p`, in id order.
+    pub fn learners_of(&self, p: PartitionId) -> Vec<NodeId> {
+        if !self.is_partitioned() {
+            return self.learners.clone();
+        }
+        self.partitions
+            .replicas
+            .get(p as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Check the membership is usable; the cluster file loader reports the message.
     pub fn validate(&self) -> Result<(), String> {
         if self.acceptors.is_empty() {
@@ -188,6 +215,27 @@ impl Membership {
         }
         if self.learners.is_empty() {
             return Err("at least one replica (learner) is required".into());
+        }
+        if self.is_partitioned() {
+            let n = self.partitions.map.count() as usize;
+            if self.partitions.replicas.len() != n {
+                return Err(format!(
+                    "{n} partitions need a replica list for each, not {}",
+                    self.partitions.replicas.len()
+                ));
+            }
+            for (p, members) in self.partitions.replicas.iter().enumerate() {
+                if members.is_empty() {
+                    return Err(format!("partition {p} has no replica"));
+                }
+                if let Some(m) = members.iter().find(|m| !self.learners.contains(m)) {
+                    return Err(format!("node {m} of partition {p} is not a replica"));
+                }
+            }
+            let listed: usize = self.partitions.replicas.iter().map(Vec::len).sum();
+            if listed != self.learners.len() {
+                return Err("every replica belongs to exactly one partition".into());
+            }
         }
         Ok(())
     }
@@ -213,6 +261,32 @@ pub struct Value {
 impl Value {
     pub fn is_noop(&self) -> bool {
         self.commands.is_empty()
+    }
+
+    /// What partition `p` of `map` receives of this value (paper 001 §III-C): the
+    /// sub-command of each command that addresses `p`, in order, under the same id.
+    /// Idempotent: projecting a projection onto the same partition changes nothing.
+    pub fn project(&self, map: &PartitionMap, p: PartitionId) -> Value {
+        Value {
+            vid: self.vid,
+            commands: self
+                .commands
+                .iter()
+                .filter_map(|c| {
+                    map.sub_op(&c.op, p).map(|op| Command {
+                        client: c.client,
+                        seq: c.seq,
+                        reply_to: c.reply_to,
+                        op,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether every command of this value addresses only partition `p`.
+    pub fn only_for(&self, map: &PartitionMap, p: PartitionId) -> bool {
+        self.commands.iter().all(|c| map.mask(&c.op) == 1u64 << p)
     }
 }
 
@@ -599,6 +673,7 @@ mod tests {
             acceptors: vec![1, 2, 3],
             coordinator: 2,
             learners: vec![4, 5],
+            partitions: Default::default(),
         }
     }
 

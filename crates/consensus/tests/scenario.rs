@@ -27,6 +27,7 @@ impl Cluster {
             acceptors: vec![1, 2, 3],
             coordinator: 3,
             learners: vec![4, 5],
+            partitions: Default::default(),
         };
         let acceptors = membership
             .acceptors

@@ -191,10 +191,15 @@ pub struct UnsafeBugs {
     /// A speculating replica confirms its head speculation on any decision, without
     /// checking the decided value id (so a value replaced by a new leader stays).
     pub speculative_no_rollback: bool,
+    /// Clients of a partitioned service send a multi-partition command's sub-commands
+    /// as independent commands, each ordered on its own (paper 001, Figure 4: "sub-trees
+    /// replicated independently"), and merge their replies. A client-side bug: nodes
+    /// ignore it.
+    pub independent_partitions: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -203,6 +208,7 @@ impl UnsafeBugs {
         "skip-phase1",
         "restore-without-reply-cache",
         "speculative-no-rollback",
+        "independent-partitions",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -216,6 +222,7 @@ impl UnsafeBugs {
             "skip-phase1" => self.skip_phase1 = true,
             "restore-without-reply-cache" => self.restore_without_reply_cache = true,
             "speculative-no-rollback" => self.speculative_no_rollback = true,
+            "independent-partitions" => self.independent_partitions = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -443,6 +450,8 @@ impl NodeCore {
             r.unsafe_clear_reply_cache();
         }
         r.set_unsafe_confirm_unchecked(self.bugs.speculative_no_rollback);
+        let m = &self.setup.membership;
+        r.set_partition(m.partitions.clone(), m.partition_of(self.setup.id));
         r
     }
 
@@ -856,12 +865,12 @@ impl NodeCore {
     /// The other replicas, in turn.
     fn next_transfer_peer(&mut self) -> Option<NodeId> {
         let me = self.setup.id;
+        // Only replicas of this replica's partition hold its state.
         let peers: Vec<NodeId> = self
             .setup
             .membership
-            .learners
-            .iter()
-            .copied()
+            .learners_of(self.setup.membership.partition_of(me))
+            .into_iter()
             .filter(|&p| p != me)
             .collect();
         if peers.is_empty() {
@@ -950,7 +959,11 @@ impl NodeCore {
             ChunkOutcome::Ignored(why) => self.count(why),
             ChunkOutcome::PeerLacks => {
                 self.count("state_transfer_peer_lacks");
-                let n_peers = self.setup.membership.learners.len().saturating_sub(1);
+                let m = &self.setup.membership;
+                let n_peers = m
+                    .learners_of(m.partition_of(self.setup.id))
+                    .len()
+                    .saturating_sub(1);
                 if tried < n_peers {
                     self.switch_transfer_peer(actions, true);
                 }
@@ -1169,6 +1182,7 @@ mod tests {
                 acceptors: vec![1, 2, 3],
                 coordinator: 1,
                 learners: vec![4],
+                partitions: Default::default(),
             },
             acceptor,
             replica,

@@ -62,6 +62,7 @@ impl Cluster {
                 acceptors: ACCEPTORS.to_vec(),
                 coordinator: 1,
                 learners: REPLICAS.to_vec(),
+                partitions: Default::default(),
             },
             acceptor: ACCEPTORS.contains(&id),
             replica: REPLICAS.contains(&id),

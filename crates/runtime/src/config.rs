@@ -22,14 +22,19 @@
 //! [execution]              # optional
 //! speculative = false        # replicas execute Ring Paxos proposals before the decision
 //!
+//! [partitioning]           # optional (paper 001 §III-C): the B+tree cut into key ranges
+//! partitions = 1             # equal ranges over 0..key_space; each has its own replicas
+//! key_space = 4294967296     # the last partition also takes every key above
+//!
 //! [[node]]
 //! id = 1
 //! addr = "127.0.0.1:7101"
 //! roles = ["acceptor"]       # "acceptor", "replica", "server" (cs mode)
+//! # partition = 0            # replicas of a partitioned cluster: which partition
 //! ```
 
 use partita_consensus::{CoordinatorConfig, LearnerConfig, Membership, Protocol};
-use partita_types::NodeId;
+use partita_types::{NodeId, PartitionLayout, PartitionMap};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -153,12 +158,48 @@ impl ExecutionSection {
     }
 }
 
+/// State partitioning (paper 001 §III-C): the key space `0..key_space` cut into
+/// `partitions` equal ranges, each replicated by the replicas that name it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitioningSection {
+    #[serde(default = "default_partitions")]
+    pub partitions: u32,
+    #[serde(default = "default_key_space")]
+    pub key_space: u64,
+}
+
+impl Default for PartitioningSection {
+    fn default() -> Self {
+        PartitioningSection {
+            partitions: default_partitions(),
+            key_space: default_key_space(),
+        }
+    }
+}
+
+impl PartitioningSection {
+    fn is_default(&self) -> bool {
+        *self == PartitioningSection::default()
+    }
+}
+
+fn default_partitions() -> u32 {
+    1
+}
+fn default_key_space() -> u64 {
+    1 << 32
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
     pub id: NodeId,
     pub addr: String,
     pub roles: Vec<Role>,
+    /// The partition a replica replicates (partitioned clusters only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +213,9 @@ pub struct ClusterConfig {
     /// Optional; left out of the written file while it holds the defaults.
     #[serde(default, skip_serializing_if = "ExecutionSection::is_default")]
     pub execution: ExecutionSection,
+    /// Optional; left out of the written file while it holds the defaults.
+    #[serde(default, skip_serializing_if = "PartitioningSection::is_default")]
+    pub partitioning: PartitioningSection,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -319,6 +363,48 @@ impl ClusterConfig {
                 );
             }
         }
+        let map = PartitionMap::new(self.partitioning.partitions, self.partitioning.key_space)
+            .map_err(|m| ("partitioning".to_string(), m))?;
+        for n in &self.nodes {
+            if let Some(p) = n.partition {
+                if !n.roles.contains(&Role::Replica) {
+                    return f(
+                        "node.partition",
+                        format!(
+                            "node {} is not a replica; only replicas have a partition",
+                            n.id
+                        ),
+                    );
+                }
+                if p >= map.count() {
+                    return f(
+                        "node.partition",
+                        format!(
+                            "node {}: partition {p} does not exist (partitions = {})",
+                            n.id,
+                            map.count()
+                        ),
+                    );
+                }
+            } else if map.is_partitioned() && n.roles.contains(&Role::Replica) {
+                return f(
+                    "node.partition",
+                    format!(
+                        "node {} is a replica of a cluster with {} partitions and must say \
+                         which one (partition = 0..{})",
+                        n.id,
+                        map.count(),
+                        map.count() - 1
+                    ),
+                );
+            }
+        }
+        if map.is_partitioned() && self.cluster.mode != Mode::Smr {
+            return f(
+                "partitioning.partitions",
+                "state partitioning needs mode = \"smr\"".into(),
+            );
+        }
         match self.cluster.mode {
             Mode::Cs => {
                 let servers = self
@@ -385,7 +471,34 @@ impl ClusterConfig {
             acceptors: self.with_role(Role::Acceptor),
             coordinator: self.cluster.coordinator.unwrap_or(0),
             learners: self.with_role(Role::Replica),
+            partitions: self.partition_layout(),
         }
+    }
+
+    /// The key ranges and which replicas hold each (one partition of every replica
+    /// when the cluster is not partitioned).
+    pub fn partition_map(&self) -> PartitionMap {
+        PartitionMap::new(self.partitioning.partitions, self.partitioning.key_space)
+            .unwrap_or_default()
+    }
+
+    pub fn partition_layout(&self) -> PartitionLayout {
+        let map = self.partition_map();
+        if !map.is_partitioned() {
+            return PartitionLayout::default();
+        }
+        let mut replicas = vec![Vec::new(); map.count() as usize];
+        for n in &self.nodes {
+            if let (Some(p), true) = (n.partition, n.roles.contains(&Role::Replica)) {
+                if let Some(r) = replicas.get_mut(p as usize) {
+                    r.push(n.id);
+                }
+            }
+        }
+        for r in &mut replicas {
+            r.sort_unstable();
+        }
+        PartitionLayout { map, replicas }
     }
 
     /// Where clients send commands: the coordinator, or the server in cs mode.
@@ -461,6 +574,7 @@ impl ClusterConfig {
             id,
             addr: format!("127.0.0.1:{}", base_port + id as u16),
             roles,
+            partition: None,
         };
         ClusterConfig {
             cluster: ClusterSection {
@@ -474,6 +588,7 @@ impl ClusterConfig {
             batching: BatchingSection::default(),
             storage: StorageSection::default(),
             execution: ExecutionSection::default(),
+            partitioning: PartitioningSection::default(),
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -498,10 +613,12 @@ impl ClusterConfig {
             batching: BatchingSection::default(),
             storage: StorageSection::default(),
             execution: ExecutionSection::default(),
+            partitioning: PartitioningSection::default(),
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),
                 roles: vec![Role::Server],
+                partition: None,
             }],
         }
     }
@@ -644,5 +761,54 @@ mod tests {
                 .to_string();
             assert!(e.contains(field), "error `{e}` does not name `{field}`");
         }
+    }
+
+    #[test]
+    fn partitioning_is_optional_and_strict() {
+        let mut c = ClusterConfig::default_local(7100, 42);
+        assert!(!c.to_toml().contains("[partitioning]"));
+        assert!(!c.membership().is_partitioned());
+        c.partitioning.partitions = 2;
+        c.partitioning.key_space = 1000;
+        let err = |c: &ClusterConfig| {
+            ClusterConfig::parse(&c.to_toml(), "t")
+                .expect_err("must be refused")
+                .to_string()
+        };
+        // Replicas must name their partition.
+        assert!(err(&c).contains("node.partition"), "{}", err(&c));
+        c.nodes[3].partition = Some(0);
+        c.nodes[4].partition = Some(2);
+        assert!(
+            err(&c).contains("partition 2 does not exist"),
+            "{}",
+            err(&c)
+        );
+        c.nodes[4].partition = Some(1);
+        let ok = ClusterConfig::parse(&c.to_toml(), "t").unwrap();
+        let m = ok.membership();
+        assert!(m.is_partitioned());
+        assert_eq!(m.learners_of(0), vec![4]);
+        assert_eq!(m.learners_of(1), vec![5]);
+        assert_eq!(m.partitions.map.of_key(600), 1);
+        // Only replicas have a partition.
+        c.nodes[0].partition = Some(0);
+        assert!(err(&c).contains("not a replica"), "{}", err(&c));
+        c.nodes[0].partition = None;
+        // A partition without replicas.
+        c.partitioning.partitions = 3;
+        assert!(
+            err(&c).contains("partition 2 has no replica"),
+            "{}",
+            err(&c)
+        );
+        c.partitioning.partitions = 0;
+        assert!(err(&c).contains("partitioning"), "{}", err(&c));
+        let text = ClusterConfig::default_local(7100, 42).to_toml()
+            + "\n[partitioning]\npartitions = 1\nkeyspace = 5\n";
+        assert!(ClusterConfig::parse(&text, "t")
+            .unwrap_err()
+            .to_string()
+            .contains("keyspace"));
     }
 }

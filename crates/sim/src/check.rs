@@ -22,7 +22,7 @@
 
 use partita_checker::{CheckError, CheckOptions, CheckSummary, Event};
 use partita_consensus::{Msg, Value, Vid};
-use partita_types::{BatchOp, Instance, NodeId, Op};
+use partita_types::{BatchOp, Instance, NodeId, Op, PartitionId, PartitionMap};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -140,8 +140,13 @@ pub fn fingerprint(v: &Value) -> u64 {
 #[derive(Default)]
 pub struct Agreement {
     decided: BTreeMap<Instance, (Vid, NodeId)>,
-    values: BTreeMap<Vid, (u64, NodeId)>,
+    /// Fingerprint per value id, of the whole value (`None`) and, with state
+    /// partitioning, of each partition's part (`Some(p)`).
+    values: BTreeMap<(Vid, Option<PartitionId>), (u64, NodeId)>,
     pub decisions_seen: u64,
+    /// State partitioning: the key ranges and the partition of each learner that is
+    /// not also an acceptor (such a learner receives only its partition's part).
+    partitioning: Option<(PartitionMap, BTreeMap<NodeId, PartitionId>)>,
 }
 
 impl Agreement {
@@ -160,26 +165,61 @@ impl Agreement {
         }
     }
 
-    fn value(&mut self, from: NodeId, v: &Value) -> Result<(), String> {
+    /// With state partitioning (`learners`: the partition of every learner that is not
+    /// an acceptor).
+    pub fn partitioned(map: PartitionMap, learners: BTreeMap<NodeId, PartitionId>) -> Agreement {
+        Agreement {
+            partitioning: map.is_partitioned().then_some((map, learners)),
+            ..Agreement::default()
+        }
+    }
+
+    /// A value sent to `to`: the whole value (to an acceptor) must agree with every
+    /// other whole value of its id, and each partition's part with what that
+    /// partition's learners received.
+    fn value(&mut self, from: NodeId, to: NodeId, v: &Value) -> Result<(), String> {
+        let Some((map, learners)) = self.partitioning.clone() else {
+            return self.one_value(from, v, None);
+        };
+        if let Some(&p) = learners.get(&to) {
+            return self.one_value(from, &v.project(&map, p), Some(p));
+        }
+        self.one_value(from, v, None)?;
+        for p in 0..map.count() {
+            self.one_value(from, &v.project(&map, p), Some(p))?;
+        }
+        Ok(())
+    }
+
+    fn one_value(
+        &mut self,
+        from: NodeId,
+        v: &Value,
+        part: Option<PartitionId>,
+    ) -> Result<(), String> {
         let fp = fingerprint(v);
-        match self.values.get(&v.vid) {
+        let what = match part {
+            None => String::new(),
+            Some(p) => format!(" (partition {p}'s part)"),
+        };
+        match self.values.get(&(v.vid, part)) {
             Some(&(old, by)) if old != fp => Err(format!(
-                "value id {}/{} carries two different values (first seen from node {by}, then from node {from} with {} commands)",
+                "value id {}/{}{what} carries two different values (first seen from node {by}, then from node {from} with {} commands)",
                 v.vid.ballot, v.vid.seq, v.commands.len()
             )),
             Some(_) => Ok(()),
             None => {
-                self.values.insert(v.vid, (fp, from));
+                self.values.insert((v.vid, part), (fp, from));
                 Ok(())
             }
         }
     }
 
-    /// Look at one message sent by `from`.
-    pub fn observe(&mut self, from: NodeId, msg: &Msg) -> Result<(), String> {
+    /// Look at one message sent by `from` to `to`.
+    pub fn observe(&mut self, from: NodeId, to: NodeId, msg: &Msg) -> Result<(), String> {
         match msg {
             Msg::Phase2A { value, decided, .. } => {
-                self.value(from, value)?;
+                self.value(from, to, value)?;
                 for &(i, vid) in decided {
                     self.decision(from, i, vid)?;
                 }
@@ -190,18 +230,18 @@ impl Agreement {
                 }
             }
             Msg::DecideValue { instance, value } => {
-                self.value(from, value)?;
+                self.value(from, to, value)?;
                 self.decision(from, *instance, value.vid)?;
             }
             Msg::LearnReply { decided } => {
                 for (i, v) in decided {
-                    self.value(from, v)?;
+                    self.value(from, to, v)?;
                     self.decision(from, *i, v.vid)?;
                 }
             }
             Msg::Phase1B { accepted, .. } => {
                 for (_, _, v) in accepted {
-                    self.value(from, v)?;
+                    self.value(from, to, v)?;
                 }
             }
             // Everything else carries neither decisions nor values.
@@ -220,6 +260,9 @@ impl Agreement {
 #[derive(Clone, Debug, Serialize)]
 pub struct ReplicaEnd {
     pub node: NodeId,
+    /// Its partition (0 without state partitioning): only replicas of one partition
+    /// hold the same state.
+    pub partition: PartitionId,
     pub executed_up_to: Instance,
     pub digest: u64,
     pub entries: usize,
@@ -241,11 +284,23 @@ pub fn convergence(replicas: &[ReplicaEnd]) -> Result<(), String> {
             parts.join(", ")
         ));
     }
-    let digests: Vec<(String, u64)> = replicas
-        .iter()
-        .map(|r| (format!("node {} ({} entries)", r.node, r.entries), r.digest))
-        .collect();
-    partita_checker::check_convergence(&digests)
+    let mut parts: Vec<PartitionId> = replicas.iter().map(|r| r.partition).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    for p in parts {
+        let digests: Vec<(String, u64)> = replicas
+            .iter()
+            .filter(|r| r.partition == p)
+            .map(|r| {
+                (
+                    format!("node {} (partition {p}, {} entries)", r.node, r.entries),
+                    r.digest,
+                )
+            })
+            .collect();
+        partita_checker::check_convergence(&digests)?;
+    }
+    Ok(())
 }
 
 /// Linearizability of the history, with `final_entries` (a replica's contents after
@@ -298,6 +353,7 @@ mod tests {
         let v2 = value(2, 1);
         a.observe(
             1,
+            4,
             &Msg::Decide {
                 decided: vec![(5, v1.vid)],
             },
@@ -305,6 +361,7 @@ mod tests {
         .unwrap();
         a.observe(
             2,
+            4,
             &Msg::LearnReply {
                 decided: vec![(5, v1.clone())],
             },
@@ -313,6 +370,7 @@ mod tests {
         let e = a
             .observe(
                 1,
+                4,
                 &Msg::DecideValue {
                     instance: 5,
                     value: v2,
@@ -328,9 +386,9 @@ mod tests {
         let reply = |i, v: Arc<Value>| Msg::LearnReply {
             decided: vec![(i, v)],
         };
-        a.observe(2, &reply(1, value(1, 1))).unwrap();
-        a.observe(3, &reply(1, value(1, 1))).unwrap();
-        let e = a.observe(2, &reply(2, value(1, 2))).unwrap_err();
+        a.observe(2, 4, &reply(1, value(1, 1))).unwrap();
+        a.observe(3, 4, &reply(1, value(1, 1))).unwrap();
+        let e = a.observe(2, 4, &reply(2, value(1, 2))).unwrap_err();
         assert!(e.contains("two different values"), "{e}");
     }
 
@@ -338,6 +396,7 @@ mod tests {
     fn convergence_names_the_odd_replica() {
         let r = |node, up, digest| ReplicaEnd {
             node,
+            partition: 0,
             executed_up_to: up,
             digest,
             entries: 0,

@@ -29,9 +29,12 @@
 
 use crate::queue::Time;
 use partita_checker::{Event, Status};
-use partita_types::{BatchOp, ClientId, Command, NodeId, Op, Reply};
+use partita_types::{
+    BatchOp, ClientId, Command, Instance, NodeId, Op, OpResult, PartitionId, PartitionLayout, Reply,
+};
 use rand::Rng;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// How clients behave (drawn per seed).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -73,6 +76,14 @@ struct Waiting {
     seq: u64,
     call_ns: Time,
     sends: u64,
+    /// State partitioning: the sub-results received so far, per instance that
+    /// ordered the command (every partition executes a command at the same instance;
+    /// a resubmission may be ordered again, and only sub-results of one execution
+    /// merge into a linearizable result).
+    parts: BTreeMap<Instance, Vec<(PartitionId, OpResult)>>,
+    /// The planted `independent-partitions` bug: the sub-commands, sent as commands
+    /// of their own with sequence numbers `seq..seq + subs.len()`, and their results.
+    subs: Vec<(PartitionId, Op, Option<OpResult>)>,
 }
 
 #[derive(Clone, Debug)]
@@ -110,6 +121,13 @@ pub struct SimClient {
     pub refusals: u64,
     pub late_replies: u64,
     pub gave_up: u64,
+    /// State partitioning: sub-results that did not merge (a bug if ever non-zero).
+    pub merge_errors: u64,
+    /// State partitioning (paper 001 §III-C): the key ranges and their replicas; the
+    /// client waits for one reply per partition a command addresses and merges them.
+    layout: PartitionLayout,
+    /// The planted `independent-partitions` bug (see [`Waiting::subs`]).
+    independent: bool,
 }
 
 impl SimClient {
@@ -156,7 +174,25 @@ impl SimClient {
             refusals: 0,
             late_replies: 0,
             gave_up: 0,
+            merge_errors: 0,
+            layout: PartitionLayout::default(),
+            independent: false,
         }
+    }
+
+    /// Plant the `independent-partitions` bug: a multi-partition command's
+    /// sub-commands go out as independent commands (paper 001, Figure 4).
+    pub fn with_independent_partitions(mut self, on: bool) -> SimClient {
+        self.independent = on;
+        self
+    }
+
+    /// A client of a partitioned service: it splits nothing itself (every node derives
+    /// the sub-commands from the cluster's partition map), but waits for the
+    /// sub-result of every partition its command addresses and merges them.
+    pub fn with_partitions(mut self, layout: PartitionLayout) -> SimClient {
+        self.layout = layout;
+        self
     }
 
     /// The experiment mode: operations of `workload` over keys `0..keys`, think times
@@ -256,6 +292,24 @@ impl SimClient {
         };
         w.sends += 1;
         let first = w.sends == 1;
+        if !w.subs.is_empty() {
+            for (i, (_, op, done)) in w.subs.iter().enumerate() {
+                if done.is_none() {
+                    out.push(ClientAction::Send {
+                        to: self.entry,
+                        cmd: Command {
+                            client: self.id,
+                            seq: w.seq + i as u64,
+                            reply_to: self.replica,
+                            op: op.clone(),
+                        },
+                        first,
+                    });
+                }
+            }
+            self.timer(now + self.params.timeout_ns, out);
+            return;
+        }
         let cmd = Command {
             client: self.id,
             seq: w.seq,
@@ -276,16 +330,32 @@ impl SimClient {
             Some((w, keys)) => crate::bench::random_op(w, rng, keys),
             None => random_op(rng, self.params.keys),
         };
+        let subs: Vec<(PartitionId, Op, Option<OpResult>)> =
+            if self.independent && self.layout.map.is_multi(&op) {
+                self.layout
+                    .map
+                    .split(&op)
+                    .into_iter()
+                    .map(|(p, sub)| (p, sub, None))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+        let seq = self.seq;
+        // Every sub-command has a sequence number of its own.
+        self.seq += subs.len().saturating_sub(1) as u64;
         self.state = State::Waiting(Waiting {
             op,
-            seq: self.seq,
+            seq,
             call_ns: now,
             sends: 0,
+            parts: BTreeMap::new(),
+            subs,
         });
         self.send(now, out);
     }
 
-    fn finish(&mut self, now: Time, status: Status, reply: Option<&Reply>) {
+    fn finish(&mut self, now: Time, status: Status, result: Option<&OpResult>) {
         let State::Waiting(w) = std::mem::replace(&mut self.state, State::Thinking) else {
             panic!("finish without an outstanding command");
         };
@@ -305,7 +375,7 @@ impl SimClient {
             w.call_ns,
             now,
             status,
-            reply.map(|r| &r.result),
+            result,
         ));
     }
 
@@ -340,20 +410,74 @@ impl SimClient {
     }
 
     /// A reply arrived (possibly late, for an earlier command, or duplicated).
+    /// `from`: the replica that sent it.
     pub fn on_reply(
         &mut self,
         now: Time,
+        from: NodeId,
         reply: &Reply,
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
     ) {
-        let current = matches!(&self.state, State::Waiting(w) if w.seq == reply.seq)
-            && reply.client == self.id;
-        if !current {
+        let State::Waiting(w) = &mut self.state else {
+            self.late_replies += 1;
+            return;
+        };
+        if !w.subs.is_empty() && reply.client == self.id {
+            // The planted bug: each sub-command's reply counts, whenever it was ordered.
+            let i = reply.seq.wrapping_sub(w.seq) as usize;
+            match w.subs.get_mut(i) {
+                Some((_, _, done @ None)) => *done = Some(reply.result.clone()),
+                _ => {
+                    self.late_replies += 1;
+                    return;
+                }
+            }
+            if w.subs.iter().any(|(_, _, d)| d.is_none()) {
+                return;
+            }
+            let parts: Vec<(PartitionId, OpResult)> = w
+                .subs
+                .iter()
+                .map(|(p, _, d)| (*p, d.clone().expect("every sub-result")))
+                .collect();
+            let Ok(result) = self.layout.map.merge(&w.op, &parts) else {
+                self.merge_errors += 1;
+                return;
+            };
+            self.finish(now, Status::Ok, Some(&result));
+            self.think(now, rng, out);
+            return;
+        }
+        if w.seq != reply.seq || reply.client != self.id {
             self.late_replies += 1;
             return;
         }
-        self.finish(now, Status::Ok, Some(reply));
+        let result = if self.layout.map.is_partitioned() {
+            let Some(p) = self.layout.partition_of_replica(from) else {
+                self.late_replies += 1;
+                return;
+            };
+            let parts = w.parts.entry(reply.instance).or_default();
+            if parts.iter().any(|(q, _)| *q == p) {
+                self.late_replies += 1;
+                return;
+            }
+            parts.push((p, reply.result.clone()));
+            if parts.len() < self.layout.map.mask(&w.op).count_ones() as usize {
+                return;
+            }
+            match self.layout.map.merge(&w.op, parts) {
+                Ok(r) => r,
+                Err(_) => {
+                    self.merge_errors += 1;
+                    return;
+                }
+            }
+        } else {
+            reply.result.clone()
+        };
+        self.finish(now, Status::Ok, Some(&result));
         self.think(now, rng, out);
     }
 
@@ -495,10 +619,10 @@ mod tests {
             instance: 3,
             result: OpResult::Value(None),
         };
-        c.on_reply(5, &reply(7), &mut rng, &mut out);
+        c.on_reply(5, 2, &reply(7), &mut rng, &mut out);
         assert_eq!(c.late_replies, 1);
         assert!(c.history().is_empty());
-        c.on_reply(6, &reply(cmd.seq), &mut rng, &mut out);
+        c.on_reply(6, 2, &reply(cmd.seq), &mut rng, &mut out);
         assert_eq!(c.history().len(), 1);
         assert_eq!(c.history()[0].ret_ns, 6);
         assert!(c.is_done(), "quota of one operation used");

@@ -95,7 +95,8 @@ pub use cpu::CostTable;
 pub use partita_node::UnsafeBugs;
 pub use report::SeedReport;
 pub use swarm::{
-    draw, FaultClass, FaultSelection, ProtocolChoice, SeedParams, SimOptions, SpeculationChoice,
+    draw, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedParams, SimOptions,
+    SpeculationChoice,
 };
 
 /// Run one seed: draw its parameters, simulate, check.

@@ -125,6 +125,17 @@ pub enum SpeculationChoice {
     Off,
 }
 
+/// How many partitions (paper 001 §III-C) a seed's state is cut into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionChoice {
+    /// Each seed draws it from its own random stream: one partition (classic SMR) half
+    /// of the time, else 2 to 4 partitions of 1 to 2 replicas each.
+    Swarm,
+    /// Exactly this many (1: classic SMR), with the drawn replicas per partition.
+    Fixed(u32),
+}
+
 /// Which fault classes a seed may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum FaultSelection {
@@ -143,6 +154,7 @@ pub struct SimOptions {
     pub ops: u64,
     pub protocol: ProtocolChoice,
     pub speculation: SpeculationChoice,
+    pub partitioning: PartitionChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -171,6 +183,9 @@ impl SimOptions {
             SpeculationChoice::Swarm => {}
             SpeculationChoice::On => f += " --speculation on",
             SpeculationChoice::Off => f += " --speculation off",
+        }
+        if let PartitionChoice::Fixed(n) = self.partitioning {
+            f += &format!(" --partitions {n}");
         }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
@@ -202,6 +217,7 @@ impl Default for SimOptions {
             ops: 2000,
             protocol: ProtocolChoice::Alternate,
             speculation: SpeculationChoice::Swarm,
+            partitioning: PartitionChoice::Swarm,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -241,6 +257,10 @@ pub struct SeedParams {
     pub protocol: Protocol,
     /// Replicas execute proposals speculatively (Ring Paxos only).
     pub speculative: bool,
+    /// State partitioning: this many equal key ranges over `0..key_space`, the
+    /// `replicas` split evenly among them (1: classic SMR).
+    pub partitions: u32,
+    pub key_space: u64,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -281,15 +301,26 @@ impl SeedParams {
         c.batching.batch_delay_ms = self.batch_delay_ms;
         c.storage.checkpoint_instances = self.checkpoint_instances;
         c.execution.speculative = self.speculative;
-        c.nodes = (1..=(self.acceptors + self.replicas) as NodeId)
-            .map(|id| NodeSection {
-                id,
-                addr: format!("127.0.0.1:{}", 7100 + id),
-                roles: vec![if (id as usize) <= self.acceptors {
-                    Role::Acceptor
-                } else {
-                    Role::Replica
-                }],
+        c.partitioning.partitions = self.partitions;
+        c.partitioning.key_space = self.key_space;
+        let acceptors = self.acceptors;
+        let replicas = self.replicas;
+        let partitions = self.partitions as usize;
+        c.nodes = (1..=(acceptors + replicas) as NodeId)
+            .map(|id| {
+                let replica = id as usize > acceptors;
+                NodeSection {
+                    id,
+                    addr: format!("127.0.0.1:{}", 7100 + id),
+                    roles: vec![if replica {
+                        Role::Replica
+                    } else {
+                        Role::Acceptor
+                    }],
+                    // Replicas in id order, partition by partition.
+                    partition: (replica && partitions > 1)
+                        .then(|| ((id as usize - acceptors - 1) * partitions / replicas) as u32),
+                }
             })
             .collect();
         // Round-trip through the cluster-file parser so that a simulated cluster is
@@ -313,6 +344,7 @@ pub const STREAM_FAULTS: u64 = 4;
 pub const STREAM_CLIENTS: u64 = 5;
 pub const STREAM_LINKS: u64 = 6;
 pub const STREAM_SPECULATION: u64 = 7;
+pub const STREAM_PARTITIONS: u64 = 8;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -356,7 +388,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     };
     let nodes = acceptors + replicas;
     let skew_max = rng.gen_range(0.0..=0.05);
-    let clock_skew = (0..nodes)
+    let clock_skew: Vec<f64> = (0..nodes)
         .map(|_| rng.gen_range(-skew_max..=skew_max))
         .collect();
 
@@ -431,6 +463,32 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             SpeculationChoice::On => true,
             SpeculationChoice::Off => false,
         };
+    // Partitioning draws from its own stream: a seed of one partition runs exactly as
+    // it did before partitioning existed.
+    let mut prng = stream(seed, STREAM_PARTITIONS);
+    let partitions = match opts.partitioning {
+        PartitionChoice::Swarm if prng.gen_bool(0.5) => 1,
+        PartitionChoice::Swarm => prng.gen_range(2..=4u32),
+        PartitionChoice::Fixed(n) => n.max(1),
+    };
+    let (replicas, key_space, client) = if partitions > 1 {
+        let per = prng.gen_range(1..=2usize);
+        // At least two keys per partition, so that ranges, next and prev cross borders.
+        let keys = client.keys.max(2 * partitions as u64);
+        (
+            per * partitions as usize,
+            keys,
+            ClientParams { keys, ..client },
+        )
+    } else {
+        (replicas, 1 << 32, client)
+    };
+    // One clock per node: partitioning may have changed the number of replicas.
+    let mut clock_skew = clock_skew;
+    clock_skew.truncate(acceptors + replicas);
+    while clock_skew.len() < acceptors + replicas {
+        clock_skew.push(prng.gen_range(-skew_max..=skew_max));
+    }
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -441,6 +499,8 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         seed,
         protocol,
         speculative,
+        partitions,
+        key_space,
         acceptors,
         replicas,
         window_instances_max,
@@ -487,6 +547,7 @@ fn bug_on(b: &UnsafeBugs, name: &str) -> bool {
         "skip-phase1" => b.skip_phase1,
         "restore-without-reply-cache" => b.restore_without_reply_cache,
         "speculative-no-rollback" => b.speculative_no_rollback,
+        "independent-partitions" => b.independent_partitions,
         _ => false,
     }
 }

@@ -35,7 +35,9 @@ use partita_checker::Event;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_runtime::{ClusterConfig, Wire};
-use partita_types::{encode, BatchOp, Command, Instance, NodeId, Op, OpResult, Reply};
+use partita_types::{
+    encode, BatchOp, Command, Instance, NodeId, Op, OpResult, PartitionLayout, Reply,
+};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::{Cell, RefCell};
@@ -325,6 +327,8 @@ pub struct World {
     rng_clients: ChaCha8Rng,
     trace: Trace,
     agreement: Agreement,
+    /// State partitioning: which replicas hold which key range.
+    layout: PartitionLayout,
     failure: Option<Failure>,
     phase: Phase,
     healed_at: Option<Time>,
@@ -363,6 +367,8 @@ impl World {
             seed: spec.seed,
             protocol: cluster.cluster.protocol,
             speculative: cluster.execution.speculative,
+            partitions: cluster.partitioning.partitions,
+            key_space: cluster.partitioning.key_space,
             acceptors: cluster.membership().acceptors.len(),
             replicas: cluster.executors().len(),
             window_instances_max: cluster.batching.window_instances_max,
@@ -449,6 +455,15 @@ impl World {
         let entry = cluster.entry_node();
         let replicas = cluster.executors();
         let acceptors = cluster.membership().acceptors;
+        let layout = cluster.partition_layout();
+        let agreement = Agreement::partitioned(
+            layout.map,
+            replicas
+                .iter()
+                .filter(|r| !acceptors.contains(r))
+                .filter_map(|&r| Some((r, layout.partition_of_replica(r)?)))
+                .collect(),
+        );
         let tick_ns = cluster.cluster.tick_ms * MILLIS;
         let nodes: Vec<SimNode> = ids
             .iter()
@@ -495,7 +510,9 @@ impl World {
                     p.client.clone(),
                     ops,
                     read_direct,
-                );
+                )
+                .with_partitions(layout.clone())
+                .with_independent_partitions(p.bugs.independent_partitions);
                 match &bench {
                     Some(b) => client.for_bench(b.workload, p.client.keys, MILLIS),
                     None => client,
@@ -515,7 +532,8 @@ impl World {
             clients,
             net,
             trace: Trace::new(opts.trace_tail),
-            agreement: Agreement::default(),
+            agreement,
+            layout: layout.clone(),
             failure: None,
             phase: Phase::Safety,
             healed_at: None,
@@ -1155,7 +1173,7 @@ impl World {
             match e {
                 Emit::Peer { to, msg, bytes } => {
                     if self.bench.is_none() {
-                        if let Err(m) = self.agreement.observe(id, &msg) {
+                        if let Err(m) = self.agreement.observe(id, to, &msg) {
                             self.fail(Check::Agreement, m);
                             return;
                         }
@@ -1282,7 +1300,13 @@ impl World {
                 let mut out = std::mem::take(&mut self.actions_buf);
                 let client = &mut self.clients[c as usize];
                 match payload {
-                    Payload::Reply(r) => client.on_reply(now, &r, &mut self.rng_clients, &mut out),
+                    Payload::Reply(r) => {
+                        let from = match from {
+                            Endpoint::Node(n) => n,
+                            Endpoint::Client(_) => 0,
+                        };
+                        client.on_reply(now, from, &r, &mut self.rng_clients, &mut out)
+                    }
                     Payload::Refused { seq } => client.on_refused(now, seq, &mut out),
                     p => {
                         self.fail(
@@ -1730,6 +1754,7 @@ impl World {
                 let r = n.core.as_ref()?.replica()?;
                 Some(ReplicaEnd {
                     node: n.id,
+                    partition: self.layout.partition_of_replica(n.id).unwrap_or(0),
                     executed_up_to: r.last_instance(),
                     digest: r.digest(),
                     entries: r.tree().len(),
@@ -1872,18 +1897,37 @@ impl World {
         let history = self.history();
         let mut check_summary = None;
         if self.failure.is_none() {
+            if let Some(c) = self.clients.iter().find(|c| c.merge_errors > 0) {
+                let m = format!(
+                    "client {} received sub-results of a partitioned command that do not merge ({} times)",
+                    c.index, c.merge_errors
+                );
+                self.fail(Check::Simulator, m);
+            }
+        }
+        if self.failure.is_none() {
             if let Err(m) = check::convergence(&replicas) {
                 self.fail(Check::Convergence, m);
             }
         }
         if self.failure.is_none() {
-            let final_entries = self
-                .nodes
-                .iter()
-                .find(|n| n.replica)
-                .and_then(|n| n.core.as_ref()?.replica())
-                .map(|r| r.tree().query(0, u64::MAX))
-                .unwrap_or_default();
+            // One replica of each partition (partitions hold disjoint key ranges, in
+            // order): together, the service's contents.
+            let mut seen = Vec::new();
+            let mut final_entries = Vec::new();
+            for n in self.nodes.iter().filter(|n| n.replica) {
+                let p = self.layout.partition_of_replica(n.id).unwrap_or(0);
+                if seen.contains(&p) {
+                    continue;
+                }
+                if let Some(r) = n.core.as_ref().and_then(|c| c.replica()) {
+                    seen.push(p);
+                    final_entries.push((p, r.tree().query(0, u64::MAX)));
+                }
+            }
+            final_entries.sort_by_key(|(p, _)| *p);
+            let final_entries: Vec<(u64, u64)> =
+                final_entries.into_iter().flat_map(|(_, e)| e).collect();
             match check::history(&history, &final_entries, self.check_max_states) {
                 Ok(s) => check_summary = Some(s),
                 Err((c, m)) => self.fail(c, m),

@@ -14,6 +14,7 @@ fn smr(replicas: u32) -> ClusterConfig {
             id: 4 + i,
             addr: format!("127.0.0.1:{}", 7104 + i),
             roles: vec![Role::Replica],
+            partition: None,
         });
     }
     c.storage.checkpoint_instances = 0;

@@ -53,7 +53,7 @@ pub use checkpoint::{
 
 use partita_btree::{BPlusTree, Undo};
 use partita_consensus::{Value, Vid};
-use partita_types::{ClientId, Instance, NodeId, Reply};
+use partita_types::{ClientId, Instance, NodeId, PartitionId, PartitionLayout, Reply};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -128,6 +128,8 @@ pub struct SequentialReplica {
     pending: BTreeMap<Instance, Arc<Value>>,
     /// Speculated instances `last_instance + 1 ..= last_instance + spec.len()`.
     spec: VecDeque<Speculation>,
+    /// State partitioning: the layout and this replica's partition (who answers what).
+    answers: Option<(PartitionLayout, PartitionId)>,
 }
 
 impl SequentialReplica {
@@ -146,7 +148,15 @@ impl SequentialReplica {
             mutations: 0,
             pending: BTreeMap::new(),
             spec: VecDeque::new(),
+            answers: None,
         }
+    }
+
+    /// State partitioning: this replica holds partition `p` of `layout` and answers
+    /// the commands whose client named a replica of its rank (see
+    /// [`PartitionLayout::answerer`]).
+    pub fn set_partition(&mut self, layout: PartitionLayout, p: PartitionId) {
+        self.answers = layout.map.is_partitioned().then_some((layout, p));
     }
 
     /// Plant the "speculation confirmed without checking the decided value" bug: the
@@ -388,7 +398,10 @@ impl SequentialReplica {
         mut log: Option<&mut Speculation>,
     ) {
         for cmd in &value.commands {
-            let mine = cmd.reply_to == self.id;
+            let mine = match &self.answers {
+                None => cmd.reply_to == self.id,
+                Some((layout, p)) => layout.answerer(cmd.reply_to, *p) == Some(self.id),
+            };
             if let Some(last) = self.replies.get(&cmd.client) {
                 if cmd.seq < last.seq || (cmd.seq == last.seq && !cmd.op.is_mutation()) {
                     self.stats.stale_ignored += 1;

@@ -12,8 +12,10 @@
 
 pub mod frame;
 pub mod ops;
+pub mod partition;
 
 pub use ops::{BatchOp, Op, OpResult};
+pub use partition::{PartitionId, PartitionLayout, PartitionMap};
 
 use serde::{Deserialize, Serialize};
 
