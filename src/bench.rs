@@ -72,6 +72,10 @@ pub struct BenchResult {
     pub latency_ms_max: f64,
     pub timeouts: u64,
     pub resubmissions: u64,
+    /// Early replies: time to the first tentative reply (p50, p90) of the measured
+    /// commands that got one; the latency above is until the result was confirmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tentative_ms_p50_p90: Option<(f64, f64)>,
 }
 
 /// One finished operation, for the history and the statistics.
@@ -202,6 +206,7 @@ pub async fn run(
             );
             let mut client = Client::connect(cluster, ClientOptions::default()).await?;
             let mut records = Vec::new();
+            let mut tentative = Vec::new();
             let mut timeouts = 0u64;
             while Instant::now() < end {
                 if cfg.think_ms > 0 {
@@ -220,6 +225,9 @@ pub async fn run(
                     }
                 };
                 completed.fetch_add(1, Ordering::Relaxed);
+                if let (Some(t), Some(_)) = (client.last_tentative_after(), &result) {
+                    tentative.push((call, ret, t.as_nanos() as u64));
+                }
                 records.push(Record {
                     client: i as u64 + 1,
                     op,
@@ -228,7 +236,7 @@ pub async fn run(
                     result,
                 });
             }
-            anyhow::Ok((records, timeouts, client.resubmissions()))
+            anyhow::Ok((records, timeouts, client.resubmissions(), tentative))
         }));
     }
     let bar = progress_bar(cfg.progress, cfg.duration.as_secs().max(1), "bench");
@@ -242,9 +250,11 @@ pub async fn run(
     }
     let mut records = Vec::new();
     let (mut timeouts, mut resubmissions) = (0, 0);
+    let mut tentative = Vec::new();
     for t in tasks {
-        let (r, to, rs) = t.await??;
+        let (r, to, rs, tt) = t.await??;
         records.extend(r);
+        tentative.extend(tt);
         timeouts += to;
         resubmissions += rs;
     }
@@ -262,6 +272,16 @@ pub async fn run(
         }
     }
     let ms = |us: u64| us as f64 / 1000.0;
+    let mut tentative: Vec<u64> = tentative
+        .into_iter()
+        .filter(|&(call, ret, _)| call >= lo && ret <= hi)
+        .map(|(_, _, t)| t)
+        .collect();
+    tentative.sort_unstable();
+    let tentative_ms_p50_p90 = (!tentative.is_empty()).then(|| {
+        let at = |q: f64| tentative[((tentative.len() - 1) as f64 * q) as usize] as f64 / 1e6;
+        (at(0.5), at(0.9))
+    });
     let mode = cluster.cluster.mode;
     let result = BenchResult {
         workload: cfg.workload,
@@ -295,6 +315,7 @@ pub async fn run(
         latency_ms_max: ms(hist.max()),
         timeouts,
         resubmissions,
+        tentative_ms_p50_p90,
     };
     records.sort_by_key(|r| r.call_ns);
     Ok((result, records))
@@ -340,6 +361,12 @@ impl std::fmt::Display for BenchResult {
             "  latency (ms)    p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
             self.latency_ms_p50, self.latency_ms_p90, self.latency_ms_p99, self.latency_ms_max
         )?;
+        if let Some((p50, p90)) = self.tentative_ms_p50_p90 {
+            writeln!(
+                f,
+                "  tentative (ms)  p50 {p50:.3}  p90 {p90:.3}  (early replies: first tentative reply; latency above is until confirmed)"
+            )?;
+        }
         write!(
             f,
             "  timeouts        {}   resubmissions {}",

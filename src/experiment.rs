@@ -429,6 +429,7 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         latency_ms_max: r.latency_ms_max,
         timeouts: 0,
         resubmissions: r.resubmissions,
+        tentative_ms_p50_p90: None,
     }
 }
 

@@ -8,6 +8,7 @@
 
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
+use partita_sim::EarlyRepliesChoice;
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
     SpeculationChoice, UnsafeBugs,
@@ -40,9 +41,14 @@ pub struct SimArgs {
     /// draws it (one partition half of the time, else 2 to 4).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
     partitions: Option<u32>,
+    /// Early replies on speculative seeds (tentative reply, then a confirmation):
+    /// `swarm` draws it per seed.
+    #[arg(long, value_enum, default_value = "swarm")]
+    early_replies: SimSpeculation,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
-    /// skip-phase1, restore-without-reply-cache, speculative-no-rollback.
+    /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
+    /// unconfirmed-replies.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -163,6 +169,11 @@ impl SimArgs {
             partitioning: match self.partitions {
                 Some(n) => PartitionChoice::Fixed(n),
                 None => PartitionChoice::Swarm,
+            },
+            early_replies: match self.early_replies {
+                SimSpeculation::Swarm => EarlyRepliesChoice::Swarm,
+                SimSpeculation::On => EarlyRepliesChoice::On,
+                SimSpeculation::Off => EarlyRepliesChoice::Off,
             },
             bugs,
             faults,

@@ -28,9 +28,20 @@ fn start_with_args(
     durability: Durability,
     args: &[String],
 ) -> LocalCluster {
+    start_tweaked(dir, protocol, durability, args, |_| {})
+}
+
+fn start_tweaked(
+    dir: &Path,
+    protocol: Protocol,
+    durability: Durability,
+    args: &[String],
+    tweak: fn(&mut ClusterConfig),
+) -> LocalCluster {
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
     cfg.cluster.protocol = protocol;
     cfg.cluster.durability = durability;
+    tweak(&mut cfg);
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     LocalCluster::start_with(&exe(), &file, &cfg, dir, args).unwrap()
@@ -76,11 +87,34 @@ async fn converged_digests(c: &ClusterConfig) -> Vec<(String, u64)> {
     }
 }
 
+/// Tentative replies and confirmations the replicas sent.
+async fn early_reply_counts(c: &ClusterConfig) -> (u64, u64) {
+    let mut n = (0, 0);
+    for (_, s) in statuses(c).await {
+        for (k, v) in s.map(|s| s.counters).unwrap_or_default() {
+            match k.as_str() {
+                "early_tentative_replies" => n.0 += v,
+                "early_confirmations" => n.1 += v,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
 /// Run concurrent clients on a fresh cluster and judge the outcome: `Err` carries the
 /// first failed check (divergence, non-linearizable history).
 async fn run_and_judge(protocol: Protocol, node_args: &[String]) -> Result<(), String> {
+    run_and_judge_tweaked(protocol, node_args, |_| {}).await
+}
+
+async fn run_and_judge_tweaked(
+    protocol: Protocol,
+    node_args: &[String],
+    tweak: fn(&mut ClusterConfig),
+) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
-    let mut lc = start_with_args(dir.path(), protocol, Durability::Fsync, node_args);
+    let mut lc = start_tweaked(dir.path(), protocol, Durability::Fsync, node_args, tweak);
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     let cluster = lc.cluster.clone();
     let preload = 100;
@@ -120,7 +154,15 @@ async fn run_and_judge(protocol: Protocol, node_args: &[String]) -> Result<(), S
     };
 
     let digests = converged_digests(&cluster).await;
+    let early = early_reply_counts(&cluster).await;
     lc.stop(Duration::from_secs(5));
+    if cluster.execution.early_replies {
+        eprintln!("early replies (tentative, confirmations): {early:?}");
+        assert!(
+            early.0 > 100 && early.1 > 100,
+            "early replies unused: {early:?}"
+        );
+    }
     partita_checker::check_convergence(&digests).map_err(|e| format!("replicas diverged: {e}"))?;
 
     let events: Vec<_> = records.iter().map(partita::history::to_event).collect();
@@ -161,6 +203,18 @@ async fn planted_lost_writes_are_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ring_paxos_cluster_is_linearizable_and_converges() {
     replicated_history_is_linearizable(Protocol::RingPaxos).await;
+}
+
+/// Speculative execution with early replies: clients take only confirmed results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_paxos_with_early_replies_is_linearizable_and_converges() {
+    let early = |c: &mut ClusterConfig| {
+        c.execution.speculative = true;
+        c.execution.early_replies = true;
+    };
+    if let Err(e) = run_and_judge_tweaked(Protocol::RingPaxos, &[], early).await {
+        panic!("{e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

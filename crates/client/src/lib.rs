@@ -7,9 +7,17 @@
 //! (same sequence number), so the replicas' reply cache answers a command that was
 //! already executed instead of executing it twice. After `give_up` it returns
 //! [`ClientError::Timeout`]: the outcome is then unknown (an `info` entry in a history).
+//!
+//! Early replies (`[execution] early_replies`, paper 001 §VII): the replica may answer
+//! with a tentative result, computed by speculative execution, and confirm it later.
+//! A tentative result is never returned: [`Client::execute`] returns a result only once
+//! a confirmation names that very result ([`partita_types::early::EarlyWait`]), or
+//! when a final reply arrives. [`Client::last_tentative_after`] tells how long the
+//! first tentative reply of the last command took (for the bench).
 
 use partita_runtime::net::{spawn_writer, FrameReader};
 use partita_runtime::{ClusterConfig, Mode, Wire};
+use partita_types::early::EarlyWait;
 use partita_types::{
     ClientId, Command, Instance, NodeId, Op, OpResult, PartitionId, PartitionLayout, Reply,
 };
@@ -119,6 +127,9 @@ pub struct Client {
     /// Partitioned clusters: reply connections by replica, each read by a task that
     /// forwards to `rx`.
     answer_conns: HashMap<NodeId, (Conn, tokio::task::AbortHandle)>,
+    /// Early replies: time from the call to the first tentative reply of the last
+    /// command, if one came.
+    last_tentative_after: Option<Duration>,
 }
 
 impl Client {
@@ -149,6 +160,7 @@ impl Client {
             resubmissions: 0,
             layout: PartitionLayout::default(),
             answer_conns: HashMap::new(),
+            last_tentative_after: None,
         };
         c.layout = c.cluster.partition_layout();
         c.ensure_connected().await?;
@@ -163,6 +175,11 @@ impl Client {
     }
     pub fn resubmissions(&self) -> u64 {
         self.resubmissions
+    }
+    /// Early replies: how long after the call of the last command its first tentative
+    /// reply arrived (`None`: no tentative reply, e.g. without early replies).
+    pub fn last_tentative_after(&self) -> Option<Duration> {
+        self.last_tentative_after
     }
 
     async fn open(&self, node: NodeId) -> Result<(Conn, FrameReader), ClientError> {
@@ -319,6 +336,9 @@ impl Client {
         let started = Instant::now();
         let mut first = true;
         let mut timeouts = 0u32;
+        // Tentative results and confirmations for this command, across resubmissions.
+        let mut early = EarlyWait::default();
+        self.last_tentative_after = None;
         loop {
             if cmd.reply_to != self.replica {
                 // Same (client, seq): whichever replica answers, the command runs once.
@@ -362,6 +382,14 @@ impl Client {
                 tokio::select! {
                     r = tokio::time::timeout_at(deadline, reader.next()) => match r {
                         Ok(Ok(Wire::Reply(r))) if r.seq == self.seq && r.client == self.id => return Ok(r.result),
+                        Ok(Ok(Wire::Early(e))) if e.seq() == self.seq && e.client() == self.id => {
+                            if matches!(e, partita_types::early::EarlyReply::Tentative(_)) {
+                                self.last_tentative_after.get_or_insert(started.elapsed());
+                            }
+                            if let Some(result) = early.on_early(&e) {
+                                return Ok(result);
+                            }
+                        }
                         Ok(Ok(Wire::Refused { seq, reason, .. })) if seq == self.seq => {
                             tracing::debug!("command refused: {reason}");
                             tokio::time::sleep(Duration::from_millis(50)).await;

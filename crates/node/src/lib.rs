@@ -45,6 +45,7 @@ use partita_consensus::{
     LearnerConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
 use partita_smr::{CheckpointError, SequentialReplica};
+use partita_types::early::EarlyReply;
 use partita_types::{Ballot, ClientId, Command, Instance, NodeId, Reply};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -72,6 +73,11 @@ pub struct NodeSetup {
     pub coordinator_config: CoordinatorConfig,
     pub learner_config: LearnerConfig,
     pub checkpoint: CheckpointConfig,
+    /// Early replies (paper 001 §VII, cluster file `[execution] early_replies`; only
+    /// with `speculative`): the chosen replica answers a speculated command at once
+    /// with a tentative reply ([`Output::Early`]) and confirms it when the decision
+    /// confirms the speculated order.
+    pub early_replies: bool,
     /// Speculative execution (paper 001 §III-B, cluster file `[execution]`): replicas
     /// execute Ring Paxos proposals before their decision and hold the replies until it
     /// confirms them. `false` (the default) behaves exactly as before.
@@ -196,10 +202,13 @@ pub struct UnsafeBugs {
     /// replicated independently"), and merge their replies. A client-side bug: nodes
     /// ignore it.
     pub independent_partitions: bool,
+    /// With early replies, a replica sends its speculative results as final replies
+    /// (clients take them without waiting for the confirmation).
+    pub unconfirmed_replies: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -209,6 +218,7 @@ impl UnsafeBugs {
         "restore-without-reply-cache",
         "speculative-no-rollback",
         "independent-partitions",
+        "unconfirmed-replies",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -223,6 +233,7 @@ impl UnsafeBugs {
             "restore-without-reply-cache" => self.restore_without_reply_cache = true,
             "speculative-no-rollback" => self.speculative_no_rollback = true,
             "independent-partitions" => self.independent_partitions = true,
+            "unconfirmed-replies" => self.unconfirmed_replies = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -250,6 +261,8 @@ pub enum Output {
     },
     /// Send to the client.
     Reply(Reply),
+    /// Send to the client: a tentative reply or a confirmation (early replies only).
+    Early(EarlyReply),
     /// Tell the client its request was not taken.
     Refused {
         client: ClientId,
@@ -452,6 +465,7 @@ impl NodeCore {
         r.set_unsafe_confirm_unchecked(self.bugs.speculative_no_rollback);
         let m = &self.setup.membership;
         r.set_partition(m.partitions.clone(), m.partition_of(self.setup.id));
+        r.set_early_replies(self.setup.early_replies && self.setup.speculative);
         r
     }
 
@@ -733,6 +747,7 @@ impl NodeCore {
         assert!(self.replies.is_empty(), "replies left unsent");
         if let Some(r) = &self.replica {
             r.invariants();
+            assert_eq!(r.early_pending(), 0, "early replies left unsent");
             assert!(
                 self.checkpoint_instance() <= r.last_instance(),
                 "a checkpoint ahead of the replica"
@@ -1013,6 +1028,30 @@ impl NodeCore {
 
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
         out.extend(self.replies.drain(..).map(Output::Reply));
+        self.flush_early(out);
+    }
+
+    /// Tentative replies and confirmations of the replica (early replies).
+    fn flush_early(&mut self, out: &mut Vec<Output>) {
+        let Some(r) = self.replica.as_mut() else {
+            return;
+        };
+        if r.early_pending() == 0 {
+            return;
+        }
+        for e in r.take_early() {
+            let what = match e {
+                EarlyReply::Tentative(_) => "early_tentative_replies",
+                EarlyReply::Confirm(_) => "early_confirmations",
+            };
+            *self.counters.entry(what).or_default() += 1;
+            if !self.bugs.unconfirmed_replies {
+                out.push(Output::Early(e));
+            } else if let EarlyReply::Tentative(reply) = e {
+                // Planted bug: the speculative result goes out as final.
+                out.push(Output::Reply(reply));
+            }
+        }
     }
 
     fn dispatch(&mut self, from: NodeId, msg: Msg) -> Outbox {
@@ -1189,6 +1228,7 @@ mod tests {
             coordinator_config: CoordinatorConfig::default(),
             learner_config: LearnerConfig::default(),
             checkpoint: CheckpointConfig::default(),
+            early_replies: false,
             speculative: false,
         }
     }

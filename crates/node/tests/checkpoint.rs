@@ -88,6 +88,7 @@ impl Cluster {
                 transfer_timeout_ticks: 10,
                 ..CheckpointConfig::default()
             },
+            early_replies: false,
             speculative: self.speculative,
         }
     }
@@ -158,7 +159,7 @@ impl Cluster {
                 }
                 Output::Persist { token, record } => self.persists.push_back((from, token, record)),
                 Output::Reply(r) => self.replies.push(r),
-                Output::Refused { .. } => {}
+                Output::Refused { .. } | Output::Early(_) => {}
                 Output::SaveCheckpoint { instance, bytes } => {
                     self.saves.push_back((from, instance, bytes.to_vec()))
                 }

@@ -51,6 +51,7 @@ impl Cluster {
                 ..LearnerConfig::default()
             },
             checkpoint: CheckpointConfig::default(),
+            early_replies: false,
             speculative: self.speculative,
         }
     }
@@ -93,7 +94,7 @@ impl Cluster {
                 Output::Send { to, msg } => self.msgs.push_back((from, to, msg)),
                 Output::Persist { token, record } => self.persists.push_back((from, token, record)),
                 Output::Reply(r) => self.replies.push(r),
-                Output::Refused { .. } => {}
+                Output::Refused { .. } | Output::Early(_) => {}
                 // Too few instances here for the default checkpoint interval.
                 Output::SaveCheckpoint { .. } | Output::TruncateLog { .. } => {
                     unreachable!("no checkpoints in these scenarios")

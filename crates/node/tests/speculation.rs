@@ -65,6 +65,7 @@ impl Cluster {
                 ..LearnerConfig::default()
             },
             checkpoint: CheckpointConfig::default(),
+            early_replies: false,
             speculative: self.speculative,
         }
     }
@@ -105,7 +106,7 @@ impl Cluster {
                 }
                 Output::Persist { token, record } => self.persists.push_back((from, token, record)),
                 Output::Reply(r) => self.replies.push(r),
-                Output::Refused { .. } => {}
+                Output::Refused { .. } | Output::Early(_) => {}
                 Output::SaveCheckpoint { .. } | Output::TruncateLog { .. } => {
                     unreachable!("no checkpoints in these scenarios")
                 }

@@ -21,6 +21,7 @@
 //!
 //! [execution]              # optional
 //! speculative = false        # replicas execute Ring Paxos proposals before the decision
+//! early_replies = false      # with speculative: reply at once, confirm once decided
 //!
 //! [partitioning]           # optional (paper 001 §III-C): the B+tree cut into key ranges
 //! partitions = 1             # equal ranges over 0..key_space; each has its own replicas
@@ -150,6 +151,12 @@ pub struct ExecutionSection {
     /// Paxos sends proposed values to learners).
     #[serde(default)]
     pub speculative: bool,
+    /// Early replies (paper 001 §VII): the chosen replica replies as soon as it
+    /// executes a command speculatively (a tentative reply) and sends a short
+    /// confirmation once the decision confirms the order; clients take a result only
+    /// once confirmed. Needs `speculative = true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early_replies: bool,
 }
 
 impl ExecutionSection {
@@ -405,6 +412,22 @@ impl ClusterConfig {
                 "state partitioning needs mode = \"smr\"".into(),
             );
         }
+        if self.execution.early_replies && map.is_partitioned() {
+            return f(
+                "execution.early_replies",
+                "early replies are not supported with state partitioning yet (clients \
+                 would have to confirm every partition's sub-result separately)"
+                    .into(),
+            );
+        }
+        if self.execution.early_replies && !self.execution.speculative {
+            return f(
+                "execution.early_replies",
+                "early replies need speculative = true (a replica replies early only to \
+                 commands it executes speculatively)"
+                    .into(),
+            );
+        }
         match self.cluster.mode {
             Mode::Cs => {
                 let servers = self
@@ -545,6 +568,7 @@ impl ClusterConfig {
             coordinator_config: self.coordinator_config(),
             learner_config: self.learner_config(),
             checkpoint: self.checkpoint_config(),
+            early_replies: self.execution.early_replies,
             speculative: self.execution.speculative,
         }
     }
@@ -754,6 +778,58 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("execution.speculative"), "{e}");
+    }
+
+    #[test]
+    fn early_replies_are_strict_and_need_speculation() {
+        let good = ClusterConfig::default_local(7100, 42).to_toml();
+        assert!(
+            !ClusterConfig::parse(&good, "x")
+                .unwrap()
+                .node_setup(4)
+                .early_replies
+        );
+        let on = good.replace(
+            "[batching]",
+            "[execution]\nspeculative = true\nearly_replies = true\n\n[batching]",
+        );
+        let c = ClusterConfig::parse(&on, "x").unwrap();
+        assert!(c.execution.early_replies && c.node_setup(4).early_replies);
+        assert_eq!(ClusterConfig::parse(&c.to_toml(), "x").unwrap(), c);
+        // Speculation alone writes no early_replies line.
+        let mut spec = c.clone();
+        spec.execution.early_replies = false;
+        assert!(!spec.to_toml().contains("early_replies"));
+        let cases = [
+            (
+                good.replace(
+                    "[batching]",
+                    "[execution]\nearly_replies = true\n\n[batching]",
+                ),
+                "execution.early_replies",
+            ),
+            (
+                on.replace("speculative = true", "speculative = false"),
+                "execution.early_replies",
+            ),
+            (
+                on.replace("early_replies = true", "early_replies = \"yes\""),
+                "early_replies",
+            ),
+            (
+                on.replace("early_replies = true", "early_reply = true"),
+                "early_reply",
+            ),
+        ];
+        for (text, what) in cases {
+            let e = ClusterConfig::parse(&text, "f.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(what), "error `{e}` does not name `{what}`");
+            if what == "execution.early_replies" {
+                assert!(e.contains("speculative = true"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -171,6 +171,10 @@ impl Node {
                     let client = reply.client;
                     self.send_client(client, || Wire::Reply(reply), "dropped_reply");
                 }
+                Output::Early(e) => {
+                    let client = e.client();
+                    self.send_client(client, || Wire::Early(e), "dropped_early_reply");
+                }
                 Output::Refused {
                     client,
                     seq,

@@ -3,6 +3,7 @@
 //! peer node (`PeerHello`), a client (`ClientHello`) or a one-shot status probe.
 
 use partita_consensus::Msg;
+use partita_types::early::EarlyReply;
 use partita_types::{frame, ClientId, Command, NodeId, Reply};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,8 @@ pub enum Wire {
     },
     StatusRequest,
     Status(Box<NodeStatus>),
+    /// Early replies: a tentative reply or its confirmation (replica to client).
+    Early(EarlyReply),
 }
 
 /// What `partita status` shows for a node.
@@ -73,5 +76,39 @@ mod tests {
         let (range, used) = frame::parse_frame(&f).unwrap().unwrap();
         assert_eq!(used, f.len());
         assert_eq!(partita_types::decode::<Wire>(&f[range]).unwrap(), w);
+    }
+
+    #[test]
+    fn early_reply_frames_round_trip_and_garbage_is_refused() {
+        use partita_types::early::Confirm;
+        use partita_types::OpResult;
+        let tentative = Wire::Early(EarlyReply::Tentative(Reply {
+            client: 7,
+            seq: 3,
+            instance: 11,
+            result: OpResult::Entries(vec![(1, 2), (3, 4)]),
+        }));
+        let confirm = Wire::Early(EarlyReply::Confirm(Confirm {
+            client: 7,
+            seq: 3,
+            instance: 11,
+            result_digest: 0xdead_beef,
+        }));
+        for w in [tentative, confirm] {
+            let f = to_frame(&w);
+            let (range, _) = frame::parse_frame(&f).unwrap().unwrap();
+            let payload = &f[range];
+            assert_eq!(partita_types::decode::<Wire>(payload).unwrap(), w);
+            // Every truncation, and a bad variant tag, is an error, never a panic.
+            for n in 0..payload.len() {
+                assert!(partita_types::decode::<Wire>(&payload[..n]).is_err());
+            }
+            let mut bad = payload.to_vec();
+            bad[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+            assert!(partita_types::decode::<Wire>(&bad).is_err());
+            let mut bad = payload.to_vec();
+            bad[4] = 0xff;
+            assert!(partita_types::decode::<Wire>(&bad).is_err());
+        }
     }
 }

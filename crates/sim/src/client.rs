@@ -13,6 +13,12 @@
 //! command still unanswered `give_up_ns` after its invocation is abandoned and recorded
 //! as `info` (outcome unknown); in the liveness phase clients never give up.
 //!
+//! Early replies (`[execution] early_replies`): like `partita-client`, a tentative
+//! reply ([`SimClient::on_early`]) is never recorded; the operation ends, with the
+//! tentative result, only when a confirmation names that very result
+//! ([`partita_types::early::EarlyWait`]), or when a final reply arrives. The response
+//! time is until then; the first tentative reply's time is kept in the sample.
+//!
 //! With the planted `unordered-query` bug the client sends read-only commands straight
 //! to its replica, which is how that bug manifests.
 //!
@@ -29,6 +35,7 @@
 
 use crate::queue::Time;
 use partita_checker::{Event, Status};
+use partita_types::early::{EarlyReply, EarlyWait};
 use partita_types::{
     BatchOp, ClientId, Command, Instance, NodeId, Op, OpResult, PartitionId, PartitionLayout, Reply,
 };
@@ -68,6 +75,8 @@ pub struct Sample {
     pub ret_ns: Time,
     /// B+tree operations of the command (a batch of 7 counts 7).
     pub ops: u32,
+    /// Early replies: when the first tentative reply arrived (`None`: none did).
+    pub tentative_ns: Option<Time>,
 }
 
 #[derive(Clone, Debug)]
@@ -84,6 +93,9 @@ struct Waiting {
     /// The planted `independent-partitions` bug: the sub-commands, sent as commands
     /// of their own with sequence numbers `seq..seq + subs.len()`, and their results.
     subs: Vec<(PartitionId, Op, Option<OpResult>)>,
+    /// Early replies received for it, and when the first tentative one came.
+    early: EarlyWait,
+    tentative_ns: Option<Time>,
 }
 
 #[derive(Clone, Debug)]
@@ -128,6 +140,8 @@ pub struct SimClient {
     layout: PartitionLayout,
     /// The planted `independent-partitions` bug (see [`Waiting::subs`]).
     independent: bool,
+    /// Operations that ended on a confirmed tentative reply (early replies).
+    pub confirmed: u64,
 }
 
 impl SimClient {
@@ -177,6 +191,7 @@ impl SimClient {
             merge_errors: 0,
             layout: PartitionLayout::default(),
             independent: false,
+            confirmed: 0,
         }
     }
 
@@ -351,6 +366,8 @@ impl SimClient {
             sends: 0,
             parts: BTreeMap::new(),
             subs,
+            early: EarlyWait::default(),
+            tentative_ns: None,
         });
         self.send(now, out);
     }
@@ -365,6 +382,7 @@ impl SimClient {
                     call_ns: w.call_ns,
                     ret_ns: now,
                     ops: w.op.btree_ops() as u32,
+                    tentative_ns: w.tentative_ns,
                 });
             }
             return;
@@ -477,6 +495,35 @@ impl SimClient {
         } else {
             reply.result.clone()
         };
+        self.finish(now, Status::Ok, Some(&result));
+        self.think(now, rng, out);
+    }
+
+    /// A tentative reply or a confirmation arrived (early replies; possibly late,
+    /// duplicated, reordered or stale). The operation ends only when a confirmation
+    /// and a tentative reply name the same result.
+    pub fn on_early(
+        &mut self,
+        now: Time,
+        e: &EarlyReply,
+        rng: &mut impl Rng,
+        out: &mut Vec<ClientAction>,
+    ) {
+        let State::Waiting(w) = &mut self.state else {
+            self.late_replies += 1;
+            return;
+        };
+        if w.seq != e.seq() || e.client() != self.id {
+            self.late_replies += 1;
+            return;
+        }
+        if let EarlyReply::Tentative(_) = e {
+            w.tentative_ns.get_or_insert(now);
+        }
+        let Some(result) = w.early.on_early(e) else {
+            return;
+        };
+        self.confirmed += 1;
         self.finish(now, Status::Ok, Some(&result));
         self.think(now, rng, out);
     }
@@ -626,6 +673,45 @@ mod tests {
         assert_eq!(c.history().len(), 1);
         assert_eq!(c.history()[0].ret_ns, 6);
         assert!(c.is_done(), "quota of one operation used");
+    }
+
+    #[test]
+    fn early_replies_end_the_operation_only_when_confirmed() {
+        let mut rng = ChaCha8Rng::seed_from_u64(6);
+        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 2, false);
+        let mut out = Vec::new();
+        c.start(0, &mut rng, &mut out);
+        let (at, gen) = timer(&out);
+        out.clear();
+        c.on_timer(at, gen, &mut rng, &mut out);
+        let cmd = sent(&out);
+        let reply = |instance, v| Reply {
+            client: cmd.client,
+            seq: cmd.seq,
+            instance,
+            result: OpResult::Value(v),
+        };
+        let stale = reply(3, Some(1));
+        let fresh = reply(3, Some(2));
+        c.on_early(5, &EarlyReply::Tentative(stale.clone()), &mut rng, &mut out);
+        // The confirmation of another result, and a late one of an earlier command.
+        c.on_early(6, &EarlyReply::confirm(&fresh), &mut rng, &mut out);
+        let mut old = EarlyReply::confirm(&stale);
+        if let EarlyReply::Confirm(x) = &mut old {
+            x.seq -= 1;
+        }
+        c.on_early(7, &old, &mut rng, &mut out);
+        assert_eq!(c.late_replies, 1);
+        assert!(c.history().is_empty(), "nothing is final yet");
+        c.on_early(8, &EarlyReply::Tentative(fresh), &mut rng, &mut out);
+        assert_eq!(c.history().len(), 1);
+        let e = &c.history()[0];
+        assert_eq!((e.status, e.ret_ns), (Status::Ok, 8));
+        assert_eq!(e.result, Some(OpResult::Value(Some(2))));
+        assert_eq!(c.confirmed, 1);
+        // Once the operation ended, more early replies for it are late.
+        c.on_early(9, &EarlyReply::Tentative(stale), &mut rng, &mut out);
+        assert_eq!(c.late_replies, 2);
     }
 
     #[test]

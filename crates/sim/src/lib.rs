@@ -94,6 +94,7 @@ pub use check::{Check, Failure};
 pub use cpu::CostTable;
 pub use partita_node::UnsafeBugs;
 pub use report::SeedReport;
+pub use swarm::EarlyRepliesChoice;
 pub use swarm::{
     draw, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedParams, SimOptions,
     SpeculationChoice,

@@ -58,10 +58,10 @@ impl SeedReport {
             "seed {} ({}{}, {}a/{}r, faults: {}): {verdict}",
             self.seed,
             self.params.protocol,
-            if self.params.speculative {
-                " speculative"
-            } else {
-                ""
+            match (self.params.speculative, self.params.early_replies) {
+                (true, true) => " speculative, early replies",
+                (true, false) => " speculative",
+                _ => "",
             },
             self.params.acceptors,
             self.params.replicas,
@@ -100,10 +100,10 @@ impl fmt::Display for SeedReport {
             f,
             "  cluster         {}{}, {} acceptors (node 1 coordinates), {} replicas",
             p.protocol,
-            if p.speculative {
-                " with speculative execution"
-            } else {
-                ""
+            match (p.speculative, p.early_replies) {
+                (true, true) => " with speculative execution and early replies",
+                (true, false) => " with speculative execution",
+                _ => "",
             },
             p.acceptors,
             p.replicas
@@ -194,6 +194,13 @@ impl fmt::Display for SeedReport {
             "  commands        {} invoked, {} ok, {} unknown (gave up), {} resubmissions",
             self.ops_invoked, self.ops_ok, self.ops_info, self.resubmissions
         )?;
+        if p.early_replies {
+            writeln!(
+                f,
+                "  early replies   {} operations ended on a confirmed tentative reply",
+                c("ops_confirmed_early")
+            )?;
+        }
         writeln!(
             f,
             "  messages        {} sent, {} lost, {} cut by partitions, {} duplicated, {} to down nodes",

@@ -136,6 +136,18 @@ pub enum PartitionChoice {
     Fixed(u32),
 }
 
+/// Whether speculative seeds reply early (`[execution] early_replies`, paper 001 §VII).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EarlyRepliesChoice {
+    /// Each speculative seed draws it (probability 1/2) from its own random stream, so
+    /// that turning early replies on or off never shifts any other draw of the seed.
+    Swarm,
+    /// Every speculative seed replies early (seeds without speculation never do).
+    On,
+    Off,
+}
+
 /// Which fault classes a seed may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum FaultSelection {
@@ -155,6 +167,8 @@ pub struct SimOptions {
     pub protocol: ProtocolChoice,
     pub speculation: SpeculationChoice,
     pub partitioning: PartitionChoice,
+    /// Early replies on speculative seeds.
+    pub early_replies: EarlyRepliesChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -187,6 +201,11 @@ impl SimOptions {
         if let PartitionChoice::Fixed(n) = self.partitioning {
             f += &format!(" --partitions {n}");
         }
+        match self.early_replies {
+            EarlyRepliesChoice::Swarm => {}
+            EarlyRepliesChoice::On => f += " --early-replies on",
+            EarlyRepliesChoice::Off => f += " --early-replies off",
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -218,6 +237,7 @@ impl Default for SimOptions {
             protocol: ProtocolChoice::Alternate,
             speculation: SpeculationChoice::Swarm,
             partitioning: PartitionChoice::Swarm,
+            early_replies: EarlyRepliesChoice::Swarm,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -261,6 +281,8 @@ pub struct SeedParams {
     /// `replicas` split evenly among them (1: classic SMR).
     pub partitions: u32,
     pub key_space: u64,
+    /// Replicas reply early to speculated commands (speculative seeds only).
+    pub early_replies: bool,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -301,6 +323,7 @@ impl SeedParams {
         c.batching.batch_delay_ms = self.batch_delay_ms;
         c.storage.checkpoint_instances = self.checkpoint_instances;
         c.execution.speculative = self.speculative;
+        c.execution.early_replies = self.early_replies;
         c.partitioning.partitions = self.partitions;
         c.partitioning.key_space = self.key_space;
         let acceptors = self.acceptors;
@@ -345,6 +368,7 @@ pub const STREAM_CLIENTS: u64 = 5;
 pub const STREAM_LINKS: u64 = 6;
 pub const STREAM_SPECULATION: u64 = 7;
 pub const STREAM_PARTITIONS: u64 = 8;
+pub const STREAM_EARLY_REPLIES: u64 = 9;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -489,6 +513,14 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     while clock_skew.len() < acceptors + replicas {
         clock_skew.push(prng.gen_range(-skew_max..=skew_max));
     }
+    // Early replies are not supported with state partitioning (see the cluster file).
+    let early_replies = speculative
+        && partitions == 1
+        && match opts.early_replies {
+            EarlyRepliesChoice::Swarm => stream(seed, STREAM_EARLY_REPLIES).gen_bool(0.5),
+            EarlyRepliesChoice::On => true,
+            EarlyRepliesChoice::Off => false,
+        };
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -501,6 +533,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         speculative,
         partitions,
         key_space,
+        early_replies,
         acceptors,
         replicas,
         window_instances_max,
@@ -548,6 +581,7 @@ fn bug_on(b: &UnsafeBugs, name: &str) -> bool {
         "restore-without-reply-cache" => b.restore_without_reply_cache,
         "speculative-no-rollback" => b.speculative_no_rollback,
         "independent-partitions" => b.independent_partitions,
+        "unconfirmed-replies" => b.unconfirmed_replies,
         _ => false,
     }
 }
@@ -606,6 +640,44 @@ mod tests {
         assert_eq!(one.disk, both.disk);
         o.faults = FaultSelection::None;
         assert!(draw(5, &o).faults.classes.is_empty());
+    }
+
+    #[test]
+    fn early_replies_draw_their_own_stream() {
+        let o = SimOptions {
+            protocol: ProtocolChoice::RingPaxos,
+            speculation: SpeculationChoice::On,
+            // Early replies are not drawn for partitioned seeds.
+            partitioning: PartitionChoice::Fixed(1),
+            ..SimOptions::default()
+        };
+        let drawn: Vec<bool> = (0..40).map(|s| draw(s, &o).early_replies).collect();
+        assert!(drawn.iter().any(|&e| e) && drawn.iter().any(|&e| !e));
+        for seed in 0..40 {
+            let swarm = draw(seed, &o);
+            for choice in [EarlyRepliesChoice::On, EarlyRepliesChoice::Off] {
+                let fixed = draw(
+                    seed,
+                    &SimOptions {
+                        early_replies: choice,
+                        ..o.clone()
+                    },
+                );
+                assert_eq!(fixed.early_replies, choice == EarlyRepliesChoice::On);
+                // Nothing else moves.
+                assert_eq!(fixed.net, swarm.net);
+                assert_eq!(fixed.disk, swarm.disk);
+                assert_eq!(fixed.faults, swarm.faults);
+                assert_eq!(fixed.client, swarm.client);
+            }
+        }
+        // Never without speculation.
+        let off = SimOptions {
+            speculation: SpeculationChoice::Off,
+            early_replies: EarlyRepliesChoice::On,
+            ..o
+        };
+        assert!((0..40).all(|s| !draw(s, &off).early_replies));
     }
 
     #[test]

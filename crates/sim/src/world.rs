@@ -35,6 +35,7 @@ use partita_checker::Event;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_runtime::{ClusterConfig, Wire};
+use partita_types::early::EarlyReply;
 use partita_types::{
     encode, BatchOp, Command, Instance, NodeId, Op, OpResult, PartitionLayout, Reply,
 };
@@ -50,7 +51,11 @@ enum Payload {
     Peer(Msg),
     Request(Command),
     Reply(Reply),
-    Refused { seq: u64 },
+    Refused {
+        seq: u64,
+    },
+    /// Early replies: a tentative reply or a confirmation.
+    Early(EarlyReply),
 }
 
 impl Payload {
@@ -60,6 +65,8 @@ impl Payload {
             Payload::Request(_) => "request",
             Payload::Reply(_) => "reply",
             Payload::Refused { .. } => "refused",
+            Payload::Early(EarlyReply::Tentative(_)) => "tentative-reply",
+            Payload::Early(EarlyReply::Confirm(_)) => "confirm",
         }
     }
 }
@@ -369,6 +376,7 @@ impl World {
             speculative: cluster.execution.speculative,
             partitions: cluster.partitioning.partitions,
             key_space: cluster.partitioning.key_space,
+            early_replies: cluster.execution.early_replies,
             acceptors: cluster.membership().acceptors.len(),
             replicas: cluster.executors().len(),
             window_instances_max: cluster.batching.window_instances_max,
@@ -1069,6 +1077,25 @@ impl World {
                     Ok(_) => Err("a reply decoded as another wire message".into()),
                     Err(e) => Err(e),
                 },
+                Output::Early(e) => match roundtrip(&Wire::Early(e)) {
+                    Ok((Wire::Early(e), bytes)) => {
+                        work.replies += 1;
+                        match self.cost.codec_of("reply") {
+                            Some(c) => work.codec_ns += c.encode(bytes),
+                            None => work.bytes_out += bytes,
+                        }
+                        if let (Some(b), EarlyReply::Tentative(r)) = (work.btree.as_mut(), &e) {
+                            classify(&r.result, b);
+                        }
+                        self.client_of(e.client()).map(|to| Emit::Client {
+                            to,
+                            payload: Payload::Early(e),
+                            bytes,
+                        })
+                    }
+                    Ok(_) => Err("an early reply decoded as another wire message".into()),
+                    Err(e) => Err(e),
+                },
                 Output::Refused {
                     client,
                     seq,
@@ -1308,6 +1335,7 @@ impl World {
                         client.on_reply(now, from, &r, &mut self.rng_clients, &mut out)
                     }
                     Payload::Refused { seq } => client.on_refused(now, seq, &mut out),
+                    Payload::Early(e) => client.on_early(now, &e, &mut self.rng_clients, &mut out),
                     p => {
                         self.fail(
                             Check::Simulator,
@@ -1944,6 +1972,8 @@ impl World {
         counters.insert("fsync_stalls".into(), stalls);
         let truncated: u64 = self.nodes.iter().map(|n| n.disk.truncated).sum();
         counters.insert("log_records_truncated".into(), truncated);
+        let confirmed = self.clients.iter().map(|c| c.confirmed).sum();
+        counters.insert("ops_confirmed_early".into(), confirmed);
         let resubmissions = self.clients.iter().map(|c| c.resubmissions).sum();
         SeedReport {
             seed: self.p.seed,

@@ -33,7 +33,12 @@
 //!   the decided value): Ring Paxos with speculative execution, where a failover or a
 //!   lost proposal decides another value than the one speculated; the replica keeps the
 //!   wrong state and answers from it (linearizability, digests).
+//! - `unconfirmed-replies` (a replica with early replies sends its speculative results
+//!   as final): Ring Paxos with speculation and early replies, where a failover or a
+//!   lost proposal rolls a speculation back after its tentative reply left; the client
+//!   records a result the decided order never gave (linearizability).
 
+use partita_sim::EarlyRepliesChoice;
 use partita_sim::{
     run_seed, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SimOptions,
     SpeculationChoice, UnsafeBugs,
@@ -183,6 +188,7 @@ fn speculative_no_rollback_is_caught() {
     let clean = SimOptions {
         protocol: ProtocolChoice::RingPaxos,
         speculation: SpeculationChoice::On,
+        early_replies: EarlyRepliesChoice::Off,
         partitioning: PartitionChoice::Fixed(1),
         trace_tail: 0,
         ..SimOptions::default()
@@ -203,4 +209,21 @@ fn independent_partitions_is_caught() {
     };
     let (seed, what) = control_opts("independent-partitions", clean, 0..20);
     eprintln!("independent-partitions caught at seed {seed}: {what}");
+}
+
+#[test]
+fn unconfirmed_replies_is_caught() {
+    // Every seed Ring Paxos with speculation and early replies: a speculation rolled
+    // back after its tentative reply left gives a client a result the decided order
+    // never gave, if the client takes it as final.
+    let clean = SimOptions {
+        protocol: ProtocolChoice::RingPaxos,
+        speculation: SpeculationChoice::On,
+        early_replies: EarlyRepliesChoice::On,
+        partitioning: PartitionChoice::Fixed(1),
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    let (seed, what) = control_opts("unconfirmed-replies", clean, 0..50);
+    eprintln!("unconfirmed-replies caught at seed {seed}: {what}");
 }

@@ -37,6 +37,13 @@
 //! ([`SequentialReplica::speculate`]); the re-speculation computes the same held
 //! replies again.
 //!
+//! Early replies (paper 001 §VII; [`SequentialReplica::set_early_replies`]): the held
+//! replies of a speculation also leave at once as tentative replies
+//! ([`partita_types::early::EarlyReply::Tentative`]), and when the decision confirms
+//! the speculation, a short confirmation per held reply leaves instead of the reply
+//! ([`SequentialReplica::take_early`]). A rollback sends nothing: the re-execution
+//! sends new tentative replies (speculated again) or final ones (the decided value).
+//!
 //! Checkpoints ([`checkpoint`]): [`SequentialReplica::checkpoint`] serializes the tree,
 //! the reply cache and the instance covered into one checksummed byte string that
 //! [`SequentialReplica::restore`] turns back into a replica answering exactly as the
@@ -53,6 +60,7 @@ pub use checkpoint::{
 
 use partita_btree::{BPlusTree, Undo};
 use partita_consensus::{Value, Vid};
+use partita_types::early::EarlyReply;
 use partita_types::{ClientId, Instance, NodeId, PartitionId, PartitionLayout, Reply};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -130,6 +138,18 @@ pub struct SequentialReplica {
     spec: VecDeque<Speculation>,
     /// State partitioning: the layout and this replica's partition (who answers what).
     answers: Option<(PartitionLayout, PartitionId)>,
+    /// Early replies (see the crate doc), and what they produced for the driver.
+    early: EarlyState,
+}
+
+/// Early replies: whether on, the tentative replies and confirmations not yet taken,
+/// and whether the next speculation only redoes what was set aside (its tentative
+/// replies already left).
+#[derive(Default)]
+struct EarlyState {
+    on: bool,
+    out: Vec<EarlyReply>,
+    quiet: bool,
 }
 
 impl SequentialReplica {
@@ -149,6 +169,7 @@ impl SequentialReplica {
             pending: BTreeMap::new(),
             spec: VecDeque::new(),
             answers: None,
+            early: EarlyState::default(),
         }
     }
 
@@ -157,6 +178,22 @@ impl SequentialReplica {
     /// [`PartitionLayout::answerer`]).
     pub fn set_partition(&mut self, layout: PartitionLayout, p: PartitionId) {
         self.answers = layout.map.is_partitioned().then_some((layout, p));
+    }
+
+    /// Early replies (paper 001 §VII): send each speculated reply at once as tentative
+    /// and confirm it when the decision confirms its order (see the crate doc).
+    pub fn set_early_replies(&mut self, on: bool) {
+        self.early.on = on;
+    }
+
+    /// Tentative replies and confirmations produced since the last call, in order.
+    pub fn take_early(&mut self) -> Vec<EarlyReply> {
+        std::mem::take(&mut self.early.out)
+    }
+
+    /// Early replies produced and not yet taken.
+    pub fn early_pending(&self) -> usize {
+        self.early.out.len()
     }
 
     /// Plant the "speculation confirmed without checking the decided value" bug: the
@@ -228,6 +265,10 @@ impl SequentialReplica {
             self.max_cached_instance == 0,
             "reply cache and its high-water mark disagree"
         );
+        assert!(
+            self.early.on || self.early.out.is_empty(),
+            "early replies without early replies on"
+        );
     }
 
     pub fn tree(&self) -> &BPlusTree {
@@ -263,6 +304,7 @@ impl SequentialReplica {
     /// another value, that speculation and every later one are rolled back. Then every
     /// proposal that is next in line is executed speculatively, its replies held.
     pub fn propose(&mut self, instance: Instance, value: Arc<Value>) {
+        self.early.quiet = false;
         if instance <= self.last_instance {
             return;
         }
@@ -297,10 +339,16 @@ impl SequentialReplica {
             };
             let mut held = Vec::new();
             self.run_value(next, &value, &mut held, Some(&mut s));
+            if self.early.on && !self.early.quiet {
+                self.early
+                    .out
+                    .extend(held.iter().cloned().map(EarlyReply::Tentative));
+            }
             s.held = held;
             self.stats.speculated += 1;
             self.spec.push_back(s);
         }
+        self.early.quiet = false;
     }
 
     /// Undo every speculated instance, newest first (their held replies are dropped;
@@ -309,6 +357,9 @@ impl SequentialReplica {
     /// counted as a rollback in the statistics (it is the checkpoint's set-aside).
     pub fn rollback_speculation(&mut self) {
         self.rollback_from(self.last_instance + 1, false);
+        // Speculating the same proposals on the same state again computes the same
+        // replies: their tentative replies already left.
+        self.early.quiet = true;
     }
 
     fn rollback_from(&mut self, instance: Instance, count: bool) {
@@ -364,6 +415,7 @@ impl SequentialReplica {
             self.last_instance + 1,
             "instances are executed in order, once"
         );
+        self.early.quiet = false;
         while self
             .pending
             .first_key_value()
@@ -376,7 +428,14 @@ impl SequentialReplica {
                 let s = self.spec.pop_front().expect("checked");
                 self.last_instance = instance;
                 self.stats.speculation_confirmed += 1;
-                replies_out.extend(s.held);
+                if self.early.on {
+                    // The tentative replies left when it was speculated.
+                    self.early
+                        .out
+                        .extend(s.held.iter().map(EarlyReply::confirm));
+                } else {
+                    replies_out.extend(s.held);
+                }
                 return;
             }
             self.rollback_from(instance, true);

@@ -285,3 +285,85 @@ fn no_checkpoint_while_speculating() {
     r.propose(1, v(0, 1, vec![]));
     r.checkpoint();
 }
+
+/// Early replies (paper 001 §VII): what a client takes as final (final replies, and
+/// tentative replies once a confirmation names them) is exactly what the held replies
+/// would have been, in the same order; every confirmation names a tentative reply
+/// that was sent; setting speculation aside for a checkpoint sends nothing again.
+fn early_finals(
+    spec: &mut SequentialReplica,
+    sent: &mut Vec<Reply>,
+    finals: &mut Vec<Reply>,
+) -> Result<(), TestCaseError> {
+    use partita_types::early::{result_digest, EarlyReply};
+    for e in spec.take_early() {
+        match e {
+            EarlyReply::Tentative(r) => sent.push(r),
+            EarlyReply::Confirm(c) => {
+                let r = sent.iter().rev().find(|r| {
+                    (r.client, r.seq, r.instance, result_digest(&r.result))
+                        == (c.client, c.seq, c.instance, c.result_digest)
+                });
+                prop_assert!(r.is_some(), "confirmation {:?} of nothing sent", c);
+                finals.push(r.expect("checked").clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn early_replies_confirm_exactly_the_replies_of_the_decided_sequence(
+        insts in proptest::collection::vec(inst(), 1..25),
+        checkpoint_every in 0u64..6,
+        order_seed in any::<u64>(),
+    ) {
+        let mut plain = SequentialReplica::new(ME, BPlusTree::new());
+        let mut spec = SequentialReplica::new(ME, BPlusTree::new());
+        spec.set_early_replies(true);
+        let mut want = Vec::new();
+        let (mut sent, mut finals) = (Vec::new(), Vec::new());
+        for ev in schedule(&insts, checkpoint_every, order_seed) {
+            match ev {
+                Ev::Propose(i, v) => {
+                    spec.propose(i, v);
+                    early_finals(&mut spec, &mut sent, &mut finals)?;
+                }
+                Ev::Decide(i, v) => {
+                    plain.execute(i, &v, &mut want);
+                    spec.execute(i, &v, &mut finals);
+                    early_finals(&mut spec, &mut sent, &mut finals)?;
+                    prop_assert_eq!(&finals, &want, "final results by instance {}", i);
+                }
+                Ev::Checkpoint => {
+                    spec.rollback_speculation();
+                    prop_assert_eq!(spec.checkpoint(), plain.checkpoint());
+                    spec.speculate();
+                    prop_assert_eq!(spec.take_early(), vec![], "re-sent after a checkpoint");
+                }
+            }
+            spec.invariants();
+        }
+        prop_assert_eq!(spec.digest(), plain.digest());
+    }
+}
+
+#[test]
+fn without_early_replies_nothing_early_is_produced() {
+    let mut r = SequentialReplica::new(ME, BPlusTree::new());
+    let a = v(0, 1, vec![cmd(7, 1, ME, Op::Insert { key: 1, value: 10 })]);
+    r.propose(1, a.clone());
+    r.execute(1, &a, &mut Vec::new());
+    assert_eq!(r.early_pending(), 0);
+    r.set_early_replies(true);
+    let b = v(0, 2, vec![cmd(7, 2, ME, Op::Delete { key: 1 })]);
+    r.propose(2, b.clone());
+    assert_eq!(r.early_pending(), 1, "a tentative reply at once");
+    let mut out = Vec::new();
+    r.execute(2, &b, &mut out);
+    assert!(out.is_empty(), "confirmed, not replied again");
+    assert_eq!(r.take_early().len(), 2);
+}

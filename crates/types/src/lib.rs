@@ -10,6 +10,7 @@
 //! that is oversized, of another version or whose checksum does not match is an error
 //! for the connection that sent it and nothing else.
 
+pub mod early;
 pub mod frame;
 pub mod ops;
 pub mod partition;

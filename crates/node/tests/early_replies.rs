@@ -1,0 +1,434 @@
+//! Early replies (paper 001 §VII) on scripted node cores: Ring Paxos with speculative
+//! execution, an in-memory network that drops chosen messages, and the client-side
+//! rule ([`EarlyWait`]) applied to what the replicas send.
+//!
+//! - The chosen replica answers a speculated command with a tentative reply before
+//!   the decision, and confirms it once decided; nothing else goes to the client.
+//! - A leader change rolls a speculation back: the replica sends a new tentative reply
+//!   with the re-executed (different) result, and only that one is confirmed. A client
+//!   that received both, in any order and duplicated, returns the confirmed result.
+//! - The planted bug `unconfirmed-replies` sends speculative results as final.
+
+use partita_consensus::{
+    AcceptorRecord, CoordinatorConfig, LearnerConfig, Membership, Msg, Protocol,
+};
+use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
+use partita_types::early::{result_digest, EarlyReply, EarlyWait};
+use partita_types::{Command, Instance, NodeId, Op, OpResult, Reply};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+const ACCEPTORS: [NodeId; 3] = [1, 2, 3];
+const REPLICAS: [NodeId; 2] = [4, 5];
+
+/// Which messages the network loses: (from, to, message) → dropped.
+type Filter = Box<dyn Fn(NodeId, NodeId, &Msg) -> bool>;
+
+/// What a client received, in order: a final reply or an early one.
+#[derive(Clone, Debug, PartialEq)]
+enum Got {
+    Final(Reply),
+    Early(EarlyReply),
+}
+
+struct Cluster {
+    early: bool,
+    bugs: UnsafeBugs,
+    nodes: BTreeMap<NodeId, NodeCore>,
+    down: BTreeSet<NodeId>,
+    msgs: VecDeque<(NodeId, NodeId, Msg)>,
+    persists: VecDeque<(NodeId, u64, AcceptorRecord)>,
+    /// (sending node, what) for every client-bound output.
+    got: Vec<(NodeId, Got)>,
+    filter: Filter,
+}
+
+impl Cluster {
+    fn setup(&self, id: NodeId) -> NodeSetup {
+        NodeSetup {
+            id,
+            cluster_id: 1,
+            mode: Mode::Smr,
+            membership: Membership {
+                protocol: Protocol::RingPaxos,
+                acceptors: ACCEPTORS.to_vec(),
+                coordinator: 1,
+                learners: REPLICAS.to_vec(),
+                partitions: Default::default(),
+            },
+            acceptor: ACCEPTORS.contains(&id),
+            replica: REPLICAS.contains(&id),
+            coordinator_config: CoordinatorConfig {
+                election_timeout_ticks: 20,
+                suspect_ticks: 12,
+                heartbeat_ticks: 5,
+                retransmit_ticks: 30,
+                ..CoordinatorConfig::default()
+            },
+            learner_config: LearnerConfig {
+                gap_ticks: 5,
+                ..LearnerConfig::default()
+            },
+            checkpoint: CheckpointConfig::default(),
+            early_replies: self.early,
+            speculative: true,
+        }
+    }
+
+    fn new(early: bool, bugs: UnsafeBugs) -> Cluster {
+        let mut c = Cluster {
+            early,
+            bugs,
+            nodes: BTreeMap::new(),
+            down: BTreeSet::new(),
+            msgs: VecDeque::new(),
+            persists: VecDeque::new(),
+            got: Vec::new(),
+            filter: Box::new(|_, _, _| false),
+        };
+        for id in ACCEPTORS.iter().chain(&REPLICAS) {
+            let mut out = Vec::new();
+            let core = NodeCore::new(c.setup(*id), vec![], c.bugs.clone(), &mut out);
+            c.nodes.insert(*id, core);
+            c.take(*id, out);
+        }
+        c
+    }
+
+    fn crash(&mut self, id: NodeId) {
+        self.nodes.remove(&id);
+        self.down.insert(id);
+        self.persists.retain(|(n, _, _)| *n != id);
+    }
+
+    fn take(&mut self, from: NodeId, out: Vec<Output>) {
+        for o in out {
+            match o {
+                Output::Send { to, msg } => {
+                    if !(self.filter)(from, to, &msg) {
+                        self.msgs.push_back((from, to, msg));
+                    }
+                }
+                Output::Persist { token, record } => self.persists.push_back((from, token, record)),
+                Output::Reply(r) => self.got.push((from, Got::Final(r))),
+                Output::Early(e) => self.got.push((from, Got::Early(e))),
+                Output::Refused { .. } => {}
+                Output::SaveCheckpoint { .. } | Output::TruncateLog { .. } => {
+                    unreachable!("no checkpoints in these scenarios")
+                }
+            }
+        }
+        if let Some(n) = self.nodes.get(&from) {
+            n.invariants();
+        }
+    }
+
+    fn settle(&mut self) {
+        for _ in 0..100_000 {
+            if let Some((from, to, msg)) = self.msgs.pop_front() {
+                if self.down.contains(&from) || self.down.contains(&to) {
+                    continue;
+                }
+                let mut out = Vec::new();
+                self.nodes
+                    .get_mut(&to)
+                    .unwrap()
+                    .on_peer(from, msg, &mut out);
+                self.take(to, out);
+            } else if let Some((node, token, _record)) = self.persists.pop_front() {
+                let mut out = Vec::new();
+                self.nodes
+                    .get_mut(&node)
+                    .unwrap()
+                    .on_persisted(&[token], &mut out);
+                self.take(node, out);
+            } else {
+                return;
+            }
+        }
+        panic!("the cluster never went quiet");
+    }
+
+    fn tick(&mut self, n: usize) {
+        for _ in 0..n {
+            let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+            for id in ids {
+                let mut out = Vec::new();
+                self.nodes.get_mut(&id).unwrap().on_tick(&mut out);
+                self.take(id, out);
+            }
+            self.settle();
+        }
+    }
+
+    fn submit(&mut self, via: NodeId, cmd: Command) {
+        let mut out = Vec::new();
+        self.nodes.get_mut(&via).unwrap().on_request(cmd, &mut out);
+        self.take(via, out);
+        self.settle();
+    }
+
+    /// What `client` received, in order.
+    fn got_by(&self, client: u64) -> Vec<Got> {
+        self.got
+            .iter()
+            .filter(|(_, g)| match g {
+                Got::Final(r) => r.client == client,
+                Got::Early(e) => e.client() == client,
+            })
+            .map(|(_, g)| g.clone())
+            .collect()
+    }
+
+    fn replica(&self, id: NodeId) -> &partita_smr::SequentialReplica {
+        self.nodes[&id].replica().unwrap()
+    }
+}
+
+fn cmd(client: u64, reply_to: NodeId, op: Op) -> Command {
+    Command {
+        client,
+        seq: 1,
+        reply_to,
+        op,
+    }
+}
+
+/// What a client library returns from `got` (delivered in this order): the first final
+/// reply or confirmed tentative result, if any.
+fn client_result(got: &[Got]) -> Option<OpResult> {
+    let mut w = EarlyWait::default();
+    for g in got {
+        let done = match g {
+            Got::Final(r) => Some(r.result.clone()),
+            Got::Early(e) => w.on_early(e),
+        };
+        if done.is_some() {
+            return done;
+        }
+    }
+    None
+}
+
+fn tentative(g: &Got) -> Option<&Reply> {
+    match g {
+        Got::Early(EarlyReply::Tentative(r)) => Some(r),
+        _ => None,
+    }
+}
+
+/// Nobody decides anything: votes never reach the leader (node 1, last in the ring).
+fn no_decisions(_: NodeId, to: NodeId, msg: &Msg) -> bool {
+    to == 1 && matches!(msg, Msg::RingVote { .. } | Msg::Phase2B { .. })
+}
+
+#[test]
+fn a_tentative_reply_leaves_before_the_decision_and_a_confirmation_after() {
+    let mut c = Cluster::new(true, UnsafeBugs::default());
+    c.tick(3);
+    c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
+    c.tick(3);
+    let warm = c.got_by(1);
+    assert!(
+        matches!(
+            warm.as_slice(),
+            [
+                Got::Early(EarlyReply::Tentative(_)),
+                Got::Early(EarlyReply::Confirm(_))
+            ]
+        ),
+        "a tentative reply then its confirmation, nothing else: {warm:?}"
+    );
+    assert_eq!(client_result(&warm), Some(OpResult::Inserted(true)));
+
+    // Client 7's write is proposed and speculated, but not decided.
+    c.filter = Box::new(no_decisions);
+    let decided = c.replica(4).last_instance();
+    c.submit(1, cmd(7, 4, Op::Insert { key: 1, value: 10 }));
+    assert_eq!(c.replica(4).last_instance(), decided, "nothing decided");
+    assert_eq!(c.replica(4).speculated(), 1);
+    let before = c.got_by(7);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let t = tentative(&before[0]).expect("a tentative reply");
+    assert_eq!(
+        (t.instance, &t.result),
+        (decided + 1, &OpResult::Inserted(true))
+    );
+    assert_eq!(
+        client_result(&before),
+        None,
+        "not final before the decision"
+    );
+    // Only the chosen replica answers.
+    assert!(c.got.iter().all(|(from, _)| *from == 4));
+
+    // The votes get through on the leader's retransmission: the decision confirms it.
+    c.filter = Box::new(|_, _, _| false);
+    c.tick(40);
+    let after = c.got_by(7);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(
+        after[1],
+        Got::Early(EarlyReply::confirm(t)),
+        "the confirmation names the tentative result"
+    );
+    assert_eq!(client_result(&after), Some(OpResult::Inserted(true)));
+    assert_eq!(c.replica(4).stats().speculation_confirmed, 2);
+    assert!(
+        !c.got.iter().any(|(_, g)| matches!(g, Got::Final(_))),
+        "speculated commands get no final reply"
+    );
+}
+
+/// The old leader's proposal for `at` (client 7's write) reaches only the replicas;
+/// the one for `at + 1` (client 8's read) also reaches the acceptors, but no vote
+/// reaches the leader. The leader crashes; node 2 takes over, finds client 8's read
+/// at `at + 1` and re-proposes it (same value id), fills `at` with a no-op. Replicas
+/// roll back both speculations and speculate the read again: another result.
+fn rollback_script(
+    early: bool,
+    bugs: UnsafeBugs,
+    replicas_see_new_proposals: bool,
+) -> (Cluster, Instance) {
+    let mut c = Cluster::new(early, bugs);
+    c.tick(3);
+    c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
+    c.tick(3);
+    let at = c.replica(4).last_instance() + 1;
+    c.filter = Box::new(move |from, to, msg| {
+        no_decisions(from, to, msg)
+            || (from == 1
+                && ACCEPTORS.contains(&to)
+                && matches!(msg, Msg::Phase2A { instance, .. } if *instance == at))
+    });
+    c.submit(1, cmd(7, 4, Op::Insert { key: 1, value: 10 }));
+    c.tick(2);
+    c.submit(1, cmd(8, 4, Op::Read { key: 1 }));
+    c.tick(2);
+    for r in REPLICAS {
+        assert_eq!(c.replica(r).speculated(), 2, "replica {r} speculates both");
+    }
+    c.crash(1);
+    c.filter = if replicas_see_new_proposals {
+        Box::new(|_, _, _| false)
+    } else {
+        Box::new(|from, to, msg| {
+            from == 2 && REPLICAS.contains(&to) && matches!(msg, Msg::Phase2A { .. })
+        })
+    };
+    let mut ticks = 0;
+    while c.nodes[&2].coordinator().is_none() {
+        c.tick(1);
+        ticks += 1;
+        assert!(ticks <= 25, "node 2 never campaigned");
+    }
+    c.tick(60);
+    for r in REPLICAS {
+        assert!(c.replica(r).last_instance() > at, "replica {r} stuck");
+        assert_eq!(c.replica(r).speculated(), 0);
+        assert!(c.replica(r).stats().speculation_rolled_back >= 2);
+        assert_eq!(c.replica(r).tree().read(1), None, "client 7's write undone");
+    }
+    (c, at)
+}
+
+fn check_rollback(replicas_see_new_proposals: bool) {
+    let (c, at) = rollback_script(true, UnsafeBugs::default(), replicas_see_new_proposals);
+    // Client 7's write was never decided: a tentative reply, never confirmed.
+    let g7 = c.got_by(7);
+    assert_eq!(g7.len(), 1, "{g7:?}");
+    assert!(tentative(&g7[0]).is_some());
+    assert_eq!(
+        client_result(&g7),
+        None,
+        "an undecided write is never final"
+    );
+    // Client 8: the stale tentative read (it saw client 7's write), the new one after
+    // the rollback, and the confirmation of the new one only.
+    let g8 = c.got_by(8);
+    assert_eq!(g8.len(), 3, "{g8:?}");
+    let stale = tentative(&g8[0]).expect("tentative").clone();
+    let fresh = tentative(&g8[1]).expect("tentative").clone();
+    assert_eq!(stale.result, OpResult::Value(Some(10)));
+    assert_eq!(fresh.result, OpResult::Value(None));
+    assert_eq!(
+        (stale.instance, fresh.instance),
+        (at + 1, at + 1),
+        "same instance"
+    );
+    let Got::Early(EarlyReply::Confirm(confirm)) = &g8[2] else {
+        panic!("a confirmation last: {g8:?}");
+    };
+    assert_eq!(confirm.instance, at + 1);
+    assert_eq!(confirm.result_digest, result_digest(&OpResult::Value(None)));
+    assert_ne!(confirm.result_digest, result_digest(&stale.result));
+    // Whatever order and duplication the network delivers them in, the client returns
+    // the confirmed result, never the stale one; without the new tentative reply it
+    // returns nothing.
+    let msgs = [g8[0].clone(), g8[1].clone(), g8[2].clone()];
+    for order in [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ] {
+        let mut seq: Vec<Got> = order.iter().map(|&i| msgs[i].clone()).collect();
+        seq.insert(0, msgs[0].clone());
+        seq.push(msgs[0].clone());
+        assert_eq!(
+            client_result(&seq),
+            Some(OpResult::Value(None)),
+            "{order:?}"
+        );
+    }
+    assert_eq!(
+        client_result(&[msgs[0].clone(), msgs[2].clone(), msgs[0].clone()]),
+        None
+    );
+    assert!(
+        !c.got
+            .iter()
+            .any(|(_, g)| matches!(g, Got::Final(r) if r.client == 8)),
+        "client 8's read was confirmed, not answered again"
+    );
+    // The same final results as classic speculation (held replies).
+    let (reference, _) = rollback_script(false, UnsafeBugs::default(), replicas_see_new_proposals);
+    for client in [1, 7, 8] {
+        assert_eq!(
+            client_result(&c.got_by(client)),
+            client_result(&reference.got_by(client))
+        );
+    }
+    for r in REPLICAS {
+        assert_eq!(c.replica(r).digest(), reference.replica(r).digest());
+    }
+}
+
+#[test]
+fn a_rollback_sends_a_new_tentative_reply_and_only_it_is_confirmed() {
+    check_rollback(true);
+}
+
+#[test]
+fn a_rollback_by_a_decision_alone_sends_a_new_tentative_reply_too() {
+    check_rollback(false);
+}
+
+#[test]
+fn without_early_replies_nothing_tentative_leaves() {
+    let (c, _) = rollback_script(false, UnsafeBugs::default(), true);
+    assert!(c.got.iter().all(|(_, g)| matches!(g, Got::Final(_))));
+    assert_eq!(client_result(&c.got_by(8)), Some(OpResult::Value(None)));
+}
+
+/// Control: with the planted bug the client takes client 7's undecided write and
+/// client 8's stale read as final.
+#[test]
+fn planted_unconfirmed_replies_is_caught() {
+    let mut bugs = UnsafeBugs::default();
+    bugs.enable("unconfirmed-replies").unwrap();
+    let (c, _) = rollback_script(true, bugs, true);
+    assert_eq!(client_result(&c.got_by(7)), Some(OpResult::Inserted(true)));
+    assert_eq!(client_result(&c.got_by(8)), Some(OpResult::Value(Some(10))));
+}
