@@ -100,13 +100,18 @@ struct NemesisArgs {
 enum ExperimentName {
     /// Paper 001 §V-B, Figures 5 and 6: SMR versus client-server, 1 to 8 replicas.
     CostOfReplication,
+    /// Paper 001 §V-C, Figures 7 and 8: speculative execution versus classic SMR
+    /// (Ring Paxos), queries and batched updates, against clients, per replica count.
+    Speculation,
 }
 
 #[derive(Args, Debug)]
 struct ExperimentArgs {
     #[arg(value_enum)]
     name: ExperimentName,
-    /// Report file (JSON); the figures go next to it as FILE-fig5.svg, FILE-fig6.svg.
+    /// Report file (JSON); the figures go next to it as FILE-fig5.svg, FILE-fig6.svg
+    /// (speculation: FILE-fig7.svg for 4 replicas, FILE-fig8.svg for 8, and
+    /// FILE-spec-N-replicas.svg for other counts).
     #[arg(long, default_value = "experiment.json")]
     json: PathBuf,
     /// A small sweep (a minute) instead of the full one (several minutes).
@@ -132,6 +137,56 @@ struct ExperimentArgs {
     /// default: the simulator's built-in table).
     #[arg(long, value_name = "FILE", requires = "sim")]
     cost_table: Option<PathBuf>,
+    /// Workloads (default: the experiment's).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    workloads: Option<Vec<Workload>>,
+    /// Client counts (default: the experiment's).
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<usize>>,
+    /// Replica counts (default: the experiment's).
+    #[arg(long, value_delimiter = ',')]
+    replicas: Option<Vec<usize>>,
+    /// Think time: each client waits a uniform whole number of ms in 0..=N before each
+    /// command (default: 0 for real runs, 10 with --sim at full size).
+    #[arg(long)]
+    think_ms: Option<u64>,
+    /// speculation, real runs: classic/speculative pairs per configuration, their
+    /// order alternating (default: 2, or 1 with --quick).
+    #[arg(long)]
+    repeat: Option<u32>,
+    /// With --sim: points simulated at once (default: the number of cores).
+    #[arg(long, requires = "sim")]
+    jobs: Option<usize>,
+}
+
+impl ExperimentArgs {
+    fn duration(&self) -> anyhow::Result<Option<Duration>> {
+        match self.duration {
+            Some(d) if !(d > 0.0 && d <= 3600.0) => {
+                bail!("--duration must be between 0 and 3600 seconds")
+            }
+            Some(d) => Ok(Some(Duration::from_secs_f64(d))),
+            None => Ok(None),
+        }
+    }
+
+    fn sim_cost(&self) -> anyhow::Result<Option<(partita_sim::CostTable, String)>> {
+        let Some(p) = &self.cost_table else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("reading the cost table {}", p.display()))?;
+        let t = partita_sim::CostTable::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        Ok(Some((t, p.display().to_string())))
+    }
+
+    fn check_speculation(&self) -> anyhow::Result<()> {
+        if matches!(self.protocol, ProtocolArg::MultiPaxos) {
+            bail!("speculation runs Ring Paxos only (Multi-Paxos sends no proposals to learners)");
+        }
+        Ok(())
+    }
 }
 
 #[derive(Args, Debug)]
@@ -779,32 +834,81 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<i32> {
 }
 
 fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
-    let mut o = if a.quick {
-        crate::experiment::SimCostOptions::quick()
-    } else {
-        crate::experiment::SimCostOptions::full()
-    };
-    if let Some(d) = a.duration {
-        if !(d > 0.0 && d <= 3600.0) {
-            bail!("--duration must be between 0 and 3600 seconds");
-        }
-        o.duration = Duration::from_secs_f64(d);
-    }
-    if let Some(p) = a.preload {
-        o.preload = p;
-    }
-    o.protocol = protocol(a.protocol);
-    o.durability = durability(a.durability);
-    o.progress = true;
-    if let Some(p) = &a.cost_table {
-        let text = std::fs::read_to_string(p)
-            .with_context(|| format!("reading the cost table {}", p.display()))?;
-        o.cost = partita_sim::CostTable::from_toml(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
-        o.cost_source = p.display().to_string();
-    }
     let started = std::time::Instant::now();
-    let r = crate::experiment::cost_of_replication_sim(&o)?;
+    let r = match a.name {
+        ExperimentName::CostOfReplication => {
+            let mut o = if a.quick {
+                crate::experiment::SimCostOptions::quick()
+            } else {
+                crate::experiment::SimCostOptions::full()
+            };
+            if let Some(d) = a.duration()? {
+                o.duration = d;
+            }
+            if let Some(p) = a.preload {
+                o.preload = p;
+            }
+            if let Some(w) = &a.workloads {
+                o.workloads = w.clone();
+            }
+            if let Some(c) = &a.clients {
+                o.clients = c.clone();
+            }
+            if let Some(n) = &a.replicas {
+                o.replicas = n.clone();
+            }
+            if let Some(t) = a.think_ms {
+                o.think_ms = t;
+            }
+            if let Some(j) = a.jobs {
+                o.jobs = j;
+            }
+            o.protocol = protocol(a.protocol);
+            o.durability = durability(a.durability);
+            o.progress = true;
+            if let Some((t, src)) = a.sim_cost()? {
+                o.cost = t;
+                o.cost_source = src;
+            }
+            crate::experiment::cost_of_replication_sim(&o)?
+        }
+        ExperimentName::Speculation => {
+            a.check_speculation()?;
+            let mut o = if a.quick {
+                crate::experiment::SimSpecOptions::quick()
+            } else {
+                crate::experiment::SimSpecOptions::full()
+            };
+            if let Some(d) = a.duration()? {
+                o.duration = d;
+            }
+            if let Some(p) = a.preload {
+                o.preload = p;
+            }
+            if let Some(w) = &a.workloads {
+                o.workloads = w.clone();
+            }
+            if let Some(c) = &a.clients {
+                o.clients = c.clone();
+            }
+            if let Some(n) = &a.replicas {
+                o.replicas = n.clone();
+            }
+            if let Some(t) = a.think_ms {
+                o.think_ms = t;
+            }
+            if let Some(j) = a.jobs {
+                o.jobs = j;
+            }
+            o.durability = durability(a.durability);
+            o.progress = true;
+            if let Some((t, src)) = a.sim_cost()? {
+                o.cost = t;
+                o.cost_source = src;
+            }
+            crate::experiment::speculation_sim(&o)?
+        }
+    };
     print!("{}", crate::experiment::table(&r));
     println!(
         "{} points simulated in {:.0} s wall",
@@ -822,32 +926,73 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         // Compute-bound and multi-threaded on its own: off the async runtime.
         return tokio::task::block_in_place(|| sim_experiment(&a));
     }
-    match a.name {
+    let exe = std::env::current_exe().context("locating the partita binary")?;
+    let r = match a.name {
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 crate::experiment::CostOptions::quick()
             } else {
                 crate::experiment::CostOptions::full()
             };
-            if let Some(d) = a.duration {
-                if !(d > 0.0 && d <= 3600.0) {
-                    bail!("--duration must be between 0 and 3600 seconds");
-                }
-                o.duration = Duration::from_secs_f64(d);
+            if let Some(d) = a.duration()? {
+                o.duration = d;
             }
             if let Some(p) = a.preload {
                 o.preload = p;
             }
+            if let Some(w) = &a.workloads {
+                o.workloads = w.clone();
+            }
+            if let Some(c) = &a.clients {
+                o.clients = c.clone();
+            }
+            if let Some(n) = &a.replicas {
+                o.replicas = n.clone();
+            }
+            if let Some(t) = a.think_ms {
+                o.think_ms = t;
+            }
             o.protocol = protocol(a.protocol);
             o.durability = durability(a.durability);
             o.progress = true;
-            let exe = std::env::current_exe().context("locating the partita binary")?;
-            let r = crate::experiment::cost_of_replication(&exe, &o).await?;
-            print!("{}", crate::experiment::table(&r));
-            for f in crate::experiment::write(&r, &a.json)? {
-                println!("wrote {}", f.display());
-            }
-            Ok(0)
+            crate::experiment::cost_of_replication(&exe, &o).await?
         }
+        ExperimentName::Speculation => {
+            a.check_speculation()?;
+            let mut o = if a.quick {
+                crate::experiment::SpecOptions::quick()
+            } else {
+                crate::experiment::SpecOptions::full()
+            };
+            if let Some(d) = a.duration()? {
+                o.duration = d;
+            }
+            if let Some(p) = a.preload {
+                o.preload = p;
+            }
+            if let Some(w) = &a.workloads {
+                o.workloads = w.clone();
+            }
+            if let Some(c) = &a.clients {
+                o.clients = c.clone();
+            }
+            if let Some(n) = &a.replicas {
+                o.replicas = n.clone();
+            }
+            if let Some(t) = a.think_ms {
+                o.think_ms = t;
+            }
+            if let Some(n) = a.repeat {
+                o.repeat = n.max(1);
+            }
+            o.durability = durability(a.durability);
+            o.progress = true;
+            crate::experiment::speculation(&exe, &o).await?
+        }
+    };
+    print!("{}", crate::experiment::table(&r));
+    for f in crate::experiment::write(&r, &a.json)? {
+        println!("wrote {}", f.display());
     }
+    Ok(0)
 }

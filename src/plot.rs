@@ -89,7 +89,8 @@ fn panel_svg(out: &mut String, p: &Panel, ox: f64, oy: f64) {
         (xlo, xhi, ylo, yhi) = (0.0, 1.0, 0.0, 1.0);
     }
     if !p.log_y {
-        ylo = 0.0;
+        // Linear axes start at zero, or below it for negative values (improvements).
+        ylo = ylo.min(0.0);
     }
     let clamp_log = |v: f64| v.max(1e-9);
     if p.log_y {
@@ -179,6 +180,16 @@ fn panel_svg(out: &mut String, p: &Panel, ox: f64, oy: f64) {
         oy + MT + (H - MT - MB) / 2.0,
         esc(&p.y_label)
     );
+    // A zero line when the axis spans negative values.
+    if !p.log_y && ylo < 0.0 && yhi > 0.0 {
+        let y = ty(0.0);
+        let _ = write!(
+            out,
+            r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#333" stroke-dasharray="4 3"/>"##,
+            ox + ML,
+            ox + W - MR
+        );
+    }
     // Series and legend.
     for (i, s) in p.series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
@@ -267,6 +278,24 @@ mod tests {
         assert_eq!(s.matches("<polyline").count(), 4);
         assert!(s.contains("t&lt;1&gt;"), "titles are escaped");
         assert!(s.contains(">SMR<"));
+    }
+
+    #[test]
+    fn negative_values_get_an_axis_below_zero() {
+        let p = Panel {
+            title: "improvement".into(),
+            x_label: "clients".into(),
+            y_label: "%".into(),
+            log_x: false,
+            log_y: false,
+            series: vec![Series {
+                label: "batch".into(),
+                points: vec![(1.0, -5.0), (8.0, 12.0)],
+            }],
+        };
+        let s = figure("Fig", "note", &[p], 1);
+        assert!(s.contains(">-5.0<"), "{s}");
+        assert!(s.contains("stroke-dasharray"), "a zero line");
     }
 
     #[test]

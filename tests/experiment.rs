@@ -1,4 +1,4 @@
-//! `partita experiment cost-of-replication` on real processes, at a tiny size: every
+//! `partita experiment` at tiny sizes. cost-of-replication on real processes: every
 //! point is measured on its own fresh cluster, the report keeps each point's
 //! configuration, and the figures draw every curve.
 
@@ -43,4 +43,108 @@ async fn cost_of_replication_small_sweep() {
         serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
     assert_eq!(json["points"].as_array().unwrap().len(), 4);
     assert_eq!(json["simulated"], false);
+}
+
+/// `partita experiment speculation` on real processes, at a tiny size: one classic and
+/// one speculative point, measured back to back, each on its own cluster; the
+/// speculative cluster really speculated (the replicas' counters), the classic one
+/// did not, and the report pairs them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculation_small_real_pair() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_partita"));
+    let opts = experiment::SpecOptions {
+        workloads: vec![Workload::Batch],
+        clients: vec![4],
+        replicas: vec![2],
+        repeat: 1,
+        duration: Duration::from_secs(1),
+        preload: 1000,
+        ..experiment::SpecOptions::quick()
+    };
+    let r = experiment::speculation(&exe, &opts).await.unwrap();
+    assert_eq!(r.points.len(), 2, "{}", experiment::table(&r));
+    assert_eq!(r.comparisons.len(), 1);
+    let c = &r.comparisons[0];
+    let (a, b) = (&r.points[c.classic], &r.points[c.speculative]);
+    assert_eq!(a.series, experiment::CLASSIC);
+    assert_eq!(b.series, experiment::SPECULATIVE);
+    assert_eq!(c.first, "classic", "the first pair runs classic first");
+    for p in [a, b] {
+        assert!(p.result.commands > 10, "{}", experiment::table(&r));
+        assert_eq!(p.result.replicas, 2);
+        assert_eq!(p.latency_mean_from.as_deref(), Some("exact"));
+        assert!(p.latency_ms_mean.unwrap() > 0.0);
+    }
+    assert!(a.speculation_counters.is_none());
+    let s = b.speculation_counters.as_ref().unwrap();
+    assert!(s.speculated > 0 && s.confirmed > 0, "{s:?}");
+    assert_eq!(s.rolled_back, 0, "no leader change, no rollback");
+    assert!(b.result.ordering.contains("speculative"));
+    let dir = tempfile::tempdir().unwrap();
+    let files = experiment::write(&r, &dir.path().join("spec.json")).unwrap();
+    assert_eq!(files.len(), 2, "the report and one figure (2 replicas)");
+    assert!(files[1].ends_with("spec-spec-2-replicas.svg"), "{files:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert_eq!(json["simulated"], false);
+    assert_eq!(json["comparisons"].as_array().unwrap().len(), 1);
+}
+
+/// `partita experiment speculation --sim` at a tiny size: both workloads, classic and
+/// speculative points for every client count, labelled as simulated, with figures
+/// for the paper's replica counts (Figure 7: 4 replicas, Figure 8: 8).
+#[test]
+fn speculation_tiny_simulated_sweep() {
+    let o = experiment::SimSpecOptions {
+        clients: vec![1, 4],
+        replicas: vec![4, 8],
+        duration: Duration::from_millis(200),
+        jobs: 2,
+        ..experiment::SimSpecOptions::quick()
+    };
+    let r = experiment::speculation_sim(&o).unwrap();
+    assert!(r.simulated);
+    assert_eq!(r.points.len(), 2 * 2 * 2 * 2, "{}", experiment::table(&r));
+    assert_eq!(r.comparisons.len(), 2 * 2 * 2);
+    for w in [Workload::Query, Workload::Batch] {
+        for n in [4, 8] {
+            for clients in [1, 4] {
+                for series in [experiment::CLASSIC, experiment::SPECULATIVE] {
+                    let p = r
+                        .points
+                        .iter()
+                        .find(|p| {
+                            p.workload == w
+                                && p.result.replicas == n
+                                && p.result.clients == clients
+                                && p.series == series
+                        })
+                        .unwrap_or_else(|| panic!("{w:?} {n} {clients} {series} missing"));
+                    assert!(p.result.commands > 0);
+                    assert!(p.sim.is_some());
+                }
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let files = experiment::write(&r, &dir.path().join("sim.json")).unwrap();
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["sim.json", "sim-fig7.svg", "sim-fig8.svg"]);
+    let fig7 = std::fs::read_to_string(&files[1]).unwrap();
+    assert!(fig7.contains("Figure 7") && fig7.contains("(simulated)"));
+    assert!(fig7.contains("queries (mean)") && fig7.contains("batched updates (mean)"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert_eq!(json["simulated"], true);
+    assert_eq!(json["name"], "speculation");
+    let execs: Vec<&str> = json["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["execution"].as_str().unwrap())
+        .collect();
+    assert!(execs.contains(&"classic") && execs.contains(&"speculative"));
 }
