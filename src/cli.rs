@@ -157,6 +157,38 @@ struct UpArgs {
     /// First port of a new cluster; node N listens on BASE+N.
     #[arg(long, default_value_t = 7100)]
     base_port: u16,
+    #[command(flatten)]
+    partitioning: PartitionArgs,
+}
+
+/// State partitioning of a new cluster (paper 001 §III-C).
+#[derive(Args, Debug, Clone)]
+struct PartitionArgs {
+    /// Cut the B+tree into this many equal key ranges, each with its own replicas.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    partitions: u32,
+    /// Replicas per partition (with --partitions; default: 2).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    replicas_per_partition: u32,
+    /// Keys 0..KEY_SPACE are split among the partitions (the last also takes every key
+    /// above). Default: 2^32 for `up`; the workload's key space for `bench`.
+    #[arg(long)]
+    key_space: Option<u64>,
+}
+
+impl PartitionArgs {
+    /// Apply to a new cluster; one partition leaves the default replicas alone.
+    fn apply(&self, c: ClusterConfig, default_key_space: u64) -> anyhow::Result<ClusterConfig> {
+        if self.partitions == 1 && self.key_space.is_none() {
+            return Ok(c);
+        }
+        c.with_partitions(
+            self.partitions,
+            self.replicas_per_partition,
+            self.key_space.unwrap_or(default_key_space),
+        )
+        .map_err(|e| anyhow::anyhow!("--partitions: {e}"))
+    }
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -291,6 +323,9 @@ struct BenchRunArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// With --up: state partitioning of the cluster.
+    #[command(flatten)]
+    partitioning: PartitionArgs,
 }
 
 #[derive(Args, Debug)]
@@ -404,8 +439,9 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
         let mut c = ClusterConfig::default_local(a.base_port, rand::random::<u64>() >> 1);
         c.cluster.protocol = protocol(a.protocol);
+        let mut c = a.partitioning.apply(c, 1 << 32)?;
         c.cluster.durability = durability(a.durability);
-        c
+        Ok(c)
     })?;
     let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[])?;
     if let Err(e) = lc.wait_ready(Duration::from_secs(20)).await {
@@ -631,12 +667,15 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         let _ = std::fs::remove_dir_all(&dir);
         let base = launch::pick_base_port();
         let (file, c) = launch::ensure_cluster_file(&dir, || match a.mode {
-            ModeArg::Cs => ClusterConfig::client_server(base + 1, rand::random::<u64>() >> 1),
+            ModeArg::Cs => Ok(ClusterConfig::client_server(
+                base + 1,
+                rand::random::<u64>() >> 1,
+            )),
             ModeArg::Smr => {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
                 c.cluster.protocol = protocol(a.protocol);
                 c.cluster.durability = durability(a.durability);
-                c
+                a.partitioning.apply(c, bench::key_space(a.preload))
             }
         })?;
         let mut lc = LocalCluster::start(&file, &c, &dir, &[])?;
@@ -699,7 +738,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         let mut c =
             ClusterConfig::default_local(launch::pick_base_port(), rand::random::<u64>() >> 1);
         c.cluster.protocol = protocol(a.protocol);
-        c
+        Ok(c)
     })?;
     let exe = std::env::current_exe().context("locating the partita binary")?;
     let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &[])?;

@@ -18,7 +18,7 @@ pub struct LocalCluster {
 /// Read the cluster file in `data_dir`, or write `default` there if there is none.
 pub fn ensure_cluster_file(
     data_dir: &Path,
-    default: impl FnOnce() -> ClusterConfig,
+    default: impl FnOnce() -> anyhow::Result<ClusterConfig>,
 ) -> anyhow::Result<(PathBuf, ClusterConfig)> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
@@ -27,7 +27,7 @@ pub fn ensure_cluster_file(
         let c = ClusterConfig::load(&file)?;
         return Ok((file, c));
     }
-    let c = default();
+    let c = default()?;
     std::fs::write(&file, c.to_toml()).with_context(|| format!("writing {}", file.display()))?;
     Ok((file, c))
 }

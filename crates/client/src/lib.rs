@@ -10,7 +10,10 @@
 
 use partita_runtime::net::{spawn_writer, FrameReader};
 use partita_runtime::{ClusterConfig, Mode, Wire};
-use partita_types::{ClientId, Command, NodeId, Op, OpResult};
+use partita_types::{
+    ClientId, Command, Instance, NodeId, Op, OpResult, PartitionId, PartitionLayout, Reply,
+};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,8 +57,20 @@ impl Default for ClientOptions {
 }
 
 enum Incoming {
-    Refused { seq: u64, reason: String },
+    Refused {
+        seq: u64,
+        reason: String,
+    },
     Closed,
+    /// Partitioned clusters: a reply read from replica `from`'s connection.
+    Reply {
+        from: NodeId,
+        reply: Reply,
+    },
+    /// Partitioned clusters: replica `from`'s connection closed.
+    ReplyClosed {
+        from: NodeId,
+    },
 }
 
 /// A connection whose frames this client writes directly (no writer task: one task
@@ -96,6 +111,14 @@ pub struct Client {
     rx: mpsc::UnboundedReceiver<Incoming>,
     tx: mpsc::UnboundedSender<Incoming>,
     resubmissions: u64,
+    /// State partitioning (paper 001 §III-C): which replicas hold which key range. A
+    /// command goes out once, as one command, whatever partitions it addresses; the
+    /// client waits for the answerer of each of them (the replica of its rank there,
+    /// see [`PartitionLayout::answerer`]) and merges the sub-results.
+    layout: PartitionLayout,
+    /// Partitioned clusters: reply connections by replica, each read by a task that
+    /// forwards to `rx`.
+    answer_conns: HashMap<NodeId, (Conn, tokio::task::AbortHandle)>,
 }
 
 impl Client {
@@ -124,7 +147,10 @@ impl Client {
             rx,
             tx,
             resubmissions: 0,
+            layout: PartitionLayout::default(),
+            answer_conns: HashMap::new(),
         };
+        c.layout = c.cluster.partition_layout();
         c.ensure_connected().await?;
         Ok(c)
     }
@@ -155,7 +181,45 @@ impl Client {
     }
 
     fn replies_on_entry(&self) -> bool {
-        self.cluster.cluster.mode == Mode::Cs || self.entry_node == self.replica
+        !self.partitioned()
+            && (self.cluster.cluster.mode == Mode::Cs || self.entry_node == self.replica)
+    }
+
+    fn partitioned(&self) -> bool {
+        self.layout.map.is_partitioned()
+    }
+
+    /// Partitioned clusters: open (or keep) a reply connection to the answerer of
+    /// every partition `op` addresses, each read by a task feeding `rx`.
+    async fn ensure_answerers(&mut self, op: &Op) -> Result<(), ClientError> {
+        self.answer_conns.retain(|_, (c, _)| !c.broken);
+        for p in self.layout.map.partitions_of(op) {
+            let Some(node) = self.layout.answerer(self.replica, p) else {
+                continue;
+            };
+            if self.answer_conns.contains_key(&node) {
+                continue;
+            }
+            let (conn, reader) = self.open(node).await?;
+            let events = self.tx.clone();
+            let task = tokio::spawn(async move {
+                let mut reader = reader;
+                loop {
+                    match reader.next().await {
+                        Ok(Wire::Reply(reply)) => {
+                            let _ = events.send(Incoming::Reply { from: node, reply });
+                        }
+                        Ok(_) => {}
+                        Err(_) => {
+                            let _ = events.send(Incoming::ReplyClosed { from: node });
+                            return;
+                        }
+                    }
+                }
+            });
+            self.answer_conns.insert(node, (conn, task.abort_handle()));
+        }
+        Ok(())
     }
 
     /// The node commands currently go to.
@@ -228,7 +292,10 @@ impl Client {
                 self.entry_watch = Some(task.abort_handle());
             }
         }
-        if !same && (self.reply_conn.as_ref().is_none_or(|c| c.broken) || self.replies.is_none()) {
+        if !same
+            && !self.partitioned()
+            && (self.reply_conn.as_ref().is_none_or(|c| c.broken) || self.replies.is_none())
+        {
             let (conn, reader) = self.open(self.replica).await?;
             self.reply_conn = Some(conn);
             self.replies = Some(reader);
@@ -238,6 +305,9 @@ impl Client {
 
     /// Execute one operation, exactly once, resubmitting on timeouts.
     pub async fn execute(&mut self, op: Op) -> Result<OpResult, ClientError> {
+        if self.partitioned() {
+            return self.execute_partitioned(op).await;
+        }
         self.seq += 1;
         let mut cmd = Command {
             client: self.id,
@@ -326,7 +396,9 @@ impl Client {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             break;
                         }
-                        Some(Incoming::Refused { .. }) => continue,
+                        Some(Incoming::Refused { .. })
+                        | Some(Incoming::Reply { .. })
+                        | Some(Incoming::ReplyClosed { .. }) => continue,
                         Some(Incoming::Closed) => {
                             if let Some(e) = self.entry.as_mut() { e.broken = true; }
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -336,6 +408,134 @@ impl Client {
                     },
                 }
             }
+        }
+    }
+}
+
+impl Client {
+    /// [`Client::execute`] on a partitioned cluster: the command is sent once to the
+    /// entry node; the client waits for one sub-result per addressed partition, all
+    /// from the same instance (a resubmission may be ordered again, and only the
+    /// sub-results of one execution merge into a linearizable result), and merges them.
+    async fn execute_partitioned(&mut self, op: Op) -> Result<OpResult, ClientError> {
+        self.seq += 1;
+        let need = self.layout.map.mask(&op).count_ones() as usize;
+        let mut cmd = Command {
+            client: self.id,
+            seq: self.seq,
+            reply_to: self.replica,
+            op,
+        };
+        let mut parts: BTreeMap<Instance, Vec<(PartitionId, OpResult)>> = BTreeMap::new();
+        let started = Instant::now();
+        let mut first = true;
+        let mut timeouts = 0u32;
+        loop {
+            cmd.reply_to = self.replica;
+            if started.elapsed() >= self.opts.give_up {
+                return Err(ClientError::Timeout(self.opts.give_up));
+            }
+            if !first {
+                self.resubmissions += 1;
+            }
+            first = false;
+            let connected = match self.ensure_connected().await {
+                Ok(()) => self.ensure_answerers(&cmd.op).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = connected {
+                tracing::debug!("{e}");
+                if started.elapsed() + self.opts.timeout >= self.opts.give_up {
+                    return Err(e);
+                }
+                if let ClientError::Unreachable { node, .. } = &e {
+                    if *node == self.entry_node {
+                        self.rotate_entry();
+                    } else {
+                        self.rotate_replica();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            let frame = partita_runtime::wire::to_frame(&Wire::Request(cmd.clone()));
+            if let Some(e) = self.entry.as_mut() {
+                e.send(&frame).await;
+            }
+            let deadline = tokio::time::Instant::now() + self.opts.timeout;
+            loop {
+                let ev = match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                    Ok(ev) => ev.expect("the client holds a sender"),
+                    Err(_) => {
+                        tracing::debug!(
+                            "no reply to command {} within {:?}",
+                            self.seq,
+                            self.opts.timeout
+                        );
+                        timeouts += 1;
+                        self.rotate_entry();
+                        if timeouts.is_multiple_of(2) {
+                            self.rotate_replica();
+                        }
+                        break;
+                    }
+                };
+                match ev {
+                    Incoming::Reply { from, reply } => {
+                        if reply.seq != self.seq || reply.client != self.id {
+                            continue; // a late reply to an earlier command
+                        }
+                        let Some(p) = self.layout.partition_of_replica(from) else {
+                            continue;
+                        };
+                        let got = parts.entry(reply.instance).or_default();
+                        if got.iter().any(|(q, _)| *q == p) {
+                            continue;
+                        }
+                        got.push((p, reply.result));
+                        if got.len() == need {
+                            let got = parts.remove(&reply.instance).expect("just filled");
+                            match self.layout.map.merge(&cmd.op, &got) {
+                                Ok(r) => return Ok(r),
+                                Err(m) => tracing::warn!("sub-results do not merge: {m}"),
+                            }
+                        }
+                    }
+                    Incoming::ReplyClosed { from } => {
+                        tracing::debug!("reply connection to node {from} closed");
+                        if let Some((c, _)) = self.answer_conns.get_mut(&from) {
+                            c.broken = true;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        break;
+                    }
+                    Incoming::Refused { seq, reason } if seq == self.seq => {
+                        tracing::debug!("command refused: {reason}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        break;
+                    }
+                    Incoming::Refused { .. } => continue,
+                    Incoming::Closed => {
+                        tracing::debug!("entry connection closed");
+                        if let Some(e) = self.entry.as_mut() {
+                            e.broken = true;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        for (_, (_, task)) in self.answer_conns.drain() {
+            task.abort();
+        }
+        if let Some(w) = self.entry_watch.take() {
+            w.abort();
         }
     }
 }

@@ -599,6 +599,53 @@ impl ClusterConfig {
         }
     }
 
+    /// This cluster with its replicas replaced by `partitions` × `per_partition`
+    /// replicas (ids after every other node, partition by partition) over equal key
+    /// ranges of `0..key_space` (paper 001 §III-C). One partition: classic SMR with
+    /// `per_partition` replicas.
+    pub fn with_partitions(
+        mut self,
+        partitions: u32,
+        per_partition: u32,
+        key_space: u64,
+    ) -> Result<ClusterConfig, String> {
+        if per_partition == 0 {
+            return Err("every partition needs at least one replica".into());
+        }
+        PartitionMap::new(partitions, key_space)?;
+        let base_port = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let a: SocketAddr = n.addr.parse().ok()?;
+                Some(a.port().saturating_sub(n.id as u16))
+            })
+            .next()
+            .unwrap_or(7100);
+        self.nodes.retain(|n| !n.roles.contains(&Role::Replica));
+        let mut id = self.nodes.iter().map(|n| n.id).max().unwrap_or(0);
+        for p in 0..partitions {
+            for _ in 0..per_partition {
+                id += 1;
+                self.nodes.push(NodeSection {
+                    id,
+                    addr: format!("127.0.0.1:{}", base_port + id as u16),
+                    roles: vec![Role::Replica],
+                    partition: (partitions > 1).then_some(p),
+                });
+            }
+        }
+        self.partitioning = if partitions > 1 {
+            PartitioningSection {
+                partitions,
+                key_space,
+            }
+        } else {
+            PartitioningSection::default()
+        };
+        Ok(self)
+    }
+
     /// The client-server baseline: one server process.
     pub fn client_server(port: u16, cluster_id: u64) -> ClusterConfig {
         ClusterConfig {
