@@ -23,7 +23,8 @@
 //!
 //! Reports carry every point's full bench result, say whether they are simulated, and
 //! print the configuration beside the numbers; figures are titled "(simulated)" or
-//! "(real, this machine)".
+//! "(real, this machine)". Results and the comparison with the paper:
+//! `docs/partitioning-experiments.md`.
 
 use crate::bench::{BenchResult, Workload};
 use crate::experiment::{sim_bench_result, sim_machine, sim_smr_cluster, SimDetail};
@@ -372,9 +373,10 @@ pub fn partition_images(cluster: &ClusterConfig, preload: u64) -> anyhow::Result
                     };
                     let first = lo.div_ceil(simbench::PRELOAD_STRIDE);
                     let last = (hi / simbench::PRELOAD_STRIDE).min(preload.saturating_sub(1));
-                    let tree = partita_btree::BPlusTree::bulk_load((first..=last).map(|i| {
-                        (i * simbench::PRELOAD_STRIDE, i * simbench::PRELOAD_STRIDE)
-                    }))
+                    let tree = partita_btree::BPlusTree::bulk_load(
+                        (first..=last)
+                            .map(|i| (i * simbench::PRELOAD_STRIDE, i * simbench::PRELOAD_STRIDE)),
+                    )
                     .map_err(|e| anyhow::anyhow!("bulk load: {e}"))?;
                     let mut r = partita_smr::SequentialReplica::new(0, tree);
                     r.set_cluster_id(id);
@@ -484,11 +486,7 @@ fn bottleneck(p: &PartPoint) -> String {
 pub fn run_sim(e: PartExperiment, o: &PartOptions) -> anyhow::Result<PartReport> {
     let specs: Vec<(PartConfig, usize)> = configs(e, o)
         .into_iter()
-        .flat_map(|c| {
-            clients_of(o, &c)
-                .into_iter()
-                .map(move |n| (c.clone(), n))
-        })
+        .flat_map(|c| clients_of(o, &c).into_iter().map(move |n| (c.clone(), n)))
         .collect();
     // The heaviest points (most clients) first, so the jobs finish together.
     let mut order: Vec<usize> = (0..specs.len()).collect();
@@ -653,6 +651,9 @@ fn clock_ticks_per_s() -> f64 {
     }
 }
 
+/// A process to watch: (name, node, role, partition, pid).
+type ProcId = (String, Option<u32>, String, Option<u32>, u32);
+
 /// The real client loop of `partita bench` with this module's generator: closed-loop
 /// sessions drawing from `workload`, with the CPU of every process sampled at the edges
 /// of the measured window.
@@ -662,7 +663,7 @@ async fn bench_real(
     base_workload: Workload,
     clients: usize,
     o: &PartOptions,
-    pids: Vec<(String, Option<u32>, String, Option<u32>, u32)>,
+    pids: Vec<ProcId>,
 ) -> anyhow::Result<(BenchResult, f64, Vec<ProcCpu>)> {
     use partita_client::{Client, ClientOptions};
     use rand::{Rng, SeedableRng};
@@ -860,7 +861,11 @@ pub async fn real_point(
 }
 
 /// Run an experiment on real processes, one point after the other.
-pub async fn run_real(exe: &Path, e: PartExperiment, o: &PartOptions) -> anyhow::Result<PartReport> {
+pub async fn run_real(
+    exe: &Path,
+    e: PartExperiment,
+    o: &PartOptions,
+) -> anyhow::Result<PartReport> {
     let mut points = Vec::new();
     for cfg in configs(e, o) {
         for n in clients_of(o, &cfg) {
@@ -905,7 +910,12 @@ fn replica_use(p: &PartPoint) -> (f64, f64) {
         )
     } else if let Some(c) = &p.cpu {
         (
-            mean(c.iter().filter(|x| x.role == "replica").map(|x| x.cpu).collect()),
+            mean(
+                c.iter()
+                    .filter(|x| x.role == "replica")
+                    .map(|x| x.cpu)
+                    .collect(),
+            ),
             f64::NAN,
         )
     } else {
@@ -969,9 +979,12 @@ fn panel(title: String, y_label: &str, log_x: bool, series: Vec<Series>) -> Pane
     }
 }
 
+/// (cross %, clients, throughput +%, p50 response time −%, mean response time −%).
+pub type Gain = (u32, usize, f64, f64, f64);
+
 /// The relative improvement of speculative over classic execution, per cross
 /// percentage and client count: (cross %, clients, throughput %, p50 %, mean %).
-pub fn speculation_gains(points: &[PartPoint]) -> Vec<(u32, usize, f64, f64, f64)> {
+pub fn speculation_gains(points: &[PartPoint]) -> Vec<Gain> {
     let mut v = Vec::new();
     for s in points.iter().filter(|p| p.config.speculative) {
         let Some(c) = points.iter().find(|c| {
@@ -1101,7 +1114,7 @@ pub fn figures(r: &PartReport) -> Vec<(String, String)> {
             clients.dedup();
             clients.sort();
             clients.dedup();
-            let series = |f: &dyn Fn(&(u32, usize, f64, f64, f64)) -> f64| {
+            let series = |f: &dyn Fn(&Gain) -> f64| {
                 clients
                     .iter()
                     .map(|&c| Series {

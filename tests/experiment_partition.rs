@@ -19,7 +19,11 @@ fn partitioning_sweep_has_every_configuration_and_ratio() {
     let o = tiny();
     let r = run_sim(PartExperiment::Partitioning, &o).expect("the sweep runs");
     assert!(r.simulated);
-    assert!(r.configuration.starts_with("SIMULATED"), "{}", r.configuration);
+    assert!(
+        r.configuration.starts_with("SIMULATED"),
+        "{}",
+        r.configuration
+    );
     assert_eq!(r.points.len(), 2 * 3 * o.clients.len());
     for w in [PartWorkload::Query, PartWorkload::Batch] {
         for (series, parts) in [("SMR", 1), ("2 P", 2), ("4 P", 4)] {
@@ -86,7 +90,10 @@ fn cross_partition_and_speculation_sweeps_write_their_figures() {
 
     let r = run_sim(PartExperiment::SpeculationPartitioning, &o).expect("the sweep runs");
     assert_eq!(r.points.len(), 2 * o.cross_percents.len() * o.clients.len());
-    assert_eq!(r.points.iter().filter(|p| p.config.speculative).count(), r.points.len() / 2);
+    assert_eq!(
+        r.points.iter().filter(|p| p.config.speculative).count(),
+        r.points.len() / 2
+    );
     let gains = speculation_gains(&r.points);
     assert_eq!(gains.len(), o.cross_percents.len() * o.clients.len());
     let files = write(&r, &dir.path().join("spec.json")).expect("written");

@@ -138,7 +138,10 @@ pub fn partitioned_query(rng: &mut impl Rng, keys: u64, partitions: u32, cross_p
     let (lo, hi) = partition_keys(partitions, keys, p);
     let lo = lo.div_ceil(PRELOAD_STRIDE) * PRELOAD_STRIDE;
     if hi < lo + span {
-        return Op::Query { min: lo.min(hi), max: hi };
+        return Op::Query {
+            min: lo.min(hi),
+            max: hi,
+        };
     }
     let starts = (hi - span - lo) / PRELOAD_STRIDE;
     let min = lo + rng.gen_range(0..=starts) * PRELOAD_STRIDE;
@@ -427,7 +430,12 @@ mod tests {
     #[test]
     fn partitioned_workloads_respect_the_partition_map() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        for (preload, parts) in [(1_000_000u64, 2u32), (1_000_000, 4), (1_000_000, 1), (2_000, 4)] {
+        for (preload, parts) in [
+            (1_000_000u64, 2u32),
+            (1_000_000, 4),
+            (1_000_000, 1),
+            (2_000, 4),
+        ] {
             let keys = key_space(preload);
             let map = partita_types::PartitionMap::new(parts, keys).unwrap();
             for cross in [0u32, 25, 50, 100] {
@@ -462,7 +470,11 @@ mod tests {
                 }
             }
             for _ in 0..200 {
-                let op = random_op(Workload::PartitionedBatch { partitions: parts }, &mut rng, keys);
+                let op = random_op(
+                    Workload::PartitionedBatch { partitions: parts },
+                    &mut rng,
+                    keys,
+                );
                 let Op::Batch(ref ops) = op else {
                     panic!("{op:?}")
                 };
