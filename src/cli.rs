@@ -103,6 +103,12 @@ enum ExperimentName {
     /// Paper 001 §V-C, Figures 7 and 8: speculative execution versus classic SMR
     /// (Ring Paxos), queries and batched updates, against clients, per replica count.
     Speculation,
+    /// Paper 001 §V-D, Figure 9: classic SMR against 2 and 4 partitions (queries, batches).
+    Partitioning,
+    /// Paper 001 §V-D, Figures 10 and 11: 2 partitions, 0-100% cross-partition queries.
+    CrossPartition,
+    /// Paper 001 §V-E, Figure 12: speculative against classic execution, 2 partitions.
+    SpeculationPartitioning,
 }
 
 #[derive(Args, Debug)]
@@ -836,6 +842,9 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<i32> {
 fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let r = match a.name {
+        ExperimentName::Partitioning
+        | ExperimentName::CrossPartition
+        | ExperimentName::SpeculationPartitioning => unreachable!("dispatched earlier"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 crate::experiment::SimCostOptions::quick()
@@ -922,12 +931,24 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
 }
 
 async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
+    use crate::experiment_partition::PartExperiment as P;
+    match a.name {
+        ExperimentName::Partitioning => return partition_experiment(&a, P::Partitioning).await,
+        ExperimentName::CrossPartition => return partition_experiment(&a, P::CrossPartition).await,
+        ExperimentName::SpeculationPartitioning => {
+            return partition_experiment(&a, P::SpeculationPartitioning).await
+        }
+        ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
+    }
     if a.sim {
         // Compute-bound and multi-threaded on its own: off the async runtime.
         return tokio::task::block_in_place(|| sim_experiment(&a));
     }
     let exe = std::env::current_exe().context("locating the partita binary")?;
     let r = match a.name {
+        ExperimentName::Partitioning
+        | ExperimentName::CrossPartition
+        | ExperimentName::SpeculationPartitioning => unreachable!("dispatched above"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 crate::experiment::CostOptions::quick()
@@ -992,6 +1013,65 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
     };
     print!("{}", crate::experiment::table(&r));
     for f in crate::experiment::write(&r, &a.json)? {
+        println!("wrote {}", f.display());
+    }
+    Ok(0)
+}
+
+/// `partita experiment partitioning|cross-partition|speculation-partitioning`
+/// (`src/experiment_partition.rs`): the paper's sizes with `--sim`, this machine's
+/// otherwise (and with `--sim --quick`).
+async fn partition_experiment(
+    a: &ExperimentArgs,
+    e: crate::experiment_partition::PartExperiment,
+) -> anyhow::Result<i32> {
+    use crate::experiment_partition as ep;
+    let mut o = if a.sim && !a.quick {
+        ep::PartOptions::sim_full()
+    } else {
+        ep::PartOptions::real()
+    };
+    if let Some(d) = a.duration {
+        if !(d > 0.0 && d <= 3600.0) {
+            bail!("--duration must be between 0 and 3600 seconds");
+        }
+        o.duration = Duration::from_secs_f64(d);
+    }
+    if let Some(p) = a.preload {
+        o.preload = p;
+    }
+    if let Some(c) = &a.clients {
+        if c.is_empty() || c.contains(&0) {
+            bail!("--clients takes positive client counts");
+        }
+        o.clients = c.clone();
+        o.batch_clients = None;
+    }
+    if !matches!(a.protocol, ProtocolArg::RingPaxos) {
+        bail!("the partitioning experiments run Ring Paxos (speculation needs it)");
+    }
+    o.durability = durability(a.durability);
+    if let Some(p) = &a.cost_table {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("reading the cost table {}", p.display()))?;
+        o.cost = partita_sim::CostTable::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        o.cost_source = p.display().to_string();
+    }
+    let started = std::time::Instant::now();
+    let r = if a.sim {
+        tokio::task::block_in_place(|| ep::run_sim(e, &o))?
+    } else {
+        let exe = std::env::current_exe().context("locating the partita binary")?;
+        ep::run_real(&exe, e, &o).await?
+    };
+    print!("{}", ep::table(&r));
+    println!(
+        "{} points in {:.0} s wall",
+        r.points.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for f in ep::write(&r, &a.json)? {
         println!("wrote {}", f.display());
     }
     Ok(0)

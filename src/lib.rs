@@ -5,6 +5,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod cli;
 pub mod experiment;
+pub mod experiment_partition;
 pub mod history;
 pub mod launch;
 pub mod nemesis;

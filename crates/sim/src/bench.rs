@@ -63,6 +63,17 @@ pub enum Workload {
     Batch,
     /// Reads, updates, inserts, deletes, next/prev and 100-key ranges by ratio.
     Mixed,
+    /// State partitioning (paper 001 §V-D): range queries of 1000 keys over a key space
+    /// cut into `partitions` equal ranges (as `partita_types::PartitionMap` cuts it, with
+    /// the cluster's `key_space` equal to the bench's); `cross_percent`% of them straddle
+    /// a partition border and so access exactly two partitions, the others lie inside one
+    /// partition. See [`partitioned_query`].
+    #[serde(rename = "partitioned-query")]
+    PartitionedQuery { partitions: u32, cross_percent: u32 },
+    /// State partitioning (paper 001 §V-D): seven inserts/deletes per command, all keys
+    /// in one partition (drawn uniformly), so no batch is cross-partition.
+    #[serde(rename = "partitioned-batch")]
+    PartitionedBatch { partitions: u32 },
 }
 
 /// Keys of the preload are 0, 2, 4, …, 2(N-1) with value = key.
@@ -78,12 +89,101 @@ pub fn key_space(preload: u64) -> u64 {
     }
 }
 
+/// Keys in a range query of the workloads (paper 001 §V-A: a range of 1000 keys).
+pub const QUERY_KEYS: u64 = 1000;
+
+/// The inclusive key range of partition `p` of `partitions` equal ranges over `0..keys`,
+/// clipped to the key space (the last partition of a `PartitionMap` also takes every key
+/// above it, but the workloads draw keys below `keys` only).
+pub fn partition_keys(partitions: u32, keys: u64, p: u32) -> (u64, u64) {
+    match partita_types::PartitionMap::new(partitions.max(1), keys.max(partitions as u64)) {
+        Ok(m) => {
+            let (lo, hi) = m.range(p.min(m.count() - 1));
+            (lo, hi.min(keys.saturating_sub(1)).max(lo))
+        }
+        Err(_) => (0, keys.saturating_sub(1)),
+    }
+}
+
+/// A range query of [`QUERY_KEYS`] preloaded keys (stride [`PRELOAD_STRIDE`]) over keys
+/// `0..keys` cut into `partitions` equal ranges.
+///
+/// - With probability `cross_percent`/100 (and at least two partitions) it is a
+///   *cross-partition* query: a border between partitions i and i+1 (i uniform) and a
+///   range of 1000 keys that straddles it with `j` keys below (j uniform in 1..=999), so
+///   it accesses exactly two partitions and each does part of the work (paper 001 §V-D:
+///   "a cross-partition query accesses two partitions, regardless the number of existing
+///   partitions").
+/// - Otherwise it lies inside one partition (uniform), its start uniform over the starts
+///   that keep it inside.
+///
+/// When a partition is narrower than a query (tiny test key spaces), the query is
+/// clipped to the partition (or, cross-partition, to the two partitions).
+pub fn partitioned_query(rng: &mut impl Rng, keys: u64, partitions: u32, cross_percent: u32) -> Op {
+    let partitions = partitions.max(1);
+    let span = (QUERY_KEYS - 1) * PRELOAD_STRIDE;
+    let even = |k: u64| k & !1;
+    if partitions > 1 && rng.gen_range(0..100) < cross_percent.min(100) {
+        let i = rng.gen_range(0..partitions - 1);
+        let (lo, _) = partition_keys(partitions, keys, i);
+        let (border, hi_next) = partition_keys(partitions, keys, i + 1);
+        // The preloaded keys below the border that fit in partition i.
+        let below_max = ((border - lo) / PRELOAD_STRIDE).clamp(1, QUERY_KEYS - 1);
+        let j = rng.gen_range(1..=below_max);
+        let min = even(border.saturating_sub(j * PRELOAD_STRIDE)).max(lo);
+        let max = (min + span).min(hi_next).max(border);
+        return Op::Query { min, max };
+    }
+    let p = rng.gen_range(0..partitions);
+    let (lo, hi) = partition_keys(partitions, keys, p);
+    let lo = lo.div_ceil(PRELOAD_STRIDE) * PRELOAD_STRIDE;
+    if hi < lo + span {
+        return Op::Query {
+            min: lo.min(hi),
+            max: hi,
+        };
+    }
+    let starts = (hi - span - lo) / PRELOAD_STRIDE;
+    let min = lo + rng.gen_range(0..=starts) * PRELOAD_STRIDE;
+    Op::Query {
+        min,
+        max: min + span,
+    }
+}
+
+/// A batch of seven inserts/deletes (half each) whose keys all lie in one partition
+/// (uniform) of `partitions` equal ranges over `0..keys`.
+pub fn partitioned_batch(rng: &mut impl Rng, keys: u64, partitions: u32) -> Op {
+    let p = rng.gen_range(0..partitions.max(1));
+    let (lo, hi) = partition_keys(partitions, keys, p);
+    Op::Batch(
+        (0..7)
+            .map(|_| {
+                let key = rng.gen_range(lo..=hi);
+                if rng.gen_bool(0.5) {
+                    BatchOp::Insert {
+                        key,
+                        value: rng.gen(),
+                    }
+                } else {
+                    BatchOp::Delete { key }
+                }
+            })
+            .collect(),
+    )
+}
+
 /// One command of workload `w` over keys `0..keys`: the same distribution as
 /// `partita bench` (`src/bench.rs`).
 pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
     let keys = keys.max(2);
     let key = |rng: &mut dyn rand::RngCore| rng.gen_range(0..keys);
     match w {
+        Workload::PartitionedQuery {
+            partitions,
+            cross_percent,
+        } => partitioned_query(rng, keys, partitions, cross_percent),
+        Workload::PartitionedBatch { partitions } => partitioned_batch(rng, keys, partitions),
         Workload::Query => {
             let min = rng.gen_range(0..keys) & !1;
             Op::Query {
@@ -325,6 +425,63 @@ mod tests {
             }
         }
         assert_eq!(key_space(0), 2_000_000);
+    }
+
+    #[test]
+    fn partitioned_workloads_respect_the_partition_map() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for (preload, parts) in [
+            (1_000_000u64, 2u32),
+            (1_000_000, 4),
+            (1_000_000, 1),
+            (2_000, 4),
+        ] {
+            let keys = key_space(preload);
+            let map = partita_types::PartitionMap::new(parts, keys).unwrap();
+            for cross in [0u32, 25, 50, 100] {
+                let w = Workload::PartitionedQuery {
+                    partitions: parts,
+                    cross_percent: cross,
+                };
+                let mut crossing = 0;
+                for _ in 0..400 {
+                    let op = random_op(w, &mut rng, keys);
+                    let Op::Query { min, max } = op else {
+                        panic!("{op:?}")
+                    };
+                    assert!(min <= max && max < keys, "{min}..{max} of {keys}");
+                    assert_eq!(min % 2, 0);
+                    let n = map.partitions_of(&op).len();
+                    assert!(n == 1 || n == 2, "{op:?} touches {n} partitions");
+                    if n == 2 {
+                        crossing += 1;
+                    }
+                    if preload >= 1_000_000 {
+                        assert_eq!(max - min, 1998, "1000 keys");
+                    }
+                }
+                match (cross, parts) {
+                    (_, 1) | (0, _) => assert_eq!(crossing, 0),
+                    (100, _) => assert_eq!(crossing, 400),
+                    (c, _) => {
+                        let expect = 4 * c as i64;
+                        assert!((crossing - expect).abs() < 70, "{crossing} of 400 at {c}%");
+                    }
+                }
+            }
+            for _ in 0..200 {
+                let op = random_op(
+                    Workload::PartitionedBatch { partitions: parts },
+                    &mut rng,
+                    keys,
+                );
+                let Op::Batch(ref ops) = op else {
+                    panic!("{op:?}")
+                };
+                assert_eq!(ops.len(), 7);
+                assert_eq!(map.partitions_of(&op).len(), 1, "{op:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,103 @@
+//! The partitioning experiments (`src/experiment_partition.rs`) as tiny simulated
+//! sweeps: every configuration and client count is a point with the right cluster and
+//! workload, the report is labelled simulated with its configuration, the JSON and the
+//! figures hold every curve. No timing or target number is asserted.
+
+use partita::experiment_partition::{
+    figures, run_sim, speculation_gains, table, write, PartExperiment, PartOptions, PartWorkload,
+};
+
+fn tiny() -> PartOptions {
+    PartOptions {
+        jobs: 2,
+        ..PartOptions::tiny()
+    }
+}
+
+#[test]
+fn partitioning_sweep_has_every_configuration_and_ratio() {
+    let o = tiny();
+    let r = run_sim(PartExperiment::Partitioning, &o).expect("the sweep runs");
+    assert!(r.simulated);
+    assert!(
+        r.configuration.starts_with("SIMULATED"),
+        "{}",
+        r.configuration
+    );
+    assert_eq!(r.points.len(), 2 * 3 * o.clients.len());
+    for w in [PartWorkload::Query, PartWorkload::Batch] {
+        for (series, parts) in [("SMR", 1), ("2 P", 2), ("4 P", 4)] {
+            let pts: Vec<_> = r
+                .points
+                .iter()
+                .filter(|p| p.config.workload == w && p.config.series == series)
+                .collect();
+            assert_eq!(pts.len(), o.clients.len(), "{w:?} {series}");
+            for p in pts {
+                assert_eq!(p.config.partitions, parts);
+                assert_eq!(p.result.replicas, 2 * parts as usize);
+                assert!(p.result.commands > 0, "{w:?} {series} completed commands");
+                assert_eq!(p.result.resubmissions, 0);
+                let d = p.sim.as_ref().expect("simulated detail");
+                let replicas = d.nodes.iter().filter(|n| n.role == "replica").count();
+                assert_eq!(replicas, 2 * parts as usize);
+            }
+        }
+        let ratios: Vec<_> = r.ratios.iter().filter(|x| x.workload == w).collect();
+        assert_eq!(ratios.len(), 3);
+        assert_eq!(ratios[0].series, "SMR");
+        assert!((ratios[0].ratio - 1.0).abs() < 1e-9);
+    }
+    assert_eq!(r.targets.len(), 2, "the simulated targets are reported");
+    let figs = figures(&r);
+    assert_eq!(figs.len(), 1);
+    let (name, svg) = &figs[0];
+    assert_eq!(name, "fig9");
+    assert!(svg.contains("(simulated)"));
+    for s in [">SMR<", ">2 P<", ">4 P<"] {
+        assert!(svg.contains(s), "{s} in the figure");
+    }
+    assert_eq!(svg.matches("<polyline").count(), 4 * 3);
+    let t = table(&r);
+    assert!(t.contains("SIMULATED") && t.contains("peak throughput against classic SMR"));
+}
+
+#[test]
+fn cross_partition_and_speculation_sweeps_write_their_figures() {
+    let o = tiny();
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    let r = run_sim(PartExperiment::CrossPartition, &o).expect("the sweep runs");
+    assert_eq!(r.points.len(), o.cross_percents.len() * o.clients.len());
+    for p in &r.points {
+        assert_eq!(p.config.partitions, 2);
+        assert!(p.config.series.ends_with("% cross"));
+        assert!(p.result.commands > 0);
+    }
+    let files = write(&r, &dir.path().join("cross.json")).expect("written");
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["cross.json", "cross-fig10.svg", "cross-fig11.svg"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert_eq!(json["simulated"], true);
+    assert_eq!(json["name"], "cross-partition");
+    assert_eq!(json["points"][0]["cross_percent"], 0);
+    let fig11 = std::fs::read_to_string(&files[2]).unwrap();
+    assert!(fig11.contains("replica CPU") && fig11.contains(">100% cross<"));
+
+    let r = run_sim(PartExperiment::SpeculationPartitioning, &o).expect("the sweep runs");
+    assert_eq!(r.points.len(), 2 * o.cross_percents.len() * o.clients.len());
+    assert_eq!(
+        r.points.iter().filter(|p| p.config.speculative).count(),
+        r.points.len() / 2
+    );
+    let gains = speculation_gains(&r.points);
+    assert_eq!(gains.len(), o.cross_percents.len() * o.clients.len());
+    let files = write(&r, &dir.path().join("spec.json")).expect("written");
+    assert!(files[1].to_string_lossy().ends_with("spec-fig12.svg"));
+    let fig12 = std::fs::read_to_string(&files[1]).unwrap();
+    assert!(fig12.contains("% cross-partition queries") && fig12.contains("(simulated)"));
+}
