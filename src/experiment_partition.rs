@@ -24,7 +24,7 @@
 //! Reports carry every point's full bench result, say whether they are simulated, and
 //! print the configuration beside the numbers; figures are titled "(simulated)" or
 //! "(real, this machine)". Results and the comparison with the paper:
-//! `docs/partitioning-experiments.md`.
+//! `docs/experiments.md` (state-partitioning section).
 
 use crate::bench::{BenchResult, Workload};
 use crate::experiment::{sim_bench_result, sim_machine, sim_smr_cluster, SimDetail};
