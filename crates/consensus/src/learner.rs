@@ -17,7 +17,9 @@
 //! Speculation (paper 001 §III-B): a learner made speculative with
 //! [`Learner::set_speculative`] also reports each new proposed value of an undecided
 //! instance ([`Action::Propose`]) so that its replica can execute it before the
-//! decision. Off by default; nothing changes then.
+//! decision. A Phase 2A's piggybacked decisions are delivered before its proposal is
+//! reported, so the replies of a decided instance never wait for the speculative
+//! execution of the next one. Off by default; nothing changes then.
 //!
 //! A learner that falls behind the acceptors' truncation point cannot learn the
 //! missing prefix at all: its node restores a replica checkpoint instead (state
@@ -164,6 +166,10 @@ impl Learner {
                 for (i, vid) in decided {
                     self.on_decided_id(i, vid);
                 }
+                // Deliver what the piggybacked decisions completed before reporting the
+                // new proposal: the replica releases the replies of a decided
+                // instance before it speculates on the next one.
+                self.deliver(out);
                 if instance < self.next_deliver || self.ready.contains_key(&instance) {
                     self.drops.count(Drop::AlreadyDecided);
                 } else if instance >= self.next_deliver + self.cfg.buffered_instances_max {
@@ -557,17 +563,18 @@ mod tests {
         out.clear();
         // Decided instances are delivered as before; a late proposal for one is not
         // reported.
+        // The piggybacked decision is delivered before the new proposal is reported.
         l.on_message(3, p2a(3, v(3), vec![(1, v(1).vid)]), &mut out);
         assert_eq!(
             out,
             vec![
-                Action::Propose {
-                    instance: 3,
-                    value: v(3)
-                },
                 Action::Deliver {
                     instance: 1,
                     value: v(1)
+                },
+                Action::Propose {
+                    instance: 3,
+                    value: v(3)
                 },
             ]
         );

@@ -9,7 +9,11 @@
 //! too.
 //!
 //! Inputs: [`NodeCore::on_peer`], [`NodeCore::on_request`], [`NodeCore::on_tick`],
-//! [`NodeCore::on_persisted`], [`NodeCore::on_checkpoint_saved`]. Outputs
+//! [`NodeCore::on_persisted`], [`NodeCore::on_checkpoint_saved`], and
+//! [`NodeCore::on_continue`], which a driver calls whenever
+//! [`NodeCore::has_deferred_work`] after sending the outputs of a step, before taking
+//! the next input (speculative execution runs there, so that the replies a decision
+//! released leave first). Outputs
 //! ([`Output`]): messages to other nodes, records to persist (the driver reports
 //! completion with `on_persisted`, in order), replies and refusals to clients,
 //! checkpoints to write (completion reported with `on_checkpoint_saved`), and the
@@ -466,6 +470,9 @@ impl NodeCore {
         let m = &self.setup.membership;
         r.set_partition(m.partitions.clone(), m.partition_of(self.setup.id));
         r.set_early_replies(self.setup.early_replies && self.setup.speculative);
+        // Speculative work waits for `on_continue`, after the driver sent what the
+        // current input released.
+        r.set_deferred_speculation(self.setup.speculative);
         r
     }
 
@@ -719,6 +726,32 @@ impl NodeCore {
         self.run(actions, out);
     }
 
+    /// Whether the core has work to do that the driver should run with
+    /// [`NodeCore::on_continue`] right after sending the outputs of the current input
+    /// (and before taking the next one): proposals to execute speculatively. Only
+    /// ever true with speculative execution.
+    pub fn has_deferred_work(&self) -> bool {
+        self.replica.as_ref().is_some_and(|r| r.speculation_ready())
+    }
+
+    /// Run the deferred work ([`NodeCore::has_deferred_work`]): execute speculatively
+    /// every proposal next in line. Deferred so that the replies a decision released
+    /// leave first, instead of waiting for the speculative execution of the next
+    /// instance (paper 001 §III-B: speculation hides execution, it must not add to
+    /// the decided instance's response time). With early replies, the tentative
+    /// replies of what it speculated are among the outputs. Doing nothing when there
+    /// is nothing deferred, it is always safe to call.
+    pub fn on_continue(&mut self, out: &mut Vec<Output>) {
+        let Some(r) = self.replica.as_mut() else {
+            return;
+        };
+        if !r.speculation_ready() {
+            return;
+        }
+        r.speculate();
+        self.flush_replies(out);
+    }
+
     /// Every role's invariants, plus the node's own. Cheap: callable after every input.
     pub fn invariants(&self) {
         if let Some(a) = &self.acceptor {
@@ -817,14 +850,15 @@ impl NodeCore {
             return;
         }
         // A checkpoint holds decided state only: set the speculated suffix aside and
-        // speculate it again afterwards (same values, same held replies).
-        let speculating = r.speculated() > 0;
-        if speculating {
+        // speculate it again afterwards (same values, same held replies; proposals
+        // not yet speculated stay deferred).
+        let speculated = r.speculated();
+        if speculated > 0 {
             r.rollback_speculation();
         }
         let bytes = r.checkpoint();
-        if speculating {
-            r.speculate();
+        if speculated > 0 {
+            r.respeculate(speculated);
         }
         let instance = r.last_instance();
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));

@@ -176,6 +176,15 @@ impl Cluster {
         if let Some(n) = self.nodes.get(&from) {
             n.invariants();
         }
+        // As the drivers do: deferred (speculative) work runs right after the outputs
+        // of the step left.
+        if let Some(n) = self.nodes.get_mut(&from) {
+            if n.has_deferred_work() {
+                let mut more = Vec::new();
+                n.on_continue(&mut more);
+                self.take(from, more);
+            }
+        }
     }
 
     /// Deliver everything until quiet (messages to or from crashed nodes are lost).

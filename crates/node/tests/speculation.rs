@@ -32,6 +32,9 @@ struct Cluster {
     persists: VecDeque<(NodeId, u64, AcceptorRecord)>,
     replies: Vec<Reply>,
     filter: Filter,
+    /// Per peer message a replica handled: (decisions piggybacked on a Phase 2A,
+    /// replies released, instances speculated during the handler, deferred work left).
+    steps: Vec<(bool, usize, u64, bool)>,
 }
 
 fn keep_all(_: NodeId, _: NodeId, _: &Msg) -> bool {
@@ -80,6 +83,7 @@ impl Cluster {
             persists: VecDeque::new(),
             replies: Vec::new(),
             filter: keep_all,
+            steps: Vec::new(),
         };
         for id in ACCEPTORS.iter().chain(&REPLICAS) {
             let mut out = Vec::new();
@@ -115,32 +119,55 @@ impl Cluster {
         if let Some(n) = self.nodes.get(&from) {
             n.invariants();
         }
+        // As the drivers do: deferred (speculative) work runs right after the outputs
+        // of the step left.
+        if let Some(n) = self.nodes.get_mut(&from) {
+            if n.has_deferred_work() {
+                let mut more = Vec::new();
+                n.on_continue(&mut more);
+                self.take(from, more);
+            }
+        }
     }
 
     fn settle(&mut self) {
         for _ in 0..100_000 {
-            if let Some((from, to, msg)) = self.msgs.pop_front() {
-                if self.down.contains(&from) || self.down.contains(&to) {
-                    continue;
-                }
-                let mut out = Vec::new();
-                self.nodes
-                    .get_mut(&to)
-                    .unwrap()
-                    .on_peer(from, msg, &mut out);
-                self.take(to, out);
-            } else if let Some((node, token, _record)) = self.persists.pop_front() {
-                let mut out = Vec::new();
-                self.nodes
-                    .get_mut(&node)
-                    .unwrap()
-                    .on_persisted(&[token], &mut out);
-                self.take(node, out);
-            } else {
+            if !self.step() {
                 return;
             }
         }
         panic!("the cluster never went quiet");
+    }
+
+    /// Deliver one message or persist completion; false if there was none.
+    fn step(&mut self) -> bool {
+        if let Some((from, to, msg)) = self.msgs.pop_front() {
+            if self.down.contains(&from) || self.down.contains(&to) {
+                return true;
+            }
+            let piggyback = matches!(&msg, Msg::Phase2A { decided, .. } if !decided.is_empty());
+            let node = self.nodes.get_mut(&to).unwrap();
+            let before = node.replica().map(|r| r.stats().speculated);
+            let mut out = Vec::new();
+            node.on_peer(from, msg, &mut out);
+            if let Some(before) = before {
+                let after = node.replica().unwrap().stats().speculated;
+                let replies = out.iter().filter(|o| matches!(o, Output::Reply(_))).count();
+                self.steps
+                    .push((piggyback, replies, after - before, node.has_deferred_work()));
+            }
+            self.take(to, out);
+        } else if let Some((node, token, _record)) = self.persists.pop_front() {
+            let mut out = Vec::new();
+            self.nodes
+                .get_mut(&node)
+                .unwrap()
+                .on_persisted(&[token], &mut out);
+            self.take(node, out);
+        } else {
+            return false;
+        }
+        true
     }
 
     fn tick(&mut self, n: usize) {
@@ -325,4 +352,54 @@ fn planted_speculative_no_rollback_is_caught() {
         !c.replies_of(7).is_empty(),
         "the bug answers client 7's undecided write"
     );
+}
+
+/// Paper 001 §III-B: speculation hides execution, it must not delay replies. When the
+/// decision of instance i rides on the Phase 2A of instance i+1, the replica releases
+/// i's replies in that handler and speculates i+1 only afterwards
+/// (`NodeCore::on_continue`), once the driver sent them.
+#[test]
+fn replies_of_a_piggybacked_decision_leave_before_the_next_speculation() {
+    let mut c = Cluster::new(true, UnsafeBugs::default());
+    c.tick(3);
+    c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
+    c.tick(3);
+    c.steps.clear();
+    // A stream of writes, each submitted while the previous ones are in flight.
+    for k in 0..40u64 {
+        let mut out = Vec::new();
+        let reply_to = REPLICAS[(k % 2) as usize];
+        c.nodes.get_mut(&1).unwrap().on_request(
+            cmd(10 + k, reply_to, Op::Insert { key: k, value: k }),
+            &mut out,
+        );
+        c.take(1, out);
+        for _ in 0..(k % 7) {
+            c.step();
+        }
+    }
+    c.settle();
+    c.tick(10);
+    for k in 0..40u64 {
+        assert_eq!(c.replies_of(10 + k).len(), 1, "client {} answered", 10 + k);
+    }
+    assert!(
+        c.steps.iter().all(|&(_, _, speculated, _)| speculated == 0),
+        "a peer message's handler speculated: {:?}",
+        c.steps
+    );
+    let overlapped = c
+        .steps
+        .iter()
+        .filter(|&&(piggyback, replies, _, deferred)| piggyback && replies > 0 && deferred)
+        .count();
+    assert!(
+        overlapped > 0,
+        "no Phase 2A both released replies and left a proposal to speculate: {:?}",
+        c.steps
+    );
+    for r in REPLICAS {
+        assert!(c.replica(r).stats().speculation_confirmed > 0);
+        assert_eq!(c.replica(r).speculated(), 0);
+    }
 }

@@ -670,6 +670,16 @@ async fn event_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
+        // Deferred work (speculative execution) runs right after the outputs of the
+        // step that caused it, before any new input: first let the connection tasks
+        // (this runtime is single-threaded) write what that step sent, so that the
+        // replies a decision released do not wait for the speculation.
+        if node.core.has_deferred_work() {
+            tokio::task::yield_now().await;
+            node.core.on_continue(&mut node.out);
+            node.perform();
+            continue;
+        }
         tokio::select! {
             ev = ev_rx.recv() => {
                 let Some(ev) = ev else { break };

@@ -12,8 +12,10 @@
 //! ```
 //!
 //! where `base` is `tick_ns`, `request_ns` (`cs_request_ns` at a client-server
-//! server), `persisted_ns + tokens * persisted_token_ns`, or `peer_message_ns`
-//! (overridden per message kind by `message_kind_ns`, e.g. `phase2a = 3000`).
+//! server), `persisted_ns + tokens * persisted_token_ns`, `peer_message_ns`
+//! (overridden per message kind by `message_kind_ns`, e.g. `phase2a = 3000`), or 0 for
+//! a node's deferred work (`NodeCore::on_continue`: the speculative execution a
+//! handler left, run as its own step right after that handler's outputs left).
 //!
 //! **Codec.** `decode(kind, bytes)` and `encode(kind, bytes)` come from the per-kind
 //! line in `codec` (`[codec.phase2a] encode_ns, encode_byte_ps, decode_ns,
@@ -23,12 +25,15 @@
 //! without one falls back to the flat `byte_in_ps` / `byte_out_ps`, charged per byte
 //! of every send (the original model, which the swarm's default table still uses).
 //!
-//! **B+tree.** Without `btree_kind_ns`, every B+tree operation a replica executes
-//! costs `btree_op_ns` (a batch of 7 counts 7). With it, the operations a reply
-//! reveals are charged by kind (`insert`, `delete`, `update`, `read`, `next`, `prev`,
-//! `query`, the latter plus `btree_query_entry_ps` per entry returned); the rest (the
-//! mutations a replica executes without replying) at the mean of `insert` and
-//! `delete`. `command_ns` is the replica's per-command overhead (reply cache, reply).
+//! **B+tree.** Execution is charged once, in the handler that ran it, from the
+//! replica's work counters (`partita_smr::ExecutionWork`, never rewound: a speculation
+//! rolled back later did run): a speculated instance is charged where it was
+//! speculated, not again where the decision releases its replies. Without
+//! `btree_kind_ns`, every B+tree operation costs `btree_op_ns` (a batch of 7 counts
+//! 7). With it, operations are charged by kind (`insert`, `delete`, `update`, `read`,
+//! `next`, `prev`, `query`, the latter plus `btree_query_entry_ps` per entry
+//! returned), as the replica executed them, replying or not. `command_ns` is the
+//! replica's per-command overhead (reply cache, reply).
 //!
 //! A restart costs `restart_ns + recovered records * recover_record_ns`.
 //!
@@ -172,8 +177,8 @@ pub const BTREE_KINDS: [&str; 7] = [
 pub struct BtreeWork {
     /// Operations executed (the replica's counter).
     pub ops: u64,
-    /// Of those, the ones a reply revealed, by kind ([`BTREE_KINDS`] order; `next`
-    /// counts next and prev, which results do not tell apart).
+    /// Of those, the ones whose kind is known, by kind ([`BTREE_KINDS`] order); any
+    /// rest is charged at the mean of insert and delete.
     pub known: [u64; 7],
     /// Entries returned by range queries.
     pub query_entries: u64,
@@ -207,6 +212,8 @@ pub enum InputKind<'a> {
     ServerRequest,
     Tick,
     Persisted(usize),
+    /// A node's deferred work (no input: nothing received, no base cost).
+    Continue,
 }
 
 impl CostTable {
@@ -244,12 +251,7 @@ impl CostTable {
                 continue;
             }
             known += n;
-            let per = match BTREE_KINDS[i] {
-                // Results do not tell next from prev: their mean.
-                "next" => (self.btree_kind("next") + self.btree_kind("prev")) / 2,
-                k => self.btree_kind(k),
-            };
-            ns += n * per;
+            ns += n * self.btree_kind(BTREE_KINDS[i]);
         }
         ns += w.query_entries * self.btree_query_entry_ps / 1000;
         let mutation = (self.btree_kind("insert") + self.btree_kind("delete")) / 2;
@@ -273,6 +275,7 @@ impl CostTable {
             }
             InputKind::Tick => self.tick_ns,
             InputKind::Persisted(n) => self.persisted_ns + n as u64 * self.persisted_token_ns,
+            InputKind::Continue => 0,
         };
         let btree = match &work.btree {
             Some(b) => self.btree_cost(b),
@@ -379,15 +382,16 @@ mod tests {
         assert!(t.btree_by_kind());
         let mut known = [0; 7];
         known[6] = 1; // one query
-        known[4] = 2; // two next/prev
+        known[4] = 2; // two next
+        known[5] = 1; // one prev
         let b = BtreeWork {
             ops: 10,
             known,
             query_entries: 1_000,
         };
-        // 1 query (1000 + 1000 entries * 5 ns) + 2 * mean(next, prev) + 7 mutations
-        // at mean(insert, delete).
-        assert_eq!(t.btree_cost(&b), 1_000 + 5_000 + 2 * 200 + 7 * 500);
+        // 1 query (1000 + 1000 entries * 5 ns) + 2 next + 1 prev + 6 operations of
+        // unknown kind at mean(insert, delete).
+        assert_eq!(t.btree_cost(&b), 1_000 + 5_000 + 2 * 100 + 300 + 6 * 500);
         t.recv_ns = 700;
         t.cs_request_ns = Some(10);
         t.command_ns = 20;
@@ -402,6 +406,7 @@ mod tests {
             700 + 10 + 33 + 40 + t.btree_cost(&b)
         );
         assert_eq!(t.cost(InputKind::Request, &Work::default()), 700 + 3_000);
+        assert_eq!(t.cost(InputKind::Continue, &Work::default()), 0);
         let back = CostTable::from_toml(&t.to_toml()).unwrap();
         assert_eq!(back, t);
     }

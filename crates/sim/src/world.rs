@@ -36,9 +36,7 @@ use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_runtime::{ClusterConfig, Wire};
 use partita_types::early::EarlyReply;
-use partita_types::{
-    encode, BatchOp, Command, Instance, NodeId, Op, OpResult, PartitionLayout, Reply,
-};
+use partita_types::{encode, BatchOp, Command, Instance, NodeId, Op, PartitionLayout, Reply};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::{Cell, RefCell};
@@ -287,28 +285,6 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 /// first compares pointers, and the clones share their values.
 fn same_msg(a: &Msg, b: &Msg) -> bool {
     a == b
-}
-
-/// Count the B+tree operations a reply's result reveals (see [`BtreeWork`]).
-fn classify(r: &OpResult, b: &mut BtreeWork) {
-    let i = match r {
-        OpResult::Inserted(_) => 0,
-        OpResult::Removed(_) => 1,
-        OpResult::Old(_) => 2,
-        OpResult::Value(_) => 3,
-        OpResult::Entry(_) => 4,
-        OpResult::Entries(v) => {
-            b.query_entries += v.len() as u64;
-            6
-        }
-        OpResult::Batch(v) => {
-            for x in v {
-                classify(x, b);
-            }
-            return;
-        }
-    };
-    b.known[i] += 1;
 }
 
 /// Encode a wire message as the runtime frames it, decode it back: (decoded, bytes on
@@ -903,46 +879,63 @@ impl World {
         self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
     }
 
-    /// Take the next input of an idle node and run its handler.
+    /// Run the next handler of an idle node: its deferred work (speculative execution,
+    /// [`NodeCore::on_continue`]) if the previous handler left some, which thus runs
+    /// after that handler's outputs left and before any new input, else its next input.
     fn start_next(&mut self, ni: usize) {
         if !self.nodes[ni].idle() || self.failure.is_some() {
             return;
         }
-        let Some(input) = self.nodes[ni].inbox.pop_front() else {
-            return;
+        let deferred = self.nodes[ni]
+            .core
+            .as_ref()
+            .is_some_and(|c| c.has_deferred_work());
+        let input = if deferred {
+            None
+        } else {
+            let Some(input) = self.nodes[ni].inbox.pop_front() else {
+                return;
+            };
+            Some(input)
         };
         let now = self.now();
         let n = &mut self.nodes[ni];
         let id = n.id;
         let inc = n.inc;
         let server = n.server;
+        if deferred {
+            self.trace
+                .record(now, Endpoint::Node(id), "continue", Detail::None);
+        }
         let core = n.core.as_mut().expect("an idle node is up");
-        let (ops_before, cmds_before) = core.replica().map_or((0, 0), |r| {
-            (r.stats().btree_ops, r.stats().commands_executed)
-        });
+        let work_before = core.replica().map(|r| r.stats().work).unwrap_or_default();
         let mut out = std::mem::take(&mut self.out_buf);
         out.clear();
         let (what, bytes_in): (&'static str, usize) = match &input {
-            Input::Peer { msg, bytes, .. } => (msg.kind(), *bytes),
-            Input::Request { bytes, .. } => ("request", *bytes),
-            Input::Tick => ("tick", 0),
-            Input::Persisted(_) => ("persisted", 0),
-            Input::CheckpointSaved(_) => ("checkpoint-saved", 0),
+            None => ("continue", 0),
+            Some(Input::Peer { msg, bytes, .. }) => (msg.kind(), *bytes),
+            Some(Input::Request { bytes, .. }) => ("request", *bytes),
+            Some(Input::Tick) => ("tick", 0),
+            Some(Input::Persisted(_)) => ("persisted", 0),
+            Some(Input::CheckpointSaved(_)) => ("checkpoint-saved", 0),
         };
         let mut persisted = 0;
-        if matches!(input, Input::Tick) {
+        if matches!(input, Some(Input::Tick)) {
             n.tick_queued = false;
         }
         let r = guarded(|| {
             match input {
-                Input::Peer { from, msg, .. } => core.on_peer(from, msg, &mut out),
-                Input::Request { cmd, .. } => core.on_request(cmd, &mut out),
-                Input::Tick => core.on_tick(&mut out),
-                Input::Persisted(tokens) => {
+                None => core.on_continue(&mut out),
+                Some(Input::Peer { from, msg, .. }) => core.on_peer(from, msg, &mut out),
+                Some(Input::Request { cmd, .. }) => core.on_request(cmd, &mut out),
+                Some(Input::Tick) => core.on_tick(&mut out),
+                Some(Input::Persisted(tokens)) => {
                     persisted = tokens.len();
                     core.on_persisted(&tokens, &mut out)
                 }
-                Input::CheckpointSaved(instance) => core.on_checkpoint_saved(instance, &mut out),
+                Some(Input::CheckpointSaved(instance)) => {
+                    core.on_checkpoint_saved(instance, &mut out)
+                }
             }
             core.invariants();
         });
@@ -953,18 +946,19 @@ impl World {
             );
             return;
         }
-        let (ops_after, cmds_after) = self.nodes[ni]
+        // Execution is charged where it ran, from the replica's work counters (never
+        // rewound: a rolled-back speculation did run). A state transfer replaces the
+        // replica (and its counters): count nothing then.
+        let executed = self.nodes[ni]
             .core
             .as_ref()
             .and_then(|c| c.replica())
-            .map_or((0, 0), |r| {
-                (r.stats().btree_ops, r.stats().commands_executed)
-            });
+            .map(|r| r.stats().work.since(&work_before))
+            .unwrap_or_default();
         let mut work = Work {
             bytes_in,
-            // A state transfer replaces the replica (and its counters): count nothing then.
-            btree_ops: ops_after.saturating_sub(ops_before),
-            commands: cmds_after.saturating_sub(cmds_before),
+            btree_ops: executed.btree_ops,
+            commands: executed.commands,
             ..Work::default()
         };
         if let Some(c) = self.cost.codec_of(what) {
@@ -973,8 +967,9 @@ impl World {
         }
         if self.cost.btree_by_kind() {
             work.btree = Some(BtreeWork {
-                ops: work.btree_ops,
-                ..BtreeWork::default()
+                ops: executed.btree_ops,
+                known: executed.by_kind,
+                query_entries: executed.query_entries,
             });
         }
         let Some(emits) = self.prepare(id, &mut out, &mut work) else {
@@ -987,6 +982,7 @@ impl World {
             "tick" => InputKind::Tick,
             "persisted" => InputKind::Persisted(persisted),
             "checkpoint-saved" => InputKind::Persisted(0),
+            "continue" => InputKind::Continue,
             k => InputKind::Peer(k),
         };
         let cost = self.cost.cost(kind, &work).max(1);
@@ -1065,9 +1061,6 @@ impl World {
                             Some(c) => work.codec_ns += c.encode(bytes),
                             None => work.bytes_out += bytes,
                         }
-                        if let Some(b) = work.btree.as_mut() {
-                            classify(&reply.result, b);
-                        }
                         self.client_of(reply.client).map(|to| Emit::Client {
                             to,
                             payload: Payload::Reply(reply),
@@ -1083,9 +1076,6 @@ impl World {
                         match self.cost.codec_of("reply") {
                             Some(c) => work.codec_ns += c.encode(bytes),
                             None => work.bytes_out += bytes,
-                        }
-                        if let (Some(b), EarlyReply::Tentative(r)) = (work.btree.as_mut(), &e) {
-                            classify(&r.result, b);
                         }
                         self.client_of(e.client()).map(|to| Emit::Client {
                             to,

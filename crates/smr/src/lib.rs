@@ -28,14 +28,19 @@
 //! are released) or rolls every speculated instance back, newest first, executes the
 //! decided value and re-speculates the later proposals still pending. A newer
 //! proposal for an already speculated instance (a new leader) rolls back from that
-//! instance at once. Invariants: the tree is the decided prefix plus the speculated
+//! instance at once. With deferred speculation
+//! ([`SequentialReplica::set_deferred_speculation`], what the node core uses),
+//! `propose` and `execute` only record proposals and roll back what they contradict;
+//! the caller runs [`SequentialReplica::speculate`] later, after sending the replies
+//! the decision released. Invariants: the tree is the decided prefix plus the speculated
 //! suffix; [`SequentialReplica::last_instance`] is the last *decided* instance
 //! executed; [`SequentialReplica::digest`] is the digest of the decided state;
 //! [`SequentialReplica::checkpoint`] refuses (panics) while anything is speculated, so
 //! its caller rolls the speculation back first
 //! ([`SequentialReplica::rollback_speculation`]) and re-speculates after
-//! ([`SequentialReplica::speculate`]); the re-speculation computes the same held
-//! replies again.
+//! ([`SequentialReplica::respeculate`]); the re-speculation computes the same held
+//! replies again. [`ReplicaStats::work`] counts the execution work done, rolled-back
+//! speculation included, for CPU models.
 //!
 //! Early replies (paper 001 §VII; [`SequentialReplica::set_early_replies`]): the held
 //! replies of a speculation also leave at once as tentative replies
@@ -61,7 +66,9 @@ pub use checkpoint::{
 use partita_btree::{BPlusTree, Undo};
 use partita_consensus::{Value, Vid};
 use partita_types::early::EarlyReply;
-use partita_types::{ClientId, Instance, NodeId, PartitionId, PartitionLayout, Reply};
+use partita_types::{
+    BatchOp, ClientId, Instance, NodeId, Op, OpResult, PartitionId, PartitionLayout, Reply,
+};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -78,21 +85,90 @@ pub struct ReplicaStats {
     pub speculation_confirmed: u64,
     /// Speculated instances rolled back (a decision or a newer proposal disagreed).
     pub speculation_rolled_back: u64,
+    /// Work this replica did, rolled-back speculation included (never rewound): what
+    /// a CPU model charges, where it ran.
+    pub work: ExecutionWork,
+}
+
+/// The kinds of B+tree operation [`ExecutionWork::by_kind`] counts, in its order.
+pub const OP_KINDS: [&str; 7] = [
+    "insert", "delete", "update", "read", "next", "prev", "query",
+];
+
+/// Execution work done, counted as it happens and never rewound by a rollback (a
+/// rolled-back speculation did run). Differences across a handler tell what that
+/// handler executed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecutionWork {
+    /// Commands executed on the B+tree (speculated or decided).
+    pub commands: u64,
+    /// B+tree operations (a batch of seven counts 7).
+    pub btree_ops: u64,
+    /// The same operations by kind ([`OP_KINDS`] order).
+    pub by_kind: [u64; 7],
+    /// Entries returned by range queries.
+    pub query_entries: u64,
+}
+
+impl ExecutionWork {
+    fn count(&mut self, op: &Op, result: &OpResult) {
+        self.commands += 1;
+        self.btree_ops += op.btree_ops() as u64;
+        let k = match op {
+            Op::Insert { .. } => 0,
+            Op::Delete { .. } => 1,
+            Op::Update { .. } => 2,
+            Op::Read { .. } => 3,
+            Op::Next { .. } => 4,
+            Op::Prev { .. } => 5,
+            Op::Query { .. } => 6,
+            Op::Batch(ops) => {
+                for b in ops {
+                    match b {
+                        BatchOp::Insert { .. } => self.by_kind[0] += 1,
+                        BatchOp::Delete { .. } => self.by_kind[1] += 1,
+                    }
+                }
+                return;
+            }
+        };
+        self.by_kind[k] += 1;
+        if let OpResult::Entries(v) = result {
+            self.query_entries += v.len() as u64;
+        }
+    }
+
+    /// The work done since `before` (zero where a counter went back, as when the
+    /// replica was replaced by a restored checkpoint).
+    pub fn since(&self, before: &ExecutionWork) -> ExecutionWork {
+        let mut by_kind = [0; 7];
+        for (i, k) in by_kind.iter_mut().enumerate() {
+            *k = self.by_kind[i].saturating_sub(before.by_kind[i]);
+        }
+        ExecutionWork {
+            commands: self.commands.saturating_sub(before.commands),
+            btree_ops: self.btree_ops.saturating_sub(before.btree_ops),
+            by_kind,
+            query_entries: self.query_entries.saturating_sub(before.query_entries),
+        }
+    }
 }
 
 impl ReplicaStats {
     /// Restore the execution counters of `before` (a rolled-back speculation's work
-    /// never happened), keeping the speculation counters.
+    /// never happened), keeping the speculation counters and the work done.
     fn rewind_to(&mut self, before: &ReplicaStats) {
-        let (s, c, r) = (
+        let (s, c, r, w) = (
             self.speculated,
             self.speculation_confirmed,
             self.speculation_rolled_back,
+            self.work,
         );
         *self = before.clone();
         self.speculated = s;
         self.speculation_confirmed = c;
         self.speculation_rolled_back = r;
+        self.work = w;
     }
 }
 
@@ -140,6 +216,10 @@ pub struct SequentialReplica {
     answers: Option<(PartitionLayout, PartitionId)>,
     /// Early replies (see the crate doc), and what they produced for the driver.
     early: EarlyState,
+    /// Proposals are only recorded by `propose` and `execute`; the caller runs
+    /// [`SequentialReplica::speculate`] when it chooses (see
+    /// [`SequentialReplica::set_deferred_speculation`]).
+    deferred: bool,
 }
 
 /// Early replies: whether on, the tentative replies and confirmations not yet taken,
@@ -170,6 +250,7 @@ impl SequentialReplica {
             spec: VecDeque::new(),
             answers: None,
             early: EarlyState::default(),
+            deferred: false,
         }
     }
 
@@ -184,6 +265,23 @@ impl SequentialReplica {
     /// and confirm it when the decision confirms its order (see the crate doc).
     pub fn set_early_replies(&mut self, on: bool) {
         self.early.on = on;
+    }
+
+    /// Deferred speculation: [`SequentialReplica::propose`] and
+    /// [`SequentialReplica::execute`] only record proposals (and roll back what a
+    /// newer proposal or a decision contradicts) and never execute one speculatively;
+    /// the caller runs [`SequentialReplica::speculate`] when
+    /// [`SequentialReplica::speculation_ready`] says so. The node core uses this to
+    /// let the replies a decision released leave before further speculative work.
+    pub fn set_deferred_speculation(&mut self, on: bool) {
+        self.deferred = on;
+    }
+
+    /// Whether a pending proposal is next in line for speculation (only ever true
+    /// with deferred speculation, or after [`SequentialReplica::rollback_speculation`]).
+    pub fn speculation_ready(&self) -> bool {
+        let next = self.last_instance + self.spec.len() as u64 + 1;
+        self.pending.contains_key(&next)
     }
 
     /// Tentative replies and confirmations produced since the last call, in order.
@@ -316,13 +414,30 @@ impl SequentialReplica {
         if instance <= self.last_instance + self.spec.len() as u64 {
             self.rollback_from(instance, true);
         }
-        self.speculate();
+        if !self.deferred {
+            self.speculate();
+        }
     }
 
     /// Execute speculatively every pending proposal next in line.
     pub fn speculate(&mut self) {
+        self.speculate_up_to(Instance::MAX);
+    }
+
+    /// Speculate again exactly the `n` instances [`SequentialReplica::rollback_speculation`]
+    /// set aside (same values on the same state: same held replies, and their
+    /// tentative replies already left). Proposals that were not speculated before stay
+    /// pending (with deferred speculation, the caller speculates them later).
+    pub fn respeculate(&mut self, n: u64) {
+        self.speculate_up_to(self.last_instance + n);
+    }
+
+    fn speculate_up_to(&mut self, last: Instance) {
         loop {
             let next = self.last_instance + self.spec.len() as u64 + 1;
+            if next > last {
+                break;
+            }
             let Some(value) = self.pending.get(&next).cloned() else {
                 break;
             };
@@ -442,7 +557,7 @@ impl SequentialReplica {
         }
         self.last_instance = instance;
         self.run_value(instance, value, replies_out, None);
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() && !self.deferred {
             self.speculate();
         }
     }
@@ -495,6 +610,7 @@ impl SequentialReplica {
             }
             self.stats.commands_executed += 1;
             self.stats.btree_ops += cmd.op.btree_ops() as u64;
+            self.stats.work.count(&cmd.op, &result);
             let reply = Reply {
                 client: cmd.client,
                 seq: cmd.seq,
@@ -627,6 +743,48 @@ mod tests {
             &mut r,
         );
         assert_eq!(r[1].result, OpResult::Inserted(false));
+    }
+
+    #[test]
+    fn deferred_speculation_waits_for_speculate_and_work_is_never_rewound() {
+        let mut a = SequentialReplica::new(1, BPlusTree::new());
+        a.set_deferred_speculation(true);
+        let v1 = Arc::new(value(vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 50 })]));
+        a.propose(1, v1.clone());
+        assert_eq!(a.speculated(), 0, "deferred: recorded only");
+        assert!(a.speculation_ready());
+        assert_eq!(a.stats().work, ExecutionWork::default());
+        a.speculate();
+        assert_eq!((a.speculated(), a.speculation_ready()), (1, false));
+        let w = a.stats().work;
+        assert_eq!((w.commands, w.btree_ops, w.by_kind[0]), (1, 1, 1));
+        // Decided with another value: rolled back, the decided value executed, and
+        // nothing speculated again by `execute` itself.
+        let mut other = value(vec![
+            cmd(8, 1, 1, Op::Query { min: 0, max: 10 }),
+            cmd(8, 2, 1, Op::Batch(vec![BatchOp::Delete { key: 5 }])),
+        ]);
+        other.vid.seq = 1;
+        let v2 = Arc::new(value(vec![cmd(9, 1, 1, Op::Prev { key: 9 })]));
+        a.propose(2, v2);
+        a.speculate();
+        assert_eq!(a.speculated(), 2);
+        let mut r = Vec::new();
+        a.execute(1, &other, &mut r);
+        assert_eq!((a.speculated(), a.speculation_ready()), (0, true));
+        assert_eq!(r.len(), 2);
+        // Work counts everything that ran, the rolled-back speculations included.
+        let w = a.stats().work.since(&w);
+        assert_eq!(w.commands, 3, "prev (speculated), query, batch");
+        assert_eq!(w.by_kind, [0, 1, 0, 0, 0, 1, 1]);
+        assert_eq!(
+            a.stats().commands_executed,
+            2,
+            "execution counters are rewound"
+        );
+        a.speculate();
+        assert_eq!(a.speculated(), 1);
+        a.invariants();
     }
 
     #[test]
