@@ -49,6 +49,8 @@ pub struct CoordinatorStats {
     pub phase1_runs: u64,
     /// Instances skipped because Phase 1 found them truncated (decided earlier).
     pub instances_skipped: u64,
+    /// Resubmissions dropped because the same command was already in the value.
+    pub duplicates_dropped: u64,
 }
 
 pub struct Coordinator {
@@ -612,7 +614,8 @@ impl Coordinator {
     }
 
     fn take_batch(&mut self) -> Value {
-        let mut commands = Vec::new();
+        let mut commands: Vec<Command> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut bytes = 0;
         while let Some(c) = self.pending.front() {
             let b = command_bytes(c);
@@ -620,7 +623,16 @@ impl Coordinator {
                 break;
             }
             bytes += b;
-            commands.push(self.pending.pop_front().unwrap());
+            let c = self.pending.pop_front().unwrap();
+            // A resubmission of a command already in this value (the client timed out
+            // while both copies queued here) is dropped: with state partitioning each
+            // partition would execute both copies of a read at one instance, and a
+            // client could merge sub-results of two different positions of the order.
+            if !seen.insert((c.client, c.seq)) {
+                self.stats.duplicates_dropped += 1;
+                continue;
+            }
+            commands.push(c);
         }
         self.pending_bytes -= bytes;
         self.pending_since_tick = self.now_tick;
@@ -1173,6 +1185,33 @@ mod tests {
             2,
             "ticks do not open the window, decisions do"
         );
+    }
+
+    /// A resubmission queued next to its original is not proposed twice in one value
+    /// (with state partitioning, two copies of a read at one instance could give a
+    /// client sub-results of two positions of the order).
+    #[test]
+    fn a_resubmission_queued_with_its_original_is_dropped_from_the_value() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        c.on_command(cmd(1), &mut out); // leaves at once: nothing in flight
+        out.clear();
+        for s in [2, 3, 2, 3, 4] {
+            c.on_command(cmd(s), &mut out);
+        }
+        c.on_tick(10, &mut out); // the batch delay has passed
+        let values: Vec<Vec<u64>> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to: 1,
+                    msg: Msg::Phase2A { value, .. },
+                } => Some(value.commands.iter().map(|c| c.seq).collect()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(values, vec![vec![2, 3, 4]]);
+        assert_eq!(c.stats().duplicates_dropped, 2);
     }
 
     #[test]
