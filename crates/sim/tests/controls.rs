@@ -184,7 +184,8 @@ fn restore_without_reply_cache_is_caught() {
 #[test]
 fn speculative_no_rollback_is_caught() {
     // Every seed Ring Paxos with speculation; failovers and lost proposals make replicas
-    // speculate values that are not decided.
+    // speculate values that are not decided. About 1 seed in 50 shows it (131, 144, 176,
+    // 183 of 0..300); the range below holds several.
     let clean = SimOptions {
         protocol: ProtocolChoice::RingPaxos,
         speculation: SpeculationChoice::On,
@@ -193,7 +194,7 @@ fn speculative_no_rollback_is_caught() {
         trace_tail: 0,
         ..SimOptions::default()
     };
-    let (seed, what) = control_opts("speculative-no-rollback", clean, 0..50);
+    let (seed, what) = control_opts("speculative-no-rollback", clean, 120..190);
     eprintln!("speculative-no-rollback caught at seed {seed}: {what}");
 }
 
