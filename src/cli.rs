@@ -839,6 +839,45 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// The command-line overrides shared by every simulated sweep's options (the option
+/// structs differ, their fields of these names do not).
+macro_rules! sim_overrides {
+    ($a:expr, $o:expr) => {
+        if let Some(d) = $a.duration()? {
+            $o.duration = d;
+        }
+        if let Some(p) = $a.preload {
+            $o.preload = p;
+        }
+        if let Some(w) = &$a.workloads {
+            $o.workloads = w.clone();
+        }
+        if let Some(c) = &$a.clients {
+            $o.clients = c.clone();
+        }
+        if let Some(n) = &$a.replicas {
+            $o.replicas = n.clone();
+        }
+        if let Some(t) = $a.think_ms {
+            $o.think_ms = t;
+        }
+        if let Some(j) = $a.jobs {
+            $o.jobs = j;
+        }
+    };
+}
+
+/// `--cost-table` and progress output for a simulated sweep's options.
+macro_rules! sim_cost_and_progress {
+    ($a:expr, $o:expr) => {
+        $o.progress = true;
+        if let Some((t, src)) = $a.sim_cost()? {
+            $o.cost = t;
+            $o.cost_source = src;
+        }
+    };
+}
+
 fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let r = match a.name {
@@ -851,34 +890,10 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
             } else {
                 crate::experiment::SimCostOptions::full()
             };
-            if let Some(d) = a.duration()? {
-                o.duration = d;
-            }
-            if let Some(p) = a.preload {
-                o.preload = p;
-            }
-            if let Some(w) = &a.workloads {
-                o.workloads = w.clone();
-            }
-            if let Some(c) = &a.clients {
-                o.clients = c.clone();
-            }
-            if let Some(n) = &a.replicas {
-                o.replicas = n.clone();
-            }
-            if let Some(t) = a.think_ms {
-                o.think_ms = t;
-            }
-            if let Some(j) = a.jobs {
-                o.jobs = j;
-            }
+            sim_overrides!(a, o);
             o.protocol = protocol(a.protocol);
             o.durability = durability(a.durability);
-            o.progress = true;
-            if let Some((t, src)) = a.sim_cost()? {
-                o.cost = t;
-                o.cost_source = src;
-            }
+            sim_cost_and_progress!(a, o);
             crate::experiment::cost_of_replication_sim(&o)?
         }
         ExperimentName::Speculation => {
@@ -888,33 +903,9 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
             } else {
                 crate::experiment::SimSpecOptions::full()
             };
-            if let Some(d) = a.duration()? {
-                o.duration = d;
-            }
-            if let Some(p) = a.preload {
-                o.preload = p;
-            }
-            if let Some(w) = &a.workloads {
-                o.workloads = w.clone();
-            }
-            if let Some(c) = &a.clients {
-                o.clients = c.clone();
-            }
-            if let Some(n) = &a.replicas {
-                o.replicas = n.clone();
-            }
-            if let Some(t) = a.think_ms {
-                o.think_ms = t;
-            }
-            if let Some(j) = a.jobs {
-                o.jobs = j;
-            }
+            sim_overrides!(a, o);
             o.durability = durability(a.durability);
-            o.progress = true;
-            if let Some((t, src)) = a.sim_cost()? {
-                o.cost = t;
-                o.cost_source = src;
-            }
+            sim_cost_and_progress!(a, o);
             crate::experiment::speculation_sim(&o)?
         }
     };
@@ -1031,11 +1022,8 @@ async fn partition_experiment(
     } else {
         ep::PartOptions::real()
     };
-    if let Some(d) = a.duration {
-        if !(d > 0.0 && d <= 3600.0) {
-            bail!("--duration must be between 0 and 3600 seconds");
-        }
-        o.duration = Duration::from_secs_f64(d);
+    if let Some(d) = a.duration()? {
+        o.duration = d;
     }
     if let Some(p) = a.preload {
         o.preload = p;
@@ -1051,12 +1039,9 @@ async fn partition_experiment(
         bail!("the partitioning experiments run Ring Paxos (speculation needs it)");
     }
     o.durability = durability(a.durability);
-    if let Some(p) = &a.cost_table {
-        let text = std::fs::read_to_string(p)
-            .with_context(|| format!("reading the cost table {}", p.display()))?;
-        o.cost = partita_sim::CostTable::from_toml(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
-        o.cost_source = p.display().to_string();
+    if let Some((t, src)) = a.sim_cost()? {
+        o.cost = t;
+        o.cost_source = src;
     }
     let started = std::time::Instant::now();
     let r = if a.sim {

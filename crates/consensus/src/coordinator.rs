@@ -780,7 +780,12 @@ mod tests {
     }
 
     fn prepared(protocol: Protocol) -> Coordinator {
-        let mut c = Coordinator::new(3, membership(protocol), cfg(), Ballot::ZERO, 1);
+        prepared_with(membership(protocol))
+    }
+
+    /// A coordinator of `m` whose Phase 1 for instances 1..11 completed.
+    fn prepared_with(m: Membership) -> Coordinator {
+        let mut c = Coordinator::new(3, m, cfg(), Ballot::ZERO, 1);
         let mut out = Vec::new();
         c.start(&mut out);
         let b = c.ballot();
@@ -811,24 +816,9 @@ mod tests {
                 map: partita_types::PartitionMap::new(2, 100).unwrap(),
                 replicas: vec![vec![4], vec![5]],
             };
-            let mut c = Coordinator::new(3, m, cfg(), Ballot::ZERO, 1);
-            let mut out = Vec::new();
-            c.start(&mut out);
+            let mut c = prepared_with(m);
             let b = c.ballot();
-            for a in [1, 3] {
-                c.on_message(
-                    a,
-                    Msg::Phase1B {
-                        ballot: b,
-                        from: 1,
-                        to: 11,
-                        accepted: vec![],
-                        truncated_below: 1,
-                    },
-                    &mut out,
-                );
-            }
-            out.clear();
+            let mut out = Vec::new();
             let q = |min, max| Command {
                 client: 9,
                 seq: 1,
