@@ -5,7 +5,9 @@
 //! mode) and waits for the reply from the replica it chose (paper 001 §IV: only that
 //! replica replies). After `timeout` without a reply it resubmits the *same* command
 //! (same sequence number), so the replicas' reply cache answers a command that was
-//! already executed instead of executing it twice. After `give_up` it returns
+//! already executed instead of executing it twice. Each further timeout of the same
+//! command waits twice as long, up to 4 × `timeout` ([`partita_types::timeout_backoff`]),
+//! so that an overloaded cluster is not flooded with copies. After `give_up` it returns
 //! [`ClientError::Timeout`]: the outcome is then unknown (an `info` entry in a history).
 //!
 //! Early replies (`[execution] early_replies`, paper 001 §VII): the replica may answer
@@ -46,7 +48,8 @@ pub enum ClientError {
 
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
-    /// Resubmit after this long without a reply.
+    /// Resubmit after this long without a reply (backed off on further timeouts of
+    /// the same command).
     pub timeout: Duration,
     /// Give up (outcome unknown) after this long.
     pub give_up: Duration,
@@ -320,6 +323,12 @@ impl Client {
         Ok(())
     }
 
+    /// How long to wait for a reply after `timeouts` timeouts of the same command:
+    /// the timeout, backed off (`partita_types::timeout_backoff`).
+    fn timeout(&self, timeouts: u32) -> Duration {
+        self.opts.timeout * partita_types::timeout_backoff(u64::from(timeouts))
+    }
+
     /// Execute one operation, exactly once, resubmitting on timeouts.
     pub async fn execute(&mut self, op: Op) -> Result<OpResult, ClientError> {
         if self.partitioned() {
@@ -377,7 +386,7 @@ impl Client {
                     continue;
                 }
             }
-            let deadline = tokio::time::Instant::now() + self.opts.timeout;
+            let deadline = tokio::time::Instant::now() + self.timeout(timeouts);
             while let Some(reader) = self.replies.as_mut() {
                 tokio::select! {
                     r = tokio::time::timeout_at(deadline, reader.next()) => match r {
@@ -490,7 +499,7 @@ impl Client {
             if let Some(e) = self.entry.as_mut() {
                 e.send(&frame).await;
             }
-            let deadline = tokio::time::Instant::now() + self.opts.timeout;
+            let deadline = tokio::time::Instant::now() + self.timeout(timeouts);
             loop {
                 let ev = match tokio::time::timeout_at(deadline, self.rx.recv()).await {
                     Ok(ev) => ev.expect("the client holds a sender"),
@@ -498,7 +507,7 @@ impl Client {
                         tracing::debug!(
                             "no reply to command {} within {:?}",
                             self.seq,
-                            self.opts.timeout
+                            self.timeout(timeouts)
                         );
                         timeouts += 1;
                         self.rotate_entry();

@@ -15,8 +15,8 @@ use crate::{
     command_bytes, send_all, CoordinatorConfig, Drop, DropCounts, Membership, Msg, Outbox,
     Protocol, Value, Vid,
 };
-use partita_types::{Ballot, Command, Instance, NodeId};
-use std::collections::{BTreeMap, VecDeque};
+use partita_types::{Ballot, ClientId, Command, Instance, NodeId};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -49,8 +49,18 @@ pub struct CoordinatorStats {
     pub phase1_runs: u64,
     /// Instances skipped because Phase 1 found them truncated (decided earlier).
     pub instances_skipped: u64,
-    /// Resubmissions dropped because the same command was already in the value.
+    /// Resubmissions dropped because the same command was already queued here or in a
+    /// value in flight (its original will be decided and answered).
     pub duplicates_dropped: u64,
+}
+
+/// Where an undecided command of this coordinator is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queued {
+    /// In `pending`; the replica its client waits on now (a resubmission may name
+    /// another one).
+    Pending(NodeId),
+    In(Vid),
 }
 
 pub struct Coordinator {
@@ -73,6 +83,13 @@ pub struct Coordinator {
     /// Decisions not yet announced.
     unannounced: Vec<(Instance, Vid)>,
     pending: VecDeque<Command>,
+    /// Every command queued in `pending` or packed into a value this coordinator
+    /// proposed and has not seen decided, by (client, seq): a resubmission of one of
+    /// them is dropped rather than ordered again. Without this, clients whose timeout
+    /// is shorter than the queueing delay double the load with every round of
+    /// resubmissions, and an overloaded cluster never recovers (simulator seed 73070).
+    /// Entries of values lost to a new ballot go stale; `is_live` tells them apart.
+    queued: HashMap<(ClientId, u64), Queued>,
     pending_bytes: usize,
     pending_since_tick: u64,
     now_tick: u64,
@@ -131,6 +148,7 @@ impl Coordinator {
             decided_ahead: BTreeMap::new(),
             unannounced: Vec::new(),
             pending: VecDeque::new(),
+            queued: HashMap::new(),
             pending_bytes: 0,
             pending_since_tick: 0,
             now_tick: 0,
@@ -244,11 +262,20 @@ impl Coordinator {
     /// client will time out and resubmit.
     pub fn on_command(&mut self, cmd: Command, out: &mut Outbox) -> bool {
         self.stats.commands_received += 1;
+        if self.is_duplicate(&cmd) {
+            self.stats.duplicates_dropped += 1;
+            return true;
+        }
         if self.pending.len() >= self.cfg.pending_commands_max {
             self.stats.commands_refused += 1;
             self.drops.count(Drop::QueueFull);
             return false;
         }
+        if self.queued.len() >= self.queued_max() {
+            self.forget_stale_queued();
+        }
+        self.queued
+            .insert((cmd.client, cmd.seq), Queued::Pending(cmd.reply_to));
         if self.pending.is_empty() {
             self.pending_since_tick = self.now_tick;
         }
@@ -256,6 +283,57 @@ impl Coordinator {
         self.pending.push_back(cmd);
         self.flush(out);
         true
+    }
+
+    /// Whether `cmd` resubmits a command that is still queued here or in a value in
+    /// flight: its original will be decided and answered, so ordering it again would
+    /// only add load. A queued original takes the resubmission's `reply_to` (the
+    /// client now waits on that replica); an original in flight must have the same
+    /// one, or the resubmission is ordered again (the replicas answer it from their
+    /// client table without executing it twice).
+    fn is_duplicate(&mut self, cmd: &Command) -> bool {
+        let key = (cmd.client, cmd.seq);
+        match self.queued.get_mut(&key) {
+            None => false,
+            Some(Queued::Pending(reply_to)) => {
+                *reply_to = cmd.reply_to;
+                true
+            }
+            Some(&mut Queued::In(vid)) => self.live_value(vid).is_some_and(|v| {
+                v.commands
+                    .iter()
+                    .any(|c| (c.client, c.seq) == key && c.reply_to == cmd.reply_to)
+            }),
+        }
+    }
+
+    /// The value `vid` if it is still in flight or due to be proposed again.
+    fn live_value(&self, vid: Vid) -> Option<&Arc<Value>> {
+        self.in_flight
+            .values()
+            .map(|f| &f.value)
+            .chain(self.forced.values())
+            .find(|v| v.vid == vid)
+    }
+
+    /// A bound on `queued`: everything pending, plus a generous allowance for values
+    /// in flight.
+    fn queued_max(&self) -> usize {
+        self.cfg.pending_commands_max + 64 * 1024
+    }
+
+    /// Drop the entries of values that will never be decided by this coordinator.
+    fn forget_stale_queued(&mut self) {
+        let live: HashSet<Vid> = self
+            .in_flight
+            .values()
+            .map(|f| f.value.vid)
+            .chain(self.forced.values().map(|v| v.vid))
+            .collect();
+        self.queued.retain(|_, q| match q {
+            Queued::Pending(_) => true,
+            Queued::In(vid) => live.contains(vid),
+        });
     }
 
     pub fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) {
@@ -471,6 +549,11 @@ impl Coordinator {
     fn decide(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {
         self.stats.instances_decided += 1;
         let vid = value.vid;
+        for c in &value.commands {
+            if self.queued.get(&(c.client, c.seq)) == Some(&Queued::In(vid)) {
+                self.queued.remove(&(c.client, c.seq));
+            }
+        }
         if self.membership.protocol == Protocol::MultiPaxos {
             for (learners, value) in self.for_learners(&value) {
                 send_all(out, &learners, Msg::DecideValue { instance, value });
@@ -623,7 +706,10 @@ impl Coordinator {
                 break;
             }
             bytes += b;
-            let c = self.pending.pop_front().unwrap();
+            let mut c = self.pending.pop_front().unwrap();
+            if let Some(Queued::Pending(reply_to)) = self.queued.get(&(c.client, c.seq)) {
+                c.reply_to = *reply_to;
+            }
             // A resubmission of a command already in this value (the client timed out
             // while both copies queued here) is dropped: with state partitioning each
             // partition would execute both copies of a read at one instance, and a
@@ -636,10 +722,11 @@ impl Coordinator {
         }
         self.pending_bytes -= bytes;
         self.pending_since_tick = self.now_tick;
-        Value {
-            vid: self.fresh_vid(),
-            commands,
+        let vid = self.fresh_vid();
+        for c in &commands {
+            self.queued.insert((c.client, c.seq), Queued::In(vid));
         }
+        Value { vid, commands }
     }
 
     /// What each group of learners receives of `value`: all of it for everyone, or,
@@ -1202,6 +1289,98 @@ mod tests {
             .collect();
         assert_eq!(values, vec![vec![2, 3, 4]]);
         assert_eq!(c.stats().duplicates_dropped, 2);
+    }
+
+    /// A Phase 2A as acceptor 1 sees it: instance, value id, (seq, reply_to) per command.
+    type Proposal = (Instance, Vid, Vec<(u64, NodeId)>);
+
+    fn proposed(out: &[Action]) -> Vec<Proposal> {
+        out.iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to: 1,
+                    msg:
+                        Msg::Phase2A {
+                            instance, value, ..
+                        },
+                } => Some((
+                    *instance,
+                    value.vid,
+                    value.commands.iter().map(|c| (c.seq, c.reply_to)).collect(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A resubmission whose original is still queued or in flight is not ordered
+    /// again (seed 73070: clients whose timeout was below the queueing delay doubled
+    /// the load with every round of resubmissions). A queued original takes the
+    /// resubmission's reply_to; one in flight for another replica, or one already
+    /// decided, is ordered again, so that the client still gets its answer.
+    #[test]
+    fn resubmissions_of_queued_or_in_flight_commands_are_dropped() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        c.cfg.window_instances_max = 1;
+        let mut out = Vec::new();
+        c.on_command(cmd(1), &mut out); // in flight at once
+        let p = proposed(&out);
+        assert_eq!(p.len(), 1);
+        let (i1, vid1, _) = p[0].clone();
+        out.clear();
+        assert!(
+            c.on_command(cmd(1), &mut out),
+            "in flight: dropped, not refused"
+        );
+        c.on_command(cmd(2), &mut out); // queued behind the window
+        let mut again = cmd(2);
+        again.reply_to = 5; // the client now waits on another replica
+        c.on_command(again, &mut out);
+        assert!(proposed(&out).is_empty());
+        assert_eq!(c.pending_commands(), 1);
+        assert_eq!(c.stats().duplicates_dropped, 2);
+        let mut other = cmd(1);
+        other.reply_to = 5; // in flight, but answered by replica 4 only
+        c.on_command(other, &mut out);
+        assert_eq!(c.pending_commands(), 2);
+        let b = c.ballot();
+        c.on_message(
+            3,
+            Msg::Phase2B {
+                ballot: b,
+                instance: i1,
+                vid: vid1,
+                votes: 0b101,
+            },
+            &mut out,
+        );
+        assert_eq!(c.decided_up_to(), i1);
+        let p = proposed(&out);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].2, vec![(2, 5), (1, 5)]);
+        out.clear();
+        // Decided: a resubmission of command 1 for replica 4 is ordered again (the
+        // replicas answer it from their client table).
+        c.on_command(cmd(1), &mut out);
+        assert_eq!(c.pending_commands(), 1);
+        assert_eq!(c.stats().duplicates_dropped, 2);
+    }
+
+    /// Values lost to a new ballot leave stale entries behind: a resubmission of one
+    /// of their commands is ordered again.
+    #[test]
+    fn a_resubmission_of_a_command_of_a_lost_value_is_ordered() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        c.on_command(cmd(1), &mut out);
+        assert_eq!(proposed(&out).len(), 1);
+        out.clear();
+        // Phase 1 ran elsewhere: every instance up to 11 turned out decided.
+        c.skip_to(11);
+        assert_eq!(c.in_flight(), 0);
+        c.on_command(cmd(1), &mut out);
+        assert_eq!(c.stats().duplicates_dropped, 0);
+        assert_eq!(c.pending_commands() + c.in_flight(), 1);
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! Like `partita-client`, each timeout moves the client to the next acceptor as its
 //! entry node (a node that does not lead forwards to the one it knows), and every second
 //! timeout to the next replica (the command keeps its sequence number; only `reply_to`
-//! changes). A refusal makes it resubmit after `refused_retry_ns`. While give-up is allowed (the safety phase), a
+//! changes). Each resubmission of one command waits twice as long as the one before,
+//! up to 4 × `timeout_ns` (`partita_types::timeout_backoff`): an overloaded cluster
+//! whose queueing delay exceeds the timeout is not flooded with copies of every command.
+//! A refusal makes it resubmit after `refused_retry_ns`. While give-up is allowed (the safety phase), a
 //! command still unanswered `give_up_ns` after its invocation is abandoned and recorded
 //! as `info` (outcome unknown); in the liveness phase clients never give up.
 //!
@@ -307,6 +310,8 @@ impl SimClient {
         };
         w.sends += 1;
         let first = w.sends == 1;
+        let timeout =
+            self.params.timeout_ns * u64::from(partita_types::timeout_backoff(w.sends - 1));
         if !w.subs.is_empty() {
             for (i, (_, op, done)) in w.subs.iter().enumerate() {
                 if done.is_none() {
@@ -322,7 +327,7 @@ impl SimClient {
                     });
                 }
             }
-            self.timer(now + self.params.timeout_ns, out);
+            self.timer(now + timeout, out);
             return;
         }
         let cmd = Command {
@@ -333,7 +338,7 @@ impl SimClient {
         };
         let to = self.target(&cmd.op);
         out.push(ClientAction::Send { to, cmd, first });
-        self.timer(now + self.params.timeout_ns, out);
+        self.timer(now + timeout, out);
     }
 
     fn invoke(&mut self, now: Time, rng: &mut impl Rng, out: &mut Vec<ClientAction>) {
@@ -729,6 +734,25 @@ mod tests {
         }
         assert!(c.history().is_empty());
         assert_eq!(c.resubmissions, 19);
+    }
+
+    #[test]
+    fn resubmissions_back_off_to_four_timeouts() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 1, false);
+        c.set_give_up_allowed(false);
+        let mut out = Vec::new();
+        c.start(0, &mut rng, &mut out);
+        let (mut at, mut gen) = timer(&out);
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            out.clear();
+            c.on_timer(at, gen, &mut rng, &mut out);
+            let (next, g) = timer(&out);
+            waits.push(next - at);
+            (at, gen) = (next, g);
+        }
+        assert_eq!(waits, vec![100, 200, 400, 400, 400]);
     }
 
     #[test]

@@ -18,6 +18,15 @@ pub mod partition;
 pub use ops::{BatchOp, Op, OpResult};
 pub use partition::{PartitionId, PartitionLayout, PartitionMap};
 
+/// How many client timeouts to wait before the next resubmission of a command that
+/// was sent `resubmissions` times already: 1, 2, then 4 at most. Clients of the real
+/// runtime and of the simulator share it. Without it, clients whose timeout is below
+/// an overloaded cluster's queueing delay resubmit every command again and again, and
+/// the copies deepen the queue they time out in (simulator seed 73070).
+pub fn timeout_backoff(resubmissions: u64) -> u32 {
+    1 << resubmissions.min(2)
+}
+
 use serde::{Deserialize, Serialize};
 
 /// A node of the cluster (acceptor, coordinator, replica or any mix), as numbered in
