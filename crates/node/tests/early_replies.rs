@@ -9,197 +9,22 @@
 //!   that received both, in any order and duplicated, returns the confirmed result.
 //! - The planted bug `unconfirmed-replies` sends speculative results as final.
 
-use partita_consensus::{
-    AcceptorRecord, CoordinatorConfig, LearnerConfig, Membership, Msg, Protocol,
-};
-use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
-use partita_types::early::{result_digest, EarlyReply, EarlyWait};
-use partita_types::{Command, Instance, NodeId, Op, OpResult, Reply};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+mod common;
 
-const ACCEPTORS: [NodeId; 3] = [1, 2, 3];
+use common::{cmd, setup, Cluster, Got, ACCEPTORS};
+use partita_consensus::{Msg, Protocol};
+use partita_node::UnsafeBugs;
+use partita_types::early::{result_digest, EarlyReply, EarlyWait};
+use partita_types::{Instance, NodeId, Op, OpResult, Reply};
+
 const REPLICAS: [NodeId; 2] = [4, 5];
 
-/// Which messages the network loses: (from, to, message) → dropped.
-type Filter = Box<dyn Fn(NodeId, NodeId, &Msg) -> bool>;
-
-/// What a client received, in order: a final reply or an early one.
-#[derive(Clone, Debug, PartialEq)]
-enum Got {
-    Final(Reply),
-    Early(EarlyReply),
-}
-
-struct Cluster {
-    early: bool,
-    bugs: UnsafeBugs,
-    nodes: BTreeMap<NodeId, NodeCore>,
-    down: BTreeSet<NodeId>,
-    msgs: VecDeque<(NodeId, NodeId, Msg)>,
-    persists: VecDeque<(NodeId, u64, AcceptorRecord)>,
-    /// (sending node, what) for every client-bound output.
-    got: Vec<(NodeId, Got)>,
-    filter: Filter,
-}
-
-impl Cluster {
-    fn setup(&self, id: NodeId) -> NodeSetup {
-        NodeSetup {
-            id,
-            cluster_id: 1,
-            mode: Mode::Smr,
-            membership: Membership {
-                protocol: Protocol::RingPaxos,
-                acceptors: ACCEPTORS.to_vec(),
-                coordinator: 1,
-                learners: REPLICAS.to_vec(),
-                partitions: Default::default(),
-            },
-            acceptor: ACCEPTORS.contains(&id),
-            replica: REPLICAS.contains(&id),
-            coordinator_config: CoordinatorConfig {
-                election_timeout_ticks: 20,
-                suspect_ticks: 12,
-                heartbeat_ticks: 5,
-                retransmit_ticks: 30,
-                ..CoordinatorConfig::default()
-            },
-            learner_config: LearnerConfig {
-                gap_ticks: 5,
-                ..LearnerConfig::default()
-            },
-            checkpoint: CheckpointConfig::default(),
-            early_replies: self.early,
-            speculative: true,
-        }
-    }
-
-    fn new(early: bool, bugs: UnsafeBugs) -> Cluster {
-        let mut c = Cluster {
-            early,
-            bugs,
-            nodes: BTreeMap::new(),
-            down: BTreeSet::new(),
-            msgs: VecDeque::new(),
-            persists: VecDeque::new(),
-            got: Vec::new(),
-            filter: Box::new(|_, _, _| false),
-        };
-        for id in ACCEPTORS.iter().chain(&REPLICAS) {
-            let mut out = Vec::new();
-            let core = NodeCore::new(c.setup(*id), vec![], c.bugs.clone(), &mut out);
-            c.nodes.insert(*id, core);
-            c.take(*id, out);
-        }
-        c
-    }
-
-    fn crash(&mut self, id: NodeId) {
-        self.nodes.remove(&id);
-        self.down.insert(id);
-        self.persists.retain(|(n, _, _)| *n != id);
-    }
-
-    fn take(&mut self, from: NodeId, out: Vec<Output>) {
-        for o in out {
-            match o {
-                Output::Send { to, msg } => {
-                    if !(self.filter)(from, to, &msg) {
-                        self.msgs.push_back((from, to, msg));
-                    }
-                }
-                Output::Persist { token, record } => self.persists.push_back((from, token, record)),
-                Output::Reply(r) => self.got.push((from, Got::Final(r))),
-                Output::Early(e) => self.got.push((from, Got::Early(e))),
-                Output::Refused { .. } => {}
-                Output::SaveCheckpoint { .. } | Output::TruncateLog { .. } => {
-                    unreachable!("no checkpoints in these scenarios")
-                }
-            }
-        }
-        if let Some(n) = self.nodes.get(&from) {
-            n.invariants();
-        }
-        // As the drivers do: deferred (speculative) work runs right after the outputs
-        // of the step left.
-        if let Some(n) = self.nodes.get_mut(&from) {
-            if n.has_deferred_work() {
-                let mut more = Vec::new();
-                n.on_continue(&mut more);
-                self.take(from, more);
-            }
-        }
-    }
-
-    fn settle(&mut self) {
-        for _ in 0..100_000 {
-            if let Some((from, to, msg)) = self.msgs.pop_front() {
-                if self.down.contains(&from) || self.down.contains(&to) {
-                    continue;
-                }
-                let mut out = Vec::new();
-                self.nodes
-                    .get_mut(&to)
-                    .unwrap()
-                    .on_peer(from, msg, &mut out);
-                self.take(to, out);
-            } else if let Some((node, token, _record)) = self.persists.pop_front() {
-                let mut out = Vec::new();
-                self.nodes
-                    .get_mut(&node)
-                    .unwrap()
-                    .on_persisted(&[token], &mut out);
-                self.take(node, out);
-            } else {
-                return;
-            }
-        }
-        panic!("the cluster never went quiet");
-    }
-
-    fn tick(&mut self, n: usize) {
-        for _ in 0..n {
-            let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
-            for id in ids {
-                let mut out = Vec::new();
-                self.nodes.get_mut(&id).unwrap().on_tick(&mut out);
-                self.take(id, out);
-            }
-            self.settle();
-        }
-    }
-
-    fn submit(&mut self, via: NodeId, cmd: Command) {
-        let mut out = Vec::new();
-        self.nodes.get_mut(&via).unwrap().on_request(cmd, &mut out);
-        self.take(via, out);
-        self.settle();
-    }
-
-    /// What `client` received, in order.
-    fn got_by(&self, client: u64) -> Vec<Got> {
-        self.got
-            .iter()
-            .filter(|(_, g)| match g {
-                Got::Final(r) => r.client == client,
-                Got::Early(e) => e.client() == client,
-            })
-            .map(|(_, g)| g.clone())
-            .collect()
-    }
-
-    fn replica(&self, id: NodeId) -> &partita_smr::SequentialReplica {
-        self.nodes[&id].replica().unwrap()
-    }
-}
-
-fn cmd(client: u64, reply_to: NodeId, op: Op) -> Command {
-    Command {
-        client,
-        seq: 1,
-        reply_to,
-        op,
-    }
+/// Ring Paxos with speculating replicas, with or without early replies.
+fn cluster(early: bool, bugs: UnsafeBugs) -> Cluster {
+    let mut s = setup(Protocol::RingPaxos, &REPLICAS);
+    s.speculative = true;
+    s.early_replies = early;
+    Cluster::new(s, bugs)
 }
 
 /// What a client library returns from `got` (delivered in this order): the first final
@@ -232,7 +57,7 @@ fn no_decisions(_: NodeId, to: NodeId, msg: &Msg) -> bool {
 
 #[test]
 fn a_tentative_reply_leaves_before_the_decision_and_a_confirmation_after() {
-    let mut c = Cluster::new(true, UnsafeBugs::default());
+    let mut c = cluster(true, UnsafeBugs::default());
     c.tick(3);
     c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
     c.tick(3);
@@ -250,7 +75,7 @@ fn a_tentative_reply_leaves_before_the_decision_and_a_confirmation_after() {
     assert_eq!(client_result(&warm), Some(OpResult::Inserted(true)));
 
     // Client 7's write is proposed and speculated, but not decided.
-    c.filter = Box::new(no_decisions);
+    c.lose(no_decisions);
     let decided = c.replica(4).last_instance();
     c.submit(1, cmd(7, 4, Op::Insert { key: 1, value: 10 }));
     assert_eq!(c.replica(4).last_instance(), decided, "nothing decided");
@@ -271,7 +96,7 @@ fn a_tentative_reply_leaves_before_the_decision_and_a_confirmation_after() {
     assert!(c.got.iter().all(|(from, _)| *from == 4));
 
     // The votes get through on the leader's retransmission: the decision confirms it.
-    c.filter = Box::new(|_, _, _| false);
+    c.lose_nothing();
     c.tick(40);
     let after = c.got_by(7);
     assert_eq!(after.len(), 2, "{after:?}");
@@ -298,12 +123,12 @@ fn rollback_script(
     bugs: UnsafeBugs,
     replicas_see_new_proposals: bool,
 ) -> (Cluster, Instance) {
-    let mut c = Cluster::new(early, bugs);
+    let mut c = cluster(early, bugs);
     c.tick(3);
     c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
     c.tick(3);
     let at = c.replica(4).last_instance() + 1;
-    c.filter = Box::new(move |from, to, msg| {
+    c.lose(move |from, to, msg| {
         no_decisions(from, to, msg)
             || (from == 1
                 && ACCEPTORS.contains(&to)
@@ -317,19 +142,14 @@ fn rollback_script(
         assert_eq!(c.replica(r).speculated(), 2, "replica {r} speculates both");
     }
     c.crash(1);
-    c.filter = if replicas_see_new_proposals {
-        Box::new(|_, _, _| false)
+    if replicas_see_new_proposals {
+        c.lose_nothing();
     } else {
-        Box::new(|from, to, msg| {
+        c.lose(|from, to, msg| {
             from == 2 && REPLICAS.contains(&to) && matches!(msg, Msg::Phase2A { .. })
-        })
-    };
-    let mut ticks = 0;
-    while c.nodes[&2].coordinator().is_none() {
-        c.tick(1);
-        ticks += 1;
-        assert!(ticks <= 25, "node 2 never campaigned");
+        });
     }
+    c.tick_until_leader(2, 25);
     c.tick(60);
     for r in REPLICAS {
         assert!(c.replica(r).last_instance() > at, "replica {r} stuck");

@@ -10,201 +10,19 @@
 //! script run without speculation. The planted bug `speculative-no-rollback` (confirm
 //! without checking the decided value id) must be caught.
 
-use partita_consensus::{
-    AcceptorRecord, CoordinatorConfig, LearnerConfig, Membership, Msg, Protocol,
-};
-use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
-use partita_types::{Command, NodeId, Op, OpResult, Reply};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+mod common;
 
-const ACCEPTORS: [NodeId; 3] = [1, 2, 3];
+use common::{cmd, setup, Cluster, ACCEPTORS};
+use partita_consensus::{Msg, Protocol};
+use partita_node::UnsafeBugs;
+use partita_types::{NodeId, Op, OpResult};
+
 const REPLICAS: [NodeId; 2] = [4, 5];
 
-/// Which messages the network loses: (from, to, message) → dropped.
-type Filter = fn(NodeId, NodeId, &Msg) -> bool;
-
-struct Cluster {
-    speculative: bool,
-    bugs: UnsafeBugs,
-    nodes: BTreeMap<NodeId, NodeCore>,
-    down: BTreeSet<NodeId>,
-    msgs: VecDeque<(NodeId, NodeId, Msg)>,
-    persists: VecDeque<(NodeId, u64, AcceptorRecord)>,
-    replies: Vec<Reply>,
-    filter: Filter,
-    /// Per peer message a replica handled: (decisions piggybacked on a Phase 2A,
-    /// replies released, instances speculated during the handler, deferred work left).
-    steps: Vec<(bool, usize, u64, bool)>,
-}
-
-fn keep_all(_: NodeId, _: NodeId, _: &Msg) -> bool {
-    false
-}
-
-impl Cluster {
-    fn setup(&self, id: NodeId) -> NodeSetup {
-        NodeSetup {
-            id,
-            cluster_id: 1,
-            mode: Mode::Smr,
-            membership: Membership {
-                protocol: Protocol::RingPaxos,
-                acceptors: ACCEPTORS.to_vec(),
-                coordinator: 1,
-                learners: REPLICAS.to_vec(),
-                partitions: Default::default(),
-            },
-            acceptor: ACCEPTORS.contains(&id),
-            replica: REPLICAS.contains(&id),
-            coordinator_config: CoordinatorConfig {
-                election_timeout_ticks: 20,
-                suspect_ticks: 12,
-                heartbeat_ticks: 5,
-                retransmit_ticks: 30,
-                ..CoordinatorConfig::default()
-            },
-            learner_config: LearnerConfig {
-                gap_ticks: 5,
-                ..LearnerConfig::default()
-            },
-            checkpoint: CheckpointConfig::default(),
-            early_replies: false,
-            speculative: self.speculative,
-        }
-    }
-
-    fn new(speculative: bool, bugs: UnsafeBugs) -> Cluster {
-        let mut c = Cluster {
-            speculative,
-            bugs,
-            nodes: BTreeMap::new(),
-            down: BTreeSet::new(),
-            msgs: VecDeque::new(),
-            persists: VecDeque::new(),
-            replies: Vec::new(),
-            filter: keep_all,
-            steps: Vec::new(),
-        };
-        for id in ACCEPTORS.iter().chain(&REPLICAS) {
-            let mut out = Vec::new();
-            let core = NodeCore::new(c.setup(*id), vec![], c.bugs.clone(), &mut out);
-            c.nodes.insert(*id, core);
-            c.take(*id, out);
-        }
-        c
-    }
-
-    fn crash(&mut self, id: NodeId) {
-        self.nodes.remove(&id);
-        self.down.insert(id);
-        self.persists.retain(|(n, _, _)| *n != id);
-    }
-
-    fn take(&mut self, from: NodeId, out: Vec<Output>) {
-        for o in out {
-            match o {
-                Output::Send { to, msg } => {
-                    if !(self.filter)(from, to, &msg) {
-                        self.msgs.push_back((from, to, msg));
-                    }
-                }
-                Output::Persist { token, record } => self.persists.push_back((from, token, record)),
-                Output::Reply(r) => self.replies.push(r),
-                Output::Refused { .. } | Output::Early(_) => {}
-                Output::SaveCheckpoint { .. } | Output::TruncateLog { .. } => {
-                    unreachable!("no checkpoints in these scenarios")
-                }
-            }
-        }
-        if let Some(n) = self.nodes.get(&from) {
-            n.invariants();
-        }
-        // As the drivers do: deferred (speculative) work runs right after the outputs
-        // of the step left.
-        if let Some(n) = self.nodes.get_mut(&from) {
-            if n.has_deferred_work() {
-                let mut more = Vec::new();
-                n.on_continue(&mut more);
-                self.take(from, more);
-            }
-        }
-    }
-
-    fn settle(&mut self) {
-        for _ in 0..100_000 {
-            if !self.step() {
-                return;
-            }
-        }
-        panic!("the cluster never went quiet");
-    }
-
-    /// Deliver one message or persist completion; false if there was none.
-    fn step(&mut self) -> bool {
-        if let Some((from, to, msg)) = self.msgs.pop_front() {
-            if self.down.contains(&from) || self.down.contains(&to) {
-                return true;
-            }
-            let piggyback = matches!(&msg, Msg::Phase2A { decided, .. } if !decided.is_empty());
-            let node = self.nodes.get_mut(&to).unwrap();
-            let before = node.replica().map(|r| r.stats().speculated);
-            let mut out = Vec::new();
-            node.on_peer(from, msg, &mut out);
-            if let Some(before) = before {
-                let after = node.replica().unwrap().stats().speculated;
-                let replies = out.iter().filter(|o| matches!(o, Output::Reply(_))).count();
-                self.steps
-                    .push((piggyback, replies, after - before, node.has_deferred_work()));
-            }
-            self.take(to, out);
-        } else if let Some((node, token, _record)) = self.persists.pop_front() {
-            let mut out = Vec::new();
-            self.nodes
-                .get_mut(&node)
-                .unwrap()
-                .on_persisted(&[token], &mut out);
-            self.take(node, out);
-        } else {
-            return false;
-        }
-        true
-    }
-
-    fn tick(&mut self, n: usize) {
-        for _ in 0..n {
-            let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
-            for id in ids {
-                let mut out = Vec::new();
-                self.nodes.get_mut(&id).unwrap().on_tick(&mut out);
-                self.take(id, out);
-            }
-            self.settle();
-        }
-    }
-
-    fn submit(&mut self, via: NodeId, cmd: Command) {
-        let mut out = Vec::new();
-        self.nodes.get_mut(&via).unwrap().on_request(cmd, &mut out);
-        self.take(via, out);
-        self.settle();
-    }
-
-    fn replies_of(&self, client: u64) -> Vec<&Reply> {
-        self.replies.iter().filter(|r| r.client == client).collect()
-    }
-
-    fn replica(&self, id: NodeId) -> &partita_smr::SequentialReplica {
-        self.nodes[&id].replica().unwrap()
-    }
-}
-
-fn cmd(client: u64, reply_to: NodeId, op: Op) -> Command {
-    Command {
-        client,
-        seq: 1,
-        reply_to,
-        op,
-    }
+fn cluster(speculative: bool, bugs: UnsafeBugs) -> Cluster {
+    let mut s = setup(Protocol::RingPaxos, &REPLICAS);
+    s.speculative = speculative;
+    Cluster::new(s, bugs)
 }
 
 /// The leader's proposals reach the replicas but no other acceptor.
@@ -219,14 +37,14 @@ fn replicas_miss_new_proposals(from: NodeId, to: NodeId, msg: &Msg) -> bool {
 
 /// Run the script; returns the cluster at the end.
 fn script(speculative: bool, bugs: UnsafeBugs, replicas_see_new_proposals: bool) -> Cluster {
-    let mut c = Cluster::new(speculative, bugs);
+    let mut c = cluster(speculative, bugs);
     c.tick(3);
     c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
     c.tick(3);
     assert_eq!(c.replies_of(1).len(), 1, "warm-up write answered");
 
     // Client 7's write: proposed, seen by the replicas, never decided.
-    c.filter = leader_isolated_from_acceptors;
+    c.lose(leader_isolated_from_acceptors);
     c.submit(1, cmd(7, 4, Op::Insert { key: 1, value: 10 }));
     let at = c.replica(4).last_instance() + 1;
     if speculative {
@@ -243,22 +61,17 @@ fn script(speculative: bool, bugs: UnsafeBugs, replicas_see_new_proposals: bool)
     // The leader dies; node 2 takes over.
     c.crash(1);
     if !replicas_see_new_proposals {
-        c.filter = replicas_miss_new_proposals;
+        c.lose(replicas_miss_new_proposals);
     } else {
-        c.filter = keep_all;
+        c.lose_nothing();
     }
-    let mut ticks = 0;
-    while c.nodes[&2].coordinator().is_none() {
-        c.tick(1);
-        ticks += 1;
-        assert!(ticks <= 25, "node 2 never campaigned");
-    }
+    c.tick_until_leader(2, 25);
     c.tick(20);
     // Client 9 writes the same key through the new leader: decided in the instance
     // client 7's write was speculated in.
     c.submit(2, cmd(9, 4, Op::Insert { key: 1, value: 99 }));
     c.tick(40);
-    c.filter = keep_all;
+    c.lose_nothing();
     c.submit(2, cmd(8, 5, Op::Read { key: 1 }));
     c.tick(40);
     for r in REPLICAS {
@@ -269,8 +82,7 @@ fn script(speculative: bool, bugs: UnsafeBugs, replicas_see_new_proposals: bool)
 
 fn replies(c: &Cluster) -> Vec<(u64, u64, OpResult)> {
     let mut v: Vec<_> = c
-        .replies
-        .iter()
+        .replies()
         .map(|r| (r.client, r.seq, r.result.clone()))
         .collect();
     v.sort_by_key(|r| (r.0, r.1));
@@ -360,20 +172,15 @@ fn planted_speculative_no_rollback_is_caught() {
 /// (`NodeCore::on_continue`), once the driver sent them.
 #[test]
 fn replies_of_a_piggybacked_decision_leave_before_the_next_speculation() {
-    let mut c = Cluster::new(true, UnsafeBugs::default());
+    let mut c = cluster(true, UnsafeBugs::default());
     c.tick(3);
     c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
     c.tick(3);
     c.steps.clear();
     // A stream of writes, each submitted while the previous ones are in flight.
     for k in 0..40u64 {
-        let mut out = Vec::new();
         let reply_to = REPLICAS[(k % 2) as usize];
-        c.nodes.get_mut(&1).unwrap().on_request(
-            cmd(10 + k, reply_to, Op::Insert { key: k, value: k }),
-            &mut out,
-        );
-        c.take(1, out);
+        c.request(1, cmd(10 + k, reply_to, Op::Insert { key: k, value: k }));
         for _ in 0..(k % 7) {
             c.step();
         }

@@ -1,0 +1,469 @@
+//! The harness the integration tests script node cores on: acceptors 1, 2 and 3 (node 1
+//! coordinating first) and a few replicas, wired by an in-memory network (one FIFO
+//! queue, with optional filters that lose chosen messages when sent or when delivered)
+//! and an in-memory disk (each node's acceptor log, which the core may truncate, and its
+//! newest durable checkpoint). Crashed nodes lose what was in flight to or from them and
+//! restart from what their disk holds. Everything sent to clients is recorded, with the
+//! node that sent it. As the drivers do, invariants are checked after every step and
+//! deferred (speculative) work runs right after a step's outputs left.
+
+#![allow(dead_code)]
+
+use partita_consensus::{
+    AcceptorRecord, CoordinatorConfig, LearnerConfig, Membership, Msg, Protocol,
+};
+use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
+use partita_smr::SequentialReplica;
+use partita_types::early::EarlyReply;
+use partita_types::{Command, NodeId, Op, OpResult, Reply};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+pub const ACCEPTORS: [NodeId; 3] = [1, 2, 3];
+
+/// The settings every scenario starts from: acceptors [`ACCEPTORS`] (node 1
+/// coordinating), `replicas` as learners, short timeouts, default checkpoints (too
+/// rare to be reached), no speculation. Scenarios adjust it before building a
+/// [`Cluster`]; `id`, `acceptor` and `replica` are filled in per node.
+pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
+    NodeSetup {
+        id: 0,
+        cluster_id: 1,
+        mode: Mode::Smr,
+        membership: Membership {
+            protocol,
+            acceptors: ACCEPTORS.to_vec(),
+            coordinator: 1,
+            learners: replicas.to_vec(),
+            partitions: Default::default(),
+        },
+        acceptor: false,
+        replica: false,
+        coordinator_config: CoordinatorConfig {
+            election_timeout_ticks: 20,
+            suspect_ticks: 12,
+            heartbeat_ticks: 5,
+            retransmit_ticks: 30,
+            ..CoordinatorConfig::default()
+        },
+        learner_config: LearnerConfig {
+            gap_ticks: 5,
+            ..LearnerConfig::default()
+        },
+        checkpoint: CheckpointConfig::default(),
+        early_replies: false,
+        speculative: false,
+    }
+}
+
+/// Client 77's `seq`-th command: insert key `seq` with value `seq * 10`.
+pub fn insert(seq: u64, reply_to: NodeId) -> Command {
+    Command {
+        client: 77,
+        seq,
+        reply_to,
+        op: Op::Insert {
+            key: seq,
+            value: seq * 10,
+        },
+    }
+}
+
+/// `client`'s first command.
+pub fn cmd(client: u64, reply_to: NodeId, op: Op) -> Command {
+    Command {
+        client,
+        seq: 1,
+        reply_to,
+        op,
+    }
+}
+
+/// Which messages the network loses: (from, to, message) → lost.
+pub type Filter = Box<dyn FnMut(NodeId, NodeId, &Msg) -> bool>;
+
+/// What a client received: a final reply or an early one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Got {
+    Final(Reply),
+    Early(EarlyReply),
+}
+
+/// One node's durable log: the records, and how many of this boot's positions were
+/// deleted from its front (positions restart at 1 on every boot).
+#[derive(Default, Clone)]
+pub struct Log {
+    pub records: Vec<AcceptorRecord>,
+    pub deleted_this_boot: u64,
+    /// Records ever written (the log shrinks below this when truncated).
+    pub written: u64,
+}
+
+/// Per peer message a replica handled: (decisions piggybacked on a Phase 2A, replies
+/// released, instances speculated during the handler, deferred work left).
+pub type Step = (bool, usize, u64, bool);
+
+pub struct Cluster {
+    /// Every node's setup but its `id`, `acceptor` and `replica`.
+    pub setup: NodeSetup,
+    pub bugs: UnsafeBugs,
+    /// Whether the scenario expects checkpoints (and log truncation); otherwise one is
+    /// a failure: those scenarios run too few instances to reach a checkpoint.
+    pub checkpointing: bool,
+    pub nodes: BTreeMap<NodeId, NodeCore>,
+    pub down: BTreeSet<NodeId>,
+    pub msgs: VecDeque<(NodeId, NodeId, Msg)>,
+    pub persists: VecDeque<(NodeId, u64, AcceptorRecord)>,
+    pub saves: VecDeque<(NodeId, u64, Vec<u8>)>,
+    /// Durable log per node: what a restart recovers from.
+    pub logs: BTreeMap<NodeId, Log>,
+    /// Newest durable checkpoint per node.
+    pub checkpoints: BTreeMap<NodeId, Vec<u8>>,
+    /// (sending node, what) for every client-bound output, in order.
+    pub got: Vec<(NodeId, Got)>,
+    /// Chunk messages sent, and their largest payload.
+    pub chunks: u64,
+    pub chunk_bytes_max: usize,
+    pub steps: Vec<Step>,
+    lose_sent: Option<Filter>,
+    lose_delivered: Option<Filter>,
+}
+
+impl Cluster {
+    /// Build and start every node (acceptors, then replicas), with empty disks.
+    pub fn new(setup: NodeSetup, bugs: UnsafeBugs) -> Cluster {
+        let ids: Vec<NodeId> = setup
+            .membership
+            .acceptors
+            .iter()
+            .chain(&setup.membership.learners)
+            .copied()
+            .collect();
+        let mut c = Cluster {
+            setup,
+            bugs,
+            checkpointing: false,
+            nodes: BTreeMap::new(),
+            down: BTreeSet::new(),
+            msgs: VecDeque::new(),
+            persists: VecDeque::new(),
+            saves: VecDeque::new(),
+            logs: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
+            got: Vec::new(),
+            chunks: 0,
+            chunk_bytes_max: 0,
+            steps: Vec::new(),
+            lose_sent: None,
+            lose_delivered: None,
+        };
+        for id in ids {
+            c.start(id);
+        }
+        c
+    }
+
+    pub fn node_setup(&self, id: NodeId) -> NodeSetup {
+        NodeSetup {
+            id,
+            acceptor: self.setup.membership.acceptors.contains(&id),
+            replica: self.setup.membership.learners.contains(&id),
+            ..self.setup.clone()
+        }
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.setup.membership.protocol
+    }
+
+    pub fn replicas(&self) -> &[NodeId] {
+        &self.setup.membership.learners
+    }
+
+    /// From now on, lose the messages `f` picks when they are sent.
+    pub fn lose(&mut self, f: impl FnMut(NodeId, NodeId, &Msg) -> bool + 'static) {
+        self.lose_sent = Some(Box::new(f));
+    }
+
+    /// From now on, lose no message when it is sent.
+    pub fn lose_nothing(&mut self) {
+        self.lose_sent = None;
+    }
+
+    /// From now on, lose the messages `f` picks when they are delivered (to and from
+    /// live nodes).
+    pub fn lose_on_delivery(&mut self, f: impl FnMut(NodeId, NodeId, &Msg) -> bool + 'static) {
+        self.lose_delivered = Some(Box::new(f));
+    }
+
+    /// (Re)start `id` from its durable log and newest checkpoint.
+    pub fn start(&mut self, id: NodeId) {
+        let mut out = Vec::new();
+        let log = self.logs.entry(id).or_default();
+        log.deleted_this_boot = 0;
+        let records = log.records.clone();
+        let core = NodeCore::recover(
+            self.node_setup(id),
+            records,
+            self.checkpoints.get(&id).cloned(),
+            self.bugs.clone(),
+            &mut out,
+        )
+        .unwrap_or_else(|e| panic!("node {id} refused its own checkpoint: {e}"));
+        self.nodes.insert(id, core);
+        self.down.remove(&id);
+        self.take(id, out);
+    }
+
+    /// `id` stops; its unfinished writes are lost.
+    pub fn crash(&mut self, id: NodeId) {
+        self.nodes.remove(&id);
+        self.down.insert(id);
+        self.persists.retain(|(n, _, _)| *n != id);
+        self.saves.retain(|(n, _, _)| *n != id);
+    }
+
+    /// Carry out the outputs of one of `from`'s steps.
+    pub fn take(&mut self, from: NodeId, out: Vec<Output>) {
+        for o in out {
+            match o {
+                Output::Send { to, msg } => {
+                    if let Msg::CheckpointChunk { data, .. } = &msg {
+                        self.chunks += 1;
+                        self.chunk_bytes_max = self.chunk_bytes_max.max(data.len());
+                    }
+                    if !self.lose_sent.as_mut().is_some_and(|f| f(from, to, &msg)) {
+                        self.msgs.push_back((from, to, msg));
+                    }
+                }
+                Output::Persist { token, record } => self.persists.push_back((from, token, record)),
+                Output::Reply(r) => self.got.push((from, Got::Final(r))),
+                Output::Early(e) => self.got.push((from, Got::Early(e))),
+                Output::Refused { .. } => {}
+                Output::SaveCheckpoint { instance, bytes } => {
+                    assert!(self.checkpointing, "no checkpoints in these scenarios");
+                    self.saves.push_back((from, instance, bytes.to_vec()))
+                }
+                Output::TruncateLog { below_token } => {
+                    assert!(self.checkpointing, "no checkpoints in these scenarios");
+                    // Positions of this boot: 1..=n for the records it recovered, then
+                    // the tokens of its writes. Delete everything before `below_token`.
+                    let log = self.logs.get_mut(&from).unwrap();
+                    let drop = (below_token - 1).saturating_sub(log.deleted_this_boot);
+                    log.records.drain(..drop as usize);
+                    log.deleted_this_boot += drop;
+                }
+            }
+        }
+        if let Some(n) = self.nodes.get(&from) {
+            n.invariants();
+        }
+        // As the drivers do: deferred (speculative) work runs right after the outputs
+        // of the step left.
+        if let Some(n) = self.nodes.get_mut(&from) {
+            if n.has_deferred_work() {
+                let mut more = Vec::new();
+                n.on_continue(&mut more);
+                self.take(from, more);
+            }
+        }
+    }
+
+    /// Deliver one message, persist completion or checkpoint completion, in that order
+    /// of preference; false if there was none. Messages to or from crashed nodes are
+    /// lost.
+    pub fn step(&mut self) -> bool {
+        if let Some((from, to, msg)) = self.msgs.pop_front() {
+            if self.down.contains(&from) || self.down.contains(&to) {
+                return true;
+            }
+            if self
+                .lose_delivered
+                .as_mut()
+                .is_some_and(|f| f(from, to, &msg))
+            {
+                return true;
+            }
+            let piggyback = matches!(&msg, Msg::Phase2A { decided, .. } if !decided.is_empty());
+            let node = self.nodes.get_mut(&to).unwrap();
+            let before = node.replica().map(|r| r.stats().speculated);
+            let mut out = Vec::new();
+            node.on_peer(from, msg, &mut out);
+            if let Some(before) = before {
+                let after = node.replica().unwrap().stats().speculated;
+                let replies = out.iter().filter(|o| matches!(o, Output::Reply(_))).count();
+                self.steps
+                    .push((piggyback, replies, after - before, node.has_deferred_work()));
+            }
+            self.take(to, out);
+        } else if let Some((node, token, record)) = self.persists.pop_front() {
+            let log = self.logs.entry(node).or_default();
+            log.records.push(record);
+            log.written += 1;
+            let mut out = Vec::new();
+            self.nodes
+                .get_mut(&node)
+                .unwrap()
+                .on_persisted(&[token], &mut out);
+            self.take(node, out);
+        } else if let Some((node, instance, bytes)) = self.saves.pop_front() {
+            self.checkpoints.insert(node, bytes);
+            let mut out = Vec::new();
+            self.nodes
+                .get_mut(&node)
+                .unwrap()
+                .on_checkpoint_saved(instance, &mut out);
+            self.take(node, out);
+        } else {
+            return false;
+        }
+        true
+    }
+
+    /// Step until quiet.
+    pub fn settle(&mut self) {
+        for _ in 0..1_000_000 {
+            if !self.step() {
+                return;
+            }
+        }
+        let pending: Vec<_> = self
+            .msgs
+            .iter()
+            .take(12)
+            .map(|(f, t, m)| (*f, *t, m.clone()))
+            .collect();
+        let counters: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|(i, n)| (*i, n.counters().clone()))
+            .collect();
+        panic!("the cluster never went quiet: {counters:?} {pending:?}");
+    }
+
+    /// `n` times: every live node ticks, then the cluster settles.
+    pub fn tick(&mut self, n: usize) {
+        for _ in 0..n {
+            let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+            for id in ids {
+                let mut out = Vec::new();
+                self.nodes.get_mut(&id).unwrap().on_tick(&mut out);
+                self.take(id, out);
+            }
+            self.settle();
+        }
+    }
+
+    /// Hand a client's command to `via`, without settling.
+    pub fn request(&mut self, via: NodeId, cmd: Command) {
+        let mut out = Vec::new();
+        self.nodes.get_mut(&via).unwrap().on_request(cmd, &mut out);
+        self.take(via, out);
+    }
+
+    /// Hand a client's command to `via`, then settle.
+    pub fn submit(&mut self, via: NodeId, cmd: Command) {
+        self.request(via, cmd);
+        self.settle();
+    }
+
+    /// Tick until `id` coordinates; fails after `ticks_max` ticks. Returns the ticks.
+    pub fn tick_until_leader(&mut self, id: NodeId, ticks_max: usize) -> usize {
+        let protocol = self.protocol();
+        let mut ticks = 0;
+        while self.nodes[&id].coordinator().is_none() {
+            self.tick(1);
+            ticks += 1;
+            assert!(ticks <= ticks_max, "{protocol}: node {id} never campaigned");
+        }
+        ticks
+    }
+
+    /// The final replies, in order.
+    pub fn replies(&self) -> impl Iterator<Item = &Reply> {
+        self.got.iter().filter_map(|(_, g)| match g {
+            Got::Final(r) => Some(r),
+            Got::Early(_) => None,
+        })
+    }
+
+    /// The final replies to commands numbered `seq`.
+    pub fn replies_to(&self, seq: u64) -> Vec<&Reply> {
+        self.replies().filter(|r| r.seq == seq).collect()
+    }
+
+    /// The final replies to `client`.
+    pub fn replies_of(&self, client: u64) -> Vec<&Reply> {
+        self.replies().filter(|r| r.client == client).collect()
+    }
+
+    /// Whether an [`insert`] numbered `seq` was answered as a new key.
+    pub fn answered(&self, seq: u64) -> bool {
+        self.replies()
+            .any(|r| r.seq == seq && r.result == OpResult::Inserted(true))
+    }
+
+    /// What `client` received, final and early, in order.
+    pub fn got_by(&self, client: u64) -> Vec<Got> {
+        self.got
+            .iter()
+            .filter(|(_, g)| match g {
+                Got::Final(r) => r.client == client,
+                Got::Early(e) => e.client() == client,
+            })
+            .map(|(_, g)| g.clone())
+            .collect()
+    }
+
+    pub fn replica(&self, id: NodeId) -> &SequentialReplica {
+        self.nodes[&id].replica().unwrap()
+    }
+
+    pub fn counter(&self, id: NodeId, what: &str) -> u64 {
+        self.nodes[&id].counters().get(what).copied().unwrap_or(0)
+    }
+
+    pub fn leader_count(&self) -> usize {
+        self.nodes
+            .values()
+            .filter(|n| n.coordinator().is_some())
+            .count()
+    }
+
+    fn live_replicas(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.replicas()
+            .iter()
+            .copied()
+            .filter(|r| !self.down.contains(r))
+    }
+
+    /// Tick until every live replica executed what replica 4 did.
+    pub fn converge(&mut self, ticks_max: usize) {
+        for _ in 0..ticks_max {
+            let target = self.replica(4).last_instance();
+            if self
+                .live_replicas()
+                .all(|r| self.replica(r).last_instance() == target)
+            {
+                return;
+            }
+            self.tick(1);
+        }
+        let at: Vec<_> = self
+            .live_replicas()
+            .map(|r| (r, self.replica(r).last_instance()))
+            .collect();
+        panic!("replicas did not converge: {at:?}");
+    }
+
+    /// Every live replica holds the same state.
+    pub fn digests_agree(&self) {
+        let d: Vec<(NodeId, u64)> = self
+            .live_replicas()
+            .map(|r| (r, self.replica(r).digest()))
+            .collect();
+        assert!(
+            d.windows(2).all(|w| w[0].1 == w[1].1),
+            "replicas diverge: {d:?}"
+        );
+    }
+}
