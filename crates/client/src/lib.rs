@@ -78,6 +78,12 @@ enum Incoming {
         from: NodeId,
         reply: Reply,
     },
+    /// Partitioned clusters with early replies: a tentative reply or a confirmation
+    /// read from replica `from`'s connection.
+    Early {
+        from: NodeId,
+        early: partita_types::early::EarlyReply,
+    },
     /// Partitioned clusters: replica `from`'s connection closed.
     ReplyClosed {
         from: NodeId,
@@ -228,6 +234,9 @@ impl Client {
                     match reader.next().await {
                         Ok(Wire::Reply(reply)) => {
                             let _ = events.send(Incoming::Reply { from: node, reply });
+                        }
+                        Ok(Wire::Early(early)) => {
+                            let _ = events.send(Incoming::Early { from: node, early });
                         }
                         Ok(_) => {}
                         Err(_) => {
@@ -435,6 +444,7 @@ impl Client {
                         }
                         Some(Incoming::Refused { .. })
                         | Some(Incoming::Reply { .. })
+                        | Some(Incoming::Early { .. })
                         | Some(Incoming::ReplyClosed { .. }) => continue,
                         Some(Incoming::Closed) => {
                             if let Some(e) = self.entry.as_mut() { e.broken = true; }
@@ -464,6 +474,10 @@ impl Client {
             op,
         };
         let mut parts: BTreeMap<Instance, Vec<(PartitionId, OpResult)>> = BTreeMap::new();
+        // Early replies: per partition, the tentative sub-results and confirmations
+        // (each partition's answerer confirms its own sub-result).
+        let mut early: BTreeMap<PartitionId, EarlyWait> = BTreeMap::new();
+        self.last_tentative_after = None;
         let started = Instant::now();
         let mut first = true;
         let mut timeouts = 0u32;
@@ -517,7 +531,8 @@ impl Client {
                         break;
                     }
                 };
-                match ev {
+                // A final sub-result (partition, instance, result), if this event is one.
+                let part = match ev {
                     Incoming::Reply { from, reply } => {
                         if reply.seq != self.seq || reply.client != self.id {
                             continue; // a late reply to an earlier command
@@ -525,17 +540,21 @@ impl Client {
                         let Some(p) = self.layout.partition_of_replica(from) else {
                             continue;
                         };
-                        let got = parts.entry(reply.instance).or_default();
-                        if got.iter().any(|(q, _)| *q == p) {
+                        (p, reply.instance, reply.result)
+                    }
+                    Incoming::Early { from, early: e } => {
+                        if e.seq() != self.seq || e.client() != self.id {
                             continue;
                         }
-                        got.push((p, reply.result));
-                        if got.len() == need {
-                            let got = parts.remove(&reply.instance).expect("just filled");
-                            match self.layout.map.merge(&cmd.op, &got) {
-                                Ok(r) => return Ok(r),
-                                Err(m) => tracing::warn!("sub-results do not merge: {m}"),
-                            }
+                        let Some(p) = self.layout.partition_of_replica(from) else {
+                            continue;
+                        };
+                        if matches!(e, partita_types::early::EarlyReply::Tentative(_)) {
+                            self.last_tentative_after.get_or_insert(started.elapsed());
+                        }
+                        match early.entry(p).or_default().on_early_at(&e) {
+                            Some((instance, result)) => (p, instance, result),
+                            None => continue,
                         }
                     }
                     Incoming::ReplyClosed { from } => {
@@ -559,6 +578,19 @@ impl Client {
                         }
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         break;
+                    }
+                };
+                let (p, instance, result) = part;
+                let got = parts.entry(instance).or_default();
+                if got.iter().any(|(q, _)| *q == p) {
+                    continue;
+                }
+                got.push((p, result));
+                if got.len() == need {
+                    let got = parts.remove(&instance).expect("just filled");
+                    match self.layout.map.merge(&cmd.op, &got) {
+                        Ok(r) => return Ok(r),
+                        Err(m) => tracing::warn!("sub-results do not merge: {m}"),
                     }
                 }
             }

@@ -412,14 +412,6 @@ impl ClusterConfig {
                 "state partitioning needs mode = \"smr\"".into(),
             );
         }
-        if self.execution.early_replies && map.is_partitioned() {
-            return f(
-                "execution.early_replies",
-                "early replies are not supported with state partitioning yet (clients \
-                 would have to confirm every partition's sub-result separately)"
-                    .into(),
-            );
-        }
         if self.execution.early_replies && !self.execution.speculative {
             return f(
                 "execution.early_replies",

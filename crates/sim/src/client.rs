@@ -96,8 +96,10 @@ struct Waiting {
     /// The planted `independent-partitions` bug: the sub-commands, sent as commands
     /// of their own with sequence numbers `seq..seq + subs.len()`, and their results.
     subs: Vec<(PartitionId, Op, Option<OpResult>)>,
-    /// Early replies received for it, and when the first tentative one came.
-    early: EarlyWait,
+    /// Early replies received for it, per partition (each partition's answerer
+    /// confirms its own sub-result; partition 0 without partitioning), and when the
+    /// first tentative one came.
+    early: BTreeMap<PartitionId, EarlyWait>,
     tentative_ns: Option<Time>,
 }
 
@@ -371,7 +373,7 @@ impl SimClient {
             sends: 0,
             parts: BTreeMap::new(),
             subs,
-            early: EarlyWait::default(),
+            early: BTreeMap::new(),
             tentative_ns: None,
         });
         self.send(now, out);
@@ -481,21 +483,9 @@ impl SimClient {
                 self.late_replies += 1;
                 return;
             };
-            let parts = w.parts.entry(reply.instance).or_default();
-            if parts.iter().any(|(q, _)| *q == p) {
-                self.late_replies += 1;
-                return;
-            }
-            parts.push((p, reply.result.clone()));
-            if parts.len() < self.layout.map.mask(&w.op).count_ones() as usize {
-                return;
-            }
-            match self.layout.map.merge(&w.op, parts) {
-                Ok(r) => r,
-                Err(_) => {
-                    self.merge_errors += 1;
-                    return;
-                }
+            match self.add_part(p, reply.instance, reply.result.clone()) {
+                Some(r) => r,
+                None => return,
             }
         } else {
             reply.result.clone()
@@ -504,12 +494,40 @@ impl SimClient {
         self.think(now, rng, out);
     }
 
-    /// A tentative reply or a confirmation arrived (early replies; possibly late,
-    /// duplicated, reordered or stale). The operation ends only when a confirmation
-    /// and a tentative reply name the same result.
+    /// State partitioning: partition `p`'s final sub-result, computed at `instance`.
+    /// Returns the merged result once every addressed partition's sub-result of one
+    /// instance is in.
+    fn add_part(&mut self, p: PartitionId, instance: Instance, r: OpResult) -> Option<OpResult> {
+        let State::Waiting(w) = &mut self.state else {
+            return None;
+        };
+        let parts = w.parts.entry(instance).or_default();
+        if parts.iter().any(|(q, _)| *q == p) {
+            self.late_replies += 1;
+            return None;
+        }
+        parts.push((p, r));
+        if parts.len() < self.layout.map.mask(&w.op).count_ones() as usize {
+            return None;
+        }
+        match self.layout.map.merge(&w.op, parts) {
+            Ok(r) => Some(r),
+            Err(_) => {
+                self.merge_errors += 1;
+                None
+            }
+        }
+    }
+
+    /// A tentative reply or a confirmation arrived from replica `from` (early
+    /// replies; possibly late, duplicated, reordered or stale). The operation ends only
+    /// when a confirmation and a tentative reply name the same result; with state
+    /// partitioning, when that holds for the sub-result of every addressed partition,
+    /// all at one instance.
     pub fn on_early(
         &mut self,
         now: Time,
+        from: NodeId,
         e: &EarlyReply,
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
@@ -525,8 +543,27 @@ impl SimClient {
         if let EarlyReply::Tentative(_) = e {
             w.tentative_ns.get_or_insert(now);
         }
-        let Some(result) = w.early.on_early(e) else {
+        let p = if self.layout.map.is_partitioned() {
+            match self.layout.partition_of_replica(from) {
+                Some(p) => p,
+                None => {
+                    self.late_replies += 1;
+                    return;
+                }
+            }
+        } else {
+            0
+        };
+        let Some((instance, result)) = w.early.entry(p).or_default().on_early_at(e) else {
             return;
+        };
+        let result = if self.layout.map.is_partitioned() {
+            match self.add_part(p, instance, result) {
+                Some(r) => r,
+                None => return,
+            }
+        } else {
+            result
         };
         self.confirmed += 1;
         self.finish(now, Status::Ok, Some(&result));
@@ -698,24 +735,30 @@ mod tests {
         };
         let stale = reply(3, Some(1));
         let fresh = reply(3, Some(2));
-        c.on_early(5, &EarlyReply::Tentative(stale.clone()), &mut rng, &mut out);
+        c.on_early(
+            5,
+            4,
+            &EarlyReply::Tentative(stale.clone()),
+            &mut rng,
+            &mut out,
+        );
         // The confirmation of another result, and a late one of an earlier command.
-        c.on_early(6, &EarlyReply::confirm(&fresh), &mut rng, &mut out);
+        c.on_early(6, 4, &EarlyReply::confirm(&fresh), &mut rng, &mut out);
         let mut old = EarlyReply::confirm(&stale);
         if let EarlyReply::Confirm(x) = &mut old {
             x.seq -= 1;
         }
-        c.on_early(7, &old, &mut rng, &mut out);
+        c.on_early(7, 4, &old, &mut rng, &mut out);
         assert_eq!(c.late_replies, 1);
         assert!(c.history().is_empty(), "nothing is final yet");
-        c.on_early(8, &EarlyReply::Tentative(fresh), &mut rng, &mut out);
+        c.on_early(8, 4, &EarlyReply::Tentative(fresh), &mut rng, &mut out);
         assert_eq!(c.history().len(), 1);
         let e = &c.history()[0];
         assert_eq!((e.status, e.ret_ns), (Status::Ok, 8));
         assert_eq!(e.result, Some(OpResult::Value(Some(2))));
         assert_eq!(c.confirmed, 1);
         // Once the operation ended, more early replies for it are late.
-        c.on_early(9, &EarlyReply::Tentative(stale), &mut rng, &mut out);
+        c.on_early(9, 4, &EarlyReply::Tentative(stale), &mut rng, &mut out);
         assert_eq!(c.late_replies, 2);
     }
 

@@ -513,9 +513,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     while clock_skew.len() < acceptors + replicas {
         clock_skew.push(prng.gen_range(-skew_max..=skew_max));
     }
-    // Early replies are not supported with state partitioning (see the cluster file).
     let early_replies = speculative
-        && partitions == 1
         && match opts.early_replies {
             EarlyRepliesChoice::Swarm => stream(seed, STREAM_EARLY_REPLIES).gen_bool(0.5),
             EarlyRepliesChoice::On => true,
@@ -647,8 +645,6 @@ mod tests {
         let o = SimOptions {
             protocol: ProtocolChoice::RingPaxos,
             speculation: SpeculationChoice::On,
-            // Early replies are not drawn for partitioned seeds.
-            partitioning: PartitionChoice::Fixed(1),
             ..SimOptions::default()
         };
         let drawn: Vec<bool> = (0..40).map(|s| draw(s, &o).early_replies).collect();

@@ -1316,16 +1316,18 @@ impl World {
             Endpoint::Client(c) => {
                 let mut out = std::mem::take(&mut self.actions_buf);
                 let client = &mut self.clients[c as usize];
+                let from = match from {
+                    Endpoint::Node(n) => n,
+                    Endpoint::Client(_) => 0,
+                };
                 match payload {
                     Payload::Reply(r) => {
-                        let from = match from {
-                            Endpoint::Node(n) => n,
-                            Endpoint::Client(_) => 0,
-                        };
                         client.on_reply(now, from, &r, &mut self.rng_clients, &mut out)
                     }
                     Payload::Refused { seq } => client.on_refused(now, seq, &mut out),
-                    Payload::Early(e) => client.on_early(now, &e, &mut self.rng_clients, &mut out),
+                    Payload::Early(e) => {
+                        client.on_early(now, from, &e, &mut self.rng_clients, &mut out)
+                    }
                     p => {
                         self.fail(
                             Check::Simulator,

@@ -36,7 +36,8 @@
 //! - `unconfirmed-replies` (a replica with early replies sends its speculative results
 //!   as final): Ring Paxos with speculation and early replies, where a failover or a
 //!   lost proposal rolls a speculation back after its tentative reply left; the client
-//!   records a result the decided order never gave (linearizability).
+//!   records a result the decided order never gave (linearizability); once without
+//!   and once with 2 partitions (each partition confirms its own sub-result).
 
 use partita_sim::EarlyRepliesChoice;
 use partita_sim::{
@@ -227,4 +228,21 @@ fn unconfirmed_replies_is_caught() {
     };
     let (seed, what) = control_opts("unconfirmed-replies", clean, 0..50);
     eprintln!("unconfirmed-replies caught at seed {seed}: {what}");
+}
+
+#[test]
+fn unconfirmed_replies_is_caught_with_partitions() {
+    // The same with 2 partitions: each partition's answerer replies early and
+    // confirms its own sub-result; a client that merged unconfirmed sub-results would
+    // record a result the decided order never gave.
+    let clean = SimOptions {
+        protocol: ProtocolChoice::RingPaxos,
+        speculation: SpeculationChoice::On,
+        early_replies: EarlyRepliesChoice::On,
+        partitioning: PartitionChoice::Fixed(2),
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    let (seed, what) = control_opts("unconfirmed-replies", clean, 0..30);
+    eprintln!("unconfirmed-replies (2 partitions) caught at seed {seed}: {what}");
 }

@@ -99,6 +99,15 @@ impl EarlyWait {
         }
     }
 
+    /// [`EarlyWait::on_early`], with the instance the confirmed result was computed
+    /// at (with state partitioning, a client merges only sub-results of one instance).
+    pub fn on_early_at(&mut self, e: &EarlyReply) -> Option<(Instance, OpResult)> {
+        match e {
+            EarlyReply::Tentative(r) => self.on_tentative(r).map(|res| (r.instance, res)),
+            EarlyReply::Confirm(c) => self.on_confirm(c).map(|res| (c.instance, res)),
+        }
+    }
+
     pub fn on_tentative(&mut self, r: &Reply) -> Option<OpResult> {
         let key = (r.instance, result_digest(&r.result));
         if self.confirmed.contains(&key) {
@@ -153,6 +162,17 @@ mod tests {
         assert_eq!(w.on_early(&EarlyReply::Tentative(r.clone())), None);
         assert_eq!(w.tentative(), 1);
         assert_eq!(w.on_early(&EarlyReply::confirm(&r)), Some(r.result));
+    }
+
+    #[test]
+    fn the_confirmed_result_comes_with_its_instance() {
+        let mut w = EarlyWait::default();
+        let r = reply(9, Some(4));
+        assert_eq!(w.on_early_at(&EarlyReply::confirm(&r)), None);
+        assert_eq!(
+            w.on_early_at(&EarlyReply::Tentative(r.clone())),
+            Some((9, r.result))
+        );
     }
 
     #[test]
