@@ -163,6 +163,12 @@ struct ExperimentArgs {
     /// With --sim: points simulated at once (default: the number of cores).
     #[arg(long, requires = "sim")]
     jobs: Option<usize>,
+    /// With --sim, a what-if: IP multicast on the simulated LAN, as paper 001's Ring
+    /// Paxos had (a message a node sends to several peers in one step leaves its network
+    /// card once). The default, like the real runtime, sends one TCP copy per receiver.
+    /// Partitioning experiments only.
+    #[arg(long, requires = "sim")]
+    multicast: bool,
 }
 
 impl ExperimentArgs {
@@ -879,6 +885,12 @@ macro_rules! sim_cost_and_progress {
 }
 
 fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    if a.multicast {
+        bail!(
+            "--multicast is implemented for the partitioning experiments (partitioning, \
+             cross-partition, speculation-partitioning)"
+        );
+    }
     let started = std::time::Instant::now();
     let r = match a.name {
         ExperimentName::Partitioning
@@ -1039,6 +1051,7 @@ async fn partition_experiment(
         bail!("the partitioning experiments run Ring Paxos (speculation needs it)");
     }
     o.durability = durability(a.durability);
+    o.multicast = a.multicast;
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = src;

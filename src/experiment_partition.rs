@@ -197,6 +197,9 @@ pub struct PartOptions {
     pub seed: u64,
     pub jobs: usize,
     pub progress: bool,
+    /// Simulated runs: IP multicast on the LAN (a what-if: paper 001's Ring Paxos
+    /// multicast its values; the runtime sends one TCP copy per receiver).
+    pub multicast: bool,
 }
 
 impl PartOptions {
@@ -219,6 +222,7 @@ impl PartOptions {
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             progress: true,
+            multicast: false,
         }
     }
 
@@ -329,7 +333,9 @@ fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool) -> String 
             "2 partitions, 2 replicas each, speculative vs classic execution; queries of 1000 keys"
         }
     };
-    let kind = if simulated {
+    let kind = if simulated && o.multicast {
+        "SIMULATED with IP multicast (what-if: group sends leave a card once)".to_string()
+    } else if simulated {
         "SIMULATED".to_string()
     } else {
         format!("REAL on {}", crate::experiment::machine())
@@ -427,6 +433,9 @@ pub fn sim_point(o: &PartOptions, cfg: &PartConfig, clients: usize) -> anyhow::R
     spec.seed = o.seed;
     spec.cost = o.cost.clone();
     spec.fsync = o.durability == Durability::Fsync;
+    if let Some(nic) = spec.net.nic.as_mut() {
+        nic.multicast = o.multicast;
+    }
     if o.preload > 0 {
         spec.replica_image = Some(partition_images(&cluster, o.preload)?);
     }

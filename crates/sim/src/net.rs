@@ -25,6 +25,13 @@
 //! card is reserved at send time, in send order: a message sent later never finishes
 //! arriving before one sent earlier to the same card.
 //!
+//! **IP multicast** (optional, [`NicParams::multicast`], a what-if for experiments: paper
+//! 001's Ring Paxos sent each value to acceptors and learners by IP multicast): a message
+//! a node sends to several peers in one step (a group send, `copy` in
+//! [`Network::send`]) occupies the sender's card once, as one datagram the switch
+//! replicates; each copy still takes its receiver's port for its full length. Without
+//! it, every copy is a TCP stream of its own and occupies the sender's card again.
+//!
 //! Invariants: arrivals are never before the send time; a cut link delivers nothing.
 
 use crate::queue::Time;
@@ -97,6 +104,9 @@ pub struct NicParams {
     /// Header bytes per segment of `mss_bytes` payload (TCP/IP/Ethernet: 66 per 1448).
     pub overhead_bytes: u64,
     pub mss_bytes: u64,
+    /// Group sends leave the sender's card once (IP multicast; see the module
+    /// documentation). `false`: one copy per receiver (TCP, as the runtime does).
+    pub multicast: bool,
 }
 
 impl NicParams {
@@ -106,6 +116,7 @@ impl NicParams {
             bytes_per_s: 125_000_000,
             overhead_bytes: 66,
             mss_bytes: 1448,
+            multicast: false,
         }
     }
 
@@ -163,6 +174,9 @@ pub struct Network {
     ingress_free: Vec<Time>,
     /// Per endpoint index: nanoseconds its card spent sending.
     pub egress_busy_ns: Vec<u64>,
+    /// Per endpoint index: (start, length) of its card's last transmission to a peer
+    /// that was not a copy (what a multicast copy shares).
+    group_tx: Vec<(Time, u64)>,
 }
 
 impl Network {
@@ -199,6 +213,7 @@ impl Network {
             egress_free: vec![0; n],
             ingress_free: vec![0; n],
             egress_busy_ns: vec![0; n],
+            group_tx: vec![(0, 0); n],
         }
     }
 
@@ -239,13 +254,21 @@ impl Network {
         self.params.client_faults = client;
     }
 
-    /// Hand a message of `bytes` to the link `from -> to` at `now`.
+    /// Whether group sends leave a card once (IP multicast).
+    pub fn multicast(&self) -> bool {
+        self.params.nic.as_ref().is_some_and(|n| n.multicast)
+    }
+
+    /// Hand a message of `bytes` to the link `from -> to` at `now`. `copy`: the same
+    /// message as `from`'s previous send that was not a copy, in the same step (a group
+    /// send); with IP multicast cards it shares that transmission.
     pub fn send(
         &mut self,
         now: Time,
         from: Endpoint,
         to: Endpoint,
         bytes: usize,
+        copy: bool,
         rng: &mut impl Rng,
     ) -> Fate {
         let link = self.link_ref(from, to).clone();
@@ -268,9 +291,18 @@ impl Network {
                 let wire = nic.wire_bytes(bytes);
                 let tx_ns = (wire as u128 * 1_000_000_000 / nic.bytes_per_s.max(1) as u128) as u64;
                 let (f, t) = (self.index(from), self.index(to));
-                let start = now.max(self.egress_free[f]);
-                self.egress_free[f] = start + tx_ns;
-                self.egress_busy_ns[f] += tx_ns;
+                let start = if copy && nic.multicast {
+                    // The datagram already left (or is leaving) the card.
+                    self.group_tx[f].0
+                } else {
+                    let start = now.max(self.egress_free[f]);
+                    self.egress_free[f] = start + tx_ns;
+                    self.egress_busy_ns[f] += tx_ns;
+                    if !link.client {
+                        self.group_tx[f] = (start, tx_ns);
+                    }
+                    start
+                };
                 (start, tx_ns, self.ingress_free[t] + tx_ns)
             }
         };
@@ -359,16 +391,19 @@ mod tests {
         let (a, b) = (Endpoint::Node(1), Endpoint::Node(2));
         // 1 MB at 1 GB/s takes 1 ms on the wire, then 100 µs of latency.
         assert_eq!(
-            net.send(0, a, b, 1_000_000, &mut rng),
+            net.send(0, a, b, 1_000_000, false, &mut rng),
             Fate::Arrives(1_100_000, None)
         );
         // The next message waits for the first to leave the link.
         assert_eq!(
-            net.send(0, a, b, 1_000, &mut rng),
+            net.send(0, a, b, 1_000, false, &mut rng),
             Fate::Arrives(1_101_000, None)
         );
         // The other direction is another link.
-        assert_eq!(net.send(0, b, a, 0, &mut rng), Fate::Arrives(100_000, None));
+        assert_eq!(
+            net.send(0, b, a, 0, false, &mut rng),
+            Fate::Arrives(100_000, None)
+        );
     }
 
     #[test]
@@ -379,10 +414,13 @@ mod tests {
         net.cut(a, c);
         net.cut(a, c);
         assert_eq!(
-            net.send(0, a, c, 10, &mut rng),
+            net.send(0, a, c, 10, false, &mut rng),
             Fate::Dropped(DropReason::Partition)
         );
-        assert!(matches!(net.send(0, c, a, 10, &mut rng), Fate::Arrives(..)));
+        assert!(matches!(
+            net.send(0, c, a, 10, false, &mut rng),
+            Fate::Arrives(..)
+        ));
         net.uncut(a, c);
         assert!(net.is_cut(a, c));
         net.uncut(a, c);
@@ -404,7 +442,7 @@ mod tests {
         let mut net = Network::new(&[1, 2], 0, params(faults), &mut rng);
         let (mut lost, mut dups) = (0, 0);
         for _ in 0..10_000 {
-            match net.send(0, Endpoint::Node(1), Endpoint::Node(2), 0, &mut rng) {
+            match net.send(0, Endpoint::Node(1), Endpoint::Node(2), 0, false, &mut rng) {
                 Fate::Dropped(DropReason::Loss) => lost += 1,
                 Fate::Arrives(at, Some(again)) => {
                     assert!(again >= at);
@@ -425,22 +463,23 @@ mod tests {
             bytes_per_s: 1_000_000_000,
             overhead_bytes: 0,
             mss_bytes: 1_000_000,
+            multicast: false,
         });
         let mut net = Network::new(&[1, 2, 3], 0, p, &mut rng);
         let (a, b, c) = (Endpoint::Node(1), Endpoint::Node(2), Endpoint::Node(3));
         // 1 MB takes 1 ms on a's card, then 100 µs of latency.
         assert_eq!(
-            net.send(0, a, b, 1_000_000, &mut rng),
+            net.send(0, a, b, 1_000_000, false, &mut rng),
             Fate::Arrives(1_100_000, None)
         );
         // To another node: it still waits for a's card.
         assert_eq!(
-            net.send(0, a, c, 1_000_000, &mut rng),
+            net.send(0, a, c, 1_000_000, false, &mut rng),
             Fate::Arrives(2_100_000, None)
         );
         // c sends to b at once, but b's port is receiving a's message until 1.1 ms.
         assert_eq!(
-            net.send(0, c, b, 1_000_000, &mut rng),
+            net.send(0, c, b, 1_000_000, false, &mut rng),
             Fate::Arrives(2_100_000, None)
         );
         assert_eq!(net.egress_busy_ns[0], 2_000_000);
@@ -449,5 +488,38 @@ mod tests {
         assert_eq!(g.wire_bytes(100), 166);
         assert_eq!(g.wire_bytes(2_896), 2_896 + 132);
         assert_eq!(g.wire_bytes(0), 66);
+    }
+
+    #[test]
+    fn a_multicast_group_send_leaves_the_card_once() {
+        for multicast in [false, true] {
+            let mut rng = ChaCha8Rng::seed_from_u64(1);
+            let mut p = params(LinkFaults::none());
+            p.nic = Some(NicParams {
+                bytes_per_s: 1_000_000_000,
+                overhead_bytes: 0,
+                mss_bytes: 1_000_000,
+                multicast,
+            });
+            let mut net = Network::new(&[1, 2, 3, 4], 0, p, &mut rng);
+            let [a, b, c, d] = [1, 2, 3, 4].map(Endpoint::Node);
+            let first = net.send(0, a, b, 1_000_000, false, &mut rng);
+            let second = net.send(0, a, c, 1_000_000, true, &mut rng);
+            assert_eq!(first, Fate::Arrives(1_100_000, None));
+            if multicast {
+                // One datagram: both arrive together, the card was busy once.
+                assert_eq!(second, Fate::Arrives(1_100_000, None));
+                assert_eq!(net.egress_busy_ns[0], 1_000_000);
+            } else {
+                assert_eq!(second, Fate::Arrives(2_100_000, None));
+                assert_eq!(net.egress_busy_ns[0], 2_000_000);
+            }
+            // The receiver's port still takes every byte: d's message to b waits for
+            // a's copy into b.
+            assert_eq!(
+                net.send(0, d, b, 1_000_000, false, &mut rng),
+                Fate::Arrives(2_100_000, None)
+            );
+        }
     }
 }

@@ -93,6 +93,8 @@ enum Emit {
         to: NodeId,
         msg: Msg,
         bytes: usize,
+        /// The same message as the step's previous peer send (a group send).
+        copy: bool,
     },
     Persist {
         token: PersistToken,
@@ -1024,8 +1026,12 @@ impl World {
                             Err(e) => Err(e),
                         },
                     };
+                    let multicast = self.net.multicast();
                     r.map(|(msg, bytes)| {
-                        work.sends += 1;
+                        // With IP multicast a group send is one send.
+                        if fresh || !multicast {
+                            work.sends += 1;
+                        }
                         // A kind with a codec line is encoded once per distinct message
                         // (as the runtime does); otherwise per send, per byte.
                         match self.cost.codec_of(msg.kind()) {
@@ -1033,7 +1039,12 @@ impl World {
                             Some(_) => {}
                             None => work.bytes_out += bytes,
                         }
-                        Emit::Peer { to, msg, bytes }
+                        Emit::Peer {
+                            to,
+                            msg,
+                            bytes,
+                            copy: !fresh,
+                        }
                     })
                 }
                 Output::Persist { token, record } => {
@@ -1188,7 +1199,12 @@ impl World {
         let now = self.now();
         for e in emits {
             match e {
-                Emit::Peer { to, msg, bytes } => {
+                Emit::Peer {
+                    to,
+                    msg,
+                    bytes,
+                    copy,
+                } => {
                     if self.bench.is_none() {
                         if let Err(m) = self.agreement.observe(id, to, &msg) {
                             self.fail(Check::Agreement, m);
@@ -1200,6 +1216,7 @@ impl World {
                         Endpoint::Node(to),
                         Payload::Peer(msg),
                         bytes,
+                        copy,
                     );
                 }
                 Emit::Persist {
@@ -1214,9 +1231,13 @@ impl World {
                         self.q.push(at, Ev::DiskDone { node: ni, inc, job });
                     }
                 }
-                Emit::Client { to, payload, bytes } => {
-                    self.send(Endpoint::Node(id), Endpoint::Client(to), payload, bytes)
-                }
+                Emit::Client { to, payload, bytes } => self.send(
+                    Endpoint::Node(id),
+                    Endpoint::Client(to),
+                    payload,
+                    bytes,
+                    false,
+                ),
                 Emit::Truncate { below_token } => {
                     self.nodes[ni].disk.truncate_below(below_token);
                     self.count("log_truncations");
@@ -1255,10 +1276,10 @@ impl World {
         self.start_next(ni);
     }
 
-    fn send(&mut self, from: Endpoint, to: Endpoint, payload: Payload, bytes: usize) {
+    fn send(&mut self, from: Endpoint, to: Endpoint, payload: Payload, bytes: usize, copy: bool) {
         self.count("messages_sent");
         let now = self.now();
-        match self.net.send(now, from, to, bytes, &mut self.rng_net) {
+        match self.net.send(now, from, to, bytes, copy, &mut self.rng_net) {
             Fate::Dropped(r) => self.count(r.name()),
             Fate::Arrives(at, dup) => {
                 if let Some(again) = dup {
@@ -1359,6 +1380,7 @@ impl World {
                             Endpoint::Node(to),
                             Payload::Request(cmd),
                             bytes,
+                            false,
                         ),
                         Ok(_) => self.fail(
                             Check::Codec,
