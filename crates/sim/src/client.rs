@@ -762,14 +762,22 @@ mod tests {
         assert_eq!(c.late_replies, 2);
     }
 
-    #[test]
-    fn without_give_up_a_client_keeps_resubmitting() {
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
+    /// A client with a quota of one operation that never gives up, started: with the
+    /// timer of its first invocation.
+    fn stubborn(seed: u64) -> (SimClient, ChaCha8Rng, Time, u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 1, false);
         c.set_give_up_allowed(false);
         let mut out = Vec::new();
         c.start(0, &mut rng, &mut out);
-        let (mut at, mut gen) = timer(&out);
+        let (at, gen) = timer(&out);
+        (c, rng, at, gen)
+    }
+
+    #[test]
+    fn without_give_up_a_client_keeps_resubmitting() {
+        let (mut c, mut rng, mut at, mut gen) = stubborn(3);
+        let mut out = Vec::new();
         for _ in 0..20 {
             out.clear();
             c.on_timer(at, gen, &mut rng, &mut out);
@@ -781,12 +789,8 @@ mod tests {
 
     #[test]
     fn resubmissions_back_off_to_four_timeouts() {
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 1, false);
-        c.set_give_up_allowed(false);
+        let (mut c, mut rng, mut at, mut gen) = stubborn(3);
         let mut out = Vec::new();
-        c.start(0, &mut rng, &mut out);
-        let (mut at, mut gen) = timer(&out);
         let mut waits = Vec::new();
         for _ in 0..5 {
             out.clear();
@@ -800,12 +804,8 @@ mod tests {
 
     #[test]
     fn timeouts_rotate_the_entry_node_and_every_second_one_the_replica() {
-        let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let mut c = SimClient::new(0, 1, vec![1, 2, 3], 4, vec![4, 5], params(), 1, false);
-        c.set_give_up_allowed(false);
+        let (mut c, mut rng, mut at, mut gen) = stubborn(5);
         let mut out = Vec::new();
-        c.start(0, &mut rng, &mut out);
-        let (mut at, mut gen) = timer(&out);
         let mut seen = Vec::new();
         for _ in 0..4 {
             out.clear();

@@ -455,17 +455,24 @@ mod tests {
         assert!((1200..1600).contains(&dups), "{dups}");
     }
 
-    #[test]
-    fn network_cards_are_shared_by_every_link_of_an_endpoint() {
+    /// Nodes 1..=n with 1 GB/s cards, no headers, 100 µs links.
+    fn cards(n: NodeId, multicast: bool) -> (Network, ChaCha8Rng) {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut p = params(LinkFaults::none());
         p.nic = Some(NicParams {
             bytes_per_s: 1_000_000_000,
             overhead_bytes: 0,
             mss_bytes: 1_000_000,
-            multicast: false,
+            multicast,
         });
-        let mut net = Network::new(&[1, 2, 3], 0, p, &mut rng);
+        let nodes: Vec<NodeId> = (1..=n).collect();
+        let net = Network::new(&nodes, 0, p, &mut rng);
+        (net, rng)
+    }
+
+    #[test]
+    fn network_cards_are_shared_by_every_link_of_an_endpoint() {
+        let (mut net, mut rng) = cards(3, false);
         let (a, b, c) = (Endpoint::Node(1), Endpoint::Node(2), Endpoint::Node(3));
         // 1 MB takes 1 ms on a's card, then 100 µs of latency.
         assert_eq!(
@@ -493,15 +500,7 @@ mod tests {
     #[test]
     fn a_multicast_group_send_leaves_the_card_once() {
         for multicast in [false, true] {
-            let mut rng = ChaCha8Rng::seed_from_u64(1);
-            let mut p = params(LinkFaults::none());
-            p.nic = Some(NicParams {
-                bytes_per_s: 1_000_000_000,
-                overhead_bytes: 0,
-                mss_bytes: 1_000_000,
-                multicast,
-            });
-            let mut net = Network::new(&[1, 2, 3, 4], 0, p, &mut rng);
+            let (mut net, mut rng) = cards(4, multicast);
             let [a, b, c, d] = [1, 2, 3, 4].map(Endpoint::Node);
             let first = net.send(0, a, b, 1_000_000, false, &mut rng);
             let second = net.send(0, a, c, 1_000_000, true, &mut rng);
