@@ -19,6 +19,12 @@ use partita_types::{Ballot, ClientId, Command, Instance, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+/// When the coordinator first sweeps stale entries out of its table of undecided
+/// commands: everything pending, plus a generous allowance for values in flight.
+fn queued_gc_min(cfg: &CoordinatorConfig) -> usize {
+    cfg.pending_commands_max + 64 * 1024
+}
+
 #[derive(Clone, Debug)]
 struct InFlight {
     value: Arc<Value>,
@@ -90,6 +96,8 @@ pub struct Coordinator {
     /// resubmissions, and an overloaded cluster never recovers (simulator seed 73070).
     /// Entries of values lost to a new ballot go stale; `is_live` tells them apart.
     queued: HashMap<(ClientId, u64), Queued>,
+    /// Sweep stale entries out of `queued` when it reaches this size.
+    queued_gc_at: usize,
     pending_bytes: usize,
     pending_since_tick: u64,
     now_tick: u64,
@@ -133,6 +141,7 @@ impl Coordinator {
         );
         let n_acceptors = membership.acceptors.len();
         let all = membership.all_acceptors_mask();
+        let queued_gc_at = queued_gc_min(&cfg);
         Coordinator {
             id,
             membership,
@@ -149,6 +158,7 @@ impl Coordinator {
             unannounced: Vec::new(),
             pending: VecDeque::new(),
             queued: HashMap::new(),
+            queued_gc_at,
             pending_bytes: 0,
             pending_since_tick: 0,
             now_tick: 0,
@@ -271,7 +281,7 @@ impl Coordinator {
             self.drops.count(Drop::QueueFull);
             return false;
         }
-        if self.queued.len() >= self.queued_max() {
+        if self.queued.len() >= self.queued_gc_at {
             self.forget_stale_queued();
         }
         self.queued
@@ -316,12 +326,6 @@ impl Coordinator {
             .find(|v| v.vid == vid)
     }
 
-    /// A bound on `queued`: everything pending, plus a generous allowance for values
-    /// in flight.
-    fn queued_max(&self) -> usize {
-        self.cfg.pending_commands_max + 64 * 1024
-    }
-
     /// Drop the entries of values that will never be decided by this coordinator.
     fn forget_stale_queued(&mut self) {
         let live: HashSet<Vid> = self
@@ -334,6 +338,9 @@ impl Coordinator {
             Queued::Pending(_) => true,
             Queued::In(vid) => live.contains(vid),
         });
+        // Amortized: the next sweep only once as many entries again were added (a
+        // wide window of large values may keep many entries live).
+        self.queued_gc_at = queued_gc_min(&self.cfg).max(2 * self.queued.len());
     }
 
     pub fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) {
@@ -1366,6 +1373,9 @@ mod tests {
         // Phase 1 ran elsewhere: every instance up to 11 turned out decided.
         c.skip_to(11);
         assert_eq!(c.in_flight(), 0);
+        assert_eq!(c.queued.len(), 1, "a stale entry, until swept");
+        c.forget_stale_queued();
+        assert!(c.queued.is_empty());
         c.on_command(cmd(1), &mut out);
         assert_eq!(c.stats().duplicates_dropped, 0);
         assert_eq!(c.pending_commands() + c.in_flight(), 1);
