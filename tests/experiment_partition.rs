@@ -4,7 +4,8 @@
 //! figures hold every curve. No timing or target number is asserted.
 
 use partita::experiment_partition::{
-    figures, run_sim, speculation_gains, table, write, PartExperiment, PartOptions, PartWorkload,
+    configs, figures, run_sim, sim_point, speculation_gains, table, write, PartExperiment,
+    PartOptions, PartWorkload,
 };
 
 fn tiny() -> PartOptions {
@@ -100,4 +101,39 @@ fn cross_partition_and_speculation_sweeps_write_their_figures() {
     assert!(files[1].to_string_lossy().ends_with("spec-fig12.svg"));
     let fig12 = std::fs::read_to_string(&files[1]).unwrap();
     assert!(fig12.contains("% cross-partition queries") && fig12.contains("(simulated)"));
+}
+
+/// The IP-multicast what-if (`--multicast`): a group send leaves the coordinator's card
+/// once. With 4 partitions of 2 replicas a value leaves it as 2 whole copies (the other
+/// acceptors) plus 8 quarter parts over TCP, against 1 whole copy plus 4 parts with
+/// multicast: about half the payload bytes per command (less card time still in this
+/// tiny run, where small values make each copy's headers count).
+#[test]
+fn multicast_halves_what_the_coordinators_card_sends_per_command() {
+    let cfg = configs(PartExperiment::Partitioning, &tiny())
+        .into_iter()
+        .find(|c| c.workload == PartWorkload::Batch && c.partitions == 4)
+        .expect("a 4-partition batch curve");
+    let per_command = |multicast| {
+        let o = PartOptions {
+            multicast,
+            ..tiny()
+        };
+        let p = sim_point(&o, &cfg, 8).expect("the point runs");
+        let d = p.sim.expect("simulated detail");
+        let card = d
+            .nodes
+            .iter()
+            .find(|n| n.role == "coordinator")
+            .expect("a coordinator")
+            .nic_out;
+        assert!(p.result.commands > 0);
+        card / p.result.throughput_cmds_per_s
+    };
+    let (tcp, multicast) = (per_command(false), per_command(true));
+    eprintln!("coordinator card time per command: TCP {tcp:e}, multicast {multicast:e}");
+    assert!(
+        multicast < 0.7 * tcp,
+        "card time per command: {multicast:e} with multicast, {tcp:e} with TCP copies"
+    );
 }
