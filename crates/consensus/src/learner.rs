@@ -224,15 +224,23 @@ impl Learner {
 
     fn on_decided_id(&mut self, instance: Instance, vid: Vid) {
         self.known_decided = self.known_decided.max(instance);
-        if instance < self.next_deliver || self.ready.contains_key(&instance) {
+        if instance < self.next_deliver {
             return;
         }
-        if let Some(old) = self.decided_ids.insert(instance, vid) {
-            assert_eq!(
-                old, vid,
-                "instance {instance} decided twice with different values"
-            );
+        if let Some(v) = self.ready.get(&instance) {
+            if v.vid != vid {
+                self.drops.count(Drop::ConflictingDecision);
+            }
+            return;
         }
+        if let Some(&old) = self.decided_ids.get(&instance) {
+            if old != vid {
+                // Two decisions for one instance: a faulty peer. The first stands.
+                self.drops.count(Drop::ConflictingDecision);
+                return;
+            }
+        }
+        self.decided_ids.insert(instance, vid);
         self.resolve(instance);
     }
 
@@ -241,17 +249,18 @@ impl Learner {
         if instance < self.next_deliver {
             return;
         }
-        if let Some(vid) = self.decided_ids.remove(&instance) {
-            assert_eq!(
-                vid, value.vid,
-                "instance {instance} decided twice with different values"
-            );
+        let known = self
+            .decided_ids
+            .get(&instance)
+            .copied()
+            .or_else(|| self.ready.get(&instance).map(|v| v.vid));
+        if known.is_some_and(|vid| vid != value.vid) {
+            // Two decisions for one instance: a faulty peer. The first stands.
+            self.drops.count(Drop::ConflictingDecision);
+            return;
         }
-        if let Some(old) = self.ready.get(&instance) {
-            assert_eq!(
-                old.vid, value.vid,
-                "instance {instance} decided twice with different values"
-            );
+        self.decided_ids.remove(&instance);
+        if self.ready.contains_key(&instance) {
             return;
         }
         self.proposals.remove(&instance);
@@ -519,6 +528,54 @@ mod tests {
                     value: v(2)
                 }
             ]
+        );
+    }
+
+    /// A second, different decision for an instance (only a faulty peer sends one) is
+    /// counted and dropped: the first stands, and the learner does not die.
+    #[test]
+    fn a_conflicting_decision_is_dropped_and_counted() {
+        let mut l = Learner::new(4, m(), LearnerConfig::default(), 1);
+        let mut out = Vec::new();
+        let other = |i| {
+            Arc::new(Value {
+                vid: Vid {
+                    ballot: Ballot::new(9, 2),
+                    seq: i,
+                },
+                commands: vec![],
+            })
+        };
+        l.on_message(3, p2a(2, v(2), vec![]), &mut out);
+        let decide = |i, vid| Msg::Decide {
+            decided: vec![(i, vid)],
+        };
+        l.on_message(3, decide(2, v(2).vid), &mut out);
+        l.on_message(3, decide(2, other(2).vid), &mut out); // ready already
+        l.on_message(3, decide(3, v(3).vid), &mut out);
+        l.on_message(3, decide(3, other(3).vid), &mut out); // decided id already
+        l.on_message(
+            3,
+            Msg::DecideValue {
+                instance: 3,
+                value: other(3),
+            },
+            &mut out,
+        );
+        assert_eq!(l.drops().0.get(crate::CONFLICTING_DECISION), Some(&3));
+        l.on_message(3, p2a(1, v(1), vec![]), &mut out);
+        l.on_message(3, p2a(3, v(3), vec![(1, v(1).vid)]), &mut out);
+        let delivered: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deliver { instance, value } => Some((*instance, value.vid)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            delivered,
+            vec![(1, v(1).vid), (2, v(2).vid), (3, v(3).vid)],
+            "the first decisions stand"
         );
     }
 

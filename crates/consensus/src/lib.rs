@@ -459,7 +459,133 @@ mod bytes {
     }
 }
 
+/// Instances and ballot rounds a peer may name: far beyond anything a cluster reaches
+/// (2^62 instances at a billion per second is 146 years), and far enough from
+/// `u64::MAX` that the cores' `+ 1`s never overflow.
+pub const INSTANCE_MAX: Instance = 1 << 62;
+pub const ROUND_MAX: u64 = 1 << 62;
+/// The largest checkpoint a peer may announce in a chunk (1 TiB).
+pub const CHECKPOINT_BYTES_MAX: u64 = 1 << 40;
+
 impl Msg {
+    /// Whether the message is one a correct peer could send: instances and ballot
+    /// rounds in range, ranges that do not end before they start, chunks inside their
+    /// checkpoint. A node drops anything else (`Err` says why) before any role sees
+    /// it, so that no handler has to defend its arithmetic against a peer.
+    pub fn check(&self) -> Result<(), &'static str> {
+        fn inst(i: Instance) -> Result<(), &'static str> {
+            (i <= INSTANCE_MAX)
+                .then_some(())
+                .ok_or("an instance out of range")
+        }
+        fn ballot(b: &Ballot) -> Result<(), &'static str> {
+            (b.round <= ROUND_MAX)
+                .then_some(())
+                .ok_or("a ballot round out of range")
+        }
+        fn vid(v: &Vid) -> Result<(), &'static str> {
+            ballot(&v.ballot)
+        }
+        fn range(from: Instance, to: Instance) -> Result<(), &'static str> {
+            inst(from)?;
+            inst(to)?;
+            (from <= to)
+                .then_some(())
+                .ok_or("a range that ends before it starts")
+        }
+        fn decided(d: &[(Instance, Vid)]) -> Result<(), &'static str> {
+            d.iter().try_for_each(|(i, v)| inst(*i).and(vid(v)))
+        }
+        fn accepted(a: &[(Instance, Ballot, Arc<Value>)]) -> Result<(), &'static str> {
+            a.iter()
+                .try_for_each(|(i, b, v)| inst(*i).and(ballot(b)).and(vid(&v.vid)))
+        }
+        match self {
+            Msg::Phase1A {
+                ballot: b,
+                from,
+                to,
+            } => ballot(b).and(range(*from, *to)),
+            Msg::Phase1B {
+                ballot: b,
+                from,
+                to,
+                accepted: a,
+                truncated_below,
+            } => ballot(b)
+                .and(range(*from, *to))
+                .and(accepted(a))
+                .and(inst(*truncated_below)),
+            Msg::Nack {
+                ballot: b,
+                promised,
+            } => ballot(b).and(ballot(promised)),
+            Msg::Phase2A {
+                ballot: b,
+                instance,
+                value,
+                decided: d,
+                ..
+            } => ballot(b)
+                .and(inst(*instance))
+                .and(vid(&value.vid))
+                .and(decided(d)),
+            Msg::RingVote {
+                ballot: b,
+                instance,
+                vid: v,
+                ..
+            }
+            | Msg::Phase2B {
+                ballot: b,
+                instance,
+                vid: v,
+                ..
+            } => ballot(b).and(inst(*instance)).and(vid(v)),
+            Msg::Decide { decided: d } => decided(d),
+            Msg::DecideValue { instance, value } => inst(*instance).and(vid(&value.vid)),
+            Msg::Heartbeat {
+                ballot: b,
+                decided_up_to,
+            } => ballot(b).and(inst(*decided_up_to)),
+            Msg::Alive { ballot: b } => ballot(b),
+            Msg::Forward { .. } => Ok(()),
+            Msg::LearnRequest { from, to } | Msg::ReadAccepted { from, to } => range(*from, *to),
+            Msg::LearnReply { decided } => decided
+                .iter()
+                .try_for_each(|(i, v)| inst(*i).and(vid(&v.vid))),
+            Msg::AcceptedValues {
+                from,
+                to,
+                accepted: a,
+            } => range(*from, *to).and(accepted(a)),
+            Msg::Checkpointed { instance } => inst(*instance),
+            Msg::Truncated { below } => inst(*below),
+            Msg::CheckpointRequest {
+                instance,
+                min_instance,
+                offset,
+                ..
+            } => inst(*instance).and(inst(*min_instance)).and(
+                (*offset <= CHECKPOINT_BYTES_MAX)
+                    .then_some(())
+                    .ok_or("an offset out of range"),
+            ),
+            Msg::CheckpointChunk {
+                instance,
+                offset,
+                total,
+                data,
+                ..
+            } => inst(*instance).and(
+                (*total <= CHECKPOINT_BYTES_MAX
+                    && offset.saturating_add(data.len() as u64) <= *total)
+                    .then_some(())
+                    .ok_or("a chunk outside its checkpoint"),
+            ),
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Msg::Phase1A { .. } => "phase1a",
@@ -572,7 +698,14 @@ pub enum Drop {
     FromNonMember,
     /// About an instance below the acceptor's truncation point.
     Truncated,
+    /// A decision that contradicts one already known for the same instance: only a
+    /// faulty or hostile peer sends one. The first decision stands; the simulator
+    /// treats any such drop as an agreement violation.
+    ConflictingDecision,
 }
+
+/// The [`DropCounts`] name of [`Drop::ConflictingDecision`].
+pub const CONFLICTING_DECISION: &str = "conflicting_decision";
 
 /// Per-reason counters of dropped inputs.
 #[derive(Clone, Debug, Default)]
@@ -597,6 +730,7 @@ fn drop_name(d: Drop) -> &'static str {
         Drop::QueueFull => "queue_full",
         Drop::FromNonMember => "from_non_member",
         Drop::Truncated => "truncated",
+        Drop::ConflictingDecision => CONFLICTING_DECISION,
     }
 }
 
@@ -675,6 +809,58 @@ mod tests {
             learners: vec![4, 5],
             partitions: Default::default(),
         }
+    }
+
+    #[test]
+    fn check_refuses_what_no_correct_peer_sends() {
+        let b = Ballot::new(3, 1);
+        assert!(Msg::Phase1A {
+            ballot: b,
+            from: 1,
+            to: 11
+        }
+        .check()
+        .is_ok());
+        assert!(Msg::Phase1A {
+            ballot: b,
+            from: 11,
+            to: 1
+        }
+        .check()
+        .is_err());
+        assert!(Msg::LearnRequest {
+            from: 5,
+            to: u64::MAX
+        }
+        .check()
+        .is_err());
+        assert!(Msg::LearnRequest {
+            from: 5,
+            to: INSTANCE_MAX
+        }
+        .check()
+        .is_ok());
+        let big = Ballot::new(ROUND_MAX + 1, 1);
+        assert!(Msg::Alive { ballot: big }.check().is_err());
+        assert!(Msg::Decide {
+            decided: vec![
+                (2, Vid { ballot: b, seq: 1 }),
+                (INSTANCE_MAX + 1, Vid { ballot: b, seq: 2 })
+            ]
+        }
+        .check()
+        .is_err());
+        let chunk = |offset, total, len| Msg::CheckpointChunk {
+            instance: 4,
+            offset,
+            total,
+            crc32c: 0,
+            data: vec![0; len],
+        };
+        assert!(chunk(0, 0, 0).check().is_ok(), "no checkpoint here");
+        assert!(chunk(10, 20, 10).check().is_ok());
+        assert!(chunk(15, 20, 10).check().is_err());
+        assert!(chunk(u64::MAX, 20, 1).check().is_err());
     }
 
     #[test]

@@ -209,10 +209,15 @@ pub struct UnsafeBugs {
     /// With early replies, a replica sends its speculative results as final replies
     /// (clients take them without waiting for the confirmation).
     pub unconfirmed_replies: bool,
+    /// A node hands peer messages to its roles without checking them first (strangers,
+    /// instances and ballots out of range, backwards ranges): a hostile or broken peer
+    /// can make it panic. Caught by `crates/node/tests/hostile.rs`; the simulator's
+    /// peers are all correct, so its swarm cannot catch it.
+    pub unchecked_peer_input: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -223,6 +228,7 @@ impl UnsafeBugs {
         "speculative-no-rollback",
         "independent-partitions",
         "unconfirmed-replies",
+        "unchecked-peer-input",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -238,6 +244,7 @@ impl UnsafeBugs {
             "speculative-no-rollback" => self.speculative_no_rollback = true,
             "independent-partitions" => self.independent_partitions = true,
             "unconfirmed-replies" => self.unconfirmed_replies = true,
+            "unchecked-peer-input" => self.unchecked_peer_input = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -584,8 +591,22 @@ impl NodeCore {
         *self.counters.entry(what).or_default() += 1;
     }
 
-    /// A message from another node (or a peer claiming to be one).
+    /// A message from another node (or a peer claiming to be one). What no member of
+    /// the cluster could have sent (a stranger's id, an instance or ballot out of range,
+    /// a range that ends before it starts: [`Msg::check`]) is counted and dropped here,
+    /// before any role sees it: a node never dies from what a peer sent.
     pub fn on_peer(&mut self, from: NodeId, msg: Msg, out: &mut Vec<Output>) {
+        let m = &self.setup.membership;
+        let stranger =
+            from == self.setup.id || !(m.acceptors.contains(&from) || m.learners.contains(&from));
+        if stranger && !self.bugs.unchecked_peer_input {
+            self.count("dropped_peer_not_a_member");
+            return;
+        }
+        if msg.check().is_err() && !self.bugs.unchecked_peer_input {
+            self.count("dropped_peer_malformed");
+            return;
+        }
         let actions = self.dispatch(from, msg);
         self.run(actions, out);
     }

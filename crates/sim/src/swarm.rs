@@ -580,6 +580,7 @@ fn bug_on(b: &UnsafeBugs, name: &str) -> bool {
         "speculative-no-rollback" => b.speculative_no_rollback,
         "independent-partitions" => b.independent_partitions,
         "unconfirmed-replies" => b.unconfirmed_replies,
+        "unchecked-peer-input" => b.unchecked_peer_input,
         _ => false,
     }
 }

@@ -948,6 +948,28 @@ impl World {
             );
             return;
         }
+        // A learner drops a decision that contradicts one it knows (it does not die of
+        // a faulty peer); in the simulator every peer is correct, so that is a bug.
+        let conflicts = self.nodes[ni]
+            .core
+            .as_ref()
+            .and_then(|c| c.learner())
+            .and_then(|l| {
+                l.drops()
+                    .0
+                    .get(partita_consensus::CONFLICTING_DECISION)
+                    .copied()
+            })
+            .unwrap_or(0);
+        if conflicts > 0 {
+            self.fail(
+                Check::Agreement,
+                format!(
+                    "node {id} learned two different decisions for one instance (handling {what})"
+                ),
+            );
+            return;
+        }
         // Execution is charged where it ran, from the replica's work counters (never
         // rewound: a rolled-back speculation did run). A state transfer replaces the
         // replica (and its counters): count nothing then.

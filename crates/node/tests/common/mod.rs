@@ -273,7 +273,10 @@ impl Cluster {
     /// lost.
     pub fn step(&mut self) -> bool {
         if let Some((from, to, msg)) = self.msgs.pop_front() {
-            if self.down.contains(&from) || self.down.contains(&to) {
+            // Lost: to or from a crashed node, or to one that is not in the cluster
+            // (an answer to a stranger's message).
+            if self.down.contains(&from) || self.down.contains(&to) || !self.nodes.contains_key(&to)
+            {
                 return true;
             }
             if self
