@@ -1,4 +1,4 @@
-//! A node never dies from what a peer sent. A cluster of node cores (3 acceptors and 2
+//! A node never dies from what a peer or a client sent. A cluster of node cores (3 acceptors and 2
 //! replicas; Ring Paxos and Multi-Paxos, speculation on and off, with and without state
 //! partitioning) serves clients while every node is also fed random, well-formed but
 //! meaningless peer messages: every message kind, from members and from strangers, with
@@ -6,7 +6,9 @@
 //! drawn around the cluster's real state and at the edges of their types (0,
 //! `u64::MAX`, ranges that end before they start). No handler may panic, every core's
 //! `invariants()` must hold after every step (the harness checks it), and no handler may
-//! allocate in proportion to a number it was sent (a range or an offset).
+//! allocate in proportion to a number it was sent (a range or an offset). Clients send
+//! random commands too: any operation, keys at the edges, backwards ranges, empty and
+//! long batches, any sequence number, answers wanted from any node.
 //!
 //! Safety is not asserted: a member that forges votes can make replicas diverge in any
 //! Paxos. What a peer cannot do is crash the node.
@@ -16,7 +18,9 @@ mod common;
 use common::{cmd, Cluster, ACCEPTORS};
 use partita_consensus::{Msg, Protocol, Value, Vid, INSTANCE_MAX};
 use partita_node::UnsafeBugs;
-use partita_types::{Ballot, Command, Instance, NodeId, Op, PartitionLayout, PartitionMap};
+use partita_types::{
+    Ballot, BatchOp, Command, Instance, NodeId, Op, PartitionLayout, PartitionMap,
+};
 use std::sync::Arc;
 
 /// splitmix64: the test's own deterministic randomness.
@@ -71,18 +75,7 @@ impl Rng {
                 client: self.pick(&[7, 8, 9]),
                 seq: self.num(2),
                 reply_to: self.pick(&[4, 5, 99]),
-                op: match self.below(4) {
-                    0 => Op::Insert {
-                        key: self.num(10),
-                        value: 1,
-                    },
-                    1 => Op::Query {
-                        min: self.num(10),
-                        max: self.num(10),
-                    },
-                    2 => Op::Next { key: self.num(10) },
-                    _ => Op::Delete { key: self.num(10) },
-                },
+                op: self.op(),
             })
             .collect();
         Arc::new(Value {
@@ -90,6 +83,45 @@ impl Rng {
             commands,
         })
     }
+    /// Any operation, with keys at the edges too (`u64::MAX`, ranges that end before
+    /// they start, empty and long batches).
+    fn op(&mut self) -> Op {
+        let key = |r: &mut Rng| match r.below(5) {
+            0 => u64::MAX - r.below(2),
+            1 => 0,
+            _ => r.below(64),
+        };
+        match self.below(8) {
+            0 => Op::Insert {
+                key: key(self),
+                value: self.next(),
+            },
+            1 => Op::Delete { key: key(self) },
+            2 => Op::Read { key: key(self) },
+            3 => Op::Update {
+                key: key(self),
+                value: self.next(),
+            },
+            4 => Op::Query {
+                min: key(self),
+                max: key(self),
+            },
+            5 => Op::Next { key: key(self) },
+            6 => Op::Prev { key: key(self) },
+            _ => Op::Batch(
+                (0..self.pick(&[0, 1, 7, 300]))
+                    .map(|_| match self.below(2) {
+                        0 => BatchOp::Insert {
+                            key: key(self),
+                            value: 1,
+                        },
+                        _ => BatchOp::Delete { key: key(self) },
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     fn decided(&mut self, near: Ballot, at: Instance) -> Vec<(Instance, Vid)> {
         (0..self.below(3))
             .map(|_| (self.num(at), self.vid(near)))
@@ -202,6 +234,28 @@ impl Rng {
     }
 }
 
+/// Replicas per partition.
+const PER: usize = 2;
+
+/// Acceptors 1-3 and `PER` replicas per partition (4, 5, ...), node 1 coordinating.
+fn cluster(
+    protocol: Protocol,
+    speculative: bool,
+    partitions: u32,
+    bugs: UnsafeBugs,
+) -> (Cluster, Vec<NodeId>) {
+    let replicas: Vec<NodeId> = (4..4 + PER as NodeId * partitions).collect();
+    let mut setup = common::setup(protocol, &replicas);
+    setup.speculative = speculative;
+    if partitions > 1 {
+        setup.membership.partitions = PartitionLayout {
+            map: PartitionMap::new(partitions, 64).expect("a valid map"),
+            replicas: replicas.chunks(PER).map(|r| r.to_vec()).collect(),
+        };
+    }
+    (Cluster::new(setup, bugs), replicas)
+}
+
 /// Serve clients while every node is fed `hostile` random messages, interleaved.
 fn barrage(
     protocol: Protocol,
@@ -211,24 +265,13 @@ fn barrage(
     hostile: usize,
     bugs: UnsafeBugs,
 ) {
-    // Partitioned: 2 replicas per partition.
-    let per = 2;
-    let replicas: Vec<NodeId> = (4..4 + per * partitions).collect();
-    let mut setup = common::setup(protocol, &replicas);
-    setup.speculative = speculative;
-    if partitions > 1 {
-        setup.membership.partitions = PartitionLayout {
-            map: PartitionMap::new(partitions, 64).expect("a valid map"),
-            replicas: replicas.chunks(per as usize).map(|r| r.to_vec()).collect(),
-        };
-    }
     let checked = !bugs.unchecked_peer_input;
-    let mut c = Cluster::new(setup, bugs);
+    let (mut c, replicas) = cluster(protocol, speculative, partitions, bugs);
     // Forged `Checkpointed` messages make acceptors truncate their logs.
     c.checkpointing = true;
     c.tick_until_leader(1, 25);
     let mut rng = Rng(seed);
-    let members: Vec<NodeId> = ACCEPTORS.iter().copied().chain(replicas).collect();
+    let members: Vec<NodeId> = ACCEPTORS.iter().copied().chain(replicas.clone()).collect();
     let mut client_seq = 0;
     for i in 0..hostile {
         if i % 8 == 0 {
@@ -247,6 +290,26 @@ fn barrage(
             let mut command = cmd(42, rng.pick(&[4, 5]), op);
             command.seq = client_seq;
             c.request(rng.pick(&ACCEPTORS), command);
+        }
+        if i % 8 == 4 {
+            // A client sending anything at all, to any node.
+            let command = Command {
+                client: rng.pick(&[42, 43, 0, u64::MAX]),
+                seq: rng.num(client_seq),
+                reply_to: rng.pick(&[4, 5, 1, 0, 99]),
+                op: rng.op(),
+            };
+            let via = rng.pick(&members);
+            let what = format!("node {via} got request {command:?}");
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                c.request(via, command);
+            }));
+            if done.is_err() {
+                panic!(
+                    "{protocol} (speculative {speculative}, {partitions} partitions, seed \
+                     {seed}, message {i}): a node died after {what}"
+                );
+            }
         }
         let to = rng.pick(&members);
         // Mostly members (itself included), now and then a stranger.
@@ -299,6 +362,75 @@ fn barrage(
         !checked || gated < hostile as u64 * 2 / 3,
         "{gated} of {hostile} messages stopped at the gate"
     );
+}
+
+/// Only clients misbehave, among correct peers: every node survives any command, the
+/// replicas converge, and a well-formed command afterwards is answered.
+fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: u64) {
+    let (mut c, replicas) = cluster(protocol, speculative, partitions, UnsafeBugs::default());
+    c.tick_until_leader(1, 25);
+    let mut rng = Rng(seed);
+    let members: Vec<NodeId> = ACCEPTORS.iter().copied().chain(replicas.clone()).collect();
+    for i in 0..150 {
+        let command = Command {
+            client: rng.pick(&[42, 43, 0, u64::MAX]),
+            seq: rng.num(i),
+            reply_to: rng.pick(&[4, 5, 1, 0, 99]),
+            op: rng.op(),
+        };
+        let via = rng.pick(&members);
+        let what = format!("node {via} got request {command:?}");
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.request(via, command);
+            if i % 4 == 0 {
+                c.settle();
+            }
+        }));
+        if done.is_err() {
+            panic!(
+                "{protocol} (speculative {speculative}, {partitions} partitions, seed {seed}, \
+                 request {i}): a node died after {what}"
+            );
+        }
+    }
+    c.settle();
+    c.tick(3);
+    // Every command was ordered and handled: executed, skipped (a read another replica
+    // answers), answered from the reply cache, or ignored as older than the client's
+    // last (random sequence numbers make most of them stale).
+    // (Per partition, its part; a command for both partitions counts in each.)
+    let handled: u64 = replicas
+        .chunks(PER)
+        .map(|group| {
+            group
+                .iter()
+                .map(|r| {
+                    let st = c.replica(*r).stats();
+                    st.commands_executed
+                        + st.reads_skipped
+                        + st.duplicates_answered
+                        + st.stale_ignored
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(handled >= 140, "only {handled} of 150 commands handled");
+    let mut last = cmd(7, 4, Op::Insert { key: 3, value: 33 });
+    last.seq = 1;
+    c.submit(1, last);
+    assert!(
+        c.replies_of(7).iter().any(|r| r.seq == 1),
+        "a well-formed command afterwards was not answered"
+    );
+    // Each partition's replicas hold the same state.
+    for group in replicas.chunks(PER) {
+        let d: Vec<(NodeId, u64)> = group.iter().map(|r| (*r, c.replica(*r).digest())).collect();
+        assert!(
+            d.windows(2).all(|w| w[0].1 == w[1].1),
+            "replicas diverge: {d:?}"
+        );
+    }
 }
 
 /// Seeds per test: `PARTITA_HOSTILE_SEEDS` (default 8) for a longer search.
@@ -380,4 +512,14 @@ fn planted_unchecked_peer_input_is_caught() {
     });
     let seed = died.expect("a node without its gate survived 8 hostile barrages");
     eprintln!("unchecked-peer-input caught at seed {seed}");
+}
+
+#[test]
+fn nodes_survive_any_client_command() {
+    for seed in seeds(4 << 20) {
+        client_barrage(Protocol::RingPaxos, false, 1, seed);
+        client_barrage(Protocol::RingPaxos, true, 1, seed);
+        client_barrage(Protocol::MultiPaxos, false, 1, seed);
+        client_barrage(Protocol::RingPaxos, seed % 2 == 0, 2, seed);
+    }
 }
