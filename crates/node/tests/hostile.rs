@@ -122,6 +122,16 @@ impl Rng {
         }
     }
 
+    /// A client's command with anything in it, sequence numbers around `seq`.
+    fn command(&mut self, seq: u64) -> Command {
+        Command {
+            client: self.pick(&[42, 43, 0, u64::MAX]),
+            seq: self.num(seq),
+            reply_to: self.pick(&[4, 5, 1, 0, 99]),
+            op: self.op(),
+        }
+    }
+
     fn decided(&mut self, near: Ballot, at: Instance) -> Vec<(Instance, Vid)> {
         (0..self.below(3))
             .map(|_| (self.num(at), self.vid(near)))
@@ -234,6 +244,13 @@ impl Rng {
     }
 }
 
+/// Run `f`; if a node dies in it, fail naming the run and what it was just given.
+fn survive(run: &str, what: String, f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        panic!("{run}: a node died after {what}");
+    }
+}
+
 /// Replicas per partition.
 const PER: usize = 2;
 
@@ -265,6 +282,8 @@ fn barrage(
     hostile: usize,
     bugs: UnsafeBugs,
 ) {
+    let run =
+        format!("{protocol} (speculative {speculative}, {partitions} partitions, seed {seed})");
     let checked = !bugs.unchecked_peer_input;
     let (mut c, replicas) = cluster(protocol, speculative, partitions, bugs);
     // Forged `Checkpointed` messages make acceptors truncate their logs.
@@ -293,23 +312,10 @@ fn barrage(
         }
         if i % 8 == 4 {
             // A client sending anything at all, to any node.
-            let command = Command {
-                client: rng.pick(&[42, 43, 0, u64::MAX]),
-                seq: rng.num(client_seq),
-                reply_to: rng.pick(&[4, 5, 1, 0, 99]),
-                op: rng.op(),
-            };
+            let command = rng.command(client_seq);
             let via = rng.pick(&members);
-            let what = format!("node {via} got request {command:?}");
-            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                c.request(via, command);
-            }));
-            if done.is_err() {
-                panic!(
-                    "{protocol} (speculative {speculative}, {partitions} partitions, seed \
-                     {seed}, message {i}): a node died after {what}"
-                );
-            }
+            let what = format!("message {i}: node {via} got request {command:?}");
+            survive(&run, what, || c.request(via, command));
         }
         let to = rng.pick(&members);
         // Mostly members (itself included), now and then a stranger.
@@ -327,9 +333,9 @@ fn barrage(
             .replica()
             .map_or(1, |r| r.last_instance().saturating_add(1));
         let msg = rng.msg(ballot, at);
-        let what = format!("node {to} got {msg:?} from {from}");
+        let what = format!("message {i}: node {to} got {msg:?} from {from}");
         let legit = rng.below(6);
-        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        survive(&run, what, || {
             let mut out = Vec::new();
             c.nodes.get_mut(&to).unwrap().on_peer(from, msg, &mut out);
             c.take(to, out);
@@ -340,13 +346,7 @@ fn barrage(
             if i % 50 == 0 {
                 c.tick(1);
             }
-        }));
-        if done.is_err() {
-            panic!(
-                "{protocol} (speculative {speculative}, {partitions} partitions, seed {seed}, \
-                 message {i}): a node died after {what}"
-            );
-        }
+        });
     }
     // A good part of the barrage must have reached the roles' handlers, not only the
     // gate (members' messages to themselves, strangers and out-of-range fields stop
@@ -367,31 +367,22 @@ fn barrage(
 /// Only clients misbehave, among correct peers: every node survives any command, the
 /// replicas converge, and a well-formed command afterwards is answered.
 fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: u64) {
+    let run =
+        format!("{protocol} (speculative {speculative}, {partitions} partitions, seed {seed})");
     let (mut c, replicas) = cluster(protocol, speculative, partitions, UnsafeBugs::default());
     c.tick_until_leader(1, 25);
     let mut rng = Rng(seed);
     let members: Vec<NodeId> = ACCEPTORS.iter().copied().chain(replicas.clone()).collect();
     for i in 0..150 {
-        let command = Command {
-            client: rng.pick(&[42, 43, 0, u64::MAX]),
-            seq: rng.num(i),
-            reply_to: rng.pick(&[4, 5, 1, 0, 99]),
-            op: rng.op(),
-        };
+        let command = rng.command(i);
         let via = rng.pick(&members);
-        let what = format!("node {via} got request {command:?}");
-        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let what = format!("request {i}: node {via} got {command:?}");
+        survive(&run, what, || {
             c.request(via, command);
             if i % 4 == 0 {
                 c.settle();
             }
-        }));
-        if done.is_err() {
-            panic!(
-                "{protocol} (speculative {speculative}, {partitions} partitions, seed {seed}, \
-                 request {i}): a node died after {what}"
-            );
-        }
+        });
     }
     c.settle();
     c.tick(3);
