@@ -1,17 +1,19 @@
-//! A node never dies from what a peer or a client sent. A cluster of node cores (3 acceptors and 2
-//! replicas; Ring Paxos and Multi-Paxos, speculation on and off, with and without state
-//! partitioning) serves clients while every node is also fed random, well-formed but
-//! meaningless peer messages: every message kind, from members and from strangers, with
-//! ballots, instances, ranges, vote and ring masks, value ids and checkpoint offsets
-//! drawn around the cluster's real state and at the edges of their types (0,
-//! `u64::MAX`, ranges that end before they start). No handler may panic, every core's
-//! `invariants()` must hold after every step (the harness checks it), and no handler may
-//! allocate in proportion to a number it was sent (a range or an offset). Clients send
-//! random commands too: any operation, keys at the edges, backwards ranges, empty and
-//! long batches, any sequence number, answers wanted from any node.
+//! A node never dies from what a peer or a client sent. A cluster of node cores (3
+//! acceptors, 2 replicas per partition; Ring Paxos and Multi-Paxos, speculation on and
+//! off, with and without state partitioning) serves clients while every node is also fed
+//! random, well-formed but meaningless peer messages: every message kind, from members,
+//! from itself and from strangers, with ballots, instances, ranges, vote and ring masks,
+//! value ids and checkpoint offsets drawn around the cluster's real state and at the
+//! edges of their types (0, 2^62, `u64::MAX`, ranges that end before they start). No
+//! handler may panic, and every core's `invariants()` must hold after every step (the
+//! harness checks it); a handler that allocated in proportion to a range or an offset it
+//! was sent would exhaust memory and fail the run. Clients send random commands too: any
+//! operation, keys at the edges, backwards ranges, empty and long batches, any sequence
+//! number, answers wanted from any node.
 //!
-//! Safety is not asserted: a member that forges votes can make replicas diverge in any
-//! Paxos. What a peer cannot do is crash the node.
+//! Safety is not asserted under hostile peers: a member that forges votes can make
+//! replicas diverge in any Paxos. What a peer cannot do is crash a node. Among correct
+//! peers, hostile clients must not break convergence either (`client_barrage`).
 
 mod common;
 
