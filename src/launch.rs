@@ -32,16 +32,11 @@ pub fn ensure_cluster_file(
     Ok((file, c))
 }
 
-/// A port base that is probably free: 20 ports starting at a random multiple of 20.
+/// A block of 20 ports on 127.0.0.1 that is free now, below the kernel's ephemeral
+/// range (see [`partita_runtime::net::free_port_block`]: a node that restarts must be
+/// able to bind its port again).
 pub fn pick_base_port() -> u16 {
-    for _ in 0..50 {
-        let base = 20_000 + (rand::random::<u16>() % 2000) * 20;
-        let free = (0..10).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        if free {
-            return base;
-        }
-    }
-    27_100
+    partita_runtime::net::free_port_block(20).unwrap_or(27_100)
 }
 
 impl LocalCluster {

@@ -98,10 +98,8 @@ async fn status(addr: std::net::SocketAddr) -> Option<NodeStatus> {
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    let base = partita_runtime::net::free_port_block(n as u16).expect("free ports");
+    (0..n as u16).map(|i| base + i).collect()
 }
 
 fn seed_data_dir(data: &Path, cfg: &ClusterConfig, ckpt: &[u8]) {

@@ -97,3 +97,41 @@ pub fn spawn_writer(mut wr: OwnedWriteHalf) -> mpsc::Sender<FrameBytes> {
     });
     tx
 }
+
+/// The lowest port of the kernel's ephemeral range (outgoing connections take their
+/// local port from it), from `/proc/sys/net/ipv4/ip_local_port_range`; Linux's
+/// default when that file cannot be read.
+fn ephemeral_port_min() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// `count` consecutive ports on 127.0.0.1, starting at a random multiple of `count`,
+/// that are free now and lie below the kernel's ephemeral range.
+///
+/// Below the ephemeral range because a node that restarts must bind its port again:
+/// a port the kernel hands out (`bind(0)`) may meanwhile have become the local end of
+/// some outgoing connection (a peer reconnecting, a client), and then the restarted
+/// node fails with `Address already in use` until that connection closes. Tests and
+/// local clusters take their ports from here.
+pub fn free_port_block(count: u16) -> std::io::Result<u16> {
+    use rand::Rng;
+    const LOW: u16 = 10_000;
+    let count = count.max(1);
+    let high = ephemeral_port_min().max(LOW + 2 * count);
+    let slots = (high - LOW) / count - 1;
+    let mut rng = rand::thread_rng();
+    for _ in 0..200 {
+        let base = LOW + rng.gen_range(0..slots) * count;
+        let free = (0..count).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if free {
+            return Ok(base);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no {count} consecutive free ports between {LOW} and {high}"),
+    ))
+}

@@ -18,15 +18,12 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// `n` distinct free ports on 127.0.0.1 (bound, then released).
+/// `n` free ports on 127.0.0.1, below the kernel's ephemeral range: a port `bind(0)`
+/// handed out may become the local end of a reconnecting peer's connection while its
+/// node is down, and the restart would then fail with `Address already in use`.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    let base = partita_runtime::net::free_port_block(n as u16).expect("free ports");
+    (0..n as u16).map(|i| base + i).collect()
 }
 
 /// The default local cluster (3 acceptors, 2 replicas) on free ports.
@@ -101,7 +98,7 @@ impl TestCluster {
 
     /// Poll node `id`'s status until `pred` holds (panics after `secs` seconds).
     pub async fn wait_for(
-        &self,
+        &mut self,
         id: NodeId,
         secs: u64,
         what: &str,
@@ -116,10 +113,15 @@ impl TestCluster {
                 }
                 last = Some(s);
             }
-            assert!(
-                !self.running.get(&id).is_some_and(|(_, h)| h.is_finished()),
-                "node {id} exited while waiting for {what}; last status {last:?}"
-            );
+            if self.running.get(&id).is_some_and(|(_, h)| h.is_finished()) {
+                let (_, handle) = self.running.remove(&id).expect("node is running");
+                let why = match handle.await {
+                    Ok(Ok(())) => "it returned without an error".to_string(),
+                    Ok(Err(e)) => format!("{e:#}"),
+                    Err(e) => format!("its task failed: {e}"),
+                };
+                panic!("node {id} exited while waiting for {what} ({why}); last status {last:?}");
+            }
             assert!(
                 Instant::now() < deadline,
                 "node {id}: {what} not reached in {secs} s; last status {last:?}"
