@@ -196,6 +196,7 @@ fn value(commands: u64) -> Arc<Value> {
             seq: 1234,
         },
         commands: (0..commands).map(update).collect(),
+        parts: Vec::new(),
     })
 }
 
@@ -264,6 +265,7 @@ fn samples() -> BTreeMap<&'static str, Vec<Wire>> {
                     value: value(n),
                     decided: decided(2),
                     ring: 0b111,
+                    part: None,
                 })
             })
             .collect(),
@@ -631,6 +633,7 @@ fn measure_btree(o: &Options) -> anyhow::Result<BtreeCosts> {
                         }
                     })
                     .collect(),
+                parts: Vec::new(),
             })
             .collect();
         let mut replies = Vec::new();

@@ -44,6 +44,12 @@ pub enum ClientError {
     },
     #[error("no reply within {0:?}; the command may or may not have been applied")]
     Timeout(Duration),
+    #[error("node {node} at {addr} did not welcome this client: {reason}")]
+    Handshake {
+        node: NodeId,
+        addr: SocketAddr,
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -203,7 +209,30 @@ impl Client {
             client: self.id,
         }))
         .await;
-        Ok((conn, FrameReader::new(rd)))
+        // Wait until the node has registered this connection (see
+        // `Wire::ClientWelcome`): a reply racing ahead of the registration is lost.
+        let mut reader = FrameReader::new(rd);
+        let handshake = |reason: String| ClientError::Handshake { node, addr, reason };
+        match tokio::time::timeout(self.opts.timeout, reader.next()).await {
+            Ok(Ok(Wire::ClientWelcome { node: n })) if n == node => {}
+            Ok(Ok(Wire::ClientWelcome { node: n })) => {
+                return Err(handshake(format!("it says it is node {n}")))
+            }
+            Ok(Ok(other)) => {
+                return Err(handshake(format!(
+                    "it answered with {:?} instead of a welcome",
+                    std::mem::discriminant(&other)
+                )))
+            }
+            Ok(Err(e)) => return Err(handshake(format!("{e}"))),
+            Err(_) => {
+                return Err(handshake(format!(
+                    "no welcome within {:?}",
+                    self.opts.timeout
+                )))
+            }
+        }
+        Ok((conn, reader))
     }
 
     fn replies_on_entry(&self) -> bool {
@@ -379,6 +408,7 @@ impl Client {
                     }
                 }
                 Err(e) => {
+                    tracing::debug!("connecting: {e}");
                     if started.elapsed() + self.opts.timeout >= self.opts.give_up {
                         return Err(e);
                     }

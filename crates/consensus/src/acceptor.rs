@@ -23,8 +23,8 @@
 //! numbers the records it recovered 1..=n and issues n + 1, … from there.
 
 use crate::{
-    AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, PersistToken, Protocol,
-    Value, Vid,
+    AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, Part, PersistToken,
+    Protocol, Value, Vid,
 };
 use partita_types::{Ballot, Instance, NodeId};
 use std::collections::{BTreeMap, HashMap};
@@ -66,6 +66,21 @@ enum PendingWrite {
     Truncate,
 }
 
+/// The parts of a split value received so far for one instance (Ring Paxos with state
+/// partitioning: each partition's part reaches the acceptors in a Phase 2A of its own).
+#[derive(Clone, Debug)]
+struct Assembly {
+    ballot: Ballot,
+    vid: Vid,
+    parts: Vec<Option<Arc<Value>>>,
+    ring: u64,
+}
+
+/// The most instances an acceptor assembles at once. A coordinator keeps at most its
+/// window of instances in flight, far below this; parts of instances whose other
+/// parts were lost wait for the retransmission, or are evicted oldest first.
+pub const ASSEMBLIES_MAX: usize = 1024;
+
 /// A ring vote waiting for this acceptor's own write to become durable.
 #[derive(Clone, Copy, Debug)]
 struct HeldVote {
@@ -92,6 +107,9 @@ pub struct Acceptor {
     announced_decided: Instance,
     pending: HashMap<PersistToken, PendingWrite>,
     held_votes: HashMap<Instance, HeldVote>,
+    /// Split values being assembled from their parts, by instance (at most
+    /// [`ASSEMBLIES_MAX`]).
+    assembling: BTreeMap<Instance, Assembly>,
     next_token: PersistToken,
     /// Writes the driver reported complete, for the "vote only when durable" check.
     last_persisted: PersistToken,
@@ -123,6 +141,7 @@ impl Acceptor {
             announced_decided: 0,
             pending: HashMap::new(),
             held_votes: HashMap::new(),
+            assembling: BTreeMap::new(),
             next_token: 1,
             last_persisted: 0,
             drops: DropCounts::default(),
@@ -242,9 +261,15 @@ impl Acceptor {
                 value,
                 decided,
                 ring,
+                part,
             } => {
                 self.learn_decisions(&decided);
-                self.on_phase2a(from, ballot, instance, value, ring, out);
+                match part {
+                    None => self.on_phase2a(from, ballot, instance, value, ring, out),
+                    Some(part) => {
+                        self.on_phase2a_part(from, ballot, instance, value, ring, part, out)
+                    }
+                }
             }
             Msg::RingVote {
                 ballot,
@@ -351,15 +376,15 @@ impl Acceptor {
         );
     }
 
-    fn on_phase2a(
+    /// Refuse a Phase 2A of a ballot below our promise (a `Nack`) or for a truncated
+    /// instance (`Truncated`, so the coordinator moves on). True if it was refused.
+    fn refuse_phase2a(
         &mut self,
         from: NodeId,
         ballot: Ballot,
         instance: Instance,
-        value: Arc<Value>,
-        ring: u64,
         out: &mut Outbox,
-    ) {
+    ) -> bool {
         if ballot < self.promised {
             self.drops.count(Drop::StaleBallot);
             out.push(Action::Send {
@@ -369,7 +394,7 @@ impl Acceptor {
                     promised: self.promised,
                 },
             });
-            return;
+            return true;
         }
         if instance < self.truncated_below {
             // Decided and checkpointed by a majority of replicas: nothing may be
@@ -382,7 +407,103 @@ impl Acceptor {
                     below: self.truncated_below,
                 },
             });
+            return true;
+        }
+        false
+    }
+
+    /// One part of a split value (paper 001 §III-C: acceptors listen to every
+    /// partition's dissemination group). The acceptor holds the value once it holds
+    /// every part; it then accepts the assembled value exactly as a whole Phase 2A
+    /// (persist, then vote). Until then it holds nothing, and a ring vote for the value
+    /// waits.
+    #[allow(clippy::too_many_arguments)]
+    fn on_phase2a_part(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        instance: Instance,
+        value: Arc<Value>,
+        ring: u64,
+        part: Part,
+        out: &mut Outbox,
+    ) {
+        if self.refuse_phase2a(from, ballot, instance, out) {
             return;
+        }
+        let vid = value.vid;
+        if let Some(a) = self.accepted.get(&instance) {
+            if a.ballot == ballot && a.value.vid == vid {
+                // Assembled already: a retransmission, handled like a whole one.
+                let whole = a.value.clone();
+                self.on_phase2a(from, ballot, instance, whole, ring, out);
+                return;
+            }
+        }
+        let count = part.count as usize;
+        match self.assembling.get(&instance) {
+            Some(asm) if asm.ballot > ballot => {
+                // Parts of a newer proposal are arriving; this one is stale.
+                self.drops.count(Drop::StaleBallot);
+                return;
+            }
+            Some(asm) if asm.ballot == ballot && (asm.vid != vid || asm.parts.len() != count) => {
+                self.drops.count(Drop::ConflictingPart);
+                return;
+            }
+            Some(asm) if asm.ballot == ballot => {}
+            _ => {
+                if !self.assembling.contains_key(&instance)
+                    && self.assembling.len() >= ASSEMBLIES_MAX
+                {
+                    self.assembling.pop_first();
+                    self.drops.count(Drop::PartsEvicted);
+                }
+                self.assembling.insert(
+                    instance,
+                    Assembly {
+                        ballot,
+                        vid,
+                        parts: vec![None; count],
+                        ring,
+                    },
+                );
+            }
+        }
+        let asm = self.assembling.get_mut(&instance).expect("inserted above");
+        asm.ring = ring;
+        asm.parts[part.index as usize].get_or_insert(value);
+        if asm.parts.iter().any(Option::is_none) {
+            return;
+        }
+        let asm = self.assembling.remove(&instance).expect("present");
+        let parts: Vec<Value> = asm
+            .parts
+            .into_iter()
+            .map(|p| Value::clone(&p.expect("every part is here")))
+            .collect();
+        let whole = Arc::new(Value::from_parts(vid, &parts));
+        self.on_phase2a(from, ballot, instance, whole, asm.ring, out);
+    }
+
+    fn on_phase2a(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        instance: Instance,
+        value: Arc<Value>,
+        ring: u64,
+        out: &mut Outbox,
+    ) {
+        if self.refuse_phase2a(from, ballot, instance, out) {
+            return;
+        }
+        if self
+            .assembling
+            .get(&instance)
+            .is_some_and(|asm| asm.ballot <= ballot)
+        {
+            self.assembling.remove(&instance);
         }
         self.promised = ballot;
         let vid = value.vid;
@@ -774,6 +895,7 @@ impl Acceptor {
         self.accepted = self.accepted.split_off(&instance);
         self.decided = self.decided.split_off(&instance);
         self.held_votes.retain(|&i, _| i >= instance);
+        self.assembling = self.assembling.split_off(&instance);
         self.truncated_below = instance;
         self.decided_prefix = self.decided_prefix.max(instance);
         while self.decided.contains_key(&self.decided_prefix) {
@@ -813,6 +935,13 @@ impl Acceptor {
             "a truncated instance is not counted as decided"
         );
         assert!(self.last_persisted < self.next_token);
+        assert!(
+            self.assembling.len() <= ASSEMBLIES_MAX,
+            "assembling more than ASSEMBLIES_MAX instances"
+        );
+        if let Some((&i, _)) = self.assembling.first_key_value() {
+            assert!(i >= self.truncated_below, "assembling a truncated instance");
+        }
     }
 }
 
@@ -843,6 +972,7 @@ mod tests {
                 reply_to: 4,
                 op: Op::Read { key: seq },
             }],
+            parts: Vec::new(),
         })
     }
 
@@ -934,6 +1064,7 @@ mod tests {
                 value: v.clone(),
                 decided: vec![],
                 ring: 0b111,
+                part: None,
             },
             &mut out,
         );
@@ -981,6 +1112,7 @@ mod tests {
                 value: v.clone(),
                 decided: vec![],
                 ring: 0b111,
+                part: None,
             },
             &mut out,
         );
@@ -1010,6 +1142,7 @@ mod tests {
                 value: v.clone(),
                 decided: vec![],
                 ring: 0b111,
+                part: None,
             },
             &mut out,
         );
@@ -1072,6 +1205,7 @@ mod tests {
                 value: v.clone(),
                 decided: vec![],
                 ring: 0b111,
+                part: None,
             },
             &mut out,
         );
@@ -1105,6 +1239,7 @@ mod tests {
                 value: v,
                 decided: vec![],
                 ring: 0b111,
+                part: None,
             },
             &mut out,
         );
@@ -1169,6 +1304,7 @@ mod tests {
                 value: value(1),
                 decided: vec![],
                 ring: 0b111,
+                part: None,
             },
             &mut out,
         );
@@ -1180,6 +1316,7 @@ mod tests {
                 value: value(2),
                 decided: vec![(1, value(1).vid)],
                 ring: 0b111,
+                part: None,
             },
             &mut out,
         );
@@ -1205,6 +1342,7 @@ mod tests {
                 value: value(seq),
                 decided: vec![],
                 ring: 0b111,
+                part: None,
             },
             out,
         );
@@ -1446,5 +1584,258 @@ mod tests {
         a.on_persisted(2, &mut out);
         assert_eq!(out, vec![Action::TruncateLog { below_token: 2 }]);
         a.invariants();
+    }
+}
+
+/// Paper 001 §III-C with Ring Paxos: the acceptors take a partitioned value as its
+/// partitions' parts and assemble it.
+#[cfg(test)]
+mod parts_tests {
+    use super::*;
+    use partita_types::{Command, Op, PartitionLayout, PartitionMap};
+
+    /// Ring [1, 2, 3] (coordinator 3), learners 4 and 5 in two partitions of 0..100.
+    fn partitioned() -> Membership {
+        Membership {
+            protocol: Protocol::RingPaxos,
+            acceptors: vec![1, 2, 3],
+            coordinator: 3,
+            learners: vec![4, 5],
+            partitions: PartitionLayout {
+                map: PartitionMap::new(2, 100).unwrap(),
+                replicas: vec![vec![4], vec![5]],
+            },
+        }
+    }
+
+    fn vid(seq: u64, round: u64) -> Vid {
+        Vid {
+            ballot: Ballot::new(round, 3),
+            seq,
+        }
+    }
+
+    /// Part `p` of a two-part value of id `vid`: one insert of key `p * 50 + seq`.
+    fn part(vid: Vid, p: u32) -> Arc<Value> {
+        let key = p as u64 * 50 + vid.seq;
+        Arc::new(Value::new(
+            vid,
+            vec![Command {
+                client: 1,
+                seq: vid.seq,
+                reply_to: 4,
+                op: Op::Insert { key, value: key },
+            }],
+        ))
+    }
+
+    fn phase2a(vid: Vid, p: u32) -> Msg {
+        Msg::Phase2A {
+            ballot: vid.ballot,
+            instance: 1,
+            value: part(vid, p),
+            decided: vec![],
+            ring: 0b111,
+            part: Some(Part { index: p, count: 2 }),
+        }
+    }
+
+    fn whole(vid: Vid) -> Value {
+        Value::from_parts(vid, &[(*part(vid, 0)).clone(), (*part(vid, 1)).clone()])
+    }
+
+    #[test]
+    fn parts_in_any_order_are_persisted_once_assembled_then_voted() {
+        let v = vid(7, 1);
+        for order in [[0, 1], [1, 0]] {
+            let mut a = Acceptor::new(1, partitioned());
+            let mut out = Vec::new();
+            a.on_message(3, phase2a(v, order[0]), &mut out);
+            assert_eq!(out, vec![], "half a value: nothing to persist or vote");
+            assert!(a.accepted(1).is_none());
+            // The same part again changes nothing.
+            a.on_message(3, phase2a(v, order[0]), &mut out);
+            assert_eq!(out, vec![]);
+            a.on_message(3, phase2a(v, order[1]), &mut out);
+            assert_eq!(
+                out,
+                vec![Action::Persist {
+                    token: 1,
+                    record: AcceptorRecord::Accept {
+                        instance: 1,
+                        ballot: v.ballot,
+                        value: Arc::new(whole(v)),
+                    }
+                }]
+            );
+            out.clear();
+            a.on_persisted(1, &mut out);
+            // First in the ring: the vote starts once the assembled value is durable.
+            assert_eq!(
+                out,
+                vec![Action::Send {
+                    to: 2,
+                    msg: Msg::RingVote {
+                        ballot: v.ballot,
+                        instance: 1,
+                        vid: v,
+                        votes: 0b001,
+                        ring: 0b111,
+                    }
+                }]
+            );
+            assert_eq!(a.accepted(1).unwrap().1.as_ref(), &whole(v));
+            // A retransmitted part is a retransmission: vote again, write nothing.
+            out.clear();
+            a.on_message(3, phase2a(v, 1), &mut out);
+            assert!(matches!(
+                &out[..],
+                [Action::Send {
+                    to: 2,
+                    msg: Msg::RingVote { .. }
+                }]
+            ));
+            a.invariants();
+        }
+    }
+
+    #[test]
+    fn a_ring_vote_waits_until_every_part_is_here_and_durable() {
+        let v = vid(3, 1);
+        let mut second = Acceptor::new(2, partitioned());
+        let mut out = Vec::new();
+        second.on_message(3, phase2a(v, 0), &mut out);
+        let vote = Msg::RingVote {
+            ballot: v.ballot,
+            instance: 1,
+            vid: v,
+            votes: 0b001,
+            ring: 0b111,
+        };
+        second.on_message(1, vote, &mut out);
+        assert_eq!(out, vec![], "no value held: the vote waits");
+        second.on_message(3, phase2a(v, 1), &mut out);
+        assert!(matches!(&out[..], [Action::Persist { token: 1, .. }]));
+        out.clear();
+        second.on_persisted(1, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 3,
+                msg: Msg::RingVote {
+                    ballot: v.ballot,
+                    instance: 1,
+                    vid: v,
+                    votes: 0b011,
+                    ring: 0b111,
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn parts_of_a_higher_ballot_replace_a_partial_assembly_and_conflicts_are_dropped() {
+        let (old, new) = (vid(1, 1), vid(2, 2));
+        let mut a = Acceptor::new(1, partitioned());
+        let mut out = Vec::new();
+        a.on_message(3, phase2a(old, 0), &mut out);
+        // Another value id under the same ballot: only a faulty coordinator sends it.
+        let forged = vid(9, 1);
+        a.on_message(3, phase2a(forged, 1), &mut out);
+        assert_eq!(out, vec![]);
+        assert_eq!(a.drops().0.get("conflicting_part"), Some(&1));
+        // A new leader's proposal replaces the half-assembled old one; the rest of
+        // the old one is stale (nothing was promised or accepted: no Nack needed).
+        a.on_message(3, phase2a(new, 1), &mut out);
+        a.on_message(3, phase2a(old, 1), &mut out);
+        assert_eq!(out, vec![]);
+        assert_eq!(a.drops().0.get("stale_ballot"), Some(&1));
+        a.on_message(3, phase2a(new, 0), &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Persist {
+                token: 1,
+                record: AcceptorRecord::Accept {
+                    instance: 1,
+                    ballot: new.ballot,
+                    value: Arc::new(whole(new)),
+                }
+            }]
+        );
+        a.invariants();
+    }
+
+    #[test]
+    fn half_assembled_instances_are_bounded_and_truncation_drops_them() {
+        let mut a = Acceptor::new(1, partitioned());
+        let mut out = Vec::new();
+        for i in 1..=(ASSEMBLIES_MAX as u64 + 10) {
+            let v = vid(i, 1);
+            a.on_message(
+                3,
+                Msg::Phase2A {
+                    ballot: v.ballot,
+                    instance: i,
+                    value: part(v, 0),
+                    decided: vec![],
+                    ring: 0b111,
+                    part: Some(Part { index: 0, count: 2 }),
+                },
+                &mut out,
+            );
+            a.invariants();
+        }
+        assert_eq!(a.assembling.len(), ASSEMBLIES_MAX);
+        assert_eq!(a.drops().0.get("parts_evicted"), Some(&10));
+        assert_eq!(
+            *a.assembling.keys().next().unwrap(),
+            11,
+            "the oldest go first"
+        );
+        a.truncate_below(500);
+        assert_eq!(*a.assembling.keys().next().unwrap(), 500);
+        a.invariants();
+    }
+
+    #[test]
+    fn malformed_parts_and_split_values_fail_the_message_check() {
+        let v = vid(1, 1);
+        let with_part = |part| Msg::Phase2A {
+            ballot: v.ballot,
+            instance: 1,
+            value: part_value(v),
+            decided: vec![],
+            ring: 0b111,
+            part,
+        };
+        fn part_value(v: Vid) -> Arc<Value> {
+            part(v, 0)
+        }
+        assert!(with_part(Some(Part { index: 0, count: 2 })).check().is_ok());
+        assert!(with_part(Some(Part { index: 2, count: 2 }))
+            .check()
+            .is_err());
+        assert!(with_part(Some(Part {
+            index: 0,
+            count: 65
+        }))
+        .check()
+        .is_err());
+        let mut bad = whole(v);
+        bad.parts = vec![2, 1];
+        let msg = Msg::DecideValue {
+            instance: 1,
+            value: Arc::new(bad.clone()),
+        };
+        assert!(msg.check().is_err(), "parts that do not add up");
+        let split_part = Msg::Phase2A {
+            ballot: v.ballot,
+            instance: 1,
+            value: Arc::new(whole(v)),
+            decided: vec![],
+            ring: 0b111,
+            part: Some(Part { index: 0, count: 2 }),
+        };
+        assert!(split_part.check().is_err(), "a part that is itself split");
     }
 }

@@ -12,7 +12,7 @@
 //! more commands, so that batches grow under load while an idle system proposes at once.
 
 use crate::{
-    command_bytes, send_all, CoordinatorConfig, Drop, DropCounts, Membership, Msg, Outbox,
+    command_bytes, send_all, CoordinatorConfig, Drop, DropCounts, Membership, Msg, Outbox, Part,
     Protocol, Value, Vid,
 };
 use partita_types::{Ballot, ClientId, Command, Instance, NodeId};
@@ -458,10 +458,10 @@ impl Coordinator {
             for i in self.next_instance.max(p.from)..=max {
                 let v = match p.reported.get(&i) {
                     Some((_, v)) => v.clone(),
-                    None => Arc::new(Value {
-                        vid: self.fresh_vid(),
-                        commands: Vec::new(),
-                    }),
+                    None => {
+                        let noop = Value::new(self.fresh_vid(), Vec::new());
+                        Arc::new(self.canonical(noop))
+                    }
                 };
                 self.forced.insert(i, v);
             }
@@ -733,7 +733,20 @@ impl Coordinator {
         for c in &commands {
             self.queued.insert((c.client, c.seq), Queued::In(vid));
         }
-        Value { vid, commands }
+        self.canonical(Value::new(vid, commands))
+    }
+
+    /// The form in which this coordinator proposes a new value: split into the
+    /// partitions' parts under Ring Paxos with state partitioning (each part goes to
+    /// its partition's group, which the acceptors also listen to: see
+    /// [`Coordinator::send_phase2a`]), whole otherwise. Values that Phase 1 obliges us
+    /// to re-propose keep the form they were accepted in.
+    fn canonical(&self, value: Value) -> Value {
+        if self.membership.protocol == Protocol::RingPaxos && self.membership.is_partitioned() {
+            value.split(&self.membership.partitions.map)
+        } else {
+            value
+        }
     }
 
     /// What each group of learners receives of `value`: all of it for everyone, or,
@@ -761,30 +774,51 @@ impl Coordinator {
 
     fn send_phase2a(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {
         let acceptors: Vec<NodeId> = self.membership.acceptors.clone();
-        let msg = |value: Arc<Value>, decided: Vec<(Instance, Vid)>| Msg::Phase2A {
-            ballot: self.ballot,
-            instance,
-            value,
-            decided,
-            ring: self.ring_mask,
-        };
+        let msg =
+            |value: Arc<Value>, decided: Vec<(Instance, Vid)>, part: Option<Part>| Msg::Phase2A {
+                ballot: self.ballot,
+                instance,
+                value,
+                decided,
+                ring: self.ring_mask,
+                part,
+            };
         match self.membership.protocol {
             Protocol::RingPaxos => {
-                // The value goes once to acceptors and learners (per partition, its
-                // part); decisions ride along.
+                // The value goes once to acceptors and learners; decisions ride along.
                 let decided = std::mem::take(&mut self.unannounced);
                 if !self.membership.is_partitioned() {
                     let mut to = acceptors;
                     to.extend(&self.membership.learners);
-                    send_all(out, &to, msg(value, decided));
+                    send_all(out, &to, msg(value, decided, None));
                     return;
                 }
-                send_all(out, &acceptors, msg(value.clone(), decided.clone()));
+                let map = self.membership.partitions.map;
+                let count = map.count();
+                if value.is_split() && value.parts.len() == count as usize {
+                    // Paper 001 §III-C: one dissemination group per partition, which
+                    // the acceptors listen to as well. Each part goes once to its
+                    // group (one datagram with IP multicast), so the value leaves the
+                    // coordinator once; acceptors assemble the parts, learners keep
+                    // their own.
+                    for p in 0..count {
+                        let part = Arc::new(value.part(p).expect("a consistent split value"));
+                        let mut to = acceptors.clone();
+                        to.extend(self.membership.learners_of(p));
+                        let tag = Part { index: p, count };
+                        send_all(out, &to, msg(part, decided.clone(), Some(tag)));
+                    }
+                    return;
+                }
+                // A value accepted whole (Phase 1 found it so): whole to the acceptors,
+                // which must store exactly what was accepted, and its projections to
+                // the partitions' learners.
+                send_all(out, &acceptors, msg(value.clone(), decided.clone(), None));
                 for (learners, part) in self.for_learners(&value) {
-                    send_all(out, &learners, msg(part, decided.clone()));
+                    send_all(out, &learners, msg(part, decided.clone(), None));
                 }
             }
-            Protocol::MultiPaxos => send_all(out, &acceptors, msg(value, Vec::new())),
+            Protocol::MultiPaxos => send_all(out, &acceptors, msg(value, Vec::new(), None)),
         }
     }
 
@@ -899,9 +933,13 @@ mod tests {
         c
     }
 
-    /// Paper 001 §III-C: acceptors get the whole value; each partition's learners get
-    /// the sub-commands addressed to their partition (a command for both partitions
-    /// reaches both, each with its part), under the same value id.
+    /// Paper 001 §III-C: each partition's learners get the sub-commands addressed to
+    /// their partition (a command for both partitions reaches both, each with its
+    /// part), under the same value id. Ring Paxos: the acceptors listen to every
+    /// partition's group, so each part goes once to its group (acceptors and that
+    /// partition's learners, one identical message) and nothing else leaves; the
+    /// coordinator keeps the split value. Multi-Paxos: acceptors get the whole value,
+    /// learners their part with the decision.
     #[test]
     fn partitioned_phase2a_sends_each_partition_its_part() {
         for protocol in [Protocol::RingPaxos, Protocol::MultiPaxos] {
@@ -920,17 +958,57 @@ mod tests {
                 op: Op::Query { min, max },
             };
             c.on_command(q(10, 80), &mut out);
-            let whole = out
+            let phase2a: Vec<(NodeId, Arc<Value>, Option<Part>)> = out
                 .iter()
-                .find_map(|a| match a {
+                .filter_map(|a| match a {
                     Action::Send {
-                        to: 1,
-                        msg: Msg::Phase2A { value, .. },
-                    } => Some(value.clone()),
+                        to,
+                        msg: Msg::Phase2A { value, part, .. },
+                    } => Some((*to, value.clone(), *part)),
                     _ => None,
                 })
-                .expect("phase 2A to an acceptor");
-            assert_eq!(whole.commands, vec![q(10, 80)]);
+                .collect();
+            let vid = phase2a[0].1.vid;
+            let parts = [q(10, 49), q(50, 80)];
+            match protocol {
+                Protocol::RingPaxos => {
+                    // Part 0 to acceptors 1, 2, 3 and learner 4; part 1 to the
+                    // acceptors and learner 5; in that order, nothing else.
+                    let want: Vec<(NodeId, Vec<Command>, Option<Part>)> =
+                        [(0, [1, 2, 3, 4]), (1, [1, 2, 3, 5])]
+                            .into_iter()
+                            .flat_map(|(p, to)| {
+                                let parts = &parts;
+                                to.into_iter().map(move |n| {
+                                    (
+                                        n,
+                                        vec![parts[p as usize].clone()],
+                                        Some(Part { index: p, count: 2 }),
+                                    )
+                                })
+                            })
+                            .collect();
+                    let got: Vec<(NodeId, Vec<Command>, Option<Part>)> = phase2a
+                        .iter()
+                        .map(|(to, v, part)| (*to, v.commands.clone(), *part))
+                        .collect();
+                    assert_eq!(got, want);
+                    assert!(phase2a
+                        .iter()
+                        .all(|(_, v, _)| v.vid == vid && !v.is_split()));
+                    // What the acceptors assemble is what the coordinator keeps.
+                    let assembled =
+                        Value::from_parts(vid, &[(*phase2a[0].1).clone(), (*phase2a[4].1).clone()]);
+                    assert_eq!(assembled.parts, vec![1, 1]);
+                    assert_eq!(c.in_flight[&1].value.as_ref(), &assembled);
+                }
+                Protocol::MultiPaxos => {
+                    assert_eq!(phase2a.len(), 3, "whole value to each acceptor");
+                    assert!(phase2a.iter().all(|(to, v, part)| *to <= 3
+                        && v.commands == vec![q(10, 80)]
+                        && part.is_none()));
+                }
+            }
             // Decide it (Multi-Paxos sends learners the value with the decision).
             for a in [1, 2] {
                 c.on_message(
@@ -938,13 +1016,13 @@ mod tests {
                     Msg::Phase2B {
                         ballot: b,
                         instance: 1,
-                        vid: whole.vid,
+                        vid,
                         votes: 1 << (a - 1),
                     },
                     &mut out,
                 );
             }
-            for (learner, part) in [(4, q(10, 49)), (5, q(50, 80))] {
+            for (learner, part) in [(4, &parts[0]), (5, &parts[1])] {
                 let got: Vec<_> = out
                     .iter()
                     .filter_map(|a| match a {
@@ -956,8 +1034,8 @@ mod tests {
                     })
                     .collect();
                 assert_eq!(got.len(), 1, "{protocol:?}: learner {learner}: {out:?}");
-                assert_eq!(got[0].vid, whole.vid);
-                assert_eq!(got[0].commands, vec![part], "{protocol:?}");
+                assert_eq!(got[0].vid, vid);
+                assert_eq!(&got[0].commands, &vec![part.clone()], "{protocol:?}");
             }
         }
     }
@@ -1052,6 +1130,7 @@ mod tests {
                     seq,
                 },
                 commands: vec![cmd(seq)],
+                parts: Vec::new(),
             })
         };
         c.on_message(

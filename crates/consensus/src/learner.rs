@@ -159,8 +159,24 @@ impl Learner {
                 instance,
                 value,
                 decided,
+                part,
                 ..
             } => {
+                let theirs = match (&self.partition, part) {
+                    (Some((map, p)), Some(part)) => part.index != *p || part.count != map.count(),
+                    (None, Some(_)) => true,
+                    (_, None) => false,
+                };
+                if theirs {
+                    // Another partition's part (this node is also an acceptor, which
+                    // listens to every partition's group): its decisions still count.
+                    self.leader_ballot = self.leader_ballot.max(ballot);
+                    for (i, vid) in decided {
+                        self.on_decided_id(i, vid);
+                    }
+                    self.deliver(out);
+                    return;
+                }
                 let value = self.local(value);
                 self.leader_ballot = self.leader_ballot.max(ballot);
                 for (i, vid) in decided {
@@ -484,6 +500,7 @@ mod tests {
                 seq,
             },
             commands: vec![],
+            parts: Vec::new(),
         })
     }
 
@@ -494,6 +511,7 @@ mod tests {
             value,
             decided,
             ring: 0b111,
+            part: None,
         }
     }
 
@@ -544,6 +562,7 @@ mod tests {
                     seq: i,
                 },
                 commands: vec![],
+                parts: Vec::new(),
             })
         };
         l.on_message(3, p2a(2, v(2), vec![]), &mut out);
@@ -598,6 +617,7 @@ mod tests {
                 seq: 7,
             },
             commands: vec![],
+            parts: Vec::new(),
         });
         l.on_message(3, p2a(2, other.clone(), vec![]), &mut out);
         assert_eq!(
@@ -838,6 +858,7 @@ mod tests {
                 seq: 9,
             },
             commands: vec![],
+            parts: Vec::new(),
         });
         // Acceptor 1 still holds an older proposal for instance 1, acceptor 2 the
         // value of the higher ballot (the decided one); one answer is not a majority.

@@ -252,25 +252,107 @@ pub struct Vid {
 
 /// A value to be ordered: a batch of client commands (possibly empty: the no-op that
 /// fills a gap after Phase 1).
+///
+/// With state partitioning under Ring Paxos a value is *split* (paper 001 §III-C): the
+/// coordinator sends each partition's part to that partition's dissemination group,
+/// which the acceptors also listen to, so a value leaves the coordinator once, in parts,
+/// and each acceptor assembles it. A split value holds the parts one after the other,
+/// in partition order (`commands` are then sub-commands), and `parts[p]` says how many
+/// commands part `p` has; projecting it onto a partition is taking a slice. A whole
+/// value (`parts` empty) holds client commands as they were sent, and projecting it
+/// splits each command ([`PartitionMap::sub_op`]). A split value cannot be rebuilt into
+/// the whole one (a `next` addresses several partitions with the same sub-command), so
+/// it is a form of its own, under the same id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Value {
     pub vid: Vid,
     pub commands: Vec<Command>,
+    /// Split values: the number of commands of each partition's part, in partition
+    /// order (they add up to `commands.len()`). Empty for a whole value.
+    pub parts: Vec<u32>,
+}
+
+/// Which part of a split value a partitioned Phase 2A carries: part `index` of `count`
+/// (one per partition).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub index: u32,
+    pub count: u32,
 }
 
 impl Value {
+    /// A whole value: these client commands, under `vid`.
+    pub fn new(vid: Vid, commands: Vec<Command>) -> Value {
+        Value {
+            vid,
+            commands,
+            parts: Vec::new(),
+        }
+    }
+
+    /// The split value made of `parts` (each a whole value holding one partition's
+    /// sub-commands, in partition order), under `vid`.
+    pub fn from_parts(vid: Vid, parts: &[Value]) -> Value {
+        Value {
+            vid,
+            commands: parts
+                .iter()
+                .flat_map(|p| p.commands.iter().cloned())
+                .collect(),
+            parts: parts.iter().map(|p| p.commands.len() as u32).collect(),
+        }
+    }
+
     pub fn is_noop(&self) -> bool {
         self.commands.is_empty()
     }
 
+    /// Whether this is a split value (see the type's doc).
+    pub fn is_split(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
+    /// Whether `parts` describes `commands` (a split value from a peer may not).
+    pub fn parts_consistent(&self) -> bool {
+        self.parts.is_empty()
+            || (self.parts.len() <= PARTS_MAX
+                && self.parts.iter().map(|&n| n as usize).sum::<usize>() == self.commands.len())
+    }
+
+    /// Part `p` of a split value, as a whole value of its own under the same id.
+    /// `None` if this value is not split into that many parts.
+    pub fn part(&self, p: PartitionId) -> Option<Value> {
+        if !self.parts_consistent() || p as usize >= self.parts.len() {
+            return None;
+        }
+        let start: usize = self.parts[..p as usize].iter().map(|&n| n as usize).sum();
+        let end = start + self.parts[p as usize] as usize;
+        Some(Value::new(self.vid, self.commands[start..end].to_vec()))
+    }
+
+    /// Split this value into one part per partition of `map` (a split value of that
+    /// many parts is returned as it is).
+    pub fn split(&self, map: &PartitionMap) -> Value {
+        if self.is_split() && self.parts.len() == map.count() as usize {
+            return self.clone();
+        }
+        let parts: Vec<Value> = (0..map.count()).map(|p| self.project(map, p)).collect();
+        Value::from_parts(self.vid, &parts)
+    }
+
     /// What partition `p` of `map` receives of this value (paper 001 §III-C): the
-    /// sub-command of each command that addresses `p`, in order, under the same id.
-    /// Idempotent: projecting a projection onto the same partition changes nothing.
+    /// sub-command of each command that addresses `p`, in order, under the same id; of
+    /// a split value, its part `p`. Idempotent: projecting a projection onto the same
+    /// partition changes nothing.
     pub fn project(&self, map: &PartitionMap, p: PartitionId) -> Value {
-        Value {
-            vid: self.vid,
-            commands: self
-                .commands
+        if self.is_split() && self.parts.len() == map.count() as usize {
+            if let Some(part) = self.part(p) {
+                return part;
+            }
+        }
+        Value::new(
+            self.vid,
+            self.commands
                 .iter()
                 .filter_map(|c| {
                     map.sub_op(&c.op, p).map(|op| Command {
@@ -281,14 +363,20 @@ impl Value {
                     })
                 })
                 .collect(),
-        }
+        )
     }
 
-    /// Whether every command of this value addresses only partition `p`.
+    /// Whether every command of this value addresses only partition `p` (so that the
+    /// value is its own projection onto `p`). Never for a split value of several parts.
     pub fn only_for(&self, map: &PartitionMap, p: PartitionId) -> bool {
-        self.commands.iter().all(|c| map.mask(&c.op) == 1u64 << p)
+        (!self.is_split() || self.parts.len() == 1)
+            && self.commands.iter().all(|c| map.mask(&c.op) == 1u64 << p)
     }
 }
+
+/// The most parts a split value may have (one per partition; partition masks are 64
+/// bits wide).
+pub const PARTS_MAX: usize = 64;
 
 /// Approximate encoded size of a command, used for the batch size bound.
 pub fn command_bytes(c: &Command) -> usize {
@@ -325,12 +413,16 @@ pub enum Msg {
     /// Coordinator → acceptors (and, in Ring Paxos, learners). `decided` piggybacks
     /// decisions by id (Ring Paxos).
     /// `ring` (Ring Paxos) is the mask of acceptors in this ballot's ring.
+    /// `part` (Ring Paxos with state partitioning): `value` is that part of a split
+    /// value, sent to one partition's dissemination group (its learners and every
+    /// acceptor); acceptors assemble the parts. `None`: `value` is whole.
     Phase2A {
         ballot: Ballot,
         instance: Instance,
         value: Arc<Value>,
         decided: Vec<(Instance, Vid)>,
         ring: u64,
+        part: Option<Part>,
     },
     /// Ring Paxos: a vote travelling the ring; `votes` has one bit per acceptor index;
     /// `ring` is the mask of the ring it travels.
@@ -486,6 +578,20 @@ impl Msg {
         fn vid(v: &Vid) -> Result<(), &'static str> {
             ballot(&v.ballot)
         }
+        fn value(v: &Value) -> Result<(), &'static str> {
+            vid(&v.vid)?;
+            v.parts_consistent()
+                .then_some(())
+                .ok_or("a split value whose parts do not add up")
+        }
+        fn part(p: &Option<Part>, v: &Value) -> Result<(), &'static str> {
+            match p {
+                None => Ok(()),
+                Some(p) => (p.index < p.count && p.count as usize <= PARTS_MAX && !v.is_split())
+                    .then_some(())
+                    .ok_or("a part out of range, or a part that is split again"),
+            }
+        }
         fn range(from: Instance, to: Instance) -> Result<(), &'static str> {
             inst(from)?;
             inst(to)?;
@@ -498,7 +604,7 @@ impl Msg {
         }
         fn accepted(a: &[(Instance, Ballot, Arc<Value>)]) -> Result<(), &'static str> {
             a.iter()
-                .try_for_each(|(i, b, v)| inst(*i).and(ballot(b)).and(vid(&v.vid)))
+                .try_for_each(|(i, b, v)| inst(*i).and(ballot(b)).and(value(v)))
         }
         match self {
             Msg::Phase1A {
@@ -523,12 +629,14 @@ impl Msg {
             Msg::Phase2A {
                 ballot: b,
                 instance,
-                value,
+                value: v,
                 decided: d,
+                part: p,
                 ..
             } => ballot(b)
                 .and(inst(*instance))
-                .and(vid(&value.vid))
+                .and(value(v))
+                .and(part(p, v))
                 .and(decided(d)),
             Msg::RingVote {
                 ballot: b,
@@ -543,7 +651,7 @@ impl Msg {
                 ..
             } => ballot(b).and(inst(*instance)).and(vid(v)),
             Msg::Decide { decided: d } => decided(d),
-            Msg::DecideValue { instance, value } => inst(*instance).and(vid(&value.vid)),
+            Msg::DecideValue { instance, value: v } => inst(*instance).and(value(v)),
             Msg::Heartbeat {
                 ballot: b,
                 decided_up_to,
@@ -551,9 +659,9 @@ impl Msg {
             Msg::Alive { ballot: b } => ballot(b),
             Msg::Forward { .. } => Ok(()),
             Msg::LearnRequest { from, to } | Msg::ReadAccepted { from, to } => range(*from, *to),
-            Msg::LearnReply { decided } => decided
-                .iter()
-                .try_for_each(|(i, v)| inst(*i).and(vid(&v.vid))),
+            Msg::LearnReply { decided } => {
+                decided.iter().try_for_each(|(i, v)| inst(*i).and(value(v)))
+            }
             Msg::AcceptedValues {
                 from,
                 to,
@@ -702,6 +810,13 @@ pub enum Drop {
     /// faulty or hostile peer sends one. The first decision stands; the simulator
     /// treats any such drop as an agreement violation.
     ConflictingDecision,
+    /// A part of a split value that does not fit the parts an acceptor holds for its
+    /// instance (another value id or part count in the same ballot): only a faulty
+    /// peer sends one.
+    ConflictingPart,
+    /// Parts of an instance evicted unassembled: the acceptor was assembling too many
+    /// instances at once (`ASSEMBLIES_MAX`).
+    PartsEvicted,
 }
 
 /// The [`DropCounts`] name of [`Drop::ConflictingDecision`].
@@ -728,6 +843,8 @@ fn drop_name(d: Drop) -> &'static str {
         Drop::AlreadyDecided => "already_decided",
         Drop::NoValue => "no_value",
         Drop::QueueFull => "queue_full",
+        Drop::ConflictingPart => "conflicting_part",
+        Drop::PartsEvicted => "parts_evicted",
         Drop::FromNonMember => "from_non_member",
         Drop::Truncated => "truncated",
         Drop::ConflictingDecision => CONFLICTING_DECISION,
@@ -881,5 +998,63 @@ mod tests {
         bad.acceptors = vec![1, 1];
         assert!(bad.validate().is_err());
         assert!(m().validate().is_ok());
+    }
+}
+
+/// Split values (paper 001 §III-C as Partita sends it with Ring Paxos): whatever the
+/// commands, a partition's part of the split value is what projecting the whole value
+/// gives that partition, so learners, acceptors and the coordinator agree on every
+/// partition's commands whichever form they hold.
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+    use partita_types::{BatchOp, Op};
+    use proptest::prelude::*;
+
+    fn op() -> impl Strategy<Value = Op> {
+        let key = 0u64..130;
+        prop_oneof![
+            (key.clone(), any::<u64>()).prop_map(|(key, value)| Op::Insert { key, value }),
+            key.clone().prop_map(|key| Op::Delete { key }),
+            key.clone().prop_map(|key| Op::Read { key }),
+            (key.clone(), key.clone()).prop_map(|(a, b)| Op::Query { min: a, max: b }),
+            key.clone().prop_map(|key| Op::Next { key }),
+            key.clone().prop_map(|key| Op::Prev { key }),
+            prop::collection::vec(
+                (key.clone(), any::<bool>()).prop_map(|(key, ins)| if ins {
+                    BatchOp::Insert { key, value: key }
+                } else {
+                    BatchOp::Delete { key }
+                }),
+                0..8
+            )
+            .prop_map(Op::Batch),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn parts_are_projections(ops in prop::collection::vec(op(), 0..12), partitions in 1u32..5) {
+            let map = PartitionMap::new(partitions, 120).unwrap();
+            let vid = Vid { ballot: Ballot::new(1, 1), seq: 9 };
+            let commands = ops
+                .into_iter()
+                .enumerate()
+                .map(|(i, op)| Command { client: i as u64 % 3, seq: i as u64, reply_to: 4, op })
+                .collect();
+            let whole = Value::new(vid, commands);
+            let split = whole.split(&map);
+            prop_assert!(split.parts_consistent());
+            prop_assert_eq!(split.parts.len(), partitions as usize);
+            prop_assert_eq!(split.split(&map), split.clone(), "splitting is idempotent");
+            let parts: Vec<Value> = (0..partitions).map(|p| split.part(p).unwrap()).collect();
+            prop_assert_eq!(Value::from_parts(vid, &parts), split.clone());
+            for p in 0..partitions {
+                prop_assert_eq!(split.project(&map, p), whole.project(&map, p));
+                prop_assert_eq!(&parts[p as usize], &whole.project(&map, p));
+                prop_assert!(!parts[p as usize].is_split());
+            }
+            prop_assert!(split.part(partitions).is_none());
+        }
     }
 }

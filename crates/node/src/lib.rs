@@ -622,6 +622,7 @@ impl NodeCore {
                     seq: self.cs_instance,
                 },
                 commands: vec![cmd],
+                parts: Vec::new(),
             };
             r.execute(self.cs_instance, &value, &mut self.replies);
             self.flush_replies(out);

@@ -83,6 +83,7 @@ impl Rng {
         Arc::new(Value {
             vid: self.vid(near),
             commands,
+            parts: Vec::new(),
         })
     }
     /// Any operation, with keys at the edges too (`u64::MAX`, ranges that end before
@@ -170,6 +171,7 @@ impl Rng {
                 value: self.value(b),
                 decided: self.decided(b, at),
                 ring: self.num(7),
+                part: None,
             },
             4 => Msg::RingVote {
                 ballot: self.ballot(b),

@@ -62,6 +62,7 @@ fn build_replica(entries: u64) -> SequentialReplica {
                 seq: 1,
             },
             commands: cmds,
+            parts: Vec::new(),
         },
         &mut out,
     );
@@ -71,6 +72,7 @@ fn build_replica(entries: u64) -> SequentialReplica {
             seq: 2,
         },
         commands: Vec::new(),
+        parts: Vec::new(),
     };
     for i in 2..=INSTANCE {
         r.execute(i, &empty, &mut out);

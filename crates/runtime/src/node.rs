@@ -315,6 +315,7 @@ fn same_msg(a: &Msg, b: &Msg) -> bool {
                 value: v1,
                 decided: d1,
                 ring: r1,
+                part: p1,
             },
             Msg::Phase2A {
                 ballot: b2,
@@ -322,8 +323,9 @@ fn same_msg(a: &Msg, b: &Msg) -> bool {
                 value: v2,
                 decided: d2,
                 ring: r2,
+                part: p2,
             },
-        ) => b1 == b2 && i1 == i2 && Arc::ptr_eq(v1, v2) && d1 == d2 && r1 == r2,
+        ) => b1 == b2 && i1 == i2 && Arc::ptr_eq(v1, v2) && d1 == d2 && r1 == r2 && p1 == p2,
         (
             Msg::DecideValue {
                 instance: i1,
@@ -688,7 +690,10 @@ async fn event_loop(
                         node.core.on_peer(from, msg, &mut node.out);
                         node.perform();
                     }
-                    Event::ClientHello { conn, client, tx } => { node.clients.insert(client, (conn, tx)); }
+                    Event::ClientHello { conn, client, tx } => {
+                        let _ = tx.try_send(Arc::new(to_frame(&Wire::ClientWelcome { node: node.id })));
+                        node.clients.insert(client, (conn, tx));
+                    }
                     Event::Request { cmd } => { node.core.on_request(cmd, &mut node.out); node.perform(); }
                     Event::Status { tx } => { let _ = tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status()))))); }
                     Event::Closed { conn } => node.clients.retain(|_, (c, _)| *c != conn),

@@ -17,6 +17,14 @@ pub enum Wire {
     ClientHello {
         client: ClientId,
     },
+    /// Node to client, first on a client connection: the node has registered the
+    /// connection, so replies for this client will come on it. A client sends its
+    /// first command only after the welcome of the replica it waits on; otherwise a
+    /// fast decision could find the replica not yet knowing where to send the reply
+    /// (dropped: the client would wait out its whole timeout).
+    ClientWelcome {
+        node: NodeId,
+    },
     Request(Command),
     Reply(Reply),
     /// The node cannot take the command (not the entry node, queue full); the client

@@ -88,6 +88,7 @@ fn checkpoint(cluster: u64, node: NodeId, instance: u64) -> Vec<u8> {
                 reply_to: node,
                 op: Op::Insert { key: i, value: i },
             }],
+            parts: Vec::new(),
         };
         r.execute(i, &value, &mut replies);
     }

@@ -106,6 +106,11 @@ pub fn fingerprint(v: &Value) -> u64 {
         z ^ (z >> 31)
     }
     let mut h = mix(0, v.commands.len() as u64);
+    // A split value and a whole one with the same commands are different values.
+    h = mix(h, v.parts.len() as u64);
+    for &n in &v.parts {
+        h = mix(h, n as u64);
+    }
     for c in &v.commands {
         h = mix(h, c.client);
         h = mix(h, c.seq);
@@ -218,8 +223,21 @@ impl Agreement {
     /// Look at one message sent by `from` to `to`.
     pub fn observe(&mut self, from: NodeId, to: NodeId, msg: &Msg) -> Result<(), String> {
         match msg {
-            Msg::Phase2A { value, decided, .. } => {
-                self.value(from, to, value)?;
+            Msg::Phase2A {
+                value,
+                decided,
+                part,
+                ..
+            } => {
+                match part {
+                    // One partition's part of a split value, to its group (the
+                    // partition's learners and every acceptor): it must agree with that
+                    // partition's part of every other copy of the value.
+                    Some(part) if self.partitioning.is_some() => {
+                        self.one_value(from, value, Some(part.index))?
+                    }
+                    _ => self.value(from, to, value)?,
+                }
                 for &(i, vid) in decided {
                     self.decision(from, i, vid)?;
                 }
@@ -343,6 +361,7 @@ mod tests {
                 reply_to: 4,
                 op: Op::Insert { key, value: 1 },
             }],
+            parts: Vec::new(),
         })
     }
 

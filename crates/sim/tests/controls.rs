@@ -146,7 +146,8 @@ fn forget_promise_is_caught() {
     // Two live leaders: the old one paused or cut off by a partition while another
     // acceptor takes over; an acceptor that promised the new ballot restarts, forgets
     // it and accepts the old leader's proposal, which the new leader also decides over.
-    // About 1 seed in 750 of this fault mix shows it (seeds 517 and 1120 of 0..1500);
+    // About 1 seed in 750 of this fault mix shows it (seeds 578, 858, 1080 and 2096 of
+    // 0..3000 since values carry their parts; any change to message sizes moves them);
     // the range below holds the first.
     let faults = FaultSelection::Only(vec![
         FaultClass::Pause,
@@ -155,7 +156,7 @@ fn forget_promise_is_caught() {
         FaultClass::OneWay,
         FaultClass::Reorder,
     ]);
-    let (seed, what) = control_ops("forget-promise", faults, true, 510..525, 1000);
+    let (seed, what) = control_ops("forget-promise", faults, true, 570..585, 1000);
     eprintln!("forget-promise caught at seed {seed}: {what}");
 }
 

@@ -648,6 +648,7 @@ mod tests {
                 seq: 0,
             },
             commands: cmds,
+            parts: Vec::new(),
         }
     }
 

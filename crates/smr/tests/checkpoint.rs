@@ -18,6 +18,7 @@ fn value(cmds: Vec<Command>) -> Value {
             seq: 0,
         },
         commands: cmds,
+        parts: Vec::new(),
     }
 }
 

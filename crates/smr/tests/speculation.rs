@@ -19,6 +19,7 @@ fn value(round: u32, seq: u64, cmds: Vec<Command>) -> Arc<Value> {
             seq,
         },
         commands: cmds,
+        parts: Vec::new(),
     })
 }
 

@@ -174,11 +174,16 @@ impl TestClient {
         wr.write_all(&to_frame(&Wire::ClientHello { client: id }))
             .await
             .unwrap();
+        let mut reader = FrameReader::new(rd);
+        match reader.next().await {
+            Ok(Wire::ClientWelcome { node }) => assert_eq!(node, replica),
+            other => panic!("node {replica} did not welcome the client: {other:?}"),
+        }
         TestClient {
             id,
             replica,
             seq: 0,
-            reader: FrameReader::new(rd),
+            reader,
             wr,
         }
     }
