@@ -308,6 +308,8 @@ impl Acceptor {
             }
             Msg::Alive { .. }
             | Msg::Forward { .. }
+            | Msg::ForwardBatch { .. }
+            | Msg::ForwardAck { .. }
             | Msg::Truncated { .. }
             | Msg::AcceptedValues { .. }
             | Msg::CheckpointRequest { .. }
@@ -828,6 +830,7 @@ mod tests {
             coordinator: 3,
             learners: vec![4],
             partitions: Default::default(),
+            batchers: Vec::new(),
         }
     }
 
@@ -1214,6 +1217,7 @@ mod tests {
         Membership {
             learners: vec![4, 5, 6],
             partitions: Default::default(),
+            batchers: Vec::new(),
             ..membership(Protocol::MultiPaxos)
         }
     }
@@ -1336,6 +1340,7 @@ mod tests {
             Membership {
                 learners: vec![4],
                 partitions: Default::default(),
+                batchers: Vec::new(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1361,6 +1366,7 @@ mod tests {
             Membership {
                 learners: vec![4],
                 partitions: Default::default(),
+                batchers: Vec::new(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1434,6 +1440,7 @@ mod tests {
             Membership {
                 learners: vec![4],
                 partitions: Default::default(),
+                batchers: Vec::new(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
