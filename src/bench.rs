@@ -136,6 +136,7 @@ pub async fn preload(cluster: &ClusterConfig, n: u64, progress: bool) -> anyhow:
             let opts = ClientOptions {
                 timeout: Duration::from_secs(5),
                 give_up: Duration::from_secs(120),
+                entry_index: Some(l),
                 ..Default::default()
             };
             let mut c = Client::connect(cluster, opts).await?;
@@ -204,7 +205,11 @@ pub async fn run(
             let mut rng = rand::rngs::StdRng::seed_from_u64(
                 cfg.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
             );
-            let mut client = Client::connect(cluster, ClientOptions::default()).await?;
+            let opts = ClientOptions {
+                entry_index: Some(i as u64),
+                ..ClientOptions::default()
+            };
+            let mut client = Client::connect(cluster, opts).await?;
             let mut records = Vec::new();
             let mut tentative = Vec::new();
             let mut timeouts = 0u64;

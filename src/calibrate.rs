@@ -10,6 +10,7 @@
 //! | B+tree insert, delete, update, read, next, prev, and range queries of 1 to 1000 keys (a line over the keys returned) on a bulk-loaded tree of `--entries` entries, keys drawn as `partita bench` draws them | `BPlusTree::execute` (result and undo record included, as the replica runs it) | `btree_kind_ns`, `btree_query_entry_ps`, `btree_op_ns` |
 //! | a replica executing values of 64 updates, minus their B+tree work | `SequentialReplica::execute` | `command_ns` |
 //! | each handler of an in-process cluster (3 acceptors, 2 replicas) by input kind, for both protocols | `NodeCore` (see `partita_sim::calibrate`) | `message_kind_ns`, `peer_message_ns`, `request_ns`, `tick_ns`, `persisted_ns`, `persisted_token_ns` |
+//! | the same cluster with a standalone batcher taking every command: the batcher's requests, the leader's batches (minus `request_ns` per command they carry) and the acknowledgements | `NodeCore` with a `Batcher` | `batcher_request_ns`, `message_kind_ns.forwardbatch`, `message_kind_ns.forwardack` |
 //! | the client-server server taking a request, minus execution | `NodeCore` in `Mode::Cs` | `cs_request_ns` |
 //! | a socket write of a small frame (loopback TCP), the extra CPU of a blocking request/reply exchange, and a tokio channel hop between two tasks | `std::net`, `tokio::sync::mpsc` | `send_ns`, `reply_ns`, `recv_ns` |
 //! | handing a record to the WAL's group-commit thread | `partita_wal::GroupCommit::submit` | `persist_ns` |
@@ -26,7 +27,9 @@ use partita_btree::BPlusTree;
 use partita_consensus::{AcceptorRecord, Msg, Protocol, Value, Vid};
 use partita_runtime::wire::to_frame;
 use partita_runtime::Wire;
-use partita_sim::calibrate::{fit_line, measure_cs_request, measure_handlers};
+use partita_sim::calibrate::{
+    fit_line, measure_batched_handlers, measure_cs_request, measure_handlers,
+};
 use partita_sim::cpu::{CodecCost, CostTable, DiskCost};
 use partita_smr::SequentialReplica;
 use partita_types::{Ballot, BatchOp, Command, Op, OpResult, Reply};
@@ -328,6 +331,19 @@ fn samples() -> BTreeMap<&'static str, Vec<Wire>> {
             peer(Msg::Forward { cmd: query(3) }),
         ],
     );
+    m.insert(
+        "forwardbatch",
+        sizes
+            .iter()
+            .map(|&n| {
+                peer(Msg::ForwardBatch {
+                    seq: 4_321,
+                    cmds: (0..n).map(update).collect(),
+                })
+            })
+            .collect(),
+    );
+    m.insert("forwardack", vec![peer(Msg::ForwardAck { seq: 4_321 })]);
     m.insert(
         "learnrequest",
         vec![peer(Msg::LearnRequest { from: 10, to: 200 })],
@@ -1193,6 +1209,55 @@ pub fn run(o: &Options, progress: bool) -> anyhow::Result<Calibration> {
         .collect();
     let mut msg: Vec<f64> = kinds.values().map(|v| v.1).collect();
     t.peer_message_ns = median(&mut msg).round().max(1.0) as u64;
+
+    // Batchers: the same cluster with a standalone batcher taking every command. The
+    // leader's `forwardbatch` handler includes the coordinator's work for each command
+    // it carries, which the simulator charges as `request_ns` apiece (crates/sim cpu).
+    let batched = "node core handlers with a batcher (mean ns per call, codec excluded)";
+    let mut bkinds: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    let mut per_batch = Vec::new();
+    for p in [Protocol::RingPaxos, Protocol::MultiPaxos] {
+        let h = measure_batched_handlers(p, rounds, per_round);
+        row(
+            batched,
+            format!("{p}: commands per batch"),
+            format!("{:>9.1}", h.commands_per_batch),
+        );
+        per_batch.push(h.commands_per_batch);
+        for k in ["batcher-request", "forwardbatch", "forwardack"] {
+            let Some(c) = h.by_kind.get(k) else { continue };
+            row(
+                batched,
+                format!("{p}: {k}"),
+                format!("{:>9.0} ns  ({} calls)", c.mean_ns, c.calls),
+            );
+            let e = bkinds.entry(k.to_string()).or_insert((0, 0.0));
+            e.1 = (e.1 * e.0 as f64 + c.mean_ns * c.calls as f64) / (e.0 + c.calls) as f64;
+            e.0 += c.calls;
+        }
+    }
+    let per_batch = per_batch.iter().sum::<f64>() / per_batch.len() as f64;
+    if let Some(k) = bkinds.get("batcher-request") {
+        t.batcher_request_ns = Some(k.1.round().max(1.0) as u64);
+    }
+    if let Some(k) = bkinds.get("forwardack") {
+        t.message_kind_ns
+            .insert("forwardack".into(), k.1.round().max(1.0) as u64);
+    }
+    if let Some(k) = bkinds.get("forwardbatch") {
+        let base = k.1 - per_batch * t.request_ns as f64;
+        t.message_kind_ns
+            .insert("forwardbatch".into(), base.round().max(1.0) as u64);
+        row(
+            batched,
+            "forwardbatch without its commands".into(),
+            format!(
+                "{:>9.0} ns  (minus {per_batch:.1} commands x request_ns {} ns)",
+                base.max(1.0),
+                t.request_ns
+            ),
+        );
+    }
     t.cs_request_ns = Some(
         (cs.on_request_ns - cs.read_ns - b.command_ns)
             .max(0.0)
@@ -1365,9 +1430,20 @@ mod tests {
             assert!(c.encode_ns + c.encode_byte_ps > 0, "{k}: {c:?}");
             assert!(c.decode_ns + c.decode_byte_ps > 0, "{k}: {c:?}");
         }
-        for k in ["phase2a", "ringvote", "phase2b"] {
+        for k in [
+            "phase2a",
+            "ringvote",
+            "phase2b",
+            "forwardbatch",
+            "forwardack",
+        ] {
             assert!(t.message_kind_ns[k] > 0, "{k}\n{text}");
         }
+        for k in ["forwardbatch", "forwardack"] {
+            let c = &t.codec[k];
+            assert!(c.encode_ns + c.encode_byte_ps > 0, "{k}: {c:?}");
+        }
+        assert!(t.batcher_request_ns.is_some_and(|n| n > 0), "{text}");
         assert!(c.readable().contains("phase2a"));
     }
 }

@@ -200,6 +200,10 @@ pub struct PartOptions {
     /// Simulated runs: IP multicast on the LAN (a what-if: paper 001's Ring Paxos
     /// multicast its values; the runtime sends one TCP copy per receiver).
     pub multicast: bool,
+    /// Standalone batchers added to every cluster (0: clients send to the coordinator).
+    pub batchers: u32,
+    /// The workloads of `partitioning` (queries and batches by default).
+    pub workloads: Vec<PartWorkload>,
 }
 
 impl PartOptions {
@@ -223,6 +227,8 @@ impl PartOptions {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             progress: true,
             multicast: false,
+            batchers: 0,
+            workloads: vec![PartWorkload::Query, PartWorkload::Batch],
         }
     }
 
@@ -269,7 +275,7 @@ pub fn configs(e: PartExperiment, o: &PartOptions) -> Vec<PartConfig> {
     match e {
         PartExperiment::Partitioning => {
             let mut v = Vec::new();
-            for w in [PartWorkload::Query, PartWorkload::Batch] {
+            for &w in &o.workloads {
                 v.push(c("SMR".into(), w, 1, 0, false));
                 v.push(c("2 P".into(), w, 2, 0, false));
                 v.push(c("4 P".into(), w, 4, 0, false));
@@ -303,8 +309,13 @@ fn clients_of(o: &PartOptions, cfg: &PartConfig) -> Vec<usize> {
 
 /// Make `c` (3 acceptors, node 1 coordinating, replicas from node 4 on) a cluster of
 /// `partitions` partitions with consecutive pairs of replicas in each, over the bench's
-/// key space for `preload`, speculative or not.
-pub fn partition_cluster(mut c: ClusterConfig, cfg: &PartConfig, preload: u64) -> ClusterConfig {
+/// key space for `preload`, speculative or not, with `o.batchers` standalone batchers
+/// after the replicas.
+pub fn partition_cluster(c: ClusterConfig, cfg: &PartConfig, o: &PartOptions) -> ClusterConfig {
+    let mut c = c
+        .with_batchers(o.batchers)
+        .expect("the partitioning experiments run smr clusters");
+    let preload = o.preload;
     if cfg.partitions > 1 {
         c.partitioning.partitions = cfg.partitions;
         c.partitioning.key_space = simbench::key_space(preload);
@@ -340,8 +351,12 @@ fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool) -> String 
     } else {
         format!("REAL on {}", crate::experiment::machine())
     };
+    let batchers = match o.batchers {
+        0 => String::new(),
+        n => format!(", {n} standalone batchers (clients spread over them)"),
+    };
     format!(
-        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates), durability {}, batching 8192 B / 1 ms / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
+        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates){batchers}, durability {}, batching 8192 B / 1 ms / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
         o.durability,
         o.think_ms,
         o.preload,
@@ -420,7 +435,7 @@ pub fn sim_point(o: &PartOptions, cfg: &PartConfig, clients: usize) -> anyhow::R
             o.durability,
         ),
         cfg,
-        o.preload,
+        o,
     );
     let mut spec = BenchSpec::new(
         cluster.clone(),
@@ -688,7 +703,11 @@ async fn bench_real(
             let mut rng = rand::rngs::StdRng::seed_from_u64(
                 seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
             );
-            let mut client = Client::connect(cluster, ClientOptions::default()).await?;
+            let opts = ClientOptions {
+                entry_index: Some(i as u64),
+                ..ClientOptions::default()
+            };
+            let mut client = Client::connect(cluster, opts).await?;
             let mut records: Vec<(u64, u64, u32, bool)> = Vec::new();
             while Instant::now() < end {
                 if think_ms > 0 {
@@ -807,7 +826,7 @@ pub async fn real_point(
             o.durability,
         ),
         cfg,
-        o.preload,
+        o,
     );
     ClusterConfig::parse(&cluster.to_toml(), "partitioned cluster")?;
     let dir = std::env::temp_dir().join(format!(
@@ -831,7 +850,8 @@ pub async fn real_point(
                     let role = match n {
                         Some(n) if n.roles.contains(&Role::Replica) => "replica",
                         Some(_) if Some(*id) == cluster.cluster.coordinator => "coordinator",
-                        Some(_) => "acceptor",
+                        Some(n) if n.roles.contains(&Role::Acceptor) => "acceptor",
+                        Some(_) => "batcher",
                         None => "?",
                     };
                     let part = n.and_then(|n| n.partition);
@@ -1286,10 +1306,15 @@ mod tests {
             cross_percent: 0,
             speculative: true,
         };
+        let o = PartOptions {
+            preload: 1000,
+            batchers: 2,
+            ..PartOptions::tiny()
+        };
         let c = partition_cluster(
             sim_smr_cluster(8, Protocol::RingPaxos, Durability::Fsync),
             &cfg,
-            1000,
+            &o,
         );
         ClusterConfig::parse(&c.to_toml(), "test").expect("a valid cluster file");
         let l = c.partition_layout();
@@ -1297,5 +1322,6 @@ mod tests {
         assert_eq!(l.map.key_space(), 2000);
         assert!(l.replicas.iter().all(|r| r.len() == 2), "{l:?}");
         assert!(c.execution.speculative);
+        assert_eq!(c.membership().batchers, vec![12, 13]);
     }
 }

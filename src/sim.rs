@@ -8,7 +8,7 @@
 
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
-use partita_sim::EarlyRepliesChoice;
+use partita_sim::{BatcherChoice, EarlyRepliesChoice};
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
     SpeculationChoice, UnsafeBugs,
@@ -45,6 +45,11 @@ pub struct SimArgs {
     /// `swarm` draws it per seed.
     #[arg(long, value_enum, default_value = "swarm")]
     early_replies: SimSpeculation,
+    /// Exactly N standalone batchers in every seed (0: none), clients spread over
+    /// them. Default: each seed draws its batchers (none half of the time, else 1 or 2
+    /// standalone ones or the batcher role on the acceptors but node 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=8))]
+    batchers: Option<u32>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
@@ -174,6 +179,10 @@ impl SimArgs {
                 SimSpeculation::Swarm => EarlyRepliesChoice::Swarm,
                 SimSpeculation::On => EarlyRepliesChoice::On,
                 SimSpeculation::Off => EarlyRepliesChoice::Off,
+            },
+            batchers: match self.batchers {
+                Some(n) => BatcherChoice::Standalone(n),
+                None => BatcherChoice::Swarm,
             },
             bugs,
             faults,

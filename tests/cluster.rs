@@ -2,8 +2,9 @@
 //! (3 acceptors, 2 replicas), concurrent clients doing every operation with a recorded
 //! history, then: the replicas' digests are equal, the history is linearizable, and
 //! every acknowledged insert is present afterwards (the final contents are checked as a
-//! last whole-range query of the history). One test per ordering protocol, plus an
-//! acceptor restart on its data directory.
+//! last whole-range query of the history). One test per ordering protocol, one with
+//! two standalone batchers carrying the clients' commands, plus an acceptor restart on
+//! its data directory.
 
 use partita::bench::{self, BenchConfig, Workload};
 use partita::launch::{pick_base_port, spawn_node, LocalCluster};
@@ -87,15 +88,13 @@ async fn converged_digests(c: &ClusterConfig) -> Vec<(String, u64)> {
     }
 }
 
-/// Tentative replies and confirmations the replicas sent.
-async fn early_reply_counts(c: &ClusterConfig) -> (u64, u64) {
-    let mut n = (0, 0);
+/// The sum over every node of each counter in `names`.
+async fn counter_sums<const N: usize>(c: &ClusterConfig, names: [&str; N]) -> [u64; N] {
+    let mut n = [0; N];
     for (_, s) in statuses(c).await {
         for (k, v) in s.map(|s| s.counters).unwrap_or_default() {
-            match k.as_str() {
-                "early_tentative_replies" => n.0 += v,
-                "early_confirmations" => n.1 += v,
-                _ => {}
+            if let Some(i) = names.iter().position(|&name| name == k) {
+                n[i] += v;
             }
         }
     }
@@ -154,14 +153,34 @@ async fn run_and_judge_tweaked(
     };
 
     let digests = converged_digests(&cluster).await;
-    let early = early_reply_counts(&cluster).await;
+    let early = counter_sums(&cluster, ["early_tentative_replies", "early_confirmations"]).await;
+    let batched = counter_sums(
+        &cluster,
+        [
+            "batcher_batches_sent",
+            "batcher_commands_forwarded",
+            "forward_batch_commands",
+        ],
+    )
+    .await;
     lc.stop(Duration::from_secs(5));
     if cluster.execution.early_replies {
         eprintln!("early replies (tentative, confirmations): {early:?}");
         assert!(
-            early.0 > 100 && early.1 > 100,
+            early[0] > 100 && early[1] > 100,
             "early replies unused: {early:?}"
         );
+    }
+    if !cluster.membership().batchers.is_empty() {
+        // The clients' commands went through the batchers, in batches, to the leader.
+        eprintln!("batchers (batches, commands forwarded, commands at the leader): {batched:?}");
+        let [batches, forwarded, at_leader] = batched;
+        assert!(
+            forwarded as usize >= records.len() && at_leader >= forwarded,
+            "commands bypassed the batchers: {batched:?} for {} operations",
+            records.len()
+        );
+        assert!(batches > 0 && batches <= forwarded, "{batched:?}");
     }
     partita_checker::check_convergence(&digests).map_err(|e| format!("replicas diverged: {e}"))?;
 
@@ -213,6 +232,18 @@ async fn ring_paxos_with_early_replies_is_linearizable_and_converges() {
         c.execution.early_replies = true;
     };
     if let Err(e) = run_and_judge_tweaked(Protocol::RingPaxos, &[], early).await {
+        panic!("{e}");
+    }
+}
+
+/// Two standalone batchers (no WAL, no replica): every client enters through one of
+/// them, and they batch to the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_paxos_with_batchers_is_linearizable_and_converges() {
+    let batchers = |c: &mut ClusterConfig| {
+        *c = c.clone().with_batchers(2).expect("an smr cluster");
+    };
+    if let Err(e) = run_and_judge_tweaked(Protocol::RingPaxos, &[], batchers).await {
         panic!("{e}");
     }
 }

@@ -137,3 +137,47 @@ fn multicast_halves_what_the_coordinators_card_sends_per_command() {
         "card time per command: {multicast:e} with multicast, {tcp:e} with TCP copies"
     );
 }
+
+/// `--batchers 2 --workloads batch`: only the batch curves, every cluster with two
+/// standalone batchers that carry the clients' commands, and the coordinator's CPU per
+/// command lower than without them (it receives one message per batch). With the
+/// calibrated cost table, where taking a message off a connection (`recv_ns`) is most
+/// of a small request's cost.
+#[test]
+fn batchers_take_the_clients_and_unload_the_coordinator() {
+    let calibrated = partita_sim::CostTable::from_toml(include_str!(
+        "../crates/sim/calibration/this-machine.toml"
+    ))
+    .expect("the calibrated table loads");
+    let cfg = configs(
+        PartExperiment::Partitioning,
+        &PartOptions {
+            workloads: vec![PartWorkload::Batch],
+            ..tiny()
+        },
+    );
+    assert_eq!(cfg.len(), 3);
+    assert!(cfg.iter().all(|c| c.workload == PartWorkload::Batch));
+    let smr = &cfg[0];
+    let coordinator_per_command = |batchers| {
+        let o = PartOptions {
+            batchers,
+            cost: calibrated.clone(),
+            ..tiny()
+        };
+        let p = sim_point(&o, smr, 16).expect("the point runs");
+        let d = p.sim.expect("simulated detail");
+        let b: Vec<_> = d.nodes.iter().filter(|n| n.role == "batcher").collect();
+        assert_eq!(b.len(), batchers as usize);
+        assert!(b.iter().all(|n| n.cpu > 0.0), "every batcher works: {b:?}");
+        let c = d.nodes.iter().find(|n| n.role == "coordinator").unwrap();
+        assert!(p.result.commands > 0);
+        c.cpu / p.result.throughput_cmds_per_s
+    };
+    let (direct, batched) = (coordinator_per_command(0), coordinator_per_command(2));
+    eprintln!("coordinator CPU per command: direct {direct:e}, with batchers {batched:e}");
+    assert!(
+        batched < direct,
+        "coordinator CPU per command: {batched:e} with batchers, {direct:e} without"
+    );
+}

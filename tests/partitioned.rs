@@ -5,7 +5,9 @@
 //! linearizable with the final contents, the replicas of each partition must converge,
 //! and each partition must hold only its own keys. A third run adds speculative
 //! execution with early replies: each partition's answerer replies tentatively and
-//! confirms later, and clients merge only confirmed sub-results of one instance.
+//! confirms later, and clients merge only confirmed sub-results of one instance. A
+//! fourth puts two standalone batchers in front of the leader: every client enters
+//! through one of them.
 //!
 //! The checks' controls: `crates/checker` rejects paper 001's Figure 4 history, and the
 //! simulator's `independent-partitions` control shows that sub-commands ordered
@@ -24,12 +26,14 @@ fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_partita"))
 }
 
-async fn judge(protocol: Protocol, early_replies: bool) {
+async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
     let dir = tempfile::tempdir().unwrap();
     let preload = 100;
     let key_space = 2 * preload;
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1)
         .with_partitions(2, 2, key_space)
+        .unwrap()
+        .with_batchers(batchers)
         .unwrap();
     cfg.cluster.protocol = protocol;
     cfg.cluster.durability = Durability::Fsync;
@@ -168,6 +172,18 @@ async fn judge(protocol: Protocol, early_replies: bool) {
             );
         }
     }
+    for b in cfg.membership().batchers {
+        let s = node_status(cfg.addr(b), Duration::from_secs(1))
+            .await
+            .expect("a status");
+        let forwarded = s
+            .counters
+            .iter()
+            .find(|(k, _)| k == "batcher_commands_forwarded")
+            .map_or(0, |(_, v)| *v);
+        eprintln!("batcher {b}: {forwarded} commands forwarded");
+        assert!(forwarded > 50, "batcher {b} idle: {:?}", s.counters);
+    }
     lc.stop(Duration::from_secs(5));
 
     let events: Vec<_> = records.iter().map(partita::history::to_event).collect();
@@ -186,15 +202,20 @@ async fn judge(protocol: Protocol, early_replies: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ring_paxos_partitioned_cluster_is_linearizable_and_converges() {
-    judge(Protocol::RingPaxos, false).await;
+    judge(Protocol::RingPaxos, false, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_cluster_with_batchers_is_linearizable_and_converges() {
+    judge(Protocol::MultiPaxos, false, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_cluster_with_early_replies_is_linearizable_and_converges() {
-    judge(Protocol::RingPaxos, true).await;
+    judge(Protocol::RingPaxos, true, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_paxos_partitioned_cluster_is_linearizable_and_converges() {
-    judge(Protocol::MultiPaxos, false).await;
+    judge(Protocol::MultiPaxos, false, 0).await;
 }

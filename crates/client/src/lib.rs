@@ -1,8 +1,8 @@
 //! The Partita client library.
 //!
 //! A [`Client`] is one session: a random 64-bit id and a sequence number per command. It
-//! sends each command to the entry node (the coordinator; the server in client-server
-//! mode) and waits for the reply from the replica it chose (paper 001 §IV: only that
+//! sends each command to the entry node (the coordinator, or one of the cluster's
+//! batchers when it has some; the server in client-server mode) and waits for the reply from the replica it chose (paper 001 §IV: only that
 //! replica replies). After `timeout` without a reply it resubmits the *same* command
 //! (same sequence number), so the replicas' reply cache answers a command that was
 //! already executed instead of executing it twice. Each further timeout of the same
@@ -61,6 +61,10 @@ pub struct ClientOptions {
     pub give_up: Duration,
     /// The replica that must reply; `None` picks one at random.
     pub replica: Option<NodeId>,
+    /// Spreads clients over the cluster's batchers: the client enters at batcher
+    /// `entry_index % batchers` (`Membership::client_entry`). Give each client of a run
+    /// its index for an even spread; `None`: derived from the client's random id.
+    pub entry_index: Option<u64>,
 }
 
 impl Default for ClientOptions {
@@ -69,6 +73,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_millis(1000),
             give_up: Duration::from_secs(10),
             replica: None,
+            entry_index: None,
         }
     }
 }
@@ -117,9 +122,10 @@ pub struct Client {
     cluster: ClusterConfig,
     opts: ClientOptions,
     replica: NodeId,
-    /// The node commands go to: the initial coordinator (the server in cs mode) at
-    /// first; after a timeout or a connection failure the next acceptor, which forwards
-    /// to whichever node leads now.
+    /// The node commands go to: a batcher (without batchers the initial coordinator;
+    /// the server in cs mode) at first; after a timeout or a connection failure the
+    /// next batcher, then the acceptors (`Membership::next_entry`), which forward to
+    /// whichever node leads now.
     entry_node: NodeId,
     /// Where commands go.
     entry: Option<Conn>,
@@ -158,7 +164,12 @@ impl Client {
             .replica
             .unwrap_or_else(|| executors[(id >> 8) as usize % executors.len()]);
         let (tx, rx) = mpsc::unbounded_channel();
-        let entry_node = cluster.entry_node();
+        let entry_node = match cluster.cluster.mode {
+            Mode::Cs => cluster.entry_node(),
+            Mode::Smr => cluster
+                .membership()
+                .client_entry(opts.entry_index.unwrap_or(id >> 16)),
+        };
         let mut c = Client {
             id,
             seq: 0,
@@ -285,14 +296,13 @@ impl Client {
         self.entry_node
     }
 
-    /// Send commands to the next acceptor from now on (smr mode; a no-op in cs mode).
+    /// Send commands to the next entry node from now on: the next batcher, then the
+    /// acceptors (smr mode; a no-op in cs mode).
     fn rotate_entry(&mut self) {
         if self.cluster.cluster.mode == Mode::Cs {
             return;
         }
-        let acceptors = self.cluster.membership().acceptors;
-        let at = acceptors.iter().position(|&a| a == self.entry_node);
-        self.entry_node = acceptors[at.map_or(0, |i| (i + 1) % acceptors.len())];
+        self.entry_node = self.cluster.membership().next_entry(self.entry_node);
         self.drop_entry();
     }
 

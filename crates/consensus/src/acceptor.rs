@@ -333,6 +333,8 @@ impl Acceptor {
             }
             Msg::Alive { .. }
             | Msg::Forward { .. }
+            | Msg::ForwardBatch { .. }
+            | Msg::ForwardAck { .. }
             | Msg::Truncated { .. }
             | Msg::AcceptedValues { .. }
             | Msg::CheckpointRequest { .. }
@@ -957,6 +959,7 @@ mod tests {
             coordinator: 3,
             learners: vec![4],
             partitions: Default::default(),
+            batchers: Vec::new(),
         }
     }
 
@@ -1352,6 +1355,7 @@ mod tests {
         Membership {
             learners: vec![4, 5, 6],
             partitions: Default::default(),
+            batchers: Vec::new(),
             ..membership(Protocol::MultiPaxos)
         }
     }
@@ -1474,6 +1478,7 @@ mod tests {
             Membership {
                 learners: vec![4],
                 partitions: Default::default(),
+                batchers: Vec::new(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1499,6 +1504,7 @@ mod tests {
             Membership {
                 learners: vec![4],
                 partitions: Default::default(),
+                batchers: Vec::new(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1572,6 +1578,7 @@ mod tests {
             Membership {
                 learners: vec![4],
                 partitions: Default::default(),
+                batchers: Vec::new(),
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1605,6 +1612,7 @@ mod parts_tests {
                 map: PartitionMap::new(2, 100).unwrap(),
                 replicas: vec![vec![4], vec![5]],
             },
+            batchers: Vec::new(),
         }
     }
 

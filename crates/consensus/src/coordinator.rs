@@ -623,6 +623,8 @@ impl Coordinator {
             self.last_heartbeat_tick = now_tick;
             let mut to = self.membership.learners.clone();
             to.extend(self.membership.acceptors.iter().filter(|&&a| a != self.id));
+            // Standalone batchers learn who leads from these alone.
+            to.extend(self.membership.standalone_batchers());
             send_all(
                 out,
                 &to,
@@ -859,6 +861,7 @@ mod tests {
             coordinator: 3,
             learners: vec![4, 5],
             partitions: Default::default(),
+            batchers: Vec::new(),
         }
     }
 

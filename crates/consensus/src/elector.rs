@@ -123,6 +123,7 @@ mod tests {
             coordinator: 1,
             learners: vec![4],
             partitions: Default::default(),
+            batchers: Vec::new(),
         }
     }
 

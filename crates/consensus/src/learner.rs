@@ -490,6 +490,7 @@ mod tests {
             coordinator: 3,
             learners: vec![4, 5],
             partitions: Default::default(),
+            batchers: Vec::new(),
         }
     }
 

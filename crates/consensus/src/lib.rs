@@ -12,6 +12,9 @@
 //!   of Phase 2B votes and informs the learners.
 //! - [`Learner`]: collects values and decisions, delivers decided values in instance
 //!   order, and asks its preferential acceptor for whatever it missed.
+//! - [`Batcher`]: packs client commands into [`Msg::ForwardBatch`]es to the leader, so
+//!   that the leader receives one message per batch instead of one per command
+//!   (proposer batching; see the `batcher` module).
 //!
 //! Two protocols share the roles, chosen by [`Protocol`]:
 //!
@@ -49,11 +52,13 @@
 //! - learner: delivers each instance exactly once and in order.
 
 mod acceptor;
+mod batcher;
 mod coordinator;
 mod elector;
 mod learner;
 
 pub use acceptor::Acceptor;
+pub use batcher::{Batcher, BatcherConfig, BatcherStats};
 pub use coordinator::{Coordinator, CoordinatorStats};
 pub use elector::Elector;
 pub use learner::{Learner, LearnerStats};
@@ -97,6 +102,10 @@ pub struct Membership {
     /// State partitioning (paper 001 §III-C): which learners replicate which key range.
     /// The default (no replicas listed) is one partition holding every learner.
     pub partitions: PartitionLayout,
+    /// Batchers: nodes that take client commands and forward them to the leader in
+    /// batches ([`Batcher`]). A batcher may also be an acceptor or a replica, or run
+    /// alone (a standalone batcher).
+    pub batchers: Vec<NodeId>,
 }
 
 impl Membership {
@@ -159,6 +168,50 @@ impl Membership {
         let n = self.acceptors.len();
         let at = self.acceptor_index(leader).unwrap_or(n - 1);
         Some((me + n - at) % n)
+    }
+
+    /// Batchers that are neither acceptors nor learners: the leader's heartbeats must
+    /// reach them on purpose (everyone else hears them anyway).
+    pub fn standalone_batchers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.batchers
+            .iter()
+            .copied()
+            .filter(|b| !self.acceptors.contains(b) && !self.learners.contains(b))
+    }
+
+    /// Where clients send commands, in the order they try them after timeouts: every
+    /// batcher, then every acceptor that is not one (a cluster whose batchers all died
+    /// still makes progress through its acceptors, which forward to the leader).
+    pub fn entry_rotation(&self) -> Vec<NodeId> {
+        self.batchers
+            .iter()
+            .copied()
+            .chain(
+                self.acceptors
+                    .iter()
+                    .copied()
+                    .filter(|a| !self.batchers.contains(a)),
+            )
+            .collect()
+    }
+
+    /// The first entry node of the client numbered `client_index` (any number that
+    /// spreads clients evenly, e.g. their index in a run): batcher
+    /// `client_index % batchers`, or the initial coordinator without batchers.
+    pub fn client_entry(&self, client_index: u64) -> NodeId {
+        if self.batchers.is_empty() {
+            self.coordinator
+        } else {
+            self.batchers[(client_index % self.batchers.len() as u64) as usize]
+        }
+    }
+
+    /// The entry node after `current` in [`Membership::entry_rotation`] (the first one
+    /// when `current` is not in it).
+    pub fn next_entry(&self, current: NodeId) -> NodeId {
+        let rotation = self.entry_rotation();
+        let at = rotation.iter().position(|&n| n == current);
+        rotation[at.map_or(0, |i| (i + 1) % rotation.len())]
     }
 
     /// The acceptor a learner asks for what it missed: spread learners over acceptors.
@@ -236,6 +289,12 @@ impl Membership {
             if listed != self.learners.len() {
                 return Err("every replica belongs to exactly one partition".into());
             }
+        }
+        let mut batchers = self.batchers.clone();
+        batchers.sort_unstable();
+        batchers.dedup();
+        if batchers.len() != self.batchers.len() {
+            return Err("a batcher is listed twice".into());
         }
         Ok(())
     }
@@ -461,6 +520,13 @@ pub enum Msg {
     /// Any node → the leader it knows: a client command sent to a node that does not
     /// lead (after a failover, clients find the new leader this way).
     Forward { cmd: Command },
+    /// Batcher → the leader it knows: client commands packed into one message; `seq`
+    /// numbers the batcher's batches (from 1 in every incarnation). A node that does
+    /// not lead drops it (no forwarding loops); the batcher resends it on a timeout.
+    ForwardBatch { seq: u64, cmds: Vec<Command> },
+    /// Leader → batcher: every command of batch `seq` went through the coordinator
+    /// (queued, or refused and counted when its queue was full).
+    ForwardAck { seq: u64 },
     /// Learner → its preferential acceptor (or the coordinator): send me decided values
     /// for `from..to`.
     LearnRequest { from: Instance, to: Instance },
@@ -558,6 +624,10 @@ pub const INSTANCE_MAX: Instance = 1 << 62;
 pub const ROUND_MAX: u64 = 1 << 62;
 /// The largest checkpoint a peer may announce in a chunk (1 TiB).
 pub const CHECKPOINT_BYTES_MAX: u64 = 1 << 40;
+/// The most commands a [`Msg::ForwardBatch`] may carry: as many of the smallest
+/// encoded command (32 bytes: client, seq, reply_to, the operation's tag and one key)
+/// as a frame holds. Batchers pack far fewer (`batch_bytes_max` is at most 16 MiB).
+pub const FORWARD_BATCH_COMMANDS_MAX: usize = partita_types::frame::FRAME_BYTES_MAX / 32;
 
 impl Msg {
     /// Whether the message is one a correct peer could send: instances and ballot
@@ -658,6 +728,20 @@ impl Msg {
             } => ballot(b).and(inst(*decided_up_to)),
             Msg::Alive { ballot: b } => ballot(b),
             Msg::Forward { .. } => Ok(()),
+            Msg::ForwardBatch { seq, cmds } => {
+                if *seq == 0 {
+                    Err("a batch numbered 0")
+                } else if cmds.is_empty() {
+                    Err("an empty batch")
+                } else if cmds.len() > FORWARD_BATCH_COMMANDS_MAX {
+                    Err("more commands than a frame holds")
+                } else {
+                    Ok(())
+                }
+            }
+            Msg::ForwardAck { seq } => (*seq != 0)
+                .then_some(())
+                .ok_or("an acknowledgement of batch 0"),
             Msg::LearnRequest { from, to } | Msg::ReadAccepted { from, to } => range(*from, *to),
             Msg::LearnReply { decided } => {
                 decided.iter().try_for_each(|(i, v)| inst(*i).and(value(v)))
@@ -709,6 +793,8 @@ impl Msg {
             Msg::LearnReply { .. } => "learnreply",
             Msg::Alive { .. } => "alive",
             Msg::Forward { .. } => "forward",
+            Msg::ForwardBatch { .. } => "forwardbatch",
+            Msg::ForwardAck { .. } => "forwardack",
             Msg::ReadAccepted { .. } => "readaccepted",
             Msg::AcceptedValues { .. } => "acceptedvalues",
             Msg::Checkpointed { .. } => "checkpointed",
@@ -817,6 +903,13 @@ pub enum Drop {
     /// Parts of an instance evicted unassembled: the acceptor was assembling too many
     /// instances at once (`ASSEMBLIES_MAX`).
     PartsEvicted,
+    /// Batcher: a command refused because the buffer was full.
+    BufferFull,
+    /// Batcher: an acknowledgement of a batch not outstanding (a duplicate, or one
+    /// acknowledged or abandoned already).
+    StaleAck,
+    /// Batcher: a batch given up after its resends.
+    BatchAbandoned,
 }
 
 /// The [`DropCounts`] name of [`Drop::ConflictingDecision`].
@@ -848,6 +941,9 @@ fn drop_name(d: Drop) -> &'static str {
         Drop::FromNonMember => "from_non_member",
         Drop::Truncated => "truncated",
         Drop::ConflictingDecision => CONFLICTING_DECISION,
+        Drop::BufferFull => "buffer_full",
+        Drop::StaleAck => "stale_ack",
+        Drop::BatchAbandoned => "batch_abandoned",
     }
 }
 
@@ -925,6 +1021,7 @@ mod tests {
             coordinator: 2,
             learners: vec![4, 5],
             partitions: Default::default(),
+            batchers: Vec::new(),
         }
     }
 
@@ -978,6 +1075,48 @@ mod tests {
         assert!(chunk(10, 20, 10).check().is_ok());
         assert!(chunk(15, 20, 10).check().is_err());
         assert!(chunk(u64::MAX, 20, 1).check().is_err());
+        let c = Command {
+            client: 1,
+            seq: 1,
+            reply_to: 4,
+            op: partita_types::Op::Read { key: 1 },
+        };
+        let batch = |seq, n| Msg::ForwardBatch {
+            seq,
+            cmds: vec![c.clone(); n],
+        };
+        assert!(batch(1, 3).check().is_ok());
+        assert!(batch(0, 3).check().is_err(), "batches are numbered from 1");
+        assert!(
+            batch(1, 0).check().is_err(),
+            "no batcher sends an empty batch"
+        );
+        assert!(batch(1, FORWARD_BATCH_COMMANDS_MAX + 1).check().is_err());
+        assert!(Msg::ForwardAck { seq: 9 }.check().is_ok());
+        assert!(Msg::ForwardAck { seq: 0 }.check().is_err());
+    }
+
+    #[test]
+    fn clients_spread_over_batchers_then_rotate_to_the_acceptors() {
+        let plain = m();
+        assert_eq!(plain.client_entry(5), 2, "the coordinator without batchers");
+        assert_eq!(plain.entry_rotation(), vec![1, 2, 3]);
+        assert_eq!(plain.next_entry(3), 1);
+        // Standalone batchers 6 and 7, and acceptor 3 as a batcher too.
+        let mut b = m();
+        b.batchers = vec![6, 7, 3];
+        assert_eq!(b.validate(), Ok(()));
+        assert_eq!(
+            (0..4).map(|i| b.client_entry(i)).collect::<Vec<_>>(),
+            vec![6, 7, 3, 6]
+        );
+        assert_eq!(b.entry_rotation(), vec![6, 7, 3, 1, 2]);
+        assert_eq!(b.next_entry(3), 1);
+        assert_eq!(b.next_entry(2), 6);
+        assert_eq!(b.next_entry(99), 6, "an unknown entry starts over");
+        assert_eq!(b.standalone_batchers().collect::<Vec<_>>(), vec![6, 7]);
+        b.batchers = vec![6, 6];
+        assert!(b.validate().unwrap_err().contains("batcher"));
     }
 
     #[test]

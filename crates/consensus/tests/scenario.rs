@@ -28,6 +28,7 @@ impl Cluster {
             coordinator: 3,
             learners: vec![4, 5],
             partitions: Default::default(),
+            batchers: Vec::new(),
         };
         let acceptors = membership
             .acceptors

@@ -1,5 +1,5 @@
-//! The node core: every role one node plays (acceptor, coordinator, learner, replica, or
-//! the client-server baseline), composed behind one sans-IO event interface.
+//! The node core: every role one node plays (acceptor, coordinator, learner, replica,
+//! batcher, or the client-server baseline), composed behind one sans-IO event interface.
 //!
 //! Both drivers use exactly this code: the networked runtime (`partita node`) feeds it
 //! events from sockets, the WAL and a clock, and the deterministic simulator feeds it
@@ -7,6 +7,18 @@
 //! role, handling messages a node sends to itself, turning decided values into
 //! executions and executions into replies all live here, so the simulator tests them
 //! too.
+//!
+//! # Client commands
+//!
+//! A command a client sends to a node that leads goes straight to its coordinator. At a
+//! node that does not lead, it goes to the node's batcher if it has the role (the
+//! batcher packs commands into [`Msg::ForwardBatch`]es to the leader; see
+//! `partita_consensus::Batcher`), otherwise it is forwarded alone ([`Msg::Forward`]).
+//! The leader puts every command of a batch through its coordinator and acknowledges
+//! the batch ([`Msg::ForwardAck`]); a node that does not lead drops forwarded commands
+//! and batches (no forwarding loops: the batcher resends to whoever leads, the client
+//! resubmits). A batcher learns who leads from the node's own view (its elector or
+//! learner) or, on a standalone batcher, from the leader's heartbeats.
 //!
 //! Inputs: [`NodeCore::on_peer`], [`NodeCore::on_request`], [`NodeCore::on_tick`],
 //! [`NodeCore::on_persisted`], [`NodeCore::on_checkpoint_saved`], and
@@ -45,8 +57,8 @@ pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_btree::BPlusTree;
 use partita_consensus::{
-    Acceptor, AcceptorRecord, Action, Coordinator, CoordinatorConfig, Elector, Learner,
-    LearnerConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
+    Acceptor, AcceptorRecord, Action, Batcher, BatcherConfig, Coordinator, CoordinatorConfig,
+    Elector, Learner, LearnerConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
 use partita_smr::{CheckpointError, SequentialReplica};
 use partita_types::early::EarlyReply;
@@ -74,7 +86,12 @@ pub struct NodeSetup {
     pub membership: Membership,
     pub acceptor: bool,
     pub replica: bool,
+    /// The batcher role: client commands that reach this node while it does not lead
+    /// are batched to the leader. Alone (neither acceptor nor replica): a standalone
+    /// batcher, with nothing durable.
+    pub batcher: bool,
     pub coordinator_config: CoordinatorConfig,
+    pub batcher_config: BatcherConfig,
     pub learner_config: LearnerConfig,
     pub checkpoint: CheckpointConfig,
     /// Early replies (paper 001 §VII, cluster file `[execution] early_replies`; only
@@ -303,6 +320,10 @@ pub struct NodeCore {
     elector: Option<Elector>,
     learner: Option<Learner>,
     replica: Option<SequentialReplica>,
+    batcher: Option<Batcher>,
+    /// The highest ballot a leader showed this node (heartbeats, Phase 1A/2A): who
+    /// leads, for a node with no elector or learner to ask (a standalone batcher).
+    leader_ballot: Ballot,
     /// cs mode: the server's instance counter.
     cs_instance: u64,
     local: VecDeque<(NodeId, Msg)>,
@@ -379,6 +400,8 @@ impl NodeCore {
             elector: None,
             learner: None,
             replica: None,
+            batcher: None,
+            leader_ballot: Ballot::ZERO,
             cs_instance: 0,
             local: VecDeque::new(),
             counters: BTreeMap::new(),
@@ -450,6 +473,9 @@ impl NodeCore {
                     core.learner = Some(learner);
                     core.replica = Some(replica);
                 }
+                if setup.batcher {
+                    core.batcher = Some(Batcher::new(setup.batcher_config.clone(), None));
+                }
             }
         }
         if let Some(r) = core.replica.take() {
@@ -459,6 +485,7 @@ impl NodeCore {
         if let Some(c) = core.coordinator.as_mut() {
             c.start(&mut start);
         }
+        core.sync_batcher_leader(&mut start);
         core.run(start, out);
         Ok(core)
     }
@@ -491,7 +518,31 @@ impl NodeCore {
         if let Some(e) = &self.elector {
             return Some(e.leader());
         }
-        self.learner.as_ref().map(|l| l.leader())
+        if let Some(l) = &self.learner {
+            return Some(l.leader());
+        }
+        // A standalone batcher: the initial coordinator until a leader shows itself.
+        self.batcher.as_ref().map(|_| {
+            if self.leader_ballot == Ballot::ZERO {
+                self.setup.membership.coordinator
+            } else {
+                self.leader_ballot.node
+            }
+        })
+    }
+
+    /// Tell the batcher who leads: this node while it coordinates, else the leader it
+    /// knows, but nobody while it believes itself the leader without coordinating (a
+    /// restarted former leader: batches sent to itself would be dropped).
+    fn sync_batcher_leader(&mut self, actions: &mut Outbox) {
+        let leader = if self.coordinator.is_some() {
+            Some(self.setup.id)
+        } else {
+            self.leader().filter(|&l| l != self.setup.id)
+        };
+        if let Some(b) = self.batcher.as_mut() {
+            b.set_leader(leader, actions);
+        }
     }
 
     pub fn elector(&self) -> Option<&Elector> {
@@ -527,6 +578,7 @@ impl NodeCore {
 
     /// A ballot from a leader arrived: remember it, and step down if it beats ours.
     fn leader_activity(&mut self, ballot: Ballot) {
+        self.leader_ballot = self.leader_ballot.max(ballot);
         if let Some(e) = self.elector.as_mut() {
             e.on_leader_activity(ballot);
         }
@@ -564,6 +616,9 @@ impl NodeCore {
     pub fn replica(&self) -> Option<&SequentialReplica> {
         self.replica.as_ref()
     }
+    pub fn batcher(&self) -> Option<&Batcher> {
+        self.batcher.as_ref()
+    }
     pub fn counters(&self) -> &BTreeMap<&'static str, u64> {
         &self.counters
     }
@@ -588,7 +643,13 @@ impl NodeCore {
     }
 
     fn count(&mut self, what: &'static str) {
-        *self.counters.entry(what).or_default() += 1;
+        self.count_n(what, 1);
+    }
+
+    fn count_n(&mut self, what: &'static str, n: u64) {
+        if n > 0 {
+            *self.counters.entry(what).or_default() += n;
+        }
     }
 
     /// A message from another node (or a peer claiming to be one). What no member of
@@ -597,8 +658,10 @@ impl NodeCore {
     /// before any role sees it: a node never dies from what a peer sent.
     pub fn on_peer(&mut self, from: NodeId, msg: Msg, out: &mut Vec<Output>) {
         let m = &self.setup.membership;
-        let stranger =
-            from == self.setup.id || !(m.acceptors.contains(&from) || m.learners.contains(&from));
+        let stranger = from == self.setup.id
+            || !(m.acceptors.contains(&from)
+                || m.learners.contains(&from)
+                || m.batchers.contains(&from));
         if stranger && !self.bugs.unchecked_peer_input {
             self.count("dropped_peer_not_a_member");
             return;
@@ -639,8 +702,8 @@ impl NodeCore {
             }
         }
         let (client, seq) = (cmd.client, cmd.seq);
-        let refused = match self.coordinator.as_mut() {
-            Some(c) => {
+        let refused = match (self.coordinator.as_mut(), self.batcher.as_mut()) {
+            (Some(c), _) => {
                 let mut actions = Vec::new();
                 if c.on_command(cmd, &mut actions) {
                     self.run(actions, out);
@@ -649,7 +712,21 @@ impl NodeCore {
                     Some("coordinator queue full".to_string())
                 }
             }
-            None => match self.leader() {
+            // Not the leader: a batcher packs it with others for the leader.
+            (None, Some(b)) => {
+                let mut actions = Vec::new();
+                if b.on_command(cmd, &mut actions) {
+                    self.count("requests_batched");
+                    self.run(actions, out);
+                    None
+                } else {
+                    Some(format!(
+                        "node {}: batcher buffer full; retry",
+                        self.setup.id
+                    ))
+                }
+            }
+            (None, None) => match self.leader() {
                 // Not the leader: pass the command on to the one we know.
                 Some(leader) if leader != self.setup.id => {
                     self.count("requests_forwarded");
@@ -694,6 +771,10 @@ impl NodeCore {
         }
         if let Some(l) = self.learner.as_mut() {
             l.on_tick(self.tick, &mut actions);
+        }
+        self.sync_batcher_leader(&mut actions);
+        if let Some(b) = self.batcher.as_mut() {
+            b.on_tick(self.tick, &mut actions);
         }
         if self.checkpoint_durable > 0
             && self.tick.saturating_sub(self.last_announce_tick)
@@ -787,6 +868,17 @@ impl NodeCore {
         }
         if let Some(e) = &self.elector {
             e.invariants();
+        }
+        if let Some(b) = &self.batcher {
+            b.invariants();
+            assert_eq!(self.setup.mode, Mode::Smr, "a batcher in cs mode");
+            if self.coordinator.is_some() {
+                assert_eq!(
+                    b.leader(),
+                    Some(self.setup.id),
+                    "a leader batches elsewhere"
+                );
+            }
         }
         if let Some(c) = &self.coordinator {
             assert!(c.deposed_by().is_none(), "a deposed coordinator still runs");
@@ -1135,6 +1227,37 @@ impl NodeCore {
                     None => self.count("dropped_forward_not_leader"),
                 }
             }
+            Msg::ForwardBatch { .. } => {
+                handled = true;
+                let Msg::ForwardBatch { seq, cmds } = msg else {
+                    unreachable!()
+                };
+                match self.coordinator.as_mut() {
+                    Some(c) => {
+                        let n = cmds.len() as u64;
+                        let refused = cmds
+                            .into_iter()
+                            .map(|cmd| c.on_command(cmd, &mut out))
+                            .filter(|queued| !queued)
+                            .count() as u64;
+                        out.push(Action::Send {
+                            to: from,
+                            msg: Msg::ForwardAck { seq },
+                        });
+                        self.count("forward_batches_received");
+                        self.count_n("forward_batch_commands", n);
+                        self.count_n("dropped_forward_batch_queue_full", refused);
+                    }
+                    // The batcher resends to whoever leads: no forwarding loops.
+                    None => self.count("dropped_forward_batch_not_leader"),
+                }
+            }
+            Msg::ForwardAck { seq } => {
+                if let Some(b) = self.batcher.as_mut() {
+                    handled = true;
+                    b.on_ack(*seq, &mut out);
+                }
+            }
             Msg::Phase1B { .. } | Msg::Nack { .. } | Msg::Phase2B { .. } | Msg::Alive { .. } => {
                 if let Some(c) = self.coordinator.as_mut() {
                     c.on_message(from, msg, &mut out);
@@ -1158,6 +1281,8 @@ impl NodeCore {
                 }
             }
             Msg::Heartbeat { .. } => {
+                // A batcher learns who leads from it (`leader_activity` above).
+                handled |= self.batcher.is_some();
                 if let Some(l) = self.learner.as_mut() {
                     l.on_message(from, msg.clone(), &mut out);
                     handled = true;
@@ -1257,6 +1382,7 @@ impl NodeCore {
         {
             self.step_down();
         }
+        self.sync_batcher_leader(&mut out);
         out
     }
 }
@@ -1278,10 +1404,13 @@ mod tests {
                 coordinator: 1,
                 learners: vec![4],
                 partitions: Default::default(),
+                batchers: Vec::new(),
             },
             acceptor,
             replica,
+            batcher: false,
             coordinator_config: CoordinatorConfig::default(),
+            batcher_config: BatcherConfig::default(),
             learner_config: LearnerConfig::default(),
             checkpoint: CheckpointConfig::default(),
             early_replies: false,

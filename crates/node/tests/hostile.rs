@@ -1,6 +1,7 @@
 //! A node never dies from what a peer or a client sent. A cluster of node cores (3
-//! acceptors, 2 replicas per partition; Ring Paxos and Multi-Paxos, speculation on and
-//! off, with and without state partitioning) serves clients while every node is also fed
+//! acceptors, 2 replicas per partition, a batcher on acceptor 3 and a standalone one;
+//! Ring Paxos and Multi-Paxos, speculation on and off, with and without state
+//! partitioning) serves clients while every node is also fed
 //! random, well-formed but meaningless peer messages: every message kind, from members,
 //! from itself and from strangers, with ballots, instances, ranges, vote and ring masks,
 //! value ids and checkpoint offsets drawn around the cluster's real state and at the
@@ -148,7 +149,7 @@ impl Rng {
 
     /// A random message of any kind, around ballot `b` and instance `at`.
     fn msg(&mut self, b: Ballot, at: Instance) -> Msg {
-        match self.below(19) {
+        match self.below(21) {
             0 => Msg::Phase1A {
                 ballot: self.ballot(b),
                 from: self.num(at),
@@ -237,6 +238,11 @@ impl Rng {
                 offset: self.num(0),
                 len: self.num(1 << 20),
             },
+            18 => Msg::ForwardBatch {
+                seq: self.num(1),
+                cmds: (0..self.below(4)).map(|_| self.command(1)).collect(),
+            },
+            19 => Msg::ForwardAck { seq: self.num(1) },
             _ => Msg::CheckpointChunk {
                 instance: self.num(at),
                 offset: self.num(0),
@@ -258,7 +264,11 @@ fn survive(run: &str, what: String, f: impl FnOnce()) {
 /// Replicas per partition.
 const PER: usize = 2;
 
-/// Acceptors 1-3 and `PER` replicas per partition (4, 5, ...), node 1 coordinating.
+/// A standalone batcher (acceptor 3 is one too).
+const BATCHER: NodeId = 20;
+
+/// Acceptors 1-3 and `PER` replicas per partition (4, 5, ...), node 1 coordinating;
+/// batchers on acceptor 3 and [`BATCHER`] alone.
 fn cluster(
     protocol: Protocol,
     speculative: bool,
@@ -268,6 +278,7 @@ fn cluster(
     let replicas: Vec<NodeId> = (4..4 + PER as NodeId * partitions).collect();
     let mut setup = common::setup(protocol, &replicas);
     setup.speculative = speculative;
+    setup.membership.batchers = vec![3, BATCHER];
     if partitions > 1 {
         setup.membership.partitions = PartitionLayout {
             map: PartitionMap::new(partitions, 64).expect("a valid map"),
@@ -275,6 +286,16 @@ fn cluster(
         };
     }
     (Cluster::new(setup, bugs), replicas)
+}
+
+/// Every node of a [`cluster`] with these replicas.
+fn members(replicas: &[NodeId]) -> Vec<NodeId> {
+    ACCEPTORS
+        .iter()
+        .chain(replicas)
+        .copied()
+        .chain([BATCHER])
+        .collect()
 }
 
 /// Serve clients while every node is fed `hostile` random messages, interleaved.
@@ -294,7 +315,7 @@ fn barrage(
     c.checkpointing = true;
     c.tick_until_leader(1, 25);
     let mut rng = Rng(seed);
-    let members: Vec<NodeId> = ACCEPTORS.iter().copied().chain(replicas.clone()).collect();
+    let members = members(&replicas);
     let mut client_seq = 0;
     for i in 0..hostile {
         if i % 8 == 0 {
@@ -376,7 +397,7 @@ fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: 
     let (mut c, replicas) = cluster(protocol, speculative, partitions, UnsafeBugs::default());
     c.tick_until_leader(1, 25);
     let mut rng = Rng(seed);
-    let members: Vec<NodeId> = ACCEPTORS.iter().copied().chain(replicas.clone()).collect();
+    let members = members(&replicas);
     for i in 0..150 {
         let command = rng.command(i);
         let via = rng.pick(&members);

@@ -30,11 +30,17 @@
 //! [[node]]
 //! id = 1
 //! addr = "127.0.0.1:7101"
-//! roles = ["acceptor"]       # "acceptor", "replica", "server" (cs mode)
+//! roles = ["acceptor"]       # "acceptor", "replica", "batcher", "server" (cs mode)
 //! # partition = 0            # replicas of a partitioned cluster: which partition
 //! ```
+//!
+//! A node with role `"batcher"` (smr mode only) batches the client commands it receives
+//! while it does not lead into messages to the leader (`partita_consensus::Batcher`,
+//! with the cluster's `batch_bytes_max`). Alone, it is a standalone batcher: no WAL, no
+//! checkpoints; with `"acceptor"` or `"replica"` it is co-located. Clients spread over
+//! the batchers (see `Membership::client_entry`).
 
-use partita_consensus::{CoordinatorConfig, LearnerConfig, Membership, Protocol};
+use partita_consensus::{BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Protocol};
 use partita_types::{NodeId, PartitionLayout, PartitionMap};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -71,6 +77,8 @@ pub enum Role {
     Acceptor,
     Replica,
     Server,
+    /// Batches client commands to the leader (smr mode).
+    Batcher,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -422,6 +430,16 @@ impl ClusterConfig {
         }
         match self.cluster.mode {
             Mode::Cs => {
+                if let Some(n) = self.nodes.iter().find(|n| n.roles.contains(&Role::Batcher)) {
+                    return f(
+                        "node.roles",
+                        format!(
+                            "node {}: role \"batcher\" needs mode = \"smr\" (a cs server \
+                             takes every command itself)",
+                            n.id
+                        ),
+                    );
+                }
                 let servers = self
                     .nodes
                     .iter()
@@ -452,6 +470,9 @@ impl ClusterConfig {
                         format!("{c} is not a node of the cluster"),
                     );
                 }
+                self.batcher_config()
+                    .validate()
+                    .map_err(|m| ("batching".to_string(), m))?;
                 self.membership()
                     .validate()
                     .map_err(|m| ("node.roles".to_string(), m))?;
@@ -487,6 +508,7 @@ impl ClusterConfig {
             coordinator: self.cluster.coordinator.unwrap_or(0),
             learners: self.with_role(Role::Replica),
             partitions: self.partition_layout(),
+            batchers: self.with_role(Role::Batcher),
         }
     }
 
@@ -516,7 +538,8 @@ impl ClusterConfig {
         PartitionLayout { map, replicas }
     }
 
-    /// Where clients send commands: the coordinator, or the server in cs mode.
+    /// Where clients send commands: the coordinator, or the server in cs mode (with
+    /// batchers, clients spread over them instead: `Membership::client_entry`).
     pub fn entry_node(&self) -> NodeId {
         match self.cluster.mode {
             Mode::Smr => self.cluster.coordinator.expect("validated"),
@@ -557,11 +580,23 @@ impl ClusterConfig {
             membership: self.membership(),
             acceptor: roles.contains(&Role::Acceptor),
             replica: roles.contains(&Role::Replica) || roles.contains(&Role::Server),
+            batcher: roles.contains(&Role::Batcher),
             coordinator_config: self.coordinator_config(),
+            batcher_config: self.batcher_config(),
             learner_config: self.learner_config(),
             checkpoint: self.checkpoint_config(),
             early_replies: self.execution.early_replies,
             speculative: self.execution.speculative,
+        }
+    }
+
+    /// Batchers: the cluster's batch size, the rest the defaults in ticks of this
+    /// cluster (batches unacknowledged for 100 ms are resent).
+    pub fn batcher_config(&self) -> BatcherConfig {
+        BatcherConfig {
+            batch_bytes_max: self.batching.batch_bytes_max,
+            ack_timeout_ticks: (100 / self.cluster.tick_ms).max(1),
+            ..BatcherConfig::default()
         }
     }
 
@@ -629,26 +664,10 @@ impl ClusterConfig {
             return Err("every partition needs at least one replica".into());
         }
         PartitionMap::new(partitions, key_space)?;
-        let base_port = self
-            .nodes
-            .iter()
-            .filter_map(|n| {
-                let a: SocketAddr = n.addr.parse().ok()?;
-                Some(a.port().saturating_sub(n.id as u16))
-            })
-            .next()
-            .unwrap_or(7100);
         self.nodes.retain(|n| !n.roles.contains(&Role::Replica));
-        let mut id = self.nodes.iter().map(|n| n.id).max().unwrap_or(0);
         for p in 0..partitions {
             for _ in 0..per_partition {
-                id += 1;
-                self.nodes.push(NodeSection {
-                    id,
-                    addr: format!("127.0.0.1:{}", base_port + id as u16),
-                    roles: vec![Role::Replica],
-                    partition: (partitions > 1).then_some(p),
-                });
+                self.add_node(vec![Role::Replica], (partitions > 1).then_some(p));
             }
         }
         self.partitioning = if partitions > 1 {
@@ -660,6 +679,40 @@ impl ClusterConfig {
             PartitioningSection::default()
         };
         Ok(self)
+    }
+
+    /// This cluster with `n` standalone batchers added (ids after every other node):
+    /// clients then send their commands to the batchers, which batch them to the
+    /// leader. Only for smr clusters.
+    pub fn with_batchers(mut self, n: u32) -> Result<ClusterConfig, String> {
+        if n > 0 && self.cluster.mode != Mode::Smr {
+            return Err("batchers need mode = \"smr\"".into());
+        }
+        for _ in 0..n {
+            self.add_node(vec![Role::Batcher], None);
+        }
+        Ok(self)
+    }
+
+    /// Append a node with the next id, listening on the cluster's base port plus its id
+    /// (the layout `default_local` uses).
+    fn add_node(&mut self, roles: Vec<Role>, partition: Option<u32>) {
+        let base_port = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let a: SocketAddr = n.addr.parse().ok()?;
+                Some(a.port().saturating_sub(n.id as u16))
+            })
+            .next()
+            .unwrap_or(7100);
+        let id = self.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
+        self.nodes.push(NodeSection {
+            id,
+            addr: format!("127.0.0.1:{}", base_port + id as u16),
+            roles,
+            partition,
+        });
     }
 
     /// The client-server baseline: one server process.
@@ -876,6 +929,50 @@ mod tests {
                 .to_string();
             assert!(e.contains(field), "error `{e}` does not name `{field}`");
         }
+    }
+
+    #[test]
+    fn batchers_are_standalone_or_co_located_and_smr_only() {
+        let c = ClusterConfig::default_local(7100, 42)
+            .with_batchers(2)
+            .unwrap();
+        let text = c.to_toml();
+        let back = ClusterConfig::parse(&text, "x").unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.membership().batchers, vec![6, 7]);
+        assert_eq!(back.addr(7).port(), 7107);
+        let standalone = back.node_setup(6);
+        assert!(standalone.batcher && !standalone.acceptor && !standalone.replica);
+        assert_eq!(standalone.batcher_config.batch_bytes_max, 8192);
+        assert!(!back.node_setup(1).batcher);
+        // Co-located with an acceptor.
+        let mut co = ClusterConfig::default_local(7100, 42);
+        co.nodes[1].roles.push(Role::Batcher);
+        let co = ClusterConfig::parse(&co.to_toml(), "x").unwrap();
+        assert_eq!(co.membership().batchers, vec![2]);
+        assert!(co.node_setup(2).batcher && co.node_setup(2).acceptor);
+        // Refused in cs mode, naming the field.
+        let mut cs = ClusterConfig::client_server(7200, 42);
+        assert!(cs.clone().with_batchers(1).is_err());
+        cs.nodes[0].roles.push(Role::Batcher);
+        let e = ClusterConfig::parse(&cs.to_toml(), "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node.roles") && e.contains("batcher"), "{e}");
+        // An unknown role is named.
+        let e = ClusterConfig::parse(&text.replace("\"batcher\"", "\"batch\""), "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("batch"), "{e}");
+        // Partitions and batchers compose: batchers keep their ids.
+        let both = ClusterConfig::default_local(7100, 42)
+            .with_partitions(2, 2, 1000)
+            .unwrap()
+            .with_batchers(1)
+            .unwrap();
+        let both = ClusterConfig::parse(&both.to_toml(), "x").unwrap();
+        assert_eq!(both.membership().batchers, vec![8]);
+        assert_eq!(both.executors(), vec![4, 5, 6, 7]);
     }
 
     #[test]

@@ -257,6 +257,22 @@ impl Node {
             counters.push(("values_proposed".into(), s.values_proposed));
             counters.push(("retransmits".into(), s.retransmits));
         }
+        if let Some(b) = self.core.batcher() {
+            let s = b.stats();
+            counters.extend(s.named().iter().map(|(k, v)| (format!("batcher_{k}"), *v)));
+            // Mean commands per batch, in hundredths (counters are integers).
+            counters.push((
+                "batcher_mean_batch_commands_x100".into(),
+                (s.mean_batch_commands() * 100.0).round() as u64,
+            ));
+            counters.push(("batcher_buffered".into(), b.buffered() as u64));
+            counters.extend(
+                b.drops()
+                    .0
+                    .iter()
+                    .map(|(k, v)| (format!("batcher_dropped_{k}"), *v)),
+            );
+        }
         if let Some(r) = replica {
             let st = r.stats();
             counters.push(("commands_executed".into(), st.commands_executed));
@@ -336,7 +352,10 @@ fn same_msg(a: &Msg, b: &Msg) -> bool {
                 value: v2,
             },
         ) => i1 == i2 && Arc::ptr_eq(v1, v2),
-        (Msg::Phase1B { .. }, _) | (Msg::LearnReply { .. }, _) => false,
+        // Never sent twice in a row to several peers; comparing them costs more.
+        (Msg::Phase1B { .. }, _) | (Msg::LearnReply { .. }, _) | (Msg::ForwardBatch { .. }, _) => {
+            false
+        }
         _ => a == b,
     }
 }

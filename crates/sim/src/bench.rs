@@ -19,10 +19,14 @@
 //!   [`ReplicaImage`]; `partita experiment` bulk-loads one tree and stamps a copy per
 //!   replica); the client-server server, which cannot boot from a checkpoint, executes
 //!   the inserts as batches of 1000 before time starts. Neither costs virtual time.
+//! - **Batchers**: `batchers` standalone batcher nodes added to the cluster
+//!   (`ClusterConfig::with_batchers`), each with its own CPU and network card; clients
+//!   then spread over them (client i enters at batcher i mod `batchers`), and the
+//!   leader receives batches instead of single commands.
 //! - **Clients**: `clients` closed-loop clients drawing `partita bench`'s workloads
 //!   ([`Workload`], [`random_op`]: the same operations over the same key space), each
 //!   thinking a uniform whole number of milliseconds in `0..=think_ms` before each
-//!   command, sending it to the entry node (the coordinator, or the server) with one
+//!   command, sending it to the entry node (the coordinator, a batcher, or the server) with one
 //!   replica chosen to reply (clients are spread evenly over the replicas), resending it
 //!   after `client_timeout_ns` without a reply. Clients cost nothing (they run on
 //!   other machines).
@@ -282,6 +286,8 @@ impl Default for BenchNet {
 pub struct BenchSpec {
     /// Any cluster file the real loader accepts (smr or cs mode).
     pub cluster: ClusterConfig,
+    /// Standalone batchers added to `cluster` (smr mode only; 0: none).
+    pub batchers: u32,
     pub workload: Workload,
     pub clients: u32,
     /// Think time before each command, uniform whole milliseconds in `0..=think_ms`.
@@ -308,6 +314,7 @@ impl BenchSpec {
     pub fn new(cluster: ClusterConfig, workload: Workload, clients: u32) -> BenchSpec {
         BenchSpec {
             cluster,
+            batchers: 0,
             workload,
             clients,
             think_ms: 0,
@@ -328,7 +335,7 @@ impl BenchSpec {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NodeLoad {
     pub node: NodeId,
-    /// "acceptor", "coordinator", "replica", "server".
+    /// "acceptor", "coordinator", "replica", "batcher" (standalone), "server".
     pub role: String,
     /// Fraction of the window its CPU was busy.
     pub cpu: f64,

@@ -11,6 +11,12 @@
 //! replica, which replicas skip without executing: the numbers are the protocol's
 //! own costs, execution being measured separately (B+tree and per-command costs).
 //!
+//! [`measure_batched_handlers`] runs the same cluster plus a standalone batcher (node
+//! 6) and feeds the commands to it instead: its requests are filed under
+//! `batcher-request`, and the leader's `forwardbatch` and the batcher's `forwardack`
+//! are timed like every other message (a `forwardbatch` includes the coordinator's work
+//! for each command it carries; [`HandlerCosts::commands_per_batch`] says how many).
+//!
 //! Calls slower than the 95th percentile of their kind are dropped before averaging:
 //! on a shared machine they are preemptions, not handler costs.
 
@@ -39,19 +45,28 @@ pub struct HandlerCosts {
     pub persisted_token_ns: f64,
     /// Commands per value the coordinator proposed, on average.
     pub commands_per_value: f64,
+    /// Commands per batch the batchers sent, on average (0 without batchers).
+    pub commands_per_batch: f64,
 }
 
-/// Wall nanoseconds one `Instant::now()` pair costs (subtracted from every sample).
+/// Wall nanoseconds one `Instant::now()` pair costs (subtracted from every sample): the
+/// fastest of 10 rounds of 2,000 pairs, since a round the thread was preempted in
+/// overstates it, and an overstated overhead cancels short handlers out entirely.
 pub fn timer_overhead_ns() -> f64 {
-    let n = 20_000;
-    let t = Instant::now();
+    let n = 2_000;
     let mut acc = 0u128;
-    for _ in 0..n {
-        let a = Instant::now();
-        acc += a.elapsed().as_nanos();
-    }
+    let fastest = (0..10)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..n {
+                let a = Instant::now();
+                acc += a.elapsed().as_nanos();
+            }
+            t.elapsed().as_nanos() as f64 / n as f64 / 2.0
+        })
+        .fold(f64::INFINITY, f64::min);
     black_box(acc);
-    t.elapsed().as_nanos() as f64 / n as f64 / 2.0
+    fastest
 }
 
 fn trimmed_mean(v: &mut [u64]) -> f64 {
@@ -79,6 +94,8 @@ struct Harness {
     out: Vec<Output>,
     proposals: u64,
     proposed_commands: u64,
+    batches: u64,
+    batched_commands: u64,
 }
 
 impl Harness {
@@ -86,6 +103,10 @@ impl Harness {
         for o in self.out.drain(..) {
             match o {
                 Output::Send { to, msg } => {
+                    if let Msg::ForwardBatch { cmds, .. } = &msg {
+                        self.batches += 1;
+                        self.batched_commands += cmds.len() as u64;
+                    }
                     if from == 1 {
                         if let Msg::Phase2A { value, .. } = &msg {
                             if to == 2 {
@@ -120,7 +141,15 @@ impl Harness {
                         let kind = msg.kind();
                         self.timed(kind, to, |c, out| c.on_peer(from, msg, out));
                     }
-                    In::Request(cmd) => self.timed("request", to, |c, out| c.on_request(cmd, out)),
+                    In::Request(cmd) => {
+                        let core = &self.nodes[to as usize - 1];
+                        let kind = if core.coordinator().is_none() && core.batcher().is_some() {
+                            "batcher-request"
+                        } else {
+                            "request"
+                        };
+                        self.timed(kind, to, |c, out| c.on_request(cmd, out))
+                    }
                 }
             }
             let mut any = false;
@@ -156,7 +185,31 @@ impl Harness {
 /// Run the in-process cluster for `rounds` rounds of `per_round` commands each (see
 /// the module documentation) and return the handler costs by input kind.
 pub fn measure_handlers(protocol: Protocol, rounds: usize, per_round: usize) -> HandlerCosts {
-    let mut cluster = ClusterConfig::default_local(7100, 0xCA11);
+    let cluster = ClusterConfig::default_local(7100, 0xCA11);
+    let entry = cluster.entry_node();
+    run_cluster(cluster, entry, protocol, rounds, per_round)
+}
+
+/// [`measure_handlers`] with a standalone batcher (node 6) taking every command.
+pub fn measure_batched_handlers(
+    protocol: Protocol,
+    rounds: usize,
+    per_round: usize,
+) -> HandlerCosts {
+    let cluster = ClusterConfig::default_local(7100, 0xCA13)
+        .with_batchers(1)
+        .expect("an smr cluster takes batchers");
+    let entry = cluster.membership().batchers[0];
+    run_cluster(cluster, entry, protocol, rounds, per_round)
+}
+
+fn run_cluster(
+    mut cluster: ClusterConfig,
+    entry: NodeId,
+    protocol: Protocol,
+    rounds: usize,
+    per_round: usize,
+) -> HandlerCosts {
     cluster.cluster.protocol = protocol;
     cluster.storage.checkpoint_instances = 0;
     let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
@@ -170,6 +223,8 @@ pub fn measure_handlers(protocol: Protocol, rounds: usize, per_round: usize) -> 
         out: Vec::new(),
         proposals: 0,
         proposed_commands: 0,
+        batches: 0,
+        batched_commands: 0,
     };
     for &id in &ids {
         let core = NodeCore::new(
@@ -190,9 +245,10 @@ pub fn measure_handlers(protocol: Protocol, rounds: usize, per_round: usize) -> 
     h.persisted.clear();
     h.proposals = 0;
     h.proposed_commands = 0;
+    h.batches = 0;
+    h.batched_commands = 0;
     let clients = 64u64;
     let mut seq = vec![0u64; clients as usize];
-    let entry = cluster.entry_node();
     let mut k = 0u64;
     for _ in 0..rounds {
         for _ in 0..per_round {
@@ -212,12 +268,10 @@ pub fn measure_handlers(protocol: Protocol, rounds: usize, per_round: usize) -> 
         h.tick_all();
         h.tick_all();
     }
+    let ratio = |n: u64, d: u64| if d > 0 { n as f64 / d as f64 } else { 0.0 };
     let mut costs = HandlerCosts {
-        commands_per_value: if h.proposals > 0 {
-            h.proposed_commands as f64 / h.proposals as f64
-        } else {
-            0.0
-        },
+        commands_per_value: ratio(h.proposed_commands, h.proposals),
+        commands_per_batch: ratio(h.batched_commands, h.batches),
         ..HandlerCosts::default()
     };
     for (kind, mut v) in std::mem::take(&mut h.samples) {
@@ -390,6 +444,16 @@ mod tests {
                 assert!(k.calls > 0 && k.mean_ns >= 0.0, "{p} {kind}: {k:?}");
             }
             assert!(c.commands_per_value > 1.0, "{p}: batching: {c:?}");
+            let b = measure_batched_handlers(p, 20, 300);
+            for kind in ["batcher-request", "forwardbatch", "forwardack", "phase2a"] {
+                let k = b.by_kind.get(kind).unwrap_or_else(|| panic!("{p}: {kind}"));
+                assert!(k.calls > 0 && k.mean_ns >= 0.0, "{p} {kind}: {k:?}");
+            }
+            assert!(
+                !b.by_kind.contains_key("request"),
+                "{p}: every command batched"
+            );
+            assert!(b.commands_per_batch > 1.0, "{p}: batchers batch: {b:?}");
         }
         let cs = measure_cs_request(200);
         assert!(cs.on_request_ns > 0.0 && cs.read_ns >= 0.0, "{cs:?}");

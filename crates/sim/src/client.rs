@@ -2,12 +2,14 @@
 //! retry behaviour (`partita-client`).
 //!
 //! A client thinks (uniform `0..=think_ns_max`), then invokes the next operation of its
-//! quota: it sends the command to its entry node (at first the cluster's coordinator)
-//! with `reply_to` set to its replica, and waits for that replica's reply. Without a
-//! reply after `timeout_ns` it resubmits the *same* command (same client id and
-//! sequence number), so the replicas' reply cache answers it if it was executed already.
-//! Like `partita-client`, each timeout moves the client to the next acceptor as its
-//! entry node (a node that does not lead forwards to the one it knows), and every second
+//! quota: it sends the command to its entry node (at first the cluster's coordinator,
+//! or with batchers batcher `index % batchers`: `Membership::client_entry`) with
+//! `reply_to` set to its replica, and waits for that replica's reply. Without a reply
+//! after `timeout_ns` it resubmits the *same* command (same client id and sequence
+//! number), so the replicas' reply cache answers it if it was executed already. Like
+//! `partita-client`, each timeout moves the client to the next entry node of the
+//! cluster's rotation (the batchers, then the acceptors: `Membership::entry_rotation`;
+//! a node that does not lead batches or forwards to the one it knows), and every second
 //! timeout to the next replica (the command keeps its sequence number; only `reply_to`
 //! changes). Each resubmission of one command waits twice as long as the one before,
 //! up to 4 × `timeout_ns` (`partita_types::timeout_backoff`): an overloaded cluster
@@ -115,8 +117,8 @@ pub struct SimClient {
     pub id: ClientId,
     pub replica: NodeId,
     entry: NodeId,
-    /// Acceptors in order (where the entry node rotates) and replicas.
-    acceptors: Vec<NodeId>,
+    /// Where the entry node rotates (batchers, then acceptors), and the replicas.
+    entries: Vec<NodeId>,
     replicas: Vec<NodeId>,
     timeouts: u64,
     params: ClientParams,
@@ -150,14 +152,15 @@ pub struct SimClient {
 }
 
 impl SimClient {
-    /// A client with a quota of `ops` operations, starting with entry node `entry` and
-    /// `replica` (one of `replicas`); `read_direct` sends read-only commands to the
-    /// replica (the `unordered-query` planted bug).
+    /// A client with a quota of `ops` operations, starting with entry node `entry` (one
+    /// of `entries`, the rotation after timeouts) and `replica` (one of `replicas`);
+    /// `read_direct` sends read-only commands to the replica (the `unordered-query`
+    /// planted bug).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: u32,
         entry: NodeId,
-        acceptors: Vec<NodeId>,
+        entries: Vec<NodeId>,
         replica: NodeId,
         replicas: Vec<NodeId>,
         params: ClientParams,
@@ -173,7 +176,7 @@ impl SimClient {
             id: index as ClientId + 1,
             replica,
             entry,
-            acceptors,
+            entries,
             replicas,
             timeouts: 0,
             params,
@@ -267,12 +270,12 @@ impl SimClient {
         self.entry
     }
 
-    /// After a timeout: the next acceptor becomes the entry node and, every second
-    /// time, the next replica the one that must reply (as `partita-client` does).
+    /// After a timeout: the next node of the rotation becomes the entry node and, every
+    /// second time, the next replica the one that must reply (as `partita-client` does).
     fn rotate(&mut self) {
         self.timeouts += 1;
-        if let Some(i) = self.acceptors.iter().position(|&a| a == self.entry) {
-            self.entry = self.acceptors[(i + 1) % self.acceptors.len()];
+        if let Some(i) = self.entries.iter().position(|&a| a == self.entry) {
+            self.entry = self.entries[(i + 1) % self.entries.len()];
         }
         if self.timeouts.is_multiple_of(2) {
             if let Some(i) = self.replicas.iter().position(|&r| r == self.replica) {

@@ -12,10 +12,21 @@
 //! ```
 //!
 //! where `base` is `tick_ns`, `request_ns` (`cs_request_ns` at a client-server
-//! server), `persisted_ns + tokens * persisted_token_ns`, `peer_message_ns`
-//! (overridden per message kind by `message_kind_ns`, e.g. `phase2a = 3000`), or 0 for
-//! a node's deferred work (`NodeCore::on_continue`: the speculative execution a
-//! handler left, run as its own step right after that handler's outputs left).
+//! server, `batcher_request_ns` at a batcher that does not lead), `persisted_ns +
+//! tokens * persisted_token_ns`, `peer_message_ns` (overridden per message kind by
+//! `message_kind_ns`, e.g. `phase2a = 3000`), or 0 for a node's deferred work
+//! (`NodeCore::on_continue`: the speculative execution a handler left, run as its own
+//! step right after that handler's outputs left).
+//!
+//! **Batches.** A `forwardbatch` (a batcher's batch of client commands) costs the
+//! leader what any peer message costs (its base, `recv_ns` and decode: the fixed cost
+//! of one message, paid once per batch) plus `request_ns` for every command it carries,
+//! since each goes through the same `Coordinator::on_command` work as a command sent
+//! directly (`Work::forwarded_commands`). So a batch of N commands saves the leader
+//! N − 1 receptions (`recv_ns`, the dominant cost of a small request), which is what
+//! batchers are for. A node that does not lead drops a batch for the base cost alone.
+//! `partita calibrate` measures `forwardbatch` at the leader and subtracts the
+//! commands' `request_ns`, so the two parts are not counted twice.
 //!
 //! **Codec.** `decode(kind, bytes)` and `encode(kind, bytes)` come from the per-kind
 //! line in `codec` (`[codec.phase2a] encode_ns, encode_byte_ps, decode_ns,
@@ -127,6 +138,9 @@ pub struct CostTable {
     /// Handling one request at the client-server baseline's server (execution and
     /// reply excluded); `request_ns` when absent.
     pub cs_request_ns: Option<u64>,
+    /// Handling one request at a batcher that does not lead (buffering it, and the
+    /// batch it may send); `request_ns` when absent.
+    pub batcher_request_ns: Option<u64>,
     /// Per command a replica executes, besides its B+tree operations.
     pub command_ns: u64,
     /// B+tree operations by kind: insert, delete, update, read, next, prev, query.
@@ -158,6 +172,7 @@ impl Default for CostTable {
             recover_record_ns: 500,
             recv_ns: 0,
             cs_request_ns: None,
+            batcher_request_ns: None,
             command_ns: 0,
             btree_kind_ns: BTreeMap::new(),
             btree_query_entry_ps: 0,
@@ -201,6 +216,9 @@ pub struct Work {
     pub commands: u64,
     /// Set when `btree_kind_ns` is in use: replaces `btree_ops * btree_op_ns`.
     pub btree: Option<BtreeWork>,
+    /// Client commands a batch brought to the leader's coordinator (each charged
+    /// `request_ns`).
+    pub forwarded_commands: u64,
 }
 
 /// The kind of input a handler ran for.
@@ -210,6 +228,8 @@ pub enum InputKind<'a> {
     Request,
     /// A request at the client-server baseline's server.
     ServerRequest,
+    /// A request at a batcher that does not lead.
+    BatcherRequest,
     Tick,
     Persisted(usize),
     /// A node's deferred work (no input: nothing received, no base cost).
@@ -273,6 +293,9 @@ impl CostTable {
             InputKind::ServerRequest => {
                 self.recv_ns + self.cs_request_ns.unwrap_or(self.request_ns)
             }
+            InputKind::BatcherRequest => {
+                self.recv_ns + self.batcher_request_ns.unwrap_or(self.request_ns)
+            }
             InputKind::Tick => self.tick_ns,
             InputKind::Persisted(n) => self.persisted_ns + n as u64 * self.persisted_token_ns,
             InputKind::Continue => 0,
@@ -289,6 +312,7 @@ impl CostTable {
             + btree
             + work.codec_ns
             + work.commands * self.command_ns
+            + work.forwarded_commands * self.request_ns
     }
 
     /// Virtual nanoseconds a (re)start costs.
@@ -406,7 +430,26 @@ mod tests {
             700 + 10 + 33 + 40 + t.btree_cost(&b)
         );
         assert_eq!(t.cost(InputKind::Request, &Work::default()), 700 + 3_000);
+        assert_eq!(
+            t.cost(InputKind::BatcherRequest, &Work::default()),
+            700 + 3_000
+        );
+        t.batcher_request_ns = Some(400);
+        assert_eq!(
+            t.cost(InputKind::BatcherRequest, &Work::default()),
+            700 + 400
+        );
         assert_eq!(t.cost(InputKind::Continue, &Work::default()), 0);
+        // A batch of 50 commands at the leader: one message, 50 times the
+        // coordinator's work per command.
+        let batch = Work {
+            forwarded_commands: 50,
+            ..Work::default()
+        };
+        assert_eq!(
+            t.cost(InputKind::Peer("forwardbatch"), &batch),
+            700 + t.peer_message_ns + 50 * 3_000
+        );
         let back = CostTable::from_toml(&t.to_toml()).unwrap();
         assert_eq!(back, t);
     }

@@ -42,8 +42,10 @@
 //!   from the durable records only; a replica restarts empty and relearns), pause and
 //!   resume (inputs queue meanwhile).
 //! - [`client`]: closed-loop clients with think time doing every B+tree operation on a
-//!   small key space, resubmitting the same (client, seq) on timeouts, giving up
-//!   (`info`) only in the safety phase, and recording the history in the checker's format.
+//!   small key space, entering at the coordinator or spread over the batchers,
+//!   resubmitting the same (client, seq) on timeouts through the next entry node,
+//!   giving up (`info`) only in the safety phase, and recording the history in the
+//!   checker's format.
 //!
 //! # Phases
 //!
@@ -99,6 +101,7 @@ pub use swarm::{
     draw, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedParams, SimOptions,
     SpeculationChoice,
 };
+pub use swarm::{BatcherChoice, Batchers};
 
 /// Run one seed: draw its parameters, simulate, check.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {

@@ -55,7 +55,7 @@ impl SeedReport {
             Some(f) => format!("FAIL {}: {}", f.check, first_line(&f.message)),
         };
         format!(
-            "seed {} ({}{}, {}a/{}r, faults: {}): {verdict}",
+            "seed {} ({}{}, {}a/{}r{}, faults: {}): {verdict}",
             self.seed,
             self.params.protocol,
             match (self.params.speculative, self.params.early_replies) {
@@ -65,6 +65,11 @@ impl SeedReport {
             },
             self.params.acceptors,
             self.params.replicas,
+            match self.params.batchers {
+                crate::swarm::Batchers::None => String::new(),
+                crate::swarm::Batchers::Standalone(n) => format!("/{n}b"),
+                crate::swarm::Batchers::OnAcceptors => "/b on acceptors".into(),
+            },
             fault_list(&self.params),
         )
     }
@@ -113,6 +118,7 @@ impl fmt::Display for SeedReport {
             "  batching        {} bytes, window {} instances, delay {} ms; checkpoint every {} instances",
             p.batch_bytes_max, p.window_instances_max, p.batch_delay_ms, p.checkpoint_instances
         )?;
+        writeln!(f, "  batchers        {}", p.batchers)?;
         writeln!(
             f,
             "  clients         {} doing {} operations on keys 0..{}, think 0..={}, timeout {}, give up {}",
@@ -199,6 +205,17 @@ impl fmt::Display for SeedReport {
                 f,
                 "  early replies   {} operations ended on a confirmed tentative reply",
                 c("ops_confirmed_early")
+            )?;
+        }
+        if p.batchers != crate::swarm::Batchers::None {
+            writeln!(
+                f,
+                "  batchers        {} batches of {} commands, {} resends, {} abandoned, {} refused (running incarnations)",
+                c("batcher_batches_sent"),
+                c("batcher_commands_forwarded"),
+                c("batcher_resends"),
+                c("batcher_batches_abandoned"),
+                c("batcher_commands_refused")
             )?;
         }
         writeln!(

@@ -18,7 +18,7 @@
 //! | `partition` | from time to time: a node isolated, or the nodes split in two, then healed |
 //! | `one-way` | partitions may cut one direction only (a node that can send but not hear, or the reverse) |
 //! | `crash-acceptor` | acceptors other than the coordinator's node crash (losing unsynced writes) and restart from their durable log; never more than a minority at once |
-//! | `crash-replica` | replicas crash and restart empty, relearning from acceptors and the coordinator; at least one stays up |
+//! | `crash-replica` | replicas crash and restart empty, relearning from acceptors and the coordinator; at least one stays up; standalone batchers crash and restart empty too |
 //! | `crash-coordinator` | node 1 (coordinator and acceptor) crashes and restarts; off unless `--coordinator-crashes` (no failover yet) |
 //! | `pause` | a node stops (like SIGSTOP) and resumes; its inputs queue meanwhile |
 //! | `disk-stall` | some fsyncs take up to 300 ms |
@@ -148,6 +148,50 @@ pub enum EarlyRepliesChoice {
     Off,
 }
 
+/// Which batchers a seed's cluster has (clients then enter through them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatcherChoice {
+    /// Each seed draws its batchers from its own random stream, so that seeds without
+    /// batchers run exactly as they did before batchers existed: none (half of the
+    /// seeds), 1 or 2 standalone batchers (a quarter), or the batcher role on every
+    /// acceptor but node 1 (a quarter).
+    Swarm,
+    /// Exactly this many standalone batchers (0: none).
+    Standalone(u32),
+}
+
+/// The batchers of one seed's cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Batchers {
+    None,
+    /// Batcher-only nodes, with ids after the replicas.
+    Standalone(u32),
+    /// The batcher role on every acceptor but node 1 (the initial coordinator).
+    OnAcceptors,
+}
+
+impl Batchers {
+    /// Standalone batcher nodes (extra nodes of the cluster).
+    pub fn standalone(self) -> usize {
+        match self {
+            Batchers::Standalone(n) => n as usize,
+            _ => 0,
+        }
+    }
+}
+
+impl std::fmt::Display for Batchers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Batchers::None => f.write_str("none"),
+            Batchers::Standalone(n) => write!(f, "{n} standalone"),
+            Batchers::OnAcceptors => f.write_str("on the acceptors but node 1"),
+        }
+    }
+}
+
 /// Which fault classes a seed may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum FaultSelection {
@@ -169,6 +213,7 @@ pub struct SimOptions {
     pub partitioning: PartitionChoice,
     /// Early replies on speculative seeds.
     pub early_replies: EarlyRepliesChoice,
+    pub batchers: BatcherChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -206,6 +251,9 @@ impl SimOptions {
             EarlyRepliesChoice::On => f += " --early-replies on",
             EarlyRepliesChoice::Off => f += " --early-replies off",
         }
+        if let BatcherChoice::Standalone(n) = self.batchers {
+            f += &format!(" --batchers {n}");
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -238,6 +286,7 @@ impl Default for SimOptions {
             speculation: SpeculationChoice::Swarm,
             partitioning: PartitionChoice::Swarm,
             early_replies: EarlyRepliesChoice::Swarm,
+            batchers: BatcherChoice::Swarm,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -283,6 +332,7 @@ pub struct SeedParams {
     pub key_space: u64,
     /// Replicas reply early to speculated commands (speculative seeds only).
     pub early_replies: bool,
+    pub batchers: Batchers,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -295,7 +345,8 @@ pub struct SeedParams {
     pub client: ClientParams,
     pub net: NetParams,
     pub disk: DiskParams,
-    /// Per node (in id order): its clock runs at `1 + skew` times real speed.
+    /// Per node (in id order, standalone batchers last): its clock runs at `1 + skew`
+    /// times real speed.
     pub clock_skew: Vec<f64>,
     pub faults: FaultParams,
     /// The safety phase ends when this many operations were invoked...
@@ -313,8 +364,9 @@ pub struct SeedParams {
 
 impl SeedParams {
     /// The cluster file of this seed: `acceptors` acceptor nodes (ids 1..=A, node 1
-    /// coordinates) and `replicas` replica nodes after them, as `partita up` would
-    /// write it (addresses are never used by the simulator).
+    /// coordinates), `replicas` replica nodes after them and standalone batchers after
+    /// those, as `partita up` would write it (addresses are never used by the
+    /// simulator).
     pub fn cluster(&self) -> ClusterConfig {
         let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
         c.cluster.protocol = self.protocol;
@@ -346,6 +398,23 @@ impl SeedParams {
                 }
             })
             .collect();
+        match self.batchers {
+            Batchers::None => {}
+            Batchers::Standalone(n) => {
+                c = c
+                    .with_batchers(n)
+                    .unwrap_or_else(|e| panic!("the simulator's batchers: {e}"))
+            }
+            Batchers::OnAcceptors => {
+                for n in c
+                    .nodes
+                    .iter_mut()
+                    .filter(|n| (2..=acceptors as NodeId).contains(&n.id))
+                {
+                    n.roles.push(Role::Batcher);
+                }
+            }
+        }
         // Round-trip through the cluster-file parser so that a simulated cluster is
         // always one the real loader accepts.
         ClusterConfig::parse(&c.to_toml(), "simulated cluster")
@@ -369,6 +438,7 @@ pub const STREAM_LINKS: u64 = 6;
 pub const STREAM_SPECULATION: u64 = 7;
 pub const STREAM_PARTITIONS: u64 = 8;
 pub const STREAM_EARLY_REPLIES: u64 = 9;
+pub const STREAM_BATCHERS: u64 = 10;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -519,6 +589,21 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             EarlyRepliesChoice::On => true,
             EarlyRepliesChoice::Off => false,
         };
+    // Batchers draw from their own stream too (and so do the clocks of standalone
+    // ones): a seed without batchers runs exactly as it did before they existed.
+    let mut brng = stream(seed, STREAM_BATCHERS);
+    let batchers = match opts.batchers {
+        BatcherChoice::Swarm => match brng.gen_range(0..4) {
+            0 | 1 => Batchers::None,
+            2 => Batchers::Standalone(brng.gen_range(1..=2)),
+            _ => Batchers::OnAcceptors,
+        },
+        BatcherChoice::Standalone(0) => Batchers::None,
+        BatcherChoice::Standalone(n) => Batchers::Standalone(n),
+    };
+    for _ in 0..batchers.standalone() {
+        clock_skew.push(brng.gen_range(-skew_max..=skew_max));
+    }
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -532,6 +617,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         partitions,
         key_space,
         early_replies,
+        batchers,
         acceptors,
         replicas,
         window_instances_max,
@@ -675,6 +761,50 @@ mod tests {
             ..o
         };
         assert!((0..40).all(|s| !draw(s, &off).early_replies));
+    }
+
+    #[test]
+    fn batchers_draw_their_own_stream() {
+        let o = SimOptions::default();
+        let drawn: Vec<Batchers> = (0..200).map(|s| draw(s, &o).batchers).collect();
+        let none = drawn.iter().filter(|b| **b == Batchers::None).count();
+        assert!(
+            (70..130).contains(&none),
+            "{none} of 200 seeds without batchers"
+        );
+        assert!(drawn.contains(&Batchers::Standalone(1)));
+        assert!(drawn.contains(&Batchers::Standalone(2)));
+        assert!(drawn.contains(&Batchers::OnAcceptors));
+        for seed in 0..40 {
+            let swarm = draw(seed, &o);
+            let forced = draw(
+                seed,
+                &SimOptions {
+                    batchers: BatcherChoice::Standalone(2),
+                    ..o.clone()
+                },
+            );
+            assert_eq!(forced.batchers, Batchers::Standalone(2));
+            // Nothing else moves, and the standalone batchers' clocks come last.
+            assert_eq!(forced.net, swarm.net);
+            assert_eq!(forced.faults, swarm.faults);
+            assert_eq!(forced.client, swarm.client);
+            let nodes = swarm.acceptors + swarm.replicas;
+            assert_eq!(forced.clock_skew[..nodes], swarm.clock_skew[..nodes]);
+            assert_eq!(forced.clock_skew.len(), nodes + 2);
+            let m = forced.cluster().membership();
+            assert_eq!(m.batchers.len(), 2);
+            assert!(m.batchers.iter().all(|&b| b as usize > nodes));
+            let on = SeedParams {
+                batchers: Batchers::OnAcceptors,
+                ..swarm.clone()
+            };
+            let m = on.cluster().membership();
+            assert_eq!(
+                m.batchers,
+                (2..=swarm.acceptors as NodeId).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

@@ -228,6 +228,8 @@ pub struct SimNode {
     pub acceptor: bool,
     pub replica: bool,
     pub coordinator: bool,
+    /// Has the batcher role (standalone when neither acceptor nor replica).
+    pub batcher: bool,
     /// The client-server baseline's server.
     pub server: bool,
     /// Virtual nanoseconds of CPU this node's handlers took, in total.
@@ -339,7 +341,10 @@ impl World {
 
     /// The world of an experiment point (see [`crate::bench`]); nothing runs yet.
     pub fn new_bench(spec: BenchSpec) -> World {
-        let cluster = spec.cluster;
+        let cluster = spec
+            .cluster
+            .with_batchers(spec.batchers)
+            .unwrap_or_else(|e| panic!("experiment spec: {e}"));
         let n = cluster.nodes.len();
         let timing = LinkTiming {
             latency_ns: spec.net.latency_ns,
@@ -355,6 +360,14 @@ impl World {
             partitions: cluster.partitioning.partitions,
             key_space: cluster.partitioning.key_space,
             early_replies: cluster.execution.early_replies,
+            batchers: {
+                let m = cluster.membership();
+                match m.standalone_batchers().count() {
+                    0 if m.batchers.is_empty() => swarm::Batchers::None,
+                    0 => swarm::Batchers::OnAcceptors,
+                    n => swarm::Batchers::Standalone(n as u32),
+                }
+            },
             acceptors: cluster.membership().acceptors.len(),
             replicas: cluster.executors().len(),
             window_instances_max: cluster.batching.window_instances_max,
@@ -438,9 +451,12 @@ impl World {
     ) -> World {
         install_quiet_hook();
         let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
-        let entry = cluster.entry_node();
+        let membership = cluster.membership();
         let replicas = cluster.executors();
-        let acceptors = cluster.membership().acceptors;
+        let acceptors = membership.acceptors.clone();
+        // Clients enter at the coordinator (the server), or spread over the batchers,
+        // and rotate over the batchers, then the acceptors.
+        let entries = membership.entry_rotation();
         let layout = cluster.partition_layout();
         let agreement = Agreement::partitioned(
             layout.map,
@@ -461,6 +477,7 @@ impl World {
                     acceptor: setup.acceptor,
                     replica: setup.replica,
                     coordinator: setup.is_coordinator(),
+                    batcher: setup.batcher,
                     server: setup.mode == Mode::Cs,
                     busy_ns: 0,
                     setup,
@@ -487,10 +504,14 @@ impl World {
                 let ops =
                     p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
                 let replica = replicas[c as usize % replicas.len()];
+                let entry = match cluster.cluster.mode {
+                    partita_runtime::Mode::Smr => membership.client_entry(c as u64),
+                    partita_runtime::Mode::Cs => cluster.entry_node(),
+                };
                 let client = SimClient::new(
                     c,
                     entry,
-                    acceptors.clone(),
+                    entries.clone(),
                     replica,
                     replicas.clone(),
                     p.client.clone(),
@@ -911,6 +932,17 @@ impl World {
         }
         let core = n.core.as_mut().expect("an idle node is up");
         let work_before = core.replica().map(|r| r.stats().work).unwrap_or_default();
+        // Who takes a client command or a batch: the coordinator of a leading node,
+        // else the node's batcher (see `cpu`).
+        let leading = core.coordinator().is_some();
+        let batching = !leading && core.batcher().is_some();
+        let forwarded_commands = match &input {
+            Some(Input::Peer {
+                msg: Msg::ForwardBatch { cmds, .. },
+                ..
+            }) if leading => cmds.len() as u64,
+            _ => 0,
+        };
         let mut out = std::mem::take(&mut self.out_buf);
         out.clear();
         let (what, bytes_in): (&'static str, usize) = match &input {
@@ -983,6 +1015,7 @@ impl World {
             bytes_in,
             btree_ops: executed.btree_ops,
             commands: executed.commands,
+            forwarded_commands,
             ..Work::default()
         };
         if let Some(c) = self.cost.codec_of(what) {
@@ -1002,6 +1035,7 @@ impl World {
         self.out_buf = out;
         let kind = match what {
             "request" if server => InputKind::ServerRequest,
+            "request" if batching => InputKind::BatcherRequest,
             "request" => InputKind::Request,
             "tick" => InputKind::Tick,
             "persisted" => InputKind::Persisted(persisted),
@@ -1562,7 +1596,9 @@ impl World {
                 } else if n.acceptor {
                     f.has(FaultClass::CrashAcceptor)
                 } else {
-                    n.replica && f.has(FaultClass::CrashReplica)
+                    // Replicas and standalone batchers: nothing durable but state
+                    // their peers can rebuild.
+                    (n.replica || n.batcher) && f.has(FaultClass::CrashReplica)
                 };
                 let acceptor_ok = !n.acceptor || acceptors_down < minority;
                 let replica_ok = !n.replica || replicas_up > 1;
@@ -1799,6 +1835,15 @@ impl World {
                             a.max_accepted_instance()
                         );
                     }
+                    if let Some(b) = core.batcher() {
+                        s += &format!(
+                            "{}batcher: leader {:?}, {} buffered, {} outstanding",
+                            if s.is_empty() { "" } else { "; " },
+                            b.leader(),
+                            b.buffered(),
+                            b.outstanding()
+                        );
+                    }
                     if n.paused.is_some() {
                         s += ", paused";
                     }
@@ -1901,8 +1946,10 @@ impl World {
                     "coordinator"
                 } else if n.acceptor {
                     "acceptor"
-                } else {
+                } else if n.replica {
                     "replica"
+                } else {
+                    "batcher"
                 }
                 .to_string(),
                 cpu: (last.busy_ns[i] - first.busy_ns[i]) as f64 / window,
@@ -2010,6 +2057,15 @@ impl World {
         counters.insert("log_records_truncated".into(), truncated);
         let confirmed = self.clients.iter().map(|c| c.confirmed).sum();
         counters.insert("ops_confirmed_early".into(), confirmed);
+        // Batchers (the running incarnations: a restart starts a batcher over).
+        for n in &self.nodes {
+            let Some(b) = n.core.as_ref().and_then(|c| c.batcher()) else {
+                continue;
+            };
+            for (k, v) in b.stats().named() {
+                *counters.entry(format!("batcher_{k}")).or_default() += v;
+            }
+        }
         let resubmissions = self.clients.iter().map(|c| c.resubmissions).sum();
         SeedReport {
             seed: self.p.seed,

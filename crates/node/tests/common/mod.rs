@@ -10,7 +10,7 @@
 #![allow(dead_code)]
 
 use partita_consensus::{
-    AcceptorRecord, CoordinatorConfig, LearnerConfig, Membership, Msg, Protocol,
+    AcceptorRecord, BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Msg, Protocol,
 };
 use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
 use partita_smr::SequentialReplica;
@@ -35,9 +35,11 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
             coordinator: 1,
             learners: replicas.to_vec(),
             partitions: Default::default(),
+            batchers: Vec::new(),
         },
         acceptor: false,
         replica: false,
+        batcher: false,
         coordinator_config: CoordinatorConfig {
             election_timeout_ticks: 20,
             suspect_ticks: 12,
@@ -48,6 +50,10 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
         learner_config: LearnerConfig {
             gap_ticks: 5,
             ..LearnerConfig::default()
+        },
+        batcher_config: BatcherConfig {
+            ack_timeout_ticks: 10,
+            ..BatcherConfig::default()
         },
         checkpoint: CheckpointConfig::default(),
         early_replies: false,
@@ -129,7 +135,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Build and start every node (acceptors, then replicas), with empty disks.
+    /// Build and start every node (acceptors, replicas, then standalone batchers), with
+    /// empty disks.
     pub fn new(setup: NodeSetup, bugs: UnsafeBugs) -> Cluster {
         let ids: Vec<NodeId> = setup
             .membership
@@ -137,6 +144,7 @@ impl Cluster {
             .iter()
             .chain(&setup.membership.learners)
             .copied()
+            .chain(setup.membership.standalone_batchers())
             .collect();
         let mut c = Cluster {
             setup,
@@ -167,6 +175,7 @@ impl Cluster {
             id,
             acceptor: self.setup.membership.acceptors.contains(&id),
             replica: self.setup.membership.learners.contains(&id),
+            batcher: self.setup.membership.batchers.contains(&id),
             ..self.setup.clone()
         }
     }
