@@ -169,6 +169,11 @@ struct ExperimentArgs {
     /// Partitioning experiments only.
     #[arg(long, requires = "sim")]
     multicast: bool,
+    /// Real runs: limit every node process to FRACTION of one core (a cgroup CPU quota
+    /// of its own), emulating one machine per node; the bench clients are not limited.
+    /// Reports say so beside every number.
+    #[arg(long, value_name = "FRACTION", conflicts_with = "sim", value_parser = crate::node_cpu::parse_fraction_arg)]
+    node_cpu: Option<f64>,
 }
 
 impl ExperimentArgs {
@@ -217,6 +222,10 @@ struct UpArgs {
     base_port: u16,
     #[command(flatten)]
     partitioning: PartitionArgs,
+    /// Limit every node process to FRACTION of one core (a cgroup CPU quota of its own),
+    /// emulating one machine per node.
+    #[arg(long, value_name = "FRACTION", value_parser = crate::node_cpu::parse_fraction_arg)]
+    node_cpu: Option<f64>,
 }
 
 /// State partitioning of a new cluster (paper 001 §III-C).
@@ -384,6 +393,10 @@ struct BenchRunArgs {
     /// With --up: state partitioning of the cluster.
     #[command(flatten)]
     partitioning: PartitionArgs,
+    /// With --up: limit every node process to FRACTION of one core (a cgroup CPU quota
+    /// of its own), emulating one machine per node; the bench clients are not limited.
+    #[arg(long, value_name = "FRACTION", requires = "up", value_parser = crate::node_cpu::parse_fraction_arg)]
+    node_cpu: Option<f64>,
 }
 
 #[derive(Args, Debug)]
@@ -501,7 +514,7 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         c.cluster.durability = durability(a.durability);
         Ok(c)
     })?;
-    let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[])?;
+    let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[], a.node_cpu)?;
     if let Err(e) = lc.wait_ready(Duration::from_secs(20)).await {
         lc.stop(Duration::from_secs(5));
         return Err(e);
@@ -512,6 +525,9 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         cluster.cluster.protocol,
         cluster.cluster.durability
     );
+    if let Some(c) = lc.cpu_label() {
+        println!("  {c}");
+    }
     for n in &cluster.nodes {
         let roles: Vec<String> = n
             .roles
@@ -736,7 +752,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 a.partitioning.apply(c, bench::key_space(a.preload))
             }
         })?;
-        let mut lc = LocalCluster::start(&file, &c, &dir, &[])?;
+        let mut lc = LocalCluster::start(&file, &c, &dir, &[], a.node_cpu)?;
         lc.wait_ready(Duration::from_secs(20)).await?;
         _lc = Some(lc);
         _tmp = Some(TempDir(dir));
@@ -762,7 +778,8 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         progress: !a.quiet,
         key_space: None,
     };
-    let (result, records) = bench::run(&cluster, &cfg).await?;
+    let (mut result, records) = bench::run(&cluster, &cfg).await?;
+    result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
     println!("{result}");
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&result)?)
@@ -799,7 +816,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         Ok(c)
     })?;
     let exe = std::env::current_exe().context("locating the partita binary")?;
-    let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &[])?;
+    let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &[], None)?;
     lc.wait_ready(Duration::from_secs(20)).await?;
     eprintln!(
         "nemesis: {} for {} s on a fresh {} cluster in {}",
@@ -978,6 +995,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             }
             o.protocol = protocol(a.protocol);
             o.durability = durability(a.durability);
+            o.node_cpu = a.node_cpu;
             o.progress = true;
             crate::experiment::cost_of_replication(&exe, &o).await?
         }
@@ -1010,6 +1028,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
                 o.repeat = n.max(1);
             }
             o.durability = durability(a.durability);
+            o.node_cpu = a.node_cpu;
             o.progress = true;
             crate::experiment::speculation(&exe, &o).await?
         }
@@ -1050,8 +1069,19 @@ async fn partition_experiment(
     if !matches!(a.protocol, ProtocolArg::RingPaxos) {
         bail!("the partitioning experiments run Ring Paxos (speculation needs it)");
     }
+    if let Some(w) = &a.workloads {
+        o.workloads = w
+            .iter()
+            .map(|w| match w {
+                Workload::Query => Ok(ep::PartWorkload::Query),
+                Workload::Batch => Ok(ep::PartWorkload::Batch),
+                other => bail!("the partitioning experiments run query and batch, not {other:?}"),
+            })
+            .collect::<anyhow::Result<_>>()?;
+    }
     o.durability = durability(a.durability);
     o.multicast = a.multicast;
+    o.node_cpu = a.node_cpu;
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = src;
