@@ -76,6 +76,9 @@ pub struct BenchResult {
     /// commands that got one; the latency above is until the result was confirmed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tentative_ms_p50_p90: Option<(f64, f64)>,
+    /// Real runs with a per-node CPU budget (`--node-cpu`): what it was, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_cpu: Option<String>,
 }
 
 /// One finished operation, for the history and the statistics.
@@ -321,6 +324,7 @@ pub async fn run(
         timeouts,
         resubmissions,
         tentative_ms_p50_p90,
+        node_cpu: None,
     };
     records.sort_by_key(|r| r.call_ns);
     Ok((result, records))
@@ -333,6 +337,9 @@ impl std::fmt::Display for BenchResult {
         writeln!(f, "  mode            {}", self.mode)?;
         writeln!(f, "  ordering        {}", self.ordering)?;
         writeln!(f, "  durability      {}", self.durability)?;
+        if let Some(c) = &self.node_cpu {
+            writeln!(f, "  node CPU        {c}")?;
+        }
         writeln!(
             f,
             "  acceptors       {}   replicas {}",

@@ -173,6 +173,11 @@ struct ExperimentArgs {
     /// spread over them and the leader receives batches of commands.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     batchers: u32,
+    /// Real runs: limit every node process to FRACTION of one core (a cgroup CPU quota
+    /// of its own), emulating one machine per node; the bench clients are not limited.
+    /// Reports say so beside every number.
+    #[arg(long, value_name = "FRACTION", conflicts_with = "sim", value_parser = crate::node_cpu::parse_fraction_arg)]
+    node_cpu: Option<f64>,
 }
 
 impl ExperimentArgs {
@@ -221,6 +226,10 @@ struct UpArgs {
     base_port: u16,
     #[command(flatten)]
     partitioning: PartitionArgs,
+    /// Limit every node process to FRACTION of one core (a cgroup CPU quota of its own),
+    /// emulating one machine per node.
+    #[arg(long, value_name = "FRACTION", value_parser = crate::node_cpu::parse_fraction_arg)]
+    node_cpu: Option<f64>,
 }
 
 /// State partitioning of a new cluster (paper 001 §III-C).
@@ -395,6 +404,10 @@ struct BenchRunArgs {
     /// With --up: state partitioning and batchers of the cluster.
     #[command(flatten)]
     partitioning: PartitionArgs,
+    /// With --up: limit every node process to FRACTION of one core (a cgroup CPU quota
+    /// of its own), emulating one machine per node; the bench clients are not limited.
+    #[arg(long, value_name = "FRACTION", requires = "up", value_parser = crate::node_cpu::parse_fraction_arg)]
+    node_cpu: Option<f64>,
 }
 
 #[derive(Args, Debug)]
@@ -512,7 +525,7 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         c.cluster.durability = durability(a.durability);
         Ok(c)
     })?;
-    let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[])?;
+    let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[], a.node_cpu)?;
     if let Err(e) = lc.wait_ready(Duration::from_secs(20)).await {
         lc.stop(Duration::from_secs(5));
         return Err(e);
@@ -523,6 +536,9 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         cluster.cluster.protocol,
         cluster.cluster.durability
     );
+    if let Some(c) = lc.cpu_label() {
+        println!("  {c}");
+    }
     for n in &cluster.nodes {
         let roles: Vec<String> = n
             .roles
@@ -769,7 +785,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 a.partitioning.apply(c, bench::key_space(a.preload))
             }
         })?;
-        let mut lc = LocalCluster::start(&file, &c, &dir, &[])?;
+        let mut lc = LocalCluster::start(&file, &c, &dir, &[], a.node_cpu)?;
         lc.wait_ready(Duration::from_secs(20)).await?;
         _lc = Some(lc);
         _tmp = Some(TempDir(dir));
@@ -795,7 +811,8 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         progress: !a.quiet,
         key_space: None,
     };
-    let (result, records) = bench::run(&cluster, &cfg).await?;
+    let (mut result, records) = bench::run(&cluster, &cfg).await?;
+    result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
     println!("{result}");
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&result)?)
@@ -832,7 +849,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         Ok(c)
     })?;
     let exe = std::env::current_exe().context("locating the partita binary")?;
-    let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &[])?;
+    let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &[], None)?;
     lc.wait_ready(Duration::from_secs(20)).await?;
     eprintln!(
         "nemesis: {} for {} s on a fresh {} cluster in {}",
@@ -1014,6 +1031,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             }
             o.protocol = protocol(a.protocol);
             o.durability = durability(a.durability);
+            o.node_cpu = a.node_cpu;
             o.progress = true;
             crate::experiment::cost_of_replication(&exe, &o).await?
         }
@@ -1046,6 +1064,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
                 o.repeat = n.max(1);
             }
             o.durability = durability(a.durability);
+            o.node_cpu = a.node_cpu;
             o.progress = true;
             crate::experiment::speculation(&exe, &o).await?
         }
@@ -1101,6 +1120,7 @@ async fn partition_experiment(
             })
             .collect::<anyhow::Result<_>>()?;
     }
+    o.node_cpu = a.node_cpu;
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = src;

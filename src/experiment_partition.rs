@@ -122,6 +122,29 @@ pub struct ProcCpu {
     pub role: String,
     pub partition: Option<u32>,
     pub cpu: f64,
+    /// With `--node-cpu`: the process's budget (fraction of one core), and the share of
+    /// its active CFS periods in the window in which it used up its quota and waited
+    /// (from its cgroup's `cpu.stat`), in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_cores: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled_periods_pct: Option<f64>,
+}
+
+impl ProcCpu {
+    /// CPU used as a share of what the process may use: its budget, or one core.
+    pub fn load(&self) -> f64 {
+        self.cpu / self.budget_cores.unwrap_or(1.0)
+    }
+
+    /// "n4 replica p1", "n1 coordinator", "clients".
+    fn short(&self) -> String {
+        match (self.node, self.partition) {
+            (Some(n), Some(p)) => format!("n{n} {} p{p}", self.role),
+            (Some(n), None) => format!("n{n} {}", self.role),
+            _ => self.role.clone(),
+        }
+    }
 }
 
 /// One measured point.
@@ -204,6 +227,8 @@ pub struct PartOptions {
     pub batchers: u32,
     /// The workloads of `partitioning` (queries and batches by default).
     pub workloads: Vec<PartWorkload>,
+    /// Real runs: each node process limited to this fraction of one core (`--node-cpu`).
+    pub node_cpu: Option<f64>,
 }
 
 impl PartOptions {
@@ -229,6 +254,7 @@ impl PartOptions {
             multicast: false,
             batchers: 0,
             workloads: vec![PartWorkload::Query, PartWorkload::Batch],
+            node_cpu: None,
         }
     }
 
@@ -331,8 +357,9 @@ pub fn partition_cluster(c: ClusterConfig, cfg: &PartConfig, o: &PartOptions) ->
     c
 }
 
-/// The configuration sentence beside the numbers.
-fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool) -> String {
+/// The configuration sentence beside the numbers (`machine`: where real runs ran,
+/// with the per-node CPU budget if any).
+fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool, machine: &str) -> String {
     let what = match e {
         PartExperiment::Partitioning => {
             "SMR = 1 partition, 2 replicas; 2 P / 4 P = 2 or 4 partitions, 2 replicas each; queries and batches inside one partition"
@@ -349,7 +376,7 @@ fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool) -> String 
     } else if simulated {
         "SIMULATED".to_string()
     } else {
-        format!("REAL on {}", crate::experiment::machine())
+        format!("REAL on {machine}")
     };
     let batchers = match o.batchers {
         0 => String::new(),
@@ -481,14 +508,7 @@ pub fn sim_point(o: &PartOptions, cfg: &PartConfig, clients: usize) -> anyhow::R
 fn bottleneck(p: &PartPoint) -> String {
     let Some(d) = &p.sim else {
         return match &p.cpu {
-            Some(c) => {
-                let total: f64 = c.iter().map(|x| x.cpu).sum();
-                format!(
-                    "all processes {:.0}% of one core ({} cores here)",
-                    total * 100.0,
-                    std::thread::available_parallelism().map_or(0, |n| n.get())
-                )
-            }
+            Some(c) => real_bottleneck(c),
             None => String::new(),
         };
     };
@@ -504,6 +524,59 @@ fn bottleneck(p: &PartPoint) -> String {
             format!("n{} {} {what} {:.0}%", n.node, n.role, v * 100.0)
         })
         .unwrap_or_default()
+}
+
+/// The most loaded node process of a real point against what it may use (its budget,
+/// or one core), and all processes' CPU together: "n1 coordinator 98% of its 0.15
+/// budget (throttled in 90% of periods); all processes 118% of one core (2 cores here)".
+fn real_bottleneck(c: &[ProcCpu]) -> String {
+    let total: f64 = c.iter().map(|x| x.cpu).sum();
+    let all = format!(
+        "all processes {:.0}% of one core ({} cores here)",
+        total * 100.0,
+        crate::node_cpu::cores()
+    );
+    let Some(b) = c
+        .iter()
+        .filter(|x| x.node.is_some() && x.cpu.is_finite())
+        .max_by(|a, b| a.load().total_cmp(&b.load()))
+    else {
+        return all;
+    };
+    let mine = match b.budget_cores {
+        Some(budget) => format!(
+            "{} {:.0}% of its {} budget{}",
+            b.short(),
+            100.0 * b.load(),
+            crate::node_cpu::fmt_fraction(budget),
+            b.throttled_periods_pct
+                .map(|t| format!(" (throttled in {t:.0}% of periods)"))
+                .unwrap_or_default()
+        ),
+        None => format!("{} {:.0}% of a core", b.short(), 100.0 * b.cpu),
+    };
+    format!("{mine}; {all}")
+}
+
+/// Every process's CPU of a real point on one line: against the budget with
+/// `--node-cpu` (and how often each was throttled), else in % of one core.
+fn cpu_line(c: &[ProcCpu]) -> String {
+    let budget = c.iter().find_map(|x| x.budget_cores);
+    let each: Vec<String> = c
+        .iter()
+        .map(|x| match (x.budget_cores, x.throttled_periods_pct) {
+            (Some(_), Some(t)) => format!("{} {:.0} (thr {t:.0})", x.short(), 100.0 * x.load()),
+            _ => format!("{} {:.0}", x.short(), 100.0 * x.load()),
+        })
+        .collect();
+    match budget {
+        Some(b) => format!(
+            "CPU, % of each node's {} budget (throttled, % of periods; clients: % of one core): {}",
+            crate::node_cpu::fmt_fraction(b),
+            each.join(", ")
+        ),
+        None => format!("CPU, % of one core: {}", each.join(", ")),
+    }
 }
 
 /// Run an experiment in the simulator, `jobs` points at a time.
@@ -564,8 +637,8 @@ fn finish(
     let mut r = PartReport {
         name: e.name().into(),
         simulated,
+        configuration: configuration(e, o, simulated, &machine),
         machine,
-        configuration: configuration(e, o, simulated),
         points,
         ratios: Vec::new(),
         targets: Vec::new(),
@@ -679,8 +752,9 @@ fn clock_ticks_per_s() -> f64 {
 type ProcId = (String, Option<u32>, String, Option<u32>, u32);
 
 /// The real client loop of `partita bench` with this module's generator: closed-loop
-/// sessions drawing from `workload`, with the CPU of every process sampled at the edges
-/// of the measured window.
+/// sessions drawing from `workload`, with the CPU of every process (and, with a
+/// per-node CPU budget, each node's cgroup `cpu.stat`) sampled at the edges of the
+/// measured window.
 async fn bench_real(
     cluster: &ClusterConfig,
     workload: SimWorkload,
@@ -688,6 +762,7 @@ async fn bench_real(
     clients: usize,
     o: &PartOptions,
     pids: Vec<ProcId>,
+    groups: Option<&crate::node_cpu::CpuGroups>,
 ) -> anyhow::Result<(BenchResult, f64, Vec<ProcCpu>)> {
     use partita_client::{Client, ClientOptions};
     use rand::{Rng, SeedableRng};
@@ -734,24 +809,36 @@ async fn bench_real(
         None,
         std::process::id(),
     ));
+    let group_stat = |node: &Option<u32>| {
+        groups
+            .zip(*node)
+            .and_then(|(g, n)| g.stat(&format!("node-{n}")))
+    };
     tokio::time::sleep_until((base + Duration::from_nanos(lo)).into()).await;
     let t0: Vec<Option<u64>> = self_pids.iter().map(|p| proc_ticks(p.4)).collect();
+    let s0: Vec<_> = self_pids.iter().map(|p| group_stat(&p.1)).collect();
     let w0 = Instant::now();
     tokio::time::sleep_until((base + Duration::from_nanos(hi)).into()).await;
     let t1: Vec<Option<u64>> = self_pids.iter().map(|p| proc_ticks(p.4)).collect();
+    let s1: Vec<_> = self_pids.iter().map(|p| group_stat(&p.1)).collect();
     let window_s = w0.elapsed().as_secs_f64();
     let hz = clock_ticks_per_s();
     let cpu = self_pids
         .iter()
-        .zip(t0.iter().zip(&t1))
-        .map(|((name, node, role, part, _), (a, b))| ProcCpu {
+        .enumerate()
+        .map(|(i, (name, node, role, part, _))| ProcCpu {
             process: name.clone(),
             node: *node,
             role: role.clone(),
             partition: *part,
-            cpu: match (a, b) {
-                (Some(a), Some(b)) => b.saturating_sub(*a) as f64 / hz / window_s,
+            cpu: match (t0[i], t1[i]) {
+                (Some(a), Some(b)) => b.saturating_sub(a) as f64 / hz / window_s,
                 _ => f64::NAN,
+            },
+            budget_cores: groups.filter(|_| node.is_some()).map(|g| g.budget.fraction),
+            throttled_periods_pct: match (&s0[i], &s1[i]) {
+                (Some(a), Some(b)) => b.throttled_pct_since(a),
+                _ => None,
             },
         })
         .collect();
@@ -803,6 +890,7 @@ async fn bench_real(
         timeouts,
         resubmissions,
         tentative_ms_p50_p90: None,
+        node_cpu: None,
     };
     let mean = if commands > 0 {
         sum_us as f64 / commands as f64 / 1000.0
@@ -838,7 +926,8 @@ pub async fn real_point(
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cluster.to_toml())?;
     let result = async {
-        let mut lc = crate::launch::LocalCluster::start_with(exe, &file, &cluster, &dir, &[])?;
+        let mut lc =
+            crate::launch::LocalCluster::start_with(exe, &file, &cluster, &dir, &[], o.node_cpu)?;
         let run = async {
             lc.wait_ready(Duration::from_secs(30)).await?;
             crate::bench::preload(&cluster, o.preload, false).await?;
@@ -862,15 +951,18 @@ pub async fn real_point(
                     (name, Some(*id), role.to_string(), part, child.id())
                 })
                 .collect();
-            bench_real(
+            let (mut result, mean, cpu) = bench_real(
                 &cluster,
                 cfg.workload.to_sim(cfg.partitions, cfg.cross_percent),
                 cfg.workload.bench(),
                 clients,
                 o,
                 pids,
+                lc.cpu.as_ref(),
             )
-            .await
+            .await?;
+            result.node_cpu = lc.cpu_label();
+            anyhow::Ok((result, mean, cpu))
         }
         .await;
         lc.stop(Duration::from_secs(10));
@@ -896,6 +988,7 @@ pub async fn run_real(
     e: PartExperiment,
     o: &PartOptions,
 ) -> anyhow::Result<PartReport> {
+    let node_cpu_label = crate::experiment::node_cpu_label(o.node_cpu)?;
     let mut points = Vec::new();
     for cfg in configs(e, o) {
         for n in clients_of(o, &cfg) {
@@ -917,7 +1010,13 @@ pub async fn run_real(
             points.push(p);
         }
     }
-    Ok(finish(e, o, false, crate::experiment::machine(), points))
+    Ok(finish(
+        e,
+        o,
+        false,
+        crate::experiment::machine_with(node_cpu_label.as_deref()),
+        points,
+    ))
 }
 
 // ------------------------------------------------------------------ output
@@ -1251,6 +1350,9 @@ pub fn table(r: &PartReport) -> String {
             coordinator_cpu(p),
             bottleneck(p)
         );
+        if let Some(c) = &p.cpu {
+            s += &format!("{:>8}{}\n", "", cpu_line(c));
+        }
     }
     if let Some(p) = r.points.first() {
         s += &format!("(mean response time: {})\n", p.latency_mean_source);

@@ -1,7 +1,11 @@
 //! Starting and stopping local clusters as real processes (`partita up`, `bench --up`,
 //! the integration tests): one `partita node` process per node, logs in the data
-//! directory, stopped by pid with SIGTERM (then SIGKILL if it does not go).
+//! directory, stopped by pid with SIGTERM (then SIGKILL if it does not go). With a
+//! per-node CPU budget (`--node-cpu`, [`crate::node_cpu`]) each node process goes into
+//! a cgroup of its own right after it is spawned, and the cgroups are removed once the
+//! processes have exited.
 
+use crate::node_cpu::{CpuGroups, NodeCpu};
 use anyhow::{bail, Context};
 use partita_runtime::ClusterConfig;
 use std::path::{Path, PathBuf};
@@ -13,6 +17,8 @@ pub struct LocalCluster {
     pub cluster_file: PathBuf,
     pub data_dir: PathBuf,
     pub children: Vec<(u32, Child)>,
+    /// With a per-node CPU budget: the run's cgroups (node N in member `node-N`).
+    pub cpu: Option<CpuGroups>,
 }
 
 /// Read the cluster file in `data_dir`, or write `default` there if there is none.
@@ -46,29 +52,67 @@ impl LocalCluster {
         cluster: &ClusterConfig,
         data_dir: &Path,
         node_args: &[String],
+        node_cpu: Option<f64>,
     ) -> anyhow::Result<LocalCluster> {
         let exe = std::env::current_exe().context("locating the partita binary")?;
-        Self::start_with(&exe, cluster_file, cluster, data_dir, node_args)
+        Self::start_with(&exe, cluster_file, cluster, data_dir, node_args, node_cpu)
     }
 
+    /// Start every node with the binary `exe`; with `node_cpu`, each node limited to
+    /// that fraction of one core (a cgroup of its own; an error, never an unbudgeted
+    /// run, if cgroups cannot be used).
     pub fn start_with(
         exe: &Path,
         cluster_file: &Path,
         cluster: &ClusterConfig,
         data_dir: &Path,
         node_args: &[String],
+        node_cpu: Option<f64>,
     ) -> anyhow::Result<LocalCluster> {
+        let cpu = match node_cpu {
+            Some(f) => {
+                let g = CpuGroups::create(NodeCpu::new(f)?)?;
+                warn_if_oversubscribed(cluster.nodes.len(), f);
+                Some(g)
+            }
+            None => None,
+        };
+        // From here on, dropping `lc` stops what was started and removes the groups.
         let mut lc = LocalCluster {
             cluster: cluster.clone(),
             cluster_file: cluster_file.to_path_buf(),
             data_dir: data_dir.to_path_buf(),
             children: Vec::new(),
+            cpu,
         };
         for n in &cluster.nodes {
-            let child = spawn_node(exe, cluster_file, n.id, data_dir, node_args)?;
-            lc.children.push((n.id, child));
+            lc.spawn(exe, n.id, node_args)?;
         }
         Ok(lc)
+    }
+
+    /// Start node `id` (again: a restarted node replaces its old process), in its
+    /// cgroup when the cluster has a CPU budget.
+    pub fn spawn(&mut self, exe: &Path, id: u32, node_args: &[String]) -> anyhow::Result<()> {
+        let mut child = spawn_node(exe, &self.cluster_file, id, &self.data_dir, node_args)?;
+        if let Some(g) = &mut self.cpu {
+            if let Err(e) = g.place(&format!("node-{id}"), child.id()) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e.context(format!("limiting node {id}'s CPU (--node-cpu)")));
+            }
+        }
+        if let Some(slot) = self.children.iter_mut().find(|(n, _)| *n == id) {
+            slot.1 = child;
+        } else {
+            self.children.push((id, child));
+        }
+        Ok(())
+    }
+
+    /// The CPU budget's label, when the cluster runs with one.
+    pub fn cpu_label(&self) -> Option<String> {
+        self.cpu.as_ref().map(|g| g.describe())
     }
 
     /// Wait until every node answers a status probe.
@@ -123,12 +167,33 @@ impl LocalCluster {
             }
         }
         self.children.clear();
+        // Every process has exited (and been reaped): the groups can go.
+        if let Some(mut g) = self.cpu.take() {
+            if let Err(e) = g.remove() {
+                eprintln!("warning: {e:#}");
+            }
+        }
     }
 }
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
+    }
+}
+
+/// Budgets that add up to more than the machine cannot all be honoured at once, and the
+/// bench client needs CPU too: say so (the run is still what was asked for).
+fn warn_if_oversubscribed(nodes: usize, fraction: f64) {
+    let cores = crate::node_cpu::cores();
+    let total = nodes as f64 * fraction;
+    if total > cores as f64 - 0.25 {
+        eprintln!(
+            "warning: {nodes} nodes x {} of a core = {total:.2} cores, on a machine of {cores}: \
+             the budgets leave little or nothing for the clients and cannot all be honoured \
+             at once, so the run does not emulate one machine per node faithfully",
+            crate::node_cpu::fmt_fraction(fraction)
+        );
     }
 }
 

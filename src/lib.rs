@@ -9,5 +9,6 @@ pub mod experiment_partition;
 pub mod history;
 pub mod launch;
 pub mod nemesis;
+pub mod node_cpu;
 pub mod plot;
 pub mod sim;

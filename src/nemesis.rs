@@ -18,7 +18,7 @@
 //! instance (any node reporting itself coordinator with a higher decided instance).
 
 use crate::bench::{self, BenchConfig, BenchResult, Workload};
-use crate::launch::{spawn_node, LocalCluster};
+use crate::launch::LocalCluster;
 use anyhow::{bail, Context};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_runtime::{ClusterConfig, NodeStatus, Role};
@@ -206,19 +206,7 @@ impl Nemesis<'_> {
     }
 
     fn restart(&mut self, id: NodeId) -> anyhow::Result<()> {
-        let child = spawn_node(
-            &self.exe,
-            &self.lc.cluster_file,
-            id,
-            &self.lc.data_dir,
-            &self.node_args,
-        )?;
-        if let Some(slot) = self.lc.children.iter_mut().find(|(n, _)| *n == id) {
-            slot.1 = child;
-        } else {
-            self.lc.children.push((id, child));
-        }
-        Ok(())
+        self.lc.spawn(&self.exe, id, &self.node_args)
     }
 
     async fn inject(

@@ -45,7 +45,7 @@ fn start_tweaked(
     tweak(&mut cfg);
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
-    LocalCluster::start_with(&exe(), &file, &cfg, dir, args).unwrap()
+    LocalCluster::start_with(&exe(), &file, &cfg, dir, args, None).unwrap()
 }
 
 async fn statuses(c: &ClusterConfig) -> Vec<(u32, Option<NodeStatus>)> {

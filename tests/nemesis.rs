@@ -20,7 +20,7 @@ fn start(dir: &Path, protocol: Protocol, args: &[String]) -> LocalCluster {
     cfg.cluster.durability = Durability::Fsync;
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
-    LocalCluster::start_with(&exe(), &file, &cfg, dir, args).unwrap()
+    LocalCluster::start_with(&exe(), &file, &cfg, dir, args, None).unwrap()
 }
 
 async fn run(

@@ -42,7 +42,7 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
     let file = dir.path().join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     let cfg = ClusterConfig::load(&file).unwrap();
-    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[]).unwrap();
+    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     bench::preload(&cfg, preload, false).await.unwrap();
     let run = BenchConfig {

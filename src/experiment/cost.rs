@@ -13,6 +13,8 @@ pub struct CostOptions {
     pub think_ms: u64,
     pub protocol: Protocol,
     pub durability: Durability,
+    /// Each node limited to this fraction of one core (`--node-cpu`).
+    pub node_cpu: Option<f64>,
     pub progress: bool,
 }
 
@@ -28,6 +30,7 @@ impl CostOptions {
             think_ms: 0,
             protocol: Protocol::RingPaxos,
             durability: Durability::Fsync,
+            node_cpu: None,
             progress: true,
         }
     }
@@ -43,6 +46,7 @@ impl CostOptions {
             think_ms: 0,
             protocol: Protocol::RingPaxos,
             durability: Durability::Fsync,
+            node_cpu: None,
             progress: false,
         }
     }
@@ -50,6 +54,7 @@ impl CostOptions {
 
 /// Paper 001 §V-B: the cost of replication.
 pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<ExperimentReport> {
+    let node_cpu_label = node_cpu_label(o.node_cpu)?;
     let mut points = Vec::new();
     let smr_label = format!("SMR {}", o.protocol);
     let max_clients = o.clients.iter().copied().max().unwrap_or(1);
@@ -70,8 +75,9 @@ pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<
             let x_name = x_name.to_string();
             let exe = exe.to_path_buf();
             let progress = o.progress;
+            let node_cpu = o.node_cpu;
             async move {
-                let r = run_point(&exe, &cluster, &cfg)
+                let r = run_point(&exe, &cluster, &cfg, node_cpu)
                     .await
                     .with_context(|| format!("{series}, {w:?}, {x_name} = {x}"))?;
                 if progress {
@@ -114,7 +120,7 @@ pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<
     Ok(ExperimentReport {
         name: "cost-of-replication".into(),
         simulated: false,
-        machine: machine(),
+        machine: machine_with(node_cpu_label.as_deref()),
         points,
         comparisons: Vec::new(),
     })

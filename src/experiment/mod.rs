@@ -131,6 +131,20 @@ pub fn machine() -> String {
     format!("{cores} cores, every process on this one machine (real processes, loopback TCP)")
 }
 
+/// [`machine`], and the per-node CPU budget's label when there is one.
+pub fn machine_with(node_cpu: Option<&str>) -> String {
+    match node_cpu {
+        Some(c) => format!("{}; {c}", machine()),
+        None => machine(),
+    }
+}
+
+/// The label of a real sweep's per-node CPU budget, checked before the first point
+/// (cgroups missing fail now, not after minutes).
+pub fn node_cpu_label(node_cpu: Option<f64>) -> anyhow::Result<Option<String>> {
+    node_cpu.map(crate::node_cpu::preflight).transpose()
+}
+
 /// A replicated cluster like `partita up`'s, with `replicas` replicas.
 pub fn smr_cluster(replicas: usize, protocol: Protocol, durability: Durability) -> ClusterConfig {
     let base = pick_base_port();
@@ -157,13 +171,17 @@ pub fn cs_cluster() -> ClusterConfig {
     ClusterConfig::client_server(pick_base_port() + 1, rand::random::<u64>() >> 1)
 }
 
-/// Run one bench point on a fresh cluster of real processes.
+/// Run one bench point on a fresh cluster of real processes (each node limited to
+/// `node_cpu` of a core, if given).
 pub async fn run_point(
     exe: &Path,
     cluster: &ClusterConfig,
     cfg: &BenchConfig,
+    node_cpu: Option<f64>,
 ) -> anyhow::Result<BenchResult> {
-    Ok(run_point_detailed(exe, cluster, cfg).await?.result)
+    Ok(run_point_detailed(exe, cluster, cfg, node_cpu)
+        .await?
+        .result)
 }
 
 /// What a real point measured besides `partita bench`'s result.
@@ -181,6 +199,7 @@ pub async fn run_point_detailed(
     exe: &Path,
     cluster: &ClusterConfig,
     cfg: &BenchConfig,
+    node_cpu: Option<f64>,
 ) -> anyhow::Result<RealPoint> {
     let dir = std::env::temp_dir().join(format!(
         "partita-exp-{}-{}",
@@ -191,10 +210,11 @@ pub async fn run_point_detailed(
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cluster.to_toml())?;
     let result = async {
-        let mut lc = LocalCluster::start_with(exe, &file, cluster, &dir, &[])?;
+        let mut lc = LocalCluster::start_with(exe, &file, cluster, &dir, &[], node_cpu)?;
         lc.wait_ready(Duration::from_secs(30)).await?;
         bench::preload(cluster, cfg.preload, false).await?;
-        let (result, records) = bench::run(cluster, cfg).await?;
+        let (mut result, records) = bench::run(cluster, cfg).await?;
+        result.node_cpu = lc.cpu_label();
         let mut replica_status = Vec::new();
         for n in cluster
             .nodes
@@ -337,6 +357,7 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         timeouts: 0,
         resubmissions: r.resubmissions,
         tentative_ms_p50_p90: None,
+        node_cpu: None,
     }
 }
 

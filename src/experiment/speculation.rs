@@ -69,6 +69,8 @@ pub struct SpecOptions {
     pub preload: u64,
     pub think_ms: u64,
     pub durability: Durability,
+    /// Each node limited to this fraction of one core (`--node-cpu`).
+    pub node_cpu: Option<f64>,
     pub progress: bool,
 }
 
@@ -85,6 +87,7 @@ impl SpecOptions {
             preload: 100_000,
             think_ms: 0,
             durability: Durability::Fsync,
+            node_cpu: None,
             progress: true,
         }
     }
@@ -120,6 +123,7 @@ fn label(speculative: bool) -> (&'static str, &'static str) {
 
 /// Paper 001 §V-C on real processes: every point on a fresh cluster.
 pub async fn speculation(exe: &Path, o: &SpecOptions) -> anyhow::Result<ExperimentReport> {
+    let node_cpu_label = node_cpu_label(o.node_cpu)?;
     let mut points: Vec<Point> = Vec::new();
     let mut comparisons = Vec::new();
     let mut pair = 0usize;
@@ -144,12 +148,11 @@ pub async fn speculation(exe: &Path, o: &SpecOptions) -> anyhow::Result<Experime
                         };
                         let cluster = spec_cluster(n, speculative, o.durability);
                         let (series, execution) = label(speculative);
-                        let rp =
-                            run_point_detailed(exe, &cluster, &cfg)
-                                .await
-                                .with_context(|| {
-                                    format!("{series}, {w:?}, {n} replicas, {c} clients")
-                                })?;
+                        let rp = run_point_detailed(exe, &cluster, &cfg, o.node_cpu)
+                            .await
+                            .with_context(|| {
+                                format!("{series}, {w:?}, {n} replicas, {c} clients")
+                            })?;
                         let mut p = real_point(series, execution, w, &cfg, rp);
                         if o.progress {
                             eprintln!(
@@ -182,7 +185,7 @@ pub async fn speculation(exe: &Path, o: &SpecOptions) -> anyhow::Result<Experime
     Ok(ExperimentReport {
         name: "speculation".into(),
         simulated: false,
-        machine: machine(),
+        machine: machine_with(node_cpu_label.as_deref()),
         points,
         comparisons,
     })
