@@ -173,6 +173,10 @@ struct ExperimentArgs {
     /// spread over them and the leader receives batches of commands.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     batchers: u32,
+    /// Partitioning experiments: the coordinator's batching delay in ms (how long a value
+    /// that is not full waits for more commands while instances are in flight).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    batch_delay_ms: Option<u64>,
     /// Real runs: limit every node process to FRACTION of one core (a cgroup CPU quota
     /// of its own), emulating one machine per node; the bench clients are not limited.
     /// Reports say so beside every number.
@@ -1108,6 +1112,9 @@ async fn partition_experiment(
     o.durability = durability(a.durability);
     o.multicast = a.multicast;
     o.batchers = a.batchers;
+    if let Some(d) = a.batch_delay_ms {
+        o.batch_delay_ms = d;
+    }
     if let Some(w) = &a.workloads {
         o.workloads = w
             .iter()

@@ -229,6 +229,9 @@ pub struct PartOptions {
     pub workloads: Vec<PartWorkload>,
     /// Real runs: each node process limited to this fraction of one core (`--node-cpu`).
     pub node_cpu: Option<f64>,
+    /// The coordinator's batching delay: with instances in flight, a value that is not
+    /// full waits up to this long for more commands (`[batching] batch_delay_ms`).
+    pub batch_delay_ms: u64,
 }
 
 impl PartOptions {
@@ -255,6 +258,7 @@ impl PartOptions {
             batchers: 0,
             workloads: vec![PartWorkload::Query, PartWorkload::Batch],
             node_cpu: None,
+            batch_delay_ms: 1,
         }
     }
 
@@ -354,6 +358,7 @@ pub fn partition_cluster(c: ClusterConfig, cfg: &PartConfig, o: &PartOptions) ->
         }
     }
     c.execution.speculative = cfg.speculative;
+    c.batching.batch_delay_ms = o.batch_delay_ms;
     c
 }
 
@@ -383,8 +388,9 @@ fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool, machine: &
         n => format!(", {n} standalone batchers (clients spread over them)"),
     };
     format!(
-        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates){batchers}, durability {}, batching 8192 B / 1 ms / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
+        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates){batchers}, durability {}, batching 8192 B / {} ms / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
         o.durability,
+        o.batch_delay_ms,
         o.think_ms,
         o.preload,
         simbench::key_space(o.preload),
@@ -1411,6 +1417,7 @@ mod tests {
         let o = PartOptions {
             preload: 1000,
             batchers: 2,
+            batch_delay_ms: 5,
             ..PartOptions::tiny()
         };
         let c = partition_cluster(
@@ -1425,5 +1432,8 @@ mod tests {
         assert!(l.replicas.iter().all(|r| r.len() == 2), "{l:?}");
         assert!(c.execution.speculative);
         assert_eq!(c.membership().batchers, vec![12, 13]);
+        assert_eq!(c.batching.batch_delay_ms, 5);
+        assert!(configuration(PartExperiment::Partitioning, &o, true, "")
+            .contains("batching 8192 B / 5 ms / window 16"));
     }
 }
