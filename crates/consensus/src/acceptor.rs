@@ -1652,6 +1652,29 @@ mod parts_tests {
         Value::from_parts(vid, &[(*part(vid, 0)).clone(), (*part(vid, 1)).clone()])
     }
 
+    /// The write of the assembled value `v` at instance 1.
+    fn persist_whole(v: Vid) -> Action {
+        Action::Persist {
+            token: 1,
+            record: AcceptorRecord::Accept {
+                instance: 1,
+                ballot: v.ballot,
+                value: Arc::new(whole(v)),
+            },
+        }
+    }
+
+    /// The ring vote for `v` at instance 1 carrying `votes`.
+    fn ring_vote(v: Vid, votes: u64) -> Msg {
+        Msg::RingVote {
+            ballot: v.ballot,
+            instance: 1,
+            vid: v,
+            votes,
+            ring: 0b111,
+        }
+    }
+
     #[test]
     fn parts_in_any_order_are_persisted_once_assembled_then_voted() {
         let v = vid(7, 1);
@@ -1665,17 +1688,7 @@ mod parts_tests {
             a.on_message(3, phase2a(v, order[0]), &mut out);
             assert_eq!(out, vec![]);
             a.on_message(3, phase2a(v, order[1]), &mut out);
-            assert_eq!(
-                out,
-                vec![Action::Persist {
-                    token: 1,
-                    record: AcceptorRecord::Accept {
-                        instance: 1,
-                        ballot: v.ballot,
-                        value: Arc::new(whole(v)),
-                    }
-                }]
-            );
+            assert_eq!(out, vec![persist_whole(v)]);
             out.clear();
             a.on_persisted(1, &mut out);
             // First in the ring: the vote starts once the assembled value is durable.
@@ -1683,13 +1696,7 @@ mod parts_tests {
                 out,
                 vec![Action::Send {
                     to: 2,
-                    msg: Msg::RingVote {
-                        ballot: v.ballot,
-                        instance: 1,
-                        vid: v,
-                        votes: 0b001,
-                        ring: 0b111,
-                    }
+                    msg: ring_vote(v, 0b001)
                 }]
             );
             assert_eq!(a.accepted(1).unwrap().1.as_ref(), &whole(v));
@@ -1713,13 +1720,7 @@ mod parts_tests {
         let mut second = Acceptor::new(2, partitioned());
         let mut out = Vec::new();
         second.on_message(3, phase2a(v, 0), &mut out);
-        let vote = Msg::RingVote {
-            ballot: v.ballot,
-            instance: 1,
-            vid: v,
-            votes: 0b001,
-            ring: 0b111,
-        };
+        let vote = ring_vote(v, 0b001);
         second.on_message(1, vote, &mut out);
         assert_eq!(out, vec![], "no value held: the vote waits");
         second.on_message(3, phase2a(v, 1), &mut out);
@@ -1730,13 +1731,7 @@ mod parts_tests {
             out,
             vec![Action::Send {
                 to: 3,
-                msg: Msg::RingVote {
-                    ballot: v.ballot,
-                    instance: 1,
-                    vid: v,
-                    votes: 0b011,
-                    ring: 0b111,
-                }
+                msg: ring_vote(v, 0b011)
             }]
         );
     }
@@ -1759,17 +1754,7 @@ mod parts_tests {
         assert_eq!(out, vec![]);
         assert_eq!(a.drops().0.get("stale_ballot"), Some(&1));
         a.on_message(3, phase2a(new, 0), &mut out);
-        assert_eq!(
-            out,
-            vec![Action::Persist {
-                token: 1,
-                record: AcceptorRecord::Accept {
-                    instance: 1,
-                    ballot: new.ballot,
-                    value: Arc::new(whole(new)),
-                }
-            }]
-        );
+        assert_eq!(out, vec![persist_whole(new)]);
         a.invariants();
     }
 
