@@ -177,6 +177,21 @@ struct ExperimentArgs {
     /// that is not full waits for more commands while instances are in flight).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
     batch_delay_ms: Option<u64>,
+    /// Partitioning experiments: the largest value the coordinator proposes, and the
+    /// largest batch a batcher forwards, in bytes (`[batching] batch_bytes_max`; the
+    /// paper's 8192 by default).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(64..=16 << 20))]
+    batch_bytes_max: Option<u64>,
+    /// Partitioning experiments with --batchers: a batch that is not full leaves a
+    /// batcher no sooner than this long after its previous one (`[batching]
+    /// batcher_interval_ms`; 0, the default: as soon as the last one is acknowledged).
+    #[arg(long, value_name = "MS", requires = "batchers", value_parser = clap::value_parser!(u64).range(0..=1000))]
+    batcher_interval_ms: Option<u64>,
+    /// Real `partitioning` runs: measure the whole sweep N times, round after round
+    /// (series interleaved, so drift of the machine hits them alike); ratios and the
+    /// target are the median over rounds, with every round's ratio printed beside it.
+    #[arg(long, value_name = "N", conflicts_with = "sim", value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: Option<u32>,
     /// Real runs: limit every node process to FRACTION of one core (a cgroup CPU quota
     /// of its own), emulating one machine per node; the bench clients are not limited.
     /// Reports say so beside every number.
@@ -938,16 +953,27 @@ macro_rules! sim_cost_and_progress {
     };
 }
 
-fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
-    if a.batchers > 0 {
-        bail!("--batchers is implemented for the partitioning experiments");
-    }
-    if a.multicast {
+/// Options only the partitioning experiments (partitioning, cross-partition,
+/// speculation-partitioning) implement: refused by the others rather than ignored.
+fn refuse_partitioning_options(a: &ExperimentArgs) -> anyhow::Result<()> {
+    let given = [
+        ("--batchers", a.batchers > 0),
+        ("--multicast", a.multicast),
+        ("--batch-delay-ms", a.batch_delay_ms.is_some()),
+        ("--batch-bytes-max", a.batch_bytes_max.is_some()),
+        ("--batcher-interval-ms", a.batcher_interval_ms.is_some()),
+        ("--rounds", a.rounds.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, on)| *on) {
         bail!(
-            "--multicast is implemented for the partitioning experiments (partitioning, \
+            "{flag} is implemented for the partitioning experiments (partitioning, \
              cross-partition, speculation-partitioning)"
         );
     }
+    Ok(())
+}
+
+fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let r = match a.name {
         ExperimentName::Partitioning
@@ -1000,6 +1026,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         }
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
+    refuse_partitioning_options(&a)?;
     if a.sim {
         // Compute-bound and multi-threaded on its own: off the async runtime.
         return tokio::task::block_in_place(|| sim_experiment(&a));
@@ -1114,6 +1141,21 @@ async fn partition_experiment(
     o.batchers = a.batchers;
     if let Some(d) = a.batch_delay_ms {
         o.batch_delay_ms = d;
+    }
+    if let Some(b) = a.batch_bytes_max {
+        o.batch_bytes_max = b as usize;
+    }
+    if let Some(n) = a.rounds {
+        if e != ep::PartExperiment::Partitioning {
+            bail!("--rounds applies to the partitioning experiment only");
+        }
+        o.rounds = n;
+    }
+    if let Some(i) = a.batcher_interval_ms {
+        if a.batchers == 0 {
+            bail!("--batcher-interval-ms needs --batchers N (N > 0)");
+        }
+        o.batcher_interval_ms = i;
     }
     if let Some(w) = &a.workloads {
         o.workloads = w

@@ -153,6 +153,8 @@ pub struct PartPoint {
     #[serde(flatten)]
     pub config: PartConfig,
     pub clients: usize,
+    /// Which round of the sweep measured it (1-based; `--rounds`).
+    pub round: u32,
     pub result: BenchResult,
     /// Mean response time: measured on real runs; in the simulator (which reports
     /// percentiles only) derived from Little's law for a closed loop,
@@ -176,6 +178,13 @@ pub struct Target {
     pub met: bool,
     /// Where the limiting resource was, at the compared peaks.
     pub evidence: String,
+    /// With several rounds: the ratio in each round, in round order (`ratio` is their
+    /// median, the lower one of an even count), and how many rounds met `required`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub round_ratios: Vec<f64>,
+    pub rounds_met: usize,
+    /// The round of the median (the evidence's and the figure's).
+    pub round: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -186,7 +195,11 @@ pub struct PartReport {
     /// The configuration every point shares, in words (also the figures' footnote).
     pub configuration: String,
     pub points: Vec<PartPoint>,
+    /// Rounds of the sweep (`--rounds`): every point was measured once per round, the
+    /// rounds one after the other, so slow drift of the machine hits every series alike.
+    pub rounds: u32,
     /// Peak throughput ratios against classic SMR (`partitioning`), and the targets.
+    /// With several rounds: for each series, the round with the median ratio.
     pub ratios: Vec<Ratio>,
     pub targets: Vec<Target>,
 }
@@ -200,6 +213,8 @@ pub struct Ratio {
     pub peak_clients: usize,
     pub smr_peak_cmds_per_s: f64,
     pub ratio: f64,
+    /// The round both peaks come from.
+    pub round: u32,
 }
 
 /// The sweep's knobs.
@@ -232,6 +247,15 @@ pub struct PartOptions {
     /// The coordinator's batching delay: with instances in flight, a value that is not
     /// full waits up to this long for more commands (`[batching] batch_delay_ms`).
     pub batch_delay_ms: u64,
+    /// The largest value the coordinator proposes and the largest batch a batcher
+    /// forwards, in bytes (`[batching] batch_bytes_max`; the paper's 8 KB by default).
+    pub batch_bytes_max: usize,
+    /// Batchers: the least time between two batches that are not full
+    /// (`[batching] batcher_interval_ms`; 0: Nagle's rule alone).
+    pub batcher_interval_ms: u64,
+    /// Real runs: measure the whole sweep this many times, round after round; ratios and
+    /// targets are the median over rounds (`--rounds`).
+    pub rounds: u32,
 }
 
 impl PartOptions {
@@ -259,6 +283,9 @@ impl PartOptions {
             workloads: vec![PartWorkload::Query, PartWorkload::Batch],
             node_cpu: None,
             batch_delay_ms: 1,
+            batch_bytes_max: 8192,
+            batcher_interval_ms: 0,
+            rounds: 1,
         }
     }
 
@@ -359,6 +386,8 @@ pub fn partition_cluster(c: ClusterConfig, cfg: &PartConfig, o: &PartOptions) ->
     }
     c.execution.speculative = cfg.speculative;
     c.batching.batch_delay_ms = o.batch_delay_ms;
+    c.batching.batch_bytes_max = o.batch_bytes_max;
+    c.batching.batcher_interval_ms = o.batcher_interval_ms;
     c
 }
 
@@ -383,13 +412,17 @@ fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool, machine: &
     } else {
         format!("REAL on {machine}")
     };
-    let batchers = match o.batchers {
-        0 => String::new(),
-        n => format!(", {n} standalone batchers (clients spread over them)"),
+    let batchers = match (o.batchers, o.batcher_interval_ms) {
+        (0, _) => String::new(),
+        (n, 0) => format!(", {n} standalone batchers (clients spread over them)"),
+        (n, i) => format!(
+            ", {n} standalone batchers (clients spread over them; at least {i} ms between batches that are not full)"
+        ),
     };
     format!(
-        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates){batchers}, durability {}, batching 8192 B / {} ms / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
+        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates){batchers}, durability {}, batching {} B / {} ms / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
         o.durability,
+        o.batch_bytes_max,
         o.batch_delay_ms,
         o.think_ms,
         o.preload,
@@ -495,6 +528,7 @@ pub fn sim_point(o: &PartOptions, cfg: &PartConfig, clients: usize) -> anyhow::R
     Ok(PartPoint {
         config: cfg.clone(),
         clients,
+        round: 1,
         latency_ms_mean: little_mean_ms(clients, result.throughput_cmds_per_s, o.think_ms),
         latency_mean_source: "Little's law: clients / throughput - mean think time".into(),
         result,
@@ -645,15 +679,62 @@ fn finish(
         simulated,
         configuration: configuration(e, o, simulated, &machine),
         machine,
+        rounds: points.iter().map(|p| p.round).max().unwrap_or(1),
         points,
         ratios: Vec::new(),
         targets: Vec::new(),
     };
     if e == PartExperiment::Partitioning {
-        r.ratios = ratios(&r.points);
+        r.ratios = median_ratios(&r.points);
         r.targets = targets(&r, simulated);
     }
     r
+}
+
+/// The rounds the points come from, in order.
+fn rounds_of(points: &[PartPoint]) -> Vec<u32> {
+    let mut v: Vec<u32> = points.iter().map(|p| p.round).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Each round's [`ratios`], in round order.
+fn ratios_by_round(points: &[PartPoint]) -> Vec<Vec<Ratio>> {
+    rounds_of(points)
+        .into_iter()
+        .map(|round| {
+            let of_round: Vec<PartPoint> = points
+                .iter()
+                .filter(|p| p.round == round)
+                .cloned()
+                .collect();
+            ratios(&of_round)
+        })
+        .collect()
+}
+
+/// For each (workload, series), the round whose ratio is the median (the lower of the
+/// two middle ones for an even count: the conservative choice). One round: its ratios.
+pub fn median_ratios(points: &[PartPoint]) -> Vec<Ratio> {
+    let by_round = ratios_by_round(points);
+    let Some(first) = by_round.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .filter_map(|x| {
+            let mut all: Vec<&Ratio> = by_round
+                .iter()
+                .filter_map(|rs| {
+                    rs.iter()
+                        .find(|y| y.workload == x.workload && y.series == x.series)
+                })
+                .collect();
+            all.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+            all.get((all.len() - 1) / 2).map(|m| (*m).clone())
+        })
+        .collect()
 }
 
 /// The point of `series` (and workload) with the highest throughput.
@@ -690,6 +771,7 @@ pub fn ratios(points: &[PartPoint]) -> Vec<Ratio> {
                 peak_clients: p.clients,
                 smr_peak_cmds_per_s: smr.result.throughput_cmds_per_s,
                 ratio: p.result.throughput_cmds_per_s / smr.result.throughput_cmds_per_s,
+                round: p.round,
             });
         }
     }
@@ -707,26 +789,56 @@ fn targets(r: &PartReport, simulated: bool) -> Vec<Target> {
     } else {
         &[(PartWorkload::Query, "2 P", 1.5)]
     };
+    let by_round = ratios_by_round(&r.points);
     let mut v = Vec::new();
     for &(w, s, req) in wanted {
         let Some(x) = r.ratios.iter().find(|x| x.workload == w && x.series == s) else {
             continue;
         };
+        let of_round: Vec<PartPoint> = r
+            .points
+            .iter()
+            .filter(|p| p.round == x.round)
+            .cloned()
+            .collect();
         let ev = |series: &str| {
-            peak(&r.points, w, series).map_or(String::new(), |p| {
+            peak(&of_round, w, series).map_or(String::new(), |p| {
                 format!("{series} peak at {} clients: {}", p.clients, bottleneck(p))
             })
         };
+        let all: Vec<f64> = by_round
+            .iter()
+            .filter_map(|rs| rs.iter().find(|y| y.workload == w && y.series == s))
+            .map(|y| y.ratio)
+            .collect();
+        let rounds_met = all.iter().filter(|&&y| y >= req).count();
         v.push(Target {
             what: format!(
-                "{}: {s} / SMR peak throughput ({})",
+                "{}: {s} / SMR peak throughput ({}{})",
                 w.label(),
-                if simulated { "simulated" } else { "real" }
+                if simulated { "simulated" } else { "real" },
+                if all.len() > 1 {
+                    format!(", median of {} rounds", all.len())
+                } else {
+                    String::new()
+                }
             ),
             ratio: x.ratio,
             required: req,
             met: x.ratio >= req,
-            evidence: format!("{}; {}", ev("SMR"), ev(s)),
+            evidence: format!(
+                "{}{}; {}",
+                if all.len() > 1 {
+                    format!("median round {}: ", x.round)
+                } else {
+                    String::new()
+                },
+                ev("SMR"),
+                ev(s)
+            ),
+            round_ratios: if all.len() > 1 { all } else { Vec::new() },
+            rounds_met,
+            round: x.round,
         });
     }
     v
@@ -980,6 +1092,7 @@ pub async fn real_point(
     Ok(PartPoint {
         config: cfg.clone(),
         clients,
+        round: 1,
         result,
         latency_ms_mean: mean,
         latency_mean_source: "measured".into(),
@@ -996,24 +1109,29 @@ pub async fn run_real(
 ) -> anyhow::Result<PartReport> {
     let node_cpu_label = crate::experiment::node_cpu_label(o.node_cpu)?;
     let mut points = Vec::new();
-    for cfg in configs(e, o) {
-        for n in clients_of(o, &cfg) {
-            let p = real_point(exe, o, &cfg, n)
-                .await
-                .with_context(|| format!("{} with {n} clients", cfg.series))?;
-            if o.progress {
-                eprintln!(
-                    "  {:<6} {:<18} clients {:>4}: {:>8.0} cmd/s  p50 {:>6.2} ms  mean {:>6.2} ms  ({})",
-                    format!("{:?}", cfg.workload).to_lowercase(),
-                    cfg.series,
-                    n,
-                    p.result.throughput_cmds_per_s,
-                    p.result.latency_ms_p50,
-                    p.latency_ms_mean,
-                    bottleneck(&p)
-                );
+    let rounds = o.rounds.max(1);
+    for round in 1..=rounds {
+        for cfg in configs(e, o) {
+            for n in clients_of(o, &cfg) {
+                let mut p = real_point(exe, o, &cfg, n)
+                    .await
+                    .with_context(|| format!("{} with {n} clients (round {round})", cfg.series))?;
+                p.round = round;
+                if o.progress {
+                    eprintln!(
+                        "  {}{:<6} {:<18} clients {:>4}: {:>8.0} cmd/s  p50 {:>6.2} ms  mean {:>6.2} ms  ({})",
+                        if rounds > 1 { format!("round {round}/{rounds}  ") } else { String::new() },
+                        format!("{:?}", cfg.workload).to_lowercase(),
+                        cfg.series,
+                        n,
+                        p.result.throughput_cmds_per_s,
+                        p.result.latency_ms_p50,
+                        p.latency_ms_mean,
+                        bottleneck(&p)
+                    );
+                }
+                points.push(p);
             }
-            points.push(p);
         }
     }
     Ok(finish(
@@ -1155,33 +1273,53 @@ pub fn figures(r: &PartReport) -> Vec<(String, String)> {
     let mut out = Vec::new();
     match r.name.as_str() {
         "partitioning" => {
+            // With several rounds, the figure draws one: the round of the first
+            // target's median (or of the first ratio's), named in the title.
+            let drawn = r
+                .targets
+                .first()
+                .map(|t| t.round)
+                .or_else(|| r.ratios.first().map(|x| x.round))
+                .unwrap_or(1);
+            let points: Vec<PartPoint> = if r.rounds > 1 {
+                r.points
+                    .iter()
+                    .filter(|p| p.round == drawn)
+                    .cloned()
+                    .collect()
+            } else {
+                r.points.clone()
+            };
             let mut panels = Vec::new();
             for w in [PartWorkload::Query, PartWorkload::Batch] {
                 let keep = |p: &PartPoint| p.config.workload == w;
-                if !r.points.iter().any(keep) {
+                if !points.iter().any(keep) {
                     continue;
                 }
                 panels.push(panel(
                     format!("{}: throughput", w.label()),
                     "commands/s",
                     log_x,
-                    curves(&r.points, keep, |p| p.result.throughput_cmds_per_s),
+                    curves(&points, keep, |p| p.result.throughput_cmds_per_s),
                 ));
                 panels.push(panel(
                     format!("{}: response time (p50)", w.label()),
                     "ms",
                     log_x,
-                    curves(&r.points, keep, |p| p.result.latency_ms_p50),
+                    curves(&points, keep, |p| p.result.latency_ms_p50),
                 ));
             }
+            let name = if r.rounds > 1 {
+                format!(
+                    "Figure 9: state partitioning vs classic SMR, round {drawn} of {} (the median)",
+                    r.rounds
+                )
+            } else {
+                "Figure 9: state partitioning vs classic SMR".to_string()
+            };
             out.push((
                 "fig9".to_string(),
-                plot::figure(
-                    &title("Figure 9: state partitioning vs classic SMR"),
-                    foot,
-                    &panels,
-                    2,
-                ),
+                plot::figure(&title(&name), foot, &panels, 2),
             ));
         }
         "cross-partition" => {
@@ -1337,11 +1475,17 @@ pub fn table(r: &PartReport) -> String {
         .collect();
     sorted.sort_by_key(|p| {
         (
+            p.round,
             order[&format!("{:?}{}", p.config.workload, p.config.series)],
             p.clients,
         )
     });
+    let mut round = 0;
     for p in sorted {
+        if r.rounds > 1 && p.round != round {
+            round = p.round;
+            s += &format!("round {round} of {}\n", r.rounds);
+        }
         s += &format!(
             "{:<6} {:<18} {:>7} {:>11.0} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>7.0} {:>7.0}  {}\n",
             format!("{:?}", p.config.workload).to_lowercase(),
@@ -1364,22 +1508,46 @@ pub fn table(r: &PartReport) -> String {
         s += &format!("(mean response time: {})\n", p.latency_mean_source);
     }
     if !r.ratios.is_empty() {
-        s += "peak throughput against classic SMR\n";
+        s += if r.rounds > 1 {
+            "peak throughput against classic SMR (each series: its median round)\n"
+        } else {
+            "peak throughput against classic SMR\n"
+        };
         for x in &r.ratios {
             s += &format!(
-                "  {:<6} {:<5} {:>11.0} cmd/s ({} clients) / SMR {:>9.0} = {:.2}x\n",
+                "  {:<6} {:<5} {:>11.0} cmd/s ({} clients) / SMR {:>9.0} = {:.2}x{}\n",
                 format!("{:?}", x.workload).to_lowercase(),
                 x.series,
                 x.peak_cmds_per_s,
                 x.peak_clients,
                 x.smr_peak_cmds_per_s,
-                x.ratio
+                x.ratio,
+                if r.rounds > 1 {
+                    format!(" (round {})", x.round)
+                } else {
+                    String::new()
+                }
             );
         }
     }
     for t in &r.targets {
+        let rounds = if t.round_ratios.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (rounds: {}; {} of {} at or above {:.1}x)",
+                t.round_ratios
+                    .iter()
+                    .map(|x| format!("{x:.2}x"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                t.rounds_met,
+                t.round_ratios.len(),
+                t.required
+            )
+        };
         s += &format!(
-            "target {}: {:.2}x, required {:.1}x: {}\n  evidence: {}\n",
+            "target {}: {:.2}x{rounds}, required {:.1}x: {}\n  evidence: {}\n",
             t.what,
             t.ratio,
             t.required,
@@ -1404,6 +1572,123 @@ pub fn table(r: &PartReport) -> String {
 mod tests {
     use super::*;
 
+    /// A real query point of `series` measured in `round` at `cmds` commands/s.
+    fn point(series: &str, partitions: u32, round: u32, clients: usize, cmds: f64) -> PartPoint {
+        PartPoint {
+            config: PartConfig {
+                series: series.into(),
+                workload: PartWorkload::Query,
+                partitions,
+                replicas_per_partition: 2,
+                cross_percent: 0,
+                speculative: false,
+            },
+            clients,
+            round,
+            result: BenchResult {
+                workload: Workload::Query,
+                mode: "smr".into(),
+                ordering: "ring-paxos".into(),
+                durability: "memory".into(),
+                replicas: 2 * partitions as usize,
+                acceptors: 3,
+                batch_bytes_max: 8192,
+                window_instances_max: 16,
+                clients,
+                think_ms: 0,
+                preload: 1000,
+                duration_s: 1.0,
+                measured_s: 0.8,
+                commands: (cmds * 0.8) as u64,
+                throughput_cmds_per_s: cmds,
+                throughput_ops_per_s: cmds,
+                latency_ms_p50: 1.0,
+                latency_ms_p90: 2.0,
+                latency_ms_p99: 3.0,
+                latency_ms_max: 4.0,
+                timeouts: 0,
+                resubmissions: 0,
+                tentative_ms_p50_p90: None,
+                node_cpu: None,
+            },
+            latency_ms_mean: 1.0,
+            latency_mean_source: "measured".into(),
+            sim: None,
+            cpu: None,
+        }
+    }
+
+    /// Rounds of SMR and 2 P, each at two client counts, with these 2 P / SMR peak
+    /// ratios (SMR's peak is 10,000 in every round).
+    fn rounds_with(ratios: &[f64]) -> Vec<PartPoint> {
+        let mut v = Vec::new();
+        for (i, r) in ratios.iter().enumerate() {
+            let round = i as u32 + 1;
+            v.push(point("SMR", 1, round, 8, 9_000.0));
+            v.push(point("SMR", 1, round, 16, 10_000.0));
+            v.push(point("2 P", 2, round, 8, 10_000.0 * r - 500.0));
+            v.push(point("2 P", 2, round, 16, 10_000.0 * r));
+        }
+        v
+    }
+
+    #[test]
+    fn several_rounds_give_the_median_ratio_and_every_round_beside_it() {
+        let o = PartOptions::real();
+        let r = finish(
+            PartExperiment::Partitioning,
+            &o,
+            false,
+            "test".into(),
+            rounds_with(&[1.2, 1.9, 1.6]),
+        );
+        assert_eq!(r.rounds, 3);
+        let t = &r.targets[0];
+        assert!((t.ratio - 1.6).abs() < 1e-9, "{t:?}");
+        assert_eq!(t.round, 3);
+        assert!(t.met);
+        assert_eq!(t.rounds_met, 2);
+        assert_eq!(t.round_ratios.len(), 3);
+        assert!((t.round_ratios[0] - 1.2).abs() < 1e-9);
+        let two_p = r.ratios.iter().find(|x| x.series == "2 P").unwrap();
+        assert_eq!((two_p.round, two_p.peak_clients), (3, 16));
+        let text = table(&r);
+        assert!(text.contains("median of 3 rounds"), "{text}");
+        assert!(text.contains("2 of 3 at or above 1.5x"), "{text}");
+        assert!(text.contains("round 2 of 3"), "{text}");
+        let fig = &figures(&r)[0].1;
+        assert!(
+            fig.contains("round 3 of 3"),
+            "the figure draws the median round"
+        );
+
+        // An even count takes the lower middle: 1.2 and 1.9 give 1.2, missed.
+        let even = finish(
+            PartExperiment::Partitioning,
+            &o,
+            false,
+            "test".into(),
+            rounds_with(&[1.9, 1.2]),
+        );
+        let t = &even.targets[0];
+        assert!(
+            (t.ratio - 1.2).abs() < 1e-9 && !t.met && t.rounds_met == 1,
+            "{t:?}"
+        );
+        assert_eq!(t.round, 2);
+
+        // One round: no round list, and the table does not mention rounds.
+        let one = finish(
+            PartExperiment::Partitioning,
+            &o,
+            false,
+            "test".into(),
+            rounds_with(&[1.7]),
+        );
+        assert!(one.targets[0].round_ratios.is_empty() && one.targets[0].met);
+        assert!(!table(&one).contains("round"), "{}", table(&one));
+    }
+
     #[test]
     fn clusters_cut_the_bench_key_space_in_pairs_of_replicas() {
         let cfg = PartConfig {
@@ -1418,6 +1703,8 @@ mod tests {
             preload: 1000,
             batchers: 2,
             batch_delay_ms: 5,
+            batch_bytes_max: 32768,
+            batcher_interval_ms: 3,
             ..PartOptions::tiny()
         };
         let c = partition_cluster(
@@ -1433,7 +1720,16 @@ mod tests {
         assert!(c.execution.speculative);
         assert_eq!(c.membership().batchers, vec![12, 13]);
         assert_eq!(c.batching.batch_delay_ms, 5);
-        assert!(configuration(PartExperiment::Partitioning, &o, true, "")
-            .contains("batching 8192 B / 5 ms / window 16"));
+        assert_eq!(c.batching.batch_bytes_max, 32768);
+        assert_eq!(c.batching.batcher_interval_ms, 3);
+        let sentence = configuration(PartExperiment::Partitioning, &o, true, "");
+        assert!(
+            sentence.contains("batching 32768 B / 5 ms / window 16"),
+            "{sentence}"
+        );
+        assert!(
+            sentence.contains("at least 3 ms between batches"),
+            "{sentence}"
+        );
     }
 }

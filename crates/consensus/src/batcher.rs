@@ -27,6 +27,10 @@
 //!   the coordinator drops a command it still holds queued or in flight by (client,
 //!   seq), and the replicas' reply cache answers one it ordered already. Clients
 //!   resubmit abandoned commands after their own timeout;
+//! - with `min_interval_ticks` > 0, a batch that is not full also waits until that
+//!   many ticks have passed since the batcher's last send (it leaves at the first tick
+//!   after): fewer, larger batches for the leader, for up to that much added latency.
+//!   Off (0) by default: Nagle's rule alone;
 //! - while no leader is known, commands wait in the buffer (at most
 //!   `buffer_commands_max`; beyond that a command is refused and its client retries).
 //!
@@ -54,7 +58,8 @@
 //! outstanding batch is non-empty, within `batch_bytes_max` unless it is a single
 //! command, numbered below the next sequence number and sent at most `1 + resends_max`
 //! times; and the policy left nothing it could send: with a leader known and commands
-//! buffered, at least `outstanding_max` batches are outstanding, and
+//! buffered, at least `outstanding_max` batches are outstanding (unless the buffer is
+//! not full and `min_interval_ticks` have not passed since the last send), and
 //! `outstanding_hard_max` when a full batch is buffered.
 
 use crate::{command_bytes, Action, Drop, DropCounts, Msg, Outbox};
@@ -79,6 +84,10 @@ pub struct BatcherConfig {
     pub resends_max: u32,
     /// Commands buffered, at most; beyond that new commands are refused.
     pub buffer_commands_max: usize,
+    /// A batch that is not full leaves no sooner than this many ticks after the last
+    /// send (0: as soon as Nagle's rule allows). The cluster file's
+    /// `[batching] batcher_interval_ms`.
+    pub min_interval_ticks: u64,
 }
 
 impl Default for BatcherConfig {
@@ -90,6 +99,7 @@ impl Default for BatcherConfig {
             ack_timeout_ticks: 100,
             resends_max: 3,
             buffer_commands_max: 100_000,
+            min_interval_ticks: 0,
         }
     }
 }
@@ -105,6 +115,9 @@ impl BatcherConfig {
         }
         if self.outstanding_hard_max > 64 {
             return Err("outstanding_hard_max must be at most 64".into());
+        }
+        if self.min_interval_ticks > 10_000 {
+            return Err("min_interval_ticks must be at most 10000".into());
         }
         if self.ack_timeout_ticks == 0 || self.buffer_commands_max == 0 {
             return Err("ack_timeout_ticks and buffer_commands_max must be positive".into());
@@ -173,6 +186,8 @@ pub struct Batcher {
     outstanding: BTreeMap<u64, Outstanding>,
     next_seq: u64,
     now_tick: u64,
+    /// The tick of the last first send of a batch (resends do not count).
+    last_send_tick: Option<u64>,
     stats: BatcherStats,
     drops: DropCounts,
 }
@@ -191,6 +206,7 @@ impl Batcher {
             outstanding: BTreeMap::new(),
             next_seq: 1,
             now_tick: 0,
+            last_send_tick: None,
             stats: BatcherStats::default(),
             drops: DropCounts::default(),
         }
@@ -304,9 +320,20 @@ impl Batcher {
             if n >= self.cfg.outstanding_max && !(full && n < self.cfg.outstanding_hard_max) {
                 break;
             }
+            if !full && !self.interval_passed() {
+                break;
+            }
             self.send_batch(leader, out);
         }
         self.invariants();
+    }
+
+    /// Whether a batch that is not full may leave now (`min_interval_ticks`).
+    fn interval_passed(&self) -> bool {
+        match self.last_send_tick {
+            Some(t) => self.now_tick >= t + self.cfg.min_interval_ticks,
+            None => true,
+        }
     }
 
     /// Take a batch off the front of the buffer and send it.
@@ -327,6 +354,7 @@ impl Batcher {
         self.next_seq += 1;
         self.stats.batches_sent += 1;
         self.stats.commands_forwarded += cmds.len() as u64;
+        self.last_send_tick = Some(self.now_tick);
         out.push(Action::Send {
             to,
             msg: Msg::ForwardBatch {
@@ -371,7 +399,8 @@ impl Batcher {
         }
         if self.leader.is_some() && !self.buffer.is_empty() {
             assert!(
-                self.outstanding.len() >= cfg.outstanding_max,
+                self.outstanding.len() >= cfg.outstanding_max
+                    || (self.buffer_bytes < cfg.batch_bytes_max && !self.interval_passed()),
                 "commands wait while a batch could leave"
             );
             if self.buffer_bytes >= cfg.batch_bytes_max {
@@ -448,6 +477,58 @@ mod tests {
         assert_eq!(b.stats().batches_sent, 2);
         assert_eq!(b.stats().commands_forwarded, 3);
         assert_eq!(b.stats().mean_batch_commands(), 1.5);
+    }
+
+    #[test]
+    fn with_an_interval_a_batch_that_is_not_full_waits_for_it_a_full_one_does_not() {
+        let mut b = Batcher::new(
+            BatcherConfig {
+                min_interval_ticks: 5,
+                ..cfg(3)
+            },
+            Some(1),
+        );
+        let mut out = Vec::new();
+        b.on_tick(100, &mut out);
+        assert!(b.on_command(cmd(1), &mut out));
+        assert_eq!(
+            batches(&out),
+            vec![(1, 1, vec![1])],
+            "the first leaves at once"
+        );
+        out.clear();
+        assert!(b.on_command(cmd(2), &mut out));
+        b.on_ack(1, &mut out);
+        assert!(
+            out.is_empty(),
+            "acknowledged, but the interval has not passed"
+        );
+        for t in 101..105 {
+            b.on_tick(t, &mut out);
+            assert!(out.is_empty(), "tick {t}: still inside the interval");
+        }
+        b.on_tick(105, &mut out);
+        assert_eq!(
+            batches(&out),
+            vec![(1, 2, vec![2])],
+            "leaves once it has passed"
+        );
+        out.clear();
+        b.on_ack(2, &mut out);
+        // A full batch does not wait for the interval.
+        for s in 3..=5 {
+            assert!(b.on_command(cmd(s), &mut out));
+        }
+        assert_eq!(batches(&out), vec![(1, 3, vec![3, 4, 5])]);
+        out.clear();
+        // Nor does Nagle's rule go away: with one outstanding, a non-full batch waits
+        // for the acknowledgement even after the interval.
+        assert!(b.on_command(cmd(6), &mut out));
+        b.on_tick(110, &mut out); // past the interval, short of the ack timeout
+        assert!(out.is_empty());
+        b.on_ack(3, &mut out);
+        assert_eq!(batches(&out), vec![(1, 4, vec![6])]);
+        b.invariants();
     }
 
     #[test]
@@ -593,6 +674,10 @@ mod tests {
             },
             BatcherConfig {
                 batch_bytes_max: 0,
+                ..ok.clone()
+            },
+            BatcherConfig {
+                min_interval_ticks: 10_001,
                 ..ok.clone()
             },
         ] {

@@ -14,6 +14,8 @@
 //! batch_bytes_max = 8192
 //! batch_delay_ms = 1
 //! window_instances_max = 16
+//! batcher_interval_ms = 0    # batchers: a batch that is not full waits this long
+//!                            # after the previous one (0: Nagle's rule alone)
 //!
 //! [storage]                  # optional, these are the defaults
 //! checkpoint_instances = 50000   # replicas checkpoint every this many instances; 0 = never
@@ -107,6 +109,10 @@ pub struct BatchingSection {
     pub batch_delay_ms: u64,
     #[serde(default = "default_window")]
     pub window_instances_max: usize,
+    /// Batchers: a batch that is not full leaves no sooner than this long after the
+    /// batcher's previous one (`BatcherConfig::min_interval_ticks`).
+    #[serde(default)]
+    pub batcher_interval_ms: u64,
 }
 
 impl Default for BatchingSection {
@@ -115,6 +121,7 @@ impl Default for BatchingSection {
             batch_bytes_max: default_batch_bytes(),
             batch_delay_ms: default_batch_delay(),
             window_instances_max: default_window(),
+            batcher_interval_ms: 0,
         }
     }
 }
@@ -346,6 +353,12 @@ impl ClusterConfig {
             return f(
                 "batching.batch_bytes_max",
                 "must be between 64 and 16777216".into(),
+            );
+        }
+        if self.batching.batcher_interval_ms > 1000 {
+            return f(
+                "batching.batcher_interval_ms",
+                "must be between 0 and 1000".into(),
             );
         }
         if !(4096..=1 << 30).contains(&self.storage.wal_segment_bytes_max) {
@@ -596,6 +609,10 @@ impl ClusterConfig {
         BatcherConfig {
             batch_bytes_max: self.batching.batch_bytes_max,
             ack_timeout_ticks: (100 / self.cluster.tick_ms).max(1),
+            min_interval_ticks: self
+                .batching
+                .batcher_interval_ms
+                .div_ceil(self.cluster.tick_ms),
             ..BatcherConfig::default()
         }
     }
@@ -908,6 +925,10 @@ mod tests {
                 good.replace("batch_bytes_max = 8192", "batch_bytes_max = 1"),
                 "batch_bytes_max",
             ),
+            (
+                good.replace("batcher_interval_ms = 0", "batcher_interval_ms = 5000"),
+                "batcher_interval_ms",
+            ),
             (good.replace("[batching]", "[batching]\nbogus = 3"), "bogus"),
             (good.replace("[storage]", "[storage]\nbogus = 3"), "bogus"),
             (
@@ -940,6 +961,10 @@ mod tests {
         let back = ClusterConfig::parse(&text, "x").unwrap();
         assert_eq!(back, c);
         assert_eq!(back.membership().batchers, vec![6, 7]);
+        assert_eq!(back.batcher_config().min_interval_ticks, 0);
+        let mut slow = c.clone();
+        slow.batching.batcher_interval_ms = 3;
+        assert_eq!(slow.batcher_config().min_interval_ticks, 3);
         assert_eq!(back.addr(7).port(), 7107);
         let standalone = back.node_setup(6);
         assert!(standalone.batcher && !standalone.acceptor && !standalone.replica);

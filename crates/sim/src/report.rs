@@ -118,7 +118,14 @@ impl fmt::Display for SeedReport {
             "  batching        {} bytes, window {} instances, delay {} ms; checkpoint every {} instances",
             p.batch_bytes_max, p.window_instances_max, p.batch_delay_ms, p.checkpoint_instances
         )?;
-        writeln!(f, "  batchers        {}", p.batchers)?;
+        match p.batcher_interval_ms {
+            0 => writeln!(f, "  batchers        {}", p.batchers)?,
+            i => writeln!(
+                f,
+                "  batchers        {}, at least {i} ms between batches that are not full",
+                p.batchers
+            )?,
+        }
         writeln!(
             f,
             "  clients         {} doing {} operations on keys 0..{}, think 0..={}, timeout {}, give up {}",

@@ -333,6 +333,9 @@ pub struct SeedParams {
     /// Replicas reply early to speculated commands (speculative seeds only).
     pub early_replies: bool,
     pub batchers: Batchers,
+    /// Batchers: the least time between two batches that are not full (0: Nagle's rule
+    /// alone). Drawn only for seeds with batchers, from a stream of its own.
+    pub batcher_interval_ms: u64,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -373,6 +376,7 @@ impl SeedParams {
         c.batching.window_instances_max = self.window_instances_max;
         c.batching.batch_bytes_max = self.batch_bytes_max;
         c.batching.batch_delay_ms = self.batch_delay_ms;
+        c.batching.batcher_interval_ms = self.batcher_interval_ms;
         c.storage.checkpoint_instances = self.checkpoint_instances;
         c.execution.speculative = self.speculative;
         c.execution.early_replies = self.early_replies;
@@ -439,6 +443,7 @@ pub const STREAM_SPECULATION: u64 = 7;
 pub const STREAM_PARTITIONS: u64 = 8;
 pub const STREAM_EARLY_REPLIES: u64 = 9;
 pub const STREAM_BATCHERS: u64 = 10;
+pub const STREAM_BATCHER_INTERVAL: u64 = 11;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -604,6 +609,19 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     for _ in 0..batchers.standalone() {
         clock_skew.push(brng.gen_range(-skew_max..=skew_max));
     }
+    // The batchers' interval has a stream of its own too, so the draws above (and every
+    // seed that drew batchers before the interval existed) are unchanged.
+    let batcher_interval_ms = match batchers {
+        Batchers::None => 0,
+        _ => {
+            let mut irng = stream(seed, STREAM_BATCHER_INTERVAL);
+            if irng.gen_bool(0.5) {
+                0
+            } else {
+                irng.gen_range(1..=5)
+            }
+        }
+    };
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -618,6 +636,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         key_space,
         early_replies,
         batchers,
+        batcher_interval_ms,
         acceptors,
         replicas,
         window_instances_max,
@@ -775,6 +794,24 @@ mod tests {
         assert!(drawn.contains(&Batchers::Standalone(1)));
         assert!(drawn.contains(&Batchers::Standalone(2)));
         assert!(drawn.contains(&Batchers::OnAcceptors));
+        // The interval: only with batchers, off for about half of those seeds, and
+        // into the cluster file.
+        let params: Vec<SeedParams> = (0..200).map(|s| draw(s, &o)).collect();
+        assert!(params
+            .iter()
+            .all(|p| p.batchers != Batchers::None || p.batcher_interval_ms == 0));
+        let with: Vec<&SeedParams> = params
+            .iter()
+            .filter(|p| p.batchers != Batchers::None)
+            .collect();
+        let on = with.iter().filter(|p| p.batcher_interval_ms > 0).count();
+        assert!(
+            on * 4 > with.len() && on * 4 < with.len() * 3,
+            "{on} of {}",
+            with.len()
+        );
+        assert!(with.iter().all(|p| p.batcher_interval_ms <= 5
+            && p.cluster().batching.batcher_interval_ms == p.batcher_interval_ms));
         for seed in 0..40 {
             let swarm = draw(seed, &o);
             let forced = draw(

@@ -368,6 +368,7 @@ impl World {
                     n => swarm::Batchers::Standalone(n as u32),
                 }
             },
+            batcher_interval_ms: cluster.batching.batcher_interval_ms,
             acceptors: cluster.membership().acceptors.len(),
             replicas: cluster.executors().len(),
             window_instances_max: cluster.batching.window_instances_max,
