@@ -187,6 +187,11 @@ struct ExperimentArgs {
     /// batcher_interval_ms`; 0, the default: as soon as the last one is acknowledged).
     #[arg(long, value_name = "MS", requires = "batchers", value_parser = clap::value_parser!(u64).range(0..=1000))]
     batcher_interval_ms: Option<u64>,
+    /// Partitioning experiments: a value that is not full leaves the coordinator no
+    /// sooner than this long after its previous one (`[batching] value_interval_ms`;
+    /// 0, the default: off).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=1000))]
+    value_interval_ms: Option<u64>,
     /// Real `partitioning` runs: measure the whole sweep N times, round after round
     /// (series interleaved, so drift of the machine hits them alike); ratios and the
     /// target are the median over rounds, with every round's ratio printed beside it.
@@ -962,6 +967,7 @@ fn refuse_partitioning_options(a: &ExperimentArgs) -> anyhow::Result<()> {
         ("--batch-delay-ms", a.batch_delay_ms.is_some()),
         ("--batch-bytes-max", a.batch_bytes_max.is_some()),
         ("--batcher-interval-ms", a.batcher_interval_ms.is_some()),
+        ("--value-interval-ms", a.value_interval_ms.is_some()),
         ("--rounds", a.rounds.is_some()),
     ];
     if let Some((flag, _)) = given.iter().find(|(_, on)| *on) {
@@ -1150,6 +1156,9 @@ async fn partition_experiment(
             bail!("--rounds applies to the partitioning experiment only");
         }
         o.rounds = n;
+    }
+    if let Some(i) = a.value_interval_ms {
+        o.value_interval_ms = i;
     }
     if let Some(i) = a.batcher_interval_ms {
         if a.batchers == 0 {

@@ -253,6 +253,9 @@ pub struct PartOptions {
     /// Batchers: the least time between two batches that are not full
     /// (`[batching] batcher_interval_ms`; 0: Nagle's rule alone).
     pub batcher_interval_ms: u64,
+    /// The coordinator: the least time between two values that are not full
+    /// (`[batching] value_interval_ms`; 0: off).
+    pub value_interval_ms: u64,
     /// Real runs: measure the whole sweep this many times, round after round; ratios and
     /// targets are the median over rounds (`--rounds`).
     pub rounds: u32,
@@ -285,6 +288,7 @@ impl PartOptions {
             batch_delay_ms: 1,
             batch_bytes_max: 8192,
             batcher_interval_ms: 0,
+            value_interval_ms: 0,
             rounds: 1,
         }
     }
@@ -388,6 +392,7 @@ pub fn partition_cluster(c: ClusterConfig, cfg: &PartConfig, o: &PartOptions) ->
     c.batching.batch_delay_ms = o.batch_delay_ms;
     c.batching.batch_bytes_max = o.batch_bytes_max;
     c.batching.batcher_interval_ms = o.batcher_interval_ms;
+    c.batching.value_interval_ms = o.value_interval_ms;
     c
 }
 
@@ -420,10 +425,14 @@ fn configuration(e: PartExperiment, o: &PartOptions, simulated: bool, machine: &
         ),
     };
     format!(
-        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates){batchers}, durability {}, batching {} B / {} ms / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
+        "{kind}; {what}; Ring Paxos, 3 acceptors (node 1 coordinates){batchers}, durability {}, batching {} B / {} ms{} / window 16, think time 0..={} ms, preload {} entries (key space {}), {:.1} s {}per point, 10% trimmed at each end",
         o.durability,
         o.batch_bytes_max,
         o.batch_delay_ms,
+        match o.value_interval_ms {
+            0 => String::new(),
+            i => format!(" / values at least {i} ms apart unless full"),
+        },
         o.think_ms,
         o.preload,
         simbench::key_space(o.preload),
@@ -1705,6 +1714,7 @@ mod tests {
             batch_delay_ms: 5,
             batch_bytes_max: 32768,
             batcher_interval_ms: 3,
+            value_interval_ms: 2,
             ..PartOptions::tiny()
         };
         let c = partition_cluster(
@@ -1722,9 +1732,12 @@ mod tests {
         assert_eq!(c.batching.batch_delay_ms, 5);
         assert_eq!(c.batching.batch_bytes_max, 32768);
         assert_eq!(c.batching.batcher_interval_ms, 3);
+        assert_eq!(c.batching.value_interval_ms, 2);
         let sentence = configuration(PartExperiment::Partitioning, &o, true, "");
         assert!(
-            sentence.contains("batching 32768 B / 5 ms / window 16"),
+            sentence.contains(
+                "batching 32768 B / 5 ms / values at least 2 ms apart unless full / window 16"
+            ),
             "{sentence}"
         );
         assert!(

@@ -10,6 +10,8 @@
 //! bytes; a value is proposed when the window of instances in flight has room. With
 //! instances in flight, a value that is not full waits up to `batch_delay_ticks` for
 //! more commands, so that batches grow under load while an idle system proposes at once.
+//! Optionally (`value_interval_ticks`) a value that is not full also waits until that
+//! many ticks have passed since the previous new value.
 
 use crate::{
     command_bytes, send_all, CoordinatorConfig, Drop, DropCounts, Membership, Msg, Outbox, Part,
@@ -100,6 +102,8 @@ pub struct Coordinator {
     queued_gc_at: usize,
     pending_bytes: usize,
     pending_since_tick: u64,
+    /// When the last new value (not a forced re-proposal) was taken from `pending`.
+    last_value_tick: Option<u64>,
     now_tick: u64,
     last_heartbeat_tick: u64,
     /// Recently decided values, for learners that ask the coordinator.
@@ -161,6 +165,7 @@ impl Coordinator {
             queued_gc_at,
             pending_bytes: 0,
             pending_since_tick: 0,
+            last_value_tick: None,
             now_tick: 0,
             last_heartbeat_tick: 0,
             recent: BTreeMap::new(),
@@ -700,8 +705,15 @@ impl Coordinator {
         if self.pending.is_empty() {
             return false;
         }
+        if self.pending_bytes >= self.cfg.batch_bytes_max {
+            return true;
+        }
+        if let Some(t) = self.last_value_tick {
+            if self.now_tick.saturating_sub(t) < self.cfg.value_interval_ticks {
+                return false;
+            }
+        }
         self.in_flight.is_empty()
-            || self.pending_bytes >= self.cfg.batch_bytes_max
             || self.now_tick.saturating_sub(self.pending_since_tick) >= self.cfg.batch_delay_ticks
     }
 
@@ -731,6 +743,7 @@ impl Coordinator {
         }
         self.pending_bytes -= bytes;
         self.pending_since_tick = self.now_tick;
+        self.last_value_tick = Some(self.now_tick);
         let vid = self.fresh_vid();
         for c in &commands {
             self.queued.insert((c.client, c.seq), Queued::In(vid));
@@ -916,7 +929,11 @@ mod tests {
 
     /// A coordinator of `m` whose Phase 1 for instances 1..11 completed.
     fn prepared_with(m: Membership) -> Coordinator {
-        let mut c = Coordinator::new(3, m, cfg(), Ballot::ZERO, 1);
+        prepared_cfg(m, cfg())
+    }
+
+    fn prepared_cfg(m: Membership, cfg: CoordinatorConfig) -> Coordinator {
+        let mut c = Coordinator::new(3, m, cfg, Ballot::ZERO, 1);
         let mut out = Vec::new();
         c.start(&mut out);
         let b = c.ballot();
@@ -934,6 +951,52 @@ mod tests {
             );
         }
         c
+    }
+
+    #[test]
+    fn with_a_value_interval_a_value_that_is_not_full_waits_for_it() {
+        for protocol in [Protocol::RingPaxos, Protocol::MultiPaxos] {
+            let mut c = prepared_cfg(
+                membership(protocol),
+                CoordinatorConfig {
+                    value_interval_ticks: 5,
+                    window_instances_max: 8,
+                    ..cfg()
+                },
+            );
+            let mut out = Vec::new();
+            c.on_tick(100, &mut out);
+            assert!(c.on_command(cmd(1), &mut out));
+            assert_eq!(
+                c.stats().values_proposed,
+                1,
+                "the first value leaves at once"
+            );
+            assert!(c.on_command(cmd(2), &mut out));
+            for t in 101..105 {
+                c.on_tick(t, &mut out);
+                assert_eq!(
+                    c.stats().values_proposed,
+                    1,
+                    "tick {t}: inside the interval"
+                );
+            }
+            c.on_tick(105, &mut out);
+            assert_eq!(
+                c.stats().values_proposed,
+                2,
+                "leaves once the interval passed"
+            );
+            // A full value does not wait for the interval.
+            let per_value = cfg().batch_bytes_max / command_bytes(&cmd(3));
+            for s in 3..3 + per_value as u64 {
+                assert!(c.on_command(cmd(s), &mut out));
+            }
+            assert_eq!(c.stats().values_proposed, 2, "not full yet");
+            assert!(c.on_command(cmd(1000), &mut out));
+            assert_eq!(c.stats().values_proposed, 3, "full: proposed at once");
+            c.invariants();
+        }
     }
 
     /// Paper 001 §III-C: each partition's learners get the sub-commands addressed to

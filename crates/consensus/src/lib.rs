@@ -955,6 +955,11 @@ pub struct CoordinatorConfig {
     /// With instances in flight, a non-full batch waits at most this many ticks before
     /// it is proposed anyway (the time bound); 0 proposes as soon as the window allows.
     pub batch_delay_ticks: u64,
+    /// A value that is not full is proposed no sooner than this many ticks after the
+    /// previous new value (0: off). Under a load that decisions outpace, values would
+    /// otherwise leave one per arrival of commands; this makes them fewer and fuller,
+    /// for up to this much added latency. A full value never waits for it.
+    pub value_interval_ticks: u64,
     /// Instances proposed and not yet decided, at most.
     pub window_instances_max: usize,
     /// Phase 1 is run ahead of time for ranges of this many instances.
@@ -978,6 +983,7 @@ impl Default for CoordinatorConfig {
         CoordinatorConfig {
             batch_bytes_max: 8 * 1024,
             batch_delay_ticks: 1,
+            value_interval_ticks: 0,
             window_instances_max: 16,
             phase1_range_instances: 100_000,
             retransmit_ticks: 200,

@@ -14,6 +14,8 @@
 //! batch_bytes_max = 8192
 //! batch_delay_ms = 1
 //! window_instances_max = 16
+//! value_interval_ms = 0      # coordinator: a value that is not full waits this long
+//!                            # after the previous one (0: off)
 //! batcher_interval_ms = 0    # batchers: a batch that is not full waits this long
 //!                            # after the previous one (0: Nagle's rule alone)
 //!
@@ -109,6 +111,10 @@ pub struct BatchingSection {
     pub batch_delay_ms: u64,
     #[serde(default = "default_window")]
     pub window_instances_max: usize,
+    /// The coordinator: a value that is not full is proposed no sooner than this long
+    /// after the previous new value (`CoordinatorConfig::value_interval_ticks`).
+    #[serde(default)]
+    pub value_interval_ms: u64,
     /// Batchers: a batch that is not full leaves no sooner than this long after the
     /// batcher's previous one (`BatcherConfig::min_interval_ticks`).
     #[serde(default)]
@@ -121,6 +127,7 @@ impl Default for BatchingSection {
             batch_bytes_max: default_batch_bytes(),
             batch_delay_ms: default_batch_delay(),
             window_instances_max: default_window(),
+            value_interval_ms: 0,
             batcher_interval_ms: 0,
         }
     }
@@ -355,6 +362,12 @@ impl ClusterConfig {
                 "must be between 64 and 16777216".into(),
             );
         }
+        if self.batching.value_interval_ms > 1000 {
+            return f(
+                "batching.value_interval_ms",
+                "must be between 0 and 1000".into(),
+            );
+        }
         if self.batching.batcher_interval_ms > 1000 {
             return f(
                 "batching.batcher_interval_ms",
@@ -573,6 +586,7 @@ impl ClusterConfig {
         CoordinatorConfig {
             batch_bytes_max: self.batching.batch_bytes_max,
             batch_delay_ticks: self.batching.batch_delay_ms.div_ceil(tick),
+            value_interval_ticks: self.batching.value_interval_ms.div_ceil(tick),
             window_instances_max: self.batching.window_instances_max,
             retransmit_ticks: (200 / tick).max(1),
             heartbeat_ticks: (50 / tick).max(1),
@@ -929,6 +943,10 @@ mod tests {
                 good.replace("batcher_interval_ms = 0", "batcher_interval_ms = 5000"),
                 "batcher_interval_ms",
             ),
+            (
+                good.replace("value_interval_ms = 0", "value_interval_ms = 1001"),
+                "value_interval_ms",
+            ),
             (good.replace("[batching]", "[batching]\nbogus = 3"), "bogus"),
             (good.replace("[storage]", "[storage]\nbogus = 3"), "bogus"),
             (
@@ -965,6 +983,9 @@ mod tests {
         let mut slow = c.clone();
         slow.batching.batcher_interval_ms = 3;
         assert_eq!(slow.batcher_config().min_interval_ticks, 3);
+        slow.batching.value_interval_ms = 4;
+        assert_eq!(slow.coordinator_config().value_interval_ticks, 4);
+        assert_eq!(c.coordinator_config().value_interval_ticks, 0);
         assert_eq!(back.addr(7).port(), 7107);
         let standalone = back.node_setup(6);
         assert!(standalone.batcher && !standalone.acceptor && !standalone.replica);

@@ -115,8 +115,15 @@ impl fmt::Display for SeedReport {
         )?;
         writeln!(
             f,
-            "  batching        {} bytes, window {} instances, delay {} ms; checkpoint every {} instances",
-            p.batch_bytes_max, p.window_instances_max, p.batch_delay_ms, p.checkpoint_instances
+            "  batching        {} bytes, window {} instances, delay {} ms{}; checkpoint every {} instances",
+            p.batch_bytes_max,
+            p.window_instances_max,
+            p.batch_delay_ms,
+            match p.value_interval_ms {
+                0 => String::new(),
+                i => format!(", at least {i} ms between values that are not full"),
+            },
+            p.checkpoint_instances
         )?;
         match p.batcher_interval_ms {
             0 => writeln!(f, "  batchers        {}", p.batchers)?,

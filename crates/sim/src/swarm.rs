@@ -336,6 +336,9 @@ pub struct SeedParams {
     /// Batchers: the least time between two batches that are not full (0: Nagle's rule
     /// alone). Drawn only for seeds with batchers, from a stream of its own.
     pub batcher_interval_ms: u64,
+    /// The coordinator's least time between two values that are not full (0: off).
+    /// Drawn from a stream of its own.
+    pub value_interval_ms: u64,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -377,6 +380,7 @@ impl SeedParams {
         c.batching.batch_bytes_max = self.batch_bytes_max;
         c.batching.batch_delay_ms = self.batch_delay_ms;
         c.batching.batcher_interval_ms = self.batcher_interval_ms;
+        c.batching.value_interval_ms = self.value_interval_ms;
         c.storage.checkpoint_instances = self.checkpoint_instances;
         c.execution.speculative = self.speculative;
         c.execution.early_replies = self.early_replies;
@@ -444,6 +448,7 @@ pub const STREAM_PARTITIONS: u64 = 8;
 pub const STREAM_EARLY_REPLIES: u64 = 9;
 pub const STREAM_BATCHERS: u64 = 10;
 pub const STREAM_BATCHER_INTERVAL: u64 = 11;
+pub const STREAM_VALUE_INTERVAL: u64 = 12;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -622,6 +627,15 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             }
         }
     };
+    // The coordinator's value interval: its own stream, off for about half the seeds.
+    let value_interval_ms = {
+        let mut vrng = stream(seed, STREAM_VALUE_INTERVAL);
+        if vrng.gen_bool(0.5) {
+            0
+        } else {
+            vrng.gen_range(1..=5)
+        }
+    };
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -637,6 +651,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         early_replies,
         batchers,
         batcher_interval_ms,
+        value_interval_ms,
         acceptors,
         replicas,
         window_instances_max,
@@ -812,6 +827,11 @@ mod tests {
         );
         assert!(with.iter().all(|p| p.batcher_interval_ms <= 5
             && p.cluster().batching.batcher_interval_ms == p.batcher_interval_ms));
+        // The coordinator's value interval: any seed, off for about half.
+        let on = params.iter().filter(|p| p.value_interval_ms > 0).count();
+        assert!((60..140).contains(&on), "{on} of 200");
+        assert!(params.iter().all(|p| p.value_interval_ms <= 5
+            && p.cluster().coordinator_config().value_interval_ticks == p.value_interval_ms));
         for seed in 0..40 {
             let swarm = draw(seed, &o);
             let forced = draw(

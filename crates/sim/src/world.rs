@@ -369,6 +369,7 @@ impl World {
                 }
             },
             batcher_interval_ms: cluster.batching.batcher_interval_ms,
+            value_interval_ms: cluster.batching.value_interval_ms,
             acceptors: cluster.membership().acceptors.len(),
             replicas: cluster.executors().len(),
             window_instances_max: cluster.batching.window_instances_max,

@@ -146,9 +146,11 @@ fn forget_promise_is_caught() {
     // Two live leaders: the old one paused or cut off by a partition while another
     // acceptor takes over; an acceptor that promised the new ballot restarts, forgets
     // it and accepts the old leader's proposal, which the new leader also decides over.
-    // About 1 seed in 750 of this fault mix shows it (seeds 578, 858, 1080 and 2096 of
-    // 0..3000 since values carry their parts; any change to message sizes moves them);
-    // the range below holds the first.
+    // About 1 seed in 1000 of this fault mix shows it (seeds 471, 1156 and 1702 of
+    // 0..3000 since the coordinator's value interval joined the swarm; any change to
+    // message sizes or timing moves them: rescan with `partita sim --seeds 0..3000
+    // --ops 1000 --partitions 1 --unsafe forget-promise --faults
+    // pause,crash-acceptor,partition,one-way,reorder`); the range below holds the first.
     let faults = FaultSelection::Only(vec![
         FaultClass::Pause,
         FaultClass::CrashAcceptor,
@@ -156,7 +158,7 @@ fn forget_promise_is_caught() {
         FaultClass::OneWay,
         FaultClass::Reorder,
     ]);
-    let (seed, what) = control_ops("forget-promise", faults, true, 570..585, 1000);
+    let (seed, what) = control_ops("forget-promise", faults, true, 465..480, 1000);
     eprintln!("forget-promise caught at seed {seed}: {what}");
 }
 
