@@ -672,7 +672,12 @@ pub async fn run_node_until(
     };
     node.perform();
     let result = event_loop(&mut node, &mut ev_rx, &cfg, stop).await;
+    // Abort is asynchronous: wait until the accept task is gone, and with it the
+    // listener, so that a node restarted in the same process can bind its port at once
+    // (without this wait the runtime checkpoint test failed now and then with "Address
+    // already in use").
     accept_task.abort();
+    let _ = accept_task.await;
     if let Some(w) = node.wal.take() {
         let _ = w.shutdown();
     }
