@@ -694,8 +694,9 @@ fn finish(
         targets: Vec::new(),
     };
     if e == PartExperiment::Partitioning {
-        r.ratios = median_ratios(&r.points);
-        r.targets = targets(&r, simulated);
+        let by_round = ratios_by_round(&r.points);
+        r.ratios = median_ratios(&by_round);
+        r.targets = targets(&r, &by_round, simulated);
     }
     r
 }
@@ -724,9 +725,9 @@ fn ratios_by_round(points: &[PartPoint]) -> Vec<Vec<Ratio>> {
 }
 
 /// For each (workload, series), the round whose ratio is the median (the lower of the
-/// two middle ones for an even count: the conservative choice). One round: its ratios.
-pub fn median_ratios(points: &[PartPoint]) -> Vec<Ratio> {
-    let by_round = ratios_by_round(points);
+/// two middle ones for an even count: the conservative choice), from
+/// [`ratios_by_round`]. One round: its ratios.
+fn median_ratios(by_round: &[Vec<Ratio>]) -> Vec<Ratio> {
     let Some(first) = by_round.first() else {
         return Vec::new();
     };
@@ -789,7 +790,7 @@ pub fn ratios(points: &[PartPoint]) -> Vec<Ratio> {
 
 /// The targets: simulated, 4 P ≥ 3.9× SMR for queries and ≥ 2.6× for batches;
 /// real, 2 P ≥ 1.5× SMR for queries.
-fn targets(r: &PartReport, simulated: bool) -> Vec<Target> {
+fn targets(r: &PartReport, by_round: &[Vec<Ratio>], simulated: bool) -> Vec<Target> {
     let wanted: &[(PartWorkload, &str, f64)] = if simulated {
         &[
             (PartWorkload::Query, "4 P", 3.9),
@@ -798,7 +799,6 @@ fn targets(r: &PartReport, simulated: bool) -> Vec<Target> {
     } else {
         &[(PartWorkload::Query, "2 P", 1.5)]
     };
-    let by_round = ratios_by_round(&r.points);
     let mut v = Vec::new();
     for &(w, s, req) in wanted {
         let Some(x) = r.ratios.iter().find(|x| x.workload == w && x.series == s) else {
