@@ -5,6 +5,7 @@
 //! uniform 0..=think_ms milliseconds. The first and last 10% of the run (warm-up and
 //! cool-down) are left out of throughput and latency, as the paper does.
 
+use crate::cpu;
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use partita_client::{Client, ClientOptions};
@@ -79,6 +80,17 @@ pub struct BenchResult {
     /// Real runs with a per-node CPU budget (`--node-cpu`): what it was, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_cpu: Option<String>,
+    /// CPU time (user + system) per command completed in the measured window, summed
+    /// over every node process of the cluster; `None` when the nodes do not run on
+    /// this machine (their status gives no pid here).
+    pub cpu_us_per_cmd: Option<f64>,
+    /// The same, split into user and system time.
+    pub cpu_user_us_per_cmd: Option<f64>,
+    pub cpu_system_us_per_cmd: Option<f64>,
+    /// Node processes whose CPU was measured.
+    pub cpu_processes: usize,
+    /// CPU per command of the benchmark process itself (its clients).
+    pub client_cpu_us_per_cmd: f64,
 }
 
 /// One finished operation, for the history and the statistics.
@@ -119,6 +131,26 @@ impl Workload {
             Workload::Mixed => S::Mixed,
         }
     }
+}
+
+/// The process ids of the cluster's nodes that run on this machine (their address is
+/// on loopback and their status names a process here), this process excluded (nodes
+/// run in-process by tests would count the clients too).
+pub async fn cluster_pids(cluster: &ClusterConfig) -> Vec<u32> {
+    let own = std::process::id();
+    let mut pids = Vec::new();
+    for n in &cluster.nodes {
+        let addr = cluster.addr(n.id);
+        if !addr.ip().is_loopback() {
+            continue;
+        }
+        if let Some(s) = partita_client::node_status(addr, Duration::from_secs(2)).await {
+            if s.pid != own && cpu::process_cpu(s.pid).is_some() && !pids.contains(&s.pid) {
+                pids.push(s.pid);
+            }
+        }
+    }
+    pids
 }
 
 /// Insert keys 0, 2, …, 2(n-1) (value = key) through the replicated path, in batches.
@@ -196,8 +228,24 @@ pub async fn run(
         .key_space
         .unwrap_or_else(|| key_space(cfg.preload))
         .max(2);
+    let pids = cluster_pids(cluster).await;
     let base = Instant::now();
     let end = base + cfg.duration;
+    let window = (
+        cfg.duration.mul_f64(cfg.trim),
+        cfg.duration.mul_f64(1.0 - cfg.trim),
+    );
+    let sampler = {
+        let pids = pids.clone();
+        tokio::spawn(async move {
+            let own = std::process::id();
+            tokio::time::sleep_until((base + window.0).into()).await;
+            let before = (cpu::processes_cpu(&pids), cpu::processes_cpu(&[own]));
+            tokio::time::sleep_until((base + window.1).into()).await;
+            let after = (cpu::processes_cpu(&pids), cpu::processes_cpu(&[own]));
+            (after.0.since(&before.0), after.1.since(&before.1))
+        })
+    };
     let completed = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for i in 0..cfg.clients {
@@ -267,8 +315,16 @@ pub async fn run(
         resubmissions += rs;
     }
     let total = base.elapsed();
-    let lo = (cfg.duration.as_nanos() as f64 * cfg.trim) as u64;
-    let hi = (cfg.duration.as_nanos() as f64 * (1.0 - cfg.trim)) as u64;
+    let (node_cpu, client_cpu) = sampler.await?;
+    let lo = window.0.as_nanos() as u64;
+    let hi = window.1.as_nanos() as u64;
+    // CPU was sampled at the window's ends: divide by the commands completed inside it.
+    let completed_in_window = records
+        .iter()
+        .filter(|r| r.ret_ns >= lo && r.ret_ns <= hi && r.result.is_some())
+        .count()
+        .max(1) as f64;
+    let per_cmd = |us: u64| us as f64 / completed_in_window;
     let measured_s = (hi - lo) as f64 / 1e9;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
     let (mut commands, mut ops) = (0u64, 0u64);
@@ -325,6 +381,11 @@ pub async fn run(
         resubmissions,
         tentative_ms_p50_p90,
         node_cpu: None,
+        cpu_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.total_us())),
+        cpu_user_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.user_us)),
+        cpu_system_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.system_us)),
+        cpu_processes: pids.len(),
+        client_cpu_us_per_cmd: per_cmd(client_cpu.total_us()),
     };
     records.sort_by_key(|r| r.call_ns);
     Ok((result, records))
@@ -378,6 +439,22 @@ impl std::fmt::Display for BenchResult {
                 f,
                 "  tentative (ms)  p50 {p50:.3}  p90 {p90:.3}  (early replies: first tentative reply; latency above is until confirmed)"
             )?;
+        }
+        match (
+            self.cpu_us_per_cmd,
+            self.cpu_user_us_per_cmd,
+            self.cpu_system_us_per_cmd,
+        ) {
+            (Some(t), Some(u), Some(s)) => writeln!(
+                f,
+                "  CPU / command   {t:.1} us over {} node processes (user {u:.1}, system {s:.1}); clients {:.1} us",
+                self.cpu_processes, self.client_cpu_us_per_cmd
+            )?,
+            _ => writeln!(
+                f,
+                "  CPU / command   nodes not on this machine; clients {:.1} us",
+                self.client_cpu_us_per_cmd
+            )?,
         }
         write!(
             f,

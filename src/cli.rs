@@ -330,8 +330,8 @@ struct TargetArgs {
     /// Cluster file (default: the one `partita up` wrote in ./partita-data).
     #[arg(long)]
     cluster: Option<PathBuf>,
-    /// Print JSON.
-    #[arg(long)]
+    /// Print JSON (accepted anywhere on the command line).
+    #[arg(long, global = true)]
     json: bool,
 }
 
@@ -460,9 +460,12 @@ pub fn main() -> i32 {
         };
         tracing_subscriber::EnvFilter::new(default)
     });
+    // Colour codes only on a terminal: node logs go to files.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
     let rt = if matches!(cli.cmd, Cmd::Node(_)) {
         tokio::runtime::Builder::new_current_thread()

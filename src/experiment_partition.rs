@@ -1018,6 +1018,11 @@ async fn bench_real(
         resubmissions,
         tentative_ms_p50_p90: None,
         node_cpu: None,
+        cpu_us_per_cmd: None,
+        cpu_user_us_per_cmd: None,
+        cpu_system_us_per_cmd: None,
+        cpu_processes: 0,
+        client_cpu_us_per_cmd: 0.0,
     };
     let mean = if commands > 0 {
         sum_us as f64 / commands as f64 / 1000.0
@@ -1619,6 +1624,11 @@ mod tests {
                 resubmissions: 0,
                 tentative_ms_p50_p90: None,
                 node_cpu: None,
+                cpu_us_per_cmd: None,
+                cpu_user_us_per_cmd: None,
+                cpu_system_us_per_cmd: None,
+                cpu_processes: 0,
+                client_cpu_us_per_cmd: 0.0,
             },
             latency_ms_mean: 1.0,
             latency_mean_source: "measured".into(),

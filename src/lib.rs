@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod calibrate;
 pub mod cli;
+pub mod cpu;
 pub mod experiment;
 pub mod experiment_partition;
 pub mod history;

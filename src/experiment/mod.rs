@@ -358,6 +358,11 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         resubmissions: r.resubmissions,
         tentative_ms_p50_p90: None,
         node_cpu: None,
+        cpu_us_per_cmd: None,
+        cpu_user_us_per_cmd: None,
+        cpu_system_us_per_cmd: None,
+        cpu_processes: 0,
+        client_cpu_us_per_cmd: 0.0,
     }
 }
 

@@ -316,6 +316,7 @@ impl Node {
                 }
                 counters
             },
+            pid: std::process::id(),
         }
     }
 }

@@ -63,6 +63,9 @@ pub struct NodeStatus {
     pub accepted: Option<u64>,
     pub accepted_max_instance: Option<u64>,
     pub counters: Vec<(String, u64)>,
+    /// The node's operating-system process id, so that tools on the same machine can
+    /// read its CPU time (`partita bench`: CPU per command over every process).
+    pub pid: u32,
 }
 
 /// Encode one message as a complete frame.
