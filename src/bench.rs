@@ -9,7 +9,7 @@ use crate::cpu;
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use partita_client::{Client, ClientOptions};
-use partita_runtime::{ClusterConfig, Mode};
+use partita_config::{ClusterConfig, Mode};
 use partita_types::{BatchOp, Op, OpResult};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

@@ -6,7 +6,7 @@
 //!
 //! | measurement | real code | table fields |
 //! | --- | --- | --- |
-//! | encode (frame + CRC) and decode (frame check + decode) of every message kind at a few sizes, a line fitted over the sizes | `partita_runtime::wire::to_frame`, `partita_types::frame::parse_frame`, `partita_types::decode` | `[codec.KIND]` (`Msg` kinds, `request`, `reply`, `refused`, `record`), `byte_in_ps`, `byte_out_ps` |
+//! | encode (frame + CRC) and decode (frame check + decode) of every message kind at a few sizes, a line fitted over the sizes | `partita_wire::to_frame`, `partita_types::frame::parse_frame`, `partita_types::decode` | `[codec.KIND]` (`Msg` kinds, `request`, `reply`, `refused`, `record`), `byte_in_ps`, `byte_out_ps` |
 //! | B+tree insert, delete, update, read, next, prev, and range queries of 1 to 1000 keys (a line over the keys returned) on a bulk-loaded tree of `--entries` entries, keys drawn as `partita bench` draws them | `BPlusTree::execute` (result and undo record included, as the replica runs it) | `btree_kind_ns`, `btree_query_entry_ps`, `btree_op_ns` |
 //! | a replica executing values of 64 updates, minus their B+tree work | `SequentialReplica::execute` | `command_ns` |
 //! | each handler of an in-process cluster (3 acceptors, 2 replicas) by input kind, for both protocols | `NodeCore` (see `partita_sim::calibrate`) | `message_kind_ns`, `peer_message_ns`, `request_ns`, `tick_ns`, `persisted_ns`, `persisted_token_ns` |
@@ -25,14 +25,14 @@
 use anyhow::Context;
 use partita_btree::BPlusTree;
 use partita_consensus::{AcceptorRecord, Msg, Protocol, Value, Vid};
-use partita_runtime::wire::to_frame;
-use partita_runtime::Wire;
 use partita_sim::calibrate::{
     fit_line, measure_batched_handlers, measure_cs_request, measure_handlers,
 };
 use partita_sim::cpu::{CodecCost, CostTable, DiskCost};
 use partita_smr::SequentialReplica;
 use partita_types::{Ballot, BatchOp, Command, Op, OpResult, Reply};
+use partita_wire::to_frame;
+use partita_wire::Wire;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -778,7 +778,7 @@ fn measure_server(o: &Options) -> anyhow::Result<ServerCost> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let cluster = partita_runtime::ClusterConfig::client_server(port, 0xCA1B_0002);
+    let cluster = partita_config::ClusterConfig::client_server(port, 0xCA1B_0002);
     let dir = o
         .wal_dir
         .join(format!("partita-calibrate-node-{}", std::process::id()));

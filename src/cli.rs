@@ -5,8 +5,9 @@ use crate::bench::{self, BenchConfig, Workload};
 use crate::launch::{self, LocalCluster};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
+use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
-use partita_runtime::{ClusterConfig, Durability, NodeOptions};
+use partita_runtime::NodeOptions;
 use partita_types::{Op, OpResult};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -665,7 +666,7 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
 
 /// A batcher's counters in one line ("batcher: 120 batches of 3400 commands (28.3 per
 /// batch), 2 resends, 0 abandoned, 0 refused"), if the node batches.
-fn batcher_line(s: &partita_runtime::NodeStatus) -> Option<String> {
+fn batcher_line(s: &partita_wire::NodeStatus) -> Option<String> {
     let c = |k: &str| s.counters.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
     let batches = c("batcher_batches_sent")?;
     Some(format!(

@@ -31,8 +31,8 @@ use crate::experiment::{sim_bench_result, sim_machine, sim_smr_cluster, SimDetai
 use crate::plot::{self, Panel, Series};
 use anyhow::Context;
 use hdrhistogram::Histogram;
+use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
-use partita_runtime::{ClusterConfig, Durability, Role};
 use partita_sim::bench::{self as simbench, BenchSpec, ReplicaImage, Workload as SimWorkload};
 use partita_sim::CostTable;
 use serde::Serialize;

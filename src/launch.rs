@@ -7,7 +7,7 @@
 
 use crate::node_cpu::{CpuGroups, NodeCpu};
 use anyhow::{bail, Context};
-use partita_runtime::ClusterConfig;
+use partita_config::ClusterConfig;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,10 +39,10 @@ pub fn ensure_cluster_file(
 }
 
 /// A block of 20 ports on 127.0.0.1 that is free now, below the kernel's ephemeral
-/// range (see [`partita_runtime::net::free_port_block`]: a node that restarts must be
+/// range (see [`partita_net::free_port_block`]: a node that restarts must be
 /// able to bind its port again).
 pub fn pick_base_port() -> u16 {
-    partita_runtime::net::free_port_block(20).unwrap_or(27_100)
+    partita_net::free_port_block(20).unwrap_or(27_100)
 }
 
 impl LocalCluster {

@@ -9,9 +9,10 @@
 use partita::bench::{self, BenchConfig, Workload};
 use partita::launch::{pick_base_port, spawn_node, LocalCluster};
 use partita_client::{node_status, Client, ClientOptions};
+use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
-use partita_runtime::{ClusterConfig, Durability, NodeStatus};
 use partita_types::{Op, OpResult};
+use partita_wire::NodeStatus;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -394,9 +395,9 @@ async fn malformed_frames_close_one_connection_only() {
     let cluster = lc.cluster.clone();
     let coord = cluster.addr(1);
     // Garbage, an oversized length, a wrong version, and a bad checksum.
-    let mut bad_version = partita_runtime::wire::to_frame(&partita_runtime::Wire::StatusRequest);
+    let mut bad_version = partita_wire::to_frame(&partita_wire::Wire::StatusRequest);
     bad_version[4] = 99;
-    let mut bad_crc = partita_runtime::wire::to_frame(&partita_runtime::Wire::StatusRequest);
+    let mut bad_crc = partita_wire::to_frame(&partita_wire::Wire::StatusRequest);
     let n = bad_crc.len();
     bad_crc[n - 1] ^= 0xff;
     let inputs: Vec<Vec<u8>> = vec![

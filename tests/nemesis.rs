@@ -5,8 +5,8 @@
 
 use partita::launch::{pick_base_port, LocalCluster};
 use partita::nemesis::{self, Fault, NemesisConfig};
+use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
-use partita_runtime::{ClusterConfig, Durability};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 use partita::bench::{self, BenchConfig, Workload};
 use partita::launch::{pick_base_port, LocalCluster};
 use partita::node_cpu::{self, CpuStat};
-use partita_runtime::ClusterConfig;
+use partita_config::ClusterConfig;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -16,8 +16,8 @@
 use partita::bench::{self, BenchConfig, Workload};
 use partita::launch::{pick_base_port, LocalCluster};
 use partita_client::{node_status, Client, ClientOptions};
+use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
-use partita_runtime::{ClusterConfig, Durability};
 use partita_types::{Op, OpResult};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -33,8 +33,8 @@ use crate::bench::{self, BenchConfig, BenchResult, Workload};
 use crate::launch::{pick_base_port, LocalCluster};
 use crate::plot::{self, Panel, Series};
 use anyhow::Context;
+use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
-use partita_runtime::{ClusterConfig, Durability, Role};
 use partita_sim::bench::{self as simbench, BenchReport, BenchSpec, NodeLoad, ReplicaImage};
 use partita_sim::CostTable;
 use serde::Serialize;
@@ -190,7 +190,7 @@ pub struct RealPoint {
     /// Every command of the run (for statistics the bench result does not keep).
     pub records: Vec<bench::Record>,
     /// Each replica's status right after the load (counters), when it answered.
-    pub replica_status: Vec<partita_runtime::NodeStatus>,
+    pub replica_status: Vec<partita_wire::NodeStatus>,
 }
 
 /// Run one bench point on a fresh cluster of real processes, keeping the records and
@@ -392,7 +392,7 @@ pub struct SimParams {
 /// Simulate one point.
 pub fn sim_point(o: &SimParams, p: &SimPointSpec) -> anyhow::Result<Point> {
     let started = Instant::now();
-    let cs = p.cluster.cluster.mode == partita_runtime::Mode::Cs;
+    let cs = p.cluster.cluster.mode == partita_config::Mode::Cs;
     let mut spec = BenchSpec::new(
         p.cluster.clone(),
         sim_workload(p.workload),

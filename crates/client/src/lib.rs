@@ -17,12 +17,13 @@
 //! when a final reply arrives. [`Client::last_tentative_after`] tells how long the
 //! first tentative reply of the last command took (for the bench).
 
-use partita_runtime::net::{spawn_writer, FrameReader};
-use partita_runtime::{ClusterConfig, Mode, Wire};
+use partita_config::{ClusterConfig, Mode};
+use partita_net::{spawn_writer, FrameReader};
 use partita_types::early::EarlyWait;
 use partita_types::{
     ClientId, Command, Instance, NodeId, Op, OpResult, PartitionId, PartitionLayout, Reply,
 };
+use partita_wire::Wire;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -216,7 +217,7 @@ impl Client {
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
         let mut conn = Conn { wr, broken: false };
-        conn.send(&partita_runtime::wire::to_frame(&Wire::ClientHello {
+        conn.send(&partita_wire::to_frame(&Wire::ClientHello {
             client: self.id,
         }))
         .await;
@@ -389,7 +390,7 @@ impl Client {
             reply_to: self.replica,
             op,
         };
-        let mut frame = partita_runtime::wire::to_frame(&Wire::Request(cmd.clone()));
+        let mut frame = partita_wire::to_frame(&Wire::Request(cmd.clone()));
         let started = Instant::now();
         let mut first = true;
         let mut timeouts = 0u32;
@@ -400,7 +401,7 @@ impl Client {
             if cmd.reply_to != self.replica {
                 // Same (client, seq): whichever replica answers, the command runs once.
                 cmd.reply_to = self.replica;
-                frame = partita_runtime::wire::to_frame(&Wire::Request(cmd.clone()));
+                frame = partita_wire::to_frame(&Wire::Request(cmd.clone()));
             }
             if started.elapsed() >= self.opts.give_up {
                 return Err(ClientError::Timeout(self.opts.give_up));
@@ -549,7 +550,7 @@ impl Client {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
-            let frame = partita_runtime::wire::to_frame(&Wire::Request(cmd.clone()));
+            let frame = partita_wire::to_frame(&Wire::Request(cmd.clone()));
             if let Some(e) = self.entry.as_mut() {
                 e.send(&frame).await;
             }
@@ -650,19 +651,14 @@ impl Drop for Client {
 }
 
 /// Ask one node for its status (one-shot connection).
-pub async fn node_status(
-    addr: SocketAddr,
-    timeout: Duration,
-) -> Option<partita_runtime::NodeStatus> {
+pub async fn node_status(addr: SocketAddr, timeout: Duration) -> Option<partita_wire::NodeStatus> {
     let fut = async {
         let stream = TcpStream::connect(addr).await.ok()?;
         let (rd, wr) = stream.into_split();
         let tx = spawn_writer(wr);
-        tx.send(Arc::new(partita_runtime::wire::to_frame(
-            &Wire::StatusRequest,
-        )))
-        .await
-        .ok()?;
+        tx.send(Arc::new(partita_wire::to_frame(&Wire::StatusRequest)))
+            .await
+            .ok()?;
         let mut reader = FrameReader::new(rd);
         match reader.next().await {
             Ok(Wire::Status(s)) => Some(*s),

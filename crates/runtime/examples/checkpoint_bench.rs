@@ -21,11 +21,13 @@
 //! other nodes' event loops.
 
 use partita_btree::BPlusTree;
+use partita_config::ClusterConfig;
 use partita_consensus::{AcceptorRecord, Value, Vid};
 use partita_runtime::checkpoint::CheckpointStore;
-use partita_runtime::{ClusterConfig, NodeOptions, NodeStatus, Wire};
+use partita_runtime::NodeOptions;
 use partita_smr::{verify_checkpoint, SequentialReplica};
 use partita_types::{Ballot, Command, NodeId, Op};
+use partita_wire::{NodeStatus, Wire};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -81,8 +83,8 @@ fn build_replica(entries: u64) -> SequentialReplica {
 }
 
 async fn status(addr: std::net::SocketAddr) -> Option<NodeStatus> {
-    use partita_runtime::net::FrameReader;
-    use partita_runtime::wire::to_frame;
+    use partita_net::FrameReader;
+    use partita_wire::to_frame;
     use tokio::io::AsyncWriteExt;
     let fut = async {
         let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
@@ -100,7 +102,7 @@ async fn status(addr: std::net::SocketAddr) -> Option<NodeStatus> {
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
-    let base = partita_runtime::net::free_port_block(n as u16).expect("free ports");
+    let base = partita_net::free_port_block(n as u16).expect("free ports");
     (0..n as u16).map(|i| base + i).collect()
 }
 

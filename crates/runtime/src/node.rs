@@ -17,13 +17,13 @@
 //! completion.
 
 use crate::checkpoint::CheckpointStore;
-use crate::config::{ClusterConfig, Durability, Mode, Role};
-use crate::net::{spawn_writer, FrameBytes, FrameReader};
-use crate::wire::{to_frame, NodeStatus, Wire};
 use anyhow::{bail, Context};
+use partita_config::{ClusterConfig, Durability, Mode, Role};
 use partita_consensus::{AcceptorRecord, Msg};
+use partita_net::{spawn_writer, FrameBytes, FrameReader};
 use partita_node::{NodeCore, Output, UnsafeBugs};
 use partita_types::{ClientId, Command, NodeId};
+use partita_wire::{to_frame, NodeStatus, Wire};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -459,7 +459,7 @@ async fn serve_conn(
                         );
                         return;
                     }
-                    Err(crate::net::ReadError::Closed) => return,
+                    Err(partita_net::ReadError::Closed) => return,
                     Err(e) => {
                         warn!(from, "closing peer connection: {e}");
                         return;
@@ -493,7 +493,7 @@ async fn serve_conn(
                         warn!(client, "unexpected message on a client connection; closing");
                         break;
                     }
-                    Err(crate::net::ReadError::Closed) => break,
+                    Err(partita_net::ReadError::Closed) => break,
                     Err(e) => {
                         warn!(client, "closing client connection: {e}");
                         break;
@@ -642,7 +642,7 @@ pub async fn run_node_until(
             if n.id == id {
                 continue;
             }
-            let (tx, rx) = mpsc::channel(crate::net::SEND_QUEUE_FRAMES_MAX);
+            let (tx, rx) = mpsc::channel(partita_net::SEND_QUEUE_FRAMES_MAX);
             spawn_peer_link(id, cfg.cluster.id, cfg.addr(n.id), rx);
             node.peers.insert(n.id, tx);
         }

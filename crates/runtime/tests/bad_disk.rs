@@ -7,9 +7,10 @@ mod common;
 
 use common::{local_config, TestCluster};
 use partita_btree::BPlusTree;
+use partita_config::ClusterConfig;
 use partita_consensus::{Value, Vid};
 use partita_runtime::checkpoint::checkpoint_file_name;
-use partita_runtime::{ClusterConfig, NodeOptions};
+use partita_runtime::NodeOptions;
 use partita_smr::SequentialReplica;
 use partita_types::{Ballot, Command, NodeId, Op};
 use std::collections::BTreeMap;

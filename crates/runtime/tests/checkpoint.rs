@@ -14,7 +14,7 @@
 mod common;
 
 use common::{counter, local_config, TestClient, TestCluster};
-use partita_runtime::Durability;
+use partita_config::Durability;
 use partita_types::{Command, Op, OpResult};
 use std::path::Path;
 

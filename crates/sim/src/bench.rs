@@ -49,7 +49,7 @@
 use crate::cpu::CostTable;
 use crate::net::NicParams;
 use crate::queue::{Time, MICROS, MILLIS, SECONDS};
-use partita_runtime::ClusterConfig;
+use partita_config::ClusterConfig;
 use partita_types::{BatchOp, NodeId, Op};
 use rand::Rng;
 use serde::Serialize;

@@ -20,9 +20,9 @@
 //! Calls slower than the 95th percentile of their kind are dropped before averaging:
 //! on a shared machine they are preemptions, not handler costs.
 
+use partita_config::ClusterConfig;
 use partita_consensus::{Msg, PersistToken, Protocol};
 use partita_node::{NodeCore, Output, UnsafeBugs};
-use partita_runtime::ClusterConfig;
 use partita_types::{Command, NodeId, Op};
 use std::collections::{BTreeMap, VecDeque};
 use std::hint::black_box;

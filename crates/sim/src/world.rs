@@ -32,11 +32,12 @@ use crate::report::SeedReport;
 use crate::swarm::{self, FaultClass, FaultParams, SeedParams, SimOptions};
 use crate::trace::{Detail, Trace};
 use partita_checker::Event;
+use partita_config::ClusterConfig;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
-use partita_runtime::{ClusterConfig, Wire};
 use partita_types::early::EarlyReply;
 use partita_types::{encode, BatchOp, Command, Instance, NodeId, Op, PartitionLayout, Reply};
+use partita_wire::Wire;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::{Cell, RefCell};
@@ -507,8 +508,8 @@ impl World {
                     p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
                 let replica = replicas[c as usize % replicas.len()];
                 let entry = match cluster.cluster.mode {
-                    partita_runtime::Mode::Smr => membership.client_entry(c as u64),
-                    partita_runtime::Mode::Cs => cluster.entry_node(),
+                    partita_config::Mode::Smr => membership.client_entry(c as u64),
+                    partita_config::Mode::Cs => cluster.entry_node(),
                 };
                 let client = SimClient::new(
                     c,

@@ -1,6 +1,6 @@
 //! The experiment mode: a fault-free closed-loop benchmark in virtual time.
 
-use partita_runtime::{ClusterConfig, Role};
+use partita_config::{ClusterConfig, Role};
 use partita_sim::bench::{self, BenchSpec, Workload};
 use partita_sim::queue::MILLIS;
 
@@ -10,7 +10,7 @@ fn smr(replicas: u32) -> ClusterConfig {
     let mut c = ClusterConfig::default_local(7100, 77);
     c.nodes.retain(|n| n.roles.contains(&Role::Acceptor));
     for i in 0..replicas {
-        c.nodes.push(partita_runtime::config::NodeSection {
+        c.nodes.push(partita_config::NodeSection {
             id: 4 + i,
             addr: format!("127.0.0.1:{}", 7104 + i),
             roles: vec![Role::Replica],

@@ -5,10 +5,12 @@
 //! wire protocol directly.
 #![allow(dead_code)]
 
-use partita_runtime::net::FrameReader;
-use partita_runtime::wire::to_frame;
-use partita_runtime::{ClusterConfig, NodeOptions, NodeStatus, Wire};
+use partita_config::ClusterConfig;
+use partita_net::FrameReader;
+use partita_runtime::NodeOptions;
 use partita_types::{ClientId, Command, NodeId, Op, Reply};
+use partita_wire::to_frame;
+use partita_wire::{NodeStatus, Wire};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -22,7 +24,7 @@ use tokio::task::JoinHandle;
 /// handed out may become the local end of a reconnecting peer's connection while its
 /// node is down, and the restart would then fail with `Address already in use`.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let base = partita_runtime::net::free_port_block(n as u16).expect("free ports");
+    let base = partita_net::free_port_block(n as u16).expect("free ports");
     (0..n as u16).map(|i| base + i).collect()
 }
 

@@ -6,8 +6,8 @@
 //! decoded messages to the caller; a malformed, oversized or wrong-version frame ends
 //! that connection only.
 
-use crate::wire::Wire;
 use partita_types::frame::{self, FrameError};
+use partita_wire::Wire;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
