@@ -8,9 +8,9 @@
 use crate::cpu;
 use anyhow::Context;
 use hdrhistogram::Histogram;
+use partita_btree::{BatchOp, Op, OpResult};
 use partita_client::{Client, ClientOptions};
 use partita_config::{ClusterConfig, Mode};
-use partita_types::{BatchOp, Op, OpResult};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -174,7 +174,7 @@ pub async fn preload(cluster: &ClusterConfig, n: u64, progress: bool) -> anyhow:
                 entry_index: Some(l),
                 ..Default::default()
             };
-            let mut c = Client::connect(cluster, opts).await?;
+            let mut c = Client::<partita_btree::BPlusTree>::connect(cluster, opts).await?;
             let mut chunk = l;
             while chunk * PER_COMMAND < n {
                 let lo = chunk * PER_COMMAND;
@@ -260,7 +260,7 @@ pub async fn run(
                 entry_index: Some(i as u64),
                 ..ClientOptions::default()
             };
-            let mut client = Client::connect(cluster, opts).await?;
+            let mut client = Client::<partita_btree::BPlusTree>::connect(cluster, opts).await?;
             let mut records = Vec::new();
             let mut tentative = Vec::new();
             let mut timeouts = 0u64;

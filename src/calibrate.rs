@@ -24,13 +24,14 @@
 
 use anyhow::Context;
 use partita_btree::BPlusTree;
+use partita_btree::{BatchOp, Op, OpResult};
 use partita_consensus::{AcceptorRecord, Msg, Protocol, Value, Vid};
 use partita_sim::calibrate::{
     fit_line, measure_batched_handlers, measure_cs_request, measure_handlers,
 };
 use partita_sim::cpu::{CodecCost, CostTable, DiskCost};
 use partita_smr::SequentialReplica;
-use partita_types::{Ballot, BatchOp, Command, Op, OpResult, Reply};
+use partita_types::{Ballot, Command, Reply};
 use partita_wire::to_frame;
 use partita_wire::Wire;
 use rand::{Rng, SeedableRng};
@@ -150,11 +151,11 @@ fn thread_cpu_ns() -> u64 {
 // ------------------------------------------------------------------ sample messages
 
 fn update(i: u64) -> Command {
-    Command {
-        client: i % 500 + 1,
-        seq: i + 1,
-        reply_to: 4 + (i % 2) as u32,
-        op: if i.is_multiple_of(2) {
+    partita_btree::service::command(
+        i % 500 + 1,
+        i + 1,
+        4 + (i % 2) as u32,
+        &if i.is_multiple_of(2) {
             Op::Insert {
                 key: i * 7_919 % 24_000_000,
                 value: i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
@@ -164,12 +165,13 @@ fn update(i: u64) -> Command {
                 key: i * 7_919 % 24_000_000,
             }
         },
-    }
+    )
 }
 
 fn batch(i: u64) -> Command {
-    Command {
-        op: Op::Batch(
+    with_op(
+        update(i),
+        Op::Batch(
             (0..7)
                 .map(|j| BatchOp::Insert {
                     key: (i * 7 + j) * 13 % 24_000_000,
@@ -177,19 +179,28 @@ fn batch(i: u64) -> Command {
                 })
                 .collect(),
         ),
-        ..update(i)
-    }
+    )
 }
 
 fn query(i: u64) -> Command {
     let min = (i * 7_919 % 24_000_000) & !1;
-    Command {
-        op: Op::Query {
+    with_op(
+        update(i),
+        Op::Query {
             min,
             max: min + 1998,
         },
-        ..update(i)
-    }
+    )
+}
+
+/// `c` with its operation replaced by `op` (same session, sequence and replica).
+fn with_op(c: Command, op: Op) -> Command {
+    partita_btree::service::command(c.client, c.seq, c.reply_to, &op)
+}
+
+/// A reply to client 12 carrying `result`.
+fn encoded(result: &OpResult) -> partita_types::Outcome {
+    Ok(<partita_btree::BPlusTree as partita_service::StateMachine>::encode_reply(result))
 }
 
 fn value(commands: u64) -> Arc<Value> {
@@ -413,13 +424,14 @@ fn samples() -> BTreeMap<&'static str, Vec<Wire>> {
             Wire::Request(query(3)),
         ],
     );
-    let reply = |result: OpResult| {
-        Wire::Reply(Reply {
+    let reply = |result: OpResult| Wire::Reply {
+        reply: Reply {
             client: 12,
             seq: 99,
             instance: 5_000,
-            result,
-        })
+            result: encoded(&result),
+        },
+        leader: Some(1),
     };
     let entries = |n: u64| OpResult::Entries((0..n).map(|i| (2 * i, 2 * i)).collect());
     m.insert(
@@ -440,6 +452,7 @@ fn samples() -> BTreeMap<&'static str, Vec<Wire>> {
                 client: 12,
                 seq: 99,
                 reason: "x".repeat(n),
+                leader: Some(1),
             })
             .collect(),
     );
@@ -634,11 +647,11 @@ fn measure_btree(o: &Options) -> anyhow::Result<BtreeCosts> {
                         let c = rng.gen_range(0..seqs.len());
                         seqs[c] += 1;
                         let key = rng.gen_range(0..keys);
-                        Command {
-                            client: c as u64 + 1,
-                            seq: seqs[c],
-                            reply_to: 4 + (j % 2) as u32,
-                            op: if rng.gen_bool(0.5) {
+                        partita_btree::service::command(
+                            c as u64 + 1,
+                            seqs[c],
+                            4 + (j % 2) as u32,
+                            &if rng.gen_bool(0.5) {
                                 Op::Insert {
                                     key,
                                     value: rng.gen(),
@@ -646,7 +659,7 @@ fn measure_btree(o: &Options) -> anyhow::Result<BtreeCosts> {
                             } else {
                                 Op::Delete { key }
                             },
-                        }
+                        )
                     })
                     .collect(),
                 parts: Vec::new(),
@@ -785,6 +798,7 @@ fn measure_server(o: &Options) -> anyhow::Result<ServerCost> {
     let _ = std::fs::remove_dir_all(&dir);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let opts = partita_runtime::NodeOptions {
+        service: partita_smr::service::<partita_btree::BPlusTree>(),
         cluster: cluster.clone(),
         id: 1,
         data_dir: dir.clone(),
@@ -832,7 +846,11 @@ fn measure_server(o: &Options) -> anyhow::Result<ServerCost> {
                 for c in 0..clients {
                     let (done, stop, cluster) = (d2.clone(), s2.clone(), c2.clone());
                     tasks.push(tokio::spawn(async move {
-                        let mut client = Client::connect(cluster, ClientOptions::default()).await?;
+                        let mut client = Client::<partita_btree::BPlusTree>::connect(
+                            cluster,
+                            ClientOptions::default(),
+                        )
+                        .await?;
                         let mut k = c as u64;
                         while !stop.load(Ordering::Relaxed) {
                             k += clients as u64;
@@ -1282,17 +1300,17 @@ pub fn run(o: &Options, progress: bool) -> anyhow::Result<Calibration> {
     // The node's thread per request, minus the core (on_request with its execution)
     // and the codec: the runtime's own cost (socket read, channels, wake-ups) and the
     // reply's write. What is left after the write is charged per message received.
-    let read = Command {
-        op: Op::Read { key: 1 },
-        ..update(1)
-    };
+    let read = with_op(update(1), Op::Read { key: 1 });
     let req_bytes = to_frame(&Wire::Request(read)).len();
-    let rep_bytes = to_frame(&Wire::Reply(Reply {
-        client: 1,
-        seq: 1,
-        instance: 1,
-        result: OpResult::Value(None),
-    }))
+    let rep_bytes = to_frame(&Wire::Reply {
+        reply: Reply {
+            client: 1,
+            seq: 1,
+            instance: 1,
+            result: encoded(&OpResult::Value(None)),
+        },
+        leader: Some(1),
+    })
     .len();
     let codec_ns = t.codec.get("request").map_or(0, |c| c.decode(req_bytes))
         + t.codec.get("reply").map_or(0, |c| c.encode(rep_bytes));

@@ -5,10 +5,10 @@ use crate::bench::{self, BenchConfig, Workload};
 use crate::launch::{self, LocalCluster};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
+use partita_btree::{Op, OpResult};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
 use partita_runtime::NodeOptions;
-use partita_types::{Op, OpResult};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -493,7 +493,9 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Up(a) => up(a).await,
         Cmd::Node(a) => {
             let cluster = ClusterConfig::load(&a.cluster)?;
+            let service = crate::services::resolve(&cluster.cluster.service)?;
             partita_runtime::run_node(NodeOptions {
+                service,
                 cluster,
                 id: a.id,
                 data_dir: a.data_dir,
@@ -730,7 +732,8 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
         give_up: Duration::from_secs(5),
         ..Default::default()
     };
-    let mut client = partita_client::Client::connect(cluster, opts).await?;
+    let mut client =
+        partita_client::Client::<partita_btree::BPlusTree>::connect(cluster, opts).await?;
     let result = client.execute(op.clone()).await?;
     if a.target.json {
         println!(

@@ -909,7 +909,7 @@ async fn bench_real(
                 entry_index: Some(i as u64),
                 ..ClientOptions::default()
             };
-            let mut client = Client::connect(cluster, opts).await?;
+            let mut client = Client::<partita_btree::BPlusTree>::connect(cluster, opts).await?;
             let mut records: Vec<(u64, u64, u32, bool)> = Vec::new();
             while Instant::now() < end {
                 if think_ms > 0 {

@@ -3,8 +3,8 @@
 
 use crate::bench::{Record, PRELOAD_STRIDE};
 use anyhow::Context;
+use partita_btree::{Op, OpResult};
 use partita_checker::{Event, HistoryWriter, Initial, Status};
-use partita_types::{Op, OpResult};
 use std::path::Path;
 
 pub fn to_event(r: &Record) -> Event {

@@ -12,4 +12,5 @@ pub mod launch;
 pub mod nemesis;
 pub mod node_cpu;
 pub mod plot;
+pub mod services;
 pub mod sim;

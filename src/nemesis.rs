@@ -20,9 +20,10 @@
 use crate::bench::{self, BenchConfig, BenchResult, Workload};
 use crate::launch::LocalCluster;
 use anyhow::{bail, Context};
+use partita_btree::{Op, OpResult};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Role};
-use partita_types::{NodeId, Op, OpResult};
+use partita_types::NodeId;
 use partita_wire::NodeStatus;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -279,7 +280,7 @@ async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>> {
         give_up: Duration::from_secs(30),
         ..ClientOptions::default()
     };
-    let mut client = Client::connect(cluster.clone(), opts).await?;
+    let mut client = Client::<partita_btree::BPlusTree>::connect(cluster.clone(), opts).await?;
     match client
         .execute(Op::Query {
             min: 0,

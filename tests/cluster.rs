@@ -8,10 +8,10 @@
 
 use partita::bench::{self, BenchConfig, Workload};
 use partita::launch::{pick_base_port, spawn_node, LocalCluster};
+use partita_btree::{Op, OpResult};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
-use partita_types::{Op, OpResult};
 use partita_wire::NodeStatus;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -200,7 +200,9 @@ async fn run_and_judge_once(
         give_up: Duration::from_secs(60),
         ..ClientOptions::default()
     };
-    let mut client = Client::connect(cluster.clone(), patient).await.unwrap();
+    let mut client = Client::<partita_btree::BPlusTree>::connect(cluster.clone(), patient)
+        .await
+        .unwrap();
     let last = match client
         .execute(Op::Query {
             min: 0,
@@ -327,9 +329,10 @@ async fn acceptor_restart_recovers_promise_and_accepted_values() {
     let mut lc = start(dir.path(), Protocol::RingPaxos, Durability::Fsync);
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     let cluster = lc.cluster.clone();
-    let mut client = Client::connect(cluster.clone(), ClientOptions::default())
-        .await
-        .unwrap();
+    let mut client =
+        Client::<partita_btree::BPlusTree>::connect(cluster.clone(), ClientOptions::default())
+            .await
+            .unwrap();
     for k in 0..50u64 {
         assert_eq!(
             client
@@ -413,9 +416,10 @@ async fn malformed_frames_close_one_connection_only() {
         let _ = s.shutdown().await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut client = Client::connect(cluster.clone(), ClientOptions::default())
-        .await
-        .unwrap();
+    let mut client =
+        Client::<partita_btree::BPlusTree>::connect(cluster.clone(), ClientOptions::default())
+            .await
+            .unwrap();
     assert_eq!(
         client
             .execute(Op::Insert { key: 1, value: 2 })

@@ -15,10 +15,10 @@
 
 use partita::bench::{self, BenchConfig, Workload};
 use partita::launch::{pick_base_port, LocalCluster};
+use partita_btree::{Op, OpResult};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
-use partita_types::{Op, OpResult};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -59,16 +59,20 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
     let (result, records) = bench::run(&cfg, &run).await.unwrap();
     assert!(result.commands > 100, "too little work to judge: {result}");
     let map = cfg.partition_map();
-    let crossing = records.iter().filter(|r| map.is_multi(&r.op)).count();
+    let crossing = records
+        .iter()
+        .filter(|r| partita_btree::service::mask(&r.op, &map).count_ones() > 1)
+        .count();
     assert!(
         crossing > 10,
         "only {crossing} commands crossed the partition border"
     );
 
     // The final contents through the replicated path: one command for both partitions.
-    let mut client = Client::connect(cfg.clone(), ClientOptions::default())
-        .await
-        .unwrap();
+    let mut client =
+        Client::<partita_btree::BPlusTree>::connect(cfg.clone(), ClientOptions::default())
+            .await
+            .unwrap();
     let last = client
         .execute(Op::Query {
             min: 0,
@@ -132,7 +136,7 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
     }
     for p in 0..2u32 {
         let (lo, hi) = map.range(p);
-        let mut c = Client::connect(
+        let mut c = Client::<partita_btree::BPlusTree>::connect(
             cfg.clone(),
             ClientOptions {
                 replica: Some(layout.replicas[p as usize][0]),

@@ -497,10 +497,11 @@ mod tests {
     fn the_replica_image_preloads_every_replica() {
         let img = replica_image(1_000, 42).unwrap();
         let bytes = (img.0)(5);
-        let r = partita_smr::SequentialReplica::restore(&bytes).unwrap();
+        let r =
+            partita_smr::SequentialReplica::<partita_btree::BPlusTree>::restore(&bytes).unwrap();
         assert_eq!(r.id(), 5);
-        assert_eq!(r.tree().len(), 1_000);
-        assert_eq!(r.tree().read(1_998), Some(1_998));
+        assert_eq!(r.state().len(), 1_000);
+        assert_eq!(r.state().read(1_998), Some(1_998));
         assert_eq!(r.last_instance(), 0);
     }
 }

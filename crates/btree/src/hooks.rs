@@ -14,8 +14,8 @@
 //! and the structural event log is off unless asked for.
 
 use crate::node::{children, len, NodeId, IK, LEAF_BIT};
+use crate::ops::{BatchOp, Op};
 use crate::tree::BPlusTree;
-use partita_types::{BatchOp, Op};
 use serde::{Deserialize, Serialize};
 
 /// A structural change, as recorded by the optional event log

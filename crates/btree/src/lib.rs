@@ -1,7 +1,7 @@
 //! partita-btree: the in-memory B+tree service replicated by Partita.
 //!
 //! A B+tree from `u64` keys to `u64` values with the exact operation semantics of
-//! [`partita_types::Op`] (insert only if absent, delete returning the value, inclusive
+//! [`Op`] (insert only if absent, delete returning the value, inclusive
 //! range query, read, update of an existing key, next/previous entry, batches), plus
 //! what the execution models built on it need:
 //!
@@ -52,6 +52,8 @@ mod digest;
 mod hooks;
 mod iter;
 mod node;
+pub mod ops;
+pub mod service;
 mod snapshot;
 mod tree;
 mod undo;
@@ -62,6 +64,7 @@ pub use bulk::BulkLoadError;
 pub use hooks::{NodeInfo, NodeMeta, SafetyCheck, StructureEvent, StructureStats};
 pub use iter::Range;
 pub use node::NodeId;
+pub use ops::{BatchOp, Op, OpResult};
 pub use snapshot::{SnapshotError, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
 pub use tree::{BPlusTree, DEFAULT_NODE_KEYS, MAX_NODE_KEYS, MIN_NODE_KEYS};
 pub use undo::{Undo, UndoRecord};

@@ -5,8 +5,8 @@
 //! operation. Applying the undos of a sequence of commands in reverse order restores
 //! exactly the prior contents (and so the prior digest).
 
+use crate::ops::{BatchOp, Op, OpResult};
 use crate::tree::BPlusTree;
-use partita_types::{BatchOp, Op, OpResult};
 use serde::{Deserialize, Serialize};
 
 /// The inverse of one change.

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use partita_btree::{BPlusTree, NodeId, NodeMeta, SafetyCheck, StructureEvent};
-use partita_types::{BatchOp, Op};
+use partita_btree::{BatchOp, Op};
 use proptest::prelude::*;
 
 fn random_tree(node_keys: usize, inserts: &[u64], deletes: &[u64]) -> BPlusTree {

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use partita_btree::BPlusTree;
-use partita_types::Op;
+use partita_btree::Op;
 use proptest::prelude::*;
 
 fn run_against_model(node_keys: usize, initial: Vec<u64>, ops: &[Op]) {

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use partita_btree::{BPlusTree, Undo, UndoRecord};
-use partita_types::{BatchOp, Op, OpResult};
+use partita_btree::{BatchOp, Op, OpResult};
 use proptest::prelude::*;
 
 fn check_suffix_undo(node_keys: usize, prefix: &[Op], suffix: &[Op]) {

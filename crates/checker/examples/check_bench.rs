@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
+use partita_btree::{Op, OpResult};
 use partita_checker::gen::{generate, GenConfig, OpMix};
 use partita_checker::{check, check_with_final_state, CheckOptions, Initial, Status};
-use partita_types::{Op, OpResult};
 
 fn main() {
     let mut args = std::env::args().skip(1);

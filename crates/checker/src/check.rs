@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
-use partita_types::{BatchOp, Op, OpResult};
+use partita_btree::{BatchOp, Op, OpResult};
 use serde::{Deserialize, Serialize};
 
 use crate::history::{fmt_op, fmt_result, Event, Status};

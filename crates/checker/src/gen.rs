@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use partita_types::{BatchOp, Op};
+use partita_btree::{BatchOp, Op};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

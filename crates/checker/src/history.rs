@@ -30,7 +30,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-use partita_types::{BatchOp, Op, OpResult};
+use partita_btree::{BatchOp, Op, OpResult};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// How an operation ended, as far as the client knows.

@@ -1,6 +1,6 @@
 //! Client histories and a linearizability checker for Partita's replicated ordered map
 //! (u64 -> u64 with insert, delete, read, update, range query, next, prev and atomic
-//! batches; semantics in `partita_types::ops`).
+//! batches; semantics in `partita_btree::ops`).
 //!
 //! # Histories
 //!

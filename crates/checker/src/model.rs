@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::ops::Bound::{self, Excluded, Unbounded};
 
-use partita_types::{BatchOp, Op, OpResult};
+use partita_btree::{BatchOp, Op, OpResult};
 
 /// Execute `op` on `map` and return its result (the specification, see
-/// `partita_types::ops`).
+/// `partita_btree::ops`).
 pub fn apply_op(map: &mut BTreeMap<u64, u64>, op: &Op) -> OpResult {
     match op {
         Op::Insert { key, value } => {

@@ -60,7 +60,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use partita_types::OpResult;
+use partita_btree::OpResult;
 
 use crate::model::{effect_on_key, mix64, tag128, Model, Need, Subject};
 

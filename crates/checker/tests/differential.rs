@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use partita_btree::OpResult;
 use partita_checker::gen::{generate, GenConfig, OpMix};
 use partita_checker::{
     apply_op, check, check_with_final_state, CheckError, CheckOptions, Event, Initial, Status,
 };
-use partita_types::OpResult;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
+use partita_btree::{Op, OpResult};
 use partita_checker::gen::{generate, GenConfig, Generated, OpMix};
 use partita_checker::{check, check_with_final_state, CheckError, CheckOptions, Initial, Status};
-use partita_types::{Op, OpResult};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
+use partita_btree::{BatchOp, OpResult};
 use partita_checker::{check, check_with_final_state, CheckError, CheckOptions, Initial};
-use partita_types::{BatchOp, OpResult};
 
 fn opts() -> CheckOptions {
     CheckOptions::default()

@@ -5,9 +5,9 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
+use partita_btree::OpResult;
 use partita_checker::gen::{generate, GenConfig};
 use partita_checker::{check_file, CheckOptions, HistoryWriter, Verdict};
-use partita_types::OpResult;
 
 /// A fresh path in the temp directory (removed on drop).
 struct TempFile(PathBuf);

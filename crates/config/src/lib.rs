@@ -5,6 +5,7 @@
 //! ```toml
 //! [cluster]
 //! id = 7311                 # written into every WAL header; a foreign data dir is refused
+//! service = "btree"         # the replicated service: "btree", "kv", or your own
 //! mode = "smr"              # "smr" (replicated) or "cs" (one unreplicated server)
 //! protocol = "ring-paxos"   # or "multi-paxos"
 //! durability = "fsync"      # or "memory" (experiments; printed beside every result)
@@ -89,6 +90,10 @@ pub enum Role {
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     pub id: u64,
+    /// The replicated service (`"btree"`, `"kv"`, or a user's own): every node must
+    /// run it (a node started with another refuses to start).
+    #[serde(default = "default_service")]
+    pub service: String,
     #[serde(default = "default_mode")]
     pub mode: Mode,
     #[serde(default = "default_protocol")]
@@ -249,6 +254,12 @@ pub struct ClusterConfig {
     pub nodes: Vec<NodeSection>,
 }
 
+/// The service a cluster file that names none replicates.
+pub const DEFAULT_SERVICE: &str = "btree";
+
+fn default_service() -> String {
+    DEFAULT_SERVICE.to_string()
+}
 fn default_mode() -> Mode {
     Mode::Smr
 }
@@ -352,6 +363,18 @@ impl ClusterConfig {
             if n.roles.is_empty() {
                 return f("node.roles", format!("node {} has no roles", n.id));
             }
+        }
+        let svc = &self.cluster.service;
+        if svc.is_empty()
+            || svc.len() > 64
+            || !svc
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
+            return f(
+                "cluster.service",
+                format!("`{svc}` is not a service name (1 to 64 of a-z, 0-9, - and _)"),
+            );
         }
         if self.cluster.tick_ms == 0 || self.cluster.tick_ms > 1000 {
             return f("cluster.tick_ms", "must be between 1 and 1000".into());
@@ -573,6 +596,22 @@ impl ClusterConfig {
         }
     }
 
+    /// What a client needs of this cluster: where commands enter (in the order a
+    /// client moves through them after timeouts), whether there are batchers, who
+    /// replies, the partitions.
+    pub fn client_topology(&self) -> partita_client_core::Topology {
+        let m = self.membership();
+        partita_client_core::Topology {
+            entries: match self.cluster.mode {
+                Mode::Cs => vec![self.entry_node()],
+                Mode::Smr => m.entry_rotation(),
+            },
+            batchers: !m.batchers.is_empty(),
+            replicas: self.executors(),
+            layout: self.partition_layout(),
+        }
+    }
+
     /// Nodes that execute commands and reply.
     pub fn executors(&self) -> Vec<NodeId> {
         match self.cluster.mode {
@@ -594,11 +633,18 @@ impl ClusterConfig {
         }
     }
 
-    /// What the node core of node `id` needs to know (`id` must be in the file).
-    pub fn node_setup(&self, id: NodeId) -> partita_node::NodeSetup {
+    /// What the node core of node `id` needs to know (`id` must be in the file), its
+    /// replica running `service` (the caller checks it is the file's
+    /// [`ClusterSection::service`]).
+    pub fn node_setup(
+        &self,
+        id: NodeId,
+        service: std::sync::Arc<dyn partita_smr::ServiceFactory>,
+    ) -> partita_node::NodeSetup {
         let roles = &self.node(id).expect("node is in the cluster file").roles;
         partita_node::NodeSetup {
             id,
+            service,
             cluster_id: self.cluster.id,
             mode: match self.cluster.mode {
                 Mode::Smr => partita_node::Mode::Smr,
@@ -661,6 +707,7 @@ impl ClusterConfig {
         ClusterConfig {
             cluster: ClusterSection {
                 id: cluster_id,
+                service: default_service(),
                 mode: Mode::Smr,
                 protocol: Protocol::RingPaxos,
                 durability: Durability::Fsync,
@@ -751,6 +798,7 @@ impl ClusterConfig {
         ClusterConfig {
             cluster: ClusterSection {
                 id: cluster_id,
+                service: default_service(),
                 mode: Mode::Cs,
                 protocol: Protocol::RingPaxos,
                 durability: Durability::Memory,
@@ -775,6 +823,32 @@ impl ClusterConfig {
 mod tests {
     use super::*;
 
+    fn svc() -> std::sync::Arc<dyn partita_smr::ServiceFactory> {
+        partita_smr::service::<partita_btree::BPlusTree>()
+    }
+
+    #[test]
+    fn the_service_defaults_to_the_btree_and_is_named_strictly() {
+        let c = ClusterConfig::default_local(7100, 42);
+        assert_eq!(c.cluster.service, "btree");
+        let text = c.to_toml();
+        let kv = text.replace("service = \"btree\"", "service = \"kv\"");
+        assert_eq!(
+            ClusterConfig::parse(&kv, "t").unwrap().cluster.service,
+            "kv"
+        );
+        let bad = text.replace("service = \"btree\"", "service = \"B Tree!\"");
+        match ClusterConfig::parse(&bad, "t") {
+            Err(ConfigError::Field { field, .. }) => assert_eq!(field, "cluster.service"),
+            other => panic!("{other:?}"),
+        }
+        let none = text.replace("service = \"btree\"\n", "");
+        assert_eq!(
+            ClusterConfig::parse(&none, "t").unwrap().cluster.service,
+            "btree"
+        );
+    }
+
     #[test]
     fn storage_is_optional_and_strict() {
         let good = ClusterConfig::default_local(7100, 42).to_toml();
@@ -788,8 +862,8 @@ mod tests {
         assert_eq!(c.storage, StorageSection::default());
         let never = good.replace("checkpoint_instances = 50000", "checkpoint_instances = 0");
         let c = ClusterConfig::parse(&never, "x").unwrap();
-        assert_eq!(c.node_setup(4).checkpoint.interval_instances, 0);
-        assert_eq!(c.node_setup(4).cluster_id, 42);
+        assert_eq!(c.node_setup(4, svc()).checkpoint.interval_instances, 0);
+        assert_eq!(c.node_setup(4, svc()).cluster_id, 42);
     }
 
     #[test]
@@ -802,7 +876,7 @@ mod tests {
         assert!(
             !ClusterConfig::parse(&good, "x")
                 .unwrap()
-                .node_setup(4)
+                .node_setup(4, svc())
                 .speculative
         );
         let on = good.replace(
@@ -811,8 +885,8 @@ mod tests {
         );
         let c = ClusterConfig::parse(&on, "x").unwrap();
         assert!(c.execution.speculative);
-        assert!(c.node_setup(4).speculative);
-        assert!(c.node_setup(1).speculative);
+        assert!(c.node_setup(4, svc()).speculative);
+        assert!(c.node_setup(1, svc()).speculative);
         assert_eq!(ClusterConfig::parse(&c.to_toml(), "x").unwrap(), c);
         let off = good.replace(
             "[batching]",
@@ -862,7 +936,7 @@ mod tests {
         assert!(
             !ClusterConfig::parse(&good, "x")
                 .unwrap()
-                .node_setup(4)
+                .node_setup(4, svc())
                 .early_replies
         );
         let on = good.replace(
@@ -870,7 +944,7 @@ mod tests {
             "[execution]\nspeculative = true\nearly_replies = true\n\n[batching]",
         );
         let c = ClusterConfig::parse(&on, "x").unwrap();
-        assert!(c.execution.early_replies && c.node_setup(4).early_replies);
+        assert!(c.execution.early_replies && c.node_setup(4, svc()).early_replies);
         assert_eq!(ClusterConfig::parse(&c.to_toml(), "x").unwrap(), c);
         // Speculation alone writes no early_replies line.
         let mut spec = c.clone();
@@ -987,16 +1061,16 @@ mod tests {
         assert_eq!(slow.coordinator_config().value_interval_ticks, 4);
         assert_eq!(c.coordinator_config().value_interval_ticks, 0);
         assert_eq!(back.addr(7).port(), 7107);
-        let standalone = back.node_setup(6);
+        let standalone = back.node_setup(6, svc());
         assert!(standalone.batcher && !standalone.acceptor && !standalone.replica);
         assert_eq!(standalone.batcher_config.batch_bytes_max, 8192);
-        assert!(!back.node_setup(1).batcher);
+        assert!(!back.node_setup(1, svc()).batcher);
         // Co-located with an acceptor.
         let mut co = ClusterConfig::default_local(7100, 42);
         co.nodes[1].roles.push(Role::Batcher);
         let co = ClusterConfig::parse(&co.to_toml(), "x").unwrap();
         assert_eq!(co.membership().batchers, vec![2]);
-        assert!(co.node_setup(2).batcher && co.node_setup(2).acceptor);
+        assert!(co.node_setup(2, svc()).batcher && co.node_setup(2, svc()).acceptor);
         // Refused in cs mode, naming the field.
         let mut cs = ClusterConfig::client_server(7200, 42);
         assert!(cs.clone().with_batchers(1).is_err());

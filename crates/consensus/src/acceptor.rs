@@ -950,7 +950,7 @@ impl Acceptor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use partita_types::{Command, Op};
+    use partita_btree::Op;
 
     fn membership(protocol: Protocol) -> Membership {
         Membership {
@@ -969,12 +969,12 @@ mod tests {
                 ballot: Ballot::new(1, 3),
                 seq,
             },
-            commands: vec![Command {
-                client: 9,
+            commands: vec![partita_btree::service::command(
+                9,
                 seq,
-                reply_to: 4,
-                op: Op::Read { key: seq },
-            }],
+                4,
+                &Op::Read { key: seq },
+            )],
             parts: Vec::new(),
         })
     }
@@ -1599,7 +1599,8 @@ mod tests {
 #[cfg(test)]
 mod parts_tests {
     use super::*;
-    use partita_types::{Command, Op, PartitionLayout, PartitionMap};
+    use partita_btree::Op;
+    use partita_types::{PartitionLayout, PartitionMap};
 
     /// Ring [1, 2, 3] (coordinator 3), learners 4 and 5 in two partitions of 0..100.
     fn partitioned() -> Membership {
@@ -1628,12 +1629,14 @@ mod parts_tests {
         let key = p as u64 * 50 + vid.seq;
         Arc::new(Value::new(
             vid,
-            vec![Command {
-                client: 1,
-                seq: vid.seq,
-                reply_to: 4,
-                op: Op::Insert { key, value: key },
-            }],
+            vec![partita_service::envelope::<partita_btree::BPlusTree>(
+                1,
+                vid.seq,
+                4,
+                &Op::Insert { key, value: key },
+                &partitioned().partitions.map,
+            )
+            .unwrap()],
         ))
     }
 

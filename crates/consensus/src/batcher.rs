@@ -418,18 +418,18 @@ impl Batcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use partita_types::Op;
+    use partita_btree::Op;
 
     fn cmd(seq: u64) -> Command {
-        Command {
-            client: 7,
+        partita_btree::service::command(
+            7,
             seq,
-            reply_to: 4,
-            op: Op::Insert {
+            4,
+            &Op::Insert {
                 key: seq,
                 value: seq,
             },
-        }
+        )
     }
 
     /// Room for exactly `n` of [`cmd`]'s commands per batch.

@@ -865,7 +865,7 @@ impl Coordinator {
 mod tests {
     use super::*;
     use crate::Action;
-    use partita_types::Op;
+    use partita_btree::Op;
 
     fn membership(protocol: Protocol) -> Membership {
         Membership {
@@ -887,15 +887,15 @@ mod tests {
     }
 
     fn cmd(seq: u64) -> Command {
-        Command {
-            client: 1,
+        partita_btree::service::command(
+            1,
             seq,
-            reply_to: 4,
-            op: Op::Insert {
+            4,
+            &Op::Insert {
                 key: seq,
                 value: seq,
             },
-        }
+        )
     }
 
     fn sends(out: &[Action]) -> Vec<(NodeId, &'static str)> {
@@ -1014,14 +1014,27 @@ mod tests {
                 map: partita_types::PartitionMap::new(2, 100).unwrap(),
                 replicas: vec![vec![4], vec![5]],
             };
+            let map = m.partitions.map;
             let mut c = prepared_with(m);
             let b = c.ballot();
             let mut out = Vec::new();
-            let q = |min, max| Command {
-                client: 9,
-                seq: 1,
-                reply_to: 4,
-                op: Op::Query { min, max },
+            let q = |min, max| {
+                partita_service::envelope::<partita_btree::BPlusTree>(
+                    9,
+                    1,
+                    4,
+                    &Op::Query { min, max },
+                    &map,
+                )
+                .unwrap()
+            };
+            // What partition p receives: its sub-command alone, addressed to it.
+            let sub = |p: u32, min, max| {
+                let whole = q(min, max);
+                Command {
+                    body: whole.body.project(p).unwrap(),
+                    ..whole
+                }
             };
             c.on_command(q(10, 80), &mut out);
             let phase2a: Vec<(NodeId, Arc<Value>, Option<Part>)> = out
@@ -1035,7 +1048,7 @@ mod tests {
                 })
                 .collect();
             let vid = phase2a[0].1.vid;
-            let parts = [q(10, 49), q(50, 80)];
+            let parts = [sub(0, 10, 49), sub(1, 50, 80)];
             match protocol {
                 Protocol::RingPaxos => {
                     // Part 0 to acceptors 1, 2, 3 and learner 4; part 1 to the

@@ -319,7 +319,9 @@ pub struct Vid {
 /// in partition order (`commands` are then sub-commands), and `parts[p]` says how many
 /// commands part `p` has; projecting it onto a partition is taking a slice. A whole
 /// value (`parts` empty) holds client commands as they were sent, and projecting it
-/// splits each command ([`PartitionMap::sub_op`]). A split value cannot be rebuilt into
+/// takes each command's payload for that partition ([`partita_types::Body::project`]:
+/// the client split the command, the coordinator never decodes it). A split value
+/// cannot be rebuilt into
 /// the whole one (a `next` addresses several partitions with the same sub-command), so
 /// it is a form of its own, under the same id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -400,8 +402,8 @@ impl Value {
     }
 
     /// What partition `p` of `map` receives of this value (paper 001 §III-C): the
-    /// sub-command of each command that addresses `p`, in order, under the same id; of
-    /// a split value, its part `p`. Idempotent: projecting a projection onto the same
+    /// payload of each command that addresses `p`, in order, under the same id; of a
+    /// split value, its part `p`. Idempotent: projecting a projection onto the same
     /// partition changes nothing.
     pub fn project(&self, map: &PartitionMap, p: PartitionId) -> Value {
         if self.is_split() && self.parts.len() == map.count() as usize {
@@ -414,11 +416,11 @@ impl Value {
             self.commands
                 .iter()
                 .filter_map(|c| {
-                    map.sub_op(&c.op, p).map(|op| Command {
+                    c.body.project(p).map(|body| Command {
                         client: c.client,
                         seq: c.seq,
                         reply_to: c.reply_to,
-                        op,
+                        body,
                     })
                 })
                 .collect(),
@@ -427,9 +429,9 @@ impl Value {
 
     /// Whether every command of this value addresses only partition `p` (so that the
     /// value is its own projection onto `p`). Never for a split value of several parts.
-    pub fn only_for(&self, map: &PartitionMap, p: PartitionId) -> bool {
+    pub fn only_for(&self, _map: &PartitionMap, p: PartitionId) -> bool {
         (!self.is_split() || self.parts.len() == 1)
-            && self.commands.iter().all(|c| map.mask(&c.op) == 1u64 << p)
+            && self.commands.iter().all(|c| c.body.groups() == 1u64 << p)
     }
 }
 
@@ -439,11 +441,7 @@ pub const PARTS_MAX: usize = 64;
 
 /// Approximate encoded size of a command, used for the batch size bound.
 pub fn command_bytes(c: &Command) -> usize {
-    use partita_types::Op;
-    28 + match &c.op {
-        Op::Batch(ops) => 8 + ops.len() * 20,
-        _ => 20,
-    }
+    c.encoded_bytes()
 }
 
 /// Messages between consensus roles.
@@ -648,8 +646,14 @@ impl Msg {
         fn vid(v: &Vid) -> Result<(), &'static str> {
             ballot(&v.ballot)
         }
+        fn command(c: &Command) -> Result<(), &'static str> {
+            c.body
+                .check()
+                .map_err(|_| "a command addressed to no group, or split wrongly")
+        }
         fn value(v: &Value) -> Result<(), &'static str> {
             vid(&v.vid)?;
+            v.commands.iter().try_for_each(command)?;
             v.parts_consistent()
                 .then_some(())
                 .ok_or("a split value whose parts do not add up")
@@ -727,9 +731,11 @@ impl Msg {
                 decided_up_to,
             } => ballot(b).and(inst(*decided_up_to)),
             Msg::Alive { ballot: b } => ballot(b),
-            Msg::Forward { .. } => Ok(()),
+            Msg::Forward { cmd } => command(cmd),
             Msg::ForwardBatch { seq, cmds } => {
-                if *seq == 0 {
+                if let Err(e) = cmds.iter().try_for_each(command) {
+                    Err(e)
+                } else if *seq == 0 {
                     Err("a batch numbered 0")
                 } else if cmds.is_empty() {
                     Err("an empty batch")
@@ -1081,12 +1087,7 @@ mod tests {
         assert!(chunk(10, 20, 10).check().is_ok());
         assert!(chunk(15, 20, 10).check().is_err());
         assert!(chunk(u64::MAX, 20, 1).check().is_err());
-        let c = Command {
-            client: 1,
-            seq: 1,
-            reply_to: 4,
-            op: partita_types::Op::Read { key: 1 },
-        };
+        let c = partita_btree::service::command(1, 1, 4, &partita_btree::Op::Read { key: 1 });
         let batch = |seq, n| Msg::ForwardBatch {
             seq,
             cmds: vec![c.clone(); n],
@@ -1153,7 +1154,7 @@ mod tests {
 #[cfg(test)]
 mod split_tests {
     use super::*;
-    use partita_types::{BatchOp, Op};
+    use partita_btree::{BatchOp, Op};
     use proptest::prelude::*;
 
     fn op() -> impl Strategy<Value = Op> {
@@ -1185,7 +1186,10 @@ mod split_tests {
             let commands = ops
                 .into_iter()
                 .enumerate()
-                .map(|(i, op)| Command { client: i as u64 % 3, seq: i as u64, reply_to: 4, op })
+                .map(|(i, op)| {
+                    partita_service::envelope::<partita_btree::BPlusTree>(i as u64 % 3, i as u64, 4, &op, &map)
+                        .unwrap()
+                })
                 .collect();
             let whole = Value::new(vid, commands);
             let split = whole.split(&map);

@@ -4,8 +4,9 @@
 //! values in the same order), validity (only submitted commands are delivered) and, once
 //! losses stop, liveness (every command is delivered). Both protocols.
 
+use partita_btree::Op;
 use partita_consensus::*;
-use partita_types::{Ballot, Command, NodeId, Op};
+use partita_types::{Ballot, Command, NodeId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
@@ -156,15 +157,15 @@ fn run(protocol: Protocol, seed: u64) {
         if submitted < total && c.rng.gen_bool(0.05) {
             submitted += 1;
             let mut out = Vec::new();
-            let cmd = Command {
-                client: 1,
-                seq: submitted,
-                reply_to: 4,
-                op: Op::Insert {
+            let cmd = partita_btree::service::command(
+                1,
+                submitted,
+                4,
+                &Op::Insert {
                     key: submitted,
                     value: submitted,
                 },
-            };
+            );
             assert!(c.coordinator.on_command(cmd, &mut out));
             c.absorb(3, out);
         }

@@ -36,7 +36,7 @@
 //! # Checkpoints, truncation and state transfer
 //!
 //! A replica checkpoints every [`CheckpointConfig::interval_instances`] executed
-//! instances: the core serializes its replica ([`SequentialReplica::checkpoint`]) and
+//! instances: the core serializes its replica ([`Replica::checkpoint`]) and
 //! hands the bytes to the driver ([`Output::SaveCheckpoint`]); once the driver reports
 //! them durable, the replica tells every acceptor ([`Msg::Checkpointed`], repeated every
 //! `announce_ticks`). Acceptors truncate below what a majority of replicas have
@@ -55,12 +55,11 @@ mod transfer;
 
 pub use transfer::CHUNK_BYTES_MAX;
 
-use partita_btree::BPlusTree;
 use partita_consensus::{
     Acceptor, AcceptorRecord, Action, Batcher, BatcherConfig, Coordinator, CoordinatorConfig,
     Elector, Learner, LearnerConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
-use partita_smr::{CheckpointError, SequentialReplica};
+use partita_smr::{CheckpointError, Replica, ReplicaOptions, ServiceFactory};
 use partita_types::early::EarlyReply;
 use partita_types::{Ballot, ClientId, Command, Instance, NodeId, Reply};
 use std::collections::{BTreeMap, VecDeque};
@@ -80,6 +79,8 @@ pub enum Mode {
 #[derive(Clone, Debug)]
 pub struct NodeSetup {
     pub id: NodeId,
+    /// The service this node's replica runs (`partita_smr::service::<S>()`).
+    pub service: Arc<dyn ServiceFactory>,
     /// Written into checkpoints; a checkpoint of another cluster is refused.
     pub cluster_id: u64,
     pub mode: Mode,
@@ -319,7 +320,7 @@ pub struct NodeCore {
     /// Every acceptor watches the leader and campaigns when it falls silent.
     elector: Option<Elector>,
     learner: Option<Learner>,
-    replica: Option<SequentialReplica>,
+    replica: Option<Box<dyn Replica>>,
     batcher: Option<Batcher>,
     /// The highest ballot a leader showed this node (heartbeats, Phase 1A/2A): who
     /// leads, for a node with no elector or learner to ask (a standalone batcher).
@@ -390,7 +391,7 @@ impl NodeCore {
                     }
                     .into());
                 }
-                let replica = SequentialReplica::restore_as(&bytes, setup.cluster_id, id)?;
+                let replica = setup.service.restore(&bytes, setup.cluster_id, id)?;
                 Some((replica, info, bytes))
             }
         };
@@ -419,7 +420,7 @@ impl NodeCore {
         };
         let setup = core.setup.clone();
         match setup.mode {
-            Mode::Cs => core.replica = Some(SequentialReplica::new(id, BPlusTree::new())),
+            Mode::Cs => core.replica = Some(setup.service.fresh(id)),
             Mode::Smr => {
                 if setup.acceptor {
                     let mut a = Acceptor::recover(id, setup.membership.clone(), recovered);
@@ -461,7 +462,7 @@ impl NodeCore {
                             core.checkpoint_durable = info.instance;
                             (replica, info.instance + 1)
                         }
-                        None => (SequentialReplica::new(id, BPlusTree::new()), 1),
+                        None => (setup.service.fresh(id), 1),
                     };
                     let mut learner = Learner::new(
                         id,
@@ -491,22 +492,20 @@ impl NodeCore {
     }
 
     /// Cluster id and planted bugs of a replica this node is about to use.
-    fn prepare_replica(&self, mut r: SequentialReplica) -> SequentialReplica {
-        r.set_cluster_id(self.setup.cluster_id);
-        if self.bugs.lose_acked_writes {
-            r.set_unsafe_lose_every(5);
-        }
-        r.set_unsafe_reexecute_duplicates(self.bugs.reexecute_duplicates);
-        if self.bugs.restore_without_reply_cache {
-            r.unsafe_clear_reply_cache();
-        }
-        r.set_unsafe_confirm_unchecked(self.bugs.speculative_no_rollback);
+    fn prepare_replica(&self, mut r: Box<dyn Replica>) -> Box<dyn Replica> {
         let m = &self.setup.membership;
-        r.set_partition(m.partitions.clone(), m.partition_of(self.setup.id));
-        r.set_early_replies(self.setup.early_replies && self.setup.speculative);
-        // Speculative work waits for `on_continue`, after the driver sent what the
-        // current input released.
-        r.set_deferred_speculation(self.setup.speculative);
+        r.configure(&ReplicaOptions {
+            cluster_id: self.setup.cluster_id,
+            partition: Some((m.partitions.clone(), m.partition_of(self.setup.id))),
+            early_replies: self.setup.early_replies && self.setup.speculative,
+            // Speculative work waits for `on_continue`, after the driver sent what
+            // the current input released.
+            deferred_speculation: self.setup.speculative,
+            unsafe_lose_every: if self.bugs.lose_acked_writes { 5 } else { 0 },
+            unsafe_reexecute_duplicates: self.bugs.reexecute_duplicates,
+            unsafe_confirm_unchecked: self.bugs.speculative_no_rollback,
+            unsafe_clear_reply_cache: self.bugs.restore_without_reply_cache,
+        });
         r
     }
 
@@ -613,8 +612,8 @@ impl NodeCore {
     pub fn learner(&self) -> Option<&Learner> {
         self.learner.as_ref()
     }
-    pub fn replica(&self) -> Option<&SequentialReplica> {
-        self.replica.as_ref()
+    pub fn replica(&self) -> Option<&dyn Replica> {
+        self.replica.as_deref()
     }
     pub fn batcher(&self) -> Option<&Batcher> {
         self.batcher.as_ref()
@@ -674,8 +673,19 @@ impl NodeCore {
         self.run(actions, out);
     }
 
-    /// A client's command.
+    /// A client's command. One that is malformed (addressed to no group, split
+    /// wrongly, or addressed to a partition this cluster does not have) is refused
+    /// with the reason before anything else sees it.
     pub fn on_request(&mut self, cmd: Command, out: &mut Vec<Output>) {
+        if let Err(reason) = self.check_request(&cmd) {
+            self.count("requests_malformed");
+            out.push(Output::Refused {
+                client: cmd.client,
+                seq: cmd.seq,
+                reason,
+            });
+            return;
+        }
         if self.setup.mode == Mode::Cs {
             let r = self.replica.as_mut().expect("a cs server has a replica");
             self.cs_instance += 1;
@@ -750,6 +760,19 @@ impl NodeCore {
                 reason,
             });
         }
+    }
+
+    fn check_request(&self, cmd: &Command) -> Result<(), String> {
+        cmd.body.check()?;
+        let all = self.setup.membership.partitions.map.all();
+        if cmd.body.groups() & !all != 0 {
+            return Err(format!(
+                "a command addressed to partitions {:?}; this cluster has {}",
+                partita_types::mask_partitions(cmd.body.groups() & !all),
+                self.setup.membership.partitions.map.count()
+            ));
+        }
+        Ok(())
     }
 
     /// One clock tick (the cluster's `tick_ms`).
@@ -1146,7 +1169,10 @@ impl NodeCore {
     fn finish_transfer(&mut self, actions: &mut Outbox) {
         let t = self.transfer.take().expect("a transfer to finish");
         let mut bytes = t.buf;
-        let restored = SequentialReplica::restore_as(&bytes, self.setup.cluster_id, self.setup.id);
+        let restored = self
+            .setup
+            .service
+            .restore(&bytes, self.setup.cluster_id, self.setup.id);
         let Ok(r) = restored else {
             // A valid checksum but refused contents: a peer of another cluster, or a
             // bug. Try another replica after a timeout.
@@ -1390,12 +1416,13 @@ impl NodeCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use partita_btree::Op;
     use partita_consensus::Protocol;
-    use partita_types::Op;
 
     fn setup(id: NodeId, acceptor: bool, replica: bool) -> NodeSetup {
         NodeSetup {
             id,
+            service: partita_smr::service::<partita_btree::BPlusTree>(),
             cluster_id: 1,
             mode: Mode::Smr,
             membership: Membership {
@@ -1461,12 +1488,7 @@ mod tests {
             &mut out,
         );
         out.clear();
-        let cmd = Command {
-            client: 9,
-            seq: 1,
-            reply_to: 4,
-            op: Op::Read { key: 1 },
-        };
+        let cmd = partita_btree::service::command(9, 1, 4, &Op::Read { key: 1 });
         core.on_request(cmd.clone(), &mut out);
         assert_eq!(
             out,
@@ -1488,12 +1510,7 @@ mod tests {
             &mut out,
         );
         out.clear();
-        let cmd = Command {
-            client: 9,
-            seq: 1,
-            reply_to: 4,
-            op: Op::Read { key: 1 },
-        };
+        let cmd = partita_btree::service::command(9, 1, 4, &Op::Read { key: 1 });
         core.on_peer(2, Msg::Forward { cmd }, &mut out);
         assert!(out.is_empty());
         assert_eq!(core.counters()["dropped_forward_not_leader"], 1);

@@ -7,10 +7,11 @@
 
 mod common;
 
-use common::{setup, Cluster};
+use common::{res, setup, Cluster};
+use partita_btree::{Op, OpResult};
 use partita_consensus::{Msg, Protocol};
 use partita_node::UnsafeBugs;
-use partita_types::{Command, NodeId, Op, OpResult};
+use partita_types::{Command, NodeId};
 
 const STANDALONE: NodeId = 6;
 const CO_LOCATED: NodeId = 2;
@@ -31,15 +32,15 @@ fn batcher_stats(c: &Cluster, id: NodeId) -> partita_consensus::BatcherStats {
 /// `n * 10`, answered by replica 4. One client per command, as many clients batch
 /// together (a client has one command outstanding at a time).
 fn insert(n: u64, reply_to: NodeId) -> Command {
-    Command {
-        client: 1000 + n,
-        seq: 1,
+    partita_btree::service::command(
+        1000 + n,
+        1,
         reply_to,
-        op: Op::Insert {
+        &Op::Insert {
             key: n,
             value: n * 10,
         },
-    }
+    )
 }
 
 /// Every command in `ns` answered exactly once, as a new key, by replica 4, and both
@@ -48,9 +49,9 @@ fn answered_once(c: &Cluster, ns: std::ops::RangeInclusive<u64>) {
     for n in ns {
         let replies = c.replies_of(1000 + n);
         assert_eq!(replies.len(), 1, "command {n}: {replies:?}");
-        assert_eq!(replies[0].result, OpResult::Inserted(true), "command {n}");
+        assert_eq!(res(replies[0]), OpResult::Inserted(true), "command {n}");
         for r in [4, 5] {
-            assert_eq!(c.replica(r).tree().read(n), Some(n * 10), "key {n} on {r}");
+            assert_eq!(c.replica(r).state().read(n), Some(n * 10), "key {n} on {r}");
         }
     }
 }

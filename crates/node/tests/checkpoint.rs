@@ -9,10 +9,11 @@
 
 mod common;
 
-use common::{insert, setup, Cluster, ACCEPTORS};
+use common::{insert, res, setup, Cluster, ACCEPTORS};
+use partita_btree::OpResult;
 use partita_consensus::{AcceptorRecord, Msg, Protocol};
 use partita_node::{CheckpointConfig, NodeCore, RecoverError, UnsafeBugs};
-use partita_types::{NodeId, OpResult, Reply};
+use partita_types::{NodeId, Reply};
 
 const REPLICAS: [NodeId; 3] = [4, 5, 6];
 const CLUSTER: u64 = 0xC0FFEE;
@@ -120,7 +121,7 @@ fn state_transfer_with(mut c: Cluster, lose_every: u64) -> Cluster {
     }
     assert!(c.chunks >= 3, "{protocol}: only {} chunks", c.chunks);
     assert!(c.chunk_bytes_max <= 256);
-    let tree = c.replica(6).tree();
+    let tree = c.replica(6).state();
     for seq in 1..=80 {
         assert_eq!(tree.read(seq), Some(seq * 10), "{protocol}: key {seq}");
     }
@@ -192,7 +193,7 @@ fn exactly_once_after_transfer(c: &mut Cluster, correct: bool) {
     } else {
         // Control: the planted bug executes the resubmission again, visibly.
         assert_eq!(again.len(), 1, "the planted bug went unnoticed");
-        assert_eq!(again[0].result, OpResult::Inserted(false));
+        assert_eq!(res(&again[0]), OpResult::Inserted(false));
     }
 }
 

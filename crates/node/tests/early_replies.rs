@@ -11,11 +11,12 @@
 
 mod common;
 
-use common::{cmd, setup, Cluster, Got, ACCEPTORS};
+use common::{cmd, res, setup, Cluster, Got, ACCEPTORS};
+use partita_btree::{BPlusTree, Op, OpResult};
 use partita_consensus::{Msg, Protocol};
 use partita_node::UnsafeBugs;
 use partita_types::early::{result_digest, EarlyReply, EarlyWait};
-use partita_types::{Instance, NodeId, Op, OpResult, Reply};
+use partita_types::{Instance, NodeId, Reply};
 
 const REPLICAS: [NodeId; 2] = [4, 5];
 
@@ -36,11 +37,18 @@ fn client_result(got: &[Got]) -> Option<OpResult> {
             Got::Final(r) => Some(r.result.clone()),
             Got::Early(e) => w.on_early(e),
         };
-        if done.is_some() {
-            return done;
+        if let Some(outcome) = done {
+            return Some(partita_smr::reply_of::<BPlusTree>(&outcome));
         }
     }
     None
+}
+
+/// The outcome of a B+tree result, as a reply carries it.
+fn outcome(r: &OpResult) -> partita_types::Outcome {
+    Ok(<BPlusTree as partita_service::StateMachine>::encode_reply(
+        r,
+    ))
 }
 
 fn tentative(g: &Got) -> Option<&Reply> {
@@ -85,7 +93,7 @@ fn a_tentative_reply_leaves_before_the_decision_and_a_confirmation_after() {
     let t = tentative(&before[0]).expect("a tentative reply");
     assert_eq!(
         (t.instance, &t.result),
-        (decided + 1, &OpResult::Inserted(true))
+        (decided + 1, &outcome(&OpResult::Inserted(true)))
     );
     assert_eq!(
         client_result(&before),
@@ -155,7 +163,11 @@ fn rollback_script(
         assert!(c.replica(r).last_instance() > at, "replica {r} stuck");
         assert_eq!(c.replica(r).speculated(), 0);
         assert!(c.replica(r).stats().speculation_rolled_back >= 2);
-        assert_eq!(c.replica(r).tree().read(1), None, "client 7's write undone");
+        assert_eq!(
+            c.replica(r).state().read(1),
+            None,
+            "client 7's write undone"
+        );
     }
     (c, at)
 }
@@ -179,13 +191,13 @@ fn check_rollback(replicas_see_new_proposals: bool) {
         // is deferred to after the step, so nothing is speculated again in between.
         assert_eq!(g8.len(), 2, "{g8:?}");
         let stale = tentative(&g8[0]).expect("tentative").clone();
-        assert_eq!(stale.result, OpResult::Value(Some(10)));
+        assert_eq!(res(&stale), OpResult::Value(Some(10)));
         let Got::Final(fin) = &g8[1] else {
             panic!("a final reply last: {g8:?}");
         };
         assert_eq!(
             (fin.instance, &fin.result),
-            (at + 1, &OpResult::Value(None))
+            (at + 1, &outcome(&OpResult::Value(None)))
         );
         for seq in [[0, 1], [1, 0]] {
             let got: Vec<Got> = seq.iter().map(|&i| g8[i].clone()).collect();
@@ -208,8 +220,8 @@ fn check_rollback(replicas_see_new_proposals: bool) {
     assert_eq!(g8.len(), 3, "{g8:?}");
     let stale = tentative(&g8[0]).expect("tentative").clone();
     let fresh = tentative(&g8[1]).expect("tentative").clone();
-    assert_eq!(stale.result, OpResult::Value(Some(10)));
-    assert_eq!(fresh.result, OpResult::Value(None));
+    assert_eq!(res(&stale), OpResult::Value(Some(10)));
+    assert_eq!(res(&fresh), OpResult::Value(None));
     assert_eq!(
         (stale.instance, fresh.instance),
         (at + 1, at + 1),
@@ -219,7 +231,10 @@ fn check_rollback(replicas_see_new_proposals: bool) {
         panic!("a confirmation last: {g8:?}");
     };
     assert_eq!(confirm.instance, at + 1);
-    assert_eq!(confirm.result_digest, result_digest(&OpResult::Value(None)));
+    assert_eq!(
+        confirm.result_digest,
+        result_digest(&outcome(&OpResult::Value(None)))
+    );
     assert_ne!(confirm.result_digest, result_digest(&stale.result));
     // Whatever order and duplication the network delivers them in, the client returns
     // the confirmed result, never the stale one; without the new tentative reply it

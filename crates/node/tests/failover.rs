@@ -62,7 +62,7 @@ fn failover(protocol: Protocol) {
     // Every command executed once, in the same order, on both replicas.
     c.tick(20);
     c.digests_agree();
-    let tree = c.nodes[&5].replica().unwrap().tree();
+    let tree = c.replica(5).state();
     for seq in 1..=8 {
         assert_eq!(tree.read(seq), Some(seq * 10), "{protocol}: key {seq}");
     }

@@ -19,10 +19,12 @@
 mod common;
 
 use common::{cmd, Cluster, ACCEPTORS};
+use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_consensus::{Msg, Protocol, Value, Vid, INSTANCE_MAX};
 use partita_node::UnsafeBugs;
+use partita_service::StateMachine;
 use partita_types::{
-    Ballot, BatchOp, Command, Instance, NodeId, Op, PartitionLayout, PartitionMap,
+    Ballot, Body, Command, Instance, NodeId, PartitionLayout, PartitionMap, Payload,
 };
 use std::sync::Arc;
 
@@ -74,11 +76,13 @@ impl Rng {
     fn value(&mut self, near: Ballot) -> Arc<Value> {
         let n = self.below(4);
         let commands = (0..n)
-            .map(|_| Command {
-                client: self.pick(&[7, 8, 9]),
-                seq: self.num(2),
-                reply_to: self.pick(&[4, 5, 99]),
-                op: self.op(),
+            .map(|_| {
+                partita_btree::service::command(
+                    self.pick(&[7, 8, 9]),
+                    self.num(2),
+                    self.pick(&[4, 5, 99]),
+                    &self.op(),
+                )
             })
             .collect();
         Arc::new(Value {
@@ -126,13 +130,44 @@ impl Rng {
         }
     }
 
-    /// A client's command with anything in it, sequence numbers around `seq`.
-    fn command(&mut self, seq: u64) -> Command {
+    /// A client's command with anything in it, sequence numbers around `seq`: most
+    /// are real envelopes for the cluster's partitions (`map`), the others carry
+    /// payloads that do not decode, or bodies that are malformed (no group, the wrong
+    /// number of payloads, partitions the cluster does not have).
+    fn command(&mut self, seq: u64, map: &PartitionMap) -> Command {
+        let client = self.pick(&[42, 43, 0, u64::MAX]);
+        let seq = self.num(seq);
+        let reply_to = self.pick(&[4, 5, 1, 0, 99]) as NodeId;
+        let garbage = |r: &mut Rng| {
+            Payload::from(
+                (0..r.below(12))
+                    .map(|_| r.next() as u8)
+                    .collect::<Vec<u8>>(),
+            )
+        };
+        let body = match self.below(10) {
+            0 => Body::single(garbage(self)),
+            1 => Body::Whole {
+                groups: self.pick(&[0, 1 << 63, 0b100]),
+                payload: BPlusTree::encode_command(&self.op()),
+            },
+            2 => Body::Split {
+                groups: self.pick(&[0b11, 0b1]),
+                payloads: (0..self.below(4)).map(|_| garbage(self)).collect(),
+            },
+            _ => {
+                match partita_service::envelope::<BPlusTree>(client, seq, reply_to, &self.op(), map)
+                {
+                    Ok(c) => c.body,
+                    Err(_) => Body::single(garbage(self)),
+                }
+            }
+        };
         Command {
-            client: self.pick(&[42, 43, 0, u64::MAX]),
-            seq: self.num(seq),
-            reply_to: self.pick(&[4, 5, 1, 0, 99]),
-            op: self.op(),
+            client,
+            seq,
+            reply_to,
+            body,
         }
     }
 
@@ -240,7 +275,9 @@ impl Rng {
             },
             18 => Msg::ForwardBatch {
                 seq: self.num(1),
-                cmds: (0..self.below(4)).map(|_| self.command(1)).collect(),
+                cmds: (0..self.below(4))
+                    .map(|_| self.command(1, &PartitionMap::new(2, 64).unwrap()))
+                    .collect(),
             },
             19 => Msg::ForwardAck { seq: self.num(1) },
             _ => Msg::CheckpointChunk {
@@ -337,7 +374,7 @@ fn barrage(
         }
         if i % 8 == 4 {
             // A client sending anything at all, to any node.
-            let command = rng.command(client_seq);
+            let command = rng.command(client_seq, &c.setup.membership.partitions.map.clone());
             let via = rng.pick(&members);
             let what = format!("message {i}: node {via} got request {command:?}");
             survive(&run, what, || c.request(via, command));
@@ -398,8 +435,9 @@ fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: 
     c.tick_until_leader(1, 25);
     let mut rng = Rng(seed);
     let members = members(&replicas);
+    let map = c.setup.membership.partitions.map;
     for i in 0..150 {
-        let command = rng.command(i);
+        let command = rng.command(i, &map);
         let via = rng.pick(&members);
         let what = format!("request {i}: node {via} got {command:?}");
         survive(&run, what, || {
@@ -426,12 +464,23 @@ fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: 
                         + st.reads_skipped
                         + st.duplicates_answered
                         + st.stale_ignored
+                        + st.refused
                 })
                 .max()
                 .unwrap_or(0)
         })
         .sum();
-    assert!(handled >= 140, "only {handled} of 150 commands handled");
+    // Malformed bodies are refused where they enter, before ordering.
+    let malformed: u64 = c
+        .nodes
+        .values()
+        .map(|n| n.counters().get("requests_malformed").copied().unwrap_or(0))
+        .sum();
+    assert!(malformed > 0, "the barrage sent no malformed body");
+    assert!(
+        handled + malformed >= 140,
+        "only {handled} + {malformed} of 150 commands handled"
+    );
     let mut last = cmd(7, 4, Op::Insert { key: 3, value: 33 });
     last.seq = 1;
     c.submit(1, last);

@@ -12,10 +12,11 @@
 
 mod common;
 
-use common::{cmd, setup, Cluster, ACCEPTORS};
+use common::{cmd, res, setup, Cluster, ACCEPTORS};
+use partita_btree::{Op, OpResult};
 use partita_consensus::{Msg, Protocol};
 use partita_node::UnsafeBugs;
-use partita_types::{NodeId, Op, OpResult};
+use partita_types::NodeId;
 
 const REPLICAS: [NodeId; 2] = [4, 5];
 
@@ -50,7 +51,7 @@ fn script(speculative: bool, bugs: UnsafeBugs, replicas_see_new_proposals: bool)
     if speculative {
         for r in REPLICAS {
             assert_eq!(c.replica(r).speculated(), 1, "replica {r} speculates");
-            assert_eq!(c.replica(r).tree().read(1), Some(10));
+            assert_eq!(c.replica(r).state().read(1), Some(10));
         }
     }
     assert!(
@@ -81,10 +82,7 @@ fn script(speculative: bool, bugs: UnsafeBugs, replicas_see_new_proposals: bool)
 }
 
 fn replies(c: &Cluster) -> Vec<(u64, u64, OpResult)> {
-    let mut v: Vec<_> = c
-        .replies()
-        .map(|r| (r.client, r.seq, r.result.clone()))
-        .collect();
+    let mut v: Vec<_> = c.replies().map(|r| (r.client, r.seq, res(r))).collect();
     v.sort_by_key(|r| (r.0, r.1));
     v.dedup();
     v
@@ -98,11 +96,11 @@ fn check(c: &Cluster, reference: &Cluster) {
         "client 7's write was never decided"
     );
     assert_eq!(
-        c.replies_of(9).first().map(|r| r.result.clone()),
+        c.replies_of(9).first().map(|r| res(r)),
         Some(OpResult::Inserted(true))
     );
     assert_eq!(
-        c.replies_of(8).first().map(|r| r.result.clone()),
+        c.replies_of(8).first().map(|r| res(r)),
         Some(OpResult::Value(Some(99)))
     );
     // Replicas converge on the decided state.
@@ -114,11 +112,11 @@ fn check(c: &Cluster, reference: &Cluster) {
             "replica {r}"
         );
         assert_eq!(
-            replica.tree().digest(),
+            replica.state().digest(),
             replica.digest(),
             "nothing left speculated"
         );
-        assert_eq!(replica.tree().read(1), Some(99));
+        assert_eq!(replica.state().read(1), Some(99));
         assert!(
             replica.cached_reply(7).is_none(),
             "replica {r} cached client 7"

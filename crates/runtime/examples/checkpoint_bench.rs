@@ -21,12 +21,13 @@
 //! other nodes' event loops.
 
 use partita_btree::BPlusTree;
+use partita_btree::Op;
 use partita_config::ClusterConfig;
 use partita_consensus::{AcceptorRecord, Value, Vid};
 use partita_runtime::checkpoint::CheckpointStore;
 use partita_runtime::NodeOptions;
 use partita_smr::{verify_checkpoint, SequentialReplica};
-use partita_types::{Ballot, Command, NodeId, Op};
+use partita_types::{Ballot, Command, NodeId};
 use partita_wire::{NodeStatus, Wire};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,21 +39,23 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn build_replica(entries: u64) -> SequentialReplica {
+fn build_replica(entries: u64) -> SequentialReplica<BPlusTree> {
     let tree = BPlusTree::bulk_load((0..entries).map(|k| (k * 2, k))).expect("sorted keys");
     let mut r = SequentialReplica::new(4, tree);
     r.set_cluster_id(CLUSTER);
     // Instance 1: 10,000 clients' updates fill the reply cache; then empty values up
     // to INSTANCE (cheap), so the checkpoint covers a realistic instance number.
     let cmds: Vec<Command> = (0..10_000u64)
-        .map(|c| Command {
-            client: c + 1,
-            seq: 1,
-            reply_to: 4,
-            op: Op::Update {
-                key: c * 2,
-                value: c,
-            },
+        .map(|c| {
+            partita_btree::service::command(
+                c + 1,
+                1,
+                4,
+                &Op::Update {
+                    key: c * 2,
+                    value: c,
+                },
+            )
         })
         .collect();
     let mut out = Vec::new();
@@ -168,12 +171,12 @@ fn main() {
     .unwrap();
     let read_t = t.elapsed();
     let t = Instant::now();
-    let back = SequentialReplica::restore(&read).unwrap();
+    let back = SequentialReplica::<BPlusTree>::restore(&read).unwrap();
     let restore = t.elapsed();
     assert_eq!(back.digest(), r.digest());
     drop(back);
     let t = Instant::now();
-    let back = SequentialReplica::restore(&read).unwrap();
+    let back = SequentialReplica::<BPlusTree>::restore(&read).unwrap();
     let restore_again = t.elapsed();
     println!(
         "checkpoint: {} bytes ({:.1} MiB, {:.2} bytes/entry)",
@@ -221,6 +224,7 @@ fn main() {
         let start = |id: NodeId, stops: &mut Vec<_>, handles: &mut Vec<_>| {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             let opts = NodeOptions {
+                service: partita_smr::service::<partita_btree::BPlusTree>(),
                 cluster: cfg.clone(),
                 id,
                 data_dir: data.path().to_path_buf(),

@@ -36,6 +36,8 @@ use tracing::{debug, error, info, warn};
 pub struct NodeOptions {
     pub cluster: ClusterConfig,
     pub id: NodeId,
+    /// The service the replica runs; its name must be the cluster file's `service`.
+    pub service: std::sync::Arc<dyn partita_smr::ServiceFactory>,
     pub data_dir: PathBuf,
     /// Planted bugs, for tests that show the checks can fail: `lose-acked-writes`
     /// (replicas undo every 5th mutation after acknowledging it) and
@@ -169,7 +171,8 @@ impl Node {
                 }
                 Output::Reply(reply) => {
                     let client = reply.client;
-                    self.send_client(client, || Wire::Reply(reply), "dropped_reply");
+                    let leader = self.core.leader();
+                    self.send_client(client, || Wire::Reply { reply, leader }, "dropped_reply");
                 }
                 Output::Early(e) => {
                     let client = e.client();
@@ -179,15 +182,19 @@ impl Node {
                     client,
                     seq,
                     reason,
-                } => self.send_client(
-                    client,
-                    || Wire::Refused {
+                } => {
+                    let leader = self.core.leader();
+                    self.send_client(
                         client,
-                        seq,
-                        reason,
-                    },
-                    "dropped_refusal",
-                ),
+                        || Wire::Refused {
+                            client,
+                            seq,
+                            reason,
+                            leader,
+                        },
+                        "dropped_refusal",
+                    )
+                }
                 Output::SaveCheckpoint { instance, bytes } => {
                     let Some(store) = self.checkpoints.clone() else {
                         panic!("checkpoint from a node without a replica");
@@ -285,6 +292,7 @@ impl Node {
         NodeStatus {
             node: self.id,
             cluster_id: self.cfg.cluster.id,
+            service: self.cfg.cluster.service.clone(),
             roles: node
                 .roles
                 .iter()
@@ -299,7 +307,7 @@ impl Node {
             decided_up_to: coordinator.map(|c| c.decided_up_to()),
             executed_up_to: replica.map(|r| r.last_instance()),
             digest: replica.map(|r| r.digest()),
-            entries: replica.map(|r| r.tree().len() as u64),
+            entries: replica.map(|r| r.len()),
             promised: acceptor.map(|a| a.promised().to_string()),
             accepted: acceptor.map(|a| a.accepted_count() as u64),
             accepted_max_instance: acceptor.map(|a| a.max_accepted_instance()),
@@ -526,6 +534,13 @@ pub async fn run_node_until(
     let Some(me) = cfg.node(id).cloned() else {
         bail!("node {id} is not in the cluster file")
     };
+    if opts.service.name() != cfg.cluster.service {
+        bail!(
+            "the cluster file says service = \"{}\", but this node runs `{}`; refusing to start",
+            cfg.cluster.service,
+            opts.service.name()
+        );
+    }
     let dir = opts.data_dir.join(format!("node-{id}"));
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating {}", opts.data_dir.display()))?;
@@ -604,7 +619,7 @@ pub async fn run_node_until(
         None => (None, None),
     };
     let core = NodeCore::recover(
-        cfg.node_setup(id),
+        cfg.node_setup(id, opts.service.clone()),
         recovered,
         checkpoint_bytes,
         bugs,
@@ -619,7 +634,7 @@ pub async fn run_node_until(
         )
     })?;
     if let (Some(path), Some(r)) = (&checkpoint_path, core.replica()) {
-        info!(path = %path.display(), instance = r.last_instance(), entries = r.tree().len(), digest = r.digest(), "replica restored from its checkpoint");
+        info!(path = %path.display(), instance = r.last_instance(), entries = r.len(), digest = r.digest(), "replica restored from its checkpoint");
     }
     if let Some(a) = core.acceptor() {
         info!(records = n_recovered, promised = %a.promised(), accepted = a.accepted_count(), "acceptor recovered from its WAL");

@@ -7,12 +7,13 @@ mod common;
 
 use common::{local_config, TestCluster};
 use partita_btree::BPlusTree;
+use partita_btree::Op;
 use partita_config::ClusterConfig;
 use partita_consensus::{Value, Vid};
 use partita_runtime::checkpoint::checkpoint_file_name;
 use partita_runtime::NodeOptions;
 use partita_smr::SequentialReplica;
-use partita_types::{Ballot, Command, NodeId, Op};
+use partita_types::{Ballot, NodeId};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -49,6 +50,7 @@ fn identity(data: &Path, node: NodeId) {
 /// Start node `id` and expect it to refuse: returns the error message.
 async fn refused(cfg: &ClusterConfig, data: &Path, id: NodeId) -> String {
     let opts = NodeOptions {
+        service: partita_smr::service::<partita_btree::BPlusTree>(),
         cluster: cfg.clone(),
         id,
         data_dir: data.to_path_buf(),
@@ -83,12 +85,12 @@ fn checkpoint(cluster: u64, node: NodeId, instance: u64) -> Vec<u8> {
                 ballot: Ballot::ZERO,
                 seq: i,
             },
-            commands: vec![Command {
-                client: 1,
-                seq: i,
-                reply_to: node,
-                op: Op::Insert { key: i, value: i },
-            }],
+            commands: vec![partita_btree::service::command(
+                1,
+                i,
+                node,
+                &Op::Insert { key: i, value: i },
+            )],
             parts: Vec::new(),
         };
         r.execute(i, &value, &mut replies);

@@ -14,8 +14,8 @@
 mod common;
 
 use common::{counter, local_config, TestClient, TestCluster};
+use partita_btree::{Op, OpResult};
 use partita_config::Durability;
-use partita_types::{Command, Op, OpResult};
 use std::path::Path;
 
 const INTERVAL: u64 = 50;
@@ -62,7 +62,11 @@ async fn inserts(client: &mut TestClient, keys: std::ops::Range<u64>) {
                 value: key * 3,
             })
             .await;
-        assert_eq!(r.result, OpResult::Inserted(true), "key {key}");
+        assert_eq!(
+            TestClient::result(&r),
+            OpResult::Inserted(true),
+            "key {key}"
+        );
     }
 }
 
@@ -197,15 +201,15 @@ async fn checkpoints_truncation_restarts_and_state_transfer() {
     // the reply cache that travelled in the checkpoint, not from a second execution.
     let mut b5 = TestClient::connect(&cfg, 5, 1002).await;
     let again = b5
-        .submit(Command {
-            client: 1002,
-            seq: 1,
-            reply_to: 5,
-            op: Op::Insert {
+        .submit(partita_btree::service::command(
+            1002,
+            1,
+            5,
+            &Op::Insert {
                 key: 10_000,
                 value: 1,
             },
-        })
+        ))
         .await;
     assert_eq!(again, first);
     let target = c.status(4).await.unwrap().executed_up_to.unwrap();

@@ -49,8 +49,9 @@
 use crate::cpu::CostTable;
 use crate::net::NicParams;
 use crate::queue::{Time, MICROS, MILLIS, SECONDS};
+use partita_btree::{BatchOp, Op};
 use partita_config::ClusterConfig;
-use partita_types::{BatchOp, NodeId, Op};
+use partita_types::NodeId;
 use rand::Rng;
 use serde::Serialize;
 use std::sync::Arc;
@@ -458,7 +459,7 @@ mod tests {
                     };
                     assert!(min <= max && max < keys, "{min}..{max} of {keys}");
                     assert_eq!(min % 2, 0);
-                    let n = map.partitions_of(&op).len();
+                    let n = partita_btree::service::partitions_of(&op, &map).len();
                     assert!(n == 1 || n == 2, "{op:?} touches {n} partitions");
                     if n == 2 {
                         crossing += 1;
@@ -486,7 +487,11 @@ mod tests {
                     panic!("{op:?}")
                 };
                 assert_eq!(ops.len(), 7);
-                assert_eq!(map.partitions_of(&op).len(), 1, "{op:?}");
+                assert_eq!(
+                    partita_btree::service::partitions_of(&op, &map).len(),
+                    1,
+                    "{op:?}"
+                );
             }
         }
     }

@@ -20,10 +20,11 @@
 //! Calls slower than the 95th percentile of their kind are dropped before averaging:
 //! on a shared machine they are preemptions, not handler costs.
 
+use partita_btree::{BPlusTree, Op};
 use partita_config::ClusterConfig;
 use partita_consensus::{Msg, PersistToken, Protocol};
 use partita_node::{NodeCore, Output, UnsafeBugs};
-use partita_types::{Command, NodeId, Op};
+use partita_types::{Command, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 use std::hint::black_box;
 use std::time::Instant;
@@ -228,7 +229,7 @@ fn run_cluster(
     };
     for &id in &ids {
         let core = NodeCore::new(
-            cluster.node_setup(id),
+            cluster.node_setup(id, partita_smr::service::<BPlusTree>()),
             Vec::new(),
             UnsafeBugs::default(),
             &mut h.out,
@@ -255,13 +256,14 @@ fn run_cluster(
             let c = (k % clients) as usize;
             k += 1;
             seq[c] += 1;
-            let cmd = Command {
-                client: c as u64 + 1,
-                seq: seq[c],
-                // Nobody's: replicas skip the read (execution is measured apart).
-                reply_to: 999,
-                op: Op::Read { key: k * 2 },
-            };
+            // Nobody's (reply_to 999): replicas skip the read (execution is measured
+            // apart).
+            let cmd = partita_btree::service::command(
+                c as u64 + 1,
+                seq[c],
+                999,
+                &Op::Read { key: k * 2 },
+            );
             h.queue.push_back((entry, In::Request(cmd)));
         }
         h.drain();
@@ -303,26 +305,21 @@ pub fn measure_cs_request(iters: usize) -> CsRequestCost {
     let cluster = ClusterConfig::client_server(7200, 0xCA12);
     let mut out = Vec::new();
     let mut core = NodeCore::new(
-        cluster.node_setup(1),
+        cluster.node_setup(1, partita_smr::service::<BPlusTree>()),
         Vec::new(),
         UnsafeBugs::default(),
         &mut out,
     );
     let preload = Op::Batch(
         (0..1000u64)
-            .map(|i| partita_types::BatchOp::Insert {
+            .map(|i| partita_btree::BatchOp::Insert {
                 key: 2 * i,
                 value: i,
             })
             .collect(),
     );
     core.on_request(
-        Command {
-            client: u64::MAX,
-            seq: 1,
-            reply_to: 1,
-            op: preload,
-        },
+        partita_btree::service::command(u64::MAX, 1, 1, &preload),
         &mut out,
     );
     let overhead = timer_overhead_ns() as u64;
@@ -332,16 +329,14 @@ pub fn measure_cs_request(iters: usize) -> CsRequestCost {
     for i in 0..iters as u64 {
         let key = (i * 2 + 1) % 2000;
         out.clear();
-        let cmd = Command {
-            client: i % 64 + 1,
-            seq: i + 1,
-            reply_to: 1,
-            op: Op::Read { key },
-        };
+        let cmd = partita_btree::service::command(i % 64 + 1, i + 1, 1, &Op::Read { key });
         let t = Instant::now();
         core.on_request(cmd, &mut out);
         calls.push((t.elapsed().as_nanos() as u64).saturating_sub(overhead));
-        let tree = core.replica().expect("a cs server has a replica").tree();
+        let tree =
+            partita_smr::downcast::<BPlusTree>(core.replica().expect("a cs server has a replica"))
+                .expect("a B+tree server")
+                .state();
         let t = Instant::now();
         black_box(tree.read(black_box(key)));
         reads.push((t.elapsed().as_nanos() as u64).saturating_sub(overhead));

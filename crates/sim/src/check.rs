@@ -22,7 +22,7 @@
 
 use partita_checker::{CheckError, CheckOptions, CheckSummary, Event};
 use partita_consensus::{Msg, Value, Vid};
-use partita_types::{BatchOp, Instance, NodeId, Op, PartitionId, PartitionMap};
+use partita_types::{Instance, NodeId, PartitionId, PartitionMap};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -105,6 +105,15 @@ pub fn fingerprint(v: &Value) -> u64 {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
+    fn mix_bytes(mut h: u64, b: &[u8]) -> u64 {
+        h = mix(h, b.len() as u64);
+        for chunk in b.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            h = mix(h, u64::from_le_bytes(w));
+        }
+        h
+    }
     let mut h = mix(0, v.commands.len() as u64);
     // A split value and a whole one with the same commands are different values.
     h = mix(h, v.parts.len() as u64);
@@ -115,25 +124,15 @@ pub fn fingerprint(v: &Value) -> u64 {
         h = mix(h, c.client);
         h = mix(h, c.seq);
         h = mix(h, c.reply_to as u64);
-        h = match &c.op {
-            Op::Insert { key, value } => mix(mix(mix(h, 1), *key), *value),
-            Op::Delete { key } => mix(mix(h, 2), *key),
-            Op::Read { key } => mix(mix(h, 3), *key),
-            Op::Update { key, value } => mix(mix(mix(h, 4), *key), *value),
-            Op::Query { min, max } => mix(mix(mix(h, 5), *min), *max),
-            Op::Next { key } => mix(mix(h, 6), *key),
-            Op::Prev { key } => mix(mix(h, 7), *key),
-            Op::Batch(ops) => {
-                let mut h = mix(h, 8);
-                for b in ops {
-                    h = match b {
-                        BatchOp::Insert { key, value } => mix(mix(mix(h, 1), *key), *value),
-                        BatchOp::Delete { key } => mix(mix(h, 2), *key),
-                    };
+        h = mix(h, c.body.groups());
+        match &c.body {
+            partita_types::Body::Whole { payload, .. } => h = mix_bytes(h, payload),
+            partita_types::Body::Split { payloads, .. } => {
+                for p in payloads {
+                    h = mix_bytes(mix(h, p.len() as u64), p);
                 }
-                h
             }
-        };
+        }
     }
     h
 }
@@ -346,7 +345,7 @@ pub fn history(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use partita_types::{Ballot, Command};
+    use partita_types::Ballot;
     use std::sync::Arc;
 
     fn value(seq: u64, key: u64) -> Arc<Value> {
@@ -355,12 +354,12 @@ mod tests {
                 ballot: Ballot::new(0, 1),
                 seq,
             },
-            commands: vec![Command {
-                client: 1,
-                seq: 1,
-                reply_to: 4,
-                op: Op::Insert { key, value: 1 },
-            }],
+            commands: vec![partita_btree::service::command(
+                1,
+                1,
+                4,
+                &partita_btree::Op::Insert { key, value: 1 },
+            )],
             parts: Vec::new(),
         })
     }

@@ -23,7 +23,7 @@
 
 use crate::bench::{self as bm, BenchReport, BenchSpec, NodeLoad, ReplicaImage};
 use crate::check::{self, Agreement, Check, Failure, ReplicaEnd};
-use crate::client::{ClientAction, ClientParams, SimClient};
+use crate::client::{ClientAction, ClientBugs, ClientParams, SimClient};
 use crate::cpu::{BtreeWork, CostTable, InputKind, Work};
 use crate::disk::{Disk, DiskParams};
 use crate::net::{Endpoint, Fate, LinkFaults, LinkTiming, NetParams, Network};
@@ -31,12 +31,13 @@ use crate::queue::{EventQueue, Time, MILLIS, SECONDS};
 use crate::report::SeedReport;
 use crate::swarm::{self, FaultClass, FaultParams, SeedParams, SimOptions};
 use crate::trace::{Detail, Trace};
+use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::Event;
 use partita_config::ClusterConfig;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_types::early::EarlyReply;
-use partita_types::{encode, BatchOp, Command, Instance, NodeId, Op, PartitionLayout, Reply};
+use partita_types::{encode, Command, Instance, NodeId, PartitionLayout, Reply};
 use partita_wire::Wire;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -49,9 +50,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 enum Payload {
     Peer(Msg),
     Request(Command),
-    Reply(Reply),
+    /// A reply with its sender's leader hint.
+    Reply(Reply, Option<NodeId>),
     Refused {
         seq: u64,
+        leader: Option<NodeId>,
     },
     /// Early replies: a tentative reply or a confirmation.
     Early(EarlyReply),
@@ -62,7 +65,7 @@ impl Payload {
         match self {
             Payload::Peer(m) => m.kind(),
             Payload::Request(_) => "request",
-            Payload::Reply(_) => "reply",
+            Payload::Reply(..) => "reply",
             Payload::Refused { .. } => "refused",
             Payload::Early(EarlyReply::Tentative(_)) => "tentative-reply",
             Payload::Early(EarlyReply::Confirm(_)) => "confirm",
@@ -457,9 +460,6 @@ impl World {
         let membership = cluster.membership();
         let replicas = cluster.executors();
         let acceptors = membership.acceptors.clone();
-        // Clients enter at the coordinator (the server), or spread over the batchers,
-        // and rotate over the batchers, then the acceptors.
-        let entries = membership.entry_rotation();
         let layout = cluster.partition_layout();
         let agreement = Agreement::partitioned(
             layout.map,
@@ -474,7 +474,7 @@ impl World {
             .iter()
             .enumerate()
             .map(|(i, &id)| {
-                let setup = cluster.node_setup(id);
+                let setup = cluster.node_setup(id, partita_smr::service::<BPlusTree>());
                 SimNode {
                     id,
                     acceptor: setup.acceptor,
@@ -511,18 +511,21 @@ impl World {
                     partita_config::Mode::Smr => membership.client_entry(c as u64),
                     partita_config::Mode::Cs => cluster.entry_node(),
                 };
+                // Clients enter at the coordinator (the server), or spread over the
+                // batchers, and rotate over the batchers, then the acceptors.
+                let topology = cluster.client_topology();
                 let client = SimClient::new(
                     c,
                     entry,
-                    entries.clone(),
+                    topology,
                     replica,
-                    replicas.clone(),
                     p.client.clone(),
                     ops,
-                    read_direct,
-                )
-                .with_partitions(layout.clone())
-                .with_independent_partitions(p.bugs.independent_partitions);
+                    ClientBugs {
+                        independent_partitions: p.bugs.independent_partitions,
+                        read_direct,
+                    },
+                );
                 match &bench {
                     Some(b) => client.for_bench(b.workload, p.client.keys, MILLIS),
                     None => client,
@@ -892,7 +895,8 @@ impl World {
         let phase = self.rng_faults.gen_range(0..tick_ns);
         self.q.push(now + phase + 1, Ev::Tick { node: ni, inc });
         let mut work = Work::default();
-        let Some(emits) = self.prepare(id, &mut out, &mut work) else {
+        let leader = self.nodes[ni].core.as_ref().and_then(|c| c.leader());
+        let Some(emits) = self.prepare(id, leader, &mut out, &mut work) else {
             return;
         };
         self.out_buf = out;
@@ -1016,7 +1020,7 @@ impl World {
             .unwrap_or_default();
         let mut work = Work {
             bytes_in,
-            btree_ops: executed.btree_ops,
+            btree_ops: executed.ops,
             commands: executed.commands,
             forwarded_commands,
             ..Work::default()
@@ -1027,12 +1031,13 @@ impl World {
         }
         if self.cost.btree_by_kind() {
             work.btree = Some(BtreeWork {
-                ops: executed.btree_ops,
+                ops: executed.ops,
                 known: executed.by_kind,
                 query_entries: executed.query_entries,
             });
         }
-        let Some(emits) = self.prepare(id, &mut out, &mut work) else {
+        let leader = self.nodes[ni].core.as_ref().and_then(|c| c.leader());
+        let Some(emits) = self.prepare(id, leader, &mut out, &mut work) else {
             return;
         };
         self.out_buf = out;
@@ -1059,6 +1064,7 @@ impl World {
     fn prepare(
         &mut self,
         from: NodeId,
+        leader: Option<NodeId>,
         out: &mut Vec<Output>,
         work: &mut Work,
     ) -> Option<Vec<Emit>> {
@@ -1124,8 +1130,8 @@ impl World {
                         Err(e) => Err(format!("a WAL record does not decode: {e}")),
                     }
                 }
-                Output::Reply(reply) => match roundtrip(&Wire::Reply(reply)) {
-                    Ok((Wire::Reply(reply), bytes)) => {
+                Output::Reply(reply) => match roundtrip(&Wire::Reply { reply, leader }) {
+                    Ok((Wire::Reply { reply, leader }, bytes)) => {
                         work.replies += 1;
                         match self.cost.codec_of("reply") {
                             Some(c) => work.codec_ns += c.encode(bytes),
@@ -1133,7 +1139,7 @@ impl World {
                         }
                         self.client_of(reply.client).map(|to| Emit::Client {
                             to,
-                            payload: Payload::Reply(reply),
+                            payload: Payload::Reply(reply, leader),
                             bytes,
                         })
                     }
@@ -1164,8 +1170,17 @@ impl World {
                     client,
                     seq,
                     reason,
+                    leader,
                 }) {
-                    Ok((Wire::Refused { client, seq, .. }, bytes)) => {
+                    Ok((
+                        Wire::Refused {
+                            client,
+                            seq,
+                            leader,
+                            ..
+                        },
+                        bytes,
+                    )) => {
                         work.replies += 1;
                         match self.cost.codec_of("refused") {
                             Some(c) => work.codec_ns += c.encode(bytes),
@@ -1173,7 +1188,7 @@ impl World {
                         }
                         self.client_of(client).map(|to| Emit::Client {
                             to,
-                            payload: Payload::Refused { seq },
+                            payload: Payload::Refused { seq, leader },
                             bytes,
                         })
                     }
@@ -1221,12 +1236,12 @@ impl World {
                         value: i * bm::PRELOAD_STRIDE,
                     })
                     .collect();
-                let cmd = Command {
-                    client: u64::MAX,
-                    seq: chunk as u64 + 1,
-                    reply_to: id,
-                    op: Op::Batch(ops),
-                };
+                let cmd = partita_btree::service::command(
+                    u64::MAX,
+                    chunk as u64 + 1,
+                    id,
+                    &Op::Batch(ops),
+                );
                 core.on_request(cmd, &mut out);
                 out.clear();
             }
@@ -1401,10 +1416,12 @@ impl World {
                     Endpoint::Client(_) => 0,
                 };
                 match payload {
-                    Payload::Reply(r) => {
-                        client.on_reply(now, from, &r, &mut self.rng_clients, &mut out)
+                    Payload::Reply(r, leader) => {
+                        client.on_reply(now, from, &r, leader, &mut self.rng_clients, &mut out)
                     }
-                    Payload::Refused { seq } => client.on_refused(now, seq, &mut out),
+                    Payload::Refused { seq, leader } => {
+                        client.on_refused(now, seq, leader, &mut self.rng_clients, &mut out)
+                    }
                     Payload::Early(e) => {
                         client.on_early(now, from, &e, &mut self.rng_clients, &mut out)
                     }
@@ -1786,7 +1803,7 @@ impl World {
                         c.index,
                         partita_checker::fmt_op(op),
                         at as f64 / 1e6,
-                        c.replica
+                        c.replica()
                     )
                 })
             })
@@ -1869,7 +1886,7 @@ impl World {
                     partition: self.layout.partition_of_replica(n.id).unwrap_or(0),
                     executed_up_to: r.last_instance(),
                     digest: r.digest(),
-                    entries: r.tree().len(),
+                    entries: r.len() as usize,
                 })
             })
             .collect()
@@ -1988,7 +2005,7 @@ impl World {
             latency_ms_p90: ms(bm::percentile(&lat, 0.9)),
             latency_ms_p99: ms(bm::percentile(&lat, 0.99)),
             latency_ms_max: ms(lat.last().copied().unwrap_or(0)),
-            resubmissions: self.clients.iter().map(|c| c.resubmissions).sum(),
+            resubmissions: self.clients.iter().map(|c| c.stats().resubmissions).sum(),
             instances,
             commands_per_instance: if instances > 0 {
                 commands as f64 / instances as f64
@@ -2011,10 +2028,11 @@ impl World {
         let history = self.history();
         let mut check_summary = None;
         if self.failure.is_none() {
-            if let Some(c) = self.clients.iter().find(|c| c.merge_errors > 0) {
+            if let Some(c) = self.clients.iter().find(|c| c.stats().merge_errors > 0) {
                 let m = format!(
                     "client {} received sub-results of a partitioned command that do not merge ({} times)",
-                    c.index, c.merge_errors
+                    c.index,
+                    c.stats().merge_errors
                 );
                 self.fail(Check::Simulator, m);
             }
@@ -2036,7 +2054,10 @@ impl World {
                 }
                 if let Some(r) = n.core.as_ref().and_then(|c| c.replica()) {
                     seen.push(p);
-                    final_entries.push((p, r.tree().query(0, u64::MAX)));
+                    let tree = partita_smr::downcast::<BPlusTree>(r)
+                        .expect("the simulator runs the B+tree")
+                        .state();
+                    final_entries.push((p, tree.query(0, u64::MAX)));
                 }
             }
             final_entries.sort_by_key(|(p, _)| *p);
@@ -2058,7 +2079,7 @@ impl World {
         counters.insert("fsync_stalls".into(), stalls);
         let truncated: u64 = self.nodes.iter().map(|n| n.disk.truncated).sum();
         counters.insert("log_records_truncated".into(), truncated);
-        let confirmed = self.clients.iter().map(|c| c.confirmed).sum();
+        let confirmed = self.clients.iter().map(|c| c.stats().confirmed).sum();
         counters.insert("ops_confirmed_early".into(), confirmed);
         // Batchers (the running incarnations: a restart starts a batcher over).
         for n in &self.nodes {
@@ -2069,7 +2090,7 @@ impl World {
                 *counters.entry(format!("batcher_{k}")).or_default() += v;
             }
         }
-        let resubmissions = self.clients.iter().map(|c| c.resubmissions).sum();
+        let resubmissions = self.clients.iter().map(|c| c.stats().resubmissions).sum();
         SeedReport {
             seed: self.p.seed,
             passed: self.failure.is_none(),

@@ -2,14 +2,14 @@
 //! boundary, in one self-describing, checksummed byte string.
 //!
 //! A checkpoint holds everything that determines how the replica answers from then on:
-//! the B+tree contents, the exactly-once reply cache (so that a command resubmitted
+//! the service's state (its own snapshot), the exactly-once reply cache (so that a command resubmitted
 //! after a restore, a restart or a state transfer is answered from the cache instead of
 //! being executed twice), and the instance it covers (every instance up to and
 //! including it has been executed). It also names the cluster and the node that wrote
 //! it, so that a checkpoint found in the wrong data directory is refused instead of
 //! silently adopted. Replica statistics are not part of it.
 //!
-//! Layout, little endian (`HEADER_BYTES` = 72 bytes of header):
+//! Layout, little endian (`HEADER_BYTES` = 80 bytes of header):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
@@ -18,13 +18,14 @@
 //! | 12 | 4 | node id of the replica that wrote it |
 //! | 16 | 8 | cluster id |
 //! | 24 | 8 | instance covered |
-//! | 32 | 8 | digest of the B+tree contents |
-//! | 40 | 8 | B+tree entries |
+//! | 32 | 8 | digest of the service state ([`StateMachine::digest`]) |
+//! | 40 | 8 | objects the service holds ([`StateMachine::len`]) |
 //! | 48 | 8 | reply-cache entries (clients) |
 //! | 56 | 8 | bytes of the reply-cache section |
-//! | 64 | 8 | bytes of the B+tree section |
-//! | 72 | … | reply cache: per client, in client order, `len:u32 \| codec(Reply)` |
-//! | … | … | B+tree: a [`BPlusTree::snapshot`] (itself checksummed) |
+//! | 64 | 8 | bytes of the service section |
+//! | 72 | 8 | the service: [`service_id`] of its name (a checkpoint of one service is never restored into another) |
+//! | 80 | … | reply cache: per client, in client order, `len:u32 \| codec(Reply)` |
+//! | … | … | service state: its [`StateMachine::snapshot`] |
 //! | end − 4 | 4 | CRC32C of every byte before it |
 //!
 //! The bytes are a function of the replicated state only (the cache is written in
@@ -33,19 +34,26 @@
 //!
 //! Any damage is reported as a [`CheckpointError`], never a panic: the outer checksum
 //! is checked before anything is decoded, and every section is then validated again
-//! (the tree snapshot has its own checksum and digest; the header's digest and entry
-//! count must match the restored tree).
+//! (the service restores its own snapshot; the header's digest and object count must
+//! match the restored state).
 
 use crate::SequentialReplica;
-use partita_btree::{BPlusTree, SnapshotError};
-use partita_types::{ClientId, Instance, NodeId, Reply};
-use std::collections::HashMap;
+use partita_service::StateMachine;
+use partita_types::{ClientId, DetHashMap, Instance, NodeId, Reply};
 
 /// First 8 bytes of every checkpoint.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
-/// The only format version this build reads and writes.
-pub const CHECKPOINT_VERSION: u32 = 1;
-const HEADER_BYTES: usize = 72;
+/// The only format version this build reads and writes (2: any service, named in the
+/// header).
+pub const CHECKPOINT_VERSION: u32 = 2;
+const HEADER_BYTES: usize = 80;
+
+/// The id a checkpoint stores for a service: 64-bit FNV-1a of its name.
+pub fn service_id(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
 const TRAILER_BYTES: usize = 4;
 
 /// What a checkpoint's header says (after its checksum was verified).
@@ -59,6 +67,8 @@ pub struct CheckpointInfo {
     pub digest: u64,
     pub entries: u64,
     pub clients: u64,
+    /// [`service_id`] of the service whose state it holds.
+    pub service: u64,
     /// Size of the whole checkpoint.
     pub bytes: u64,
     /// The CRC32C trailer (also the checksum state transfer announces).
@@ -91,9 +101,11 @@ pub enum CheckpointError {
     },
     #[error("checkpoint reply cache entry {index}: {reason}")]
     ReplyCache { index: u64, reason: String },
-    #[error("checkpoint B+tree section: {0}")]
-    Tree(#[from] SnapshotError),
-    #[error("checkpoint header says {header_entries} entries with digest {header_digest:#018x}, the tree holds {entries} with {digest:#018x}")]
+    #[error("checkpoint of another service (id {found:#018x}), this replica runs `{expected}`")]
+    Service { expected: &'static str, found: u64 },
+    #[error("checkpoint service section: {0}")]
+    State(String),
+    #[error("checkpoint header says {header_entries} objects with digest {header_digest:#018x}, the state holds {entries} with {digest:#018x}")]
     Contents {
         header_entries: u64,
         header_digest: u64,
@@ -154,6 +166,7 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
         digest: u64_at(bytes, 32),
         entries: u64_at(bytes, 40),
         clients: u64_at(bytes, 48),
+        service: u64_at(bytes, 72),
         bytes: bytes.len() as u64,
         crc32c: u32_at(bytes, bytes.len() - TRAILER_BYTES),
     })
@@ -190,9 +203,9 @@ pub fn restamp_checkpoint(bytes: &mut [u8], node_id: NodeId) -> Result<(), Check
     Ok(())
 }
 
-impl SequentialReplica {
+impl<S: StateMachine> SequentialReplica<S> {
     /// Serialize the replicated state (see the module documentation). Costs one pass
-    /// over the tree plus one checksum pass over the result.
+    /// over the state plus one checksum pass over the result.
     ///
     /// Panics while instances are speculated: a checkpoint holds decided state only
     /// (roll the speculation back first, see [`SequentialReplica::rollback_speculation`]).
@@ -210,11 +223,11 @@ impl SequentialReplica {
             replies.extend_from_slice(&(enc.len() as u32).to_le_bytes());
             replies.extend_from_slice(&enc);
         }
-        // The tree section dominates (16 bytes per entry). Rather than copy it into a
-        // second buffer, grow the snapshot's own buffer (for large buffers the
-        // allocator remaps pages instead of copying them) and slide the snapshot up to
-        // make room for the header and the reply cache in front.
-        let mut out = self.tree.snapshot();
+        // The state section dominates. Rather than copy it into a second buffer, grow
+        // the snapshot's own buffer (for large buffers the allocator remaps pages
+        // instead of copying them) and slide the snapshot up to make room for the
+        // header and the reply cache in front.
+        let mut out = self.state().snapshot();
         let tree_bytes = out.len();
         let front = HEADER_BYTES + replies.len();
         let total = front + tree_bytes + TRAILER_BYTES;
@@ -226,11 +239,12 @@ impl SequentialReplica {
         header.extend_from_slice(&self.id.to_le_bytes());
         header.extend_from_slice(&self.cluster_id.to_le_bytes());
         header.extend_from_slice(&self.last_instance.to_le_bytes());
-        header.extend_from_slice(&self.tree.digest().to_le_bytes());
-        header.extend_from_slice(&(self.tree.len() as u64).to_le_bytes());
+        header.extend_from_slice(&self.state().digest().to_le_bytes());
+        header.extend_from_slice(&self.state().len().to_le_bytes());
         header.extend_from_slice(&(clients.len() as u64).to_le_bytes());
         header.extend_from_slice(&(replies.len() as u64).to_le_bytes());
         header.extend_from_slice(&(tree_bytes as u64).to_le_bytes());
+        header.extend_from_slice(&service_id(S::NAME).to_le_bytes());
         assert_eq!(header.len(), HEADER_BYTES);
         out[..HEADER_BYTES].copy_from_slice(&header);
         out[HEADER_BYTES..front].copy_from_slice(&replies);
@@ -242,7 +256,7 @@ impl SequentialReplica {
 
     /// Rebuild a replica from [`SequentialReplica::checkpoint`] bytes, with the node
     /// and cluster id the checkpoint names. Planted bugs are off in the result.
-    pub fn restore(bytes: &[u8]) -> Result<SequentialReplica, CheckpointError> {
+    pub fn restore(bytes: &[u8]) -> Result<SequentialReplica<S>, CheckpointError> {
         let info = verify_checkpoint(bytes)?;
         Self::restore_verified(bytes, &info, info.node_id)
     }
@@ -254,7 +268,7 @@ impl SequentialReplica {
         bytes: &[u8],
         cluster_id: u64,
         node_id: NodeId,
-    ) -> Result<SequentialReplica, CheckpointError> {
+    ) -> Result<SequentialReplica<S>, CheckpointError> {
         let info = verify_checkpoint(bytes)?;
         if info.cluster_id != cluster_id {
             return Err(CheckpointError::Foreign {
@@ -271,13 +285,20 @@ impl SequentialReplica {
         bytes: &[u8],
         info: &CheckpointInfo,
         node_id: NodeId,
-    ) -> Result<SequentialReplica, CheckpointError> {
+    ) -> Result<SequentialReplica<S>, CheckpointError> {
+        if info.service != service_id(S::NAME) {
+            return Err(CheckpointError::Service {
+                expected: S::NAME,
+                found: info.service,
+            });
+        }
         let replies_bytes = u64_at(bytes, 56) as usize;
         let replies_end = HEADER_BYTES + replies_bytes;
         // Each entry takes at least its 4-byte length and a few bytes of reply: the
         // section's size bounds the allocation, whatever the (damaged) count says.
         let capacity = (info.clients as usize).min(replies_bytes / 8);
-        let mut replies: HashMap<ClientId, Reply> = HashMap::with_capacity(capacity);
+        let mut replies: DetHashMap<ClientId, Reply> =
+            DetHashMap::with_capacity_and_hasher(capacity, Default::default());
         let mut at = HEADER_BYTES;
         let mut prev: Option<ClientId> = None;
         for index in 0..info.clients {
@@ -313,16 +334,17 @@ impl SequentialReplica {
                 reason: format!("{} bytes left over in the section", replies_end - at),
             });
         }
-        let tree = BPlusTree::restore(&bytes[replies_end..bytes.len() - TRAILER_BYTES])?;
-        if tree.digest() != info.digest || tree.len() as u64 != info.entries {
+        let state = S::restore(&bytes[replies_end..bytes.len() - TRAILER_BYTES])
+            .map_err(CheckpointError::State)?;
+        if state.digest() != info.digest || state.len() != info.entries {
             return Err(CheckpointError::Contents {
                 header_entries: info.entries,
                 header_digest: info.digest,
-                entries: tree.len() as u64,
-                digest: tree.digest(),
+                entries: state.len(),
+                digest: state.digest(),
             });
         }
-        let mut r = SequentialReplica::new(node_id, tree);
+        let mut r = SequentialReplica::new(node_id, state);
         r.cluster_id = info.cluster_id;
         r.last_instance = info.instance;
         r.max_cached_instance = replies.values().map(|r| r.instance).max().unwrap_or(0);

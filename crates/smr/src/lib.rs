@@ -1,7 +1,15 @@
 //! Execution models. For now the sequential replica of paper 001 §IV ("Fully replicated
-//! B-tree"): every replica executes every mutating command in the decided order; a
-//! read-only command (read, query, next, prev) is ordered like everything else but only
-//! the replica the client chose executes it; only the chosen replica replies.
+//! B-tree"), generic over the service it replicates ([`partita_service::StateMachine`]):
+//! every replica executes every mutating command in the decided order; a read-only
+//! command is ordered like everything else but only the replica the client chose
+//! executes it; only the chosen replica replies. Commands arrive as opaque payloads
+//! and are decoded here, with the service's codec; a payload that does not decode, or
+//! that the service's `check` refuses, is answered with the refusal and changes
+//! nothing, identically on every replica.
+//!
+//! The node core drives a replica through the object-safe [`Replica`] trait and builds
+//! one with a [`ServiceFactory`] (`service::<S>()`), so nothing above this crate is
+//! generic over the service.
 //!
 //! Exactly-once: a command carries (client id, sequence number). The replica keeps, per
 //! client, the sequence number and reply of its last *mutating* command. A resubmitted
@@ -22,7 +30,7 @@
 //! proposed value (Phase 2A) before it is decided. [`SequentialReplica::propose`] hands
 //! it such a value; once it is the next instance after everything executed or already
 //! speculated, the replica executes it at once, keeping per-instance undo records (the
-//! B+tree's [`partita_btree::Undo`]s, the reply-cache entries it replaced, the cache's
+//! service's undo records, the reply-cache entries it replaced, the cache's
 //! high-water mark) and *holding* its replies. [`SequentialReplica::execute`] with the
 //! decision then either confirms the head speculation (same value id: its held replies
 //! are released) or rolls every speculated instance back, newest first, executes the
@@ -49,7 +57,7 @@
 //! ([`SequentialReplica::take_early`]). A rollback sends nothing: the re-execution
 //! sends new tentative replies (speculated again) or final ones (the decided value).
 //!
-//! Checkpoints ([`checkpoint`]): [`SequentialReplica::checkpoint`] serializes the tree,
+//! Checkpoints ([`checkpoint`]): [`SequentialReplica::checkpoint`] serializes the state,
 //! the reply cache and the instance covered into one checksummed byte string that
 //! [`SequentialReplica::restore`] turns back into a replica answering exactly as the
 //! original would (paper 001 §IV: replicas checkpoint so that acceptors can truncate
@@ -59,17 +67,22 @@
 pub mod checkpoint;
 
 pub use checkpoint::{
-    checkpoint_header, checkpoint_identity, restamp_checkpoint, verify_checkpoint, CheckpointError,
-    CheckpointInfo, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC, CHECKPOINT_VERSION,
+    checkpoint_header, checkpoint_identity, restamp_checkpoint, service_id, verify_checkpoint,
+    CheckpointError, CheckpointInfo, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC,
+    CHECKPOINT_VERSION,
 };
 
-use partita_btree::{BPlusTree, Undo};
-use partita_consensus::{Value, Vid};
+pub use partita_service::{ExecutionWork, StateMachine, WORK_KINDS as OP_KINDS};
+
+use partita_consensus::Value;
+use partita_consensus::Vid;
 use partita_types::early::EarlyReply;
 use partita_types::{
-    BatchOp, ClientId, Instance, NodeId, Op, OpResult, PartitionId, PartitionLayout, Reply,
+    ClientId, Command, DetHashMap, Instance, NodeId, Outcome, PartitionId, PartitionLayout, Reply,
 };
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::any::Any;
+use std::collections::{BTreeMap, VecDeque};
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 #[derive(Clone, Debug, Default)]
@@ -78,7 +91,11 @@ pub struct ReplicaStats {
     pub reads_skipped: u64,
     pub duplicates_answered: u64,
     pub stale_ignored: u64,
-    pub btree_ops: u64,
+    /// Commands refused without execution (did not decode, or the service's `check`
+    /// refused them).
+    pub refused: u64,
+    /// Service operations executed ([`StateMachine::op_count`]).
+    pub ops: u64,
     /// Instances executed speculatively (a re-speculation after a rollback counts again).
     pub speculated: u64,
     /// Speculated instances the decision confirmed (their held replies were released).
@@ -88,70 +105,6 @@ pub struct ReplicaStats {
     /// Work this replica did, rolled-back speculation included (never rewound): what
     /// a CPU model charges, where it ran.
     pub work: ExecutionWork,
-}
-
-/// The kinds of B+tree operation [`ExecutionWork::by_kind`] counts, in its order.
-pub const OP_KINDS: [&str; 7] = [
-    "insert", "delete", "update", "read", "next", "prev", "query",
-];
-
-/// Execution work done, counted as it happens and never rewound by a rollback (a
-/// rolled-back speculation did run). Differences across a handler tell what that
-/// handler executed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ExecutionWork {
-    /// Commands executed on the B+tree (speculated or decided).
-    pub commands: u64,
-    /// B+tree operations (a batch of seven counts 7).
-    pub btree_ops: u64,
-    /// The same operations by kind ([`OP_KINDS`] order).
-    pub by_kind: [u64; 7],
-    /// Entries returned by range queries.
-    pub query_entries: u64,
-}
-
-impl ExecutionWork {
-    fn count(&mut self, op: &Op, result: &OpResult) {
-        self.commands += 1;
-        self.btree_ops += op.btree_ops() as u64;
-        let k = match op {
-            Op::Insert { .. } => 0,
-            Op::Delete { .. } => 1,
-            Op::Update { .. } => 2,
-            Op::Read { .. } => 3,
-            Op::Next { .. } => 4,
-            Op::Prev { .. } => 5,
-            Op::Query { .. } => 6,
-            Op::Batch(ops) => {
-                for b in ops {
-                    match b {
-                        BatchOp::Insert { .. } => self.by_kind[0] += 1,
-                        BatchOp::Delete { .. } => self.by_kind[1] += 1,
-                    }
-                }
-                return;
-            }
-        };
-        self.by_kind[k] += 1;
-        if let OpResult::Entries(v) = result {
-            self.query_entries += v.len() as u64;
-        }
-    }
-
-    /// The work done since `before` (zero where a counter went back, as when the
-    /// replica was replaced by a restored checkpoint).
-    pub fn since(&self, before: &ExecutionWork) -> ExecutionWork {
-        let mut by_kind = [0; 7];
-        for (i, k) in by_kind.iter_mut().enumerate() {
-            *k = self.by_kind[i].saturating_sub(before.by_kind[i]);
-        }
-        ExecutionWork {
-            commands: self.commands.saturating_sub(before.commands),
-            btree_ops: self.btree_ops.saturating_sub(before.btree_ops),
-            by_kind,
-            query_entries: self.query_entries.saturating_sub(before.query_entries),
-        }
-    }
 }
 
 impl ReplicaStats {
@@ -173,31 +126,31 @@ impl ReplicaStats {
 }
 
 /// One speculatively executed instance: how to undo it, and the replies it holds.
-struct Speculation {
+struct Speculation<U> {
     instance: Instance,
     vid: Vid,
-    /// B+tree undo records, in execution order (applied in reverse).
-    undo: Vec<Undo>,
+    /// The service's undo records, in execution order (applied in reverse).
+    undo: Vec<U>,
     /// Reply-cache entries it overwrote, in order: (client, previous entry).
     cache_undo: Vec<(ClientId, Option<Reply>)>,
     max_cached_before: Instance,
     mutations_before: u64,
     stats_before: ReplicaStats,
-    /// Digest of the tree before it: for the head speculation, the decided state's.
+    /// Digest of the state before it: for the head speculation, the decided state's.
     digest_before: u64,
     /// Replies held until the decision confirms the value.
     held: Vec<Reply>,
 }
 
-pub struct SequentialReplica {
+pub struct SequentialReplica<S: StateMachine> {
     id: NodeId,
     /// Written into checkpoints, so that one found in another cluster's data
     /// directory is refused (0 until [`SequentialReplica::set_cluster_id`]).
     cluster_id: u64,
-    tree: BPlusTree,
+    state: S,
     last_instance: Instance,
     /// Per client: sequence number and reply of its last mutating command.
-    replies: HashMap<ClientId, Reply>,
+    replies: DetHashMap<ClientId, Reply>,
     /// Highest instance of any cached reply (0: empty cache), for `invariants`.
     max_cached_instance: Instance,
     stats: ReplicaStats,
@@ -211,9 +164,12 @@ pub struct SequentialReplica {
     /// Latest proposal (highest ballot) per instance above `last_instance`.
     pending: BTreeMap<Instance, Arc<Value>>,
     /// Speculated instances `last_instance + 1 ..= last_instance + spec.len()`.
-    spec: VecDeque<Speculation>,
-    /// State partitioning: the layout and this replica's partition (who answers what).
-    answers: Option<(PartitionLayout, PartitionId)>,
+    spec: VecDeque<Speculation<S::Undo>>,
+    /// This replica's partition: which payload of a command it executes (0 when the
+    /// state is not partitioned).
+    partition: PartitionId,
+    /// State partitioning: the layout (who answers what).
+    answers: Option<PartitionLayout>,
     /// Early replies (see the crate doc), and what they produced for the driver.
     early: EarlyState,
     /// Proposals are only recorded by `propose` and `execute`; the caller runs
@@ -232,14 +188,14 @@ struct EarlyState {
     quiet: bool,
 }
 
-impl SequentialReplica {
-    pub fn new(id: NodeId, tree: BPlusTree) -> SequentialReplica {
+impl<S: StateMachine> SequentialReplica<S> {
+    pub fn new(id: NodeId, state: S) -> SequentialReplica<S> {
         SequentialReplica {
             id,
             cluster_id: 0,
-            tree,
+            state,
             last_instance: 0,
-            replies: HashMap::new(),
+            replies: DetHashMap::default(),
             max_cached_instance: 0,
             stats: ReplicaStats::default(),
             unsafe_reexecute_duplicates: false,
@@ -248,6 +204,7 @@ impl SequentialReplica {
             mutations: 0,
             pending: BTreeMap::new(),
             spec: VecDeque::new(),
+            partition: 0,
             answers: None,
             early: EarlyState::default(),
             deferred: false,
@@ -258,7 +215,8 @@ impl SequentialReplica {
     /// the commands whose client named a replica of its rank (see
     /// [`PartitionLayout::answerer`]).
     pub fn set_partition(&mut self, layout: PartitionLayout, p: PartitionId) {
-        self.answers = layout.map.is_partitioned().then_some((layout, p));
+        self.partition = p;
+        self.answers = layout.map.is_partitioned().then_some(layout);
     }
 
     /// Early replies (paper 001 §VII): send each speculated reply at once as tentative
@@ -369,8 +327,9 @@ impl SequentialReplica {
         );
     }
 
-    pub fn tree(&self) -> &BPlusTree {
-        &self.tree
+    /// The service state (decided and speculated).
+    pub fn state(&self) -> &S {
+        &self.state
     }
     pub fn last_instance(&self) -> Instance {
         self.last_instance
@@ -378,12 +337,11 @@ impl SequentialReplica {
     pub fn stats(&self) -> &ReplicaStats {
         &self.stats
     }
-    /// Digest of the decided service state (the B+tree contents without the
-    /// speculated suffix).
+    /// Digest of the decided service state (without the speculated suffix).
     pub fn digest(&self) -> u64 {
         match self.spec.front() {
             Some(s) => s.digest_before,
-            None => self.tree.digest(),
+            None => self.state.digest(),
         }
     }
 
@@ -449,7 +407,7 @@ impl SequentialReplica {
                 max_cached_before: self.max_cached_instance,
                 mutations_before: self.mutations,
                 stats_before: self.stats.clone(),
-                digest_before: self.tree.digest(),
+                digest_before: self.state.digest(),
                 held: Vec::new(),
             };
             let mut held = Vec::new();
@@ -480,8 +438,8 @@ impl SequentialReplica {
     fn rollback_from(&mut self, instance: Instance, count: bool) {
         while self.spec.back().is_some_and(|s| s.instance >= instance) {
             let s = self.spec.pop_back().expect("checked");
-            for u in s.undo.iter().rev() {
-                self.tree.apply_undo(u);
+            for u in s.undo.into_iter().rev() {
+                self.state.undo(u);
             }
             for (client, prev) in s.cache_undo.into_iter().rev() {
                 match prev {
@@ -496,9 +454,9 @@ impl SequentialReplica {
                 self.stats.speculation_rolled_back += 1;
             }
             assert_eq!(
-                self.tree.digest(),
+                self.state.digest(),
                 s.digest_before,
-                "rolling back instance {} did not restore the tree",
+                "rolling back instance {} did not restore the state",
                 s.instance
             );
         }
@@ -507,16 +465,17 @@ impl SequentialReplica {
     /// Planted bug (simulator controls only): answer a read-only command from the
     /// local state at once, without ordering it. A replica that lags behind the order
     /// then returns stale results.
-    pub fn unsafe_read_unordered(&mut self, cmd: &partita_types::Command) -> Option<Reply> {
-        if cmd.op.is_mutation() {
+    pub fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply> {
+        let op = S::decode_command(cmd.body.payload_for(self.partition)?).ok()?;
+        if !S::is_read_only(&op) {
             return None;
         }
-        let (result, _undo) = self.tree.execute(&cmd.op);
+        let result = self.state.execute(&op);
         Some(Reply {
             client: cmd.client,
             seq: cmd.seq,
             instance: self.last_instance,
-            result,
+            result: Ok(S::encode_reply(&result)),
         })
     }
 
@@ -569,15 +528,39 @@ impl SequentialReplica {
         instance: Instance,
         value: &Value,
         replies_out: &mut Vec<Reply>,
-        mut log: Option<&mut Speculation>,
+        mut log: Option<&mut Speculation<S::Undo>>,
     ) {
         for cmd in &value.commands {
             let mine = match &self.answers {
                 None => cmd.reply_to == self.id,
-                Some((layout, p)) => layout.answerer(cmd.reply_to, *p) == Some(self.id),
+                Some(layout) => layout.answerer(cmd.reply_to, self.partition) == Some(self.id),
             };
+            let Some(payload) = cmd.body.payload_for(self.partition) else {
+                // Not addressed to this partition (learners deliver projections, so
+                // only a whole value delivered to a partitioned replica has these).
+                continue;
+            };
+            let op = match S::decode_command(payload)
+                .map_err(|e| format!("a {} command that does not decode: {e}", S::NAME))
+                .and_then(|op| S::check(&op).map(|()| op))
+            {
+                Ok(op) => op,
+                Err(why) => {
+                    self.stats.refused += 1;
+                    if mine {
+                        replies_out.push(Reply {
+                            client: cmd.client,
+                            seq: cmd.seq,
+                            instance,
+                            result: Err(why),
+                        });
+                    }
+                    continue;
+                }
+            };
+            let mutation = !S::is_read_only(&op);
             if let Some(last) = self.replies.get(&cmd.client) {
-                if cmd.seq < last.seq || (cmd.seq == last.seq && !cmd.op.is_mutation()) {
+                if cmd.seq < last.seq || (cmd.seq == last.seq && !mutation) {
                     self.stats.stale_ignored += 1;
                     continue;
                 }
@@ -589,35 +572,41 @@ impl SequentialReplica {
                     continue;
                 }
             }
-            if !cmd.op.is_mutation() && !mine {
+            if !mutation && !mine {
                 self.stats.reads_skipped += 1;
                 continue;
             }
-            let (result, mut undo) = self.tree.execute(&cmd.op);
-            if cmd.op.is_mutation() {
-                self.mutations += 1;
-                if self.unsafe_lose_every > 0
-                    && self.mutations.is_multiple_of(self.unsafe_lose_every)
-                {
-                    self.tree.apply_undo(&undo);
-                    undo = Undo::new();
+            let result = if log.is_some() || (mutation && self.unsafe_lose_every > 0) {
+                let (result, undo) = self.state.execute_undoable(&op);
+                let mut undo = Some(undo);
+                if mutation {
+                    self.mutations += 1;
+                    if self.unsafe_lose_every > 0
+                        && self.mutations.is_multiple_of(self.unsafe_lose_every)
+                    {
+                        self.state.undo(undo.take().expect("just made"));
+                    }
                 }
-            }
-            if let Some(l) = log.as_deref_mut() {
-                if !undo.is_empty() {
-                    l.undo.push(undo);
+                if let (Some(l), Some(u)) = (log.as_deref_mut(), undo) {
+                    l.undo.push(u);
                 }
-            }
+                result
+            } else {
+                if mutation {
+                    self.mutations += 1;
+                }
+                self.state.execute(&op)
+            };
             self.stats.commands_executed += 1;
-            self.stats.btree_ops += cmd.op.btree_ops() as u64;
-            self.stats.work.count(&cmd.op, &result);
+            self.stats.ops += S::op_count(&op);
+            S::account(&op, &result, &mut self.stats.work);
             let reply = Reply {
                 client: cmd.client,
                 seq: cmd.seq,
                 instance,
-                result,
+                result: Ok(S::encode_reply(&result)),
             };
-            if cmd.op.is_mutation() {
+            if mutation {
                 self.max_cached_instance = instance;
                 let prev = self.replies.insert(cmd.client, reply.clone());
                 assert!(
@@ -635,11 +624,204 @@ impl SequentialReplica {
     }
 }
 
+/// Everything a replica is told about its place and behaviour once it is built.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaOptions {
+    pub cluster_id: u64,
+    /// State partitioning: the layout and this replica's partition.
+    pub partition: Option<(PartitionLayout, PartitionId)>,
+    pub early_replies: bool,
+    pub deferred_speculation: bool,
+    /// Planted bugs (tests and `--unsafe` only).
+    pub unsafe_lose_every: u64,
+    pub unsafe_reexecute_duplicates: bool,
+    pub unsafe_confirm_unchecked: bool,
+    pub unsafe_clear_reply_cache: bool,
+}
+
+/// A replica as the node core drives it, whatever service it replicates (object
+/// safe: the node core holds a `Box<dyn Replica>`). See [`SequentialReplica`] for what
+/// each method does.
+pub trait Replica: Send {
+    /// The service's name ([`StateMachine::NAME`]).
+    fn service(&self) -> &'static str;
+    fn id(&self) -> NodeId;
+    fn configure(&mut self, options: &ReplicaOptions);
+    fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>);
+    fn propose(&mut self, instance: Instance, value: Arc<Value>);
+    fn speculate(&mut self);
+    fn respeculate(&mut self, n: u64);
+    fn rollback_speculation(&mut self);
+    fn speculation_ready(&self) -> bool;
+    fn speculated(&self) -> u64;
+    fn take_early(&mut self) -> Vec<EarlyReply>;
+    fn early_pending(&self) -> usize;
+    /// A checkpoint of the decided state (panics while anything is speculated).
+    fn checkpoint(&self) -> Vec<u8>;
+    fn last_instance(&self) -> Instance;
+    fn digest(&self) -> u64;
+    /// Objects the service holds ([`StateMachine::len`]).
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn stats(&self) -> &ReplicaStats;
+    fn cached_clients(&self) -> usize;
+    fn invariants(&self);
+    fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply>;
+    /// The concrete replica, for tests and tools that know the service
+    /// (`downcast_ref::<SequentialReplica<S>>()`).
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<S: StateMachine> Replica for SequentialReplica<S> {
+    fn service(&self) -> &'static str {
+        S::NAME
+    }
+    fn id(&self) -> NodeId {
+        self.id
+    }
+    fn configure(&mut self, o: &ReplicaOptions) {
+        self.set_cluster_id(o.cluster_id);
+        if let Some((layout, p)) = &o.partition {
+            self.set_partition(layout.clone(), *p);
+        }
+        self.set_early_replies(o.early_replies);
+        self.set_deferred_speculation(o.deferred_speculation);
+        self.set_unsafe_lose_every(o.unsafe_lose_every);
+        self.set_unsafe_reexecute_duplicates(o.unsafe_reexecute_duplicates);
+        self.set_unsafe_confirm_unchecked(o.unsafe_confirm_unchecked);
+        if o.unsafe_clear_reply_cache {
+            self.unsafe_clear_reply_cache();
+        }
+    }
+    fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
+        SequentialReplica::execute(self, instance, value, replies_out)
+    }
+    fn propose(&mut self, instance: Instance, value: Arc<Value>) {
+        SequentialReplica::propose(self, instance, value)
+    }
+    fn speculate(&mut self) {
+        SequentialReplica::speculate(self)
+    }
+    fn respeculate(&mut self, n: u64) {
+        SequentialReplica::respeculate(self, n)
+    }
+    fn rollback_speculation(&mut self) {
+        SequentialReplica::rollback_speculation(self)
+    }
+    fn speculation_ready(&self) -> bool {
+        SequentialReplica::speculation_ready(self)
+    }
+    fn speculated(&self) -> u64 {
+        SequentialReplica::speculated(self)
+    }
+    fn take_early(&mut self) -> Vec<EarlyReply> {
+        SequentialReplica::take_early(self)
+    }
+    fn early_pending(&self) -> usize {
+        SequentialReplica::early_pending(self)
+    }
+    fn checkpoint(&self) -> Vec<u8> {
+        SequentialReplica::checkpoint(self)
+    }
+    fn last_instance(&self) -> Instance {
+        SequentialReplica::last_instance(self)
+    }
+    fn digest(&self) -> u64 {
+        SequentialReplica::digest(self)
+    }
+    fn len(&self) -> u64 {
+        self.state.len()
+    }
+    fn stats(&self) -> &ReplicaStats {
+        SequentialReplica::stats(self)
+    }
+    fn cached_clients(&self) -> usize {
+        SequentialReplica::cached_clients(self)
+    }
+    fn invariants(&self) {
+        SequentialReplica::invariants(self)
+    }
+    fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply> {
+        SequentialReplica::unsafe_read_unordered(self, cmd)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Builds replicas of one service: the node core holds one and never names the
+/// service's type.
+pub trait ServiceFactory: Send + Sync {
+    /// The service's name ([`StateMachine::NAME`]).
+    fn name(&self) -> &'static str;
+    /// A replica with the empty state.
+    fn fresh(&self, id: NodeId) -> Box<dyn Replica>;
+    /// A replica restored from checkpoint bytes of cluster `cluster_id` (written by
+    /// any of its replicas), as replica `node_id`. A checkpoint of another cluster or
+    /// another service, or a damaged one, is refused.
+    fn restore(
+        &self,
+        bytes: &[u8],
+        cluster_id: u64,
+        node_id: NodeId,
+    ) -> Result<Box<dyn Replica>, CheckpointError>;
+}
+
+impl std::fmt::Debug for dyn ServiceFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ServiceFactory({})", self.name())
+    }
+}
+
+struct Factory<S>(PhantomData<fn() -> S>);
+
+impl<S: StateMachine> ServiceFactory for Factory<S> {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+    fn fresh(&self, id: NodeId) -> Box<dyn Replica> {
+        Box::new(SequentialReplica::new(id, S::new()))
+    }
+    fn restore(
+        &self,
+        bytes: &[u8],
+        cluster_id: u64,
+        node_id: NodeId,
+    ) -> Result<Box<dyn Replica>, CheckpointError> {
+        Ok(Box::new(SequentialReplica::<S>::restore_as(
+            bytes, cluster_id, node_id,
+        )?))
+    }
+}
+
+/// The factory of replicas of service `S`.
+pub fn service<S: StateMachine>() -> Arc<dyn ServiceFactory> {
+    Arc::new(Factory::<S>(PhantomData))
+}
+
+/// The replica behind a `dyn Replica`, when it replicates `S` (tests and tools).
+pub fn downcast<S: StateMachine>(r: &dyn Replica) -> Option<&SequentialReplica<S>> {
+    r.as_any().downcast_ref::<SequentialReplica<S>>()
+}
+
+/// The decided outcome's service reply, for tests: panics on a refusal or bytes that
+/// do not decode.
+pub fn reply_of<S: StateMachine>(outcome: &Outcome) -> S::Reply {
+    partita_service::decode_outcome::<S>(outcome).expect("a decodable reply")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use partita_btree::{BPlusTree, BatchOp, Op, OpResult};
     use partita_consensus::Vid;
-    use partita_types::{Ballot, Command, Op, OpResult};
+    use partita_types::{Ballot, Command};
+
+    fn res(r: &Reply) -> OpResult {
+        reply_of::<BPlusTree>(&r.result)
+    }
 
     fn value(cmds: Vec<Command>) -> Value {
         Value {
@@ -653,12 +835,7 @@ mod tests {
     }
 
     fn cmd(client: u64, seq: u64, reply_to: NodeId, op: Op) -> Command {
-        Command {
-            client,
-            seq,
-            reply_to,
-            op,
-        }
+        partita_btree::service::command(client, seq, reply_to, &op)
     }
 
     #[test]
@@ -672,24 +849,12 @@ mod tests {
         let (mut ra, mut rb) = (Vec::new(), Vec::new());
         a.execute(1, &v, &mut ra);
         b.execute(1, &v, &mut rb);
-        assert_eq!(
-            ra,
-            vec![Reply {
-                client: 7,
-                seq: 1,
-                instance: 1,
-                result: OpResult::Inserted(true)
-            }]
-        );
-        assert_eq!(
-            rb,
-            vec![Reply {
-                client: 8,
-                seq: 1,
-                instance: 1,
-                result: OpResult::Value(Some(50))
-            }]
-        );
+        assert_eq!(ra.len(), 1);
+        assert_eq!((ra[0].client, ra[0].seq, ra[0].instance), (7, 1, 1));
+        assert_eq!(res(&ra[0]), OpResult::Inserted(true));
+        assert_eq!(rb.len(), 1);
+        assert_eq!((rb[0].client, rb[0].seq, rb[0].instance), (8, 1, 1));
+        assert_eq!(res(&rb[0]), OpResult::Value(Some(50)));
         assert_eq!(a.stats().reads_skipped, 1);
         assert_eq!(a.digest(), b.digest());
     }
@@ -708,9 +873,9 @@ mod tests {
             &value(vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 50 })]),
             &mut r,
         );
-        assert_eq!(r[0].result, OpResult::Inserted(true));
+        assert_eq!(res(&r[0]), OpResult::Inserted(true));
         assert_eq!(
-            r[1].result,
+            res(&r[1]),
             OpResult::Inserted(true),
             "the cached reply, not a second execution"
         );
@@ -725,7 +890,7 @@ mod tests {
             &mut r,
         );
         assert_eq!(r.len(), 3);
-        assert_eq!(a.tree().read(5), None);
+        assert_eq!(a.state().read(5), None);
     }
 
     #[test]
@@ -743,7 +908,7 @@ mod tests {
             &value(vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 50 })]),
             &mut r,
         );
-        assert_eq!(r[1].result, OpResult::Inserted(false));
+        assert_eq!(res(&r[1]), OpResult::Inserted(false));
     }
 
     #[test]
@@ -758,7 +923,7 @@ mod tests {
         a.speculate();
         assert_eq!((a.speculated(), a.speculation_ready()), (1, false));
         let w = a.stats().work;
-        assert_eq!((w.commands, w.btree_ops, w.by_kind[0]), (1, 1, 1));
+        assert_eq!((w.commands, w.ops, w.by_kind[0]), (1, 1, 1));
         // Decided with another value: rolled back, the decided value executed, and
         // nothing speculated again by `execute` itself.
         let mut other = value(vec![
@@ -793,5 +958,67 @@ mod tests {
     fn out_of_order_instance_is_a_bug() {
         let mut a = SequentialReplica::new(1, BPlusTree::new());
         a.execute(2, &value(vec![]), &mut Vec::new());
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+    use partita_btree::{BPlusTree, Op};
+    use partita_types::{Ballot, Payload};
+
+    fn value(cmds: Vec<Command>) -> Value {
+        Value::new(
+            Vid {
+                ballot: Ballot::ZERO,
+                seq: 0,
+            },
+            cmds,
+        )
+    }
+
+    /// A payload that does not decode is refused by every replica, the chosen one
+    /// answers with the reason, nothing changes, and a later command still runs.
+    #[test]
+    fn undecodable_commands_are_refused_identically() {
+        let garbage = Command::single(7, 1, 1, Payload::from_static(b"\xff\xff\xff"));
+        let good = partita_btree::service::command(7, 2, 1, &Op::Insert { key: 1, value: 2 });
+        let mut a = SequentialReplica::new(1, BPlusTree::new());
+        let mut b = SequentialReplica::new(2, BPlusTree::new());
+        let (mut ra, mut rb) = (Vec::new(), Vec::new());
+        a.execute(1, &value(vec![garbage.clone(), good.clone()]), &mut ra);
+        b.execute(1, &value(vec![garbage, good]), &mut rb);
+        assert!(rb.is_empty(), "only the chosen replica answers");
+        assert_eq!(ra.len(), 2);
+        let why = ra[0].result.as_ref().unwrap_err();
+        assert!(why.contains("btree command that does not decode"), "{why}");
+        assert!(ra[1].result.is_ok());
+        assert_eq!(a.digest(), b.digest());
+        assert_eq!((a.stats().refused, b.stats().refused), (1, 1));
+        a.invariants();
+    }
+
+    /// A command for another partition is not executed here.
+    #[test]
+    fn commands_for_other_partitions_are_skipped() {
+        let mut a = SequentialReplica::new(1, BPlusTree::new());
+        let mut layout = PartitionLayout {
+            map: partita_types::PartitionMap::new(2, 100).unwrap(),
+            replicas: vec![vec![1], vec![2]],
+        };
+        layout.replicas.sort();
+        a.set_partition(layout, 0);
+        let far = partita_service::envelope::<BPlusTree>(
+            7,
+            1,
+            1,
+            &Op::Insert { key: 70, value: 1 },
+            &partita_types::PartitionMap::new(2, 100).unwrap(),
+        )
+        .unwrap();
+        let mut r = Vec::new();
+        a.execute(1, &value(vec![far]), &mut r);
+        assert!(r.is_empty());
+        assert_eq!(a.state().len(), 0);
     }
 }

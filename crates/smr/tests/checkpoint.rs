@@ -4,11 +4,12 @@
 //! foreign checkpoints are refused with a typed error, never a panic.
 
 use partita_btree::BPlusTree;
+use partita_btree::{BatchOp, Op, OpResult};
 use partita_consensus::{Value, Vid};
 use partita_smr::{
     checkpoint_header, restamp_checkpoint, verify_checkpoint, CheckpointError, SequentialReplica,
 };
-use partita_types::{Ballot, BatchOp, Command, NodeId, Op, OpResult, Reply};
+use partita_types::{Ballot, Command, NodeId, Reply};
 use proptest::prelude::*;
 
 fn value(cmds: Vec<Command>) -> Value {
@@ -23,21 +24,21 @@ fn value(cmds: Vec<Command>) -> Value {
 }
 
 fn cmd(client: u64, seq: u64, reply_to: NodeId, op: Op) -> Command {
-    Command {
-        client,
-        seq,
-        reply_to,
-        op,
-    }
+    partita_btree::service::command(client, seq, reply_to, &op)
 }
 
-fn replica(id: NodeId) -> SequentialReplica {
-    let mut r = SequentialReplica::new(id, BPlusTree::new());
+/// The B+tree result a reply carries.
+fn res(r: &Reply) -> OpResult {
+    partita_smr::reply_of::<BPlusTree>(&r.result)
+}
+
+fn replica(id: NodeId) -> SequentialReplica<BPlusTree> {
+    let mut r = SequentialReplica::<BPlusTree>::new(id, BPlusTree::new());
     r.set_cluster_id(0xC1);
     r
 }
 
-fn run(r: &mut SequentialReplica, cmds: Vec<Command>) -> Vec<Reply> {
+fn run(r: &mut SequentialReplica<BPlusTree>, cmds: Vec<Command>) -> Vec<Reply> {
     let mut out = Vec::new();
     let next = r.last_instance() + 1;
     r.execute(next, &value(cmds), &mut out);
@@ -49,11 +50,11 @@ fn run(r: &mut SequentialReplica, cmds: Vec<Command>) -> Vec<Reply> {
 fn resubmission_after_restore_is_answered_from_the_cache() {
     let mut a = replica(1);
     let first = run(&mut a, vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 50 })]);
-    assert_eq!(first[0].result, OpResult::Inserted(true));
+    assert_eq!(res(&first[0]), OpResult::Inserted(true));
     run(&mut a, vec![cmd(8, 1, 1, Op::Insert { key: 6, value: 60 })]);
 
     let bytes = a.checkpoint();
-    let mut b = SequentialReplica::restore(&bytes).unwrap();
+    let mut b = SequentialReplica::<BPlusTree>::restore(&bytes).unwrap();
     assert_eq!(b.digest(), a.digest());
     assert_eq!(b.last_instance(), 2);
     assert_eq!(b.id(), 1);
@@ -64,13 +65,13 @@ fn resubmission_after_restore_is_answered_from_the_cache() {
     // answers from the cache (instance 1, inserted), and does not insert again.
     let again = run(&mut b, vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 99 })]);
     assert_eq!(again, first, "the cached reply, not a second execution");
-    assert_eq!(b.tree().read(5), Some(50));
+    assert_eq!(b.state().read(5), Some(50));
     assert_eq!(b.stats().commands_executed, 0);
     assert_eq!(b.stats().duplicates_answered, 1);
     // An older one is stale and ignored, as before the checkpoint.
     run(&mut b, vec![cmd(7, 2, 1, Op::Delete { key: 5 })]);
     assert!(run(&mut b, vec![cmd(7, 1, 1, Op::Delete { key: 6 })]).is_empty());
-    assert_eq!(b.tree().read(6), Some(60));
+    assert_eq!(b.state().read(6), Some(60));
 }
 
 #[test]
@@ -79,10 +80,10 @@ fn planted_reexecution_after_restore_is_observable() {
     // test above would catch a cache that was lost in the checkpoint.
     let mut a = replica(1);
     run(&mut a, vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 50 })]);
-    let mut b = SequentialReplica::restore(&a.checkpoint()).unwrap();
+    let mut b = SequentialReplica::<BPlusTree>::restore(&a.checkpoint()).unwrap();
     b.set_unsafe_reexecute_duplicates(true);
     let again = run(&mut b, vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 99 })]);
-    assert_eq!(again[0].result, OpResult::Inserted(false));
+    assert_eq!(res(&again[0]), OpResult::Inserted(false));
 }
 
 #[test]
@@ -129,7 +130,7 @@ fn foreign_cluster_is_refused_and_the_node_id_is_taken() {
     let mut a = replica(4);
     run(&mut a, vec![cmd(1, 1, 4, Op::Insert { key: 1, value: 1 })]);
     let bytes = a.checkpoint();
-    match SequentialReplica::restore_as(&bytes, 0xC2, 5) {
+    match SequentialReplica::<BPlusTree>::restore_as(&bytes, 0xC2, 5) {
         Err(CheckpointError::Foreign {
             expected_cluster_id: 0xC2,
             found_cluster_id: 0xC1,
@@ -138,7 +139,7 @@ fn foreign_cluster_is_refused_and_the_node_id_is_taken() {
         }) => {}
         other => panic!("unexpected {:?}", other.map(|r| r.id())),
     }
-    let b = SequentialReplica::restore_as(&bytes, 0xC1, 5).unwrap();
+    let b = SequentialReplica::<BPlusTree>::restore_as(&bytes, 0xC1, 5).unwrap();
     assert_eq!(b.id(), 5);
     assert_eq!(b.digest(), a.digest());
 }
@@ -166,7 +167,7 @@ fn every_truncation_and_every_bit_flip_is_refused() {
     let bytes = sample_checkpoint();
     for len in 0..bytes.len() {
         assert!(
-            SequentialReplica::restore(&bytes[..len]).is_err(),
+            SequentialReplica::<BPlusTree>::restore(&bytes[..len]).is_err(),
             "truncated to {len}"
         );
     }
@@ -175,21 +176,21 @@ fn every_truncation_and_every_bit_flip_is_refused() {
             let mut bad = bytes.clone();
             bad[at] ^= bit;
             assert!(
-                SequentialReplica::restore(&bad).is_err(),
+                SequentialReplica::<BPlusTree>::restore(&bad).is_err(),
                 "flip {bit:#x} at byte {at} accepted"
             );
         }
     }
     let mut v = bytes.clone();
-    v[8] = 2;
+    v[8] = 1; // the format before services were named in checkpoints
     assert_eq!(
-        SequentialReplica::restore(&v).err(),
-        Some(CheckpointError::Version(2))
+        SequentialReplica::<BPlusTree>::restore(&v).err(),
+        Some(CheckpointError::Version(1))
     );
     let mut other = b"PBTREE\0\x01".to_vec(); // a B+tree snapshot is not a checkpoint
     other.resize(200, 0);
     assert_eq!(
-        SequentialReplica::restore(&other).err(),
+        SequentialReplica::<BPlusTree>::restore(&other).err(),
         Some(CheckpointError::Magic)
     );
 }
@@ -205,7 +206,7 @@ fn consistent_checksum_over_inconsistent_contents_is_still_refused() {
     bytes[body..].copy_from_slice(&crc.to_le_bytes());
     assert!(checkpoint_header(&bytes).is_ok());
     assert!(matches!(
-        SequentialReplica::restore(&bytes),
+        SequentialReplica::<BPlusTree>::restore(&bytes),
         Err(CheckpointError::Contents { .. })
     ));
 }
@@ -290,7 +291,7 @@ proptest! {
             run(&mut a, v.clone());
         }
         let bytes = a.checkpoint();
-        let mut b = SequentialReplica::restore(&bytes).unwrap();
+        let mut b = SequentialReplica::<BPlusTree>::restore(&bytes).unwrap();
         prop_assert_eq!(b.digest(), a.digest());
         prop_assert_eq!(b.last_instance(), a.last_instance());
         prop_assert_eq!(b.checkpoint(), bytes);
@@ -305,7 +306,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-        let _ = SequentialReplica::restore(&bytes);
+        let _ = SequentialReplica::<BPlusTree>::restore(&bytes);
         let _ = verify_checkpoint(&bytes);
     }
 
@@ -320,6 +321,88 @@ proptest! {
         let body = bytes.len() - 4;
         let crc = crc32c_of(&bytes[..body]);
         bytes[body..].copy_from_slice(&crc.to_le_bytes());
-        let _ = SequentialReplica::restore(&bytes);
+        let _ = SequentialReplica::<BPlusTree>::restore(&bytes);
     }
+}
+
+/// A counter: the smallest other service, to show that a checkpoint of one service is
+/// never restored into another.
+struct Counter(u64);
+
+impl partita_smr::StateMachine for Counter {
+    const NAME: &'static str = "counter";
+    type Command = u64;
+    type Reply = u64;
+    type Undo = u64;
+    type Key = u64;
+    fn new() -> Self {
+        Counter(0)
+    }
+    fn is_read_only(add: &u64) -> bool {
+        *add == 0
+    }
+    fn objects(_: &u64) -> partita_service::Objects<u64> {
+        partita_service::Objects::key(0)
+    }
+    fn execute(&mut self, add: &u64) -> u64 {
+        self.0 = self.0.wrapping_add(*add);
+        self.0
+    }
+    fn execute_undoable(&mut self, add: &u64) -> (u64, u64) {
+        (self.execute(add), *add)
+    }
+    fn undo(&mut self, add: u64) {
+        self.0 = self.0.wrapping_sub(add);
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+    fn restore(bytes: &[u8]) -> Result<Self, String> {
+        Ok(Counter(u64::from_le_bytes(
+            bytes.try_into().map_err(|_| "not 8 bytes".to_string())?,
+        )))
+    }
+    fn digest(&self) -> u64 {
+        self.0
+    }
+}
+
+#[test]
+fn a_checkpoint_of_another_service_is_refused() {
+    let bytes = sample_checkpoint();
+    assert!(matches!(
+        SequentialReplica::<Counter>::restore(&bytes),
+        Err(CheckpointError::Service {
+            expected: "counter",
+            ..
+        })
+    ));
+    let mut c = SequentialReplica::new(1, Counter(0));
+    c.set_cluster_id(0xC1);
+    let mut out = Vec::new();
+    c.execute(
+        1,
+        &value(vec![Command::single(
+            1,
+            1,
+            1,
+            <Counter as partita_smr::StateMachine>::encode_command(&5),
+        )]),
+        &mut out,
+    );
+    let theirs = c.checkpoint();
+    assert!(matches!(
+        SequentialReplica::<BPlusTree>::restore(&theirs),
+        Err(CheckpointError::Service {
+            expected: "btree",
+            ..
+        })
+    ));
+    assert_eq!(
+        SequentialReplica::<Counter>::restore(&theirs)
+            .unwrap()
+            .state()
+            .0,
+        5
+    );
 }

@@ -4,9 +4,10 @@
 //! cache and the checkpoint are exactly those of executing the decided sequence.
 
 use partita_btree::BPlusTree;
+use partita_btree::{BatchOp, Op, OpResult};
 use partita_consensus::{Value, Vid};
 use partita_smr::SequentialReplica;
-use partita_types::{Ballot, BatchOp, Command, NodeId, Op, OpResult, Reply};
+use partita_types::{Ballot, Command, NodeId, Reply};
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -24,12 +25,12 @@ fn value(round: u32, seq: u64, cmds: Vec<Command>) -> Arc<Value> {
 }
 
 fn cmd(client: u64, seq: u64, reply_to: NodeId, op: Op) -> Command {
-    Command {
-        client,
-        seq,
-        reply_to,
-        op,
-    }
+    partita_btree::service::command(client, seq, reply_to, &op)
+}
+
+/// The B+tree result a reply carries.
+fn res(r: &Reply) -> OpResult {
+    partita_smr::reply_of::<BPlusTree>(&r.result)
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -143,8 +144,8 @@ proptest! {
         checkpoint_every in 0u64..6,
         order_seed in any::<u64>(),
     ) {
-        let mut plain = SequentialReplica::new(ME, BPlusTree::new());
-        let mut spec = SequentialReplica::new(ME, BPlusTree::new());
+        let mut plain = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
+        let mut spec = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
         let (mut want, mut got): (Vec<Reply>, Vec<Reply>) = (Vec::new(), Vec::new());
         for ev in schedule(&insts, checkpoint_every, order_seed) {
             match ev {
@@ -168,8 +169,8 @@ proptest! {
         }
         prop_assert_eq!(spec.speculated(), 0);
         prop_assert_eq!(spec.pending_proposals(), 0);
-        prop_assert_eq!(spec.tree().digest(), plain.tree().digest());
-        prop_assert!(spec.tree().iter().eq(plain.tree().iter()));
+        prop_assert_eq!(spec.state().digest(), plain.state().digest());
+        prop_assert!(spec.state().iter().eq(plain.state().iter()));
         for c in 1..4 {
             prop_assert_eq!(spec.cached_reply(c), plain.cached_reply(c));
         }
@@ -192,7 +193,7 @@ fn v(round: u32, seq: u64, cmds: Vec<Command>) -> Arc<Value> {
 
 #[test]
 fn a_confirmed_speculation_releases_its_held_replies() {
-    let mut r = SequentialReplica::new(ME, BPlusTree::new());
+    let mut r = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
     let a = v(0, 1, vec![cmd(7, 1, ME, Op::Insert { key: 1, value: 10 })]);
     let b = v(0, 2, vec![cmd(8, 1, ME, Op::Read { key: 1 })]);
     r.propose(1, a.clone());
@@ -205,16 +206,16 @@ fn a_confirmed_speculation_releases_its_held_replies() {
         "digest is the decided state"
     );
     assert_eq!(
-        r.tree().read(1),
+        r.state().read(1),
         Some(10),
         "the tree holds the speculated suffix"
     );
     let mut out = Vec::new();
     r.execute(1, &a, &mut out);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].result, OpResult::Inserted(true));
+    assert_eq!(res(&out[0]), OpResult::Inserted(true));
     r.execute(2, &b, &mut out);
-    assert_eq!(out[1].result, OpResult::Value(Some(10)));
+    assert_eq!(res(&out[1]), OpResult::Value(Some(10)));
     assert_eq!(r.stats().speculation_confirmed, 2);
     assert_eq!(r.stats().speculation_rolled_back, 0);
     r.invariants();
@@ -222,7 +223,7 @@ fn a_confirmed_speculation_releases_its_held_replies() {
 
 #[test]
 fn another_decided_value_rolls_back_and_respeculates() {
-    let mut r = SequentialReplica::new(ME, BPlusTree::new());
+    let mut r = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
     let wrong = v(0, 1, vec![cmd(7, 1, ME, Op::Insert { key: 1, value: 10 })]);
     let right = v(1, 2, vec![cmd(9, 1, ME, Op::Insert { key: 1, value: 99 })]);
     let later = v(1, 3, vec![cmd(8, 1, ME, Op::Read { key: 1 })]);
@@ -238,28 +239,30 @@ fn another_decided_value_rolls_back_and_respeculates() {
             client: 9,
             seq: 1,
             instance: 1,
-            result: OpResult::Inserted(true)
+            result: Ok(<BPlusTree as partita_smr::StateMachine>::encode_reply(
+                &OpResult::Inserted(true)
+            ))
         }]
     );
     assert!(r.cached_reply(7).is_none());
     assert_eq!(r.stats().speculation_rolled_back, 2);
     assert_eq!(r.speculated(), 1, "instance 2 speculated again");
     r.execute(2, &later, &mut out);
-    assert_eq!(out[1].result, OpResult::Value(Some(99)), "read recomputed");
+    assert_eq!(res(&out[1]), OpResult::Value(Some(99)), "read recomputed");
     r.invariants();
 }
 
 #[test]
 fn a_new_leaders_proposal_replaces_a_speculation_and_an_old_one_does_not() {
-    let mut r = SequentialReplica::new(ME, BPlusTree::new());
+    let mut r = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
     let old = v(0, 1, vec![cmd(7, 1, ME, Op::Insert { key: 1, value: 10 })]);
     let new = v(2, 1, vec![cmd(7, 1, ME, Op::Insert { key: 1, value: 20 })]);
     r.propose(1, old.clone());
     r.propose(1, new.clone());
-    assert_eq!(r.tree().read(1), Some(20));
+    assert_eq!(r.state().read(1), Some(20));
     assert_eq!(r.stats().speculation_rolled_back, 1);
     r.propose(1, old); // late, lower ballot: ignored
-    assert_eq!(r.tree().read(1), Some(20));
+    assert_eq!(r.state().read(1), Some(20));
     let mut out = Vec::new();
     r.execute(1, &new, &mut out);
     assert_eq!(out[0].instance, 1);
@@ -268,7 +271,7 @@ fn a_new_leaders_proposal_replaces_a_speculation_and_an_old_one_does_not() {
 
 #[test]
 fn planted_bug_keeps_a_wrong_speculation() {
-    let mut r = SequentialReplica::new(ME, BPlusTree::new());
+    let mut r = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
     r.set_unsafe_confirm_unchecked(true);
     let wrong = v(0, 1, vec![cmd(7, 1, ME, Op::Insert { key: 1, value: 10 })]);
     let right = v(1, 2, vec![cmd(9, 1, ME, Op::Insert { key: 1, value: 99 })]);
@@ -276,13 +279,13 @@ fn planted_bug_keeps_a_wrong_speculation() {
     let mut out = Vec::new();
     r.execute(1, &right, &mut out);
     assert_eq!(out[0].client, 7, "the wrong value's reply went out");
-    assert_eq!(r.tree().read(1), Some(10));
+    assert_eq!(r.state().read(1), Some(10));
 }
 
 #[test]
 #[should_panic(expected = "speculated instances")]
 fn no_checkpoint_while_speculating() {
-    let mut r = SequentialReplica::new(ME, BPlusTree::new());
+    let mut r = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
     r.propose(1, v(0, 1, vec![]));
     r.checkpoint();
 }
@@ -292,7 +295,7 @@ fn no_checkpoint_while_speculating() {
 /// would have been, in the same order; every confirmation names a tentative reply
 /// that was sent; setting speculation aside for a checkpoint sends nothing again.
 fn early_finals(
-    spec: &mut SequentialReplica,
+    spec: &mut SequentialReplica<BPlusTree>,
     sent: &mut Vec<Reply>,
     finals: &mut Vec<Reply>,
 ) -> Result<(), TestCaseError> {
@@ -322,8 +325,8 @@ proptest! {
         checkpoint_every in 0u64..6,
         order_seed in any::<u64>(),
     ) {
-        let mut plain = SequentialReplica::new(ME, BPlusTree::new());
-        let mut spec = SequentialReplica::new(ME, BPlusTree::new());
+        let mut plain = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
+        let mut spec = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
         spec.set_early_replies(true);
         let mut want = Vec::new();
         let (mut sent, mut finals) = (Vec::new(), Vec::new());
@@ -354,7 +357,7 @@ proptest! {
 
 #[test]
 fn without_early_replies_nothing_early_is_produced() {
-    let mut r = SequentialReplica::new(ME, BPlusTree::new());
+    let mut r = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
     let a = v(0, 1, vec![cmd(7, 1, ME, Op::Insert { key: 1, value: 10 })]);
     r.propose(1, a.clone());
     r.execute(1, &a, &mut Vec::new());

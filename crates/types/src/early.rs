@@ -16,7 +16,7 @@
 //! result) never matches the confirmation of the new one; a confirmation that arrives
 //! before its tentative reply (reordering) is kept until the reply comes.
 
-use crate::{ClientId, Instance, OpResult, Reply};
+use crate::{ClientId, Instance, Outcome, Reply};
 use serde::{Deserialize, Serialize};
 
 /// The short message that makes a tentative result final.
@@ -63,12 +63,16 @@ impl EarlyReply {
     }
 }
 
-/// 64-bit FNV-1a of the result's encoding: identifies a result in a confirmation.
-/// (Results are not adversarial; a collision would need two different results of one
-/// command at one instance.)
-pub fn result_digest(result: &OpResult) -> u64 {
+/// 64-bit FNV-1a of the outcome (its kind, then the reply's bytes or the refusal's
+/// text): identifies a result in a confirmation. (Results are not adversarial; a
+/// collision would need two different results of one command at one instance.)
+pub fn result_digest(result: &Outcome) -> u64 {
+    let (tag, bytes): (u8, &[u8]) = match result {
+        Ok(p) => (0, p),
+        Err(e) => (1, e.as_bytes()),
+    };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in crate::encode(result) {
+    for b in std::iter::once(tag).chain(bytes.iter().copied()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -82,7 +86,7 @@ pub fn result_digest(result: &OpResult) -> u64 {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EarlyWait {
     /// (instance, digest, result) of each distinct tentative reply.
-    tentative: Vec<(Instance, u64, OpResult)>,
+    tentative: Vec<(Instance, u64, Outcome)>,
     /// (instance, digest) of each distinct confirmation.
     confirmed: Vec<(Instance, u64)>,
 }
@@ -92,7 +96,7 @@ impl EarlyWait {
 
     /// Handle a tentative reply or a confirmation; returns the result once one is
     /// confirmed (the caller then returns or records it).
-    pub fn on_early(&mut self, e: &EarlyReply) -> Option<OpResult> {
+    pub fn on_early(&mut self, e: &EarlyReply) -> Option<Outcome> {
         match e {
             EarlyReply::Tentative(r) => self.on_tentative(r),
             EarlyReply::Confirm(c) => self.on_confirm(c),
@@ -101,28 +105,28 @@ impl EarlyWait {
 
     /// [`EarlyWait::on_early`], with the instance the confirmed result was computed
     /// at (with state partitioning, a client merges only sub-results of one instance).
-    pub fn on_early_at(&mut self, e: &EarlyReply) -> Option<(Instance, OpResult)> {
+    pub fn on_early_at(&mut self, e: &EarlyReply) -> Option<(Instance, Outcome)> {
         match e {
             EarlyReply::Tentative(r) => self.on_tentative(r).map(|res| (r.instance, res)),
             EarlyReply::Confirm(c) => self.on_confirm(c).map(|res| (c.instance, res)),
         }
     }
 
-    pub fn on_tentative(&mut self, r: &Reply) -> Option<OpResult> {
+    pub fn on_tentative(&mut self, r: &Reply) -> Option<Outcome> {
         let key = (r.instance, result_digest(&r.result));
         if self.confirmed.contains(&key) {
             return Some(r.result.clone());
         }
         if !self.tentative.iter().any(|(i, d, _)| (*i, *d) == key) {
             if self.tentative.len() == Self::KEPT_MAX {
-                self.tentative.remove(0);
+                let _ = self.tentative.remove(0);
             }
             self.tentative.push((key.0, key.1, r.result.clone()));
         }
         None
     }
 
-    pub fn on_confirm(&mut self, c: &Confirm) -> Option<OpResult> {
+    pub fn on_confirm(&mut self, c: &Confirm) -> Option<Outcome> {
         let key = (c.instance, c.result_digest);
         if let Some((_, _, result)) = self.tentative.iter().find(|(i, d, _)| (*i, *d) == key) {
             return Some(result.clone());
@@ -146,12 +150,16 @@ impl EarlyWait {
 mod tests {
     use super::*;
 
+    fn value(v: Option<u64>) -> Outcome {
+        Ok(crate::Payload::from(crate::encode(&v)))
+    }
+
     fn reply(instance: Instance, v: Option<u64>) -> Reply {
         Reply {
             client: 7,
             seq: 3,
             instance,
-            result: OpResult::Value(v),
+            result: value(v),
         }
     }
 
@@ -202,7 +210,7 @@ mod tests {
             None,
             "a late duplicate of the stale one"
         );
-        assert_eq!(w.on_tentative(&fresh), Some(OpResult::Value(Some(2))));
+        assert_eq!(w.on_tentative(&fresh), Some(value(Some(2))));
     }
 
     #[test]
@@ -230,10 +238,15 @@ mod tests {
 
     #[test]
     fn digests_tell_results_apart() {
-        let a = result_digest(&OpResult::Value(Some(1)));
-        assert_eq!(a, result_digest(&OpResult::Value(Some(1))));
-        assert_ne!(a, result_digest(&OpResult::Value(Some(2))));
-        assert_ne!(a, result_digest(&OpResult::Value(None)));
-        assert_ne!(a, result_digest(&OpResult::Inserted(true)));
+        let a = result_digest(&value(Some(1)));
+        assert_eq!(a, result_digest(&value(Some(1))));
+        assert_ne!(a, result_digest(&value(Some(2))));
+        assert_ne!(a, result_digest(&value(None)));
+        assert_ne!(a, result_digest(&Err("refused".into())));
+        assert_ne!(
+            result_digest(&Ok(crate::Payload::from_static(b"x"))),
+            result_digest(&Err("x".into())),
+            "a reply and a refusal with the same bytes differ"
+        );
     }
 }

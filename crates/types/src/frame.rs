@@ -7,9 +7,11 @@
 //! the driver closes that one connection and keeps serving everyone else.
 
 /// The only frame version this build speaks. 2: Ring Paxos Phase 2A messages and
-/// consensus values changed (parts of split values); peers of different builds refuse
-/// each other's frames instead of misreading them.
-pub const FRAME_VERSION: u8 = 2;
+/// consensus values changed (parts of split values). 3: commands carry opaque
+/// payloads for destination groups, replies an outcome, and replies to clients a hint
+/// of who leads. Peers of different builds refuse each other's frames instead of
+/// misreading them.
+pub const FRAME_VERSION: u8 = 3;
 /// Upper bound of a frame (header excluded). A batch is 8 KiB by default, a snapshot
 /// chunk at most a few MiB; anything larger is a peer bug or an attack.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;

@@ -1,9 +1,16 @@
-//! Partita's wire layer: identifiers, ballots, the B+tree commands and replies that
-//! clients submit, and the frame format every TCP connection uses.
+//! Partita's wire layer: identifiers, ballots, the envelope of a client command (its
+//! session, sequence number, destination groups and opaque payload), replies, and the
+//! frame format every TCP connection uses.
 //!
 //! Everything here is plain data. The consensus cores, the execution models and the
 //! drivers all speak these types, so that the same core runs over real TCP
 //! (`partita-runtime`) and inside the simulator.
+//!
+//! Commands cross ordering as opaque bytes ([`Payload`]): acceptors, coordinators,
+//! batchers and learners never decode a command; only the replicas do, through the
+//! service they run (`partita-service`). A command names the groups it is multicast to
+//! ([`Body::groups`]: with state partitioning, the partitions it addresses), with one
+//! payload for all of them or one per group (each partition's sub-command).
 //!
 //! The frame format (see [`frame`]) is `len:u32 | version:u8 | crc32c:u32 | payload`,
 //! little endian, where `len` counts the version, checksum and payload bytes. A frame
@@ -12,11 +19,9 @@
 
 pub mod early;
 pub mod frame;
-pub mod ops;
 pub mod partition;
 
-pub use ops::{BatchOp, Op, OpResult};
-pub use partition::{PartitionId, PartitionLayout, PartitionMap};
+pub use partition::{mask_partitions, PartitionId, PartitionLayout, PartitionMap};
 
 /// How many client timeouts to wait before the next resubmission of a command that
 /// was sent `resubmissions` times already: 1, 2, then 4 at most. Clients of the real
@@ -28,6 +33,21 @@ pub fn timeout_backoff(resubmissions: u64) -> u32 {
 }
 
 use serde::{Deserialize, Serialize};
+
+/// A hash map whose iteration order is a function of its contents and history only
+/// (SipHash with fixed keys), never of a random seed: what cores use, so that the same
+/// inputs give the same outputs in every run (the simulator replays seeds bit for bit).
+/// The workspace's tidy test refuses `HashMap::new()` and friends in core crates.
+pub type DetHashMap<K, V> = std::collections::HashMap<
+    K,
+    V,
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>,
+>;
+/// The set counterpart of [`DetHashMap`].
+pub type DetHashSet<K> = std::collections::HashSet<
+    K,
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>,
+>;
 
 /// A node of the cluster (acceptor, coordinator, replica or any mix), as numbered in
 /// the cluster file.
@@ -77,17 +97,132 @@ impl std::fmt::Display for Ballot {
     }
 }
 
+/// A command's encoding, as its service defines it. Ordering never decodes it.
+pub type Payload = bytes::Bytes;
+
+/// A set of destination groups, one bit per group (with state partitioning the groups
+/// are the partitions: bit p is partition p).
+pub type GroupMask = u64;
+
+/// What a command carries to its destination groups (the atomic-multicast contract:
+/// `multicast(groups, command)`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Body {
+    /// The same payload for every group of `groups`.
+    Whole { groups: GroupMask, payload: Payload },
+    /// One payload per group of `groups`, in group order: each partition's
+    /// sub-command (paper 001 §III-C).
+    Split {
+        groups: GroupMask,
+        payloads: Vec<Payload>,
+    },
+}
+
+impl Body {
+    /// A payload for group 0 alone (an unpartitioned service).
+    pub fn single(payload: Payload) -> Body {
+        Body::Whole { groups: 1, payload }
+    }
+
+    /// The destination groups.
+    pub fn groups(&self) -> GroupMask {
+        match self {
+            Body::Whole { groups, .. } | Body::Split { groups, .. } => *groups,
+        }
+    }
+
+    /// The payload group `g` executes, if the command is addressed to it.
+    pub fn payload_for(&self, g: PartitionId) -> Option<&Payload> {
+        let groups = self.groups();
+        if g >= 64 || groups & (1u64 << g) == 0 {
+            return None;
+        }
+        match self {
+            Body::Whole { payload, .. } => Some(payload),
+            Body::Split { payloads, .. } => {
+                let below = (groups & ((1u64 << g) - 1)).count_ones() as usize;
+                payloads.get(below)
+            }
+        }
+    }
+
+    /// What group `g` receives of this body: its payload alone, addressed to `g`.
+    pub fn project(&self, g: PartitionId) -> Option<Body> {
+        let payload = self.payload_for(g)?.clone();
+        Some(Body::Whole {
+            groups: 1u64 << g,
+            payload,
+        })
+    }
+
+    /// Payload bytes in all (the batch bound counts them).
+    pub fn payload_bytes(&self) -> usize {
+        match self {
+            Body::Whole { payload, .. } => payload.len(),
+            Body::Split { payloads, .. } => payloads.iter().map(|p| p.len()).sum(),
+        }
+    }
+
+    /// Whether the body is well formed: at least one group, and a split body has
+    /// exactly one payload per group. What a peer or a client sent is checked with
+    /// this before anything relies on it.
+    pub fn check(&self) -> Result<(), String> {
+        let groups = self.groups();
+        if groups == 0 {
+            return Err("a command addressed to no group".into());
+        }
+        if let Body::Split { payloads, .. } = self {
+            if payloads.len() != groups.count_ones() as usize {
+                return Err(format!(
+                    "a split command with {} payloads for {} groups",
+                    payloads.len(),
+                    groups.count_ones()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A client command as ordered by consensus: the session that issued it, its
 /// sequence number within the session (for exactly-once execution), the replica that
-/// must reply, and the operation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// must reply, and what it carries to which groups.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Command {
     pub client: ClientId,
     pub seq: u64,
     /// The replica the client chose; only it replies (paper 001 §IV).
     pub reply_to: NodeId,
-    pub op: Op,
+    pub body: Body,
 }
+
+impl Command {
+    /// A command with one payload for group 0 (an unpartitioned service).
+    pub fn single(client: ClientId, seq: u64, reply_to: NodeId, payload: Payload) -> Command {
+        Command {
+            client,
+            seq,
+            reply_to,
+            body: Body::single(payload),
+        }
+    }
+
+    /// Approximate encoded size, for the batch size bound.
+    pub fn encoded_bytes(&self) -> usize {
+        match &self.body {
+            Body::Whole { payload, .. } => 48 + payload.len(),
+            Body::Split { payloads, .. } => {
+                48 + payloads.iter().map(|p| 8 + p.len()).sum::<usize>()
+            }
+        }
+    }
+}
+
+/// What executing a command gave: the service's encoded reply, or why the command was
+/// refused without being executed (it did not decode, or the service found it
+/// impossible). Every replica decides this the same way, so a refusal is as final as
+/// a result.
+pub type Outcome = Result<Payload, String>;
 
 /// A reply to a client command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +231,7 @@ pub struct Reply {
     pub seq: u64,
     /// The instance that ordered the command.
     pub instance: Instance,
-    pub result: OpResult,
+    pub result: Outcome,
 }
 
 /// Serialize with the project's one binary codec.
@@ -139,10 +274,10 @@ mod tests {
             client: 7,
             seq: 3,
             reply_to: 1,
-            op: Op::Batch(vec![
-                BatchOp::Insert { key: 1, value: 2 },
-                BatchOp::Delete { key: 3 },
-            ]),
+            body: Body::Split {
+                groups: 0b101,
+                payloads: vec![Payload::from_static(b"ab"), Payload::from_static(b"c")],
+            },
         };
         let bytes = encode(&c);
         assert_eq!(decode::<Command>(&bytes).unwrap(), c);
@@ -151,8 +286,47 @@ mod tests {
         extra.push(0);
         assert!(decode::<Command>(&extra).is_err());
         // A length prefix claiming 2^60 elements must be refused, not allocated.
-        let mut huge = encode(&Op::Batch(vec![]));
-        huge[4..12].copy_from_slice(&(1u64 << 60).to_le_bytes());
-        assert!(decode::<Op>(&huge).is_err());
+        let mut huge = encode(&Body::single(Payload::new()));
+        huge[12..20].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        assert!(decode::<Body>(&huge).is_err());
+    }
+
+    #[test]
+    fn bodies_project_onto_their_groups() {
+        let split = Body::Split {
+            groups: 0b1010,
+            payloads: vec![Payload::from_static(b"one"), Payload::from_static(b"three")],
+        };
+        assert!(split.check().is_ok());
+        assert_eq!(split.payload_for(1).unwrap().as_ref(), b"one");
+        assert_eq!(split.payload_for(3).unwrap().as_ref(), b"three");
+        assert_eq!(split.payload_for(0), None);
+        assert_eq!(split.payload_for(64), None);
+        assert_eq!(
+            split.project(3),
+            Some(Body::Whole {
+                groups: 0b1000,
+                payload: Payload::from_static(b"three")
+            })
+        );
+        let whole = Body::Whole {
+            groups: 0b11,
+            payload: Payload::from_static(b"x"),
+        };
+        assert_eq!(whole.payload_for(0), whole.payload_for(1));
+        assert_eq!(split.payload_bytes(), 8);
+        // Malformed bodies, as a peer or client might send them.
+        assert!(Body::Whole {
+            groups: 0,
+            payload: Payload::new()
+        }
+        .check()
+        .is_err());
+        assert!(Body::Split {
+            groups: 0b111,
+            payloads: vec![Payload::new()]
+        }
+        .check()
+        .is_err());
     }
 }

@@ -26,13 +26,19 @@ pub enum Wire {
         node: NodeId,
     },
     Request(Command),
-    Reply(Reply),
-    /// The node cannot take the command (not the entry node, queue full); the client
-    /// should retry later or elsewhere.
+    /// A reply, with the node the answering replica believes leads (`None`: it knows
+    /// none), so that a client entering at a follower can go to the leader directly.
+    Reply {
+        reply: Reply,
+        leader: Option<NodeId>,
+    },
+    /// The node cannot take the command (a malformed command, a full queue, no leader
+    /// known); the client should retry later or elsewhere, at `leader` if named.
     Refused {
         client: ClientId,
         seq: u64,
         reason: String,
+        leader: Option<NodeId>,
     },
     StatusRequest,
     Status(Box<NodeStatus>),
@@ -45,6 +51,8 @@ pub enum Wire {
 pub struct NodeStatus {
     pub node: NodeId,
     pub cluster_id: u64,
+    /// The replicated service (the cluster file's `service`).
+    pub service: String,
     pub roles: Vec<String>,
     pub mode: String,
     pub protocol: String,
@@ -55,7 +63,7 @@ pub struct NodeStatus {
     pub decided_up_to: Option<u64>,
     /// Replica: last instance executed.
     pub executed_up_to: Option<u64>,
-    /// Replica: digest of the B+tree contents and its size.
+    /// Replica: digest of the service state and the objects it holds.
     pub digest: Option<u64>,
     pub entries: Option<u64>,
     /// Acceptor: promised ballot, accepted instances and the highest of them.
@@ -92,12 +100,11 @@ mod tests {
     #[test]
     fn early_reply_frames_round_trip_and_garbage_is_refused() {
         use partita_types::early::Confirm;
-        use partita_types::OpResult;
         let tentative = Wire::Early(EarlyReply::Tentative(Reply {
             client: 7,
             seq: 3,
             instance: 11,
-            result: OpResult::Entries(vec![(1, 2), (3, 4)]),
+            result: Ok(partita_types::Payload::from_static(b"entries")),
         }));
         let confirm = Wire::Early(EarlyReply::Confirm(Confirm {
             client: 7,

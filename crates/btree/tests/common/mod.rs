@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use partita_btree::BPlusTree;
-use partita_types::{BatchOp, Op, OpResult};
+use partita_btree::{BatchOp, Op, OpResult};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -18,7 +18,7 @@ fn model_insert(m: &mut Model, key: u64, value: u64) -> bool {
     }
 }
 
-/// The reference semantics of `Op` (see `partita_types::ops`).
+/// The reference semantics of `Op` (see `partita_btree::ops`).
 pub fn model_exec(m: &mut Model, op: &Op) -> OpResult {
     match *op {
         Op::Insert { key, value } => OpResult::Inserted(model_insert(m, key, value)),

@@ -1,8 +1,8 @@
 //! Terse constructors for hand-written histories.
 #![allow(dead_code)]
 
+use partita_btree::{BatchOp, Op, OpResult};
 use partita_checker::{CheckError, CheckOptions, Event, Status, Violation};
-use partita_types::{BatchOp, Op, OpResult};
 
 pub fn ok(client: u64, op: Op, call: u64, ret: u64, result: OpResult) -> Event {
     Event::new(client, &op, call, ret, Status::Ok, Some(&result))

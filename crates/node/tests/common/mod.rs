@@ -14,8 +14,14 @@ use partita_consensus::{
 };
 use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, Output, UnsafeBugs};
 use partita_smr::SequentialReplica;
+
+/// The B+tree result a reply carries.
+pub fn res(r: &Reply) -> OpResult {
+    partita_smr::reply_of::<BPlusTree>(&r.result)
+}
+use partita_btree::{BPlusTree, Op, OpResult};
 use partita_types::early::EarlyReply;
-use partita_types::{Command, NodeId, Op, OpResult, Reply};
+use partita_types::{Command, NodeId, Reply};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub const ACCEPTORS: [NodeId; 3] = [1, 2, 3];
@@ -27,6 +33,7 @@ pub const ACCEPTORS: [NodeId; 3] = [1, 2, 3];
 pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
     NodeSetup {
         id: 0,
+        service: partita_smr::service::<BPlusTree>(),
         cluster_id: 1,
         mode: Mode::Smr,
         membership: Membership {
@@ -63,25 +70,20 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
 
 /// Client 77's `seq`-th command: insert key `seq` with value `seq * 10`.
 pub fn insert(seq: u64, reply_to: NodeId) -> Command {
-    Command {
-        client: 77,
+    partita_btree::service::command(
+        77,
         seq,
         reply_to,
-        op: Op::Insert {
+        &Op::Insert {
             key: seq,
             value: seq * 10,
         },
-    }
+    )
 }
 
 /// `client`'s first command.
 pub fn cmd(client: u64, reply_to: NodeId, op: Op) -> Command {
-    Command {
-        client,
-        seq: 1,
-        reply_to,
-        op,
-    }
+    partita_btree::service::command(client, 1, reply_to, &op)
 }
 
 /// Which messages the network loses: (from, to, message) → lost.
@@ -411,7 +413,7 @@ impl Cluster {
     /// Whether an [`insert`] numbered `seq` was answered as a new key.
     pub fn answered(&self, seq: u64) -> bool {
         self.replies()
-            .any(|r| r.seq == seq && r.result == OpResult::Inserted(true))
+            .any(|r| r.seq == seq && res(r) == OpResult::Inserted(true))
     }
 
     /// What `client` received, final and early, in order.
@@ -426,8 +428,8 @@ impl Cluster {
             .collect()
     }
 
-    pub fn replica(&self, id: NodeId) -> &SequentialReplica {
-        self.nodes[&id].replica().unwrap()
+    pub fn replica(&self, id: NodeId) -> &SequentialReplica<BPlusTree> {
+        partita_smr::downcast(self.nodes[&id].replica().unwrap()).expect("a B+tree replica")
     }
 
     pub fn counter(&self, id: NodeId, what: &str) -> u64 {

@@ -5,10 +5,11 @@
 //! wire protocol directly.
 #![allow(dead_code)]
 
+use partita_btree::Op;
 use partita_config::ClusterConfig;
 use partita_net::FrameReader;
 use partita_runtime::NodeOptions;
-use partita_types::{ClientId, Command, NodeId, Op, Reply};
+use partita_types::{ClientId, Command, NodeId, Reply};
 use partita_wire::to_frame;
 use partita_wire::{NodeStatus, Wire};
 use std::collections::BTreeMap;
@@ -59,6 +60,7 @@ impl TestCluster {
     pub fn start(&mut self, id: NodeId) {
         let (tx, rx) = oneshot::channel::<()>();
         let opts = NodeOptions {
+            service: partita_smr::service::<partita_btree::BPlusTree>(),
             cluster: self.cfg.clone(),
             id,
             data_dir: self.data.clone(),
@@ -201,7 +203,7 @@ impl TestClient {
             let wait = tokio::time::timeout(Duration::from_millis(500), async {
                 loop {
                     match self.reader.next().await {
-                        Ok(Wire::Reply(r)) if r.seq == cmd.seq => return r,
+                        Ok(Wire::Reply { reply, .. }) if reply.seq == cmd.seq => return reply,
                         Ok(_) => continue,
                         Err(e) => panic!("client connection failed: {e}"),
                     }
@@ -212,22 +214,22 @@ impl TestClient {
             }
             assert!(
                 Instant::now() < deadline,
-                "command {:?} of client {} never answered",
-                cmd.op,
+                "command {} of client {} never answered",
+                cmd.seq,
                 self.id
             );
         }
     }
 
+    /// The B+tree result a reply carries.
+    pub fn result(r: &Reply) -> partita_btree::OpResult {
+        partita_smr::reply_of::<partita_btree::BPlusTree>(&r.result)
+    }
+
     /// The next command of this session, answered by this client's replica.
     pub async fn execute(&mut self, op: Op) -> Reply {
         self.seq += 1;
-        let cmd = Command {
-            client: self.id,
-            seq: self.seq,
-            reply_to: self.replica,
-            op,
-        };
+        let cmd = partita_btree::service::command(self.id, self.seq, self.replica, &op);
         self.submit(cmd).await
     }
 }

@@ -1,0 +1,655 @@
+//! The sans-IO client: one session of a Partita service, driven by the tokio client
+//! (`partita-client`) and by the simulator alike, so that the simulator's swarm tests
+//! the client users run.
+//!
+//! A [`ClientCore`] is one session (a client id, a sequence number per command) with at
+//! most one command outstanding. [`ClientCore::submit`] turns a service command into
+//! its multicast envelope ([`partita_service::envelope`]: split into the sub-command of
+//! every partition it addresses) and sends it to the entry node: a batcher when the
+//! cluster has some, the leader as far as the client knows otherwise, the server in
+//! client-server mode. It then waits for the reply of the replica it chose (paper 001
+//! §IV: only that replica replies), or with state partitioning for the reply of that
+//! replica's rank in every addressed partition ([`PartitionLayout::answerer`]), and
+//! merges the sub-replies ([`StateMachine::merge`]) only when they come from one
+//! instance: a resubmission may be ordered again, and sub-replies of two executions
+//! would not merge into a linearizable result.
+//!
+//! Retries. Without an answer after `timeout_ns` the *same* command (same client id and
+//! sequence number) is resubmitted, so the replicas' reply cache answers one that was
+//! executed already instead of executing it twice; each timeout moves the client to
+//! the next entry node of the cluster's rotation (batchers, then acceptors:
+//! `Membership::entry_rotation`), every second one also to the next replica, and each
+//! resubmission of one command waits twice as long as the one before, up to 4 ×
+//! `timeout_ns` ([`partita_types::timeout_backoff`]). A refusal by an entry node (a full
+//! queue, no leader known) is retried at the same node after `refused_retry_ns`. With
+//! `give_up_ns`, a command unanswered that long after it was submitted ends as
+//! [`ClientError::Timeout`]: its outcome is unknown (an `info` entry in a history).
+//!
+//! Leader hints. Replies and refusals name the node their sender believes leads; a
+//! client without batchers sends its next commands there, so a client that entered at
+//! a follower stops paying the forwarding hop.
+//!
+//! Early replies (paper 001 §VII). A tentative reply is never taken as the result: a
+//! command ends on a tentative result only once a confirmation names that very result
+//! ([`EarlyWait`]), or when a final reply arrives.
+//!
+//! Refusals by replicas. A command the service refused (it did not decode, or its
+//! `check` failed) was executed nowhere: it ends as [`ClientError::Rejected`] (a `fail`
+//! entry in a history).
+//!
+//! Inputs: [`ClientCore::submit`], [`ClientCore::on_reply`], [`ClientCore::on_early`],
+//! [`ClientCore::on_refused`], [`ClientCore::on_disconnected`] and
+//! [`ClientCore::on_timer`] (the driver calls it once [`ClientCore::deadline`] has
+//! passed); time arrives with every input as nanoseconds on the driver's clock.
+//! Outputs: [`Action::Send`]; a finished command is taken with [`ClientCore::take_done`].
+//! Invariants ([`ClientCore::invariants`]): at most one command outstanding; a deadline
+//! exactly while one is; the sequence number never goes back.
+
+use partita_service::{envelope, MergeError, SplitError, StateMachine};
+use partita_types::early::{EarlyReply, EarlyWait};
+use partita_types::{ClientId, Command, Instance, NodeId, PartitionId, PartitionLayout, Reply};
+use std::collections::BTreeMap;
+
+/// What a client needs to know of the cluster (from its cluster file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    /// Where commands enter, in the order a client moves through them after timeouts
+    /// (batchers, then acceptors; the server alone in client-server mode).
+    pub entries: Vec<NodeId>,
+    /// Whether the cluster has batchers (then clients keep entering through them and
+    /// ignore leader hints).
+    pub batchers: bool,
+    /// The nodes that execute and reply (replicas, or the server).
+    pub replicas: Vec<NodeId>,
+    /// State partitioning: the key ranges and their replicas.
+    pub layout: PartitionLayout,
+}
+
+/// How a client waits and retries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Resubmit after this long without an answer (backed off on further timeouts).
+    pub timeout_ns: u64,
+    /// End a command as [`ClientError::Timeout`] this long after it was submitted
+    /// (`None`: never give up).
+    pub give_up_ns: Option<u64>,
+    /// After a refusal by an entry node, resubmit after this long.
+    pub refused_retry_ns: u64,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            timeout_ns: 1_000_000_000,
+            give_up_ns: Some(10_000_000_000),
+            refused_retry_ns: 50_000_000,
+        }
+    }
+}
+
+/// Planted client-side bugs, for the checks' controls. Never on in service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientBugs {
+    /// A multi-partition command's sub-commands go out as commands of their own, each
+    /// ordered on its own (paper 001 Figure 4: "sub-trees replicated independently"),
+    /// and their replies are merged.
+    pub independent_partitions: bool,
+    /// Read-only commands go straight to the replica (which, with the node's
+    /// `unordered-query` bug, answers without ordering them).
+    pub read_direct: bool,
+}
+
+/// Why a command did not end with a result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("no reply within {after_ns} ns; the command may or may not have been applied")]
+    Timeout { after_ns: u64 },
+    #[error("the service refused the command, which was not applied: {0}")]
+    Rejected(String),
+    #[error("a reply that does not decode ({0}); the command may or may not have been applied")]
+    BadReply(String),
+}
+
+/// Why [`ClientCore::submit`] did not take a command.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("a command is already outstanding (one at a time per client)")]
+    Busy,
+    #[error(transparent)]
+    Split(#[from] SplitError),
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send `cmd` to node `to` (after making sure replies can come back: see
+    /// [`ClientCore::reply_nodes`]); `first` for the first send of a command.
+    Send {
+        to: NodeId,
+        cmd: Command,
+        first: bool,
+    },
+}
+
+/// A command that ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Done<S: StateMachine> {
+    pub cmd: S::Command,
+    pub seq: u64,
+    pub result: Result<S::Reply, ClientError>,
+    pub call_ns: u64,
+    pub ret_ns: u64,
+    /// Early replies: when the first tentative reply arrived.
+    pub tentative_ns: Option<u64>,
+    /// How many times it was sent (1: no resubmission).
+    pub sends: u64,
+    /// Whether it ended on a confirmed tentative reply.
+    pub confirmed_early: bool,
+}
+
+/// Counters of one session.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    pub submitted: u64,
+    pub resubmissions: u64,
+    pub refusals: u64,
+    /// Replies for another command (earlier, duplicated) or from a stranger.
+    pub late_replies: u64,
+    pub gave_up: u64,
+    /// Sub-replies that did not merge (a bug if ever non-zero).
+    pub merge_errors: u64,
+    /// Commands that ended on a confirmed tentative reply.
+    pub confirmed: u64,
+    /// Leader hints that moved the entry node.
+    pub leader_hints_taken: u64,
+}
+
+struct Outstanding<S: StateMachine> {
+    cmd: S::Command,
+    seq: u64,
+    envelope: Command,
+    call_ns: u64,
+    sends: u64,
+    deadline_ns: u64,
+    /// The pending deadline is the retry after a refusal, not a timeout.
+    refused_pending: bool,
+    /// The partitions that answer, in order (one, partition 0, without partitioning).
+    partitions: Vec<PartitionId>,
+    /// Sub-replies received, per instance that ordered the command.
+    parts: BTreeMap<Instance, Vec<(PartitionId, S::Reply)>>,
+    early: BTreeMap<PartitionId, EarlyWait>,
+    tentative_ns: Option<u64>,
+    /// The planted `independent-partitions` bug: the sub-commands sent as commands of
+    /// their own (sequence numbers `seq..`), and their replies.
+    subs: Vec<(PartitionId, Command, Option<S::Reply>)>,
+}
+
+pub struct ClientCore<S: StateMachine> {
+    id: ClientId,
+    seq: u64,
+    topology: Topology,
+    cfg: ClientConfig,
+    bugs: ClientBugs,
+    entry: NodeId,
+    replica: NodeId,
+    timeouts: u64,
+    outstanding: Option<Outstanding<S>>,
+    done: Option<Done<S>>,
+    stats: ClientStats,
+}
+
+impl<S: StateMachine> ClientCore<S> {
+    /// A session with id `id` entering at `entry` and answered by `replica` (one of
+    /// the topology's).
+    pub fn new(
+        id: ClientId,
+        topology: Topology,
+        cfg: ClientConfig,
+        entry: NodeId,
+        replica: NodeId,
+    ) -> ClientCore<S> {
+        assert!(!topology.entries.is_empty(), "a cluster has an entry node");
+        assert!(
+            topology.replicas.contains(&replica),
+            "replica {replica} is not one of {:?}",
+            topology.replicas
+        );
+        ClientCore {
+            id,
+            seq: 0,
+            topology,
+            cfg,
+            bugs: ClientBugs::default(),
+            entry,
+            replica,
+            timeouts: 0,
+            outstanding: None,
+            done: None,
+            stats: ClientStats::default(),
+        }
+    }
+
+    /// Plant client-side bugs (tests and controls only).
+    pub fn with_bugs(mut self, bugs: ClientBugs) -> ClientCore<S> {
+        self.bugs = bugs;
+        self
+    }
+
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+    pub fn entry(&self) -> NodeId {
+        self.entry
+    }
+    pub fn replica(&self) -> NodeId {
+        self.replica
+    }
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+    pub fn set_config(&mut self, cfg: ClientConfig) {
+        self.cfg = cfg;
+    }
+    pub fn is_busy(&self) -> bool {
+        self.outstanding.is_some()
+    }
+
+    /// The command outstanding: (sequence number, command, submitted at, sends).
+    pub fn outstanding(&self) -> Option<(u64, &S::Command, u64, u64)> {
+        self.outstanding
+            .as_ref()
+            .map(|o| (o.seq, &o.cmd, o.call_ns, o.sends))
+    }
+
+    /// When the driver must call [`ClientCore::on_timer`] (while a command is
+    /// outstanding).
+    pub fn deadline(&self) -> Option<u64> {
+        self.outstanding.as_ref().map(|o| o.deadline_ns)
+    }
+
+    /// The nodes replies to the outstanding command come from: the driver keeps a
+    /// connection to each (registered before it sends).
+    pub fn reply_nodes(&self) -> Vec<NodeId> {
+        match &self.outstanding {
+            None => vec![self.replica],
+            Some(o) => o
+                .partitions
+                .iter()
+                .filter_map(|&p| self.answerer(p))
+                .collect(),
+        }
+    }
+
+    fn partitioned(&self) -> bool {
+        self.topology.layout.map.is_partitioned()
+    }
+
+    /// Who answers for partition `p` (the chosen replica itself without partitioning).
+    fn answerer(&self, p: PartitionId) -> Option<NodeId> {
+        if self.partitioned() {
+            self.topology.layout.answerer(self.replica, p)
+        } else {
+            Some(self.replica)
+        }
+    }
+
+    /// The finished command, if one ended since the last call.
+    pub fn take_done(&mut self) -> Option<Done<S>> {
+        self.done.take()
+    }
+
+    pub fn invariants(&self) {
+        assert_eq!(
+            self.outstanding.is_some(),
+            self.deadline().is_some(),
+            "a deadline exactly while a command is outstanding"
+        );
+        if let Some(o) = &self.outstanding {
+            assert!(o.seq <= self.seq && o.seq >= 1, "sequence numbers in order");
+            assert!(o.sends >= 1, "an outstanding command was sent");
+            assert!(!o.partitions.is_empty(), "a command addresses a partition");
+        }
+        assert!(
+            self.topology.replicas.contains(&self.replica),
+            "the replica is one of the cluster's"
+        );
+    }
+
+    /// Start a command: its envelope goes to the entry node.
+    pub fn submit(
+        &mut self,
+        cmd: S::Command,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) -> Result<(), SubmitError> {
+        if self.outstanding.is_some() {
+            return Err(SubmitError::Busy);
+        }
+        let map = self.topology.layout.map;
+        let env = envelope::<S>(self.id, self.seq + 1, self.replica, &cmd, &map)?;
+        self.seq += 1;
+        let partitions: Vec<PartitionId> = partita_types::mask_partitions(env.body.groups());
+        let subs = if self.bugs.independent_partitions && partitions.len() > 1 {
+            // Each sub-command is a command of its own, with a sequence number of its
+            // own (so the reply cache keeps them apart).
+            let mut subs = Vec::new();
+            for (i, &p) in partitions.iter().enumerate() {
+                let mut sub = env.clone();
+                sub.seq = self.seq + i as u64;
+                sub.body = env.body.project(p).expect("an addressed partition");
+                subs.push((p, sub, None));
+            }
+            self.seq += partitions.len() as u64 - 1;
+            subs
+        } else {
+            Vec::new()
+        };
+        self.stats.submitted += 1;
+        self.outstanding = Some(Outstanding {
+            cmd,
+            seq: env.seq,
+            envelope: env,
+            call_ns: now,
+            sends: 0,
+            deadline_ns: now,
+            refused_pending: false,
+            partitions,
+            parts: BTreeMap::new(),
+            early: BTreeMap::new(),
+            tentative_ns: None,
+            subs,
+        });
+        self.send(now, out);
+        Ok(())
+    }
+
+    /// Send (or resend) the outstanding command and set its deadline.
+    fn send(&mut self, now: u64, out: &mut Vec<Action>) {
+        let (entry, replica) = (self.entry, self.replica);
+        let read_direct = self.bugs.read_direct;
+        let timeout_ns = self.cfg.timeout_ns;
+        let Some(o) = self.outstanding.as_mut() else {
+            return;
+        };
+        o.sends += 1;
+        let first = o.sends == 1;
+        if !first {
+            self.stats.resubmissions += 1;
+        }
+        o.envelope.reply_to = replica;
+        if !o.subs.is_empty() {
+            for (_, sub, done) in &mut o.subs {
+                sub.reply_to = replica;
+                if done.is_none() {
+                    out.push(Action::Send {
+                        to: entry,
+                        cmd: sub.clone(),
+                        first,
+                    });
+                }
+            }
+        } else {
+            let to = if read_direct && S::is_read_only(&o.cmd) {
+                replica
+            } else {
+                entry
+            };
+            out.push(Action::Send {
+                to,
+                cmd: o.envelope.clone(),
+                first,
+            });
+        }
+        o.deadline_ns = now + timeout_ns * u64::from(partita_types::timeout_backoff(o.sends - 1));
+    }
+
+    /// After a timeout: the next entry node of the rotation and, every second time,
+    /// the next replica.
+    fn rotate(&mut self) {
+        self.timeouts += 1;
+        let e = &self.topology.entries;
+        let at = e.iter().position(|&n| n == self.entry);
+        self.entry = e[at.map_or(0, |i| (i + 1) % e.len())];
+        if self.timeouts.is_multiple_of(2) {
+            let r = &self.topology.replicas;
+            if let Some(i) = r.iter().position(|&n| n == self.replica) {
+                self.replica = r[(i + 1) % r.len()];
+            }
+        }
+    }
+
+    /// The deadline passed: give up, or resubmit.
+    pub fn on_timer(&mut self, now: u64, out: &mut Vec<Action>) {
+        let Some(o) = self.outstanding.as_mut() else {
+            return;
+        };
+        if now < o.deadline_ns {
+            return;
+        }
+        if let Some(g) = self.cfg.give_up_ns {
+            if now.saturating_sub(o.call_ns) >= g {
+                self.stats.gave_up += 1;
+                self.finish(now, Err(ClientError::Timeout { after_ns: g }), false);
+                return;
+            }
+        }
+        if !std::mem::take(&mut o.refused_pending) {
+            self.rotate();
+        }
+        self.send(now, out);
+    }
+
+    /// A leader hint: without batchers, enter at the leader from now on.
+    fn hint(&mut self, leader: Option<NodeId>) {
+        if let Some(l) = leader {
+            if !self.topology.batchers && l != self.entry && self.topology.entries.contains(&l) {
+                self.entry = l;
+                self.stats.leader_hints_taken += 1;
+            }
+        }
+    }
+
+    /// A final reply from node `from` (possibly late, for an earlier command, or
+    /// duplicated), with its sender's leader hint.
+    pub fn on_reply(&mut self, from: NodeId, reply: &Reply, leader: Option<NodeId>, now: u64) {
+        self.hint(leader);
+        let Some(o) = self.outstanding.as_mut() else {
+            self.stats.late_replies += 1;
+            return;
+        };
+        if reply.client != self.id {
+            self.stats.late_replies += 1;
+            return;
+        }
+        if !o.subs.is_empty() {
+            self.on_sub_reply(reply, now);
+            return;
+        }
+        if reply.seq != o.seq {
+            self.stats.late_replies += 1;
+            return;
+        }
+        let p = match self.partition_of(from) {
+            Some(p) => p,
+            None => {
+                self.stats.late_replies += 1;
+                return;
+            }
+        };
+        self.on_part(p, reply.instance, &reply.result, now, false);
+    }
+
+    /// Which partition's answer a message from `from` is (0 without partitioning).
+    fn partition_of(&self, from: NodeId) -> Option<PartitionId> {
+        if self.partitioned() {
+            self.topology.layout.partition_of_replica(from)
+        } else {
+            Some(0)
+        }
+    }
+
+    /// Partition `p`'s final sub-result, computed at `instance`.
+    fn on_part(
+        &mut self,
+        p: PartitionId,
+        instance: Instance,
+        outcome: &partita_types::Outcome,
+        now: u64,
+        early: bool,
+    ) {
+        let reply = match outcome {
+            Err(why) => {
+                // Refused by the service: executed nowhere.
+                return self.finish(now, Err(ClientError::Rejected(why.clone())), early);
+            }
+            Ok(bytes) => match S::decode_reply(bytes) {
+                Ok(r) => r,
+                Err(e) => {
+                    return self.finish(now, Err(ClientError::BadReply(e.to_string())), early)
+                }
+            },
+        };
+        let o = self.outstanding.as_mut().expect("checked by the callers");
+        if !o.partitions.contains(&p) {
+            self.stats.late_replies += 1;
+            return;
+        }
+        let got = o.parts.entry(instance).or_default();
+        if got.iter().any(|(q, _)| *q == p) {
+            self.stats.late_replies += 1;
+            return;
+        }
+        got.push((p, reply));
+        if got.len() < o.partitions.len() {
+            return;
+        }
+        let got = o.parts.remove(&instance).expect("just filled");
+        match S::merge(&o.cmd, got, &self.topology.layout.map) {
+            Ok(r) => self.finish(now, Ok(r), early),
+            Err(MergeError(_)) => self.stats.merge_errors += 1,
+        }
+    }
+
+    /// The planted `independent-partitions` bug: each sub-command's reply counts,
+    /// whenever it was ordered.
+    fn on_sub_reply(&mut self, reply: &Reply, now: u64) {
+        let o = self.outstanding.as_mut().expect("checked");
+        let Some(slot) = o.subs.iter_mut().find(|(_, c, _)| c.seq == reply.seq) else {
+            self.stats.late_replies += 1;
+            return;
+        };
+        if slot.2.is_some() {
+            self.stats.late_replies += 1;
+            return;
+        }
+        match reply.result.as_ref().map(|b| S::decode_reply(b)) {
+            Ok(Ok(r)) => slot.2 = Some(r),
+            _ => {
+                self.stats.late_replies += 1;
+                return;
+            }
+        }
+        if o.subs.iter().any(|(_, _, d)| d.is_none()) {
+            return;
+        }
+        let parts = o
+            .subs
+            .iter()
+            .map(|(p, _, d)| (*p, d.clone().expect("every sub-reply")))
+            .collect();
+        match S::merge(&o.cmd, parts, &self.topology.layout.map) {
+            Ok(r) => self.finish(now, Ok(r), false),
+            Err(_) => self.stats.merge_errors += 1,
+        }
+    }
+
+    /// A tentative reply or a confirmation from replica `from` (early replies).
+    pub fn on_early(&mut self, from: NodeId, e: &EarlyReply, now: u64) {
+        let Some(o) = self.outstanding.as_mut() else {
+            self.stats.late_replies += 1;
+            return;
+        };
+        if e.client() != self.id || e.seq() != o.seq || !o.subs.is_empty() {
+            self.stats.late_replies += 1;
+            return;
+        }
+        if let EarlyReply::Tentative(_) = e {
+            o.tentative_ns.get_or_insert(now);
+        }
+        let Some(p) = self.partition_of(from) else {
+            self.stats.late_replies += 1;
+            return;
+        };
+        let o = self.outstanding.as_mut().expect("checked");
+        let Some((instance, outcome)) = o.early.entry(p).or_default().on_early_at(e) else {
+            return;
+        };
+        self.on_part(p, instance, &outcome, now, true);
+    }
+
+    /// An entry node (or a replica, with the planted `read_direct`) refused the
+    /// command: resubmit it a little later, at the leader it names if any.
+    pub fn on_refused(&mut self, seq: u64, leader: Option<NodeId>, now: u64) {
+        self.hint(leader);
+        let retry = self.cfg.refused_retry_ns;
+        let Some(o) = self.outstanding.as_mut() else {
+            return;
+        };
+        let ours = o.seq == seq || o.subs.iter().any(|(_, c, _)| c.seq == seq);
+        if !ours {
+            return;
+        }
+        self.stats.refusals += 1;
+        o.refused_pending = true;
+        o.deadline_ns = o.deadline_ns.min(now + retry);
+    }
+
+    /// The connection to `node` broke, or `node` cannot be reached: if the outstanding
+    /// command depends on it, move on (the next entry node, or the next replica) and
+    /// resubmit after the refusal delay.
+    pub fn on_disconnected(&mut self, node: NodeId, now: u64) {
+        let entry_lost = node == self.entry;
+        let replies_lost = self.reply_nodes().contains(&node);
+        if entry_lost {
+            let e = &self.topology.entries;
+            let at = e.iter().position(|&n| n == self.entry);
+            self.entry = e[at.map_or(0, |i| (i + 1) % e.len())];
+        }
+        if replies_lost {
+            let r = &self.topology.replicas;
+            if let Some(i) = r.iter().position(|&n| n == self.replica) {
+                self.replica = r[(i + 1) % r.len()];
+            }
+        }
+        let retry = self.cfg.refused_retry_ns;
+        if let Some(o) = self.outstanding.as_mut() {
+            if entry_lost || replies_lost {
+                o.refused_pending = true;
+                o.deadline_ns = o.deadline_ns.min(now + retry);
+            }
+        }
+    }
+
+    fn finish(&mut self, now: u64, result: Result<S::Reply, ClientError>, early: bool) {
+        let o = self.outstanding.take().expect("a command to finish");
+        if early && result.is_ok() {
+            self.stats.confirmed += 1;
+        }
+        self.done = Some(Done {
+            cmd: o.cmd,
+            seq: o.seq,
+            result,
+            call_ns: o.call_ns,
+            ret_ns: now,
+            tentative_ns: o.tentative_ns,
+            sends: o.sends,
+            confirmed_early: early,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,377 @@
+//! One input into the client core, the exact actions out.
+
+use super::*;
+use partita_btree::{BPlusTree, Op, OpResult};
+use partita_types::{PartitionMap, Payload};
+
+fn topology() -> Topology {
+    Topology {
+        entries: vec![1, 2, 3],
+        batchers: false,
+        replicas: vec![4, 5],
+        layout: PartitionLayout::default(),
+    }
+}
+
+fn cfg() -> ClientConfig {
+    ClientConfig {
+        timeout_ns: 100,
+        give_up_ns: Some(250),
+        refused_retry_ns: 30,
+    }
+}
+
+fn client() -> ClientCore<BPlusTree> {
+    ClientCore::new(9, topology(), cfg(), 1, 4)
+}
+
+fn encoded(r: &OpResult) -> partita_types::Outcome {
+    Ok(BPlusTree::encode_reply(r))
+}
+
+fn reply(seq: u64, instance: Instance, r: &OpResult) -> Reply {
+    Reply {
+        client: 9,
+        seq,
+        instance,
+        result: encoded(r),
+    }
+}
+
+fn sends(out: &[Action]) -> Vec<(NodeId, u64, NodeId, bool)> {
+    out.iter()
+        .map(|Action::Send { to, cmd, first }| (*to, cmd.seq, cmd.reply_to, *first))
+        .collect()
+}
+
+#[test]
+fn a_command_goes_to_the_entry_node_and_ends_on_its_reply() {
+    let mut c = client();
+    let mut out = Vec::new();
+    c.submit(Op::Read { key: 3 }, 10, &mut out).unwrap();
+    assert_eq!(sends(&out), vec![(1, 1, 4, true)]);
+    assert_eq!(c.deadline(), Some(110));
+    assert_eq!(c.reply_nodes(), vec![4]);
+    assert_eq!(
+        c.submit(Op::Read { key: 4 }, 11, &mut out),
+        Err(SubmitError::Busy)
+    );
+    // A reply to another command is late; the right one ends it.
+    c.on_reply(4, &reply(7, 3, &OpResult::Value(None)), None, 20);
+    assert_eq!(c.stats().late_replies, 1);
+    assert!(c.take_done().is_none());
+    c.on_reply(4, &reply(1, 3, &OpResult::Value(Some(8))), None, 30);
+    let d = c.take_done().expect("done");
+    assert_eq!(d.result, Ok(OpResult::Value(Some(8))));
+    assert_eq!((d.call_ns, d.ret_ns, d.sends, d.seq), (10, 30, 1, 1));
+    assert_eq!(c.deadline(), None);
+    c.invariants();
+}
+
+#[test]
+fn resubmits_the_same_command_with_backoff_then_gives_up() {
+    let mut c = client();
+    c.set_config(ClientConfig {
+        give_up_ns: Some(1500),
+        ..cfg()
+    });
+    let mut out = Vec::new();
+    c.submit(Op::Insert { key: 1, value: 2 }, 0, &mut out)
+        .unwrap();
+    let first = match &out[0] {
+        Action::Send { cmd, .. } => cmd.clone(),
+    };
+    let mut waits = Vec::new();
+    let mut at = c.deadline().unwrap();
+    for _ in 0..4 {
+        out.clear();
+        c.on_timer(at, &mut out);
+        let Action::Send { cmd, first: f, .. } = &out[0];
+        assert!(!f);
+        assert_eq!(
+            (cmd.client, cmd.seq, &cmd.body),
+            (first.client, 1, &first.body)
+        );
+        let next = c.deadline().unwrap();
+        waits.push(next - at);
+        at = next;
+    }
+    assert_eq!(waits, vec![200, 400, 400, 400]);
+    assert_eq!(c.stats().resubmissions, 4);
+    // Past give-up: the next deadline ends it with an unknown outcome.
+    out.clear();
+    assert_eq!(at, 1500);
+    c.on_timer(at, &mut out);
+    assert!(out.is_empty());
+    let d = c.take_done().unwrap();
+    assert_eq!(d.result, Err(ClientError::Timeout { after_ns: 1500 }));
+    assert_eq!(c.stats().gave_up, 1);
+}
+
+#[test]
+fn without_give_up_a_client_keeps_resubmitting() {
+    let mut c = client();
+    c.set_config(ClientConfig {
+        give_up_ns: None,
+        ..cfg()
+    });
+    let mut out = Vec::new();
+    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    for _ in 0..20 {
+        let at = c.deadline().unwrap();
+        c.on_timer(at, &mut out);
+    }
+    assert!(c.take_done().is_none());
+    assert_eq!(c.stats().resubmissions, 20);
+}
+
+#[test]
+fn timeouts_rotate_the_entry_node_and_every_second_one_the_replica() {
+    let mut c = client();
+    c.set_config(ClientConfig {
+        give_up_ns: None,
+        ..cfg()
+    });
+    let mut out = Vec::new();
+    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    for _ in 0..3 {
+        let at = c.deadline().unwrap();
+        c.on_timer(at, &mut out);
+    }
+    assert_eq!(
+        sends(&out),
+        vec![
+            (1, 1, 4, true),
+            (2, 1, 4, false),
+            (3, 1, 5, false),
+            (1, 1, 5, false)
+        ]
+    );
+    // A refusal retries at the same node after the refusal delay.
+    out.clear();
+    let now = c.deadline().unwrap() - 50;
+    c.on_refused(1, None, now);
+    assert_eq!(c.deadline(), Some(now + 30));
+    c.on_timer(now + 30, &mut out);
+    assert_eq!(sends(&out), vec![(1, 1, 5, false)]);
+    assert_eq!(c.stats().refusals, 1);
+    // A refusal of another command changes nothing.
+    let d = c.deadline();
+    c.on_refused(99, None, now + 31);
+    assert_eq!(c.deadline(), d);
+}
+
+#[test]
+fn leader_hints_move_the_entry_node_without_batchers_only() {
+    let mut c = client();
+    let mut out = Vec::new();
+    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    c.on_reply(4, &reply(1, 1, &OpResult::Value(None)), Some(2), 5);
+    assert_eq!(c.entry(), 2);
+    assert_eq!(c.stats().leader_hints_taken, 1);
+    out.clear();
+    c.submit(Op::Read { key: 1 }, 6, &mut out).unwrap();
+    assert_eq!(sends(&out), vec![(2, 2, 4, true)]);
+    // A hint that is not an entry node (a stranger) is ignored.
+    c.on_refused(2, Some(77), 7);
+    assert_eq!(c.entry(), 2);
+
+    let mut b = ClientCore::<BPlusTree>::new(
+        9,
+        Topology {
+            batchers: true,
+            entries: vec![8, 1, 2, 3],
+            ..topology()
+        },
+        cfg(),
+        8,
+        4,
+    );
+    b.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    b.on_reply(4, &reply(1, 1, &OpResult::Value(None)), Some(2), 5);
+    assert_eq!(b.entry(), 8, "clients keep entering through their batcher");
+}
+
+#[test]
+fn early_replies_end_a_command_only_when_confirmed() {
+    let mut c = client();
+    let mut out = Vec::new();
+    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    let stale = reply(1, 3, &OpResult::Value(Some(1)));
+    let fresh = reply(1, 3, &OpResult::Value(Some(2)));
+    c.on_early(4, &EarlyReply::Tentative(stale.clone()), 5);
+    c.on_early(4, &EarlyReply::confirm(&fresh), 6);
+    let mut old = EarlyReply::confirm(&stale);
+    if let EarlyReply::Confirm(x) = &mut old {
+        x.seq = 0;
+    }
+    c.on_early(4, &old, 7);
+    assert_eq!(c.stats().late_replies, 1);
+    assert!(c.take_done().is_none(), "nothing is final yet");
+    c.on_early(4, &EarlyReply::Tentative(fresh), 8);
+    let d = c.take_done().unwrap();
+    assert_eq!(d.result, Ok(OpResult::Value(Some(2))));
+    assert_eq!(
+        (d.ret_ns, d.tentative_ns, d.confirmed_early),
+        (8, Some(5), true)
+    );
+    assert_eq!(c.stats().confirmed, 1);
+    c.on_early(4, &EarlyReply::Tentative(stale), 9);
+    assert_eq!(c.stats().late_replies, 2);
+}
+
+#[test]
+fn a_refusal_by_the_service_ends_the_command_as_not_applied() {
+    let mut c = client();
+    let mut out = Vec::new();
+    c.submit(Op::Insert { key: 1, value: 1 }, 0, &mut out)
+        .unwrap();
+    let r = Reply {
+        client: 9,
+        seq: 1,
+        instance: 2,
+        result: Err("too big".into()),
+    };
+    c.on_reply(4, &r, None, 3);
+    assert_eq!(
+        c.take_done().unwrap().result,
+        Err(ClientError::Rejected("too big".into()))
+    );
+    // Bytes that do not decode end it with an unknown outcome.
+    c.submit(Op::Insert { key: 1, value: 1 }, 4, &mut out)
+        .unwrap();
+    let r = Reply {
+        client: 9,
+        seq: 2,
+        instance: 3,
+        result: Ok(Payload::from_static(b"\xff")),
+    };
+    c.on_reply(4, &r, None, 5);
+    assert!(matches!(
+        c.take_done().unwrap().result,
+        Err(ClientError::BadReply(_))
+    ));
+}
+
+fn partitioned() -> ClientCore<BPlusTree> {
+    ClientCore::new(
+        9,
+        Topology {
+            entries: vec![1, 2, 3],
+            batchers: false,
+            replicas: vec![4, 5, 6, 7],
+            layout: PartitionLayout {
+                map: PartitionMap::new(2, 100).unwrap(),
+                replicas: vec![vec![4, 5], vec![6, 7]],
+            },
+        },
+        cfg(),
+        1,
+        5,
+    )
+}
+
+#[test]
+fn partitioned_commands_merge_only_sub_replies_of_one_instance() {
+    let mut c = partitioned();
+    let mut out = Vec::new();
+    c.submit(Op::Query { min: 40, max: 60 }, 0, &mut out)
+        .unwrap();
+    assert_eq!(
+        c.reply_nodes(),
+        vec![5, 7],
+        "the chosen replica's rank in each"
+    );
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!(cmd.body.groups(), 0b11);
+    // Partition 0 answers at instance 3, partition 1 at instance 4 (a resubmission
+    // ordered again): no merge; then partition 0 at instance 4 completes it.
+    let q = |seq, inst, e: Vec<(u64, u64)>| Reply {
+        client: 9,
+        seq,
+        instance: inst,
+        result: encoded(&OpResult::Entries(e)),
+    };
+    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 1);
+    c.on_reply(7, &q(1, 4, vec![(55, 2)]), None, 2);
+    assert!(c.take_done().is_none());
+    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 3);
+    assert_eq!(c.stats().late_replies, 1, "a duplicate sub-reply");
+    c.on_reply(5, &q(1, 4, vec![(44, 9)]), None, 4);
+    assert_eq!(
+        c.take_done().unwrap().result,
+        Ok(OpResult::Entries(vec![(44, 9), (55, 2)]))
+    );
+    // A reply from a node of no partition is late.
+    c.submit(Op::Read { key: 70 }, 5, &mut out).unwrap();
+    c.on_reply(99, &reply(2, 5, &OpResult::Value(None)), None, 6);
+    assert_eq!(c.stats().late_replies, 2);
+    c.on_reply(7, &reply(2, 5, &OpResult::Value(None)), None, 7);
+    assert!(c.take_done().is_some());
+}
+
+#[test]
+fn the_planted_independent_partitions_bug_sends_sub_commands_alone() {
+    let mut c = partitioned().with_bugs(ClientBugs {
+        independent_partitions: true,
+        ..ClientBugs::default()
+    });
+    let mut out = Vec::new();
+    c.submit(Op::Query { min: 40, max: 60 }, 0, &mut out)
+        .unwrap();
+    let sent: Vec<(u64, u64)> = out
+        .iter()
+        .map(|Action::Send { cmd, .. }| (cmd.seq, cmd.body.groups()))
+        .collect();
+    assert_eq!(sent, vec![(1, 0b01), (2, 0b10)]);
+    // Each sub-reply counts whatever instance ordered it.
+    let q = |seq, inst, e: Vec<(u64, u64)>| Reply {
+        client: 9,
+        seq,
+        instance: inst,
+        result: encoded(&OpResult::Entries(e)),
+    };
+    c.on_reply(7, &q(2, 8, vec![(55, 2)]), None, 1);
+    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 2);
+    assert_eq!(
+        c.take_done().unwrap().result,
+        Ok(OpResult::Entries(vec![(45, 1), (55, 2)]))
+    );
+    // The next command continues after both sub-commands' sequence numbers.
+    out.clear();
+    c.submit(Op::Read { key: 1 }, 3, &mut out).unwrap();
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!(cmd.seq, 3);
+}
+
+#[test]
+fn a_lost_connection_moves_on_and_resubmits_soon() {
+    let mut c = client();
+    let mut out = Vec::new();
+    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    c.on_disconnected(1, 10);
+    assert_eq!(c.entry(), 2);
+    assert_eq!(c.deadline(), Some(40));
+    c.on_disconnected(4, 11);
+    assert_eq!(c.replica(), 5);
+    out.clear();
+    c.on_timer(40, &mut out);
+    assert_eq!(sends(&out), vec![(2, 1, 5, false)]);
+    // A node the command does not depend on changes nothing.
+    let d = c.deadline();
+    c.on_disconnected(3, 41);
+    assert_eq!((c.deadline(), c.entry()), (d, 2));
+}
+
+#[test]
+fn commands_that_cannot_be_split_are_refused_before_sending() {
+    let mut c = partitioned();
+    let mut out = Vec::new();
+    // The B+tree splits everything; the default split refuses a command spanning
+    // partitions, which the service tests show. Here: the client is not left busy
+    // by a refused command.
+    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    assert!(c.is_busy());
+    c.on_reply(5, &reply(1, 1, &OpResult::Value(None)), None, 1);
+    assert!(!c.is_busy());
+}

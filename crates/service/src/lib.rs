@@ -1,0 +1,527 @@
+//! The state-machine API: what a service implements to be replicated by Partita.
+//!
+//! In the spirit of Eyrie (paper 003 §5.1), openraft's state machine and BFT-SMaRt's
+//! `Executable`, a service is one trait, [`StateMachine`]: its command and reply types
+//! and their encoding; a deterministic [`StateMachine::execute`]; whether a command
+//! only reads; the objects (keys) a command touches ([`StateMachine::objects`]); undo
+//! records for speculative execution; snapshot and restore; a digest of its state.
+//! The execution models (`partita-smr`: the sequential replica with speculation, early
+//! replies, checkpoints and state transfer) are generic over it, and ordering never
+//! sees a command other than as bytes ([`partita_types::Payload`]).
+//!
+//! # Partitioning
+//!
+//! With state partitioning (paper 001 §III-C) each partition holds the objects whose
+//! keys fall in its range ([`PartitionMap`]). A key type says where it falls with
+//! [`PartitionKey::position`], an order-preserving map into `0..=u64::MAX`, so that a
+//! range of keys is a range of partitions. [`StateMachine::split`] cuts a command into
+//! the sub-command each addressed partition executes, and [`StateMachine::merge`] puts
+//! their replies back together. The defaults send a command whose objects all lie in
+//! one partition there, and refuse one that spans several ([`SplitError::Spans`]): a
+//! service that can split such commands (the B+tree's range queries and batches, the
+//! key-value store's range reads) overrides both. [`envelope`] turns a command into the
+//! multicast envelope the client sends.
+//!
+//! # Determinism
+//!
+//! Every replica executes the same commands in the same order and must reach the
+//! same state and replies: `execute` may not read clocks, random sources or anything
+//! but the state and the command, and iteration over hash maps must not leak into
+//! replies or snapshots. [`StateMachine::digest`] lets replicas (and the simulator)
+//! compare states; two replicas with equal digests are taken to hold equal states.
+//!
+//! # Errors
+//!
+//! A command that does not decode, or that [`StateMachine::check`] refuses, is not
+//! executed: the replica the client chose answers with the refusal's text
+//! ([`partita_types::Outcome`]), every replica decides the same, and nothing changes.
+
+use partita_types::{
+    encode, mask_partitions, Body, ClientId, Command, DecodeError, GroupMask, NodeId, PartitionId,
+    PartitionMap, Payload,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
+use std::ops::Bound;
+
+/// A key's place in the partitioned key space: an order-preserving map into
+/// `0..=u64::MAX` (keys `a <= b` have positions `position(a) <= position(b)`).
+pub trait PartitionKey {
+    fn position(&self) -> u64;
+}
+
+impl PartitionKey for u64 {
+    fn position(&self) -> u64 {
+        *self
+    }
+}
+
+/// Byte strings fall by their first eight bytes, big endian, shorter ones padded with
+/// zeros: lexicographic order is kept.
+impl PartitionKey for [u8] {
+    fn position(&self) -> u64 {
+        let mut b = [0u8; 8];
+        let n = self.len().min(8);
+        b[..n].copy_from_slice(&self[..n]);
+        u64::from_be_bytes(b)
+    }
+}
+
+impl PartitionKey for Vec<u8> {
+    fn position(&self) -> u64 {
+        self.as_slice().position()
+    }
+}
+
+impl PartitionKey for String {
+    fn position(&self) -> u64 {
+        self.as_bytes().position()
+    }
+}
+
+/// The objects a command touches: single keys, and ranges of keys (a range query, or
+/// "every key after k" for a next). Routing (partitions now; P-SMR groups, DS-SMR's
+/// oracle and GeoPaxos's serializers later) is computed from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Objects<K> {
+    pub keys: Vec<K>,
+    pub ranges: Vec<(Bound<K>, Bound<K>)>,
+}
+
+impl<K> Default for Objects<K> {
+    fn default() -> Self {
+        Objects {
+            keys: Vec::new(),
+            ranges: Vec::new(),
+        }
+    }
+}
+
+impl<K: PartitionKey> Objects<K> {
+    /// One key.
+    pub fn key(k: K) -> Objects<K> {
+        Objects {
+            keys: vec![k],
+            ranges: Vec::new(),
+        }
+    }
+
+    /// Whether the command touches nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.ranges.is_empty()
+    }
+
+    /// The partitions these objects fall in, one bit each (0 when there are none).
+    pub fn partitions(&self, map: &PartitionMap) -> GroupMask {
+        let mut mask = 0;
+        for k in &self.keys {
+            mask |= 1u64 << map.of_key(k.position());
+        }
+        for (lo, hi) in &self.ranges {
+            let lo = match lo {
+                Bound::Included(k) | Bound::Excluded(k) => k.position(),
+                Bound::Unbounded => 0,
+            };
+            let hi = match hi {
+                Bound::Included(k) | Bound::Excluded(k) => k.position(),
+                Bound::Unbounded => u64::MAX,
+            };
+            mask |= map.mask_of_range(lo, hi);
+        }
+        mask
+    }
+}
+
+/// Why a command cannot be cut into per-partition sub-commands.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    #[error(
+        "this command touches objects in partitions {partitions:?}; the service cannot split \
+         it across partitions"
+    )]
+    Spans { partitions: Vec<PartitionId> },
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Why sub-replies do not merge into the reply of the whole command (they do not fit
+/// it: a missing or extra partition, or a reply of the wrong kind).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("sub-replies do not merge: {0}")]
+pub struct MergeError(pub String);
+
+/// The kinds of work the simulator's cost table prices, in [`ExecutionWork::by_kind`]
+/// order. They are the B+tree's operations; another service counts each command as
+/// the kind closest in cost (a key-value put as an insert or update, a get as a read,
+/// a range read as a query returning its entries), or as none (then only
+/// [`ExecutionWork::commands`] counts it).
+pub const WORK_KINDS: [&str; 7] = [
+    "insert", "delete", "update", "read", "next", "prev", "query",
+];
+
+/// Execution work done, counted as it happens and never rewound by a rollback (a
+/// rolled-back speculation did run). Differences across a handler tell what that
+/// handler executed; the simulator charges CPU time from them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecutionWork {
+    /// Commands executed (speculated or decided).
+    pub commands: u64,
+    /// Service operations ([`StateMachine::op_count`]: a B+tree batch of seven is 7).
+    pub ops: u64,
+    /// The operations by kind ([`WORK_KINDS`] order).
+    pub by_kind: [u64; 7],
+    /// Entries returned by range reads.
+    pub query_entries: u64,
+}
+
+impl ExecutionWork {
+    /// The work done since `before` (zero where a counter went back, as when the
+    /// replica was replaced by a restored checkpoint).
+    pub fn since(&self, before: &ExecutionWork) -> ExecutionWork {
+        let mut by_kind = [0; 7];
+        for (i, k) in by_kind.iter_mut().enumerate() {
+            *k = self.by_kind[i].saturating_sub(before.by_kind[i]);
+        }
+        ExecutionWork {
+            commands: self.commands.saturating_sub(before.commands),
+            ops: self.ops.saturating_sub(before.ops),
+            by_kind,
+            query_entries: self.query_entries.saturating_sub(before.query_entries),
+        }
+    }
+}
+
+/// A replicated service. See the crate doc for what each part is for.
+pub trait StateMachine: Sized + Send + 'static {
+    /// The service's name in cluster files, checkpoints and histories (`"btree"`,
+    /// `"kv"`): a checkpoint of one service is never restored into another.
+    const NAME: &'static str;
+    type Command: Clone + Debug + Send + Sync + Serialize + DeserializeOwned + 'static;
+    type Reply: Clone + Debug + PartialEq + Send + Sync + Serialize + DeserializeOwned + 'static;
+    /// What undoes one command's effects (speculative execution, paper 001 §III-B).
+    type Undo: Send + 'static;
+    type Key: PartitionKey + Clone + Debug;
+
+    /// The empty state every replica starts from.
+    fn new() -> Self;
+
+    /// The command's bytes (the project's codec by default).
+    fn encode_command(cmd: &Self::Command) -> Payload {
+        Payload::from(encode(cmd))
+    }
+    fn decode_command(bytes: &[u8]) -> Result<Self::Command, DecodeError> {
+        partita_types::decode(bytes)
+    }
+    fn encode_reply(reply: &Self::Reply) -> Payload {
+        Payload::from(encode(reply))
+    }
+    fn decode_reply(bytes: &[u8]) -> Result<Self::Reply, DecodeError> {
+        partita_types::decode(bytes)
+    }
+
+    /// Refuse an impossible command (an oversized key, say) with a reason, before it
+    /// is executed. Clients check it before sending; replicas check it again on what
+    /// was ordered (a client may be broken).
+    fn check(_cmd: &Self::Command) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Whether executing `cmd` cannot change the state. Read-only commands are
+    /// executed only by the replica the client chose (paper 001 §IV).
+    fn is_read_only(cmd: &Self::Command) -> bool;
+
+    /// The objects `cmd` touches.
+    fn objects(cmd: &Self::Command) -> Objects<Self::Key>;
+
+    /// Execute `cmd` deterministically.
+    fn execute(&mut self, cmd: &Self::Command) -> Self::Reply;
+
+    /// Execute `cmd` and return what undoes it.
+    fn execute_undoable(&mut self, cmd: &Self::Command) -> (Self::Reply, Self::Undo);
+
+    /// Undo one command's effects; undos are applied newest first.
+    fn undo(&mut self, undo: Self::Undo);
+
+    /// The whole state as bytes, a function of the state alone (equal states give
+    /// equal bytes), for checkpoints and state transfer.
+    fn snapshot(&self) -> Vec<u8>;
+
+    /// The state a snapshot describes; damaged bytes are an error, never a panic.
+    fn restore(bytes: &[u8]) -> Result<Self, String>;
+
+    /// A digest of the state: equal states have equal digests, whatever history led
+    /// to them.
+    fn digest(&self) -> u64;
+
+    /// Objects held (entries, keys, accounts), for status output.
+    fn len(&self) -> u64 {
+        0
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Service operations a command stands for (throughput in operations/s).
+    fn op_count(_cmd: &Self::Command) -> u64 {
+        1
+    }
+
+    /// Count the work of one executed command (see [`WORK_KINDS`]).
+    fn account(cmd: &Self::Command, _reply: &Self::Reply, work: &mut ExecutionWork) {
+        work.commands += 1;
+        work.ops += Self::op_count(cmd);
+    }
+
+    /// The sub-command each addressed partition executes, in partition order. The
+    /// default: the partition of every object, if they share one (partition 0 for a
+    /// command that touches nothing); several is an error.
+    fn split(
+        cmd: &Self::Command,
+        map: &PartitionMap,
+    ) -> Result<Vec<(PartitionId, Self::Command)>, SplitError> {
+        let mask = Self::objects(cmd).partitions(map);
+        match mask.count_ones() {
+            0 => Ok(vec![(0, cmd.clone())]),
+            1 => Ok(vec![(mask.trailing_zeros(), cmd.clone())]),
+            _ => Err(SplitError::Spans {
+                partitions: mask_partitions(mask),
+            }),
+        }
+    }
+
+    /// The reply of the whole command from its partitions' sub-replies (any order).
+    /// The default takes the only one.
+    fn merge(
+        _cmd: &Self::Command,
+        mut parts: Vec<(PartitionId, Self::Reply)>,
+        _map: &PartitionMap,
+    ) -> Result<Self::Reply, MergeError> {
+        if parts.len() == 1 {
+            Ok(parts.pop().expect("one").1)
+        } else {
+            Err(MergeError(format!(
+                "{} sub-replies for a command of one partition",
+                parts.len()
+            )))
+        }
+    }
+}
+
+/// The envelope a client multicasts for `cmd`: its session and sequence number, the
+/// replica that must answer, and what each addressed partition executes (one payload
+/// for one partition; one per partition otherwise).
+pub fn envelope<S: StateMachine>(
+    client: ClientId,
+    seq: u64,
+    reply_to: NodeId,
+    cmd: &S::Command,
+    map: &PartitionMap,
+) -> Result<Command, SplitError> {
+    S::check(cmd).map_err(SplitError::Refused)?;
+    let parts = S::split(cmd, map)?;
+    assert!(
+        !parts.is_empty() && parts.windows(2).all(|w| w[0].0 < w[1].0),
+        "{}::split must name each partition once, in order",
+        S::NAME
+    );
+    assert!(
+        parts.iter().all(|(p, _)| *p < map.count()),
+        "{}::split named a partition outside the map",
+        S::NAME
+    );
+    let groups = parts.iter().fold(0u64, |m, (p, _)| m | (1u64 << p));
+    let body = if parts.len() == 1 {
+        Body::Whole {
+            groups,
+            payload: S::encode_command(&parts[0].1),
+        }
+    } else {
+        Body::Split {
+            groups,
+            payloads: parts.iter().map(|(_, c)| S::encode_command(c)).collect(),
+        }
+    };
+    Ok(Command {
+        client,
+        seq,
+        reply_to,
+        body,
+    })
+}
+
+/// The partitions a command's envelope addresses, in order.
+pub fn partitions_of<S: StateMachine>(
+    cmd: &S::Command,
+    map: &PartitionMap,
+) -> Result<Vec<PartitionId>, SplitError> {
+    Ok(S::split(cmd, map)?.into_iter().map(|(p, _)| p).collect())
+}
+
+/// Decode a reply's outcome into the service's reply (a refusal stays one; bytes
+/// that do not decode become one too, naming the service).
+pub fn decode_outcome<S: StateMachine>(
+    outcome: &partita_types::Outcome,
+) -> Result<S::Reply, String> {
+    match outcome {
+        Ok(bytes) => S::decode_reply(bytes)
+            .map_err(|e| format!("a {} reply that does not decode: {e}", S::NAME)),
+        Err(why) => Err(why.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    /// A register per key: the smallest service there is, to test the defaults.
+    struct Registers(std::collections::BTreeMap<u64, u64>);
+
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    enum Cmd {
+        Set(u64, u64),
+        Get(u64),
+        Swap(u64, u64),
+    }
+
+    impl StateMachine for Registers {
+        const NAME: &'static str = "registers";
+        type Command = Cmd;
+        type Reply = Option<u64>;
+        type Undo = (u64, Option<u64>);
+        type Key = u64;
+        fn new() -> Self {
+            Registers(Default::default())
+        }
+        fn is_read_only(cmd: &Cmd) -> bool {
+            matches!(cmd, Cmd::Get(_))
+        }
+        fn objects(cmd: &Cmd) -> Objects<u64> {
+            match cmd {
+                Cmd::Set(k, _) | Cmd::Get(k) => Objects::key(*k),
+                Cmd::Swap(a, b) => Objects {
+                    keys: vec![*a, *b],
+                    ranges: vec![],
+                },
+            }
+        }
+        fn execute(&mut self, cmd: &Cmd) -> Option<u64> {
+            self.execute_undoable(cmd).0
+        }
+        fn execute_undoable(&mut self, cmd: &Cmd) -> (Option<u64>, (u64, Option<u64>)) {
+            match cmd {
+                Cmd::Set(k, v) => {
+                    let old = self.0.insert(*k, *v);
+                    (old, (*k, old))
+                }
+                Cmd::Get(k) => (self.0.get(k).copied(), (*k, self.0.get(k).copied())),
+                Cmd::Swap(..) => unreachable!("never executed in these tests"),
+            }
+        }
+        fn undo(&mut self, (k, old): (u64, Option<u64>)) {
+            match old {
+                Some(v) => self.0.insert(k, v),
+                None => self.0.remove(&k),
+            };
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            encode(&self.0)
+        }
+        fn restore(bytes: &[u8]) -> Result<Self, String> {
+            partita_types::decode(bytes)
+                .map(Registers)
+                .map_err(|e| e.to_string())
+        }
+        fn digest(&self) -> u64 {
+            self.0
+                .iter()
+                .fold(0, |h, (k, v)| h ^ k.wrapping_mul(31) ^ v)
+        }
+    }
+
+    #[test]
+    fn byte_keys_keep_their_order_in_positions() {
+        let keys: Vec<&[u8]> = vec![b"", b"a", b"ab", b"abcdefgh", b"abcdefghz", b"b", b"\xff"];
+        for w in keys.windows(2) {
+            assert!(w[0] <= w[1]);
+            assert!(w[0].position() <= w[1].position(), "{w:?}");
+        }
+        assert_eq!(b"\x01".as_slice().position(), 1u64 << 56);
+    }
+
+    #[test]
+    fn objects_map_to_partitions() {
+        let map = PartitionMap::new(4, 400).unwrap();
+        let o = Objects {
+            keys: vec![5u64, 350],
+            ranges: vec![(Bound::Included(150), Bound::Excluded(250))],
+        };
+        assert_eq!(o.partitions(&map), 0b1111);
+        let next = Objects::<u64> {
+            keys: vec![],
+            ranges: vec![(Bound::Excluded(150), Bound::Unbounded)],
+        };
+        assert_eq!(next.partitions(&map), 0b1110);
+        assert_eq!(Objects::<u64>::default().partitions(&map), 0);
+    }
+
+    #[test]
+    fn the_default_split_keeps_one_partition_and_refuses_several() {
+        let map = PartitionMap::new(2, 100).unwrap();
+        let c = envelope::<Registers>(1, 1, 3, &Cmd::Set(70, 1), &map).unwrap();
+        assert_eq!(c.body.groups(), 0b10);
+        let back = Registers::decode_command(c.body.payload_for(1).unwrap()).unwrap();
+        assert!(matches!(back, Cmd::Set(70, 1)));
+        let err = envelope::<Registers>(1, 2, 3, &Cmd::Swap(10, 90), &map).unwrap_err();
+        assert_eq!(
+            err,
+            SplitError::Spans {
+                partitions: vec![0, 1]
+            }
+        );
+        assert!(err.to_string().contains("[0, 1]"));
+        // One partition: everything goes to partition 0.
+        let c = envelope::<Registers>(1, 3, 3, &Cmd::Swap(10, 90), &PartitionMap::single());
+        assert_eq!(c.unwrap().body.groups(), 1);
+    }
+
+    #[test]
+    fn the_default_merge_takes_exactly_one_reply() {
+        let map = PartitionMap::single();
+        assert_eq!(
+            Registers::merge(&Cmd::Get(1), vec![(0, Some(4))], &map),
+            Ok(Some(4))
+        );
+        assert!(Registers::merge(&Cmd::Get(1), vec![(0, None), (1, None)], &map).is_err());
+        assert!(Registers::merge(&Cmd::Get(1), vec![], &map).is_err());
+    }
+
+    #[test]
+    fn outcomes_decode_or_stay_refusals() {
+        let ok: partita_types::Outcome = Ok(Registers::encode_reply(&Some(9)));
+        assert_eq!(decode_outcome::<Registers>(&ok), Ok(Some(9)));
+        let bad: partita_types::Outcome = Ok(Payload::from_static(b"\x07"));
+        assert!(decode_outcome::<Registers>(&bad)
+            .unwrap_err()
+            .contains("registers reply"));
+        let refused: partita_types::Outcome = Err("too big".into());
+        assert_eq!(decode_outcome::<Registers>(&refused), Err("too big".into()));
+    }
+
+    #[test]
+    fn undo_restores_the_state() {
+        let mut r = Registers::new();
+        let d0 = r.digest();
+        let (_, u1) = r.execute_undoable(&Cmd::Set(1, 10));
+        let (old, u2) = r.execute_undoable(&Cmd::Set(1, 20));
+        assert_eq!(old, Some(10));
+        r.undo(u2);
+        r.undo(u1);
+        assert_eq!(r.digest(), d0);
+        let back = Registers::restore(&r.snapshot()).unwrap();
+        assert_eq!(back.digest(), r.digest());
+        assert!(Registers::restore(b"\xff\xff").is_err());
+    }
+}
