@@ -26,8 +26,9 @@ use crate::{
     AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, Part, PersistToken,
     Protocol, Value, Vid,
 };
+use partita_types::DetHashMap;
 use partita_types::{Ballot, Instance, NodeId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -105,8 +106,8 @@ pub struct Acceptor {
     /// Highest decided instance a leader announced in a heartbeat (all below it are
     /// decided, whether or not this acceptor saw each decision).
     announced_decided: Instance,
-    pending: HashMap<PersistToken, PendingWrite>,
-    held_votes: HashMap<Instance, HeldVote>,
+    pending: DetHashMap<PersistToken, PendingWrite>,
+    held_votes: DetHashMap<Instance, HeldVote>,
     /// Split values being assembled from their parts, by instance (at most
     /// [`ASSEMBLIES_MAX`]).
     assembling: BTreeMap<Instance, Assembly>,
@@ -139,8 +140,8 @@ impl Acceptor {
             decided: BTreeMap::new(),
             decided_prefix: 1,
             announced_decided: 0,
-            pending: HashMap::new(),
-            held_votes: HashMap::new(),
+            pending: DetHashMap::default(),
+            held_votes: DetHashMap::default(),
             assembling: BTreeMap::new(),
             next_token: 1,
             last_persisted: 0,

@@ -18,7 +18,8 @@ use crate::{
     Protocol, Value, Vid,
 };
 use partita_types::{Ballot, ClientId, Command, Instance, NodeId};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use partita_types::{DetHashMap, DetHashSet};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// When the coordinator first sweeps stale entries out of its table of undecided
@@ -97,7 +98,7 @@ pub struct Coordinator {
     /// is shorter than the queueing delay double the load with every round of
     /// resubmissions, and an overloaded cluster never recovers (simulator seed 73070).
     /// Entries of values lost to a new ballot go stale; `is_live` tells them apart.
-    queued: HashMap<(ClientId, u64), Queued>,
+    queued: DetHashMap<(ClientId, u64), Queued>,
     /// Sweep stale entries out of `queued` when it reaches this size.
     queued_gc_at: usize,
     pending_bytes: usize,
@@ -161,7 +162,7 @@ impl Coordinator {
             decided_ahead: BTreeMap::new(),
             unannounced: Vec::new(),
             pending: VecDeque::new(),
-            queued: HashMap::new(),
+            queued: DetHashMap::default(),
             queued_gc_at,
             pending_bytes: 0,
             pending_since_tick: 0,
@@ -333,7 +334,7 @@ impl Coordinator {
 
     /// Drop the entries of values that will never be decided by this coordinator.
     fn forget_stale_queued(&mut self) {
-        let live: HashSet<Vid> = self
+        let live: DetHashSet<Vid> = self
             .in_flight
             .values()
             .map(|f| f.value.vid)
@@ -719,7 +720,7 @@ impl Coordinator {
 
     fn take_batch(&mut self) -> Value {
         let mut commands: Vec<Command> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = DetHashSet::default();
         let mut bytes = 0;
         while let Some(c) = self.pending.front() {
             let b = command_bytes(c);
