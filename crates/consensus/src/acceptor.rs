@@ -23,8 +23,8 @@
 //! numbers the records it recovered 1..=n and issues n + 1, … from there.
 
 use crate::{
-    AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, Part, PersistToken,
-    Protocol, Value, Vid,
+    command_bytes, AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, Part,
+    PersistToken, Protocol, Value, Vid, PHASE1B_PAGE_BYTES_MAX,
 };
 use partita_types::DetHashMap;
 use partita_types::{Ballot, Instance, NodeId};
@@ -584,22 +584,7 @@ impl Acceptor {
                     self.drops.count(Drop::StaleBallot);
                     return;
                 }
-                let accepted = self
-                    .accepted
-                    .range(from..to)
-                    .filter(|(_, a)| a.durable && a.ballot > Ballot::ZERO)
-                    .map(|(&i, a)| (i, a.ballot, a.value.clone()))
-                    .collect();
-                out.push(Action::Send {
-                    to: reply_to,
-                    msg: Msg::Phase1B {
-                        ballot,
-                        from,
-                        to,
-                        accepted,
-                        truncated_below: self.truncated_below,
-                    },
-                });
+                self.send_promise(ballot, from, to, reply_to, out);
             }
             PendingWrite::Truncate => {
                 // Everything the log must still hold starts at the truncation record
@@ -814,6 +799,60 @@ impl Acceptor {
     /// re-propose the whole log since the last truncation before deciding anything new.
     pub fn first_undecided(&self) -> Instance {
         self.decided_prefix.max(self.announced_decided + 1)
+    }
+
+    /// The promise for `from..to`, as Phase 1B pages of at most about
+    /// [`PHASE1B_PAGE_BYTES_MAX`] bytes of values each, tiling the range in order.
+    fn send_promise(
+        &self,
+        ballot: Ballot,
+        from: Instance,
+        to: Instance,
+        reply_to: NodeId,
+        out: &mut Outbox,
+    ) {
+        let mut page_from = from;
+        let mut page = Vec::new();
+        let mut bytes = 0usize;
+        let mut pages = 0u64;
+        let held = self
+            .accepted
+            .range(from..to)
+            .filter(|(_, a)| a.durable && a.ballot > Ballot::ZERO);
+        for (&i, a) in held {
+            if bytes >= PHASE1B_PAGE_BYTES_MAX {
+                // Close the page just below this instance.
+                out.push(Action::Send {
+                    to: reply_to,
+                    msg: Msg::Phase1B {
+                        ballot,
+                        from: page_from,
+                        to: i,
+                        accepted: std::mem::take(&mut page),
+                        truncated_below: self.truncated_below,
+                    },
+                });
+                pages += 1;
+                page_from = i;
+                bytes = 0;
+            }
+            bytes += a.value.commands.iter().map(command_bytes).sum::<usize>() + 64;
+            page.push((i, a.ballot, a.value.clone()));
+        }
+        out.push(Action::Send {
+            to: reply_to,
+            msg: Msg::Phase1B {
+                ballot,
+                from: page_from,
+                to,
+                accepted: page,
+                truncated_below: self.truncated_below,
+            },
+        });
+        assert!(
+            page_from >= from && pages < to - from + 1,
+            "pages tile the promised range"
+        );
     }
 
     fn on_learn_request(&mut self, from: NodeId, lo: Instance, hi: Instance, out: &mut Outbox) {
@@ -1350,6 +1389,107 @@ mod tests {
             },
             out,
         );
+    }
+
+    /// A promise over more values than a page holds leaves as several Phase 1Bs that
+    /// tile the range in order, each within the page bound (plus one value).
+    #[test]
+    fn a_large_promise_is_paged() {
+        let mut a = Acceptor::new(1, membership(Protocol::MultiPaxos));
+        let mut out = Vec::new();
+        let b1 = Ballot::new(1, 3);
+        // 400 values of about 8 KiB: over 3 MiB in all.
+        let big = |seq: u64| {
+            let payload = partita_types::Payload::from(vec![seq as u8; 8 << 10]);
+            Arc::new(Value::new(
+                Vid { ballot: b1, seq },
+                vec![partita_types::Command::single(9, seq, 4, payload)],
+            ))
+        };
+        for i in 1..=400u64 {
+            a.on_message(
+                3,
+                Msg::Phase2A {
+                    ballot: b1,
+                    instance: i,
+                    value: big(i),
+                    decided: vec![],
+                    ring: 0b111,
+                    part: None,
+                },
+                &mut out,
+            );
+        }
+        let tokens: Vec<PersistToken> = out
+            .iter()
+            .filter_map(|x| match x {
+                Action::Persist { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect();
+        for t in tokens {
+            a.on_persisted(t, &mut out);
+        }
+        out.clear();
+        let b2 = Ballot::new(2, 2);
+        a.on_message(
+            2,
+            Msg::Phase1A {
+                ballot: b2,
+                from: 1,
+                to: 1000,
+            },
+            &mut out,
+        );
+        let Some(Action::Persist { token, .. }) = out.pop() else {
+            panic!("the promise is persisted first: {out:?}");
+        };
+        a.on_persisted(token, &mut out);
+        let pages: Vec<(Instance, Instance, Vec<Instance>, usize)> = out
+            .iter()
+            .filter_map(|x| match x {
+                Action::Send {
+                    to: 2,
+                    msg:
+                        Msg::Phase1B {
+                            ballot,
+                            from,
+                            to,
+                            accepted,
+                            ..
+                        },
+                } if *ballot == b2 => Some((
+                    *from,
+                    *to,
+                    accepted.iter().map(|(i, _, _)| *i).collect(),
+                    accepted
+                        .iter()
+                        .map(|(_, _, v)| v.commands.iter().map(command_bytes).sum::<usize>())
+                        .sum(),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert!(pages.len() >= 3, "{} pages", pages.len());
+        assert_eq!(pages[0].0, 1);
+        assert_eq!(pages.last().unwrap().1, 1000);
+        for w in pages.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "pages tile the range");
+        }
+        let mut all = Vec::new();
+        for (from, to, instances, bytes) in &pages {
+            assert!(instances.iter().all(|i| from <= i && i < to));
+            assert!(
+                *bytes <= PHASE1B_PAGE_BYTES_MAX + (9 << 10),
+                "{bytes} bytes"
+            );
+            all.extend(instances.iter().copied());
+        }
+        assert_eq!(all, (1..=400).collect::<Vec<_>>(), "every value, once");
+        for (_, _, _, bytes) in &pages {
+            let frame = *bytes;
+            assert!(frame < partita_types::frame::FRAME_BYTES_MAX / 16);
+        }
     }
 
     fn three_replicas() -> Membership {

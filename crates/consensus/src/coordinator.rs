@@ -40,6 +40,10 @@ struct Phase1 {
     from: Instance,
     to: Instance,
     promises: u64,
+    /// Per acceptor (by index), the sub-ranges of `from..to` its Phase 1B pages
+    /// covered so far, merged and sorted: its promise counts once they are the whole
+    /// range.
+    covered: Vec<Vec<(Instance, Instance)>>,
     /// Highest-ballot value reported per instance.
     reported: BTreeMap<Instance, (Ballot, Arc<Value>)>,
     /// Highest truncation point a promising acceptor reported: every instance below
@@ -257,6 +261,7 @@ impl Coordinator {
             from,
             to,
             promises: 0,
+            covered: vec![Vec::new(); self.membership.acceptors.len()],
             reported: BTreeMap::new(),
             truncated_below: 1,
             sent_at_tick: self.now_tick,
@@ -406,15 +411,22 @@ impl Coordinator {
             self.drops.count(Drop::StaleBallot);
             return;
         };
-        if ballot != self.ballot || lo != p.from || hi != p.to {
+        // A page of the promise for this Phase 1's range (the whole range, or a part).
+        if ballot != self.ballot || lo < p.from || hi > p.to || lo > hi {
             self.drops.count(Drop::StaleBallot);
             return;
         }
         if p.promises & bit != 0 {
             return; // duplicate
         }
-        self.heard_tick[bit.trailing_zeros() as usize] = self.now_tick;
-        p.promises |= bit;
+        let index = bit.trailing_zeros() as usize;
+        self.heard_tick[index] = self.now_tick;
+        if !cover(&mut p.covered[index], lo, hi) {
+            return; // a page seen before
+        }
+        if p.covered[index] == [(p.from, p.to)] {
+            p.promises |= bit;
+        }
         p.truncated_below = p.truncated_below.max(truncated_below);
         for (i, b, v) in accepted {
             assert!(
@@ -862,6 +874,25 @@ impl Coordinator {
     }
 }
 
+/// Add `lo..hi` to a sorted list of disjoint, merged ranges; false if it was covered
+/// already (a duplicate page).
+fn cover(ranges: &mut Vec<(Instance, Instance)>, lo: Instance, hi: Instance) -> bool {
+    if ranges.iter().any(|&(a, b)| a <= lo && hi <= b) {
+        return false;
+    }
+    ranges.push((lo, hi));
+    ranges.sort_unstable();
+    let mut merged: Vec<(Instance, Instance)> = Vec::with_capacity(ranges.len());
+    for &(a, b) in ranges.iter() {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    *ranges = merged;
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -922,6 +953,85 @@ mod tests {
             },
             out,
         );
+    }
+
+    /// A paged promise counts once its pages cover the whole range, in any order;
+    /// duplicates and pages outside the range change nothing; values of every page
+    /// are adopted.
+    #[test]
+    fn a_paged_promise_counts_once_its_pages_cover_the_range() {
+        let wide = CoordinatorConfig {
+            window_instances_max: 16,
+            ..cfg()
+        };
+        let mut c = Coordinator::new(3, membership(Protocol::MultiPaxos), wide, Ballot::ZERO, 1);
+        let mut out = Vec::new();
+        c.start(&mut out);
+        let b = c.ballot();
+        let old = |seq| {
+            Arc::new(Value::new(
+                Vid {
+                    ballot: Ballot::new(0, 1),
+                    seq,
+                },
+                vec![cmd(seq)],
+            ))
+        };
+        let page = |from, to, accepted| Msg::Phase1B {
+            ballot: b,
+            from,
+            to,
+            accepted,
+            truncated_below: 1,
+        };
+        own_promise(&mut c, 1, 11, &mut out);
+        out.clear();
+        // Acceptor 1: the second half first, then a page outside the range, then a
+        // duplicate: still no majority.
+        c.on_message(
+            1,
+            page(6, 11, vec![(7, Ballot::new(0, 1), old(7))]),
+            &mut out,
+        );
+        c.on_message(1, page(11, 20, vec![]), &mut out);
+        c.on_message(1, page(6, 11, vec![]), &mut out);
+        assert!(sends(&out).iter().all(|(_, k)| *k != "phase2a"), "{out:?}");
+        assert!(c.phase1.is_some());
+        // The first half completes the promise: instance 7's value is re-proposed and
+        // the gap below it filled.
+        c.on_message(1, page(1, 6, vec![]), &mut out);
+        assert!(c.prepared_up_to >= 11, "Phase 1 of 1..11 complete");
+        let proposed: Vec<(Instance, usize)> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to: 1,
+                    msg:
+                        Msg::Phase2A {
+                            instance, value, ..
+                        },
+                } => Some((*instance, value.commands.len())),
+                _ => None,
+            })
+            .collect();
+        assert!(proposed.contains(&(7, 1)), "{proposed:?}");
+        assert!(
+            proposed.iter().any(|&(i, n)| i < 7 && n == 0),
+            "no-ops fill the gap"
+        );
+        assert!(c.drops.0["stale_ballot"] >= 1, "the page outside the range");
+    }
+
+    #[test]
+    fn cover_merges_ranges_and_spots_duplicates() {
+        let mut r = Vec::new();
+        assert!(cover(&mut r, 5, 8));
+        assert!(cover(&mut r, 1, 3));
+        assert!(cover(&mut r, 3, 5));
+        assert_eq!(r, vec![(1, 8)]);
+        assert!(!cover(&mut r, 2, 6));
+        assert!(cover(&mut r, 9, 10));
+        assert_eq!(r, vec![(1, 8), (9, 10)]);
     }
 
     fn prepared(protocol: Protocol) -> Coordinator {
@@ -1593,7 +1703,11 @@ mod tests {
     #[test]
     fn phase1_skips_instances_an_acceptor_truncated() {
         // Truncated inside the range: proposals start at the truncation point.
-        let mut c = Coordinator::new(3, membership(Protocol::MultiPaxos), cfg(), Ballot::ZERO, 1);
+        let wide = CoordinatorConfig {
+            window_instances_max: 16,
+            ..cfg()
+        };
+        let mut c = Coordinator::new(3, membership(Protocol::MultiPaxos), wide, Ballot::ZERO, 1);
         let mut out = Vec::new();
         c.start(&mut out);
         let b = c.ballot();
@@ -1626,7 +1740,11 @@ mod tests {
         assert_eq!(proposed, vec![6]);
 
         // Truncated past the range: Phase 1 again, from the truncation point.
-        let mut c = Coordinator::new(3, membership(Protocol::MultiPaxos), cfg(), Ballot::ZERO, 1);
+        let wide = CoordinatorConfig {
+            window_instances_max: 16,
+            ..cfg()
+        };
+        let mut c = Coordinator::new(3, membership(Protocol::MultiPaxos), wide, Ballot::ZERO, 1);
         let mut out = Vec::new();
         c.start(&mut out);
         out.clear();

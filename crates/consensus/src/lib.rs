@@ -454,7 +454,12 @@ pub enum Msg {
         from: Instance,
         to: Instance,
     },
-    /// Acceptor → coordinator: promised, and these are my accepted values in the range.
+    /// Acceptor → coordinator: promised, and these are my accepted values in
+    /// `from..to`. A promise for a Phase 1A range is *paged*: one or more Phase 1Bs
+    /// whose ranges tile the Phase 1A's, each holding at most about
+    /// [`PHASE1B_PAGE_BYTES_MAX`] of values, so no promise approaches the frame limit
+    /// however much an acceptor holds; the coordinator counts the promise once the
+    /// pages cover the whole range, in whatever order they arrived.
     /// `truncated_below`: this acceptor dropped every instance below it after a
     /// majority of replicas checkpointed them (1: nothing dropped); they are decided,
     /// and the coordinator must not propose there.
@@ -619,6 +624,10 @@ mod bytes {
 /// (2^62 instances at a billion per second is 146 years), and far enough from
 /// `u64::MAX` that the cores' `+ 1`s never overflow.
 pub const INSTANCE_MAX: Instance = 1 << 62;
+/// An acceptor cuts its promise into Phase 1B pages of about this many bytes of
+/// values (a page holds at least one value, so a page is at most this plus one
+/// value: far below the 64 MiB frame limit).
+pub const PHASE1B_PAGE_BYTES_MAX: usize = 1 << 20;
 pub const ROUND_MAX: u64 = 1 << 62;
 /// The largest checkpoint a peer may announce in a chunk (1 TiB).
 pub const CHECKPOINT_BYTES_MAX: u64 = 1 << 40;
