@@ -107,6 +107,34 @@ pub struct ClusterSection {
     pub tick_ms: u64,
 }
 
+/// The node process's own bounds (cluster file `[runtime]`, optional).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSection {
+    /// Events from connections (peer messages, client requests) a node queues before
+    /// its connections wait (back-pressure through TCP).
+    #[serde(default = "default_inbox_events")]
+    pub inbox_events_max: usize,
+}
+
+impl RuntimeSection {
+    pub fn is_default(&self) -> bool {
+        *self == RuntimeSection::default()
+    }
+}
+
+impl Default for RuntimeSection {
+    fn default() -> Self {
+        RuntimeSection {
+            inbox_events_max: default_inbox_events(),
+        }
+    }
+}
+
+fn default_inbox_events() -> usize {
+    16_384
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchingSection {
@@ -250,6 +278,9 @@ pub struct ClusterConfig {
     /// Optional; left out of the written file while it holds the defaults.
     #[serde(default, skip_serializing_if = "PartitioningSection::is_default")]
     pub partitioning: PartitioningSection,
+    /// Optional; left out of the written file while it holds the defaults.
+    #[serde(default, skip_serializing_if = "RuntimeSection::is_default")]
+    pub runtime: RuntimeSection,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -374,6 +405,12 @@ impl ClusterConfig {
             return f(
                 "cluster.service",
                 format!("`{svc}` is not a service name (1 to 64 of a-z, 0-9, - and _)"),
+            );
+        }
+        if !(16..=1 << 20).contains(&self.runtime.inbox_events_max) {
+            return f(
+                "runtime.inbox_events_max",
+                "must be between 16 and 1048576".into(),
             );
         }
         if self.cluster.tick_ms == 0 || self.cluster.tick_ms > 1000 {
@@ -718,6 +755,7 @@ impl ClusterConfig {
             storage: StorageSection::default(),
             execution: ExecutionSection::default(),
             partitioning: PartitioningSection::default(),
+            runtime: RuntimeSection::default(),
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -809,6 +847,7 @@ impl ClusterConfig {
             storage: StorageSection::default(),
             execution: ExecutionSection::default(),
             partitioning: PartitioningSection::default(),
+            runtime: RuntimeSection::default(),
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),

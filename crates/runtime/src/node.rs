@@ -116,6 +116,8 @@ struct Node {
     events: mpsc::UnboundedSender<Event>,
     counters: BTreeMap<&'static str, u64>,
     out: Vec<Output>,
+    /// How often a connection waited for room in the bounded inbox.
+    inbox_full_waits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Node {
@@ -255,6 +257,11 @@ impl Node {
             .chain(self.core.counters())
             .map(|(k, v)| (k.to_string(), *v))
             .collect();
+        counters.push((
+            "inbox_full_waits".into(),
+            self.inbox_full_waits
+                .load(std::sync::atomic::Ordering::Relaxed),
+        ));
         let coordinator = self.core.coordinator();
         let acceptor = self.core.acceptor();
         let replica = self.core.replica();
@@ -424,13 +431,35 @@ fn spawn_peer_link(
     });
 }
 
+/// The node's inbox for what connections bring (peer messages, client requests,
+/// hellos, closings): bounded, so a flood of input cannot grow the node's memory. A
+/// connection task whose event does not fit waits, and while it waits it reads nothing
+/// from its socket: TCP flow control then pushes back on the sender (a peer link's
+/// bounded send queue fills and drops, which Paxos retransmission covers; a client
+/// waits). How often a connection had to wait is counted (`inbox_full_waits`).
+#[derive(Clone)]
+struct Inbox {
+    tx: mpsc::Sender<Event>,
+    full_waits: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Inbox {
+    /// Queue `ev`, waiting while the inbox is full. Err: the node is stopping.
+    async fn send(&self, ev: Event) -> Result<(), ()> {
+        match self.tx.try_send(ev) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(ev)) => {
+                self.full_waits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.tx.send(ev).await.map_err(|_| ())
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        }
+    }
+}
+
 /// Serve one accepted connection: the first frame says who it is.
-async fn serve_conn(
-    stream: TcpStream,
-    conn: u64,
-    cluster_id: u64,
-    events: mpsc::UnboundedSender<Event>,
-) {
+async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox) {
     let _ = stream.set_nodelay(true);
     let peer_addr = stream.peer_addr().ok();
     let (rd, wr) = stream.into_split();
@@ -455,7 +484,7 @@ async fn serve_conn(
             loop {
                 match reader.next().await {
                     Ok(Wire::Peer(msg)) => {
-                        if events.send(Event::Peer { from, msg }).is_err() {
+                        if events.send(Event::Peer { from, msg }).await.is_err() {
                             return;
                         }
                     }
@@ -479,6 +508,7 @@ async fn serve_conn(
             let tx = spawn_writer(wr);
             if events
                 .send(Event::ClientHello { conn, client, tx })
+                .await
                 .is_err()
             {
                 return;
@@ -493,7 +523,7 @@ async fn serve_conn(
                             );
                             break;
                         }
-                        if events.send(Event::Request { cmd }).is_err() {
+                        if events.send(Event::Request { cmd }).await.is_err() {
                             return;
                         }
                     }
@@ -508,11 +538,11 @@ async fn serve_conn(
                     }
                 }
             }
-            let _ = events.send(Event::Closed { conn });
+            let _ = events.send(Event::Closed { conn }).await;
         }
         Wire::StatusRequest => {
             let tx = spawn_writer(wr);
-            let _ = events.send(Event::Status { tx });
+            let _ = events.send(Event::Status { tx }).await;
         }
         _ => warn!(?peer_addr, "connection did not start with a hello; closing"),
     }
@@ -545,7 +575,15 @@ pub async fn run_node_until(
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating {}", opts.data_dir.display()))?;
     check_identity(&dir, cfg.cluster.id, id)?;
+    // Two inboxes: what the node's own threads report (WAL completions and failures,
+    // checkpoint writes; bounded by the writes outstanding, which the window bounds),
+    // and what connections bring (bounded: see `Inbox`).
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let (net_tx, mut net_rx) = mpsc::channel::<Event>(cfg.runtime.inbox_events_max);
+    let inbox = Inbox {
+        tx: net_tx,
+        full_waits: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    };
     let mut bugs = UnsafeBugs::default();
     for bug in &opts.unsafe_bugs {
         if let Err(e) = bugs.enable(bug) {
@@ -651,6 +689,7 @@ pub async fn run_node_until(
         events: ev_tx.clone(),
         counters: BTreeMap::new(),
         out,
+        inbox_full_waits: inbox.full_waits.clone(),
     };
     if cfg.cluster.mode == Mode::Smr {
         for n in &cfg.nodes {
@@ -668,7 +707,7 @@ pub async fn run_node_until(
         .with_context(|| format!("binding {}", cfg.addr(id)))?;
     info!(node = id, addr = %cfg.addr(id), mode = ?cfg.cluster.mode, protocol = %cfg.cluster.protocol, durability = %cfg.cluster.durability, "node listening");
     let accept_task = {
-        let ev = ev_tx.clone();
+        let ev = inbox.clone();
         let cluster_id = cfg.cluster.id;
         tokio::spawn(async move {
             let mut conn = 0u64;
@@ -687,7 +726,8 @@ pub async fn run_node_until(
         })
     };
     node.perform();
-    let result = event_loop(&mut node, &mut ev_rx, &cfg, stop).await;
+    drop(inbox);
+    let result = event_loop(&mut node, &mut ev_rx, &mut net_rx, &cfg, stop).await;
     // Abort is asynchronous: wait until the accept task is gone, and with it the
     // listener, so that a node restarted in the same process can bind its port at once
     // (without this wait the runtime checkpoint test failed now and then with "Address
@@ -703,6 +743,7 @@ pub async fn run_node_until(
 async fn event_loop(
     node: &mut Node,
     ev_rx: &mut mpsc::UnboundedReceiver<Event>,
+    net_rx: &mut mpsc::Receiver<Event>,
     cfg: &ClusterConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -723,19 +764,49 @@ async fn event_loop(
             continue;
         }
         tokio::select! {
+            // The node's own completions first: they release votes and replies.
+            biased;
             ev = ev_rx.recv() => {
                 let Some(ev) = ev else { break };
+                node.handle(ev)?;
+            }
+            ev = net_rx.recv() => {
+                let Some(ev) = ev else { break };
+                node.handle(ev)?;
+            }
+            _ = tick.tick() => { node.core.on_tick(&mut node.out); if !node.out.is_empty() { node.perform(); } }
+            _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
+            _ = sigterm.recv() => { info!("terminated; stopping"); break; }
+            _ = &mut stop => { info!("stop requested; stopping"); break; }
+        }
+    }
+    Ok(())
+}
+
+impl Node {
+    /// One event from an inbox. An error stops the node (a failed write).
+    fn handle(&mut self, ev: Event) -> anyhow::Result<()> {
+        let node = self;
+        {
+            {
                 match ev {
                     Event::Peer { from, msg } => {
                         node.core.on_peer(from, msg, &mut node.out);
                         node.perform();
                     }
                     Event::ClientHello { conn, client, tx } => {
-                        let _ = tx.try_send(Arc::new(to_frame(&Wire::ClientWelcome { node: node.id })));
+                        let _ =
+                            tx.try_send(Arc::new(to_frame(&Wire::ClientWelcome { node: node.id })));
                         node.clients.insert(client, (conn, tx));
                     }
-                    Event::Request { cmd } => { node.core.on_request(cmd, &mut node.out); node.perform(); }
-                    Event::Status { tx } => { let _ = tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status()))))); }
+                    Event::Request { cmd } => {
+                        node.core.on_request(cmd, &mut node.out);
+                        node.perform();
+                    }
+                    Event::Status { tx } => {
+                        let _ =
+                            tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status())))));
+                    }
                     Event::Closed { conn } => node.clients.retain(|_, (c, _)| *c != conn),
                     Event::Persisted { tokens, first_lsn } => {
                         if let (Some(offset), Some(&t)) = (node.lsn_offset, tokens.first()) {
@@ -748,7 +819,10 @@ async fn event_loop(
                         node.perform();
                     }
                     Event::CheckpointSaved { instance, result } => match result {
-                        Ok(_) => { node.core.on_checkpoint_saved(instance, &mut node.out); node.perform(); }
+                        Ok(_) => {
+                            node.core.on_checkpoint_saved(instance, &mut node.out);
+                            node.perform();
+                        }
                         Err(e) => {
                             error!("writing checkpoint {instance} failed, stopping the node: {e}");
                             bail!("writing checkpoint {instance} failed: {e}");
@@ -760,11 +834,7 @@ async fn event_loop(
                     }
                 }
             }
-            _ = tick.tick() => { node.core.on_tick(&mut node.out); if !node.out.is_empty() { node.perform(); } }
-            _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
-            _ = sigterm.recv() => { info!("terminated; stopping"); break; }
-            _ = &mut stop => { info!("stop requested; stopping"); break; }
         }
+        Ok(())
     }
-    Ok(())
 }

@@ -226,6 +226,33 @@ impl TestClient {
         partita_smr::reply_of::<partita_btree::BPlusTree>(&r.result)
     }
 
+    /// Open this client's session (a no-op for clusters without session leases).
+    pub async fn open_session(&mut self) {}
+
+    /// Command `seq` of this session carrying `op`.
+    pub fn command(&self, seq: u64, op: &Op) -> Command {
+        partita_btree::service::command(self.id, seq, self.replica, op)
+    }
+
+    /// Write raw frames on the connection.
+    pub async fn write(&mut self, bytes: &[u8]) {
+        self.wr.write_all(bytes).await.unwrap();
+    }
+
+    /// The next reply on the connection, if one comes within `wait`.
+    pub async fn next_reply(&mut self, wait: Duration) -> Option<Reply> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.reader.next()).await {
+                Ok(Ok(Wire::Reply { reply, .. })) => return Some(reply),
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => panic!("client connection failed: {e}"),
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// The next command of this session, answered by this client's replica.
     pub async fn execute(&mut self, op: Op) -> Reply {
         self.seq += 1;
