@@ -50,10 +50,14 @@ pub struct SimArgs {
     /// standalone ones or the batcher role on the acceptors but node 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=8))]
     batchers: Option<u32>,
+    /// Client session leases in every seed, in milliseconds (at least 100). Default:
+    /// each seed draws them (short, around the clients' timeout, in a third of them).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=604_800_000))]
+    session_lease_ms: Option<u64>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
-    /// unconfirmed-replies.
+    /// unconfirmed-replies, independent-partitions, expired-sessions-reopen.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -184,6 +188,7 @@ impl SimArgs {
                 Some(n) => BatcherChoice::Standalone(n),
                 None => BatcherChoice::Swarm,
             },
+            session_lease_ms: self.session_lease_ms,
             bugs,
             faults,
             without: self.without.clone(),

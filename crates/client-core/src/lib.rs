@@ -37,6 +37,17 @@
 //! `check` failed) was executed nowhere: it ends as [`ClientError::Rejected`] (a `fail`
 //! entry in a history).
 //!
+//! Sessions. Before its first command a client opens its session: a command with
+//! sequence number 0 to every partition, whose reply names the instance the session
+//! was opened at; every later command names that instance ([`Command::session`]), so
+//! that after the session expires (the cluster's lease ran out without traffic) no
+//! late copy of one of its commands runs again. A command refused because its session
+//! expired ends as [`ClientError::SessionExpired`]: its outcome is unknown (an earlier
+//! copy may have run before the expiry), and the next command opens a new session.
+//! The open belongs to the first command's invocation (its time counts in the
+//! command's latency); if no session can be opened in time, the command ends as
+//! [`ClientError::NoSession`], not applied.
+//!
 //! Inputs: [`ClientCore::submit`], [`ClientCore::on_reply`], [`ClientCore::on_early`],
 //! [`ClientCore::on_refused`], [`ClientCore::on_disconnected`] and
 //! [`ClientCore::on_timer`] (the driver calls it once [`ClientCore::deadline`] has
@@ -47,7 +58,9 @@
 
 use partita_service::{envelope, MergeError, SplitError, StateMachine};
 use partita_types::early::{EarlyReply, EarlyWait};
-use partita_types::{ClientId, Command, Instance, NodeId, PartitionId, PartitionLayout, Reply};
+use partita_types::{
+    ClientId, Command, Instance, NodeId, PartitionId, PartitionLayout, Refusal, Reply,
+};
 use std::collections::BTreeMap;
 
 /// What a client needs to know of the cluster (from its cluster file).
@@ -63,6 +76,9 @@ pub struct Topology {
     pub replicas: Vec<NodeId>,
     /// State partitioning: the key ranges and their replicas.
     pub layout: PartitionLayout,
+    /// The cluster's session lease (`None`: sessions never expire): a client renews
+    /// its session once half of it has passed.
+    pub session_lease_ms: Option<u64>,
 }
 
 /// How a client waits and retries.
@@ -108,6 +124,24 @@ pub enum ClientError {
     Rejected(String),
     #[error("a reply that does not decode ({0}); the command may or may not have been applied")]
     BadReply(String),
+    #[error(
+        "the client's session expired (no traffic for longer than the cluster's lease); the \
+         command may or may not have been applied"
+    )]
+    SessionExpired,
+    #[error("no session could be opened within {after_ns} ns; the command was not sent")]
+    NoSession { after_ns: u64 },
+}
+
+impl ClientError {
+    /// Whether the command certainly was not applied (a `fail` in a history; otherwise
+    /// `info`).
+    pub fn not_applied(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Rejected(_) | ClientError::NoSession { .. }
+        )
+    }
 }
 
 /// Why [`ClientCore::submit`] did not take a command.
@@ -162,11 +196,23 @@ pub struct ClientStats {
     pub confirmed: u64,
     /// Leader hints that moved the entry node.
     pub leader_hints_taken: u64,
+    /// Sessions opened and renewed, and commands refused because the session had
+    /// expired.
+    pub sessions_opened: u64,
+    pub sessions_renewed: u64,
+    pub sessions_expired: u64,
 }
 
 struct Outstanding<S: StateMachine> {
     cmd: S::Command,
     seq: u64,
+    /// Opening the session first: what is sent is the open, and `command` waits.
+    opening: bool,
+    /// Whether anything of this invocation was sent yet.
+    announced: bool,
+    /// The command's envelope (sent once the session is open).
+    command: Command,
+    /// What is sent now: the open, or the command.
     envelope: Command,
     call_ns: u64,
     sends: u64,
@@ -177,6 +223,8 @@ struct Outstanding<S: StateMachine> {
     partitions: Vec<PartitionId>,
     /// Sub-replies received, per instance that ordered the command.
     parts: BTreeMap<Instance, Vec<(PartitionId, S::Reply)>>,
+    /// The open's answers, per instance that ordered it: (partition, opened at).
+    opens: BTreeMap<Instance, Vec<(PartitionId, Instance)>>,
     early: BTreeMap<PartitionId, EarlyWait>,
     tentative_ns: Option<u64>,
     /// The planted `independent-partitions` bug: the sub-commands sent as commands of
@@ -187,6 +235,11 @@ struct Outstanding<S: StateMachine> {
 pub struct ClientCore<S: StateMachine> {
     id: ClientId,
     seq: u64,
+    /// The instance the current session was opened at (`None`: not open).
+    session: Option<Instance>,
+    /// When (this client's clock) the session was last opened or renewed: the
+    /// earliest the replicas can have started its lease.
+    sessioned_ns: u64,
     topology: Topology,
     cfg: ClientConfig,
     bugs: ClientBugs,
@@ -217,6 +270,8 @@ impl<S: StateMachine> ClientCore<S> {
         ClientCore {
             id,
             seq: 0,
+            session: None,
+            sessioned_ns: 0,
             topology,
             cfg,
             bugs: ClientBugs::default(),
@@ -329,7 +384,8 @@ impl<S: StateMachine> ClientCore<S> {
             return Err(SubmitError::Busy);
         }
         let map = self.topology.layout.map;
-        let env = envelope::<S>(self.id, self.seq + 1, self.replica, &cmd, &map)?;
+        let mut env = envelope::<S>(self.id, self.seq + 1, self.replica, &cmd, &map)?;
+        env.session = self.session.unwrap_or(0);
         self.seq += 1;
         let partitions: Vec<PartitionId> = partita_types::mask_partitions(env.body.groups());
         let subs = if self.bugs.independent_partitions && partitions.len() > 1 {
@@ -348,22 +404,68 @@ impl<S: StateMachine> ClientCore<S> {
             Vec::new()
         };
         self.stats.submitted += 1;
+        // Open a session first, or renew it once half its lease has passed.
+        let renew_ns = self.topology.session_lease_ms.map(|l| l * 500_000);
+        let step = match self.session {
+            None => Some(Command::open(self.id, self.replica, map.all())),
+            Some(at) if renew_ns.is_some_and(|r| now.saturating_sub(self.sessioned_ns) >= r) => {
+                Some(Command::renew(self.id, at, self.replica, map.all()))
+            }
+            Some(_) => None,
+        };
+        let opening = step.is_some();
+        let (envelope, partitions) = match step {
+            Some(step) => {
+                self.sessioned_ns = now;
+                (step, partita_types::mask_partitions(map.all()))
+            }
+            None => (env.clone(), partitions),
+        };
         self.outstanding = Some(Outstanding {
             cmd,
             seq: env.seq,
-            envelope: env,
+            opening,
+            announced: false,
+            command: env,
+            envelope,
             call_ns: now,
             sends: 0,
             deadline_ns: now,
             refused_pending: false,
             partitions,
             parts: BTreeMap::new(),
+            opens: BTreeMap::new(),
             early: BTreeMap::new(),
             tentative_ns: None,
             subs,
         });
         self.send(now, out);
         Ok(())
+    }
+
+    /// The session opened (or renewed) at `opened_at`: the command that waited goes
+    /// out.
+    fn opened(&mut self, opened_at: Instance, now: u64, out: &mut Vec<Action>) {
+        if self.session == Some(opened_at) {
+            self.stats.sessions_renewed += 1;
+        } else {
+            self.stats.sessions_opened += 1;
+        }
+        self.session = Some(opened_at);
+        let o = self.outstanding.as_mut().expect("an open is outstanding");
+        o.opening = false;
+        o.command.session = opened_at;
+        for (_, sub, _) in &mut o.subs {
+            sub.session = opened_at;
+        }
+        o.envelope = o.command.clone();
+        o.partitions = partita_types::mask_partitions(o.command.body.groups());
+        o.parts.clear();
+        o.opens.clear();
+        o.early.clear();
+        o.refused_pending = false;
+        o.sends = 0;
+        self.send(now, out);
     }
 
     /// Send (or resend) the outstanding command and set its deadline.
@@ -375,12 +477,16 @@ impl<S: StateMachine> ClientCore<S> {
             return;
         };
         o.sends += 1;
-        let first = o.sends == 1;
-        if !first {
+        // The first send of the invocation (the open's, when a session is opened
+        // first).
+        let first = !o.announced;
+        o.announced = true;
+        if o.sends > 1 {
             self.stats.resubmissions += 1;
         }
         o.envelope.reply_to = replica;
-        if !o.subs.is_empty() {
+        o.command.reply_to = replica;
+        if !o.subs.is_empty() && !o.opening {
             for (_, sub, done) in &mut o.subs {
                 sub.reply_to = replica;
                 if done.is_none() {
@@ -392,7 +498,7 @@ impl<S: StateMachine> ClientCore<S> {
                 }
             }
         } else {
-            let to = if read_direct && S::is_read_only(&o.cmd) {
+            let to = if read_direct && !o.opening && S::is_read_only(&o.cmd) {
                 replica
             } else {
                 entry
@@ -432,7 +538,12 @@ impl<S: StateMachine> ClientCore<S> {
         if let Some(g) = self.cfg.give_up_ns {
             if now.saturating_sub(o.call_ns) >= g {
                 self.stats.gave_up += 1;
-                self.finish(now, Err(ClientError::Timeout { after_ns: g }), false);
+                let why = if o.opening {
+                    ClientError::NoSession { after_ns: g }
+                } else {
+                    ClientError::Timeout { after_ns: g }
+                };
+                self.finish(now, Err(why), false);
                 return;
             }
         }
@@ -454,7 +565,14 @@ impl<S: StateMachine> ClientCore<S> {
 
     /// A final reply from node `from` (possibly late, for an earlier command, or
     /// duplicated), with its sender's leader hint.
-    pub fn on_reply(&mut self, from: NodeId, reply: &Reply, leader: Option<NodeId>, now: u64) {
+    pub fn on_reply(
+        &mut self,
+        from: NodeId,
+        reply: &Reply,
+        leader: Option<NodeId>,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) {
         self.hint(leader);
         let Some(o) = self.outstanding.as_mut() else {
             self.stats.late_replies += 1;
@@ -464,11 +582,11 @@ impl<S: StateMachine> ClientCore<S> {
             self.stats.late_replies += 1;
             return;
         }
-        if !o.subs.is_empty() {
+        if !o.subs.is_empty() && !o.opening {
             self.on_sub_reply(reply, now);
             return;
         }
-        if reply.seq != o.seq {
+        if reply.seq != o.envelope.seq {
             self.stats.late_replies += 1;
             return;
         }
@@ -479,7 +597,7 @@ impl<S: StateMachine> ClientCore<S> {
                 return;
             }
         };
-        self.on_part(p, reply.instance, &reply.result, now, false);
+        self.on_part(p, reply.instance, &reply.result, now, false, out);
     }
 
     /// Which partition's answer a message from `from` is (0 without partitioning).
@@ -499,11 +617,37 @@ impl<S: StateMachine> ClientCore<S> {
         outcome: &partita_types::Outcome,
         now: u64,
         early: bool,
+        out: &mut Vec<Action>,
     ) {
+        let opening = self.outstanding.as_ref().is_some_and(|o| o.opening);
         let reply = match outcome {
-            Err(why) => {
+            Err(Refusal::Rejected(why)) => {
                 // Refused by the service: executed nowhere.
                 return self.finish(now, Err(ClientError::Rejected(why.clone())), early);
+            }
+            Err(Refusal::SessionExpired) if opening => {
+                // A renewal came too late: open a new session; the command waits on.
+                self.session = None;
+                self.stats.sessions_expired += 1;
+                return self.reopen(now, out);
+            }
+            Err(Refusal::SessionExpired) => {
+                // This copy ran nowhere; an earlier one may have, before the expiry.
+                self.session = None;
+                self.stats.sessions_expired += 1;
+                return self.finish(now, Err(ClientError::SessionExpired), early);
+            }
+            Ok(bytes) if opening => {
+                return match partita_types::session_of_reply(bytes) {
+                    Some(opened_at) => self.on_open_part(p, instance, opened_at, now, out),
+                    None => self.finish(
+                        now,
+                        Err(ClientError::BadReply(
+                            "an open's reply is not an instance".into(),
+                        )),
+                        early,
+                    ),
+                };
             }
             Ok(bytes) => match S::decode_reply(bytes) {
                 Ok(r) => r,
@@ -531,6 +675,57 @@ impl<S: StateMachine> ClientCore<S> {
             Ok(r) => self.finish(now, Ok(r), early),
             Err(MergeError(_)) => self.stats.merge_errors += 1,
         }
+    }
+
+    /// The session is gone before the command was sent: open a new one first.
+    fn reopen(&mut self, now: u64, out: &mut Vec<Action>) {
+        let all = self.topology.layout.map.all();
+        let open = Command::open(self.id, self.replica, all);
+        self.sessioned_ns = now;
+        let o = self.outstanding.as_mut().expect("a renewal is outstanding");
+        o.envelope = open;
+        o.partitions = partita_types::mask_partitions(all);
+        o.parts.clear();
+        o.opens.clear();
+        o.early.clear();
+        o.refused_pending = false;
+        o.sends = 0;
+        self.send(now, out);
+    }
+
+    /// Partition `p` opened the session at `opened_at` (the open ordered at
+    /// `instance`): once every partition's answer for one instance is in, the session
+    /// is open.
+    fn on_open_part(
+        &mut self,
+        p: PartitionId,
+        instance: Instance,
+        opened_at: Instance,
+        now: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let o = self.outstanding.as_mut().expect("checked by the callers");
+        if !o.partitions.contains(&p) {
+            self.stats.late_replies += 1;
+            return;
+        }
+        let got = o.opens.entry(instance).or_default();
+        if got.iter().any(|(q, _)| *q == p) {
+            self.stats.late_replies += 1;
+            return;
+        }
+        got.push((p, opened_at));
+        if got.len() < o.partitions.len() {
+            return;
+        }
+        let got = o.opens.remove(&instance).expect("just filled");
+        // Every partition executed the open at one instance: they agree on when the
+        // session opened (a resubmitted open of a live session names the first).
+        if got.iter().any(|(_, at)| *at != got[0].1) {
+            self.stats.merge_errors += 1;
+            return;
+        }
+        self.opened(got[0].1, now, out);
     }
 
     /// The planted `independent-partitions` bug: each sub-command's reply counts,
@@ -567,12 +762,13 @@ impl<S: StateMachine> ClientCore<S> {
     }
 
     /// A tentative reply or a confirmation from replica `from` (early replies).
-    pub fn on_early(&mut self, from: NodeId, e: &EarlyReply, now: u64) {
+    pub fn on_early(&mut self, from: NodeId, e: &EarlyReply, now: u64, out: &mut Vec<Action>) {
         let Some(o) = self.outstanding.as_mut() else {
             self.stats.late_replies += 1;
             return;
         };
-        if e.client() != self.id || e.seq() != o.seq || !o.subs.is_empty() {
+        if e.client() != self.id || e.seq() != o.envelope.seq || (!o.subs.is_empty() && !o.opening)
+        {
             self.stats.late_replies += 1;
             return;
         }
@@ -587,7 +783,7 @@ impl<S: StateMachine> ClientCore<S> {
         let Some((instance, outcome)) = o.early.entry(p).or_default().on_early_at(e) else {
             return;
         };
-        self.on_part(p, instance, &outcome, now, true);
+        self.on_part(p, instance, &outcome, now, true, out);
     }
 
     /// An entry node (or a replica, with the planted `read_direct`) refused the

@@ -10,6 +10,7 @@ fn topology() -> Topology {
         batchers: false,
         replicas: vec![4, 5],
         layout: PartitionLayout::default(),
+        session_lease_ms: None,
     }
 }
 
@@ -38,6 +39,38 @@ fn reply(seq: u64, instance: Instance, r: &OpResult) -> Reply {
     }
 }
 
+/// Submit `cmd` to a client without a session: the open goes first (to every
+/// partition); answer it from each partition's answerer (`answerers`), opened at
+/// instance 1. Leaves in `out` what follows the open: the command's send.
+fn submit_opened(
+    c: &mut ClientCore<BPlusTree>,
+    cmd: Op,
+    now: u64,
+    answerers: &[NodeId],
+    out: &mut Vec<Action>,
+) {
+    out.clear();
+    c.submit(cmd, now, out).unwrap();
+    let Some(Action::Send {
+        cmd: open, first, ..
+    }) = out.pop()
+    else {
+        panic!("nothing sent");
+    };
+    assert!(open.is_open() && first, "the session opens first: {open:?}");
+    assert!(out.is_empty());
+    for &a in answerers {
+        let r = Reply {
+            client: c.id(),
+            seq: 0,
+            instance: 1,
+            result: Ok(partita_types::session_reply(1)),
+        };
+        c.on_reply(a, &r, None, now, out);
+    }
+    c.invariants();
+}
+
 fn sends(out: &[Action]) -> Vec<(NodeId, u64, NodeId, bool)> {
     out.iter()
         .map(|Action::Send { to, cmd, first }| (*to, cmd.seq, cmd.reply_to, *first))
@@ -48,8 +81,10 @@ fn sends(out: &[Action]) -> Vec<(NodeId, u64, NodeId, bool)> {
 fn a_command_goes_to_the_entry_node_and_ends_on_its_reply() {
     let mut c = client();
     let mut out = Vec::new();
-    c.submit(Op::Read { key: 3 }, 10, &mut out).unwrap();
-    assert_eq!(sends(&out), vec![(1, 1, 4, true)]);
+    submit_opened(&mut c, Op::Read { key: 3 }, 10, &[4], &mut out);
+    assert_eq!(sends(&out), vec![(1, 1, 4, false)]);
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!(cmd.session, 1, "the command names its session");
     assert_eq!(c.deadline(), Some(110));
     assert_eq!(c.reply_nodes(), vec![4]);
     assert_eq!(
@@ -57,14 +92,24 @@ fn a_command_goes_to_the_entry_node_and_ends_on_its_reply() {
         Err(SubmitError::Busy)
     );
     // A reply to another command is late; the right one ends it.
-    c.on_reply(4, &reply(7, 3, &OpResult::Value(None)), None, 20);
+    c.on_reply(4, &reply(7, 3, &OpResult::Value(None)), None, 20, &mut out);
     assert_eq!(c.stats().late_replies, 1);
     assert!(c.take_done().is_none());
-    c.on_reply(4, &reply(1, 3, &OpResult::Value(Some(8))), None, 30);
+    c.on_reply(
+        4,
+        &reply(1, 3, &OpResult::Value(Some(8))),
+        None,
+        30,
+        &mut out,
+    );
     let d = c.take_done().expect("done");
     assert_eq!(d.result, Ok(OpResult::Value(Some(8))));
     assert_eq!((d.call_ns, d.ret_ns, d.sends, d.seq), (10, 30, 1, 1));
+    // The next command needs no open.
+    out.clear();
     assert_eq!(c.deadline(), None);
+    c.submit(Op::Read { key: 4 }, 40, &mut out).unwrap();
+    assert_eq!(sends(&out), vec![(1, 2, 4, true)]);
     c.invariants();
 }
 
@@ -76,8 +121,7 @@ fn resubmits_the_same_command_with_backoff_then_gives_up() {
         ..cfg()
     });
     let mut out = Vec::new();
-    c.submit(Op::Insert { key: 1, value: 2 }, 0, &mut out)
-        .unwrap();
+    submit_opened(&mut c, Op::Insert { key: 1, value: 2 }, 0, &[4], &mut out);
     let first = match &out[0] {
         Action::Send { cmd, .. } => cmd.clone(),
     };
@@ -116,7 +160,7 @@ fn without_give_up_a_client_keeps_resubmitting() {
         ..cfg()
     });
     let mut out = Vec::new();
-    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    submit_opened(&mut c, Op::Read { key: 1 }, 0, &[4], &mut out);
     for _ in 0..20 {
         let at = c.deadline().unwrap();
         c.on_timer(at, &mut out);
@@ -133,7 +177,7 @@ fn timeouts_rotate_the_entry_node_and_every_second_one_the_replica() {
         ..cfg()
     });
     let mut out = Vec::new();
-    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    submit_opened(&mut c, Op::Read { key: 1 }, 0, &[4], &mut out);
     for _ in 0..3 {
         let at = c.deadline().unwrap();
         c.on_timer(at, &mut out);
@@ -141,7 +185,7 @@ fn timeouts_rotate_the_entry_node_and_every_second_one_the_replica() {
     assert_eq!(
         sends(&out),
         vec![
-            (1, 1, 4, true),
+            (1, 1, 4, false),
             (2, 1, 4, false),
             (3, 1, 5, false),
             (1, 1, 5, false)
@@ -165,8 +209,14 @@ fn timeouts_rotate_the_entry_node_and_every_second_one_the_replica() {
 fn leader_hints_move_the_entry_node_without_batchers_only() {
     let mut c = client();
     let mut out = Vec::new();
-    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
-    c.on_reply(4, &reply(1, 1, &OpResult::Value(None)), Some(2), 5);
+    submit_opened(&mut c, Op::Read { key: 1 }, 0, &[4], &mut out);
+    c.on_reply(
+        4,
+        &reply(1, 1, &OpResult::Value(None)),
+        Some(2),
+        5,
+        &mut out,
+    );
     assert_eq!(c.entry(), 2);
     assert_eq!(c.stats().leader_hints_taken, 1);
     out.clear();
@@ -187,8 +237,14 @@ fn leader_hints_move_the_entry_node_without_batchers_only() {
         8,
         4,
     );
-    b.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
-    b.on_reply(4, &reply(1, 1, &OpResult::Value(None)), Some(2), 5);
+    submit_opened(&mut b, Op::Read { key: 1 }, 0, &[4], &mut out);
+    b.on_reply(
+        4,
+        &reply(1, 1, &OpResult::Value(None)),
+        Some(2),
+        5,
+        &mut out,
+    );
     assert_eq!(b.entry(), 8, "clients keep entering through their batcher");
 }
 
@@ -196,19 +252,19 @@ fn leader_hints_move_the_entry_node_without_batchers_only() {
 fn early_replies_end_a_command_only_when_confirmed() {
     let mut c = client();
     let mut out = Vec::new();
-    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    submit_opened(&mut c, Op::Read { key: 1 }, 0, &[4], &mut out);
     let stale = reply(1, 3, &OpResult::Value(Some(1)));
     let fresh = reply(1, 3, &OpResult::Value(Some(2)));
-    c.on_early(4, &EarlyReply::Tentative(stale.clone()), 5);
-    c.on_early(4, &EarlyReply::confirm(&fresh), 6);
+    c.on_early(4, &EarlyReply::Tentative(stale.clone()), 5, &mut out);
+    c.on_early(4, &EarlyReply::confirm(&fresh), 6, &mut out);
     let mut old = EarlyReply::confirm(&stale);
     if let EarlyReply::Confirm(x) = &mut old {
         x.seq = 0;
     }
-    c.on_early(4, &old, 7);
+    c.on_early(4, &old, 7, &mut out);
     assert_eq!(c.stats().late_replies, 1);
     assert!(c.take_done().is_none(), "nothing is final yet");
-    c.on_early(4, &EarlyReply::Tentative(fresh), 8);
+    c.on_early(4, &EarlyReply::Tentative(fresh), 8, &mut out);
     let d = c.take_done().unwrap();
     assert_eq!(d.result, Ok(OpResult::Value(Some(2))));
     assert_eq!(
@@ -216,7 +272,7 @@ fn early_replies_end_a_command_only_when_confirmed() {
         (8, Some(5), true)
     );
     assert_eq!(c.stats().confirmed, 1);
-    c.on_early(4, &EarlyReply::Tentative(stale), 9);
+    c.on_early(4, &EarlyReply::Tentative(stale), 9, &mut out);
     assert_eq!(c.stats().late_replies, 2);
 }
 
@@ -224,15 +280,14 @@ fn early_replies_end_a_command_only_when_confirmed() {
 fn a_refusal_by_the_service_ends_the_command_as_not_applied() {
     let mut c = client();
     let mut out = Vec::new();
-    c.submit(Op::Insert { key: 1, value: 1 }, 0, &mut out)
-        .unwrap();
+    submit_opened(&mut c, Op::Insert { key: 1, value: 1 }, 0, &[4], &mut out);
     let r = Reply {
         client: 9,
         seq: 1,
         instance: 2,
-        result: Err("too big".into()),
+        result: Err(Refusal::Rejected("too big".into())),
     };
-    c.on_reply(4, &r, None, 3);
+    c.on_reply(4, &r, None, 3, &mut out);
     assert_eq!(
         c.take_done().unwrap().result,
         Err(ClientError::Rejected("too big".into()))
@@ -246,11 +301,64 @@ fn a_refusal_by_the_service_ends_the_command_as_not_applied() {
         instance: 3,
         result: Ok(Payload::from_static(b"\xff")),
     };
-    c.on_reply(4, &r, None, 5);
+    c.on_reply(4, &r, None, 5, &mut out);
     assert!(matches!(
         c.take_done().unwrap().result,
         Err(ClientError::BadReply(_))
     ));
+}
+
+/// A command refused because its session expired ends with an unknown outcome, and
+/// the next command opens a new session first; commands name their session.
+#[test]
+fn an_expired_session_ends_the_command_and_the_next_one_reopens() {
+    let mut c = client();
+    let mut out = Vec::new();
+    submit_opened(&mut c, Op::Insert { key: 1, value: 1 }, 0, &[4], &mut out);
+    let expired = Reply {
+        client: 9,
+        seq: 1,
+        instance: 40,
+        result: Err(Refusal::SessionExpired),
+    };
+    c.on_reply(4, &expired, None, 3, &mut out);
+    let d = c.take_done().unwrap();
+    assert_eq!(d.result, Err(ClientError::SessionExpired));
+    assert!(
+        !ClientError::SessionExpired.not_applied(),
+        "outcome unknown"
+    );
+    out.clear();
+    c.submit(Op::Read { key: 1 }, 4, &mut out).unwrap();
+    let Action::Send { cmd, .. } = &out[0];
+    assert!(cmd.is_open(), "a new session opens first");
+    let opened = Reply {
+        client: 9,
+        seq: 0,
+        instance: 41,
+        result: Ok(partita_types::session_reply(41)),
+    };
+    out.clear();
+    c.on_reply(4, &opened, None, 5, &mut out);
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!((cmd.session, cmd.seq), (41, 2));
+    assert_eq!(c.stats().sessions_opened, 2);
+}
+
+/// A client that cannot open a session gives up with the command not applied.
+#[test]
+fn no_session_means_not_applied() {
+    let mut c = client();
+    let mut out = Vec::new();
+    c.submit(Op::Insert { key: 1, value: 1 }, 0, &mut out)
+        .unwrap();
+    while c.take_done().is_none() {
+        let at = c.deadline().unwrap();
+        c.on_timer(at, &mut out);
+    }
+    assert!(out.iter().all(|Action::Send { cmd, .. }| cmd.is_open()));
+    let err = ClientError::NoSession { after_ns: 250 };
+    assert!(err.not_applied());
 }
 
 fn partitioned() -> ClientCore<BPlusTree> {
@@ -264,6 +372,7 @@ fn partitioned() -> ClientCore<BPlusTree> {
                 map: PartitionMap::new(2, 100).unwrap(),
                 replicas: vec![vec![4, 5], vec![6, 7]],
             },
+            session_lease_ms: None,
         },
         cfg(),
         1,
@@ -280,6 +389,24 @@ fn partitioned_commands_merge_only_sub_replies_of_one_instance() {
     assert_eq!(
         c.reply_nodes(),
         vec![5, 7],
+        "the open goes to every partition"
+    );
+    let open = |inst| Reply {
+        client: 9,
+        seq: 0,
+        instance: inst,
+        result: Ok(partita_types::session_reply(inst)),
+    };
+    // The open answered by partition 0 at instance 1 and partition 1 at instance 2
+    // (two copies ordered): not open until one instance is answered by both.
+    out.clear();
+    c.on_reply(5, &open(1), None, 0, &mut out);
+    c.on_reply(7, &open(2), None, 0, &mut out);
+    assert!(out.is_empty());
+    c.on_reply(7, &open(1), None, 0, &mut out);
+    assert_eq!(
+        c.reply_nodes(),
+        vec![5, 7],
         "the chosen replica's rank in each"
     );
     let Action::Send { cmd, .. } = &out[0];
@@ -292,21 +419,21 @@ fn partitioned_commands_merge_only_sub_replies_of_one_instance() {
         instance: inst,
         result: encoded(&OpResult::Entries(e)),
     };
-    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 1);
-    c.on_reply(7, &q(1, 4, vec![(55, 2)]), None, 2);
+    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 1, &mut out);
+    c.on_reply(7, &q(1, 4, vec![(55, 2)]), None, 2, &mut out);
     assert!(c.take_done().is_none());
-    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 3);
+    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 3, &mut out);
     assert_eq!(c.stats().late_replies, 1, "a duplicate sub-reply");
-    c.on_reply(5, &q(1, 4, vec![(44, 9)]), None, 4);
+    c.on_reply(5, &q(1, 4, vec![(44, 9)]), None, 4, &mut out);
     assert_eq!(
         c.take_done().unwrap().result,
         Ok(OpResult::Entries(vec![(44, 9), (55, 2)]))
     );
     // A reply from a node of no partition is late.
     c.submit(Op::Read { key: 70 }, 5, &mut out).unwrap();
-    c.on_reply(99, &reply(2, 5, &OpResult::Value(None)), None, 6);
+    c.on_reply(99, &reply(2, 5, &OpResult::Value(None)), None, 6, &mut out);
     assert_eq!(c.stats().late_replies, 2);
-    c.on_reply(7, &reply(2, 5, &OpResult::Value(None)), None, 7);
+    c.on_reply(7, &reply(2, 5, &OpResult::Value(None)), None, 7, &mut out);
     assert!(c.take_done().is_some());
 }
 
@@ -317,8 +444,7 @@ fn the_planted_independent_partitions_bug_sends_sub_commands_alone() {
         ..ClientBugs::default()
     });
     let mut out = Vec::new();
-    c.submit(Op::Query { min: 40, max: 60 }, 0, &mut out)
-        .unwrap();
+    submit_opened(&mut c, Op::Query { min: 40, max: 60 }, 0, &[5, 7], &mut out);
     let sent: Vec<(u64, u64)> = out
         .iter()
         .map(|Action::Send { cmd, .. }| (cmd.seq, cmd.body.groups()))
@@ -331,8 +457,8 @@ fn the_planted_independent_partitions_bug_sends_sub_commands_alone() {
         instance: inst,
         result: encoded(&OpResult::Entries(e)),
     };
-    c.on_reply(7, &q(2, 8, vec![(55, 2)]), None, 1);
-    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 2);
+    c.on_reply(7, &q(2, 8, vec![(55, 2)]), None, 1, &mut out);
+    c.on_reply(5, &q(1, 3, vec![(45, 1)]), None, 2, &mut out);
     assert_eq!(
         c.take_done().unwrap().result,
         Ok(OpResult::Entries(vec![(45, 1), (55, 2)]))
@@ -348,7 +474,7 @@ fn the_planted_independent_partitions_bug_sends_sub_commands_alone() {
 fn a_lost_connection_moves_on_and_resubmits_soon() {
     let mut c = client();
     let mut out = Vec::new();
-    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    submit_opened(&mut c, Op::Read { key: 1 }, 0, &[4], &mut out);
     c.on_disconnected(1, 10);
     assert_eq!(c.entry(), 2);
     assert_eq!(c.deadline(), Some(40));
@@ -370,8 +496,96 @@ fn commands_that_cannot_be_split_are_refused_before_sending() {
     // The B+tree splits everything; the default split refuses a command spanning
     // partitions, which the service tests show. Here: the client is not left busy
     // by a refused command.
-    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    submit_opened(&mut c, Op::Read { key: 1 }, 0, &[5, 7], &mut out);
     assert!(c.is_busy());
-    c.on_reply(5, &reply(1, 1, &OpResult::Value(None)), None, 1);
+    c.on_reply(5, &reply(1, 1, &OpResult::Value(None)), None, 1, &mut out);
     assert!(!c.is_busy());
+}
+
+/// With a lease, a client renews its session once half the lease has passed since it
+/// opened (or renewed) it, before the next command; a renewal refused because the
+/// session expired is followed by an open, and the command still goes out.
+#[test]
+fn sessions_are_renewed_at_half_the_lease_and_reopened_if_gone() {
+    let mut c = ClientCore::<BPlusTree>::new(
+        9,
+        Topology {
+            session_lease_ms: Some(100),
+            ..topology()
+        },
+        cfg(),
+        1,
+        4,
+    );
+    let mut out = Vec::new();
+    submit_opened(&mut c, Op::Read { key: 1 }, 0, &[4], &mut out);
+    c.on_reply(4, &reply(1, 2, &OpResult::Value(None)), None, 10, &mut out);
+    c.take_done().unwrap();
+    // 40 ms after the open: no renewal yet.
+    out.clear();
+    c.submit(Op::Read { key: 1 }, 40_000_000, &mut out).unwrap();
+    assert_eq!(sends(&out), vec![(1, 2, 4, true)]);
+    c.on_reply(
+        4,
+        &reply(2, 3, &OpResult::Value(None)),
+        None,
+        40_000_001,
+        &mut out,
+    );
+    c.take_done().unwrap();
+    // 60 ms after it: renew first.
+    out.clear();
+    let t = 60_000_000;
+    c.submit(Op::Read { key: 1 }, t, &mut out).unwrap();
+    let Action::Send { cmd, .. } = &out[0];
+    assert!(
+        cmd.is_open() && cmd.session == 1,
+        "a renewal of session 1: {cmd:?}"
+    );
+    let renewed = Reply {
+        client: 9,
+        seq: 0,
+        instance: 5,
+        result: Ok(partita_types::session_reply(1)),
+    };
+    out.clear();
+    c.on_reply(4, &renewed, None, t + 1, &mut out);
+    assert_eq!(sends(&out), vec![(1, 3, 4, false)]);
+    assert_eq!(c.stats().sessions_renewed, 1);
+    c.on_reply(
+        4,
+        &reply(3, 6, &OpResult::Value(None)),
+        None,
+        t + 2,
+        &mut out,
+    );
+    c.take_done().unwrap();
+    // Much later: the renewal is refused (expired), an open follows, then the command.
+    out.clear();
+    let t = 500_000_000;
+    c.submit(Op::Read { key: 1 }, t, &mut out).unwrap();
+    let refused = Reply {
+        client: 9,
+        seq: 0,
+        instance: 9,
+        result: Err(Refusal::SessionExpired),
+    };
+    out.clear();
+    c.on_reply(4, &refused, None, t + 1, &mut out);
+    let Action::Send { cmd, .. } = &out[0];
+    assert!(cmd.is_open() && cmd.session == 0, "an open: {cmd:?}");
+    let opened = Reply {
+        client: 9,
+        seq: 0,
+        instance: 10,
+        result: Ok(partita_types::session_reply(10)),
+    };
+    out.clear();
+    c.on_reply(4, &opened, None, t + 2, &mut out);
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!((cmd.seq, cmd.session), (4, 10));
+    assert!(
+        c.take_done().is_none(),
+        "the command is still outstanding, not failed"
+    );
 }

@@ -54,12 +54,19 @@ pub enum ClientError {
     Rejected(String),
     #[error("a reply that does not decode ({0}); the command may or may not have been applied")]
     BadReply(String),
+    #[error(
+        "the session expired (no traffic for longer than the cluster's session lease); the \
+         command may or may not have been applied; the next command opens a new session"
+    )]
+    SessionExpired,
+    #[error("no session could be opened within {0:?}; the command was not sent")]
+    NoSession(Duration),
 }
 
 impl ClientError {
     /// Whether the command certainly was not applied (a `fail`, not an `info`).
     pub fn not_applied(&self) -> bool {
-        matches!(self, ClientError::Rejected(_))
+        matches!(self, ClientError::Rejected(_) | ClientError::NoSession(_))
     }
 }
 
@@ -267,6 +274,10 @@ impl<S: StateMachine> Client<S> {
                     }
                     partita_client_core::ClientError::Rejected(r) => ClientError::Rejected(r),
                     partita_client_core::ClientError::BadReply(r) => ClientError::BadReply(r),
+                    partita_client_core::ClientError::SessionExpired => ClientError::SessionExpired,
+                    partita_client_core::ClientError::NoSession { after_ns } => {
+                        ClientError::NoSession(Duration::from_nanos(after_ns))
+                    }
                 });
             }
             let deadline = self.core.deadline().expect("a command is outstanding");
@@ -287,8 +298,10 @@ impl<S: StateMachine> Client<S> {
             match got {
                 None => {}
                 Some((from, Ok(w))) => match w {
-                    Wire::Reply { reply, leader } => self.core.on_reply(from, &reply, leader, now),
-                    Wire::Early(e) => self.core.on_early(from, &e, now),
+                    Wire::Reply { reply, leader } => {
+                        self.core.on_reply(from, &reply, leader, now, &mut actions)
+                    }
+                    Wire::Early(e) => self.core.on_early(from, &e, now, &mut actions),
                     Wire::Refused {
                         seq,
                         reason,

@@ -24,6 +24,9 @@
 //! checkpoint_instances = 50000   # replicas checkpoint every this many instances; 0 = never
 //! wal_segment_bytes_max = 67108864   # acceptors' WAL segments; truncation frees whole ones
 //!
+//! [sessions]               # optional
+//! lease_ms = 60000           # a client idle this long is forgotten (0: never)
+//!
 //! [execution]              # optional
 //! speculative = false        # replicas execute Ring Paxos proposals before the decision
 //! early_replies = false      # with speculative: reply at once, confirm once decided
@@ -105,6 +108,42 @@ pub struct ClusterSection {
     /// Milliseconds per core tick.
     #[serde(default = "default_tick_ms")]
     pub tick_ms: u64,
+}
+
+/// Client sessions (cluster file `[sessions]`, optional).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsSection {
+    /// A client without a command for this long (of the leader's clock, as ordered
+    /// with the commands) is forgotten with its cached reply: the reply cache holds
+    /// only the clients of the last lease. Its later commands are refused with
+    /// "session expired" (their outcome unknown to the client, never wrong). 0: never
+    /// (the cache then grows with every client ever seen; for tests).
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+}
+
+impl Default for SessionsSection {
+    fn default() -> Self {
+        SessionsSection {
+            lease_ms: default_lease_ms(),
+        }
+    }
+}
+
+impl SessionsSection {
+    pub fn is_default(&self) -> bool {
+        *self == SessionsSection::default()
+    }
+
+    /// The lease as the replicas take it (`None`: never expire).
+    pub fn lease(&self) -> Option<u64> {
+        (self.lease_ms > 0).then_some(self.lease_ms)
+    }
+}
+
+fn default_lease_ms() -> u64 {
+    60_000
 }
 
 /// The node process's own bounds (cluster file `[runtime]`, optional).
@@ -281,6 +320,9 @@ pub struct ClusterConfig {
     /// Optional; left out of the written file while it holds the defaults.
     #[serde(default, skip_serializing_if = "RuntimeSection::is_default")]
     pub runtime: RuntimeSection,
+    /// Optional; left out of the written file while it holds the defaults.
+    #[serde(default, skip_serializing_if = "SessionsSection::is_default")]
+    pub sessions: SessionsSection,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -405,6 +447,14 @@ impl ClusterConfig {
             return f(
                 "cluster.service",
                 format!("`{svc}` is not a service name (1 to 64 of a-z, 0-9, - and _)"),
+            );
+        }
+        if self.sessions.lease_ms != 0
+            && !(100..=7 * 24 * 3_600_000).contains(&self.sessions.lease_ms)
+        {
+            return f(
+                "sessions.lease_ms",
+                "must be 0 (never expire) or between 100 and 604800000 (a week)".into(),
             );
         }
         if !(16..=1 << 20).contains(&self.runtime.inbox_events_max) {
@@ -646,6 +696,7 @@ impl ClusterConfig {
             batchers: !m.batchers.is_empty(),
             replicas: self.executors(),
             layout: self.partition_layout(),
+            session_lease_ms: self.sessions.lease(),
         }
     }
 
@@ -682,6 +733,7 @@ impl ClusterConfig {
         partita_node::NodeSetup {
             id,
             service,
+            session_lease_ms: self.sessions.lease(),
             cluster_id: self.cluster.id,
             mode: match self.cluster.mode {
                 Mode::Smr => partita_node::Mode::Smr,
@@ -756,6 +808,7 @@ impl ClusterConfig {
             execution: ExecutionSection::default(),
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
+            sessions: SessionsSection::default(),
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -848,6 +901,7 @@ impl ClusterConfig {
             execution: ExecutionSection::default(),
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
+            sessions: SessionsSection::default(),
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),

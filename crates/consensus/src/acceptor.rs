@@ -1016,6 +1016,7 @@ mod tests {
                 &Op::Read { key: seq },
             )],
             parts: Vec::new(),
+            time_ms: 0,
         })
     }
 

@@ -110,6 +110,11 @@ pub struct Coordinator {
     /// When the last new value (not a forced re-proposal) was taken from `pending`.
     last_value_tick: Option<u64>,
     now_tick: u64,
+    /// The driver's clock (milliseconds), set before each tick ([`Coordinator::set_clock`]).
+    clock_ms: u64,
+    /// The time of the newest value this coordinator proposed or adopted: new values
+    /// are stamped no earlier.
+    last_stamp_ms: u64,
     last_heartbeat_tick: u64,
     /// Recently decided values, for learners that ask the coordinator.
     recent: BTreeMap<Instance, Arc<Value>>,
@@ -172,6 +177,8 @@ impl Coordinator {
             pending_since_tick: 0,
             last_value_tick: None,
             now_tick: 0,
+            clock_ms: 0,
+            last_stamp_ms: 0,
             last_heartbeat_tick: 0,
             recent: BTreeMap::new(),
             recent_max: 4096,
@@ -475,9 +482,14 @@ impl Coordinator {
         if let Some((&max, _)) = p.reported.iter().next_back() {
             for i in self.next_instance.max(p.from)..=max {
                 let v = match p.reported.get(&i) {
-                    Some((_, v)) => v.clone(),
+                    Some((_, v)) => {
+                        // Adopted values keep their time; later ones are stamped later.
+                        self.last_stamp_ms = self.last_stamp_ms.max(v.time_ms);
+                        v.clone()
+                    }
                     None => {
-                        let noop = Value::new(self.fresh_vid(), Vec::new());
+                        let vid = self.fresh_vid();
+                        let noop = Value::new(vid, Vec::new()).at(self.stamp());
                         Arc::new(self.canonical(noop))
                     }
                 };
@@ -593,6 +605,18 @@ impl Coordinator {
         while self.decided_ahead.remove(&self.decided_up_to).is_some() {
             self.decided_up_to += 1;
         }
+    }
+
+    /// The driver's clock in milliseconds: new values are stamped with it (never
+    /// below the values proposed before).
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.clock_ms = self.clock_ms.max(now_ms);
+    }
+
+    /// The time for a new value: the clock, or the last stamp if the clock is behind.
+    fn stamp(&mut self) -> u64 {
+        self.last_stamp_ms = self.last_stamp_ms.max(self.clock_ms);
+        self.last_stamp_ms
     }
 
     pub fn on_tick(&mut self, now_tick: u64, out: &mut Outbox) {
@@ -761,7 +785,8 @@ impl Coordinator {
         for c in &commands {
             self.queued.insert((c.client, c.seq), Queued::In(vid));
         }
-        self.canonical(Value::new(vid, commands))
+        let time_ms = self.stamp();
+        self.canonical(Value::new(vid, commands).at(time_ms))
     }
 
     /// The form in which this coordinator proposes a new value: split into the
@@ -1321,6 +1346,7 @@ mod tests {
                 },
                 commands: vec![cmd(seq)],
                 parts: Vec::new(),
+                time_ms: 0,
             })
         };
         c.on_message(

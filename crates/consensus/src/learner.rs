@@ -502,6 +502,7 @@ mod tests {
             },
             commands: vec![],
             parts: Vec::new(),
+            time_ms: 0,
         })
     }
 
@@ -564,6 +565,7 @@ mod tests {
                 },
                 commands: vec![],
                 parts: Vec::new(),
+                time_ms: 0,
             })
         };
         l.on_message(3, p2a(2, v(2), vec![]), &mut out);
@@ -619,6 +621,7 @@ mod tests {
             },
             commands: vec![],
             parts: Vec::new(),
+            time_ms: 0,
         });
         l.on_message(3, p2a(2, other.clone(), vec![]), &mut out);
         assert_eq!(
@@ -860,6 +863,7 @@ mod tests {
             },
             commands: vec![],
             parts: Vec::new(),
+            time_ms: 0,
         });
         // Acceptor 1 still holds an older proposal for instance 1, acceptor 2 the
         // value of the higher ballot (the decided one); one answer is not a majority.

@@ -331,6 +331,13 @@ pub struct Value {
     /// Split values: the number of commands of each partition's part, in partition
     /// order (they add up to `commands.len()`). Empty for a whole value.
     pub parts: Vec<u32>,
+    /// When the coordinator proposed it, in milliseconds of its clock (the driver's
+    /// wall clock; virtual time in the simulator), never below the time of the values
+    /// it proposed before. Replicas take time only from here (the largest seen so
+    /// far), so everything they decide by time (session leases) is the same at every
+    /// replica. A no-op filling a gap after Phase 1 and a cs server's values carry
+    /// time too.
+    pub time_ms: u64,
 }
 
 /// Which part of a split value a partitioned Phase 2A carries: part `index` of `count`
@@ -348,6 +355,7 @@ impl Value {
             vid,
             commands,
             parts: Vec::new(),
+            time_ms: 0,
         }
     }
 
@@ -361,7 +369,14 @@ impl Value {
                 .flat_map(|p| p.commands.iter().cloned())
                 .collect(),
             parts: parts.iter().map(|p| p.commands.len() as u32).collect(),
+            time_ms: parts.first().map_or(0, |p| p.time_ms),
         }
+    }
+
+    /// This value, stamped with `time_ms`.
+    pub fn at(mut self, time_ms: u64) -> Value {
+        self.time_ms = time_ms;
+        self
     }
 
     pub fn is_noop(&self) -> bool {
@@ -388,7 +403,7 @@ impl Value {
         }
         let start: usize = self.parts[..p as usize].iter().map(|&n| n as usize).sum();
         let end = start + self.parts[p as usize] as usize;
-        Some(Value::new(self.vid, self.commands[start..end].to_vec()))
+        Some(Value::new(self.vid, self.commands[start..end].to_vec()).at(self.time_ms))
     }
 
     /// Split this value into one part per partition of `map` (a split value of that
@@ -398,7 +413,7 @@ impl Value {
             return self.clone();
         }
         let parts: Vec<Value> = (0..map.count()).map(|p| self.project(map, p)).collect();
-        Value::from_parts(self.vid, &parts)
+        Value::from_parts(self.vid, &parts).at(self.time_ms)
     }
 
     /// What partition `p` of `map` receives of this value (paper 001 §III-C): the
@@ -419,12 +434,14 @@ impl Value {
                     c.body.project(p).map(|body| Command {
                         client: c.client,
                         seq: c.seq,
+                        session: c.session,
                         reply_to: c.reply_to,
                         body,
                     })
                 })
                 .collect(),
         )
+        .at(self.time_ms)
     }
 
     /// Whether every command of this value addresses only partition `p` (so that the

@@ -100,6 +100,11 @@ pub struct NodeSetup {
     /// with a tentative reply ([`Output::Early`]) and confirms it when the decision
     /// confirms the speculated order.
     pub early_replies: bool,
+    /// Client session leases in milliseconds of ordered time (cluster file
+    /// `[sessions] lease_ms`): a client idle for longer is forgotten, so the reply
+    /// cache holds only recent clients. `None`: sessions never expire (and open
+    /// implicitly).
+    pub session_lease_ms: Option<u64>,
     /// Speculative execution (paper 001 §III-B, cluster file `[execution]`): replicas
     /// execute Ring Paxos proposals before their decision and hold the replies until it
     /// confirms them. `false` (the default) behaves exactly as before.
@@ -227,6 +232,10 @@ pub struct UnsafeBugs {
     /// With early replies, a replica sends its speculative results as final replies
     /// (clients take them without waiting for the confirmation).
     pub unconfirmed_replies: bool,
+    /// A replica runs a command whose session it does not know (expired, or an older
+    /// session of the same client) as if the session were new: a late copy of a
+    /// command executed before its session expired runs again.
+    pub expired_sessions_reopen: bool,
     /// A node hands peer messages to its roles without checking them first (strangers,
     /// instances and ballots out of range, backwards ranges): a hostile or broken peer
     /// can make it panic. Caught by `crates/node/tests/hostile.rs`; the simulator's
@@ -235,7 +244,7 @@ pub struct UnsafeBugs {
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -247,6 +256,7 @@ impl UnsafeBugs {
         "independent-partitions",
         "unconfirmed-replies",
         "unchecked-peer-input",
+        "expired-sessions-reopen",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -263,6 +273,7 @@ impl UnsafeBugs {
             "independent-partitions" => self.independent_partitions = true,
             "unconfirmed-replies" => self.unconfirmed_replies = true,
             "unchecked-peer-input" => self.unchecked_peer_input = true,
+            "expired-sessions-reopen" => self.expired_sessions_reopen = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -327,6 +338,8 @@ pub struct NodeCore {
     leader_ballot: Ballot,
     /// cs mode: the server's instance counter.
     cs_instance: u64,
+    /// The driver's clock at the last tick (milliseconds).
+    clock_ms: u64,
     local: VecDeque<(NodeId, Msg)>,
     counters: BTreeMap<&'static str, u64>,
     tick: u64,
@@ -404,6 +417,7 @@ impl NodeCore {
             batcher: None,
             leader_ballot: Ballot::ZERO,
             cs_instance: 0,
+            clock_ms: 0,
             local: VecDeque::new(),
             counters: BTreeMap::new(),
             tick: 0,
@@ -505,6 +519,8 @@ impl NodeCore {
             unsafe_reexecute_duplicates: self.bugs.reexecute_duplicates,
             unsafe_confirm_unchecked: self.bugs.speculative_no_rollback,
             unsafe_clear_reply_cache: self.bugs.restore_without_reply_cache,
+            unsafe_reopen_expired: self.bugs.expired_sessions_reopen,
+            session_lease_ms: self.setup.session_lease_ms,
         });
         r
     }
@@ -562,6 +578,7 @@ impl NodeCore {
             floor,
             a.first_undecided(),
         );
+        c.set_clock(self.clock_ms);
         c.on_tick(self.tick, actions);
         if self.bugs.skip_phase1 {
             c.unsafe_skip_phase1(actions);
@@ -696,6 +713,7 @@ impl NodeCore {
                 },
                 commands: vec![cmd],
                 parts: Vec::new(),
+                time_ms: self.clock_ms,
             };
             r.execute(self.cs_instance, &value, &mut self.replies);
             self.flush_replies(out);
@@ -775,9 +793,15 @@ impl NodeCore {
         Ok(())
     }
 
-    /// One clock tick (the cluster's `tick_ms`).
-    pub fn on_tick(&mut self, out: &mut Vec<Output>) {
+    /// One clock tick (the cluster's `tick_ms`), with the driver's clock in
+    /// milliseconds (the wall clock; virtual time in the simulator): the time values
+    /// are stamped with, which replicas use for session leases.
+    pub fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         self.tick += 1;
+        self.clock_ms = self.clock_ms.max(now_ms);
+        if let Some(c) = self.coordinator.as_mut() {
+            c.set_clock(self.clock_ms);
+        }
         let mut actions = Vec::new();
         if let Some(c) = self.coordinator.as_mut() {
             c.on_tick(self.tick, &mut actions);
@@ -1423,6 +1447,7 @@ mod tests {
         NodeSetup {
             id,
             service: partita_smr::service::<partita_btree::BPlusTree>(),
+            session_lease_ms: None,
             cluster_id: 1,
             mode: Mode::Smr,
             membership: Membership {
@@ -1528,10 +1553,10 @@ mod tests {
         out.clear();
         let timeout = CoordinatorConfig::default().election_timeout_ticks;
         for _ in 0..timeout - 1 {
-            core.on_tick(&mut out);
+            core.on_tick(0, &mut out);
         }
         assert!(core.coordinator().is_none(), "campaigned too early");
-        core.on_tick(&mut out);
+        core.on_tick(0, &mut out);
         let c = core.coordinator().expect("node 2 campaigns");
         assert_eq!(c.ballot().node, 2);
         assert!(c.ballot() > Ballot::ZERO.next_for(1));

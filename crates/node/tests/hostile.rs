@@ -89,6 +89,7 @@ impl Rng {
             vid: self.vid(near),
             commands,
             parts: Vec::new(),
+            time_ms: 0,
         })
     }
     /// Any operation, with keys at the edges too (`u64::MAX`, ranges that end before
@@ -166,6 +167,7 @@ impl Rng {
         Command {
             client,
             seq,
+            session: self.pick(&[0, 1, 5]),
             reply_to,
             body,
         }
@@ -450,8 +452,9 @@ fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: 
     c.settle();
     c.tick(3);
     // Every command was ordered and handled: executed, skipped (a read another replica
-    // answers), answered from the reply cache, or ignored as older than the client's
-    // last (random sequence numbers make most of them stale).
+    // answers), answered from the reply cache, ignored as older than the client's
+    // last (random sequence numbers make most of them stale), refused, or an open (a
+    // sequence number of 0).
     // (Per partition, its part; a command for both partitions counts in each.)
     let handled: u64 = replicas
         .chunks(PER)
@@ -465,6 +468,9 @@ fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: 
                         + st.duplicates_answered
                         + st.stale_ignored
                         + st.refused
+                        + st.sessions_opened
+                        + st.sessions_renewed
+                        + st.session_refusals
                 })
                 .max()
                 .unwrap_or(0)

@@ -68,6 +68,7 @@ fn build_replica(entries: u64) -> SequentialReplica<BPlusTree> {
             },
             commands: cmds,
             parts: Vec::new(),
+            time_ms: 0,
         },
         &mut out,
     );
@@ -78,6 +79,7 @@ fn build_replica(entries: u64) -> SequentialReplica<BPlusTree> {
         },
         commands: Vec::new(),
         parts: Vec::new(),
+        time_ms: 0,
     };
     for i in 2..=INSTANCE {
         r.execute(i, &empty, &mut out);

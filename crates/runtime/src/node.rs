@@ -774,13 +774,22 @@ async fn event_loop(
                 let Some(ev) = ev else { break };
                 node.handle(ev)?;
             }
-            _ = tick.tick() => { node.core.on_tick(&mut node.out); if !node.out.is_empty() { node.perform(); } }
+            _ = tick.tick() => { node.core.on_tick(wall_clock_ms(), &mut node.out); if !node.out.is_empty() { node.perform(); } }
             _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
             _ = sigterm.recv() => { info!("terminated; stopping"); break; }
             _ = &mut stop => { info!("stop requested; stopping"); break; }
         }
     }
     Ok(())
+}
+
+/// Milliseconds since the Unix epoch: the clock values are stamped with (session
+/// leases). Nodes' clocks need to agree only roughly (a leader whose clock lags holds
+/// the ordered time still until it catches up; see `Value::time_ms`).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Node {

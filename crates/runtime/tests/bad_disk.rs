@@ -92,6 +92,7 @@ fn checkpoint(cluster: u64, node: NodeId, instance: u64) -> Vec<u8> {
                 &Op::Insert { key: i, value: i },
             )],
             parts: Vec::new(),
+            time_ms: 0,
         };
         r.execute(i, &value, &mut replies);
     }

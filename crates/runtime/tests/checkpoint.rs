@@ -200,11 +200,10 @@ async fn checkpoints_truncation_restarts_and_state_transfer() {
     // Client 1002 never saw its reply and resubmits to replica 5: the answer comes from
     // the reply cache that travelled in the checkpoint, not from a second execution.
     let mut b5 = TestClient::connect(&cfg, 5, 1002).await;
+    b5.session = b.session;
     let again = b5
-        .submit(partita_btree::service::command(
-            1002,
+        .submit(b5.command(
             1,
-            5,
             &Op::Insert {
                 key: 10_000,
                 value: 1,

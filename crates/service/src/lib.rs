@@ -346,6 +346,7 @@ pub fn envelope<S: StateMachine>(
     Ok(Command {
         client,
         seq,
+        session: 0,
         reply_to,
         body,
     })
@@ -367,7 +368,7 @@ pub fn decode_outcome<S: StateMachine>(
     match outcome {
         Ok(bytes) => S::decode_reply(bytes)
             .map_err(|e| format!("a {} reply that does not decode: {e}", S::NAME)),
-        Err(why) => Err(why.clone()),
+        Err(why) => Err(why.to_string()),
     }
 }
 
@@ -506,7 +507,8 @@ mod tests {
         assert!(decode_outcome::<Registers>(&bad)
             .unwrap_err()
             .contains("registers reply"));
-        let refused: partita_types::Outcome = Err("too big".into());
+        let refused: partita_types::Outcome =
+            Err(partita_types::Refusal::Rejected("too big".into()));
         assert_eq!(decode_outcome::<Registers>(&refused), Err("too big".into()));
     }
 

@@ -177,16 +177,23 @@ impl Harness {
 
     fn tick_all(&mut self) {
         for id in 1..=self.nodes.len() as NodeId {
-            self.timed("tick", id, |c, out| c.on_tick(out));
+            self.timed("tick", id, |c, out| c.on_tick(0, out));
         }
         self.drain();
     }
 }
 
+/// The harness's commands come from many clients without opening sessions: the
+/// replicas open them implicitly (no lease), so what is measured is the commands.
+fn implicit_sessions(mut cluster: ClusterConfig) -> ClusterConfig {
+    cluster.sessions.lease_ms = 0;
+    cluster
+}
+
 /// Run the in-process cluster for `rounds` rounds of `per_round` commands each (see
 /// the module documentation) and return the handler costs by input kind.
 pub fn measure_handlers(protocol: Protocol, rounds: usize, per_round: usize) -> HandlerCosts {
-    let cluster = ClusterConfig::default_local(7100, 0xCA11);
+    let cluster = implicit_sessions(ClusterConfig::default_local(7100, 0xCA11));
     let entry = cluster.entry_node();
     run_cluster(cluster, entry, protocol, rounds, per_round)
 }
@@ -197,9 +204,11 @@ pub fn measure_batched_handlers(
     rounds: usize,
     per_round: usize,
 ) -> HandlerCosts {
-    let cluster = ClusterConfig::default_local(7100, 0xCA13)
-        .with_batchers(1)
-        .expect("an smr cluster takes batchers");
+    let cluster = implicit_sessions(
+        ClusterConfig::default_local(7100, 0xCA13)
+            .with_batchers(1)
+            .expect("an smr cluster takes batchers"),
+    );
     let entry = cluster.membership().batchers[0];
     run_cluster(cluster, entry, protocol, rounds, per_round)
 }
@@ -302,7 +311,7 @@ pub struct CsRequestCost {
 }
 
 pub fn measure_cs_request(iters: usize) -> CsRequestCost {
-    let cluster = ClusterConfig::client_server(7200, 0xCA12);
+    let cluster = implicit_sessions(ClusterConfig::client_server(7200, 0xCA12));
     let mut out = Vec::new();
     let mut core = NodeCore::new(
         cluster.node_setup(1, partita_smr::service::<BPlusTree>()),

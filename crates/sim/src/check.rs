@@ -361,6 +361,7 @@ mod tests {
                 &partita_btree::Op::Insert { key, value: 1 },
             )],
             parts: Vec::new(),
+            time_ms: 0,
         })
     }
 

@@ -44,7 +44,7 @@
 use crate::queue::Time;
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::{Event, Status};
-use partita_client_core::{Action, ClientConfig, ClientCore, ClientError, Done};
+use partita_client_core::{Action, ClientConfig, ClientCore, Done};
 pub use partita_client_core::{ClientBugs, Topology};
 use partita_types::early::EarlyReply;
 use partita_types::{ClientId, Command, NodeId, Reply};
@@ -272,8 +272,8 @@ impl SimClient {
     fn finish(&mut self, d: Done<BPlusTree>) {
         let (status, result) = match &d.result {
             Ok(r) => (Status::Ok, Some(r)),
-            Err(ClientError::Rejected(_)) => (Status::Fail, None),
-            Err(ClientError::Timeout { .. } | ClientError::BadReply(_)) => (Status::Info, None),
+            Err(e) if e.not_applied() => (Status::Fail, None),
+            Err(_) => (Status::Info, None),
         };
         if self.bench.is_some() {
             if status == Status::Ok {
@@ -330,9 +330,10 @@ impl SimClient {
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
     ) {
-        self.core.on_reply(from, reply, leader, now);
+        let mut actions = Vec::new();
+        self.core.on_reply(from, reply, leader, now, &mut actions);
         if self.state == State::Waiting {
-            self.after(now, Vec::new(), rng, out);
+            self.after(now, actions, rng, out);
         }
     }
 
@@ -345,9 +346,10 @@ impl SimClient {
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
     ) {
-        self.core.on_early(from, e, now);
+        let mut actions = Vec::new();
+        self.core.on_early(from, e, now, &mut actions);
         if self.state == State::Waiting {
-            self.after(now, Vec::new(), rng, out);
+            self.after(now, actions, rng, out);
         }
     }
 
@@ -440,6 +442,7 @@ mod tests {
             batchers: false,
             replicas: vec![4, 5],
             layout: PartitionLayout::default(),
+            session_lease_ms: None,
         };
         SimClient::new(0, 1, topology, 4, params(), ops, ClientBugs::default())
     }
@@ -463,6 +466,16 @@ mod tests {
             .expect("a send")
     }
 
+    /// The reply that opens `client`'s session at instance 1.
+    fn opened(client: ClientId) -> Reply {
+        Reply {
+            client,
+            seq: 0,
+            instance: 1,
+            result: Ok(partita_types::session_reply(1)),
+        }
+    }
+
     #[test]
     fn resubmits_the_same_command_then_gives_up_with_info() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -472,8 +485,12 @@ mod tests {
         let (at, gen) = timer(&out);
         out.clear();
         c.on_timer(at, gen, &mut rng, &mut out);
+        let open = sent(&out);
+        assert!(open.is_open(), "the session opens first");
+        out.clear();
+        c.on_reply(1, 4, &opened(open.client), None, &mut rng, &mut out);
         let first = sent(&out);
-        assert_eq!((first.seq, first.reply_to), (1, 4));
+        assert_eq!((first.seq, first.reply_to, first.session), (1, 4, 1));
         let (at, gen) = timer(&out);
         out.clear();
         c.on_timer(at, gen, &mut rng, &mut out);
@@ -501,6 +518,9 @@ mod tests {
         let (at, gen) = timer(&out);
         out.clear();
         c.on_timer(at, gen, &mut rng, &mut out);
+        let open = sent(&out);
+        out.clear();
+        c.on_reply(1, 4, &opened(open.client), None, &mut rng, &mut out);
         let cmd = sent(&out);
         let reply = |seq| Reply {
             client: cmd.client,

@@ -214,6 +214,8 @@ pub struct SimOptions {
     /// Early replies on speculative seeds.
     pub early_replies: EarlyRepliesChoice,
     pub batchers: BatcherChoice,
+    /// Client session leases for every seed (ms; `None`: drawn per seed).
+    pub session_lease_ms: Option<u64>,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -254,6 +256,9 @@ impl SimOptions {
         if let BatcherChoice::Standalone(n) = self.batchers {
             f += &format!(" --batchers {n}");
         }
+        if let Some(l) = self.session_lease_ms {
+            f += &format!(" --session-lease-ms {l}");
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -287,6 +292,7 @@ impl Default for SimOptions {
             partitioning: PartitionChoice::Swarm,
             early_replies: EarlyRepliesChoice::Swarm,
             batchers: BatcherChoice::Swarm,
+            session_lease_ms: None,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -339,6 +345,12 @@ pub struct SeedParams {
     /// The coordinator's least time between two values that are not full (0: off).
     /// Drawn from a stream of its own.
     pub value_interval_ms: u64,
+    /// Client session leases (ms of ordered time): short in about a third of the
+    /// seeds (a few times the clients' timeout, so the sessions of clients that wait
+    /// long expire and late copies of their commands meet expired sessions), the
+    /// default otherwise.
+    /// Drawn from a stream of its own.
+    pub session_lease_ms: u64,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -382,6 +394,7 @@ impl SeedParams {
         c.batching.batcher_interval_ms = self.batcher_interval_ms;
         c.batching.value_interval_ms = self.value_interval_ms;
         c.storage.checkpoint_instances = self.checkpoint_instances;
+        c.sessions.lease_ms = self.session_lease_ms;
         c.execution.speculative = self.speculative;
         c.execution.early_replies = self.early_replies;
         c.partitioning.partitions = self.partitions;
@@ -449,6 +462,7 @@ pub const STREAM_EARLY_REPLIES: u64 = 9;
 pub const STREAM_BATCHERS: u64 = 10;
 pub const STREAM_BATCHER_INTERVAL: u64 = 11;
 pub const STREAM_VALUE_INTERVAL: u64 = 12;
+pub const STREAM_SESSIONS: u64 = 13;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -636,6 +650,20 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             vrng.gen_range(1..=5)
         }
     };
+    // Session leases: their own stream; short (two to eight times the clients'
+    // timeout: sessions of clients cut off by a partition or waiting on a failover
+    // expire, and their late copies meet expired sessions) in about a third of the
+    // seeds. Shorter leases make most resubmissions end as unknown outcomes, which
+    // weakens the linearizability check (the controls use them on purpose).
+    let session_lease_ms = opts.session_lease_ms.unwrap_or_else(|| {
+        let mut srng = stream(seed, STREAM_SESSIONS);
+        if srng.gen_bool(1.0 / 3.0) {
+            let timeout_ms = client.timeout_ns / MILLIS;
+            srng.gen_range(timeout_ms * 2..=timeout_ms * 8)
+        } else {
+            partita_config::SessionsSection::default().lease_ms
+        }
+    });
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -652,6 +680,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         batchers,
         batcher_interval_ms,
         value_interval_ms,
+        session_lease_ms,
         acceptors,
         replicas,
         window_instances_max,
@@ -701,6 +730,7 @@ fn bug_on(b: &UnsafeBugs, name: &str) -> bool {
         "independent-partitions" => b.independent_partitions,
         "unconfirmed-replies" => b.unconfirmed_replies,
         "unchecked-peer-input" => b.unchecked_peer_input,
+        "expired-sessions-reopen" => b.expired_sessions_reopen,
         _ => false,
     }
 }

@@ -224,6 +224,9 @@ pub struct SimNode {
     inbox: VecDeque<Input>,
     tick_queued: bool,
     tick_ns: Time,
+    /// This node's clock runs at `1 / (1 + clock_skew)` of virtual time (its ticks
+    /// are that much longer).
+    clock_skew: f64,
     disk: Disk,
     /// The newest durable replica checkpoint (what a restart recovers from).
     checkpoint: Option<(Instance, CheckpointBytes)>,
@@ -364,6 +367,7 @@ impl World {
             partitions: cluster.partitioning.partitions,
             key_space: cluster.partitioning.key_space,
             early_replies: cluster.execution.early_replies,
+            session_lease_ms: cluster.sessions.lease_ms,
             batchers: {
                 let m = cluster.membership();
                 match m.standalone_batchers().count() {
@@ -493,6 +497,7 @@ impl World {
                     inbox: VecDeque::new(),
                     tick_queued: false,
                     tick_ns: ((tick_ns as f64) * (1.0 + p.clock_skew[i])).max(1.0) as Time,
+                    clock_skew: p.clock_skew[i],
                     disk: Disk::new(p.disk.clone()),
                     checkpoint: None,
                     checkpoint_saving: None,
@@ -964,12 +969,14 @@ impl World {
         if matches!(input, Some(Input::Tick)) {
             n.tick_queued = false;
         }
+        // The node's own clock, in milliseconds (what its values are stamped with).
+        let clock_ms = (now as f64 / (1.0 + n.clock_skew) / 1e6) as u64;
         let r = guarded(|| {
             match input {
                 None => core.on_continue(&mut out),
                 Some(Input::Peer { from, msg, .. }) => core.on_peer(from, msg, &mut out),
                 Some(Input::Request { cmd, .. }) => core.on_request(cmd, &mut out),
-                Some(Input::Tick) => core.on_tick(&mut out),
+                Some(Input::Tick) => core.on_tick(clock_ms, &mut out),
                 Some(Input::Persisted(tokens)) => {
                     persisted = tokens.len();
                     core.on_persisted(&tokens, &mut out)
@@ -1228,6 +1235,20 @@ impl World {
             let Some(core) = node.core.as_mut().filter(|_| server) else {
                 continue;
             };
+            // The preloading client's session first.
+            core.on_request(Command::open(u64::MAX, id, 1), &mut out);
+            let session = out
+                .iter()
+                .find_map(|o| match o {
+                    Output::Reply(r) if r.seq == 0 => r
+                        .result
+                        .as_ref()
+                        .ok()
+                        .and_then(|p| partita_types::session_of_reply(p)),
+                    _ => None,
+                })
+                .expect("a server opens a session at once");
+            out.clear();
             for (chunk, lo) in (0..n).step_by(PER_COMMAND as usize).enumerate() {
                 let hi = (lo + PER_COMMAND).min(n);
                 let ops = (lo..hi)
@@ -1236,12 +1257,13 @@ impl World {
                         value: i * bm::PRELOAD_STRIDE,
                     })
                     .collect();
-                let cmd = partita_btree::service::command(
+                let mut cmd = partita_btree::service::command(
                     u64::MAX,
                     chunk as u64 + 1,
                     id,
                     &Op::Batch(ops),
                 );
+                cmd.session = session;
                 core.on_request(cmd, &mut out);
                 out.clear();
             }

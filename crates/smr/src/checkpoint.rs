@@ -9,7 +9,7 @@
 //! it, so that a checkpoint found in the wrong data directory is refused instead of
 //! silently adopted. Replica statistics are not part of it.
 //!
-//! Layout, little endian (`HEADER_BYTES` = 80 bytes of header):
+//! Layout, little endian (`HEADER_BYTES` = 88 bytes of header):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
@@ -20,11 +20,12 @@
 //! | 24 | 8 | instance covered |
 //! | 32 | 8 | digest of the service state ([`StateMachine::digest`]) |
 //! | 40 | 8 | objects the service holds ([`StateMachine::len`]) |
-//! | 48 | 8 | reply-cache entries (clients) |
-//! | 56 | 8 | bytes of the reply-cache section |
+//! | 48 | 8 | client sessions |
+//! | 56 | 8 | bytes of the sessions section |
 //! | 64 | 8 | bytes of the service section |
 //! | 72 | 8 | the service: [`service_id`] of its name (a checkpoint of one service is never restored into another) |
-//! | 80 | … | reply cache: per client, in client order, `len:u32 \| codec(Reply)` |
+//! | 80 | 8 | ordered time (ms) of the last value executed (session leases continue from it) |
+//! | 88 | … | sessions: per client, in client order, `len:u32 \| codec(Session)` (with the reply to its last mutation) |
 //! | … | … | service state: its [`StateMachine::snapshot`] |
 //! | end − 4 | 4 | CRC32C of every byte before it |
 //!
@@ -37,16 +38,17 @@
 //! (the service restores its own snapshot; the header's digest and object count must
 //! match the restored state).
 
+use crate::sessions::{Session, Sessions};
 use crate::SequentialReplica;
 use partita_service::StateMachine;
-use partita_types::{ClientId, DetHashMap, Instance, NodeId, Reply};
+use partita_types::{ClientId, Instance, NodeId};
 
 /// First 8 bytes of every checkpoint.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
 /// The only format version this build reads and writes (2: any service, named in the
-/// header).
-pub const CHECKPOINT_VERSION: u32 = 2;
-const HEADER_BYTES: usize = 80;
+/// header; 3: client sessions with their lease times instead of a bare reply cache).
+pub const CHECKPOINT_VERSION: u32 = 3;
+const HEADER_BYTES: usize = 88;
 
 /// The id a checkpoint stores for a service: 64-bit FNV-1a of its name.
 pub fn service_id(name: &str) -> u64 {
@@ -69,6 +71,8 @@ pub struct CheckpointInfo {
     pub clients: u64,
     /// [`service_id`] of the service whose state it holds.
     pub service: u64,
+    /// Ordered time of the last value it reflects.
+    pub time_ms: u64,
     /// Size of the whole checkpoint.
     pub bytes: u64,
     /// The CRC32C trailer (also the checksum state transfer announces).
@@ -167,6 +171,7 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
         entries: u64_at(bytes, 40),
         clients: u64_at(bytes, 48),
         service: u64_at(bytes, 72),
+        time_ms: u64_at(bytes, 80),
         bytes: bytes.len() as u64,
         crc32c: u32_at(bytes, bytes.len() - TRAILER_BYTES),
     })
@@ -215,11 +220,10 @@ impl<S: StateMachine> SequentialReplica<S> {
             0,
             "a checkpoint taken with speculated instances"
         );
-        let mut clients: Vec<(&ClientId, &Reply)> = self.replies.iter().collect();
-        clients.sort_unstable_by_key(|(c, _)| **c);
-        let mut replies = Vec::with_capacity(clients.len() * 48);
-        for (_, reply) in &clients {
-            let enc = partita_types::encode(*reply);
+        let clients = self.sessions().sorted();
+        let mut replies = Vec::with_capacity(clients.len() * 64);
+        for session in &clients {
+            let enc = partita_types::encode(*session);
             replies.extend_from_slice(&(enc.len() as u32).to_le_bytes());
             replies.extend_from_slice(&enc);
         }
@@ -245,6 +249,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         header.extend_from_slice(&(replies.len() as u64).to_le_bytes());
         header.extend_from_slice(&(tree_bytes as u64).to_le_bytes());
         header.extend_from_slice(&service_id(S::NAME).to_le_bytes());
+        header.extend_from_slice(&self.sessions().now_ms().to_le_bytes());
         assert_eq!(header.len(), HEADER_BYTES);
         out[..HEADER_BYTES].copy_from_slice(&header);
         out[HEADER_BYTES..front].copy_from_slice(&replies);
@@ -297,8 +302,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         // Each entry takes at least its 4-byte length and a few bytes of reply: the
         // section's size bounds the allocation, whatever the (damaged) count says.
         let capacity = (info.clients as usize).min(replies_bytes / 8);
-        let mut replies: DetHashMap<ClientId, Reply> =
-            DetHashMap::with_capacity_and_hasher(capacity, Default::default());
+        let mut sessions: Vec<Session> = Vec::with_capacity(capacity);
         let mut at = HEADER_BYTES;
         let mut prev: Option<ClientId> = None;
         for index in 0..info.clients {
@@ -313,20 +317,37 @@ impl<S: StateMachine> SequentialReplica<S> {
                     "length {len} runs past the end of its section"
                 )));
             }
-            let reply: Reply =
+            let session: Session =
                 partita_types::decode(&bytes[at..at + len]).map_err(|e| bad(e.to_string()))?;
             at += len;
-            if prev.is_some_and(|p| p >= reply.client) {
+            if prev.is_some_and(|p| p >= session.client) {
                 return Err(bad("clients not in strictly increasing order".into()));
             }
-            if reply.instance == 0 || reply.instance > info.instance {
+            if session.opened_at > info.instance {
                 return Err(bad(format!(
-                    "reply of instance {} outside 1..={} (the checkpoint's instance)",
-                    reply.instance, info.instance
+                    "session opened at instance {}, after the checkpoint's {}",
+                    session.opened_at, info.instance
                 )));
             }
-            prev = Some(reply.client);
-            replies.insert(reply.client, reply);
+            if let Some(reply) = &session.last {
+                if reply.client != session.client {
+                    return Err(bad("a reply filed under another client".into()));
+                }
+                if reply.instance == 0 || reply.instance > info.instance {
+                    return Err(bad(format!(
+                        "reply of instance {} outside 1..={} (the checkpoint's instance)",
+                        reply.instance, info.instance
+                    )));
+                }
+            }
+            if session.renewed_ms > info.time_ms {
+                return Err(bad(format!(
+                    "session renewed at {} ms, after the checkpoint's time {} ms",
+                    session.renewed_ms, info.time_ms
+                )));
+            }
+            prev = Some(session.client);
+            sessions.push(session);
         }
         if at != replies_end {
             return Err(CheckpointError::ReplyCache {
@@ -347,8 +368,8 @@ impl<S: StateMachine> SequentialReplica<S> {
         let mut r = SequentialReplica::new(node_id, state);
         r.cluster_id = info.cluster_id;
         r.last_instance = info.instance;
-        r.max_cached_instance = replies.values().map(|r| r.instance).max().unwrap_or(0);
-        r.replies = replies;
+        r.sessions = Sessions::restore(sessions, info.time_ms, None);
+        r.max_cached_instance = r.sessions.max_cached_instance();
         r.invariants();
         Ok(r)
     }

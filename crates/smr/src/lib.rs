@@ -65,6 +65,7 @@
 //! checkpoint, then learns the suffix).
 
 pub mod checkpoint;
+pub mod sessions;
 
 pub use checkpoint::{
     checkpoint_header, checkpoint_identity, restamp_checkpoint, service_id, verify_checkpoint,
@@ -78,7 +79,7 @@ use partita_consensus::Value;
 use partita_consensus::Vid;
 use partita_types::early::EarlyReply;
 use partita_types::{
-    ClientId, Command, DetHashMap, Instance, NodeId, Outcome, PartitionId, PartitionLayout, Reply,
+    ClientId, Command, Instance, NodeId, Outcome, PartitionId, PartitionLayout, Refusal, Reply,
 };
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
@@ -91,6 +92,13 @@ pub struct ReplicaStats {
     pub reads_skipped: u64,
     pub duplicates_answered: u64,
     pub stale_ignored: u64,
+    /// Sessions opened, and renewed.
+    pub sessions_opened: u64,
+    pub sessions_renewed: u64,
+    /// Sessions forgotten after their lease ran out.
+    pub sessions_expired: u64,
+    /// Commands refused because their session is not (or no longer) known.
+    pub session_refusals: u64,
     /// Commands refused without execution (did not decode, or the service's `check`
     /// refused them).
     pub refused: u64,
@@ -131,8 +139,10 @@ struct Speculation<U> {
     vid: Vid,
     /// The service's undo records, in execution order (applied in reverse).
     undo: Vec<U>,
-    /// Reply-cache entries it overwrote, in order: (client, previous entry).
-    cache_undo: Vec<(ClientId, Option<Reply>)>,
+    /// Session entries it changed, in order: (client, previous entry).
+    session_log: sessions::SessionLog,
+    /// Ordered time before it.
+    now_ms_before: u64,
     max_cached_before: Instance,
     mutations_before: u64,
     stats_before: ReplicaStats,
@@ -149,9 +159,10 @@ pub struct SequentialReplica<S: StateMachine> {
     cluster_id: u64,
     state: S,
     last_instance: Instance,
-    /// Per client: sequence number and reply of its last mutating command.
-    replies: DetHashMap<ClientId, Reply>,
-    /// Highest instance of any cached reply (0: empty cache), for `invariants`.
+    /// Client sessions: per client, the reply of its last mutating command and when
+    /// it was last active; expired after the lease (see the `sessions` module).
+    sessions: sessions::Sessions,
+    /// Highest instance of any cached reply (a high-water mark), for `invariants`.
     max_cached_instance: Instance,
     stats: ReplicaStats,
     /// Planted bug for checker controls: execute resubmitted commands again.
@@ -195,7 +206,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             cluster_id: 0,
             state,
             last_instance: 0,
-            replies: DetHashMap::default(),
+            sessions: sessions::Sessions::new(None),
             max_cached_instance: 0,
             stats: ReplicaStats::default(),
             unsafe_reexecute_duplicates: false,
@@ -262,7 +273,24 @@ impl<S: StateMachine> SequentialReplica<S> {
     /// Planted bug (simulator controls only): forget every cached reply, as a replica
     /// that restored a snapshot without its reply cache would.
     pub fn unsafe_clear_reply_cache(&mut self) {
-        self.replies.clear();
+        self.sessions.unsafe_clear_replies();
+    }
+
+    /// Plant the "expired sessions come back" bug: a command of a session this
+    /// replica does not know runs as if its session were new (tests only).
+    pub fn set_unsafe_reopen_expired(&mut self, on: bool) {
+        self.sessions.unsafe_reopen_expired = on;
+    }
+
+    /// Session leases: forget a client idle for longer than `lease_ms` of ordered
+    /// time (`None`: never; sessions then open implicitly).
+    pub fn set_session_lease(&mut self, lease_ms: Option<u64>) {
+        self.sessions.set_lease(lease_ms);
+    }
+
+    /// The client sessions this replica keeps.
+    pub fn sessions(&self) -> &sessions::Sessions {
+        &self.sessions
     }
 
     /// Plant the "resubmitted command executed twice" bug (tests and `--unsafe` only).
@@ -288,11 +316,11 @@ impl<S: StateMachine> SequentialReplica<S> {
     }
     /// The cached reply of `client`'s last mutating command, if any.
     pub fn cached_reply(&self, client: ClientId) -> Option<&Reply> {
-        self.replies.get(&client)
+        self.sessions.get(client).and_then(|s| s.last.as_ref())
     }
-    /// Clients in the reply cache.
+    /// Client sessions kept.
     pub fn cached_clients(&self) -> usize {
-        self.replies.len()
+        self.sessions.len()
     }
 
     /// O(1) checks, callable after every input. (The per-client monotonicity of the
@@ -316,11 +344,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         if let Some((&i, _)) = self.pending.first_key_value() {
             assert!(i > self.last_instance, "a pending proposal already decided");
         }
-        assert_eq!(
-            self.replies.is_empty(),
-            self.max_cached_instance == 0,
-            "reply cache and its high-water mark disagree"
-        );
+        self.sessions.invariants();
         assert!(
             self.early.on || self.early.out.is_empty(),
             "early replies without early replies on"
@@ -403,7 +427,8 @@ impl<S: StateMachine> SequentialReplica<S> {
                 instance: next,
                 vid: value.vid,
                 undo: Vec::new(),
-                cache_undo: Vec::new(),
+                session_log: Vec::new(),
+                now_ms_before: self.sessions.now_ms(),
                 max_cached_before: self.max_cached_instance,
                 mutations_before: self.mutations,
                 stats_before: self.stats.clone(),
@@ -441,12 +466,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             for u in s.undo.into_iter().rev() {
                 self.state.undo(u);
             }
-            for (client, prev) in s.cache_undo.into_iter().rev() {
-                match prev {
-                    Some(r) => self.replies.insert(client, r),
-                    None => self.replies.remove(&client),
-                };
-            }
+            self.sessions.undo(s.session_log, s.now_ms_before);
             self.max_cached_instance = s.max_cached_before;
             self.mutations = s.mutations_before;
             self.stats.rewind_to(&s.stats_before);
@@ -530,6 +550,13 @@ impl<S: StateMachine> SequentialReplica<S> {
         replies_out: &mut Vec<Reply>,
         mut log: Option<&mut Speculation<S::Undo>>,
     ) {
+        // Time first: sessions idle for longer than the lease expire before anything
+        // of this value runs, at every replica alike.
+        let expired = self.sessions.advance(
+            value.time_ms,
+            log.as_deref_mut().map(|l| &mut l.session_log),
+        );
+        self.stats.sessions_expired += expired;
         for cmd in &value.commands {
             let mine = match &self.answers {
                 None => cmd.reply_to == self.id,
@@ -540,6 +567,31 @@ impl<S: StateMachine> SequentialReplica<S> {
                 // only a whole value delivered to a partitioned replica has these).
                 continue;
             };
+            let refuse = |why: Refusal| Reply {
+                client: cmd.client,
+                seq: cmd.seq,
+                instance,
+                result: Err(why),
+            };
+            if cmd.is_open() {
+                let slog = log.as_deref_mut().map(|l| &mut l.session_log);
+                let result = if cmd.session == 0 {
+                    self.stats.sessions_opened += 1;
+                    Ok(self.sessions.open(cmd.client, instance, slog))
+                } else {
+                    self.stats.sessions_renewed += 1;
+                    self.sessions.renew(cmd.client, cmd.session, slog)
+                };
+                if mine {
+                    replies_out.push(Reply {
+                        client: cmd.client,
+                        seq: 0,
+                        instance,
+                        result: result.map(partita_types::session_reply),
+                    });
+                }
+                continue;
+            }
             let op = match S::decode_command(payload)
                 .map_err(|e| format!("a {} command that does not decode: {e}", S::NAME))
                 .and_then(|op| S::check(&op).map(|()| op))
@@ -548,18 +600,26 @@ impl<S: StateMachine> SequentialReplica<S> {
                 Err(why) => {
                     self.stats.refused += 1;
                     if mine {
-                        replies_out.push(Reply {
-                            client: cmd.client,
-                            seq: cmd.seq,
-                            instance,
-                            result: Err(why),
-                        });
+                        replies_out.push(refuse(Refusal::Rejected(why)));
+                    }
+                    continue;
+                }
+            };
+            let last = match self
+                .sessions
+                .admit(cmd, log.as_deref_mut().map(|l| &mut l.session_log))
+            {
+                sessions::Admission::Run { last } => last,
+                sessions::Admission::Refuse(why) => {
+                    self.stats.session_refusals += 1;
+                    if mine {
+                        replies_out.push(refuse(why));
                     }
                     continue;
                 }
             };
             let mutation = !S::is_read_only(&op);
-            if let Some(last) = self.replies.get(&cmd.client) {
+            if let Some(last) = last {
                 if cmd.seq < last.seq || (cmd.seq == last.seq && !mutation) {
                     self.stats.stale_ignored += 1;
                     continue;
@@ -567,7 +627,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                 if cmd.seq == last.seq && !self.unsafe_reexecute_duplicates {
                     self.stats.duplicates_answered += 1;
                     if mine {
-                        replies_out.push(last.clone());
+                        replies_out.push(last);
                     }
                     continue;
                 }
@@ -608,14 +668,11 @@ impl<S: StateMachine> SequentialReplica<S> {
             };
             if mutation {
                 self.max_cached_instance = instance;
-                let prev = self.replies.insert(cmd.client, reply.clone());
-                assert!(
-                    prev.as_ref().is_none_or(|p| p.seq <= cmd.seq),
-                    "reply cache went backwards"
+                self.sessions.cache(
+                    cmd.client,
+                    reply.clone(),
+                    log.as_deref_mut().map(|l| &mut l.session_log),
                 );
-                if let Some(l) = log.as_deref_mut() {
-                    l.cache_undo.push((cmd.client, prev));
-                }
             }
             if mine {
                 replies_out.push(reply);
@@ -637,6 +694,9 @@ pub struct ReplicaOptions {
     pub unsafe_reexecute_duplicates: bool,
     pub unsafe_confirm_unchecked: bool,
     pub unsafe_clear_reply_cache: bool,
+    pub unsafe_reopen_expired: bool,
+    /// Session leases, in milliseconds of ordered time (`None`: sessions never expire).
+    pub session_lease_ms: Option<u64>,
 }
 
 /// A replica as the node core drives it, whatever service it replicates (object
@@ -694,6 +754,8 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
         if o.unsafe_clear_reply_cache {
             self.unsafe_clear_reply_cache();
         }
+        self.set_unsafe_reopen_expired(o.unsafe_reopen_expired);
+        self.set_session_lease(o.session_lease_ms);
     }
     fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
         SequentialReplica::execute(self, instance, value, replies_out)
@@ -831,6 +893,7 @@ mod tests {
             },
             commands: cmds,
             parts: Vec::new(),
+            time_ms: 0,
         }
     }
 
@@ -991,7 +1054,11 @@ mod refusal_tests {
         assert!(rb.is_empty(), "only the chosen replica answers");
         assert_eq!(ra.len(), 2);
         let why = ra[0].result.as_ref().unwrap_err();
-        assert!(why.contains("btree command that does not decode"), "{why}");
+        assert!(
+            why.to_string()
+                .contains("btree command that does not decode"),
+            "{why}"
+        );
         assert!(ra[1].result.is_ok());
         assert_eq!(a.digest(), b.digest());
         assert_eq!((a.stats().refused, b.stats().refused), (1, 1));

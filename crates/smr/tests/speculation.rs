@@ -1,7 +1,8 @@
 //! Speculative execution (paper 001 §III-B) against the plain sequential replica:
 //! whatever proposals arrive ahead of the decisions (right ones, wrong ones, a new
 //! leader's replacements, in any order), the replies released, the digest, the reply
-//! cache and the checkpoint are exactly those of executing the decided sequence.
+//! cache and the checkpoint are exactly those of executing the decided sequence; also
+//! with session leases, so that opens, renewals and expiries are rolled back exactly.
 
 use partita_btree::BPlusTree;
 use partita_btree::{BatchOp, Op, OpResult};
@@ -14,6 +15,10 @@ use std::sync::Arc;
 const ME: NodeId = 1;
 
 fn value(round: u32, seq: u64, cmds: Vec<Command>) -> Arc<Value> {
+    timed(round, seq, cmds, 0)
+}
+
+fn timed(round: u32, seq: u64, cmds: Vec<Command>, time_ms: u64) -> Arc<Value> {
     Arc::new(Value {
         vid: Vid {
             ballot: Ballot::new(round.into(), 1),
@@ -21,6 +26,7 @@ fn value(round: u32, seq: u64, cmds: Vec<Command>) -> Arc<Value> {
         },
         commands: cmds,
         parts: Vec::new(),
+        time_ms,
     })
 }
 
@@ -54,12 +60,22 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn commands() -> impl Strategy<Value = Vec<Command>> {
     // Few clients and small sequence numbers: plenty of duplicates and stale
-    // resubmissions for the reply cache.
-    proptest::collection::vec(
-        (1u64..4, 1u64..7, prop_oneof![Just(ME), Just(2)], op())
-            .prop_map(|(c, s, to, op)| cmd(c, s, to, op)),
-        0..4,
+    // resubmissions for the reply cache. Sessions named by small instances, and opens
+    // and renewals (sequence number 0) among the commands, for the lease variant.
+    let command = (
+        1u64..4,
+        1u64..7,
+        0u64..6,
+        prop_oneof![Just(ME), Just(2)],
+        op(),
     )
+        .prop_map(|(c, s, session, to, op)| Command {
+            session,
+            ..cmd(c, s, to, op)
+        });
+    let open = (1u64..4, 0u64..6, prop_oneof![Just(ME), Just(2)])
+        .prop_map(|(c, session, to)| Command::renew(c, session, to, 1));
+    proptest::collection::vec(prop_oneof![4 => command, 1 => open], 0..4)
 }
 
 /// One instance: the decided commands, whether (and how early) its right proposal
@@ -109,12 +125,13 @@ fn schedule(insts: &[Inst], checkpoint_every: u64, order_seed: u64) -> Vec<Ev> {
     for (idx, x) in insts.iter().enumerate() {
         let i = idx as u64 + 1;
         let at = |early: u8| i.saturating_sub(early as u64).max(1);
+        // Ordered time: 10 ms per instance (a wrong proposal a little later).
         if let Some(e) = x.right_early {
-            let v = value(x.decided_round, i * 10, x.decided.clone());
+            let v = timed(x.decided_round, i * 10, x.decided.clone(), i * 10);
             before[at(e) as usize].push((next(), i, v));
         }
         for (k, (round, cmds, e)) in x.wrong.iter().enumerate() {
-            let v = value(*round, i * 10 + 1 + k as u64, cmds.clone());
+            let v = timed(*round, i * 10 + 1 + k as u64, cmds.clone(), i * 10 + 3);
             before[at(*e) as usize].push((next(), i, v));
         }
     }
@@ -126,7 +143,7 @@ fn schedule(insts: &[Inst], checkpoint_every: u64, order_seed: u64) -> Vec<Ev> {
         evs.extend(props.into_iter().map(|(_, j, v)| Ev::Propose(j, v)));
         evs.push(Ev::Decide(
             i,
-            value(x.decided_round, i * 10, x.decided.clone()),
+            timed(x.decided_round, i * 10, x.decided.clone(), i * 10),
         ));
         if checkpoint_every > 0 && i.is_multiple_of(checkpoint_every) {
             evs.push(Ev::Checkpoint);
@@ -143,9 +160,12 @@ proptest! {
         insts in proptest::collection::vec(inst(), 1..25),
         checkpoint_every in 0u64..6,
         order_seed in any::<u64>(),
+        lease in prop_oneof![Just(None), (15u64..60).prop_map(Some)],
     ) {
         let mut plain = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
         let mut spec = SequentialReplica::<BPlusTree>::new(ME, BPlusTree::new());
+        plain.set_session_lease(lease);
+        spec.set_session_lease(lease);
         let (mut want, mut got): (Vec<Reply>, Vec<Reply>) = (Vec::new(), Vec::new());
         for ev in schedule(&insts, checkpoint_every, order_seed) {
             match ev {
@@ -184,6 +204,11 @@ proptest! {
             (s.commands_executed, s.duplicates_answered, s.stale_ignored, s.reads_skipped),
             (p.commands_executed, p.duplicates_answered, p.stale_ignored, p.reads_skipped)
         );
+        prop_assert_eq!(
+            (s.sessions_opened, s.sessions_renewed, s.session_refusals),
+            (p.sessions_opened, p.sessions_renewed, p.session_refusals)
+        );
+        prop_assert_eq!(spec.sessions().len(), plain.sessions().len());
     }
 }
 

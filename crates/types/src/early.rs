@@ -67,9 +67,14 @@ impl EarlyReply {
 /// text): identifies a result in a confirmation. (Results are not adversarial; a
 /// collision would need two different results of one command at one instance.)
 pub fn result_digest(result: &Outcome) -> u64 {
+    let text;
     let (tag, bytes): (u8, &[u8]) = match result {
         Ok(p) => (0, p),
-        Err(e) => (1, e.as_bytes()),
+        Err(crate::Refusal::Rejected(e)) => (1, e.as_bytes()),
+        Err(crate::Refusal::SessionExpired) => {
+            text = [];
+            (2, &text)
+        }
     };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in std::iter::once(tag).chain(bytes.iter().copied()) {
@@ -242,11 +247,18 @@ mod tests {
         assert_eq!(a, result_digest(&value(Some(1))));
         assert_ne!(a, result_digest(&value(Some(2))));
         assert_ne!(a, result_digest(&value(None)));
-        assert_ne!(a, result_digest(&Err("refused".into())));
+        assert_ne!(
+            a,
+            result_digest(&Err(crate::Refusal::Rejected("refused".into())))
+        );
         assert_ne!(
             result_digest(&Ok(crate::Payload::from_static(b"x"))),
-            result_digest(&Err("x".into())),
+            result_digest(&Err(crate::Refusal::Rejected("x".into()))),
             "a reply and a refusal with the same bytes differ"
+        );
+        assert_ne!(
+            result_digest(&Ok(crate::Payload::new())),
+            result_digest(&Err(crate::Refusal::SessionExpired))
         );
     }
 }

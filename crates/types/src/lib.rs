@@ -190,7 +190,15 @@ impl Body {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Command {
     pub client: ClientId,
+    /// The command's number within the session, from 1; 0 opens the session.
     pub seq: u64,
+    /// The instance at which the client's session was opened (the open's reply says
+    /// it; 0 for the open itself, and for clients of clusters whose sessions never
+    /// expire, which open implicitly). A replica executes a command only for the very
+    /// session it names: once a session expired, a late copy of one of its commands
+    /// can never run again, not even if a late copy of its open started a new session
+    /// under the same client id.
+    pub session: Instance,
     /// The replica the client chose; only it replies (paper 001 §IV).
     pub reply_to: NodeId,
     pub body: Body,
@@ -202,6 +210,7 @@ impl Command {
         Command {
             client,
             seq,
+            session: 0,
             reply_to,
             body: Body::single(payload),
         }
@@ -210,19 +219,89 @@ impl Command {
     /// Approximate encoded size, for the batch size bound.
     pub fn encoded_bytes(&self) -> usize {
         match &self.body {
-            Body::Whole { payload, .. } => 48 + payload.len(),
+            Body::Whole { payload, .. } => 56 + payload.len(),
             Body::Split { payloads, .. } => {
-                48 + payloads.iter().map(|p| 8 + p.len()).sum::<usize>()
+                56 + payloads.iter().map(|p| 8 + p.len()).sum::<usize>()
             }
+        }
+    }
+
+    /// The command that opens session `client` at every group of `groups`: sequence
+    /// number 0, no payload. Its reply carries the instance the session was opened at
+    /// ([`session_of_reply`]), which the session's commands then name.
+    pub fn open(client: ClientId, reply_to: NodeId, groups: GroupMask) -> Command {
+        Command {
+            client,
+            seq: 0,
+            session: 0,
+            reply_to,
+            body: Body::Whole {
+                groups,
+                payload: Payload::new(),
+            },
+        }
+    }
+
+    /// The command that renews session `client` opened at `session`, at every group
+    /// of `groups`: sequence number 0, no payload. Its reply carries the same
+    /// instance; a session that expired refuses it.
+    pub fn renew(
+        client: ClientId,
+        session: Instance,
+        reply_to: NodeId,
+        groups: GroupMask,
+    ) -> Command {
+        Command {
+            session,
+            ..Command::open(client, reply_to, groups)
+        }
+    }
+
+    /// Whether this command opens or renews a session (sequence number 0; a renewal
+    /// names its session, an open does not).
+    pub fn is_open(&self) -> bool {
+        self.seq == 0
+    }
+}
+
+/// The reply to a session's open: the instance the session was opened at.
+pub fn session_reply(opened_at: Instance) -> Payload {
+    Payload::copy_from_slice(&opened_at.to_le_bytes())
+}
+
+/// The instance a session was opened at, from its open's reply payload.
+pub fn session_of_reply(payload: &[u8]) -> Option<Instance> {
+    Some(Instance::from_le_bytes(payload.try_into().ok()?))
+}
+
+/// Why a replica refused a command without executing it. Every replica of a partition
+/// decides this the same way at the command's position in the order, so a refusal is
+/// as much a fact about the order as a result.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Refusal {
+    /// The command did not decode, or the service found it impossible: it was not
+    /// executed (here, nor at any other position it was ordered at).
+    Rejected(String),
+    /// The command's session is unknown at this position: it expired (its lease ran
+    /// out without traffic) or was never opened. This copy was not executed; an
+    /// earlier copy of the same command may have been, before the session expired.
+    SessionExpired,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Rejected(why) => f.write_str(why),
+            Refusal::SessionExpired => f.write_str(
+                "the client's session expired (no traffic for longer than the cluster's \
+                 session lease) or was never opened",
+            ),
         }
     }
 }
 
-/// What executing a command gave: the service's encoded reply, or why the command was
-/// refused without being executed (it did not decode, or the service found it
-/// impossible). Every replica decides this the same way, so a refusal is as final as
-/// a result.
-pub type Outcome = Result<Payload, String>;
+/// What executing a command gave: the service's encoded reply, or why it was refused.
+pub type Outcome = Result<Payload, Refusal>;
 
 /// A reply to a client command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -273,6 +352,7 @@ mod tests {
         let c = Command {
             client: 7,
             seq: 3,
+            session: 11,
             reply_to: 1,
             body: Body::Split {
                 groups: 0b101,

@@ -6,8 +6,9 @@ pub const MAGIC: [u8; 8] = *b"PARTWAL1";
 /// The only on-disk format version this build reads and writes. 2: the records the
 /// runtime writes changed (consensus values gained `parts`, the split form of state
 /// partitioning), so a log written by an older build is refused with this version in
-/// the message rather than misread.
-pub const FORMAT_VERSION: u32 = 2;
+/// the message rather than misread. 3: commands became opaque payloads for
+/// destination groups with a session, and values carry their time.
+pub const FORMAT_VERSION: u32 = 3;
 /// Size of the segment header: magic, version, node id, cluster id, first LSN, CRC.
 pub const SEGMENT_HEADER_LEN: usize = 8 + 4 + 4 + 8 + 8 + 4;
 /// Bytes before each record's payload: `len:u32 | crc32c:u32`.

@@ -34,6 +34,7 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
     NodeSetup {
         id: 0,
         service: partita_smr::service::<BPlusTree>(),
+        session_lease_ms: None,
         cluster_id: 1,
         mode: Mode::Smr,
         membership: Membership {
@@ -132,6 +133,8 @@ pub struct Cluster {
     pub chunks: u64,
     pub chunk_bytes_max: usize,
     pub steps: Vec<Step>,
+    /// Ticks so far (each one a millisecond of the nodes' clock).
+    pub ticks: u64,
     lose_sent: Option<Filter>,
     lose_delivered: Option<Filter>,
 }
@@ -154,6 +157,7 @@ impl Cluster {
             checkpointing: false,
             nodes: BTreeMap::new(),
             down: BTreeSet::new(),
+            ticks: 0,
             msgs: VecDeque::new(),
             persists: VecDeque::new(),
             saves: VecDeque::new(),
@@ -357,10 +361,12 @@ impl Cluster {
     /// `n` times: every live node ticks, then the cluster settles.
     pub fn tick(&mut self, n: usize) {
         for _ in 0..n {
+            self.ticks += 1;
             let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
             for id in ids {
                 let mut out = Vec::new();
-                self.nodes.get_mut(&id).unwrap().on_tick(&mut out);
+                let now_ms = self.ticks;
+                self.nodes.get_mut(&id).unwrap().on_tick(now_ms, &mut out);
                 self.take(id, out);
             }
             self.settle();

@@ -166,6 +166,8 @@ pub struct TestClient {
     pub id: ClientId,
     pub replica: NodeId,
     pub seq: u64,
+    /// The instance this client's session was opened at (0: not open).
+    pub session: u64,
     reader: FrameReader,
     wr: OwnedWriteHalf,
 }
@@ -187,6 +189,7 @@ impl TestClient {
             id,
             replica,
             seq: 0,
+            session: 0,
             reader,
             wr,
         }
@@ -226,12 +229,20 @@ impl TestClient {
         partita_smr::reply_of::<partita_btree::BPlusTree>(&r.result)
     }
 
-    /// Open this client's session (a no-op for clusters without session leases).
-    pub async fn open_session(&mut self) {}
+    /// Open this client's session: the open (sequence number 0) until its reply
+    /// names the instance the session opened at, which later commands carry.
+    pub async fn open_session(&mut self) {
+        let open = Command::open(self.id, self.replica, 1);
+        let reply = self.submit(open).await;
+        let payload = reply.result.expect("an open is never refused");
+        self.session = partita_types::session_of_reply(&payload).expect("an instance");
+    }
 
     /// Command `seq` of this session carrying `op`.
     pub fn command(&self, seq: u64, op: &Op) -> Command {
-        partita_btree::service::command(self.id, seq, self.replica, op)
+        let mut c = partita_btree::service::command(self.id, seq, self.replica, op);
+        c.session = self.session;
+        c
     }
 
     /// Write raw frames on the connection.
@@ -253,10 +264,14 @@ impl TestClient {
         }
     }
 
-    /// The next command of this session, answered by this client's replica.
+    /// The next command of this session, answered by this client's replica (the
+    /// session is opened first if it is not).
     pub async fn execute(&mut self, op: Op) -> Reply {
+        if self.session == 0 {
+            self.open_session().await;
+        }
         self.seq += 1;
-        let cmd = partita_btree::service::command(self.id, self.seq, self.replica, &op);
+        let cmd = self.command(self.seq, &op);
         self.submit(cmd).await
     }
 }
