@@ -1,5 +1,7 @@
 //! The revision-guided linearizability check of key-value histories (the algorithm is
-//! explained in the [module doc](super)).
+//! explained in the [module doc](super)). It relies on etcd's revisions (`mvcc`: one
+//! per change, shared by a transaction's writes, and reported in every response
+//! header) to place each operation, and searches only where the history does not say.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -1471,6 +1473,65 @@ fn collect_witnesses(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histories_may_start_from_a_given_store() {
+        let kv = |op: KvOp, call, ret, result| KvEvent {
+            client: 1,
+            op,
+            call_ns: call,
+            ret_ns: ret,
+            status: Status::Ok,
+            result: Some(result),
+        };
+        let get = KvOp::Get { key: "k".into() };
+        let put = KvOp::Put {
+            key: "k".into(),
+            value: "w".into(),
+            prev_kv: true,
+        };
+        let events = vec![
+            kv(
+                get.clone(),
+                0,
+                1,
+                KvResult::Get {
+                    value: Some("v".into()),
+                    mod_revision: Some(3),
+                    version: 2,
+                    revision: Some(5),
+                },
+            ),
+            kv(
+                put,
+                2,
+                3,
+                KvResult::Put {
+                    revision: 6,
+                    prev: Some(Some("v".into())),
+                },
+            ),
+        ];
+        let opts = KvCheckOptions {
+            initial: KvInitial {
+                revision: 5,
+                entries: vec![(
+                    "k".into(),
+                    Entry {
+                        value: "v".into(),
+                        create_revision: 2,
+                        mod_revision: 3,
+                        version: 2,
+                    },
+                )],
+            },
+            ..KvCheckOptions::default()
+        };
+        let s = check_kv(&events, &opts).unwrap();
+        assert_eq!((s.first_revision, s.last_revision), (5, 6));
+        // From an empty store the same history is wrong.
+        assert!(check_kv(&events, &KvCheckOptions::default()).is_err());
+    }
 
     #[test]
     fn pins_follow_the_results() {
