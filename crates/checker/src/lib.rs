@@ -74,11 +74,19 @@
 //! replica digests, and [`check_file`] is the entry point of `partita check`.
 //!
 //! [`gen`] generates linearizable histories from a seed, for tests and benchmarks.
+//!
+//! # Key-value histories
+//!
+//! Histories of the key-value service (`service: "kv"` on every line) have a checker of
+//! their own, [`kv`], with its own model of etcd's semantics: revisions pin each
+//! operation's place, so it checks them in near-linear time. [`check_history_file`]
+//! looks at a file's `service` field and runs the right one.
 
 pub mod check;
 pub mod gen;
 pub mod history;
 pub mod initial;
+pub mod kv;
 pub mod model;
 pub mod report;
 mod search;
@@ -91,6 +99,10 @@ pub use history::{
     fmt_op, fmt_result, read_history, read_history_from, Error, Event, HistoryWriter, Status,
 };
 pub use initial::Initial;
+pub use kv::{
+    check_history_file, check_kv, check_kv_file, KvCheckError, KvCheckOptions, KvCheckSummary,
+    KvEvent, KvReport, KvVerdict, KvViolation, KvViolationKind, ServiceReport,
+};
 pub use model::apply_op;
 pub use report::{check_file, Report, Verdict};
 

@@ -1,0 +1,390 @@
+//! The store as a replicated service ([`partita_service::StateMachine`], `NAME = "kv"`).
+//!
+//! State partitioning (paper 001 §III-C): a key falls in the partition of its first
+//! eight bytes ([`partita_service::PartitionKey`] for byte strings), so a partition
+//! holds a contiguous range of keys. Splitting and merging:
+//!
+//! | command | partitions | sub-command in partition p | merge |
+//! | --- | --- | --- | --- |
+//! | put | the key's | the same | the only reply |
+//! | range, delete range | every partition the key range overlaps | the same (p holds only its own keys) | entries concatenated in partition order, the limit applied again, counts summed |
+//! | txn | the one partition of all its keys | the same | the only reply |
+//!
+//! A transaction whose compares and operations name keys of several partitions is
+//! refused with [`SplitError::Spans`]: executing it atomically across partitions needs
+//! S-SMR's coordination, which is not built yet.
+//!
+//! **Limitation: one revision counter per partition.** Each partition counts its own
+//! revisions, as an unpartitioned store would for the commands it sees. Revisions are
+//! therefore only comparable within a partition: two keys of different partitions may
+//! carry the same mod revision, and a merged reply reports the largest revision of the
+//! partitions that answered. A store-wide revision across partitions (as etcd's) would
+//! need every write to be ordered with every partition.
+
+use partita_service::{ExecutionWork, MergeError, Objects, SplitError, StateMachine};
+use partita_types::{mask_partitions, PartitionId, PartitionMap};
+use std::ops::Bound;
+
+use crate::store::{KvStore, KvUndo};
+use crate::types::*;
+
+/// The objects of one key range: a point for a single key (and for an empty range,
+/// which must still be executed somewhere: it reads nothing, in the key's partition).
+fn range_objects(key: &[u8], end: &[u8], out: &mut Objects<Vec<u8>>) {
+    let range = KeyRange::new(key, end);
+    match range {
+        KeyRange::Single(k) => out.keys.push(k.to_vec()),
+        _ if range.is_empty() => out.keys.push(key.to_vec()),
+        KeyRange::From(from) => out
+            .ranges
+            .push((Bound::Included(from.to_vec()), Bound::Unbounded)),
+        KeyRange::Between(from, to) => out
+            .ranges
+            .push((Bound::Included(from.to_vec()), Bound::Excluded(to.to_vec()))),
+    }
+}
+
+fn op_objects(op: &RequestOp, out: &mut Objects<Vec<u8>>) {
+    match op {
+        RequestOp::Put(p) => out.keys.push(p.key.clone()),
+        RequestOp::Range(r) => range_objects(&r.key, &r.end, out),
+        RequestOp::DeleteRange(d) => range_objects(&d.key, &d.end, out),
+    }
+}
+
+/// The partitions `cmd` addresses, one bit each (partition 0 for a transaction that
+/// names no key).
+pub fn mask(cmd: &KvCommand, map: &PartitionMap) -> u64 {
+    match KvStore::objects(cmd).partitions(map) {
+        0 => 1,
+        m => m,
+    }
+}
+
+/// The partitions `cmd` addresses, in order.
+pub fn partitions_of(cmd: &KvCommand, map: &PartitionMap) -> Vec<PartitionId> {
+    mask_partitions(mask(cmd, map))
+}
+
+impl StateMachine for KvStore {
+    const NAME: &'static str = "kv";
+    type Command = KvCommand;
+    type Reply = KvReply;
+    type Undo = KvUndo;
+    type Key = Vec<u8>;
+
+    fn new() -> Self {
+        KvStore::new()
+    }
+
+    fn check(cmd: &KvCommand) -> Result<(), String> {
+        check(cmd)
+    }
+
+    fn is_read_only(cmd: &KvCommand) -> bool {
+        is_read_only(cmd)
+    }
+
+    fn objects(cmd: &KvCommand) -> Objects<Vec<u8>> {
+        let mut out = Objects::default();
+        match cmd {
+            KvCommand::Put(p) => out.keys.push(p.key.clone()),
+            KvCommand::Range(r) => range_objects(&r.key, &r.end, &mut out),
+            KvCommand::DeleteRange(d) => range_objects(&d.key, &d.end, &mut out),
+            KvCommand::Txn(t) => {
+                out.keys.extend(t.compare.iter().map(|c| c.key.clone()));
+                for op in t.success.iter().chain(&t.failure) {
+                    op_objects(op, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn execute(&mut self, cmd: &KvCommand) -> KvReply {
+        KvStore::execute(self, cmd).0
+    }
+
+    fn execute_undoable(&mut self, cmd: &KvCommand) -> (KvReply, KvUndo) {
+        KvStore::execute(self, cmd)
+    }
+
+    fn undo(&mut self, undo: KvUndo) {
+        KvStore::undo(self, undo)
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        KvStore::snapshot(self)
+    }
+
+    fn restore(bytes: &[u8]) -> Result<Self, String> {
+        KvStore::restore(bytes).map_err(|e| e.to_string())
+    }
+
+    fn digest(&self) -> u64 {
+        KvStore::digest(self)
+    }
+
+    fn len(&self) -> u64 {
+        KvStore::len(self) as u64
+    }
+
+    /// Every command is one request, as etcd counts them (a transaction too).
+    fn op_count(_cmd: &KvCommand) -> u64 {
+        1
+    }
+
+    /// A put counts as an insert, a single-key read as a read, a range read as a query
+    /// returning its entries, a delete as a delete; a transaction as one read per
+    /// compare plus the operations of the branch that ran.
+    fn account(cmd: &KvCommand, reply: &KvReply, work: &mut ExecutionWork) {
+        const INSERT: usize = 0;
+        const DELETE: usize = 1;
+        const READ: usize = 3;
+        const QUERY: usize = 6;
+        fn range(r: &RangeRequest, resp: &RangeResponse, work: &mut ExecutionWork) {
+            if r.end.is_empty() {
+                work.by_kind[READ] += 1;
+            } else {
+                work.by_kind[QUERY] += 1;
+                work.query_entries += resp.kvs.len() as u64;
+            }
+        }
+        work.commands += 1;
+        work.ops += Self::op_count(cmd);
+        match (cmd, reply) {
+            (KvCommand::Put(_), _) => work.by_kind[INSERT] += 1,
+            (KvCommand::DeleteRange(_), _) => work.by_kind[DELETE] += 1,
+            (KvCommand::Range(r), KvReply::Range(resp)) => range(r, resp, work),
+            (KvCommand::Txn(t), KvReply::Txn(resp)) => {
+                work.by_kind[READ] += t.compare.len() as u64;
+                let ops = if resp.succeeded {
+                    &t.success
+                } else {
+                    &t.failure
+                };
+                for (op, r) in ops.iter().zip(&resp.responses) {
+                    match (op, r) {
+                        (RequestOp::Put(_), _) => work.by_kind[INSERT] += 1,
+                        (RequestOp::DeleteRange(_), _) => work.by_kind[DELETE] += 1,
+                        (RequestOp::Range(q), ResponseOp::Range(resp)) => range(q, resp, work),
+                        (RequestOp::Range(_), _) => work.by_kind[READ] += 1,
+                    }
+                }
+            }
+            // A reply of another kind than the command cannot come from `execute`.
+            _ => {}
+        }
+    }
+
+    fn split(
+        cmd: &KvCommand,
+        map: &PartitionMap,
+    ) -> Result<Vec<(PartitionId, KvCommand)>, SplitError> {
+        let parts = partitions_of(cmd, map);
+        // A put names one key; a range or delete range runs in every partition it
+        // overlaps; a transaction would have to be atomic across partitions.
+        if parts.len() > 1 && matches!(cmd, KvCommand::Txn(_)) {
+            return Err(SplitError::Spans { partitions: parts });
+        }
+        // Each partition holds only its own keys, so a range needs no clipping.
+        Ok(parts.into_iter().map(|p| (p, cmd.clone())).collect())
+    }
+
+    fn merge(
+        cmd: &KvCommand,
+        parts: Vec<(PartitionId, KvReply)>,
+        map: &PartitionMap,
+    ) -> Result<KvReply, MergeError> {
+        merge(cmd, parts, map).map_err(MergeError)
+    }
+}
+
+fn merge(
+    cmd: &KvCommand,
+    mut parts: Vec<(PartitionId, KvReply)>,
+    map: &PartitionMap,
+) -> Result<KvReply, String> {
+    let want = partitions_of(cmd, map);
+    parts.sort_by_key(|(p, _)| *p);
+    let got: Vec<PartitionId> = parts.iter().map(|(p, _)| *p).collect();
+    if got != want {
+        return Err(format!(
+            "{} addresses partitions {want:?}, but replies came from {got:?}",
+            cmd.name()
+        ));
+    }
+    let kind = |r: &KvReply| format!("{} reply {r:?} is not of its kind", cmd.name());
+    if parts.len() == 1 {
+        let (_, reply) = parts.pop().expect("one");
+        let fits = matches!(
+            (cmd, &reply),
+            (KvCommand::Put(_), KvReply::Put(_))
+                | (KvCommand::Range(_), KvReply::Range(_))
+                | (KvCommand::DeleteRange(_), KvReply::DeleteRange(_))
+                | (KvCommand::Txn(_), KvReply::Txn(_))
+        );
+        return if fits { Ok(reply) } else { Err(kind(&reply)) };
+    }
+    match cmd {
+        KvCommand::Range(r) => {
+            let mut kvs = Vec::new();
+            let (mut count, mut revision) = (0u64, 0u64);
+            for (_, reply) in parts {
+                let KvReply::Range(resp) = reply else {
+                    return Err(kind(&reply));
+                };
+                kvs.extend(resp.kvs);
+                count += resp.count;
+                revision = revision.max(resp.revision);
+            }
+            // Each partition cut its own entries at the limit; the whole range is cut
+            // once more, so that the merged reply is what one store would return.
+            if r.limit > 0 {
+                kvs.truncate(usize::try_from(r.limit).unwrap_or(usize::MAX));
+            }
+            let more = !r.count_only && (kvs.len() as u64) < count;
+            Ok(KvReply::Range(RangeResponse {
+                kvs,
+                count,
+                more,
+                revision,
+            }))
+        }
+        KvCommand::DeleteRange(_) => {
+            let mut prev_kvs = Vec::new();
+            let (mut deleted, mut revision) = (0u64, 0u64);
+            for (_, reply) in parts {
+                let KvReply::DeleteRange(resp) = reply else {
+                    return Err(kind(&reply));
+                };
+                prev_kvs.extend(resp.prev_kvs);
+                deleted += resp.deleted;
+                revision = revision.max(resp.revision);
+            }
+            Ok(KvReply::DeleteRange(DeleteRangeResponse {
+                deleted,
+                prev_kvs,
+                revision,
+            }))
+        }
+        other => Err(format!(
+            "{} addresses one partition, yet {} replies arrived",
+            other.name(),
+            got.len()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four partitions by first byte: 0x00-0x3f, 0x40-0x7f, 0x80-0xbf, 0xc0-0xff.
+    fn map4() -> PartitionMap {
+        PartitionMap::new(4, u64::MAX).unwrap()
+    }
+
+    #[test]
+    fn point_commands_go_to_their_keys_partition() {
+        let m = map4();
+        assert_eq!(partitions_of(&KvCommand::put("A", "1"), &m), vec![1]);
+        assert_eq!(partitions_of(&KvCommand::get(vec![0x90]), &m), vec![2]);
+        assert_eq!(partitions_of(&KvCommand::delete(vec![0xf0]), &m), vec![3]);
+        // An empty range still goes somewhere: the partition of its key.
+        assert_eq!(partitions_of(&KvCommand::range("z", "a"), &m), vec![1]);
+    }
+
+    #[test]
+    fn ranges_go_to_every_partition_they_overlap() {
+        let m = map4();
+        let r = KvCommand::range(vec![0x30], vec![0x90]);
+        let split = <KvStore as StateMachine>::split(&r, &m).unwrap();
+        assert_eq!(
+            split.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert!(split.iter().all(|(_, c)| *c == r));
+        assert_eq!(
+            partitions_of(&KvCommand::range(vec![0x50], vec![0]), &m),
+            vec![1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn transactions_across_partitions_are_refused() {
+        let m = map4();
+        let t = KvCommand::Txn(TxnRequest {
+            compare: vec![Compare {
+                key: vec![0x10],
+                op: CompareOp::Equal,
+                target: CompareTarget::Version(0),
+            }],
+            success: vec![RequestOp::Put(PutRequest {
+                key: vec![0xd0],
+                value: vec![],
+                prev_kv: false,
+            })],
+            failure: vec![],
+        });
+        let err = <KvStore as StateMachine>::split(&t, &m).unwrap_err();
+        assert_eq!(
+            err,
+            SplitError::Spans {
+                partitions: vec![0, 3]
+            }
+        );
+        let err = partita_service::envelope::<KvStore>(1, 1, 1, &t, &m).unwrap_err();
+        assert!(matches!(err, SplitError::Spans { .. }));
+        // Within one partition, or unpartitioned, it goes through.
+        assert!(partita_service::envelope::<KvStore>(1, 1, 1, &t, &PartitionMap::single()).is_ok());
+        let empty = KvCommand::Txn(TxnRequest {
+            compare: vec![],
+            success: vec![],
+            failure: vec![],
+        });
+        assert_eq!(partitions_of(&empty, &m), vec![0]);
+    }
+
+    #[test]
+    fn merges_refuse_missing_partitions_and_wrong_kinds() {
+        let m = map4();
+        let r = KvCommand::range(vec![0x30], vec![0x50]);
+        let empty = |rev| {
+            KvReply::Range(RangeResponse {
+                kvs: vec![],
+                count: 0,
+                more: false,
+                revision: rev,
+            })
+        };
+        assert!(merge(&r, vec![(0, empty(1))], &m).is_err());
+        let ok = merge(&r, vec![(1, empty(7)), (0, empty(3))], &m).unwrap();
+        assert_eq!(ok, empty(7));
+        let wrong = KvReply::Put(PutResponse {
+            revision: 1,
+            prev_kv: None,
+        });
+        assert!(merge(&r, vec![(0, empty(1)), (1, wrong.clone())], &m).is_err());
+        assert!(merge(&KvCommand::get("a"), vec![(1, wrong)], &m).is_err());
+    }
+
+    #[test]
+    fn accounting_maps_onto_the_btree_kinds() {
+        let mut s = KvStore::new();
+        let mut work = ExecutionWork::default();
+        for cmd in [
+            KvCommand::put("a", "1"),
+            KvCommand::put("b", "1"),
+            KvCommand::get("a"),
+            KvCommand::range("a", "\0"),
+            KvCommand::delete("a"),
+        ] {
+            let reply = <KvStore as StateMachine>::execute(&mut s, &cmd);
+            KvStore::account(&cmd, &reply, &mut work);
+        }
+        assert_eq!(work.commands, 5);
+        assert_eq!(work.by_kind, [2, 1, 0, 1, 0, 0, 1]);
+        assert_eq!(work.query_entries, 2);
+    }
+}

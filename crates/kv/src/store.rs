@@ -1,0 +1,573 @@
+//! The store: a `BTreeMap` of keys to values with etcd's per-key metadata, the
+//! store-wide revision, execution with undo records, and the incremental digest.
+//!
+//! Semantics (etcd's `mvcc` package, `kvstore_txn.go`, with one revision kept):
+//!
+//! * The store starts at revision 1 ([`INITIAL_REVISION`]), as etcd's does, so the
+//!   first write creates revision 2.
+//! * Every request that changes something creates exactly one revision: a put always;
+//!   a delete when it deleted at least one key; a transaction when its branch put or
+//!   deleted anything, all its writes sharing the one new revision. A read, a delete
+//!   of nothing and a transaction that changed nothing leave the revision alone and
+//!   report the current one.
+//! * Per key: `create_revision` (of the put that created it), `mod_revision` (of the
+//!   last put) and `version` (1 on creation, +1 per put). A delete removes the key with
+//!   its metadata, so a later put starts over at version 1.
+//! * Inside a transaction, operations run in order and see the writes of the ones
+//!   before them (etcd's `storeTxnWrite`): a range after a put in the same branch reads
+//!   the put, and reports the new revision; one before any write reports the old one.
+//!
+//! Undo: each executed command returns a [`KvUndo`] with the revision before it and,
+//! for every key it changed, the entry before the change (moved, not copied). Undoing
+//! puts those back newest first and restores the revision, which restores the digest
+//! exactly, since the digest is maintained by the same two primitives.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use crate::digest::{entry_hash, finish};
+use crate::types::*;
+
+/// The revision of an empty store (etcd's).
+pub const INITIAL_REVISION: u64 = 1;
+
+/// A key's value and metadata, with its hash in the digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) value: Vec<u8>,
+    pub(crate) create_revision: u64,
+    pub(crate) mod_revision: u64,
+    pub(crate) version: u64,
+    pub(crate) hash: u64,
+}
+
+impl Entry {
+    pub(crate) fn new(
+        key: &[u8],
+        value: Vec<u8>,
+        create_revision: u64,
+        mod_revision: u64,
+        version: u64,
+    ) -> Entry {
+        let hash = entry_hash(key, &value, create_revision, mod_revision, version);
+        Entry {
+            value,
+            create_revision,
+            mod_revision,
+            version,
+            hash,
+        }
+    }
+
+    fn to_kv(&self, key: &[u8], keys_only: bool) -> KeyValue {
+        KeyValue {
+            key: key.to_vec(),
+            value: if keys_only {
+                Vec::new()
+            } else {
+                self.value.clone()
+            },
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            version: self.version,
+        }
+    }
+}
+
+/// What undoes one command: the revision before it and the previous entry of every key
+/// it changed, in the order of the changes.
+#[derive(Debug)]
+pub struct KvUndo {
+    revision: u64,
+    changes: Vec<(Vec<u8>, Option<Entry>)>,
+}
+
+impl KvUndo {
+    /// Keys the command changed (0 for reads).
+    pub fn changes(&self) -> usize {
+        self.changes.len()
+    }
+}
+
+/// The key-value store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvStore {
+    map: BTreeMap<Vec<u8>, Entry>,
+    revision: u64,
+    /// Wrapping sum of the entries' hashes (see the `digest` module).
+    digest_sum: u64,
+}
+
+impl Default for KvStore {
+    fn default() -> Self {
+        KvStore::new()
+    }
+}
+
+/// The write context of one command: the revision its writes get, whether it wrote
+/// yet, and its undo record.
+struct Writes {
+    new_revision: u64,
+    changed: bool,
+    undo: KvUndo,
+}
+
+impl KvStore {
+    pub fn new() -> KvStore {
+        KvStore {
+            map: BTreeMap::new(),
+            revision: INITIAL_REVISION,
+            digest_sum: 0,
+        }
+    }
+
+    /// A store from its parts (snapshot restore); the caller has validated them.
+    pub(crate) fn from_parts(map: BTreeMap<Vec<u8>, Entry>, revision: u64) -> KvStore {
+        let digest_sum = map.values().fold(0u64, |s, e| s.wrapping_add(e.hash));
+        KvStore {
+            map,
+            revision,
+            digest_sum,
+        }
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&Vec<u8>, &Entry)> {
+        self.map.iter()
+    }
+
+    /// The store's revision: that of the last change (1 before any).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// One key with its metadata.
+    pub fn get(&self, key: &[u8]) -> Option<KeyValue> {
+        self.map.get(key).map(|e| e.to_kv(key, false))
+    }
+
+    /// Every key with its metadata, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = KeyValue> + '_ {
+        self.map.iter().map(|(k, e)| e.to_kv(k, false))
+    }
+
+    /// Content digest (see the `digest` module). O(1).
+    pub fn digest(&self) -> u64 {
+        finish(self.digest_sum, self.map.len() as u64, self.revision)
+    }
+
+    /// Set `key` to `entry` (or remove it), keeping the digest; returns the previous
+    /// entry. Every change goes through here.
+    fn set(&mut self, key: Vec<u8>, entry: Option<Entry>) -> Option<Entry> {
+        if let Some(e) = &entry {
+            self.digest_sum = self.digest_sum.wrapping_add(e.hash);
+        }
+        let old = match entry {
+            Some(e) => self.map.insert(key, e),
+            None => self.map.remove(&key),
+        };
+        if let Some(o) = &old {
+            self.digest_sum = self.digest_sum.wrapping_sub(o.hash);
+        }
+        old
+    }
+
+    /// Execute `cmd` (which [`check`] accepted) and return its reply and what undoes it.
+    pub fn execute(&mut self, cmd: &KvCommand) -> (KvReply, KvUndo) {
+        let before = (self.revision, self.map.len());
+        let mut w = Writes {
+            new_revision: self
+                .revision
+                .checked_add(1)
+                .expect("the revision counter cannot overflow 64 bits"),
+            changed: false,
+            undo: KvUndo {
+                revision: self.revision,
+                changes: Vec::new(),
+            },
+        };
+        let reply = match cmd {
+            KvCommand::Put(p) => KvReply::Put(self.put(p, &mut w)),
+            KvCommand::Range(r) => KvReply::Range(self.range(r, self.revision)),
+            KvCommand::DeleteRange(d) => KvReply::DeleteRange(self.delete_range(d, &mut w)),
+            KvCommand::Txn(t) => KvReply::Txn(self.txn(t, &mut w)),
+        };
+        if w.changed {
+            self.revision = w.new_revision;
+        }
+        // A command creates one revision exactly when it changed something, and a
+        // read-only command changes nothing.
+        assert_eq!(w.changed, !w.undo.changes.is_empty());
+        assert!(!is_read_only(cmd) || (self.revision, self.map.len()) == before);
+        assert_eq!(reply.revision(), self.revision);
+        (reply, w.undo)
+    }
+
+    /// Undo one command's effects (undos are applied newest first).
+    pub fn undo(&mut self, undo: KvUndo) {
+        assert!(
+            undo.revision <= self.revision,
+            "undo to revision {} from the older {}",
+            undo.revision,
+            self.revision
+        );
+        for (key, old) in undo.changes.into_iter().rev() {
+            self.set(key, old);
+        }
+        self.revision = undo.revision;
+    }
+
+    fn put(&mut self, p: &PutRequest, w: &mut Writes) -> PutResponse {
+        let rev = w.new_revision;
+        let entry = match self.map.get(p.key.as_slice()) {
+            Some(old) => Entry::new(
+                &p.key,
+                p.value.clone(),
+                old.create_revision,
+                rev,
+                old.version + 1,
+            ),
+            None => Entry::new(&p.key, p.value.clone(), rev, rev, 1),
+        };
+        let old = self.set(p.key.clone(), Some(entry));
+        let prev_kv = match (&old, p.prev_kv) {
+            (Some(o), true) => Some(o.to_kv(&p.key, false)),
+            _ => None,
+        };
+        w.undo.changes.push((p.key.clone(), old));
+        w.changed = true;
+        PutResponse {
+            revision: rev,
+            prev_kv,
+        }
+    }
+
+    /// The entries of a key range, in key order.
+    fn entries_in<'s>(
+        &'s self,
+        range: KeyRange<'_>,
+    ) -> Box<dyn Iterator<Item = (&'s Vec<u8>, &'s Entry)> + 's> {
+        let bounds: (Bound<&[u8]>, Bound<&[u8]>) = match range {
+            KeyRange::Single(k) => return Box::new(self.map.get_key_value(k).into_iter()),
+            // BTreeMap::range panics on a start after the end; etcd answers nothing.
+            _ if range.is_empty() => return Box::new(std::iter::empty()),
+            KeyRange::From(from) => (Bound::Included(from), Bound::Unbounded),
+            KeyRange::Between(from, to) => (Bound::Included(from), Bound::Excluded(to)),
+        };
+        Box::new(self.map.range::<[u8], _>(bounds))
+    }
+
+    /// A range read at the store's current contents, reporting `revision` (the store's,
+    /// or inside a transaction that wrote, the new one).
+    fn range(&self, r: &RangeRequest, revision: u64) -> RangeResponse {
+        let limit = match r.limit {
+            0 => usize::MAX,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let mut kvs = Vec::new();
+        let mut count = 0u64;
+        for (k, e) in self.entries_in(KeyRange::new(&r.key, &r.end)) {
+            count += 1;
+            if !r.count_only && kvs.len() < limit {
+                kvs.push(e.to_kv(k, r.keys_only));
+            }
+        }
+        // etcd: `more` when entries were left out by the limit (never with count_only,
+        // which returns none by request).
+        let more = !r.count_only && (kvs.len() as u64) < count;
+        RangeResponse {
+            kvs,
+            count,
+            more,
+            revision,
+        }
+    }
+
+    fn delete_range(&mut self, d: &DeleteRangeRequest, w: &mut Writes) -> DeleteRangeResponse {
+        let keys: Vec<Vec<u8>> = self
+            .entries_in(KeyRange::new(&d.key, &d.end))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut prev_kvs = Vec::new();
+        for k in &keys {
+            let old = self.set(k.clone(), None).expect("the key was just listed");
+            if d.prev_kv {
+                prev_kvs.push(old.to_kv(k, false));
+            }
+            w.undo.changes.push((k.clone(), Some(old)));
+        }
+        w.changed |= !keys.is_empty();
+        DeleteRangeResponse {
+            deleted: keys.len() as u64,
+            prev_kvs,
+            revision: if w.changed {
+                w.new_revision
+            } else {
+                self.revision
+            },
+        }
+    }
+
+    /// etcd's `applyCompare` for one key (compare ranges are not supported).
+    fn compare(&self, c: &Compare) -> bool {
+        let e = self.map.get(c.key.as_slice());
+        let (create, modr, version) = e.map_or((0, 0, 0), |e| {
+            (e.create_revision, e.mod_revision, e.version)
+        });
+        match &c.target {
+            CompareTarget::Value(v) => match e {
+                Some(e) => c.op.holds(e.value.as_slice().cmp(v.as_slice())),
+                // A missing key has no value to compare: false, whatever the operator.
+                None => false,
+            },
+            CompareTarget::Version(v) => c.op.holds(version.cmp(v)),
+            CompareTarget::CreateRevision(v) => c.op.holds(create.cmp(v)),
+            CompareTarget::ModRevision(v) => c.op.holds(modr.cmp(v)),
+        }
+    }
+
+    fn txn(&mut self, t: &TxnRequest, w: &mut Writes) -> TxnResponse {
+        let succeeded = t.compare.iter().all(|c| self.compare(c));
+        let ops = if succeeded { &t.success } else { &t.failure };
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            responses.push(match op {
+                RequestOp::Put(p) => ResponseOp::Put(self.put(p, w)),
+                RequestOp::Range(r) => {
+                    let seen = if w.changed {
+                        w.new_revision
+                    } else {
+                        self.revision
+                    };
+                    ResponseOp::Range(self.range(r, seen))
+                }
+                RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete_range(d, w)),
+            });
+        }
+        TxnResponse {
+            succeeded,
+            responses,
+            revision: if w.changed {
+                w.new_revision
+            } else {
+                self.revision
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: &str, c: u64, m: u64, v: u64) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: value.into(),
+            create_revision: c,
+            mod_revision: m,
+            version: v,
+        }
+    }
+
+    fn run(s: &mut KvStore, cmd: KvCommand) -> KvReply {
+        check(&cmd).unwrap();
+        s.execute(&cmd).0
+    }
+
+    #[test]
+    fn revisions_and_versions_follow_etcd() {
+        let mut s = KvStore::new();
+        assert_eq!(s.revision(), 1);
+        let r = run(&mut s, KvCommand::put("a", "1"));
+        assert_eq!(r.revision(), 2);
+        run(&mut s, KvCommand::put("a", "2"));
+        assert_eq!(s.get(b"a"), Some(kv("a", "2", 2, 3, 2)));
+        // Reading and deleting nothing leave the revision alone.
+        assert_eq!(run(&mut s, KvCommand::get("zz")).revision(), 3);
+        let KvReply::DeleteRange(d) = run(&mut s, KvCommand::delete("zz")) else {
+            panic!()
+        };
+        assert_eq!((d.deleted, d.revision), (0, 3));
+        let KvReply::DeleteRange(d) = run(&mut s, KvCommand::delete("a")) else {
+            panic!()
+        };
+        assert_eq!((d.deleted, d.revision), (1, 4));
+        // Created anew: version 1 and a new create revision.
+        run(&mut s, KvCommand::put("a", "3"));
+        assert_eq!(s.get(b"a"), Some(kv("a", "3", 5, 5, 1)));
+    }
+
+    #[test]
+    fn put_returns_the_previous_pair_when_asked() {
+        let mut s = KvStore::new();
+        let put = |prev_kv| {
+            KvCommand::Put(PutRequest {
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+                prev_kv,
+            })
+        };
+        let KvReply::Put(p) = run(&mut s, put(true)) else {
+            panic!()
+        };
+        assert_eq!(p.prev_kv, None);
+        let KvReply::Put(p) = run(&mut s, put(true)) else {
+            panic!()
+        };
+        assert_eq!(p.prev_kv, Some(kv("k", "v", 2, 2, 1)));
+        let KvReply::Put(p) = run(&mut s, put(false)) else {
+            panic!()
+        };
+        assert_eq!(p.prev_kv, None);
+    }
+
+    #[test]
+    fn ranges_follow_etcd_conventions() {
+        let mut s = KvStore::new();
+        for k in ["a", "b", "ba", "c", "d"] {
+            run(&mut s, KvCommand::put(k, k));
+        }
+        let keys = |r: KvReply| -> (Vec<String>, u64, bool) {
+            let KvReply::Range(r) = r else { panic!() };
+            (
+                r.kvs
+                    .iter()
+                    .map(|kv| String::from_utf8(kv.key.clone()).unwrap())
+                    .collect(),
+                r.count,
+                r.more,
+            )
+        };
+        assert_eq!(keys(run(&mut s, KvCommand::get("b"))).0, ["b"]);
+        assert_eq!(keys(run(&mut s, KvCommand::range("b", "c"))).0, ["b", "ba"]);
+        assert_eq!(keys(run(&mut s, KvCommand::prefix("b"))).0, ["b", "ba"]);
+        assert_eq!(
+            keys(run(&mut s, KvCommand::range("b", "\0"))).0,
+            ["b", "ba", "c", "d"]
+        );
+        assert_eq!(keys(run(&mut s, KvCommand::range("c", "a"))).1, 0);
+        let limited = KvCommand::Range(RangeRequest {
+            limit: 2,
+            ..RangeRequest::new("a", "\0")
+        });
+        assert_eq!(
+            keys(run(&mut s, limited)),
+            (vec!["a".into(), "b".into()], 5, true)
+        );
+        let counted = KvCommand::Range(RangeRequest {
+            count_only: true,
+            limit: 1,
+            ..RangeRequest::new("a", "\0")
+        });
+        assert_eq!(keys(run(&mut s, counted)), (vec![], 5, false));
+        let KvReply::Range(r) = run(
+            &mut s,
+            KvCommand::Range(RangeRequest {
+                keys_only: true,
+                ..RangeRequest::get("c")
+            }),
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.kvs, vec![kv("c", "", 5, 5, 1)]);
+    }
+
+    #[test]
+    fn transactions_compare_then_write_at_one_revision() {
+        let mut s = KvStore::new();
+        run(&mut s, KvCommand::put("a", "1"));
+        let txn = |c: Compare| {
+            KvCommand::Txn(TxnRequest {
+                compare: vec![c],
+                success: vec![
+                    RequestOp::Range(RangeRequest::get("b")),
+                    RequestOp::Put(PutRequest {
+                        key: b"b".to_vec(),
+                        value: b"x".to_vec(),
+                        prev_kv: false,
+                    }),
+                    RequestOp::Put(PutRequest {
+                        key: b"c".to_vec(),
+                        value: b"y".to_vec(),
+                        prev_kv: false,
+                    }),
+                    RequestOp::Range(RangeRequest::new("a", "\0")),
+                ],
+                failure: vec![RequestOp::Range(RangeRequest::get("a"))],
+            })
+        };
+        let absent_value = Compare {
+            key: b"zz".to_vec(),
+            op: CompareOp::NotEqual,
+            target: CompareTarget::Value(b"q".to_vec()),
+        };
+        let KvReply::Txn(t) = run(&mut s, txn(absent_value)) else {
+            panic!()
+        };
+        assert!(!t.succeeded);
+        assert_eq!(t.revision, 2);
+        let version0 = Compare {
+            key: b"zz".to_vec(),
+            op: CompareOp::Equal,
+            target: CompareTarget::Version(0),
+        };
+        let KvReply::Txn(t) = run(&mut s, txn(version0)) else {
+            panic!()
+        };
+        assert!(t.succeeded);
+        assert_eq!(t.revision, 3);
+        let ResponseOp::Range(before) = &t.responses[0] else {
+            panic!()
+        };
+        assert_eq!((before.count, before.revision), (0, 2));
+        let ResponseOp::Range(after) = &t.responses[3] else {
+            panic!()
+        };
+        assert_eq!(after.revision, 3);
+        assert_eq!(
+            after.kvs,
+            vec![
+                kv("a", "1", 2, 2, 1),
+                kv("b", "x", 3, 3, 1),
+                kv("c", "y", 3, 3, 1)
+            ]
+        );
+        let newer = Compare {
+            key: b"a".to_vec(),
+            op: CompareOp::Less,
+            target: CompareTarget::ModRevision(3),
+        };
+        let KvReply::Txn(t) = run(&mut s, txn(newer)) else {
+            panic!()
+        };
+        assert!(t.succeeded);
+        assert_eq!(s.get(b"b"), Some(kv("b", "x", 3, 4, 2)));
+    }
+
+    #[test]
+    fn undo_restores_revision_metadata_and_digest() {
+        let mut s = KvStore::new();
+        run(&mut s, KvCommand::put("a", "1"));
+        run(&mut s, KvCommand::put("b", "1"));
+        let before = s.clone();
+        let d0 = s.digest();
+        let (_, u1) = s.execute(&KvCommand::put("a", "2"));
+        let (_, u2) = s.execute(&KvCommand::delete_range("a", "\0"));
+        let (_, u3) = s.execute(&KvCommand::put("a", "3"));
+        assert_ne!(s.digest(), d0);
+        s.undo(u3);
+        s.undo(u2);
+        s.undo(u1);
+        assert_eq!(s, before);
+        assert_eq!(s.digest(), d0);
+    }
+}

@@ -1,0 +1,650 @@
+//! Requests and responses, after etcd's v3 API (`etcdserverpb`: `PutRequest`,
+//! `RangeRequest`, `DeleteRangeRequest`, `TxnRequest`, `Compare`, `RequestOp` and their
+//! responses), and the checks that refuse impossible requests before they are ordered
+//! (etcd's `checkPutRequest`, `checkRangeRequest`, `checkTxnRequest`, `checkIntervals`).
+//!
+//! What is left out of etcd's messages: leases, `ignore_value`/`ignore_lease`, sorting,
+//! reads at an older revision (`RangeRequest.revision`), the min/max revision filters,
+//! compare ranges (`Compare.range_end`) and nested transactions.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest key, in bytes (a key is 1 to 4 KiB; so is a range end, which may also be
+/// empty).
+pub const KEY_BYTES_MAX: usize = 4096;
+/// Longest value, in bytes (1 MiB). etcd's own bound is its request size limit.
+pub const VALUE_BYTES_MAX: usize = 1 << 20;
+/// Most compares, and most operations per branch, in one transaction: etcd's default
+/// `--max-txn-ops`.
+pub const TXN_OPS_MAX: usize = 128;
+/// Most key, value and range-end bytes in one request: etcd's default
+/// `--max-request-bytes` (1.5 MiB). One put of the largest key and value fits.
+pub const REQUEST_BYTES_MAX: usize = 3 << 19;
+
+/// A key with its value and metadata (etcd's `mvccpb.KeyValue`, without the lease).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// The revision of the put that created the key (the first put after it was absent).
+    pub create_revision: u64,
+    /// The revision of the last put to the key.
+    pub mod_revision: u64,
+    /// Puts since creation: 1 on creation, +1 per put.
+    pub version: u64,
+}
+
+/// Store `value` at `key`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// Return the pair as it was before the put.
+    pub prev_kv: bool,
+}
+
+/// Read the keys in a range. `end` follows etcd's `range_end`: empty for the single
+/// key `key`, `[0]` (one zero byte) for every key `>= key`, otherwise `[key, end)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeRequest {
+    pub key: Vec<u8>,
+    pub end: Vec<u8>,
+    /// At most this many entries (0: no limit).
+    pub limit: u64,
+    /// Return keys and metadata with empty values.
+    pub keys_only: bool,
+    /// Return only the count.
+    pub count_only: bool,
+}
+
+/// Delete the keys in a range (`end` as in [`RangeRequest`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRangeRequest {
+    pub key: Vec<u8>,
+    pub end: Vec<u8>,
+    /// Return the deleted pairs.
+    pub prev_kv: bool,
+}
+
+/// What a compare looks at, with the operand it is compared to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareTarget {
+    /// The value, compared as bytes (lexicographically).
+    Value(Vec<u8>),
+    Version(u64),
+    CreateRevision(u64),
+    ModRevision(u64),
+}
+
+/// etcd's `Compare.CompareResult`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareOp {
+    Equal,
+    NotEqual,
+    Less,
+    Greater,
+}
+
+impl CompareOp {
+    /// The operator as written in histories and messages.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CompareOp::Equal => "=",
+            CompareOp::NotEqual => "!=",
+            CompareOp::Less => "<",
+            CompareOp::Greater => ">",
+        }
+    }
+
+    /// Whether `ordering` (the key's side compared to the operand) satisfies it.
+    pub fn holds(self, ordering: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            CompareOp::Equal => ordering == Equal,
+            CompareOp::NotEqual => ordering != Equal,
+            CompareOp::Less => ordering == Less,
+            CompareOp::Greater => ordering == Greater,
+        }
+    }
+}
+
+/// One condition of a transaction: `key`'s target `op` operand. On an absent key the
+/// version and both revisions are 0, and a value compare is false whatever the
+/// operator (etcd's `applyCompare`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    pub key: Vec<u8>,
+    pub op: CompareOp,
+    pub target: CompareTarget,
+}
+
+/// One operation of a transaction branch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestOp {
+    Put(PutRequest),
+    Range(RangeRequest),
+    DeleteRange(DeleteRangeRequest),
+}
+
+/// If every compare holds, run `success`, else `failure`, atomically.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRequest {
+    pub compare: Vec<Compare>,
+    pub success: Vec<RequestOp>,
+    pub failure: Vec<RequestOp>,
+}
+
+/// A command of the key-value service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvCommand {
+    Put(PutRequest),
+    Range(RangeRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutResponse {
+    /// The revision the put created.
+    pub revision: u64,
+    /// The pair before the put, when asked for and the key existed.
+    pub prev_kv: Option<KeyValue>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeResponse {
+    /// Entries in key order (none with `count_only`).
+    pub kvs: Vec<KeyValue>,
+    /// Keys in the range, whatever the limit.
+    pub count: u64,
+    /// Whether the limit left entries out.
+    pub more: bool,
+    /// The store's revision when it read.
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRangeResponse {
+    pub deleted: u64,
+    /// The deleted pairs in key order, when asked for.
+    pub prev_kvs: Vec<KeyValue>,
+    /// The revision the delete created, or the store's revision when it deleted nothing.
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResponseOp {
+    Put(PutResponse),
+    Range(RangeResponse),
+    DeleteRange(DeleteRangeResponse),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResponse {
+    /// Whether every compare held (the success branch ran).
+    pub succeeded: bool,
+    /// One response per operation of the branch that ran, in order.
+    pub responses: Vec<ResponseOp>,
+    /// The revision the transaction created if it wrote anything, else the store's.
+    pub revision: u64,
+}
+
+/// A reply of the key-value service, of the command's kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvReply {
+    Put(PutResponse),
+    Range(RangeResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+}
+
+impl KvReply {
+    /// The revision the reply reports (see each response).
+    pub fn revision(&self) -> u64 {
+        match self {
+            KvReply::Put(r) => r.revision,
+            KvReply::Range(r) => r.revision,
+            KvReply::DeleteRange(r) => r.revision,
+            KvReply::Txn(r) => r.revision,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Constructors, for tests and tools.
+
+impl KvCommand {
+    pub fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> KvCommand {
+        KvCommand::Put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            prev_kv: false,
+        })
+    }
+
+    /// A single key.
+    pub fn get(key: impl Into<Vec<u8>>) -> KvCommand {
+        KvCommand::Range(RangeRequest::get(key))
+    }
+
+    /// `[key, end)` (etcd's conventions for `end`).
+    pub fn range(key: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> KvCommand {
+        KvCommand::Range(RangeRequest::new(key, end))
+    }
+
+    /// Every key starting with `prefix` (etcd's `WithPrefix`).
+    pub fn prefix(prefix: impl Into<Vec<u8>>) -> KvCommand {
+        let key = prefix.into();
+        let end = prefix_end(&key);
+        KvCommand::Range(RangeRequest::new(key, end))
+    }
+
+    pub fn delete(key: impl Into<Vec<u8>>) -> KvCommand {
+        KvCommand::DeleteRange(DeleteRangeRequest {
+            key: key.into(),
+            end: Vec::new(),
+            prev_kv: false,
+        })
+    }
+
+    pub fn delete_range(key: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> KvCommand {
+        KvCommand::DeleteRange(DeleteRangeRequest {
+            key: key.into(),
+            end: end.into(),
+            prev_kv: false,
+        })
+    }
+
+    /// The command's name in messages (`put`, `range`, `delete_range`, `txn`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvCommand::Put(_) => "put",
+            KvCommand::Range(_) => "range",
+            KvCommand::DeleteRange(_) => "delete_range",
+            KvCommand::Txn(_) => "txn",
+        }
+    }
+}
+
+impl RangeRequest {
+    pub fn get(key: impl Into<Vec<u8>>) -> RangeRequest {
+        RangeRequest::new(key, Vec::new())
+    }
+
+    pub fn new(key: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> RangeRequest {
+        RangeRequest {
+            key: key.into(),
+            end: end.into(),
+            limit: 0,
+            keys_only: false,
+            count_only: false,
+        }
+    }
+}
+
+/// The range end that selects every key with prefix `prefix` (etcd's `GetPrefixRangeEnd`):
+/// the prefix with its last byte below 0xff incremented and what follows dropped; `[0]`
+/// (every key) when there is no such byte.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    match prefix.iter().rposition(|&b| b < 0xff) {
+        Some(i) => {
+            let mut end = prefix[..=i].to_vec();
+            end[i] += 1;
+            end
+        }
+        None => vec![0],
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Key ranges.
+
+/// The keys a `(key, end)` pair selects, with etcd's conventions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRange<'a> {
+    /// One key (`end` empty).
+    Single(&'a [u8]),
+    /// Every key `>= from` (`end == [0]`).
+    From(&'a [u8]),
+    /// `[from, to)`, possibly empty (`to <= from`).
+    Between(&'a [u8], &'a [u8]),
+}
+
+impl<'a> KeyRange<'a> {
+    pub fn new(key: &'a [u8], end: &'a [u8]) -> KeyRange<'a> {
+        match end {
+            [] => KeyRange::Single(key),
+            [0] => KeyRange::From(key),
+            _ => KeyRange::Between(key, end),
+        }
+    }
+
+    pub fn contains(&self, k: &[u8]) -> bool {
+        match *self {
+            KeyRange::Single(key) => k == key,
+            KeyRange::From(from) => k >= from,
+            KeyRange::Between(from, to) => k >= from && k < to,
+        }
+    }
+
+    /// Whether it selects no key at all.
+    pub fn is_empty(&self) -> bool {
+        matches!(*self, KeyRange::Between(from, to) if to <= from)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Checks.
+
+/// A key for messages: as text when it is printable ASCII, else as hex, cut to 40
+/// characters.
+pub fn show_key(key: &[u8]) -> String {
+    const SHOWN: usize = 40;
+    let printable = key.iter().all(|b| b.is_ascii_graphic() || *b == b' ');
+    let full = if printable {
+        format!("\"{}\"", String::from_utf8_lossy(key))
+    } else {
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        format!("0x{hex}")
+    };
+    if full.len() <= SHOWN {
+        full
+    } else {
+        format!("{}... ({} bytes)", &full[..SHOWN], key.len())
+    }
+}
+
+fn check_key(what: &str, key: &[u8]) -> Result<(), String> {
+    if key.is_empty() {
+        return Err(format!(
+            "{what}: empty key (keys are 1 to {KEY_BYTES_MAX} bytes)"
+        ));
+    }
+    if key.len() > KEY_BYTES_MAX {
+        return Err(format!(
+            "{what}: key of {} bytes exceeds the limit of {KEY_BYTES_MAX} bytes",
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+fn check_end(what: &str, end: &[u8]) -> Result<(), String> {
+    if end.len() > KEY_BYTES_MAX {
+        return Err(format!(
+            "{what}: range end of {} bytes exceeds the limit of {KEY_BYTES_MAX} bytes",
+            end.len()
+        ));
+    }
+    Ok(())
+}
+
+fn check_value(what: &str, value: &[u8]) -> Result<(), String> {
+    if value.len() > VALUE_BYTES_MAX {
+        return Err(format!(
+            "{what}: value of {} bytes exceeds the limit of {VALUE_BYTES_MAX} bytes (1 MiB)",
+            value.len()
+        ));
+    }
+    Ok(())
+}
+
+fn check_op(what: &str, op: &RequestOp) -> Result<(), String> {
+    match op {
+        RequestOp::Put(p) => {
+            check_key(what, &p.key)?;
+            check_value(what, &p.value)
+        }
+        RequestOp::Range(r) => {
+            check_key(what, &r.key)?;
+            check_end(what, &r.end)
+        }
+        RequestOp::DeleteRange(d) => {
+            check_key(what, &d.key)?;
+            check_end(what, &d.end)
+        }
+    }
+}
+
+/// etcd's `checkIntervals` for one branch: no key is put twice, and no key put lies in
+/// a range the branch deletes (overlapping deletes are allowed). Either would make the
+/// outcome depend on the order of the writes inside one revision.
+fn check_branch_intervals(branch: &str, ops: &[RequestOp]) -> Result<(), String> {
+    let mut puts: Vec<&[u8]> = ops
+        .iter()
+        .filter_map(|op| match op {
+            RequestOp::Put(p) => Some(p.key.as_slice()),
+            _ => None,
+        })
+        .collect();
+    puts.sort_unstable();
+    if let Some(w) = puts.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!(
+            "duplicate key given in txn request: the {branch} branch puts key {} twice",
+            show_key(w[0])
+        ));
+    }
+    for op in ops {
+        if let RequestOp::DeleteRange(d) = op {
+            let range = KeyRange::new(&d.key, &d.end);
+            if let Some(k) = puts.iter().find(|k| range.contains(k)) {
+                return Err(format!(
+                    "duplicate key given in txn request: the {branch} branch puts key {} \
+                     and deletes it",
+                    show_key(k)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn request_bytes(op: &RequestOp) -> usize {
+    match op {
+        RequestOp::Put(p) => p.key.len() + p.value.len(),
+        RequestOp::Range(r) => r.key.len() + r.end.len(),
+        RequestOp::DeleteRange(d) => d.key.len() + d.end.len(),
+    }
+}
+
+/// Refuse a command that etcd would refuse, or that exceeds this store's limits (see
+/// the constants), naming the limit and the size found.
+pub fn check(cmd: &KvCommand) -> Result<(), String> {
+    let bytes = match cmd {
+        KvCommand::Put(p) => {
+            check_key("put", &p.key)?;
+            check_value("put", &p.value)?;
+            p.key.len() + p.value.len()
+        }
+        KvCommand::Range(r) => {
+            check_key("range", &r.key)?;
+            check_end("range", &r.end)?;
+            r.key.len() + r.end.len()
+        }
+        KvCommand::DeleteRange(d) => {
+            check_key("delete_range", &d.key)?;
+            check_end("delete_range", &d.end)?;
+            d.key.len() + d.end.len()
+        }
+        KvCommand::Txn(t) => {
+            let most = t.compare.len().max(t.success.len()).max(t.failure.len());
+            if most > TXN_OPS_MAX {
+                return Err(format!(
+                    "txn: too many operations in txn request ({} compares, {} success and {} \
+                     failure operations; the limit is {TXN_OPS_MAX} of each)",
+                    t.compare.len(),
+                    t.success.len(),
+                    t.failure.len()
+                ));
+            }
+            let mut bytes = 0;
+            for (i, c) in t.compare.iter().enumerate() {
+                let what = format!("txn compare {i}");
+                check_key(&what, &c.key)?;
+                bytes += c.key.len();
+                if let CompareTarget::Value(v) = &c.target {
+                    check_value(&what, v)?;
+                    bytes += v.len();
+                }
+            }
+            for (branch, ops) in [("success", &t.success), ("failure", &t.failure)] {
+                for (i, op) in ops.iter().enumerate() {
+                    check_op(&format!("txn {branch} operation {i}"), op)?;
+                    bytes += request_bytes(op);
+                }
+                check_branch_intervals(branch, ops)?;
+            }
+            bytes
+        }
+    };
+    if bytes > REQUEST_BYTES_MAX {
+        return Err(format!(
+            "{}: request of {bytes} key and value bytes exceeds the limit of \
+             {REQUEST_BYTES_MAX} bytes",
+            cmd.name()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `cmd` can never change the store: a range, or a transaction with no put or
+/// delete in either branch.
+pub fn is_read_only(cmd: &KvCommand) -> bool {
+    match cmd {
+        KvCommand::Range(_) => true,
+        KvCommand::Put(_) | KvCommand::DeleteRange(_) => false,
+        KvCommand::Txn(t) => t
+            .success
+            .iter()
+            .chain(&t.failure)
+            .all(|op| matches!(op, RequestOp::Range(_))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends_follow_etcd() {
+        assert_eq!(prefix_end(b"abc"), b"abd".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+
+    #[test]
+    fn key_ranges_follow_etcd_conventions() {
+        let single = KeyRange::new(b"b", b"");
+        assert!(single.contains(b"b") && !single.contains(b"ba"));
+        let from = KeyRange::new(b"b", b"\0");
+        assert!(from.contains(b"b") && from.contains(b"zz") && !from.contains(b"a"));
+        let between = KeyRange::new(b"b", b"d");
+        assert!(between.contains(b"c\xff") && !between.contains(b"d"));
+        assert!(KeyRange::new(b"d", b"b").is_empty());
+        assert!(!between.is_empty());
+    }
+
+    #[test]
+    fn checks_name_the_limit_and_the_size() {
+        let err = check(&KvCommand::put(vec![b'k'; 5000], "v")).unwrap_err();
+        assert!(err.contains("5000 bytes") && err.contains("4096"), "{err}");
+        let err = check(&KvCommand::put("", "v")).unwrap_err();
+        assert!(err.contains("empty key"), "{err}");
+        let err = check(&KvCommand::put("k", vec![0; VALUE_BYTES_MAX + 1])).unwrap_err();
+        assert!(
+            err.contains("1048577 bytes") && err.contains("1048576"),
+            "{err}"
+        );
+        assert!(check(&KvCommand::put(
+            vec![1; KEY_BYTES_MAX],
+            vec![0; VALUE_BYTES_MAX]
+        ))
+        .is_ok());
+        let err = check(&KvCommand::range("a", vec![b'z'; 4097])).unwrap_err();
+        assert!(err.contains("range end of 4097 bytes"), "{err}");
+        assert!(check(&KvCommand::get("")).is_err());
+        assert!(check(&KvCommand::delete("")).is_err());
+    }
+
+    #[test]
+    fn transactions_refuse_duplicate_writes_as_etcd() {
+        let put = |k: &str| {
+            RequestOp::Put(PutRequest {
+                key: k.into(),
+                value: b"v".to_vec(),
+                prev_kv: false,
+            })
+        };
+        let del = |k: &str, e: &str| {
+            RequestOp::DeleteRange(DeleteRangeRequest {
+                key: k.into(),
+                end: e.into(),
+                prev_kv: false,
+            })
+        };
+        let txn = |success: Vec<RequestOp>, failure: Vec<RequestOp>| {
+            KvCommand::Txn(TxnRequest {
+                compare: vec![],
+                success,
+                failure,
+            })
+        };
+        let err = check(&txn(vec![put("a"), put("a")], vec![])).unwrap_err();
+        assert!(err.contains("duplicate key given in txn request"), "{err}");
+        let err = check(&txn(vec![], vec![del("a", "c"), put("b")])).unwrap_err();
+        assert!(err.contains("duplicate key given in txn request"), "{err}");
+        // The same key in both branches, and overlapping deletes, are fine.
+        assert!(check(&txn(vec![put("a")], vec![put("a")])).is_ok());
+        assert!(check(&txn(vec![del("a", "c"), del("b", "d"), put("e")], vec![])).is_ok());
+        let many = txn(
+            (0..=TXN_OPS_MAX).map(|i| put(&i.to_string())).collect(),
+            vec![],
+        );
+        let err = check(&many).unwrap_err();
+        assert!(
+            err.contains("too many operations") && err.contains("129"),
+            "{err}"
+        );
+        let big = txn(
+            vec![
+                RequestOp::Put(PutRequest {
+                    key: b"a".to_vec(),
+                    value: vec![0; VALUE_BYTES_MAX],
+                    prev_kv: false,
+                }),
+                RequestOp::Put(PutRequest {
+                    key: b"b".to_vec(),
+                    value: vec![0; VALUE_BYTES_MAX],
+                    prev_kv: false,
+                }),
+            ],
+            vec![],
+        );
+        let err = check(&big).unwrap_err();
+        assert!(err.contains("exceeds the limit of 1572864 bytes"), "{err}");
+    }
+
+    #[test]
+    fn read_only_commands() {
+        assert!(is_read_only(&KvCommand::get("a")));
+        assert!(!is_read_only(&KvCommand::put("a", "b")));
+        assert!(!is_read_only(&KvCommand::delete("a")));
+        let ro = KvCommand::Txn(TxnRequest {
+            compare: vec![],
+            success: vec![RequestOp::Range(RangeRequest::get("a"))],
+            failure: vec![],
+        });
+        assert!(is_read_only(&ro));
+        let rw = KvCommand::Txn(TxnRequest {
+            compare: vec![],
+            success: vec![],
+            failure: vec![RequestOp::DeleteRange(DeleteRangeRequest {
+                key: b"a".to_vec(),
+                end: vec![],
+                prev_kv: false,
+            })],
+        });
+        assert!(!is_read_only(&rw));
+    }
+}
