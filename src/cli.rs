@@ -240,6 +240,10 @@ struct UpArgs {
     /// Data directory: cluster file, WALs and logs.
     #[arg(long, default_value = "partita-data")]
     data_dir: PathBuf,
+    /// The replicated service of a new cluster: `btree` (u64 keys and values) or `kv`
+    /// (byte strings in etcd's data model). An existing cluster file wins.
+    #[arg(long, default_value = "btree", value_parser = ["btree", "kv"])]
+    service: String,
     /// Ordering protocol of a new cluster (an existing cluster file wins).
     #[arg(long, value_enum, default_value = "ring-paxos")]
     protocol: ProtocolArg,
@@ -343,13 +347,59 @@ struct KvArgs {
     /// The replica that must answer (default: one at random).
     #[arg(long)]
     replica: Option<u32>,
+    /// Key-value service: keys and values are hex digits, not text.
+    #[arg(long, global = true)]
+    hex: bool,
     #[command(subcommand)]
     op: KvOp,
 }
 
+/// One operation: the B+tree's verbs (numbers) or the key-value store's (strings);
+/// each works only against a cluster running its service.
 #[derive(Subcommand, Debug)]
 enum KvOp {
-    /// Insert KEY VALUE if KEY is absent.
+    /// Key-value service: store VALUE at KEY.
+    Put {
+        key: String,
+        value: String,
+        /// Print the pair as it was before.
+        #[arg(long)]
+        prev: bool,
+    },
+    /// Key-value service: the value of KEY, with its revisions and version.
+    Get { key: String },
+    /// Key-value service: every key in [START, END) (or with prefix START).
+    Range {
+        start: String,
+        end: Option<String>,
+        #[arg(long)]
+        prefix: bool,
+        /// At most N keys (0: all).
+        #[arg(long, default_value_t = 0)]
+        limit: u64,
+    },
+    /// Key-value service: delete KEY, or every key in [KEY, END).
+    Del {
+        key: String,
+        end: Option<String>,
+        /// Print the deleted pairs.
+        #[arg(long)]
+        prev: bool,
+    },
+    /// Key-value service: a transaction, e.g. `txn --compare 'value(a) = 1' --then 'put a 2' --else 'get a'`.
+    Txn {
+        /// A condition `TARGET(KEY) OP OPERAND` (targets value, version, create, mod;
+        /// operators =, !=, <, >); all must hold.
+        #[arg(long = "compare")]
+        compares: Vec<String>,
+        /// Run when every compare holds: `put K V`, `get K [END]`, `del K [END]`.
+        #[arg(long = "then")]
+        then: Vec<String>,
+        /// Run otherwise.
+        #[arg(long = "else")]
+        otherwise: Vec<String>,
+    },
+    /// B+tree service: insert KEY VALUE if KEY is absent.
     Insert { key: String, value: String },
     /// Delete KEY, printing the removed value.
     Delete { key: String },
@@ -551,7 +601,11 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
         let mut c = ClusterConfig::default_local(a.base_port, rand::random::<u64>() >> 1);
         c.cluster.protocol = protocol(a.protocol);
-        let mut c = a.partitioning.apply(c, 1 << 32)?;
+        c.cluster.service = a.service.clone();
+        // Byte-string keys fall in partitions by their first eight bytes (the whole
+        // 64-bit space); the B+tree's u64 keys by value over 0..2^32.
+        let key_space = if a.service == "kv" { u64::MAX } else { 1 << 32 };
+        let mut c = a.partitioning.apply(c, key_space)?;
         c.cluster.durability = durability(a.durability);
         Ok(c)
     })?;
@@ -561,8 +615,9 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         return Err(e);
     }
     println!(
-        "Partita is up: {} nodes, {}, durability {}",
+        "Partita is up: {} nodes, service {}, {}, durability {}",
         cluster.nodes.len(),
+        cluster.cluster.service,
         cluster.cluster.protocol,
         cluster.cluster.durability
     );
@@ -592,8 +647,13 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     } else {
         format!(" --cluster {}", file.display())
     };
-    println!("try:  cargo run --release -- kv{prefix} insert 1 100");
-    println!("      cargo run --release -- kv{prefix} query 0 1000");
+    if cluster.cluster.service == "kv" {
+        println!("try:  cargo run --release -- kv{prefix} put greeting hello");
+        println!("      cargo run --release -- kv{prefix} range greet --prefix");
+    } else {
+        println!("try:  cargo run --release -- kv{prefix} insert 1 100");
+        println!("      cargo run --release -- kv{prefix} query 0 1000");
+    }
     println!("      cargo run --release -- status{prefix}");
     println!(
         "      cargo run --release -- bench{prefix} --workload batch --clients 8 --think-ms 0"
@@ -692,6 +752,77 @@ fn parse_key(what: &str, s: &str) -> anyhow::Result<u64> {
 }
 
 async fn kv(a: KvArgs) -> anyhow::Result<i32> {
+    let cluster = load_target(&a.target.cluster)?;
+    if let Some(r) = a.replica {
+        if !cluster.executors().contains(&r) {
+            bail!(
+                "node {r} is not a replica of this cluster (replicas: {:?})",
+                cluster.executors()
+            );
+        }
+    }
+    let opts = partita_client::ClientOptions {
+        replica: a.replica,
+        give_up: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let hex = a.hex;
+    let kv_cmd = match &a.op {
+        KvOp::Put { key, value, prev } => Some(crate::kvcli::put(key, value, *prev, hex)?),
+        KvOp::Get { key } => Some(crate::kvcli::get(key, hex)?),
+        KvOp::Range {
+            start,
+            end,
+            prefix,
+            limit,
+        } => Some(crate::kvcli::range(
+            start,
+            end.as_deref(),
+            *prefix,
+            *limit,
+            hex,
+        )?),
+        KvOp::Del { key, end, prev } => Some(crate::kvcli::del(key, end.as_deref(), *prev, hex)?),
+        KvOp::Txn {
+            compares,
+            then,
+            otherwise,
+        } => Some(crate::kvcli::txn(compares, then, otherwise, hex)?),
+        _ => None,
+    };
+    let service = cluster.cluster.service.clone();
+    if let Some(cmd) = kv_cmd {
+        if service != "kv" {
+            bail!(
+                "this cluster runs the `{service}` service; put, get, range, del and txn are \
+                 the key-value service's verbs (the B+tree's: insert, delete, read, update, \
+                 query, next, prev)"
+            );
+        }
+        let mut client =
+            partita_client::Client::<partita_kv::KvStore>::connect(cluster, opts).await?;
+        let reply = client.execute(cmd.clone()).await?;
+        if a.target.json {
+            println!(
+                "{}",
+                serde_json::to_string(&partita_kv::history::result_json(&cmd, &reply))?
+            );
+        } else {
+            println!("{}", crate::kvcli::describe(&reply, hex));
+        }
+        return Ok(0);
+    }
+    if service != "btree" {
+        bail!(
+            "this cluster runs the `{service}` service; insert, delete, read, update, query, \
+             next and prev are the B+tree's verbs{}",
+            if service == "kv" {
+                " (the key-value service's: put, get, range, del, txn)"
+            } else {
+                ""
+            }
+        );
+    }
     let op = match &a.op {
         KvOp::Insert { key, value } => Op::Insert {
             key: parse_key("key", key)?,
@@ -717,20 +848,7 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
         KvOp::Prev { key } => Op::Prev {
             key: parse_key("key", key)?,
         },
-    };
-    let cluster = load_target(&a.target.cluster)?;
-    if let Some(r) = a.replica {
-        if !cluster.executors().contains(&r) {
-            bail!(
-                "node {r} is not a replica of this cluster (replicas: {:?})",
-                cluster.executors()
-            );
-        }
-    }
-    let opts = partita_client::ClientOptions {
-        replica: a.replica,
-        give_up: Duration::from_secs(5),
-        ..Default::default()
+        _ => unreachable!("the key-value verbs returned above"),
     };
     let mut client =
         partita_client::Client::<partita_btree::BPlusTree>::connect(cluster, opts).await?;

@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod experiment;
 pub mod experiment_partition;
 pub mod history;
+pub mod kvcli;
 pub mod launch;
 pub mod nemesis;
 pub mod node_cpu;

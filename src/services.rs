@@ -5,12 +5,13 @@ use partita_smr::ServiceFactory;
 use std::sync::Arc;
 
 /// Every built-in service's name.
-pub const BUILTIN: [&str; 1] = ["btree"];
+pub const BUILTIN: [&str; 2] = ["btree", "kv"];
 
 /// The factory of the built-in service called `name`.
 pub fn builtin(name: &str) -> Option<Arc<dyn ServiceFactory>> {
     match name {
         "btree" => Some(partita_smr::service::<partita_btree::BPlusTree>()),
+        "kv" => Some(partita_smr::service::<partita_kv::KvStore>()),
         _ => None,
     }
 }

@@ -1,0 +1,273 @@
+//! `partita kv` for the key-value service: the verbs `put`, `get`, `range`, `del` and
+//! `txn`, with keys and values as strings (or hex with `--hex`), and how replies are
+//! printed.
+//!
+//! A transaction is written as flags: `--compare 'value(k) = v'` (targets `value`,
+//! `version`, `create`, `mod`; operators `=`, `!=`, `<`, `>`; repeatable, all must
+//! hold), `--then 'put k v'`, `--then 'get k [end]'`, `--then 'del k [end]'` (in order;
+//! run when every compare holds) and `--else ...` (run otherwise).
+
+use anyhow::{anyhow, bail};
+use partita_kv::{
+    Compare, CompareOp, CompareTarget, DeleteRangeRequest, KeyValue, KvCommand, KvReply,
+    PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest,
+};
+
+/// Turn a key or value argument into bytes: the string's UTF-8, or its hex digits.
+pub fn bytes(what: &str, s: &str, hex: bool) -> anyhow::Result<Vec<u8>> {
+    if !hex {
+        return Ok(s.as_bytes().to_vec());
+    }
+    if s.len() % 2 != 0 {
+        bail!("{what} `{s}` is not hex: an odd number of digits");
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&s[i..i + 2], 16)
+                .map_err(|_| anyhow!("{what} `{s}` is not hex (0-9, a-f)"))
+        })
+        .collect()
+}
+
+/// `put KEY VALUE`.
+pub fn put(key: &str, value: &str, prev_kv: bool, hex: bool) -> anyhow::Result<KvCommand> {
+    Ok(KvCommand::Put(PutRequest {
+        key: bytes("key", key, hex)?,
+        value: bytes("value", value, hex)?,
+        prev_kv,
+    }))
+}
+
+/// `get KEY`.
+pub fn get(key: &str, hex: bool) -> anyhow::Result<KvCommand> {
+    Ok(KvCommand::Range(RangeRequest::get(bytes("key", key, hex)?)))
+}
+
+/// `range START END` (END exclusive; `--prefix` reads every key starting with START;
+/// an END of `\0` every key from START).
+pub fn range(
+    start: &str,
+    end: Option<&str>,
+    prefix: bool,
+    limit: u64,
+    hex: bool,
+) -> anyhow::Result<KvCommand> {
+    let key = bytes("start", start, hex)?;
+    let end = match (end, prefix) {
+        (Some(_), true) => bail!("give END or --prefix, not both"),
+        (None, true) => partita_kv::prefix_end(&key),
+        (Some(e), false) => bytes("end", e, hex)?,
+        (None, false) => bail!("range needs END (or --prefix)"),
+    };
+    Ok(KvCommand::Range(RangeRequest {
+        limit,
+        ..RangeRequest::new(key, end)
+    }))
+}
+
+/// `del KEY [END]`.
+pub fn del(key: &str, end: Option<&str>, prev_kv: bool, hex: bool) -> anyhow::Result<KvCommand> {
+    Ok(KvCommand::DeleteRange(DeleteRangeRequest {
+        key: bytes("key", key, hex)?,
+        end: match end {
+            Some(e) => bytes("end", e, hex)?,
+            None => Vec::new(),
+        },
+        prev_kv,
+    }))
+}
+
+/// One `--compare` condition: `TARGET(KEY) OP OPERAND`.
+pub fn compare(text: &str, hex: bool) -> anyhow::Result<Compare> {
+    let bad = |why: &str| {
+        anyhow!("compare `{text}`: {why} (write e.g. `value(k) = v` or `version(k) > 2`)")
+    };
+    let open = text.find('(').ok_or_else(|| bad("no `(`"))?;
+    let close = text.rfind(')').ok_or_else(|| bad("no `)`"))?;
+    if close < open {
+        return Err(bad("`)` before `(`"));
+    }
+    let target = text[..open].trim();
+    let key = bytes("compare key", text[open + 1..close].trim(), hex)?;
+    let rest = text[close + 1..].trim();
+    let (op, operand) = ["!=", "=", "<", ">"]
+        .iter()
+        .find_map(|o| rest.strip_prefix(o).map(|r| (*o, r.trim())))
+        .ok_or_else(|| bad("the operator must be =, !=, < or >"))?;
+    let op = match op {
+        "=" => CompareOp::Equal,
+        "!=" => CompareOp::NotEqual,
+        "<" => CompareOp::Less,
+        _ => CompareOp::Greater,
+    };
+    let number = |what: &str| {
+        operand
+            .parse::<u64>()
+            .map_err(|_| bad(&format!("{what} compares with a number, not `{operand}`")))
+    };
+    let target = match target {
+        "value" => CompareTarget::Value(bytes("compare value", operand, hex)?),
+        "version" => CompareTarget::Version(number("version")?),
+        "create" => CompareTarget::CreateRevision(number("create")?),
+        "mod" => CompareTarget::ModRevision(number("mod")?),
+        t => {
+            return Err(bad(&format!(
+                "unknown target `{t}` (value, version, create, mod)"
+            )))
+        }
+    };
+    Ok(Compare { key, op, target })
+}
+
+/// One `--then`/`--else` operation: `put K V`, `get K [END]`, `del K [END]`.
+pub fn request_op(text: &str, hex: bool) -> anyhow::Result<RequestOp> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        ["put", k, v] => Ok(RequestOp::Put(PutRequest {
+            key: bytes("key", k, hex)?,
+            value: bytes("value", v, hex)?,
+            prev_kv: false,
+        })),
+        ["get", k] => Ok(RequestOp::Range(RangeRequest::get(bytes("key", k, hex)?))),
+        ["get", k, e] => Ok(RequestOp::Range(RangeRequest::new(
+            bytes("key", k, hex)?,
+            bytes("end", e, hex)?,
+        ))),
+        ["del", k] => Ok(RequestOp::DeleteRange(DeleteRangeRequest {
+            key: bytes("key", k, hex)?,
+            end: Vec::new(),
+            prev_kv: false,
+        })),
+        ["del", k, e] => Ok(RequestOp::DeleteRange(DeleteRangeRequest {
+            key: bytes("key", k, hex)?,
+            end: bytes("end", e, hex)?,
+            prev_kv: false,
+        })),
+        _ => bail!("operation `{text}`: write `put K V`, `get K [END]` or `del K [END]`"),
+    }
+}
+
+/// `txn --compare ... --then ... --else ...`.
+pub fn txn(
+    compares: &[String],
+    then: &[String],
+    otherwise: &[String],
+    hex: bool,
+) -> anyhow::Result<KvCommand> {
+    Ok(KvCommand::Txn(TxnRequest {
+        compare: compares
+            .iter()
+            .map(|c| compare(c, hex))
+            .collect::<Result<_, _>>()?,
+        success: then
+            .iter()
+            .map(|o| request_op(o, hex))
+            .collect::<Result<_, _>>()?,
+        failure: otherwise
+            .iter()
+            .map(|o| request_op(o, hex))
+            .collect::<Result<_, _>>()?,
+    }))
+}
+
+fn show(bytes: &[u8], hex: bool) -> String {
+    if hex {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    } else {
+        partita_kv::show_key(bytes)
+    }
+}
+
+fn pair(kv: &KeyValue, hex: bool) -> String {
+    format!(
+        "{} = {} (create {}, mod {}, version {})",
+        show(&kv.key, hex),
+        show(&kv.value, hex),
+        kv.create_revision,
+        kv.mod_revision,
+        kv.version
+    )
+}
+
+/// A reply, for people.
+pub fn describe(reply: &KvReply, hex: bool) -> String {
+    match reply {
+        KvReply::Put(p) => match &p.prev_kv {
+            Some(prev) => format!("revision {}; previously {}", p.revision, pair(prev, hex)),
+            None => format!("revision {}", p.revision),
+        },
+        KvReply::Range(r) if r.kvs.is_empty() => {
+            format!("(no keys; {} in range) at revision {}", r.count, r.revision)
+        }
+        KvReply::Range(r) => {
+            let mut s: Vec<String> = r.kvs.iter().map(|kv| pair(kv, hex)).collect();
+            if r.more {
+                s.push(format!("... ({} keys in range)", r.count));
+            }
+            s.push(format!("at revision {}", r.revision));
+            s.join("\n")
+        }
+        KvReply::DeleteRange(d) => format!("deleted {}; revision {}", d.deleted, d.revision),
+        KvReply::Txn(t) => {
+            let mut s = vec![format!(
+                "{}; revision {}",
+                if t.succeeded { "succeeded" } else { "failed" },
+                t.revision
+            )];
+            for r in &t.responses {
+                s.push(match r {
+                    ResponseOp::Put(p) => describe(&KvReply::Put(p.clone()), hex),
+                    ResponseOp::Range(g) => describe(&KvReply::Range(g.clone()), hex),
+                    ResponseOp::DeleteRange(d) => describe(&KvReply::DeleteRange(d.clone()), hex),
+                });
+            }
+            s.join("\n")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactions_parse_from_flags_and_bad_ones_say_why() {
+        let t = txn(
+            &["value(a) = 1".into(), "version(b) > 2".into()],
+            &["put a 2".into(), "del b".into()],
+            &["get a".into()],
+            false,
+        )
+        .unwrap();
+        let KvCommand::Txn(t) = t else { panic!() };
+        assert_eq!(t.compare.len(), 2);
+        assert_eq!(t.compare[1].target, CompareTarget::Version(2));
+        assert_eq!(t.compare[1].op, CompareOp::Greater);
+        assert_eq!((t.success.len(), t.failure.len()), (2, 1));
+        for bad in [
+            "value a = 1",
+            "size(a) = 1",
+            "version(a) = x",
+            "value(a) ~ 1",
+        ] {
+            let e = compare(bad, false).unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+        assert!(request_op("put a", false).is_err());
+        assert!(request_op("scan a b", false).is_err());
+    }
+
+    #[test]
+    fn hex_and_ranges() {
+        assert_eq!(bytes("key", "00ff", true).unwrap(), vec![0, 255]);
+        assert!(bytes("key", "0", true).is_err());
+        assert!(bytes("key", "zz", true).is_err());
+        let KvCommand::Range(r) = range("a/", None, true, 0, false).unwrap() else {
+            panic!()
+        };
+        assert_eq!((r.key, r.end), (b"a/".to_vec(), b"a0".to_vec()));
+        assert!(range("a", None, false, 0, false).is_err());
+        assert!(range("a", Some("b"), true, 0, false).is_err());
+    }
+}
