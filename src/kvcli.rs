@@ -18,7 +18,7 @@ pub fn bytes(what: &str, s: &str, hex: bool) -> anyhow::Result<Vec<u8>> {
     if !hex {
         return Ok(s.as_bytes().to_vec());
     }
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         bail!("{what} `{s}` is not hex: an odd number of digits");
     }
     (0..s.len())
