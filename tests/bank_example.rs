@@ -1,0 +1,126 @@
+//! The example service (`examples/bank`) on a real cluster: five processes of the
+//! example's own program, each running the bank as its replicated state machine;
+//! concurrent clients move money at random; afterwards no money was made or lost, the
+//! replicas agree, and a transfer that would overdraw changed nothing. The example's
+//! program is the one `cargo test` builds (examples are built, not run, by it).
+
+#[path = "../examples/bank/service.rs"]
+mod service;
+
+use partita::launch::{pick_base_port, LocalCluster};
+use partita_client::{node_status, Client, ClientOptions};
+use partita_config::{ClusterConfig, Durability};
+use service::{Bank, BankCmd, BankReply};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `target/<profile>/examples/bank`, next to this test's own `deps` directory.
+fn example_exe() -> PathBuf {
+    let me = std::env::current_exe().unwrap();
+    let profile_dir = me.parent().and_then(|d| d.parent()).unwrap();
+    let exe = profile_dir.join("examples").join("bank");
+    assert!(
+        exe.exists(),
+        "{} is missing: `cargo test` builds examples; build it with `cargo build --example bank`",
+        exe.display()
+    );
+    exe
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bank_example_conserves_money_on_a_real_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
+    cluster.cluster.service = "bank".into();
+    cluster.cluster.durability = Durability::Memory;
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, cluster.to_toml()).unwrap();
+    let mut nodes =
+        LocalCluster::start_with(&example_exe(), &file, &cluster, dir.path(), &[], None).unwrap();
+    nodes.wait_ready(Duration::from_secs(20)).await.unwrap();
+
+    let name = |i: u64| format!("acct-{i}");
+    let mut c = Client::<Bank>::connect(cluster.clone(), ClientOptions::default())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let r = c
+            .execute(BankCmd::Deposit {
+                account: name(i),
+                amount: 100,
+            })
+            .await;
+        assert_eq!(r.unwrap(), BankReply::Balance(100));
+    }
+    let overdraw = BankCmd::Transfer {
+        from: name(0),
+        to: name(1),
+        amount: 1000,
+    };
+    assert_eq!(c.execute(overdraw).await.unwrap(), BankReply::Insufficient);
+
+    let mut tasks = Vec::new();
+    for t in 0..4u64 {
+        let cluster = cluster.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::<Bank>::connect(cluster, ClientOptions::default())
+                .await
+                .unwrap();
+            let mut moved = 0;
+            for n in 0..40u64 {
+                let (from, to) = ((t + n) % 5, (t * 3 + n * 7 + 1) % 5);
+                if from == to {
+                    continue;
+                }
+                let cmd = BankCmd::Transfer {
+                    from: name(from),
+                    to: name(to),
+                    amount: 1 + n % 60,
+                };
+                if let BankReply::Balance(_) = c.execute(cmd).await.unwrap() {
+                    moved += 1;
+                }
+            }
+            moved
+        }));
+    }
+    let mut moved = 0;
+    for t in tasks {
+        moved += t.await.unwrap();
+    }
+    assert!(moved > 20, "only {moved} transfers went through");
+    let mut total = 0;
+    for i in 0..5 {
+        match c
+            .execute(BankCmd::Balance { account: name(i) })
+            .await
+            .unwrap()
+        {
+            BankReply::Balance(b) => total += b,
+            other => panic!("a balance: {other:?}"),
+        }
+    }
+    assert_eq!(total, 500, "money was made or lost");
+
+    // Both replicas hold the same bank.
+    let mut digests = Vec::new();
+    for _ in 0..100 {
+        digests.clear();
+        for id in cluster.executors() {
+            let s = node_status(cluster.addr(id), Duration::from_secs(1))
+                .await
+                .unwrap();
+            assert_eq!(s.service, "bank");
+            digests.push((s.executed_up_to, s.digest));
+        }
+        if digests.windows(2).all(|w| w[0] == w[1]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        digests.windows(2).all(|w| w[0] == w[1]),
+        "replicas disagree: {digests:?}"
+    );
+    nodes.stop(Duration::from_secs(10));
+}
