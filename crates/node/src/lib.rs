@@ -51,8 +51,10 @@
 //! suffix. The checkpoint includes the reply cache, so exactly-once holds across
 //! restarts and state transfers.
 
+pub mod ordering;
 mod transfer;
 
+pub use ordering::{AtomicMulticast, PaxosOrdering};
 pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_consensus::{
@@ -326,16 +328,10 @@ pub enum Output {
 
 pub struct NodeCore {
     setup: NodeSetup,
-    acceptor: Option<Acceptor>,
-    coordinator: Option<Coordinator>,
-    /// Every acceptor watches the leader and campaigns when it falls silent.
-    elector: Option<Elector>,
-    learner: Option<Learner>,
+    /// The ordering layer (the atomic-multicast seam; `None` for a cs server, which
+    /// orders nothing).
+    ordering: Option<Box<dyn AtomicMulticast>>,
     replica: Option<Box<dyn Replica>>,
-    batcher: Option<Batcher>,
-    /// The highest ballot a leader showed this node (heartbeats, Phase 1A/2A): who
-    /// leads, for a node with no elector or learner to ask (a standalone batcher).
-    leader_ballot: Ballot,
     /// cs mode: the server's instance counter.
     cs_instance: u64,
     /// The driver's clock at the last tick (milliseconds).
@@ -409,13 +405,8 @@ impl NodeCore {
             }
         };
         let mut core = NodeCore {
-            acceptor: None,
-            coordinator: None,
-            elector: None,
-            learner: None,
+            ordering: None,
             replica: None,
-            batcher: None,
-            leader_ballot: Ballot::ZERO,
             cs_instance: 0,
             clock_ms: 0,
             local: VecDeque::new(),
@@ -433,38 +424,13 @@ impl NodeCore {
             setup,
         };
         let setup = core.setup.clone();
+        let mut start = Vec::new();
         match setup.mode {
             Mode::Cs => core.replica = Some(setup.service.fresh(id)),
             Mode::Smr => {
-                if setup.acceptor {
-                    let mut a = Acceptor::recover(id, setup.membership.clone(), recovered);
-                    if core.bugs.forget_promise {
-                        a.unsafe_forget_promise();
-                    }
-                    a.set_unsafe_vote_before_durable(core.bugs.vote_before_durable);
-                    let elector = Elector::new(
-                        id,
-                        setup.membership.clone(),
-                        setup.coordinator_config.election_timeout_ticks,
-                        a.promised(),
-                    );
-                    // A fresh cluster's initial coordinator leads at once. A restarted
-                    // node follows whoever leads now, and campaigns like any other
-                    // acceptor if nobody does.
-                    if a.promised() == Ballot::ZERO && setup.is_coordinator() {
-                        core.coordinator = Some(Coordinator::new(
-                            id,
-                            setup.membership.clone(),
-                            setup.coordinator_config.clone(),
-                            a.promised(),
-                            a.first_undecided(),
-                        ));
-                    }
-                    core.elector = Some(elector);
-                    core.acceptor = Some(a);
-                }
+                let mut next_deliver = 1;
                 if setup.replica {
-                    let (replica, next_deliver) = match restored {
+                    let replica = match restored {
                         Some((replica, info, bytes)) => {
                             // From the driver's disk: durable, and ours to serve.
                             core.checkpoint = Some((
@@ -474,33 +440,25 @@ impl NodeCore {
                             ));
                             core.checkpoint_handed = info.instance;
                             core.checkpoint_durable = info.instance;
-                            (replica, info.instance + 1)
+                            next_deliver = info.instance + 1;
+                            replica
                         }
-                        None => (setup.service.fresh(id), 1),
+                        None => setup.service.fresh(id),
                     };
-                    let mut learner = Learner::new(
-                        id,
-                        setup.membership.clone(),
-                        setup.learner_config.clone(),
-                        next_deliver,
-                    );
-                    learner.set_speculative(setup.speculative);
-                    core.learner = Some(learner);
                     core.replica = Some(replica);
                 }
-                if setup.batcher {
-                    core.batcher = Some(Batcher::new(setup.batcher_config.clone(), None));
-                }
+                core.ordering = Some(Box::new(PaxosOrdering::new(
+                    &setup,
+                    recovered,
+                    next_deliver,
+                    &core.bugs,
+                    &mut start,
+                )));
             }
         }
         if let Some(r) = core.replica.take() {
             core.replica = Some(core.prepare_replica(r));
         }
-        let mut start = Vec::new();
-        if let Some(c) = core.coordinator.as_mut() {
-            c.start(&mut start);
-        }
-        core.sync_batcher_leader(&mut start);
         core.run(start, out);
         Ok(core)
     }
@@ -527,91 +485,23 @@ impl NodeCore {
 
     /// The node this one believes leads (its own view; `None` in cs mode).
     pub fn leader(&self) -> Option<NodeId> {
-        if let Some(c) = &self.coordinator {
-            return Some(c.ballot().node);
-        }
-        if let Some(e) = &self.elector {
-            return Some(e.leader());
-        }
-        if let Some(l) = &self.learner {
-            return Some(l.leader());
-        }
-        // A standalone batcher: the initial coordinator until a leader shows itself.
-        self.batcher.as_ref().map(|_| {
-            if self.leader_ballot == Ballot::ZERO {
-                self.setup.membership.coordinator
-            } else {
-                self.leader_ballot.node
-            }
-        })
+        self.ordering.as_ref().and_then(|o| o.leader())
     }
 
-    /// Tell the batcher who leads: this node while it coordinates, else the leader it
-    /// knows, but nobody while it believes itself the leader without coordinating (a
-    /// restarted former leader: batches sent to itself would be dropped).
-    fn sync_batcher_leader(&mut self, actions: &mut Outbox) {
-        let leader = if self.coordinator.is_some() {
-            Some(self.setup.id)
-        } else {
-            self.leader().filter(|&l| l != self.setup.id)
-        };
-        if let Some(b) = self.batcher.as_mut() {
-            b.set_leader(leader, actions);
-        }
+    /// The ordering layer (the atomic-multicast seam).
+    pub fn ordering(&self) -> Option<&dyn AtomicMulticast> {
+        self.ordering.as_deref()
+    }
+
+    /// Paper 001's ordering roles, when this node runs them (for status and tests).
+    pub fn paxos(&self) -> Option<&PaxosOrdering> {
+        self.ordering
+            .as_ref()
+            .and_then(|o| o.as_any().downcast_ref::<PaxosOrdering>())
     }
 
     pub fn elector(&self) -> Option<&Elector> {
-        self.elector.as_ref()
-    }
-
-    /// Become the leader: a coordinator with a ballot above everything seen, starting
-    /// Phase 1 at the first instance not known decided.
-    fn campaign(&mut self, floor: Ballot, actions: &mut Outbox) {
-        let Some(a) = self.acceptor.as_ref() else {
-            return;
-        };
-        let floor = floor.max(a.promised());
-        let mut c = Coordinator::new(
-            self.setup.id,
-            self.setup.membership.clone(),
-            self.setup.coordinator_config.clone(),
-            floor,
-            a.first_undecided(),
-        );
-        c.set_clock(self.clock_ms);
-        c.on_tick(self.tick, actions);
-        if self.bugs.skip_phase1 {
-            c.unsafe_skip_phase1(actions);
-        } else {
-            c.start(actions);
-        }
-        if let Some(e) = self.elector.as_mut() {
-            e.on_own_ballot(c.ballot());
-        }
-        self.count("campaigns");
-        self.coordinator = Some(c);
-    }
-
-    /// A ballot from a leader arrived: remember it, and step down if it beats ours.
-    fn leader_activity(&mut self, ballot: Ballot) {
-        self.leader_ballot = self.leader_ballot.max(ballot);
-        if let Some(e) = self.elector.as_mut() {
-            e.on_leader_activity(ballot);
-        }
-        if let Some(c) = &self.coordinator {
-            if ballot > c.ballot() && ballot.node != self.setup.id {
-                self.step_down();
-            }
-        }
-    }
-
-    fn step_down(&mut self) {
-        if let Some(c) = self.coordinator.take() {
-            self.count("stepped_down");
-            if let (Some(e), Some(b)) = (self.elector.as_mut(), c.deposed_by()) {
-                e.on_leader_activity(b);
-            }
-        }
+        self.paxos().and_then(|p| p.elector())
     }
 
     pub fn id(&self) -> NodeId {
@@ -621,22 +511,29 @@ impl NodeCore {
         &self.setup
     }
     pub fn acceptor(&self) -> Option<&Acceptor> {
-        self.acceptor.as_ref()
+        self.paxos().and_then(|p| p.acceptor())
     }
     pub fn coordinator(&self) -> Option<&Coordinator> {
-        self.coordinator.as_ref()
+        self.paxos().and_then(|p| p.coordinator())
     }
     pub fn learner(&self) -> Option<&Learner> {
-        self.learner.as_ref()
+        self.paxos().and_then(|p| p.learner())
     }
     pub fn replica(&self) -> Option<&dyn Replica> {
         self.replica.as_deref()
     }
     pub fn batcher(&self) -> Option<&Batcher> {
-        self.batcher.as_ref()
+        self.paxos().and_then(|p| p.batcher())
     }
-    pub fn counters(&self) -> &BTreeMap<&'static str, u64> {
-        &self.counters
+    /// The node's counters and its ordering layer's, merged.
+    pub fn counters(&self) -> BTreeMap<&'static str, u64> {
+        let mut c = self.counters.clone();
+        if let Some(o) = &self.ordering {
+            for (k, v) in o.counters() {
+                *c.entry(k).or_default() += v;
+            }
+        }
+        c
     }
     pub fn bugs(&self) -> &UnsafeBugs {
         &self.bugs
@@ -719,7 +616,7 @@ impl NodeCore {
             self.flush_replies(out);
             return;
         }
-        if self.bugs.unordered_query && self.coordinator.is_none() {
+        if self.bugs.unordered_query && self.coordinator().is_none() {
             if let Some(reply) = self
                 .replica
                 .as_mut()
@@ -730,53 +627,20 @@ impl NodeCore {
             }
         }
         let (client, seq) = (cmd.client, cmd.seq);
-        let refused = match (self.coordinator.as_mut(), self.batcher.as_mut()) {
-            (Some(c), _) => {
-                let mut actions = Vec::new();
-                if c.on_command(cmd, &mut actions) {
-                    self.run(actions, out);
-                    None
-                } else {
-                    Some("coordinator queue full".to_string())
-                }
-            }
-            // Not the leader: a batcher packs it with others for the leader.
-            (None, Some(b)) => {
-                let mut actions = Vec::new();
-                if b.on_command(cmd, &mut actions) {
-                    self.count("requests_batched");
-                    self.run(actions, out);
-                    None
-                } else {
-                    Some(format!(
-                        "node {}: batcher buffer full; retry",
-                        self.setup.id
-                    ))
-                }
-            }
-            (None, None) => match self.leader() {
-                // Not the leader: pass the command on to the one we know.
-                Some(leader) if leader != self.setup.id => {
-                    self.count("requests_forwarded");
-                    out.push(Output::Send {
-                        to: leader,
-                        msg: Msg::Forward { cmd },
-                    });
-                    None
-                }
-                _ => Some(format!(
-                    "node {} does not coordinate and knows no leader yet; retry",
-                    self.setup.id
-                )),
-            },
+        let Some(ordering) = self.ordering.as_mut() else {
+            unreachable!("an smr node has an ordering layer");
         };
-        if let Some(reason) = refused {
-            self.count("requests_refused");
-            out.push(Output::Refused {
-                client,
-                seq,
-                reason,
-            });
+        let mut actions = Vec::new();
+        match ordering.multicast(cmd, &mut actions) {
+            Ok(()) => self.run(actions, out),
+            Err(reason) => {
+                self.count("requests_refused");
+                out.push(Output::Refused {
+                    client,
+                    seq,
+                    reason,
+                });
+            }
         }
     }
 
@@ -799,29 +663,9 @@ impl NodeCore {
     pub fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         self.tick += 1;
         self.clock_ms = self.clock_ms.max(now_ms);
-        if let Some(c) = self.coordinator.as_mut() {
-            c.set_clock(self.clock_ms);
-        }
         let mut actions = Vec::new();
-        if let Some(c) = self.coordinator.as_mut() {
-            c.on_tick(self.tick, &mut actions);
-        }
-        let leading = self.coordinator.is_some();
-        let campaign = self
-            .elector
-            .as_mut()
-            .and_then(|e| e.on_tick(self.tick, leading));
-        if let Some(floor) = campaign {
-            if self.coordinator.is_none() {
-                self.campaign(floor, &mut actions);
-            }
-        }
-        if let Some(l) = self.learner.as_mut() {
-            l.on_tick(self.tick, &mut actions);
-        }
-        self.sync_batcher_leader(&mut actions);
-        if let Some(b) = self.batcher.as_mut() {
-            b.on_tick(self.tick, &mut actions);
+        if let Some(o) = self.ordering.as_mut() {
+            o.on_tick(self.tick, self.clock_ms, &mut actions);
         }
         if self.checkpoint_durable > 0
             && self.tick.saturating_sub(self.last_announce_tick)
@@ -866,13 +710,10 @@ impl NodeCore {
     /// Writes with these tokens are durable (in order).
     pub fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Vec<Output>) {
         let mut actions = Vec::new();
-        let a = self
-            .acceptor
+        self.ordering
             .as_mut()
-            .expect("persist completions go to the acceptor");
-        for &t in tokens {
-            a.on_persisted(t, &mut actions);
-        }
+            .expect("persist completions go to the ordering layer")
+            .on_persisted(tokens, &mut actions);
         self.run(actions, out);
     }
 
@@ -904,37 +745,16 @@ impl NodeCore {
 
     /// Every role's invariants, plus the node's own. Cheap: callable after every input.
     pub fn invariants(&self) {
-        if let Some(a) = &self.acceptor {
-            a.invariants();
+        if let Some(o) = &self.ordering {
+            assert_eq!(self.setup.mode, Mode::Smr, "ordering in cs mode");
+            o.invariants();
         }
-        if let Some(c) = &self.coordinator {
-            c.invariants();
-        }
-        if let Some(l) = &self.learner {
-            l.invariants();
-        }
-        if let Some(e) = &self.elector {
-            e.invariants();
-        }
-        if let Some(b) = &self.batcher {
-            b.invariants();
-            assert_eq!(self.setup.mode, Mode::Smr, "a batcher in cs mode");
-            if self.coordinator.is_some() {
-                assert_eq!(
-                    b.leader(),
-                    Some(self.setup.id),
-                    "a leader batches elsewhere"
-                );
-            }
-        }
-        if let Some(c) = &self.coordinator {
-            assert!(c.deposed_by().is_none(), "a deposed coordinator still runs");
-        }
-        if let (Some(l), Some(r)) = (&self.learner, &self.replica) {
+        let delivered = self.ordering.as_ref().and_then(|o| o.delivered_up_to());
+        if let (Some(d), Some(r)) = (delivered, &self.replica) {
             assert_eq!(
                 r.last_instance(),
-                l.delivered_up_to(),
-                "replica executed exactly what the learner delivered"
+                d,
+                "replica executed exactly what the ordering delivered"
             );
         }
         assert!(self.local.is_empty(), "local messages left unhandled");
@@ -1049,8 +869,10 @@ impl NodeCore {
     /// An acceptor truncated below `below`: if this replica needs anything there, fetch
     /// a checkpoint covering it from another replica.
     fn on_truncated(&mut self, below: Instance, actions: &mut Outbox) {
-        let Some(l) = &self.learner else { return };
-        if l.delivered_up_to() + 1 >= below {
+        let Some(delivered) = self.ordering.as_ref().and_then(|o| o.delivered_up_to()) else {
+            return;
+        };
+        if delivered + 1 >= below {
             self.count("truncated_not_needed");
             return;
         }
@@ -1097,9 +919,10 @@ impl NodeCore {
         };
         // Caught up by other means (the acceptors' logs reached back far enough)?
         if self
-            .learner
+            .ordering
             .as_ref()
-            .is_some_and(|l| l.delivered_up_to() >= t.min_instance)
+            .and_then(|o| o.delivered_up_to())
+            .is_some_and(|d| d >= t.min_instance)
         {
             self.transfer = None;
             self.count("state_transfers_abandoned");
@@ -1219,8 +1042,8 @@ impl NodeCore {
         self.replica = Some(self.prepare_replica(r));
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
         self.count("state_transfers_completed");
-        if let Some(l) = self.learner.as_mut() {
-            l.skip_to(instance + 1, actions);
+        if let Some(o) = self.ordering.as_mut() {
+            o.skip_to(instance + 1, actions);
         }
     }
 
@@ -1252,138 +1075,25 @@ impl NodeCore {
         }
     }
 
+    /// A peer message: state transfer is the replica's; everything else goes through
+    /// the ordering layer (an acceptor's truncation notice also tells a lagging
+    /// replica to fetch a checkpoint).
     fn dispatch(&mut self, from: NodeId, msg: Msg) -> Outbox {
         let mut out = Vec::new();
-        let mut handled = false;
-        match &msg {
-            Msg::Heartbeat { ballot, .. }
-            | Msg::Phase1A { ballot, .. }
-            | Msg::Phase2A { ballot, .. } => self.leader_activity(*ballot),
-            _ => {}
-        }
-        match &msg {
-            Msg::Forward { .. } => {
-                handled = true;
-                let Msg::Forward { cmd } = msg else {
-                    unreachable!()
-                };
-                match self.coordinator.as_mut() {
-                    Some(c) => {
-                        if !c.on_command(cmd, &mut out) {
-                            self.count("dropped_forward_queue_full");
-                        }
-                    }
-                    // Forwarded once only: no loops between nodes that disagree.
-                    None => self.count("dropped_forward_not_leader"),
-                }
-            }
-            Msg::ForwardBatch { .. } => {
-                handled = true;
-                let Msg::ForwardBatch { seq, cmds } = msg else {
-                    unreachable!()
-                };
-                match self.coordinator.as_mut() {
-                    Some(c) => {
-                        let n = cmds.len() as u64;
-                        let refused = cmds
-                            .into_iter()
-                            .map(|cmd| c.on_command(cmd, &mut out))
-                            .filter(|queued| !queued)
-                            .count() as u64;
-                        out.push(Action::Send {
-                            to: from,
-                            msg: Msg::ForwardAck { seq },
-                        });
-                        self.count("forward_batches_received");
-                        self.count_n("forward_batch_commands", n);
-                        self.count_n("dropped_forward_batch_queue_full", refused);
-                    }
-                    // The batcher resends to whoever leads: no forwarding loops.
-                    None => self.count("dropped_forward_batch_not_leader"),
-                }
-            }
-            Msg::ForwardAck { seq } => {
-                if let Some(b) = self.batcher.as_mut() {
-                    handled = true;
-                    b.on_ack(*seq, &mut out);
-                }
-            }
-            Msg::Phase1B { .. } | Msg::Nack { .. } | Msg::Phase2B { .. } | Msg::Alive { .. } => {
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::Phase1A { .. } | Msg::RingVote { .. } => {
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::Phase2A { .. } | Msg::Decide { .. } | Msg::DecideValue { .. } => {
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg.clone(), &mut out);
-                    handled = true;
-                }
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::Heartbeat { .. } => {
-                // A batcher learns who leads from it (`leader_activity` above).
-                handled |= self.batcher.is_some();
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg.clone(), &mut out);
-                    handled = true;
-                }
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::LearnReply { .. } => {
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::AcceptedValues { .. } => {
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::Checkpointed { .. } | Msg::ReadAccepted { .. } => {
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-            }
-            Msg::Truncated { below } => {
-                let below = *below;
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.on_message(from, msg, &mut out);
-                    handled = true;
-                }
-                if self.learner.is_some() {
-                    handled = true;
-                    self.on_truncated(below, &mut out);
-                }
-            }
+        let handled = match msg {
             Msg::CheckpointRequest {
                 instance,
                 min_instance,
                 offset,
                 len,
             } => {
-                if self.replica.is_some() && self.setup.mode == Mode::Smr {
-                    handled = true;
+                let serve = self.replica.is_some() && self.setup.mode == Mode::Smr;
+                if serve {
                     let held = self
                         .checkpoint
                         .as_ref()
                         .map(|(i, b, crc)| (*i, &b.0[..], *crc));
-                    match transfer::serve(held, *instance, *min_instance, *offset, *len) {
+                    match transfer::serve(held, instance, min_instance, offset, len) {
                         Ok(reply) => {
                             self.count("checkpoint_chunks_served");
                             out.push(Action::Send {
@@ -1394,45 +1104,40 @@ impl NodeCore {
                         Err(why) => self.count(why),
                     }
                 }
+                serve
             }
-            Msg::CheckpointChunk { .. } => {
-                if self.replica.is_some() {
-                    handled = true;
-                    let Msg::CheckpointChunk {
-                        instance,
-                        offset,
-                        total,
-                        crc32c,
-                        data,
-                    } = msg
-                    else {
-                        unreachable!()
-                    };
+            Msg::CheckpointChunk {
+                instance,
+                offset,
+                total,
+                crc32c,
+                data,
+            } => {
+                let take = self.replica.is_some();
+                if take {
                     self.on_chunk(from, instance, offset, total, crc32c, &data, &mut out);
                 }
+                take
             }
-            Msg::LearnRequest { .. } => {
-                if let Some(c) = self.coordinator.as_mut() {
-                    c.on_message(from, msg.clone(), &mut out);
+            Msg::Truncated { below } => {
+                let mut handled = self
+                    .ordering
+                    .as_mut()
+                    .is_some_and(|o| o.on_message(from, Msg::Truncated { below }, &mut out));
+                if self.replica.is_some() && self.setup.mode == Mode::Smr {
                     handled = true;
+                    self.on_truncated(below, &mut out);
                 }
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, &mut out);
-                    handled = true;
-                }
+                handled
             }
-        }
+            msg => self
+                .ordering
+                .as_mut()
+                .is_some_and(|o| o.on_message(from, msg, &mut out)),
+        };
         if !handled {
             self.count("dropped_not_for_this_node");
         }
-        if self
-            .coordinator
-            .as_ref()
-            .is_some_and(|c| c.deposed_by().is_some())
-        {
-            self.step_down();
-        }
-        self.sync_batcher_leader(&mut out);
         out
     }
 }

@@ -418,7 +418,7 @@ fn barrage(
     let gated: u64 = c
         .nodes
         .values()
-        .flat_map(|n| n.counters().iter())
+        .flat_map(|n| n.counters().into_iter())
         .filter(|(k, _)| k.starts_with("dropped_peer_"))
         .map(|(_, v)| v)
         .sum();

@@ -251,10 +251,11 @@ impl Node {
 
     fn status(&self) -> NodeStatus {
         let node = self.cfg.node(self.id).expect("own node");
+        let core_counters = self.core.counters();
         let mut counters: Vec<(String, u64)> = self
             .counters
             .iter()
-            .chain(self.core.counters())
+            .chain(core_counters.iter())
             .map(|(k, v)| (k.to_string(), *v))
             .collect();
         counters.push((

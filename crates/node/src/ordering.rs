@@ -1,0 +1,514 @@
+//! The atomic-multicast seam: what a node's ordering layer does for its execution
+//! model, whatever protocol implements it.
+//!
+//! The papers' common abstraction (paper 002 §II, paper 003 §2.2): `multicast(groups,
+//! command)`, and every learner subscribed to a set of groups delivers, in one order
+//! that is acyclic across all learners, the commands addressed to its groups. Here a
+//! command names its groups itself (`partita_types::Body::groups`; with state
+//! partitioning the groups are the partitions) and an [`AtomicMulticast`] takes it with
+//! [`AtomicMulticast::multicast`]. Deliveries come out as actions in the outbox:
+//! [`Action::Deliver`] (a decided value at a position of the delivery stream, the
+//! commands of this node's groups only, each with the time the ordering gave it) and,
+//! for protocols that can tell early, [`Action::Propose`] (a value proposed but not
+//! decided yet, for speculative execution). The node core turns those into executions
+//! of its replica and never looks at which protocol fed them.
+//!
+//! [`PaxosOrdering`] implements the seam with paper 001's protocols: one totally
+//! ordered stream, by Ring Paxos or Multi-Paxos (the cluster file's `protocol`), and
+//! with state partitioning one dissemination group per partition (split values, paper
+//! 001 §III-C). It composes the roles one node plays (acceptor, coordinator and its
+//! elector, learner, batcher), runs the election, and routes client commands to the
+//! leader (directly, batched, or forwarded). Multi-Ring Paxos (deterministic merge of
+//! several rings), GeoPaxos's serializers and EPaxos are to implement the same trait;
+//! their messages will join the peer message type.
+
+use partita_consensus::{
+    Acceptor, AcceptorRecord, Action, Batcher, Coordinator, Elector, Learner, Msg, Outbox,
+    PersistToken,
+};
+use partita_types::{Ballot, Command, Instance, NodeId};
+use std::any::Any;
+use std::collections::BTreeMap;
+
+use crate::{Mode, NodeSetup, UnsafeBugs};
+
+/// What the node core needs of its ordering layer. Handlers take one input and write
+/// actions (sends, persists, deliveries) to the outbox, like every core.
+pub trait AtomicMulticast: Send {
+    /// Multicast a client command to its groups. `Err` (with the reason for the
+    /// client) if it cannot be taken now (a full queue, no leader known).
+    fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String>;
+    /// A peer message of the ordering protocol. Returns whether a role here took it.
+    fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool;
+    /// A clock tick (`tick` counts them; `now_ms` is the driver's clock).
+    fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox);
+    /// Writes with these tokens are durable (in order).
+    fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox);
+    /// The last position delivered (`None`: this node delivers nothing).
+    fn delivered_up_to(&self) -> Option<Instance>;
+    /// Deliver from position `next` on: a checkpoint restored by state transfer covers
+    /// everything below.
+    fn skip_to(&mut self, next: Instance, out: &mut Outbox);
+    /// The node this one believes leads (`None`: no leader in this protocol's sense).
+    fn leader(&self) -> Option<NodeId>;
+    /// Counters of dropped and handled messages, by reason.
+    fn counters(&self) -> &BTreeMap<&'static str, u64>;
+    fn invariants(&self);
+    /// The concrete protocol, for status output and tests.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Paper 001's ordering: Ring Paxos or Multi-Paxos, one stream, a dissemination group
+/// per partition. See the module doc.
+pub struct PaxosOrdering {
+    setup: NodeSetup,
+    bugs: UnsafeBugs,
+    acceptor: Option<Acceptor>,
+    coordinator: Option<Coordinator>,
+    /// Every acceptor watches the leader and campaigns when it falls silent.
+    elector: Option<Elector>,
+    learner: Option<Learner>,
+    batcher: Option<Batcher>,
+    /// The highest ballot a leader showed this node (heartbeats, Phase 1A/2A): who
+    /// leads, for a node with no elector or learner to ask (a standalone batcher).
+    leader_ballot: Ballot,
+    tick: u64,
+    clock_ms: u64,
+    counters: BTreeMap<&'static str, u64>,
+}
+
+impl PaxosOrdering {
+    /// The roles of node `setup.id`, recovered from its acceptor's durable records
+    /// (empty on a fresh start); its learner delivers from `next_deliver`. Returns the
+    /// actions of starting (a fresh cluster's first coordinator runs Phase 1).
+    pub fn new(
+        setup: &NodeSetup,
+        recovered: Vec<AcceptorRecord>,
+        next_deliver: Instance,
+        bugs: &UnsafeBugs,
+        out: &mut Outbox,
+    ) -> PaxosOrdering {
+        let id = setup.id;
+        let mut o = PaxosOrdering {
+            setup: setup.clone(),
+            bugs: bugs.clone(),
+            acceptor: None,
+            coordinator: None,
+            elector: None,
+            learner: None,
+            batcher: None,
+            leader_ballot: Ballot::ZERO,
+            tick: 0,
+            clock_ms: 0,
+            counters: BTreeMap::new(),
+        };
+        assert_eq!(setup.mode, Mode::Smr, "a cs server orders nothing");
+        if setup.acceptor {
+            let mut a = Acceptor::recover(id, setup.membership.clone(), recovered);
+            if bugs.forget_promise {
+                a.unsafe_forget_promise();
+            }
+            a.set_unsafe_vote_before_durable(bugs.vote_before_durable);
+            let elector = Elector::new(
+                id,
+                setup.membership.clone(),
+                setup.coordinator_config.election_timeout_ticks,
+                a.promised(),
+            );
+            // A fresh cluster's initial coordinator leads at once. A restarted node
+            // follows whoever leads now, and campaigns like any other acceptor if
+            // nobody does.
+            if a.promised() == Ballot::ZERO && setup.is_coordinator() {
+                o.coordinator = Some(Coordinator::new(
+                    id,
+                    setup.membership.clone(),
+                    setup.coordinator_config.clone(),
+                    a.promised(),
+                    a.first_undecided(),
+                ));
+            }
+            o.elector = Some(elector);
+            o.acceptor = Some(a);
+        }
+        if setup.replica {
+            let mut learner = Learner::new(
+                id,
+                setup.membership.clone(),
+                setup.learner_config.clone(),
+                next_deliver,
+            );
+            learner.set_speculative(setup.speculative);
+            o.learner = Some(learner);
+        }
+        if setup.batcher {
+            o.batcher = Some(Batcher::new(setup.batcher_config.clone(), None));
+        }
+        if let Some(c) = o.coordinator.as_mut() {
+            c.start(out);
+        }
+        o.sync_batcher_leader(out);
+        o
+    }
+
+    pub fn acceptor(&self) -> Option<&Acceptor> {
+        self.acceptor.as_ref()
+    }
+    pub fn coordinator(&self) -> Option<&Coordinator> {
+        self.coordinator.as_ref()
+    }
+    pub fn elector(&self) -> Option<&Elector> {
+        self.elector.as_ref()
+    }
+    pub fn learner(&self) -> Option<&Learner> {
+        self.learner.as_ref()
+    }
+    pub fn batcher(&self) -> Option<&Batcher> {
+        self.batcher.as_ref()
+    }
+
+    fn count(&mut self, what: &'static str) {
+        self.count_n(what, 1);
+    }
+
+    fn count_n(&mut self, what: &'static str, n: u64) {
+        if n > 0 {
+            *self.counters.entry(what).or_default() += n;
+        }
+    }
+
+    /// Tell the batcher who leads: this node while it coordinates, else the leader it
+    /// knows, but nobody while it believes itself the leader without coordinating (a
+    /// restarted former leader: batches sent to itself would be dropped).
+    fn sync_batcher_leader(&mut self, actions: &mut Outbox) {
+        let leader = if self.coordinator.is_some() {
+            Some(self.setup.id)
+        } else {
+            self.leader().filter(|&l| l != self.setup.id)
+        };
+        if let Some(b) = self.batcher.as_mut() {
+            b.set_leader(leader, actions);
+        }
+    }
+
+    /// Become the leader: a coordinator with a ballot above everything seen, starting
+    /// Phase 1 at the first instance not known decided.
+    fn campaign(&mut self, floor: Ballot, actions: &mut Outbox) {
+        let Some(a) = self.acceptor.as_ref() else {
+            return;
+        };
+        let floor = floor.max(a.promised());
+        let mut c = Coordinator::new(
+            self.setup.id,
+            self.setup.membership.clone(),
+            self.setup.coordinator_config.clone(),
+            floor,
+            a.first_undecided(),
+        );
+        c.set_clock(self.clock_ms);
+        c.on_tick(self.tick, actions);
+        if self.bugs.skip_phase1 {
+            c.unsafe_skip_phase1(actions);
+        } else {
+            c.start(actions);
+        }
+        if let Some(e) = self.elector.as_mut() {
+            e.on_own_ballot(c.ballot());
+        }
+        self.count("campaigns");
+        self.coordinator = Some(c);
+    }
+
+    /// A ballot from a leader arrived: remember it, and step down if it beats ours.
+    fn leader_activity(&mut self, ballot: Ballot) {
+        self.leader_ballot = self.leader_ballot.max(ballot);
+        if let Some(e) = self.elector.as_mut() {
+            e.on_leader_activity(ballot);
+        }
+        if let Some(c) = &self.coordinator {
+            if ballot > c.ballot() && ballot.node != self.setup.id {
+                self.step_down();
+            }
+        }
+    }
+
+    fn step_down(&mut self) {
+        if let Some(c) = self.coordinator.take() {
+            self.count("stepped_down");
+            if let (Some(e), Some(b)) = (self.elector.as_mut(), c.deposed_by()) {
+                e.on_leader_activity(b);
+            }
+        }
+    }
+}
+
+impl AtomicMulticast for PaxosOrdering {
+    /// A command at a node that leads goes to its coordinator; at a node that does not
+    /// lead, to its batcher if it has the role, otherwise it is forwarded alone to the
+    /// leader it knows (once: no forwarding loops).
+    fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String> {
+        match (self.coordinator.as_mut(), self.batcher.as_mut()) {
+            (Some(c), _) => {
+                if c.on_command(cmd, out) {
+                    Ok(())
+                } else {
+                    Err("coordinator queue full".to_string())
+                }
+            }
+            // Not the leader: a batcher packs it with others for the leader.
+            (None, Some(b)) => {
+                if b.on_command(cmd, out) {
+                    self.count("requests_batched");
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "node {}: batcher buffer full; retry",
+                        self.setup.id
+                    ))
+                }
+            }
+            (None, None) => match self.leader() {
+                // Not the leader: pass the command on to the one we know.
+                Some(leader) if leader != self.setup.id => {
+                    self.count("requests_forwarded");
+                    out.push(Action::Send {
+                        to: leader,
+                        msg: Msg::Forward { cmd },
+                    });
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "node {} does not coordinate and knows no leader yet; retry",
+                    self.setup.id
+                )),
+            },
+        }
+    }
+
+    fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool {
+        let mut handled = false;
+        match &msg {
+            Msg::Heartbeat { ballot, .. }
+            | Msg::Phase1A { ballot, .. }
+            | Msg::Phase2A { ballot, .. } => self.leader_activity(*ballot),
+            _ => {}
+        }
+        match &msg {
+            Msg::Forward { .. } => {
+                handled = true;
+                let Msg::Forward { cmd } = msg else {
+                    unreachable!()
+                };
+                match self.coordinator.as_mut() {
+                    Some(c) => {
+                        if !c.on_command(cmd, out) {
+                            self.count("dropped_forward_queue_full");
+                        }
+                    }
+                    // Forwarded once only: no loops between nodes that disagree.
+                    None => self.count("dropped_forward_not_leader"),
+                }
+            }
+            Msg::ForwardBatch { .. } => {
+                handled = true;
+                let Msg::ForwardBatch { seq, cmds } = msg else {
+                    unreachable!()
+                };
+                match self.coordinator.as_mut() {
+                    Some(c) => {
+                        let n = cmds.len() as u64;
+                        let refused = cmds
+                            .into_iter()
+                            .map(|cmd| c.on_command(cmd, out))
+                            .filter(|queued| !queued)
+                            .count() as u64;
+                        out.push(Action::Send {
+                            to: from,
+                            msg: Msg::ForwardAck { seq },
+                        });
+                        self.count("forward_batches_received");
+                        self.count_n("forward_batch_commands", n);
+                        self.count_n("dropped_forward_batch_queue_full", refused);
+                    }
+                    // The batcher resends to whoever leads: no forwarding loops.
+                    None => self.count("dropped_forward_batch_not_leader"),
+                }
+            }
+            Msg::ForwardAck { seq } => {
+                if let Some(b) = self.batcher.as_mut() {
+                    handled = true;
+                    b.on_ack(*seq, out);
+                }
+            }
+            Msg::Phase1B { .. } | Msg::Nack { .. } | Msg::Phase2B { .. } | Msg::Alive { .. } => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            Msg::Phase1A { .. } | Msg::RingVote { .. } => {
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            Msg::Phase2A { .. } | Msg::Decide { .. } | Msg::DecideValue { .. } => {
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, msg.clone(), out);
+                    handled = true;
+                }
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            Msg::Heartbeat { .. } => {
+                // A batcher learns who leads from it (`leader_activity` above).
+                handled |= self.batcher.is_some();
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, msg.clone(), out);
+                    handled = true;
+                }
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            Msg::LearnReply { .. } | Msg::AcceptedValues { .. } => {
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            Msg::Checkpointed { .. } | Msg::ReadAccepted { .. } => {
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            Msg::Truncated { .. } => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            Msg::LearnRequest { .. } => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_message(from, msg.clone(), out);
+                    handled = true;
+                }
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, msg, out);
+                    handled = true;
+                }
+            }
+            // State transfer is the replica's business, not the ordering's.
+            Msg::CheckpointRequest { .. } | Msg::CheckpointChunk { .. } => {}
+        }
+        if self
+            .coordinator
+            .as_ref()
+            .is_some_and(|c| c.deposed_by().is_some())
+        {
+            self.step_down();
+        }
+        self.sync_batcher_leader(out);
+        handled
+    }
+
+    fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox) {
+        self.tick = tick;
+        self.clock_ms = self.clock_ms.max(now_ms);
+        if let Some(c) = self.coordinator.as_mut() {
+            c.set_clock(self.clock_ms);
+            c.on_tick(tick, out);
+        }
+        let leading = self.coordinator.is_some();
+        let campaign = self.elector.as_mut().and_then(|e| e.on_tick(tick, leading));
+        if let Some(floor) = campaign {
+            if self.coordinator.is_none() {
+                self.campaign(floor, out);
+            }
+        }
+        if let Some(l) = self.learner.as_mut() {
+            l.on_tick(tick, out);
+        }
+        self.sync_batcher_leader(out);
+        if let Some(b) = self.batcher.as_mut() {
+            b.on_tick(tick, out);
+        }
+    }
+
+    fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox) {
+        let a = self
+            .acceptor
+            .as_mut()
+            .expect("persist completions go to the acceptor");
+        for &t in tokens {
+            a.on_persisted(t, out);
+        }
+    }
+
+    fn delivered_up_to(&self) -> Option<Instance> {
+        self.learner.as_ref().map(|l| l.delivered_up_to())
+    }
+
+    fn skip_to(&mut self, next: Instance, out: &mut Outbox) {
+        if let Some(l) = self.learner.as_mut() {
+            l.skip_to(next, out);
+        }
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        if let Some(c) = &self.coordinator {
+            return Some(c.ballot().node);
+        }
+        if let Some(e) = &self.elector {
+            return Some(e.leader());
+        }
+        if let Some(l) = &self.learner {
+            return Some(l.leader());
+        }
+        // A standalone batcher: the initial coordinator until a leader shows itself.
+        self.batcher.as_ref().map(|_| {
+            if self.leader_ballot == Ballot::ZERO {
+                self.setup.membership.coordinator
+            } else {
+                self.leader_ballot.node
+            }
+        })
+    }
+
+    fn counters(&self) -> &BTreeMap<&'static str, u64> {
+        &self.counters
+    }
+
+    fn invariants(&self) {
+        if let Some(a) = &self.acceptor {
+            a.invariants();
+        }
+        if let Some(c) = &self.coordinator {
+            c.invariants();
+            assert!(c.deposed_by().is_none(), "a deposed coordinator still runs");
+        }
+        if let Some(l) = &self.learner {
+            l.invariants();
+        }
+        if let Some(e) = &self.elector {
+            e.invariants();
+        }
+        if let Some(b) = &self.batcher {
+            b.invariants();
+            if self.coordinator.is_some() {
+                assert_eq!(
+                    b.leader(),
+                    Some(self.setup.id),
+                    "a leader batches elsewhere"
+                );
+            }
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
