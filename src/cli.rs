@@ -1,13 +1,13 @@
 //! Command-line interface. Every subcommand prints readable output by default and JSON
 //! with `--json` where scripts need it; misuse prints usage and exits with status 2.
 
-use crate::bench::{self, BenchConfig, Workload};
-use crate::launch::{self, LocalCluster};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
+use partita_harness::bench::{self, BenchConfig, Workload};
+use partita_harness::launch::{self, LocalCluster};
 use partita_runtime::NodeOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -72,7 +72,7 @@ struct NemesisArgs {
         value_delimiter = ',',
         default_value = "kill-coordinator,kill-acceptor,kill-replica,pause-coordinator"
     )]
-    faults: Vec<crate::nemesis::Fault>,
+    faults: Vec<partita_harness::nemesis::Fault>,
     /// Ordering protocol of the cluster the nemesis starts.
     #[arg(long, value_enum, default_value = "ring-paxos")]
     protocol: ProtocolArg,
@@ -201,7 +201,7 @@ struct ExperimentArgs {
     /// Real runs: limit every node process to FRACTION of one core (a cgroup CPU quota
     /// of its own), emulating one machine per node; the bench clients are not limited.
     /// Reports say so beside every number.
-    #[arg(long, value_name = "FRACTION", conflicts_with = "sim", value_parser = crate::node_cpu::parse_fraction_arg)]
+    #[arg(long, value_name = "FRACTION", conflicts_with = "sim", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
 }
 
@@ -257,7 +257,7 @@ struct UpArgs {
     partitioning: PartitionArgs,
     /// Limit every node process to FRACTION of one core (a cgroup CPU quota of its own),
     /// emulating one machine per node.
-    #[arg(long, value_name = "FRACTION", value_parser = crate::node_cpu::parse_fraction_arg)]
+    #[arg(long, value_name = "FRACTION", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
 }
 
@@ -481,7 +481,7 @@ struct BenchRunArgs {
     partitioning: PartitionArgs,
     /// With --up: limit every node process to FRACTION of one core (a cgroup CPU quota
     /// of its own), emulating one machine per node; the bench clients are not limited.
-    #[arg(long, value_name = "FRACTION", requires = "up", value_parser = crate::node_cpu::parse_fraction_arg)]
+    #[arg(long, value_name = "FRACTION", requires = "up", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
 }
 
@@ -543,7 +543,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Up(a) => up(a).await,
         Cmd::Node(a) => {
             let cluster = ClusterConfig::load(&a.cluster)?;
-            let service = crate::services::resolve(&cluster.cluster.service)?;
+            let service = partita_harness::services::resolve(&cluster.cluster.service)?;
             partita_runtime::run_node(NodeOptions {
                 service,
                 cluster,
@@ -560,7 +560,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
             Some(BenchTarget::Btree { entries, json }) => bench_btree(entries, json),
             None => bench_cluster(a.run).await,
         },
-        Cmd::Check(a) => crate::history::check_command(&a.history, a.preload),
+        Cmd::Check(a) => partita_harness::history::check_command(&a.history, a.preload),
         Cmd::Sim(a) => crate::sim::run(a),
         Cmd::Nemesis(a) => nemesis(a).await,
         Cmd::Experiment(a) => experiment(a).await,
@@ -856,7 +856,7 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
     if a.target.json {
         println!(
             "{}",
-            serde_json::to_string(&crate::history::result_json(&op, &result))?
+            serde_json::to_string(&partita_harness::history::result_json(&op, &result))?
         );
     } else {
         println!("{}", describe(&result));
@@ -968,7 +968,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &a.history {
-        crate::history::write_history(p, &records)?;
+        partita_harness::history::write_history(p, &records)?;
         println!("history: {} operations in {}", records.len(), p.display());
     }
     if let Some(mut lc) = _lc.take() {
@@ -1011,14 +1011,18 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         c.cluster.protocol,
         dir.display()
     );
-    let cfg = crate::nemesis::NemesisConfig {
+    let cfg = partita_harness::nemesis::NemesisConfig {
         faults: a.faults.clone(),
         interval: Duration::from_millis(a.interval_ms),
         down_for: Duration::from_millis(a.down_ms),
-        bench: crate::nemesis::default_bench(Duration::from_secs(a.duration), a.clients, a.seed),
+        bench: partita_harness::nemesis::default_bench(
+            Duration::from_secs(a.duration),
+            a.clients,
+            a.seed,
+        ),
         history: a.history.clone(),
     };
-    let report = crate::nemesis::run(&mut lc, &exe, &[], &cfg).await?;
+    let report = partita_harness::nemesis::run(&mut lc, &exe, &[], &cfg).await?;
     lc.stop(Duration::from_secs(10));
     println!("{report}");
     if let Some(p) = &a.json {
@@ -1035,8 +1039,8 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<i32> {
     if entries == 0 {
         bail!("--entries must be positive");
     }
-    let o = crate::calibrate::Options::new(entries, a.quick);
-    let c = crate::calibrate::run(&o, true)?;
+    let o = partita_experiments::calibrate::Options::new(entries, a.quick);
+    let c = partita_experiments::calibrate::run(&o, true)?;
     print!("{}", c.header);
     print!("{}", c.readable());
     std::fs::write(&a.out, c.to_toml()).with_context(|| format!("writing {}", a.out.display()))?;
@@ -1112,43 +1116,43 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::SpeculationPartitioning => unreachable!("dispatched earlier"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
-                crate::experiment::SimCostOptions::quick()
+                partita_experiments::experiment::SimCostOptions::quick()
             } else {
-                crate::experiment::SimCostOptions::full()
+                partita_experiments::experiment::SimCostOptions::full()
             };
             sim_overrides!(a, o);
             o.protocol = protocol(a.protocol);
             o.durability = durability(a.durability);
             sim_cost_and_progress!(a, o);
-            crate::experiment::cost_of_replication_sim(&o)?
+            partita_experiments::experiment::cost_of_replication_sim(&o)?
         }
         ExperimentName::Speculation => {
             a.check_speculation()?;
             let mut o = if a.quick {
-                crate::experiment::SimSpecOptions::quick()
+                partita_experiments::experiment::SimSpecOptions::quick()
             } else {
-                crate::experiment::SimSpecOptions::full()
+                partita_experiments::experiment::SimSpecOptions::full()
             };
             sim_overrides!(a, o);
             o.durability = durability(a.durability);
             sim_cost_and_progress!(a, o);
-            crate::experiment::speculation_sim(&o)?
+            partita_experiments::experiment::speculation_sim(&o)?
         }
     };
-    print!("{}", crate::experiment::table(&r));
+    print!("{}", partita_experiments::experiment::table(&r));
     println!(
         "{} points simulated in {:.0} s wall",
         r.points.len(),
         started.elapsed().as_secs_f64()
     );
-    for f in crate::experiment::write(&r, &a.json)? {
+    for f in partita_experiments::experiment::write(&r, &a.json)? {
         println!("wrote {}", f.display());
     }
     Ok(0)
 }
 
 async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
-    use crate::experiment_partition::PartExperiment as P;
+    use partita_experiments::experiment_partition::PartExperiment as P;
     match a.name {
         ExperimentName::Partitioning => return partition_experiment(&a, P::Partitioning).await,
         ExperimentName::CrossPartition => return partition_experiment(&a, P::CrossPartition).await,
@@ -1169,9 +1173,9 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::SpeculationPartitioning => unreachable!("dispatched above"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
-                crate::experiment::CostOptions::quick()
+                partita_experiments::experiment::CostOptions::quick()
             } else {
-                crate::experiment::CostOptions::full()
+                partita_experiments::experiment::CostOptions::full()
             };
             if let Some(d) = a.duration()? {
                 o.duration = d;
@@ -1195,14 +1199,14 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             o.durability = durability(a.durability);
             o.node_cpu = a.node_cpu;
             o.progress = true;
-            crate::experiment::cost_of_replication(&exe, &o).await?
+            partita_experiments::experiment::cost_of_replication(&exe, &o).await?
         }
         ExperimentName::Speculation => {
             a.check_speculation()?;
             let mut o = if a.quick {
-                crate::experiment::SpecOptions::quick()
+                partita_experiments::experiment::SpecOptions::quick()
             } else {
-                crate::experiment::SpecOptions::full()
+                partita_experiments::experiment::SpecOptions::full()
             };
             if let Some(d) = a.duration()? {
                 o.duration = d;
@@ -1228,11 +1232,11 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             o.durability = durability(a.durability);
             o.node_cpu = a.node_cpu;
             o.progress = true;
-            crate::experiment::speculation(&exe, &o).await?
+            partita_experiments::experiment::speculation(&exe, &o).await?
         }
     };
-    print!("{}", crate::experiment::table(&r));
-    for f in crate::experiment::write(&r, &a.json)? {
+    print!("{}", partita_experiments::experiment::table(&r));
+    for f in partita_experiments::experiment::write(&r, &a.json)? {
         println!("wrote {}", f.display());
     }
     Ok(0)
@@ -1243,9 +1247,9 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
 /// otherwise (and with `--sim --quick`).
 async fn partition_experiment(
     a: &ExperimentArgs,
-    e: crate::experiment_partition::PartExperiment,
+    e: partita_experiments::experiment_partition::PartExperiment,
 ) -> anyhow::Result<i32> {
-    use crate::experiment_partition as ep;
+    use partita_experiments::experiment_partition as ep;
     let mut o = if a.sim && !a.quick {
         ep::PartOptions::sim_full()
     } else {

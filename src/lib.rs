@@ -1,17 +1,8 @@
-//! The `partita` program: CLI, local cluster launcher and benchmark harness. The
-//! protocols live in the `crates/` of the workspace; see ARCHITECTURE.md.
+//! The `partita` program: a thin command-line front end. Clusters, benchmarks and the
+//! nemesis live in `partita-harness`, the papers' experiments and calibration in
+//! `partita-experiments`, the protocols in the other crates of the workspace; see
+//! ARCHITECTURE.md. What stays here is argument parsing and printing.
 
-pub mod bench;
-pub mod calibrate;
 pub mod cli;
-pub mod cpu;
-pub mod experiment;
-pub mod experiment_partition;
-pub mod history;
 pub mod kvcli;
-pub mod launch;
-pub mod nemesis;
-pub mod node_cpu;
-pub mod plot;
-pub mod services;
 pub mod sim;

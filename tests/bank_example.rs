@@ -7,9 +7,9 @@
 #[path = "../examples/bank/service.rs"]
 mod service;
 
-use partita::launch::{pick_base_port, LocalCluster};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
+use partita_harness::launch::{pick_base_port, LocalCluster};
 use service::{Bank, BankCmd, BankReply};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,12 +6,12 @@
 //! two standalone batchers carrying the clients' commands, plus an acceptor restart on
 //! its data directory.
 
-use partita::bench::{self, BenchConfig, Workload};
-use partita::launch::{pick_base_port, spawn_node, LocalCluster};
 use partita_btree::{Op, OpResult};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
+use partita_harness::bench::{self, BenchConfig, Workload};
+use partita_harness::launch::{pick_base_port, spawn_node, LocalCluster};
 use partita_wire::NodeStatus;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -254,9 +254,12 @@ async fn run_and_judge_once(
         return Ok(Err(format!("replicas diverged: {e}")));
     }
 
-    let events: Vec<_> = records.iter().map(partita::history::to_event).collect();
+    let events: Vec<_> = records
+        .iter()
+        .map(partita_harness::history::to_event)
+        .collect();
     let opts = partita_checker::CheckOptions {
-        initial: partita::history::preload_initial(preload),
+        initial: partita_harness::history::preload_initial(preload),
         ..Default::default()
     };
     match partita_checker::check_with_final_state(&events, &opts, &final_entries) {

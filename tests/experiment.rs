@@ -2,8 +2,8 @@
 //! point is measured on its own fresh cluster, the report keeps each point's
 //! configuration, and the figures draw every curve.
 
-use partita::bench::Workload;
-use partita::experiment::{self, CostOptions};
+use partita_experiments::experiment::{self, CostOptions};
+use partita_harness::bench::Workload;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,9 +36,12 @@ async fn cost_of_replication_small_sweep() {
     assert_eq!(cs.result.mode, "cs");
     let dir = tempfile::tempdir().unwrap();
     let files = experiment::write(&r, &dir.path().join("cost.json")).unwrap();
-    assert_eq!(files.len(), 3);
-    let fig5 = std::fs::read_to_string(&files[1]).unwrap();
-    assert!(fig5.contains(">CS<") && fig5.contains(">SMR ring-paxos<"));
+    assert_eq!(files.len(), 5, "the report, and two figures as SVG and PNG");
+    let fig5 = figure_text(&std::fs::read_to_string(&files[1]).unwrap());
+    assert!(
+        fig5.contains(" CS ") && fig5.contains(" SMR ring-paxos "),
+        "{fig5}"
+    );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
     assert_eq!(json["points"].as_array().unwrap().len(), 4);
@@ -82,7 +85,11 @@ async fn speculation_small_real_pair() {
     assert!(b.result.ordering.contains("speculative"));
     let dir = tempfile::tempdir().unwrap();
     let files = experiment::write(&r, &dir.path().join("spec.json")).unwrap();
-    assert_eq!(files.len(), 2, "the report and one figure (2 replicas)");
+    assert_eq!(
+        files.len(),
+        3,
+        "the report and one figure (2 replicas), SVG and PNG"
+    );
     assert!(files[1].ends_with("spec-spec-2-replicas.svg"), "{files:?}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
@@ -132,8 +139,17 @@ fn speculation_tiny_simulated_sweep() {
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, vec!["sim.json", "sim-fig7.svg", "sim-fig8.svg"]);
-    let fig7 = std::fs::read_to_string(&files[1]).unwrap();
+    assert_eq!(
+        names,
+        vec![
+            "sim.json",
+            "sim-fig7.svg",
+            "sim-fig7.png",
+            "sim-fig8.svg",
+            "sim-fig8.png"
+        ]
+    );
+    let fig7 = figure_text(&std::fs::read_to_string(&files[1]).unwrap());
     assert!(fig7.contains("Figure 7") && fig7.contains("(simulated)"));
     assert!(fig7.contains("queries (mean)") && fig7.contains("batched updates (mean)"));
     let json: serde_json::Value =
@@ -147,4 +163,21 @@ fn speculation_tiny_simulated_sweep() {
         .map(|p| p["execution"].as_str().unwrap())
         .collect();
     assert!(execs.contains(&"classic") && execs.contains(&"speculative"));
+}
+
+/// The words a figure shows: every text element's content, joined by spaces (long
+/// titles and footnotes wrap over several elements).
+fn figure_text(svg: &str) -> String {
+    let mut words = Vec::new();
+    for part in svg.split("<text").skip(1) {
+        let body = part.split_once('>').map_or("", |x| x.1);
+        let body = body.split("</text>").next().unwrap_or("");
+        words.push(
+            body.trim()
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&"),
+        );
+    }
+    words.join(" ")
 }

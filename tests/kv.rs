@@ -6,9 +6,9 @@
 //! started with `--unsafe lose-acked-writes` must be reported as a violation by the
 //! checker (not merely fail).
 
-use partita::launch::{pick_base_port, LocalCluster};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
+use partita_harness::launch::{pick_base_port, LocalCluster};
 use partita_kv::history::Outcome;
 use partita_kv::{KvCommand, KvStore};
 use rand::{Rng, SeedableRng};

@@ -3,10 +3,10 @@
 //! history; then the history must be linearizable, the replicas must converge and every
 //! acknowledged write must survive a full-cluster restart. A planted bug must fail it.
 
-use partita::launch::{pick_base_port, LocalCluster};
-use partita::nemesis::{self, Fault, NemesisConfig};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
+use partita_harness::launch::{pick_base_port, LocalCluster};
+use partita_harness::nemesis::{self, Fault, NemesisConfig};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -6,10 +6,10 @@
 //! (not root, no cpu controller) the tests check that the error says so clearly and
 //! that nothing started, then stop: they cannot judge the kernel's part there.
 
-use partita::bench::{self, BenchConfig, Workload};
-use partita::launch::{pick_base_port, LocalCluster};
-use partita::node_cpu::{self, CpuStat};
 use partita_config::ClusterConfig;
+use partita_harness::bench::{self, BenchConfig, Workload};
+use partita_harness::launch::{pick_base_port, LocalCluster};
+use partita_harness::node_cpu::{self, CpuStat};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -13,12 +13,12 @@
 //! simulator's `independent-partitions` control shows that sub-commands ordered
 //! independently are caught.
 
-use partita::bench::{self, BenchConfig, Workload};
-use partita::launch::{pick_base_port, LocalCluster};
 use partita_btree::{Op, OpResult};
 use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
+use partita_harness::bench::{self, BenchConfig, Workload};
+use partita_harness::launch::{pick_base_port, LocalCluster};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -190,9 +190,12 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
     }
     lc.stop(Duration::from_secs(5));
 
-    let events: Vec<_> = records.iter().map(partita::history::to_event).collect();
+    let events: Vec<_> = records
+        .iter()
+        .map(partita_harness::history::to_event)
+        .collect();
     let opts = partita_checker::CheckOptions {
-        initial: partita::history::preload_initial(preload),
+        initial: partita_harness::history::preload_initial(preload),
         ..Default::default()
     };
     match partita_checker::check_with_final_state(&events, &opts, &final_entries) {

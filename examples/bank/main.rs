@@ -4,9 +4,9 @@
 
 mod service;
 
-use partita::launch::{pick_base_port, LocalCluster};
 use partita_client::{Client, ClientOptions};
 use partita_config::ClusterConfig;
+use partita_harness::launch::{pick_base_port, LocalCluster};
 use service::{Bank, BankCmd};
 use std::time::Duration;
 

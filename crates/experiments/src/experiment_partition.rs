@@ -26,13 +26,13 @@
 //! "(real, this machine)". Results and the comparison with the paper:
 //! `docs/experiments.md` (state-partitioning section).
 
-use crate::bench::{BenchResult, Workload};
 use crate::experiment::{sim_bench_result, sim_machine, sim_smr_cluster, SimDetail};
-use crate::plot::{self, Panel, Series};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
+use partita_harness::bench::{BenchResult, Workload};
+use partita_plot::{Panel, Series};
 use partita_sim::bench::{self as simbench, BenchSpec, ReplicaImage, Workload as SimWorkload};
 use partita_sim::CostTable;
 use serde::Serialize;
@@ -583,7 +583,7 @@ fn real_bottleneck(c: &[ProcCpu]) -> String {
     let all = format!(
         "all processes {:.0}% of one core ({} cores here)",
         total * 100.0,
-        crate::node_cpu::cores()
+        partita_harness::node_cpu::cores()
     );
     let Some(b) = c
         .iter()
@@ -597,7 +597,7 @@ fn real_bottleneck(c: &[ProcCpu]) -> String {
             "{} {:.0}% of its {} budget{}",
             b.short(),
             100.0 * b.load(),
-            crate::node_cpu::fmt_fraction(budget),
+            partita_harness::node_cpu::fmt_fraction(budget),
             b.throttled_periods_pct
                 .map(|t| format!(" (throttled in {t:.0}% of periods)"))
                 .unwrap_or_default()
@@ -621,7 +621,7 @@ fn cpu_line(c: &[ProcCpu]) -> String {
     match budget {
         Some(b) => format!(
             "CPU, % of each node's {} budget (throttled, % of periods; clients: % of one core): {}",
-            crate::node_cpu::fmt_fraction(b),
+            partita_harness::node_cpu::fmt_fraction(b),
             each.join(", ")
         ),
         None => format!("CPU, % of one core: {}", each.join(", ")),
@@ -889,7 +889,7 @@ async fn bench_real(
     clients: usize,
     o: &PartOptions,
     pids: Vec<ProcId>,
-    groups: Option<&crate::node_cpu::CpuGroups>,
+    groups: Option<&partita_harness::node_cpu::CpuGroups>,
 ) -> anyhow::Result<(BenchResult, f64, Vec<ProcCpu>)> {
     use partita_client::{Client, ClientOptions};
     use rand::{Rng, SeedableRng};
@@ -1058,11 +1058,17 @@ pub async fn real_point(
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cluster.to_toml())?;
     let result = async {
-        let mut lc =
-            crate::launch::LocalCluster::start_with(exe, &file, &cluster, &dir, &[], o.node_cpu)?;
+        let mut lc = partita_harness::launch::LocalCluster::start_with(
+            exe,
+            &file,
+            &cluster,
+            &dir,
+            &[],
+            o.node_cpu,
+        )?;
         let run = async {
             lc.wait_ready(Duration::from_secs(30)).await?;
-            crate::bench::preload(&cluster, o.preload, false).await?;
+            partita_harness::bench::preload(&cluster, o.preload, false).await?;
             let pids = lc
                 .children
                 .iter()
@@ -1274,7 +1280,7 @@ pub fn speculation_gains(points: &[PartPoint]) -> Vec<Gain> {
 }
 
 /// The figures of a report: (file suffix, SVG).
-pub fn figures(r: &PartReport) -> Vec<(String, String)> {
+pub fn figures(r: &PartReport) -> Vec<(String, partita_plot::Figure)> {
     let title = |t: &str| {
         if r.simulated {
             format!("{t} (simulated)")
@@ -1333,7 +1339,7 @@ pub fn figures(r: &PartReport) -> Vec<(String, String)> {
             };
             out.push((
                 "fig9".to_string(),
-                plot::figure(&title(&name), foot, &panels, 2),
+                crate::framework::figure(&title(&name), foot, &panels, 2),
             ));
         }
         "cross-partition" => {
@@ -1354,7 +1360,7 @@ pub fn figures(r: &PartReport) -> Vec<(String, String)> {
             ];
             out.push((
                 "fig10".to_string(),
-                plot::figure(
+                crate::framework::figure(
                     &title("Figure 10: cross-partition queries, 2 partitions"),
                     foot,
                     &panels,
@@ -1387,7 +1393,7 @@ pub fn figures(r: &PartReport) -> Vec<(String, String)> {
             ));
             out.push((
                 "fig11".to_string(),
-                plot::figure(
+                crate::framework::figure(
                     &title("Figure 11: CPU use with cross-partition queries"),
                     foot,
                     &panels,
@@ -1430,7 +1436,7 @@ pub fn figures(r: &PartReport) -> Vec<(String, String)> {
             ];
             out.push((
                 "fig12".to_string(),
-                plot::figure(
+                crate::framework::figure(
                     &title("Figure 12: speculative execution with 2 partitions"),
                     foot,
                     &panels,
@@ -1444,16 +1450,7 @@ pub fn figures(r: &PartReport) -> Vec<(String, String)> {
 
 /// Write the report as JSON and its figures next to it (`FILE.json` → `FILE-fig9.svg`).
 pub fn write(r: &PartReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::write(json, serde_json::to_string_pretty(r)?)
-        .with_context(|| format!("writing {}", json.display()))?;
-    let mut files = vec![json.to_path_buf()];
-    let stem = json.with_extension("");
-    for (suffix, svg) in figures(r) {
-        let p = PathBuf::from(format!("{}-{suffix}.svg", stem.display()));
-        std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
-        files.push(p);
-    }
-    Ok(files)
+    crate::framework::write_report(r, figures(r), json)
 }
 
 /// A readable table: the configuration, every point, then ratios, targets or gains.
@@ -1675,7 +1672,7 @@ mod tests {
         assert!(text.contains("median of 3 rounds"), "{text}");
         assert!(text.contains("2 of 3 at or above 1.5x"), "{text}");
         assert!(text.contains("round 2 of 3"), "{text}");
-        let fig = &figures(&r)[0].1;
+        let fig = figures(&r)[0].1.svg().unwrap();
         assert!(
             fig.contains("round 3 of 3"),
             "the figure draws the median round"

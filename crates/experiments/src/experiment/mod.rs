@@ -29,12 +29,12 @@ pub mod speculation;
 pub use cost::*;
 pub use speculation::*;
 
-use crate::bench::{self, BenchConfig, BenchResult, Workload};
-use crate::launch::{pick_base_port, LocalCluster};
-use crate::plot::{self, Panel, Series};
 use anyhow::Context;
 use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
+use partita_harness::bench::{self, BenchConfig, BenchResult, Workload};
+use partita_harness::launch::{pick_base_port, LocalCluster};
+use partita_plot::{Panel, Series};
 use partita_sim::bench::{self as simbench, BenchReport, BenchSpec, NodeLoad, ReplicaImage};
 use partita_sim::CostTable;
 use serde::Serialize;
@@ -142,7 +142,9 @@ pub fn machine_with(node_cpu: Option<&str>) -> String {
 /// The label of a real sweep's per-node CPU budget, checked before the first point
 /// (cgroups missing fail now, not after minutes).
 pub fn node_cpu_label(node_cpu: Option<f64>) -> anyhow::Result<Option<String>> {
-    node_cpu.map(crate::node_cpu::preflight).transpose()
+    node_cpu
+        .map(partita_harness::node_cpu::preflight)
+        .transpose()
 }
 
 /// A replicated cluster like `partita up`'s, with `replicas` replicas.
@@ -518,8 +520,8 @@ pub(crate) fn series(
         .collect()
 }
 
-/// The figures of a report, by experiment: (file suffix, SVG).
-pub fn figures(report: &ExperimentReport) -> Vec<(String, String)> {
+/// The figures of a report, by experiment: (file suffix, figure).
+pub fn figures(report: &ExperimentReport) -> Vec<(String, partita_plot::Figure)> {
     match report.name.as_str() {
         "speculation" => speculation_figures(report),
         _ => cost_of_replication_figures(report),
@@ -529,16 +531,7 @@ pub fn figures(report: &ExperimentReport) -> Vec<(String, String)> {
 /// Write the report as JSON and its figures as SVG next to it (`FILE.json` →
 /// `FILE-fig5.svg`, ...). Returns the files written.
 pub fn write(report: &ExperimentReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::write(json, serde_json::to_string_pretty(report)?)
-        .with_context(|| format!("writing {}", json.display()))?;
-    let mut files = vec![json.to_path_buf()];
-    let stem = json.with_extension("");
-    for (suffix, svg) in figures(report) {
-        let p = PathBuf::from(format!("{}-{suffix}.svg", stem.display()));
-        std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
-        files.push(p);
-    }
-    Ok(files)
+    crate::framework::write_report(report, figures(report), json)
 }
 
 /// A readable table of the report (and, for `speculation`, of its comparisons).

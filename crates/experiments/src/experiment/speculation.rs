@@ -536,7 +536,7 @@ fn by_clients(
 /// Figures 7 (4 replicas) and 8 (8 replicas) of paper 001, one figure per replica
 /// count of the report: throughput and response-time improvement of speculation
 /// against clients, one curve per workload, beside the absolute numbers.
-pub fn speculation_figures(r: &ExperimentReport) -> Vec<(String, String)> {
+pub fn speculation_figures(r: &ExperimentReport) -> Vec<(String, partita_plot::Figure)> {
     let mut replicas: Vec<usize> = Vec::new();
     let mut workloads: Vec<Workload> = Vec::new();
     for c in &r.comparisons {
@@ -649,7 +649,7 @@ pub fn speculation_figures(r: &ExperimentReport) -> Vec<(String, String)> {
         } else {
             title
         };
-        out.push((suffix, plot::figure(&title, &foot, &panels, 2)));
+        out.push((suffix, crate::framework::figure(&title, &foot, &panels, 2)));
     }
     out
 }
@@ -716,7 +716,8 @@ mod tests {
         let figs = speculation_figures(&r);
         let names: Vec<&str> = figs.iter().map(|f| f.0.as_str()).collect();
         assert_eq!(names, vec!["spec-3-replicas", "fig7"]);
-        for (_, svg) in &figs {
+        for (_, fig) in &figs {
+            let svg = fig.svg().unwrap();
             assert!(svg.contains("(simulated)") && svg.contains("SIMULATED"));
             assert!(svg.contains("batched updates classic"));
             assert!(svg.contains("batched updates speculative"));

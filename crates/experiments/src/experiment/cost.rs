@@ -252,7 +252,7 @@ pub fn cost_of_replication_sim(o: &SimCostOptions) -> anyhow::Result<ExperimentR
 }
 
 /// Figures 5 and 6 of paper 001 from a cost-of-replication report.
-pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, String)> {
+pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, partita_plot::Figure)> {
     let workloads: Vec<Workload> = {
         let mut v = Vec::new();
         for p in &r.points {
@@ -360,7 +360,7 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, String)
     vec![
         (
             "fig5".into(),
-            plot::figure(
+            crate::framework::figure(
                 &title("Paper 001 Figure 5: SMR versus client-server"),
                 &foot,
                 &fig5,
@@ -369,7 +369,7 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, String)
         ),
         (
             "fig6".into(),
-            plot::figure(
+            crate::framework::figure(
                 &title("Paper 001 Figure 6: SMR with more replicas versus client-server"),
                 &foot,
                 &fig6,
@@ -482,7 +482,7 @@ mod tests {
         assert_eq!(r.points.len(), 2 * 2 + 2);
         let dir = tempfile::tempdir().unwrap();
         let files = write(&r, &dir.path().join("sim.json")).unwrap();
-        assert_eq!(files.len(), 3);
+        assert_eq!(files.len(), 5, "the report and two figures, SVG and PNG");
         let fig = std::fs::read_to_string(&files[1]).unwrap();
         assert!(
             fig.contains("simulated") && fig.contains("SIMULATED"),

@@ -1,0 +1,15 @@
+//! The harness around real clusters: launching local clusters of `partita node`
+//! processes and stopping them by pid (`launch`), per-node CPU budgets in cgroups
+//! (`node_cpu`), the closed-loop benchmark driver and its workloads (`bench`), CPU
+//! time of processes (`cpu`), histories in DESIGN.md's format (`history`), the nemesis
+//! that kills, restarts and pauses real nodes under load (`nemesis`), and the services
+//! a node program can run (`services`). The `partita` binary is a command-line front
+//! end over it; tests and experiments use it directly.
+
+pub mod bench;
+pub mod cpu;
+pub mod history;
+pub mod launch;
+pub mod nemesis;
+pub mod node_cpu;
+pub mod services;
