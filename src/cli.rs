@@ -4,11 +4,12 @@
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
-use partita_config::{ClusterConfig, Durability};
+use partita_config::{ClusterConfig, Durability, Mode};
 use partita_consensus::Protocol;
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{self, LocalCluster};
 use partita_runtime::NodeOptions;
+use partita_types::Choice;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -74,8 +75,8 @@ struct NemesisArgs {
     )]
     faults: Vec<partita_harness::nemesis::Fault>,
     /// Ordering protocol of the cluster the nemesis starts.
-    #[arg(long, value_enum, default_value = "ring-paxos")]
-    protocol: ProtocolArg,
+    #[arg(long, value_parser = choice::<Protocol>(), default_value = "ring-paxos")]
+    protocol: Protocol,
     /// Seconds of load.
     #[arg(long, default_value_t = 30)]
     duration: u64,
@@ -130,10 +131,10 @@ struct ExperimentArgs {
     /// Entries preloaded per point (default: 1,000,000, or 2,000 with --quick).
     #[arg(long)]
     preload: Option<u64>,
-    #[arg(long, value_enum, default_value = "ring-paxos")]
-    protocol: ProtocolArg,
-    #[arg(long, value_enum, default_value = "fsync")]
-    durability: DurabilityArg,
+    #[arg(long, value_parser = choice::<Protocol>(), default_value = "ring-paxos")]
+    protocol: Protocol,
+    #[arg(long, value_parser = choice::<Durability>(), default_value = "fsync")]
+    durability: Durability,
     /// Run the sweep in the deterministic simulator (one simulated CPU per node, a
     /// simulated gigabit LAN and disk) at the paper's sizes: 12,000,000 entries, think
     /// time 0-10 ms, up to 3200 clients, 4 virtual seconds per point. With --quick, the
@@ -145,7 +146,7 @@ struct ExperimentArgs {
     #[arg(long, value_name = "FILE", requires = "sim")]
     cost_table: Option<PathBuf>,
     /// Workloads (default: the experiment's).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(long, value_parser = choice::<Workload>(), value_delimiter = ',')]
     workloads: Option<Vec<Workload>>,
     /// Client counts (default: the experiment's).
     #[arg(long, value_delimiter = ',')]
@@ -228,7 +229,7 @@ impl ExperimentArgs {
     }
 
     fn check_speculation(&self) -> anyhow::Result<()> {
-        if matches!(self.protocol, ProtocolArg::MultiPaxos) {
+        if matches!(self.protocol, Protocol::MultiPaxos) {
             bail!("speculation runs Ring Paxos only (Multi-Paxos sends no proposals to learners)");
         }
         Ok(())
@@ -245,11 +246,11 @@ struct UpArgs {
     #[arg(long, default_value = "btree", value_parser = ["btree", "kv"])]
     service: String,
     /// Ordering protocol of a new cluster (an existing cluster file wins).
-    #[arg(long, value_enum, default_value = "ring-paxos")]
-    protocol: ProtocolArg,
+    #[arg(long, value_parser = choice::<Protocol>(), default_value = "ring-paxos")]
+    protocol: Protocol,
     /// Durability of a new cluster (an existing cluster file wins).
-    #[arg(long, value_enum, default_value = "fsync")]
-    durability: DurabilityArg,
+    #[arg(long, value_parser = choice::<Durability>(), default_value = "fsync")]
+    durability: Durability,
     /// First port of a new cluster; node N listens on BASE+N.
     #[arg(long, default_value_t = 7100)]
     base_port: u16,
@@ -298,22 +299,12 @@ impl PartitionArgs {
     }
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum ProtocolArg {
-    RingPaxos,
-    MultiPaxos,
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum DurabilityArg {
-    Fsync,
-    Memory,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum ModeArg {
-    Smr,
-    Cs,
+/// A value parser for one of the named choices (protocol, durability, mode, workload):
+/// the same type as the cluster file's, its names listed in `--help` and in the error.
+fn choice<T: Choice + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(T::NAMES)
+        .map(|s| s.parse::<T>().expect("a listed name parses"))
 }
 
 #[derive(Args, Debug)]
@@ -444,15 +435,15 @@ struct BenchRunArgs {
     #[arg(long)]
     up: bool,
     /// With --up: replicated (smr) or one unreplicated server (cs, paper 001's baseline).
-    #[arg(long, value_enum, default_value = "smr")]
-    mode: ModeArg,
+    #[arg(long, value_parser = choice::<Mode>(), default_value = "smr")]
+    mode: Mode,
     /// With --up: ordering protocol.
-    #[arg(long, value_enum, default_value = "ring-paxos")]
-    protocol: ProtocolArg,
+    #[arg(long, value_parser = choice::<Protocol>(), default_value = "ring-paxos")]
+    protocol: Protocol,
     /// With --up: durability.
-    #[arg(long, value_enum, default_value = "fsync")]
-    durability: DurabilityArg,
-    #[arg(long, value_enum, default_value = "update")]
+    #[arg(long, value_parser = choice::<Durability>(), default_value = "fsync")]
+    durability: Durability,
+    #[arg(long, value_parser = choice::<Workload>(), default_value = "update")]
     workload: Workload,
     #[arg(long, default_value_t = 1)]
     clients: usize,
@@ -568,20 +559,6 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
     }
 }
 
-fn protocol(p: ProtocolArg) -> Protocol {
-    match p {
-        ProtocolArg::RingPaxos => Protocol::RingPaxos,
-        ProtocolArg::MultiPaxos => Protocol::MultiPaxos,
-    }
-}
-
-fn durability(d: DurabilityArg) -> Durability {
-    match d {
-        DurabilityArg::Fsync => Durability::Fsync,
-        DurabilityArg::Memory => Durability::Memory,
-    }
-}
-
 fn default_cluster_file() -> PathBuf {
     PathBuf::from("partita-data").join("cluster.toml")
 }
@@ -600,13 +577,13 @@ fn load_target(cluster: &Option<PathBuf>) -> anyhow::Result<ClusterConfig> {
 async fn up(a: UpArgs) -> anyhow::Result<i32> {
     let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
         let mut c = ClusterConfig::default_local(a.base_port, rand::random::<u64>() >> 1);
-        c.cluster.protocol = protocol(a.protocol);
+        c.cluster.protocol = a.protocol;
         c.cluster.service = a.service.clone();
         // Byte-string keys fall in partitions by their first eight bytes (the whole
         // 64-bit space); the B+tree's u64 keys by value over 0..2^32.
         let key_space = if a.service == "kv" { u64::MAX } else { 1 << 32 };
         let mut c = a.partitioning.apply(c, key_space)?;
-        c.cluster.durability = durability(a.durability);
+        c.cluster.durability = a.durability;
         Ok(c)
     })?;
     let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[], a.node_cpu)?;
@@ -920,17 +897,17 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         let _ = std::fs::remove_dir_all(&dir);
         let base = launch::pick_base_port();
         let (file, c) = launch::ensure_cluster_file(&dir, || match a.mode {
-            ModeArg::Cs if a.partitioning.batchers > 0 => {
+            Mode::Cs if a.partitioning.batchers > 0 => {
                 bail!("--batchers needs --mode smr (a cs server takes every command itself)")
             }
-            ModeArg::Cs => Ok(ClusterConfig::client_server(
+            Mode::Cs => Ok(ClusterConfig::client_server(
                 base + 1,
                 rand::random::<u64>() >> 1,
             )),
-            ModeArg::Smr => {
+            Mode::Smr => {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
-                c.cluster.protocol = protocol(a.protocol);
-                c.cluster.durability = durability(a.durability);
+                c.cluster.protocol = a.protocol;
+                c.cluster.durability = a.durability;
                 a.partitioning.apply(c, bench::key_space(a.preload))
             }
         })?;
@@ -940,7 +917,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         _tmp = Some(TempDir(dir));
         c
     } else {
-        if a.mode == ModeArg::Cs {
+        if a.mode == Mode::Cs {
             bail!("--mode cs starts its own server: use it with --up");
         }
         load_target(&a.cluster)?
@@ -994,7 +971,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
     let (file, c) = launch::ensure_cluster_file(&dir, || {
         let mut c =
             ClusterConfig::default_local(launch::pick_base_port(), rand::random::<u64>() >> 1);
-        c.cluster.protocol = protocol(a.protocol);
+        c.cluster.protocol = a.protocol;
         Ok(c)
     })?;
     let exe = std::env::current_exe().context("locating the partita binary")?;
@@ -1121,8 +1098,8 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
                 partita_experiments::experiment::SimCostOptions::full()
             };
             sim_overrides!(a, o);
-            o.protocol = protocol(a.protocol);
-            o.durability = durability(a.durability);
+            o.protocol = a.protocol;
+            o.durability = a.durability;
             sim_cost_and_progress!(a, o);
             partita_experiments::experiment::cost_of_replication_sim(&o)?
         }
@@ -1134,7 +1111,7 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
                 partita_experiments::experiment::SimSpecOptions::full()
             };
             sim_overrides!(a, o);
-            o.durability = durability(a.durability);
+            o.durability = a.durability;
             sim_cost_and_progress!(a, o);
             partita_experiments::experiment::speculation_sim(&o)?
         }
@@ -1195,8 +1172,8 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             if let Some(t) = a.think_ms {
                 o.think_ms = t;
             }
-            o.protocol = protocol(a.protocol);
-            o.durability = durability(a.durability);
+            o.protocol = a.protocol;
+            o.durability = a.durability;
             o.node_cpu = a.node_cpu;
             o.progress = true;
             partita_experiments::experiment::cost_of_replication(&exe, &o).await?
@@ -1229,7 +1206,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             if let Some(n) = a.repeat {
                 o.repeat = n.max(1);
             }
-            o.durability = durability(a.durability);
+            o.durability = a.durability;
             o.node_cpu = a.node_cpu;
             o.progress = true;
             partita_experiments::experiment::speculation(&exe, &o).await?
@@ -1268,10 +1245,10 @@ async fn partition_experiment(
         o.clients = c.clone();
         o.batch_clients = None;
     }
-    if !matches!(a.protocol, ProtocolArg::RingPaxos) {
+    if !matches!(a.protocol, Protocol::RingPaxos) {
         bail!("the partitioning experiments run Ring Paxos (speculation needs it)");
     }
-    o.durability = durability(a.durability);
+    o.durability = a.durability;
     o.multicast = a.multicast;
     o.batchers = a.batchers;
     if let Some(d) = a.batch_delay_ms {
@@ -1298,11 +1275,10 @@ async fn partition_experiment(
     if let Some(w) = &a.workloads {
         o.workloads = w
             .iter()
-            .map(|w| match w {
-                Workload::Query => Ok(ep::PartWorkload::Query),
-                Workload::Batch => Ok(ep::PartWorkload::Batch),
+            .map(|&w| match w {
+                Workload::Query | Workload::Batch => Ok(w),
                 other => {
-                    bail!("--workloads {other:?}: the partitioning experiments run query and batch")
+                    bail!("--workloads {other}: the partitioning experiments run query and batch")
                 }
             })
             .collect::<anyhow::Result<_>>()?;

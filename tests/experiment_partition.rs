@@ -1,12 +1,13 @@
-//! The partitioning experiments (`src/experiment_partition.rs`) as tiny simulated
+//! The partitioning experiments (`crates/experiments/src/experiment_partition.rs`) as tiny simulated
 //! sweeps: every configuration and client count is a point with the right cluster and
 //! workload, the report is labelled simulated with its configuration, the JSON and the
 //! figures hold every curve. No timing or target number is asserted.
 
 use partita_experiments::experiment_partition::{
     configs, figures, run_sim, sim_point, speculation_gains, table, write, PartExperiment,
-    PartOptions, PartWorkload,
+    PartOptions,
 };
+use partita_harness::bench::Workload;
 
 fn tiny() -> PartOptions {
     PartOptions {
@@ -26,7 +27,7 @@ fn partitioning_sweep_has_every_configuration_and_ratio() {
         r.configuration
     );
     assert_eq!(r.points.len(), 2 * 3 * o.clients.len());
-    for w in [PartWorkload::Query, PartWorkload::Batch] {
+    for w in [Workload::Query, Workload::Batch] {
         for (series, parts) in [("SMR", 1), ("2 P", 2), ("4 P", 4)] {
             let pts: Vec<_> = r
                 .points
@@ -121,7 +122,7 @@ fn cross_partition_and_speculation_sweeps_write_their_figures() {
 fn multicast_halves_what_the_coordinators_card_sends_per_command() {
     let cfg = configs(PartExperiment::Partitioning, &tiny())
         .into_iter()
-        .find(|c| c.workload == PartWorkload::Batch && c.partitions == 4)
+        .find(|c| c.workload == Workload::Batch && c.partitions == 4)
         .expect("a 4-partition batch curve");
     let per_command = |multicast| {
         let o = PartOptions {
@@ -161,12 +162,12 @@ fn batchers_take_the_clients_and_unload_the_coordinator() {
     let cfg = configs(
         PartExperiment::Partitioning,
         &PartOptions {
-            workloads: vec![PartWorkload::Batch],
+            workloads: vec![Workload::Batch],
             ..tiny()
         },
     );
     assert_eq!(cfg.len(), 3);
-    assert!(cfg.iter().all(|c| c.workload == PartWorkload::Batch));
+    assert!(cfg.iter().all(|c| c.workload == Workload::Batch));
     let smr = &cfg[0];
     let coordinator_per_command = |batchers| {
         let o = PartOptions {

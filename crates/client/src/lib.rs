@@ -141,7 +141,7 @@ impl<S: StateMachine> Client<S> {
         let cfg = ClientConfig {
             timeout_ns: opts.timeout.as_nanos() as u64,
             give_up_ns: Some(opts.give_up.as_nanos() as u64),
-            refused_retry_ns: 50_000_000,
+            ..ClientConfig::default()
         };
         let mut c = Client {
             core: ClientCore::new(id, topo, cfg, entry, replica),

@@ -49,35 +49,11 @@
 //! the batchers (see `Membership::client_entry`).
 
 use partita_consensus::{BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Protocol};
-use partita_types::{NodeId, PartitionLayout, PartitionMap};
+pub use partita_types::{Durability, Mode};
+use partita_types::{FieldError, NodeId, PartitionLayout, PartitionMap};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Durability {
-    Fsync,
-    Memory,
-}
-
-impl std::fmt::Display for Durability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Durability::Fsync => "fsync",
-            Durability::Memory => "memory",
-        })
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// State-machine replication: consensus orders, replicas execute.
-    Smr,
-    /// Client-server baseline (paper 001 §V): one unreplicated server executes on receipt.
-    Cs,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -229,10 +205,10 @@ impl Default for StorageSection {
 }
 
 fn default_checkpoint_instances() -> u64 {
-    50_000
+    partita_node::CheckpointConfig::default().interval_instances
 }
 fn default_wal_segment_bytes() -> u64 {
-    64 << 20
+    partita_types::WAL_SEGMENT_BYTES_MAX_DEFAULT
 }
 
 /// How replicas execute (paper 001 §III-B).
@@ -345,14 +321,16 @@ fn default_durability() -> Durability {
 fn default_tick_ms() -> u64 {
     1
 }
+// The batching defaults are the cores' own (one place each); a tick is a millisecond at
+// the default `tick_ms`.
 fn default_batch_bytes() -> usize {
-    8 * 1024
+    CoordinatorConfig::default().batch_bytes_max
 }
 fn default_batch_delay() -> u64 {
-    1
+    CoordinatorConfig::default().batch_delay_ticks
 }
 fn default_window() -> usize {
-    16
+    CoordinatorConfig::default().window_instances_max
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -388,7 +366,7 @@ impl ClusterConfig {
             message: e.to_string(),
         })?;
         cfg.validate()
-            .map_err(|(field, message)| ConfigError::Field {
+            .map_err(|FieldError { field, message }| ConfigError::Field {
                 path: path.into(),
                 field,
                 message,
@@ -400,8 +378,8 @@ impl ClusterConfig {
         toml::to_string_pretty(self).expect("cluster config serializes")
     }
 
-    fn validate(&self) -> Result<(), (String, String)> {
-        let f = |field: &str, m: String| Err((field.to_string(), m));
+    fn validate(&self) -> Result<(), FieldError> {
+        let f = |field: &str, m: String| Err(FieldError::new(field, m));
         if self.nodes.is_empty() {
             return f("node", "at least one [[node]] is required".into());
         }
@@ -515,7 +493,7 @@ impl ClusterConfig {
             }
         }
         let map = PartitionMap::new(self.partitioning.partitions, self.partitioning.key_space)
-            .map_err(|m| ("partitioning".to_string(), m))?;
+            .map_err(|m| FieldError::new("partitioning", m))?;
         for n in &self.nodes {
             if let Some(p) = n.partition {
                 if !n.roles.contains(&Role::Replica) {
@@ -608,10 +586,18 @@ impl ClusterConfig {
                 }
                 self.batcher_config()
                     .validate()
-                    .map_err(|m| ("batching".to_string(), m))?;
+                    .map_err(|e| match e.field.as_str() {
+                        "batch_bytes_max" => e.within("batching"),
+                        "min_interval_ticks" => e.as_field("batching.batcher_interval_ms"),
+                        _ => e.as_field("batching"),
+                    })?;
                 self.membership()
                     .validate()
-                    .map_err(|m| ("node.roles".to_string(), m))?;
+                    .map_err(|e| match e.field.as_str() {
+                        "coordinator" => e.as_field("cluster.coordinator"),
+                        "partitions" => e.as_field("node.partition"),
+                        _ => e.as_field("node.roles"),
+                    })?;
             }
         }
         Ok(())
@@ -735,10 +721,7 @@ impl ClusterConfig {
             service,
             session_lease_ms: self.sessions.lease(),
             cluster_id: self.cluster.id,
-            mode: match self.cluster.mode {
-                Mode::Smr => partita_node::Mode::Smr,
-                Mode::Cs => partita_node::Mode::Cs,
-            },
+            mode: self.cluster.mode,
             membership: self.membership(),
             acceptor: roles.contains(&Role::Acceptor),
             replica: roles.contains(&Role::Replica) || roles.contains(&Role::Server),
@@ -1134,6 +1117,32 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(field), "error `{e}` does not name `{field}`");
+        }
+    }
+
+    #[test]
+    fn field_errors_are_typed_with_the_file_field() {
+        let good = ClusterConfig::default_local(7100, 42).to_toml();
+        let cases = [
+            (
+                good.replace("coordinator = 1", "coordinator = 4"),
+                "cluster.coordinator",
+            ),
+            (
+                good.replace("roles = [\"acceptor\"]", "roles = [\"replica\"]"),
+                "node.roles",
+            ),
+            (
+                good.replace("[storage]", "[partitioning]\npartitions = 0\n\n[storage]"),
+                "partitioning",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_ne!(text, good, "case for {want} changed nothing");
+            match ClusterConfig::parse(&text, "f.toml") {
+                Err(ConfigError::Field { field, .. }) => assert_eq!(field, want),
+                other => panic!("{want}: {other:?}"),
+            }
         }
     }
 

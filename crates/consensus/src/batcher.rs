@@ -63,7 +63,7 @@
 //! `outstanding_hard_max` when a full batch is buffered.
 
 use crate::{command_bytes, Action, Drop, DropCounts, Msg, Outbox};
-use partita_types::{Command, NodeId};
+use partita_types::{Command, FieldError, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Tunables of a batcher (the cluster file's `[batching] batch_bytes_max`; the rest are
@@ -93,7 +93,7 @@ pub struct BatcherConfig {
 impl Default for BatcherConfig {
     fn default() -> Self {
         BatcherConfig {
-            batch_bytes_max: 8 * 1024,
+            batch_bytes_max: crate::BATCH_BYTES_MAX_DEFAULT,
             outstanding_max: 1,
             outstanding_hard_max: 4,
             ack_timeout_ticks: 100,
@@ -105,22 +105,26 @@ impl Default for BatcherConfig {
 }
 
 impl BatcherConfig {
-    /// Check the values are usable; the cluster file loader reports the message.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check the values are usable: the error names the field at fault.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |field: &str, m: &str| Err(FieldError::new(field, m));
         if self.batch_bytes_max == 0 {
-            return Err("batch_bytes_max must be positive".into());
+            return bad("batch_bytes_max", "must be positive");
         }
         if self.outstanding_max == 0 || self.outstanding_max > self.outstanding_hard_max {
-            return Err("outstanding_max must be in 1..=outstanding_hard_max".into());
+            return bad("outstanding_max", "must be in 1..=outstanding_hard_max");
         }
         if self.outstanding_hard_max > 64 {
-            return Err("outstanding_hard_max must be at most 64".into());
+            return bad("outstanding_hard_max", "must be at most 64");
         }
         if self.min_interval_ticks > 10_000 {
-            return Err("min_interval_ticks must be at most 10000".into());
+            return bad("min_interval_ticks", "must be at most 10000");
         }
-        if self.ack_timeout_ticks == 0 || self.buffer_commands_max == 0 {
-            return Err("ack_timeout_ticks and buffer_commands_max must be positive".into());
+        if self.ack_timeout_ticks == 0 {
+            return bad("ack_timeout_ticks", "must be positive");
+        }
+        if self.buffer_commands_max == 0 {
+            return bad("buffer_commands_max", "must be positive");
         }
         Ok(())
     }

@@ -64,10 +64,14 @@ pub use elector::Elector;
 pub use learner::{Learner, LearnerStats};
 
 use partita_types::{
-    Ballot, Command, Instance, NodeId, PartitionId, PartitionLayout, PartitionMap,
+    Ballot, Command, FieldError, Instance, NodeId, PartitionId, PartitionLayout, PartitionMap,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+
+/// The largest batch (value) a coordinator or batcher builds, by default: the cluster
+/// file's `[batching] batch_bytes_max` when it says nothing.
+pub const BATCH_BYTES_MAX_DEFAULT: usize = 8 * 1024;
 
 /// Which ordering protocol a cluster runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,14 +81,10 @@ pub enum Protocol {
     RingPaxos,
 }
 
-impl std::fmt::Display for Protocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Protocol::MultiPaxos => "multi-paxos",
-            Protocol::RingPaxos => "ring-paxos",
-        })
-    }
-}
+partita_types::named_choice!(Protocol, "protocol", {
+    Protocol::RingPaxos => "ring-paxos",
+    Protocol::MultiPaxos => "multi-paxos",
+});
 
 /// Who plays which role. Shared by every core of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -246,55 +246,77 @@ impl Membership {
             .unwrap_or_default()
     }
 
-    /// Check the membership is usable; the cluster file loader reports the message.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check the membership is usable: the error names the field at fault
+    /// (`acceptors`, `coordinator`, `learners`, `partitions` or `batchers`).
+    pub fn validate(&self) -> Result<(), FieldError> {
         if self.acceptors.is_empty() {
-            return Err("at least one acceptor is required".into());
+            return Err(FieldError::new(
+                "acceptors",
+                "at least one acceptor is required",
+            ));
         }
         if self.acceptors.len() > 64 {
-            return Err("at most 64 acceptors (votes are a 64-bit mask)".into());
+            return Err(FieldError::new(
+                "acceptors",
+                "at most 64 acceptors (votes are a 64-bit mask)",
+            ));
         }
         let mut sorted = self.acceptors.clone();
         sorted.sort_unstable();
         sorted.dedup();
         if sorted.len() != self.acceptors.len() {
-            return Err("an acceptor is listed twice".into());
+            return Err(FieldError::new("acceptors", "an acceptor is listed twice"));
         }
         if self.acceptor_index(self.coordinator).is_none() {
-            return Err(format!(
-                "coordinator {} is not an acceptor",
-                self.coordinator
+            return Err(FieldError::new(
+                "coordinator",
+                format!("coordinator {} is not an acceptor", self.coordinator),
             ));
         }
         if self.learners.is_empty() {
-            return Err("at least one replica (learner) is required".into());
+            return Err(FieldError::new(
+                "learners",
+                "at least one replica (learner) is required",
+            ));
         }
         if self.is_partitioned() {
             let n = self.partitions.map.count() as usize;
             if self.partitions.replicas.len() != n {
-                return Err(format!(
-                    "{n} partitions need a replica list for each, not {}",
-                    self.partitions.replicas.len()
+                return Err(FieldError::new(
+                    "partitions",
+                    format!(
+                        "{n} partitions need a replica list for each, not {}",
+                        self.partitions.replicas.len()
+                    ),
                 ));
             }
             for (p, members) in self.partitions.replicas.iter().enumerate() {
                 if members.is_empty() {
-                    return Err(format!("partition {p} has no replica"));
+                    return Err(FieldError::new(
+                        "partitions",
+                        format!("partition {p} has no replica"),
+                    ));
                 }
                 if let Some(m) = members.iter().find(|m| !self.learners.contains(m)) {
-                    return Err(format!("node {m} of partition {p} is not a replica"));
+                    return Err(FieldError::new(
+                        "partitions",
+                        format!("node {m} of partition {p} is not a replica"),
+                    ));
                 }
             }
             let listed: usize = self.partitions.replicas.iter().map(Vec::len).sum();
             if listed != self.learners.len() {
-                return Err("every replica belongs to exactly one partition".into());
+                return Err(FieldError::new(
+                    "partitions",
+                    "every replica belongs to exactly one partition",
+                ));
             }
         }
         let mut batchers = self.batchers.clone();
         batchers.sort_unstable();
         batchers.dedup();
         if batchers.len() != self.batchers.len() {
-            return Err("a batcher is listed twice".into());
+            return Err(FieldError::new("batchers", "a batcher is listed twice"));
         }
         Ok(())
     }
@@ -1013,7 +1035,7 @@ pub struct CoordinatorConfig {
 impl Default for CoordinatorConfig {
     fn default() -> Self {
         CoordinatorConfig {
-            batch_bytes_max: 8 * 1024,
+            batch_bytes_max: BATCH_BYTES_MAX_DEFAULT,
             batch_delay_ticks: 1,
             value_interval_ticks: 0,
             window_instances_max: 16,
@@ -1149,7 +1171,7 @@ mod tests {
         assert_eq!(b.next_entry(99), 6, "an unknown entry starts over");
         assert_eq!(b.standalone_batchers().collect::<Vec<_>>(), vec![6, 7]);
         b.batchers = vec![6, 6];
-        assert!(b.validate().unwrap_err().contains("batcher"));
+        assert_eq!(b.validate().unwrap_err().field, "batchers");
     }
 
     #[test]
@@ -1165,7 +1187,11 @@ mod tests {
     fn validate_names_the_problem() {
         let mut bad = m();
         bad.coordinator = 9;
-        assert!(bad.validate().unwrap_err().contains("coordinator 9"));
+        let e = bad.validate().unwrap_err();
+        assert!(
+            e.field == "coordinator" && e.message.contains("coordinator 9"),
+            "{e}"
+        );
         let mut bad = m();
         bad.acceptors = vec![1, 1];
         assert!(bad.validate().is_err());

@@ -33,7 +33,7 @@ use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
 use partita_harness::bench::{BenchResult, Workload};
 use partita_plot::{Panel, Series};
-use partita_sim::bench::{self as simbench, BenchSpec, ReplicaImage, Workload as SimWorkload};
+use partita_sim::bench::{self as simbench, BenchSpec, ReplicaImage};
 use partita_sim::CostTable;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -63,50 +63,12 @@ impl PartExperiment {
     }
 }
 
-/// The two base workloads of these experiments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PartWorkload {
-    /// Range queries of 1000 keys; `cross_percent` of them straddle a partition border.
-    Query,
-    /// Seven inserts/deletes per command, all in one partition.
-    Batch,
-}
-
-impl PartWorkload {
-    pub fn label(self) -> &'static str {
-        match self {
-            PartWorkload::Query => "queries (1000 keys)",
-            PartWorkload::Batch => "batched updates (7 per command, one partition)",
-        }
-    }
-
-    /// The shared generator's workload.
-    pub fn to_sim(self, partitions: u32, cross_percent: u32) -> SimWorkload {
-        match self {
-            PartWorkload::Query => SimWorkload::PartitionedQuery {
-                partitions,
-                cross_percent,
-            },
-            PartWorkload::Batch => SimWorkload::PartitionedBatch { partitions },
-        }
-    }
-
-    /// `partita bench`'s name of the unpartitioned workload it refines.
-    fn bench(self) -> Workload {
-        match self {
-            PartWorkload::Query => Workload::Query,
-            PartWorkload::Batch => Workload::Batch,
-        }
-    }
-}
-
 /// One configuration of a sweep (a curve).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PartConfig {
     /// "SMR", "2 P", "4 P", "25% cross", "speculative 25% cross", ...
     pub series: String,
-    pub workload: PartWorkload,
+    pub workload: Workload,
     pub partitions: u32,
     pub replicas_per_partition: usize,
     pub cross_percent: u32,
@@ -207,7 +169,7 @@ pub struct PartReport {
 /// Peak throughput of a configuration against classic SMR's (same workload).
 #[derive(Clone, Debug, Serialize)]
 pub struct Ratio {
-    pub workload: PartWorkload,
+    pub workload: Workload,
     pub series: String,
     pub peak_cmds_per_s: f64,
     pub peak_clients: usize,
@@ -241,7 +203,7 @@ pub struct PartOptions {
     /// Standalone batchers added to every cluster (0: clients send to the coordinator).
     pub batchers: u32,
     /// The workloads of `partitioning` (queries and batches by default).
-    pub workloads: Vec<PartWorkload>,
+    pub workloads: Vec<Workload>,
     /// Real runs: each node process limited to this fraction of one core (`--node-cpu`).
     pub node_cpu: Option<f64>,
     /// The coordinator's batching delay: with instances in flight, a value that is not
@@ -283,10 +245,10 @@ impl PartOptions {
             progress: true,
             multicast: false,
             batchers: 0,
-            workloads: vec![PartWorkload::Query, PartWorkload::Batch],
+            workloads: vec![Workload::Query, Workload::Batch],
             node_cpu: None,
-            batch_delay_ms: 1,
-            batch_bytes_max: 8192,
+            batch_delay_ms: partita_config::BatchingSection::default().batch_delay_ms,
+            batch_bytes_max: partita_config::BatchingSection::default().batch_bytes_max,
             batcher_interval_ms: 0,
             value_interval_ms: 0,
             rounds: 1,
@@ -346,15 +308,15 @@ pub fn configs(e: PartExperiment, o: &PartOptions) -> Vec<PartConfig> {
         PartExperiment::CrossPartition => o
             .cross_percents
             .iter()
-            .map(|&x| c(format!("{x}% cross"), PartWorkload::Query, 2, x, false))
+            .map(|&x| c(format!("{x}% cross"), Workload::Query, 2, x, false))
             .collect(),
         PartExperiment::SpeculationPartitioning => o
             .cross_percents
             .iter()
             .flat_map(|&x| {
                 [
-                    c(format!("classic {x}%"), PartWorkload::Query, 2, x, false),
-                    c(format!("speculative {x}%"), PartWorkload::Query, 2, x, true),
+                    c(format!("classic {x}%"), Workload::Query, 2, x, false),
+                    c(format!("speculative {x}%"), Workload::Query, 2, x, true),
                 ]
             })
             .collect(),
@@ -363,7 +325,7 @@ pub fn configs(e: PartExperiment, o: &PartOptions) -> Vec<PartConfig> {
 
 fn clients_of(o: &PartOptions, cfg: &PartConfig) -> Vec<usize> {
     match (&o.batch_clients, cfg.workload) {
-        (Some(b), PartWorkload::Batch) => b.clone(),
+        (Some(b), Workload::Batch) => b.clone(),
         _ => o.clients.clone(),
     }
 }
@@ -514,7 +476,7 @@ pub fn sim_point(o: &PartOptions, cfg: &PartConfig, clients: usize) -> anyhow::R
     );
     let mut spec = BenchSpec::new(
         cluster.clone(),
-        cfg.workload.to_sim(cfg.partitions, cfg.cross_percent),
+        cfg.workload.partitioned(cfg.partitions, cfg.cross_percent),
         clients as u32,
     );
     spec.think_ms = o.think_ms;
@@ -533,7 +495,7 @@ pub fn sim_point(o: &PartOptions, cfg: &PartConfig, clients: usize) -> anyhow::R
     if let Some(f) = &r.failure {
         anyhow::bail!("simulated {} with {clients} clients: {f}", cfg.series);
     }
-    let result = sim_bench_result(&r, cfg.workload.bench(), &o.cost);
+    let result = sim_bench_result(&r, cfg.workload, &o.cost);
     Ok(PartPoint {
         config: cfg.clone(),
         clients,
@@ -748,7 +710,7 @@ fn median_ratios(by_round: &[Vec<Ratio>]) -> Vec<Ratio> {
 }
 
 /// The point of `series` (and workload) with the highest throughput.
-fn peak<'a>(points: &'a [PartPoint], w: PartWorkload, series: &str) -> Option<&'a PartPoint> {
+fn peak<'a>(points: &'a [PartPoint], w: Workload, series: &str) -> Option<&'a PartPoint> {
     points
         .iter()
         .filter(|p| p.config.workload == w && p.config.series == series)
@@ -762,7 +724,7 @@ fn peak<'a>(points: &'a [PartPoint], w: PartWorkload, series: &str) -> Option<&'
 /// Each configuration's peak throughput against classic SMR's, per workload.
 pub fn ratios(points: &[PartPoint]) -> Vec<Ratio> {
     let mut v = Vec::new();
-    for w in [PartWorkload::Query, PartWorkload::Batch] {
+    for w in [Workload::Query, Workload::Batch] {
         let Some(smr) = peak(points, w, "SMR") else {
             continue;
         };
@@ -791,13 +753,10 @@ pub fn ratios(points: &[PartPoint]) -> Vec<Ratio> {
 /// The targets: simulated, 4 P ≥ 3.9× SMR for queries and ≥ 2.6× for batches;
 /// real, 2 P ≥ 1.5× SMR for queries.
 fn targets(r: &PartReport, by_round: &[Vec<Ratio>], simulated: bool) -> Vec<Target> {
-    let wanted: &[(PartWorkload, &str, f64)] = if simulated {
-        &[
-            (PartWorkload::Query, "4 P", 3.9),
-            (PartWorkload::Batch, "4 P", 2.6),
-        ]
+    let wanted: &[(Workload, &str, f64)] = if simulated {
+        &[(Workload::Query, "4 P", 3.9), (Workload::Batch, "4 P", 2.6)]
     } else {
-        &[(PartWorkload::Query, "2 P", 1.5)]
+        &[(Workload::Query, "2 P", 1.5)]
     };
     let mut v = Vec::new();
     for &(w, s, req) in wanted {
@@ -824,7 +783,7 @@ fn targets(r: &PartReport, by_round: &[Vec<Ratio>], simulated: bool) -> Vec<Targ
         v.push(Target {
             what: format!(
                 "{}: {s} / SMR peak throughput ({}{})",
-                w.label(),
+                w.partitioned(1, 0).label(),
                 if simulated { "simulated" } else { "real" },
                 if all.len() > 1 {
                     format!(", median of {} rounds", all.len())
@@ -884,8 +843,7 @@ type ProcId = (String, Option<u32>, String, Option<u32>, u32);
 /// measured window.
 async fn bench_real(
     cluster: &ClusterConfig,
-    workload: SimWorkload,
-    base_workload: Workload,
+    workload: Workload,
     clients: usize,
     o: &PartOptions,
     pids: Vec<ProcId>,
@@ -994,7 +952,7 @@ async fn bench_real(
     }
     let ms = |us: u64| us as f64 / 1000.0;
     let result = BenchResult {
-        workload: base_workload,
+        workload: workload.base(),
         mode: "smr".into(),
         ordering: cluster.cluster.protocol.to_string(),
         durability: cluster.cluster.durability.to_string(),
@@ -1091,8 +1049,7 @@ pub async fn real_point(
                 .collect();
             let (mut result, mean, cpu) = bench_real(
                 &cluster,
-                cfg.workload.to_sim(cfg.partitions, cfg.cross_percent),
-                cfg.workload.bench(),
+                cfg.workload.partitioned(cfg.partitions, cfg.cross_percent),
                 clients,
                 o,
                 pids,
@@ -1311,19 +1268,19 @@ pub fn figures(r: &PartReport) -> Vec<(String, partita_plot::Figure)> {
                 r.points.clone()
             };
             let mut panels = Vec::new();
-            for w in [PartWorkload::Query, PartWorkload::Batch] {
+            for w in [Workload::Query, Workload::Batch] {
                 let keep = |p: &PartPoint| p.config.workload == w;
                 if !points.iter().any(keep) {
                     continue;
                 }
                 panels.push(panel(
-                    format!("{}: throughput", w.label()),
+                    format!("{}: throughput", w.partitioned(1, 0).label()),
                     "commands/s",
                     log_x,
                     curves(&points, keep, |p| p.result.throughput_cmds_per_s),
                 ));
                 panels.push(panel(
-                    format!("{}: response time (p50)", w.label()),
+                    format!("{}: response time (p50)", w.partitioned(1, 0).label()),
                     "ms",
                     log_x,
                     curves(&points, keep, |p| p.result.latency_ms_p50),
@@ -1588,7 +1545,7 @@ mod tests {
         PartPoint {
             config: PartConfig {
                 series: series.into(),
-                workload: PartWorkload::Query,
+                workload: Workload::Query,
                 partitions,
                 replicas_per_partition: 2,
                 cross_percent: 0,
@@ -1709,7 +1666,7 @@ mod tests {
     fn clusters_cut_the_bench_key_space_in_pairs_of_replicas() {
         let cfg = PartConfig {
             series: "4 P".into(),
-            workload: PartWorkload::Query,
+            workload: Workload::Query,
             partitions: 4,
             replicas_per_partition: 2,
             cross_percent: 0,

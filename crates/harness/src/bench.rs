@@ -17,18 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Workload {
-    /// Range queries of 1000 keys.
-    Query,
-    /// One insert or delete per command.
-    Update,
-    /// Seven inserts/deletes per command (paper 001 workload (c)).
-    Batch,
-    /// Reads, updates, inserts, deletes, next/prev and 100-key ranges by ratio.
-    Mixed,
-}
+/// The workloads (one type with the simulator's: real and simulated runs draw the same
+/// operations), the key space and the preload's stride.
+pub use partita_sim::bench::{key_space, Workload, PRELOAD_STRIDE};
 
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
@@ -44,10 +35,6 @@ pub struct BenchConfig {
     /// Keys are drawn from 0..key_space (default: [`key_space`]).
     pub key_space: Option<u64>,
 }
-
-/// Keys of the preload are 0, 2, 4, …, 2(N-1) with value = key; operations draw keys
-/// from 0..2N so that about half of them hit existing keys.
-pub const PRELOAD_STRIDE: u64 = 2;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchResult {
@@ -104,33 +91,10 @@ pub struct Record {
     pub result: Option<OpResult>,
 }
 
-/// Keys are drawn from 0..2N for a preload of N (so ranges and reads hit preloaded
-/// data and about half of the inserts find their key taken), or 0..2,000,000 without one.
-pub fn key_space(preload: u64) -> u64 {
-    if preload > 0 {
-        preload * PRELOAD_STRIDE
-    } else {
-        1_000_000 * PRELOAD_STRIDE
-    }
-}
-
 /// One command of workload `w`: the generator is shared with the simulator's experiment
 /// mode, so real and simulated runs draw the same operations.
 fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
-    partita_sim::bench::random_op(w.to_sim(), rng, keys)
-}
-
-impl Workload {
-    /// The simulator's name for the same workload.
-    pub fn to_sim(self) -> partita_sim::bench::Workload {
-        use partita_sim::bench::Workload as S;
-        match self {
-            Workload::Query => S::Query,
-            Workload::Update => S::Update,
-            Workload::Batch => S::Batch,
-            Workload::Mixed => S::Mixed,
-        }
-    }
+    partita_sim::bench::random_op(w, rng, keys)
 }
 
 /// The process ids of the cluster's nodes that run on this machine (their address is

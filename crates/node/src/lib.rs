@@ -63,19 +63,13 @@ use partita_consensus::{
 };
 use partita_smr::{CheckpointError, Replica, ReplicaOptions, ServiceFactory};
 use partita_types::early::EarlyReply;
-use partita_types::{Ballot, ClientId, Command, Instance, NodeId, Reply};
+use partita_types::{Ballot, ClientId, Command, FieldError, Instance, NodeId, Reply};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use transfer::{ChunkOutcome, Transfer};
 
-/// How commands are served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Replicated: ordered by consensus, executed by every replica.
-    Smr,
-    /// Paper 001's client-server baseline: one server executes on receipt.
-    Cs,
-}
+/// How commands are served (one type with the cluster file's).
+pub use partita_types::Mode;
 
 /// Everything a node core needs to know about its place in the cluster.
 #[derive(Clone, Debug)]
@@ -149,16 +143,20 @@ impl Default for CheckpointConfig {
 }
 
 impl CheckpointConfig {
-    /// Check the values are usable; the cluster file loader reports the message.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check the values are usable: the error names the field at fault.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |field: &str, m: String| Err(FieldError::new(field, m));
         if self.chunk_bytes == 0 || self.chunk_bytes > CHUNK_BYTES_MAX {
-            return Err(format!("chunk_bytes must be in 1..={CHUNK_BYTES_MAX}"));
+            return bad("chunk_bytes", format!("must be in 1..={CHUNK_BYTES_MAX}"));
         }
         if self.transfer_window_chunks == 0 || self.transfer_window_chunks > 64 {
-            return Err("transfer_window_chunks must be in 1..=64".into());
+            return bad("transfer_window_chunks", "must be in 1..=64".into());
         }
-        if self.announce_ticks == 0 || self.transfer_timeout_ticks == 0 {
-            return Err("announce_ticks and transfer_timeout_ticks must be positive".into());
+        if self.announce_ticks == 0 {
+            return bad("announce_ticks", "must be positive".into());
+        }
+        if self.transfer_timeout_ticks == 0 {
+            return bad("transfer_timeout_ticks", "must be positive".into());
         }
         Ok(())
     }
@@ -196,7 +194,7 @@ pub enum RecoverError {
     #[error("a checkpoint was given to node {0}, which has no replica")]
     NoReplica(NodeId),
     #[error("checkpoint settings: {0}")]
-    Config(String),
+    Config(FieldError),
 }
 
 impl NodeSetup {

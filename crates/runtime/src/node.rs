@@ -610,12 +610,8 @@ pub async fn run_node_until(
     let mut recovered = Vec::new();
     let mut lsn_offset = None;
     if cfg.cluster.mode == Mode::Smr && me.roles.contains(&Role::Acceptor) {
-        let durability = match cfg.cluster.durability {
-            Durability::Fsync => partita_wal::Durability::Fsync,
-            Durability::Memory => partita_wal::Durability::Memory,
-        };
         let mut wopts = partita_wal::WalOptions::new(cfg.cluster.id, id);
-        wopts.durability = durability;
+        wopts.durability = cfg.cluster.durability;
         wopts.segment_bytes_max = cfg.storage.wal_segment_bytes_max;
         let (w, records) = partita_wal::Wal::open(dir.join("wal"), wopts)
             .with_context(|| format!("opening the WAL in {}", dir.display()))?;

@@ -81,6 +81,83 @@ pub enum Workload {
     PartitionedBatch { partitions: u32 },
 }
 
+impl Workload {
+    /// Its name, as `partita bench --workload` takes it and reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Query => "query",
+            Workload::Update => "update",
+            Workload::Batch => "batch",
+            Workload::Mixed => "mixed",
+            Workload::PartitionedQuery { .. } => "partitioned-query",
+            Workload::PartitionedBatch { .. } => "partitioned-batch",
+        }
+    }
+
+    /// What it is, in words, for figure legends and reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Workload::Query => "queries (1000 keys)",
+            Workload::Update => "updates (1 per command)",
+            Workload::Batch => "batched updates (7 per command)",
+            Workload::Mixed => "mixed reads and writes",
+            Workload::PartitionedQuery { .. } => "queries (1000 keys)",
+            Workload::PartitionedBatch { .. } => "batched updates (7 per command, one partition)",
+        }
+    }
+
+    /// The state-partitioning refinement of a base workload (paper 001 §V-D): queries
+    /// of which `cross_percent`% straddle a border of `partitions` equal ranges, or
+    /// batches inside one partition. The other workloads stay as they are.
+    pub fn partitioned(self, partitions: u32, cross_percent: u32) -> Workload {
+        match self {
+            Workload::Query | Workload::PartitionedQuery { .. } => Workload::PartitionedQuery {
+                partitions,
+                cross_percent,
+            },
+            Workload::Batch | Workload::PartitionedBatch { .. } => {
+                Workload::PartitionedBatch { partitions }
+            }
+            w => w,
+        }
+    }
+
+    /// The unpartitioned workload a partitioned one refines.
+    pub fn base(self) -> Workload {
+        match self {
+            Workload::PartitionedQuery { .. } => Workload::Query,
+            Workload::PartitionedBatch { .. } => Workload::Batch,
+            w => w,
+        }
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// By name, the four base workloads (the partitioned ones take parameters: see
+/// [`Workload::partitioned`]).
+impl std::str::FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Workload, String> {
+        match s {
+            "query" => Ok(Workload::Query),
+            "update" => Ok(Workload::Update),
+            "batch" => Ok(Workload::Batch),
+            "mixed" => Ok(Workload::Mixed),
+            _ => Err(<Workload as partita_types::Choice>::unknown(s)),
+        }
+    }
+}
+
+impl partita_types::Choice for Workload {
+    const NAMES: &'static [&'static str] = &["query", "update", "batch", "mixed"];
+    const WHAT: &'static str = "workload";
+}
+
 /// Keys of the preload are 0, 2, 4, …, 2(N-1) with value = key.
 pub const PRELOAD_STRIDE: u64 = 2;
 

@@ -17,10 +17,17 @@
 //! that is oversized, of another version or whose checksum does not match is an error
 //! for the connection that sent it and nothing else.
 
+pub mod choice;
 pub mod early;
 pub mod frame;
 pub mod partition;
 
+/// The size of a WAL segment when the cluster file says nothing (`[storage]
+/// wal_segment_bytes_max`): the log truncates whole segments. Here because both the WAL
+/// and the cluster file need it and neither depends on the other.
+pub const WAL_SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 << 20;
+
+pub use choice::{Choice, Durability, FieldError, Mode};
 pub use partition::{mask_partitions, PartitionId, PartitionLayout, PartitionMap};
 
 /// How many client timeouts to wait before the next resubmission of a command that

@@ -16,16 +16,8 @@ use crate::format::{
 /// written has LSN 1; LSN 0 means "nothing".
 pub type Lsn = u64;
 
-/// How hard [`Wal::sync`] tries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// `fdatasync` the segment on every sync, `fsync` the directory when segments are
-    /// created or deleted. Survives power loss. Use this in production.
-    Fsync,
-    /// Never fsync: sync only hands the bytes to the operating system. Survives a
-    /// process crash but not an OS crash or power loss. For tests and benchmarks.
-    Memory,
-}
+/// How hard [`Wal::sync`] tries (shared with the cluster file and the command line).
+pub use partita_types::Durability;
 
 /// Parameters of [`Wal::open`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +34,7 @@ pub struct WalOptions {
 }
 
 impl WalOptions {
-    pub const DEFAULT_SEGMENT_BYTES_MAX: u64 = 64 << 20;
+    pub const DEFAULT_SEGMENT_BYTES_MAX: u64 = partita_types::WAL_SEGMENT_BYTES_MAX_DEFAULT;
     /// Anything smaller is a configuration mistake (it would not hold a header).
     pub const MIN_SEGMENT_BYTES_MAX: u64 = 64;
 

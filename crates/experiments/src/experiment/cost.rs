@@ -282,9 +282,9 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, partita
         None => kind.to_string(),
     };
     let name = |w: Workload| match w {
-        Workload::Query => "queries (1000 keys)",
+        Workload::Query | Workload::PartitionedQuery { .. } => "queries (1000 keys)",
         Workload::Update => "single updates",
-        Workload::Batch => "batches of 7 updates",
+        Workload::Batch | Workload::PartitionedBatch { .. } => "batches of 7 updates",
         Workload::Mixed => "mixed",
     };
     let mut fig5 = Vec::new();

@@ -315,10 +315,6 @@ pub fn replica_image(entries: u64, cluster_id: u64) -> anyhow::Result<ReplicaIma
     })))
 }
 
-fn sim_workload(w: Workload) -> simbench::Workload {
-    w.to_sim()
-}
-
 /// `partita bench`'s result for a simulated point (virtual time throughout).
 pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> BenchResult {
     let cs = r.mode == "cs";
@@ -395,11 +391,7 @@ pub struct SimParams {
 pub fn sim_point(o: &SimParams, p: &SimPointSpec) -> anyhow::Result<Point> {
     let started = Instant::now();
     let cs = p.cluster.cluster.mode == partita_config::Mode::Cs;
-    let mut spec = BenchSpec::new(
-        p.cluster.clone(),
-        sim_workload(p.workload),
-        p.clients as u32,
-    );
+    let mut spec = BenchSpec::new(p.cluster.clone(), p.workload, p.clients as u32);
     spec.think_ms = o.think_ms;
     spec.preload = o.preload;
     spec.duration_ns = o.duration.as_nanos() as u64;

@@ -379,9 +379,11 @@ pub fn execution_ns_per_command(cost: &CostTable, w: Workload, replicas: usize) 
     };
     let mutation = (kind("insert") + kind("delete")) / 2.0;
     match w {
-        Workload::Batch => 7.0 * mutation + cost.command_ns as f64,
+        Workload::Batch | Workload::PartitionedBatch { .. } => {
+            7.0 * mutation + cost.command_ns as f64
+        }
         Workload::Update => mutation + cost.command_ns as f64,
-        Workload::Query => {
+        Workload::Query | Workload::PartitionedQuery { .. } => {
             let q = kind("query")
                 + 1000.0 * cost.btree_query_entry_ps as f64 / 1000.0
                 + cost.command_ns as f64;
@@ -498,8 +500,8 @@ pub fn comparison_table(r: &ExperimentReport) -> String {
 
 fn workload_name(w: Workload) -> &'static str {
     match w {
-        Workload::Query => "queries",
-        Workload::Batch => "batched updates",
+        Workload::Query | Workload::PartitionedQuery { .. } => "queries",
+        Workload::Batch | Workload::PartitionedBatch { .. } => "batched updates",
         Workload::Update => "single updates",
         Workload::Mixed => "mixed",
     }
