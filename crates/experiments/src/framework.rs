@@ -2,26 +2,33 @@
 //! driver, real or simulated, and one path for reports and figures.
 //!
 //! - A [`PointSpec`] says what to measure: the curve it belongs to, its position on
-//!   the x axis, the cluster file, and the closed-loop load ([`BenchConfig`]).
+//!   the x axis, the cluster file, and the closed-loop load ([`BenchConfig`]: workload,
+//!   clients, duration, think time, preload, seed).
 //! - A [`Driver`] measures it: [`RealDriver`] starts a fresh local cluster of real
-//!   processes and runs `partita bench`'s clients against it; a simulated driver runs
-//!   the same cluster file and load in the simulator's experiment mode. Both return a
-//!   [`Measured`]: the benchmark's numbers, with what only the simulator knows.
-//! - [`run_sweep`] runs every point of a sweep in order (interleaved rounds are the
-//!   order the experiment gives), reporting progress.
+//!   processes and runs `partita bench`'s clients against it; [`SimDriver`] runs the
+//!   same cluster file and load in the simulator's experiment mode (virtual time, a
+//!   cost table), several points at once on threads. Both return a [`Measured`]: the
+//!   reported [`Point`], with what only real runs keep (every command, the replicas'
+//!   counters) or what only the simulator knows (each node's load, the trace hash).
+//! - [`run_sweep`] runs every point of a sweep, in the order the experiment gives
+//!   (interleaved rounds are an order), reporting progress, and returns them in order.
 //! - [`figure`] builds a figure (`partita-plot`), and [`write_report`] writes a report
 //!   as JSON with every figure beside it as SVG and PNG (`FILE.json` →
 //!   `FILE-SUFFIX.svg`, `FILE-SUFFIX.png`).
 //!
-//! A new experiment is one file: build its points, pick the driver, run the sweep,
-//! turn the measured points into a report and its figures.
+//! A new experiment is one file: build its points, take a driver, run the sweep, turn
+//! the measured points into a report and its figures (`experiment/cost.rs` is the
+//! example: the same points run real or simulated).
 
+use crate::experiment::Point;
 use anyhow::Context;
 use partita_config::ClusterConfig;
-use partita_harness::bench::{BenchConfig, BenchResult};
+use partita_harness::bench::{self, BenchConfig};
 use partita_plot::{Figure, Panel};
+use partita_sim::CostTable;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// One point to measure.
 #[derive(Clone, Debug)]
@@ -35,12 +42,27 @@ pub struct PointSpec {
     pub bench: BenchConfig,
 }
 
+impl PointSpec {
+    /// The point's name in progress lines and errors.
+    pub fn name(&self) -> String {
+        format!(
+            "{} {}, {} = {}",
+            self.bench.workload, self.series, self.x_name, self.x
+        )
+    }
+}
+
 /// What a driver measured of a point.
 #[derive(Clone, Debug)]
 pub struct Measured {
-    pub result: BenchResult,
-    /// Simulated points: where the time went.
-    pub sim: Option<crate::experiment::SimDetail>,
+    /// As reported: the benchmark's numbers, and for simulated points where the time
+    /// went ([`Point::sim`]).
+    pub point: Point,
+    /// Real points: every command of the run (statistics the bench result does not
+    /// keep). Empty for simulated points.
+    pub records: Vec<bench::Record>,
+    /// Real points: each replica's status right after the load (its counters).
+    pub replica_status: Vec<partita_wire::NodeStatus>,
 }
 
 /// Runs points: real processes here, or the simulator.
@@ -52,6 +74,51 @@ pub trait Driver {
     fn machine(&self) -> String;
     /// Measure one point.
     async fn run(&mut self, point: &PointSpec) -> anyhow::Result<Measured>;
+    /// Measure every point, returned in order (by default one after the other).
+    async fn run_all(
+        &mut self,
+        points: &[PointSpec],
+        progress: bool,
+    ) -> anyhow::Result<Vec<Measured>> {
+        let mut out = Vec::with_capacity(points.len());
+        for (i, p) in points.iter().enumerate() {
+            let m = self.run(p).await.with_context(|| p.name())?;
+            if progress {
+                eprintln!("  [{}/{}] {}", i + 1, points.len(), progress_line(p, &m));
+            }
+            out.push(m);
+        }
+        Ok(out)
+    }
+}
+
+fn progress_line(p: &PointSpec, m: &Measured) -> String {
+    let r = &m.point.result;
+    let mut line = format!(
+        "{:<40} {:>9.0} cmd/s  p50 {:.2} ms",
+        p.name(),
+        r.throughput_cmds_per_s,
+        r.latency_ms_p50
+    );
+    if let Some(d) = &m.point.sim {
+        if let Some(n) = d
+            .nodes
+            .iter()
+            .max_by(|a, b| a.cpu.max(a.nic_out).total_cmp(&b.cpu.max(b.nic_out)))
+        {
+            line += &format!(
+                "  (busiest: n{} {} cpu {:.0}% nic {:.0}%; {:.1} s wall)",
+                n.node,
+                n.role,
+                n.cpu * 100.0,
+                n.nic_out * 100.0,
+                d.wall_s
+            );
+        }
+    } else if let Some(cpu) = r.cpu_us_per_cmd {
+        line += &format!("  {cpu:.1} µs CPU/cmd");
+    }
+    line
 }
 
 /// Real points: each on a fresh local cluster of `partita node` processes (the
@@ -80,42 +147,141 @@ impl Driver for RealDriver {
         crate::experiment::machine_with(self.node_cpu_label.as_deref())
     }
     async fn run(&mut self, p: &PointSpec) -> anyhow::Result<Measured> {
-        let result =
-            crate::experiment::run_point(&self.exe, &p.cluster, &p.bench, self.node_cpu).await?;
-        Ok(Measured { result, sim: None })
+        let rp =
+            crate::experiment::run_point_detailed(&self.exe, &p.cluster, &p.bench, self.node_cpu)
+                .await?;
+        Ok(Measured {
+            point: Point::new(
+                p.series.clone(),
+                p.bench.workload,
+                &p.x_name,
+                p.x,
+                rp.result,
+            ),
+            records: rp.records,
+            replica_status: rp.replica_status,
+        })
     }
 }
 
-/// Run every point with `driver`, in order; `progress` prints one line per point.
+/// Simulated points: the point's cluster file and load in the simulator's experiment
+/// mode (one simulated CPU per node, the cost table's CPU and disk costs, a gigabit
+/// LAN), `jobs` points at once on threads. The virtual duration, preload, think time
+/// and seed are the point's [`BenchConfig`]'s; durability is its cluster's.
+pub struct SimDriver {
+    pub cost: CostTable,
+    /// Where the cost table came from (a file, or the built-in defaults).
+    pub cost_source: String,
+    pub jobs: usize,
+}
+
+impl SimDriver {
+    /// Measure one point (synchronously: the simulator waits on nothing).
+    pub fn run_now(&self, p: &PointSpec) -> anyhow::Result<Measured> {
+        let params = crate::experiment::SimParams {
+            duration: p.bench.duration,
+            preload: p.bench.preload,
+            think_ms: p.bench.think_ms,
+            durability: p.cluster.cluster.durability,
+            cost: self.cost.clone(),
+            seed: p.bench.seed,
+        };
+        let spec = crate::experiment::SimPointSpec {
+            series: p.series.clone(),
+            workload: p.bench.workload,
+            x_name: p.x_name.clone(),
+            x: p.x,
+            cluster: p.cluster.clone(),
+            clients: p.bench.clients,
+        };
+        Ok(Measured {
+            point: crate::experiment::sim_point(&params, &spec)?,
+            records: Vec::new(),
+            replica_status: Vec::new(),
+        })
+    }
+
+    /// Measure every point, `jobs` at a time, returned in order.
+    pub fn run_all_now(
+        &self,
+        points: &[PointSpec],
+        progress: bool,
+    ) -> anyhow::Result<Vec<Measured>> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<anyhow::Result<Measured>>>> =
+            Mutex::new((0..points.len()).map(|_| None).collect());
+        let jobs = self.jobs.clamp(1, points.len().max(1));
+        std::thread::scope(|s| {
+            for _ in 0..jobs {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= points.len() {
+                        break;
+                    }
+                    let p = &points[i];
+                    let r = self
+                        .run_now(p)
+                        .with_context(|| format!("simulated {}", p.name()));
+                    if progress {
+                        match &r {
+                            Ok(m) => eprintln!("  {}", progress_line(p, m)),
+                            Err(e) => eprintln!("  {}: {e:#}", p.name()),
+                        }
+                    }
+                    results.lock().expect("results lock")[i] = Some(r);
+                });
+            }
+        });
+        results
+            .into_inner()
+            .expect("results lock")
+            .into_iter()
+            .map(|r| r.expect("every point ran"))
+            .collect()
+    }
+}
+
+impl Driver for SimDriver {
+    fn simulated(&self) -> bool {
+        true
+    }
+    fn machine(&self) -> String {
+        crate::experiment::sim_machine(&self.cost_source)
+    }
+    async fn run(&mut self, p: &PointSpec) -> anyhow::Result<Measured> {
+        self.run_now(p)
+    }
+    async fn run_all(
+        &mut self,
+        points: &[PointSpec],
+        progress: bool,
+    ) -> anyhow::Result<Vec<Measured>> {
+        self.run_all_now(points, progress)
+    }
+}
+
+/// Run every point with `driver`; `progress` prints one line per point. The points
+/// come back in the order given.
 pub async fn run_sweep<D: Driver>(
     points: &[PointSpec],
     driver: &mut D,
     progress: bool,
 ) -> anyhow::Result<Vec<Measured>> {
-    let mut out = Vec::with_capacity(points.len());
-    for (i, p) in points.iter().enumerate() {
-        let m = driver.run(p).await.with_context(|| {
-            format!(
-                "{}, {:?}, {} = {}",
-                p.series, p.bench.workload, p.x_name, p.x
-            )
-        })?;
-        if progress {
-            eprintln!(
-                "  [{}/{}] {:?} {:<22} {} {:>5}: {:>9.0} cmd/s  p50 {:.2} ms",
-                i + 1,
-                points.len(),
-                p.bench.workload,
-                p.series,
-                p.x_name,
-                p.x,
-                m.result.throughput_cmds_per_s,
-                m.result.latency_ms_p50
-            );
-        }
-        out.push(m);
-    }
-    Ok(out)
+    driver.run_all(points, progress).await
+}
+
+/// A sweep in the simulator, without an async runtime (the simulator waits on nothing).
+pub fn run_sim_sweep(
+    points: &[PointSpec],
+    driver: &SimDriver,
+    progress: bool,
+) -> anyhow::Result<Vec<Measured>> {
+    driver.run_all_now(points, progress)
+}
+
+/// The reported points of a sweep.
+pub fn points(measured: Vec<Measured>) -> Vec<Point> {
+    measured.into_iter().map(|m| m.point).collect()
 }
 
 /// A figure: `panels` in rows of `cols`, a title, and a footnote (the configuration

@@ -52,14 +52,59 @@ impl CostOptions {
     }
 }
 
-/// Paper 001 §V-B: the cost of replication.
+/// The points of the sweep, in report order: per workload, Figure 5 (CS and SMR with 2
+/// replicas against clients), then Figure 6 (SMR against the number of replicas, with
+/// the most clients). The same points run real or simulated; only the clusters (`cs`,
+/// `smr` of a replica count) and the load (`bench` of a workload and client count)
+/// differ.
+pub fn points(
+    workloads: &[Workload],
+    clients: &[usize],
+    replicas: &[usize],
+    protocol: Protocol,
+    cs: &ClusterConfig,
+    smr: impl Fn(usize) -> ClusterConfig,
+    bench: impl Fn(Workload, usize) -> BenchConfig,
+) -> Vec<PointSpec> {
+    let smr_label = format!("SMR {protocol}");
+    let max_clients = clients.iter().copied().max().unwrap_or(1);
+    let point = |series: &str, x_name: &str, x: usize, cluster: ClusterConfig, b| PointSpec {
+        series: series.to_string(),
+        x_name: x_name.to_string(),
+        x: x as f64,
+        cluster,
+        bench: b,
+    };
+    let mut v = Vec::new();
+    for &w in workloads {
+        for &c in clients {
+            v.push(point("CS", "clients", c, cs.clone(), bench(w, c)));
+            v.push(point(&smr_label, "clients", c, smr(2), bench(w, c)));
+        }
+        for &n in replicas {
+            v.push(point(
+                &smr_label,
+                "servers",
+                n,
+                smr(n),
+                bench(w, max_clients),
+            ));
+        }
+    }
+    v
+}
+
+/// Paper 001 §V-B on real processes: every point on a fresh local cluster.
 pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<ExperimentReport> {
-    let node_cpu_label = node_cpu_label(o.node_cpu)?;
-    let mut points = Vec::new();
-    let smr_label = format!("SMR {}", o.protocol);
-    let max_clients = o.clients.iter().copied().max().unwrap_or(1);
-    for &w in &o.workloads {
-        let bench_cfg = |clients: usize| BenchConfig {
+    let mut driver = RealDriver::new(exe, o.node_cpu)?;
+    let specs = points(
+        &o.workloads,
+        &o.clients,
+        &o.replicas,
+        o.protocol,
+        &cs_cluster(),
+        |n| smr_cluster(n, o.protocol, o.durability),
+        |w, clients| BenchConfig {
             workload: w,
             clients,
             duration: o.duration,
@@ -69,59 +114,14 @@ pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<
             trim: 0.1,
             progress: false,
             key_space: None,
-        };
-        let run = |series: String, x_name: &str, x: f64, cluster: ClusterConfig, clients: usize| {
-            let cfg = bench_cfg(clients);
-            let x_name = x_name.to_string();
-            let exe = exe.to_path_buf();
-            let progress = o.progress;
-            let node_cpu = o.node_cpu;
-            async move {
-                let r = run_point(&exe, &cluster, &cfg, node_cpu)
-                    .await
-                    .with_context(|| format!("{series}, {w:?}, {x_name} = {x}"))?;
-                if progress {
-                    eprintln!(
-                        "  {w:?} {series:<18} {x_name} {x:>4}: {:>9.0} cmd/s  p50 {:.2} ms",
-                        r.throughput_cmds_per_s, r.latency_ms_p50
-                    );
-                }
-                anyhow::Ok(Point::new(series, w, &x_name, x, r))
-            }
-        };
-        // Figure 5: throughput and response time against clients (2 replicas).
-        for &c in &o.clients {
-            points.push(run("CS".into(), "clients", c as f64, cs_cluster(), c).await?);
-            points.push(
-                run(
-                    smr_label.clone(),
-                    "clients",
-                    c as f64,
-                    smr_cluster(2, o.protocol, o.durability),
-                    c,
-                )
-                .await?,
-            );
-        }
-        // Figure 6: the most clients, against the number of servers.
-        for &n in &o.replicas {
-            points.push(
-                run(
-                    smr_label.clone(),
-                    "servers",
-                    n as f64,
-                    smr_cluster(n, o.protocol, o.durability),
-                    max_clients,
-                )
-                .await?,
-            );
-        }
-    }
+        },
+    );
+    let measured = run_sweep(&specs, &mut driver, o.progress).await?;
     Ok(ExperimentReport {
         name: "cost-of-replication".into(),
-        simulated: false,
-        machine: machine_with(node_cpu_label.as_deref()),
-        points,
+        simulated: driver.simulated(),
+        machine: driver.machine(),
+        points: framework::points(measured),
         comparisons: Vec::new(),
     })
 }
@@ -148,6 +148,15 @@ pub struct SimCostOptions {
 }
 
 impl SimCostOptions {
+    /// The driver of its points.
+    pub fn driver(&self) -> SimDriver {
+        SimDriver {
+            cost: self.cost.clone(),
+            cost_source: self.cost_source.clone(),
+            jobs: self.jobs,
+        }
+    }
+
     /// What every point of the sweep shares.
     pub fn params(&self) -> SimParams {
         SimParams {
@@ -198,55 +207,40 @@ impl SimCostOptions {
     }
 }
 
-/// The points of the sweep, in report order: per workload, Figure 5 (CS and SMR with
-/// 2 replicas against clients), then Figure 6 (SMR against replicas, most clients).
-pub fn sim_points(o: &SimCostOptions) -> Vec<SimPointSpec> {
-    let smr_label = format!("SMR {}", o.protocol);
-    let max_clients = o.clients.iter().copied().max().unwrap_or(1);
-    let mut v = Vec::new();
-    for &w in &o.workloads {
-        for &c in &o.clients {
-            v.push(SimPointSpec {
-                series: "CS".into(),
-                workload: w,
-                x_name: "clients".into(),
-                x: c as f64,
-                cluster: sim_cs_cluster(),
-                clients: c,
-            });
-            v.push(SimPointSpec {
-                series: smr_label.clone(),
-                workload: w,
-                x_name: "clients".into(),
-                x: c as f64,
-                cluster: sim_smr_cluster(2, o.protocol, o.durability),
-                clients: c,
-            });
-        }
-        for &n in &o.replicas {
-            v.push(SimPointSpec {
-                series: smr_label.clone(),
-                workload: w,
-                x_name: "servers".into(),
-                x: n as f64,
-                cluster: sim_smr_cluster(n, o.protocol, o.durability),
-                clients: max_clients,
-            });
-        }
-    }
-    v
+/// The sweep's points for the simulator (clusters without checkpoints, as the paper
+/// took none; virtual time).
+pub fn sim_points(o: &SimCostOptions) -> Vec<PointSpec> {
+    points(
+        &o.workloads,
+        &o.clients,
+        &o.replicas,
+        o.protocol,
+        &sim_cs_cluster(),
+        |n| sim_smr_cluster(n, o.protocol, o.durability),
+        |w, clients| BenchConfig {
+            workload: w,
+            clients,
+            duration: o.duration,
+            think_ms: o.think_ms,
+            preload: o.preload,
+            seed: o.seed,
+            trim: 0.1,
+            progress: false,
+            key_space: None,
+        },
+    )
 }
 
-/// Paper 001 §V-B in the simulator: the points run `jobs` at a time; the report is
-/// the same as the real one's, with `simulated = true`.
+/// Paper 001 §V-B in the simulator: the same points as the real sweep, `jobs` at a
+/// time; the report is the same as the real one's, with `simulated = true`.
 pub fn cost_of_replication_sim(o: &SimCostOptions) -> anyhow::Result<ExperimentReport> {
-    let specs = sim_points(o);
-    let points = run_sim_points(&o.params(), &specs, o.jobs, o.progress)?;
+    let driver = o.driver();
+    let measured = run_sim_sweep(&sim_points(o), &driver, o.progress)?;
     Ok(ExperimentReport {
         name: "cost-of-replication".into(),
-        simulated: true,
-        machine: sim_machine(&o.cost_source),
-        points,
+        simulated: driver.simulated(),
+        machine: driver.machine(),
+        points: framework::points(measured),
         comparisons: Vec::new(),
     })
 }

@@ -29,7 +29,9 @@ pub mod speculation;
 pub use cost::*;
 pub use speculation::*;
 
-use anyhow::Context;
+use crate::framework::{
+    self, run_sim_sweep, run_sweep, Driver, Measured, PointSpec, RealDriver, SimDriver,
+};
 use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
 use partita_harness::bench::{self, BenchConfig, BenchResult, Workload};
@@ -427,64 +429,6 @@ pub fn sim_point(o: &SimParams, p: &SimPointSpec) -> anyhow::Result<Point> {
         trace_hash: r.trace_hash,
     });
     Ok(point)
-}
-
-/// Simulate `specs`, `jobs` at a time (each point on its own thread), in order.
-pub fn run_sim_points(
-    o: &SimParams,
-    specs: &[SimPointSpec],
-    jobs: usize,
-    progress: bool,
-) -> anyhow::Result<Vec<Point>> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<anyhow::Result<Point>>>> =
-        Mutex::new((0..specs.len()).map(|_| None).collect());
-    let jobs = jobs.clamp(1, specs.len().max(1));
-    std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= specs.len() {
-                    break;
-                }
-                let p = &specs[i];
-                let r = sim_point(o, p);
-                if progress {
-                    match &r {
-                        Ok(pt) => {
-                            let d = pt.sim.as_ref().expect("simulated");
-                            let bottleneck = d
-                                .nodes
-                                .iter()
-                                .max_by(|a, b| a.cpu.max(a.nic_out).total_cmp(&b.cpu.max(b.nic_out)))
-                                .map(|n| {
-                                    format!(
-                                        "busiest: n{} {} cpu {:.0}% nic {:.0}%",
-                                        n.node,
-                                        n.role,
-                                        n.cpu * 100.0,
-                                        n.nic_out * 100.0
-                                    )
-                                })
-                                .unwrap_or_default();
-                            eprintln!(
-                                "  {:?} {:<18} {} {:>4}: {:>9.0} cmd/s  p50 {:.2} ms  ({bottleneck}; {:.1} s wall)",
-                                p.workload, p.series, p.x_name, p.x, pt.result.throughput_cmds_per_s,
-                                pt.result.latency_ms_p50, d.wall_s
-                            );
-                        }
-                        Err(e) => eprintln!("  {:?} {} {} {}: {e:#}", p.workload, p.series, p.x_name, p.x),
-                    }
-                }
-                results.lock().expect("results lock")[i] = Some(r);
-            });
-        }
-    });
-    let mut points = Vec::new();
-    for r in results.into_inner().expect("results lock") {
-        points.push(r.expect("every point ran")?);
-    }
-    Ok(points)
 }
 
 pub(crate) fn series(

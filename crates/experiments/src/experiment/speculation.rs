@@ -123,69 +123,66 @@ fn label(speculative: bool) -> (&'static str, &'static str) {
 
 /// Paper 001 §V-C on real processes: every point on a fresh cluster.
 pub async fn speculation(exe: &Path, o: &SpecOptions) -> anyhow::Result<ExperimentReport> {
-    let node_cpu_label = node_cpu_label(o.node_cpu)?;
-    let mut points: Vec<Point> = Vec::new();
-    let mut comparisons = Vec::new();
-    let mut pair = 0usize;
+    let mut driver = RealDriver::new(exe, o.node_cpu)?;
+    // Classic and speculative twins, one after the other, the first of each pair
+    // alternating: (index of the classic point, of the speculative one, repetition,
+    // which went first).
+    let mut specs = Vec::new();
+    let mut pairs = Vec::new();
     for &w in &o.workloads {
         for &n in &o.replicas {
             for &c in &o.clients {
                 for rep in 0..o.repeat {
-                    let spec_first = pair % 2 == 1;
-                    pair += 1;
+                    let spec_first = pairs.len() % 2 == 1;
                     let mut idx = [0usize; 2];
                     for speculative in [spec_first, !spec_first] {
-                        let cfg = BenchConfig {
-                            workload: w,
-                            clients: c,
-                            duration: o.duration,
-                            think_ms: o.think_ms,
-                            preload: o.preload,
-                            seed: 1 + rep as u64,
-                            trim: 0.1,
-                            progress: false,
-                            key_space: None,
-                        };
-                        let cluster = spec_cluster(n, speculative, o.durability);
-                        let (series, execution) = label(speculative);
-                        let rp = run_point_detailed(exe, &cluster, &cfg, o.node_cpu)
-                            .await
-                            .with_context(|| {
-                                format!("{series}, {w:?}, {n} replicas, {c} clients")
-                            })?;
-                        let mut p = real_point(series, execution, w, &cfg, rp);
-                        if o.progress {
-                            eprintln!(
-                                "  {w:?} {n} replicas {series:<16} clients {c:>3} (rep {rep}): {:>8.0} cmd/s  p50 {:.3} ms  mean {:.3} ms{}",
-                                p.result.throughput_cmds_per_s,
-                                p.result.latency_ms_p50,
-                                p.latency_ms_mean.unwrap_or(0.0),
-                                p.speculation_counters
-                                    .as_ref()
-                                    .map(|s| format!("  (speculated {}, confirmed {}, rolled back {})", s.speculated, s.confirmed, s.rolled_back))
-                                    .unwrap_or_default()
-                            );
-                        }
-                        p.x = c as f64;
-                        idx[speculative as usize] = points.len();
-                        points.push(p);
+                        idx[speculative as usize] = specs.len();
+                        specs.push(PointSpec {
+                            series: label(speculative).0.into(),
+                            x_name: "clients".into(),
+                            x: c as f64,
+                            cluster: spec_cluster(n, speculative, o.durability),
+                            bench: BenchConfig {
+                                workload: w,
+                                clients: c,
+                                duration: o.duration,
+                                think_ms: o.think_ms,
+                                preload: o.preload,
+                                seed: 1 + rep as u64,
+                                trim: 0.1,
+                                progress: false,
+                                key_space: None,
+                            },
+                        });
                     }
-                    comparisons.push(compare(
-                        &points,
-                        idx[0],
-                        idx[1],
-                        rep,
-                        if spec_first { "speculative" } else { "classic" },
-                        None,
-                    ));
+                    pairs.push((idx, rep, spec_first));
                 }
             }
         }
     }
+    let measured = run_sweep(&specs, &mut driver, o.progress).await?;
+    let points: Vec<Point> = measured
+        .into_iter()
+        .zip(&specs)
+        .map(|(m, p)| real_point(label(p.series == SPECULATIVE).1, &p.bench, m))
+        .collect();
+    let comparisons = pairs
+        .into_iter()
+        .map(|(idx, rep, spec_first)| {
+            compare(
+                &points,
+                idx[0],
+                idx[1],
+                rep,
+                if spec_first { "speculative" } else { "classic" },
+                None,
+            )
+        })
+        .collect();
     Ok(ExperimentReport {
         name: "speculation".into(),
-        simulated: false,
-        machine: machine_with(node_cpu_label.as_deref()),
+        simulated: driver.simulated(),
+        machine: driver.machine(),
         points,
         comparisons,
     })
@@ -194,27 +191,20 @@ pub async fn speculation(exe: &Path, o: &SpecOptions) -> anyhow::Result<Experime
 /// A real point with its exact mean response time (over the commands `partita bench`
 /// counts: invoked after the first 10%, completed before the last 10%, answered) and
 /// the replicas' speculation counters.
-fn real_point(
-    series: &str,
-    execution: &str,
-    w: Workload,
-    cfg: &BenchConfig,
-    rp: RealPoint,
-) -> Point {
+fn real_point(execution: &str, cfg: &BenchConfig, m: Measured) -> Point {
     let lo = (cfg.duration.as_nanos() as f64 * cfg.trim) as u64;
     let hi = (cfg.duration.as_nanos() as f64 * (1.0 - cfg.trim)) as u64;
     let (mut n, mut sum) = (0u64, 0u128);
-    for r in &rp.records {
+    for r in &m.records {
         if r.call_ns >= lo && r.ret_ns <= hi && r.result.is_some() {
             n += 1;
             sum += (r.ret_ns - r.call_ns) as u128;
         }
     }
-    let mut result = rp.result;
+    let mut p = m.point;
     if execution == "speculative" {
-        result.ordering += ", speculative execution";
+        p.result.ordering += ", speculative execution";
     }
-    let mut p = Point::new(series.into(), w, "clients", cfg.clients as f64, result);
     p.execution = Some(execution.into());
     p.latency_ms_mean = Some(if n > 0 {
         sum as f64 / n as f64 / 1e6
@@ -223,7 +213,7 @@ fn real_point(
     });
     p.latency_mean_from = Some("exact".into());
     let mut counters = SpeculationCounters::default();
-    for s in &rp.replica_status {
+    for s in &m.replica_status {
         for (k, v) in &s.counters {
             match k.as_str() {
                 "speculated" => counters.speculated += v,
@@ -310,6 +300,15 @@ pub struct SimSpecOptions {
 }
 
 impl SimSpecOptions {
+    /// The driver of its points.
+    pub fn driver(&self) -> SimDriver {
+        SimDriver {
+            cost: self.cost.clone(),
+            cost_source: self.cost_source.clone(),
+            jobs: self.jobs,
+        }
+    }
+
     /// The paper's setup (§V-A, §V-C): 12 million entries, think time 0–10 ms, 4 and
     /// 8 replicas, queries and batched updates, clients from light load to the
     /// saturation of the cost-of-replication sweep; 4 virtual seconds per point.
@@ -401,19 +400,29 @@ pub fn speculation_sim(o: &SimSpecOptions) -> anyhow::Result<ExperimentReport> {
         for &n in &o.replicas {
             for &c in &o.clients {
                 for speculative in [false, true] {
-                    specs.push(SimPointSpec {
+                    specs.push(PointSpec {
                         series: label(speculative).0.into(),
-                        workload: w,
                         x_name: "clients".into(),
                         x: c as f64,
                         cluster: sim_spec_cluster(n, speculative, o.durability),
-                        clients: c,
+                        bench: BenchConfig {
+                            workload: w,
+                            clients: c,
+                            duration: o.duration,
+                            think_ms: o.think_ms,
+                            preload: o.preload,
+                            seed: o.seed,
+                            trim: 0.1,
+                            progress: false,
+                            key_space: None,
+                        },
                     });
                 }
             }
         }
     }
-    let mut points = run_sim_points(&o.params(), &specs, o.jobs, o.progress)?;
+    let driver = o.driver();
+    let mut points = framework::points(run_sim_sweep(&specs, &driver, o.progress)?);
     for p in &mut points {
         let speculative = p.series == SPECULATIVE;
         p.execution = Some(label(speculative).1.into());
@@ -439,8 +448,8 @@ pub fn speculation_sim(o: &SimSpecOptions) -> anyhow::Result<ExperimentReport> {
     }
     Ok(ExperimentReport {
         name: "speculation".into(),
-        simulated: true,
-        machine: sim_machine(&o.cost_source),
+        simulated: driver.simulated(),
+        machine: driver.machine(),
         points,
         comparisons,
     })
