@@ -32,7 +32,7 @@ enum Cmd {
     Node(NodeArgs),
     /// Show each node's role, whether it answers and its progress.
     Status(TargetArgs),
-    /// Run one B+tree operation against the cluster.
+    /// Run one operation against the cluster's service (B+tree or key-value store).
     Kv(KvArgs),
     /// Benchmark a cluster (or the B+tree alone: `partita bench btree`).
     Bench(BenchArgs),

@@ -342,17 +342,6 @@ impl SimSpecOptions {
             ..SimSpecOptions::full()
         }
     }
-
-    pub fn params(&self) -> SimParams {
-        SimParams {
-            duration: self.duration,
-            preload: self.preload,
-            think_ms: self.think_ms,
-            durability: self.durability,
-            cost: self.cost.clone(),
-            seed: self.seed,
-        }
-    }
 }
 
 /// The simulated cluster: [`sim_smr_cluster`] with Ring Paxos, speculating or not.
