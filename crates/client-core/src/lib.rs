@@ -210,6 +210,10 @@ struct Outstanding<S: StateMachine> {
     opening: bool,
     /// Whether anything of this invocation was sent yet.
     announced: bool,
+    /// Whether the command itself (not just an open or a renewal) was sent: if so, a
+    /// later open would let a copy of it run twice, so a session lost after this ends
+    /// the command as unknown instead.
+    command_sent: bool,
     /// The command's envelope (sent once the session is open).
     command: Command,
     /// What is sent now: the open, or the command.
@@ -237,6 +241,9 @@ pub struct ClientCore<S: StateMachine> {
     seq: u64,
     /// The instance the current session was opened at (`None`: not open).
     session: Option<Instance>,
+    /// The newest session it ever had (0: none): its opens name it, so a copy of an
+    /// old open cannot replace a newer session.
+    last_session: Instance,
     /// When (this client's clock) the session was last opened or renewed: the
     /// earliest the replicas can have started its lease.
     sessioned_ns: u64,
@@ -271,6 +278,7 @@ impl<S: StateMachine> ClientCore<S> {
             id,
             seq: 0,
             session: None,
+            last_session: 0,
             sessioned_ns: 0,
             topology,
             cfg,
@@ -407,7 +415,12 @@ impl<S: StateMachine> ClientCore<S> {
         // Open a session first, or renew it once half its lease has passed.
         let renew_ns = self.topology.session_lease_ms.map(|l| l * 500_000);
         let step = match self.session {
-            None => Some(Command::open(self.id, self.replica, map.all())),
+            None => Some(Command::reopen(
+                self.id,
+                self.last_session,
+                self.replica,
+                map.all(),
+            )),
             Some(at) if renew_ns.is_some_and(|r| now.saturating_sub(self.sessioned_ns) >= r) => {
                 Some(Command::renew(self.id, at, self.replica, map.all()))
             }
@@ -426,6 +439,7 @@ impl<S: StateMachine> ClientCore<S> {
             seq: env.seq,
             opening,
             announced: false,
+            command_sent: false,
             command: env,
             envelope,
             call_ns: now,
@@ -446,12 +460,22 @@ impl<S: StateMachine> ClientCore<S> {
     /// The session opened (or renewed) at `opened_at`: the command that waited goes
     /// out.
     fn opened(&mut self, opened_at: Instance, now: u64, out: &mut Vec<Action>) {
-        if self.session == Some(opened_at) {
+        let renewed = self.session == Some(opened_at);
+        if renewed {
             self.stats.sessions_renewed += 1;
         } else {
             self.stats.sessions_opened += 1;
         }
         self.session = Some(opened_at);
+        self.last_session = self.last_session.max(opened_at);
+        if !renewed && self.outstanding.as_ref().is_some_and(|o| o.command_sent) {
+            // Another session than the one the command went out in (the answer to a
+            // duplicate of an earlier open): its replies are not cached there, so
+            // sending it again could run it twice. Its outcome is unknown; the new
+            // session serves the next command.
+            self.stats.sessions_expired += 1;
+            return self.finish(now, Err(ClientError::SessionExpired), false);
+        }
         let o = self.outstanding.as_mut().expect("an open is outstanding");
         o.opening = false;
         o.command.session = opened_at;
@@ -481,6 +505,7 @@ impl<S: StateMachine> ClientCore<S> {
         // first).
         let first = !o.announced;
         o.announced = true;
+        o.command_sent |= !o.opening;
         if o.sends > 1 {
             self.stats.resubmissions += 1;
         }
@@ -538,7 +563,9 @@ impl<S: StateMachine> ClientCore<S> {
         if let Some(g) = self.cfg.give_up_ns {
             if now.saturating_sub(o.call_ns) >= g {
                 self.stats.gave_up += 1;
-                let why = if o.opening {
+                // Gave up opening a session: the command never went out (unless it
+                // did before a renewal, and then its outcome is unknown).
+                let why = if o.opening && !o.command_sent {
                     ClientError::NoSession { after_ns: g }
                 } else {
                     ClientError::Timeout { after_ns: g }
@@ -549,6 +576,26 @@ impl<S: StateMachine> ClientCore<S> {
         }
         if !std::mem::take(&mut o.refused_pending) {
             self.rotate();
+        }
+        // A command retried for half a lease renews the session before it goes out
+        // again: its own copies cannot renew it (a renewal reaches every partition, a
+        // command only its own), and the session must outlive the retries.
+        let renew_due = self
+            .topology
+            .session_lease_ms
+            .is_some_and(|l| now.saturating_sub(self.sessioned_ns) >= l * 500_000);
+        let opening = self.outstanding.as_ref().is_some_and(|o| o.opening);
+        if let (true, Some(at)) = (renew_due && !opening, self.session) {
+            let all = self.topology.layout.map.all();
+            let renew = Command::renew(self.id, at, self.replica, all);
+            let o = self.outstanding.as_mut().expect("checked above");
+            o.envelope = renew;
+            o.partitions = partita_types::mask_partitions(all);
+            o.opening = true;
+            o.parts.clear();
+            o.opens.clear();
+            o.early.clear();
+            self.sessioned_ns = now;
         }
         self.send(now, out);
     }
@@ -625,8 +672,11 @@ impl<S: StateMachine> ClientCore<S> {
                 // Refused by the service: executed nowhere.
                 return self.finish(now, Err(ClientError::Rejected(why.clone())), early);
             }
-            Err(Refusal::SessionExpired) if opening => {
-                // A renewal came too late: open a new session; the command waits on.
+            Err(Refusal::SessionExpired)
+                if opening && !self.outstanding.as_ref().is_some_and(|o| o.command_sent) =>
+            {
+                // A renewal came too late, before the command went out: open a new
+                // session; the command waits on.
                 self.session = None;
                 self.stats.sessions_expired += 1;
                 return self.reopen(now, out);
@@ -680,7 +730,7 @@ impl<S: StateMachine> ClientCore<S> {
     /// The session is gone before the command was sent: open a new one first.
     fn reopen(&mut self, now: u64, out: &mut Vec<Action>) {
         let all = self.topology.layout.map.all();
-        let open = Command::open(self.id, self.replica, all);
+        let open = Command::reopen(self.id, self.last_session, self.replica, all);
         self.sessioned_ns = now;
         let o = self.outstanding.as_mut().expect("a renewal is outstanding");
         o.envelope = open;

@@ -589,3 +589,130 @@ fn sessions_are_renewed_at_half_the_lease_and_reopened_if_gone() {
         "the command is still outstanding, not failed"
     );
 }
+
+/// A command retried for half a lease renews its session before the next copy goes
+/// out; once the command went out, a session found gone ends it as unknown (a new
+/// session could run it a second time), and the next open names the session it
+/// replaces.
+#[test]
+fn a_retried_command_renews_its_session_and_never_reopens_under_itself() {
+    let mut c = ClientCore::<BPlusTree>::new(
+        9,
+        Topology {
+            session_lease_ms: Some(100),
+            ..topology()
+        },
+        ClientConfig {
+            timeout_ns: 20_000_000,
+            give_up_ns: None,
+            refused_retry_ns: 30,
+        },
+        1,
+        4,
+    );
+    let mut out = Vec::new();
+    let renewal_after_retries = |c: &mut ClientCore<BPlusTree>, out: &mut Vec<Action>| loop {
+        out.clear();
+        let at = c.deadline().expect("a command is outstanding");
+        c.on_timer(at, out);
+        let Action::Send { cmd, .. } = &out[0];
+        if cmd.is_open() {
+            assert_eq!(cmd.session, 1, "a renewal of session 1: {cmd:?}");
+            assert!(at >= 50_000_000, "renewed only after half the lease");
+            return at;
+        }
+        assert_eq!((cmd.seq, cmd.session), (1, 1), "the command itself");
+    };
+    // First round: the renewal succeeds and the command goes out again.
+    submit_opened(&mut c, Op::Insert { key: 1, value: 1 }, 0, &[4], &mut out);
+    let at = renewal_after_retries(&mut c, &mut out);
+    let renewed = Reply {
+        client: 9,
+        seq: 0,
+        instance: 7,
+        result: Ok(partita_types::session_reply(1)),
+    };
+    out.clear();
+    c.on_reply(4, &renewed, None, at + 1, &mut out);
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!((cmd.seq, cmd.session), (1, 1), "the command again");
+    assert_eq!(c.stats().sessions_renewed, 1);
+    // Second round: the renewal finds the session gone. The command is not sent
+    // under a new session: it ends with an unknown outcome.
+    let at = renewal_after_retries(&mut c, &mut out);
+    let refused = Reply {
+        client: 9,
+        seq: 0,
+        instance: 30,
+        result: Err(Refusal::SessionExpired),
+    };
+    out.clear();
+    c.on_reply(4, &refused, None, at + 1, &mut out);
+    assert!(out.is_empty(), "nothing more sent: {out:?}");
+    assert_eq!(
+        c.take_done().unwrap().result,
+        Err(ClientError::SessionExpired)
+    );
+    // The next command opens a session that replaces session 1.
+    out.clear();
+    c.submit(Op::Read { key: 1 }, at + 2, &mut out).unwrap();
+    let Action::Send { cmd, .. } = &out[0];
+    assert!(cmd.is_open() && cmd.session == 0, "an open: {cmd:?}");
+    let partita_types::Body::Whole { payload, .. } = &cmd.body else {
+        panic!("an open is whole: {cmd:?}");
+    };
+    assert_eq!(partita_types::open_replaces(payload), 1);
+}
+
+/// The answer to a copy of an earlier open (another session than the one the command
+/// went out in) ends the command as unknown instead of sending it again.
+#[test]
+fn a_different_session_after_the_command_went_out_ends_it_as_unknown() {
+    let mut c = ClientCore::<BPlusTree>::new(
+        9,
+        Topology {
+            session_lease_ms: Some(100),
+            ..topology()
+        },
+        ClientConfig {
+            timeout_ns: 20_000_000,
+            give_up_ns: None,
+            refused_retry_ns: 30,
+        },
+        1,
+        4,
+    );
+    let mut out = Vec::new();
+    submit_opened(&mut c, Op::Insert { key: 1, value: 1 }, 0, &[4], &mut out);
+    // Retry until the renewal goes out, then answer it with another session.
+    let at = loop {
+        out.clear();
+        let at = c.deadline().unwrap();
+        c.on_timer(at, &mut out);
+        let Action::Send { cmd, .. } = &out[0];
+        if cmd.is_open() {
+            break at;
+        }
+    };
+    let other = Reply {
+        client: 9,
+        seq: 0,
+        instance: 12,
+        result: Ok(partita_types::session_reply(12)),
+    };
+    out.clear();
+    c.on_reply(4, &other, None, at + 1, &mut out);
+    assert!(
+        out.is_empty(),
+        "the command is not sent in session 12: {out:?}"
+    );
+    assert_eq!(
+        c.take_done().unwrap().result,
+        Err(ClientError::SessionExpired)
+    );
+    // Session 12 serves the next command.
+    out.clear();
+    c.submit(Op::Read { key: 1 }, at + 2, &mut out).unwrap();
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!((cmd.seq, cmd.session), (2, 12));
+}

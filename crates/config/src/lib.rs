@@ -703,6 +703,7 @@ impl ClusterConfig {
             window_instances_max: self.batching.window_instances_max,
             retransmit_ticks: (200 / tick).max(1),
             heartbeat_ticks: (50 / tick).max(1),
+            time_step_max_ms: self.sessions.lease().map_or(u64::MAX, |l| (l / 4).max(1)),
             ..CoordinatorConfig::default()
         }
     }

@@ -801,6 +801,14 @@ impl Acceptor {
         self.decided_prefix.max(self.announced_decided + 1)
     }
 
+    /// The ordered time of the newest value it accepted (0: none).
+    pub fn newest_time_ms(&self) -> u64 {
+        self.accepted
+            .values()
+            .next_back()
+            .map_or(0, |a| a.value.time_ms)
+    }
+
     /// The promise for `from..to`, as Phase 1B pages of at most about
     /// [`PHASE1B_PAGE_BYTES_MAX`] bytes of values each, tiling the range in order.
     fn send_promise(

@@ -115,6 +115,8 @@ pub struct Coordinator {
     /// The time of the newest value this coordinator proposed or adopted: new values
     /// are stamped no earlier.
     last_stamp_ms: u64,
+    /// The clock when this coordinator last stamped a value (`None`: not yet).
+    stamped_clock_ms: Option<u64>,
     last_heartbeat_tick: u64,
     /// Recently decided values, for learners that ask the coordinator.
     recent: BTreeMap<Instance, Arc<Value>>,
@@ -179,6 +181,7 @@ impl Coordinator {
             now_tick: 0,
             clock_ms: 0,
             last_stamp_ms: 0,
+            stamped_clock_ms: None,
             last_heartbeat_tick: 0,
             recent: BTreeMap::new(),
             recent_max: 4096,
@@ -613,9 +616,26 @@ impl Coordinator {
         self.clock_ms = self.clock_ms.max(now_ms);
     }
 
-    /// The time for a new value: the clock, or the last stamp if the clock is behind.
+    /// The cluster's ordered time as this node last saw it (the newest value its
+    /// acceptor holds): a new coordinator continues from it.
+    pub fn observe_time(&mut self, time_ms: u64) {
+        self.last_stamp_ms = self.last_stamp_ms.max(time_ms);
+    }
+
+    /// The time for a new value. A coordinator of a fresh cluster starts from its
+    /// clock; one that knows the cluster's time (adopted in Phase 1, or observed)
+    /// continues from it without a jump. From then on it advances as the clock does,
+    /// at most `time_step_max_ms` from one value to the next, and never goes back.
     fn stamp(&mut self) -> u64 {
-        self.last_stamp_ms = self.last_stamp_ms.max(self.clock_ms);
+        let clock = self.clock_ms;
+        self.last_stamp_ms = match self.stamped_clock_ms {
+            None if self.last_stamp_ms == 0 => clock,
+            None => self.last_stamp_ms,
+            Some(prev) => self
+                .last_stamp_ms
+                .saturating_add(clock.saturating_sub(prev).min(self.cfg.time_step_max_ms)),
+        };
+        self.stamped_clock_ms = Some(clock);
         self.last_stamp_ms
     }
 
@@ -962,6 +982,48 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Ordered time follows the clock from the first value on, never jumps more than
+    /// `time_step_max_ms` between two values (an outage does not count), never goes
+    /// back, and a coordinator that observed the cluster's time continues from it.
+    #[test]
+    fn ordered_time_steps_at_most_the_cap_and_continues_from_what_it_saw() {
+        let capped = CoordinatorConfig {
+            time_step_max_ms: 25,
+            ..cfg()
+        };
+        let mut c = Coordinator::new(
+            3,
+            membership(Protocol::RingPaxos),
+            capped.clone(),
+            Ballot::ZERO,
+            1,
+        );
+        c.set_clock(1_000);
+        assert_eq!(c.stamp(), 1_000, "a fresh cluster starts at the clock");
+        c.set_clock(1_010);
+        assert_eq!(c.stamp(), 1_010);
+        c.set_clock(61_010);
+        assert_eq!(c.stamp(), 1_035, "a minute of silence counts as 25 ms");
+        c.set_clock(61_020);
+        assert_eq!(c.stamp(), 1_045, "then the clock again");
+        c.set_clock(50_000);
+        assert_eq!(c.stamp(), 1_045, "a clock that goes back changes nothing");
+
+        // A new leader whose clock is far ahead continues from the time it saw.
+        let mut d = Coordinator::new(3, membership(Protocol::RingPaxos), capped, Ballot::ZERO, 1);
+        d.observe_time(1_045);
+        d.set_clock(900_000);
+        assert_eq!(d.stamp(), 1_045, "no jump to the new leader's clock");
+        d.set_clock(900_005);
+        assert_eq!(d.stamp(), 1_050);
+        // Without a cap (no leases), ordered time is the clock.
+        let mut e = Coordinator::new(3, membership(Protocol::RingPaxos), cfg(), Ballot::ZERO, 1);
+        e.set_clock(5);
+        e.stamp();
+        e.set_clock(90_000);
+        assert_eq!(e.stamp(), 90_000);
     }
 
     /// The coordinator's own acceptor (3) promises `from..to`: Phase 1 needs it.

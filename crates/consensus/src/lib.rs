@@ -1030,6 +1030,12 @@ pub struct CoordinatorConfig {
     pub suspect_ticks: u64,
     /// Commands waiting for a batch, at most; beyond that new commands are refused.
     pub pending_commands_max: usize,
+    /// Ordered time (`Value::time_ms`) advances by at most this much from one value to
+    /// the next, whatever the coordinator's clock did in between: an outage (a failover,
+    /// a paused leader, a lost quorum) or an idle spell does not count, so it cannot
+    /// expire every client session at once when ordering resumes. The cluster file
+    /// sets it to a quarter of `[sessions] lease_ms`; unbounded without leases.
+    pub time_step_max_ms: u64,
 }
 
 impl Default for CoordinatorConfig {
@@ -1045,6 +1051,7 @@ impl Default for CoordinatorConfig {
             election_timeout_ticks: 250,
             suspect_ticks: 150,
             pending_commands_max: 100_000,
+            time_step_max_ms: u64::MAX,
         }
     }
 }

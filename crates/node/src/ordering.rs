@@ -205,6 +205,7 @@ impl PaxosOrdering {
             a.first_undecided(),
         );
         c.set_clock(self.clock_ms);
+        c.observe_time(a.newest_time_ms());
         c.on_tick(self.tick, actions);
         if self.bugs.skip_phase1 {
             c.unsafe_skip_phase1(actions);

@@ -577,7 +577,8 @@ impl<S: StateMachine> SequentialReplica<S> {
                 let slog = log.as_deref_mut().map(|l| &mut l.session_log);
                 let result = if cmd.session == 0 {
                     self.stats.sessions_opened += 1;
-                    Ok(self.sessions.open(cmd.client, instance, slog))
+                    let replaces = partita_types::open_replaces(payload);
+                    Ok(self.sessions.open(cmd.client, instance, replaces, slog))
                 } else {
                     self.stats.sessions_renewed += 1;
                     self.sessions.renew(cmd.client, cmd.session, slog)

@@ -182,12 +182,24 @@ impl Sessions {
 
     /// Open a new session for `client` at `instance` (ending any it had): the
     /// instance it opened at, which the open's reply carries.
+    ///
+    /// An open names the session it replaces (the client's last, 0: none). If the
+    /// client's current session is newer than that, this open is a copy of the one
+    /// that made it (a duplicate, or a resend whose first copy was ordered): the
+    /// current session is its answer, unchanged. Otherwise copies of an old open would
+    /// end the live session and refuse its commands.
     pub fn open(
         &mut self,
         client: ClientId,
         instance: Instance,
+        replaces: Instance,
         log: Option<&mut SessionLog>,
     ) -> Instance {
+        if let Some(s) = self.map.get(&client) {
+            if s.opened_at > replaces {
+                return s.opened_at;
+            }
+        }
         let s = Session {
             client,
             opened_at: instance,
@@ -317,6 +329,24 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_an_old_open_leaves_the_live_session_alone() {
+        let mut s = Sessions::new(Some(100));
+        assert_eq!(s.open(7, 5, 0, None), 5);
+        // A duplicate of that open, ordered later: answered with session 5.
+        assert_eq!(s.open(7, 8, 0, None), 5);
+        assert_eq!(s.admit(&cmd(7, 1, 5), None), Admission::Run { last: None });
+        // The client replaces session 5 knowingly: a new session.
+        assert_eq!(s.open(7, 9, 5, None), 9);
+        assert_eq!(
+            s.admit(&cmd(7, 2, 5), None),
+            Admission::Refuse(Refusal::SessionExpired)
+        );
+        // Once the session expired, even a copy of the first open opens a new one.
+        s.advance(500, None);
+        assert_eq!(s.open(7, 12, 0, None), 12);
+    }
+
+    #[test]
     fn with_a_lease_unknown_and_stale_sessions_are_refused() {
         let mut s = Sessions::new(Some(100));
         assert_eq!(
@@ -325,7 +355,7 @@ mod tests {
             "never opened"
         );
         s.advance(10, None);
-        assert_eq!(s.open(7, 5, None), 5);
+        assert_eq!(s.open(7, 5, 0, None), 5);
         assert_eq!(s.admit(&cmd(7, 1, 5), None), Admission::Run { last: None });
         assert_eq!(
             s.admit(&cmd(7, 1, 4), None),
@@ -333,7 +363,7 @@ mod tests {
             "a command of an older session of the same client"
         );
         // An open always starts a new session: the old one's commands are refused.
-        assert_eq!(s.open(7, 9, None), 9);
+        assert_eq!(s.open(7, 9, 5, None), 9);
         assert_eq!(
             s.admit(&cmd(7, 2, 5), None),
             Admission::Refuse(Refusal::SessionExpired)
@@ -347,9 +377,9 @@ mod tests {
     fn sessions_expire_a_lease_after_their_renewal_and_undo_brings_them_back() {
         let mut s = Sessions::new(Some(100));
         s.advance(0, None);
-        s.open(1, 1, None);
+        s.open(1, 1, 0, None);
         s.advance(50, None);
-        s.open(2, 2, None);
+        s.open(2, 2, 0, None);
         s.advance(100, None);
         assert_eq!(s.len(), 2, "renewed exactly one lease ago: kept");
         let mut log = SessionLog::new();
@@ -374,7 +404,7 @@ mod tests {
     #[test]
     fn cached_replies_never_go_back() {
         let mut s = Sessions::new(None);
-        s.open(3, 1, None);
+        s.open(3, 1, 0, None);
         let reply = |seq| Reply {
             client: 3,
             seq,

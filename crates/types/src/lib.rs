@@ -264,11 +264,35 @@ impl Command {
         }
     }
 
+    /// An open that replaces session `replaces` (the client's last, 0: none): a copy of
+    /// an earlier open (a duplicate, a resend) is answered with the session that open
+    /// made instead of replacing it ([`open_replaces`] reads it back).
+    pub fn reopen(
+        client: ClientId,
+        replaces: Instance,
+        reply_to: NodeId,
+        groups: GroupMask,
+    ) -> Command {
+        let mut c = Command::open(client, reply_to, groups);
+        if replaces != 0 {
+            c.body = Body::Whole {
+                groups,
+                payload: Payload::copy_from_slice(&replaces.to_le_bytes()),
+            };
+        }
+        c
+    }
+
     /// Whether this command opens or renews a session (sequence number 0; a renewal
     /// names its session, an open does not).
     pub fn is_open(&self) -> bool {
         self.seq == 0
     }
+}
+
+/// The session an open replaces, from its payload (0: none, or not an open's payload).
+pub fn open_replaces(payload: &[u8]) -> Instance {
+    payload.try_into().map_or(0, Instance::from_le_bytes)
 }
 
 /// The reply to a session's open: the instance the session was opened at.
