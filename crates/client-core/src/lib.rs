@@ -335,15 +335,11 @@ impl<S: StateMachine> ClientCore<S> {
 
     /// The nodes replies to the outstanding command come from: the driver keeps a
     /// connection to each (registered before it sends).
-    pub fn reply_nodes(&self) -> Vec<NodeId> {
-        match &self.outstanding {
-            None => vec![self.replica],
-            Some(o) => o
-                .partitions
-                .iter()
-                .filter_map(|&p| self.answerer(p))
-                .collect(),
-        }
+    pub fn reply_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let idle = self.outstanding.is_none().then_some(self.replica);
+        let parts = self.outstanding.iter().flat_map(|o| o.partitions.iter());
+        idle.into_iter()
+            .chain(parts.filter_map(|&p| self.answerer(p)))
     }
 
     fn partitioned(&self) -> bool {
@@ -711,6 +707,13 @@ impl<S: StateMachine> ClientCore<S> {
             self.stats.late_replies += 1;
             return;
         }
+        if o.partitions.len() == 1 {
+            // The common case, one partition: nothing to collect.
+            return match S::merge(&o.cmd, vec![(p, reply)], &self.topology.layout.map) {
+                Ok(r) => self.finish(now, Ok(r), early),
+                Err(MergeError(_)) => self.stats.merge_errors += 1,
+            };
+        }
         let got = o.parts.entry(instance).or_default();
         if got.iter().any(|(q, _)| *q == p) {
             self.stats.late_replies += 1;
@@ -858,7 +861,7 @@ impl<S: StateMachine> ClientCore<S> {
     /// resubmit after the refusal delay.
     pub fn on_disconnected(&mut self, node: NodeId, now: u64) {
         let entry_lost = node == self.entry;
-        let replies_lost = self.reply_nodes().contains(&node);
+        let replies_lost = self.reply_nodes().any(|n| n == node);
         if entry_lost {
             let e = &self.topology.entries;
             let at = e.iter().position(|&n| n == self.entry);

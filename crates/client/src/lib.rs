@@ -228,9 +228,17 @@ impl<S: StateMachine> Client<S> {
     /// then the sends.
     async fn act(&mut self, actions: Vec<Action>) {
         for Action::Send { to, cmd, .. } in actions {
-            let mut nodes = self.core.reply_nodes();
-            nodes.push(to);
+            let missing = |c: &Self| {
+                let conns = &c.conns;
+                !conns.contains_key(&to) || c.core.reply_nodes().any(|n| !conns.contains_key(&n))
+            };
             let mut reachable = true;
+            // (Usually every connection is open already: nothing to collect.)
+            let nodes: Vec<NodeId> = if missing(self) {
+                self.core.reply_nodes().chain([to]).collect()
+            } else {
+                Vec::new()
+            };
             for n in nodes {
                 if let Err(e) = self.ensure(n).await {
                     tracing::debug!("{e}");
@@ -282,16 +290,37 @@ impl<S: StateMachine> Client<S> {
             }
             let deadline = self.core.deadline().expect("a command is outstanding");
             let wake = tokio::time::Instant::from_std(self.epoch + Duration::from_nanos(deadline));
-            let got = if self.conns.is_empty() {
-                tokio::time::sleep_until(wake).await;
-                None
-            } else {
-                let reads = select_all(
-                    self.conns
-                        .iter_mut()
-                        .map(|(n, c)| Box::pin(async move { (*n, c.rd.next().await) })),
-                );
-                tokio::time::timeout_at(wake, reads).await.ok().map(|r| r.0)
+            // Read whichever connection has a frame first, until the deadline. One or
+            // two connections (the entry node and the replica) are the common case and
+            // are read without boxing a future per connection.
+            let mut conns = self.conns.iter_mut();
+            let got = match (conns.next(), conns.next(), conns.next()) {
+                (None, ..) => {
+                    tokio::time::sleep_until(wake).await;
+                    None
+                }
+                (Some((&a, ca)), None, _) => tokio::time::timeout_at(wake, ca.rd.next())
+                    .await
+                    .ok()
+                    .map(|r| (a, r)),
+                (Some((&a, ca)), Some((&b, cb)), None) => {
+                    let either = async {
+                        tokio::select! {
+                            biased;
+                            r = ca.rd.next() => (a, r),
+                            r = cb.rd.next() => (b, r),
+                        }
+                    };
+                    tokio::time::timeout_at(wake, either).await.ok()
+                }
+                _ => {
+                    let reads = select_all(
+                        self.conns
+                            .iter_mut()
+                            .map(|(n, c)| Box::pin(async move { (*n, c.rd.next().await) })),
+                    );
+                    tokio::time::timeout_at(wake, reads).await.ok().map(|r| r.0)
+                }
             };
             let now = self.now();
             // (The deadline passing is handled below, whatever woke us.)

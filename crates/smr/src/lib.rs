@@ -606,11 +606,11 @@ impl<S: StateMachine> SequentialReplica<S> {
                     continue;
                 }
             };
-            let last = match self
+            let last_seq = match self
                 .sessions
                 .admit(cmd, log.as_deref_mut().map(|l| &mut l.session_log))
             {
-                sessions::Admission::Run { last } => last,
+                sessions::Admission::Run { last_seq } => last_seq,
                 sessions::Admission::Refuse(why) => {
                     self.stats.session_refusals += 1;
                     if mine {
@@ -620,15 +620,16 @@ impl<S: StateMachine> SequentialReplica<S> {
                 }
             };
             let mutation = !S::is_read_only(&op);
-            if let Some(last) = last {
-                if cmd.seq < last.seq || (cmd.seq == last.seq && !mutation) {
+            if let Some(last_seq) = last_seq {
+                if cmd.seq < last_seq || (cmd.seq == last_seq && !mutation) {
                     self.stats.stale_ignored += 1;
                     continue;
                 }
-                if cmd.seq == last.seq && !self.unsafe_reexecute_duplicates {
+                if cmd.seq == last_seq && !self.unsafe_reexecute_duplicates {
                     self.stats.duplicates_answered += 1;
                     if mine {
-                        replies_out.push(last);
+                        let last = self.sessions.get(cmd.client).and_then(|s| s.last.clone());
+                        replies_out.push(last.expect("admitted with a cached reply"));
                     }
                     continue;
                 }

@@ -53,8 +53,9 @@ pub type SessionLog = Vec<(ClientId, Option<Session>)>;
 /// What the session table says about a command, before it runs.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Admission {
-    /// Run it in this session (`last` is the session's cached reply).
-    Run { last: Option<Reply> },
+    /// Run it in this session (`last_seq`: the sequence number of the session's cached
+    /// reply, which [`Sessions::get`] gives).
+    Run { last_seq: Option<u64> },
     /// Refuse it: it belongs to no live session.
     Refuse(Refusal),
 }
@@ -236,7 +237,7 @@ impl Sessions {
     pub fn admit(&mut self, cmd: &Command, log: Option<&mut SessionLog>) -> Admission {
         match self.map.get(&cmd.client) {
             Some(s) if self.lease_ms.is_none() || s.opened_at == cmd.session => Admission::Run {
-                last: s.last.clone(),
+                last_seq: s.last.as_ref().map(|r| r.seq),
             },
             Some(_) if !self.unsafe_reopen_expired => Admission::Refuse(Refusal::SessionExpired),
             None if self.lease_ms.is_some() && !self.unsafe_reopen_expired => {
@@ -252,25 +253,29 @@ impl Sessions {
                     last: None,
                 };
                 self.set(cmd.client, Some(s), log);
-                Admission::Run { last: None }
+                Admission::Run { last_seq: None }
             }
         }
     }
 
     /// Cache `reply` as `client`'s last mutation's.
     pub fn cache(&mut self, client: ClientId, reply: Reply, log: Option<&mut SessionLog>) {
-        let Some(s) = self.map.get(&client) else {
+        let Some(s) = self.map.get_mut(&client) else {
             return;
         };
         assert!(
             s.last.as_ref().is_none_or(|p| p.seq <= reply.seq),
             "reply cache went backwards"
         );
-        let s = Session {
-            last: Some(reply),
-            ..s.clone()
-        };
-        self.set(client, Some(s), log);
+        // In place: the renewal time (the expiry index's key) does not change.
+        let prev = s.last.replace(reply);
+        if let Some(l) = log {
+            let before = Session {
+                last: prev,
+                ..s.clone()
+            };
+            l.push((client, Some(before)));
+        }
     }
 
     /// Drop every cached reply, keeping the sessions (planted bug).
@@ -334,7 +339,10 @@ mod tests {
         assert_eq!(s.open(7, 5, 0, None), 5);
         // A duplicate of that open, ordered later: answered with session 5.
         assert_eq!(s.open(7, 8, 0, None), 5);
-        assert_eq!(s.admit(&cmd(7, 1, 5), None), Admission::Run { last: None });
+        assert_eq!(
+            s.admit(&cmd(7, 1, 5), None),
+            Admission::Run { last_seq: None }
+        );
         // The client replaces session 5 knowingly: a new session.
         assert_eq!(s.open(7, 9, 5, None), 9);
         assert_eq!(
@@ -356,7 +364,10 @@ mod tests {
         );
         s.advance(10, None);
         assert_eq!(s.open(7, 5, 0, None), 5);
-        assert_eq!(s.admit(&cmd(7, 1, 5), None), Admission::Run { last: None });
+        assert_eq!(
+            s.admit(&cmd(7, 1, 5), None),
+            Admission::Run { last_seq: None }
+        );
         assert_eq!(
             s.admit(&cmd(7, 1, 4), None),
             Admission::Refuse(Refusal::SessionExpired),
@@ -394,9 +405,15 @@ mod tests {
         // A renewal keeps a session alive; commands alone do not.
         assert_eq!(s.advance(140, None), 1, "session 1, renewed at 0");
         s.renew(2, 2, None).unwrap();
-        assert_eq!(s.admit(&cmd(2, 1, 2), None), Admission::Run { last: None });
+        assert_eq!(
+            s.admit(&cmd(2, 1, 2), None),
+            Admission::Run { last_seq: None }
+        );
         assert_eq!(s.advance(200, None), 0, "session 2 was renewed at 140");
-        assert_eq!(s.admit(&cmd(2, 2, 2), None), Admission::Run { last: None });
+        assert_eq!(
+            s.admit(&cmd(2, 2, 2), None),
+            Admission::Run { last_seq: None }
+        );
         assert_eq!(s.advance(241, None), 1, "session 2, not renewed since 140");
         s.invariants();
     }
@@ -414,9 +431,7 @@ mod tests {
         s.cache(3, reply(2), None);
         assert_eq!(
             s.admit(&cmd(3, 3, 1), None),
-            Admission::Run {
-                last: Some(reply(2))
-            }
+            Admission::Run { last_seq: Some(2) }
         );
         let back = std::panic::catch_unwind(move || s.cache(3, reply(1), None));
         assert!(back.is_err());
@@ -425,7 +440,10 @@ mod tests {
     #[test]
     fn without_a_lease_sessions_open_implicitly_and_never_expire() {
         let mut s = Sessions::new(None);
-        assert_eq!(s.admit(&cmd(3, 1, 0), None), Admission::Run { last: None });
+        assert_eq!(
+            s.admit(&cmd(3, 1, 0), None),
+            Admission::Run { last_seq: None }
+        );
         assert_eq!(s.advance(u64::MAX, None), 0);
         assert!(s.get(3).is_some());
         s.invariants();
@@ -435,6 +453,9 @@ mod tests {
     fn the_planted_bug_reopens_expired_sessions() {
         let mut s = Sessions::new(Some(10));
         s.unsafe_reopen_expired = true;
-        assert_eq!(s.admit(&cmd(7, 3, 2), None), Admission::Run { last: None });
+        assert_eq!(
+            s.admit(&cmd(7, 3, 2), None),
+            Admission::Run { last_seq: None }
+        );
     }
 }
