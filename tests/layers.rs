@@ -128,6 +128,16 @@ fn cluster_file_and_wire_sit_below_both_drivers() {
     }
 }
 
+/// Commands cross ordering as opaque bytes: the ordering protocols and the node's
+/// ordering seam know no service (the B+tree appears only in their tests).
+#[test]
+fn ordering_knows_no_service() {
+    let g = graph();
+    let services = ["partita-btree", "partita-kv", "partita-service"];
+    assert_apart(&g, "partita-consensus", &services);
+    assert_apart(&g, "partita-types", &services);
+}
+
 /// The control: the check does see a dependency that is there.
 #[test]
 fn the_check_catches_a_dependency_that_exists() {
