@@ -56,6 +56,7 @@ mod batcher;
 mod coordinator;
 mod elector;
 mod learner;
+pub mod multiring;
 
 pub use acceptor::Acceptor;
 pub use batcher::{Batcher, BatcherConfig, BatcherStats};
