@@ -74,20 +74,67 @@ pub struct Injected {
     pub next_decision_ms: Option<f64>,
 }
 
+/// A check that did not pass, and whether it found something wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "message")]
+pub enum Failed {
+    /// The check found what a correct cluster never does: a history no linearization
+    /// explains, replicas whose digests differ at the same instance, an acknowledged
+    /// write gone after a restart. This is what a control must see.
+    Violation(String),
+    /// The check could not judge (replicas that did not catch up in time, no answer
+    /// after the restart, a search that gave up): it says nothing about correctness.
+    Undecided(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Violation(m) => write!(f, "violation: {m}"),
+            Failed::Undecided(m) => write!(f, "undecided: {m}"),
+        }
+    }
+}
+
+/// The three checks' names, as reports and [`NemesisReport::violations`] give them.
+pub const LINEARIZABLE: &str = "linearizable";
+pub const CONVERGED: &str = "replicas converge";
+pub const SURVIVED_RESTART: &str = "acknowledged writes survive a full restart";
+
 #[derive(Clone, Debug, Serialize)]
 pub struct NemesisReport {
     pub injected: Vec<Injected>,
     pub bench: BenchResult,
     pub operations: usize,
     pub unknown_outcomes: usize,
-    pub linearizable: Result<String, String>,
-    pub converged: Result<String, String>,
-    pub survived_restart: Result<String, String>,
+    pub linearizable: Result<String, Failed>,
+    pub converged: Result<String, Failed>,
+    pub survived_restart: Result<String, Failed>,
 }
 
 impl NemesisReport {
     pub fn passed(&self) -> bool {
         self.linearizable.is_ok() && self.converged.is_ok() && self.survived_restart.is_ok()
+    }
+
+    fn checks(&self) -> [(&'static str, &Result<String, Failed>); 3] {
+        [
+            (LINEARIZABLE, &self.linearizable),
+            (CONVERGED, &self.converged),
+            (SURVIVED_RESTART, &self.survived_restart),
+        ]
+    }
+
+    /// The checks that found a violation (not those that could not judge), with what
+    /// they found.
+    pub fn violations(&self) -> Vec<(&'static str, &str)> {
+        self.checks()
+            .into_iter()
+            .filter_map(|(name, r)| match r {
+                Err(Failed::Violation(m)) => Some((name, m.as_str())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Failover times (ms) of the coordinator faults.
@@ -126,18 +173,13 @@ impl std::fmt::Display for NemesisReport {
             "verdict ({} operations, {} with unknown outcome)",
             self.operations, self.unknown_outcomes
         )?;
-        let line = |f: &mut std::fmt::Formatter<'_>, what: &str, r: &Result<String, String>| match r
-        {
-            Ok(s) => writeln!(f, "  ok    {what}: {s}"),
-            Err(e) => writeln!(f, "  FAIL  {what}: {e}"),
-        };
-        line(f, "linearizable", &self.linearizable)?;
-        line(f, "replicas converge", &self.converged)?;
-        line(
-            f,
-            "acknowledged writes survive a full restart",
-            &self.survived_restart,
-        )
+        for (what, r) in self.checks() {
+            match r {
+                Ok(s) => writeln!(f, "  ok    {what}: {s}")?,
+                Err(e) => writeln!(f, "  FAIL  {what}: {e}")?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -294,7 +336,7 @@ async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>> {
 }
 
 /// Wait until every replica executed the same instance; return their digests.
-async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, String> {
+async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
     let t0 = Instant::now();
     let mut last = String::new();
     while t0.elapsed() < limit {
@@ -318,14 +360,14 @@ async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, S
                 .collect();
             return partita_checker::check_convergence(&digests)
                 .map(|_| format!("{} replicas at instance {decided}", digests.len()))
-                .map_err(|e| e.to_string());
+                .map_err(|e| Failed::Violation(e.to_string()));
         }
         last = format!("{st:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(format!(
+    Err(Failed::Undecided(format!(
         "replicas did not catch up within {limit:?}: {last}"
-    ))
+    )))
 }
 
 /// Run the nemesis against `lc` (started, ready). `exe` is the partita binary used to
@@ -381,7 +423,10 @@ pub async fn run(
     let linearizable = match partita_checker::check_with_final_state(&events, &opts, &final_entries)
     {
         Ok(s) => Ok(format!("{} operations ({s:?})", events.len())),
-        Err(e) => Err(e.to_string()),
+        Err(e @ partita_checker::CheckError::NotLinearizable(_)) => {
+            Err(Failed::Violation(e.to_string()))
+        }
+        Err(e) => Err(Failed::Undecided(e.to_string())),
     };
 
     nem.lc.stop(Duration::from_secs(5));
@@ -397,13 +442,15 @@ pub async fn run(
         )),
         Ok(after) => {
             let missing = final_entries.iter().filter(|e| !after.contains(e)).count();
-            Err(format!(
+            Err(Failed::Violation(format!(
                 "{} entries before the restart, {} after; {missing} missing",
                 final_entries.len(),
                 after.len()
-            ))
+            )))
         }
-        Err(e) => Err(format!("no answer after the restart: {e}")),
+        Err(e) => Err(Failed::Undecided(format!(
+            "no answer after the restart: {e}"
+        ))),
     };
     Ok(NemesisReport {
         injected,
