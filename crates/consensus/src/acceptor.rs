@@ -1025,6 +1025,7 @@ mod tests {
             )],
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         })
     }
 

@@ -65,6 +65,10 @@ pub struct CoordinatorStats {
     /// Resubmissions dropped because the same command was already queued here or in a
     /// value in flight (its original will be decided and answered).
     pub duplicates_dropped: u64,
+    /// Multi-Ring Paxos: skip instances proposed, and the logical instances they stand
+    /// for.
+    pub skips_proposed: u64,
+    pub logical_skipped: u64,
 }
 
 /// Where an undecided command of this coordinator is.
@@ -128,6 +132,10 @@ pub struct Coordinator {
     ring_mask: u64,
     /// Set once a higher ballot of another node is seen: this coordinator must stop.
     deposed_by: Option<Ballot>,
+    /// Multi-Ring Paxos: the skip rule, and the logical instances it asked for that are
+    /// not proposed yet (they go out when the window has room and no batch is ready).
+    pacer: Option<crate::multiring::SkipPacer>,
+    skip_due: u64,
     stats: CoordinatorStats,
     drops: DropCounts,
 }
@@ -155,6 +163,10 @@ impl Coordinator {
                 && cfg.batch_bytes_max > 0
                 && cfg.phase1_range_instances > 0
         );
+        let pacer = cfg
+            .skips
+            .clone()
+            .map(|s| crate::multiring::SkipPacer::new(s).expect("the skip rule was validated"));
         let n_acceptors = membership.acceptors.len();
         let all = membership.all_acceptors_mask();
         let queued_gc_at = queued_gc_min(&cfg);
@@ -188,6 +200,8 @@ impl Coordinator {
             heard_tick: vec![0; n_acceptors],
             ring_mask: all,
             deposed_by: None,
+            pacer,
+            skip_due: 0,
             stats: CoordinatorStats::default(),
             drops: DropCounts::default(),
         }
@@ -681,6 +695,18 @@ impl Coordinator {
             let value = f.value.clone();
             self.send_phase2a(i, value, out);
         }
+        // Multi-Ring Paxos: an interval that fell short of λ·Δ is made up with a skip.
+        // Only a leader whose Phase 1 covers the next instance paces its ring; one still
+        // preparing restarts its interval instead of catching up on the time it missed.
+        if let Some(p) = &mut self.pacer {
+            if self.next_instance < self.prepared_up_to {
+                if let Some(n) = p.on_tick(self.clock_ms) {
+                    self.skip_due += n;
+                }
+            } else {
+                p.reset();
+            }
+        }
         if now_tick.saturating_sub(self.last_heartbeat_tick) >= self.cfg.heartbeat_ticks {
             self.last_heartbeat_tick = now_tick;
             let mut to = self.membership.learners.clone();
@@ -722,9 +748,20 @@ impl Coordinator {
             } else if self.batch_ready() {
                 let v = self.take_batch();
                 Arc::new(v)
+            } else if self.skip_due > 0 {
+                let n = std::mem::take(&mut self.skip_due);
+                let vid = self.fresh_vid();
+                let time_ms = self.stamp();
+                self.stats.skips_proposed += 1;
+                self.stats.logical_skipped = self.stats.logical_skipped.saturating_add(n);
+                Arc::new(Value::skip(vid, n).at(time_ms))
             } else {
                 break;
             };
+            // A skip makes up for the interval before; it does not count in this one.
+            if let (Some(p), 0) = (&mut self.pacer, value.skip) {
+                p.on_proposed(1);
+            }
             let instance = self.next_instance;
             self.next_instance += 1;
             self.stats.values_proposed += 1;
@@ -1197,6 +1234,111 @@ mod tests {
         }
     }
 
+    /// Multi-Ring Paxos: an idle leader makes up each interval's shortfall of λ·Δ
+    /// logical instances with one skip instance; a busy one proposes no skips; the
+    /// skip does not count against the next interval; without the rule, no skips.
+    #[test]
+    fn an_idle_ring_leader_proposes_skips_at_rate_lambda() {
+        let skips = crate::multiring::SkipConfig {
+            lambda_per_s: 2_000,
+            delta_ms: 5,
+        };
+        let proposed_skips = |out: &Outbox| -> Vec<u64> {
+            out.iter()
+                .filter_map(|a| match a {
+                    Action::Send {
+                        to: 1,
+                        msg: Msg::Phase2A { value, .. },
+                    } if value.skip > 0 => Some(value.skip),
+                    _ => None,
+                })
+                .collect()
+        };
+        for protocol in [Protocol::RingPaxos, Protocol::MultiPaxos] {
+            let mut c = prepared_cfg(
+                membership(protocol),
+                CoordinatorConfig {
+                    skips: Some(skips.clone()),
+                    window_instances_max: 8,
+                    ..cfg()
+                },
+            );
+            let mut out = Vec::new();
+            let tick = |c: &mut Coordinator, ms: u64, out: &mut Outbox| {
+                out.clear();
+                c.set_clock(ms);
+                c.on_tick(ms, out);
+            };
+            tick(&mut c, 1_000, &mut out);
+            assert!(
+                proposed_skips(&out).is_empty(),
+                "the first tick starts the interval"
+            );
+            assert!(c.on_command(cmd(1), &mut out), "proposed at once");
+            tick(&mut c, 1_005, &mut out);
+            assert_eq!(
+                proposed_skips(&out),
+                vec![9],
+                "10 expected, 1 value proposed"
+            );
+            let v = out
+                .iter()
+                .find_map(|a| match a {
+                    Action::Send {
+                        msg: Msg::Phase2A { value, .. },
+                        ..
+                    } if value.skip > 0 => Some(value.clone()),
+                    _ => None,
+                })
+                .unwrap();
+            assert!(v.is_noop(), "a skip holds no commands");
+            assert_eq!(v.logical_instances(), 9);
+            tick(&mut c, 1_007, &mut out);
+            assert!(proposed_skips(&out).is_empty(), "inside the interval");
+            tick(&mut c, 1_010, &mut out);
+            assert_eq!(
+                proposed_skips(&out),
+                vec![10],
+                "an idle interval: a whole interval's worth (the last skip does not count)"
+            );
+            assert_eq!(c.stats().skips_proposed, 2);
+            assert_eq!(c.stats().logical_skipped, 19);
+            c.invariants();
+        }
+        // A busy leader (a value per command, 10 in the interval): no skip.
+        let mut c = prepared_cfg(
+            membership(Protocol::RingPaxos),
+            CoordinatorConfig {
+                skips: Some(skips.clone()),
+                window_instances_max: 64,
+                batch_bytes_max: 1,
+                batch_delay_ticks: 0,
+                ..cfg()
+            },
+        );
+        let mut out = Vec::new();
+        c.set_clock(1_000);
+        c.on_tick(1_000, &mut out);
+        for s in 1..=10 {
+            assert!(c.on_command(cmd(s), &mut out));
+        }
+        assert_eq!(c.stats().values_proposed, 10);
+        out.clear();
+        c.set_clock(1_005);
+        c.on_tick(1_005, &mut out);
+        assert!(proposed_skips(&out).is_empty());
+        assert_eq!(c.stats().skips_proposed, 0);
+        // Without the rule: an idle leader proposes nothing.
+        let mut c = prepared_cfg(membership(Protocol::RingPaxos), cfg());
+        let mut out = Vec::new();
+        for ms in [1_000, 1_005, 1_010, 2_000] {
+            c.set_clock(ms);
+            c.on_tick(ms, &mut out);
+        }
+        assert!(proposed_skips(&out).is_empty());
+        assert_eq!(c.stats().skips_proposed, 0);
+    }
+
     /// Paper 001 §III-C: each partition's learners get the sub-commands addressed to
     /// their partition (a command for both partitions reaches both, each with its
     /// part), under the same value id. Ring Paxos: the acceptors listen to every
@@ -1409,6 +1551,7 @@ mod tests {
                 commands: vec![cmd(seq)],
                 parts: Vec::new(),
                 time_ms: 0,
+                skip: 0,
             })
         };
         c.on_message(

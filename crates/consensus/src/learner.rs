@@ -503,6 +503,7 @@ mod tests {
             commands: vec![],
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         })
     }
 
@@ -566,6 +567,7 @@ mod tests {
                 commands: vec![],
                 parts: Vec::new(),
                 time_ms: 0,
+                skip: 0,
             })
         };
         l.on_message(3, p2a(2, v(2), vec![]), &mut out);
@@ -622,6 +624,7 @@ mod tests {
             commands: vec![],
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         });
         l.on_message(3, p2a(2, other.clone(), vec![]), &mut out);
         assert_eq!(
@@ -864,6 +867,7 @@ mod tests {
             commands: vec![],
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         });
         // Acceptor 1 still holds an older proposal for instance 1, acceptor 2 the
         // value of the higher ballot (the decided one); one answer is not a majority.

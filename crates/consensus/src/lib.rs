@@ -361,6 +361,10 @@ pub struct Value {
     /// replica. A no-op filling a gap after Phase 1 and a cs server's values carry
     /// time too.
     pub time_ms: u64,
+    /// Multi-Ring Paxos: a skip instance standing for this many logical instances of
+    /// its ring in the learners' merge (see [`multiring`]); it holds no commands. 0 for
+    /// every other value (one logical instance).
+    pub skip: u64,
 }
 
 /// Which part of a split value a partitioned Phase 2A carries: part `index` of `count`
@@ -379,7 +383,21 @@ impl Value {
             commands,
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         }
+    }
+
+    /// A skip instance of `n` (at least 1) logical instances: no commands.
+    pub fn skip(vid: Vid, n: u64) -> Value {
+        Value {
+            skip: n.max(1),
+            ..Value::new(vid, Vec::new())
+        }
+    }
+
+    /// Logical instances this value stands for in a ring merge: a skip's count, else 1.
+    pub fn logical_instances(&self) -> u64 {
+        self.skip.max(1)
     }
 
     /// The split value made of `parts` (each a whole value holding one partition's
@@ -393,6 +411,7 @@ impl Value {
                 .collect(),
             parts: parts.iter().map(|p| p.commands.len() as u32).collect(),
             time_ms: parts.first().map_or(0, |p| p.time_ms),
+            skip: parts.first().map_or(0, |p| p.skip),
         }
     }
 
@@ -426,7 +445,10 @@ impl Value {
         }
         let start: usize = self.parts[..p as usize].iter().map(|&n| n as usize).sum();
         let end = start + self.parts[p as usize] as usize;
-        Some(Value::new(self.vid, self.commands[start..end].to_vec()).at(self.time_ms))
+        Some(Value {
+            skip: self.skip,
+            ..Value::new(self.vid, self.commands[start..end].to_vec()).at(self.time_ms)
+        })
     }
 
     /// Split this value into one part per partition of `map` (a split value of that
@@ -449,22 +471,23 @@ impl Value {
                 return part;
             }
         }
-        Value::new(
-            self.vid,
-            self.commands
-                .iter()
-                .filter_map(|c| {
-                    c.body.project(p).map(|body| Command {
-                        client: c.client,
-                        seq: c.seq,
-                        session: c.session,
-                        reply_to: c.reply_to,
-                        body,
-                    })
+        let commands = self
+            .commands
+            .iter()
+            .filter_map(|c| {
+                c.body.project(p).map(|body| Command {
+                    client: c.client,
+                    seq: c.seq,
+                    session: c.session,
+                    reply_to: c.reply_to,
+                    body,
                 })
-                .collect(),
-        )
-        .at(self.time_ms)
+            })
+            .collect();
+        Value {
+            skip: self.skip,
+            ..Value::new(self.vid, commands).at(self.time_ms)
+        }
     }
 
     /// Whether every command of this value addresses only partition `p` (so that the
@@ -1037,6 +1060,11 @@ pub struct CoordinatorConfig {
     /// expire every client session at once when ordering resumes. The cluster file
     /// sets it to a quarter of `[sessions] lease_ms`; unbounded without leases.
     pub time_step_max_ms: u64,
+    /// Multi-Ring Paxos: a leader of a ring that proposed fewer than `λ·Δ` logical
+    /// instances in an interval `Δ` proposes a skip instance worth the difference, so
+    /// that learners merging this ring never wait on it for long ([`multiring`]).
+    /// `None` (a single stream): never.
+    pub skips: Option<multiring::SkipConfig>,
 }
 
 impl Default for CoordinatorConfig {
@@ -1053,6 +1081,7 @@ impl Default for CoordinatorConfig {
             suspect_ticks: 150,
             pending_commands_max: 100_000,
             time_step_max_ms: u64::MAX,
+            skips: None,
         }
     }
 }

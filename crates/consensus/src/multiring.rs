@@ -43,6 +43,17 @@ pub enum RingItem<V> {
     Skip(u64),
 }
 
+impl RingItem<std::sync::Arc<crate::Value>> {
+    /// What a decided value of a ring is in the merge: a skip instance covers its
+    /// count, any other value (a no-op included) is one instance, delivered.
+    pub fn of(value: std::sync::Arc<crate::Value>) -> Self {
+        match value.skip {
+            0 => RingItem::Value(value),
+            n => RingItem::Skip(n),
+        }
+    }
+}
+
 /// Where a merge stands: everything needed to continue the same sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergePosition {
@@ -296,7 +307,7 @@ impl<V> RingMerge<V> {
             if r.carried_skip > 0 {
                 let n = r.carried_skip.min(left);
                 r.carried_skip -= n;
-                self.stats.logical_skipped += n;
+                self.stats.logical_skipped = self.stats.logical_skipped.saturating_add(n);
                 self.consume(n);
                 continue;
             }
@@ -314,7 +325,7 @@ impl<V> RingMerge<V> {
                     let now = n.min(left);
                     r.carried_skip = n - now;
                     self.stats.skips_consumed += 1;
-                    self.stats.logical_skipped += now;
+                    self.stats.logical_skipped = self.stats.logical_skipped.saturating_add(now);
                     self.consume(now);
                 }
             }
@@ -557,6 +568,24 @@ mod tests {
         assert_eq!(
             RingMerge::<u64>::resume(bad, 1).unwrap_err().field,
             "position"
+        );
+    }
+
+    #[test]
+    fn decided_values_become_merge_items() {
+        use crate::{Ballot, Value, Vid};
+        let vid = Vid {
+            ballot: Ballot::new(1, 1),
+            seq: 1,
+        };
+        let skip = std::sync::Arc::new(Value::skip(vid, 40));
+        assert_eq!(RingItem::of(skip), RingItem::Skip(40));
+        let noop = std::sync::Arc::new(Value::new(vid, Vec::new()));
+        assert_eq!(RingItem::of(noop.clone()), RingItem::Value(noop));
+        assert_eq!(
+            Value::skip(vid, 0).skip,
+            1,
+            "a skip covers at least one instance"
         );
     }
 

@@ -212,6 +212,7 @@ fn value(commands: u64) -> Arc<Value> {
         commands: (0..commands).map(update).collect(),
         parts: Vec::new(),
         time_ms: 0,
+        skip: 0,
     })
 }
 
@@ -665,6 +666,7 @@ fn measure_btree(o: &Options) -> anyhow::Result<BtreeCosts> {
                     .collect(),
                 parts: Vec::new(),
                 time_ms: 0,
+                skip: 0,
             })
             .collect();
         let mut replies = Vec::new();

@@ -609,6 +609,7 @@ impl NodeCore {
                 commands: vec![cmd],
                 parts: Vec::new(),
                 time_ms: self.clock_ms,
+                skip: 0,
             };
             r.execute(self.cs_instance, &value, &mut self.replies);
             self.flush_replies(out);

@@ -90,6 +90,7 @@ impl Rng {
             commands,
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         })
     }
     /// Any operation, with keys at the edges too (`u64::MAX`, ranges that end before

@@ -69,6 +69,7 @@ fn build_replica(entries: u64) -> SequentialReplica<BPlusTree> {
             commands: cmds,
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         },
         &mut out,
     );
@@ -80,6 +81,7 @@ fn build_replica(entries: u64) -> SequentialReplica<BPlusTree> {
         commands: Vec::new(),
         parts: Vec::new(),
         time_ms: 0,
+        skip: 0,
     };
     for i in 2..=INSTANCE {
         r.execute(i, &empty, &mut out);

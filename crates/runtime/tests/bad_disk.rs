@@ -93,6 +93,7 @@ fn checkpoint(cluster: u64, node: NodeId, instance: u64) -> Vec<u8> {
             )],
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         };
         r.execute(i, &value, &mut replies);
     }

@@ -896,6 +896,7 @@ mod tests {
             commands: cmds,
             parts: Vec::new(),
             time_ms: 0,
+            skip: 0,
         }
     }
 

@@ -21,6 +21,7 @@ fn value(cmds: Vec<Command>) -> Value {
         commands: cmds,
         parts: Vec::new(),
         time_ms: 0,
+        skip: 0,
     }
 }
 

@@ -27,6 +27,7 @@ fn timed(round: u32, seq: u64, cmds: Vec<Command>, time_ms: u64) -> Arc<Value> {
         commands: cmds,
         parts: Vec::new(),
         time_ms,
+        skip: 0,
     })
 }
 
