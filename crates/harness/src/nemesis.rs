@@ -70,7 +70,10 @@ pub struct Injected {
     pub at_s: f64,
     pub fault: Fault,
     pub node: NodeId,
-    /// Kill or pause of the coordinator: time until the next decided instance.
+    /// Kill or pause of the coordinator: the failover time, from the kill (or stop)
+    /// to the first value proposed under a newer ballot that a replica delivered, as
+    /// the replicas' decided streams stamp it (`NodeStatus::delivered_ballots`); a node
+    /// that only campaigns does not count. `None`: none within the limit.
     pub next_decision_ms: Option<f64>,
 }
 
@@ -110,6 +113,31 @@ pub struct NemesisReport {
     pub linearizable: Result<String, Failed>,
     pub converged: Result<String, Failed>,
     pub survived_restart: Result<String, Failed>,
+    /// Failover times of the coordinator faults (`None`: none measured).
+    pub failover: Option<FailoverSummary>,
+}
+
+/// Failover times over a run's coordinator faults (nearest-rank percentiles).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailoverSummary {
+    pub count: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl FailoverSummary {
+    pub fn of(times_ms: &[f64]) -> Option<FailoverSummary> {
+        let mut v = times_ms.to_vec();
+        v.sort_by(f64::total_cmp);
+        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        (!v.is_empty()).then(|| FailoverSummary {
+            count: v.len(),
+            p50_ms: rank(0.5),
+            p99_ms: rank(0.99),
+            max_ms: v[v.len() - 1],
+        })
+    }
 }
 
 impl NemesisReport {
@@ -158,13 +186,22 @@ impl std::fmt::Display for NemesisReport {
         }
         let mut fo = self.failover_ms();
         fo.sort_by(f64::total_cmp);
-        if !fo.is_empty() {
+        if let Some(s) = &self.failover {
             writeln!(
                 f,
-                "coordinator faults: {} ; time to next decision p50 {:.0} ms, max {:.0} ms",
-                fo.len(),
-                fo[fo.len() / 2],
-                fo[fo.len() - 1]
+                "coordinator faults: {} measured of {}; failover (fault to the first value of a \
+                 newer ballot delivered, from the replicas' decided streams) p50 {:.0} ms, \
+                 p99 {:.0} ms, max {:.0} ms",
+                s.count,
+                self.injected
+                    .iter()
+                    .filter(|i| {
+                        matches!(i.fault, Fault::KillCoordinator | Fault::PauseCoordinator)
+                    })
+                    .count(),
+                s.p50_ms,
+                s.p99_ms,
+                s.max_ms
             )?;
         }
         writeln!(f, "load\n{}", self.bench)?;
@@ -204,18 +241,51 @@ async fn coordinator(c: &ClusterConfig) -> Option<(NodeId, u64)> {
         .max_by_key(|&(_, d)| d)
 }
 
-/// Wait until some coordinator reports a decided instance above `above`.
-async fn next_decision(c: &ClusterConfig, above: u64, limit: Duration) -> Option<Duration> {
+/// The newest ballot any replica's decided stream shows (`Ballot::ZERO`: none yet).
+async fn delivered_ballot(c: &ClusterConfig) -> partita_types::Ballot {
+    let mut newest = partita_types::Ballot::ZERO;
+    for id in c.executors() {
+        if let Some(s) = node_status(c.addr(id), Duration::from_millis(300)).await {
+            if let Some(d) = s.delivered_ballots.last() {
+                newest = newest.max(d.ballot);
+            }
+        }
+    }
+    newest
+}
+
+/// Milliseconds since the Unix epoch (the clock the nodes stamp their decided streams
+/// with: the same machine's).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The failover time after the leader of ballot `old` was killed or stopped at
+/// `fault_unix_ms`: the earliest delivery, at any replica, of a value proposed under a
+/// newer ballot, taken from the replicas' own stamps. Polls the replicas until one
+/// shows it (the poll's period does not enter the measure).
+async fn failover(
+    c: &ClusterConfig,
+    old: partita_types::Ballot,
+    fault_unix_ms: u64,
+    limit: Duration,
+) -> Option<Duration> {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
-        for n in &c.nodes {
-            if let Some(s) = node_status(c.addr(n.id), Duration::from_millis(100)).await {
-                if s.coordinator && s.decided_up_to.unwrap_or(0) > above {
-                    return Some(t0.elapsed());
+        let mut first: Option<u64> = None;
+        for id in c.executors() {
+            if let Some(s) = node_status(c.addr(id), Duration::from_millis(100)).await {
+                if let Some(d) = s.delivered_ballots.iter().find(|d| d.ballot > old) {
+                    first = Some(first.map_or(d.unix_ms, |f| f.min(d.unix_ms)));
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        if let Some(at) = first {
+            return Some(Duration::from_millis(at.saturating_sub(fault_unix_ms)));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
 }
@@ -260,9 +330,10 @@ impl Nemesis<'_> {
         t0: Instant,
     ) -> anyhow::Result<Injected> {
         let cluster = self.lc.cluster.clone();
-        let (leader, decided) = coordinator(&cluster)
+        let (leader, _) = coordinator(&cluster)
             .await
             .unwrap_or((cluster.cluster.coordinator.unwrap_or(1), 0));
+        let old_ballot = delivered_ballot(&cluster).await;
         let acceptors: Vec<NodeId> = cluster
             .nodes
             .iter()
@@ -284,26 +355,26 @@ impl Nemesis<'_> {
         match fault {
             Fault::PauseCoordinator => {
                 let pid = self.pid(node).context("no such node")?;
+                let stopped = Instant::now();
+                let at = unix_ms();
                 signal(pid, libc::SIGSTOP);
-                next_decision_ms =
-                    next_decision(&cluster, decided, down_for.max(Duration::from_secs(3)))
-                        .await
-                        .map(|d| d.as_secs_f64() * 1e3);
-                let rest = down_for.saturating_sub(Duration::from_secs_f64(
-                    next_decision_ms.unwrap_or(0.0) / 1e3,
-                ));
-                tokio::time::sleep(rest).await;
+                let limit = down_for.max(Duration::from_secs(3));
+                next_decision_ms = failover(&cluster, old_ballot, at, limit)
+                    .await
+                    .map(|d| d.as_secs_f64() * 1e3);
+                tokio::time::sleep(down_for.saturating_sub(stopped.elapsed())).await;
                 signal(pid, libc::SIGCONT);
             }
             _ => {
+                let killed = Instant::now();
+                let at = unix_ms();
                 self.kill(node);
                 if fault == Fault::KillCoordinator {
-                    next_decision_ms = next_decision(&cluster, decided, Duration::from_secs(10))
+                    next_decision_ms = failover(&cluster, old_ballot, at, Duration::from_secs(10))
                         .await
                         .map(|d| d.as_secs_f64() * 1e3);
                 }
-                let spent = Duration::from_secs_f64(next_decision_ms.unwrap_or(0.0) / 1e3);
-                tokio::time::sleep(down_for.saturating_sub(spent)).await;
+                tokio::time::sleep(down_for.saturating_sub(killed.elapsed())).await;
                 self.restart(node)?;
             }
         }
@@ -452,11 +523,18 @@ pub async fn run(
             "no answer after the restart: {e}"
         ))),
     };
+    let failover = FailoverSummary::of(
+        &injected
+            .iter()
+            .filter_map(|i| i.next_decision_ms)
+            .collect::<Vec<_>>(),
+    );
     Ok(NemesisReport {
         injected,
         bench: bench_result,
         operations: records.len(),
         unknown_outcomes: unknown,
+        failover,
         linearizable,
         converged,
         survived_restart,
@@ -477,5 +555,23 @@ pub fn default_bench(duration: Duration, clients: usize, seed: u64) -> BenchConf
         trim: 0.1,
         progress: false,
         key_space: Some(2 * preload),
+    }
+}
+
+#[cfg(test)]
+mod failover_tests {
+    use super::FailoverSummary;
+
+    #[test]
+    fn failover_percentiles_are_nearest_rank() {
+        assert_eq!(FailoverSummary::of(&[]), None);
+        let times: Vec<f64> = (1..=20).map(|i| i as f64 * 10.0).collect();
+        let s = FailoverSummary::of(&times).unwrap();
+        assert_eq!(
+            (s.count, s.p50_ms, s.p99_ms, s.max_ms),
+            (20, 100.0, 200.0, 200.0)
+        );
+        let s = FailoverSummary::of(&[30.0, 10.0, 20.0]).unwrap();
+        assert_eq!((s.p50_ms, s.p99_ms, s.max_ms), (20.0, 30.0, 30.0));
     }
 }

@@ -334,6 +334,9 @@ pub struct NodeCore {
     cs_instance: u64,
     /// The driver's clock at the last tick (milliseconds).
     clock_ms: u64,
+    /// The highest ballot under which a value this node delivered was proposed: it
+    /// changes when a new leader's first value is delivered (failover measurements).
+    delivered_ballot: Ballot,
     local: VecDeque<(NodeId, Msg)>,
     counters: BTreeMap<&'static str, u64>,
     tick: u64,
@@ -407,6 +410,7 @@ impl NodeCore {
             replica: None,
             cs_instance: 0,
             clock_ms: 0,
+            delivered_ballot: Ballot::ZERO,
             local: VecDeque::new(),
             counters: BTreeMap::new(),
             tick: 0,
@@ -523,6 +527,13 @@ impl NodeCore {
     pub fn batcher(&self) -> Option<&Batcher> {
         self.paxos().and_then(|p| p.batcher())
     }
+    /// The highest ballot under which a delivered value was proposed (`Ballot::ZERO`:
+    /// nothing delivered). A driver that notes when it changes learns, from the
+    /// decided stream itself, when a new leader's first value was delivered here.
+    pub fn delivered_ballot(&self) -> Ballot {
+        self.delivered_ballot
+    }
+
     /// The node's counters and its ordering layer's, merged.
     pub fn counters(&self) -> BTreeMap<&'static str, u64> {
         let mut c = self.counters.clone();
@@ -789,10 +800,13 @@ impl NodeCore {
                     Action::Persist { token, record } => {
                         out.push(Output::Persist { token, record })
                     }
-                    Action::Deliver { instance, value } => match self.replica.as_mut() {
-                        Some(r) => r.execute(instance, &value, &mut self.replies),
-                        None => self.count("dropped_deliver_without_replica"),
-                    },
+                    Action::Deliver { instance, value } => {
+                        self.delivered_ballot = self.delivered_ballot.max(value.vid.ballot);
+                        match self.replica.as_mut() {
+                            Some(r) => r.execute(instance, &value, &mut self.replies),
+                            None => self.count("dropped_deliver_without_replica"),
+                        }
+                    }
                     // Only a speculative learner reports proposals; the replica
                     // executes them ahead and holds the replies until the decision.
                     Action::Propose { instance, value } => match self.replica.as_mut() {

@@ -22,9 +22,9 @@ use partita_config::{ClusterConfig, Durability, Mode, Role};
 use partita_consensus::{AcceptorRecord, Msg};
 use partita_net::{spawn_writer, FrameBytes, FrameReader};
 use partita_node::{NodeCore, Output, UnsafeBugs};
-use partita_types::{ClientId, Command, NodeId};
+use partita_types::{Ballot, ClientId, Command, NodeId};
 use partita_wire::{to_frame, NodeStatus, Wire};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
@@ -118,9 +118,29 @@ struct Node {
     out: Vec<Output>,
     /// How often a connection waited for room in the bounded inbox.
     inbox_full_waits: Arc<std::sync::atomic::AtomicU64>,
+    /// When this replica first delivered a value of each new ballot (the newest
+    /// `DELIVERED_BALLOTS_KEPT`), stamped right after the step that delivered it.
+    delivered_ballots: VecDeque<partita_wire::DeliveredBallot>,
 }
 
 impl Node {
+    /// Note a new ballot in the decided stream (cheap: one comparison per step).
+    fn note_delivered_ballot(&mut self) {
+        let b = self.core.delivered_ballot();
+        if self.delivered_ballots.back().is_none_or(|d| d.ballot < b) && b != Ballot::ZERO {
+            if self.delivered_ballots.len() == partita_wire::DELIVERED_BALLOTS_KEPT {
+                self.delivered_ballots.pop_front();
+            }
+            let instance = self.core.replica().map_or(0, |r| r.last_instance());
+            self.delivered_ballots
+                .push_back(partita_wire::DeliveredBallot {
+                    ballot: b,
+                    unix_ms: wall_clock_ms(),
+                    instance,
+                });
+        }
+    }
+
     fn count(&mut self, what: &'static str) {
         *self.counters.entry(what).or_default() += 1;
     }
@@ -333,6 +353,7 @@ impl Node {
                 counters
             },
             pid: std::process::id(),
+            delivered_ballots: self.delivered_ballots.iter().copied().collect(),
         }
     }
 }
@@ -687,6 +708,7 @@ pub async fn run_node_until(
         counters: BTreeMap::new(),
         out,
         inbox_full_waits: inbox.full_waits.clone(),
+        delivered_ballots: VecDeque::new(),
     };
     if cfg.cluster.mode == Mode::Smr {
         for n in &cfg.nodes {
@@ -754,6 +776,7 @@ async fn event_loop(
         // step that caused it, before any new input: first let the connection tasks
         // (this runtime is single-threaded) write what that step sent, so that the
         // replies a decision released do not wait for the speculation.
+        node.note_delivered_ballot();
         if node.core.has_deferred_work() {
             tokio::task::yield_now().await;
             node.core.on_continue(&mut node.out);

@@ -74,7 +74,26 @@ pub struct NodeStatus {
     /// The node's operating-system process id, so that tools on the same machine can
     /// read its CPU time (`partita bench`: CPU per command over every process).
     pub pid: u32,
+    /// Replica: when (Unix milliseconds, this machine's clock) it first delivered a
+    /// value proposed under each new ballot, oldest first (the last
+    /// [`DELIVERED_BALLOTS_KEPT`]). From the decided stream itself: the first value a
+    /// new leader got decided, as this replica saw it (failover measurements).
+    pub delivered_ballots: Vec<DeliveredBallot>,
 }
+
+/// A new ballot seen in a replica's decided stream (see
+/// [`NodeStatus::delivered_ballots`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveredBallot {
+    pub ballot: partita_types::Ballot,
+    /// Unix milliseconds when the first value of that ballot was delivered.
+    pub unix_ms: u64,
+    /// The instance it was delivered at.
+    pub instance: u64,
+}
+
+/// How many ballot changes a node's status keeps.
+pub const DELIVERED_BALLOTS_KEPT: usize = 64;
 
 /// Encode one message as a complete frame.
 pub fn to_frame(w: &Wire) -> Vec<u8> {
