@@ -147,3 +147,34 @@ pub use wal::{Durability, Lsn, Record, Recovered, TornTail, Wal, WalOptions, Wal
 pub fn segment_file_name(first_lsn: Lsn) -> String {
     wal::segment_file_name(first_lsn)
 }
+
+/// What recovery runs on every segment file it reads, for the fuzzers (`fuzz/`) and
+/// property tests: the header check, then the record scan. `Ok` carries the payload
+/// ranges of the valid records, where the valid records end, and whether damage was
+/// found after them.
+#[doc(hidden)]
+pub fn scan_segment_image(
+    buf: &[u8],
+) -> Result<(Vec<std::ops::Range<usize>>, usize, bool), String> {
+    format::SegmentHeader::decode(buf)?;
+    let scan = format::scan_segment(buf);
+    Ok((scan.records, scan.valid_end, scan.damage.is_some()))
+}
+
+/// A valid segment header for `node_id` of `cluster_id` starting at `first_lsn`, so
+/// that the fuzzers reach the record scan.
+#[doc(hidden)]
+pub fn segment_header(cluster_id: u64, node_id: u32, first_lsn: u64) -> [u8; SEGMENT_HEADER_LEN] {
+    format::SegmentHeader {
+        cluster_id,
+        node_id,
+        first_lsn,
+    }
+    .encode()
+}
+
+/// One record as the WAL frames it (length, CRC, payload), for the fuzzers' seeds.
+#[doc(hidden)]
+pub fn frame_record(out: &mut Vec<u8>, payload: &[u8]) {
+    format::encode_record(out, payload)
+}
