@@ -590,13 +590,9 @@ fn sessions_are_renewed_at_half_the_lease_and_reopened_if_gone() {
     );
 }
 
-/// A command retried for half a lease renews its session before the next copy goes
-/// out; once the command went out, a session found gone ends it as unknown (a new
-/// session could run it a second time), and the next open names the session it
-/// replaces.
-#[test]
-fn a_retried_command_renews_its_session_and_never_reopens_under_itself() {
-    let mut c = ClientCore::<BPlusTree>::new(
+/// A client with a 100 ms lease and a 20 ms timeout that never gives up.
+fn retrying_leased_client() -> ClientCore<BPlusTree> {
+    ClientCore::new(
         9,
         Topology {
             session_lease_ms: Some(100),
@@ -609,7 +605,16 @@ fn a_retried_command_renews_its_session_and_never_reopens_under_itself() {
         },
         1,
         4,
-    );
+    )
+}
+
+/// A command retried for half a lease renews its session before the next copy goes
+/// out; once the command went out, a session found gone ends it as unknown (a new
+/// session could run it a second time), and the next open names the session it
+/// replaces.
+#[test]
+fn a_retried_command_renews_its_session_and_never_reopens_under_itself() {
+    let mut c = retrying_leased_client();
     let mut out = Vec::new();
     let renewal_after_retries = |c: &mut ClientCore<BPlusTree>, out: &mut Vec<Action>| loop {
         out.clear();
@@ -668,20 +673,7 @@ fn a_retried_command_renews_its_session_and_never_reopens_under_itself() {
 /// went out in) ends the command as unknown instead of sending it again.
 #[test]
 fn a_different_session_after_the_command_went_out_ends_it_as_unknown() {
-    let mut c = ClientCore::<BPlusTree>::new(
-        9,
-        Topology {
-            session_lease_ms: Some(100),
-            ..topology()
-        },
-        ClientConfig {
-            timeout_ns: 20_000_000,
-            give_up_ns: None,
-            refused_retry_ns: 30,
-        },
-        1,
-        4,
-    );
+    let mut c = retrying_leased_client();
     let mut out = Vec::new();
     submit_opened(&mut c, Op::Insert { key: 1, value: 1 }, 0, &[4], &mut out);
     // Retry until the renewal goes out, then answer it with another session.
