@@ -80,6 +80,25 @@ struct NemesisArgs {
     /// Seconds of load.
     #[arg(long, default_value_t = 30)]
     duration: u64,
+    /// A soak: this many minutes of load (instead of --duration), for long runs
+    /// outside CI.
+    #[arg(long, value_name = "MINUTES")]
+    soak: Option<u64>,
+    /// Inject this many faults together, on distinct nodes, at random times.
+    #[arg(long, default_value_t = 1)]
+    together: usize,
+    /// Replicas execute Ring Paxos proposals speculatively.
+    #[arg(long)]
+    speculative: bool,
+    /// Speculative replicas reply at once and confirm once decided (needs --speculative).
+    #[arg(long)]
+    early_replies: bool,
+    /// Standalone batchers through which every client enters.
+    #[arg(long, default_value_t = 0)]
+    batchers: u32,
+    /// State partitioning: this many partitions of the nemesis's key space, 2 replicas each.
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
     /// Milliseconds between faults.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
@@ -962,8 +981,14 @@ impl Drop for TempDir {
 }
 
 async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
-    if a.faults.is_empty() || a.duration == 0 || a.clients == 0 {
-        bail!("--faults, --duration and --clients must not be empty or zero");
+    let duration = a.soak.map_or(a.duration, |m| m.saturating_mul(60));
+    if a.faults.is_empty() || duration == 0 || a.clients == 0 || a.together == 0 {
+        bail!(
+            "--faults, --duration (or --soak), --clients and --together must not be empty or zero"
+        );
+    }
+    if a.early_replies && !a.speculative {
+        bail!("--early-replies needs --speculative");
     }
     let dir = std::env::temp_dir().join(format!("partita-nemesis-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -972,6 +997,17 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         let mut c =
             ClusterConfig::default_local(launch::pick_base_port(), rand::random::<u64>() >> 1);
         c.cluster.protocol = a.protocol;
+        c.execution.speculative = a.speculative;
+        c.execution.early_replies = a.early_replies;
+        let key_space = partita_harness::nemesis::default_bench(Duration::from_secs(1), 1, 0)
+            .key_space
+            .unwrap_or(400);
+        let c = c
+            .with_partitions(a.partitions, 2, key_space)
+            .and_then(|c| c.with_batchers(a.batchers))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // The same checks the nodes run on the file (e.g. speculation needs Ring Paxos).
+        ClusterConfig::parse(&c.to_toml(), "the nemesis's cluster")?;
         Ok(c)
     })?;
     let exe = std::env::current_exe().context("locating the partita binary")?;
@@ -984,7 +1020,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             .map(|f| format!("{f:?}"))
             .collect::<Vec<_>>()
             .join(", "),
-        a.duration,
+        duration,
         c.cluster.protocol,
         dir.display()
     );
@@ -993,11 +1029,13 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         interval: Duration::from_millis(a.interval_ms),
         down_for: Duration::from_millis(a.down_ms),
         bench: partita_harness::nemesis::default_bench(
-            Duration::from_secs(a.duration),
+            Duration::from_secs(duration),
             a.clients,
             a.seed,
         ),
         history: a.history.clone(),
+        together: a.together,
+        seed: a.seed,
     };
     let report = partita_harness::nemesis::run(&mut lc, &exe, &[], &cfg).await?;
     lc.stop(Duration::from_secs(10));

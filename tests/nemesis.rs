@@ -14,10 +14,16 @@ fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_partita"))
 }
 
-fn start(dir: &Path, protocol: Protocol, args: &[String]) -> LocalCluster {
+fn start_tweaked(
+    dir: &Path,
+    protocol: Protocol,
+    args: &[String],
+    tweak: fn(ClusterConfig) -> ClusterConfig,
+) -> LocalCluster {
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
     cfg.cluster.protocol = protocol;
     cfg.cluster.durability = Durability::Fsync;
+    let cfg = tweak(cfg);
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     LocalCluster::start_with(&exe(), &file, &cfg, dir, args, None).unwrap()
@@ -29,8 +35,19 @@ async fn run(
     secs: u64,
     args: &[String],
 ) -> nemesis::NemesisReport {
+    run_tweaked(protocol, faults, secs, args, 1, |c| c).await
+}
+
+async fn run_tweaked(
+    protocol: Protocol,
+    faults: Vec<Fault>,
+    secs: u64,
+    args: &[String],
+    together: usize,
+    tweak: fn(ClusterConfig) -> ClusterConfig,
+) -> nemesis::NemesisReport {
     let dir = tempfile::tempdir().unwrap();
-    let mut lc = start(dir.path(), protocol, args);
+    let mut lc = start_tweaked(dir.path(), protocol, args, tweak);
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     let cfg = NemesisConfig {
         faults,
@@ -38,6 +55,8 @@ async fn run(
         down_for: Duration::from_millis(1200),
         bench: nemesis::default_bench(Duration::from_secs(secs), 4, 11),
         history: Some(dir.path().join("history.jsonl")),
+        together,
+        seed: 11,
     };
     let report = nemesis::run(&mut lc, &exe(), args, &cfg).await.unwrap();
     lc.stop(Duration::from_secs(5));
@@ -67,6 +86,36 @@ async fn multi_paxos_survives_coordinator_kills() {
     )
     .await;
     assert!(r.passed(), "{r}");
+}
+
+/// Faults together (the leader paused while a replica and an acceptor are killed, in
+/// turns of three), at random times, on a cluster with speculation, early replies, two
+/// partitions and a standalone batcher: the same verdict as one fault at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_together_on_a_speculative_partitioned_cluster_with_batchers() {
+    let tweak = |mut c: ClusterConfig| {
+        c.execution.speculative = true;
+        c.execution.early_replies = true;
+        let key_space = nemesis::default_bench(Duration::from_secs(1), 1, 0)
+            .key_space
+            .unwrap();
+        c.with_partitions(2, 2, key_space)
+            .and_then(|c| c.with_batchers(1))
+            .expect("a valid cluster")
+    };
+    let faults = vec![
+        Fault::PauseCoordinator,
+        Fault::KillReplica,
+        Fault::KillAcceptor,
+    ];
+    let r = run_tweaked(Protocol::RingPaxos, faults, 12, &[], 3, tweak).await;
+    assert!(r.passed(), "{r}");
+    let at: std::collections::BTreeSet<u64> =
+        r.injected.iter().map(|i| (i.at_s * 1e3) as u64).collect();
+    assert!(
+        at.len() < r.injected.len(),
+        "faults were injected together: {r}"
+    );
 }
 
 /// Control: replicas that lose acknowledged writes must fail the nemesis's checks,

@@ -25,6 +25,8 @@ use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Role};
 use partita_types::NodeId;
 use partita_wire::NodeStatus;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -62,6 +64,12 @@ pub struct NemesisConfig {
     pub bench: BenchConfig,
     /// Write the history here (JSON lines).
     pub history: Option<PathBuf>,
+    /// Faults injected together, on distinct nodes (1: one at a time). Several may take
+    /// a majority of acceptors down for a while: safety must hold regardless, and the
+    /// cluster must recover once they are healed.
+    pub together: usize,
+    /// Seeds the nodes hit and the times between faults (`interval` × 0.5..1.5).
+    pub seed: u64,
 }
 
 /// One injected fault and what it cost.
@@ -323,12 +331,16 @@ impl Nemesis<'_> {
         self.lc.spawn(&self.exe, id, &self.node_args)
     }
 
+    /// Inject `faults` together, each on a node of its own (a fault whose kind of
+    /// node is used up is left out), keep them for `down_for`, then heal them all. A
+    /// coordinator fault's failover time is measured (see [`Injected`]).
     async fn inject(
         &mut self,
-        fault: Fault,
+        faults: &[Fault],
         down_for: Duration,
         t0: Instant,
-    ) -> anyhow::Result<Injected> {
+        rng: &mut StdRng,
+    ) -> anyhow::Result<Vec<Injected>> {
         let cluster = self.lc.cluster.clone();
         let (leader, _) = coordinator(&cluster)
             .await
@@ -341,49 +353,70 @@ impl Nemesis<'_> {
             .map(|n| n.id)
             .collect();
         let replicas = cluster.executors();
-        let k = t0.elapsed().as_millis() as usize;
-        let node = match fault {
-            Fault::KillCoordinator | Fault::PauseCoordinator => leader,
-            Fault::KillAcceptor => {
-                let others: Vec<NodeId> = acceptors.into_iter().filter(|&a| a != leader).collect();
-                others[k % others.len()]
+        let mut taken: Vec<NodeId> = Vec::new();
+        let mut chosen: Vec<(Fault, NodeId)> = Vec::new();
+        for &fault in faults {
+            let candidates: Vec<NodeId> = match fault {
+                Fault::KillCoordinator | Fault::PauseCoordinator => vec![leader],
+                Fault::KillAcceptor => acceptors.iter().copied().filter(|&a| a != leader).collect(),
+                Fault::KillReplica => replicas.clone(),
+            };
+            let free: Vec<NodeId> = candidates
+                .into_iter()
+                .filter(|n| !taken.contains(n))
+                .collect();
+            if free.is_empty() {
+                continue;
             }
-            Fault::KillReplica => replicas[k % replicas.len()],
-        };
+            let node = free[rng.gen_range(0..free.len())];
+            taken.push(node);
+            chosen.push((fault, node));
+        }
+        let started = Instant::now();
+        let at = unix_ms();
         let at_s = t0.elapsed().as_secs_f64();
-        let mut next_decision_ms = None;
-        match fault {
-            Fault::PauseCoordinator => {
-                let pid = self.pid(node).context("no such node")?;
-                let stopped = Instant::now();
-                let at = unix_ms();
-                signal(pid, libc::SIGSTOP);
-                let limit = down_for.max(Duration::from_secs(3));
-                next_decision_ms = failover(&cluster, old_ballot, at, limit)
-                    .await
-                    .map(|d| d.as_secs_f64() * 1e3);
-                tokio::time::sleep(down_for.saturating_sub(stopped.elapsed())).await;
-                signal(pid, libc::SIGCONT);
-            }
-            _ => {
-                let killed = Instant::now();
-                let at = unix_ms();
-                self.kill(node);
-                if fault == Fault::KillCoordinator {
-                    next_decision_ms = failover(&cluster, old_ballot, at, Duration::from_secs(10))
-                        .await
-                        .map(|d| d.as_secs_f64() * 1e3);
+        let mut paused = Vec::new();
+        for &(fault, node) in &chosen {
+            match fault {
+                Fault::PauseCoordinator => {
+                    let pid = self.pid(node).context("no such node")?;
+                    signal(pid, libc::SIGSTOP);
+                    paused.push(pid);
                 }
-                tokio::time::sleep(down_for.saturating_sub(killed.elapsed())).await;
+                _ => self.kill(node),
+            }
+        }
+        let leader_hit = chosen
+            .iter()
+            .any(|(f, _)| matches!(f, Fault::KillCoordinator | Fault::PauseCoordinator));
+        let failover_ms = if leader_hit {
+            let limit = down_for.max(Duration::from_secs(3));
+            failover(&cluster, old_ballot, at, limit)
+                .await
+                .map(|d| d.as_secs_f64() * 1e3)
+        } else {
+            None
+        };
+        tokio::time::sleep(down_for.saturating_sub(started.elapsed())).await;
+        for pid in paused {
+            signal(pid, libc::SIGCONT);
+        }
+        for &(fault, node) in &chosen {
+            if fault != Fault::PauseCoordinator {
                 self.restart(node)?;
             }
         }
-        Ok(Injected {
-            at_s,
-            fault,
-            node,
-            next_decision_ms,
-        })
+        Ok(chosen
+            .into_iter()
+            .map(|(fault, node)| Injected {
+                at_s,
+                fault,
+                node,
+                next_decision_ms: matches!(fault, Fault::KillCoordinator | Fault::PauseCoordinator)
+                    .then_some(failover_ms)
+                    .flatten(),
+            })
+            .collect())
     }
 }
 
@@ -425,13 +458,25 @@ async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, F
         if reps.len() == cluster.executors().len()
             && reps.iter().all(|r| r.executed_up_to == Some(decided))
         {
-            let digests: Vec<(String, u64)> = reps
-                .iter()
-                .map(|r| (format!("node {}", r.node), r.digest.unwrap_or(0)))
-                .collect();
-            return partita_checker::check_convergence(&digests)
-                .map(|_| format!("{} replicas at instance {decided}", digests.len()))
-                .map_err(|e| Failed::Violation(e.to_string()));
+            // Replicas of one partition hold the same state; partitions differ.
+            let mut by_partition: std::collections::BTreeMap<Option<u32>, Vec<(String, u64)>> =
+                Default::default();
+            for r in &reps {
+                let partition = cluster.node(r.node).and_then(|n| n.partition);
+                by_partition
+                    .entry(partition)
+                    .or_default()
+                    .push((format!("node {}", r.node), r.digest.unwrap_or(0)));
+            }
+            for digests in by_partition.values() {
+                partita_checker::check_convergence(digests)
+                    .map_err(|e| Failed::Violation(e.to_string()))?;
+            }
+            return Ok(format!(
+                "{} replicas in {} partition(s) at instance {decided}",
+                reps.len(),
+                by_partition.len()
+            ));
         }
         last = format!("{st:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -469,11 +514,14 @@ pub async fn run(
     let stop_at = cfg.bench.duration.saturating_sub(cfg.down_for);
     tokio::time::sleep(cfg.interval.min(cfg.bench.duration / 4)).await;
     let mut i = 0;
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
     while t0.elapsed() + cfg.down_for < stop_at {
-        let fault = cfg.faults[i % cfg.faults.len()];
-        i += 1;
-        injected.push(nem.inject(fault, cfg.down_for, t0).await?);
-        tokio::time::sleep(cfg.interval).await;
+        let faults: Vec<Fault> = (0..cfg.together.max(1))
+            .map(|k| cfg.faults[(i + k) % cfg.faults.len()])
+            .collect();
+        i += faults.len();
+        injected.extend(nem.inject(&faults, cfg.down_for, t0, &mut rng).await?);
+        tokio::time::sleep(cfg.interval.mul_f64(0.5 + rng.gen::<f64>())).await;
     }
     let (bench_result, records) = load.await.context("load task")??;
     if let Some(p) = &cfg.history {
