@@ -338,6 +338,28 @@ struct NodeArgs {
     /// Plant a known bug (for tests of the checks): lose-acked-writes, reexecute-duplicates.
     #[arg(long = "unsafe")]
     unsafe_bugs: Vec<String>,
+    /// Crash the process (abort) the Nth time it reaches a point of its file code, for
+    /// tests of recovery: NAME=N, NAME one of wal-append, wal-fsync, wal-roll,
+    /// wal-segment-rename, wal-truncate, checkpoint-write, checkpoint-rename,
+    /// checkpoint-remove.
+    #[arg(long, value_name = "NAME=N", value_parser = parse_failpoint)]
+    failpoint: Option<String>,
+}
+
+fn parse_failpoint(spec: &str) -> Result<String, String> {
+    let (name, n) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=N (e.g. wal-fsync=20), got `{spec}`"))?;
+    if !partita_wal::failpoint::NAMES.contains(&name) {
+        return Err(format!(
+            "no failpoint `{name}`; the points are {}",
+            partita_wal::failpoint::NAMES.join(", ")
+        ));
+    }
+    match n.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(spec.to_string()),
+        _ => Err(format!("N must be a positive integer, got `{n}`")),
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -552,6 +574,9 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
     match cmd {
         Cmd::Up(a) => up(a).await,
         Cmd::Node(a) => {
+            if let Some(spec) = &a.failpoint {
+                partita_wal::failpoint::arm_spec(spec).map_err(|e| anyhow::anyhow!(e))?;
+            }
             let cluster = ClusterConfig::load(&a.cluster)?;
             let service = partita_harness::services::resolve(&cluster.cluster.service)?;
             partita_runtime::run_node(NodeOptions {

@@ -421,7 +421,7 @@ impl Nemesis<'_> {
 }
 
 /// Read every entry through the replicated path.
-async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>> {
+pub async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>> {
     let opts = ClientOptions {
         give_up: Duration::from_secs(30),
         ..ClientOptions::default()
@@ -440,7 +440,7 @@ async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>> {
 }
 
 /// Wait until every replica executed the same instance; return their digests.
-async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
+pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
     let t0 = Instant::now();
     let mut last = String::new();
     while t0.elapsed() < limit {

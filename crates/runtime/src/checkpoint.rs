@@ -181,11 +181,13 @@ impl CheckpointStore {
             .with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(bytes)
             .with_context(|| format!("writing {}", tmp.display()))?;
+        partita_wal::failpoint::hit("checkpoint-write");
         if self.fsync {
             f.sync_all()
                 .with_context(|| format!("fsync of {}", tmp.display()))?;
         }
         drop(f);
+        partita_wal::failpoint::hit("checkpoint-rename");
         fs::rename(&tmp, &path).with_context(|| format!("renaming {}", tmp.display()))?;
         self.sync_dir()?;
         let (found, _) = self.list()?;
@@ -194,6 +196,7 @@ impl CheckpointStore {
             if old >= instance {
                 continue;
             }
+            partita_wal::failpoint::hit("checkpoint-remove");
             fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
         }
         if excess > 0 {

@@ -134,6 +134,7 @@
 //! ```
 
 mod error;
+pub mod failpoint;
 mod format;
 mod group;
 mod wal;

@@ -481,6 +481,7 @@ impl Wal {
             // Oldest first, with a directory fsync after each unlink: whatever a crash
             // leaves behind is a contiguous suffix of the log, never a log with a hole
             // (which recovery would rightly call corrupt).
+            crate::failpoint::hit("wal-truncate");
             fs::remove_file(&seg.path).map_err(|e| WalError::io(&seg.path, e))?;
             tracing::debug!(segment = %seg.path.display(), "deleted WAL segment");
             self.closed.pop_front();
@@ -561,12 +562,14 @@ impl Wal {
             let err = WalError::io(&self.active.path, e);
             return Err(self.poison(err));
         }
+        crate::failpoint::hit("wal-append");
         self.buf.clear();
         Ok(())
     }
 
     fn fsync_active(&mut self) -> Result<(), WalError> {
         self.stats.fsyncs += 1;
+        crate::failpoint::hit("wal-fsync");
         #[cfg(test)]
         if std::mem::take(&mut self.fail_next_fsync) {
             let err = WalError::FsyncFailed {
@@ -599,6 +602,7 @@ impl Wal {
             self.fsync_active()?;
         }
         self.durable_lsn = self.next_lsn - 1;
+        crate::failpoint::hit("wal-roll");
         let new = match create_segment(&self.dir, &self.opts, self.next_lsn, &mut self.stats) {
             Ok(seg) => seg,
             Err(e) => return Err(self.poison(e)),
@@ -726,6 +730,7 @@ fn create_segment(
         fsync_file(&file, &tmp)?;
         stats.fsyncs += 1;
     }
+    crate::failpoint::hit("wal-segment-rename");
     fs::rename(&tmp, &path).map_err(|e| WalError::io(&path, e))?;
     if opts.fsync() {
         fsync_dir(dir)?;
