@@ -341,7 +341,8 @@ struct NodeArgs {
     /// Crash the process (abort) the Nth time it reaches a point of its file code, for
     /// tests of recovery: NAME=N, NAME one of wal-append, wal-fsync, wal-roll,
     /// wal-segment-rename, wal-truncate, checkpoint-write, checkpoint-rename,
-    /// checkpoint-remove.
+    /// checkpoint-remove; or make the Nth WAL fsync fail with an I/O error
+    /// (wal-fsync-error).
     #[arg(long, value_name = "NAME=N", value_parser = parse_failpoint)]
     failpoint: Option<String>,
 }

@@ -67,10 +67,25 @@ async fn run_crash(
         .map(|n| n.id)
         .filter(|id| {
             std::fs::read_to_string(dir.path().join(format!("node-{id}.log")))
-                .is_ok_and(|l| l.contains(&format!("failpoint {point}: crashing")))
+                .is_ok_and(|l| l.contains(&format!("failpoint {point}:")))
         })
         .collect();
     assert!(!fired.is_empty(), "failpoint {point}={nth} never fired");
+    if point == "wal-fsync-error" {
+        for (id, child) in lc.children.iter_mut().filter(|(id, _)| fired.contains(id)) {
+            assert!(
+                matches!(child.try_wait(), Ok(Some(_))),
+                "node {id} kept running after its fsync failed"
+            );
+        }
+        for id in &fired {
+            let log = std::fs::read_to_string(dir.path().join(format!("node-{id}.log"))).unwrap();
+            assert!(
+                log.contains("fsync") && log.contains(".log"),
+                "node {id} stopped without naming the failed fsync and its segment:\n{log}"
+            );
+        }
+    }
     // Every node back, without the failpoint, on its data directory.
     lc.stop(Duration::from_secs(5));
     let restart_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
@@ -95,6 +110,15 @@ async fn run_crash(
         events.len()
     );
     (verdict, converged)
+}
+
+/// An fsync that fails is fatal: the acceptor stops and says why (naming the segment),
+/// and once restarted nothing acknowledged is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_stops_the_node_and_loses_nothing() {
+    let (verdict, converged) = run_crash("wal-fsync-error", 200, &[]).await;
+    assert!(verdict.is_ok(), "{verdict:?}");
+    assert!(converged.is_ok(), "{converged:?}");
 }
 
 /// Control: the same run with replicas that lose acknowledged writes must be judged not

@@ -187,3 +187,59 @@ async fn a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
     assert_eq!(std::fs::read(&damaged).unwrap(), newest, "evidence kept");
     c.stop(4).await;
 }
+
+/// A bit flipped inside a WAL record, in an earlier segment or in the last one with
+/// valid records after it, is damage a crash cannot leave (not a torn tail): the node
+/// refuses to start, names the segment and the offset, and changes nothing.
+#[tokio::test]
+async fn a_flipped_bit_in_a_wal_record_is_refused_untouched() {
+    let cfg = local_config(CLUSTER);
+    for (segment, what) in [
+        (0usize, "an earlier segment"),
+        (usize::MAX, "the last segment"),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        identity(data.path(), 1);
+        let dir = data.path().join("node-1/wal");
+        let opts = partita_wal::WalOptions {
+            segment_bytes_max: 256,
+            ..partita_wal::WalOptions::new(CLUSTER, 1)
+        };
+        let (mut wal, _) = partita_wal::Wal::open(&dir, opts).unwrap();
+        for i in 0..20u8 {
+            wal.append(&[i; 40]).unwrap();
+        }
+        wal.sync().unwrap();
+        drop(wal);
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        segments.sort();
+        assert!(segments.len() >= 3, "{segments:?}");
+        // The last segment: flip a bit in its first record, which has valid ones after.
+        let seg = segments[segment.min(segments.len() - 1)].clone();
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let at = partita_wal::SEGMENT_HEADER_LEN + partita_wal::RECORD_HEADER_LEN + 5;
+        assert!(
+            bytes.len() > at + 60,
+            "{what}: a record follows the flipped one ({} bytes, {segments:?})",
+            bytes.len()
+        );
+        bytes[at] ^= 0x10;
+        std::fs::write(&seg, &bytes).unwrap();
+        let before = snapshot(data.path());
+        let e = refused(&cfg, data.path(), 1).await;
+        assert!(e.contains("WAL corrupt"), "{what}: {e}");
+        assert!(
+            e.contains(&seg.file_name().unwrap().to_string_lossy().to_string()),
+            "{what}: {e}"
+        );
+        assert_eq!(
+            snapshot(data.path()),
+            before,
+            "{what}: the data directory changed"
+        );
+    }
+}

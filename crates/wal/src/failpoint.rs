@@ -15,8 +15,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Every point's name.
-pub const NAMES: [&str; 8] = [
+/// Every point's name: the crash points, then `wal-fsync-error`, where the segment's
+/// fsync returns an I/O error instead of crashing (fsync errors are fatal: the WAL is
+/// poisoned and the node stops, naming the file).
+pub const NAMES: [&str; 9] = [
     "wal-append",
     "wal-fsync",
     "wal-roll",
@@ -25,6 +27,7 @@ pub const NAMES: [&str; 8] = [
     "checkpoint-write",
     "checkpoint-rename",
     "checkpoint-remove",
+    "wal-fsync-error",
 ];
 
 static ARMED: AtomicBool = AtomicBool::new(false);
@@ -55,6 +58,27 @@ pub fn arm_spec(spec: &str) -> Result<(), String> {
         .parse()
         .map_err(|_| format!("failpoint `{spec}`: N must be a positive integer"))?;
     arm(name, n)
+}
+
+/// The code reached error point `name`: whether to fail here (its Nth hit; then
+/// disarmed).
+pub fn error(name: &'static str) -> bool {
+    if !ARMED.load(Ordering::Acquire) {
+        return false;
+    }
+    let mut p = POINT.lock().expect("failpoint lock");
+    if let Some((armed, left)) = p.as_mut() {
+        if *armed == name {
+            *left -= 1;
+            if *left == 0 {
+                *p = None;
+                ARMED.store(false, Ordering::Release);
+                eprintln!("failpoint {name}: failing here with an injected I/O error");
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The code reached point `name`: abort if it is armed and this is its Nth hit.

@@ -570,6 +570,13 @@ impl Wal {
     fn fsync_active(&mut self) -> Result<(), WalError> {
         self.stats.fsyncs += 1;
         crate::failpoint::hit("wal-fsync");
+        if crate::failpoint::error("wal-fsync-error") {
+            let err = WalError::FsyncFailed {
+                path: self.active.path.clone(),
+                source: io::Error::other("injected fsync failure (failpoint wal-fsync-error)"),
+            };
+            return Err(self.poison(err));
+        }
         #[cfg(test)]
         if std::mem::take(&mut self.fail_next_fsync) {
             let err = WalError::FsyncFailed {
