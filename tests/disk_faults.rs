@@ -96,18 +96,10 @@ async fn run_crash(
     let final_entries = nemesis::read_all(&cfg).await.unwrap();
     let converged = nemesis::converged(&cfg, Duration::from_secs(60)).await;
     lc.stop(Duration::from_secs(5));
-    let events: Vec<_> = records
-        .iter()
-        .map(partita_harness::history::to_event)
-        .collect();
-    let opts = partita_checker::CheckOptions {
-        initial: partita_harness::history::preload_initial(preload),
-        ..Default::default()
-    };
-    let verdict = partita_checker::check_with_final_state(&events, &opts, &final_entries);
+    let verdict = partita_harness::history::judge(&records, preload, &final_entries);
     eprintln!(
         "{point}={nth}: fired at nodes {fired:?}; {} operations; {verdict:?}; {converged:?}",
-        events.len()
+        records.len()
     );
     (verdict, converged)
 }

@@ -59,3 +59,18 @@ pub fn check_command(path: &Path, preload: u64) -> anyhow::Result<i32> {
     println!("{report}");
     Ok(if report.is_linearizable() { 0 } else { 1 })
 }
+
+/// Judge a run: its records against the contents read back at the end, starting from
+/// the `preload` keys the run began with (the checker's verdict with the final state).
+pub fn judge(
+    records: &[Record],
+    preload: u64,
+    final_entries: &[(u64, u64)],
+) -> Result<partita_checker::CheckSummary, partita_checker::CheckError> {
+    let events: Vec<Event> = records.iter().map(to_event).collect();
+    let opts = partita_checker::CheckOptions {
+        initial: preload_initial(preload),
+        ..Default::default()
+    };
+    partita_checker::check_with_final_state(&events, &opts, final_entries)
+}

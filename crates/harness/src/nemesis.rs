@@ -533,15 +533,9 @@ pub async fn run(
         .await
         .context("reading the final contents")?;
     let converged = converged(&cluster, Duration::from_secs(60)).await;
-    let events: Vec<_> = records.iter().map(crate::history::to_event).collect();
     let unknown = records.iter().filter(|r| r.result.is_none()).count();
-    let opts = partita_checker::CheckOptions {
-        initial: crate::history::preload_initial(cfg.bench.preload),
-        ..Default::default()
-    };
-    let linearizable = match partita_checker::check_with_final_state(&events, &opts, &final_entries)
-    {
-        Ok(s) => Ok(format!("{} operations ({s:?})", events.len())),
+    let linearizable = match crate::history::judge(&records, cfg.bench.preload, &final_entries) {
+        Ok(s) => Ok(format!("{} operations ({s:?})", records.len())),
         Err(e @ partita_checker::CheckError::NotLinearizable(_)) => {
             Err(Failed::Violation(e.to_string()))
         }
