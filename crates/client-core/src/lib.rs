@@ -707,23 +707,21 @@ impl<S: StateMachine> ClientCore<S> {
             self.stats.late_replies += 1;
             return;
         }
-        if o.partitions.len() == 1 {
+        let got = if o.partitions.len() == 1 {
             // The common case, one partition: nothing to collect.
-            return match S::merge(&o.cmd, vec![(p, reply)], &self.topology.layout.map) {
-                Ok(r) => self.finish(now, Ok(r), early),
-                Err(MergeError(_)) => self.stats.merge_errors += 1,
-            };
-        }
-        let got = o.parts.entry(instance).or_default();
-        if got.iter().any(|(q, _)| *q == p) {
-            self.stats.late_replies += 1;
-            return;
-        }
-        got.push((p, reply));
-        if got.len() < o.partitions.len() {
-            return;
-        }
-        let got = o.parts.remove(&instance).expect("just filled");
+            vec![(p, reply)]
+        } else {
+            let got = o.parts.entry(instance).or_default();
+            if got.iter().any(|(q, _)| *q == p) {
+                self.stats.late_replies += 1;
+                return;
+            }
+            got.push((p, reply));
+            if got.len() < o.partitions.len() {
+                return;
+            }
+            o.parts.remove(&instance).expect("just filled")
+        };
         match S::merge(&o.cmd, got, &self.topology.layout.map) {
             Ok(r) => self.finish(now, Ok(r), early),
             Err(MergeError(_)) => self.stats.merge_errors += 1,

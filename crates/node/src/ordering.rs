@@ -242,6 +242,23 @@ impl PaxosOrdering {
     }
 }
 
+impl PaxosOrdering {
+    /// A message both the learner and the acceptor take: each role this node has gets
+    /// it (cloned only when it has both). Whether any did.
+    fn give_learner_and_acceptor(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool {
+        match (self.learner.as_mut(), self.acceptor.as_mut()) {
+            (Some(l), Some(a)) => {
+                l.on_message(from, msg.clone(), out);
+                a.on_message(from, msg, out);
+            }
+            (Some(l), None) => l.on_message(from, msg, out),
+            (None, Some(a)) => a.on_message(from, msg, out),
+            (None, None) => return false,
+        }
+        true
+    }
+}
+
 impl AtomicMulticast for PaxosOrdering {
     /// A command at a node that leads goes to its coordinator; at a node that does not
     /// lead, to its batcher if it has the role, otherwise it is forwarded alone to the
@@ -353,26 +370,12 @@ impl AtomicMulticast for PaxosOrdering {
                 }
             }
             Msg::Phase2A { .. } | Msg::Decide { .. } | Msg::DecideValue { .. } => {
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg.clone(), out);
-                    handled = true;
-                }
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, out);
-                    handled = true;
-                }
+                handled |= self.give_learner_and_acceptor(from, msg, out);
             }
             Msg::Heartbeat { .. } => {
                 // A batcher learns who leads from it (`leader_activity` above).
                 handled |= self.batcher.is_some();
-                if let Some(l) = self.learner.as_mut() {
-                    l.on_message(from, msg.clone(), out);
-                    handled = true;
-                }
-                if let Some(a) = self.acceptor.as_mut() {
-                    a.on_message(from, msg, out);
-                    handled = true;
-                }
+                handled |= self.give_learner_and_acceptor(from, msg, out);
             }
             Msg::LearnReply { .. } | Msg::AcceptedValues { .. } => {
                 if let Some(l) = self.learner.as_mut() {
