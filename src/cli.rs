@@ -740,6 +740,9 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
                 ),
                 None => println!("{:<5} {:<22} {:<22} {:<8}", n.id, n.addr, "?", "no"),
             }
+            if let Some(why) = s.as_ref().and_then(|s| s.wal_stall.as_ref()) {
+                println!("      NOT VOTING: {why}");
+            }
             if let Some(line) = s.as_ref().and_then(batcher_line) {
                 println!("      {line}");
             }

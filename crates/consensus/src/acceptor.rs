@@ -82,6 +82,12 @@ struct Assembly {
 /// parts were lost wait for the retransmission, or are evicted oldest first.
 pub const ASSEMBLIES_MAX: usize = 1024;
 
+/// Heartbeats an acceptor's writes may wait with none completing before it stops
+/// answering them (see [`Drop::DiskLagging`]): at the default 50 ms heartbeat, a disk
+/// that makes no progress for 150 ms. A leader suspects a silent acceptor after
+/// `suspect_ticks` (150 ms by default).
+pub const DISK_LAGGING_HEARTBEATS: u64 = 3;
+
 /// A ring vote waiting for this acceptor's own write to become durable.
 #[derive(Clone, Copy, Debug)]
 struct HeldVote {
@@ -112,6 +118,14 @@ pub struct Acceptor {
     /// [`ASSEMBLIES_MAX`]).
     assembling: BTreeMap<Instance, Assembly>,
     next_token: PersistToken,
+    /// Votes cast (Phase 2B sent or ring vote started or forwarded): each only once
+    /// its value is durable.
+    votes_cast: u64,
+    /// Heartbeats received, and the last persisted token with the heartbeat count at
+    /// which writes were first seen waiting behind it: a disk that makes no progress
+    /// for [`DISK_LAGGING_HEARTBEATS`] heartbeats is lagging (full, stalled).
+    heartbeats: u64,
+    waiting_since: Option<(PersistToken, u64)>,
     /// Writes the driver reported complete, for the "vote only when durable" check.
     last_persisted: PersistToken,
     drops: DropCounts,
@@ -144,6 +158,9 @@ impl Acceptor {
             held_votes: DetHashMap::default(),
             assembling: BTreeMap::new(),
             next_token: 1,
+            votes_cast: 0,
+            heartbeats: 0,
+            waiting_since: None,
             last_persisted: 0,
             drops: DropCounts::default(),
             unsafe_vote_before_durable: false,
@@ -229,6 +246,30 @@ impl Acceptor {
     /// Highest instance with an accepted value (0: none).
     pub fn max_accepted_instance(&self) -> Instance {
         self.accepted.last_key_value().map(|(&i, _)| i).unwrap_or(0)
+    }
+
+    /// Count a heartbeat and tell whether writes have waited, with no completion at
+    /// all, for the last [`DISK_LAGGING_HEARTBEATS`] heartbeats.
+    fn disk_lagging(&mut self) -> bool {
+        self.heartbeats += 1;
+        if self.next_token == self.last_persisted + 1 {
+            self.waiting_since = None;
+            return false;
+        }
+        match self.waiting_since {
+            Some((t, since)) if t == self.last_persisted => {
+                self.heartbeats - since >= DISK_LAGGING_HEARTBEATS
+            }
+            _ => {
+                self.waiting_since = Some((self.last_persisted, self.heartbeats));
+                false
+            }
+        }
+    }
+
+    /// Votes cast since start (each for a durable value).
+    pub fn votes_cast(&self) -> u64 {
+        self.votes_cast
     }
 
     pub fn accepted_count(&self) -> usize {
@@ -321,8 +362,14 @@ impl Acceptor {
                 ballot,
                 decided_up_to,
             } => {
-                // Tell the leader we are up, so it keeps us in its ring.
-                if ballot >= self.promised {
+                // Tell the leader we are up, so it keeps us in its ring; but not while
+                // our disk lags: a Ring Paxos ring through an acceptor that cannot
+                // make its votes durable stops at it, so the leader must lay out its
+                // ring without us (it does once we fall silent). We answer again as
+                // soon as our writes complete.
+                if self.disk_lagging() {
+                    self.drops.count(Drop::DiskLagging);
+                } else if ballot >= self.promised {
                     self.announced_decided = self.announced_decided.max(decided_up_to);
                     out.push(Action::Send {
                         to: from,
@@ -646,6 +693,7 @@ impl Acceptor {
             a.durable && a.ballot == ballot && a.value.vid == vid,
             "vote only for durable values"
         );
+        self.votes_cast += 1;
         let mask = a.ring;
         let bit = 1u64 << self.index;
         match self.membership.protocol {
@@ -1399,6 +1447,51 @@ mod tests {
             },
             out,
         );
+    }
+
+    /// An acceptor whose writes make no progress for several heartbeats stops
+    /// answering them (so a Ring Paxos leader re-forms its ring without it), and
+    /// answers again once a write completes. Writes that do complete keep it in.
+    #[test]
+    fn a_lagging_disk_falls_silent_and_recovers() {
+        let b = Ballot::new(1, 3);
+        let mut a = Acceptor::new(1, membership(Protocol::RingPaxos));
+        let hb = Msg::Heartbeat {
+            ballot: b,
+            decided_up_to: 0,
+        };
+        let alive = |a: &mut Acceptor| {
+            let mut out = Vec::new();
+            a.on_message(3, hb.clone(), &mut out);
+            out.iter().any(|x| {
+                matches!(
+                    x,
+                    Action::Send {
+                        msg: Msg::Alive { .. },
+                        ..
+                    }
+                )
+            })
+        };
+        let mut out = Vec::new();
+        accept(&mut a, 1, b, 1, &mut out);
+        // Within the grace, still alive though the write waits.
+        for _ in 0..DISK_LAGGING_HEARTBEATS {
+            assert!(alive(&mut a));
+        }
+        assert!(
+            !alive(&mut a),
+            "answered with a write stuck for 3 heartbeats"
+        );
+        assert!(!alive(&mut a));
+        a.on_persisted(1, &mut out);
+        assert!(alive(&mut a), "silent after its disk came back");
+        // Writes that keep completing, one per heartbeat, never look lagging.
+        for i in 2..20 {
+            accept(&mut a, i, b, i, &mut out);
+            assert!(alive(&mut a));
+            a.on_persisted(i, &mut out);
+        }
     }
 
     /// A promise over more values than a page holds leaves as several Phase 1Bs that

@@ -988,6 +988,10 @@ pub enum Drop {
     StaleAck,
     /// Batcher: a batch given up after its resends.
     BatchAbandoned,
+    /// Acceptor: a heartbeat left unanswered because its disk lags (writes waiting
+    /// for several heartbeats with none completed), so that the leader lays out its
+    /// Ring Paxos ring without it.
+    DiskLagging,
 }
 
 /// The [`DropCounts`] name of [`Drop::ConflictingDecision`].
@@ -1018,6 +1022,7 @@ fn drop_name(d: Drop) -> &'static str {
         Drop::PartsEvicted => "parts_evicted",
         Drop::FromNonMember => "from_non_member",
         Drop::Truncated => "truncated",
+        Drop::DiskLagging => "disk_lagging",
         Drop::ConflictingDecision => CONFLICTING_DECISION,
         Drop::BufferFull => "buffer_full",
         Drop::StaleAck => "stale_ack",

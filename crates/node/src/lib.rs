@@ -705,6 +705,18 @@ impl NodeCore {
         self.run(actions, out);
     }
 
+    /// The driver could not write checkpoint `instance` for a reason it survives (a
+    /// full disk). Nothing depends on it yet: the log is truncated only below saved
+    /// checkpoints. The next checkpoint, an interval later, is handed over as usual.
+    pub fn on_checkpoint_failed(&mut self, instance: Instance) {
+        assert_eq!(
+            self.checkpoint_saving.take(),
+            Some(instance),
+            "a checkpoint reported failed that was not being saved"
+        );
+        self.count("checkpoint_write_failures");
+    }
+
     fn announce_checkpoint(&mut self, actions: &mut Outbox) {
         self.last_announce_tick = self.tick;
         for &a in &self.setup.membership.acceptors {

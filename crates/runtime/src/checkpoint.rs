@@ -168,6 +168,20 @@ impl CheckpointStore {
     /// Write checkpoint `instance` atomically and durably, then delete all but the
     /// newest [`CHECKPOINTS_KEPT`]. Blocking: run it off the event loop.
     pub fn save(&self, instance: Instance, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+        let result = self.save_inner(instance, bytes);
+        if let Err(e) = &result {
+            if is_no_space(e) {
+                // A full disk: leave no half-written file to take the space.
+                let tmp = self
+                    .dir
+                    .join(format!("{}.tmp", checkpoint_file_name(instance)));
+                let _ = fs::remove_file(tmp);
+            }
+        }
+        result
+    }
+
+    fn save_inner(&self, instance: Instance, bytes: &[u8]) -> anyhow::Result<PathBuf> {
         fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
         let name = checkpoint_file_name(instance);
@@ -215,6 +229,22 @@ impl CheckpointStore {
     }
 }
 
+/// Whether a failed [`CheckpointStore::save`] failed for lack of space (or quota), the
+/// one checkpoint failure a node survives. A failed fsync is never this: fsync
+/// errors stay fatal whatever their errno.
+pub fn is_no_space(e: &anyhow::Error) -> bool {
+    let fsync = e.chain().any(|c| c.to_string().starts_with("fsync"));
+    !fsync
+        && e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                )
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,5 +258,21 @@ mod tests {
         assert_eq!(parse_file_name(&checkpoint_file_name(7)), Some(7));
         assert_eq!(parse_file_name("checkpoint-7.bin"), None);
         assert_eq!(parse_file_name("checkpoint-0000000000000000000x.bin"), None);
+    }
+
+    #[test]
+    fn only_a_full_disk_is_survivable() {
+        // ENOSPC (28) and EIO (5) on Linux.
+        let nospc = || std::io::Error::from_raw_os_error(28);
+        let e = anyhow::Error::from(nospc()).context("writing checkpoint-1.tmp");
+        assert!(is_no_space(&e));
+        let e = anyhow::Error::from(nospc()).context("fsync of checkpoint-1.tmp");
+        assert!(
+            !is_no_space(&e),
+            "a failed fsync stays fatal whatever its errno"
+        );
+        let e = anyhow::Error::from(std::io::Error::from_raw_os_error(5))
+            .context("writing checkpoint-1.tmp");
+        assert!(!is_no_space(&e));
     }
 }

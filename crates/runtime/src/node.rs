@@ -10,7 +10,10 @@
 //! Checkpoints: the core serializes a replica checkpoint inside the event loop (one
 //! pass over the tree); writing it (file, fsync, rename, directory fsync, pruning) runs
 //! on a blocking thread, and its completion comes back as an event. A failed checkpoint
-//! write stops the node, like a failed WAL fsync. Log truncation: the core names the
+//! write stops the node, like a failed WAL fsync, except on a full disk: then the
+//! checkpoint is abandoned and a later one tried (the WAL holds everything it covers),
+//! and the WAL holds its writes back until space returns (the node stops voting and its
+//! status says why). Log truncation: the core names the
 //! oldest acceptor record still needed by its persist token; tokens are positions in
 //! the log since the records recovered at start, so token `t` is LSN
 //! `t + lsn_offset`, with the offset fixed at start and checked against every WAL
@@ -70,7 +73,9 @@ enum Event {
     },
     CheckpointSaved {
         instance: u64,
-        result: Result<PathBuf, String>,
+        /// The error and whether it was a full disk (not fatal: the WAL still holds
+        /// everything the checkpoint would have covered).
+        result: Result<PathBuf, (String, bool)>,
     },
     WalFailed {
         error: String,
@@ -109,6 +114,11 @@ struct Node {
     peers: HashMap<NodeId, mpsc::Sender<FrameBytes>>,
     clients: HashMap<ClientId, (u64, mpsc::Sender<FrameBytes>)>,
     wal: Option<partita_wal::GroupCommit>,
+    /// Records the WAL's queue had no room for (it is full only when the disk stalls
+    /// or is full), in order, handed over as room returns: the event loop never
+    /// blocks on the disk, so a node with a full disk still answers status probes and
+    /// says why it does not vote.
+    wal_backlog: VecDeque<(Vec<u8>, u64)>,
     /// LSN of the record with persist token `t` is `t + lsn_offset`; `None` once a
     /// completion contradicted it (then the log is never truncated).
     lsn_offset: Option<u64>,
@@ -180,16 +190,9 @@ impl Node {
                 }
                 Output::Persist { token, record } => {
                     let bytes = partita_types::encode(&record);
-                    match &self.wal {
-                        // Blocks only if the disk falls 4096 records behind, far beyond
-                        // what the window of instances can queue.
-                        Some(w) => {
-                            if let Err(e) = w.submit(bytes, token) {
-                                error!("WAL refused a record: {e}");
-                            }
-                        }
-                        None => panic!("persist on a node without a WAL"),
-                    }
+                    assert!(self.wal.is_some(), "persist on a node without a WAL");
+                    self.wal_backlog.push_back((bytes, token));
+                    self.submit_backlog();
                 }
                 Output::Reply(reply) => {
                     let client = reply.client;
@@ -225,7 +228,9 @@ impl Node {
                     self.count("checkpoint_writes");
                     tokio::task::spawn_blocking(move || {
                         let started = std::time::Instant::now();
-                        let result = store.save(instance, &bytes).map_err(|e| format!("{e:#}"));
+                        let result = store
+                            .save(instance, &bytes)
+                            .map_err(|e| (format!("{e:#}"), crate::checkpoint::is_no_space(&e)));
                         if result.is_ok() {
                             info!(
                                 instance,
@@ -256,6 +261,26 @@ impl Node {
         }
         self.out = out;
         self.core.invariants();
+    }
+
+    /// Hand the WAL what its queue has room for, in order.
+    fn submit_backlog(&mut self) {
+        let Some(w) = &self.wal else { return };
+        while let Some((bytes, token)) = self.wal_backlog.pop_front() {
+            match w.try_submit(bytes, token) {
+                Ok(()) => {}
+                Err(partita_wal::SubmitError::Full { payload, token }) => {
+                    self.wal_backlog.push_front((payload, token));
+                    *self.counters.entry("wal_queue_full").or_default() += 1;
+                    return;
+                }
+                // Stopped: the failure is on its way as an event and stops the node.
+                Err(e) => {
+                    error!("WAL refused a record: {e}");
+                    return;
+                }
+            }
+        }
     }
 
     fn send_client(&mut self, client: ClientId, wire: impl FnOnce() -> Wire, what: &'static str) {
@@ -291,6 +316,15 @@ impl Node {
             counters.push(("commands_received".into(), s.commands_received));
             counters.push(("values_proposed".into(), s.values_proposed));
             counters.push(("retransmits".into(), s.retransmits));
+        }
+        if let Some(a) = acceptor {
+            counters.push(("acceptor_votes".into(), a.votes_cast()));
+        }
+        if let Some(w) = &self.wal {
+            let st = w.stats();
+            counters.push(("wal_no_space_stalls".into(), st.no_space_stalls));
+            counters.push(("wal_no_space_retries".into(), st.no_space_retries));
+            counters.push(("wal_backlog".into(), self.wal_backlog.len() as u64));
         }
         if let Some(b) = self.core.batcher() {
             let s = b.stats();
@@ -354,6 +388,7 @@ impl Node {
             },
             pid: std::process::id(),
             delivered_ballots: self.delivered_ballots.iter().copied().collect(),
+            wal_stall: self.wal.as_ref().and_then(|w| w.stalled()),
         }
     }
 }
@@ -702,6 +737,7 @@ pub async fn run_node_until(
         peers: HashMap::new(),
         clients: HashMap::new(),
         wal,
+        wal_backlog: VecDeque::new(),
         lsn_offset,
         checkpoints,
         events: ev_tx.clone(),
@@ -794,7 +830,11 @@ async fn event_loop(
                 let Some(ev) = ev else { break };
                 node.handle(ev)?;
             }
-            _ = tick.tick() => { node.core.on_tick(wall_clock_ms(), &mut node.out); if !node.out.is_empty() { node.perform(); } }
+            _ = tick.tick() => {
+                node.submit_backlog();
+                node.core.on_tick(wall_clock_ms(), &mut node.out);
+                if !node.out.is_empty() { node.perform(); }
+            }
             _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
             _ = sigterm.recv() => { info!("terminated; stopping"); break; }
             _ = &mut stop => { info!("stop requested; stopping"); break; }
@@ -846,13 +886,21 @@ impl Node {
                         }
                         node.core.on_persisted(&tokens, &mut node.out);
                         node.perform();
+                        node.submit_backlog();
                     }
                     Event::CheckpointSaved { instance, result } => match result {
                         Ok(_) => {
                             node.core.on_checkpoint_saved(instance, &mut node.out);
                             node.perform();
                         }
-                        Err(e) => {
+                        Err((e, true)) => {
+                            // Nothing is lost: the log is truncated only below a saved
+                            // checkpoint. A later one is tried after the next interval.
+                            error!("disk full: checkpoint {instance} not written ({e}); the WAL keeps everything it covers, a later checkpoint will be tried");
+                            node.count("checkpoint_no_space");
+                            node.core.on_checkpoint_failed(instance);
+                        }
+                        Err((e, false)) => {
                             error!("writing checkpoint {instance} failed, stopping the node: {e}");
                             bail!("writing checkpoint {instance} failed: {e}");
                         }

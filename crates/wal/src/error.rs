@@ -74,6 +74,25 @@ pub enum WalError {
         source: io::Error,
     },
 
+    /// The disk (or the user's quota) is full. Not fatal: every record after
+    /// `durable_lsn` (`discarded` of them) was dropped and the segment cut back to
+    /// what was synced, so the log holds exactly the durable records and the WAL
+    /// stays usable. Append the discarded records again once space returns. A
+    /// failed *fsync* is never this, whatever its errno: see
+    /// [`WalError::FsyncFailed`].
+    #[error(
+        "no space left writing {}: {source}; records after LSN {durable_lsn} were not \
+         written ({discarded} discarded, nothing durable lost); retry when space returns",
+        path.display()
+    )]
+    NoSpace {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+        durable_lsn: u64,
+        discarded: u64,
+    },
+
     /// An earlier fatal error poisoned this WAL; every later call returns this.
     #[error("the WAL is poisoned by an earlier fatal error ({cause}); restart and recover")]
     Poisoned { cause: String },

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::error::WalError;
 use crate::format::MAX_RECORD_LEN;
@@ -97,6 +98,10 @@ pub struct GroupCommitStats {
     pub max_batch: u64,
     /// Highest durable LSN reported so far.
     pub durable_lsn: Lsn,
+    /// Times the disk was found full (each stall counts once, however many retries).
+    pub no_space_stalls: u64,
+    /// Retries of a batch held back by a full disk.
+    pub no_space_retries: u64,
 }
 
 #[derive(Default)]
@@ -107,6 +112,8 @@ struct StatCells {
     fsyncs: AtomicU64,
     max_batch: AtomicU64,
     durable_lsn: AtomicU64,
+    no_space_stalls: AtomicU64,
+    no_space_retries: AtomicU64,
 }
 
 struct Queue {
@@ -116,6 +123,8 @@ struct Queue {
     /// Set by the thread when it exits for any reason: nobody will ever drain again.
     stopped: bool,
     truncate_below: Option<Lsn>,
+    /// Set while a batch is held back by a full disk: why, for status pages.
+    stall: Option<String>,
 }
 
 struct Shared {
@@ -184,6 +193,7 @@ impl GroupCommit {
                 closing: false,
                 stopped: false,
                 truncate_below: None,
+                stall: None,
             }),
             work: Condvar::new(),
             room: Condvar::new(),
@@ -255,6 +265,13 @@ impl GroupCommit {
         self.shared.work.notify_one();
     }
 
+    /// While the disk is full: why nothing is being made durable (the records wait,
+    /// in order, and are written as soon as there is space; see
+    /// [`WalError::NoSpace`]). `None` when writing normally.
+    pub fn stalled(&self) -> Option<String> {
+        self.shared.lock().stall.clone()
+    }
+
     /// Whether the thread has exited (after [`Completion::Failed`]).
     pub fn is_stopped(&self) -> bool {
         self.shared.lock().stopped
@@ -269,6 +286,8 @@ impl GroupCommit {
             fsyncs: s.fsyncs.load(Ordering::Relaxed),
             max_batch: s.max_batch.load(Ordering::Relaxed),
             durable_lsn: s.durable_lsn.load(Ordering::Relaxed),
+            no_space_stalls: s.no_space_stalls.load(Ordering::Relaxed),
+            no_space_retries: s.no_space_retries.load(Ordering::Relaxed),
         }
     }
 
@@ -324,73 +343,227 @@ impl Drop for StopOnExit<'_> {
     }
 }
 
+/// First pause before retrying a batch held back by a full disk; doubles up to
+/// [`NO_SPACE_RETRY_MAX`].
+const NO_SPACE_RETRY_MIN: Duration = Duration::from_millis(50);
+const NO_SPACE_RETRY_MAX: Duration = Duration::from_secs(1);
+/// While stalled, the warning is repeated this often (retries in between are quiet).
+const NO_SPACE_WARN_EVERY: Duration = Duration::from_secs(10);
+
+type Batch = VecDeque<(Vec<u8>, u64)>;
+
+/// A batch that found the disk full, waiting for space.
+struct Held {
+    batch: Batch,
+    since: Instant,
+    pause: Duration,
+    last_warned: Instant,
+    error: WalError,
+}
+
 fn run<F: FnMut(Completion)>(mut wal: Wal, shared: &Shared, mut on_complete: F) -> Wal {
     let _stop = StopOnExit(shared);
+    let mut held: Option<Held> = None;
     loop {
         let (batch, truncate_below, closing) = {
             let mut q = shared.lock();
-            while q.items.is_empty() && q.truncate_below.is_none() && !q.closing {
-                q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
+            match &held {
+                None => {
+                    while q.items.is_empty() && q.truncate_below.is_none() && !q.closing {
+                        q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+                Some(h) => {
+                    // Retry after a pause; a truncation (which frees space) or closing
+                    // cuts it short. New submissions stay queued behind the held
+                    // batch (order is the log's order) and, once the queue is full,
+                    // are refused: backpressure, not unbounded memory.
+                    let deadline = Instant::now() + h.pause;
+                    while q.truncate_below.is_none() && !q.closing {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            break;
+                        }
+                        q = shared
+                            .work
+                            .wait_timeout(q, deadline - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
             }
-            (
-                std::mem::take(&mut q.items),
-                q.truncate_below.take(),
-                q.closing,
-            )
+            // A held batch is retried alone: new submissions wait behind it.
+            let batch = if held.is_none() {
+                std::mem::take(&mut q.items)
+            } else {
+                Batch::new()
+            };
+            (batch, q.truncate_below.take(), q.closing)
         };
         // The whole queue was taken: there is room for everyone waiting.
-        shared.room.notify_all();
-
         if !batch.is_empty() {
-            if let Err((tokens, error)) = commit_batch(&mut wal, shared, batch, &mut on_complete) {
-                fail(shared, tokens, error, &mut on_complete);
-                return wal;
-            }
+            shared.room.notify_all();
         }
+
+        // Truncation first while stalled: deleting old segments may be what frees the
+        // space the held batch needs.
         if let Some(below) = truncate_below {
             if let Err(error) = wal.truncate_prefix(below) {
                 tracing::warn!(%error, below, "WAL prefix truncation failed");
                 if wal.is_poisoned() {
-                    fail(shared, Vec::new(), error, &mut on_complete);
+                    let tokens = held
+                        .take()
+                        .map(|h| h.batch.iter().map(|(_, t)| *t).collect())
+                        .unwrap_or_default();
+                    fail(shared, tokens, error, &mut on_complete);
                     return wal;
                 }
             }
         }
+
+        let (to_commit, previous) = match held.take() {
+            Some(mut h) => {
+                shared
+                    .stats
+                    .no_space_retries
+                    .fetch_add(1, Ordering::Relaxed);
+                (std::mem::take(&mut h.batch), Some(h))
+            }
+            None => (batch, None),
+        };
+        if !to_commit.is_empty() {
+            match commit_batch(&mut wal, shared, to_commit, &mut on_complete) {
+                Ok(()) => {
+                    if let Some(h) = previous {
+                        shared.lock().stall = None;
+                        tracing::warn!(
+                            stalled_ms = h.since.elapsed().as_millis() as u64,
+                            "disk has space again: the WAL is writing, the node votes again"
+                        );
+                    }
+                }
+                Err(BatchError::Fatal(tokens, error)) => {
+                    fail(shared, tokens, error, &mut on_complete);
+                    return wal;
+                }
+                Err(BatchError::NoSpace(rest, error)) => {
+                    let now = Instant::now();
+                    let h = match previous {
+                        None => {
+                            shared.stats.no_space_stalls.fetch_add(1, Ordering::Relaxed);
+                            tracing::error!(%error, records = rest.len(), "disk full: the WAL holds these records back and writes nothing (the node stops voting) until space returns; nothing durable is lost");
+                            Held {
+                                batch: rest,
+                                since: now,
+                                pause: NO_SPACE_RETRY_MIN,
+                                last_warned: now,
+                                error,
+                            }
+                        }
+                        Some(h) => {
+                            let mut last_warned = h.last_warned;
+                            if now - h.last_warned >= NO_SPACE_WARN_EVERY {
+                                tracing::error!(%error, stalled_s = h.since.elapsed().as_secs(), records = rest.len(), "disk still full: the WAL is still holding records back");
+                                last_warned = now;
+                            }
+                            Held {
+                                batch: rest,
+                                since: h.since,
+                                pause: (h.pause * 2).min(NO_SPACE_RETRY_MAX),
+                                last_warned,
+                                error,
+                            }
+                        }
+                    };
+                    shared.lock().stall = Some(format!(
+                        "disk full since {:.1} s ago, WAL writes held back: {}",
+                        h.since.elapsed().as_secs_f64(),
+                        h.error
+                    ));
+                    held = Some(h);
+                }
+            }
+        }
         // `closing` was read under the same lock that emptied the queue, and no
-        // submission is accepted once it is set, so nothing can be left behind.
+        // submission is accepted once it is set, so nothing can be left behind. A
+        // batch still held back by a full disk at shutdown is reported failed: it was
+        // never durable.
         if closing {
+            if let Some(h) = held.take() {
+                let tokens = h.batch.iter().map(|(_, t)| *t).collect();
+                fail(shared, tokens, h.error, &mut on_complete);
+                return wal;
+            }
+            if !shared.lock().items.is_empty() {
+                continue;
+            }
             return wal;
         }
     }
 }
 
-/// Append and sync one batch, report it. On a fatal error returns the batch's tokens.
+enum BatchError {
+    /// The WAL is poisoned: these tokens were not reported durable.
+    Fatal(Vec<u64>, WalError),
+    /// The disk is full: the durable prefix was reported, these were not written.
+    NoSpace(Batch, WalError),
+}
+
+/// Append and sync one batch, report it. On a full disk reports the prefix that is
+/// durable (a segment roll-over syncs) and hands back the rest.
 fn commit_batch<F: FnMut(Completion)>(
     wal: &mut Wal,
     shared: &Shared,
-    batch: VecDeque<(Vec<u8>, u64)>,
+    mut batch: Batch,
     on_complete: &mut F,
-) -> Result<(), (Vec<u64>, WalError)> {
-    let n = batch.len() as u64;
+) -> Result<(), BatchError> {
     let first_lsn = wal.next_lsn();
+    debug_assert_eq!(wal.durable_lsn() + 1, first_lsn, "batches start durable");
     let before = wal.stats();
-    let mut tokens = Vec::with_capacity(batch.len());
     let mut result = Ok(());
-    for (payload, token) in batch {
-        tokens.push(token);
-        if result.is_ok() {
-            result = wal.append(&payload).map(drop);
+    for (payload, _) in &batch {
+        result = wal.append(payload).map(drop);
+        if result.is_err() {
+            break;
         }
     }
     let durable_lsn = match result.and_then(|()| wal.sync()) {
         Ok(lsn) => lsn,
-        Err(error) => return Err((tokens, error)),
+        Err(error @ WalError::NoSpace { .. }) => {
+            let durable = (wal.durable_lsn() + 1 - first_lsn) as usize;
+            let rest = batch.split_off(durable);
+            if durable > 0 {
+                report(wal, shared, batch, first_lsn, before, on_complete);
+            }
+            return Err(BatchError::NoSpace(rest, error));
+        }
+        Err(error) => {
+            return Err(BatchError::Fatal(
+                batch.into_iter().map(|(_, t)| t).collect(),
+                error,
+            ))
+        }
     };
     assert_eq!(
         durable_lsn,
-        first_lsn + n - 1,
+        first_lsn + batch.len() as u64 - 1,
         "one batch, consecutive LSNs, all durable"
     );
+    report(wal, shared, batch, first_lsn, before, on_complete);
+    Ok(())
+}
+
+/// Count and report `batch`, durable from `first_lsn` on.
+fn report<F: FnMut(Completion)>(
+    wal: &Wal,
+    shared: &Shared,
+    batch: Batch,
+    first_lsn: Lsn,
+    before: crate::wal::WalStats,
+    on_complete: &mut F,
+) {
+    let n = batch.len() as u64;
+    let durable_lsn = first_lsn + n - 1;
     let ws = wal.stats();
     let s = &shared.stats;
     s.records.fetch_add(n, Ordering::Relaxed);
@@ -402,11 +575,10 @@ fn commit_batch<F: FnMut(Completion)>(
     s.max_batch.fetch_max(n, Ordering::Relaxed);
     s.durable_lsn.store(durable_lsn, Ordering::Relaxed);
     on_complete(Completion::Durable {
-        tokens,
+        tokens: batch.into_iter().map(|(_, t)| t).collect(),
         first_lsn,
         durable_lsn,
     });
-    Ok(())
 }
 
 /// Stop for good: refuse new submissions, report every unreported token as failed.
@@ -477,5 +649,82 @@ mod tests {
         let wal = gc.shutdown();
         assert!(wal.is_poisoned());
         assert!(rx.recv().is_err(), "Failed is the last completion");
+    }
+
+    #[test]
+    fn full_disk_holds_the_batch_back_then_writes_it_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), WalOptions::new(9, 2)).unwrap();
+        // The first write and two retries find the disk full.
+        wal.fail_writes_no_space = 3;
+        let (tx, rx) = mpsc::channel();
+        let gc = GroupCommit::spawn(wal, GroupCommitOptions::default(), move |c| {
+            tx.send(c).unwrap();
+        })
+        .unwrap();
+        gc.submit(b"a".to_vec(), 1).unwrap();
+        gc.submit(b"b".to_vec(), 2).unwrap();
+        // Says why while it holds them back.
+        let mut saw_stall = false;
+        let mut submitted_during_stall = false;
+        let mut durable = Vec::new();
+        while durable.len() < 2 {
+            if let Some(why) = gc.stalled() {
+                assert!(why.contains("disk full"), "{why}");
+                saw_stall = true;
+            }
+            match rx.recv_timeout(Duration::from_millis(5)) {
+                Ok(Completion::Durable { tokens, .. }) => durable.extend(tokens),
+                Ok(other) => panic!("unexpected {other:?}"),
+                Err(_) => {}
+            }
+            if saw_stall && durable.is_empty() && !submitted_during_stall {
+                // Submissions made during the stall queue behind the held batch.
+                gc.try_submit(b"c".to_vec(), 3).unwrap();
+                submitted_during_stall = true;
+            }
+        }
+        assert!(saw_stall, "the stall was never visible");
+        while durable.len() < 3 {
+            if let Completion::Durable { tokens, .. } = rx.recv().unwrap() {
+                durable.extend(tokens);
+            }
+        }
+        assert_eq!(durable, vec![1, 2, 3], "in submission order, nothing lost");
+        assert_eq!(gc.stalled(), None);
+        let st = gc.stats();
+        assert_eq!(st.no_space_stalls, 1);
+        assert_eq!(st.no_space_retries, 3);
+        let wal = gc.shutdown();
+        assert!(!wal.is_poisoned());
+        drop(wal);
+        let (_, rec) = Wal::open(dir.path(), WalOptions::new(9, 2)).unwrap();
+        let got: Vec<Vec<u8>> = rec.into_iter().map(|r| r.payload).collect();
+        assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn shutdown_while_the_disk_is_full_reports_the_held_records_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), WalOptions::new(9, 2)).unwrap();
+        wal.fail_writes_no_space = u32::MAX;
+        let (tx, rx) = mpsc::channel();
+        let gc = GroupCommit::spawn(wal, GroupCommitOptions::default(), move |c| {
+            tx.send(c).unwrap();
+        })
+        .unwrap();
+        gc.submit(b"a".to_vec(), 1).unwrap();
+        while gc.stalled().is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let wal = gc.shutdown();
+        match rx.recv().unwrap() {
+            Completion::Failed { tokens, error } => {
+                assert_eq!(tokens, vec![1]);
+                assert!(matches!(error, WalError::NoSpace { .. }), "{error}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(!wal.is_poisoned(), "nothing was written: the log is intact");
     }
 }

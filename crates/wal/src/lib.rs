@@ -94,7 +94,13 @@
 //! may have dropped the dirty pages and cleared the error, so a retry can report
 //! success for data that is gone (the PostgreSQL "fsyncgate" lesson). The only
 //! recovery is a restart that re-reads what is really on disk. A failed `write` poisons
-//! too: the segment tail is then unknown.
+//! too (the segment tail is then unknown), except for lack of space: a write or a
+//! segment creation that fails with ENOSPC or EDQUOT returns [`WalError::NoSpace`],
+//! after cutting the active segment back to its last synced length and forgetting the
+//! unsynced records, so the log is exactly what was synced and stays usable; the
+//! records can be appended again once there is space. [`GroupCommit`] does that by
+//! itself: it holds the batch back, retries it, and says why in
+//! [`GroupCommit::stalled`].
 //!
 //! [`Wal::truncate_prefix`] deletes whole closed segments below an LSN (after a
 //! checkpoint), oldest first, so a crash midway leaves a contiguous log.

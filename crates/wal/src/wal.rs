@@ -137,6 +137,9 @@ pub struct WalStats {
     pub dir_fsyncs: u64,
     pub segments_created: u64,
     pub segments_deleted: u64,
+    /// Writes (or segment creations) refused for lack of space; see
+    /// [`WalError::NoSpace`].
+    pub no_space: u64,
 }
 
 /// Our own write buffer is flushed to the file once it holds this much, so a long run
@@ -174,6 +177,9 @@ struct ActiveSegment {
     /// Logical length: header plus every appended record, buffered ones included.
     len: u64,
     records: u64,
+    /// Length and record count as of the last sync: what a full disk cuts back to.
+    synced_len: u64,
+    synced_records: u64,
 }
 
 /// A segmented, append-only write-ahead log. See the crate documentation.
@@ -196,6 +202,12 @@ pub struct Wal {
     /// Test hook: make the next segment fsync fail.
     #[cfg(test)]
     pub(crate) fail_next_fsync: bool,
+    /// Test hook: the next this many segment writes fail with "no space left".
+    #[cfg(test)]
+    pub(crate) fail_writes_no_space: u32,
+    /// Test hook: the next segment creation fails with "no space left".
+    #[cfg(test)]
+    pub(crate) fail_next_create_no_space: bool,
 }
 
 impl fmt::Debug for Wal {
@@ -361,6 +373,8 @@ impl Wal {
                     first_lsn,
                     len: valid_end,
                     records: count,
+                    synced_len: valid_end,
+                    synced_records: count,
                 }
             }
         };
@@ -410,6 +424,10 @@ impl Wal {
             _lock: lock,
             #[cfg(test)]
             fail_next_fsync: false,
+            #[cfg(test)]
+            fail_writes_no_space: 0,
+            #[cfg(test)]
+            fail_next_create_no_space: false,
         };
         Ok((wal, Recovered { records, torn_tail }))
     }
@@ -417,9 +435,11 @@ impl Wal {
     /// Append one record and return its LSN. The record is buffered: it is durable
     /// only once a later [`Wal::sync`] returns an LSN at least as large.
     ///
-    /// Errors: [`WalError::RecordTooLarge`] (nothing written, WAL still usable), or a
-    /// fatal I/O error (the WAL is poisoned) when a buffer flush or segment roll-over
-    /// fails.
+    /// Errors: [`WalError::RecordTooLarge`] (nothing written, WAL still usable);
+    /// [`WalError::NoSpace`] when the disk is full (every record after
+    /// [`Wal::durable_lsn`] is discarded, the WAL stays usable: append them again once
+    /// there is space); or a fatal I/O error (the WAL is poisoned) when a buffer flush
+    /// or segment roll-over fails otherwise.
     pub fn append(&mut self, payload: &[u8]) -> Result<Lsn, WalError> {
         self.check_poisoned()?;
         if payload.len() > MAX_RECORD_LEN {
@@ -450,7 +470,8 @@ impl Wal {
     /// the OS. A no-op when nothing was appended since the last sync.
     ///
     /// A failed fsync returns [`WalError::FsyncFailed`] and poisons the WAL: it is
-    /// never retried, see [`WalError::FsyncFailed`].
+    /// never retried, see [`WalError::FsyncFailed`]. A full disk while writing returns
+    /// [`WalError::NoSpace`]: the unsynced records are discarded (see [`Wal::append`]).
     pub fn sync(&mut self) -> Result<Lsn, WalError> {
         self.check_poisoned()?;
         let written = self.next_lsn - 1;
@@ -464,6 +485,7 @@ impl Wal {
         }
         self.stats.syncs += 1;
         self.durable_lsn = written;
+        self.mark_synced();
         Ok(written)
     }
 
@@ -554,11 +576,32 @@ impl Wal {
         err
     }
 
+    fn mark_synced(&mut self) {
+        self.active.synced_len = self.active.len;
+        self.active.synced_records = self.active.records;
+        debug_assert_eq!(
+            self.active.first_lsn + self.active.records,
+            self.durable_lsn + 1,
+            "the synced prefix of the active segment ends at the durable LSN"
+        );
+    }
+
     fn write_out(&mut self) -> Result<(), WalError> {
         if self.buf.is_empty() {
             return Ok(());
         }
+        #[cfg(test)]
+        if self.fail_writes_no_space > 0 {
+            self.fail_writes_no_space -= 1;
+            // Like a real full disk: part of the buffer may have reached the file.
+            let half = self.buf.len() / 2;
+            let _ = self.active.file.write_all(&self.buf[..half]);
+            return Err(self.discard_unsynced(no_space_error()));
+        }
         if let Err(e) = self.active.file.write_all(&self.buf) {
+            if is_no_space(&e) {
+                return Err(self.discard_unsynced(e));
+            }
             let err = WalError::io(&self.active.path, e);
             return Err(self.poison(err));
         }
@@ -599,6 +642,40 @@ impl Wal {
         Ok(())
     }
 
+    /// The disk is full: cut the active segment back to its last synced length (a
+    /// write that failed half way leaves an unknown tail) and forget every record
+    /// after the durable LSN, so that the log is exactly what was synced and the
+    /// caller can append them again later. Nothing acknowledged is touched: only
+    /// records no sync ever covered. Poisons the WAL only if the cut itself fails.
+    fn discard_unsynced(&mut self, cause: io::Error) -> WalError {
+        let path = self.active.path.clone();
+        let keep = self.active.synced_len;
+        let cut = self
+            .active
+            .file
+            .set_len(keep)
+            .and_then(|()| self.active.file.seek(SeekFrom::Start(keep)).map(drop));
+        if let Err(e) = cut {
+            return self.poison(WalError::io(&path, e));
+        }
+        let discarded = self.next_lsn - 1 - self.durable_lsn;
+        self.stats.records -= discarded;
+        self.stats.bytes -= self.active.len - keep;
+        self.stats.no_space += 1;
+        self.buf.clear();
+        self.active.len = keep;
+        self.active.records = self.active.synced_records;
+        self.next_lsn = self.durable_lsn + 1;
+        debug_assert_eq!(self.active.first_lsn + self.active.records, self.next_lsn);
+        tracing::debug!(segment = %path.display(), discarded, "disk full: unsynced WAL records discarded");
+        WalError::NoSpace {
+            path,
+            source: cause,
+            durable_lsn: self.durable_lsn,
+            discarded,
+        }
+    }
+
     /// Close the active segment and start a new one at `next_lsn`.
     fn roll(&mut self) -> Result<(), WalError> {
         // The closed segment must be complete and durable *before* the next segment
@@ -609,9 +686,37 @@ impl Wal {
             self.fsync_active()?;
         }
         self.durable_lsn = self.next_lsn - 1;
+        self.mark_synced();
         crate::failpoint::hit("wal-roll");
+        #[cfg(test)]
+        if std::mem::take(&mut self.fail_next_create_no_space) {
+            let path = self.dir.join(segment_file_name(self.next_lsn));
+            self.stats.no_space += 1;
+            return Err(WalError::NoSpace {
+                path,
+                source: no_space_error(),
+                durable_lsn: self.durable_lsn,
+                discarded: 0,
+            });
+        }
         let new = match create_segment(&self.dir, &self.opts, self.next_lsn, &mut self.stats) {
             Ok(seg) => seg,
+            // Nothing is lost: the old segment is complete and synced, the record that
+            // needed the new one was not appended, and a half-made segment exists only
+            // under its temporary name (removed). The next append tries again.
+            Err(WalError::Io { path, source }) if is_no_space(&source) => {
+                let tmp = self
+                    .dir
+                    .join(format!("{}.tmp", segment_file_name(self.next_lsn)));
+                let _ = fs::remove_file(&tmp);
+                self.stats.no_space += 1;
+                return Err(WalError::NoSpace {
+                    path,
+                    source,
+                    durable_lsn: self.durable_lsn,
+                    discarded: 0,
+                });
+            }
             Err(e) => return Err(self.poison(e)),
         };
         let old = std::mem::replace(&mut self.active, new);
@@ -751,7 +856,23 @@ fn create_segment(
         first_lsn,
         len: SEGMENT_HEADER_LEN as u64,
         records: 0,
+        synced_len: SEGMENT_HEADER_LEN as u64,
+        synced_records: 0,
     })
+}
+
+/// A write that failed because the disk (or the user's quota) is full: the one I/O
+/// error the WAL survives, because nothing is lost and space may come back.
+pub(crate) fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
+#[cfg(test)]
+pub(crate) fn no_space_error() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
 }
 
 /// The only place segment data is fsynced (besides the test hook).
@@ -874,5 +995,96 @@ mod tests {
         ));
         assert!(wal.is_poisoned());
         assert_eq!(wal.segment_count(), 1, "no new segment after a failed sync");
+    }
+
+    fn reopen_payloads(dir: &Path) -> Vec<Vec<u8>> {
+        let (_, rec) = Wal::open(dir, opts()).unwrap();
+        rec.into_iter().map(|r| r.payload).collect()
+    }
+
+    #[test]
+    fn full_disk_discards_only_unsynced_records_and_the_wal_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
+        wal.append(b"one").unwrap();
+        wal.append(b"two").unwrap();
+        assert_eq!(wal.sync().unwrap(), 2);
+        let seg = wal.active.path.clone();
+        let synced_len = fs::metadata(&seg).unwrap().len();
+        wal.append(b"three").unwrap();
+        wal.append(b"four").unwrap();
+        wal.fail_writes_no_space = 1;
+        match wal.sync() {
+            Err(WalError::NoSpace {
+                durable_lsn,
+                discarded,
+                ..
+            }) => {
+                assert_eq!(durable_lsn, 2);
+                assert_eq!(discarded, 2);
+            }
+            other => panic!("expected NoSpace, got {other:?}"),
+        }
+        assert!(!wal.is_poisoned(), "a full disk is not fatal");
+        assert_eq!(wal.durable_lsn(), 2);
+        assert_eq!(wal.next_lsn(), 3, "the unsynced records are forgotten");
+        assert_eq!(
+            fs::metadata(&seg).unwrap().len(),
+            synced_len,
+            "the half-written tail is cut back to the synced length"
+        );
+        assert_eq!(wal.stats().no_space, 1);
+        // Space returns: the same records are appended again at the same LSNs.
+        assert_eq!(wal.append(b"three").unwrap(), 3);
+        assert_eq!(wal.append(b"four").unwrap(), 4);
+        assert_eq!(wal.sync().unwrap(), 4);
+        drop(wal);
+        let got = reopen_payloads(dir.path());
+        assert_eq!(
+            got,
+            vec![
+                b"one".to_vec(),
+                b"two".to_vec(),
+                b"three".to_vec(),
+                b"four".to_vec()
+            ]
+        );
+    }
+
+    #[test]
+    fn full_disk_at_segment_roll_keeps_the_synced_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), opts()).unwrap();
+        wal.append(&[7; 150]).unwrap();
+        wal.fail_next_create_no_space = true;
+        // The second record does not fit: the roll syncs the first, then cannot make
+        // the next segment.
+        assert!(matches!(
+            wal.append(&[8; 150]),
+            Err(WalError::NoSpace { discarded: 0, .. })
+        ));
+        assert!(!wal.is_poisoned());
+        assert_eq!(
+            wal.durable_lsn(),
+            1,
+            "the roll made the first record durable"
+        );
+        assert_eq!(wal.segment_count(), 1);
+        assert_eq!(wal.append(&[8; 150]).unwrap(), 2);
+        assert_eq!(wal.sync().unwrap(), 2);
+        assert_eq!(wal.segment_count(), 2);
+        drop(wal);
+        assert_eq!(
+            reopen_payloads(dir.path()),
+            vec![vec![7; 150], vec![8; 150]]
+        );
+    }
+
+    #[test]
+    fn real_no_space_errors_are_recognised_and_others_are_not() {
+        assert!(is_no_space(&io::Error::from_raw_os_error(libc::ENOSPC)));
+        assert!(is_no_space(&io::Error::from_raw_os_error(libc::EDQUOT)));
+        assert!(!is_no_space(&io::Error::from_raw_os_error(libc::EIO)));
+        assert!(!is_no_space(&io::Error::from_raw_os_error(libc::EROFS)));
     }
 }

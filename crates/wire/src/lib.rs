@@ -79,6 +79,9 @@ pub struct NodeStatus {
     /// [`DELIVERED_BALLOTS_KEPT`]). From the decided stream itself: the first value a
     /// new leader got decided, as this replica saw it (failover measurements).
     pub delivered_ballots: Vec<DeliveredBallot>,
+    /// Acceptor: why its WAL writes nothing (a full disk), so it does not vote;
+    /// `None` while it writes normally.
+    pub wal_stall: Option<String>,
 }
 
 /// A new ballot seen in a replica's decided stream (see
