@@ -10,7 +10,10 @@
 //!   restores the prior contents exactly (not the prior shape, which nobody observes).
 //! - **opt-PSMR safety check** (paper 002 §V-B): [`BPlusTree::safety_check`] says,
 //!   without mutating, whether a command stays inside one leaf with no split, merge or
-//!   borrow, and the key interval that leaf covers.
+//!   borrow, and the key interval that leaf covers; [`psmr`] splits the key space among
+//!   a replica's K worker threads, maps commands to groups (CC-G for P-SMR, OC-G for
+//!   opt-PSMR) and gives a thread's verdict (pass only if every leaf written lies
+//!   wholly inside its range).
 //! - **GeoPaxos+ hooks** (paper 004 §IV, Algorithm 1): stable [`NodeId`]s, root-to-leaf
 //!   paths with depths and parents ([`BPlusTree::path_to_leaf`]), a caller-owned
 //!   per-node side table ([`NodeMeta`]), an optional log of structural changes, and the
@@ -53,6 +56,7 @@ mod hooks;
 mod iter;
 mod node;
 pub mod ops;
+pub mod psmr;
 pub mod service;
 mod snapshot;
 mod tree;
