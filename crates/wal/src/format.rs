@@ -163,10 +163,30 @@ pub(crate) struct Damage {
     /// Offset of the first byte that does not start a valid record.
     pub offset: usize,
     pub reason: String,
-    /// Offset of a valid-looking record found *after* the damage, if any. Its
-    /// presence is what turns "torn tail" into "corruption in the middle".
-    pub valid_record_after: Option<usize>,
+    /// Whether a valid-looking record follows the damage. Its presence is what turns
+    /// "torn tail" into "corruption in the middle".
+    pub after: AfterDamage,
 }
+
+/// What the search for a valid record after a damaged one found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterDamage {
+    /// No valid record anywhere after the damage: a torn tail (in the last segment).
+    Nothing,
+    /// A valid record starts at this offset.
+    ValidRecordAt(usize),
+    /// The search gave up after checksumming this many bytes (see
+    /// [`SCAN_BUDGET_MIN`]): it cannot tell, so the caller must not assume a torn tail.
+    Undecided { checksummed: u64 },
+}
+
+/// Bytes the search after a damaged record may checksum: this much plus
+/// [`SCAN_BUDGET_PER_BYTE`] per byte of the segment. Every offset is a candidate and
+/// each may claim a length up to the rest of the file, so without a bound a region of
+/// garbage whose bytes read as plausible lengths (0x01 repeated: 16 MiB at every
+/// offset) would make recovery quadratic, hours for one segment.
+pub(crate) const SCAN_BUDGET_MIN: u64 = 256 << 20;
+pub(crate) const SCAN_BUDGET_PER_BYTE: u64 = 16;
 
 /// Result of scanning the record area of one segment.
 #[derive(Debug)]
@@ -197,14 +217,14 @@ pub(crate) fn scan_segment(buf: &[u8]) -> SegmentScan {
                 off = next;
             }
             RecordAt::Bad(reason) => {
-                let valid_record_after = find_valid_record(buf, off + 1);
+                let after = find_valid_record(buf, off + 1);
                 return SegmentScan {
                     records,
                     valid_end: off,
                     damage: Some(Damage {
                         offset: off,
                         reason,
-                        valid_record_after,
+                        after,
                     }),
                 };
             }
@@ -221,9 +241,26 @@ pub(crate) fn scan_segment(buf: &[u8]) -> SegmentScan {
 /// and random bytes pass with probability 2^-32 per offset. Real records after the
 /// damage, however, always will be found, which is the point: their presence means
 /// the damage is not a torn tail and dropping the rest would lose data.
-fn find_valid_record(buf: &[u8], from: usize) -> Option<usize> {
-    (from..buf.len().saturating_sub(RECORD_HEADER_LEN - 1))
-        .find(|&o| matches!(read_record(buf, o), RecordAt::Valid { .. }))
+///
+/// The checksumming is bounded (see [`SCAN_BUDGET_MIN`]); past the bound the answer is
+/// [`AfterDamage::Undecided`], never a guess.
+fn find_valid_record(buf: &[u8], from: usize) -> AfterDamage {
+    let budget = SCAN_BUDGET_MIN + SCAN_BUDGET_PER_BYTE * buf.len() as u64;
+    let mut checksummed = 0u64;
+    for o in from..buf.len().saturating_sub(RECORD_HEADER_LEN - 1) {
+        let len = u32_at(buf, o) as usize;
+        let fits = len <= MAX_RECORD_LEN && len <= buf.len() - o - RECORD_HEADER_LEN;
+        if fits {
+            checksummed += len as u64;
+            if checksummed > budget {
+                return AfterDamage::Undecided { checksummed };
+            }
+            if matches!(read_record(buf, o), RecordAt::Valid { .. }) {
+                return AfterDamage::ValidRecordAt(o);
+            }
+        }
+    }
+    AfterDamage::Nothing
 }
 
 #[cfg(test)]
@@ -266,7 +303,7 @@ mod tests {
         // The premise of torn-tail detection: a zeroed tail never parses as a record.
         let buf = vec![0u8; 64];
         assert!(matches!(read_record(&buf, 0), RecordAt::Bad(_)));
-        assert_eq!(find_valid_record(&buf, 0), None);
+        assert_eq!(find_valid_record(&buf, 0), AfterDamage::Nothing);
     }
 
     #[test]
@@ -293,8 +330,41 @@ mod tests {
         let d = scan.damage.expect("damage");
         assert_eq!(d.offset, SEGMENT_HEADER_LEN);
         assert_eq!(
-            d.valid_record_after,
-            Some(SEGMENT_HEADER_LEN + RECORD_HEADER_LEN + 5)
+            d.after,
+            AfterDamage::ValidRecordAt(SEGMENT_HEADER_LEN + RECORD_HEADER_LEN + 5)
         );
+    }
+
+    /// Garbage whose every offset reads as a long plausible record (0x01 repeated: a
+    /// 16 MiB length) would make the search quadratic; it stops at its budget and says
+    /// it cannot tell, and a real record after ordinary garbage is still found.
+    #[test]
+    fn the_search_after_damage_is_bounded() {
+        let mut buf = segment(&[b"first"]);
+        buf.extend(std::iter::repeat_n(0x01u8, 24 << 20));
+        let started = std::time::Instant::now();
+        let scan = scan_segment(&buf);
+        let d = scan.damage.expect("damage");
+        match d.after {
+            AfterDamage::Undecided { checksummed } => {
+                let budget = SCAN_BUDGET_MIN + SCAN_BUDGET_PER_BYTE * buf.len() as u64;
+                assert!(checksummed > budget && checksummed <= budget + (MAX_RECORD_LEN as u64));
+            }
+            other => panic!("expected Undecided, got {other:?}"),
+        }
+        eprintln!("gave up after {:?}", started.elapsed());
+
+        let mut buf = segment(&[b"first"]);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..(1 << 20) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            buf.push(x as u8);
+        }
+        let real = buf.len();
+        encode_record(&mut buf, b"later");
+        let d = scan_segment(&buf).damage.expect("damage");
+        assert_eq!(d.after, AfterDamage::ValidRecordAt(real));
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::WalError;
 use crate::format::{
-    encode_record, scan_segment, SegmentHeader, MAX_RECORD_LEN, RECORD_HEADER_LEN,
+    encode_record, scan_segment, AfterDamage, SegmentHeader, MAX_RECORD_LEN, RECORD_HEADER_LEN,
     SEGMENT_HEADER_LEN,
 };
 
@@ -296,16 +296,32 @@ impl Wal {
             }
             let scan = scan_segment(&image);
             if let Some(damage) = scan.damage {
-                if let Some(after) = damage.valid_record_after {
-                    return Err(WalError::Corrupt {
-                        segment: seg.path.clone(),
-                        offset: damage.offset as u64,
-                        reason: format!(
-                            "{}; a valid record follows at offset {after}, so this is not \
-                             a torn tail",
-                            damage.reason
-                        ),
-                    });
+                match damage.after {
+                    AfterDamage::Nothing => {}
+                    AfterDamage::ValidRecordAt(after) => {
+                        return Err(WalError::Corrupt {
+                            segment: seg.path.clone(),
+                            offset: damage.offset as u64,
+                            reason: format!(
+                                "{}; a valid record follows at offset {after}, so this is \
+                                 not a torn tail",
+                                damage.reason
+                            ),
+                        });
+                    }
+                    AfterDamage::Undecided { checksummed } => {
+                        return Err(WalError::Corrupt {
+                            segment: seg.path.clone(),
+                            offset: damage.offset as u64,
+                            reason: format!(
+                                "{}; the {} bytes after it could not be searched for valid \
+                                 records within the scan budget ({checksummed} bytes \
+                                 checksummed), so it cannot be called a torn tail",
+                                damage.reason,
+                                image.len() - damage.offset
+                            ),
+                        });
+                    }
                 }
                 if !is_last {
                     return Err(WalError::Corrupt {
