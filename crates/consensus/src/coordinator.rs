@@ -71,6 +71,25 @@ pub struct CoordinatorStats {
     pub logical_skipped: u64,
 }
 
+/// Something a driver measures with its own clock (the core has none): a value
+/// proposed, with its size, and an instance decided. Noted only with
+/// [`CoordinatorConfig::observe`], drained by [`Coordinator::drain_observations`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    Proposed {
+        instance: Instance,
+        commands: usize,
+        bytes: usize,
+    },
+    Decided {
+        instance: Instance,
+    },
+}
+
+/// Observations kept undrained, at most: past this the coordinator stops noting them
+/// (a driver that drains after every step never comes near it).
+pub const OBSERVATIONS_MAX: usize = 65_536;
+
 /// Where an undecided command of this coordinator is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Queued {
@@ -138,6 +157,8 @@ pub struct Coordinator {
     skip_due: u64,
     stats: CoordinatorStats,
     drops: DropCounts,
+    /// With `cfg.observe`: proposals and decisions not yet drained (bounded).
+    observations: Vec<Observation>,
 }
 
 impl Coordinator {
@@ -204,6 +225,19 @@ impl Coordinator {
             skip_due: 0,
             stats: CoordinatorStats::default(),
             drops: DropCounts::default(),
+            observations: Vec::new(),
+        }
+    }
+
+    /// Hand over what was observed since the last call (empty unless
+    /// [`CoordinatorConfig::observe`]).
+    pub fn drain_observations(&mut self, out: &mut Vec<Observation>) {
+        out.append(&mut self.observations);
+    }
+
+    fn observe(&mut self, o: Observation) {
+        if self.cfg.observe && self.observations.len() < OBSERVATIONS_MAX {
+            self.observations.push(o);
         }
     }
 
@@ -602,6 +636,7 @@ impl Coordinator {
 
     fn decide(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {
         self.stats.instances_decided += 1;
+        self.observe(Observation::Decided { instance });
         let vid = value.vid;
         for c in &value.commands {
             if self.queued.get(&(c.client, c.seq)) == Some(&Queued::In(vid)) {
@@ -765,6 +800,14 @@ impl Coordinator {
             let instance = self.next_instance;
             self.next_instance += 1;
             self.stats.values_proposed += 1;
+            if self.cfg.observe {
+                let bytes = value.commands.iter().map(command_bytes).sum();
+                self.observe(Observation::Proposed {
+                    instance,
+                    commands: value.commands.len(),
+                    bytes,
+                });
+            }
             self.in_flight.insert(
                 instance,
                 InFlight {
@@ -1592,6 +1635,59 @@ mod tests {
                 seq: 2
             }
         );
+    }
+
+    /// With `observe`, every value proposed (its size) and every instance decided is
+    /// noted for the driver, once; without it, nothing is kept.
+    #[test]
+    fn observations_note_proposals_and_decisions_only_when_asked() {
+        for observe in [true, false] {
+            let mut c = prepared_cfg(
+                membership(Protocol::RingPaxos),
+                CoordinatorConfig { observe, ..cfg() },
+            );
+            let mut out = Vec::new();
+            c.on_command(cmd(1), &mut out);
+            let vid = match &out[0] {
+                Action::Send {
+                    msg: Msg::Phase2A { value, .. },
+                    ..
+                } => value.vid,
+                other => panic!("{other:?}"),
+            };
+            let b = c.ballot();
+            c.on_message(
+                3,
+                Msg::Phase2B {
+                    ballot: b,
+                    instance: 1,
+                    vid,
+                    votes: 0b101,
+                },
+                &mut out,
+            );
+            assert_eq!(c.decided_up_to(), 1);
+            let mut seen = Vec::new();
+            c.drain_observations(&mut seen);
+            if observe {
+                assert_eq!(
+                    seen,
+                    vec![
+                        Observation::Proposed {
+                            instance: 1,
+                            commands: 1,
+                            bytes: command_bytes(&cmd(1)),
+                        },
+                        Observation::Decided { instance: 1 },
+                    ]
+                );
+                seen.clear();
+                c.drain_observations(&mut seen);
+                assert!(seen.is_empty(), "drained once");
+            } else {
+                assert!(seen.is_empty());
+            }
+        }
     }
 
     #[test]

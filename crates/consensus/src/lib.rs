@@ -60,7 +60,7 @@ pub mod multiring;
 
 pub use acceptor::Acceptor;
 pub use batcher::{Batcher, BatcherConfig, BatcherStats};
-pub use coordinator::{Coordinator, CoordinatorStats};
+pub use coordinator::{Coordinator, CoordinatorStats, Observation, OBSERVATIONS_MAX};
 pub use elector::Elector;
 pub use learner::{Learner, LearnerStats};
 
@@ -1070,6 +1070,10 @@ pub struct CoordinatorConfig {
     /// that learners merging this ring never wait on it for long ([`multiring`]).
     /// `None` (a single stream): never.
     pub skips: Option<multiring::SkipConfig>,
+    /// Note every value proposed and every instance decided for the driver to drain
+    /// ([`Coordinator::drain_observations`]): a driver with a wall clock turns them into
+    /// commit-latency and batch-size metrics. Off in the simulator and in tests.
+    pub observe: bool,
 }
 
 impl Default for CoordinatorConfig {
@@ -1087,6 +1091,7 @@ impl Default for CoordinatorConfig {
             pending_commands_max: 100_000,
             time_step_max_ms: u64::MAX,
             skips: None,
+            observe: false,
         }
     }
 }

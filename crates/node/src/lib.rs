@@ -534,6 +534,14 @@ impl NodeCore {
         self.delivered_ballot
     }
 
+    /// What the ordering layer observed for the driver's metrics since the last call
+    /// (with `CoordinatorConfig::observe`; see `partita_consensus::Observation`).
+    pub fn drain_observations(&mut self, out: &mut Vec<partita_consensus::Observation>) {
+        if let Some(o) = &mut self.ordering {
+            o.drain_observations(out);
+        }
+    }
+
     /// The node's counters and its ordering layer's, merged.
     pub fn counters(&self) -> BTreeMap<&'static str, u64> {
         let mut c = self.counters.clone();
@@ -1253,6 +1261,84 @@ mod tests {
             }]
         );
         assert_eq!(core.counters()["requests_forwarded"], 1);
+    }
+
+    /// A forward to a leader that then fell silent is not lost: when node 2 takes the
+    /// lead itself, the command goes into its own coordinator; when a third node leads,
+    /// it goes there. Forwards older than the window are forgotten.
+    #[test]
+    fn forwards_to_a_failed_leader_go_to_the_next_leader() {
+        let timeout = CoordinatorConfig::default().election_timeout_ticks;
+        // Node 2 campaigns after one election timeout and leads: it orders the command.
+        let mut out = Vec::new();
+        let mut core = NodeCore::new(
+            setup(2, true, false),
+            vec![],
+            UnsafeBugs::default(),
+            &mut out,
+        );
+        let cmd = partita_btree::service::command(9, 1, 4, &Op::Read { key: 1 });
+        core.on_request(cmd.clone(), &mut out);
+        for _ in 0..timeout {
+            core.on_tick(0, &mut out);
+        }
+        let c = core.coordinator().expect("node 2 campaigns");
+        assert_eq!(
+            c.pending_commands(),
+            1,
+            "the forwarded command is queued here"
+        );
+        assert_eq!(core.counters()["requests_reforwarded"], 1);
+
+        // Node 3 forwarded a command to node 1; then node 2 shows a higher ballot: the
+        // command goes to node 2 too.
+        let mut out = Vec::new();
+        let mut core = NodeCore::new(
+            setup(3, true, false),
+            vec![],
+            UnsafeBugs::default(),
+            &mut out,
+        );
+        core.on_request(cmd.clone(), &mut out);
+        out.clear();
+        let b2 = Ballot::ZERO.next_for(1).next_for(2);
+        let heartbeat = |b| Msg::Heartbeat {
+            ballot: b,
+            decided_up_to: 0,
+        };
+        core.on_peer(2, heartbeat(b2), &mut out);
+        core.on_tick(0, &mut out);
+        assert!(
+            out.iter().any(
+                |o| matches!(o, Output::Send { to: 2, msg: Msg::Forward { cmd: c } } if *c == cmd)
+            ),
+            "the forward goes to the new leader: {out:?}"
+        );
+        assert_eq!(core.counters()["requests_reforwarded"], 1);
+        // Node 2 stays alive past the window; a later leader (node 1 again) gets nothing.
+        for _ in 0..(crate::ordering::FORWARDED_KEEP_ELECTIONS + 1) * timeout {
+            core.on_peer(2, heartbeat(b2), &mut out);
+            core.on_tick(0, &mut out);
+        }
+        out.clear();
+        core.on_peer(1, heartbeat(b2.next_for(1)), &mut out);
+        core.on_tick(0, &mut out);
+        assert!(
+            !out.iter().any(|o| matches!(
+                o,
+                Output::Send {
+                    msg: Msg::Forward { .. },
+                    ..
+                }
+            )),
+            "{out:?}"
+        );
+        assert_eq!(
+            core.counters()["requests_reforwarded"],
+            1,
+            "forgotten after the window"
+        );
+        core.invariants();
     }
 
     #[test]

@@ -28,7 +28,7 @@ use partita_consensus::{
 };
 use partita_types::{Ballot, Command, Instance, NodeId};
 use std::any::Any;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::{Mode, NodeSetup, UnsafeBugs};
 
@@ -53,6 +53,9 @@ pub trait AtomicMulticast: Send {
     fn leader(&self) -> Option<NodeId>;
     /// Counters of dropped and handled messages, by reason.
     fn counters(&self) -> &BTreeMap<&'static str, u64>;
+    /// Proposals and decisions noted for the driver's metrics since the last call
+    /// (only where the configuration asks for them; none by default).
+    fn drain_observations(&mut self, _out: &mut Vec<partita_consensus::Observation>) {}
     fn invariants(&self);
     /// The concrete protocol, for status output and tests.
     fn as_any(&self) -> &dyn Any;
@@ -72,10 +75,25 @@ pub struct PaxosOrdering {
     /// The highest ballot a leader showed this node (heartbeats, Phase 1A/2A): who
     /// leads, for a node with no elector or learner to ask (a standalone batcher).
     leader_ballot: Ballot,
+    /// Commands this node forwarded to the leader it knew, with the tick they left
+    /// (the newest [`FORWARDED_MAX`], for [`FORWARDED_KEEP_ELECTIONS`] election
+    /// timeouts). A forward to a leader that just crashed is lost, and its client
+    /// would wait out its whole timeout; when another node takes the lead they go to
+    /// it too. Sending one twice is safe: a coordinator drops a command it still holds
+    /// by (client, seq), and replicas answer one they executed from the reply cache.
+    forwarded: VecDeque<(u64, NodeId, Command)>,
+    /// The leader `forwarded` was last brought up to date with.
+    forwarded_leader: Option<NodeId>,
     tick: u64,
     clock_ms: u64,
     counters: BTreeMap<&'static str, u64>,
 }
+
+/// Recently forwarded commands kept for a new leader, at most.
+pub const FORWARDED_MAX: usize = 4096;
+/// ... and for at most this many election timeouts (long enough for the next acceptors
+/// in line to campaign).
+pub const FORWARDED_KEEP_ELECTIONS: u64 = 4;
 
 impl PaxosOrdering {
     /// The roles of node `setup.id`, recovered from its acceptor's durable records
@@ -98,6 +116,8 @@ impl PaxosOrdering {
             learner: None,
             batcher: None,
             leader_ballot: Ballot::ZERO,
+            forwarded: VecDeque::new(),
+            forwarded_leader: None,
             tick: 0,
             clock_ms: 0,
             counters: BTreeMap::new(),
@@ -259,6 +279,54 @@ impl PaxosOrdering {
     }
 }
 
+impl PaxosOrdering {
+    /// Forget forwards older than the window; if another node leads now, send it the
+    /// ones that went to the old leader (or take them, if this node leads).
+    fn reforward(&mut self, out: &mut Outbox) {
+        let keep_ticks =
+            FORWARDED_KEEP_ELECTIONS * self.setup.coordinator_config.election_timeout_ticks;
+        while self
+            .forwarded
+            .front()
+            .is_some_and(|(t, _, _)| self.tick.saturating_sub(*t) > keep_ticks)
+        {
+            self.forwarded.pop_front();
+        }
+        let leader = self.leader();
+        if leader == self.forwarded_leader {
+            return;
+        }
+        self.forwarded_leader = leader;
+        let Some(leader) = leader else { return };
+        let me = self.setup.id;
+        for (_, to, cmd) in self.forwarded.iter_mut() {
+            if *to == leader {
+                continue;
+            }
+            *to = leader;
+            *self.counters.entry("requests_reforwarded").or_default() += 1;
+            match self.coordinator.as_mut() {
+                Some(c) if leader == me => {
+                    if !c.on_command(cmd.clone(), out) {
+                        *self
+                            .counters
+                            .entry("dropped_forward_queue_full")
+                            .or_default() += 1;
+                    }
+                }
+                _ => out.push(Action::Send {
+                    to: leader,
+                    msg: Msg::Forward { cmd: cmd.clone() },
+                }),
+            }
+        }
+        if leader == me {
+            // Leading: whatever was forwarded is now this node's own to order.
+            self.forwarded.clear();
+        }
+    }
+}
+
 impl AtomicMulticast for PaxosOrdering {
     /// A command at a node that leads goes to its coordinator; at a node that does not
     /// lead, to its batcher if it has the role, otherwise it is forwarded alone to the
@@ -288,6 +356,10 @@ impl AtomicMulticast for PaxosOrdering {
                 // Not the leader: pass the command on to the one we know.
                 Some(leader) if leader != self.setup.id => {
                     self.count("requests_forwarded");
+                    if self.forwarded.len() == FORWARDED_MAX {
+                        self.forwarded.pop_front();
+                    }
+                    self.forwarded.push_back((self.tick, leader, cmd.clone()));
                     out.push(Action::Send {
                         to: leader,
                         msg: Msg::Forward { cmd },
@@ -437,6 +509,7 @@ impl AtomicMulticast for PaxosOrdering {
             l.on_tick(tick, out);
         }
         self.sync_batcher_leader(out);
+        self.reforward(out);
         if let Some(b) = self.batcher.as_mut() {
             b.on_tick(tick, out);
         }
@@ -484,6 +557,12 @@ impl AtomicMulticast for PaxosOrdering {
 
     fn counters(&self) -> &BTreeMap<&'static str, u64> {
         &self.counters
+    }
+
+    fn drain_observations(&mut self, out: &mut Vec<partita_consensus::Observation>) {
+        if let Some(c) = &mut self.coordinator {
+            c.drain_observations(out);
+        }
     }
 
     fn invariants(&self) {

@@ -4,6 +4,7 @@
 //! `node` for the event loop and `checkpoint` for the checkpoint files.
 
 pub mod checkpoint;
+pub mod metrics;
 pub mod node;
 
 pub use node::{run_node, run_node_until, NodeOptions};

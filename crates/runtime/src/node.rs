@@ -70,6 +70,11 @@ enum Event {
     Persisted {
         tokens: Vec<u64>,
         first_lsn: u64,
+        elapsed: std::time::Duration,
+    },
+    /// `GET /metrics`: the text goes back on `tx`.
+    Metrics {
+        tx: tokio::sync::oneshot::Sender<String>,
     },
     CheckpointSaved {
         instance: u64,
@@ -131,13 +136,23 @@ struct Node {
     /// When this replica first delivered a value of each new ballot (the newest
     /// `DELIVERED_BALLOTS_KEPT`), stamped right after the step that delivered it.
     delivered_ballots: VecDeque<partita_wire::DeliveredBallot>,
+    metrics: crate::metrics::NodeMetrics,
+    /// Drained from the core after each step for the metrics (kept to reuse its room).
+    observed: Vec<partita_consensus::Observation>,
 }
 
 impl Node {
     /// Note a new ballot in the decided stream (cheap: one comparison per step).
     fn note_delivered_ballot(&mut self) {
+        self.core.drain_observations(&mut self.observed);
+        if !self.observed.is_empty() {
+            self.metrics
+                .observe(&self.observed, std::time::Instant::now());
+            self.observed.clear();
+        }
         let b = self.core.delivered_ballot();
         if self.delivered_ballots.back().is_none_or(|d| d.ballot < b) && b != Ballot::ZERO {
+            self.metrics.leader_changes.inc();
             if self.delivered_ballots.len() == partita_wire::DELIVERED_BALLOTS_KEPT {
                 self.delivered_ballots.pop_front();
             }
@@ -315,6 +330,10 @@ impl Node {
             let s = c.stats();
             counters.push(("commands_received".into(), s.commands_received));
             counters.push(("values_proposed".into(), s.values_proposed));
+            counters.push(("instances_decided".into(), s.instances_decided));
+            counters.push(("commands_refused".into(), s.commands_refused));
+            counters.push(("duplicates_dropped".into(), s.duplicates_dropped));
+            counters.push(("phase1_runs".into(), s.phase1_runs));
             counters.push(("retransmits".into(), s.retransmits));
         }
         if let Some(a) = acceptor {
@@ -345,6 +364,7 @@ impl Node {
         if let Some(r) = replica {
             let st = r.stats();
             counters.push(("commands_executed".into(), st.commands_executed));
+            counters.push(("reply_cache_clients".into(), r.cached_clients() as u64));
             if self.cfg.execution.speculative {
                 counters.push(("speculated".into(), st.speculated));
                 counters.push(("speculation_confirmed".into(), st.speculation_confirmed));
@@ -515,9 +535,19 @@ impl Inbox {
     }
 }
 
-/// Serve one accepted connection: the first frame says who it is.
+/// Serve one accepted connection: the first frame says who it is (or, if it starts
+/// with `GET `, it is an HTTP request: `/metrics`).
 async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox) {
     let _ = stream.set_nodelay(true);
+    let mut head = [0u8; 4];
+    if let Ok(Ok(4)) =
+        tokio::time::timeout(std::time::Duration::from_secs(10), stream.peek(&mut head)).await
+    {
+        if &head == b"GET " {
+            serve_http(stream, events).await;
+            return;
+        }
+    }
     let peer_addr = stream.peer_addr().ok();
     let (rd, wr) = stream.into_split();
     let mut reader = FrameReader::new(rd);
@@ -605,6 +635,56 @@ async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox
     }
 }
 
+/// One HTTP/1.1 request on a connection, then close it: `GET /metrics` answers the
+/// node's metrics, any other path 404. The request head is bounded (8 KiB, 5 s).
+async fn serve_http(mut stream: TcpStream, events: Inbox) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::with_capacity(1024);
+    let read_head = async {
+        let mut chunk = [0u8; 1024];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            if buf.len() > 8192 {
+                return false;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        true
+    };
+    if !matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(5), read_head).await,
+        Ok(true)
+    ) {
+        return;
+    }
+    let line = buf.split(|&b| b == b'\r').next().unwrap_or_default();
+    let path = line.split(|&b| b == b' ').nth(1).unwrap_or_default();
+    let (status, content_type, body) = if path == b"/metrics" {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if events.send(Event::Metrics { tx }).await.is_err() {
+            return;
+        }
+        match rx.await {
+            Ok(text) => ("200 OK", crate::metrics::CONTENT_TYPE, text),
+            Err(_) => return,
+        }
+    } else {
+        (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: this node serves GET /metrics\n".to_string(),
+        )
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
 /// Run a node until SIGINT/SIGTERM (or a fatal error).
 pub async fn run_node(opts: NodeOptions) -> anyhow::Result<()> {
     run_node_until(opts, std::future::pending()).await
@@ -690,9 +770,16 @@ pub async fn run_node_until(
             partita_wal::GroupCommitOptions::default(),
             move |c: partita_wal::Completion| match c {
                 partita_wal::Completion::Durable {
-                    tokens, first_lsn, ..
+                    tokens,
+                    first_lsn,
+                    elapsed,
+                    ..
                 } => {
-                    let _ = tx.send(Event::Persisted { tokens, first_lsn });
+                    let _ = tx.send(Event::Persisted {
+                        tokens,
+                        first_lsn,
+                        elapsed,
+                    });
                 }
                 partita_wal::Completion::Failed { error, .. } => {
                     let _ = tx.send(Event::WalFailed {
@@ -709,21 +796,18 @@ pub async fn run_node_until(
         Some(l) => (Some(l.path), Some(l.bytes)),
         None => (None, None),
     };
-    let core = NodeCore::recover(
-        cfg.node_setup(id, opts.service.clone()),
-        recovered,
-        checkpoint_bytes,
-        bugs,
-        &mut out,
-    )
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{}: {e}; refusing to start",
-            checkpoint_path
-                .as_ref()
-                .map_or("checkpoint".into(), |p| p.display().to_string())
-        )
-    })?;
+    let mut setup = cfg.node_setup(id, opts.service.clone());
+    // Proposals and decisions are noted for the commit-latency and batch-size metrics.
+    setup.coordinator_config.observe = true;
+    let core =
+        NodeCore::recover(setup, recovered, checkpoint_bytes, bugs, &mut out).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e}; refusing to start",
+                checkpoint_path
+                    .as_ref()
+                    .map_or("checkpoint".into(), |p| p.display().to_string())
+            )
+        })?;
     if let (Some(path), Some(r)) = (&checkpoint_path, core.replica()) {
         info!(path = %path.display(), instance = r.last_instance(), entries = r.len(), digest = r.digest(), "replica restored from its checkpoint");
     }
@@ -745,6 +829,8 @@ pub async fn run_node_until(
         out,
         inbox_full_waits: inbox.full_waits.clone(),
         delivered_ballots: VecDeque::new(),
+        metrics: crate::metrics::NodeMetrics::new(),
+        observed: Vec::new(),
     };
     if cfg.cluster.mode == Mode::Smr {
         for n in &cfg.nodes {
@@ -877,7 +963,17 @@ impl Node {
                             tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status())))));
                     }
                     Event::Closed { conn } => node.clients.retain(|_, (c, _)| *c != conn),
-                    Event::Persisted { tokens, first_lsn } => {
+                    Event::Metrics { tx } => {
+                        let status = node.status();
+                        let _ = tx.send(node.metrics.render(&status));
+                    }
+                    Event::Persisted {
+                        tokens,
+                        first_lsn,
+                        elapsed,
+                    } => {
+                        node.metrics.wal_sync_seconds.observe(elapsed.as_secs_f64());
+                        node.metrics.wal_batch_records.observe(tokens.len() as f64);
                         if let (Some(offset), Some(&t)) = (node.lsn_offset, tokens.first()) {
                             if t + offset != first_lsn {
                                 error!(token = t, first_lsn, offset, "WAL LSNs and persist tokens disagree; the log will not be truncated");

@@ -24,6 +24,8 @@ pub enum Completion {
         first_lsn: Lsn,
         /// `first_lsn + tokens.len() - 1`: everything up to here is durable.
         durable_lsn: Lsn,
+        /// How long writing and syncing the batch took.
+        elapsed: Duration,
     },
     /// Fatal WAL error (typically [`WalError::FsyncFailed`]). `tokens` are every
     /// submission not reported durable (the failed batch and whatever was still
@@ -520,6 +522,7 @@ fn commit_batch<F: FnMut(Completion)>(
     let first_lsn = wal.next_lsn();
     debug_assert_eq!(wal.durable_lsn() + 1, first_lsn, "batches start durable");
     let before = wal.stats();
+    let started = Instant::now();
     let mut result = Ok(());
     for (payload, _) in &batch {
         result = wal.append(payload).map(drop);
@@ -533,7 +536,7 @@ fn commit_batch<F: FnMut(Completion)>(
             let durable = (wal.durable_lsn() + 1 - first_lsn) as usize;
             let rest = batch.split_off(durable);
             if durable > 0 {
-                report(wal, shared, batch, first_lsn, before, on_complete);
+                report(wal, shared, batch, first_lsn, before, started, on_complete);
             }
             return Err(BatchError::NoSpace(rest, error));
         }
@@ -549,7 +552,7 @@ fn commit_batch<F: FnMut(Completion)>(
         first_lsn + batch.len() as u64 - 1,
         "one batch, consecutive LSNs, all durable"
     );
-    report(wal, shared, batch, first_lsn, before, on_complete);
+    report(wal, shared, batch, first_lsn, before, started, on_complete);
     Ok(())
 }
 
@@ -560,6 +563,7 @@ fn report<F: FnMut(Completion)>(
     batch: Batch,
     first_lsn: Lsn,
     before: crate::wal::WalStats,
+    started: Instant,
     on_complete: &mut F,
 ) {
     let n = batch.len() as u64;
@@ -578,6 +582,7 @@ fn report<F: FnMut(Completion)>(
         tokens: batch.into_iter().map(|(_, t)| t).collect(),
         first_lsn,
         durable_lsn,
+        elapsed: started.elapsed(),
     });
 }
 

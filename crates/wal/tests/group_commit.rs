@@ -20,6 +20,7 @@ fn collect(rx: &mpsc::Receiver<Completion>, expect_records: usize) -> Vec<(u64, 
                 tokens,
                 first_lsn,
                 durable_lsn,
+                ..
             } => {
                 assert!(!tokens.is_empty());
                 if let Some(n) = next {

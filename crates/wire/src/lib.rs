@@ -47,7 +47,7 @@ pub enum Wire {
 }
 
 /// What `partita status` shows for a node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStatus {
     pub node: NodeId,
     pub cluster_id: u64,
