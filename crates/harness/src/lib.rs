@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod cpu;
+pub mod dashboard;
 pub mod history;
 pub mod launch;
 pub mod nemesis;
