@@ -38,7 +38,7 @@
 //! ```text
 //! {
 //!   "cluster":   {"id", "service", "mode", "protocol", "durability",
-//!                 "partitions", "key_space"},
+//!                 "partitions", "key_space"},   (id, key_space: decimal strings)
 //!   "now_ms":    Unix ms of the last poll (0 before the first),
 //!   "poll_ms":   poll interval, "window_s": how far back the series go,
 //!   "leader":    {"node", "ballot"} or null (no answering node coordinates),
@@ -48,7 +48,8 @@
 //!                  "decided_up_to", "executed_up_to", "accepted_max_instance",
 //!                  "commands_executed", "throughput" (last rate, commands/s, or null),
 //!                  "restarts" (seen by this dashboard), "wal_stall", "last_seen_ms"}],
-//!   "partitions":[{"id", "lo", "hi" (keys, inclusive), "replicas": [ids],
+//!   "partitions":[{"id", "lo", "hi" (keys, inclusive, decimal strings: a u64 is not
+//!                  exact as a JavaScript number), "replicas": [ids],
 //!                  "believed_leaders": [ids], "throughput"}],
 //!   "series":    {"t_ms": [...], "throughput": [... or null],
 //!                 "probe_latency_ms": [... or null],
@@ -173,9 +174,13 @@ fn believed_leader(s: &NodeStatus) -> Option<(NodeId, String, &'static str)> {
         }
     }
     let d = s.delivered_ballots.last()?;
-    (d.ballot.round, d.ballot.node)
-        .ne(&(0, 0))
-        .then(|| (d.ballot.node, d.ballot.to_string(), "last decided ballot (replica)"))
+    (d.ballot.round, d.ballot.node).ne(&(0, 0)).then(|| {
+        (
+            d.ballot.node,
+            d.ballot.to_string(),
+            "last decided ballot (replica)",
+        )
+    })
 }
 
 impl State {
@@ -312,10 +317,7 @@ impl State {
             let i = (track.partition.unwrap_or(0) as usize).min(best.len() - 1);
             best[i] = Some(best[i].map_or(r, |b: f64| b.max(r)));
         }
-        best.iter()
-            .flatten()
-            .copied()
-            .reduce(|a, b| a + b)
+        best.iter().flatten().copied().reduce(|a, b| a + b)
     }
 
     /// The node that leads: an answering coordinator, the highest ballot if several.
@@ -396,8 +398,8 @@ impl State {
                 });
                 json!({
                     "id": p,
-                    "lo": lo,
-                    "hi": hi,
+                    "lo": lo.to_string(),
+                    "hi": hi.to_string(),
                     "replicas": members.iter().map(|t| t.id).collect::<Vec<_>>(),
                     "believed_leaders": leaders,
                     "throughput": tput,
@@ -426,13 +428,13 @@ impl State {
         }
         json!({
             "cluster": {
-                "id": c.cluster.id,
+                "id": c.cluster.id.to_string(),
                 "service": c.cluster.service,
                 "mode": format!("{:?}", c.cluster.mode).to_lowercase(),
                 "protocol": c.cluster.protocol.to_string(),
                 "durability": c.cluster.durability.to_string(),
                 "partitions": map.count(),
-                "key_space": map.key_space(),
+                "key_space": map.key_space().to_string(),
             },
             "now_ms": last.map_or(0, |r| r.t_ms),
             "poll_ms": POLL.as_millis() as u64,
@@ -631,12 +633,26 @@ async fn handle(mut stream: TcpStream, state: Shared) {
         Ok(Ok(h)) => h,
         Ok(Err(why)) => {
             let body = format!("400 Bad Request: {why}\n");
-            respond(&mut stream, "400 Bad Request", "text/plain; charset=utf-8", body.as_bytes(), false).await;
+            respond(
+                &mut stream,
+                "400 Bad Request",
+                "text/plain; charset=utf-8",
+                body.as_bytes(),
+                false,
+            )
+            .await;
             return;
         }
         Err(_) => {
             let body = "400 Bad Request: no complete request head in time\n";
-            respond(&mut stream, "400 Bad Request", "text/plain; charset=utf-8", body.as_bytes(), false).await;
+            respond(
+                &mut stream,
+                "400 Bad Request",
+                "text/plain; charset=utf-8",
+                body.as_bytes(),
+                false,
+            )
+            .await;
             return;
         }
     };
@@ -644,19 +660,40 @@ async fn handle(mut stream: TcpStream, state: Shared) {
         Ok(r) => r,
         Err(why) => {
             let body = format!("400 Bad Request: {why}\n");
-            respond(&mut stream, "400 Bad Request", "text/plain; charset=utf-8", body.as_bytes(), false).await;
+            respond(
+                &mut stream,
+                "400 Bad Request",
+                "text/plain; charset=utf-8",
+                body.as_bytes(),
+                false,
+            )
+            .await;
             return;
         }
     };
     let head_only = method == "HEAD";
     if method != "GET" && !head_only {
         let body = "405 Method Not Allowed: GET only\n";
-        respond(&mut stream, "405 Method Not Allowed", "text/plain; charset=utf-8", body.as_bytes(), false).await;
+        respond(
+            &mut stream,
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            body.as_bytes(),
+            false,
+        )
+        .await;
         return;
     }
     match path.as_str() {
         "/" | "/index.html" => {
-            respond(&mut stream, "200 OK", "text/html; charset=utf-8", PAGE.as_bytes(), head_only).await
+            respond(
+                &mut stream,
+                "200 OK",
+                "text/html; charset=utf-8",
+                PAGE.as_bytes(),
+                head_only,
+            )
+            .await
         }
         "/api/state" => {
             let doc = state.lock().unwrap().to_json();
@@ -665,7 +702,14 @@ async fn handle(mut stream: TcpStream, state: Shared) {
         }
         _ => {
             let body = "404 Not Found: try / or /api/state\n";
-            respond(&mut stream, "404 Not Found", "text/plain; charset=utf-8", body.as_bytes(), head_only).await
+            respond(
+                &mut stream,
+                "404 Not Found",
+                "text/plain; charset=utf-8",
+                body.as_bytes(),
+                head_only,
+            )
+            .await
         }
     }
 }

@@ -58,9 +58,22 @@ fn all(replica4: Option<NodeStatus>, replica5: Option<NodeStatus>) -> Vec<Option
 #[test]
 fn throughput_comes_from_counter_deltas() {
     let mut st = State::new(cluster(), 10);
-    st.record(10_000, all(Some(status(4, 44, Some(0))), Some(status(5, 55, Some(0)))));
-    assert_eq!(st.rounds()[0].throughput, None, "one answer gives no rate yet");
-    st.record(11_000, all(Some(status(4, 44, Some(100))), Some(status(5, 55, Some(90)))));
+    st.record(
+        10_000,
+        all(Some(status(4, 44, Some(0))), Some(status(5, 55, Some(0)))),
+    );
+    assert_eq!(
+        st.rounds()[0].throughput,
+        None,
+        "one answer gives no rate yet"
+    );
+    st.record(
+        11_000,
+        all(
+            Some(status(4, 44, Some(100))),
+            Some(status(5, 55, Some(90))),
+        ),
+    );
     let r = &st.rounds()[1];
     assert_eq!(r.nodes[3].rate, Some(100.0));
     assert_eq!(r.nodes[4].rate, Some(90.0));
@@ -68,7 +81,13 @@ fn throughput_comes_from_counter_deltas() {
     // One partition: the fastest replica, not the sum of copies of the same commands.
     assert_eq!(r.throughput, Some(100.0));
     // Half a second later, 50 more: still 100/s.
-    st.record(11_500, all(Some(status(4, 44, Some(150))), Some(status(5, 55, Some(140)))));
+    st.record(
+        11_500,
+        all(
+            Some(status(4, 44, Some(150))),
+            Some(status(5, 55, Some(140))),
+        ),
+    );
     assert_eq!(st.rounds()[2].throughput, Some(100.0));
     let j = st.to_json();
     assert_eq!(j["series"]["throughput"], json!([null, 100.0, 100.0]));
@@ -80,18 +99,46 @@ fn throughput_comes_from_counter_deltas() {
 #[test]
 fn a_restarted_node_gives_a_gap_not_a_negative_rate() {
     let mut st = State::new(cluster(), 10);
-    st.record(0, all(Some(status(4, 44, Some(1000))), Some(status(5, 55, Some(1000)))));
-    st.record(1000, all(Some(status(4, 44, Some(1200))), Some(status(5, 55, Some(1200)))));
+    st.record(
+        0,
+        all(
+            Some(status(4, 44, Some(1000))),
+            Some(status(5, 55, Some(1000))),
+        ),
+    );
+    st.record(
+        1000,
+        all(
+            Some(status(4, 44, Some(1200))),
+            Some(status(5, 55, Some(1200))),
+        ),
+    );
     // Node 4 restarted: a new process whose counter starts again from a small number.
-    st.record(2000, all(Some(status(4, 46, Some(30))), Some(status(5, 55, Some(1400)))));
+    st.record(
+        2000,
+        all(
+            Some(status(4, 46, Some(30))),
+            Some(status(5, 55, Some(1400))),
+        ),
+    );
     let r = &st.rounds()[2];
     assert_eq!(r.nodes[3].rate, None);
     assert_eq!(r.nodes[4].rate, Some(200.0));
     assert_eq!(r.throughput, Some(200.0));
     // A counter that went back in the same process (it should not happen) counts too.
-    st.record(3000, all(Some(status(4, 46, Some(130))), Some(status(5, 55, Some(1300)))));
+    st.record(
+        3000,
+        all(
+            Some(status(4, 46, Some(130))),
+            Some(status(5, 55, Some(1300))),
+        ),
+    );
     let r = &st.rounds()[3];
-    assert_eq!(r.nodes[3].rate, Some(100.0), "rates resume from the new process");
+    assert_eq!(
+        r.nodes[3].rate,
+        Some(100.0),
+        "rates resume from the new process"
+    );
     assert_eq!(r.nodes[4].rate, None);
     let j = st.to_json();
     assert_eq!(j["nodes"][3]["restarts"], json!(1));
@@ -101,7 +148,10 @@ fn a_restarted_node_gives_a_gap_not_a_negative_rate() {
 #[test]
 fn a_dead_node_is_down_and_keeps_its_configured_roles() {
     let mut st = State::new(cluster(), 10);
-    st.record(0, all(Some(status(4, 44, Some(0))), Some(status(5, 55, Some(0)))));
+    st.record(
+        0,
+        all(Some(status(4, 44, Some(0))), Some(status(5, 55, Some(0)))),
+    );
     st.record(1000, all(Some(status(4, 44, Some(50))), None));
     let mut statuses = all(Some(status(4, 44, Some(100))), None);
     statuses[0] = None; // the coordinator too
@@ -115,7 +165,10 @@ fn a_dead_node_is_down_and_keeps_its_configured_roles() {
     assert_eq!(j["nodes"][4]["last_seen_ms"], json!(0));
     assert_eq!(j["nodes"][0]["alive"], json!(false));
     assert_eq!(j["leader"], Value::Null, "no answering node coordinates");
-    assert_eq!(j["series"]["nodes"]["5"]["alive"], json!([true, false, false]));
+    assert_eq!(
+        j["series"]["nodes"]["5"]["alive"],
+        json!([true, false, false])
+    );
     // Every node dead: no throughput at all (a gap, not zero).
     st.record(3000, vec![None, None, None, None, None]);
     assert_eq!(st.rounds()[3].throughput, None);
@@ -157,10 +210,14 @@ fn partitions_add_up_and_leaders_come_from_ballots() {
     let j = st.to_json();
     assert_eq!(j["leader"], json!({"node": 1, "ballot": "3.1"}));
     assert_eq!(j["nodes"][1]["believed_leader"], json!(1));
-    assert_eq!(j["nodes"][1]["leader_source"], json!("promised ballot (acceptor)"));
+    assert_eq!(
+        j["nodes"][1]["leader_source"],
+        json!("promised ballot (acceptor)")
+    );
     assert_eq!(j["nodes"][5]["believed_leader"], json!(1));
-    assert_eq!(j["partitions"][0]["lo"], json!(0));
-    assert_eq!(j["partitions"][0]["hi"], json!(499));
+    assert_eq!(j["partitions"][0]["lo"], json!("0"));
+    assert_eq!(j["partitions"][0]["hi"], json!("499"));
+    assert_eq!(j["partitions"][1]["hi"], json!(u64::MAX.to_string()));
     assert_eq!(j["partitions"][1]["replicas"], json!([6, 7]));
     assert_eq!(j["partitions"][1]["believed_leaders"], json!([1]));
     assert_eq!(j["partitions"][1]["throughput"], json!(40.0));
@@ -251,9 +308,16 @@ async fn bad_requests_get_400_and_the_server_keeps_serving() {
     let body = r.split_once("\r\n\r\n").unwrap().1;
     let j: Value = serde_json::from_str(body).unwrap();
     assert_eq!(j["nodes"].as_array().unwrap().len(), 5);
-    assert!(j["nodes"].as_array().unwrap().iter().all(|n| n["alive"] == json!(false)));
+    assert!(j["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| n["alive"] == json!(false)));
     let r = exchange(addr, b"GET / HTTP/1.1\r\n\r\n").await;
     assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("<title>Partita cluster</title>"));
-    assert!(!r.contains("http://") || !r.contains("src=\"http"), "no external assets");
+    assert!(
+        !r.contains("http://") || !r.contains("src=\"http"),
+        "no external assets"
+    );
     server.abort();
 }
