@@ -47,6 +47,22 @@ enum Cmd {
     /// Measure the simulator's cost table on this machine (codec, B+tree, node core
     /// handlers, sockets, WAL disk) and write it as TOML.
     Calibrate(CalibrateArgs),
+    /// Serve a live page of a running cluster (nodes, leaders, progress, throughput,
+    /// probe latency, partition map) over HTTP.
+    Dashboard(DashboardArgs),
+}
+
+#[derive(Args, Debug)]
+struct DashboardArgs {
+    /// Cluster file (default: the one `partita up` wrote in ./partita-data).
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Where to serve the page (the API is at /api/state).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: std::net::SocketAddr,
+    /// Do not run the probe client (one read-only command per second, for latency).
+    #[arg(long)]
+    no_probe: bool,
 }
 
 #[derive(Args, Debug)]
@@ -601,6 +617,19 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Nemesis(a) => nemesis(a).await,
         Cmd::Experiment(a) => experiment(a).await,
         Cmd::Calibrate(a) => calibrate(a),
+        Cmd::Dashboard(a) => {
+            let cluster = load_target(&a.cluster)?;
+            let mut sigterm =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let stop = async move {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = sigterm.recv() => {}
+                }
+            };
+            partita_harness::dashboard::run(cluster, a.addr, !a.no_probe, stop).await?;
+            Ok(0)
+        }
     }
 }
 

@@ -307,6 +307,9 @@ fn range(a: &SimArgs, lo: u64, hi: u64, opts: &SimOptions) -> anyhow::Result<i32
     let results: Mutex<Vec<(SeedReport, Option<String>)>> = Mutex::new(Vec::new());
     let started = Instant::now();
     let last_progress = Mutex::new(Instant::now());
+    // On a terminal, a bar over the seeds (failing seeds are printed above it);
+    // elsewhere a line every 5 s.
+    let bar = partita_harness::progress::bar(total, "seeds");
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| loop {
@@ -316,12 +319,21 @@ fn range(a: &SimArgs, lo: u64, hi: u64, opts: &SimOptions) -> anyhow::Result<i32
                 }
                 let (mut r, nd) = run_one(seed, opts, a.check_determinism);
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if let Some(b) = &bar {
+                    b.inc(1);
+                }
                 if !r.passed || nd.is_some() {
-                    println!("[{n:>6}/{total}] {}", r.one_line());
-                    if let Some(m) = &nd {
-                        println!("         {m}");
+                    let report = || {
+                        println!("[{n:>6}/{total}] {}", r.one_line());
+                        if let Some(m) = &nd {
+                            println!("         {m}");
+                        }
+                    };
+                    match &bar {
+                        Some(b) => b.suspend(report),
+                        None => report(),
                     }
-                } else {
+                } else if bar.is_none() {
                     let mut last = last_progress.lock().expect("progress lock");
                     if last.elapsed() >= Duration::from_secs(5) || n == total {
                         *last = Instant::now();
@@ -338,6 +350,9 @@ fn range(a: &SimArgs, lo: u64, hi: u64, opts: &SimOptions) -> anyhow::Result<i32
             });
         }
     });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     let wall = started.elapsed().as_secs_f64();
     let mut results = results.into_inner().expect("results lock");
     results.sort_by_key(|(r, _)| r.seed);

@@ -1101,10 +1101,14 @@ fn header(o: &Options, disk_dir: &Path, load_before: &str) -> String {
 
 /// Measure everything and assemble the table.
 pub fn run(o: &Options, progress: bool) -> anyhow::Result<Calibration> {
-    let say = |what: &str| {
-        if progress {
-            eprintln!("calibrate: {what}");
-        }
+    // On a terminal a spinner names the step; elsewhere one line per step.
+    let spinner = progress
+        .then(|| partita_harness::progress::spinner("calibrate"))
+        .flatten();
+    let say = |what: &str| match &spinner {
+        Some(s) => s.set_message(what.to_string()),
+        None if progress => eprintln!("calibrate: {what}"),
+        None => {}
     };
     let load_before = loadavg();
     let mut rows = Vec::new();
@@ -1402,6 +1406,9 @@ pub fn run(o: &Options, progress: bool) -> anyhow::Result<Calibration> {
         item: "peer message (kinds not measured)".into(),
         value: format!("{} ns", t.peer_message_ns),
     });
+    if let Some(s) = &spinner {
+        s.finish_and_clear();
+    }
     Ok(Calibration {
         header: header(o, &d.dir, &load_before),
         table: t,

@@ -81,12 +81,27 @@ pub trait Driver {
         progress: bool,
     ) -> anyhow::Result<Vec<Measured>> {
         let mut out = Vec::with_capacity(points.len());
+        let bar = progress
+            .then(|| partita_harness::progress::bar(points.len() as u64, "sweep"))
+            .flatten();
         for (i, p) in points.iter().enumerate() {
+            if let Some(b) = &bar {
+                b.set_message(p.name());
+            }
             let m = self.run(p).await.with_context(|| p.name())?;
             if progress {
-                eprintln!("  [{}/{}] {}", i + 1, points.len(), progress_line(p, &m));
+                partita_harness::progress::line(
+                    bar.as_ref(),
+                    &format!("  [{}/{}] {}", i + 1, points.len(), progress_line(p, &m)),
+                );
+            }
+            if let Some(b) = &bar {
+                b.inc(1);
             }
             out.push(m);
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
         }
         Ok(out)
     }
@@ -211,6 +226,9 @@ impl SimDriver {
         let results: Mutex<Vec<Option<anyhow::Result<Measured>>>> =
             Mutex::new((0..points.len()).map(|_| None).collect());
         let jobs = self.jobs.clamp(1, points.len().max(1));
+        let bar = progress
+            .then(|| partita_harness::progress::bar(points.len() as u64, "sweep"))
+            .flatten();
         std::thread::scope(|s| {
             for _ in 0..jobs {
                 s.spawn(|| loop {
@@ -223,15 +241,22 @@ impl SimDriver {
                         .run_now(p)
                         .with_context(|| format!("simulated {}", p.name()));
                     if progress {
-                        match &r {
-                            Ok(m) => eprintln!("  {}", progress_line(p, m)),
-                            Err(e) => eprintln!("  {}: {e:#}", p.name()),
-                        }
+                        let text = match &r {
+                            Ok(m) => format!("  {}", progress_line(p, m)),
+                            Err(e) => format!("  {}: {e:#}", p.name()),
+                        };
+                        partita_harness::progress::line(bar.as_ref(), &text);
+                    }
+                    if let Some(b) = &bar {
+                        b.inc(1);
                     }
                     results.lock().expect("results lock")[i] = Some(r);
                 });
             }
         });
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
         results
             .into_inner()
             .expect("results lock")
@@ -260,8 +285,8 @@ impl Driver for SimDriver {
     }
 }
 
-/// Run every point with `driver`; `progress` prints one line per point. The points
-/// come back in the order given.
+/// Run every point with `driver`; `progress` prints one line per point (and, on a
+/// terminal, a bar over the sweep). The points come back in the order given.
 pub async fn run_sweep<D: Driver>(
     points: &[PointSpec],
     driver: &mut D,

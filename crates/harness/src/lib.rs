@@ -3,13 +3,16 @@
 //! (`node_cpu`), the closed-loop benchmark driver and its workloads (`bench`), CPU
 //! time of processes (`cpu`), histories in DESIGN.md's format (`history`), the nemesis
 //! that kills, restarts and pauses real nodes under load (`nemesis`), and the services
-//! a node program can run (`services`). The `partita` binary is a command-line front
+//! a node program can run (`services`), the live cluster page (`dashboard`) and progress
+//! bars for long jobs (`progress`). The `partita` binary is a command-line front
 //! end over it; tests and experiments use it directly.
 
 pub mod bench;
 pub mod cpu;
+pub mod dashboard;
 pub mod history;
 pub mod launch;
 pub mod nemesis;
 pub mod node_cpu;
+pub mod progress;
 pub mod services;
