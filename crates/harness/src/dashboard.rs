@@ -630,33 +630,12 @@ async fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &[u8],
 
 async fn handle(mut stream: TcpStream, state: Shared) {
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await {
-        Ok(Ok(h)) => h,
-        Ok(Err(why)) => {
-            let body = format!("400 Bad Request: {why}\n");
-            respond(
-                &mut stream,
-                "400 Bad Request",
-                "text/plain; charset=utf-8",
-                body.as_bytes(),
-                false,
-            )
-            .await;
-            return;
-        }
-        Err(_) => {
-            let body = "400 Bad Request: no complete request head in time\n";
-            respond(
-                &mut stream,
-                "400 Bad Request",
-                "text/plain; charset=utf-8",
-                body.as_bytes(),
-                false,
-            )
-            .await;
-            return;
-        }
+        Ok(Ok(h)) => Ok(h),
+        Ok(Err(why)) => Err(why.to_string()),
+        Err(_) => Err("no complete request head in time".to_string()),
     };
-    let (method, path) = match parse_head(&head) {
+    let parsed = head.and_then(|h| parse_head(&h).map_err(str::to_string));
+    let (method, path) = match parsed {
         Ok(r) => r,
         Err(why) => {
             let body = format!("400 Bad Request: {why}\n");
