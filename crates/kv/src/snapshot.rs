@@ -348,6 +348,33 @@ mod tests {
         assert_eq!(KvStore::restore(&empty.snapshot()).unwrap(), empty);
     }
 
+    /// A snapshot from before the event history restores with its entries and a
+    /// history compacted past its revision.
+    #[test]
+    fn version_1_snapshots_restore_as_compacted() {
+        let s = sample();
+        let v2 = s.snapshot();
+        let body: usize = s
+            .entries()
+            .map(|(k, e)| ENTRY_HEADER + k.len() + e.value.len())
+            .sum();
+        let mut v1 = v2[..HEADER + body].to_vec();
+        v1[8..12].copy_from_slice(&SNAPSHOT_VERSION_V1.to_le_bytes());
+        let plain = KvStore::from_parts(s.clone().into_map(), s.revision(), VecDeque::new(), 0);
+        v1[28..36].copy_from_slice(&plain.digest().to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        let back = KvStore::restore(&v1).unwrap();
+        assert_eq!(
+            back.iter().collect::<Vec<_>>(),
+            s.iter().collect::<Vec<_>>()
+        );
+        assert_eq!(back.revision(), s.revision());
+        assert_eq!(back.events().count(), 0);
+        assert_eq!(back.compacted(), s.revision() + 1);
+        assert!(s.events().count() > 0);
+    }
+
     #[test]
     fn every_cut_and_every_flipped_bit_is_refused() {
         let bytes = sample().snapshot();
