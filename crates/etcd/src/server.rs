@@ -34,7 +34,12 @@ pub const ETCD_VERSION: &str = "3.4.0";
 pub struct Gateway {
     cluster: ClusterConfig,
     node: NodeId,
-    pool: Mutex<Vec<Client<KvStore>>>,
+    /// Idle sessions, with when each was last used.
+    pool: Mutex<Vec<(Instant, Client<KvStore>)>>,
+    /// A pooled session idle this long is dropped rather than reused: the cluster
+    /// forgets sessions idle for its lease, and a command on a forgotten session ends
+    /// with an unknown outcome.
+    idle_max: Duration,
     /// From the node's status: the round of the newest ballot its replica delivered
     /// under (our "raft term"), that ballot's leader, and the last executed instance.
     term: AtomicU64,
@@ -58,10 +63,15 @@ impl Gateway {
         // Until a replica delivers a value under a new ballot, the leader is the
         // cluster's first coordinator, under ballot zero (round 0).
         let leader = cluster.cluster.coordinator.map_or(0, u64::from);
+        let idle_max = match cluster.sessions.lease_ms {
+            0 => Duration::MAX,
+            ms => Duration::from_millis(ms / 2),
+        };
         Arc::new(Gateway {
             cluster,
             node,
             pool: Mutex::new(Vec::new()),
+            idle_max,
             term: AtomicU64::new(0),
             leader: AtomicU64::new(leader),
             applied: AtomicU64::new(0),
@@ -72,7 +82,11 @@ impl Gateway {
     /// session from the pool.
     pub async fn execute(&self, cmd: KvCommand) -> Result<KvReply, Status> {
         partita_kv::check(&cmd).map_err(Status::invalid_argument)?;
-        let pooled = self.pool.lock().expect("pool").pop();
+        let pooled = {
+            let mut pool = self.pool.lock().expect("pool");
+            pool.retain(|(used, _)| used.elapsed() < self.idle_max);
+            pool.pop().map(|(_, c)| c)
+        };
         let mut client = match pooled {
             Some(c) => c,
             None => {
@@ -95,7 +109,7 @@ impl Gateway {
         if matches!(r, Ok(_) | Err(ClientError::Rejected(_))) {
             let mut pool = self.pool.lock().expect("pool");
             if pool.len() < POOL_MAX {
-                pool.push(client);
+                pool.push((Instant::now(), client));
             }
         }
         r.map_err(status_of)
