@@ -34,7 +34,10 @@ fn etcdctl() -> &'static str {
             .is_ok_and(|o| o.status.success());
         if !found {
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-test-deps");
-            let st = Command::new(&script).status();
+            let st = Command::new("bash")
+                .arg(&script)
+                .arg("etcd-client")
+                .status();
             assert!(
                 st.is_ok_and(|s| s.success()),
                 "etcdctl is not on PATH and {} could not install it (Debian package \
