@@ -4,7 +4,7 @@
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
-use partita_config::{ClusterConfig, Durability, Mode};
+use partita_config::{ClusterConfig, Durability, Mode, Role};
 use partita_consensus::Protocol;
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{self, LocalCluster};
@@ -289,6 +289,10 @@ struct UpArgs {
     /// First port of a new cluster; node N listens on BASE+N.
     #[arg(long, default_value_t = 7100)]
     base_port: u16,
+    /// Key-value service: the first replica serves etcd's v3 API at 127.0.0.1:PORT
+    /// (the others at the next free ports); written into the cluster file.
+    #[arg(long, default_value_t = 2379)]
+    etcd_port: u16,
     #[command(flatten)]
     partitioning: PartitionArgs,
     /// Limit every node process to FRACTION of one core (a cgroup CPU quota of its own),
@@ -596,6 +600,19 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
             }
             let cluster = ClusterConfig::load(&a.cluster)?;
             let service = partita_harness::services::resolve(&cluster.cluster.service)?;
+            // A replica with an `etcd_addr` serves etcd's API from this process too.
+            if let Some(addr) = cluster.node(a.id).and_then(|n| n.etcd_addr.clone()) {
+                let listener = tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .with_context(|| format!("node {}: binding etcd_addr {addr}", a.id))?;
+                tracing::info!("serving etcd's v3 API at {addr}");
+                let (cluster, id) = (cluster.clone(), a.id);
+                tokio::spawn(async move {
+                    if let Err(e) = partita_etcd::serve(listener, cluster, id).await {
+                        tracing::error!("etcd gateway at {addr} stopped: {e:#}");
+                    }
+                });
+            }
             partita_runtime::run_node(NodeOptions {
                 service,
                 cluster,
@@ -658,6 +675,9 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         let key_space = if a.service == "kv" { u64::MAX } else { 1 << 32 };
         let mut c = a.partitioning.apply(c, key_space)?;
         c.cluster.durability = a.durability;
+        if a.service == "kv" && c.partitioning.partitions == 1 {
+            assign_etcd_addrs(&mut c, a.etcd_port);
+        }
         Ok(c)
     })?;
     let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[], a.node_cpu)?;
@@ -688,6 +708,11 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         };
         println!("  node {}  {}  {}{}", n.id, n.addr, roles.join("+"), coord);
     }
+    let etcd = cluster.etcd_endpoints();
+    if !etcd.is_empty() {
+        let list: Vec<&str> = etcd.iter().map(|(_, a)| a.as_str()).collect();
+        println!("etcd v3 API (etcdctl): {}", list.join(","));
+    }
     println!(
         "cluster file: {}   logs: {}/node-N.log",
         file.display(),
@@ -698,6 +723,9 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     } else {
         format!(" --cluster {}", file.display())
     };
+    if let Some((_, addr)) = etcd.first() {
+        println!("try:  ETCDCTL_API=3 etcdctl --endpoints {addr} put foo bar");
+    }
     if cluster.cluster.service == "kv" {
         println!("try:  cargo run --release -- kv{prefix} put greeting hello");
         println!("      cargo run --release -- kv{prefix} range greet --prefix");
@@ -730,6 +758,28 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     lc.stop(Duration::from_secs(10));
     println!("stopped; data kept in {}", a.data_dir.display());
     Ok(code)
+}
+
+/// Give every replica of a new kv cluster an etcd endpoint: the first at
+/// `127.0.0.1:first` (etcd's 2379 by default), the others at the next free ports;
+/// a port in use now is skipped.
+fn assign_etcd_addrs(c: &mut ClusterConfig, first: u16) {
+    let taken: Vec<String> = c.nodes.iter().map(|n| n.addr.clone()).collect();
+    let mut port = first;
+    for n in c
+        .nodes
+        .iter_mut()
+        .filter(|n| n.roles.contains(&Role::Replica))
+    {
+        while port < u16::MAX
+            && (taken.contains(&format!("127.0.0.1:{port}"))
+                || std::net::TcpListener::bind(("127.0.0.1", port)).is_err())
+        {
+            port += 1;
+        }
+        n.etcd_addr = Some(format!("127.0.0.1:{port}"));
+        port = port.saturating_add(1);
+    }
 }
 
 async fn status(t: TargetArgs) -> anyhow::Result<i32> {

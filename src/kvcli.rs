@@ -224,6 +224,17 @@ pub fn describe(reply: &KvReply, hex: bool) -> String {
             }
             s.join("\n")
         }
+        KvReply::Compact(c) => match &c.error {
+            Some(e) => format!("not compacted: {e}; revision {}", c.revision),
+            None => format!(
+                "compacted below revision {}; revision {}",
+                c.compacted, c.revision
+            ),
+        },
+        KvReply::Events(e) => match e.compacted {
+            Some(c) => format!("compacted: events below revision {c} are gone"),
+            None => format!("{} events; revision {}", e.events.len(), e.revision),
+        },
     }
 }
 

@@ -40,6 +40,7 @@
 //! addr = "127.0.0.1:7101"
 //! roles = ["acceptor"]       # "acceptor", "replica", "batcher", "server" (cs mode)
 //! # partition = 0            # replicas of a partitioned cluster: which partition
+//! # etcd_addr = "127.0.0.1:2379"  # replicas of a kv cluster: serve etcd's v3 API here
 //! ```
 //!
 //! A node with role `"batcher"` (smr mode only) batches the client commands it receives
@@ -277,6 +278,10 @@ pub struct NodeSection {
     /// The partition a replica replicates (partitioned clusters only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<u32>,
+    /// Where this replica serves etcd's v3 gRPC API (`partita-etcd`): an ip:port on
+    /// loopback. Only replicas of an unpartitioned `service = "kv"` cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_addr: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -415,6 +420,7 @@ impl ClusterConfig {
                 return f("node.roles", format!("node {} has no roles", n.id));
             }
         }
+        self.validate_etcd_addrs()?;
         let svc = &self.cluster.service;
         if svc.is_empty()
             || svc.len() > 64
@@ -603,6 +609,74 @@ impl ClusterConfig {
         Ok(())
     }
 
+    /// `etcd_addr`: a loopback ip:port, on a replica of an unpartitioned kv cluster,
+    /// distinct from every other address of the file.
+    fn validate_etcd_addrs(&self) -> Result<(), FieldError> {
+        let f = |m: String| Err(FieldError::new("node.etcd_addr", m));
+        let mut taken: Vec<SocketAddr> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.addr.parse().ok())
+            .collect();
+        for n in &self.nodes {
+            let Some(a) = &n.etcd_addr else { continue };
+            let addr = match a.parse::<SocketAddr>() {
+                Ok(addr) => addr,
+                Err(e) => {
+                    return f(format!(
+                        "node {}: `{a}` is not an ip:port address ({e})",
+                        n.id
+                    ))
+                }
+            };
+            if !(addr.ip().is_loopback()
+                || addr.ip().is_unspecified()
+                || std::env::var_os("PARTITA_ALLOW_NON_LOOPBACK").is_some())
+            {
+                return f(format!(
+                    "node {}: {addr} is not a loopback address (127.0.0.0/8)",
+                    n.id
+                ));
+            }
+            if self.cluster.service != "kv" {
+                return f(format!(
+                    "node {}: etcd's API is served only by the key-value service (service = \"kv\"), \
+                     and this cluster runs `{}`",
+                    n.id, self.cluster.service
+                ));
+            }
+            if !n.roles.contains(&Role::Replica) {
+                return f(format!(
+                    "node {}: only replicas serve etcd's API (its roles: {:?})",
+                    n.id, n.roles
+                ));
+            }
+            if self.partitioning.partitions > 1 {
+                return f(format!(
+                    "node {}: etcd's API needs one store-wide revision, and a partitioned \
+                     cluster counts revisions per partition",
+                    n.id
+                ));
+            }
+            if taken.contains(&addr) {
+                return f(format!(
+                    "node {}: {addr} is already used in this file",
+                    n.id
+                ));
+            }
+            taken.push(addr);
+        }
+        Ok(())
+    }
+
+    /// The replicas' etcd endpoints, in node order.
+    pub fn etcd_endpoints(&self) -> Vec<(NodeId, String)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.etcd_addr.clone().map(|a| (n.id, a)))
+            .collect()
+    }
+
     pub fn node(&self, id: NodeId) -> Option<&NodeSection> {
         self.nodes.iter().find(|n| n.id == id)
     }
@@ -776,6 +850,7 @@ impl ClusterConfig {
             addr: format!("127.0.0.1:{}", base_port + id as u16),
             roles,
             partition: None,
+            etcd_addr: None,
         };
         ClusterConfig {
             cluster: ClusterSection {
@@ -865,6 +940,7 @@ impl ClusterConfig {
             addr: format!("127.0.0.1:{}", base_port + id as u16),
             roles,
             partition,
+            etcd_addr: None,
         });
     }
 
@@ -891,6 +967,7 @@ impl ClusterConfig {
                 addr: format!("127.0.0.1:{port}"),
                 roles: vec![Role::Server],
                 partition: None,
+                etcd_addr: None,
             }],
         }
     }
@@ -941,6 +1018,41 @@ mod tests {
         let c = ClusterConfig::parse(&never, "x").unwrap();
         assert_eq!(c.node_setup(4, svc()).checkpoint.interval_instances, 0);
         assert_eq!(c.node_setup(4, svc()).cluster_id, 42);
+    }
+
+    #[test]
+    fn etcd_addrs_are_checked() {
+        let mut kv = ClusterConfig::default_local(7100, 42);
+        kv.cluster.service = "kv".into();
+        kv.nodes[3].etcd_addr = Some("127.0.0.1:2379".into());
+        let good = kv.to_toml();
+        assert!(good.contains("etcd_addr = \"127.0.0.1:2379\""), "{good}");
+        let c = ClusterConfig::parse(&good, "x").unwrap();
+        assert_eq!(c.etcd_endpoints(), vec![(4, "127.0.0.1:2379".to_string())]);
+        let field = |text: &str| match ClusterConfig::parse(text, "x") {
+            Err(ConfigError::Field { field, message, .. }) => (field, message),
+            other => panic!("{other:?}"),
+        };
+        for (bad, why) in [
+            ("localhost:2379", "not an ip:port"),
+            ("127.0.0.1", "not an ip:port"),
+            ("10.1.1.1:2379", "loopback"),
+            ("127.0.0.1:7101", "already used"),
+        ] {
+            let (f, m) = field(&good.replace("127.0.0.1:2379", bad));
+            assert_eq!(f, "node.etcd_addr");
+            assert!(m.contains(why), "{bad}: {m}");
+        }
+        // Only replicas, only the kv service.
+        let mut acceptor = kv.clone();
+        acceptor.nodes[3].etcd_addr = None;
+        acceptor.nodes[0].etcd_addr = Some("127.0.0.1:2379".into());
+        assert!(field(&acceptor.to_toml()).1.contains("only replicas"));
+        let btree = good.replace("service = \"kv\"", "service = \"btree\"");
+        assert!(field(&btree).1.contains("key-value service"));
+        let mut dup = kv.clone();
+        dup.nodes[4].etcd_addr = Some("127.0.0.1:2379".into());
+        assert!(field(&dup.to_toml()).1.contains("already used"));
     }
 
     #[test]

@@ -19,6 +19,11 @@
 //! | `range` | `key`, `end`, `limit`, `keys_only`*, `count_only`* (when set) | `{"entries":[[k,v,mod_revision],...],"revision":R,"count"*:N,"more"*:bool}` |
 //! | `txn` | `compare`, `then`, `else` | `{"succeeded":bool,"results":[...],"revision"*:R}` |
 //!
+//! `compact` (`revision`) and `events` (`key`, `end`, `start_revision`) are recorded
+//! with their results (`{"revision","compacted","error"}`, `{"events":N,"compacted",
+//! "revision"}`) for tools, but they are not operations of the checker's model: the
+//! history tests do not issue them.
+//!
 //! A range over one key with no limit and no flags is recorded as a `get`; any other
 //! range (an `end`, a limit, keys or count only) as a `range`, with `""` as the `end`
 //! of a single key. A compare is `{"key","target":"value"|"version"|"mod"|"create",
@@ -147,6 +152,16 @@ enum OpJson<'a> {
         #[serde(rename = "else")]
         otherwise: Vec<OpJson<'a>>,
     },
+    Compact {
+        op: &'static str,
+        revision: u64,
+    },
+    Events {
+        op: &'static str,
+        key: Bytes<'a>,
+        end: Bytes<'a>,
+        start_revision: u64,
+    },
 }
 
 #[derive(Serialize)]
@@ -234,6 +249,16 @@ fn op_json(cmd: &KvCommand) -> OpJson<'_> {
             then: t.success.iter().map(request_json).collect(),
             otherwise: t.failure.iter().map(request_json).collect(),
         },
+        KvCommand::Compact(c) => OpJson::Compact {
+            op: "compact",
+            revision: c.revision,
+        },
+        KvCommand::Events(e) => OpJson::Events {
+            op: "events",
+            key: Bytes(&e.key),
+            end: Bytes(&e.end),
+            start_revision: e.start_revision,
+        },
     }
 }
 
@@ -266,6 +291,16 @@ enum ResultJson<'a> {
     Txn {
         succeeded: bool,
         results: Vec<ResultJson<'a>>,
+        revision: u64,
+    },
+    Compact {
+        revision: u64,
+        compacted: u64,
+        error: Option<&'a str>,
+    },
+    Events {
+        events: u64,
+        compacted: Option<u64>,
         revision: u64,
     },
     /// A reply of another kind than its command: never produced by the store, recorded
@@ -334,6 +369,16 @@ fn result_of<'a>(cmd: &KvCommand, reply: &'a KvReply) -> ResultJson<'a> {
         (KvCommand::Put(p), KvReply::Put(r)) => put_result(p, r),
         (KvCommand::Range(q), KvReply::Range(r)) => range_result(q, r),
         (KvCommand::DeleteRange(d), KvReply::DeleteRange(r)) => del_result(d, r),
+        (KvCommand::Compact(_), KvReply::Compact(r)) => ResultJson::Compact {
+            revision: r.revision,
+            compacted: r.compacted,
+            error: r.error.as_deref(),
+        },
+        (KvCommand::Events(_), KvReply::Events(r)) => ResultJson::Events {
+            events: r.events.len() as u64,
+            compacted: r.compacted,
+            revision: r.revision,
+        },
         (KvCommand::Txn(t), KvReply::Txn(r)) => {
             let branch = if r.succeeded { &t.success } else { &t.failure };
             ResultJson::Txn {

@@ -97,6 +97,9 @@ impl StateMachine for KvStore {
                     op_objects(op, &mut out);
                 }
             }
+            KvCommand::Events(e) => range_objects(&e.key, &e.end, &mut out),
+            // Every partition compacts its own history.
+            KvCommand::Compact(_) => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
         }
         out
     }
@@ -155,6 +158,10 @@ impl StateMachine for KvStore {
         match (cmd, reply) {
             (KvCommand::Put(_), _) => work.by_kind[INSERT] += 1,
             (KvCommand::DeleteRange(_), _) => work.by_kind[DELETE] += 1,
+            (KvCommand::Events(_), KvReply::Events(resp)) => {
+                work.by_kind[QUERY] += 1;
+                work.query_entries += resp.events.len() as u64;
+            }
             (KvCommand::Range(r), KvReply::Range(resp)) => range(r, resp, work),
             (KvCommand::Txn(t), KvReply::Txn(resp)) => {
                 work.by_kind[READ] += t.compare.len() as u64;
@@ -223,6 +230,8 @@ fn merge(
                 | (KvCommand::Range(_), KvReply::Range(_))
                 | (KvCommand::DeleteRange(_), KvReply::DeleteRange(_))
                 | (KvCommand::Txn(_), KvReply::Txn(_))
+                | (KvCommand::Compact(_), KvReply::Compact(_))
+                | (KvCommand::Events(_), KvReply::Events(_))
         );
         return if fits { Ok(reply) } else { Err(kind(&reply)) };
     }
@@ -267,6 +276,48 @@ fn merge(
                 prev_kvs,
                 revision,
             }))
+        }
+        // Revisions of different partitions are not comparable (see the module
+        // documentation): events are ordered by revision, then partition.
+        KvCommand::Events(_) => {
+            let mut events = Vec::new();
+            let (mut revision, mut more) = (0u64, false);
+            let mut compacted = None;
+            for (_, reply) in parts {
+                let KvReply::Events(resp) = reply else {
+                    return Err(kind(&reply));
+                };
+                events.extend(resp.events);
+                revision = revision.max(resp.revision);
+                more |= resp.more;
+                compacted = compacted.max(resp.compacted);
+            }
+            events.sort_by_key(|e| e.revision());
+            Ok(KvReply::Events(EventsResponse {
+                events: if compacted.is_some() { vec![] } else { events },
+                compacted,
+                more,
+                revision,
+            }))
+        }
+        KvCommand::Compact(_) => {
+            let mut merged: Option<CompactResponse> = None;
+            for (_, reply) in parts {
+                let KvReply::Compact(resp) = reply else {
+                    return Err(kind(&reply));
+                };
+                merged = Some(match merged {
+                    None => resp,
+                    Some(m) => CompactResponse {
+                        revision: m.revision.max(resp.revision),
+                        compacted: m.compacted.min(resp.compacted),
+                        error: m.error.or(resp.error),
+                    },
+                });
+            }
+            merged
+                .map(KvReply::Compact)
+                .ok_or_else(|| "no reply".to_string())
         }
         other => Err(format!(
             "{} addresses one partition, yet {} replies arrived",

@@ -22,14 +22,46 @@
 //! puts those back newest first and restores the revision, which restores the digest
 //! exactly, since the digest is maintained by the same two primitives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
-use crate::digest::{entry_hash, finish};
+use crate::digest::{entry_hash, finish, mix64};
 use crate::types::*;
 
 /// The revision of an empty store (etcd's).
 pub const INITIAL_REVISION: u64 = 1;
+
+/// Most events the history keeps: beyond, the oldest revisions are dropped (as by a
+/// compaction) after the write that crossed the bound.
+pub const EVENTS_MAX: usize = 100_000;
+/// Most key and value bytes (values before and after) the history keeps; beyond, the
+/// oldest revisions are dropped as for [`EVENTS_MAX`].
+pub const EVENT_BYTES_MAX: usize = 64 << 20;
+
+/// The bytes an event holds, for [`EVENT_BYTES_MAX`].
+pub(crate) fn event_bytes(e: &Event) -> usize {
+    e.kv.key.len() + e.kv.value.len() + e.prev_kv.as_ref().map_or(0, |p| p.value.len())
+}
+
+fn kv_hash(kv: &KeyValue) -> u64 {
+    entry_hash(
+        &kv.key,
+        &kv.value,
+        kv.create_revision,
+        kv.mod_revision,
+        kv.version,
+    )
+}
+
+/// An event's term in the digest.
+pub(crate) fn event_hash(e: &Event) -> u64 {
+    let kind = match e.kind {
+        EventKind::Put => 0x9e37_79b9,
+        EventKind::Delete => 0x7f4a_7c15,
+    };
+    let prev = e.prev_kv.as_ref().map_or(0x3c6e_f372, kv_hash);
+    mix64(kv_hash(&e.kv) ^ mix64(prev ^ kind))
+}
 
 /// A key's value and metadata, with its hash in the digest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +112,12 @@ impl Entry {
 pub struct KvUndo {
     revision: u64,
     changes: Vec<(Vec<u8>, Option<Entry>)>,
+    /// Events the command appended to the history.
+    events_added: usize,
+    /// Events it dropped from the front of the history (oldest first), and the
+    /// compaction revision before.
+    events_dropped: Vec<Event>,
+    compacted: u64,
 }
 
 impl KvUndo {
@@ -96,6 +134,16 @@ pub struct KvStore {
     revision: u64,
     /// Wrapping sum of the entries' hashes (see the `digest` module).
     digest_sum: u64,
+    /// The event history (what etcd's watches deliver), oldest first: every event of
+    /// every revision from `compacted` on, bounded by [`EVENTS_MAX`] and
+    /// [`EVENT_BYTES_MAX`].
+    events: VecDeque<Event>,
+    /// Events below this revision are gone (0: none ever dropped).
+    compacted: u64,
+    /// [`event_bytes`] summed over `events`.
+    event_bytes: usize,
+    /// Wrapping sum of the events' hashes.
+    events_sum: u64,
 }
 
 impl Default for KvStore {
@@ -118,17 +166,140 @@ impl KvStore {
             map: BTreeMap::new(),
             revision: INITIAL_REVISION,
             digest_sum: 0,
+            events: VecDeque::new(),
+            compacted: 0,
+            event_bytes: 0,
+            events_sum: 0,
         }
     }
 
     /// A store from its parts (snapshot restore); the caller has validated them.
-    pub(crate) fn from_parts(map: BTreeMap<Vec<u8>, Entry>, revision: u64) -> KvStore {
+    pub(crate) fn from_parts(
+        map: BTreeMap<Vec<u8>, Entry>,
+        revision: u64,
+        events: VecDeque<Event>,
+        compacted: u64,
+    ) -> KvStore {
         let digest_sum = map.values().fold(0u64, |s, e| s.wrapping_add(e.hash));
+        let event_bytes = events.iter().map(event_bytes).sum();
+        let events_sum = events
+            .iter()
+            .fold(0u64, |s, e| s.wrapping_add(event_hash(e)));
         KvStore {
             map,
             revision,
             digest_sum,
+            events,
+            compacted,
+            event_bytes,
+            events_sum,
         }
+    }
+
+    /// The entries (snapshot restore).
+    pub(crate) fn into_map(self) -> BTreeMap<Vec<u8>, Entry> {
+        self.map
+    }
+
+    /// The retained event history, oldest first.
+    pub fn events(&self) -> impl Iterator<Item = &Event> + '_ {
+        self.events.iter()
+    }
+
+    /// Events below this revision are no longer retained (0: none was ever dropped).
+    pub fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    fn push_event(&mut self, e: Event, undo: &mut KvUndo) {
+        self.event_bytes += event_bytes(&e);
+        self.events_sum = self.events_sum.wrapping_add(event_hash(&e));
+        self.events.push_back(e);
+        undo.events_added += 1;
+    }
+
+    /// Drop the oldest revision's events; returns that revision.
+    fn drop_oldest_revision(&mut self, undo: &mut KvUndo) -> Option<u64> {
+        let rev = self.events.front()?.revision();
+        while self.events.front().is_some_and(|e| e.revision() == rev) {
+            let e = self.events.pop_front().expect("just seen");
+            self.event_bytes -= event_bytes(&e);
+            self.events_sum = self.events_sum.wrapping_sub(event_hash(&e));
+            undo.events_dropped.push(e);
+        }
+        Some(rev)
+    }
+
+    /// Keep the history within its bounds, dropping whole revisions, never the newest.
+    fn trim_events(&mut self, undo: &mut KvUndo) {
+        while self.events.len() > EVENTS_MAX || self.event_bytes > EVENT_BYTES_MAX {
+            if self.events.front().map(Event::revision) == Some(self.revision) {
+                break;
+            }
+            match self.drop_oldest_revision(undo) {
+                Some(rev) => self.compacted = rev + 1,
+                None => break,
+            }
+        }
+    }
+
+    fn compact(&mut self, c: &CompactRequest, undo: &mut KvUndo) -> CompactResponse {
+        let error = if c.revision <= self.compacted {
+            Some("mvcc: required revision has been compacted".to_string())
+        } else if c.revision > self.revision {
+            Some("mvcc: required revision is a future revision".to_string())
+        } else {
+            while self
+                .events
+                .front()
+                .is_some_and(|e| e.revision() < c.revision)
+            {
+                self.drop_oldest_revision(undo);
+            }
+            self.compacted = c.revision;
+            None
+        };
+        CompactResponse {
+            revision: self.revision,
+            compacted: self.compacted,
+            error,
+        }
+    }
+
+    fn read_events(&self, r: &EventsRequest) -> EventsResponse {
+        let start = match r.start_revision {
+            0 => self.revision + 1,
+            s => s,
+        };
+        let mut out = EventsResponse {
+            events: Vec::new(),
+            compacted: None,
+            more: false,
+            revision: self.revision,
+        };
+        if start < self.compacted {
+            out.compacted = Some(self.compacted);
+            return out;
+        }
+        let range = KeyRange::new(&r.key, &r.end);
+        let from = self.events.partition_point(|e| e.revision() < start);
+        let limit = match r.limit {
+            0 => usize::MAX,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let mut last_rev = 0;
+        for e in self.events.range(from..) {
+            if !range.contains(&e.kv.key) {
+                continue;
+            }
+            if out.events.len() >= limit && e.revision() != last_rev {
+                out.more = true;
+                break;
+            }
+            last_rev = e.revision();
+            out.events.push(e.clone());
+        }
+        out
     }
 
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&Vec<u8>, &Entry)> {
@@ -160,8 +331,12 @@ impl KvStore {
     }
 
     /// Content digest (see the `digest` module). O(1).
+    /// The event history enters it too (zero for a store that never wrote, so a
+    /// fresh store's digest is what it was before the history existed).
     pub fn digest(&self) -> u64 {
         finish(self.digest_sum, self.map.len() as u64, self.revision)
+            ^ self.events_sum
+            ^ self.compacted.wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
     /// Set `key` to `entry` (or remove it), keeping the digest; returns the previous
@@ -192,6 +367,9 @@ impl KvStore {
             undo: KvUndo {
                 revision: self.revision,
                 changes: Vec::new(),
+                events_added: 0,
+                events_dropped: Vec::new(),
+                compacted: self.compacted,
             },
         };
         let reply = match cmd {
@@ -199,9 +377,12 @@ impl KvStore {
             KvCommand::Range(r) => KvReply::Range(self.range(r, self.revision)),
             KvCommand::DeleteRange(d) => KvReply::DeleteRange(self.delete_range(d, &mut w)),
             KvCommand::Txn(t) => KvReply::Txn(self.txn(t, &mut w)),
+            KvCommand::Compact(c) => KvReply::Compact(self.compact(c, &mut w.undo)),
+            KvCommand::Events(e) => KvReply::Events(self.read_events(e)),
         };
         if w.changed {
             self.revision = w.new_revision;
+            self.trim_events(&mut w.undo);
         }
         // A command creates one revision exactly when it changed something, and a
         // read-only command changes nothing.
@@ -222,6 +403,17 @@ impl KvStore {
         for (key, old) in undo.changes.into_iter().rev() {
             self.set(key, old);
         }
+        for _ in 0..undo.events_added {
+            let e = self.events.pop_back().expect("the undone command added it");
+            self.event_bytes -= event_bytes(&e);
+            self.events_sum = self.events_sum.wrapping_sub(event_hash(&e));
+        }
+        for e in undo.events_dropped.into_iter().rev() {
+            self.event_bytes += event_bytes(&e);
+            self.events_sum = self.events_sum.wrapping_add(event_hash(&e));
+            self.events.push_front(e);
+        }
+        self.compacted = undo.compacted;
         self.revision = undo.revision;
     }
 
@@ -237,11 +429,21 @@ impl KvStore {
             ),
             None => Entry::new(&p.key, p.value.clone(), rev, rev, 1),
         };
+        let event = Event {
+            kind: EventKind::Put,
+            kv: entry.to_kv(&p.key, false),
+            prev_kv: None,
+        };
         let old = self.set(p.key.clone(), Some(entry));
         let prev_kv = match (&old, p.prev_kv) {
             (Some(o), true) => Some(o.to_kv(&p.key, false)),
             _ => None,
         };
+        let event = Event {
+            prev_kv: old.as_ref().map(|o| o.to_kv(&p.key, false)),
+            ..event
+        };
+        self.push_event(event, &mut w.undo);
         w.undo.changes.push((p.key.clone(), old));
         w.changed = true;
         PutResponse {
@@ -302,6 +504,18 @@ impl KvStore {
             if d.prev_kv {
                 prev_kvs.push(old.to_kv(k, false));
             }
+            let event = Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key: k.clone(),
+                    value: Vec::new(),
+                    create_revision: 0,
+                    mod_revision: w.new_revision,
+                    version: 0,
+                },
+                prev_kv: Some(old.to_kv(k, false)),
+            };
+            self.push_event(event, &mut w.undo);
             w.undo.changes.push((k.clone(), Some(old)));
         }
         w.changed |= !keys.is_empty();
@@ -569,5 +783,87 @@ mod tests {
         s.undo(u1);
         assert_eq!(s, before);
         assert_eq!(s.digest(), d0);
+    }
+
+    fn events(s: &mut KvStore, key: &str, end: &str, start: u64, limit: u64) -> EventsResponse {
+        let KvReply::Events(e) = run(
+            s,
+            KvCommand::Events(EventsRequest {
+                key: key.into(),
+                end: end.into(),
+                start_revision: start,
+                limit,
+            }),
+        ) else {
+            panic!()
+        };
+        e
+    }
+
+    #[test]
+    fn the_event_history_serves_watches_until_compacted() {
+        let mut s = KvStore::new();
+        run(&mut s, KvCommand::put("a", "1")); // 2
+        run(&mut s, KvCommand::put("b", "1")); // 3
+        run(&mut s, KvCommand::put("a", "2")); // 4
+        run(&mut s, KvCommand::delete_range("a", "c")); // 5: two deletes
+        let e = events(&mut s, "a", "", 1, 0);
+        let kinds: Vec<(EventKind, u64)> =
+            e.events.iter().map(|e| (e.kind, e.revision())).collect();
+        assert_eq!(
+            kinds,
+            [
+                (EventKind::Put, 2),
+                (EventKind::Put, 4),
+                (EventKind::Delete, 5)
+            ]
+        );
+        assert_eq!(e.events[1].prev_kv, Some(kv("a", "1", 2, 2, 1)));
+        assert_eq!(e.events[2].prev_kv, Some(kv("a", "2", 2, 4, 2)));
+        assert_eq!(e.events[2].kv, kv("a", "", 0, 5, 0));
+        // From now: nothing yet; a limit never splits a revision.
+        assert!(events(&mut s, "a", "\0", 0, 0).events.is_empty());
+        let e = events(&mut s, "a", "\0", 4, 1);
+        assert_eq!(e.events.len(), 1);
+        assert!(e.more);
+        let e = events(&mut s, "a", "\0", 5, 1);
+        assert_eq!((e.events.len(), e.more), (2, false));
+        // Compaction: refused into the future and below itself, as etcd's.
+        let compact = |s: &mut KvStore, revision| {
+            let KvReply::Compact(c) = run(s, KvCommand::Compact(CompactRequest { revision }))
+            else {
+                panic!()
+            };
+            c
+        };
+        assert!(compact(&mut s, 6).error.unwrap().contains("future"));
+        let digest = s.digest();
+        let (_, undo) = s.execute(&KvCommand::Compact(CompactRequest { revision: 4 }));
+        assert_ne!(s.digest(), digest);
+        assert_eq!(events(&mut s, "a", "\0", 3, 0).compacted, Some(4));
+        assert_eq!(events(&mut s, "a", "\0", 4, 0).events.len(), 3);
+        s.undo(undo);
+        assert_eq!(s.digest(), digest);
+        assert_eq!(events(&mut s, "a", "\0", 2, 0).events.len(), 5);
+        assert!(compact(&mut s, 4).error.is_none());
+        assert!(compact(&mut s, 4).error.unwrap().contains("compacted"));
+        assert_eq!(s.compacted(), 4);
+    }
+
+    #[test]
+    fn the_history_is_bounded_by_dropping_whole_old_revisions() {
+        let mut s = KvStore::new();
+        for i in 0..EVENTS_MAX as u64 {
+            s.execute(&KvCommand::put(format!("k{}", i % 10), "v"));
+        }
+        assert_eq!(s.compacted(), 0);
+        let before = s.clone();
+        let (_, undo) = s.execute(&KvCommand::put("x", "v"));
+        assert_eq!(s.events().count(), EVENTS_MAX);
+        assert_eq!(s.compacted(), 3, "revision 2 dropped");
+        assert_eq!(events(&mut s, "k", "\0", 2, 0).compacted, Some(3));
+        s.undo(undo);
+        assert_eq!(s, before);
+        assert_eq!(s.digest(), before.digest());
     }
 }

@@ -134,6 +134,53 @@ pub struct TxnRequest {
     pub failure: Vec<RequestOp>,
 }
 
+/// Drop the event history below `revision` (etcd's `Compact`): watches from an older
+/// revision are then refused as compacted. Refused in the reply (see
+/// [`CompactResponse::error`]) when `revision` is not above the current compaction or
+/// lies in the future, as etcd does. Creates no revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactRequest {
+    pub revision: u64,
+}
+
+/// Read the retained events of a key range (`end` as in [`RangeRequest`]) from
+/// `start_revision` on (0: from the next revision, i.e. none yet): what an etcd watch
+/// delivers. Read-only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventsRequest {
+    pub key: Vec<u8>,
+    pub end: Vec<u8>,
+    pub start_revision: u64,
+    /// Stop after the revision that reaches this many events (0: no limit). The events
+    /// of one revision are never split.
+    pub limit: u64,
+}
+
+/// etcd's `mvccpb.Event.EventType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change of one key (etcd's `mvccpb.Event`). A put's `kv` is the key as written;
+/// a delete's `kv` holds the key and the delete's revision as `mod_revision`, with an
+/// empty value, zero create revision and version (as etcd's). `prev_kv` is the key
+/// before the change, if it existed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub kind: EventKind,
+    pub kv: KeyValue,
+    pub prev_kv: Option<KeyValue>,
+}
+
+impl Event {
+    /// The revision of the change.
+    pub fn revision(&self) -> u64 {
+        self.kv.mod_revision
+    }
+}
+
 /// A command of the key-value service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvCommand {
@@ -141,6 +188,10 @@ pub enum KvCommand {
     Range(RangeRequest),
     DeleteRange(DeleteRangeRequest),
     Txn(TxnRequest),
+    /// Compaction of the event history (added with the etcd gateway).
+    Compact(CompactRequest),
+    /// A read of the event history (added with the etcd gateway).
+    Events(EventsRequest),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +240,33 @@ pub struct TxnResponse {
     pub revision: u64,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactResponse {
+    /// The store's revision (a compaction creates none).
+    pub revision: u64,
+    /// Events below this revision are gone (after the compaction, if it was done).
+    pub compacted: u64,
+    /// Why the compaction was refused, in etcd's words: `mvcc: required revision has
+    /// been compacted` or `mvcc: required revision is a future revision`.
+    pub error: Option<String>,
+}
+
+/// The reply to [`EventsRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventsResponse {
+    /// The events in revision order (within a revision, in the order of the writes).
+    pub events: Vec<Event>,
+    /// `Some(c)` when `start_revision` is below `c`, the oldest revision whose events
+    /// are retained: the history was compacted past the start, and no events are
+    /// returned (etcd's `compact_revision` in a watch response).
+    pub compacted: Option<u64>,
+    /// Whether the limit left retained events out (read again from the revision after
+    /// the last event).
+    pub more: bool,
+    /// The store's revision when it read.
+    pub revision: u64,
+}
+
 /// A reply of the key-value service, of the command's kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvReply {
@@ -196,6 +274,8 @@ pub enum KvReply {
     Range(RangeResponse),
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
+    Compact(CompactResponse),
+    Events(EventsResponse),
 }
 
 impl KvReply {
@@ -206,6 +286,8 @@ impl KvReply {
             KvReply::Range(r) => r.revision,
             KvReply::DeleteRange(r) => r.revision,
             KvReply::Txn(r) => r.revision,
+            KvReply::Compact(r) => r.revision,
+            KvReply::Events(r) => r.revision,
         }
     }
 }
@@ -255,13 +337,16 @@ impl KvCommand {
         })
     }
 
-    /// The command's name in messages (`put`, `range`, `delete_range`, `txn`).
+    /// The command's name in messages (`put`, `range`, `delete_range`, `txn`,
+    /// `compact`, `events`).
     pub fn name(&self) -> &'static str {
         match self {
             KvCommand::Put(_) => "put",
             KvCommand::Range(_) => "range",
             KvCommand::DeleteRange(_) => "delete_range",
             KvCommand::Txn(_) => "txn",
+            KvCommand::Compact(_) => "compact",
+            KvCommand::Events(_) => "events",
         }
     }
 }
@@ -496,6 +581,12 @@ pub fn check(cmd: &KvCommand) -> Result<(), String> {
             }
             bytes
         }
+        KvCommand::Compact(_) => 0,
+        KvCommand::Events(e) => {
+            check_key("events", &e.key)?;
+            check_end("events", &e.end)?;
+            e.key.len() + e.end.len()
+        }
     };
     if bytes > REQUEST_BYTES_MAX {
         return Err(format!(
@@ -511,8 +602,8 @@ pub fn check(cmd: &KvCommand) -> Result<(), String> {
 /// delete in either branch.
 pub fn is_read_only(cmd: &KvCommand) -> bool {
     match cmd {
-        KvCommand::Range(_) => true,
-        KvCommand::Put(_) | KvCommand::DeleteRange(_) => false,
+        KvCommand::Range(_) | KvCommand::Events(_) => true,
+        KvCommand::Put(_) | KvCommand::DeleteRange(_) | KvCommand::Compact(_) => false,
         KvCommand::Txn(t) => t
             .success
             .iter()

@@ -18,6 +18,9 @@ struct Reference {
     revision: u64,
     /// key -> (value, create, mod, version)
     map: BTreeMap<Vec<u8>, (Vec<u8>, u64, u64, u64)>,
+    /// Every event not compacted away, oldest first.
+    events: Vec<Event>,
+    compacted: u64,
 }
 
 fn in_range(k: &[u8], key: &[u8], end: &[u8]) -> bool {
@@ -35,6 +38,8 @@ impl Reference {
         Reference {
             revision: 1,
             map: BTreeMap::new(),
+            events: Vec::new(),
+            compacted: 0,
         }
     }
 
@@ -57,6 +62,11 @@ impl Reference {
         };
         self.map
             .insert(p.key.clone(), (p.value.clone(), create, rev, version));
+        self.events.push(Event {
+            kind: EventKind::Put,
+            kv: self.kv(&p.key),
+            prev_kv: prev.clone(),
+        });
         PutResponse {
             revision: rev,
             prev_kv: if p.prev_kv { prev } else { None },
@@ -88,7 +98,7 @@ impl Reference {
         }
     }
 
-    fn delete(&mut self, d: &DeleteRangeRequest) -> Vec<KeyValue> {
+    fn delete(&mut self, d: &DeleteRangeRequest, rev: u64) -> Vec<KeyValue> {
         let keys: Vec<Vec<u8>> = self
             .map
             .keys()
@@ -96,8 +106,19 @@ impl Reference {
             .cloned()
             .collect();
         let gone: Vec<KeyValue> = keys.iter().map(|k| self.kv(k)).collect();
-        for k in keys {
+        for (k, prev) in keys.into_iter().zip(&gone) {
             self.map.remove(&k);
+            self.events.push(Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key: k,
+                    value: vec![],
+                    create_revision: 0,
+                    mod_revision: rev,
+                    version: 0,
+                },
+                prev_kv: Some(prev.clone()),
+            });
         }
         gone
     }
@@ -128,7 +149,7 @@ impl Reference {
             }
             KvCommand::Range(r) => KvReply::Range(self.range(r, self.revision)),
             KvCommand::DeleteRange(d) => {
-                let gone = self.delete(d);
+                let gone = self.delete(d, next);
                 if !gone.is_empty() {
                     self.revision = next;
                 }
@@ -152,7 +173,7 @@ impl Reference {
                         }
                         RequestOp::Range(r) => ResponseOp::Range(self.range(r, seen(wrote))),
                         RequestOp::DeleteRange(d) => {
-                            let gone = self.delete(d);
+                            let gone = self.delete(d, next);
                             wrote |= !gone.is_empty();
                             ResponseOp::DeleteRange(DeleteRangeResponse {
                                 deleted: gone.len() as u64,
@@ -168,6 +189,60 @@ impl Reference {
                 KvReply::Txn(TxnResponse {
                     succeeded,
                     responses,
+                    revision: self.revision,
+                })
+            }
+            KvCommand::Compact(c) => {
+                let error = if c.revision <= self.compacted {
+                    Some("mvcc: required revision has been compacted".to_string())
+                } else if c.revision > self.revision {
+                    Some("mvcc: required revision is a future revision".to_string())
+                } else {
+                    self.events.retain(|e| e.kv.mod_revision >= c.revision);
+                    self.compacted = c.revision;
+                    None
+                };
+                KvReply::Compact(CompactResponse {
+                    revision: self.revision,
+                    compacted: self.compacted,
+                    error,
+                })
+            }
+            KvCommand::Events(r) => {
+                let start = if r.start_revision == 0 {
+                    self.revision + 1
+                } else {
+                    r.start_revision
+                };
+                if start < self.compacted {
+                    return KvReply::Events(EventsResponse {
+                        events: vec![],
+                        compacted: Some(self.compacted),
+                        more: false,
+                        revision: self.revision,
+                    });
+                }
+                let matching = self
+                    .events
+                    .iter()
+                    .filter(|e| e.kv.mod_revision >= start && in_range(&e.kv.key, &r.key, &r.end));
+                let mut events: Vec<Event> = vec![];
+                let mut more = false;
+                for e in matching {
+                    let last = events.last().map(|l| l.kv.mod_revision);
+                    if r.limit > 0
+                        && events.len() as u64 >= r.limit
+                        && last != Some(e.kv.mod_revision)
+                    {
+                        more = true;
+                        break;
+                    }
+                    events.push(e.clone());
+                }
+                KvReply::Events(EventsResponse {
+                    events,
+                    compacted: None,
+                    more,
                     revision: self.revision,
                 })
             }
@@ -270,6 +345,10 @@ fn command() -> impl Strategy<Value = KvCommand> {
                 success,
                 failure,
             })),
+        1 => (0u64..12).prop_map(|revision| KvCommand::Compact(CompactRequest { revision })),
+        2 => (key(), end(), 0u64..12, 0u64..4).prop_map(|(key, end, start_revision, limit)| {
+            KvCommand::Events(EventsRequest { key, end, start_revision, limit })
+        }),
     ]
 }
 
@@ -409,7 +488,11 @@ proptest! {
     #[test]
     fn history_json_round_trips(cmds in commands(20)) {
         let mut s = KvStore::new();
-        for (i, cmd) in cmds.iter().filter(|c| check(c).is_ok()).enumerate() {
+        // Compactions and event reads are not operations of the checker's model.
+        let recorded = |c: &&KvCommand| {
+            check(c).is_ok() && !matches!(c, KvCommand::Compact(_) | KvCommand::Events(_))
+        };
+        for (i, cmd) in cmds.iter().filter(recorded).enumerate() {
             let (reply, _) = s.execute(cmd);
             for outcome in [Outcome::Ok(&reply), Outcome::Info, Outcome::Fail] {
                 let line = event_line(i as u64, cmd, 5, 9, outcome);

@@ -416,6 +416,7 @@ impl SeedParams {
                     // Replicas in id order, partition by partition.
                     partition: (replica && partitions > 1)
                         .then(|| ((id as usize - acceptors - 1) * partitions / replicas) as u32),
+                    etcd_addr: None,
                 }
             })
             .collect();

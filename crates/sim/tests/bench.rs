@@ -15,6 +15,7 @@ fn smr(replicas: u32) -> ClusterConfig {
             addr: format!("127.0.0.1:{}", 7104 + i),
             roles: vec![Role::Replica],
             partition: None,
+            etcd_addr: None,
         });
     }
     c.storage.checkpoint_instances = 0;

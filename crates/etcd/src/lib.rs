@@ -1,0 +1,73 @@
+//! etcd's v3 gRPC API on Partita's key-value service (`partita-kv`), so that etcd's
+//! clients (`etcdctl`, clientv3, python-etcd3) work against a Partita cluster.
+//!
+//! **Where it runs.** Inside `partita node`, on every replica of a `service = "kv"`
+//! cluster whose `[[node]]` entry has an `etcd_addr` ([`serve`]). The gateway is a
+//! client of the cluster like any other: it executes every request as a Partita
+//! command through [`partita_client::Client`] sessions (a small pool), preferring its
+//! own node as the replica that answers.
+//!
+//! **What maps to what.**
+//!
+//! | etcd | Partita |
+//! | --- | --- |
+//! | `KV.Range` | `KvCommand::Range`, ordered through the cluster (linearizable; a `serializable` request gets the same, stronger, read); sorting done here on the whole range |
+//! | `KV.Put`, `KV.DeleteRange`, `KV.Txn` | `Put`, `DeleteRange`, `Txn` |
+//! | `KV.Compact` | `KvCommand::Compact`: drops the replicated event history below the revision |
+//! | `Watch.Watch` | per watcher, `KvCommand::Events` reads of the replicated event history from its next revision, every 5 ms backing off to 100 ms while idle |
+//! | `Maintenance.Status` | the store's revision (an ordered read), the node's newest delivered ballot round as `raftTerm` and its leader as `leader`, the replica's executed instance as `raftIndex` |
+//! | `Cluster.MemberList` | the nodes with an `etcd_addr` |
+//!
+//! Response headers carry the cluster id, this node's id as `member_id`, the store's
+//! revision and the ballot round as `raft_term`. Everything else (leases, auth,
+//! membership changes, defragment, snapshot, alarms, hashes, leader moves, reads at a
+//! past revision, revision filters, compare ranges, nested transactions) is refused
+//! with `UNIMPLEMENTED` and a message naming it; malformed requests get
+//! `INVALID_ARGUMENT` (see [`convert`]).
+
+// tonic's `Status` (176 bytes) is the error of every handler and of the mappings that
+// feed them, once per request: boxing it would buy nothing.
+#![allow(clippy::result_large_err)]
+
+pub mod convert;
+pub mod server;
+
+/// The generated messages and services (from `proto/`, compiled by protox at build
+/// time).
+pub mod pb {
+    #![allow(clippy::all, clippy::pedantic)]
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+}
+
+use pb::etcdserverpb::{
+    auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
+    lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
+};
+pub use server::Gateway;
+
+/// Serve etcd's API on `listener` for node `node` of `cluster`, until the process
+/// ends. Requests go to the cluster through Partita's client.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    cluster: partita_config::ClusterConfig,
+    node: partita_types::NodeId,
+) -> anyhow::Result<()> {
+    let gw = Gateway::new(cluster, node);
+    tokio::spawn(gw.clone().follow_status());
+    let svc = server::Svc(gw);
+    tonic::transport::Server::builder()
+        .add_service(KvServer::new(svc.clone()))
+        .add_service(WatchServer::new(svc.clone()))
+        .add_service(MaintenanceServer::new(svc.clone()))
+        .add_service(ClusterServer::new(svc.clone()))
+        .add_service(LeaseServer::new(svc.clone()))
+        .add_service(AuthServer::new(svc))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await?;
+    Ok(())
+}

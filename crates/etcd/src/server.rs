@@ -1,0 +1,696 @@
+//! The gateway: tonic services over a pool of Partita client sessions.
+
+use crate::convert::{self, unsupported};
+use crate::pb::etcdserverpb as pb;
+use partita_client::{Client, ClientError, ClientOptions};
+use partita_config::ClusterConfig;
+use partita_kv::{KvCommand, KvReply, KvStore};
+use partita_types::NodeId;
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Idle client sessions kept for reuse.
+const POOL_MAX: usize = 32;
+/// A watcher with nothing new polls again after this long at first, doubling up to
+/// [`POLL_MAX`] while nothing happens.
+const POLL_MIN: Duration = Duration::from_millis(5);
+const POLL_MAX: Duration = Duration::from_millis(100);
+/// Events fetched per poll (whole revisions: a revision is never split).
+const EVENTS_PER_FETCH: u64 = 1000;
+/// With `progress_notify`, a watcher with nothing to send says how far it got after
+/// this long.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// The etcd version this gateway answers as (the API it follows).
+pub const ETCD_VERSION: &str = "3.4.0";
+
+/// The state shared by every service of one gateway.
+pub struct Gateway {
+    cluster: ClusterConfig,
+    node: NodeId,
+    /// Idle sessions, with when each was last used.
+    pool: Mutex<Vec<(Instant, Client<KvStore>)>>,
+    /// A pooled session idle this long is dropped rather than reused: the cluster
+    /// forgets sessions idle for its lease, and a command on a forgotten session ends
+    /// with an unknown outcome.
+    idle_max: Duration,
+    /// From the node's status: the round of the newest ballot its replica delivered
+    /// under (our "raft term"), that ballot's leader, and the last executed instance.
+    term: AtomicU64,
+    leader: AtomicU64,
+    applied: AtomicU64,
+}
+
+pub fn status_of(e: ClientError) -> Status {
+    match e {
+        ClientError::Rejected(m) => Status::invalid_argument(m),
+        ClientError::BadReply(m) => Status::internal(format!("partita: {m}")),
+        e @ (ClientError::Timeout(_) | ClientError::SessionExpired) => {
+            Status::unavailable(format!("etcdserver: request timed out ({e})"))
+        }
+        e => Status::unavailable(e.to_string()),
+    }
+}
+
+impl Gateway {
+    pub fn new(cluster: ClusterConfig, node: NodeId) -> Arc<Gateway> {
+        // Until a replica delivers a value under a new ballot, the leader is the
+        // cluster's first coordinator, under ballot zero (round 0).
+        let leader = cluster.cluster.coordinator.map_or(0, u64::from);
+        let idle_max = match cluster.sessions.lease_ms {
+            0 => Duration::MAX,
+            ms => Duration::from_millis(ms / 2),
+        };
+        Arc::new(Gateway {
+            cluster,
+            node,
+            pool: Mutex::new(Vec::new()),
+            idle_max,
+            term: AtomicU64::new(0),
+            leader: AtomicU64::new(leader),
+            applied: AtomicU64::new(0),
+        })
+    }
+
+    /// Execute one command through the cluster (ordered, so linearizable), with a
+    /// session from the pool.
+    pub async fn execute(&self, cmd: KvCommand) -> Result<KvReply, Status> {
+        partita_kv::check(&cmd).map_err(Status::invalid_argument)?;
+        let pooled = {
+            let mut pool = self.pool.lock().expect("pool");
+            pool.retain(|(used, _)| used.elapsed() < self.idle_max);
+            pool.pop().map(|(_, c)| c)
+        };
+        let mut client = match pooled {
+            Some(c) => c,
+            None => {
+                let opts = ClientOptions {
+                    // This node's replica answers, when it is a replica.
+                    replica: self
+                        .cluster
+                        .client_topology()
+                        .replicas
+                        .contains(&self.node)
+                        .then_some(self.node),
+                    ..ClientOptions::default()
+                };
+                Client::<KvStore>::connect(self.cluster.clone(), opts)
+                    .await
+                    .map_err(status_of)?
+            }
+        };
+        let r = client.execute(cmd).await;
+        if matches!(r, Ok(_) | Err(ClientError::Rejected(_))) {
+            let mut pool = self.pool.lock().expect("pool");
+            if pool.len() < POOL_MAX {
+                pool.push((Instant::now(), client));
+            }
+        }
+        r.map_err(status_of)
+    }
+
+    pub fn header(&self, revision: u64) -> Option<pb::ResponseHeader> {
+        Some(pb::ResponseHeader {
+            cluster_id: self.cluster.cluster.id,
+            member_id: u64::from(self.node),
+            revision: convert::i64_of(revision),
+            raft_term: self.term.load(Ordering::Relaxed),
+        })
+    }
+
+    /// The store's current revision (an ordered read of no events).
+    pub async fn revision(&self) -> Result<u64, Status> {
+        match self
+            .execute(KvCommand::Events(partita_kv::EventsRequest {
+                key: vec![0],
+                end: vec![0],
+                start_revision: 0,
+                limit: 1,
+            }))
+            .await?
+        {
+            KvReply::Events(e) => Ok(e.revision),
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    /// Refresh the term, leader and applied index from this node's status, every
+    /// second, for as long as the gateway runs.
+    pub async fn follow_status(self: Arc<Self>) {
+        let addr = self.cluster.addr(self.node);
+        loop {
+            if let Some(s) = partita_client::node_status(addr, Duration::from_secs(1)).await {
+                if let Some(b) = s.delivered_ballots.last() {
+                    self.term.store(b.ballot.round, Ordering::Relaxed);
+                    self.leader
+                        .store(u64::from(b.ballot.node), Ordering::Relaxed);
+                }
+                if let Some(e) = s.executed_up_to {
+                    self.applied.store(e, Ordering::Relaxed);
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+fn mismatch(r: &KvReply) -> Status {
+    Status::internal(format!(
+        "partita: a reply of another kind than its command: {r:?}"
+    ))
+}
+
+#[derive(Clone)]
+pub struct Svc(pub Arc<Gateway>);
+
+#[tonic::async_trait]
+impl pb::kv_server::Kv for Svc {
+    async fn range(
+        &self,
+        req: Request<pb::RangeRequest>,
+    ) -> Result<Response<pb::RangeResponse>, Status> {
+        // `serializable` reads are ordered like the others: linearizable is stronger.
+        let range = convert::range_request(req.get_ref())?;
+        match self.0.execute(KvCommand::Range(range.req.clone())).await? {
+            KvReply::Range(r) => {
+                let rev = r.revision;
+                let mut resp = convert::range_response(&range, r);
+                resp.header = self.0.header(rev);
+                Ok(Response::new(resp))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let p = convert::put_request(req.get_ref())?;
+        match self.0.execute(KvCommand::Put(p)).await? {
+            KvReply::Put(r) => {
+                let rev = r.revision;
+                let mut resp = convert::put_response(r);
+                resp.header = self.0.header(rev);
+                Ok(Response::new(resp))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn delete_range(
+        &self,
+        req: Request<pb::DeleteRangeRequest>,
+    ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let d = convert::delete_request(req.get_ref())?;
+        match self.0.execute(KvCommand::DeleteRange(d)).await? {
+            KvReply::DeleteRange(r) => {
+                let rev = r.revision;
+                let mut resp = convert::delete_response(r);
+                resp.header = self.0.header(rev);
+                Ok(Response::new(resp))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let t = convert::txn_request(req.get_ref())?;
+        match self.0.execute(KvCommand::Txn(t.req.clone())).await? {
+            KvReply::Txn(r) => {
+                let rev = r.revision;
+                let mut resp = convert::txn_response(&t, r);
+                resp.header = self.0.header(rev);
+                Ok(Response::new(resp))
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn compact(
+        &self,
+        req: Request<pb::CompactionRequest>,
+    ) -> Result<Response<pb::CompactionResponse>, Status> {
+        let c = convert::compact_request(req.get_ref())?;
+        match self.0.execute(KvCommand::Compact(c)).await? {
+            KvReply::Compact(r) => match r.error {
+                Some(e) => Err(convert::compact_error(&e)),
+                None => Ok(Response::new(pb::CompactionResponse {
+                    header: self.0.header(r.revision),
+                })),
+            },
+            other => Err(mismatch(&other)),
+        }
+    }
+}
+
+type WatchOut = mpsc::Sender<Result<pb::WatchResponse, Status>>;
+
+/// One watcher: fetch events from `next` on, send them, back off while idle.
+async fn run_watcher(
+    gw: Arc<Gateway>,
+    id: i64,
+    spec: convert::WatchSpec,
+    next: Arc<AtomicU64>,
+    out: WatchOut,
+) {
+    let mut delay = POLL_MIN;
+    let mut created = false;
+    let mut start = spec.start_revision;
+    let mut last_sent = Instant::now();
+    loop {
+        let fetched = gw
+            .execute(KvCommand::Events(partita_kv::EventsRequest {
+                key: spec.key.clone(),
+                end: spec.end.clone(),
+                start_revision: start,
+                limit: EVENTS_PER_FETCH,
+            }))
+            .await;
+        let r = match fetched {
+            Ok(KvReply::Events(r)) => r,
+            Ok(other) => {
+                tracing::warn!("watch {id}: {}", mismatch(&other).message());
+                tokio::time::sleep(POLL_MAX).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!("watch {id}: fetching events: {}", e.message());
+                tokio::time::sleep(POLL_MAX).await;
+                continue;
+            }
+        };
+        let mut responses = Vec::new();
+        if !created {
+            created = true;
+            responses.push(pb::WatchResponse {
+                header: gw.header(r.revision),
+                watch_id: id,
+                created: true,
+                ..Default::default()
+            });
+        }
+        if let Some(c) = r.compacted {
+            responses.push(pb::WatchResponse {
+                header: gw.header(r.revision),
+                watch_id: id,
+                canceled: true,
+                compact_revision: convert::i64_of(c),
+                cancel_reason: "etcdserver: mvcc: required revision has been compacted".into(),
+                ..Default::default()
+            });
+            for resp in responses {
+                let _ = out.send(Ok(resp)).await;
+            }
+            return;
+        }
+        // From here on, everything up to the store's revision (or the last event
+        // fetched, when the limit cut) has been seen.
+        let seen = match (r.more, r.events.last()) {
+            (true, Some(e)) => e.revision(),
+            _ => r.revision,
+        };
+        let events: Vec<_> = r
+            .events
+            .iter()
+            .filter(|e| spec.wants(e))
+            .map(|e| convert::event(e, spec.prev_kv))
+            .collect();
+        // One response per revision, as etcd sends them.
+        let mut by_rev: Vec<pb::WatchResponse> = Vec::new();
+        for (e, pe) in r.events.iter().filter(|e| spec.wants(e)).zip(events) {
+            match by_rev.last_mut() {
+                Some(last)
+                    if last.header.as_ref().map(|h| h.revision)
+                        == Some(convert::i64_of(e.revision())) =>
+                {
+                    last.events.push(pe)
+                }
+                _ => by_rev.push(pb::WatchResponse {
+                    header: gw.header(e.revision()),
+                    watch_id: id,
+                    events: vec![pe],
+                    ..Default::default()
+                }),
+            }
+        }
+        let had_events = !by_rev.is_empty();
+        responses.extend(by_rev);
+        if spec.progress_notify && responses.is_empty() && last_sent.elapsed() >= PROGRESS_EVERY {
+            responses.push(pb::WatchResponse {
+                header: gw.header(seen),
+                watch_id: id,
+                ..Default::default()
+            });
+        }
+        if !responses.is_empty() {
+            last_sent = Instant::now();
+        }
+        for resp in responses {
+            if out.send(Ok(resp)).await.is_err() {
+                return;
+            }
+        }
+        start = seen + 1;
+        next.store(start, Ordering::Relaxed);
+        if r.more {
+            delay = POLL_MIN;
+            continue;
+        }
+        if had_events {
+            delay = POLL_MIN;
+        } else {
+            delay = (delay * 2).min(POLL_MAX);
+        }
+        tokio::time::sleep(delay).await;
+    }
+}
+
+struct Watcher {
+    task: tokio::task::JoinHandle<()>,
+    next: Arc<AtomicU64>,
+}
+
+/// One Watch stream: creations, cancellations and progress requests in, responses out.
+async fn watch_session(gw: Arc<Gateway>, mut inbound: Streaming<pb::WatchRequest>, out: WatchOut) {
+    use pb::watch_request::RequestUnion;
+    let mut watchers: HashMap<i64, Watcher> = HashMap::new();
+    let mut next_id: i64 = 0;
+    loop {
+        let msg = tokio::select! {
+            m = inbound.message() => m,
+            _ = out.closed() => break,
+        };
+        let req = match msg {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!("watch stream: {e}");
+                break;
+            }
+        };
+        watchers.retain(|_, w| !w.task.is_finished());
+        match req.request_union {
+            Some(RequestUnion::CreateRequest(c)) => {
+                let id = if c.watch_id != 0 {
+                    c.watch_id
+                } else {
+                    while watchers.contains_key(&next_id) {
+                        next_id += 1;
+                    }
+                    next_id
+                };
+                let refuse = |reason: String| pb::WatchResponse {
+                    header: gw.header(0),
+                    watch_id: id,
+                    created: true,
+                    canceled: true,
+                    cancel_reason: reason,
+                    ..Default::default()
+                };
+                if watchers.contains_key(&id) {
+                    let _ = out
+                        .send(Ok(refuse("etcdserver: duplicate watch ID".into())))
+                        .await;
+                    continue;
+                }
+                match convert::watch_spec(&c) {
+                    Err(reason) => {
+                        let _ = out.send(Ok(refuse(reason))).await;
+                    }
+                    Ok(spec) => {
+                        let next = Arc::new(AtomicU64::new(spec.start_revision));
+                        let task = tokio::spawn(run_watcher(
+                            gw.clone(),
+                            id,
+                            spec,
+                            next.clone(),
+                            out.clone(),
+                        ));
+                        watchers.insert(id, Watcher { task, next });
+                    }
+                }
+            }
+            Some(RequestUnion::CancelRequest(c)) => {
+                if let Some(w) = watchers.remove(&c.watch_id) {
+                    w.task.abort();
+                    let rev = w.next.load(Ordering::Relaxed).saturating_sub(1);
+                    let _ = out
+                        .send(Ok(pb::WatchResponse {
+                            header: gw.header(rev),
+                            watch_id: c.watch_id,
+                            canceled: true,
+                            ..Default::default()
+                        }))
+                        .await;
+                }
+            }
+            Some(RequestUnion::ProgressRequest(_)) => {
+                // Every watcher of the stream has sent every event up to the revision
+                // reported (etcd's guarantee for a progress response).
+                let rev = match watchers
+                    .values()
+                    .map(|w| w.next.load(Ordering::Relaxed))
+                    .min()
+                {
+                    Some(n) => n.saturating_sub(1),
+                    None => match gw.revision().await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = out.send(Err(e)).await;
+                            continue;
+                        }
+                    },
+                };
+                let _ = out
+                    .send(Ok(pb::WatchResponse {
+                        header: gw.header(rev),
+                        watch_id: -1,
+                        ..Default::default()
+                    }))
+                    .await;
+            }
+            None => {
+                let _ = out
+                    .send(Err(Status::invalid_argument(
+                        "a watch request with neither a create, a cancel nor a progress request",
+                    )))
+                    .await;
+            }
+        }
+    }
+    for (_, w) in watchers {
+        w.task.abort();
+    }
+}
+
+type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl pb::watch_server::Watch for Svc {
+    type WatchStream = ResponseStream<pb::WatchResponse>;
+
+    async fn watch(
+        &self,
+        req: Request<Streaming<pb::WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(watch_session(self.0.clone(), req.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+impl Svc {
+    fn members(&self) -> Vec<pb::Member> {
+        self.0
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.etcd_addr.is_some())
+            .map(|n| pb::Member {
+                id: u64::from(n.id),
+                name: format!("node-{}", n.id),
+                peer_ur_ls: vec![format!("http://{}", n.addr)],
+                client_ur_ls: n.etcd_addr.iter().map(|a| format!("http://{a}")).collect(),
+                is_learner: false,
+            })
+            .collect()
+    }
+}
+
+#[tonic::async_trait]
+impl pb::maintenance_server::Maintenance for Svc {
+    async fn status(
+        &self,
+        _: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let rev = self.0.revision().await?;
+        let applied = self.0.applied.load(Ordering::Relaxed);
+        Ok(Response::new(pb::StatusResponse {
+            header: self.0.header(rev),
+            version: ETCD_VERSION.into(),
+            db_size: 0,
+            leader: self.0.leader.load(Ordering::Relaxed),
+            raft_index: applied,
+            raft_term: self.0.term.load(Ordering::Relaxed),
+            raft_applied_index: applied,
+            errors: vec![],
+            db_size_in_use: 0,
+            is_learner: false,
+        }))
+    }
+
+    type SnapshotStream = ResponseStream<pb::Unsupported>;
+
+    async fn snapshot(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
+        Err(unsupported("Maintenance.Snapshot"))
+    }
+
+    async fn alarm(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("Maintenance.Alarm"))
+    }
+    async fn defragment(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("Maintenance.Defragment"))
+    }
+    async fn hash(&self, _: Request<pb::Unsupported>) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("Maintenance.Hash"))
+    }
+    async fn hash_kv(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("Maintenance.HashKV"))
+    }
+    async fn move_leader(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("Maintenance.MoveLeader"))
+    }
+    async fn downgrade(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("Maintenance.Downgrade"))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::cluster_server::Cluster for Svc {
+    async fn member_list(
+        &self,
+        _: Request<pb::MemberListRequest>,
+    ) -> Result<Response<pb::MemberListResponse>, Status> {
+        Ok(Response::new(pb::MemberListResponse {
+            header: self.0.header(0),
+            members: self.members(),
+        }))
+    }
+
+    async fn member_add(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("membership changes (Cluster.MemberAdd)"))
+    }
+    async fn member_remove(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("membership changes (Cluster.MemberRemove)"))
+    }
+    async fn member_update(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("membership changes (Cluster.MemberUpdate)"))
+    }
+    async fn member_promote(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("membership changes (Cluster.MemberPromote)"))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::lease_server::Lease for Svc {
+    async fn lease_grant(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("leases (Lease.LeaseGrant)"))
+    }
+    async fn lease_revoke(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("leases (Lease.LeaseRevoke)"))
+    }
+
+    type LeaseKeepAliveStream = ResponseStream<pb::Unsupported>;
+
+    async fn lease_keep_alive(
+        &self,
+        _: Request<Streaming<pb::Unsupported>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        Err(unsupported("leases (Lease.LeaseKeepAlive)"))
+    }
+    async fn lease_time_to_live(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("leases (Lease.LeaseTimeToLive)"))
+    }
+    async fn lease_leases(
+        &self,
+        _: Request<pb::Unsupported>,
+    ) -> Result<Response<pb::Unsupported>, Status> {
+        Err(unsupported("leases (Lease.LeaseLeases)"))
+    }
+}
+
+macro_rules! auth_unsupported {
+    ($($f:ident => $name:literal),* $(,)?) => {
+        #[tonic::async_trait]
+        impl pb::auth_server::Auth for Svc {
+            $(
+                async fn $f(&self, _: Request<pb::Unsupported>) -> Result<Response<pb::Unsupported>, Status> {
+                    Err(unsupported(concat!("authentication (Auth.", $name, ")")))
+                }
+            )*
+        }
+    };
+}
+
+auth_unsupported! {
+    auth_enable => "AuthEnable",
+    auth_disable => "AuthDisable",
+    auth_status => "AuthStatus",
+    authenticate => "Authenticate",
+    user_add => "UserAdd",
+    user_get => "UserGet",
+    user_list => "UserList",
+    user_delete => "UserDelete",
+    user_change_password => "UserChangePassword",
+    user_grant_role => "UserGrantRole",
+    user_revoke_role => "UserRevokeRole",
+    role_add => "RoleAdd",
+    role_get => "RoleGet",
+    role_list => "RoleList",
+    role_delete => "RoleDelete",
+    role_grant_permission => "RoleGrantPermission",
+    role_revoke_permission => "RoleRevokePermission",
+}
