@@ -19,7 +19,7 @@
 //! | `Cluster.MemberList` | the nodes with an `etcd_addr` |
 //!
 //! Response headers carry the cluster id, this node's id as `member_id`, the store's
-//! revision and the ballot round as `raft_term`. Everything else (leases, auth,
+//! revision and the ballot round plus one as `raft_term`. Everything else (leases, auth,
 //! membership changes, defragment, snapshot, alarms, hashes, leader moves, reads at a
 //! past revision, revision filters, compare ranges, nested transactions) is refused
 //! with `UNIMPLEMENTED` and a message naming it; malformed requests get

@@ -72,7 +72,7 @@ impl Gateway {
             node,
             pool: Mutex::new(Vec::new()),
             idle_max,
-            term: AtomicU64::new(0),
+            term: AtomicU64::new(1),
             leader: AtomicU64::new(leader),
             applied: AtomicU64::new(0),
         })
@@ -147,7 +147,9 @@ impl Gateway {
         loop {
             if let Some(s) = partita_client::node_status(addr, Duration::from_secs(1)).await {
                 if let Some(b) = s.delivered_ballots.last() {
-                    self.term.store(b.ballot.round, Ordering::Relaxed);
+                    // Terms start at 1, as etcd's do: ballot zero (the first leader)
+                    // is term 1, a ballot of round r is term r + 1.
+                    self.term.store(b.ballot.round + 1, Ordering::Relaxed);
                     self.leader
                         .store(u64::from(b.ballot.node), Ordering::Relaxed);
                 }
