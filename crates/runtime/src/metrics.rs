@@ -238,10 +238,18 @@ impl NodeMetrics {
             }
             let counter = match self.named.get(name) {
                 Some(c) => c.clone(),
-                None => match name.strip_prefix("dropped_") {
+                // A batcher's drops (`batcher_dropped_X`) are drops too, reason
+                // `batcher_X`.
+                None => match name
+                    .strip_prefix("dropped_")
+                    .map(str::to_string)
+                    .or_else(|| {
+                        name.strip_prefix("batcher_dropped_")
+                            .map(|r| format!("batcher_{r}"))
+                    }) {
                     Some(reason) => self
                         .dropped
-                        .get_or_create_owned(&vec![("reason".into(), reason.into())]),
+                        .get_or_create_owned(&vec![("reason".into(), reason)]),
                     None => self
                         .events
                         .get_or_create_owned(&vec![("event".into(), name.into())]),
@@ -295,6 +303,7 @@ mod tests {
         let text = m.render(&status(&[
             ("commands_executed", 7),
             ("dropped_stale_ballot", 3),
+            ("batcher_dropped_stale_ack", 1),
             ("campaigns", 2),
             ("reply_cache_clients", 5),
         ]));
@@ -302,6 +311,10 @@ mod tests {
         assert_eq!(
             sample(&text, "partita_dropped_total{reason=\"stale_ballot\"}"),
             Some(3.0)
+        );
+        assert_eq!(
+            sample(&text, "partita_dropped_total{reason=\"batcher_stale_ack\"}"),
+            Some(1.0)
         );
         assert_eq!(
             sample(&text, "partita_events_total{event=\"campaigns\"}"),
