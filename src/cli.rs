@@ -109,6 +109,13 @@ struct NemesisArgs {
     /// Speculative replicas reply at once and confirm once decided (needs --speculative).
     #[arg(long)]
     early_replies: bool,
+    /// P-SMR (paper 002): this many worker threads per replica over the nemesis's key
+    /// space (run one after another on each node's event loop, for now).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=64))]
+    threads: u64,
+    /// opt-PSMR: clients map every command to one thread (needs --threads).
+    #[arg(long, requires = "threads")]
+    optimistic: bool,
     /// Standalone batchers through which every client enters.
     #[arg(long, default_value_t = 0)]
     batchers: u32,
@@ -146,9 +153,12 @@ enum ExperimentName {
     CrossPartition,
     /// Paper 001 §V-E, Figure 12: speculative against classic execution, 2 partitions.
     SpeculationPartitioning,
+    /// Paper 002 Figures 2 to 5: P-SMR and opt-PSMR against SMR, over the share of
+    /// dependent commands and the number of worker threads (--sim only, for now).
+    Psmr,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 struct ExperimentArgs {
     #[arg(value_enum)]
     name: ExperimentName,
@@ -1110,6 +1120,11 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         let key_space = partita_harness::nemesis::default_bench(Duration::from_secs(1), 1, 0)
             .key_space
             .unwrap_or(400);
+        c.execution.threads = a.threads as usize;
+        c.execution.optimistic = a.optimistic;
+        if a.threads > 0 {
+            c.execution.key_max = Some(key_space - 1);
+        }
         let c = c
             .with_partitions(a.partitions, 2, key_space)
             .and_then(|c| c.with_batchers(a.batchers))
@@ -1231,12 +1246,73 @@ fn refuse_partitioning_options(a: &ExperimentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `partita experiment psmr --sim`: paper 002's Figures 2 to 5 in the simulator.
+fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    refuse_partitioning_options(&ExperimentArgs {
+        batchers: 0,
+        ..a.clone()
+    })?;
+    if !a.sim {
+        bail!(
+            "the psmr experiment runs in the simulator only (--sim): on real processes a \
+             replica runs its P-SMR worker threads one after another on its event loop \
+             (correct, but not parallel), so real runs would measure nothing of P-SMR yet"
+        );
+    }
+    if a.workloads.is_some() || a.replicas.is_some() {
+        bail!("--workloads and --replicas do not apply to the psmr experiment (it sweeps the dependent-P workload on 2 replicas)");
+    }
+    let started = std::time::Instant::now();
+    let mut o = if a.quick {
+        partita_experiments::experiment::psmr::PsmrOptions::quick()
+    } else {
+        partita_experiments::experiment::psmr::PsmrOptions::full()
+    };
+    if let Some(d) = a.duration()? {
+        o.duration = d;
+    }
+    if let Some(p) = a.preload {
+        o.preload = p;
+    }
+    if let Some(c) = &a.clients {
+        // Figure 3's loads, and the largest for every other point.
+        o.fig3_clients = c.clone();
+        o.clients = c.iter().copied().max().unwrap_or(o.clients);
+    }
+    if let Some(t) = a.think_ms {
+        o.think_ms = t;
+    }
+    if let Some(j) = a.jobs {
+        o.jobs = j;
+    }
+    if a.batchers > 0 {
+        o.batchers = a.batchers;
+    }
+    o.progress = true;
+    if let Some((t, src)) = a.sim_cost()? {
+        o.cost = t;
+        o.cost_source = src;
+    }
+    let r = tokio::task::block_in_place(|| partita_experiments::experiment::psmr::psmr_sim(&o))?;
+    print!("{}", partita_experiments::experiment::psmr::psmr_table(&r));
+    println!(
+        "{} points simulated in {:.0} s wall",
+        r.points.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for f in partita_experiments::experiment::psmr::write_psmr(&r, &a.json)? {
+        println!("wrote {}", f.display());
+    }
+    Ok(0)
+}
+
 fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let r = match a.name {
         ExperimentName::Partitioning
         | ExperimentName::CrossPartition
-        | ExperimentName::SpeculationPartitioning => unreachable!("dispatched earlier"),
+        | ExperimentName::SpeculationPartitioning
+        | ExperimentName::Psmr => unreachable!("dispatched earlier"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::SimCostOptions::quick()
@@ -1282,6 +1358,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         ExperimentName::SpeculationPartitioning => {
             return partition_experiment(&a, P::SpeculationPartitioning).await
         }
+        ExperimentName::Psmr => return psmr_experiment(&a),
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
     refuse_partitioning_options(&a)?;
@@ -1293,7 +1370,8 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
     let r = match a.name {
         ExperimentName::Partitioning
         | ExperimentName::CrossPartition
-        | ExperimentName::SpeculationPartitioning => unreachable!("dispatched above"),
+        | ExperimentName::SpeculationPartitioning
+        | ExperimentName::Psmr => unreachable!("dispatched above"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::CostOptions::quick()

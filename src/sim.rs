@@ -8,7 +8,7 @@
 
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
-use partita_sim::{BatcherChoice, EarlyRepliesChoice};
+use partita_sim::{BatcherChoice, EarlyRepliesChoice, PsmrChoice};
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
     SpeculationChoice, UnsafeBugs,
@@ -54,10 +54,19 @@ pub struct SimArgs {
     /// each seed draws them (short, around the clients' timeout, in a third of them).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=604_800_000))]
     session_lease_ms: Option<u64>,
+    /// P-SMR (paper 002): N worker threads per replica in every seed without
+    /// speculation or partitioning (0: none). Default: a third of those seeds draw 1
+    /// to 4, half of them optimistic.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=64))]
+    threads: Option<u64>,
+    /// With --threads: clients map commands optimistically (opt-PSMR).
+    #[arg(long, requires = "threads")]
+    optimistic: bool,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
-    /// unconfirmed-replies, independent-partitions, expired-sessions-reopen.
+    /// unconfirmed-replies, independent-partitions, expired-sessions-reopen,
+    /// psmr-no-barrier, psmr-check-passes.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -189,6 +198,13 @@ impl SimArgs {
                 None => BatcherChoice::Swarm,
             },
             session_lease_ms: self.session_lease_ms,
+            psmr: match self.threads {
+                Some(t) => PsmrChoice::Fixed {
+                    threads: t as usize,
+                    optimistic: self.optimistic,
+                },
+                None => PsmrChoice::Swarm,
+            },
             bugs,
             faults,
             without: self.without.clone(),

@@ -13,8 +13,9 @@
 //! | batch | the partitions of its keys | the ops of p, in order | results put back in the batch's order |
 
 pub use crate::ops::{BatchOp, Op, OpResult};
+use crate::psmr::{Groups, KeyPartition, Verdict};
 use crate::{BPlusTree, Undo};
-use partita_service::{ExecutionWork, MergeError, Objects, SplitError, StateMachine};
+use partita_service::{ExecutionWork, MergeError, Objects, SplitError, StateMachine, ThreadLayout};
 use partita_types::{mask_partitions, ClientId, Command, NodeId, PartitionId, PartitionMap};
 use std::ops::Bound;
 
@@ -116,6 +117,34 @@ impl StateMachine for BPlusTree {
         if let OpResult::Entries(v) = result {
             work.query_entries += v.len() as u64;
         }
+    }
+
+    fn thread_group(op: &Op, layout: &ThreadLayout, optimistic: bool) -> Option<usize> {
+        let part = KeyPartition::new(layout.threads, layout.key_max).ok()?;
+        let groups = if optimistic {
+            part.oc_g(op)
+        } else {
+            part.cc_g(op)
+        };
+        match groups {
+            Groups::One(t) => Some(t),
+            Groups::All => None,
+        }
+    }
+
+    fn thread_check(&self, op: &Op, t: usize, layout: &ThreadLayout) -> Result<(), String> {
+        let part = KeyPartition::new(layout.threads, layout.key_max)?;
+        match part.verdict(self, t, op) {
+            Verdict::Pass => Ok(()),
+            Verdict::Structural => Err("it would split, merge or rebalance a node".into()),
+            Verdict::SharedLeaf { low, high } => Err(format!(
+                "its leaf is routed keys {low}..={high}, not all of them thread {t}'s"
+            )),
+        }
+    }
+
+    fn shape_changes(&self) -> u64 {
+        self.structure_stats().total()
     }
 
     fn split(op: &Op, map: &PartitionMap) -> Result<Vec<(PartitionId, Op)>, SplitError> {

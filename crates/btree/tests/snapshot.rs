@@ -36,8 +36,12 @@ proptest! {
         prop_assert_eq!(r.digest(), t.digest());
         prop_assert!(r.iter().eq(t.iter()));
         prop_assert!(r == t);
-        // Restoring is deterministic: the same bytes again.
+        // The very same tree, shape included: the same bytes again, and the same
+        // nodes (leaves and internal nodes) as the original.
         prop_assert_eq!(r.snapshot(), bytes);
+        prop_assert_eq!(r.leaf_count(), t.leaf_count());
+        prop_assert_eq!(r.internal_count(), t.internal_count());
+        prop_assert_eq!(r.height(), t.height());
     }
 
     #[test]
@@ -99,8 +103,44 @@ fn crc32c_of(data: &[u8]) -> u32 {
 fn each_check_reports_its_error() {
     let t = BPlusTree::bulk_load_with_node_keys(6, (1..=50u64).map(|k| (k, k))).unwrap();
     let good = t.snapshot();
-    assert_eq!(good.len(), 32 + 50 * 16 + 4);
+    let entries_end = 32 + 50 * 16;
+    // The shape: leaf count and lengths, height, one level of separators.
+    let leaves = t.leaf_count();
+    // Per level a node count, per internal node a key count; every node but the root
+    // is a child, so the separators number leaves - 1.
+    let (height, inner) = (t.height(), t.internal_count());
+    assert!(height >= 1);
+    assert_eq!(
+        good.len(),
+        entries_end + 8 + 4 * leaves + 4 + 8 * height + 4 * inner + 8 * (leaves - 1) + 4
+    );
     assert!(BPlusTree::restore(&good).is_ok());
+    // Version 1 (entries only) is still read, bulk-loaded.
+    let mut v1 = good[..entries_end].to_vec();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    v1.extend_from_slice(&[0; 4]);
+    reseal(&mut v1);
+    let r = BPlusTree::restore(&v1).unwrap();
+    assert!(r.iter().eq(t.iter()));
+    // A separator moved out of order, resealed: the shape check refuses it.
+    let mut b = good.clone();
+    // (the root's last separator, the last bytes before the checksum)
+    let last = good.len() - 4 - 8;
+    b[last..last + 8].copy_from_slice(&0u64.to_le_bytes());
+    reseal(&mut b);
+    assert!(
+        matches!(BPlusTree::restore(&b), Err(SnapshotError::Shape(_))),
+        "{:?}",
+        BPlusTree::restore(&b)
+    );
+    // A leaf length that does not add up, resealed.
+    let mut b = good.clone();
+    b[entries_end + 8..entries_end + 12].copy_from_slice(&7u32.to_le_bytes());
+    reseal(&mut b);
+    assert!(matches!(
+        BPlusTree::restore(&b),
+        Err(SnapshotError::Shape(_))
+    ));
 
     assert_eq!(
         BPlusTree::restore(&good[..10]),

@@ -56,7 +56,7 @@
 //! Invariants ([`ClientCore::invariants`]): at most one command outstanding; a deadline
 //! exactly while one is; the sequence number never goes back.
 
-use partita_service::{envelope, MergeError, SplitError, StateMachine};
+use partita_service::{envelope, MergeError, SplitError, StateMachine, ThreadLayout};
 use partita_types::early::{EarlyReply, EarlyWait};
 use partita_types::{
     ClientId, Command, Instance, NodeId, PartitionId, PartitionLayout, Refusal, Reply,
@@ -79,6 +79,19 @@ pub struct Topology {
     /// The cluster's session lease (`None`: sessions never expire): a client renews
     /// its session once half of it has passed.
     pub session_lease_ms: Option<u64>,
+    /// P-SMR (paper 002): the replicas' worker threads, and whether this client's
+    /// proxy maps commands optimistically (OC-G, opt-PSMR: each command to one thread,
+    /// resubmitted conservatively when a replica answers that the thread may not run
+    /// it). Without it, or not optimistic, commands leave the mapping to the replicas
+    /// (CC-G).
+    pub psmr: Option<PsmrClient>,
+}
+
+/// A client's P-SMR settings ([`Topology::psmr`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PsmrClient {
+    pub layout: ThreadLayout,
+    pub optimistic: bool,
 }
 
 /// How a client waits and retries.
@@ -179,6 +192,9 @@ pub struct Done<S: StateMachine> {
     pub sends: u64,
     /// Whether it ended on a confirmed tentative reply.
     pub confirmed_early: bool,
+    /// opt-PSMR: whether a replica answered that the thread it was mapped to may not
+    /// run it, so that it was resubmitted conservatively (a failed safety check).
+    pub psmr_resubmitted: bool,
 }
 
 /// Counters of one session.
@@ -201,11 +217,16 @@ pub struct ClientStats {
     pub sessions_opened: u64,
     pub sessions_renewed: u64,
     pub sessions_expired: u64,
+    /// opt-PSMR: commands a replica answered "resubmit conservatively" (the optimistic
+    /// thread's safety check failed), each resubmitted through g_all.
+    pub psmr_resubmitted: u64,
 }
 
 struct Outstanding<S: StateMachine> {
     cmd: S::Command,
     seq: u64,
+    /// opt-PSMR: resubmitted conservatively after a failed safety check.
+    psmr_resubmitted: bool,
     /// Opening the session first: what is sent is the open, and `command` waits.
     opening: bool,
     /// Whether anything of this invocation was sent yet.
@@ -390,6 +411,12 @@ impl<S: StateMachine> ClientCore<S> {
         let map = self.topology.layout.map;
         let mut env = envelope::<S>(self.id, self.seq + 1, self.replica, &cmd, &map)?;
         env.session = self.session.unwrap_or(0);
+        if let Some(p) = self.topology.psmr.filter(|p| p.optimistic) {
+            // OC-G: one thread, or g_all where even the optimistic mapping finds none.
+            env.threads = S::thread_group(&cmd, &p.layout, true)
+                .filter(|&t| t < p.layout.threads)
+                .map_or(p.layout.all(), |t| 1u64 << t);
+        }
         self.seq += 1;
         let partitions: Vec<PartitionId> = partita_types::mask_partitions(env.body.groups());
         let subs = if self.bugs.independent_partitions && partitions.len() > 1 {
@@ -448,6 +475,7 @@ impl<S: StateMachine> ClientCore<S> {
             early: BTreeMap::new(),
             tentative_ns: None,
             subs,
+            psmr_resubmitted: false,
         });
         self.send(now, out);
         Ok(())
@@ -667,6 +695,32 @@ impl<S: StateMachine> ClientCore<S> {
             Err(Refusal::Rejected(why)) => {
                 // Refused by the service: executed nowhere.
                 return self.finish(now, Err(ClientError::Rejected(why.clone())), early);
+            }
+            Err(Refusal::Resubmit(_))
+                if !opening
+                    && self
+                        .outstanding
+                        .as_ref()
+                        .is_some_and(|o| o.command.threads != 0) =>
+            {
+                // opt-PSMR: the thread it was sent to may not run it (and it ran
+                // nowhere); again, conservatively (CC-G at the replicas), the same
+                // sequence number.
+                self.stats.psmr_resubmitted += 1;
+                let o = self.outstanding.as_mut().expect("checked");
+                o.psmr_resubmitted = true;
+                o.command.threads = 0;
+                o.envelope.threads = 0;
+                o.sends = 0;
+                o.parts.clear();
+                o.early.clear();
+                return self.send(now, out);
+            }
+            Err(Refusal::Resubmit(_)) => {
+                // Resubmitted conservatively already: the answer to an earlier,
+                // optimistic copy (a replica never refuses a conservative one).
+                self.stats.late_replies += 1;
+                return;
             }
             Err(Refusal::SessionExpired)
                 if opening && !self.outstanding.as_ref().is_some_and(|o| o.command_sent) =>
@@ -894,6 +948,7 @@ impl<S: StateMachine> ClientCore<S> {
             tentative_ns: o.tentative_ns,
             sends: o.sends,
             confirmed_early: early,
+            psmr_resubmitted: o.psmr_resubmitted,
         });
     }
 }

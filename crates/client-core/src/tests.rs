@@ -11,6 +11,7 @@ fn topology() -> Topology {
         replicas: vec![4, 5],
         layout: PartitionLayout::default(),
         session_lease_ms: None,
+        psmr: None,
     }
 }
 
@@ -373,6 +374,7 @@ fn partitioned() -> ClientCore<BPlusTree> {
                 replicas: vec![vec![4, 5], vec![6, 7]],
             },
             session_lease_ms: None,
+            psmr: None,
         },
         cfg(),
         1,
@@ -511,6 +513,7 @@ fn sessions_are_renewed_at_half_the_lease_and_reopened_if_gone() {
         9,
         Topology {
             session_lease_ms: Some(100),
+            psmr: None,
             ..topology()
         },
         cfg(),
@@ -596,6 +599,7 @@ fn retrying_leased_client() -> ClientCore<BPlusTree> {
         9,
         Topology {
             session_lease_ms: Some(100),
+            psmr: None,
             ..topology()
         },
         ClientConfig {

@@ -30,6 +30,9 @@
 //! [execution]              # optional
 //! speculative = false        # replicas execute Ring Paxos proposals before the decision
 //! early_replies = false      # with speculative: reply at once, confirm once decided
+//! threads = 0                # P-SMR (paper 002): worker threads per replica (0: sequential)
+//! key_max = 4294967295       # P-SMR: the key space 0..=key_max the threads split
+//! optimistic = false         # opt-PSMR: clients map commands to one thread (OC-G)
 //!
 //! [partitioning]           # optional (paper 001 §III-C): the B+tree cut into key ranges
 //! partitions = 1             # equal ranges over 0..key_space; each has its own replicas
@@ -50,6 +53,7 @@
 //! the batchers (see `Membership::client_entry`).
 
 use partita_consensus::{BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Protocol};
+use partita_smr::ThreadLayout;
 pub use partita_types::{Durability, Mode};
 use partita_types::{FieldError, NodeId, PartitionLayout, PartitionMap};
 use serde::{Deserialize, Serialize};
@@ -228,6 +232,23 @@ pub struct ExecutionSection {
     /// once confirmed. Needs `speculative = true`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub early_replies: bool,
+    /// P-SMR (paper 002 §III-F): worker threads per replica, each owning a range of
+    /// the key space `0..=key_max`; 0 (the default): sequential execution.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub threads: usize,
+    /// P-SMR: the key space the worker threads split (default: the partitioning key
+    /// space's, `key_space - 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_max: Option<u64>,
+    /// opt-PSMR (paper 002 §IV-B): clients map every command to one thread (OC-G);
+    /// a thread runs an insert or delete alone only if the B+tree's safety check
+    /// passes, otherwise the client resubmits it to every thread. Needs `threads`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optimistic: bool,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl ExecutionSection {
@@ -540,6 +561,28 @@ impl ClusterConfig {
                 "state partitioning needs mode = \"smr\"".into(),
             );
         }
+        if self.execution.threads > 0 {
+            if let Err(m) = ThreadLayout::new(self.execution.threads, self.psmr_key_max()) {
+                return f("execution.threads", m);
+            }
+            if self.execution.speculative {
+                return f(
+                    "execution.threads",
+                    "P-SMR worker threads do not combine with speculative execution".into(),
+                );
+            }
+            if map.is_partitioned() {
+                return f(
+                    "execution.threads",
+                    "P-SMR worker threads do not combine with state partitioning (yet)".into(),
+                );
+            }
+        } else if self.execution.optimistic {
+            return f(
+                "execution.optimistic",
+                "opt-PSMR needs P-SMR worker threads (threads = 1 or more)".into(),
+            );
+        }
         if self.execution.early_replies && !self.execution.speculative {
             return f(
                 "execution.early_replies",
@@ -743,6 +786,20 @@ impl ClusterConfig {
         }
     }
 
+    /// The key space P-SMR's worker threads split: `0..=key_max`.
+    pub fn psmr_key_max(&self) -> u64 {
+        self.execution
+            .key_max
+            .unwrap_or(self.partitioning.key_space.saturating_sub(1))
+    }
+
+    /// P-SMR's worker threads (`None`: sequential execution).
+    pub fn psmr_layout(&self) -> Option<ThreadLayout> {
+        (self.execution.threads > 0)
+            .then(|| ThreadLayout::new(self.execution.threads, self.psmr_key_max()).ok())
+            .flatten()
+    }
+
     /// What a client needs of this cluster: where commands enter (in the order a
     /// client moves through them after timeouts), whether there are batchers, who
     /// replies, the partitions.
@@ -757,6 +814,12 @@ impl ClusterConfig {
             replicas: self.executors(),
             layout: self.partition_layout(),
             session_lease_ms: self.sessions.lease(),
+            psmr: self
+                .psmr_layout()
+                .map(|layout| partita_client_core::PsmrClient {
+                    layout,
+                    optimistic: self.execution.optimistic,
+                }),
         }
     }
 
@@ -807,6 +870,7 @@ impl ClusterConfig {
             checkpoint: self.checkpoint_config(),
             early_replies: self.execution.early_replies,
             speculative: self.execution.speculative,
+            psmr: self.psmr_layout(),
         }
     }
 

@@ -481,6 +481,7 @@ impl Value {
                     session: c.session,
                     reply_to: c.reply_to,
                     body,
+                    threads: c.threads,
                 })
             })
             .collect();

@@ -510,6 +510,7 @@ pub fn sim_point(o: &PartOptions, cfg: &PartConfig, clients: usize) -> anyhow::R
             events: r.events,
             wall_s: started.elapsed().as_secs_f64(),
             trace_hash: r.trace_hash,
+            psmr: None,
         }),
         cpu: None,
     })

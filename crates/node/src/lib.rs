@@ -105,6 +105,9 @@ pub struct NodeSetup {
     /// execute Ring Paxos proposals before their decision and hold the replies until it
     /// confirms them. `false` (the default) behaves exactly as before.
     pub speculative: bool,
+    /// P-SMR (paper 002, cluster file `[execution] threads`): the replica's worker
+    /// threads over the service's key space. `None`: sequential execution.
+    pub psmr: Option<partita_smr::ThreadLayout>,
 }
 
 /// Replica checkpoints and state transfer (cluster file `[storage]`).
@@ -241,10 +244,16 @@ pub struct UnsafeBugs {
     /// can make it panic. Caught by `crates/node/tests/hostile.rs`; the simulator's
     /// peers are all correct, so its swarm cannot catch it.
     pub unchecked_peer_input: bool,
+    /// P-SMR: a worker thread runs a g_all command as soon as it reaches it, without
+    /// waiting for the other threads (synchronous mode without its signals).
+    pub psmr_no_barrier: bool,
+    /// opt-PSMR: the safety check always passes (a thread changes the shared tree's
+    /// shape while the others run).
+    pub psmr_check_passes: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 14] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -257,6 +266,8 @@ impl UnsafeBugs {
         "unconfirmed-replies",
         "unchecked-peer-input",
         "expired-sessions-reopen",
+        "psmr-no-barrier",
+        "psmr-check-passes",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -274,6 +285,8 @@ impl UnsafeBugs {
             "unconfirmed-replies" => self.unconfirmed_replies = true,
             "unchecked-peer-input" => self.unchecked_peer_input = true,
             "expired-sessions-reopen" => self.expired_sessions_reopen = true,
+            "psmr-no-barrier" => self.psmr_no_barrier = true,
+            "psmr-check-passes" => self.psmr_check_passes = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -355,6 +368,14 @@ pub struct NodeCore {
     transfer: Option<Transfer>,
     /// Rotates state-transfer requests over the other replicas.
     transfer_rotation: usize,
+    /// P-SMR: run the replica's worker threads inside every input, one after another
+    /// on the caller's thread (the default), or leave them to the driver
+    /// ([`NodeCore::on_worker`]; the simulator gives each a CPU of its own).
+    inline_workers: bool,
+    /// P-SMR: values delivered while a due checkpoint waits for the worker threads
+    /// to finish what they hold (a checkpoint is taken at a point where every
+    /// delivered command ran); handed to the replica right after it.
+    held: VecDeque<(Instance, Arc<Value>)>,
 }
 
 impl NodeCore {
@@ -423,6 +444,8 @@ impl NodeCore {
             last_announce_tick: 0,
             transfer: None,
             transfer_rotation: 0,
+            inline_workers: true,
+            held: VecDeque::new(),
             setup,
         };
         let setup = core.setup.clone();
@@ -481,6 +504,11 @@ impl NodeCore {
             unsafe_clear_reply_cache: self.bugs.restore_without_reply_cache,
             unsafe_reopen_expired: self.bugs.expired_sessions_reopen,
             session_lease_ms: self.setup.session_lease_ms,
+            psmr: self.setup.psmr.map(|layout| partita_smr::PsmrOptions {
+                layout,
+                unsafe_no_barrier: self.bugs.psmr_no_barrier,
+                unsafe_check_passes: self.bugs.psmr_check_passes,
+            }),
         });
         r
     }
@@ -618,7 +646,7 @@ impl NodeCore {
             return;
         }
         if self.setup.mode == Mode::Cs {
-            let r = self.replica.as_mut().expect("a cs server has a replica");
+            assert!(self.replica.is_some(), "a cs server has a replica");
             self.cs_instance += 1;
             let value = Value {
                 vid: Vid {
@@ -630,7 +658,9 @@ impl NodeCore {
                 time_ms: self.clock_ms,
                 skip: 0,
             };
-            r.execute(self.cs_instance, &value, &mut self.replies);
+            self.deliver(self.cs_instance, Arc::new(value));
+            self.maybe_checkpoint();
+            self.maybe_save(out);
             self.flush_replies(out);
             return;
         }
@@ -782,9 +812,16 @@ impl NodeCore {
         let delivered = self.ordering.as_ref().and_then(|o| o.delivered_up_to());
         if let (Some(d), Some(r)) = (delivered, &self.replica) {
             assert_eq!(
-                r.last_instance(),
+                r.last_instance() + self.held.len() as u64,
                 d,
-                "replica executed exactly what the ordering delivered"
+                "replica took exactly what the ordering delivered"
+            );
+        }
+        if let (Some(r), Some((i, _))) = (&self.replica, self.held.front()) {
+            assert_eq!(
+                *i,
+                r.last_instance() + 1,
+                "held values follow the replica's"
             );
         }
         assert!(self.local.is_empty(), "local messages left unhandled");
@@ -822,9 +859,9 @@ impl NodeCore {
                     }
                     Action::Deliver { instance, value } => {
                         self.delivered_ballot = self.delivered_ballot.max(value.vid.ballot);
-                        match self.replica.as_mut() {
-                            Some(r) => r.execute(instance, &value, &mut self.replies),
-                            None => self.count("dropped_deliver_without_replica"),
+                        match self.replica.is_some() {
+                            true => self.deliver(instance, value),
+                            false => self.count("dropped_deliver_without_replica"),
                         }
                     }
                     // Only a speculative learner reports proposals; the replica
@@ -845,6 +882,111 @@ impl NodeCore {
             };
             actions = self.dispatch(from, msg);
         }
+        self.release_held();
+        self.maybe_save(out);
+        self.flush_replies(out);
+    }
+
+    /// Hand a delivered value to the replica. P-SMR: its commands go to the worker
+    /// threads (run at once when they run inline); while a due checkpoint waits for
+    /// the threads to finish what they hold, the value is held back.
+    fn deliver(&mut self, instance: Instance, value: Arc<Value>) {
+        if !self.held.is_empty() || self.checkpoint_waits() {
+            self.held.push_back((instance, value));
+            return;
+        }
+        let r = self.replica.as_mut().expect("the caller checked");
+        r.execute(instance, &value, &mut self.replies);
+        if self.inline_workers {
+            self.drain_workers();
+        }
+    }
+
+    /// P-SMR, inline: run the worker threads until none can run (then every delivered
+    /// command ran).
+    fn drain_workers(&mut self) {
+        let Some(r) = self.replica.as_mut() else {
+            return;
+        };
+        let k = r.threads();
+        loop {
+            let mut ran = false;
+            for t in 0..k {
+                while r.thread_runnable(t) {
+                    r.run_thread(t, &mut self.replies);
+                    ran = true;
+                }
+            }
+            if !ran {
+                break;
+            }
+        }
+    }
+
+    /// Whether a checkpoint is due and can be taken as soon as the worker threads
+    /// finish what they hold.
+    fn checkpoint_waits(&self) -> bool {
+        let interval = self.setup.checkpoint.interval_instances;
+        if interval == 0 || self.setup.mode != Mode::Smr || self.checkpoint_saving.is_some() {
+            return false;
+        }
+        self.replica.as_ref().is_some_and(|r| {
+            !r.quiescent() && r.last_instance() >= self.checkpoint_instance() + interval
+        })
+    }
+
+    /// P-SMR: the values held back for a checkpoint go to the replica once it ran
+    /// everything before them (and the checkpoint is taken first).
+    fn release_held(&mut self) {
+        while !self.held.is_empty() && self.replica.as_ref().is_some_and(|r| r.quiescent()) {
+            self.maybe_checkpoint();
+            while let Some((instance, value)) = self.held.pop_front() {
+                if self.checkpoint_waits() {
+                    self.held.push_front((instance, value));
+                    break;
+                }
+                let r = self.replica.as_mut().expect("checked");
+                r.execute(instance, &value, &mut self.replies);
+                if self.inline_workers {
+                    self.drain_workers();
+                }
+            }
+        }
+    }
+
+    /// P-SMR: leave the worker threads to the driver ([`NodeCore::on_worker`])
+    /// instead of running them inside every input (the simulator, which gives each
+    /// its own CPU).
+    pub fn set_inline_workers(&mut self, on: bool) {
+        self.inline_workers = on;
+    }
+
+    /// Whether every value delivered to this node's replica ran to the end (always,
+    /// without P-SMR worker threads the driver runs).
+    pub fn quiescent(&self) -> bool {
+        self.held.is_empty() && self.replica.as_ref().is_none_or(|r| r.quiescent())
+    }
+
+    /// P-SMR worker threads of this node's replica (0: sequential execution).
+    pub fn worker_threads(&self) -> usize {
+        self.replica.as_ref().map_or(0, |r| r.threads())
+    }
+
+    /// Whether worker thread `t` can run its next command now.
+    pub fn worker_runnable(&self, t: usize) -> bool {
+        self.replica.as_ref().is_some_and(|r| r.thread_runnable(t))
+    }
+
+    /// Worker thread `t` runs its next command (only when
+    /// [`NodeCore::worker_runnable`]); its replies are among the outputs.
+    pub fn on_worker(&mut self, t: usize, out: &mut Vec<Output>) {
+        let r = self
+            .replica
+            .as_mut()
+            .expect("a runnable worker has a replica");
+        r.run_thread(t, &mut self.replies);
+        self.release_held();
+        self.maybe_checkpoint();
         self.maybe_save(out);
         self.flush_replies(out);
     }
@@ -860,7 +1002,7 @@ impl NodeCore {
         let Some(r) = self.replica.as_mut() else {
             return;
         };
-        if r.last_instance() < after {
+        if r.last_instance() < after || !r.quiescent() {
             return;
         }
         // A checkpoint holds decided state only: set the speculated suffix aside and
@@ -1073,6 +1215,7 @@ impl NodeCore {
             .expect("a checkpoint that was just restored verifies");
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
         self.replica = Some(self.prepare_replica(r));
+        self.held.retain(|(i, _)| *i > instance);
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
         self.count("state_transfers_completed");
         if let Some(o) = self.ordering.as_mut() {
@@ -1205,6 +1348,7 @@ mod tests {
             checkpoint: CheckpointConfig::default(),
             early_replies: false,
             speculative: false,
+            psmr: None,
         }
     }
 

@@ -41,7 +41,7 @@ use partita_types::{
     PartitionMap, Payload,
 };
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::ops::Bound;
 
@@ -291,6 +291,47 @@ pub trait StateMachine: Sized + Send + 'static {
         }
     }
 
+    /// P-SMR's command-to-thread mapping (paper 002 §III-F, §IV): the one worker
+    /// thread that may run `cmd` alone, in parallel with the others, or `None` for
+    /// g_all (every thread; synchronous mode). `optimistic` asks for opt-PSMR's OC-G
+    /// (static dependencies only: commands that may change the state's shape go to one
+    /// thread too, and must pass [`StateMachine::thread_check`]); otherwise CC-G. A
+    /// single-thread answer of CC-G must be safe without any check: two commands CC-G
+    /// sends to different threads never touch the same data. The default sends every
+    /// command to g_all, which is always safe (and runs like SMR).
+    fn thread_group(
+        _cmd: &Self::Command,
+        _layout: &ThreadLayout,
+        _optimistic: bool,
+    ) -> Option<usize> {
+        None
+    }
+
+    /// opt-PSMR's safety check (paper 002 §IV-B, Algorithm 1): whether thread `t` may
+    /// execute `cmd` alone now, with the state as it is, although CC-G would send it to
+    /// g_all. `Err` says why not; the command then has no effect and is resubmitted
+    /// conservatively. Deterministic: every replica reaches the same verdict. The
+    /// default: never.
+    fn thread_check(
+        &self,
+        _cmd: &Self::Command,
+        _t: usize,
+        _layout: &ThreadLayout,
+    ) -> Result<(), String> {
+        Err(format!(
+            "the {} service has no opt-PSMR safety check",
+            Self::NAME
+        ))
+    }
+
+    /// How many times the state changed shape so far (for the B+tree: splits, merges,
+    /// borrows, root changes). The P-SMR replica's race check: a command one thread
+    /// ran alone must not move it, since other threads may be reading the shared
+    /// structure at the same time. The default (0) checks nothing.
+    fn shape_changes(&self) -> u64 {
+        0
+    }
+
     /// The reply of the whole command from its partitions' sub-replies (any order).
     /// The default takes the only one.
     fn merge(
@@ -305,6 +346,47 @@ pub trait StateMachine: Sized + Send + 'static {
                 "{} sub-replies for a command of one partition",
                 parts.len()
             )))
+        }
+    }
+}
+
+/// P-SMR: a replica's worker threads over the service's key space (paper 002
+/// §III-F): thread `t` owns the positions `⌊t·(key_max+1)/threads⌋ ..` up to the next
+/// thread's first (positions above `key_max` belong to the last thread).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ThreadLayout {
+    pub threads: usize,
+    pub key_max: u64,
+}
+
+/// Most worker threads a P-SMR replica takes (one bit of [`partita_types::GroupMask`]
+/// each).
+pub const THREADS_MAX: usize = 64;
+
+impl ThreadLayout {
+    /// `threads` workers over the positions `0..=key_max`.
+    pub fn new(threads: usize, key_max: u64) -> Result<ThreadLayout, String> {
+        if threads == 0 {
+            return Err("a P-SMR replica needs at least one worker thread".into());
+        }
+        if threads > THREADS_MAX {
+            return Err(format!("{threads} worker threads: at most {THREADS_MAX}"));
+        }
+        if threads as u128 > key_max as u128 + 1 {
+            return Err(format!(
+                "{threads} worker threads over the {} keys 0..={key_max}: every thread needs a key",
+                key_max as u128 + 1
+            ));
+        }
+        Ok(ThreadLayout { threads, key_max })
+    }
+
+    /// Every thread's bit.
+    pub fn all(&self) -> partita_types::GroupMask {
+        if self.threads >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.threads) - 1
         }
     }
 }
@@ -349,6 +431,7 @@ pub fn envelope<S: StateMachine>(
         session: 0,
         reply_to,
         body,
+        threads: 0,
     })
 }
 

@@ -79,6 +79,10 @@ pub enum Workload {
     /// in one partition (drawn uniformly), so no batch is cross-partition.
     #[serde(rename = "partitioned-batch")]
     PartitionedBatch { partitions: u32 },
+    /// P-SMR (paper 002 §V-E): `percent`% dependent commands (inserts and deletes, half
+    /// each, which CC-G sends to every thread), the others reads; keys uniform. By name
+    /// `dependent-P`.
+    Dependent { percent: u32 },
 }
 
 impl Workload {
@@ -91,6 +95,7 @@ impl Workload {
             Workload::Mixed => "mixed",
             Workload::PartitionedQuery { .. } => "partitioned-query",
             Workload::PartitionedBatch { .. } => "partitioned-batch",
+            Workload::Dependent { .. } => "dependent",
         }
     }
 
@@ -103,6 +108,7 @@ impl Workload {
             Workload::Mixed => "mixed reads and writes",
             Workload::PartitionedQuery { .. } => "queries (1000 keys)",
             Workload::PartitionedBatch { .. } => "batched updates (7 per command, one partition)",
+            Workload::Dependent { .. } => "reads, and inserts/deletes (dependent)",
         }
     }
 
@@ -134,7 +140,10 @@ impl Workload {
 
 impl std::fmt::Display for Workload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Workload::Dependent { percent } => write!(f, "dependent-{percent}"),
+            w => f.write_str(w.name()),
+        }
     }
 }
 
@@ -148,7 +157,13 @@ impl std::str::FromStr for Workload {
             "update" => Ok(Workload::Update),
             "batch" => Ok(Workload::Batch),
             "mixed" => Ok(Workload::Mixed),
-            _ => Err(<Workload as partita_types::Choice>::unknown(s)),
+            _ => match s.strip_prefix("dependent-").map(str::parse::<u32>) {
+                Some(Ok(percent)) if percent <= 100 => Ok(Workload::Dependent { percent }),
+                Some(_) => Err(format!(
+                    "workload `{s}`: dependent-P takes a share P of 0 to 100 (percent)"
+                )),
+                None => Err(<Workload as partita_types::Choice>::unknown(s)),
+            },
         }
     }
 }
@@ -297,6 +312,20 @@ pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
                 })
                 .collect(),
         ),
+        Workload::Dependent { percent } => {
+            if rng.gen_range(0..100) < percent {
+                if rng.gen_bool(0.5) {
+                    Op::Insert {
+                        key: key(rng),
+                        value: rng.gen(),
+                    }
+                } else {
+                    Op::Delete { key: key(rng) }
+                }
+            } else {
+                Op::Read { key: key(rng) }
+            }
+        }
         Workload::Mixed => match rng.gen_range(0..100) {
             0..40 => Op::Read { key: key(rng) },
             40..60 => Op::Update {
@@ -448,17 +477,47 @@ pub struct BenchReport {
     pub latency_ms_p90: f64,
     pub latency_ms_p99: f64,
     pub latency_ms_max: f64,
+    /// Mean response time of the commands in the window.
+    pub latency_ms_mean: f64,
     pub resubmissions: u64,
     /// Instances the coordinator decided in the window (smr), and commands per
     /// instance.
     pub instances: u64,
     pub commands_per_instance: f64,
     pub nodes: Vec<NodeLoad>,
+    /// P-SMR: the worker threads' work in the window (`None` without worker threads).
+    pub psmr: Option<PsmrLoad>,
     pub events: u64,
     pub trace_hash: u64,
     pub virtual_ns: u64,
     /// A core's invariant or the codec failed (the numbers are then meaningless).
     pub failure: Option<String>,
+}
+
+/// P-SMR in the measured window (paper 002 §V): at one replica, commands run by one
+/// thread alone and in synchronous mode, and opt-PSMR's safety checks passed and
+/// failed; the worker threads' CPU; and, at the clients, the mean latency of commands
+/// resubmitted after a failed check and of the others.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PsmrLoad {
+    pub threads: usize,
+    pub parallel: u64,
+    pub synchronous: u64,
+    pub passed: u64,
+    pub failed: u64,
+    /// Busy share of one replica's worker threads, summed over its threads (0..K).
+    pub worker_cpu: f64,
+    pub latency_ms_failed: f64,
+    pub latency_ms_passed: f64,
+    /// Commands completed in the window that had been resubmitted.
+    pub commands_failed: u64,
+}
+
+impl PsmrLoad {
+    /// Failed checks over checks (the optimistic commands).
+    pub fn fail_rate(&self) -> f64 {
+        self.failed as f64 / (self.passed + self.failed).max(1) as f64
+    }
 }
 
 impl BenchReport {

@@ -85,6 +85,8 @@ pub struct Sample {
     pub ops: u32,
     /// Early replies: when the first tentative reply arrived (`None`: none did).
     pub tentative_ns: Option<Time>,
+    /// opt-PSMR: resubmitted conservatively after a failed safety check.
+    pub psmr_resubmitted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,6 +284,7 @@ impl SimClient {
                     ret_ns: d.ret_ns,
                     ops: d.cmd.btree_ops() as u32,
                     tentative_ns: d.tentative_ns,
+                    psmr_resubmitted: d.psmr_resubmitted,
                 });
             }
             return;
@@ -443,6 +446,7 @@ mod tests {
             replicas: vec![4, 5],
             layout: PartitionLayout::default(),
             session_lease_ms: None,
+            psmr: None,
         };
         SimClient::new(0, 1, topology, 4, params(), ops, ClientBugs::default())
     }

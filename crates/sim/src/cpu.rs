@@ -48,6 +48,12 @@
 //!
 //! A restart costs `restart_ns + recovered records * recover_record_ns`.
 //!
+//! **P-SMR worker threads** (paper 002) run on CPUs of their own, beside the node's
+//! event loop: the handler that delivers a value only queues its commands (no
+//! execution is charged there); each command a thread runs costs that thread its
+//! B+tree work, `command_ns`, its reply, and, for a g_all command in synchronous
+//! mode, `2 (K − 1) psmr_signal_ns` (a signal from each other thread and one back).
+//!
 //! **Disk.** `[disk]` gives the WAL's write and fsync latency for the experiment mode
 //! ([`crate::bench`]); the swarm draws its own disk per seed and ignores it.
 //!
@@ -151,6 +157,10 @@ pub struct CostTable {
     pub codec: BTreeMap<String, CodecCost>,
     /// The WAL's disk (experiment mode only).
     pub disk: DiskCost,
+    /// P-SMR: one signal between worker threads (a futex wake and its cache misses).
+    /// A g_all command in synchronous mode costs the thread that runs it one signal
+    /// from each other thread and one back to each.
+    pub psmr_signal_ns: u64,
 }
 
 impl Default for CostTable {
@@ -178,6 +188,7 @@ impl Default for CostTable {
             btree_query_entry_ps: 0,
             codec: BTreeMap::new(),
             disk: DiskCost::default(),
+            psmr_signal_ns: 2_000,
         }
     }
 }

@@ -97,6 +97,7 @@ pub use cpu::CostTable;
 pub use partita_node::UnsafeBugs;
 pub use report::SeedReport;
 pub use swarm::EarlyRepliesChoice;
+pub use swarm::PsmrChoice;
 pub use swarm::{
     draw, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedParams, SimOptions,
     SpeculationChoice,

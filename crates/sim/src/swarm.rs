@@ -125,6 +125,18 @@ pub enum SpeculationChoice {
     Off,
 }
 
+/// Whether a seed's replicas run P-SMR worker threads (paper 002 §III-F, `[execution]
+/// threads`), and whether its clients map commands optimistically (opt-PSMR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PsmrChoice {
+    /// Each seed without speculation or partitioning draws it from its own random
+    /// stream: a third of them run 1 to 4 threads, half of those optimistically.
+    Swarm,
+    /// Every such seed runs this many threads (0: none), optimistically or not.
+    Fixed { threads: usize, optimistic: bool },
+}
+
 /// How many partitions (paper 001 §III-C) a seed's state is cut into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -216,6 +228,8 @@ pub struct SimOptions {
     pub batchers: BatcherChoice,
     /// Client session leases for every seed (ms; `None`: drawn per seed).
     pub session_lease_ms: Option<u64>,
+    /// P-SMR worker threads.
+    pub psmr: PsmrChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -259,6 +273,16 @@ impl SimOptions {
         if let Some(l) = self.session_lease_ms {
             f += &format!(" --session-lease-ms {l}");
         }
+        if let PsmrChoice::Fixed {
+            threads,
+            optimistic,
+        } = self.psmr
+        {
+            f += &format!(" --threads {threads}");
+            if optimistic {
+                f += " --optimistic";
+            }
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -293,6 +317,7 @@ impl Default for SimOptions {
             early_replies: EarlyRepliesChoice::Swarm,
             batchers: BatcherChoice::Swarm,
             session_lease_ms: None,
+            psmr: PsmrChoice::Swarm,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -351,6 +376,11 @@ pub struct SeedParams {
     /// default otherwise.
     /// Drawn from a stream of its own.
     pub session_lease_ms: u64,
+    /// P-SMR worker threads per replica (0: sequential execution), and whether the
+    /// clients map optimistically (opt-PSMR). Drawn from a stream of its own, only for
+    /// seeds without speculation or partitioning.
+    pub psmr_threads: usize,
+    pub psmr_optimistic: bool,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -397,6 +427,12 @@ impl SeedParams {
         c.sessions.lease_ms = self.session_lease_ms;
         c.execution.speculative = self.speculative;
         c.execution.early_replies = self.early_replies;
+        c.execution.threads = self.psmr_threads;
+        c.execution.optimistic = self.psmr_optimistic;
+        if self.psmr_threads > 0 {
+            // The threads split the keys the clients use.
+            c.execution.key_max = Some(self.client.keys.max(self.psmr_threads as u64) - 1);
+        }
         c.partitioning.partitions = self.partitions;
         c.partitioning.key_space = self.key_space;
         let acceptors = self.acceptors;
@@ -464,6 +500,7 @@ pub const STREAM_BATCHERS: u64 = 10;
 pub const STREAM_BATCHER_INTERVAL: u64 = 11;
 pub const STREAM_VALUE_INTERVAL: u64 = 12;
 pub const STREAM_SESSIONS: u64 = 13;
+pub const STREAM_PSMR: u64 = 14;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -666,6 +703,35 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             partita_config::SessionsSection::default().lease_ms
         }
     });
+    // P-SMR: its own stream, so that seeds without it run as they did before.
+    let mut trng = stream(seed, STREAM_PSMR);
+    let (psmr_threads, psmr_optimistic) = if speculative || partitions > 1 {
+        (0, false)
+    } else {
+        match opts.psmr {
+            PsmrChoice::Swarm => {
+                if trng.gen_bool(1.0 / 3.0) {
+                    (trng.gen_range(1..=4usize), trng.gen_bool(0.5))
+                } else {
+                    (0, false)
+                }
+            }
+            PsmrChoice::Fixed {
+                threads,
+                optimistic,
+            } => (threads, optimistic && threads > 0),
+        }
+    };
+    // With P-SMR, more keys than a B+tree node holds (30), so that inserts and deletes
+    // split and merge nodes, and leaves straddle the threads' ranges.
+    let client = if psmr_threads > 0 {
+        ClientParams {
+            keys: trng.gen_range(40..=120),
+            ..client
+        }
+    } else {
+        client
+    };
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -683,6 +749,8 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         batcher_interval_ms,
         value_interval_ms,
         session_lease_ms,
+        psmr_threads,
+        psmr_optimistic,
         acceptors,
         replicas,
         window_instances_max,

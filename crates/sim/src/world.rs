@@ -138,6 +138,12 @@ enum Ev {
         node: usize,
         inc: u32,
     },
+    /// A P-SMR worker thread finished the command it ran.
+    WorkerDone {
+        node: usize,
+        thread: usize,
+        inc: u32,
+    },
     Tick {
         node: usize,
         inc: u32,
@@ -198,6 +204,10 @@ struct Mark {
     egress_ns: Vec<u64>,
     syncs: Vec<u64>,
     decided: u64,
+    /// P-SMR: each node's worker threads' CPU, summed; and the first replica's
+    /// counters (parallel, synchronous, passed, failed).
+    worker_busy_ns: Vec<u64>,
+    psmr: [u64; 4],
 }
 
 /// Which phase the run is in.
@@ -241,6 +251,10 @@ pub struct SimNode {
     pub server: bool,
     /// Virtual nanoseconds of CPU this node's handlers took, in total.
     pub busy_ns: u64,
+    /// P-SMR worker threads, each on a CPU of its own: what each is running (the
+    /// outputs it leaves when done), and the CPU each used in total.
+    workers: Vec<Option<Vec<Emit>>>,
+    pub worker_busy_ns: Vec<u64>,
 }
 
 impl SimNode {
@@ -368,6 +382,8 @@ impl World {
             key_space: cluster.partitioning.key_space,
             early_replies: cluster.execution.early_replies,
             session_lease_ms: cluster.sessions.lease_ms,
+            psmr_threads: cluster.execution.threads,
+            psmr_optimistic: cluster.execution.optimistic,
             batchers: {
                 let m = cluster.membership();
                 match m.standalone_batchers().count() {
@@ -487,6 +503,8 @@ impl World {
                     batcher: setup.batcher,
                     server: setup.mode == Mode::Cs,
                     busy_ns: 0,
+                    workers: Vec::new(),
+                    worker_busy_ns: Vec::new(),
                     setup,
                     core: None,
                     inc: 0,
@@ -690,6 +708,31 @@ impl World {
                 );
                 self.node_done(node, inc);
             }
+            Ev::WorkerDone { node, thread, inc } => {
+                let n = &self.nodes[node];
+                if n.inc != inc || !n.up() {
+                    return;
+                }
+                if n.paused.is_some() {
+                    // A stopped process stops all its threads: look again later.
+                    self.q
+                        .push(now + MILLIS, Ev::WorkerDone { node, thread, inc });
+                    return;
+                }
+                self.trace.record(
+                    now,
+                    Endpoint::Node(n.id),
+                    "worker-done",
+                    Detail::Num(thread as u64),
+                );
+                let emits = self.nodes[node].workers[thread]
+                    .take()
+                    .expect("a worker that was running");
+                if !self.emit(node, inc, emits) {
+                    return;
+                }
+                self.start_workers(node);
+            }
             Ev::Tick { node, inc } => {
                 let n = &self.nodes[node];
                 if n.inc != inc || !n.up() {
@@ -867,8 +910,10 @@ impl World {
             Detail::Num(records as u64),
         );
         let core = guarded(|| {
-            let core = NodeCore::recover(setup, recovered, checkpoint, bugs, &mut out);
-            if let Ok(c) = &core {
+            let mut core = NodeCore::recover(setup, recovered, checkpoint, bugs, &mut out);
+            if let Ok(c) = &mut core {
+                // P-SMR worker threads get CPUs of their own (`start_workers`).
+                c.set_inline_workers(false);
                 c.invariants();
             }
             core.map_err(|e| e.to_string())
@@ -1291,7 +1336,17 @@ impl World {
         }
         let emits = std::mem::take(&mut n.emits);
         n.busy = false;
-        let id = n.id;
+        if !self.emit(ni, inc, emits) {
+            return;
+        }
+        self.start_workers(ni);
+        self.start_next(ni);
+    }
+
+    /// Send, write and hand over what a handler or a worker thread produced. `false`
+    /// if that failed the run.
+    fn emit(&mut self, ni: usize, inc: u32, emits: Vec<Emit>) -> bool {
+        let id = self.nodes[ni].id;
         let now = self.now();
         for e in emits {
             match e {
@@ -1304,7 +1359,7 @@ impl World {
                     if self.bench.is_none() {
                         if let Err(m) = self.agreement.observe(id, to, &msg) {
                             self.fail(Check::Agreement, m);
-                            return;
+                            return false;
                         }
                     }
                     self.send(
@@ -1355,7 +1410,7 @@ impl World {
                             Check::Invariants,
                             format!("node {id} asked for a checkpoint while one was being written"),
                         );
-                        return;
+                        return false;
                     }
                     n.checkpoint_saving = Some((instance, bytes));
                     self.q.push(
@@ -1369,7 +1424,94 @@ impl World {
                 }
             }
         }
-        self.start_next(ni);
+        true
+    }
+
+    /// P-SMR: start every idle worker thread of node `ni` that can run (each on a CPU
+    /// of its own); its outputs leave when its command's cost has elapsed.
+    fn start_workers(&mut self, ni: usize) {
+        let now = self.now();
+        let n = &self.nodes[ni];
+        if !n.up() || n.paused.is_some() || self.failure.is_some() {
+            return;
+        }
+        let k = n.core.as_ref().map_or(0, |c| c.worker_threads());
+        if k == 0 {
+            return;
+        }
+        if self.nodes[ni].workers.len() != k {
+            self.nodes[ni].workers = (0..k).map(|_| None).collect();
+            self.nodes[ni].worker_busy_ns.resize(k, 0);
+        }
+        for t in 0..k {
+            let n = &mut self.nodes[ni];
+            if n.workers[t].is_some() {
+                continue;
+            }
+            let core = n.core.as_mut().expect("up");
+            if !core.worker_runnable(t) {
+                continue;
+            }
+            let (id, inc) = (n.id, n.inc);
+            let stats_before = core.replica().map(|r| r.stats().clone());
+            let mut out = std::mem::take(&mut self.out_buf);
+            out.clear();
+            let r = guarded(|| {
+                core.on_worker(t, &mut out);
+                core.invariants();
+            });
+            if let Err(m) = r {
+                self.fail(
+                    Check::Invariants,
+                    format!("node {id} panicked in worker thread {t}: {m}"),
+                );
+                return;
+            }
+            let core = self.nodes[ni].core.as_ref().expect("up");
+            let (executed, synchronous) = match (core.replica(), stats_before) {
+                (Some(r), Some(b)) => (
+                    r.stats().work.since(&b.work),
+                    r.stats().psmr_synchronous > b.psmr_synchronous,
+                ),
+                _ => Default::default(),
+            };
+            let mut work = Work {
+                btree_ops: executed.ops,
+                commands: executed.commands,
+                ..Work::default()
+            };
+            if self.cost.btree_by_kind() {
+                work.btree = Some(BtreeWork {
+                    ops: executed.ops,
+                    known: executed.by_kind,
+                    query_entries: executed.query_entries,
+                });
+            }
+            let leader = core.leader();
+            let Some(emits) = self.prepare(id, leader, &mut out, &mut work) else {
+                return;
+            };
+            self.out_buf = out;
+            let signals = if synchronous {
+                2 * (k as u64 - 1) * self.cost.psmr_signal_ns
+            } else {
+                0
+            };
+            let cost = (self.cost.cost(InputKind::Continue, &work) + signals).max(1);
+            let n = &mut self.nodes[ni];
+            n.workers[t] = Some(emits);
+            n.worker_busy_ns[t] += cost;
+            self.trace
+                .record(now, Endpoint::Node(id), "worker", Detail::Num(t as u64));
+            self.q.push(
+                now + cost,
+                Ev::WorkerDone {
+                    node: ni,
+                    thread: t,
+                    inc,
+                },
+            );
+        }
     }
 
     fn send(&mut self, from: Endpoint, to: Endpoint, payload: Payload, bytes: usize, copy: bool) {
@@ -1672,6 +1814,7 @@ impl World {
         n.inbox.clear();
         n.tick_queued = false;
         n.checkpoint_saving = None;
+        n.workers.iter_mut().for_each(|w| *w = None);
         let loss = n.disk.crash(now, &mut self.rng_disk);
         let (id, inc) = (n.id, n.inc);
         self.count("crashes");
@@ -1747,6 +1890,7 @@ impl World {
             self.node_done(ni, inc);
         } else {
             self.start_next(ni);
+            self.start_workers(ni);
         }
     }
 
@@ -1805,10 +1949,9 @@ impl World {
         }
         let decided = c.decided_up_to();
         self.nodes.iter().filter(|n| n.replica).all(|n| {
-            n.core
-                .as_ref()
-                .and_then(|c| c.learner())
-                .is_some_and(|l| l.delivered_up_to() == decided)
+            n.core.as_ref().is_some_and(|c| {
+                c.learner().is_some_and(|l| l.delivered_up_to() == decided) && c.quiescent()
+            })
         })
     }
 
@@ -1936,7 +2079,26 @@ impl World {
 
     /// The load counters now.
     fn mark(&self) -> Mark {
+        let psmr = self
+            .nodes
+            .iter()
+            .filter(|n| n.replica)
+            .find_map(|n| n.core.as_ref()?.replica().map(|r| r.stats().clone()))
+            .map_or([0; 4], |s| {
+                [
+                    s.psmr_parallel,
+                    s.psmr_synchronous,
+                    s.psmr_passed,
+                    s.psmr_failed,
+                ]
+            });
         Mark {
+            worker_busy_ns: self
+                .nodes
+                .iter()
+                .map(|n| n.worker_busy_ns.iter().sum())
+                .collect(),
+            psmr,
             busy_ns: self.nodes.iter().map(|n| n.busy_ns).collect(),
             egress_ns: self
                 .nodes
@@ -1956,12 +2118,21 @@ impl World {
         let (lo, hi) = b.window;
         let mut lat: Vec<u64> = Vec::new();
         let (mut commands, mut ops) = (0u64, 0u64);
+        // opt-PSMR: latency of the commands resubmitted after a failed safety check,
+        // and of the others.
+        let (mut failed_ns, mut failed_n, mut passed_ns) = (0u128, 0u64, 0u128);
         for c in &self.clients {
             for s in c.samples() {
                 if s.call_ns >= lo && s.ret_ns <= hi {
                     commands += 1;
                     ops += s.ops as u64;
                     lat.push(s.ret_ns - s.call_ns);
+                    if s.psmr_resubmitted {
+                        failed_n += 1;
+                        failed_ns += u128::from(s.ret_ns - s.call_ns);
+                    } else {
+                        passed_ns += u128::from(s.ret_ns - s.call_ns);
+                    }
                 }
             }
         }
@@ -2001,6 +2172,42 @@ impl World {
             .collect();
         let instances = last.decided.saturating_sub(first.decided);
         let server = self.nodes.iter().any(|n| n.server);
+        let threads = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.core.as_ref())
+            .map(|c| c.worker_threads())
+            .max()
+            .unwrap_or(0);
+        let psmr = (threads > 0).then(|| {
+            let d = |i: usize| last.psmr[i].saturating_sub(first.psmr[i]);
+            let replicas: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].replica)
+                .collect();
+            let worker_cpu = replicas
+                .iter()
+                .map(|&i| (last.worker_busy_ns[i] - first.worker_busy_ns[i]) as f64 / window)
+                .sum::<f64>()
+                / replicas.len().max(1) as f64;
+            let mean_ms = |ns: u128, n: u64| {
+                if n == 0 {
+                    0.0
+                } else {
+                    ns as f64 / n as f64 / 1e6
+                }
+            };
+            crate::bench::PsmrLoad {
+                threads,
+                parallel: d(0),
+                synchronous: d(1),
+                passed: d(2),
+                failed: d(3),
+                worker_cpu,
+                latency_ms_failed: mean_ms(failed_ns, failed_n),
+                latency_ms_passed: mean_ms(passed_ns, commands - failed_n),
+                commands_failed: failed_n,
+            }
+        });
         BenchReport {
             mode: if server { "cs" } else { "smr" }.into(),
             protocol: if server {
@@ -2027,6 +2234,11 @@ impl World {
             latency_ms_p90: ms(bm::percentile(&lat, 0.9)),
             latency_ms_p99: ms(bm::percentile(&lat, 0.99)),
             latency_ms_max: ms(lat.last().copied().unwrap_or(0)),
+            latency_ms_mean: if lat.is_empty() {
+                0.0
+            } else {
+                lat.iter().map(|&l| l as f64).sum::<f64>() / lat.len() as f64 / 1e6
+            },
             resubmissions: self.clients.iter().map(|c| c.stats().resubmissions).sum(),
             instances,
             commands_per_instance: if instances > 0 {
@@ -2035,6 +2247,7 @@ impl World {
                 0.0
             },
             nodes,
+            psmr,
             events: self.trace.events(),
             trace_hash: self.trace.hash(),
             virtual_ns: self.q.now(),

@@ -44,11 +44,11 @@
 //!   the copy runs a second time against an empty reply cache and returns what no
 //!   single execution gives (linearizability).
 
-use partita_sim::EarlyRepliesChoice;
 use partita_sim::{
     run_seed, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SimOptions,
     SpeculationChoice, UnsafeBugs,
 };
+use partita_sim::{EarlyRepliesChoice, PsmrChoice};
 
 /// Scan `seeds` with `bug` planted; return the first seed that fails a safety check
 /// with the bug and passes without it, with the failed check and message.
@@ -270,4 +270,47 @@ fn expired_sessions_reopen_is_caught() {
     };
     let (seed, what) = control_opts("expired-sessions-reopen", clean, 8..60);
     eprintln!("expired-sessions-reopen caught at seed {seed}: {what}");
+}
+
+/// P-SMR's options for the two controls below: 3 worker threads, no speculation, one
+/// partition, a short run.
+fn psmr(optimistic: bool) -> SimOptions {
+    SimOptions {
+        ops: 600,
+        speculation: SpeculationChoice::Off,
+        partitioning: PartitionChoice::Fixed(1),
+        psmr: PsmrChoice::Fixed {
+            threads: 3,
+            optimistic,
+        },
+        trace_tail: 0,
+        ..SimOptions::default()
+    }
+}
+
+#[test]
+fn psmr_no_barrier_is_caught() {
+    // A thread runs a g_all command (an insert, a delete, a range read across threads)
+    // as soon as it reaches it, while other threads still have earlier commands: it
+    // reads or writes what those commands change out of order. The replicas' threads
+    // interleave differently, so results contradict the order (linearizability) or
+    // the replicas diverge.
+    let (seed, what) = control_opts("psmr-no-barrier", psmr(false), 0..20);
+    assert!(
+        what.starts_with("linearizability") || what.starts_with("convergence"),
+        "caught by another check: {what}"
+    );
+    eprintln!("psmr-no-barrier caught at seed {seed}: {what}");
+}
+
+#[test]
+fn psmr_check_passes_is_caught() {
+    // opt-PSMR with a safety check that always passes: a thread alone splits or merges
+    // a node of the shared tree; the replica's race check sees the shape change.
+    let (seed, what) = control_opts("psmr-check-passes", psmr(true), 0..20);
+    assert!(
+        what.contains("P-SMR race check") && what.contains("changed the shape"),
+        "caught for another reason: {what}"
+    );
+    eprintln!("psmr-check-passes caught at seed {seed}: {what}");
 }

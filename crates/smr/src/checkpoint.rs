@@ -220,6 +220,10 @@ impl<S: StateMachine> SequentialReplica<S> {
             0,
             "a checkpoint taken with speculated instances"
         );
+        assert!(
+            self.quiescent(),
+            "a checkpoint taken with commands queued at worker threads"
+        );
         let clients = self.sessions().sorted();
         let mut replies = Vec::with_capacity(clients.len() * 64);
         for session in &clients {

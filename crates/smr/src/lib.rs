@@ -73,13 +73,14 @@ pub use checkpoint::{
     CHECKPOINT_VERSION,
 };
 
-pub use partita_service::{ExecutionWork, StateMachine, WORK_KINDS as OP_KINDS};
+pub use partita_service::{ExecutionWork, StateMachine, ThreadLayout, WORK_KINDS as OP_KINDS};
 
 use partita_consensus::Value;
 use partita_consensus::Vid;
 use partita_types::early::EarlyReply;
 use partita_types::{
-    ClientId, Command, Instance, NodeId, Outcome, PartitionId, PartitionLayout, Refusal, Reply,
+    ClientId, Command, DetHashMap, Instance, NodeId, Outcome, PartitionId, PartitionLayout,
+    Refusal, Reply,
 };
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
@@ -113,6 +114,14 @@ pub struct ReplicaStats {
     /// Work this replica did, rolled-back speculation included (never rewound): what
     /// a CPU model charges, where it ran.
     pub work: ExecutionWork,
+    /// P-SMR: commands one worker thread ran alone, and g_all commands run in
+    /// synchronous mode (every thread stopped at them).
+    pub psmr_parallel: u64,
+    pub psmr_synchronous: u64,
+    /// opt-PSMR: commands that passed the safety check (ran alone although CC-G would
+    /// have sent them to g_all), and those that failed it (answered "resubmit").
+    pub psmr_passed: u64,
+    pub psmr_failed: u64,
 }
 
 impl ReplicaStats {
@@ -187,6 +196,79 @@ pub struct SequentialReplica<S: StateMachine> {
     /// [`SequentialReplica::speculate`] when it chooses (see
     /// [`SequentialReplica::set_deferred_speculation`]).
     deferred: bool,
+    /// P-SMR: worker threads and the commands delivered to them, not yet run.
+    psmr: Option<Psmr>,
+}
+
+/// Who runs a command: anyone (sequential execution, or a g_all command in
+/// synchronous mode), or one P-SMR worker thread alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    Any,
+    Thread(usize),
+}
+
+/// P-SMR (paper 002 §III-F, §IV): the replica's worker threads. A decided value is
+/// *delivered* at once (its commands queued, in order, at the threads of their
+/// groups) and *executed* later, one command at a time, by the threads the driver
+/// runs ([`SequentialReplica::run_thread`]). Thread `t` runs the head of its queue
+/// when that command is its alone (g_t); a g_all command runs once it heads every
+/// thread's queue (every thread stopped at it: the paper's synchronous mode, where the
+/// lowest thread executes it after a signal from each other thread), and leaves every
+/// queue at once. Commands of different threads never touch the same data (CC-G), or
+/// passed the safety check (OC-G), so any order the driver picks among runnable
+/// threads gives the same state and replies as executing in delivery order.
+struct Psmr {
+    layout: ThreadLayout,
+    /// Delivered commands not yet run, by delivery number.
+    items: BTreeMap<u64, PsmrItem>,
+    /// Each thread's queue of delivery numbers, in order.
+    queues: Vec<VecDeque<u64>>,
+    next: u64,
+    /// Planted bugs (controls): a thread runs a g_all command as soon as it reaches
+    /// it, without waiting for the others; the safety check always passes.
+    unsafe_no_barrier: bool,
+    unsafe_check_passes: bool,
+    /// What the race check found (see [`SequentialReplica::run_command`]).
+    races: u64,
+    race: Option<String>,
+    /// Per client with a command queued: the delivery number of its newest one. A
+    /// client's commands must run in their delivery order, for its exactly-once
+    /// state (one sequence number and reply per client) to be the sequential
+    /// replica's: a client's next command can be delivered here before its previous
+    /// one ran (another replica answered it already), and on another thread it could
+    /// run first. So a command whose client has one queued at another thread waits
+    /// for it behind a barrier (queued at every thread); as the same result comes out
+    /// whichever way a command is scheduled, this choice may differ between replicas.
+    client_last: DetHashMap<ClientId, u64>,
+    /// Session opens and renewals queued (they stamp sessions: see `deliver`).
+    opens_queued: u64,
+    /// The newest delivered value's time.
+    time_ms: u64,
+}
+
+struct PsmrItem {
+    instance: Instance,
+    /// The ordered time of its value.
+    time_ms: u64,
+    /// `None`: time moves to `time_ms` and may expire sessions (a g_all step of its own).
+    cmd: Option<Command>,
+    /// Who may run it: the one thread the command was mapped to (checked when it
+    /// runs), or anyone (g_all).
+    gate: Gate,
+    /// Where it is queued: `Some(t)`: thread t alone, in parallel with the others;
+    /// `None`: at every thread, run in synchronous mode. A command gated to one thread
+    /// is queued at every thread when an earlier command of the same client is still
+    /// queued elsewhere (below).
+    thread: Option<usize>,
+}
+
+/// The P-SMR settings of a replica ([`ReplicaOptions::psmr`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PsmrOptions {
+    pub layout: ThreadLayout,
+    pub unsafe_no_barrier: bool,
+    pub unsafe_check_passes: bool,
 }
 
 /// Early replies: whether on, the tentative replies and confirmations not yet taken,
@@ -219,6 +301,194 @@ impl<S: StateMachine> SequentialReplica<S> {
             answers: None,
             early: EarlyState::default(),
             deferred: false,
+            psmr: None,
+        }
+    }
+
+    /// P-SMR: run commands on `o.layout.threads` worker threads (see [`Psmr`]). Only
+    /// before the first delivery; not with speculation, state partitioning or session
+    /// leases (the cluster file refuses those combinations).
+    pub fn set_psmr(&mut self, o: PsmrOptions) {
+        assert!(
+            self.psmr.as_ref().is_none_or(|p| p.items.is_empty()),
+            "P-SMR set with commands queued"
+        );
+        self.psmr = Some(Psmr {
+            layout: o.layout,
+            items: BTreeMap::new(),
+            queues: vec![VecDeque::new(); o.layout.threads],
+            next: 0,
+            unsafe_no_barrier: o.unsafe_no_barrier,
+            unsafe_check_passes: o.unsafe_check_passes,
+            races: 0,
+            race: None,
+            client_last: DetHashMap::default(),
+            opens_queued: 0,
+            time_ms: self.sessions.now_ms(),
+        });
+    }
+
+    /// P-SMR worker threads (0: commands execute when their value is delivered).
+    pub fn threads(&self) -> usize {
+        self.psmr.as_ref().map_or(0, |p| p.layout.threads)
+    }
+
+    /// Whether thread `t` can run the head of its queue now.
+    pub fn thread_runnable(&self, t: usize) -> bool {
+        let Some(p) = &self.psmr else {
+            return false;
+        };
+        let Some(&head) = p.queues.get(t).and_then(|q| q.front()) else {
+            return false;
+        };
+        match p.items[&head].thread {
+            Some(owner) => owner == t,
+            None if p.unsafe_no_barrier => true,
+            // Synchronous mode: the lowest thread runs it once every thread reached it.
+            None => t == 0 && p.queues.iter().all(|q| q.front() == Some(&head)),
+        }
+    }
+
+    /// Thread `t` runs the head of its queue ([`SequentialReplica::thread_runnable`]
+    /// must hold); the replies go to `replies_out`.
+    pub fn run_thread(&mut self, t: usize, replies_out: &mut Vec<Reply>) {
+        assert!(self.thread_runnable(t), "thread {t} is not runnable");
+        let p = self.psmr.as_mut().expect("runnable");
+        let head = p.queues[t].pop_front().expect("runnable");
+        let item = p.items.remove(&head).expect("queued");
+        let now = p.time_ms;
+        if let Some(cmd) = &item.cmd {
+            if p.client_last.get(&cmd.client) == Some(&head) {
+                p.client_last.remove(&cmd.client);
+            }
+            if cmd.is_open() {
+                p.opens_queued -= 1;
+            }
+        }
+        match item.thread {
+            Some(_) => self.stats.psmr_parallel += 1,
+            None => {
+                // (The planted bug runs it before it heads every queue: the other
+                // threads find it further down.)
+                for q in &mut p.queues {
+                    q.retain(|&d| d != head);
+                }
+                self.stats.psmr_synchronous += 1;
+            }
+        }
+        match &item.cmd {
+            Some(cmd) => {
+                // The time of the value that ordered it, as the sequential replica
+                // sees it; then back to the newest.
+                self.sessions.set_time(item.time_ms);
+                self.run_command(item.instance, cmd, replies_out, None, item.gate);
+                self.sessions.set_time(now);
+            }
+            None => {
+                self.sessions.set_time(item.time_ms);
+                self.stats.sessions_expired += self.sessions.advance(item.time_ms, None);
+                self.sessions.set_time(now);
+            }
+        }
+    }
+
+    /// Whether every delivered command has run (always, without P-SMR): the state is
+    /// that of [`SequentialReplica::last_instance`], ready for a checkpoint or a
+    /// digest.
+    pub fn quiescent(&self) -> bool {
+        self.psmr.as_ref().is_none_or(|p| p.items.is_empty())
+    }
+
+    /// The delivery number (commands delivered to the threads so far, from 0) of the
+    /// command at the head of thread `t`'s queue.
+    pub fn thread_head(&self, t: usize) -> Option<u64> {
+        self.psmr.as_ref()?.queues.get(t)?.front().copied()
+    }
+
+    /// Commands delivered to the worker threads and not yet run.
+    pub fn queued(&self) -> usize {
+        self.psmr.as_ref().map_or(0, |p| p.items.len())
+    }
+
+    /// The thread (or g_all, `None`) a delivered command is gated to: the one bit the
+    /// client proxy chose (checked when it runs), else the replica's own CC-G.
+    fn psmr_gate(&self, cmd: &Command) -> Option<usize> {
+        let p = self.psmr.as_ref().expect("P-SMR");
+        if cmd.is_open() {
+            return None;
+        }
+        if cmd.threads.count_ones() == 1 {
+            let t = cmd.threads.trailing_zeros() as usize;
+            return (t < p.layout.threads).then_some(t);
+        }
+        if cmd.threads != 0 {
+            return None;
+        }
+        let op = S::decode_command(cmd.body.payload_for(self.partition)?).ok()?;
+        S::thread_group(&op, &p.layout, false).filter(|&t| t < p.layout.threads)
+    }
+
+    /// Deliver a decided value to the worker threads. Its time comes first: where it
+    /// may expire sessions (judged from a state that may lag, see
+    /// [`sessions::Sessions::would_expire`]), it is a g_all step of its own, which
+    /// expires exactly what the sequential replica would at this point.
+    fn deliver_to_threads(&mut self, instance: Instance, value: &Value) {
+        let p = self.psmr.as_ref().expect("P-SMR");
+        let t = value.time_ms.max(p.time_ms);
+        let may_expire = self.sessions.lease_ms().is_some()
+            && (p.opens_queued > 0 || self.sessions.would_expire(t));
+        let p = self.psmr.as_mut().expect("P-SMR");
+        p.time_ms = t;
+        if p.items.is_empty() {
+            // Nothing queued: this state is the delivery order's.
+            self.stats.sessions_expired += self.sessions.advance(t, None);
+        } else if may_expire {
+            let d = p.next;
+            p.next += 1;
+            p.queues.iter_mut().for_each(|q| q.push_back(d));
+            p.items.insert(
+                d,
+                PsmrItem {
+                    instance,
+                    time_ms: t,
+                    cmd: None,
+                    gate: Gate::Any,
+                    thread: None,
+                },
+            );
+        }
+        for cmd in &value.commands {
+            let gate = self.psmr_gate(cmd);
+            let p = self.psmr.as_mut().expect("P-SMR");
+            if cmd.is_open() {
+                p.opens_queued += 1;
+            }
+            let d = p.next;
+            p.next += 1;
+            let earlier = p
+                .client_last
+                .insert(cmd.client, d)
+                .and_then(|e| p.items.get(&e))
+                .map(|e| e.thread);
+            let thread = match (gate, earlier) {
+                (Some(t), None) => Some(t),
+                (Some(t), Some(Some(e))) if e == t => Some(t),
+                _ => None,
+            };
+            match thread {
+                Some(t) => p.queues[t].push_back(d),
+                None => p.queues.iter_mut().for_each(|q| q.push_back(d)),
+            }
+            p.items.insert(
+                d,
+                PsmrItem {
+                    instance,
+                    time_ms: t,
+                    cmd: Some(cmd.clone()),
+                    gate: gate.map_or(Gate::Any, Gate::Thread),
+                    thread,
+                },
+            );
         }
     }
 
@@ -345,6 +615,19 @@ impl<S: StateMachine> SequentialReplica<S> {
             assert!(i > self.last_instance, "a pending proposal already decided");
         }
         self.sessions.invariants();
+        if let Some(p) = &self.psmr {
+            assert!(self.spec.is_empty(), "P-SMR with speculation");
+            if let Some(race) = &p.race {
+                panic!("P-SMR race check: {race} ({} such commands)", p.races);
+            }
+            assert_eq!(p.queues.len(), p.layout.threads);
+            if let Some((_, last)) = p.items.last_key_value() {
+                assert!(
+                    last.instance <= self.last_instance,
+                    "queued beyond delivery"
+                );
+            }
+        }
         assert!(
             self.early.on || self.early.out.is_empty(),
             "early replies without early replies on"
@@ -510,6 +793,12 @@ impl<S: StateMachine> SequentialReplica<S> {
             "instances are executed in order, once"
         );
         self.early.quiet = false;
+        if self.psmr.is_some() {
+            assert!(self.spec.is_empty(), "P-SMR with speculation");
+            self.last_instance = instance;
+            self.deliver_to_threads(instance, value);
+            return;
+        }
         while self
             .pending
             .first_key_value()
@@ -558,127 +847,186 @@ impl<S: StateMachine> SequentialReplica<S> {
         );
         self.stats.sessions_expired += expired;
         for cmd in &value.commands {
-            let mine = match &self.answers {
-                None => cmd.reply_to == self.id,
-                Some(layout) => layout.answerer(cmd.reply_to, self.partition) == Some(self.id),
-            };
-            let Some(payload) = cmd.body.payload_for(self.partition) else {
-                // Not addressed to this partition (learners deliver projections, so
-                // only a whole value delivered to a partitioned replica has these).
-                continue;
-            };
-            let refuse = |why: Refusal| Reply {
-                client: cmd.client,
-                seq: cmd.seq,
-                instance,
-                result: Err(why),
-            };
-            if cmd.is_open() {
-                let slog = log.as_deref_mut().map(|l| &mut l.session_log);
-                let result = if cmd.session == 0 {
-                    self.stats.sessions_opened += 1;
-                    let replaces = partita_types::open_replaces(payload);
-                    Ok(self.sessions.open(cmd.client, instance, replaces, slog))
-                } else {
-                    self.stats.sessions_renewed += 1;
-                    self.sessions.renew(cmd.client, cmd.session, slog)
-                };
-                if mine {
-                    replies_out.push(Reply {
-                        client: cmd.client,
-                        seq: 0,
-                        instance,
-                        result: result.map(partita_types::session_reply),
-                    });
-                }
-                continue;
-            }
-            let op = match S::decode_command(payload)
-                .map_err(|e| format!("a {} command that does not decode: {e}", S::NAME))
-                .and_then(|op| S::check(&op).map(|()| op))
-            {
-                Ok(op) => op,
-                Err(why) => {
-                    self.stats.refused += 1;
-                    if mine {
-                        replies_out.push(refuse(Refusal::Rejected(why)));
-                    }
-                    continue;
-                }
-            };
-            let last_seq = match self
-                .sessions
-                .admit(cmd, log.as_deref_mut().map(|l| &mut l.session_log))
-            {
-                sessions::Admission::Run { last_seq } => last_seq,
-                sessions::Admission::Refuse(why) => {
-                    self.stats.session_refusals += 1;
-                    if mine {
-                        replies_out.push(refuse(why));
-                    }
-                    continue;
-                }
-            };
-            let mutation = !S::is_read_only(&op);
-            if let Some(last_seq) = last_seq {
-                if cmd.seq < last_seq || (cmd.seq == last_seq && !mutation) {
-                    self.stats.stale_ignored += 1;
-                    continue;
-                }
-                if cmd.seq == last_seq && !self.unsafe_reexecute_duplicates {
-                    self.stats.duplicates_answered += 1;
-                    if mine {
-                        let last = self.sessions.get(cmd.client).and_then(|s| s.last.clone());
-                        replies_out.push(last.expect("admitted with a cached reply"));
-                    }
-                    continue;
-                }
-            }
-            if !mutation && !mine {
-                self.stats.reads_skipped += 1;
-                continue;
-            }
-            let result = if log.is_some() || (mutation && self.unsafe_lose_every > 0) {
-                let (result, undo) = self.state.execute_undoable(&op);
-                let mut undo = Some(undo);
-                if mutation {
-                    self.mutations += 1;
-                    if self.unsafe_lose_every > 0
-                        && self.mutations.is_multiple_of(self.unsafe_lose_every)
-                    {
-                        self.state.undo(undo.take().expect("just made"));
-                    }
-                }
-                if let (Some(l), Some(u)) = (log.as_deref_mut(), undo) {
-                    l.undo.push(u);
-                }
-                result
+            self.run_command(instance, cmd, replies_out, log.as_deref_mut(), Gate::Any);
+        }
+    }
+
+    /// Execute one command of instance `instance` (see [`SequentialReplica::run_value`]);
+    /// `gate` says which P-SMR worker thread runs it alone, if one does.
+    fn run_command(
+        &mut self,
+        instance: Instance,
+        cmd: &Command,
+        replies_out: &mut Vec<Reply>,
+        mut log: Option<&mut Speculation<S::Undo>>,
+        gate: Gate,
+    ) {
+        let mine = match &self.answers {
+            None => cmd.reply_to == self.id,
+            Some(layout) => layout.answerer(cmd.reply_to, self.partition) == Some(self.id),
+        };
+        let Some(payload) = cmd.body.payload_for(self.partition) else {
+            // Not addressed to this partition (learners deliver projections, so
+            // only a whole value delivered to a partitioned replica has these).
+            return;
+        };
+        let refuse = |why: Refusal| Reply {
+            client: cmd.client,
+            seq: cmd.seq,
+            instance,
+            result: Err(why),
+        };
+        if cmd.is_open() {
+            let slog = log.as_deref_mut().map(|l| &mut l.session_log);
+            let result = if cmd.session == 0 {
+                self.stats.sessions_opened += 1;
+                let replaces = partita_types::open_replaces(payload);
+                Ok(self.sessions.open(cmd.client, instance, replaces, slog))
             } else {
-                if mutation {
-                    self.mutations += 1;
-                }
-                self.state.execute(&op)
+                self.stats.sessions_renewed += 1;
+                self.sessions.renew(cmd.client, cmd.session, slog)
             };
-            self.stats.commands_executed += 1;
-            self.stats.ops += S::op_count(&op);
-            S::account(&op, &result, &mut self.stats.work);
-            let reply = Reply {
-                client: cmd.client,
-                seq: cmd.seq,
-                instance,
-                result: Ok(S::encode_reply(&result)),
-            };
-            if mutation {
-                self.max_cached_instance = instance;
-                self.sessions.cache(
-                    cmd.client,
-                    reply.clone(),
-                    log.as_deref_mut().map(|l| &mut l.session_log),
-                );
-            }
             if mine {
-                replies_out.push(reply);
+                replies_out.push(Reply {
+                    client: cmd.client,
+                    seq: 0,
+                    instance,
+                    result: result.map(partita_types::session_reply),
+                });
             }
+            return;
+        }
+        let op = match S::decode_command(payload)
+            .map_err(|e| format!("a {} command that does not decode: {e}", S::NAME))
+            .and_then(|op| S::check(&op).map(|()| op))
+        {
+            Ok(op) => op,
+            Err(why) => {
+                self.stats.refused += 1;
+                if mine {
+                    replies_out.push(refuse(Refusal::Rejected(why)));
+                }
+                return;
+            }
+        };
+        let last_seq = match self
+            .sessions
+            .admit(cmd, log.as_deref_mut().map(|l| &mut l.session_log))
+        {
+            sessions::Admission::Run { last_seq } => last_seq,
+            sessions::Admission::Refuse(why) => {
+                self.stats.session_refusals += 1;
+                if mine {
+                    replies_out.push(refuse(why));
+                }
+                return;
+            }
+        };
+        let mutation = !S::is_read_only(&op);
+        if let Some(last_seq) = last_seq {
+            if cmd.seq < last_seq || (cmd.seq == last_seq && !mutation) {
+                self.stats.stale_ignored += 1;
+                return;
+            }
+            if cmd.seq == last_seq && !self.unsafe_reexecute_duplicates {
+                self.stats.duplicates_answered += 1;
+                if mine {
+                    let last = self.sessions.get(cmd.client).and_then(|s| s.last.clone());
+                    replies_out.push(last.expect("admitted with a cached reply"));
+                }
+                return;
+            }
+        }
+        if !mutation && !mine {
+            self.stats.reads_skipped += 1;
+            return;
+        }
+        // P-SMR: a command one worker thread runs alone must be that thread's (OC-G
+        // maps it there), and unless CC-G maps it there too (then no other thread can
+        // touch its data) it must pass the service's opt-PSMR safety check first. A
+        // failure has no effect: the client resubmits it conservatively.
+        let mut optimistic = None;
+        if let Gate::Thread(t) = gate {
+            let p = self.psmr.as_ref().expect("a thread gate only with P-SMR");
+            let layout = p.layout;
+            let verdict = if S::thread_group(&op, &layout, true) != Some(t) {
+                Err(format!("thread {t} does not own what the command touches"))
+            } else if S::thread_group(&op, &layout, false) == Some(t) {
+                Ok(false)
+            } else if p.unsafe_check_passes {
+                Ok(true)
+            } else {
+                self.state.thread_check(&op, t, &layout).map(|()| true)
+            };
+            match verdict {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.stats.psmr_passed += 1;
+                    optimistic = Some((t, self.state.shape_changes()));
+                }
+                Err(why) => {
+                    self.stats.psmr_failed += 1;
+                    if mine {
+                        replies_out.push(refuse(Refusal::Resubmit(why)));
+                    }
+                    return;
+                }
+            }
+        }
+        let result = if log.is_some() || (mutation && self.unsafe_lose_every > 0) {
+            let (result, undo) = self.state.execute_undoable(&op);
+            let mut undo = Some(undo);
+            if mutation {
+                self.mutations += 1;
+                if self.unsafe_lose_every > 0
+                    && self.mutations.is_multiple_of(self.unsafe_lose_every)
+                {
+                    self.state.undo(undo.take().expect("just made"));
+                }
+            }
+            if let (Some(l), Some(u)) = (log.as_deref_mut(), undo) {
+                l.undo.push(u);
+            }
+            result
+        } else {
+            if mutation {
+                self.mutations += 1;
+            }
+            self.state.execute(&op)
+        };
+        if let Some((t, before)) = optimistic {
+            // The race check: what a thread ran alone changed no shared structure.
+            if self.state.shape_changes() != before {
+                let p = self.psmr.as_mut().expect("checked above");
+                p.races += 1;
+                p.race.get_or_insert_with(|| {
+                    format!(
+                        "thread {t} ran {}'s command {} of instance {instance} alone, in \
+                         parallel with the other threads, and it changed the shape of the \
+                         shared {} state (a data race on real threads)",
+                        cmd.client,
+                        cmd.seq,
+                        S::NAME
+                    )
+                });
+            }
+        }
+        self.stats.commands_executed += 1;
+        self.stats.ops += S::op_count(&op);
+        S::account(&op, &result, &mut self.stats.work);
+        let reply = Reply {
+            client: cmd.client,
+            seq: cmd.seq,
+            instance,
+            result: Ok(S::encode_reply(&result)),
+        };
+        if mutation {
+            self.max_cached_instance = instance;
+            self.sessions
+                .cache(cmd.client, reply.clone(), log.map(|l| &mut l.session_log));
+        }
+        if mine {
+            replies_out.push(reply);
         }
     }
 }
@@ -699,6 +1047,8 @@ pub struct ReplicaOptions {
     pub unsafe_reopen_expired: bool,
     /// Session leases, in milliseconds of ordered time (`None`: sessions never expire).
     pub session_lease_ms: Option<u64>,
+    /// P-SMR worker threads (`None`: sequential execution).
+    pub psmr: Option<PsmrOptions>,
 }
 
 /// A replica as the node core drives it, whatever service it replicates (object
@@ -731,6 +1081,23 @@ pub trait Replica: Send {
     fn cached_clients(&self) -> usize;
     fn invariants(&self);
     fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply>;
+    /// P-SMR worker threads (0: commands execute as their value is delivered, and the
+    /// three methods below have nothing to do).
+    fn threads(&self) -> usize {
+        0
+    }
+    /// Whether worker thread `t` can run its next command now.
+    fn thread_runnable(&self, _t: usize) -> bool {
+        false
+    }
+    /// Worker thread `t` runs its next command (only when runnable).
+    fn run_thread(&mut self, _t: usize, _replies_out: &mut Vec<Reply>) {
+        panic!("no worker threads")
+    }
+    /// Whether every delivered command has run (checkpoints and digests wait for it).
+    fn quiescent(&self) -> bool {
+        true
+    }
     /// The concrete replica, for tests and tools that know the service
     /// (`downcast_ref::<SequentialReplica<S>>()`).
     fn as_any(&self) -> &dyn Any;
@@ -758,6 +1125,9 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
         }
         self.set_unsafe_reopen_expired(o.unsafe_reopen_expired);
         self.set_session_lease(o.session_lease_ms);
+        if let Some(p) = o.psmr {
+            self.set_psmr(p);
+        }
     }
     fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
         SequentialReplica::execute(self, instance, value, replies_out)
@@ -788,6 +1158,18 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     }
     fn checkpoint(&self) -> Vec<u8> {
         SequentialReplica::checkpoint(self)
+    }
+    fn threads(&self) -> usize {
+        SequentialReplica::threads(self)
+    }
+    fn thread_runnable(&self, t: usize) -> bool {
+        SequentialReplica::thread_runnable(self, t)
+    }
+    fn run_thread(&mut self, t: usize, replies_out: &mut Vec<Reply>) {
+        SequentialReplica::run_thread(self, t, replies_out)
+    }
+    fn quiescent(&self) -> bool {
+        SequentialReplica::quiescent(self)
     }
     fn last_instance(&self) -> Instance {
         SequentialReplica::last_instance(self)

@@ -173,6 +173,26 @@ impl Sessions {
         n
     }
 
+    /// P-SMR: whether [`Sessions::advance`] to `t` could forget a session, judged from
+    /// this state (which may lag the delivery order: renewals and opens still queued
+    /// only make sessions younger, so a "no" here is a "no" there too, as long as no
+    /// open is queued).
+    pub fn would_expire(&self, t: u64) -> bool {
+        let Some(lease) = self.lease_ms else {
+            return false;
+        };
+        self.by_renewal
+            .first()
+            .is_some_and(|&(renewed, _)| renewed.saturating_add(lease) < self.now_ms.max(t))
+    }
+
+    /// P-SMR: set the time to `t`, back or forth, without expiring anything: a command
+    /// a worker thread runs sees the time of the value that ordered it (what a
+    /// session opened or created by it is stamped with).
+    pub fn set_time(&mut self, t: u64) {
+        self.now_ms = t;
+    }
+
     /// Restore the previous entries a log recorded, newest first, and the time.
     pub fn undo(&mut self, log: SessionLog, now_ms_before: u64) {
         for (client, prev) in log.into_iter().rev() {

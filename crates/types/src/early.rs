@@ -71,6 +71,7 @@ pub fn result_digest(result: &Outcome) -> u64 {
     let (tag, bytes): (u8, &[u8]) = match result {
         Ok(p) => (0, p),
         Err(crate::Refusal::Rejected(e)) => (1, e.as_bytes()),
+        Err(crate::Refusal::Resubmit(e)) => (3, e.as_bytes()),
         Err(crate::Refusal::SessionExpired) => {
             text = [];
             (2, &text)

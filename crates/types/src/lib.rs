@@ -209,6 +209,12 @@ pub struct Command {
     /// The replica the client chose; only it replies (paper 001 §IV).
     pub reply_to: NodeId,
     pub body: Body,
+    /// P-SMR (paper 002 §III-F): the worker threads' groups the client proxy chose,
+    /// bit `i` for g_i. 0 leaves the choice to the replica, which maps the command
+    /// conservatively (CC-G); one bit asks that thread alone to run it (a replica
+    /// checks that it may, and answers [`Refusal::Resubmit`] where it may not); more
+    /// bits make it a g_all command (synchronous mode). Ignored without P-SMR.
+    pub threads: GroupMask,
 }
 
 impl Command {
@@ -220,6 +226,7 @@ impl Command {
             session: 0,
             reply_to,
             body: Body::single(payload),
+            threads: 0,
         }
     }
 
@@ -246,6 +253,7 @@ impl Command {
                 groups,
                 payload: Payload::new(),
             },
+            threads: 0,
         }
     }
 
@@ -317,12 +325,18 @@ pub enum Refusal {
     /// out without traffic) or was never opened. This copy was not executed; an
     /// earlier copy of the same command may have been, before the session expired.
     SessionExpired,
+    /// P-SMR: the worker thread the client chose may not run this command alone (the
+    /// opt-PSMR safety check failed, or the command is not that thread's). It was not
+    /// executed and had no effect; the client resubmits it conservatively (the same
+    /// sequence number, [`Command::threads`] 0). The reason names what failed.
+    Resubmit(String),
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::Rejected(why) => f.write_str(why),
+            Refusal::Resubmit(why) => write!(f, "resubmit conservatively: {why}"),
             Refusal::SessionExpired => f.write_str(
                 "the client's session expired (no traffic for longer than the cluster's \
                  session lease) or was never opened",
@@ -389,6 +403,7 @@ mod tests {
                 groups: 0b101,
                 payloads: vec![Payload::from_static(b"ab"), Payload::from_static(b"c")],
             },
+            threads: 0b10,
         };
         let bytes = encode(&c);
         assert_eq!(decode::<Command>(&bytes).unwrap(), c);

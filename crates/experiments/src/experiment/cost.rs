@@ -280,6 +280,7 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, partita
         Workload::Update => "single updates",
         Workload::Batch | Workload::PartitionedBatch { .. } => "batches of 7 updates",
         Workload::Mixed => "mixed",
+        Workload::Dependent { .. } => "reads, inserts and deletes",
     };
     let mut fig5 = Vec::new();
     let mut fig6 = Vec::new();

@@ -377,7 +377,7 @@ pub fn execution_ns_per_command(cost: &CostTable, w: Workload, replicas: usize) 
                 + cost.command_ns as f64;
             q / replicas.max(1) as f64
         }
-        Workload::Mixed => mutation + cost.command_ns as f64,
+        Workload::Mixed | Workload::Dependent { .. } => mutation + cost.command_ns as f64,
     }
 }
 
@@ -502,6 +502,7 @@ fn workload_name(w: Workload) -> &'static str {
         Workload::Batch | Workload::PartitionedBatch { .. } => "batched updates",
         Workload::Update => "single updates",
         Workload::Mixed => "mixed",
+        Workload::Dependent { .. } => "reads, inserts and deletes",
     }
 }
 

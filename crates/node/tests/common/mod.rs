@@ -66,6 +66,7 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
         checkpoint: CheckpointConfig::default(),
         early_replies: false,
         speculative: false,
+        psmr: None,
     }
 }
 

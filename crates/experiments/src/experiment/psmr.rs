@@ -1,0 +1,670 @@
+//! Paper 002 §IV-A and §V, Figures 2 to 5: P-SMR and opt-PSMR against SMR, in the
+//! simulator (`partita experiment psmr --sim`).
+//!
+//! Every point is a cluster of 3 acceptors and 2 replicas (Ring Paxos, fsync) whose
+//! replicas run the B+tree sequentially (SMR), on K worker threads with CC-G (P-SMR),
+//! or on K threads with clients mapping by OC-G (opt-PSMR), under the `dependent-P`
+//! workload: P% inserts and deletes (half each; dependent under CC-G), the rest reads,
+//! keys uniform over a tree filled in random order. Each worker thread has a simulated
+//! CPU of its own beside the node's event loop (`partita_sim::cpu`); a g_all command
+//! runs in synchronous mode on the lowest thread and costs it a signal from and to
+//! every other thread.
+//!
+//! - Figure 2: SMR and P-SMR throughput against the share of dependent commands.
+//! - Figure 3: opt-PSMR at 100% dependent against the load (clients): fail rate and
+//!   count against throughput; latency of all, failed and passed commands.
+//! - Figure 4: SMR, P-SMR and opt-PSMR over 0, 1, 25, 50, 75 and 100% dependent:
+//!   throughput, share of commands failed, mean latency.
+//! - Figure 5: 100% dependent, 1 to 8 threads: throughput, throughput per thread
+//!   (normalized by one thread's), fail rate and latency, worker CPU.
+//!
+//! The report lists the issue's targets, each a ratio of this run's points with what it
+//! must reach and whether it does.
+
+use super::*;
+use partita_sim::bench::PsmrLoad;
+
+/// The sweep.
+#[derive(Clone, Debug)]
+pub struct PsmrOptions {
+    /// Worker threads of P-SMR and opt-PSMR in Figures 2 to 4 (the paper: 8).
+    pub threads: usize,
+    /// Shares of dependent commands (Figures 2 and 4).
+    pub percents: Vec<u32>,
+    /// Thread counts of Figure 5.
+    pub thread_counts: Vec<usize>,
+    /// Client counts of Figure 3 (opt-PSMR's load).
+    pub fig3_clients: Vec<usize>,
+    /// Clients of every other point (enough to saturate the replicas).
+    pub clients: usize,
+    /// Standalone batchers in front of the leader, so that ordering (one receive per
+    /// client command at the coordinator otherwise) is not what bounds the replicas.
+    pub batchers: u32,
+    /// Virtual time per point (10% trimmed at each end).
+    pub duration: Duration,
+    pub preload: u64,
+    pub think_ms: u64,
+    pub cost: CostTable,
+    pub cost_source: String,
+    pub seed: u64,
+    pub jobs: usize,
+    pub progress: bool,
+}
+
+impl PsmrOptions {
+    /// The paper's sizes: 8 threads, 10 million keys, the x points of Figure 4.
+    pub fn full() -> PsmrOptions {
+        PsmrOptions {
+            threads: 8,
+            percents: vec![0, 1, 25, 50, 75, 100],
+            thread_counts: vec![1, 2, 4, 8],
+            fig3_clients: vec![25, 50, 100, 200, 400, 800],
+            clients: 800,
+            batchers: 4,
+            duration: Duration::from_secs(2),
+            preload: 10_000_000,
+            think_ms: 0,
+            cost: CostTable::default(),
+            cost_source: "built-in defaults".into(),
+            seed: 1,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            progress: true,
+        }
+    }
+
+    /// A small sweep for tests and a first look.
+    pub fn quick() -> PsmrOptions {
+        PsmrOptions {
+            threads: 4,
+            percents: vec![0, 50, 100],
+            thread_counts: vec![1, 4],
+            fig3_clients: vec![20, 80],
+            clients: 80,
+            duration: Duration::from_millis(300),
+            preload: 20_000,
+            progress: false,
+            ..PsmrOptions::full()
+        }
+    }
+
+    fn driver(&self) -> SimDriver {
+        SimDriver {
+            cost: self.cost.clone(),
+            cost_source: self.cost_source.clone(),
+            jobs: self.jobs,
+        }
+    }
+}
+
+/// The three execution models.
+pub const SMR: &str = "SMR";
+pub const PSMR: &str = "P-SMR";
+pub const OPT: &str = "opt-PSMR";
+
+/// The cluster of a point: SMR (`threads` 0), P-SMR, or opt-PSMR (`optimistic`).
+pub fn psmr_cluster(
+    threads: usize,
+    optimistic: bool,
+    preload: u64,
+    batchers: u32,
+) -> ClusterConfig {
+    let mut c = sim_smr_cluster(2, Protocol::RingPaxos, Durability::Fsync)
+        .with_batchers(batchers)
+        .expect("batchers on the simulated cluster");
+    c.execution.threads = threads;
+    c.execution.optimistic = optimistic && threads > 0;
+    if threads > 0 {
+        // The threads split the workload's keys, 0..2N.
+        c.execution.key_max = Some(bench::key_space(preload).max(threads as u64) - 1);
+    }
+    c
+}
+
+/// Every point, in report order.
+pub fn points(o: &PsmrOptions) -> Vec<PointSpec> {
+    let load = |percent: u32, clients: usize| BenchConfig {
+        workload: Workload::Dependent { percent },
+        clients,
+        duration: o.duration,
+        think_ms: o.think_ms,
+        preload: o.preload,
+        seed: o.seed,
+        trim: 0.1,
+        progress: false,
+        key_space: None,
+    };
+    let point = |series: &str, x_name: &str, x: f64, cluster, bench| PointSpec {
+        series: series.into(),
+        x_name: x_name.into(),
+        x,
+        cluster,
+        bench,
+    };
+    let mut v = Vec::new();
+    for &p in &o.percents {
+        v.push(point(
+            SMR,
+            "dependent %",
+            p as f64,
+            psmr_cluster(0, false, o.preload, o.batchers),
+            load(p, o.clients),
+        ));
+        v.push(point(
+            PSMR,
+            "dependent %",
+            p as f64,
+            psmr_cluster(o.threads, false, o.preload, o.batchers),
+            load(p, o.clients),
+        ));
+        v.push(point(
+            OPT,
+            "dependent %",
+            p as f64,
+            psmr_cluster(o.threads, true, o.preload, o.batchers),
+            load(p, o.clients),
+        ));
+    }
+    for &c in &o.fig3_clients {
+        v.push(point(
+            OPT,
+            "clients",
+            c as f64,
+            psmr_cluster(o.threads, true, o.preload, o.batchers),
+            load(100, c),
+        ));
+    }
+    for &k in &o.thread_counts {
+        v.push(point(
+            PSMR,
+            "threads",
+            k as f64,
+            psmr_cluster(k, false, o.preload, o.batchers),
+            load(100, o.clients),
+        ));
+        v.push(point(
+            OPT,
+            "threads",
+            k as f64,
+            psmr_cluster(k, true, o.preload, o.batchers),
+            load(100, o.clients),
+        ));
+    }
+    v
+}
+
+/// A target of the issue, checked on this run's points.
+#[derive(Clone, Debug, Serialize)]
+pub struct PsmrTarget {
+    pub what: String,
+    /// The measured ratio.
+    pub ratio: f64,
+    /// The condition it must meet, in words ("≥ 2.4").
+    pub required: String,
+    pub met: bool,
+    /// The points behind the ratio.
+    pub evidence: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PsmrReport {
+    pub name: String,
+    pub simulated: bool,
+    pub machine: String,
+    /// What every point shares, in words (also the figures' footnote).
+    pub configuration: String,
+    pub points: Vec<Point>,
+    pub targets: Vec<PsmrTarget>,
+}
+
+fn find<'a>(r: &'a [Point], series: &str, x_name: &str, x: f64) -> Option<&'a Point> {
+    r.iter()
+        .find(|p| p.series == series && p.x_name == x_name && p.x == x)
+}
+
+fn tp(p: &Point) -> f64 {
+    p.result.throughput_cmds_per_s
+}
+
+fn psmr_of(p: &Point) -> PsmrLoad {
+    p.sim
+        .as_ref()
+        .and_then(|s| s.psmr.clone())
+        .unwrap_or_default()
+}
+
+/// The issue's targets (paper 002's shapes), from the report's points.
+pub fn targets(points: &[Point], threads: usize) -> Vec<PsmrTarget> {
+    let mut v = Vec::new();
+    let dep = "dependent %";
+    let at = |s: &str, x: f64| find(points, s, dep, x);
+    // opt-PSMR ≥ 2.4× P-SMR at 100% dependent.
+    if let (Some(o), Some(p)) = (at(OPT, 100.0), at(PSMR, 100.0)) {
+        let ratio = tp(o) / tp(p).max(1e-9);
+        v.push(PsmrTarget {
+            what: format!(
+                "opt-PSMR over P-SMR, {threads} threads, 100% dependent (the paper: 2.4x)"
+            ),
+            ratio,
+            required: "≥ 2.4".into(),
+            met: ratio >= 2.4,
+            evidence: format!("{:.0} against {:.0} commands/s", tp(o), tp(p)),
+        });
+    }
+    // opt-PSMR ≥ SMR at every mix.
+    let xs: Vec<f64> = points
+        .iter()
+        .filter(|p| p.series == OPT && p.x_name == dep)
+        .map(|p| p.x)
+        .collect();
+    let mut worst: Option<(f64, f64)> = None;
+    for &x in &xs {
+        if let (Some(o), Some(s)) = (at(OPT, x), at(SMR, x)) {
+            let r = tp(o) / tp(s).max(1e-9);
+            if worst.is_none_or(|(w, _)| r < w) {
+                worst = Some((r, x));
+            }
+        }
+    }
+    if let Some((ratio, x)) = worst {
+        v.push(PsmrTarget {
+            what: "opt-PSMR over SMR at every mix of Figure 4 (the lowest ratio)".into(),
+            ratio,
+            required: "≥ 1".into(),
+            met: ratio >= 1.0,
+            evidence: format!("lowest at {x}% dependent"),
+        });
+    }
+    // P-SMR above SMR at 0%, below it past about 50%.
+    if let (Some(p), Some(s)) = (at(PSMR, 0.0), at(SMR, 0.0)) {
+        let ratio = tp(p) / tp(s).max(1e-9);
+        v.push(PsmrTarget {
+            what: "P-SMR over SMR at 0% dependent".into(),
+            ratio,
+            required: "> 1".into(),
+            met: ratio > 1.0,
+            evidence: format!("{:.0} against {:.0} commands/s", tp(p), tp(s)),
+        });
+    }
+    let past: Vec<(f64, f64)> = xs
+        .iter()
+        .filter(|&&x| x > 50.0)
+        .filter_map(|&x| Some((x, tp(at(PSMR, x)?) / tp(at(SMR, x)?).max(1e-9))))
+        .collect();
+    if let Some(&(x, ratio)) = past.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+        // And where it crosses: the first mix at which P-SMR falls below SMR.
+        let cross = xs
+            .iter()
+            .find(|&&x| matches!((at(PSMR, x), at(SMR, x)), (Some(p), Some(s)) if tp(p) < tp(s)));
+        v.push(PsmrTarget {
+            what: "P-SMR over SMR past 50% dependent (the highest ratio)".into(),
+            ratio,
+            required: "< 1".into(),
+            met: ratio < 1.0,
+            evidence: format!(
+                "highest at {x}%; P-SMR first below SMR at {}",
+                cross.map_or("no mix".into(), |c| format!("{c}%"))
+            ),
+        });
+        if let Some(&c) = cross {
+            v.push(PsmrTarget {
+                what: "the mix where P-SMR falls below SMR (the paper: slightly under 50%)".into(),
+                ratio: c,
+                required: "25 to 50 (%)".into(),
+                met: (25.0..=50.0).contains(&c),
+                evidence: format!("{c}% is the first measured mix with P-SMR below SMR"),
+            });
+        }
+    }
+    // Failed commands' latency about twice the passed ones' (Figure 3's points).
+    let fig3: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|p| p.series == OPT && p.x_name == "clients")
+        .map(|p| {
+            let l = psmr_of(p);
+            (p.x, l.latency_ms_failed / l.latency_ms_passed.max(1e-9))
+        })
+        .filter(|(_, r)| r.is_finite() && *r > 0.0)
+        .collect();
+    if !fig3.is_empty() {
+        let mut rs: Vec<f64> = fig3.iter().map(|x| x.1).collect();
+        rs.sort_by(f64::total_cmp);
+        let ratio = rs[(rs.len() - 1) / 2];
+        v.push(PsmrTarget {
+            what: "failed over passed commands' latency, opt-PSMR at 100% dependent (median over Figure 3's loads; the paper: about 2)".into(),
+            ratio,
+            required: "1.5 to 2.5".into(),
+            met: (1.5..=2.5).contains(&ratio),
+            evidence: fig3
+                .iter()
+                .map(|(c, r)| format!("{c} clients: {r:.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    v
+}
+
+/// Paper 002's experiments in the simulator.
+pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
+    let driver = o.driver();
+    let measured = run_sim_sweep(&points(o), &driver, o.progress)?;
+    let points = framework::points(measured);
+    let configuration = format!(
+        "SIMULATED ({}); 3 acceptors, 2 replicas, {} batchers, Ring Paxos, fsync; {} threads (Figures 2-4); \
+         {} keys preloaded in random order; {} clients, think time 0..={} ms; {:.1} s virtual \
+         runs; signal between threads {} ns",
+        driver.machine(),
+        o.batchers,
+        o.threads,
+        o.preload,
+        o.clients,
+        o.think_ms,
+        o.duration.as_secs_f64(),
+        o.cost.psmr_signal_ns
+    );
+    Ok(PsmrReport {
+        name: "psmr".into(),
+        simulated: true,
+        machine: driver.machine(),
+        targets: targets(&points, o.threads),
+        configuration,
+        points,
+    })
+}
+
+fn line(label: &str, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        label: label.into(),
+        points,
+    }
+}
+
+fn panel(title: &str, x: &str, y: &str, series: Vec<Series>) -> Panel {
+    Panel {
+        title: title.into(),
+        x_label: x.into(),
+        y_label: y.into(),
+        log_x: false,
+        log_y: false,
+        series,
+    }
+}
+
+fn curve(r: &PsmrReport, series: &str, x_name: &str, y: impl Fn(&Point) -> f64) -> Vec<(f64, f64)> {
+    r.points
+        .iter()
+        .filter(|p| p.series == series && p.x_name == x_name)
+        .map(|p| (p.x, y(p)))
+        .collect()
+}
+
+/// Figures 2 to 5.
+pub fn psmr_figures(r: &PsmrReport) -> Vec<(String, partita_plot::Figure)> {
+    let dep = "dependent %";
+    let kcps = |p: &Point| tp(p) / 1000.0;
+    let mean = |p: &Point| p.latency_ms_mean.unwrap_or(p.result.latency_ms_p50);
+    let failed_pct = |p: &Point| {
+        let l = psmr_of(p);
+        100.0 * l.failed as f64 / (l.parallel + l.synchronous).max(1) as f64
+    };
+    let fig2 = framework::figure(
+        "Paper 002 Figure 2: P-SMR and SMR against dependent commands (simulated)",
+        &r.configuration,
+        &[panel(
+            "throughput",
+            "inserts and deletes (%)",
+            "Kcps",
+            vec![
+                line(SMR, curve(r, SMR, dep, kcps)),
+                line(PSMR, curve(r, PSMR, dep, kcps)),
+            ],
+        )],
+        1,
+    );
+    let fig3_points: Vec<&Point> = r
+        .points
+        .iter()
+        .filter(|p| p.series == OPT && p.x_name == "clients")
+        .collect();
+    let fig3 = framework::figure(
+        "Paper 002 Figure 3: opt-PSMR, every command optimistic (simulated)",
+        &r.configuration,
+        &[
+            panel(
+                "fail rate against throughput",
+                "Kcps",
+                "failed (% of optimistic)",
+                vec![line(
+                    "fail rate",
+                    fig3_points
+                        .iter()
+                        .map(|p| (kcps(p), 100.0 * psmr_of(p).fail_rate()))
+                        .collect(),
+                )],
+            ),
+            panel(
+                "failed commands against throughput",
+                "Kcps",
+                "failed per second",
+                vec![line(
+                    "failed/s",
+                    fig3_points
+                        .iter()
+                        .map(|p| {
+                            (
+                                kcps(p),
+                                psmr_of(p).failed as f64 / p.result.measured_s.max(1e-9),
+                            )
+                        })
+                        .collect(),
+                )],
+            ),
+            panel(
+                "latency",
+                "clients",
+                "ms",
+                vec![
+                    line("all", fig3_points.iter().map(|p| (p.x, mean(p))).collect()),
+                    line(
+                        "failed",
+                        fig3_points
+                            .iter()
+                            .map(|p| (p.x, psmr_of(p).latency_ms_failed))
+                            .collect(),
+                    ),
+                    line(
+                        "passed",
+                        fig3_points
+                            .iter()
+                            .map(|p| (p.x, psmr_of(p).latency_ms_passed))
+                            .collect(),
+                    ),
+                ],
+            ),
+        ],
+        3,
+    );
+    let fig4 = framework::figure(
+        "Paper 002 Figure 4: SMR, P-SMR and opt-PSMR (simulated)",
+        &r.configuration,
+        &[
+            panel(
+                "maximum throughput",
+                "dependent commands (%)",
+                "Kcps",
+                vec![
+                    line(SMR, curve(r, SMR, dep, kcps)),
+                    line(PSMR, curve(r, PSMR, dep, kcps)),
+                    line(OPT, curve(r, OPT, dep, kcps)),
+                ],
+            ),
+            panel(
+                "failed",
+                "dependent commands (%)",
+                "% of commands",
+                vec![line(OPT, curve(r, OPT, dep, failed_pct))],
+            ),
+            panel(
+                "latency",
+                "dependent commands (%)",
+                "mean ms",
+                vec![
+                    line(SMR, curve(r, SMR, dep, mean)),
+                    line(PSMR, curve(r, PSMR, dep, mean)),
+                    line(OPT, curve(r, OPT, dep, mean)),
+                ],
+            ),
+        ],
+        3,
+    );
+    let per_thread = |series: &str| -> Vec<(f64, f64)> {
+        let c = curve(r, series, "threads", tp);
+        let one = c.iter().find(|(k, _)| *k == 1.0).map(|x| x.1);
+        c.iter()
+            .map(|&(k, t)| (k, one.map_or(0.0, |o| t / o.max(1e-9) / k)))
+            .collect()
+    };
+    let fig5 = framework::figure(
+        "Paper 002 Figure 5: 100% dependent commands against threads (simulated)",
+        &r.configuration,
+        &[
+            panel(
+                "throughput",
+                "threads",
+                "Kcps",
+                vec![
+                    line(PSMR, curve(r, PSMR, "threads", kcps)),
+                    line(OPT, curve(r, OPT, "threads", kcps)),
+                ],
+            ),
+            panel(
+                "throughput per thread (normalized)",
+                "threads",
+                "of one thread's",
+                vec![line(PSMR, per_thread(PSMR)), line(OPT, per_thread(OPT))],
+            ),
+            panel(
+                "fail rate and latency",
+                "threads",
+                "% failed / mean ms",
+                vec![
+                    line(
+                        "opt-PSMR failed %",
+                        curve(r, OPT, "threads", |p| 100.0 * psmr_of(p).fail_rate()),
+                    ),
+                    line("P-SMR ms", curve(r, PSMR, "threads", mean)),
+                    line("opt-PSMR ms", curve(r, OPT, "threads", mean)),
+                ],
+            ),
+            panel(
+                "worker CPU (one replica)",
+                "threads",
+                "cores busy",
+                vec![
+                    line(PSMR, curve(r, PSMR, "threads", |p| psmr_of(p).worker_cpu)),
+                    line(OPT, curve(r, OPT, "threads", |p| psmr_of(p).worker_cpu)),
+                ],
+            ),
+        ],
+        2,
+    );
+    vec![
+        ("fig2".into(), fig2),
+        ("fig3".into(), fig3),
+        ("fig4".into(), fig4),
+        ("fig5".into(), fig5),
+    ]
+}
+
+/// The report as a table: one line per point, then the targets.
+pub fn psmr_table(r: &PsmrReport) -> String {
+    let mut s = format!("{}\n", r.configuration);
+    s += &format!(
+        "{:<9} {:>12} {:>6} {:>10} {:>9} {:>9} {:>8} {:>9} {:>9}\n",
+        "series", "x", "value", "cmd/s", "mean ms", "p99 ms", "failed%", "fail ms", "pass ms"
+    );
+    for p in &r.points {
+        let l = psmr_of(p);
+        s += &format!(
+            "{:<9} {:>12} {:>6} {:>10.0} {:>9.2} {:>9.2} {:>8.1} {:>9.2} {:>9.2}\n",
+            p.series,
+            p.x_name,
+            p.x,
+            tp(p),
+            p.latency_ms_mean.unwrap_or(0.0),
+            p.result.latency_ms_p99,
+            100.0 * l.fail_rate(),
+            l.latency_ms_failed,
+            l.latency_ms_passed
+        );
+    }
+    s += "targets:\n";
+    for t in &r.targets {
+        s += &format!(
+            "  {} {}: {:.2} (required {}; {})\n",
+            if t.met { "MET    " } else { "NOT MET" },
+            t.what,
+            t.ratio,
+            t.required,
+            t.evidence
+        );
+    }
+    s
+}
+
+/// Write the report and its figures (`FILE-fig2.svg` to `FILE-fig5.svg`).
+pub fn write_psmr(r: &PsmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    }
+    framework::write_report(r, psmr_figures(r), json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny sweep end to end: every model runs, opt-PSMR checks commands (some
+    /// pass), P-SMR runs inserts and deletes in synchronous mode, the targets are
+    /// computed from the points, and the figures are written.
+    #[test]
+    fn a_tiny_sweep_runs_every_model_and_writes_its_figures() {
+        let o = PsmrOptions {
+            percents: vec![0, 100],
+            thread_counts: vec![1, 2],
+            fig3_clients: vec![10],
+            clients: 20,
+            threads: 2,
+            duration: Duration::from_millis(200),
+            preload: 2_000,
+            jobs: 2,
+            ..PsmrOptions::quick()
+        };
+        let r = psmr_sim(&o).unwrap();
+        assert_eq!(r.points.len(), 2 * 3 + 1 + 2 * 2);
+        for p in &r.points {
+            assert!(
+                tp(p) > 0.0,
+                "{} {} {}: no throughput",
+                p.series,
+                p.x_name,
+                p.x
+            );
+        }
+        let opt = find(&r.points, OPT, "dependent %", 100.0).unwrap();
+        let l = psmr_of(opt);
+        assert!(l.passed > 0, "opt-PSMR passed no check: {l:?}");
+        let psmr = psmr_of(find(&r.points, PSMR, "dependent %", 100.0).unwrap());
+        assert!(
+            psmr.synchronous > 0 && psmr.passed == 0 && psmr.failed == 0,
+            "{psmr:?}"
+        );
+        let smr = find(&r.points, SMR, "dependent %", 0.0).unwrap();
+        assert!(smr.sim.as_ref().unwrap().psmr.is_none());
+        assert!(r.targets.iter().any(|t| t.what.contains("2.4x")));
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_psmr(&r, &dir.path().join("psmr.json")).unwrap();
+        assert_eq!(files.len(), 1 + 4 * 2);
+    }
+}
