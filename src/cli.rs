@@ -1250,6 +1250,7 @@ fn refuse_partitioning_options(a: &ExperimentArgs) -> anyhow::Result<()> {
 fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     refuse_partitioning_options(&ExperimentArgs {
         batchers: 0,
+        multicast: false,
         ..a.clone()
     })?;
     if !a.sim {
@@ -1288,6 +1289,7 @@ fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     if a.batchers > 0 {
         o.batchers = a.batchers;
     }
+    o.multicast = a.multicast;
     o.progress = true;
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;

@@ -9,6 +9,7 @@
 //! | encode (frame + CRC) and decode (frame check + decode) of every message kind at a few sizes, a line fitted over the sizes | `partita_wire::to_frame`, `partita_types::frame::parse_frame`, `partita_types::decode` | `[codec.KIND]` (`Msg` kinds, `request`, `reply`, `refused`, `record`), `byte_in_ps`, `byte_out_ps` |
 //! | B+tree insert, delete, update, read, next, prev, and range queries of 1 to 1000 keys (a line over the keys returned) on a bulk-loaded tree of `--entries` entries, keys drawn as `partita bench` draws them | `BPlusTree::execute` (result and undo record included, as the replica runs it) | `btree_kind_ns`, `btree_query_entry_ps`, `btree_op_ns` |
 //! | a replica executing values of 64 updates, minus their B+tree work | `SequentialReplica::execute` | `command_ns` |
+//! | one signal between two threads: a spinning ping-pong over one atomic word (the handoff a P-SMR barrier between threads on cores of their own makes), half a round trip | `std::sync::atomic` | `psmr_signal_ns` |
 //! | each handler of an in-process cluster (3 acceptors, 2 replicas) by input kind, for both protocols | `NodeCore` (see `partita_sim::calibrate`) | `message_kind_ns`, `peer_message_ns`, `request_ns`, `tick_ns`, `persisted_ns`, `persisted_token_ns` |
 //! | the same cluster with a standalone batcher taking every command: the batcher's requests, the leader's batches (minus `request_ns` per command they carry) and the acknowledgements | `NodeCore` with a `Batcher` | `batcher_request_ns`, `message_kind_ns.forwardbatch`, `message_kind_ns.forwardack` |
 //! | the client-server server taking a request, minus execution | `NodeCore` in `Mode::Cs` | `cs_request_ns` |
@@ -481,6 +482,37 @@ fn iters_for(bytes: usize, quick: bool) -> usize {
 }
 
 /// Codec lines by kind: (encode, decode) fitted over the sample sizes.
+/// One signal between two threads, in ns: two threads pass a counter back and forth
+/// through one atomic word, each spinning until the other's write arrives; half a round
+/// trip is one signal. The median of 5 rounds of `round_trips` each.
+fn measure_signal(round_trips: u64) -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let mut rounds = Vec::new();
+    for _ in 0..5 {
+        let word = Arc::new(AtomicU64::new(0));
+        let other = word.clone();
+        let peer = std::thread::spawn(move || {
+            for i in 0..round_trips {
+                while other.load(Ordering::Acquire) != 2 * i + 1 {
+                    std::hint::spin_loop();
+                }
+                other.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        let start = std::time::Instant::now();
+        for i in 0..round_trips {
+            word.store(2 * i + 1, Ordering::Release);
+            while word.load(Ordering::Acquire) != 2 * i + 2 {
+                std::hint::spin_loop();
+            }
+        }
+        rounds.push(start.elapsed().as_nanos() as f64 / (2 * round_trips) as f64);
+        peer.join().expect("the signalling thread");
+    }
+    median(&mut rounds)
+}
+
 fn measure_codec(o: &Options) -> BTreeMap<String, CodecCost> {
     let rounds = o.rounds();
     let mut out = BTreeMap::new();
@@ -1192,6 +1224,15 @@ pub fn run(o: &Options, progress: bool) -> anyhow::Result<Calibration> {
     t.btree_op_ns = (point.iter().sum::<f64>() / point.len() as f64).round() as u64;
     t.command_ns = b.command_ns.round() as u64;
     let _ = b.query1000_ns;
+
+    say("a signal between two threads");
+    let signal = measure_signal(if o.quick { 20_000 } else { 200_000 });
+    row(
+        "threads (P-SMR synchronous mode)",
+        "one signal (spinning handoff)".into(),
+        format!("{signal:>9.1} ns"),
+    );
+    t.psmr_signal_ns = signal.round().max(1.0) as u64;
 
     say("node core handlers (in-process cluster, both protocols)");
     let (rounds, per_round) = if o.quick { (30, 300) } else { (300, 600) };

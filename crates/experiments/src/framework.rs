@@ -188,6 +188,8 @@ pub struct SimDriver {
     /// Where the cost table came from (a file, or the built-in defaults).
     pub cost_source: String,
     pub jobs: usize,
+    /// A what-if: IP multicast on the simulated LAN (a group send leaves a card once).
+    pub multicast: bool,
 }
 
 impl SimDriver {
@@ -200,6 +202,7 @@ impl SimDriver {
             durability: p.cluster.cluster.durability,
             cost: self.cost.clone(),
             seed: p.bench.seed,
+            multicast: self.multicast,
         };
         let spec = crate::experiment::SimPointSpec {
             series: p.series.clone(),

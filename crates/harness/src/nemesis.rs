@@ -472,10 +472,25 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
                 partita_checker::check_convergence(digests)
                     .map_err(|e| Failed::Violation(e.to_string()))?;
             }
+            // P-SMR: what the first replica's worker threads did (the run exercised
+            // them, or says it did not).
+            let psmr = reps.first().and_then(|r| {
+                let c = |name: &str| r.counters.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+                Some(format!(
+                    "; P-SMR at node {}: {} commands run by one thread, {} synchronous, \
+                     {} safety checks passed, {} failed",
+                    r.node,
+                    c("psmr_parallel")?,
+                    c("psmr_synchronous")?,
+                    c("psmr_checks_passed")?,
+                    c("psmr_checks_failed")?
+                ))
+            });
             return Ok(format!(
-                "{} replicas in {} partition(s) at instance {decided}",
+                "{} replicas in {} partition(s) at instance {decided}{}",
                 reps.len(),
-                by_partition.len()
+                by_partition.len(),
+                psmr.unwrap_or_default()
             ));
         }
         last = format!("{st:?}");

@@ -33,6 +33,10 @@ const NAMED: &[(&str, &str, &str)] = &[
     ("acceptor_votes", "acceptor_votes", "Votes cast by the acceptor, each for a durable value"),
     ("speculation_rolled_back", "speculation_rollbacks", "Speculatively executed commands rolled back"),
     ("checkpoints_saved", "checkpoints_saved", "Replica checkpoints written durably"),
+    ("psmr_parallel", "psmr_parallel_commands", "P-SMR: commands a worker thread ran alone"),
+    ("psmr_synchronous", "psmr_synchronous_commands", "P-SMR: g_all commands run with every worker thread stopped"),
+    ("psmr_checks_passed", "psmr_checks_passed", "opt-PSMR: safety checks passed (a thread ran an insert or delete alone)"),
+    ("psmr_checks_failed", "psmr_checks_failed", "opt-PSMR: safety checks failed (the client resubmitted conservatively)"),
     ("wal_no_space_stalls", "wal_no_space_stalls", "Times the WAL found the disk full"),
     ("inbox_full_waits", "inbox_full_waits", "Times a connection waited for room in the node's inbox"),
 ];

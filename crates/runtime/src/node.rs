@@ -370,6 +370,12 @@ impl Node {
                 counters.push(("speculation_confirmed".into(), st.speculation_confirmed));
                 counters.push(("speculation_rolled_back".into(), st.speculation_rolled_back));
             }
+            if self.cfg.execution.threads > 0 {
+                counters.push(("psmr_parallel".into(), st.psmr_parallel));
+                counters.push(("psmr_synchronous".into(), st.psmr_synchronous));
+                counters.push(("psmr_checks_passed".into(), st.psmr_passed));
+                counters.push(("psmr_checks_failed".into(), st.psmr_failed));
+            }
         }
         NodeStatus {
             node: self.id,

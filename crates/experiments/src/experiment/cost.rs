@@ -154,6 +154,7 @@ impl SimCostOptions {
             cost: self.cost.clone(),
             cost_source: self.cost_source.clone(),
             jobs: self.jobs,
+            multicast: false,
         }
     }
 
@@ -166,6 +167,7 @@ impl SimCostOptions {
             durability: self.durability,
             cost: self.cost.clone(),
             seed: self.seed,
+            multicast: false,
         }
     }
 

@@ -434,6 +434,8 @@ pub struct SimParams {
     pub durability: Durability,
     pub cost: CostTable,
     pub seed: u64,
+    /// A what-if: IP multicast on the simulated LAN.
+    pub multicast: bool,
 }
 
 /// Simulate one point.
@@ -447,6 +449,9 @@ pub fn sim_point(o: &SimParams, p: &SimPointSpec) -> anyhow::Result<Point> {
     spec.seed = o.seed;
     spec.cost = o.cost.clone();
     spec.fsync = o.durability == Durability::Fsync;
+    if let Some(nic) = spec.net.nic.as_mut() {
+        nic.multicast = o.multicast;
+    }
     if !cs && o.preload > 0 {
         spec.replica_image = Some(match p.workload {
             // Paper 002's tree: filled in random order (see `replica_image_shuffled`).

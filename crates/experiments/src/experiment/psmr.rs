@@ -40,6 +40,10 @@ pub struct PsmrOptions {
     /// Standalone batchers in front of the leader, so that ordering (one receive per
     /// client command at the coordinator otherwise) is not what bounds the replicas.
     pub batchers: u32,
+    /// A what-if: IP multicast on the simulated LAN (paper 002's Multi-Ring Paxos, like
+    /// paper 001's Ring Paxos, multicasts its values; the runtime sends a TCP copy per
+    /// receiver).
+    pub multicast: bool,
     /// Virtual time per point (10% trimmed at each end).
     pub duration: Duration,
     pub preload: u64,
@@ -61,6 +65,7 @@ impl PsmrOptions {
             fig3_clients: vec![25, 50, 100, 200, 400, 800],
             clients: 800,
             batchers: 4,
+            multicast: false,
             duration: Duration::from_secs(2),
             preload: 10_000_000,
             think_ms: 0,
@@ -92,6 +97,7 @@ impl PsmrOptions {
             cost: self.cost.clone(),
             cost_source: self.cost_source.clone(),
             jobs: self.jobs,
+            multicast: self.multicast,
         }
     }
 }
@@ -278,10 +284,10 @@ pub fn targets(points: &[Point], threads: usize) -> Vec<PsmrTarget> {
     if let (Some(p), Some(s)) = (at(PSMR, 0.0), at(SMR, 0.0)) {
         let ratio = tp(p) / tp(s).max(1e-9);
         v.push(PsmrTarget {
-            what: "P-SMR over SMR at 0% dependent".into(),
+            what: "P-SMR over SMR at 0% dependent (above it by more than run-to-run noise; the paper: \"largely outperforms\")".into(),
             ratio,
-            required: "> 1".into(),
-            met: ratio > 1.0,
+            required: "≥ 1.1".into(),
+            met: ratio >= 1.1,
             evidence: format!("{:.0} against {:.0} commands/s", tp(p), tp(s)),
         });
     }
@@ -305,13 +311,20 @@ pub fn targets(points: &[Point], threads: usize) -> Vec<PsmrTarget> {
                 cross.map_or("no mix".into(), |c| format!("{c}%"))
             ),
         });
-        if let Some(&c) = cross {
+        // Where the P-SMR/SMR ratio crosses 1, interpolated linearly between the last
+        // mix above it and the first below (the mixes are far apart).
+        let ratio_at = |x: f64| Some(tp(at(PSMR, x)?) / tp(at(SMR, x)?).max(1e-9));
+        let crossing = xs.windows(2).find_map(|w| {
+            let (a, b) = (ratio_at(w[0])?, ratio_at(w[1])?);
+            (a >= 1.0 && b < 1.0).then(|| w[0] + (a - 1.0) / (a - b) * (w[1] - w[0]))
+        });
+        if let Some(c) = crossing {
             v.push(PsmrTarget {
-                what: "the mix where P-SMR falls below SMR (the paper: slightly under 50%)".into(),
+                what: "the share of dependent commands where P-SMR falls below SMR, interpolated (the paper: slightly under 50%)".into(),
                 ratio: c,
                 required: "25 to 50 (%)".into(),
                 met: (25.0..=50.0).contains(&c),
-                evidence: format!("{c}% is the first measured mix with P-SMR below SMR"),
+                evidence: format!("P-SMR/SMR crosses 1 at about {c:.1}% between the measured mixes"),
             });
         }
     }
@@ -350,9 +363,14 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
     let measured = run_sim_sweep(&points(o), &driver, o.progress)?;
     let points = framework::points(measured);
     let configuration = format!(
-        "SIMULATED ({}); 3 acceptors, 2 replicas, {} batchers, Ring Paxos, fsync; {} threads (Figures 2-4); \
+        "SIMULATED{} ({}); 3 acceptors, 2 replicas, {} batchers, Ring Paxos, fsync; {} threads (Figures 2-4); \
          {} keys preloaded in random order; {} clients, think time 0..={} ms; {:.1} s virtual \
          runs; signal between threads {} ns",
+        if o.multicast {
+            " with IP multicast (what-if: group sends leave a card once)"
+        } else {
+            ""
+        },
         driver.machine(),
         o.batchers,
         o.threads,

@@ -306,6 +306,7 @@ impl SimSpecOptions {
             cost: self.cost.clone(),
             cost_source: self.cost_source.clone(),
             jobs: self.jobs,
+            multicast: false,
         }
     }
 
