@@ -316,9 +316,23 @@ fn cluster(
     partitions: u32,
     bugs: UnsafeBugs,
 ) -> (Cluster, Vec<NodeId>) {
+    cluster_with_threads(protocol, speculative, partitions, bugs, 0)
+}
+
+/// [`cluster`], its replicas running `threads` P-SMR worker threads (0: none) over the
+/// keys 0..=63.
+fn cluster_with_threads(
+    protocol: Protocol,
+    speculative: bool,
+    partitions: u32,
+    bugs: UnsafeBugs,
+    threads: usize,
+) -> (Cluster, Vec<NodeId>) {
     let replicas: Vec<NodeId> = (4..4 + PER as NodeId * partitions).collect();
     let mut setup = common::setup(protocol, &replicas);
     setup.speculative = speculative;
+    setup.psmr =
+        (threads > 0).then(|| partita_smr::ThreadLayout::new(threads, 63).expect("a valid layout"));
     setup.membership.batchers = vec![3, BATCHER];
     if partitions > 1 {
         setup.membership.partitions = PartitionLayout {
@@ -433,9 +447,26 @@ fn barrage(
 /// Only clients misbehave, among correct peers: every node survives any command, the
 /// replicas converge, and a well-formed command afterwards is answered.
 fn client_barrage(protocol: Protocol, speculative: bool, partitions: u32, seed: u64) {
-    let run =
-        format!("{protocol} (speculative {speculative}, {partitions} partitions, seed {seed})");
-    let (mut c, replicas) = cluster(protocol, speculative, partitions, UnsafeBugs::default());
+    client_barrage_threads(protocol, speculative, partitions, seed, 0)
+}
+
+fn client_barrage_threads(
+    protocol: Protocol,
+    speculative: bool,
+    partitions: u32,
+    seed: u64,
+    threads: usize,
+) {
+    let run = format!(
+        "{protocol} (speculative {speculative}, {partitions} partitions, {threads} threads, seed {seed})"
+    );
+    let (mut c, replicas) = cluster_with_threads(
+        protocol,
+        speculative,
+        partitions,
+        UnsafeBugs::default(),
+        threads,
+    );
     c.tick_until_leader(1, 25);
     let mut rng = Rng(seed);
     let members = members(&replicas);
@@ -594,5 +625,8 @@ fn nodes_survive_any_client_command() {
         client_barrage(Protocol::RingPaxos, true, 1, seed);
         client_barrage(Protocol::MultiPaxos, false, 1, seed);
         client_barrage(Protocol::RingPaxos, seed % 2 == 0, 2, seed);
+        // P-SMR replicas: commands name any thread mask (none, one of the threads, one
+        // beyond them, several, all bits).
+        client_barrage_threads(Protocol::RingPaxos, false, 1, seed, 3);
     }
 }

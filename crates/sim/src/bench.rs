@@ -275,6 +275,17 @@ pub fn partitioned_batch(rng: &mut impl Rng, keys: u64, partitions: u32) -> Op {
 pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
     let keys = keys.max(2);
     let key = |rng: &mut dyn rand::RngCore| rng.gen_range(0..keys);
+    // Half inserts, half deletes (the draws in the order they always were).
+    let insert_or_delete = |rng: &mut dyn rand::RngCore| {
+        if rng.gen_bool(0.5) {
+            Op::Insert {
+                key: key(rng),
+                value: rng.gen(),
+            }
+        } else {
+            Op::Delete { key: key(rng) }
+        }
+    };
     match w {
         Workload::PartitionedQuery {
             partitions,
@@ -288,16 +299,7 @@ pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
                 max: min + 999 * PRELOAD_STRIDE,
             }
         }
-        Workload::Update => {
-            if rng.gen_bool(0.5) {
-                Op::Insert {
-                    key: key(rng),
-                    value: rng.gen(),
-                }
-            } else {
-                Op::Delete { key: key(rng) }
-            }
-        }
+        Workload::Update => insert_or_delete(rng),
         Workload::Batch => Op::Batch(
             (0..7)
                 .map(|_| {
@@ -314,14 +316,7 @@ pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
         ),
         Workload::Dependent { percent } => {
             if rng.gen_range(0..100) < percent {
-                if rng.gen_bool(0.5) {
-                    Op::Insert {
-                        key: key(rng),
-                        value: rng.gen(),
-                    }
-                } else {
-                    Op::Delete { key: key(rng) }
-                }
+                insert_or_delete(rng)
             } else {
                 Op::Read { key: key(rng) }
             }

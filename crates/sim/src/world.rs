@@ -1072,21 +1072,12 @@ impl World {
             .unwrap_or_default();
         let mut work = Work {
             bytes_in,
-            btree_ops: executed.ops,
-            commands: executed.commands,
             forwarded_commands,
-            ..Work::default()
+            ..self.execution_work(&executed)
         };
         if let Some(c) = self.cost.codec_of(what) {
             work.codec_ns += c.decode(bytes_in);
             work.bytes_in = 0;
-        }
-        if self.cost.btree_by_kind() {
-            work.btree = Some(BtreeWork {
-                ops: executed.ops,
-                known: executed.by_kind,
-                query_entries: executed.query_entries,
-            });
         }
         let leader = self.nodes[ni].core.as_ref().and_then(|c| c.leader());
         let Some(emits) = self.prepare(id, leader, &mut out, &mut work) else {
@@ -1109,6 +1100,21 @@ impl World {
         n.busy = true;
         n.busy_ns += cost;
         self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
+    }
+
+    /// The work of executing commands (the replica's counters over one step), for
+    /// costing: B+tree operations (by kind where the table has kinds) and commands.
+    fn execution_work(&self, executed: &partita_smr::ExecutionWork) -> Work {
+        Work {
+            btree_ops: executed.ops,
+            commands: executed.commands,
+            btree: self.cost.btree_by_kind().then_some(BtreeWork {
+                ops: executed.ops,
+                known: executed.by_kind,
+                query_entries: executed.query_entries,
+            }),
+            ..Work::default()
+        }
     }
 
     /// Encode every output as the runtime would, decode it back, and account the work.
@@ -1475,18 +1481,7 @@ impl World {
                 ),
                 _ => Default::default(),
             };
-            let mut work = Work {
-                btree_ops: executed.ops,
-                commands: executed.commands,
-                ..Work::default()
-            };
-            if self.cost.btree_by_kind() {
-                work.btree = Some(BtreeWork {
-                    ops: executed.ops,
-                    known: executed.by_kind,
-                    query_entries: executed.query_entries,
-                });
-            }
+            let mut work = self.execution_work(&executed);
             let leader = core.leader();
             let Some(emits) = self.prepare(id, leader, &mut out, &mut work) else {
                 return;

@@ -293,21 +293,23 @@ pub fn sim_cs_cluster() -> ClusterConfig {
 
 type Image = (u64, u64, Arc<Vec<u8>>);
 static IMAGE: Mutex<Option<Image>> = Mutex::new(None);
+static SHUFFLED: Mutex<Option<Image>> = Mutex::new(None);
 
-/// The preloaded replica state (keys 0, 2, …, value = key) as a checkpoint of
-/// instance 0 of `cluster_id`: bulk-loaded once per process and size, then stamped
-/// with each replica's id as it boots.
-pub fn replica_image(entries: u64, cluster_id: u64) -> anyhow::Result<ReplicaImage> {
-    let mut cache = IMAGE.lock().expect("image cache lock");
+/// A replica checkpoint of instance 0 of `cluster_id` holding the tree `build` makes,
+/// built once per process, size and cluster (kept in `cache`), then stamped with each
+/// replica's id as it boots.
+fn cached_image(
+    cache: &Mutex<Option<Image>>,
+    entries: u64,
+    cluster_id: u64,
+    build: impl FnOnce() -> anyhow::Result<partita_btree::BPlusTree>,
+) -> anyhow::Result<ReplicaImage> {
+    let mut cache = cache.lock().expect("image cache lock");
     let bytes = match cache.as_ref() {
         Some((n, id, b)) if *n == entries && *id == cluster_id => b.clone(),
         _ => {
             *cache = None;
-            let tree = partita_btree::BPlusTree::bulk_load(
-                (0..entries).map(|i| (i * bench::PRELOAD_STRIDE, i * bench::PRELOAD_STRIDE)),
-            )
-            .map_err(|e| anyhow::anyhow!("bulk load: {e}"))?;
-            let mut r = partita_smr::SequentialReplica::new(0, tree);
+            let mut r = partita_smr::SequentialReplica::new(0, build()?);
             r.set_cluster_id(cluster_id);
             let b = Arc::new(r.checkpoint());
             *cache = Some((entries, cluster_id, b.clone()));
@@ -321,7 +323,17 @@ pub fn replica_image(entries: u64, cluster_id: u64) -> anyhow::Result<ReplicaIma
     })))
 }
 
-static SHUFFLED: Mutex<Option<Image>> = Mutex::new(None);
+/// The preloaded replica state (keys 0, 2, …, value = key) as a checkpoint of
+/// instance 0 of `cluster_id`: bulk-loaded once per process and size, then stamped
+/// with each replica's id as it boots.
+pub fn replica_image(entries: u64, cluster_id: u64) -> anyhow::Result<ReplicaImage> {
+    cached_image(&IMAGE, entries, cluster_id, || {
+        partita_btree::BPlusTree::bulk_load(
+            (0..entries).map(|i| (i * bench::PRELOAD_STRIDE, i * bench::PRELOAD_STRIDE)),
+        )
+        .map_err(|e| anyhow::anyhow!("bulk load: {e}"))
+    })
+}
 
 /// As [`replica_image`], but the tree filled by inserting the keys in a pseudo-random
 /// order (a fixed permutation), as a tree that grew by inserts is: leaves about 70%
@@ -329,39 +341,26 @@ static SHUFFLED: Mutex<Option<Image>> = Mutex::new(None);
 /// on the room left in leaves, so its fail rate depends on this (the reading aid's
 /// recommendation: "load in random order to reach a realistic fill").
 pub fn replica_image_shuffled(entries: u64, cluster_id: u64) -> anyhow::Result<ReplicaImage> {
-    let mut cache = SHUFFLED.lock().expect("image cache lock");
-    let bytes = match cache.as_ref() {
-        Some((n, id, b)) if *n == entries && *id == cluster_id => b.clone(),
-        _ => {
-            *cache = None;
-            let mut tree = partita_btree::BPlusTree::new();
-            // i -> i * P mod n is a permutation of 0..n for a prime P not dividing n.
-            const P: u64 = 1_000_000_007;
-            let n = entries.max(1);
-            let step = if n.is_multiple_of(P) { 1 } else { P % n };
-            let mut i = 0u64;
-            for _ in 0..entries {
-                let k = i * bench::PRELOAD_STRIDE;
-                tree.insert(k, k);
-                i = (i + step.max(1)) % n;
-            }
-            anyhow::ensure!(
-                tree.len() as u64 == entries,
-                "the shuffled preload inserted {} of {entries} keys",
-                tree.len()
-            );
-            let mut r = partita_smr::SequentialReplica::new(0, tree);
-            r.set_cluster_id(cluster_id);
-            let b = Arc::new(r.checkpoint());
-            *cache = Some((entries, cluster_id, b.clone()));
-            b
+    cached_image(&SHUFFLED, entries, cluster_id, || {
+        let mut tree = partita_btree::BPlusTree::new();
+        // i -> i + (P mod n), mod n, visits every i of 0..n: P is a prime that does not
+        // divide n, so P mod n and n are coprime.
+        const P: u64 = 1_000_000_007;
+        let n = entries.max(1);
+        let step = if n.is_multiple_of(P) { 1 } else { P % n };
+        let mut i = 0u64;
+        for _ in 0..entries {
+            let k = i * bench::PRELOAD_STRIDE;
+            tree.insert(k, k);
+            i = (i + step.max(1)) % n;
         }
-    };
-    Ok(ReplicaImage(Arc::new(move |id| {
-        let mut b = bytes.as_ref().clone();
-        partita_smr::restamp_checkpoint(&mut b, id).expect("a checkpoint this process wrote");
-        b
-    })))
+        anyhow::ensure!(
+            tree.len() as u64 == entries,
+            "the shuffled preload inserted {} of {entries} keys",
+            tree.len()
+        );
+        Ok(tree)
+    })
 }
 
 /// `partita bench`'s result for a simulated point (virtual time throughout).
