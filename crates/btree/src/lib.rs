@@ -19,7 +19,8 @@
 //!   per-node side table ([`NodeMeta`]), an optional log of structural changes, and the
 //!   nodes an insert would split ([`BPlusTree::predict_insert_splits`]).
 //! - **Digest and snapshots**: an O(1), shape-independent content digest and a
-//!   checksummed snapshot format restored by bulk loading.
+//!   checksummed snapshot format that keeps the tree's shape (restored node for node;
+//!   the older entries-only format is bulk-loaded).
 //!
 //! # Design
 //!

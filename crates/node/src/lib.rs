@@ -923,34 +923,35 @@ impl NodeCore {
         }
     }
 
+    /// Whether `interval_instances` passed since the last checkpoint and the driver is
+    /// not busy writing one.
+    fn checkpoint_due(&self) -> bool {
+        let interval = self.setup.checkpoint.interval_instances;
+        interval > 0
+            && self.setup.mode == Mode::Smr
+            && self.checkpoint_saving.is_none()
+            && self
+                .replica
+                .as_ref()
+                .is_some_and(|r| r.last_instance() >= self.checkpoint_instance() + interval)
+    }
+
     /// Whether a checkpoint is due and can be taken as soon as the worker threads
     /// finish what they hold.
     fn checkpoint_waits(&self) -> bool {
-        let interval = self.setup.checkpoint.interval_instances;
-        if interval == 0 || self.setup.mode != Mode::Smr || self.checkpoint_saving.is_some() {
-            return false;
-        }
-        self.replica.as_ref().is_some_and(|r| {
-            !r.quiescent() && r.last_instance() >= self.checkpoint_instance() + interval
-        })
+        self.checkpoint_due() && self.replica.as_ref().is_some_and(|r| !r.quiescent())
     }
 
     /// P-SMR: the values held back for a checkpoint go to the replica once it ran
-    /// everything before them (and the checkpoint is taken first).
+    /// everything before them (the checkpoint is taken first; a value that finds
+    /// another checkpoint waiting is held again, in order).
     fn release_held(&mut self) {
-        while !self.held.is_empty() && self.replica.as_ref().is_some_and(|r| r.quiescent()) {
-            self.maybe_checkpoint();
-            while let Some((instance, value)) = self.held.pop_front() {
-                if self.checkpoint_waits() {
-                    self.held.push_front((instance, value));
-                    break;
-                }
-                let r = self.replica.as_mut().expect("checked");
-                r.execute(instance, &value, &mut self.replies);
-                if self.inline_workers {
-                    self.drain_workers();
-                }
-            }
+        if self.held.is_empty() || !self.replica.as_ref().is_some_and(|r| r.quiescent()) {
+            return;
+        }
+        self.maybe_checkpoint();
+        for (instance, value) in std::mem::take(&mut self.held) {
+            self.deliver(instance, value);
         }
     }
 
@@ -991,18 +992,17 @@ impl NodeCore {
         self.flush_replies(out);
     }
 
-    /// Take a checkpoint if `interval_instances` passed since the last one and the
-    /// driver is not busy writing one.
+    /// Take a checkpoint if one is due ([`NodeCore::checkpoint_due`]) and every delivered
+    /// command ran (P-SMR worker threads hold nothing).
     fn maybe_checkpoint(&mut self) {
-        let interval = self.setup.checkpoint.interval_instances;
-        if interval == 0 || self.setup.mode != Mode::Smr || self.checkpoint_saving.is_some() {
+        if !self.checkpoint_due() {
             return;
         }
-        let after = self.checkpoint_instance() + interval;
-        let Some(r) = self.replica.as_mut() else {
-            return;
-        };
-        if r.last_instance() < after || !r.quiescent() {
+        let r = self
+            .replica
+            .as_mut()
+            .expect("a due checkpoint has a replica");
+        if !r.quiescent() {
             return;
         }
         // A checkpoint holds decided state only: set the speculated suffix aside and

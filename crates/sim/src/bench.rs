@@ -80,8 +80,9 @@ pub enum Workload {
     #[serde(rename = "partitioned-batch")]
     PartitionedBatch { partitions: u32 },
     /// P-SMR (paper 002 §V-E): `percent`% dependent commands (inserts and deletes, half
-    /// each, which CC-G sends to every thread), the others reads; keys uniform. By name
-    /// `dependent-P`.
+    /// each, which CC-G sends to every thread), the others reads; keys uniform. Parsed
+    /// from `dependent-P`; `partita experiment psmr` sweeps it (`--workload` of `partita
+    /// bench` offers the four base workloads only).
     Dependent { percent: u32 },
 }
 

@@ -1459,7 +1459,9 @@ impl World {
                 continue;
             }
             let (id, inc) = (n.id, n.inc);
-            let stats_before = core.replica().map(|r| r.stats().clone());
+            let before = core
+                .replica()
+                .map(|r| (r.stats().work, r.stats().psmr_synchronous));
             let mut out = std::mem::take(&mut self.out_buf);
             out.clear();
             let r = guarded(|| {
@@ -1474,10 +1476,10 @@ impl World {
                 return;
             }
             let core = self.nodes[ni].core.as_ref().expect("up");
-            let (executed, synchronous) = match (core.replica(), stats_before) {
-                (Some(r), Some(b)) => (
-                    r.stats().work.since(&b.work),
-                    r.stats().psmr_synchronous > b.psmr_synchronous,
+            let (executed, synchronous) = match (core.replica(), before) {
+                (Some(r), Some((work, sync))) => (
+                    r.stats().work.since(&work),
+                    r.stats().psmr_synchronous > sync,
                 ),
                 _ => Default::default(),
             };

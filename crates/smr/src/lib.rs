@@ -197,7 +197,7 @@ pub struct SequentialReplica<S: StateMachine> {
     /// [`SequentialReplica::set_deferred_speculation`]).
     deferred: bool,
     /// P-SMR: worker threads and the commands delivered to them, not yet run.
-    psmr: Option<Psmr>,
+    psmr: Option<Psmr<S::Command>>,
 }
 
 /// Who runs a command: anyone (sequential execution, or a g_all command in
@@ -218,10 +218,10 @@ enum Gate {
 /// queue at once. Commands of different threads never touch the same data (CC-G), or
 /// passed the safety check (OC-G), so any order the driver picks among runnable
 /// threads gives the same state and replies as executing in delivery order.
-struct Psmr {
+struct Psmr<C> {
     layout: ThreadLayout,
     /// Delivered commands not yet run, by delivery number.
-    items: BTreeMap<u64, PsmrItem>,
+    items: BTreeMap<u64, PsmrItem<C>>,
     /// Each thread's queue of delivery numbers, in order.
     queues: Vec<VecDeque<u64>>,
     next: u64,
@@ -247,12 +247,14 @@ struct Psmr {
     time_ms: u64,
 }
 
-struct PsmrItem {
+struct PsmrItem<C> {
     instance: Instance,
     /// The ordered time of its value.
     time_ms: u64,
     /// `None`: time moves to `time_ms` and may expire sessions (a g_all step of its own).
     cmd: Option<Command>,
+    /// The command decoded, if mapping it needed that (not decoded twice).
+    op: Option<C>,
     /// Who may run it: the one thread the command was mapped to (checked when it
     /// runs), or anyone (g_all).
     gate: Gate,
@@ -381,7 +383,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                 // The time of the value that ordered it, as the sequential replica
                 // sees it; then back to the newest.
                 self.sessions.set_time(item.time_ms);
-                self.run_command(item.instance, cmd, replies_out, None, item.gate);
+                self.run_command(item.instance, cmd, item.op, replies_out, None, item.gate);
                 self.sessions.set_time(now);
             }
             None => {
@@ -411,21 +413,29 @@ impl<S: StateMachine> SequentialReplica<S> {
     }
 
     /// The thread (or g_all, `None`) a delivered command is gated to: the one bit the
-    /// client proxy chose (checked when it runs), else the replica's own CC-G.
-    fn psmr_gate(&self, cmd: &Command) -> Option<usize> {
+    /// client proxy chose (checked when it runs), else the replica's own CC-G; and the
+    /// command decoded, when the mapping decoded it.
+    fn psmr_gate(&self, cmd: &Command) -> (Option<usize>, Option<S::Command>) {
         let p = self.psmr.as_ref().expect("P-SMR");
         if cmd.is_open() {
-            return None;
+            return (None, None);
         }
         if cmd.threads.count_ones() == 1 {
             let t = cmd.threads.trailing_zeros() as usize;
-            return (t < p.layout.threads).then_some(t);
+            return ((t < p.layout.threads).then_some(t), None);
         }
         if cmd.threads != 0 {
-            return None;
+            return (None, None);
         }
-        let op = S::decode_command(cmd.body.payload_for(self.partition)?).ok()?;
-        S::thread_group(&op, &p.layout, false).filter(|&t| t < p.layout.threads)
+        let Some(op) = cmd
+            .body
+            .payload_for(self.partition)
+            .and_then(|b| S::decode_command(b).ok())
+        else {
+            return (None, None);
+        };
+        let t = S::thread_group(&op, &p.layout, false).filter(|&t| t < p.layout.threads);
+        (t, Some(op))
     }
 
     /// Deliver a decided value to the worker threads. Its time comes first: where it
@@ -452,13 +462,14 @@ impl<S: StateMachine> SequentialReplica<S> {
                     instance,
                     time_ms: t,
                     cmd: None,
+                    op: None,
                     gate: Gate::Any,
                     thread: None,
                 },
             );
         }
         for cmd in &value.commands {
-            let gate = self.psmr_gate(cmd);
+            let (gate, op) = self.psmr_gate(cmd);
             let p = self.psmr.as_mut().expect("P-SMR");
             if cmd.is_open() {
                 p.opens_queued += 1;
@@ -485,6 +496,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                     instance,
                     time_ms: t,
                     cmd: Some(cmd.clone()),
+                    op,
                     gate: gate.map_or(Gate::Any, Gate::Thread),
                     thread,
                 },
@@ -847,16 +859,25 @@ impl<S: StateMachine> SequentialReplica<S> {
         );
         self.stats.sessions_expired += expired;
         for cmd in &value.commands {
-            self.run_command(instance, cmd, replies_out, log.as_deref_mut(), Gate::Any);
+            self.run_command(
+                instance,
+                cmd,
+                None,
+                replies_out,
+                log.as_deref_mut(),
+                Gate::Any,
+            );
         }
     }
 
-    /// Execute one command of instance `instance` (see [`SequentialReplica::run_value`]);
-    /// `gate` says which P-SMR worker thread runs it alone, if one does.
+    /// Execute one command of instance `instance` (see [`SequentialReplica::run_value`]),
+    /// `decoded` its payload if already decoded; `gate` says which P-SMR worker thread
+    /// runs it alone, if one does.
     fn run_command(
         &mut self,
         instance: Instance,
         cmd: &Command,
+        decoded: Option<S::Command>,
         replies_out: &mut Vec<Reply>,
         mut log: Option<&mut Speculation<S::Undo>>,
         gate: Gate,
@@ -896,7 +917,8 @@ impl<S: StateMachine> SequentialReplica<S> {
             }
             return;
         }
-        let op = match S::decode_command(payload)
+        let op = match decoded
+            .map_or_else(|| S::decode_command(payload), Ok)
             .map_err(|e| format!("a {} command that does not decode: {e}", S::NAME))
             .and_then(|op| S::check(&op).map(|()| op))
         {

@@ -139,61 +139,33 @@ pub fn points(o: &PsmrOptions) -> Vec<PointSpec> {
         progress: false,
         key_space: None,
     };
-    let point = |series: &str, x_name: &str, x: f64, cluster, bench| PointSpec {
-        series: series.into(),
-        x_name: x_name.into(),
-        x,
-        cluster,
-        bench,
-    };
+    // A point of a model (SMR with 0 threads; P-SMR; opt-PSMR when optimistic).
+    let point =
+        |(series, threads, optimistic): (&str, usize, bool), x_name: &str, x, bench| PointSpec {
+            series: series.into(),
+            x_name: x_name.into(),
+            x,
+            cluster: psmr_cluster(threads, optimistic, o.preload, o.batchers),
+            bench,
+        };
+    let (smr, psmr, opt) = (
+        (SMR, 0, false),
+        (PSMR, o.threads, false),
+        (OPT, o.threads, true),
+    );
     let mut v = Vec::new();
     for &p in &o.percents {
-        v.push(point(
-            SMR,
-            "dependent %",
-            p as f64,
-            psmr_cluster(0, false, o.preload, o.batchers),
-            load(p, o.clients),
-        ));
-        v.push(point(
-            PSMR,
-            "dependent %",
-            p as f64,
-            psmr_cluster(o.threads, false, o.preload, o.batchers),
-            load(p, o.clients),
-        ));
-        v.push(point(
-            OPT,
-            "dependent %",
-            p as f64,
-            psmr_cluster(o.threads, true, o.preload, o.batchers),
-            load(p, o.clients),
-        ));
+        for model in [smr, psmr, opt] {
+            v.push(point(model, "dependent %", p as f64, load(p, o.clients)));
+        }
     }
     for &c in &o.fig3_clients {
-        v.push(point(
-            OPT,
-            "clients",
-            c as f64,
-            psmr_cluster(o.threads, true, o.preload, o.batchers),
-            load(100, c),
-        ));
+        v.push(point(opt, "clients", c as f64, load(100, c)));
     }
     for &k in &o.thread_counts {
-        v.push(point(
-            PSMR,
-            "threads",
-            k as f64,
-            psmr_cluster(k, false, o.preload, o.batchers),
-            load(100, o.clients),
-        ));
-        v.push(point(
-            OPT,
-            "threads",
-            k as f64,
-            psmr_cluster(k, true, o.preload, o.batchers),
-            load(100, o.clients),
-        ));
+        for model in [(PSMR, k, false), (OPT, k, true)] {
+            v.push(point(model, "threads", k as f64, load(100, o.clients)));
+        }
     }
     v
 }
