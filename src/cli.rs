@@ -122,6 +122,9 @@ struct NemesisArgs {
     /// State partitioning: this many partitions of the nemesis's key space, 2 replicas each.
     #[arg(long, default_value_t = 1)]
     partitions: u32,
+    /// Multi-Ring Paxos: this many rings of 3 acceptors each.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
+    rings: u32,
     /// Milliseconds between faults.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
@@ -220,6 +223,10 @@ struct ExperimentArgs {
     /// spread over them and the leader receives batches of commands.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     batchers: u32,
+    /// The partitioning experiment: also 2 and 4 partitions on Multi-Ring Paxos (paper
+    /// 002), a ring of 3 acceptors per partition and one across them.
+    #[arg(long)]
+    rings: bool,
     /// Partitioning experiments: the coordinator's batching delay in ms (how long a value
     /// that is not full waits for more commands while instances are in flight).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
@@ -328,6 +335,13 @@ struct PartitionArgs {
     /// them to the leader (one message per batch instead of one per command).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     batchers: u32,
+    /// Multi-Ring Paxos (paper 002): order with this many rings, each with acceptors
+    /// of its own (as many as the first ring's), merged at every replica.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
+    rings: u32,
+    /// Multi-Ring Paxos: instances of each ring per round of the merge (M).
+    #[arg(long, default_value_t = 1, requires = "rings")]
+    ring_m: u64,
 }
 
 impl PartitionArgs {
@@ -343,8 +357,14 @@ impl PartitionArgs {
             )
             .map_err(|e| anyhow::anyhow!("--partitions: {e}"))?
         };
-        c.with_batchers(self.batchers)
-            .map_err(|e| anyhow::anyhow!("--batchers: {e}"))
+        let c = c
+            .with_batchers(self.batchers)
+            .map_err(|e| anyhow::anyhow!("--batchers: {e}"))?;
+        if self.rings == 0 {
+            return Ok(c);
+        }
+        c.with_multiring(self.rings, self.ring_m)
+            .map_err(|e| anyhow::anyhow!("--rings: {e}"))
     }
 }
 
@@ -1128,6 +1148,10 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         let c = c
             .with_partitions(a.partitions, 2, key_space)
             .and_then(|c| c.with_batchers(a.batchers))
+            .and_then(|c| match a.rings {
+                0 => Ok(c),
+                n => c.with_multiring(n, 1),
+            })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         // The same checks the nodes run on the file (e.g. speculation needs Ring Paxos).
         ClusterConfig::parse(&c.to_toml(), "the nemesis's cluster")?;
@@ -1477,6 +1501,15 @@ async fn partition_experiment(
     o.durability = a.durability;
     o.multicast = a.multicast;
     o.batchers = a.batchers;
+    if a.rings {
+        if e != ep::PartExperiment::Partitioning {
+            bail!("--rings applies to the partitioning experiment only");
+        }
+        if a.batchers > 0 {
+            bail!("--rings: Multi-Ring Paxos does not combine with batchers (yet)");
+        }
+        o.rings = true;
+    }
     if let Some(d) = a.batch_delay_ms {
         o.batch_delay_ms = d;
     }

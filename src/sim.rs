@@ -8,7 +8,7 @@
 
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
-use partita_sim::{BatcherChoice, EarlyRepliesChoice, PsmrChoice};
+use partita_sim::{BatcherChoice, EarlyRepliesChoice, PsmrChoice, RingsChoice};
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
     SpeculationChoice, UnsafeBugs,
@@ -62,11 +62,17 @@ pub struct SimArgs {
     /// With --threads: clients map commands optimistically (opt-PSMR).
     #[arg(long, requires = "threads")]
     optimistic: bool,
+    /// Multi-Ring Paxos (paper 002): N rings in every seed (0: one stream; a
+    /// partitioned seed takes a ring per partition and one across them), with
+    /// speculation, P-SMR and batchers off. Default: a third of the seeds without
+    /// those draw 2 or 3 rings.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=8))]
+    rings: Option<u32>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
     /// unconfirmed-replies, independent-partitions, expired-sessions-reopen,
-    /// psmr-no-barrier, psmr-check-passes.
+    /// psmr-no-barrier, psmr-check-passes, merge-order.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -204,6 +210,10 @@ impl SimArgs {
                     optimistic: self.optimistic,
                 },
                 None => PsmrChoice::Swarm,
+            },
+            rings: match self.rings {
+                Some(n) => RingsChoice::Fixed(n),
+                None => RingsChoice::Swarm,
             },
             bugs,
             faults,

@@ -118,6 +118,17 @@ async fn faults_together_on_a_speculative_partitioned_cluster_with_batchers() {
     );
 }
 
+/// Multi-Ring Paxos (paper 002): two rings of three acceptors each, merged at both
+/// replicas; ring 1's coordinator killed and paused, an acceptor and a replica killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_ring_paxos_survives_every_fault() {
+    let tweak = |c: ClusterConfig| c.with_multiring(2, 1).expect("a valid cluster");
+    let r = run_tweaked(Protocol::RingPaxos, Fault::ALL.to_vec(), 12, &[], 1, tweak).await;
+    assert!(r.passed(), "{r}");
+    let kinds: std::collections::BTreeSet<_> = r.injected.iter().map(|i| i.fault).collect();
+    assert_eq!(kinds.len(), 4, "not every fault was injected: {r}");
+}
+
 /// Control: replicas that lose acknowledged writes must fail the nemesis's checks,
 /// and fail them with a violation the linearizability check found (every fifth
 /// acknowledged mutation is undone at every replica alike, so the replicas still

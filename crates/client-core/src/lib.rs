@@ -85,6 +85,32 @@ pub struct Topology {
     /// it). Without it, or not optimistic, commands leave the mapping to the replicas
     /// (CC-G).
     pub psmr: Option<PsmrClient>,
+    /// Multi-Ring Paxos (paper 002): each ring's groups (partitions, one bit each) and
+    /// acceptors, its initial coordinator first. A command enters at the ring that
+    /// carries all its groups with the fewest (among equals, by client id: the rule
+    /// the nodes use), at its coordinator, and after timeouts at its other acceptors;
+    /// empty: commands enter at `entries`.
+    pub rings: Vec<(u64, Vec<NodeId>)>,
+}
+
+/// Multi-Ring Paxos: where `cmd` enters (see [`Topology::rings`]) after `timeouts`
+/// timeouts; `None` without rings, with batchers, or when no ring carries its groups
+/// (the entry node refuses it with the reason).
+fn ring_entry(t: &Topology, cmd: &Command, timeouts: u64) -> Option<NodeId> {
+    if t.rings.is_empty() || t.batchers {
+        return None;
+    }
+    let groups = cmd.body.groups();
+    let carriers = || t.rings.iter().filter(|(g, _)| g & groups == groups);
+    let fewest = carriers().map(|(g, _)| g.count_ones()).min()?;
+    let best: Vec<&Vec<NodeId>> = carriers()
+        .filter(|(g, _)| g.count_ones() == fewest)
+        .map(|(_, a)| a)
+        .collect();
+    let acceptors = best[(cmd.client % best.len() as u64) as usize];
+    acceptors
+        .get((timeouts % acceptors.len().max(1) as u64) as usize)
+        .copied()
 }
 
 /// A client's P-SMR settings ([`Topology::psmr`]).
@@ -550,7 +576,7 @@ impl<S: StateMachine> ClientCore<S> {
             let to = if read_direct && !o.opening && S::is_read_only(&o.cmd) {
                 replica
             } else {
-                entry
+                ring_entry(&self.topology, &o.envelope, self.timeouts).unwrap_or(entry)
             };
             out.push(Action::Send {
                 to,
@@ -561,8 +587,8 @@ impl<S: StateMachine> ClientCore<S> {
         o.deadline_ns = now + timeout_ns * u64::from(partita_types::timeout_backoff(o.sends - 1));
     }
 
-    /// After a timeout: the next entry node of the rotation and, every second time,
-    /// the next replica.
+    /// After a timeout: the next entry node of the rotation (and the next acceptor of
+    /// each ring) and, every second time, the next replica.
     fn rotate(&mut self) {
         self.timeouts += 1;
         let e = &self.topology.entries;

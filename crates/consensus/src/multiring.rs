@@ -41,15 +41,20 @@ pub enum RingItem<V> {
     Value(V),
     /// A skip: `n` logical instances (at least 1), nothing delivered.
     Skip(u64),
+    /// A skip to logical position `t` of the ring (what a coordinator proposes: its
+    /// clock times λ): as many logical instances as the ring is short of `t`, none if
+    /// it is there already. Nothing delivered.
+    SkipTo(u64),
 }
 
 impl RingItem<std::sync::Arc<crate::Value>> {
-    /// What a decided value of a ring is in the merge: a skip instance covers its
-    /// count, any other value (a no-op included) is one instance, delivered.
+    /// What a decided value of a ring is in the merge: a skip instance moves the ring
+    /// to the logical position it names, any other value (a no-op included) is one
+    /// instance, delivered.
     pub fn of(value: std::sync::Arc<crate::Value>) -> Self {
         match value.skip {
             0 => RingItem::Value(value),
-            n => RingItem::Skip(n),
+            t => RingItem::SkipTo(t),
         }
     }
 }
@@ -64,8 +69,9 @@ pub struct MergePosition {
     /// Logical instances left in that ring's turn.
     pub left: u64,
     /// Per subscribed ring (ascending): the next consensus instance the merge expects
-    /// from it, and the logical instances still to skip of a skip taken in part.
-    pub rings: Vec<(RingId, Instance, u64)>,
+    /// from it, the logical instances still to skip of a skip taken in part, and the
+    /// ring's logical position after the instances before the next one.
+    pub rings: Vec<(RingId, Instance, u64, u64)>,
 }
 
 /// Counters of a merge.
@@ -86,6 +92,11 @@ struct RingQueue<V> {
     head: Instance,
     /// Logical instances still to skip from a skip taken in part (already popped).
     carried_skip: u64,
+    /// The ring's logical position after every instance before `head`, and after
+    /// every instance pushed.
+    logical_head: u64,
+    logical_push: u64,
+    /// Values and relative skips (`Skip(0)`: a skip to where the ring was already).
     queue: VecDeque<RingItem<V>>,
 }
 
@@ -131,7 +142,7 @@ impl<V> RingMerge<V> {
             round: 0,
             turn: 0,
             left: m,
-            rings: ids.iter().map(|&r| (r, 1, 0)).collect(),
+            rings: ids.iter().map(|&r| (r, 1, 0, 0)).collect(),
         };
         Ok(Self::resume(pos, m).expect("a fresh position is valid"))
     }
@@ -185,11 +196,13 @@ impl<V> RingMerge<V> {
             rings: pos
                 .rings
                 .iter()
-                .map(|&(id, next, carried)| RingQueue {
+                .map(|&(id, next, carried, logical)| RingQueue {
                     id,
                     next_push: next,
                     head: next,
                     carried_skip: carried,
+                    logical_head: logical,
+                    logical_push: logical,
                     queue: VecDeque::new(),
                 })
                 .collect(),
@@ -211,7 +224,7 @@ impl<V> RingMerge<V> {
             rings: self
                 .rings
                 .iter()
-                .map(|r| (r.id, r.head, r.carried_skip))
+                .map(|r| (r.id, r.head, r.carried_skip, r.logical_head))
                 .collect(),
         }
     }
@@ -231,6 +244,13 @@ impl<V> RingMerge<V> {
             .iter()
             .find(|r| r.id == ring)
             .map_or(0, |r| r.queue.len())
+    }
+
+    /// Whether any ring's queue holds a value (not only skips) not merged yet.
+    pub fn holds_values(&self) -> bool {
+        self.rings
+            .iter()
+            .any(|r| r.queue.iter().any(|i| matches!(i, RingItem::Value(_))))
     }
 
     /// The next consensus instance `ring` must push (what its learner delivers next).
@@ -265,9 +285,22 @@ impl<V> RingMerge<V> {
                 got: instance,
             });
         }
-        if matches!(item, RingItem::Skip(0)) {
-            return Err(PushError::EmptySkip(ring));
-        }
+        let item = match item {
+            RingItem::Skip(0) => return Err(PushError::EmptySkip(ring)),
+            RingItem::Skip(n) => {
+                r.logical_push = r.logical_push.saturating_add(n);
+                RingItem::Skip(n)
+            }
+            RingItem::SkipTo(t) => {
+                let n = t.saturating_sub(r.logical_push);
+                r.logical_push += n;
+                RingItem::Skip(n)
+            }
+            RingItem::Value(v) => {
+                r.logical_push = r.logical_push.saturating_add(1);
+                RingItem::Value(v)
+            }
+        };
         r.queue.push_back(item);
         r.next_push += 1;
         Ok(())
@@ -301,6 +334,9 @@ impl<V> RingMerge<V> {
     /// the way.
     pub fn pop(&mut self) -> Option<(RingId, Instance, V)> {
         loop {
+            if self.turn == 0 && self.left == self.m {
+                self.skip_whole_rounds();
+            }
             let i = self.turn_index();
             let left = self.left;
             let r = &mut self.rings[i];
@@ -317,19 +353,106 @@ impl<V> RingMerge<V> {
             match item {
                 RingItem::Value(v) => {
                     let id = r.id;
+                    r.logical_head += 1;
                     self.stats.values_delivered += 1;
                     self.consume(1);
                     return Some((id, instance, v));
                 }
+                RingItem::Skip(0) => self.stats.skips_consumed += 1,
                 RingItem::Skip(n) => {
+                    r.logical_head = r.logical_head.saturating_add(n);
                     let now = n.min(left);
                     r.carried_skip = n - now;
                     self.stats.skips_consumed += 1;
                     self.stats.logical_skipped = self.stats.logical_skipped.saturating_add(now);
                     self.consume(now);
                 }
+                RingItem::SkipTo(_) => unreachable!("pushes turn SkipTo into Skip"),
             }
         }
+    }
+
+    /// Move the merge to `pos` (a checkpoint's, restored by state transfer), which must
+    /// name the same rings. Items already queued at or past the new heads stay queued
+    /// (the rings' learners need not deliver them again); a ring whose new head lies
+    /// past everything pushed expects its next push there. Returns, per ring, the
+    /// consensus instance its learner must deliver next. Refused (nothing changed) when
+    /// `pos` names other rings, is no position of this `M`, or lies behind the merge.
+    pub fn advance_to(&mut self, pos: &MergePosition) -> Result<Vec<(RingId, Instance)>, String> {
+        let ids: Vec<RingId> = pos.rings.iter().map(|r| r.0).collect();
+        if !ids.iter().copied().eq(self.rings()) {
+            return Err(format!(
+                "a position of rings {ids:?}, this merge subscribes to {:?}",
+                self.rings().collect::<Vec<_>>()
+            ));
+        }
+        if pos.turn >= ids.len() || pos.left == 0 || pos.left > self.m {
+            return Err("not a position of this merge's M".into());
+        }
+        if pos
+            .rings
+            .iter()
+            .zip(&self.rings)
+            .any(|(&(_, head, _, _), r)| head < r.head)
+        {
+            return Err("a position behind the merge".into());
+        }
+        for (&(_, head, carried, logical), r) in pos.rings.iter().zip(self.rings.iter_mut()) {
+            if head >= r.next_push {
+                r.queue.clear();
+                r.next_push = head;
+                r.logical_push = logical;
+            } else {
+                let drop = (head - r.head) as usize;
+                r.queue.drain(..drop);
+            }
+            r.head = head;
+            r.carried_skip = carried;
+            r.logical_head = logical;
+        }
+        self.round = pos.round;
+        self.turn = pos.turn;
+        self.left = pos.left;
+        Ok(self.rings.iter().map(|r| (r.id, r.next_push)).collect())
+    }
+
+    /// At a round's start: take every ring's next skips (they come before anything
+    /// else of the ring), and pass the whole rounds that every ring skips at once, so
+    /// that skips of millions of logical instances (a ring's first skip names its
+    /// clock times λ) cost as little as small ones.
+    fn skip_whole_rounds(&mut self) {
+        for r in &mut self.rings {
+            while r.carried_skip == 0 {
+                match r.queue.front() {
+                    Some(RingItem::Skip(n)) => {
+                        let n = *n;
+                        r.queue.pop_front();
+                        r.head += 1;
+                        r.logical_head = r.logical_head.saturating_add(n);
+                        r.carried_skip = n;
+                        self.stats.skips_consumed += 1;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let k = self
+            .rings
+            .iter()
+            .map(|r| r.carried_skip / self.m)
+            .min()
+            .unwrap_or(0);
+        if k == 0 {
+            return;
+        }
+        for r in &mut self.rings {
+            r.carried_skip -= k * self.m;
+        }
+        self.round += k;
+        self.stats.logical_skipped = self
+            .stats
+            .logical_skipped
+            .saturating_add(k * self.m * self.rings.len() as u64);
     }
 
     /// Invariants: the position is one of these rings and `M`; heads and pushes agree.
@@ -472,6 +595,82 @@ mod tests {
         out
     }
 
+    /// Skips to a position (what coordinators propose: λ times their clock) cover
+    /// what the ring is short of, a skip behind the ring's position covers nothing,
+    /// and rounds that every ring skips pass at once, whatever their number.
+    #[test]
+    fn skips_to_positions_and_whole_rounds_at_once() {
+        let big = 1_000_000_000_000u64;
+        let mut m = RingMerge::<u64>::new(&[1, 2], 1).unwrap();
+        m.push(1, 1, RingItem::SkipTo(big)).unwrap();
+        m.push(1, 2, RingItem::Value(10)).unwrap();
+        m.push(2, 1, RingItem::Value(20)).unwrap();
+        m.push(2, 2, RingItem::SkipTo(big)).unwrap();
+        m.push(2, 3, RingItem::SkipTo(5)).unwrap();
+        m.push(2, 4, RingItem::Value(21)).unwrap();
+        assert_eq!(drain(&mut m), vec![(2, 20), (1, 10), (2, 21)]);
+        let pos = m.position();
+        assert_eq!(pos.round, big + 1);
+        assert_eq!(pos.rings, vec![(1, 3, 0, big + 1), (2, 5, 0, big + 1)]);
+        assert_eq!(
+            m.stats().skips_consumed,
+            3,
+            "the skip behind the ring counts too"
+        );
+    }
+
+    /// A merge moved to a later position (state transfer) continues exactly as one
+    /// that merged everything up to there, keeping what was queued past it.
+    #[test]
+    fn advance_to_continues_like_a_merge_that_got_there() {
+        let feed = |m: &mut RingMerge<u64>, upto: u64| {
+            for i in 1..=upto {
+                m.push(1, i, RingItem::Value(100 + i)).unwrap();
+                let item = if i % 3 == 0 {
+                    RingItem::Skip(4)
+                } else {
+                    RingItem::Value(200 + i)
+                };
+                m.push(2, i, item).unwrap();
+            }
+        };
+        let mut whole = RingMerge::<u64>::new(&[1, 2], 2).unwrap();
+        feed(&mut whole, 12);
+        let mut first = Vec::new();
+        for _ in 0..7 {
+            first.push(whole.pop().unwrap());
+        }
+        let pos = whole.position();
+        let rest = drain(&mut whole);
+        // A lagging merge that holds fewer items than the position needs.
+        let mut lagging = RingMerge::<u64>::new(&[1, 2], 2).unwrap();
+        feed(&mut lagging, 2);
+        let next = lagging.advance_to(&pos).unwrap();
+        assert_eq!(
+            next,
+            pos.rings.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()
+        );
+        for i in 1..=12 {
+            lagging.push(1, i, RingItem::Value(100 + i)).unwrap();
+            let item = if i % 3 == 0 {
+                RingItem::Skip(4)
+            } else {
+                RingItem::Value(200 + i)
+            };
+            lagging.push(2, i, item).unwrap();
+        }
+        assert_eq!(drain(&mut lagging), rest);
+        // A merge that queued past the position keeps its queue.
+        let mut ahead = RingMerge::<u64>::new(&[1, 2], 2).unwrap();
+        feed(&mut ahead, 12);
+        ahead.advance_to(&pos).unwrap();
+        assert_eq!(drain(&mut ahead), rest);
+        // Behind or foreign positions are refused.
+        assert!(ahead.advance_to(&pos).is_err(), "behind the merge");
+        let mut other = RingMerge::<u64>::new(&[1, 3], 2).unwrap();
+        assert!(other.advance_to(&pos).is_err(), "other rings");
+    }
+
     /// Round-robin, M per ring per round, ascending ring order, and the merge waits
     /// for the ring whose turn it is.
     #[test]
@@ -563,7 +762,7 @@ mod tests {
             round: 0,
             turn: 3,
             left: 1,
-            rings: vec![(1, 1, 0)],
+            rings: vec![(1, 1, 0, 0)],
         };
         assert_eq!(
             RingMerge::<u64>::resume(bad, 1).unwrap_err().field,
@@ -579,13 +778,13 @@ mod tests {
             seq: 1,
         };
         let skip = std::sync::Arc::new(Value::skip(vid, 40));
-        assert_eq!(RingItem::of(skip), RingItem::Skip(40));
+        assert_eq!(RingItem::of(skip), RingItem::SkipTo(40));
         let noop = std::sync::Arc::new(Value::new(vid, Vec::new()));
         assert_eq!(RingItem::of(noop.clone()), RingItem::Value(noop));
         assert_eq!(
             Value::skip(vid, 0).skip,
             1,
-            "a skip covers at least one instance"
+            "a skip names a position of at least 1"
         );
     }
 
@@ -676,7 +875,7 @@ mod tests {
                 let mine: Vec<u64> = one.iter().filter(|(r, _)| *r == id).map(|(_, v)| *v).collect();
                 let values: Vec<u64> = stream.iter().filter_map(|it| match it {
                     RingItem::Value(v) => Some(*v),
-                    RingItem::Skip(_) => None,
+                    RingItem::Skip(_) | RingItem::SkipTo(_) => None,
                 }).collect();
                 prop_assert!(values.starts_with(&mine));
             }

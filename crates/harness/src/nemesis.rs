@@ -443,6 +443,7 @@ pub async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>
 pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
     let t0 = Instant::now();
     let mut last = String::new();
+    let mut previous = None;
     while t0.elapsed() < limit {
         let st = statuses(cluster, Duration::from_secs(1)).await;
         let reps: Vec<&NodeStatus> = st
@@ -450,11 +451,24 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
             .filter_map(|(_, s)| s.as_ref())
             .filter(|s| s.executed_up_to.is_some())
             .collect();
-        let decided = st
-            .iter()
-            .filter_map(|(_, s)| s.as_ref()?.decided_up_to)
-            .max()
-            .unwrap_or(0);
+        let decided = if cluster.multiring.is_some() {
+            // Multi-Ring Paxos: no one stream's decided prefix to catch up with (idle
+            // rings keep skipping); the replicas agree once they all stand at the
+            // furthest merged position, twice in a row.
+            let furthest = reps.iter().filter_map(|r| r.executed_up_to).max();
+            let steady = furthest.is_some() && furthest == previous;
+            previous = furthest;
+            if steady {
+                furthest.unwrap_or(0)
+            } else {
+                u64::MAX
+            }
+        } else {
+            st.iter()
+                .filter_map(|(_, s)| s.as_ref()?.decided_up_to)
+                .max()
+                .unwrap_or(0)
+        };
         if reps.len() == cluster.executors().len()
             && reps.iter().all(|r| r.executed_up_to == Some(decided))
         {

@@ -51,9 +51,11 @@
 //! suffix. The checkpoint includes the reply cache, so exactly-once holds across
 //! restarts and state transfers.
 
+pub mod multiring;
 pub mod ordering;
 mod transfer;
 
+pub use multiring::{MultiRingOrdering, MultiRingSetup, RingSpec};
 pub use ordering::{AtomicMulticast, PaxosOrdering};
 pub use transfer::CHUNK_BYTES_MAX;
 
@@ -108,6 +110,9 @@ pub struct NodeSetup {
     /// P-SMR (paper 002, cluster file `[execution] threads`): the replica's worker
     /// threads over the service's key space. `None`: sequential execution.
     pub psmr: Option<partita_smr::ThreadLayout>,
+    /// Multi-Ring Paxos (paper 002, cluster file `[multiring]`): the rings, `M` and the
+    /// skip rule. `None`: one Ring Paxos or Multi-Paxos stream.
+    pub multiring: Option<MultiRingSetup>,
 }
 
 /// Replica checkpoints and state transfer (cluster file `[storage]`).
@@ -250,10 +255,14 @@ pub struct UnsafeBugs {
     /// opt-PSMR: the safety check always passes (a thread changes the shared tree's
     /// shape while the others run).
     pub psmr_check_passes: bool,
+    /// Multi-Ring Paxos: replicas with odd node ids merge their rings in descending
+    /// order (the others ascending), so replicas of one partition disagree on the order
+    /// of commands from different rings.
+    pub merge_order: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -268,6 +277,7 @@ impl UnsafeBugs {
         "expired-sessions-reopen",
         "psmr-no-barrier",
         "psmr-check-passes",
+        "merge-order",
     ];
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
@@ -287,6 +297,7 @@ impl UnsafeBugs {
             "expired-sessions-reopen" => self.expired_sessions_reopen = true,
             "psmr-no-barrier" => self.psmr_no_barrier = true,
             "psmr-check-passes" => self.psmr_check_passes = true,
+            "merge-order" => self.merge_order = true,
             _ => {
                 return Err(format!(
                     "unknown unsafe bug `{name}` (known: {})",
@@ -358,6 +369,12 @@ pub struct NodeCore {
     /// The newest checkpoint this replica holds (its own or restored from a peer),
     /// served to peers: (instance, bytes, CRC32C trailer).
     checkpoint: Option<(Instance, CheckpointBytes, u32)>,
+    /// The ordering's position stored in `checkpoint` (its ordering section).
+    checkpoint_position: Vec<u8>,
+    /// ... in the checkpoint the driver is writing.
+    saving_position: Vec<u8>,
+    /// ... in the newest durable checkpoint (what acceptors are told).
+    durable_position: Vec<u8>,
     /// The checkpoint the driver is writing, if any.
     checkpoint_saving: Option<Instance>,
     /// Highest checkpoint handed to the driver.
@@ -423,7 +440,8 @@ impl NodeCore {
                     .into());
                 }
                 let replica = setup.service.restore(&bytes, setup.cluster_id, id)?;
-                Some((replica, info, bytes))
+                let position = partita_smr::checkpoint_ordering(&bytes, &info).to_vec();
+                Some((replica, info, bytes, position))
             }
         };
         let mut core = NodeCore {
@@ -438,6 +456,9 @@ impl NodeCore {
             bugs,
             replies: Vec::new(),
             checkpoint: None,
+            checkpoint_position: Vec::new(),
+            saving_position: Vec::new(),
+            durable_position: Vec::new(),
             checkpoint_saving: None,
             checkpoint_handed: 0,
             checkpoint_durable: 0,
@@ -454,9 +475,13 @@ impl NodeCore {
             Mode::Cs => core.replica = Some(setup.service.fresh(id)),
             Mode::Smr => {
                 let mut next_deliver = 1;
+                let mut position = Vec::new();
                 if setup.replica {
                     let replica = match restored {
-                        Some((replica, info, bytes)) => {
+                        Some((replica, info, bytes, pos)) => {
+                            core.checkpoint_position = pos.clone();
+                            core.durable_position = pos.clone();
+                            position = pos;
                             // From the driver's disk: durable, and ours to serve.
                             core.checkpoint = Some((
                                 info.instance,
@@ -472,13 +497,27 @@ impl NodeCore {
                     };
                     core.replica = Some(replica);
                 }
-                core.ordering = Some(Box::new(PaxosOrdering::new(
-                    &setup,
-                    recovered,
-                    next_deliver,
-                    &core.bugs,
-                    &mut start,
-                )));
+                core.ordering = Some(match &setup.multiring {
+                    None => Box::new(PaxosOrdering::new(
+                        &setup,
+                        recovered,
+                        next_deliver,
+                        &core.bugs,
+                        &mut start,
+                    )),
+                    Some(rings) => Box::new(
+                        MultiRingOrdering::new(
+                            &setup,
+                            rings,
+                            recovered,
+                            next_deliver,
+                            &position,
+                            &core.bugs,
+                            &mut start,
+                        )
+                        .map_err(RecoverError::Config)?,
+                    ),
+                });
             }
         }
         if let Some(r) = core.replica.take() {
@@ -532,6 +571,13 @@ impl NodeCore {
 
     pub fn elector(&self) -> Option<&Elector> {
         self.paxos().and_then(|p| p.elector())
+    }
+
+    /// Multi-Ring Paxos, when this node runs it (for status and tests).
+    pub fn multiring(&self) -> Option<&MultiRingOrdering> {
+        self.ordering
+            .as_ref()
+            .and_then(|o| o.as_any().downcast_ref::<MultiRingOrdering>())
     }
 
     pub fn id(&self) -> NodeId {
@@ -736,8 +782,10 @@ impl NodeCore {
         );
         self.count("checkpoints_saved");
         let mut actions = Vec::new();
+        let position = std::mem::take(&mut self.saving_position);
         if instance > self.checkpoint_durable {
             self.checkpoint_durable = instance;
+            self.durable_position = position;
             self.announce_checkpoint(&mut actions);
         }
         self.run(actions, out);
@@ -757,13 +805,8 @@ impl NodeCore {
 
     fn announce_checkpoint(&mut self, actions: &mut Outbox) {
         self.last_announce_tick = self.tick;
-        for &a in &self.setup.membership.acceptors {
-            actions.push(Action::Send {
-                to: a,
-                msg: Msg::Checkpointed {
-                    instance: self.checkpoint_durable,
-                },
-            });
+        if let Some(o) = self.ordering.as_mut() {
+            o.announce_checkpoint(self.checkpoint_durable, &self.durable_position, actions);
         }
     }
 
@@ -1012,7 +1055,18 @@ impl NodeCore {
         if speculated > 0 {
             r.rollback_speculation();
         }
-        let bytes = r.checkpoint();
+        // The ordering's position goes with it: every value it delivered ran (nothing
+        // is held back when the ordering has a position to keep; see `deliver`).
+        let position = self
+            .ordering
+            .as_ref()
+            .map(|o| o.position())
+            .unwrap_or_default();
+        assert!(
+            position.is_empty() || self.held.is_empty(),
+            "a checkpoint with an ordering position and values held back"
+        );
+        let bytes = r.checkpoint(&position);
         if speculated > 0 {
             r.respeculate(speculated);
         }
@@ -1020,6 +1074,7 @@ impl NodeCore {
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
         self.count("checkpoints_taken");
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
+        self.checkpoint_position = position;
     }
 
     /// Hand the newest checkpoint to the driver if it has not seen it and is idle.
@@ -1035,6 +1090,7 @@ impl NodeCore {
         }
         self.checkpoint_saving = Some(*instance);
         self.checkpoint_handed = *instance;
+        self.saving_position = self.checkpoint_position.clone();
         out.push(Output::SaveCheckpoint {
             instance: *instance,
             bytes: bytes.clone(),
@@ -1189,8 +1245,8 @@ impl NodeCore {
     /// Every chunk arrived: restore, skip the learner past the checkpoint, keep the
     /// checkpoint as our own (re-stamped with our node id) and save it.
     fn finish_transfer(&mut self, actions: &mut Outbox) {
-        let t = self.transfer.take().expect("a transfer to finish");
-        let mut bytes = t.buf;
+        let mut t = self.transfer.take().expect("a transfer to finish");
+        let mut bytes = std::mem::take(&mut t.buf);
         let restored = self
             .setup
             .service
@@ -1198,17 +1254,22 @@ impl NodeCore {
         let Ok(r) = restored else {
             // A valid checksum but refused contents: a peer of another cluster, or a
             // bug. Try another replica after a timeout.
-            self.count("state_transfer_refused");
-            let mut again = Transfer::new(t.min_instance, t.peer, self.tick);
-            again.peers_tried = t.peers_tried;
-            self.transfer = Some(again);
-            self.switch_transfer_peer(actions, false);
+            self.retry_transfer(&t, "state_transfer_refused", actions);
             return;
         };
         let instance = r.last_instance();
         let current = self.replica.as_ref().map_or(0, |r| r.last_instance());
         if instance <= current {
             self.count("state_transfer_obsolete");
+            return;
+        }
+        let position = partita_smr::verify_checkpoint(&bytes)
+            .map(|info| partita_smr::checkpoint_ordering(&bytes, &info).to_vec())
+            .unwrap_or_default();
+        if let Some(Err(_)) = self.ordering.as_ref().map(|o| o.check_position(&position)) {
+            // A checkpoint of this cluster whose ordering position this node cannot
+            // take (another ring layout): try another replica.
+            self.retry_transfer(&t, "state_transfer_refused_position", actions);
             return;
         }
         partita_smr::restamp_checkpoint(&mut bytes, self.setup.id)
@@ -1219,8 +1280,19 @@ impl NodeCore {
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
         self.count("state_transfers_completed");
         if let Some(o) = self.ordering.as_mut() {
-            o.skip_to(instance + 1, actions);
+            o.skip_to(instance + 1, &position, actions);
         }
+        self.checkpoint_position = position;
+    }
+
+    /// A transferred checkpoint was refused (`why`, counted): start over with another
+    /// replica after a timeout.
+    fn retry_transfer(&mut self, t: &Transfer, why: &'static str, actions: &mut Outbox) {
+        self.count(why);
+        let mut again = Transfer::new(t.min_instance, t.peer, self.tick);
+        again.peers_tried = t.peers_tried;
+        self.transfer = Some(again);
+        self.switch_transfer_peer(actions, false);
     }
 
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
@@ -1349,6 +1421,7 @@ mod tests {
             early_replies: false,
             speculative: false,
             psmr: None,
+            multiring: None,
         }
     }
 

@@ -46,9 +46,23 @@ pub trait AtomicMulticast: Send {
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox);
     /// The last position delivered (`None`: this node delivers nothing).
     fn delivered_up_to(&self) -> Option<Instance>;
+    /// Where the delivery stream stands beyond its position number (stored in every
+    /// checkpoint, opaque to the node core; empty for one stream).
+    fn position(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    /// Whether `position` (from a peer's checkpoint) is one [`AtomicMulticast::skip_to`]
+    /// can take.
+    fn check_position(&self, _position: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
     /// Deliver from position `next` on: a checkpoint restored by state transfer covers
-    /// everything below.
-    fn skip_to(&mut self, next: Instance, out: &mut Outbox);
+    /// everything below; `position` is its ordering section.
+    fn skip_to(&mut self, next: Instance, position: &[u8], out: &mut Outbox);
+    /// The replica's newest durable checkpoint covers everything up to `instance`
+    /// (`position`: its ordering section): tell the acceptors, which truncate their
+    /// logs below what a majority of replicas hold.
+    fn announce_checkpoint(&mut self, instance: Instance, position: &[u8], out: &mut Outbox);
     /// The node this one believes leads (`None`: no leader in this protocol's sense).
     fn leader(&self) -> Option<NodeId>;
     /// Counters of dropped and handled messages, by reason.
@@ -184,6 +198,10 @@ impl PaxosOrdering {
     }
     pub fn batcher(&self) -> Option<&Batcher> {
         self.batcher.as_ref()
+    }
+    /// The learners of this ordering's membership.
+    pub fn setup_learners(&self) -> &[NodeId] {
+        &self.setup.membership.learners
     }
 
     fn count(&mut self, what: &'static str) {
@@ -477,8 +495,9 @@ impl AtomicMulticast for PaxosOrdering {
                     handled = true;
                 }
             }
-            // State transfer is the replica's business, not the ordering's.
-            Msg::CheckpointRequest { .. } | Msg::CheckpointChunk { .. } => {}
+            // State transfer is the replica's business, not the ordering's; ring
+            // envelopes are Multi-Ring Paxos's.
+            Msg::CheckpointRequest { .. } | Msg::CheckpointChunk { .. } | Msg::OnRing { .. } => {}
         }
         if self
             .coordinator
@@ -529,9 +548,18 @@ impl AtomicMulticast for PaxosOrdering {
         self.learner.as_ref().map(|l| l.delivered_up_to())
     }
 
-    fn skip_to(&mut self, next: Instance, out: &mut Outbox) {
+    fn skip_to(&mut self, next: Instance, _position: &[u8], out: &mut Outbox) {
         if let Some(l) = self.learner.as_mut() {
             l.skip_to(next, out);
+        }
+    }
+
+    fn announce_checkpoint(&mut self, instance: Instance, _position: &[u8], out: &mut Outbox) {
+        for &a in &self.setup.membership.acceptors {
+            out.push(Action::Send {
+                to: a,
+                msg: Msg::Checkpointed { instance },
+            });
         }
     }
 

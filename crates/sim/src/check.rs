@@ -143,7 +143,10 @@ pub fn fingerprint(v: &Value) -> u64 {
 /// carries the same commands.
 #[derive(Default)]
 pub struct Agreement {
-    decided: BTreeMap<Instance, (Vid, NodeId)>,
+    /// Per ring (0: the one stream without Multi-Ring Paxos) and instance.
+    decided: BTreeMap<(u32, Instance), (Vid, NodeId)>,
+    /// The ring of the message being observed.
+    ring: u32,
     /// Fingerprint per value id, of the whole value (`None`) and, with state
     /// partitioning, of each partition's part (`Some(p)`).
     values: BTreeMap<(Vid, Option<PartitionId>), (u64, NodeId)>,
@@ -156,14 +159,14 @@ pub struct Agreement {
 impl Agreement {
     fn decision(&mut self, from: NodeId, i: Instance, vid: Vid) -> Result<(), String> {
         self.decisions_seen += 1;
-        match self.decided.get(&i) {
+        match self.decided.get(&(self.ring, i)) {
             Some(&(old, by)) if old != vid => Err(format!(
-                "instance {i} decided twice: value {}/{} announced by node {by}, then value {}/{} announced by node {from}",
-                old.ballot, old.seq, vid.ballot, vid.seq
+                "ring {} instance {i} decided twice: value {}/{} announced by node {by}, then value {}/{} announced by node {from}",
+                self.ring, old.ballot, old.seq, vid.ballot, vid.seq
             )),
             Some(_) => Ok(()),
             None => {
-                self.decided.insert(i, (vid, from));
+                self.decided.insert((self.ring, i), (vid, from));
                 Ok(())
             }
         }
@@ -221,6 +224,13 @@ impl Agreement {
 
     /// Look at one message sent by `from` to `to`.
     pub fn observe(&mut self, from: NodeId, to: NodeId, msg: &Msg) -> Result<(), String> {
+        if let Msg::OnRing { ring, msg } = msg {
+            // Multi-Ring Paxos: every ring numbers its instances from 1.
+            self.ring = *ring + 1;
+            let r = self.observe(from, to, msg);
+            self.ring = 0;
+            return r;
+        }
         match msg {
             Msg::Phase2A {
                 value,

@@ -447,6 +447,7 @@ mod tests {
             layout: PartitionLayout::default(),
             session_lease_ms: None,
             psmr: None,
+            rings: Vec::new(),
         };
         SimClient::new(0, 1, topology, 4, params(), ops, ClientBugs::default())
     }

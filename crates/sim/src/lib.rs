@@ -97,12 +97,12 @@ pub use cpu::CostTable;
 pub use partita_node::UnsafeBugs;
 pub use report::SeedReport;
 pub use swarm::EarlyRepliesChoice;
-pub use swarm::PsmrChoice;
 pub use swarm::{
     draw, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedParams, SimOptions,
     SpeculationChoice,
 };
 pub use swarm::{BatcherChoice, Batchers};
+pub use swarm::{PsmrChoice, RingsChoice};
 
 /// Run one seed: draw its parameters, simulate, check.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {

@@ -137,6 +137,20 @@ pub enum PsmrChoice {
     Fixed { threads: usize, optimistic: bool },
 }
 
+/// Whether a seed is ordered by Multi-Ring Paxos (paper 002 §V-B, `[multiring]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RingsChoice {
+    /// Each seed without speculation, P-SMR or batchers draws it from its own random
+    /// stream: a third of them run 2 or 3 rings (partitioned: a ring per partition and
+    /// one across them).
+    Swarm,
+    /// Every seed runs this many rings (0: one stream; partitioned: a ring per
+    /// partition and one across them); speculation, P-SMR and batchers are off on such
+    /// seeds.
+    Fixed(u32),
+}
+
 /// How many partitions (paper 001 §III-C) a seed's state is cut into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -230,6 +244,8 @@ pub struct SimOptions {
     pub session_lease_ms: Option<u64>,
     /// P-SMR worker threads.
     pub psmr: PsmrChoice,
+    /// Multi-Ring Paxos.
+    pub rings: RingsChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -283,6 +299,9 @@ impl SimOptions {
                 f += " --optimistic";
             }
         }
+        if let RingsChoice::Fixed(n) = self.rings {
+            f += &format!(" --rings {n}");
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -318,6 +337,7 @@ impl Default for SimOptions {
             batchers: BatcherChoice::Swarm,
             session_lease_ms: None,
             psmr: PsmrChoice::Swarm,
+            rings: RingsChoice::Swarm,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -381,6 +401,11 @@ pub struct SeedParams {
     /// seeds without speculation or partitioning.
     pub psmr_threads: usize,
     pub psmr_optimistic: bool,
+    /// Multi-Ring Paxos: rings (0: one stream; partitioned: one per partition, plus
+    /// one across them), `M`, and Δ of the skip rule.
+    pub rings: u32,
+    pub ring_m: u64,
+    pub ring_delta_ms: u64,
     pub acceptors: usize,
     pub replicas: usize,
     pub window_instances_max: usize,
@@ -435,6 +460,7 @@ impl SeedParams {
         }
         c.partitioning.partitions = self.partitions;
         c.partitioning.key_space = self.key_space;
+        c.multiring = None;
         let acceptors = self.acceptors;
         let replicas = self.replicas;
         let partitions = self.partitions as usize;
@@ -473,6 +499,15 @@ impl SeedParams {
                 }
             }
         }
+        if self.rings > 0 {
+            // Ring acceptors after every other node (the clocks drawn for them last).
+            c = c
+                .with_multiring(self.rings, self.ring_m)
+                .unwrap_or_else(|e| panic!("the simulator's rings: {e}"));
+            if let Some(mr) = c.multiring.as_mut() {
+                mr.delta_ms = self.ring_delta_ms;
+            }
+        }
         // Round-trip through the cluster-file parser so that a simulated cluster is
         // always one the real loader accepts.
         ClusterConfig::parse(&c.to_toml(), "simulated cluster")
@@ -501,6 +536,7 @@ pub const STREAM_BATCHER_INTERVAL: u64 = 11;
 pub const STREAM_VALUE_INTERVAL: u64 = 12;
 pub const STREAM_SESSIONS: u64 = 13;
 pub const STREAM_PSMR: u64 = 14;
+pub const STREAM_RINGS: u64 = 15;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -732,6 +768,52 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     } else {
         client
     };
+    // Multi-Ring Paxos: its own stream, so that seeds without it run as they did
+    // before. Fixed rings turn off what does not combine with them.
+    let mut rrng = stream(seed, STREAM_RINGS);
+    let ring_draw = rrng.gen_bool(1.0 / 3.0);
+    let (rings, ring_m, ring_delta_ms) = {
+        let m = rrng.gen_range(1..=3u64);
+        let delta = rrng.gen_range(1..=5u64);
+        let per_partition_or = |n: u32| if partitions > 1 { partitions } else { n };
+        match opts.rings {
+            RingsChoice::Swarm
+                if ring_draw && !speculative && psmr_threads == 0 && batchers == Batchers::None =>
+            {
+                (per_partition_or(rrng.gen_range(2..=3)), m, delta)
+            }
+            RingsChoice::Fixed(n) if n > 0 => (per_partition_or(n), m, delta),
+            _ => (0, 1, 5),
+        }
+    };
+    let fixed_rings = rings > 0 && matches!(opts.rings, RingsChoice::Fixed(_));
+    let (speculative, early_replies, batchers, batcher_interval_ms) = if fixed_rings {
+        (false, false, Batchers::None, 0)
+    } else {
+        (speculative, early_replies, batchers, batcher_interval_ms)
+    };
+    let (psmr_threads, psmr_optimistic) = if rings > 0 {
+        (0, false)
+    } else {
+        (psmr_threads, psmr_optimistic)
+    };
+    if rings > 0 {
+        // A clock for every acceptor of the rings after the first. Ring coordinators
+        // pace their skips by their own clocks, so a ring whose clock runs fast gets
+        // ahead in the merge and its values wait longer and longer (the paper's and
+        // URingPaxos's rate rule assumes clocks that run at one rate): acceptors'
+        // clocks here differ in rate by at most 20 ppm, as real clocks do, not by the
+        // swarm's percent.
+        let total = if partitions > 1 { rings + 1 } else { rings };
+        clock_skew.truncate(acceptors + replicas);
+        clock_skew.extend(std::iter::repeat_n(0.0, (total as usize - 1) * acceptors));
+        for (i, s) in clock_skew.iter_mut().enumerate() {
+            let acceptor = i < acceptors || i >= acceptors + replicas;
+            if acceptor {
+                *s = rrng.gen_range(-20e-6..=20e-6);
+            }
+        }
+    }
     let safety_ops = opts.ops * 3 / 4;
     let bug_names = UnsafeBugs::NAMES
         .iter()
@@ -751,6 +833,9 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         session_lease_ms,
         psmr_threads,
         psmr_optimistic,
+        rings,
+        ring_m,
+        ring_delta_ms,
         acceptors,
         replicas,
         window_instances_max,
@@ -830,7 +915,13 @@ mod tests {
             };
             assert_eq!(p.protocol, expect);
             let c = p.cluster();
-            assert_eq!(c.membership().acceptors.len(), p.acceptors);
+            // Multi-Ring Paxos: every ring has acceptors of its own.
+            let rings = match p.rings {
+                0 => 1,
+                n if p.partitions > 1 => n as usize + 1,
+                n => n as usize,
+            };
+            assert_eq!(c.membership().acceptors.len(), p.acceptors * rings);
             assert_eq!(c.executors().len(), p.replicas);
             assert_eq!(c.entry_node(), 1);
         }
@@ -934,6 +1025,10 @@ mod tests {
             && p.cluster().coordinator_config().value_interval_ticks == p.value_interval_ms));
         for seed in 0..40 {
             let swarm = draw(seed, &o);
+            if swarm.rings > 0 {
+                // Batchers turn rings off, and with them the rings' clocks.
+                continue;
+            }
             let forced = draw(
                 seed,
                 &SimOptions {

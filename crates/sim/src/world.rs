@@ -384,6 +384,10 @@ impl World {
             session_lease_ms: cluster.sessions.lease_ms,
             psmr_threads: cluster.execution.threads,
             psmr_optimistic: cluster.execution.optimistic,
+            // The bench world runs the spec's cluster file as it is (rings included).
+            rings: 0,
+            ring_m: 1,
+            ring_delta_ms: 5,
             batchers: {
                 let m = cluster.membership();
                 match m.standalone_batchers().count() {
@@ -1041,17 +1045,24 @@ impl World {
         }
         // A learner drops a decision that contradicts one it knows (it does not die of
         // a faulty peer); in the simulator every peer is correct, so that is a bug.
-        let conflicts = self.nodes[ni]
-            .core
-            .as_ref()
-            .and_then(|c| c.learner())
-            .and_then(|l| {
-                l.drops()
-                    .0
-                    .get(partita_consensus::CONFLICTING_DECISION)
-                    .copied()
-            })
-            .unwrap_or(0);
+        let conflicting = |l: &partita_consensus::Learner| {
+            l.drops()
+                .0
+                .get(partita_consensus::CONFLICTING_DECISION)
+                .copied()
+                .unwrap_or(0)
+        };
+        let conflicts = match self.nodes[ni].core.as_ref() {
+            None => 0,
+            Some(c) => match c.multiring() {
+                Some(mr) => mr
+                    .rings()
+                    .filter_map(|(_, o)| o.learner())
+                    .map(conflicting)
+                    .sum(),
+                None => c.learner().map_or(0, conflicting),
+            },
+        };
         if conflicts > 0 {
             self.fail(
                 Check::Agreement,
@@ -1938,6 +1949,9 @@ impl World {
 
     /// Every client done, nothing left to order, every replica caught up.
     fn quiescent(&self) -> bool {
+        if let Some(rings) = self.nodes.first().and_then(|n| n.setup.multiring.clone()) {
+            return self.quiescent_multiring(&rings);
+        }
         let Some(c) = self.coordinator().and_then(|c| c.coordinator()) else {
             return false;
         };
@@ -1950,6 +1964,45 @@ impl World {
                 c.learner().is_some_and(|l| l.delivered_up_to() == decided) && c.quiescent()
             })
         })
+    }
+
+    /// Multi-Ring Paxos: every ring led, with no client command queued or in flight
+    /// (idle rings keep proposing skips, so learners are rarely all at what their
+    /// leader decided), no merge holding a value back, and every replica at one
+    /// merged position.
+    fn quiescent_multiring(&self, rings: &partita_node::MultiRingSetup) -> bool {
+        for spec in &rings.rings {
+            let leader = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.core.as_ref())
+                .filter_map(|c| c.multiring()?.ring(spec.id)?.coordinator())
+                .max_by_key(|k| k.ballot());
+            let Some(c) = leader else {
+                return false;
+            };
+            if c.in_flight_commands() > 0 || c.pending_commands() > 0 {
+                return false;
+            }
+        }
+        let mut at: BTreeMap<u32, Instance> = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| n.replica) {
+            let Some(c) = n.core.as_ref() else {
+                return false;
+            };
+            let Some(mr) = c.multiring() else {
+                return false;
+            };
+            if mr.merge().is_some_and(|m| m.holds_values()) || !c.quiescent() {
+                return false;
+            }
+            // Every replica merges every ring: one sequence, whatever its partition.
+            let last = c.replica().map_or(0, |r| r.last_instance());
+            if *at.entry(0).or_insert(last) != last {
+                return false;
+            }
+        }
+        true
     }
 
     /// Why the run is not done: for the liveness failure.
@@ -2002,6 +2055,36 @@ impl World {
                 None => "down".to_string(),
                 Some(core) => {
                     let mut s = String::new();
+                    if let Some(mr) = core.multiring() {
+                        for (id, o) in mr.rings() {
+                            if let Some(l) = o.learner() {
+                                s += &format!("ring {id}: delivered {}; ", l.delivered_up_to());
+                            }
+                            if let Some(c) = o.coordinator() {
+                                s += &format!(
+                                    "ring {id}: leads {}, decided {}, {} in flight, {} pending, {} skipped as truncated, {} skips; ",
+                                    c.ballot(),
+                                    c.decided_up_to(),
+                                    c.in_flight(),
+                                    c.pending_commands(),
+                                    c.stats().instances_skipped,
+                                    c.stats().skips_proposed
+                                );
+                            }
+                        }
+                        if let Some(m) = mr.merge() {
+                            s += &format!("merge at {:?}; ", m.position());
+                        }
+                        let drops: Vec<String> = core
+                            .counters()
+                            .iter()
+                            .filter(|(k, _)| k.starts_with("dropped"))
+                            .map(|(k, v)| format!("{k} {v}"))
+                            .collect();
+                        if !drops.is_empty() {
+                            s += &format!("drops: {}; ", drops.join(", "));
+                        }
+                    }
                     if let Some(l) = core.learner() {
                         s += &format!(
                             "delivered up to {} (knows {} decided)",

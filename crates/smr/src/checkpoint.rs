@@ -9,7 +9,8 @@
 //! it, so that a checkpoint found in the wrong data directory is refused instead of
 //! silently adopted. Replica statistics are not part of it.
 //!
-//! Layout, little endian (`HEADER_BYTES` = 88 bytes of header):
+//! Layout, little endian (`HEADER_BYTES` = 96 bytes of header; version 3, which
+//! had no ordering section, 88 bytes, is still read):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
@@ -25,7 +26,9 @@
 //! | 64 | 8 | bytes of the service section |
 //! | 72 | 8 | the service: [`service_id`] of its name (a checkpoint of one service is never restored into another) |
 //! | 80 | 8 | ordered time (ms) of the last value executed (session leases continue from it) |
-//! | 88 | … | sessions: per client, in client order, `len:u32 \| codec(Session)` (with the reply to its last mutation) |
+//! | 88 | 8 | bytes of the ordering section |
+//! | 96 | … | sessions: per client, in client order, `len:u32 \| codec(Session)` (with the reply to its last mutation) |
+//! | … | … | ordering: where the ordering layer's delivery stream stands at the instance, opaque here (Multi-Ring Paxos: the merge position; empty for one stream) |
 //! | … | … | service state: its [`StateMachine::snapshot`] |
 //! | end − 4 | 4 | CRC32C of every byte before it |
 //!
@@ -47,8 +50,20 @@ use partita_types::{ClientId, Instance, NodeId};
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
 /// The only format version this build reads and writes (2: any service, named in the
 /// header; 3: client sessions with their lease times instead of a bare reply cache).
-pub const CHECKPOINT_VERSION: u32 = 3;
-const HEADER_BYTES: usize = 88;
+pub const CHECKPOINT_VERSION: u32 = 4;
+const HEADER_BYTES: usize = 96;
+/// The previous format (no ordering section), still restored.
+const CHECKPOINT_VERSION_3: u32 = 3;
+const HEADER_BYTES_3: usize = 88;
+
+/// The header size of a format version this build reads.
+fn header_bytes(version: u32) -> Result<usize, CheckpointError> {
+    match version {
+        CHECKPOINT_VERSION => Ok(HEADER_BYTES),
+        CHECKPOINT_VERSION_3 => Ok(HEADER_BYTES_3),
+        v => Err(CheckpointError::Version(v)),
+    }
+}
 
 /// The id a checkpoint stores for a service: 64-bit FNV-1a of its name.
 pub fn service_id(name: &str) -> u64 {
@@ -75,6 +90,9 @@ pub struct CheckpointInfo {
     pub time_ms: u64,
     /// Size of the whole checkpoint.
     pub bytes: u64,
+    /// Where the ordering section lies (`start..end` of the bytes; empty in version
+    /// 3): see [`checkpoint_ordering`].
+    pub ordering: std::ops::Range<usize>,
     /// The CRC32C trailer (also the checksum state transfer announces).
     pub crc32c: u32,
 }
@@ -86,7 +104,7 @@ pub enum CheckpointError {
     Truncated(usize),
     #[error("not a Partita checkpoint (bad magic)")]
     Magic,
-    #[error("checkpoint format version {0} is not the supported version {CHECKPOINT_VERSION}")]
+    #[error("checkpoint format version {0} is not one this build reads ({CHECKPOINT_VERSION_3} or {CHECKPOINT_VERSION})")]
     Version(u32),
     #[error("checkpoint of {actual} bytes, its header implies {expected}")]
     Length { expected: u64, actual: u64 },
@@ -142,21 +160,27 @@ pub fn verify_checkpoint(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
 /// Parse the header and check that the section lengths add up to `bytes.len()`,
 /// without verifying the checksum (cheap: for a first look at a file's identity).
 pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError> {
-    if bytes.len() < HEADER_BYTES + TRAILER_BYTES {
+    if bytes.len() < HEADER_BYTES_3 + TRAILER_BYTES {
         return Err(CheckpointError::Truncated(bytes.len()));
     }
     if bytes[..8] != CHECKPOINT_MAGIC {
         return Err(CheckpointError::Magic);
     }
-    let version = u32_at(bytes, 8);
-    if version != CHECKPOINT_VERSION {
-        return Err(CheckpointError::Version(version));
+    let header = header_bytes(u32_at(bytes, 8))?;
+    if bytes.len() < header + TRAILER_BYTES {
+        return Err(CheckpointError::Truncated(bytes.len()));
     }
     let replies_bytes = u64_at(bytes, 56);
     let tree_bytes = u64_at(bytes, 64);
+    let ordering_bytes = if header == HEADER_BYTES {
+        u64_at(bytes, 88)
+    } else {
+        0
+    };
     let expected = replies_bytes
         .checked_add(tree_bytes)
-        .and_then(|b| b.checked_add((HEADER_BYTES + TRAILER_BYTES) as u64));
+        .and_then(|b| b.checked_add(ordering_bytes))
+        .and_then(|b| b.checked_add((header + TRAILER_BYTES) as u64));
     if expected != Some(bytes.len() as u64) {
         return Err(CheckpointError::Length {
             expected: expected.unwrap_or(u64::MAX),
@@ -174,6 +198,11 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
         time_ms: u64_at(bytes, 80),
         bytes: bytes.len() as u64,
         crc32c: u32_at(bytes, bytes.len() - TRAILER_BYTES),
+        // In bounds: the section lengths add up to the size (checked above).
+        ordering: {
+            let start = header + replies_bytes as usize;
+            start..start + ordering_bytes as usize
+        },
     })
 }
 
@@ -187,11 +216,14 @@ pub fn checkpoint_identity(prefix: &[u8]) -> Result<(u64, NodeId, Instance), Che
     if prefix[..8] != CHECKPOINT_MAGIC {
         return Err(CheckpointError::Magic);
     }
-    let version = u32_at(prefix, 8);
-    if version != CHECKPOINT_VERSION {
-        return Err(CheckpointError::Version(version));
-    }
+    header_bytes(u32_at(prefix, 8))?;
     Ok((u64_at(prefix, 16), u32_at(prefix, 12), u64_at(prefix, 24)))
+}
+
+/// The ordering section of a checkpoint that [`verify_checkpoint`] accepted (what
+/// [`SequentialReplica::checkpoint_with`] was given; empty in version 3).
+pub fn checkpoint_ordering<'a>(bytes: &'a [u8], info: &CheckpointInfo) -> &'a [u8] {
+    &bytes[info.ordering.clone()]
 }
 
 /// Bytes [`checkpoint_identity`] needs.
@@ -215,6 +247,12 @@ impl<S: StateMachine> SequentialReplica<S> {
     /// Panics while instances are speculated: a checkpoint holds decided state only
     /// (roll the speculation back first, see [`SequentialReplica::rollback_speculation`]).
     pub fn checkpoint(&self) -> Vec<u8> {
+        self.checkpoint_with(&[])
+    }
+
+    /// [`SequentialReplica::checkpoint`] with the ordering layer's position at this
+    /// instance (opaque here; [`checkpoint_ordering`] reads it back).
+    pub fn checkpoint_with(&self, ordering: &[u8]) -> Vec<u8> {
         assert_eq!(
             self.speculated(),
             0,
@@ -237,7 +275,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         // header and the reply cache in front.
         let mut out = self.state().snapshot();
         let tree_bytes = out.len();
-        let front = HEADER_BYTES + replies.len();
+        let front = HEADER_BYTES + replies.len() + ordering.len();
         let total = front + tree_bytes + TRAILER_BYTES;
         out.resize(total, 0);
         out.copy_within(0..tree_bytes, front);
@@ -254,9 +292,12 @@ impl<S: StateMachine> SequentialReplica<S> {
         header.extend_from_slice(&(tree_bytes as u64).to_le_bytes());
         header.extend_from_slice(&service_id(S::NAME).to_le_bytes());
         header.extend_from_slice(&self.sessions().now_ms().to_le_bytes());
+        header.extend_from_slice(&(ordering.len() as u64).to_le_bytes());
         assert_eq!(header.len(), HEADER_BYTES);
         out[..HEADER_BYTES].copy_from_slice(&header);
-        out[HEADER_BYTES..front].copy_from_slice(&replies);
+        let replies_end = HEADER_BYTES + replies.len();
+        out[HEADER_BYTES..replies_end].copy_from_slice(&replies);
+        out[replies_end..front].copy_from_slice(ordering);
         let body = total - TRAILER_BYTES;
         let crc = crc32c::crc32c(&out[..body]);
         out[body..].copy_from_slice(&crc.to_le_bytes());
@@ -302,12 +343,13 @@ impl<S: StateMachine> SequentialReplica<S> {
             });
         }
         let replies_bytes = u64_at(bytes, 56) as usize;
-        let replies_end = HEADER_BYTES + replies_bytes;
+        let header = header_bytes(u32_at(bytes, 8))?;
+        let replies_end = header + replies_bytes;
         // Each entry takes at least its 4-byte length and a few bytes of reply: the
         // section's size bounds the allocation, whatever the (damaged) count says.
         let capacity = (info.clients as usize).min(replies_bytes / 8);
         let mut sessions: Vec<Session> = Vec::with_capacity(capacity);
-        let mut at = HEADER_BYTES;
+        let mut at = header;
         let mut prev: Option<ClientId> = None;
         for index in 0..info.clients {
             let bad = |reason: String| CheckpointError::ReplyCache { index, reason };
@@ -359,7 +401,8 @@ impl<S: StateMachine> SequentialReplica<S> {
                 reason: format!("{} bytes left over in the section", replies_end - at),
             });
         }
-        let state = S::restore(&bytes[replies_end..bytes.len() - TRAILER_BYTES])
+        debug_assert_eq!(info.ordering.start, replies_end);
+        let state = S::restore(&bytes[info.ordering.end..bytes.len() - TRAILER_BYTES])
             .map_err(CheckpointError::State)?;
         if state.digest() != info.digest || state.len() != info.entries {
             return Err(CheckpointError::Contents {

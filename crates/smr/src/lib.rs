@@ -68,9 +68,9 @@ pub mod checkpoint;
 pub mod sessions;
 
 pub use checkpoint::{
-    checkpoint_header, checkpoint_identity, restamp_checkpoint, service_id, verify_checkpoint,
-    CheckpointError, CheckpointInfo, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC,
-    CHECKPOINT_VERSION,
+    checkpoint_header, checkpoint_identity, checkpoint_ordering, restamp_checkpoint, service_id,
+    verify_checkpoint, CheckpointError, CheckpointInfo, CHECKPOINT_IDENTITY_BYTES,
+    CHECKPOINT_MAGIC, CHECKPOINT_VERSION,
 };
 
 pub use partita_service::{ExecutionWork, StateMachine, ThreadLayout, WORK_KINDS as OP_KINDS};
@@ -1090,8 +1090,9 @@ pub trait Replica: Send {
     fn speculated(&self) -> u64;
     fn take_early(&mut self) -> Vec<EarlyReply>;
     fn early_pending(&self) -> usize;
-    /// A checkpoint of the decided state (panics while anything is speculated).
-    fn checkpoint(&self) -> Vec<u8>;
+    /// A checkpoint of the decided state (panics while anything is speculated), with
+    /// the ordering layer's position at this instance (opaque; may be empty).
+    fn checkpoint(&self, ordering: &[u8]) -> Vec<u8>;
     fn last_instance(&self) -> Instance;
     fn digest(&self) -> u64;
     /// Objects the service holds ([`StateMachine::len`]).
@@ -1178,8 +1179,8 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     fn early_pending(&self) -> usize {
         SequentialReplica::early_pending(self)
     }
-    fn checkpoint(&self) -> Vec<u8> {
-        SequentialReplica::checkpoint(self)
+    fn checkpoint(&self, ordering: &[u8]) -> Vec<u8> {
+        SequentialReplica::checkpoint_with(self, ordering)
     }
     fn threads(&self) -> usize {
         SequentialReplica::threads(self)

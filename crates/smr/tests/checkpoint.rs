@@ -7,7 +7,8 @@ use partita_btree::BPlusTree;
 use partita_btree::{BatchOp, Op, OpResult};
 use partita_consensus::{Value, Vid};
 use partita_smr::{
-    checkpoint_header, restamp_checkpoint, verify_checkpoint, CheckpointError, SequentialReplica,
+    checkpoint_header, checkpoint_ordering, restamp_checkpoint, verify_checkpoint, CheckpointError,
+    SequentialReplica,
 };
 use partita_types::{Ballot, Command, NodeId, Reply};
 use proptest::prelude::*;
@@ -211,6 +212,33 @@ fn consistent_checksum_over_inconsistent_contents_is_still_refused() {
         SequentialReplica::<BPlusTree>::restore(&bytes),
         Err(CheckpointError::Contents { .. })
     ));
+}
+
+/// The ordering section (Multi-Ring Paxos's merge position) comes back as written and
+/// changes nothing else; a version-3 checkpoint (no such section, 8 header bytes fewer)
+/// still restores, with an empty one.
+#[test]
+fn the_ordering_section_round_trips_and_version_3_still_reads() {
+    let mut a = replica(3);
+    run(&mut a, vec![cmd(1, 1, 3, Op::Insert { key: 1, value: 10 })]);
+    let plain = a.checkpoint();
+    let with = a.checkpoint_with(b"merge position");
+    let info = verify_checkpoint(&with).unwrap();
+    assert_eq!(checkpoint_ordering(&with, &info), b"merge position");
+    assert_eq!(with.len(), plain.len() + b"merge position".len());
+    let back = SequentialReplica::<BPlusTree>::restore(&with).unwrap();
+    assert_eq!(back.state().digest(), a.state().digest());
+    // Version 3: the same bytes without the ordering length field at 88.
+    let mut v3 = plain[..88].to_vec();
+    v3.extend_from_slice(&plain[96..plain.len() - 4]);
+    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let crc = crc32c_of(&v3);
+    v3.extend_from_slice(&crc.to_le_bytes());
+    let info = verify_checkpoint(&v3).unwrap();
+    assert!(checkpoint_ordering(&v3, &info).is_empty());
+    let old = SequentialReplica::<BPlusTree>::restore(&v3).unwrap();
+    assert_eq!(old.state().digest(), a.state().digest());
+    assert_eq!(old.last_instance(), a.last_instance());
 }
 
 fn crc32c_of(b: &[u8]) -> u32 {

@@ -67,6 +67,7 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
         early_replies: false,
         speculative: false,
         psmr: None,
+        multiring: None,
     }
 }
 
