@@ -569,8 +569,16 @@ impl NodeCore {
             .and_then(|o| o.as_any().downcast_ref::<PaxosOrdering>())
     }
 
+    /// The one stream's roles, or with Multi-Ring Paxos the roles of the ring this node
+    /// accepts for (a node is an acceptor, and so a possible coordinator, of one ring
+    /// at most; its learners, one per ring, are under [`NodeCore::multiring`]).
+    fn own_roles(&self) -> Option<&PaxosOrdering> {
+        self.paxos()
+            .or_else(|| self.multiring()?.accepting_ring().map(|(_, o)| o))
+    }
+
     pub fn elector(&self) -> Option<&Elector> {
-        self.paxos().and_then(|p| p.elector())
+        self.own_roles().and_then(|p| p.elector())
     }
 
     /// Multi-Ring Paxos, when this node runs it (for status and tests).
@@ -587,10 +595,10 @@ impl NodeCore {
         &self.setup
     }
     pub fn acceptor(&self) -> Option<&Acceptor> {
-        self.paxos().and_then(|p| p.acceptor())
+        self.own_roles().and_then(|p| p.acceptor())
     }
     pub fn coordinator(&self) -> Option<&Coordinator> {
-        self.paxos().and_then(|p| p.coordinator())
+        self.own_roles().and_then(|p| p.coordinator())
     }
     pub fn learner(&self) -> Option<&Learner> {
         self.paxos().and_then(|p| p.learner())

@@ -225,6 +225,14 @@ impl MultiRingOrdering {
         self.ring_index(ring).map(|i| &self.rings[i].ord)
     }
 
+    /// The ring this node is an acceptor of (and may coordinate), with its roles there.
+    pub fn accepting_ring(&self) -> Option<(RingId, &PaxosOrdering)> {
+        self.rings
+            .iter()
+            .find(|r| r.ord.acceptor().is_some())
+            .map(|r| (r.spec.id, &r.ord))
+    }
+
     /// Every ring's id with this node's roles in it.
     pub fn rings(&self) -> impl Iterator<Item = (RingId, &PaxosOrdering)> {
         self.rings.iter().map(|r| (r.spec.id, &r.ord))
