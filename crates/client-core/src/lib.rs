@@ -103,11 +103,9 @@ fn ring_entry(t: &Topology, cmd: &Command, timeouts: u64) -> Option<NodeId> {
     let groups = cmd.body.groups();
     let carriers = || t.rings.iter().filter(|(g, _)| g & groups == groups);
     let fewest = carriers().map(|(g, _)| g.count_ones()).min()?;
-    let best: Vec<&Vec<NodeId>> = carriers()
-        .filter(|(g, _)| g.count_ones() == fewest)
-        .map(|(_, a)| a)
-        .collect();
-    let acceptors = best[(cmd.client % best.len() as u64) as usize];
+    let best = || carriers().filter(move |(g, _)| g.count_ones() == fewest);
+    let n = best().count() as u64;
+    let (_, acceptors) = best().nth((cmd.client % n) as usize)?;
     acceptors
         .get((timeouts % acceptors.len().max(1) as u64) as usize)
         .copied()

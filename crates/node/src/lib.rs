@@ -628,9 +628,7 @@ impl NodeCore {
     pub fn counters(&self) -> BTreeMap<&'static str, u64> {
         let mut c = self.counters.clone();
         if let Some(o) = &self.ordering {
-            for (k, v) in o.counters() {
-                *c.entry(k).or_default() += v;
-            }
+            o.add_counters(&mut c);
         }
         c
     }

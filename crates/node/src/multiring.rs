@@ -91,12 +91,12 @@ impl MultiRingSetup {
     /// The ring a command for `groups` from `client` goes to (see the module doc).
     pub fn ring_for(&self, groups: u64, client: u64) -> Option<RingId> {
         let fewest = self.carriers(groups).map(|r| r.groups.count_ones()).min()?;
-        let best: Vec<RingId> = self
-            .carriers(groups)
-            .filter(|r| r.groups.count_ones() == fewest)
-            .map(|r| r.id)
-            .collect();
-        Some(best[(client % best.len() as u64) as usize])
+        let best = || {
+            self.carriers(groups)
+                .filter(move |r| r.groups.count_ones() == fewest)
+        };
+        let n = best().count() as u64;
+        best().nth((client % n) as usize).map(|r| r.id)
     }
 
     /// The rings a replica merges: every ring (see the module doc: replicas of every
@@ -132,8 +132,6 @@ pub struct MultiRingOrdering {
     delivered: Instance,
     /// The merged stream's time (see the module doc).
     time_ms: u64,
-    own: BTreeMap<&'static str, u64>,
-    /// `own` plus every ring's and the merge's, refreshed after every input.
     counters: BTreeMap<&'static str, u64>,
 }
 
@@ -180,7 +178,6 @@ impl MultiRingOrdering {
             merge,
             delivered: next_deliver - 1,
             time_ms,
-            own: BTreeMap::new(),
             counters: BTreeMap::new(),
         };
         for spec in &rings.rings {
@@ -203,12 +200,11 @@ impl MultiRingOrdering {
             });
             o.absorb(spec.id, inner, out);
         }
-        o.refresh_counters();
         Ok(o)
     }
 
     fn count(&mut self, what: &'static str) {
-        *self.own.entry(what).or_default() += 1;
+        *self.counters.entry(what).or_default() += 1;
     }
 
     fn ring_index(&self, ring: RingId) -> Option<usize> {
@@ -291,22 +287,6 @@ impl MultiRingOrdering {
         }
     }
 
-    fn refresh_counters(&mut self) {
-        let mut all = self.own.clone();
-        for r in &self.rings {
-            for (k, v) in r.ord.counters() {
-                *all.entry(k).or_default() += v;
-            }
-        }
-        if let Some(mg) = &self.merge {
-            let s = mg.stats();
-            all.insert("merge_values_delivered", s.values_delivered);
-            all.insert("merge_skips_consumed", s.skips_consumed);
-            all.insert("merge_logical_skipped", s.logical_skipped);
-        }
-        self.counters = all;
-    }
-
     /// The position in a checkpoint's ordering section.
     fn encode_position(&self) -> Vec<u8> {
         match &self.merge {
@@ -385,7 +365,6 @@ impl AtomicMulticast for MultiRingOrdering {
             self.count("requests_forwarded_to_ring");
         }
         self.absorb(ring, inner, out);
-        self.refresh_counters();
         Ok(())
     }
 
@@ -424,7 +403,6 @@ impl AtomicMulticast for MultiRingOrdering {
         let mut inner = Vec::new();
         let handled = r.ord.on_message(from, *msg, &mut inner);
         self.absorb(ring, inner, out);
-        self.refresh_counters();
         handled
     }
 
@@ -435,7 +413,6 @@ impl AtomicMulticast for MultiRingOrdering {
             let ring = self.rings[i].spec.id;
             self.absorb(ring, inner, out);
         }
-        self.refresh_counters();
     }
 
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox) {
@@ -448,7 +425,6 @@ impl AtomicMulticast for MultiRingOrdering {
         self.rings[i].ord.on_persisted(tokens, &mut inner);
         let ring = self.rings[i].spec.id;
         self.absorb(ring, inner, out);
-        self.refresh_counters();
     }
 
     fn delivered_up_to(&self) -> Option<Instance> {
@@ -501,7 +477,6 @@ impl AtomicMulticast for MultiRingOrdering {
             }
         }
         self.pop_merged(out);
-        self.refresh_counters();
     }
 
     fn announce_checkpoint(&mut self, _instance: Instance, position: &[u8], out: &mut Outbox) {
@@ -528,8 +503,19 @@ impl AtomicMulticast for MultiRingOrdering {
         self.rings.iter().find_map(|r| r.ord.leader())
     }
 
-    fn counters(&self) -> &BTreeMap<&'static str, u64> {
-        &self.counters
+    fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>) {
+        for (k, v) in &self.counters {
+            *into.entry(k).or_default() += v;
+        }
+        for r in &self.rings {
+            r.ord.add_counters(into);
+        }
+        if let Some(mg) = &self.merge {
+            let s = mg.stats();
+            *into.entry("merge_values_delivered").or_default() += s.values_delivered;
+            *into.entry("merge_skips_consumed").or_default() += s.skips_consumed;
+            *into.entry("merge_logical_skipped").or_default() += s.logical_skipped;
+        }
     }
 
     fn drain_observations(&mut self, out: &mut Vec<partita_consensus::Observation>) {

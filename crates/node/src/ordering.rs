@@ -65,8 +65,8 @@ pub trait AtomicMulticast: Send {
     fn announce_checkpoint(&mut self, instance: Instance, position: &[u8], out: &mut Outbox);
     /// The node this one believes leads (`None`: no leader in this protocol's sense).
     fn leader(&self) -> Option<NodeId>;
-    /// Counters of dropped and handled messages, by reason.
-    fn counters(&self) -> &BTreeMap<&'static str, u64>;
+    /// Add its counters of dropped and handled messages, by reason, to `into`.
+    fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>);
     /// Proposals and decisions noted for the driver's metrics since the last call
     /// (only where the configuration asks for them; none by default).
     fn drain_observations(&mut self, _out: &mut Vec<partita_consensus::Observation>) {}
@@ -583,8 +583,10 @@ impl AtomicMulticast for PaxosOrdering {
         })
     }
 
-    fn counters(&self) -> &BTreeMap<&'static str, u64> {
-        &self.counters
+    fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>) {
+        for (k, v) in &self.counters {
+            *into.entry(k).or_default() += v;
+        }
     }
 
     fn drain_observations(&mut self, out: &mut Vec<partita_consensus::Observation>) {

@@ -1985,7 +1985,7 @@ impl World {
                 return false;
             }
         }
-        let mut at: BTreeMap<u32, Instance> = BTreeMap::new();
+        let mut at: Option<Instance> = None;
         for n in self.nodes.iter().filter(|n| n.replica) {
             let Some(c) = n.core.as_ref() else {
                 return false;
@@ -1998,7 +1998,7 @@ impl World {
             }
             // Every replica merges every ring: one sequence, whatever its partition.
             let last = c.replica().map_or(0, |r| r.last_instance());
-            if *at.entry(0).or_insert(last) != last {
+            if *at.get_or_insert(last) != last {
                 return false;
             }
         }
