@@ -390,22 +390,26 @@ fn random_op(
         65..75 => (vec!["del".into(), k.clone()], None, KvCommand::delete(k)),
         _ => {
             let stdin = format!("version(\"{k}\") > \"0\"\n\nput {k} {v}\n\nget {k}\n\n");
-            let cmd = KvCommand::Txn(TxnRequest {
-                compare: vec![Compare {
-                    key: k.clone().into(),
-                    op: CompareOp::Greater,
-                    target: CompareTarget::Version(0),
-                }],
-                success: vec![RequestOp::Put(PutRequest {
-                    key: k.clone().into(),
-                    value: v.into(),
-                    prev_kv: false,
-                })],
-                failure: vec![RequestOp::Range(RangeRequest::get(k))],
-            });
-            (vec!["txn".into()], Some(stdin), cmd)
+            (vec!["txn".into()], Some(stdin), version_txn(k, v))
         }
     }
+}
+
+/// If `key` exists, put `value` there; otherwise get it.
+fn version_txn(key: String, value: String) -> KvCommand {
+    KvCommand::Txn(TxnRequest {
+        compare: vec![Compare {
+            key: key.clone().into(),
+            op: CompareOp::Greater,
+            target: CompareTarget::Version(0),
+        }],
+        success: vec![RequestOp::Put(PutRequest {
+            key: key.clone().into(),
+            value: value.into(),
+            prev_kv: false,
+        })],
+        failure: vec![RequestOp::Range(RangeRequest::get(key))],
+    })
 }
 
 fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
@@ -427,14 +431,21 @@ fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
                 .unwrap()
                 .iter()
                 .map(|r| {
+                    // etcdctl 3.4 spells the oneof's members `ResponsePut` and
+                    // `ResponseRange`; etcd's Go client 3.6 `response_put` and
+                    // `response_range`.
                     let r = &r["Response"];
-                    if let Some(p) = r.get("ResponsePut") {
+                    if let Some(p) = r.get("ResponsePut").or_else(|| r.get("response_put")) {
                         ResponseOp::Put(PutResponse {
                             revision: num(&p["header"]["revision"]),
                             prev_kv: None,
                         })
+                    } else if let Some(g) =
+                        r.get("ResponseRange").or_else(|| r.get("response_range"))
+                    {
+                        ResponseOp::Range(range_reply(g))
                     } else {
-                        ResponseOp::Range(range_reply(&r["ResponseRange"]))
+                        panic!("a transaction response of neither kind: {r}")
                     }
                 })
                 .collect();
@@ -512,10 +523,14 @@ async fn concurrent_etcdctl_histories_are_linearizable_and_tampering_is_caught()
     assert!(ops > 40, "only {ops} etcdctl operations in 6 s");
     let report = partita_checker::check_history_file(&history, &Default::default()).unwrap();
     assert!(report.is_linearizable(), "{report}");
+    tampering_is_caught(&history, dir.path());
+}
 
-    // The control: a read that returns a value nobody wrote.
+/// The control: the history with one read changed to return a value nobody wrote must
+/// be judged not linearizable.
+fn tampering_is_caught(history: &Path, dir: &Path) {
     let mut text = String::new();
-    std::fs::File::open(&history)
+    std::fs::File::open(history)
         .unwrap()
         .read_to_string(&mut text)
         .unwrap();
@@ -536,7 +551,7 @@ async fn concurrent_etcdctl_histories_are_linearizable_and_tampering_is_caught()
         })
         .collect();
     assert!(tampered, "no read returned a value: nothing to tamper with");
-    let bad = dir.path().join("tampered.jsonl");
+    let bad = dir.join("tampered.jsonl");
     std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
     let report = partita_checker::check_history_file(&bad, &Default::default()).unwrap();
     let partita_checker::ServiceReport::Kv(r) = &report else {
@@ -546,4 +561,85 @@ async fn concurrent_etcdctl_histories_are_linearizable_and_tampering_is_caught()
         matches!(r.verdict, partita_checker::KvVerdict::NotLinearizable(_)),
         "a read of a value nobody wrote must be a violation: {report}"
     );
+}
+
+/// etcd's own Go client (`go.etcd.io/etcd/client/v3`, in `tools/etcd-go`), built with
+/// the machine's Go toolchain; returns the program.
+fn etcd_go(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/etcd-go");
+    let out = dir.join("etcd-go");
+    let o = Command::new("go")
+        .current_dir(&src)
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .output()
+        .expect(
+            "the `go` command (Go 1.26 or newer, which these machines carry) builds \
+             tools/etcd-go, etcd's Go client",
+        );
+    assert!(
+        o.status.success(),
+        "go build tools/etcd-go: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// A line of `etcd-go history` as a history event: its command, and its reply read
+/// from the Go client's response (an error: an unknown outcome).
+fn go_event(line: &str) -> String {
+    let v = json(line);
+    let key = v["key"].as_str().unwrap().to_string();
+    let value = v["value"].as_str().unwrap_or_default().to_string();
+    let cmd = match v["op"].as_str().unwrap() {
+        "put" => KvCommand::put(key, value),
+        "get" => KvCommand::get(key),
+        "del" => KvCommand::delete(key),
+        "txn" => version_txn(key, value),
+        other => panic!("etcd-go printed an operation it does not run: {other}"),
+    };
+    let reply = v.get("resp").map(|r| reply_of(&cmd, r));
+    let outcome = match &reply {
+        Some(r) => Outcome::Ok(r),
+        None => Outcome::Info,
+    };
+    partita_kv::history::event_line(
+        num(&v["client"]),
+        &cmd,
+        num(&v["call"]),
+        num(&v["ret"]),
+        outcome,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcds_go_client_histories_are_linearizable_and_tampering_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = etcd_go(dir.path());
+    let (mut lc, eps) = start(dir.path()).await;
+    let o = Command::new(&go)
+        .args(["history", "-endpoints", &eps.join(","), "-clients", "8"])
+        .args(["-seconds", "5", "-keys", "4", "-seed", "7"])
+        .output()
+        .unwrap();
+    lc.stop(Duration::from_secs(10));
+    assert!(
+        o.status.success(),
+        "etcd-go history: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<String> = text.lines().map(go_event).collect();
+    let failed = text.lines().filter(|l| l.contains("\"err\"")).count();
+    assert!(
+        lines.len() > 200 && failed * 10 < lines.len(),
+        "{} operations of etcd's Go client in 5 s, {failed} failed",
+        lines.len()
+    );
+    let history = dir.path().join("etcd-go.jsonl");
+    std::fs::write(&history, lines.join("\n") + "\n").unwrap();
+    let report = partita_checker::check_history_file(&history, &Default::default()).unwrap();
+    assert!(report.is_linearizable(), "{report}");
+    tampering_is_caught(&history, dir.path());
 }

@@ -1,0 +1,244 @@
+// etcd-go: etcd's own Go client (go.etcd.io/etcd/client/v3) against any etcd v3
+// endpoint, Partita's gateway or etcd itself. Two modes:
+//
+//	etcd-go history -endpoints A,B -clients N -seconds S -keys K
+//	    N clients, each with a client of its own on one endpoint (round robin), run
+//	    random puts, gets, deletes and transactions on keys k0..k(K-1) for S seconds
+//	    and print one JSON line per operation: the client, the operation, when it was
+//	    called and when it returned (ns since the start), and the response exactly as
+//	    the Go client returned it (encoding/json of the response), or the error. The
+//	    test that drives it (tests/etcd_go.rs) turns the lines into a key-value history
+//	    for Partita's checker.
+//
+//	etcd-go bench -endpoints A,B,C -clients N -conns C -seconds S -warmup W -keys K -value-size V
+//	    N clients over C gRPC connections put random keys (etcd's own benchmark tool's
+//	    "put" does the same) for S seconds after W seconds of warm-up, and print one
+//	    JSON object: puts, throughput, latency percentiles in ms, errors.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: etcd-go history|bench [flags] (etcd-go MODE -h for the flags)")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "history":
+		history(os.Args[2:])
+	case "bench":
+		bench(os.Args[2:])
+	default:
+		fmt.Fprintf(os.Stderr, "etcd-go: unknown mode %q (history or bench)\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+func connect(endpoints []string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 10 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etcd-go: connect %v: %v\n", endpoints, err)
+		os.Exit(1)
+	}
+	return c
+}
+
+type line struct {
+	Client uint64          `json:"client"`
+	Op     string          `json:"op"`
+	Key    string          `json:"key"`
+	Value  string          `json:"value,omitempty"`
+	Call   int64           `json:"call"`
+	Ret    int64           `json:"ret"`
+	Resp   json.RawMessage `json:"resp,omitempty"`
+	Err    string          `json:"err,omitempty"`
+}
+
+func history(args []string) {
+	fs := flag.NewFlagSet("history", flag.ExitOnError)
+	eps := fs.String("endpoints", "127.0.0.1:2379", "comma-separated endpoints")
+	clients := fs.Int("clients", 4, "concurrent clients")
+	seconds := fs.Float64("seconds", 5, "how long")
+	keys := fs.Int("keys", 4, "keys k0.. used")
+	seed := fs.Int64("seed", 1, "random seed")
+	fs.Parse(args)
+	endpoints := strings.Split(*eps, ",")
+	start := time.Now()
+	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
+	var mu sync.Mutex
+	out := json.NewEncoder(os.Stdout)
+	var wg sync.WaitGroup
+	for c := 0; c < *clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cli := connect([]string{endpoints[c%len(endpoints)]})
+			defer cli.Close()
+			rng := rand.New(rand.NewSource(*seed*1000 + int64(c)))
+			for n := 1; time.Now().Before(deadline); n++ {
+				k := fmt.Sprintf("k%d", rng.Intn(*keys))
+				v := fmt.Sprintf("c%d-%d", c, n)
+				l := line{Client: uint64(c + 1), Key: k}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				l.Call = time.Since(start).Nanoseconds()
+				var resp any
+				var err error
+				switch r := rng.Intn(100); {
+				case r < 35:
+					l.Op, l.Value = "put", v
+					resp, err = cli.Put(ctx, k, v)
+				case r < 65:
+					l.Op = "get"
+					resp, err = cli.Get(ctx, k)
+				case r < 75:
+					l.Op = "del"
+					resp, err = cli.Delete(ctx, k)
+				default:
+					// The same transaction as tests/etcd.rs's etcdctl one.
+					l.Op, l.Value = "txn", v
+					resp, err = cli.Txn(ctx).
+						If(clientv3.Compare(clientv3.Version(k), ">", 0)).
+						Then(clientv3.OpPut(k, v)).
+						Else(clientv3.OpGet(k)).
+						Commit()
+				}
+				l.Ret = time.Since(start).Nanoseconds()
+				cancel()
+				if err != nil {
+					l.Err = err.Error()
+				} else if b, e := json.Marshal(resp); e == nil {
+					l.Resp = b
+				} else {
+					l.Err = "encoding the response: " + e.Error()
+				}
+				mu.Lock()
+				out.Encode(l)
+				mu.Unlock()
+			}
+		}(c)
+	}
+	wg.Wait()
+}
+
+type result struct {
+	Endpoints  []string `json:"endpoints"`
+	Clients    int      `json:"clients"`
+	Conns      int      `json:"conns"`
+	Seconds    float64  `json:"seconds"`
+	Keys       int      `json:"keys"`
+	ValueSize  int      `json:"value_size"`
+	Puts       int      `json:"puts"`
+	Errors     int64    `json:"errors"`
+	Throughput float64  `json:"puts_per_s"`
+	MeanMs     float64  `json:"mean_ms"`
+	P50Ms      float64  `json:"p50_ms"`
+	P90Ms      float64  `json:"p90_ms"`
+	P99Ms      float64  `json:"p99_ms"`
+	MaxMs      float64  `json:"max_ms"`
+	FirstError string   `json:"first_error,omitempty"`
+}
+
+func bench(args []string) {
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	eps := fs.String("endpoints", "127.0.0.1:2379", "comma-separated endpoints")
+	clients := fs.Int("clients", 1, "concurrent clients")
+	conns := fs.Int("conns", 1, "gRPC connections the clients share")
+	seconds := fs.Float64("seconds", 10, "measured seconds")
+	warmup := fs.Float64("warmup", 2, "seconds before measuring")
+	keys := fs.Int("keys", 100000, "key space")
+	valueSize := fs.Int("value-size", 8, "value bytes")
+	fs.Parse(args)
+	if *clients < 1 || *conns < 1 || *seconds <= 0 || *keys < 1 || *valueSize < 0 {
+		fmt.Fprintln(os.Stderr, "etcd-go bench: clients, conns, seconds and keys must be positive")
+		os.Exit(2)
+	}
+	endpoints := strings.Split(*eps, ",")
+	cs := make([]*clientv3.Client, *conns)
+	for i := range cs {
+		cs[i] = connect(endpoints)
+		defer cs[i].Close()
+	}
+	value := strings.Repeat("v", *valueSize)
+	start := time.Now()
+	measureFrom := start.Add(time.Duration(*warmup * float64(time.Second)))
+	end := measureFrom.Add(time.Duration(*seconds * float64(time.Second)))
+	var errors atomic.Int64
+	var firstErr atomic.Value
+	lat := make([][]time.Duration, *clients)
+	var wg sync.WaitGroup
+	for c := 0; c < *clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cli := cs[c%len(cs)]
+			rng := rand.New(rand.NewSource(int64(c) + 1))
+			for {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					return
+				}
+				k := fmt.Sprintf("key%08d", rng.Intn(*keys))
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := cli.Put(ctx, k, value)
+				cancel()
+				t1 := time.Now()
+				if err != nil {
+					errors.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				if !t0.Before(measureFrom) && !t1.After(end) {
+					lat[c] = append(lat[c], t1.Sub(t0))
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	pct := func(p float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		i := int(p * float64(len(all)-1))
+		return ms(all[i])
+	}
+	var sum time.Duration
+	for _, d := range all {
+		sum += d
+	}
+	r := result{Endpoints: endpoints, Clients: *clients, Conns: *conns, Seconds: *seconds, Keys: *keys,
+		ValueSize: *valueSize, Puts: len(all), Errors: errors.Load(),
+		Throughput: float64(len(all)) / *seconds, P50Ms: pct(0.5), P90Ms: pct(0.9), P99Ms: pct(0.99)}
+	if len(all) > 0 {
+		r.MeanMs = ms(sum) / float64(len(all))
+		r.MaxMs = ms(all[len(all)-1])
+	}
+	if e, ok := firstErr.Load().(string); ok {
+		r.FirstError = e
+	}
+	json.NewEncoder(os.Stdout).Encode(r)
+}
