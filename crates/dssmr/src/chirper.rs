@@ -1,0 +1,494 @@
+//! Chirper (paper 003 §5.2): a social network over [`ObjectService`]. Users are the
+//! objects; each holds its own posts, followers, followees and a materialized
+//! timeline, so that `getTimeline` touches one user. A post writes into the timeline
+//! of every follower (so it may span every partition); follow and unfollow touch two
+//! users (copying or removing the followee's posts).
+//!
+//! Choices where the paper is silent (also in docs/experiments.md):
+//! - a user id carries its community in its high 32 bits (`community << 32 | index`),
+//!   and the placement (the paper's interest-based `f`, and S-SMR's static map) is the
+//!   community modulo the partitions, so communities start whole in one partition;
+//! - a user keeps its last [`POSTS_KEPT`] posts and a timeline of the last
+//!   [`TIMELINE_KEPT`] posts of its followees, in the order they reached it; a post's
+//!   text is at most 140 bytes;
+//! - the social graph ([`Graph::generate`]): every user gets a follower count drawn
+//!   from a heavy-tailed (Pareto, α = 1.5) distribution with the given mean, capped
+//!   at a tenth of the users; each follower is from the user's own community with
+//!   probability `p_local` (0.9 by default), otherwise from anywhere.
+
+use crate::{Dests, Kind, Member, ObjectId, ObjectService, View};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+pub const POSTS_KEPT: usize = 20;
+pub const TIMELINE_KEPT: usize = 50;
+pub const TEXT_MAX: usize = 140;
+
+/// A user id from its community and its index in it.
+pub fn user_id(community: u32, index: u32) -> ObjectId {
+    (u64::from(community) << 32) | u64::from(index)
+}
+
+pub fn community_of(user: ObjectId) -> u32 {
+    (user >> 32) as u32
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Post {
+    pub author: ObjectId,
+    /// Unique per post (the client's id and its count).
+    pub id: u64,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    pub posts: Vec<Post>,
+    pub followers: BTreeSet<ObjectId>,
+    pub followees: BTreeSet<ObjectId>,
+    pub timeline: Vec<Post>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChirperCommand {
+    Post {
+        user: ObjectId,
+        id: u64,
+        text: String,
+    },
+    Follow {
+        user: ObjectId,
+        whom: ObjectId,
+    },
+    Unfollow {
+        user: ObjectId,
+        whom: ObjectId,
+    },
+    GetTimeline {
+        user: ObjectId,
+    },
+    CreateUser {
+        user: ObjectId,
+    },
+    DeleteUser {
+        user: ObjectId,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChirperReply {
+    /// The post reached this many followers.
+    Posted(u32),
+    /// Whether following (or unfollowing) changed anything.
+    Followed(bool),
+    Unfollowed(bool),
+    Timeline(Vec<Post>),
+    /// A user the command names does not exist.
+    NoUser,
+}
+
+pub struct Chirper;
+
+fn keep_last(v: &mut Vec<Post>, n: usize) {
+    if v.len() > n {
+        v.drain(..v.len() - n);
+    }
+}
+
+impl ObjectService for Chirper {
+    const NAME: &'static str = "chirper";
+    type Object = User;
+    type Command = ChirperCommand;
+    type Reply = ChirperReply;
+
+    fn kind(cmd: &ChirperCommand) -> Kind {
+        match cmd {
+            ChirperCommand::Post { user, .. } | ChirperCommand::GetTimeline { user } => {
+                Kind::Access(vec![*user])
+            }
+            ChirperCommand::Follow { user, whom } | ChirperCommand::Unfollow { user, whom } => {
+                Kind::Access(vec![*user, *whom])
+            }
+            ChirperCommand::CreateUser { user } => Kind::Create(*user),
+            ChirperCommand::DeleteUser { user } => Kind::Delete(*user),
+        }
+    }
+
+    fn placement(id: ObjectId, partitions: usize) -> u16 {
+        (community_of(id) as usize % partitions) as u16
+    }
+
+    fn static_partitions(cmd: &ChirperCommand, partitions: usize) -> Option<Dests> {
+        match cmd {
+            // Its followers can be anywhere.
+            ChirperCommand::Post { .. } => None,
+            _ => {
+                let Kind::Access(objects) = Self::kind(cmd) else {
+                    return None;
+                };
+                let mut d = Dests::none();
+                for o in objects {
+                    d = d.with(Member::Partition(Self::placement(o, partitions)));
+                }
+                Some(d)
+            }
+        }
+    }
+
+    fn create(_cmd: &ChirperCommand) -> User {
+        User::default()
+    }
+
+    fn execute(cmd: &ChirperCommand, view: &mut View<'_, User>) -> ChirperReply {
+        match cmd {
+            ChirperCommand::Post { user, id, text } => {
+                let Some(u) = view.get(*user) else {
+                    return ChirperReply::NoUser;
+                };
+                let followers: Vec<ObjectId> = u.followers.iter().copied().collect();
+                let post = Post {
+                    author: *user,
+                    id: *id,
+                    text: text.chars().take(TEXT_MAX).collect(),
+                };
+                if let Some(u) = view.get_mut(*user) {
+                    u.posts.push(post.clone());
+                    keep_last(&mut u.posts, POSTS_KEPT);
+                }
+                for f in &followers {
+                    if let Some(fu) = view.get_mut(*f) {
+                        fu.timeline.push(post.clone());
+                        keep_last(&mut fu.timeline, TIMELINE_KEPT);
+                    }
+                }
+                ChirperReply::Posted(followers.len() as u32)
+            }
+            ChirperCommand::Follow { user, whom } => {
+                let (Some(a), Some(b)) = (view.get(*user).cloned(), view.get(*whom).cloned())
+                else {
+                    return ChirperReply::NoUser;
+                };
+                if user == whom || a.followees.contains(whom) {
+                    return ChirperReply::Followed(false);
+                }
+                if let Some(a) = view.get_mut(*user) {
+                    a.followees.insert(*whom);
+                    a.timeline.extend(b.posts.iter().cloned());
+                    keep_last(&mut a.timeline, TIMELINE_KEPT);
+                }
+                if let Some(b) = view.get_mut(*whom) {
+                    b.followers.insert(*user);
+                }
+                ChirperReply::Followed(true)
+            }
+            ChirperCommand::Unfollow { user, whom } => {
+                let (Some(a), Some(_)) = (view.get(*user).cloned(), view.get(*whom).cloned())
+                else {
+                    return ChirperReply::NoUser;
+                };
+                if !a.followees.contains(whom) {
+                    return ChirperReply::Unfollowed(false);
+                }
+                if let Some(a) = view.get_mut(*user) {
+                    a.followees.remove(whom);
+                    a.timeline.retain(|p| p.author != *whom);
+                }
+                if let Some(b) = view.get_mut(*whom) {
+                    b.followers.remove(user);
+                }
+                ChirperReply::Unfollowed(true)
+            }
+            ChirperCommand::GetTimeline { user } => match view.get(*user) {
+                Some(u) => ChirperReply::Timeline(u.timeline.clone()),
+                None => ChirperReply::NoUser,
+            },
+            // Creates and deletes are the proxies' (they never reach `execute`).
+            ChirperCommand::CreateUser { .. } | ChirperCommand::DeleteUser { .. } => {
+                ChirperReply::NoUser
+            }
+        }
+    }
+}
+
+/// A social graph with communities.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub communities: u32,
+    pub per_community: u32,
+    /// (follower, followee) pairs.
+    pub follows: Vec<(ObjectId, ObjectId)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct GraphSpec {
+    pub users: u32,
+    pub communities: u32,
+    /// Mean followers per user.
+    pub mean_followers: f64,
+    /// Probability that a follower is from the user's own community.
+    pub p_local: f64,
+    pub seed: u64,
+}
+
+impl GraphSpec {
+    pub fn new(users: u32, communities: u32) -> GraphSpec {
+        GraphSpec {
+            users,
+            communities,
+            mean_followers: 8.0,
+            p_local: 0.9,
+            seed: 1,
+        }
+    }
+}
+
+impl Graph {
+    /// Users `user_id(c, i)` for every community c and i below `users / communities`.
+    pub fn generate(spec: &GraphSpec) -> Graph {
+        assert!(spec.communities >= 1 && spec.users >= spec.communities);
+        let per = spec.users / spec.communities;
+        let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        let total = u64::from(per) * u64::from(spec.communities);
+        let cap = (total / 10).max(1) as f64;
+        // Pareto with alpha 1.5 has mean 3 x_min.
+        let alpha = 1.5;
+        let x_min = spec.mean_followers * (alpha - 1.0) / alpha;
+        let mut follows = Vec::new();
+        for c in 0..spec.communities {
+            for i in 0..per {
+                let u = user_id(c, i);
+                let x: f64 = x_min / (1.0 - rng.gen::<f64>()).powf(1.0 / alpha);
+                let n = x.min(cap).round() as u64;
+                let mut chosen = BTreeSet::new();
+                for _ in 0..n {
+                    let fc = if rng.gen_bool(spec.p_local) {
+                        c
+                    } else {
+                        rng.gen_range(0..spec.communities)
+                    };
+                    let f = user_id(fc, rng.gen_range(0..per));
+                    if f != u {
+                        chosen.insert(f);
+                    }
+                }
+                follows.extend(chosen.into_iter().map(|f| (f, u)));
+            }
+        }
+        Graph {
+            communities: spec.communities,
+            per_community: per,
+            follows,
+        }
+    }
+
+    pub fn users(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        (0..self.communities).flat_map(move |c| (0..self.per_community).map(move |i| user_id(c, i)))
+    }
+
+    /// Every user with its followers and followees (empty posts and timelines).
+    pub fn objects(&self) -> Vec<(ObjectId, User)> {
+        let mut users: std::collections::BTreeMap<ObjectId, User> =
+            self.users().map(|u| (u, User::default())).collect();
+        for (f, u) in &self.follows {
+            users.get_mut(f).expect("a user").followees.insert(*u);
+            users.get_mut(u).expect("a user").followers.insert(*f);
+        }
+        users.into_iter().collect()
+    }
+
+    /// A random user, uniformly.
+    pub fn random_user(&self, rng: &mut impl Rng) -> ObjectId {
+        user_id(
+            rng.gen_range(0..self.communities),
+            rng.gen_range(0..self.per_community),
+        )
+    }
+
+    /// A random user of `user`'s community with probability `p_local`, otherwise
+    /// any.
+    pub fn random_peer(&self, user: ObjectId, p_local: f64, rng: &mut impl Rng) -> ObjectId {
+        if rng.gen_bool(p_local) {
+            user_id(community_of(user), rng.gen_range(0..self.per_community))
+        } else {
+            self.random_user(rng)
+        }
+    }
+}
+
+/// The paper's four workloads (§6).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// 100% getTimeline.
+    Timeline,
+    /// 100% post.
+    Post,
+    /// 50% follow, 50% unfollow.
+    FollowUnfollow,
+    /// 7.5% post, 3.75% follow, 3.75% unfollow, 85% getTimeline.
+    Mix,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 4] = [
+        Workload::Timeline,
+        Workload::Post,
+        Workload::FollowUnfollow,
+        Workload::Mix,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Timeline => "timeline",
+            Workload::Post => "post",
+            Workload::FollowUnfollow => "follow",
+            Workload::Mix => "mix",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Workload, String> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| format!("unknown Chirper workload `{s}` (timeline, post, follow, mix)"))
+    }
+
+    /// The next command of a client (`post_id` unique per post).
+    pub fn next(self, graph: &Graph, post_id: u64, rng: &mut impl Rng) -> ChirperCommand {
+        let user = graph.random_user(rng);
+        let r: f64 = rng.gen();
+        let pick = match self {
+            Workload::Timeline => 0,
+            Workload::Post => 1,
+            Workload::FollowUnfollow => {
+                if r < 0.5 {
+                    2
+                } else {
+                    3
+                }
+            }
+            Workload::Mix => {
+                if r < 0.075 {
+                    1
+                } else if r < 0.1125 {
+                    2
+                } else if r < 0.15 {
+                    3
+                } else {
+                    0
+                }
+            }
+        };
+        match pick {
+            0 => ChirperCommand::GetTimeline { user },
+            1 => ChirperCommand::Post {
+                user,
+                id: post_id,
+                text: format!("post {post_id}"),
+            },
+            2 => ChirperCommand::Follow {
+                user,
+                whom: graph.random_peer(user, 0.9, rng),
+            },
+            _ => ChirperCommand::Unfollow {
+                user,
+                whom: graph.random_peer(user, 0.9, rng),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reference;
+
+    fn run(r: &mut Reference<Chirper>, cmd: ChirperCommand) -> ChirperReply {
+        r.execute(&cmd)
+    }
+
+    #[test]
+    fn posts_reach_followers_and_follows_copy_posts() {
+        let (a, b, c) = (user_id(0, 0), user_id(0, 1), user_id(1, 0));
+        let mut r = Reference::<Chirper>::default();
+        r.load([a, b, c].map(|u| (u, User::default())));
+        assert_eq!(
+            run(&mut r, ChirperCommand::Follow { user: b, whom: a }),
+            ChirperReply::Followed(true)
+        );
+        assert_eq!(
+            run(&mut r, ChirperCommand::Follow { user: b, whom: a }),
+            ChirperReply::Followed(false)
+        );
+        let post = |id| ChirperCommand::Post {
+            user: a,
+            id,
+            text: format!("hello {id}"),
+        };
+        assert_eq!(run(&mut r, post(1)), ChirperReply::Posted(1));
+        let ChirperReply::Timeline(t) = run(&mut r, ChirperCommand::GetTimeline { user: b }) else {
+            panic!()
+        };
+        assert_eq!(t.iter().map(|p| p.id).collect::<Vec<_>>(), vec![1]);
+        // c follows a later: a's posts are copied into c's timeline.
+        run(&mut r, ChirperCommand::Follow { user: c, whom: a });
+        let ChirperReply::Timeline(t) = run(&mut r, ChirperCommand::GetTimeline { user: c }) else {
+            panic!()
+        };
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            run(&mut r, ChirperCommand::Unfollow { user: b, whom: a }),
+            ChirperReply::Unfollowed(true)
+        );
+        assert_eq!(
+            run(&mut r, ChirperCommand::GetTimeline { user: b }),
+            ChirperReply::Timeline(vec![])
+        );
+        assert_eq!(
+            run(
+                &mut r,
+                ChirperCommand::GetTimeline {
+                    user: user_id(9, 9)
+                }
+            ),
+            ChirperReply::NoUser
+        );
+        // Timelines and posts stay bounded.
+        for id in 2..200 {
+            run(&mut r, post(id));
+        }
+        assert_eq!(r.objects[&a].posts.len(), POSTS_KEPT);
+        assert_eq!(r.objects[&c].timeline.len(), TIMELINE_KEPT);
+    }
+
+    #[test]
+    fn the_graph_has_communities_and_a_heavy_tail() {
+        let g = Graph::generate(&GraphSpec::new(10_000, 10));
+        let users = g.objects();
+        assert_eq!(users.len(), 10_000);
+        let local = g
+            .follows
+            .iter()
+            .filter(|(f, u)| community_of(*f) == community_of(*u))
+            .count();
+        let share = local as f64 / g.follows.len() as f64;
+        assert!(share > 0.85, "followers from the own community: {share}");
+        let mean = g.follows.len() as f64 / 10_000.0;
+        assert!((5.0..11.0).contains(&mean), "mean followers {mean}");
+        let max = users.iter().map(|(_, u)| u.followers.len()).max().unwrap();
+        assert!(
+            max as f64 > 10.0 * mean,
+            "heaviest user has {max} followers (mean {mean})"
+        );
+        // Placement keeps communities whole.
+        for (u, _) in users.iter().take(100) {
+            assert_eq!(Chirper::placement(*u, 4), (community_of(*u) % 4) as u16);
+        }
+        // Deterministic.
+        assert_eq!(
+            Graph::generate(&GraphSpec::new(10_000, 10)).follows,
+            g.follows
+        );
+    }
+}

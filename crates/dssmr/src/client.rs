@@ -1,0 +1,345 @@
+//! The client proxy (paper 003 Algorithm 2, with §4.3's location cache and random
+//! target partition, and the fallback to S-SMR after a number of retries), sans-IO.
+
+use crate::{
+    Dests, DsCommand, DsReply, Kind, Locations, Member, ObjectId, ObjectService, Prophecy,
+};
+use partita_types::DetHashMap;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeSet;
+
+/// Static partitioning (S-SMR: every command to every partition it may touch, objects
+/// never move) or dynamic (DS-SMR).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Ssmr,
+    Dssmr,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    pub scheme: Scheme,
+    pub partitions: usize,
+    /// Retries of one command before it falls back to S-SMR (the paper's "given
+    /// threshold"; 3 by default).
+    pub retries_max: u32,
+    /// Use the location cache (§4.3).
+    pub cache: bool,
+}
+
+impl ProxyConfig {
+    pub fn new(scheme: Scheme, partitions: usize) -> ProxyConfig {
+        ProxyConfig {
+            scheme,
+            partitions,
+            retries_max: 3,
+            cache: true,
+        }
+    }
+}
+
+/// Where an access's objects are gathered when they are in several partitions (the
+/// oracle's `getTargetPartition`). `candidates` are the partitions that hold them,
+/// ascending, with how many each holds.
+pub trait Placement: Send {
+    fn target(&mut self, candidates: &[(u16, usize)], rng: &mut ChaCha8Rng) -> u16;
+}
+
+/// The paper's default: one of the partitions involved, at random (§4.3: spreads the
+/// objects and keeps everything from collapsing into one partition).
+pub struct RandomPlacement;
+
+impl Placement for RandomPlacement {
+    fn target(&mut self, candidates: &[(u16, usize)], rng: &mut ChaCha8Rng) -> u16 {
+        candidates[rng.gen_range(0..candidates.len())].0
+    }
+}
+
+/// The partition that already holds most of the objects (fewest moves; ties to the
+/// lowest).
+pub struct MostObjectsPlacement;
+
+impl Placement for MostObjectsPlacement {
+    fn target(&mut self, candidates: &[(u16, usize)], _rng: &mut ChaCha8Rng) -> u16 {
+        let mut best = candidates[0];
+        for c in candidates {
+            if c.1 > best.1 {
+                best = *c;
+            }
+        }
+        best.0
+    }
+}
+
+/// What the proxy asks its driver to multicast.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Multicast<C> {
+    pub dests: Dests,
+    pub cmd: DsCommand<C>,
+    /// Whether an answer comes back (moves are not answered and not waited for).
+    pub answered: bool,
+}
+
+/// What the application gets.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome<R> {
+    Done(R),
+    /// An object the command needs does not exist (or the object a create makes
+    /// exists already: see `Created`).
+    Nok,
+    Created(bool),
+    Deleted,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    pub commands: u64,
+    pub consults: u64,
+    /// Accesses sent from the cache alone.
+    pub cache_hits: u64,
+    pub move_commands: u64,
+    pub objects_moved: u64,
+    pub retries: u64,
+    pub fallbacks: u64,
+}
+
+struct Current<C> {
+    cmd: C,
+    attempts: u32,
+    /// Objects the access is known to touch (named, and those retries named).
+    omega: BTreeSet<ObjectId>,
+    consulting: bool,
+}
+
+pub struct ClientProxy<S: ObjectService> {
+    cfg: ProxyConfig,
+    cache: DetHashMap<ObjectId, u16>,
+    placement: Box<dyn Placement>,
+    rng: ChaCha8Rng,
+    current: Option<Current<S::Command>>,
+    stats: ProxyStats,
+}
+
+impl<S: ObjectService> ClientProxy<S> {
+    pub fn new(cfg: ProxyConfig, seed: u64) -> ClientProxy<S> {
+        assert!((1..=crate::PARTITIONS_MAX).contains(&cfg.partitions));
+        ClientProxy {
+            cfg,
+            cache: DetHashMap::default(),
+            placement: Box::new(RandomPlacement),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            current: None,
+            stats: ProxyStats::default(),
+        }
+    }
+
+    pub fn set_placement(&mut self, p: Box<dyn Placement>) {
+        self.placement = p;
+    }
+    pub fn stats(&self) -> &ProxyStats {
+        &self.stats
+    }
+    pub fn busy(&self) -> bool {
+        self.current.is_some()
+    }
+    /// Fill the cache ahead of time (§4.3's prefetch), e.g. with the initial placement.
+    pub fn prefetch(&mut self, locations: impl IntoIterator<Item = (ObjectId, u16)>) {
+        self.cache.extend(locations);
+    }
+
+    /// Issue a command (one at a time).
+    pub fn submit(&mut self, cmd: S::Command, out: &mut Vec<Multicast<S::Command>>) {
+        assert!(self.current.is_none(), "one command at a time");
+        self.stats.commands += 1;
+        let kind = S::kind(&cmd);
+        let omega: BTreeSet<ObjectId> = match &kind {
+            Kind::Access(o) => o.iter().copied().collect(),
+            Kind::Create(v) | Kind::Delete(v) => [*v].into(),
+        };
+        self.current = Some(Current {
+            cmd,
+            attempts: 0,
+            omega,
+            consulting: false,
+        });
+        if self.cfg.scheme == Scheme::Ssmr {
+            self.ssmr(out);
+            return;
+        }
+        let cached: Option<Locations> = match (&kind, self.cfg.cache) {
+            (Kind::Access(_), true) => {
+                let cur = self.current.as_ref().expect("current");
+                cur.omega
+                    .iter()
+                    .map(|o| self.cache.get(o).map(|p| (*o, *p)))
+                    .collect()
+            }
+            _ => None,
+        };
+        match cached {
+            Some(locs) => {
+                self.stats.cache_hits += 1;
+                self.plan(locs, out);
+            }
+            None => self.consult(out),
+        }
+    }
+
+    fn ssmr(&mut self, out: &mut Vec<Multicast<S::Command>>) {
+        let cur = self.current.as_ref().expect("current");
+        let n = self.cfg.partitions;
+        let dests = match S::kind(&cur.cmd) {
+            Kind::Create(v) | Kind::Delete(v) => Dests::partition(S::placement(v, n)),
+            Kind::Access(_) => S::static_partitions(&cur.cmd, n)
+                .filter(|d| d.count() > 0)
+                .unwrap_or_else(|| Dests::all_partitions(n)),
+        };
+        out.push(Multicast {
+            dests,
+            cmd: DsCommand::Global {
+                cmd: cur.cmd.clone(),
+            },
+            answered: true,
+        });
+    }
+
+    fn consult(&mut self, out: &mut Vec<Multicast<S::Command>>) {
+        let cur = self.current.as_mut().expect("current");
+        cur.consulting = true;
+        self.stats.consults += 1;
+        let named: BTreeSet<ObjectId> = match S::kind(&cur.cmd) {
+            Kind::Access(o) => o.into_iter().collect(),
+            _ => BTreeSet::new(),
+        };
+        let extra = cur.omega.difference(&named).copied().collect();
+        out.push(Multicast {
+            dests: Dests::oracle(),
+            cmd: DsCommand::Consult {
+                cmd: cur.cmd.clone(),
+                extra,
+            },
+            answered: true,
+        });
+    }
+
+    /// Algorithm 2, lines 8 to 21, for an access whose objects are at `locs`.
+    fn plan(&mut self, locs: Locations, out: &mut Vec<Multicast<S::Command>>) {
+        let cur = self.current.as_mut().expect("current");
+        cur.consulting = false;
+        let mut count: Vec<(u16, usize)> = Vec::new();
+        for (_, p) in &locs {
+            match count.iter_mut().find(|(q, _)| q == p) {
+                Some(c) => c.1 += 1,
+                None => count.push((*p, 1)),
+            }
+        }
+        count.sort_unstable();
+        let to = match count.len() {
+            0 => self.rng.gen_range(0..self.cfg.partitions) as u16,
+            1 => count[0].0,
+            _ => self.placement.target(&count, &mut self.rng),
+        };
+        let moves: Locations = locs.iter().filter(|(_, p)| *p != to).copied().collect();
+        if !moves.is_empty() {
+            let mut dests = Dests::oracle().with(Member::Partition(to));
+            for (o, p) in &moves {
+                dests = dests.with(Member::Partition(*p));
+                self.cache.insert(*o, to);
+            }
+            self.stats.move_commands += 1;
+            self.stats.objects_moved += moves.len() as u64;
+            out.push(Multicast {
+                dests,
+                cmd: DsCommand::Move { moves, to },
+                answered: false,
+            });
+        }
+        out.push(Multicast {
+            dests: Dests::partition(to),
+            cmd: DsCommand::Access {
+                cmd: cur.cmd.clone(),
+                omega: cur.omega.iter().copied().collect(),
+            },
+            answered: true,
+        });
+    }
+
+    /// The answer to the command in flight; `Some` when the application's command is
+    /// finished.
+    pub fn on_reply(
+        &mut self,
+        reply: DsReply<S::Reply>,
+        out: &mut Vec<Multicast<S::Command>>,
+    ) -> Option<Outcome<S::Reply>> {
+        let cur = self.current.as_mut()?;
+        let finished = match reply {
+            DsReply::Done(r) => Some(Outcome::Done(r)),
+            DsReply::Created(b) => Some(Outcome::Created(b)),
+            DsReply::Deleted => Some(Outcome::Deleted),
+            DsReply::Prophecy(p) => match p {
+                Prophecy::Nok => Some(Outcome::Nok),
+                Prophecy::Ok => Some(Outcome::Deleted),
+                Prophecy::CreateAt(at) => {
+                    let cmd = cur.cmd.clone();
+                    out.push(Multicast {
+                        dests: Dests::oracle().with(Member::Partition(at)),
+                        cmd: DsCommand::Create { cmd, at },
+                        answered: true,
+                    });
+                    None
+                }
+                Prophecy::At(locs) => {
+                    for (o, p) in &locs {
+                        self.cache.insert(*o, *p);
+                    }
+                    match S::kind(&cur.cmd) {
+                        Kind::Access(_) => self.plan(locs, out),
+                        Kind::Delete(_) | Kind::Create(_) => {
+                            let mut dests = Dests::oracle();
+                            for (_, p) in &locs {
+                                dests = dests.with(Member::Partition(*p));
+                            }
+                            let cmd = cur.cmd.clone();
+                            out.push(Multicast {
+                                dests,
+                                cmd: DsCommand::Delete { cmd },
+                                answered: true,
+                            });
+                        }
+                    }
+                    None
+                }
+            },
+            DsReply::Retry(gamma) => {
+                self.stats.retries += 1;
+                cur.attempts += 1;
+                for o in &gamma {
+                    self.cache.remove(o);
+                }
+                cur.omega.extend(gamma);
+                if cur.attempts > self.cfg.retries_max {
+                    self.stats.fallbacks += 1;
+                    let mut dests = Dests::all_partitions(self.cfg.partitions);
+                    if matches!(S::kind(&cur.cmd), Kind::Create(_) | Kind::Delete(_)) {
+                        dests = dests.with(Member::Oracle);
+                    }
+                    out.push(Multicast {
+                        dests,
+                        cmd: DsCommand::Global {
+                            cmd: cur.cmd.clone(),
+                        },
+                        answered: true,
+                    });
+                } else {
+                    self.consult(out);
+                }
+                None
+            }
+        };
+        if finished.is_some() {
+            self.current = None;
+        }
+        finished
+    }
+}

@@ -1,0 +1,642 @@
+//! The server and oracle proxies (paper 003 Algorithms 1, 3 and 4) of one member.
+
+use crate::view::View;
+use crate::{
+    decode, encode, CmdRef, Dests, DsCommand, DsReply, Exchange, Kind, Locations, Member, ObjectId,
+    ObjectService, Prophecy,
+};
+use partita_types::DetHashMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Deliberate bugs the checks must catch (never set outside tests and controls).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Planted {
+    /// An access runs over whatever objects are local at delivery, trusting the
+    /// consult that placed it, instead of answering retry when an object is missing.
+    pub locality_at_consult: bool,
+    /// The oracle does not apply moves: its map goes stale.
+    pub oracle_ignores_moves: bool,
+    /// A command with several destinations runs once the values it needs are in,
+    /// without waiting for every destination's signal.
+    pub no_signals: bool,
+}
+
+/// One delivered command waiting for its turn.
+struct Pending<C> {
+    at: CmdRef,
+    dests: Dests,
+    cmd: DsCommand<C>,
+    contributed: bool,
+}
+
+/// What a member's proxy asks its driver to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output<R> {
+    /// Send to every replica of every member in `to`.
+    Exchange { to: Dests, msg: Exchange },
+    /// The answer to the command at `at`, from the member that answers it (every
+    /// replica of that member produces it; the driver sends the chosen replica's).
+    Reply { at: CmdRef, reply: DsReply<R> },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub delivered: u64,
+    pub executed: u64,
+    /// Accesses answered retry.
+    pub retries: u64,
+    /// Commands of several destinations (signals and values exchanged).
+    pub multi: u64,
+    /// Objects this member received by moves (or the oracle recorded as moved).
+    pub moved_in: u64,
+    pub consults: u64,
+    pub exchanges_sent: u64,
+    /// Exchanges dropped: late (their command ran), duplicate, or from a member that
+    /// is not a destination.
+    pub exchanges_dropped: u64,
+    /// Commands delivered that this member cannot act on (not a destination, or a kind
+    /// this member does not run).
+    pub malformed: u64,
+}
+
+/// Exchanges held for commands not delivered here yet (a peer member ran ahead); past
+/// this, the newest are dropped (a correct peer is never this far ahead).
+const HELD_MAX: usize = 1 << 16;
+
+/// The proxy of one member: a data partition, holding its objects, or the oracle,
+/// holding the map of every object to its partition.
+pub struct Server<S: ObjectService> {
+    member: Member,
+    partitions: usize,
+    objects: DetHashMap<ObjectId, S::Object>,
+    map: DetHashMap<ObjectId, u16>,
+    queue: VecDeque<Pending<S::Command>>,
+    held: BTreeMap<CmdRef, BTreeMap<Member, Exchange>>,
+    held_count: usize,
+    /// The last command delivered.
+    last: Option<CmdRef>,
+    /// Everything up to here has run.
+    done_up_to: Option<CmdRef>,
+    planted: Planted,
+    stats: ServerStats,
+}
+
+impl<S: ObjectService> Server<S> {
+    pub fn new(member: Member, partitions: usize) -> Server<S> {
+        assert!((1..=crate::PARTITIONS_MAX).contains(&partitions));
+        if let Member::Partition(p) = member {
+            assert!(usize::from(p) < partitions, "partition {p} of {partitions}");
+        }
+        Server {
+            member,
+            partitions,
+            objects: DetHashMap::default(),
+            map: DetHashMap::default(),
+            queue: VecDeque::new(),
+            held: BTreeMap::new(),
+            held_count: 0,
+            last: None,
+            done_up_to: None,
+            planted: Planted::default(),
+            stats: ServerStats::default(),
+        }
+    }
+
+    pub fn set_planted(&mut self, p: Planted) {
+        self.planted = p;
+    }
+
+    /// Load the initial objects: a partition keeps those `placement` puts in it, the
+    /// oracle records where each is. Every member loads the same set.
+    pub fn load(&mut self, objects: impl IntoIterator<Item = (ObjectId, S::Object)>) {
+        for (id, o) in objects {
+            let p = S::placement(id, self.partitions);
+            match self.member {
+                Member::Oracle => {
+                    self.map.insert(id, p);
+                }
+                Member::Partition(me) if me == p => {
+                    self.objects.insert(id, o);
+                }
+                Member::Partition(_) => {}
+            }
+        }
+    }
+
+    pub fn member(&self) -> Member {
+        self.member
+    }
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+    /// This partition's objects.
+    pub fn objects(&self) -> &DetHashMap<ObjectId, S::Object> {
+        &self.objects
+    }
+    /// The oracle's map.
+    pub fn map(&self) -> &DetHashMap<ObjectId, u16> {
+        &self.map
+    }
+    /// Commands delivered and not yet run (waiting for their turn or for exchanges).
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+    /// The command at the head of the queue, when it waits for other members.
+    pub fn blocked_on(&self) -> Option<(CmdRef, Dests)> {
+        self.queue.front().map(|p| (p.at, p.dests))
+    }
+
+    /// A digest of the member's state (objects or map), equal at every replica of
+    /// the member that ran the same commands.
+    pub fn digest(&self) -> u64 {
+        let mut h = Fnv::new();
+        let mut ids: Vec<_> = self.objects.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            h.write(&id.to_le_bytes());
+            h.write(&encode(&self.objects[&id]));
+        }
+        let mut m: Vec<_> = self.map.iter().map(|(k, v)| (*k, *v)).collect();
+        m.sort_unstable();
+        for (k, v) in m {
+            h.write(&k.to_le_bytes());
+            h.write(&v.to_le_bytes());
+        }
+        h.0
+    }
+
+    /// A command delivered to this member at `at` (positions increase along the
+    /// member's delivery sequence), multicast to `dests`.
+    pub fn deliver(
+        &mut self,
+        at: CmdRef,
+        dests: Dests,
+        cmd: DsCommand<S::Command>,
+        out: &mut Vec<Output<S::Reply>>,
+    ) {
+        if self.last.is_some_and(|l| at <= l) {
+            // Delivered already (a driver bug or a replayed input): never twice.
+            self.stats.malformed += 1;
+            return;
+        }
+        self.last = Some(at);
+        self.stats.delivered += 1;
+        if !dests.valid(self.partitions) || !dests.contains(self.member) {
+            self.stats.malformed += 1;
+            self.done_up_to = Some(at);
+            return;
+        }
+        if dests.count() > 1 {
+            self.stats.multi += 1;
+        }
+        self.queue.push_back(Pending {
+            at,
+            dests,
+            cmd,
+            contributed: false,
+        });
+        self.run(out);
+    }
+
+    /// An exchange from another member (from any of its replicas).
+    pub fn on_exchange(&mut self, msg: Exchange, out: &mut Vec<Output<S::Reply>>) {
+        let late = self.done_up_to.is_some_and(|d| msg.at <= d);
+        let from_member_dest = self
+            .queue
+            .iter()
+            .find(|p| p.at == msg.at)
+            .map(|p| p.dests.contains(msg.from));
+        if late || msg.from == self.member || from_member_dest == Some(false) {
+            self.stats.exchanges_dropped += 1;
+            return;
+        }
+        let slot = self.held.entry(msg.at).or_default();
+        if slot.contains_key(&msg.from) || self.held_count >= HELD_MAX {
+            self.stats.exchanges_dropped += 1;
+            return;
+        }
+        slot.insert(msg.from, msg);
+        self.held_count += 1;
+        self.run(out);
+    }
+
+    fn run(&mut self, out: &mut Vec<Output<S::Reply>>) {
+        while let Some(head) = self.queue.front() {
+            let at = head.at;
+            let dests = head.dests;
+            if !head.contributed {
+                let values_verdict = self.contribution(&self.queue[0].cmd, dests);
+                self.queue[0].contributed = true;
+                let others = Dests(dests.0 & !Dests::of(self.member).0);
+                if others.count() > 0 {
+                    let (values, verdict) = values_verdict;
+                    self.stats.exchanges_sent += 1;
+                    out.push(Output::Exchange {
+                        to: others,
+                        msg: Exchange {
+                            at,
+                            from: self.member,
+                            values,
+                            verdict,
+                        },
+                    });
+                }
+            }
+            if !self.ready(at, dests) {
+                return;
+            }
+            let p = self.queue.pop_front().expect("a head");
+            let got = self.held.remove(&at).unwrap_or_default();
+            self.held_count -= got.len();
+            self.done_up_to = Some(at);
+            self.execute(p, got, out);
+        }
+    }
+
+    /// Whether every other destination has signalled (or, planted, whether the values
+    /// this member needs are in).
+    fn ready(&self, at: CmdRef, dests: Dests) -> bool {
+        let got = self.held.get(&at);
+        let all = dests
+            .members()
+            .filter(|m| *m != self.member)
+            .all(|m| got.is_some_and(|g| g.contains_key(&m)));
+        if all || !self.planted.no_signals {
+            return all;
+        }
+        // Planted: a global access goes ahead once every named object that is not
+        // local has arrived; anything else still waits for every signal.
+        let head = &self.queue[0];
+        match &head.cmd {
+            DsCommand::Global { cmd } => match S::kind(cmd) {
+                Kind::Access(named) => named.iter().all(|o| {
+                    self.objects.contains_key(o)
+                        || got.is_some_and(|g| {
+                            g.values().any(|x| x.values.iter().any(|(id, _)| id == o))
+                        })
+                }),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// This member's part of the exchange for a command at the head of its queue.
+    fn contribution(
+        &self,
+        cmd: &DsCommand<S::Command>,
+        _dests: Dests,
+    ) -> (Vec<(ObjectId, Vec<u8>)>, bool) {
+        let mine = |ids: &mut dyn Iterator<Item = ObjectId>| -> Vec<(ObjectId, Vec<u8>)> {
+            let mut seen = BTreeSet::new();
+            ids.filter(|id| seen.insert(*id))
+                .filter_map(|id| self.objects.get(&id).map(|o| (id, encode(o))))
+                .collect()
+        };
+        match (self.member, cmd) {
+            (Member::Oracle, DsCommand::Create { cmd, .. }) => {
+                let Kind::Create(v) = S::kind(cmd) else {
+                    return (vec![], false);
+                };
+                (vec![], !self.map.contains_key(&v))
+            }
+            (Member::Oracle, DsCommand::Global { cmd }) => match S::kind(cmd) {
+                Kind::Create(v) => (vec![], !self.map.contains_key(&v)),
+                _ => (vec![], true),
+            },
+            (Member::Oracle, _) => (vec![], true),
+            (Member::Partition(_), DsCommand::Global { cmd }) => match S::kind(cmd) {
+                Kind::Access(named) => (mine(&mut named.into_iter()), true),
+                Kind::Create(v) | Kind::Delete(v) => (vec![], self.objects.contains_key(&v)),
+            },
+            (Member::Partition(me), DsCommand::Move { moves, to }) if me != *to => (
+                mine(
+                    &mut moves
+                        .iter()
+                        .filter(|(_, src)| *src == me)
+                        .map(|(id, _)| *id),
+                ),
+                true,
+            ),
+            (Member::Partition(_), DsCommand::Delete { cmd }) => match S::kind(cmd) {
+                Kind::Delete(v) => (vec![], self.objects.contains_key(&v)),
+                _ => (vec![], false),
+            },
+            (Member::Partition(_), _) => (vec![], true),
+        }
+    }
+
+    /// Whether this member answers a command sent to `dests`: the oracle for what
+    /// involves it (consults, creates, deletes), otherwise the lowest partition.
+    fn answers(&self, dests: Dests, oracle_answers: bool) -> bool {
+        if oracle_answers {
+            return self.member == Member::Oracle;
+        }
+        dests.partitions().next().map(Member::Partition) == Some(self.member)
+    }
+
+    fn execute(
+        &mut self,
+        p: Pending<S::Command>,
+        got: BTreeMap<Member, Exchange>,
+        out: &mut Vec<Output<S::Reply>>,
+    ) {
+        self.stats.executed += 1;
+        let at = p.at;
+        let dests = p.dests;
+        match p.cmd {
+            DsCommand::Consult { cmd, extra } => {
+                if self.member != Member::Oracle {
+                    self.stats.malformed += 1;
+                    return;
+                }
+                self.stats.consults += 1;
+                let reply = DsReply::Prophecy(self.prophecy(&cmd, &extra));
+                out.push(Output::Reply { at, reply });
+            }
+            DsCommand::Access { cmd, omega } => {
+                let Member::Partition(_) = self.member else {
+                    self.stats.malformed += 1;
+                    return;
+                };
+                let reply = self.access(&cmd, &omega, &got);
+                if self.answers(dests, false) {
+                    out.push(Output::Reply { at, reply });
+                }
+            }
+            DsCommand::Global { cmd } => match S::kind(&cmd) {
+                Kind::Access(_) => {
+                    if self.member == Member::Oracle {
+                        return;
+                    }
+                    let remote = remote_values::<S>(&got);
+                    let reply = self.run_view(&cmd, &remote, false).0;
+                    if self.answers(dests, false) {
+                        out.push(Output::Reply {
+                            at,
+                            reply: DsReply::Done(reply),
+                        });
+                    }
+                }
+                Kind::Create(v) => {
+                    let at_p = S::placement(v, self.partitions);
+                    self.create(at, dests, &cmd, v, at_p, &got, out);
+                }
+                Kind::Delete(v) => self.delete(at, dests, v, out),
+            },
+            DsCommand::Move { moves, to } => self.apply_moves(&moves, to, &got),
+            DsCommand::Create { cmd, at: at_p } => match S::kind(&cmd) {
+                Kind::Create(v) => self.create(at, dests, &cmd, v, at_p, &got, out),
+                _ => self.stats.malformed += 1,
+            },
+            DsCommand::Delete { cmd } => match S::kind(&cmd) {
+                Kind::Delete(v) => self.delete(at, dests, v, out),
+                _ => self.stats.malformed += 1,
+            },
+        }
+    }
+
+    /// The oracle's prophecy for a consult (Algorithm 4).
+    fn prophecy(&self, cmd: &S::Command, extra: &[ObjectId]) -> Prophecy {
+        match S::kind(cmd) {
+            Kind::Access(named) => {
+                let mut ids: Vec<ObjectId> =
+                    named.into_iter().chain(extra.iter().copied()).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let mut at = Locations::with_capacity(ids.len());
+                for id in ids {
+                    match self.map.get(&id) {
+                        Some(p) => at.push((id, *p)),
+                        None => return Prophecy::Nok,
+                    }
+                }
+                Prophecy::At(at)
+            }
+            Kind::Create(v) => match self.map.contains_key(&v) {
+                true => Prophecy::Nok,
+                false => Prophecy::CreateAt(S::placement(v, self.partitions)),
+            },
+            Kind::Delete(v) => match self.map.get(&v) {
+                None => Prophecy::Ok,
+                Some(p) => Prophecy::At(vec![(v, *p)]),
+            },
+        }
+    }
+
+    /// Run an access over a view; apply its writes unless it is discarded. Returns the
+    /// reply, the objects touched and those missing.
+    fn run_view(
+        &mut self,
+        cmd: &S::Command,
+        remote: &BTreeMap<ObjectId, S::Object>,
+        strict: bool,
+    ) -> (S::Reply, BTreeSet<ObjectId>, BTreeSet<ObjectId>) {
+        let mut view = View::new(&self.objects, remote, strict);
+        let reply = S::execute(cmd, &mut view);
+        let (writes, touched, missing) = view.finish();
+        if missing.is_empty() {
+            self.objects.extend(writes);
+        }
+        (reply, touched, missing)
+    }
+
+    /// DS-SMR's access at its one partition (Algorithm 3): executed only if every
+    /// object in `omega` and every object it touches is here at delivery.
+    fn access(
+        &mut self,
+        cmd: &S::Command,
+        omega: &[ObjectId],
+        got: &BTreeMap<Member, Exchange>,
+    ) -> DsReply<S::Reply> {
+        let empty = BTreeMap::new();
+        if self.planted.locality_at_consult {
+            let remote = remote_values::<S>(got);
+            let r = self.run_view(cmd, if got.is_empty() { &empty } else { &remote }, false);
+            return DsReply::Done(r.0);
+        }
+        let Kind::Access(named) = S::kind(cmd) else {
+            self.stats.malformed += 1;
+            return DsReply::Retry(omega.to_vec());
+        };
+        let mut need: BTreeSet<ObjectId> = omega.iter().copied().collect();
+        need.extend(named.iter().copied());
+        if need.iter().any(|o| !self.objects.contains_key(o)) {
+            self.stats.retries += 1;
+            return DsReply::Retry(need.into_iter().collect());
+        }
+        let (reply, touched, missing) = self.run_view(cmd, &empty, true);
+        if missing.is_empty() {
+            DsReply::Done(reply)
+        } else {
+            self.stats.retries += 1;
+            need.extend(touched);
+            DsReply::Retry(need.into_iter().collect())
+        }
+    }
+
+    fn apply_moves(&mut self, moves: &Locations, to: u16, got: &BTreeMap<Member, Exchange>) {
+        match self.member {
+            Member::Oracle => {
+                if self.planted.oracle_ignores_moves {
+                    return;
+                }
+                for (id, src) in moves {
+                    if let Some(p) = self.map.get_mut(id) {
+                        if *p == *src && *src != to {
+                            *p = to;
+                            self.stats.moved_in += 1;
+                        }
+                    }
+                }
+            }
+            Member::Partition(me) if me == to => {
+                for (id, src) in moves {
+                    if *src == to {
+                        continue;
+                    }
+                    let from = got.get(&Member::Partition(*src));
+                    let value = from.and_then(|x| x.values.iter().find(|(o, _)| o == id));
+                    if let Some((_, bytes)) = value {
+                        match decode::<S::Object>(bytes) {
+                            Some(o) => {
+                                self.objects.insert(*id, o);
+                                self.stats.moved_in += 1;
+                            }
+                            None => self.stats.malformed += 1,
+                        }
+                    }
+                }
+            }
+            Member::Partition(me) => {
+                for (id, src) in moves {
+                    if *src == me {
+                        self.objects.remove(id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A create at partition `at_p`. With the oracle among the destinations, the
+    /// oracle decides (the object must not exist anywhere) and answers; without it
+    /// (S-SMR: objects never move, so `at_p` is the only place the object can be),
+    /// `at_p` decides and answers.
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &mut self,
+        at: CmdRef,
+        dests: Dests,
+        cmd: &S::Command,
+        v: ObjectId,
+        at_p: u16,
+        got: &BTreeMap<Member, Exchange>,
+        out: &mut Vec<Output<S::Reply>>,
+    ) {
+        if !dests.contains(Member::Oracle) {
+            if self.member == Member::Partition(at_p) {
+                let ok = !self.objects.contains_key(&v);
+                if ok {
+                    self.objects.insert(v, S::create(cmd));
+                }
+                out.push(Output::Reply {
+                    at,
+                    reply: DsReply::Created(ok),
+                });
+            }
+            return;
+        }
+        match self.member {
+            Member::Oracle => {
+                let ok = !self.map.contains_key(&v) && usize::from(at_p) < self.partitions;
+                if ok {
+                    self.map.insert(v, at_p);
+                }
+                out.push(Output::Reply {
+                    at,
+                    reply: DsReply::Created(ok),
+                });
+            }
+            Member::Partition(me) if me == at_p => {
+                let ok = got.get(&Member::Oracle).is_some_and(|x| x.verdict);
+                if ok {
+                    self.objects.insert(v, S::create(cmd));
+                }
+            }
+            Member::Partition(_) => {}
+        }
+    }
+
+    fn delete(&mut self, at: CmdRef, dests: Dests, v: ObjectId, out: &mut Vec<Output<S::Reply>>) {
+        match self.member {
+            Member::Oracle => {
+                let reply = match self.map.get(&v) {
+                    None => DsReply::Deleted,
+                    Some(p) if dests.contains(Member::Partition(*p)) => {
+                        self.map.remove(&v);
+                        DsReply::Deleted
+                    }
+                    Some(_) => DsReply::Retry(vec![v]),
+                };
+                out.push(Output::Reply { at, reply });
+            }
+            Member::Partition(_) => {
+                self.objects.remove(&v);
+                if !dests.contains(Member::Oracle) && self.answers(dests, false) {
+                    out.push(Output::Reply {
+                        at,
+                        reply: DsReply::Deleted,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Cheap structural invariants (after every input).
+    pub fn invariants(&self) {
+        let mut prev = self.done_up_to;
+        for p in &self.queue {
+            assert!(prev.is_none_or(|d| p.at > d), "queue out of order");
+            prev = Some(p.at);
+        }
+        assert_eq!(
+            self.held_count,
+            self.held.values().map(|m| m.len()).sum::<usize>(),
+            "held exchanges counted"
+        );
+        if let Some(d) = self.done_up_to {
+            assert!(
+                self.held.keys().all(|k| *k > d),
+                "exchanges kept for commands that ran"
+            );
+        }
+    }
+}
+
+fn remote_values<S: ObjectService>(
+    got: &BTreeMap<Member, Exchange>,
+) -> BTreeMap<ObjectId, S::Object> {
+    let mut m = BTreeMap::new();
+    for x in got.values() {
+        for (id, bytes) in &x.values {
+            if let Some(o) = decode::<S::Object>(bytes) {
+                m.insert(*id, o);
+            }
+        }
+    }
+    m
+}
+
+/// 64-bit FNV-1a.
+struct Fnv(u64);
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The objects a command executes over, wherever they live.
+
+use crate::ObjectId;
+use partita_types::DetHashMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The objects one execution sees: the member's own (writable; writes are buffered and
+/// applied only if the execution stands), copies of other members' objects that the
+/// command named (read-only: their owners execute the command too and write them
+/// there), and nothing else.
+///
+/// A *strict* view (DS-SMR's single-partition access) records every object the
+/// command reaches for that is not local; the server then discards the execution and
+/// answers retry with every object the command touched.
+pub struct View<'a, O> {
+    local: &'a DetHashMap<ObjectId, O>,
+    remote: &'a BTreeMap<ObjectId, O>,
+    writes: BTreeMap<ObjectId, O>,
+    touched: BTreeSet<ObjectId>,
+    missing: BTreeSet<ObjectId>,
+    strict: bool,
+}
+
+impl<'a, O: Clone> View<'a, O> {
+    pub(crate) fn new(
+        local: &'a DetHashMap<ObjectId, O>,
+        remote: &'a BTreeMap<ObjectId, O>,
+        strict: bool,
+    ) -> View<'a, O> {
+        View {
+            local,
+            remote,
+            writes: BTreeMap::new(),
+            touched: BTreeSet::new(),
+            missing: BTreeSet::new(),
+            strict,
+        }
+    }
+
+    /// Read an object: this member's, or a copy another destination sent.
+    pub fn get(&mut self, id: ObjectId) -> Option<&O> {
+        self.touched.insert(id);
+        if self.writes.contains_key(&id) {
+            return self.writes.get(&id);
+        }
+        if let Some(o) = self.local.get(&id) {
+            return Some(o);
+        }
+        if self.strict {
+            self.missing.insert(id);
+            return None;
+        }
+        self.remote.get(&id)
+    }
+
+    /// Write an object of this member. `None` when it is not here: it lives in another
+    /// partition (which writes it itself) or nowhere.
+    pub fn get_mut(&mut self, id: ObjectId) -> Option<&mut O> {
+        self.touched.insert(id);
+        if !self.writes.contains_key(&id) {
+            match self.local.get(&id) {
+                Some(o) => {
+                    self.writes.insert(id, o.clone());
+                }
+                None => {
+                    if self.strict {
+                        self.missing.insert(id);
+                    }
+                    return None;
+                }
+            }
+        }
+        self.writes.get_mut(&id)
+    }
+
+    /// Whether the object is this member's (the service may ask before writing).
+    pub fn is_local(&self, id: ObjectId) -> bool {
+        self.local.contains_key(&id)
+    }
+
+    /// The execution's outcome: the local writes, every object touched, and those
+    /// missing (strict views only).
+    pub(crate) fn finish(
+        self,
+    ) -> (
+        BTreeMap<ObjectId, O>,
+        BTreeSet<ObjectId>,
+        BTreeSet<ObjectId>,
+    ) {
+        (self.writes, self.touched, self.missing)
+    }
+}
