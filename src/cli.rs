@@ -159,6 +159,10 @@ enum ExperimentName {
     /// Paper 002 Figures 2 to 5: P-SMR and opt-PSMR against SMR, over the share of
     /// dependent commands and the number of worker threads (--sim only, for now).
     Psmr,
+    /// Paper 003 Table 1, Figure 4 and the rate of moves: Chirper on S-SMR against
+    /// DS-SMR at 1, 2, 4 and 8 partitions under the four workloads (--sim only, for
+    /// now).
+    Dssmr,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -227,6 +231,22 @@ struct ExperimentArgs {
     /// 002), a ring of 3 acceptors per partition and one across them.
     #[arg(long)]
     rings: bool,
+    /// dssmr: the Chirper workloads (timeline, post, follow, mix; default all four).
+    #[arg(long, value_delimiter = ',')]
+    chirper_workloads: Option<Vec<String>>,
+    /// dssmr: the data partition counts (default 1,2,4,8).
+    #[arg(long, value_delimiter = ',')]
+    partition_counts: Option<Vec<u32>>,
+    /// dssmr: users of the social graph (default 10000).
+    #[arg(long)]
+    users: Option<u32>,
+    /// dssmr: share of followers from the user's own community (default 0.99).
+    #[arg(long)]
+    p_local: Option<f64>,
+    /// dssmr: gather an access's objects in the partition that holds most of them,
+    /// instead of one of the partitions involved at random (the paper's default).
+    #[arg(long)]
+    gather_where_most: bool,
     /// Partitioning experiments: the coordinator's batching delay in ms (how long a value
     /// that is not full waits for more commands while instances are in flight).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
@@ -1332,13 +1352,84 @@ fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `partita experiment dssmr --sim`: paper 003's Table 1, Figure 4 and moves.
+fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    use partita_experiments::experiment::dssmr;
+    if !a.sim {
+        bail!(
+            "the dssmr experiment runs in the simulator only (--sim) for now: `partita up` \
+             does not serve Chirper on real processes yet"
+        );
+    }
+    if a.workloads.is_some() || a.replicas.is_some() || a.batchers > 0 || a.rings {
+        bail!(
+            "--workloads, --replicas, --batchers and --rings do not apply to the dssmr \
+             experiment (use --chirper-workloads and --partition-counts)"
+        );
+    }
+    let started = std::time::Instant::now();
+    let mut o = dssmr::DssmrOptions::full();
+    if a.quick {
+        o.partitions = vec![1, 2, 8];
+        o.duration = Duration::from_secs(2);
+        o.users = 4000;
+    }
+    if let Some(d) = a.duration()? {
+        o.duration = d;
+    }
+    if let Some(c) = a.clients.as_ref().and_then(|c| c.first()) {
+        o.clients_per_partition = *c as u32;
+    }
+    if let Some(ws) = &a.chirper_workloads {
+        o.workloads = ws
+            .iter()
+            .map(|w| partita_dssmr::chirper::Workload::parse(w).map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(p) = &a.partition_counts {
+        if p.iter().any(|&n| !(1..=62).contains(&n)) {
+            bail!("--partition-counts: each between 1 and 62");
+        }
+        o.partitions = p.clone();
+    }
+    if let Some(u) = a.users {
+        if u < 64 {
+            bail!("--users: at least 64 (one per community)");
+        }
+        o.users = u;
+    }
+    if let Some(p) = a.p_local {
+        if !(0.0..=1.0).contains(&p) {
+            bail!("--p-local: a probability, 0 to 1");
+        }
+        o.p_local = p;
+    }
+    o.gather_where_most = a.gather_where_most;
+    if let Some((t, src)) = a.sim_cost()? {
+        o.cost = t;
+        o.cost_source = src;
+    }
+    let r = tokio::task::block_in_place(|| dssmr::dssmr_sim(&o))?;
+    print!("{}", dssmr::dssmr_table(&r));
+    println!(
+        "{} points simulated in {:.0} s wall",
+        r.points.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for f in dssmr::write_dssmr(&r, &a.json)? {
+        println!("wrote {}", f.display());
+    }
+    Ok(0)
+}
+
 fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let r = match a.name {
         ExperimentName::Partitioning
         | ExperimentName::CrossPartition
         | ExperimentName::SpeculationPartitioning
-        | ExperimentName::Psmr => unreachable!("dispatched earlier"),
+        | ExperimentName::Psmr
+        | ExperimentName::Dssmr => unreachable!("dispatched earlier"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::SimCostOptions::quick()
@@ -1385,6 +1476,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             return partition_experiment(&a, P::SpeculationPartitioning).await
         }
         ExperimentName::Psmr => return psmr_experiment(&a),
+        ExperimentName::Dssmr => return dssmr_experiment(&a),
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
     refuse_partitioning_options(&a)?;
@@ -1397,7 +1489,8 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         ExperimentName::Partitioning
         | ExperimentName::CrossPartition
         | ExperimentName::SpeculationPartitioning
-        | ExperimentName::Psmr => unreachable!("dispatched above"),
+        | ExperimentName::Psmr
+        | ExperimentName::Dssmr => unreachable!("dispatched above"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::CostOptions::quick()

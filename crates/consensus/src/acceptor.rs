@@ -387,6 +387,7 @@ impl Acceptor {
             | Msg::AcceptedValues { .. }
             | Msg::CheckpointRequest { .. }
             | Msg::CheckpointChunk { .. }
+            | Msg::Exec { .. }
             | Msg::OnRing { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }

@@ -647,6 +647,13 @@ pub enum Msg {
         ring: crate::multiring::RingId,
         msg: Box<Msg>,
     },
+    /// Between replicas of different partitions, from their execution model (S-SMR
+    /// and DS-SMR exchanges: signals and object values). Opaque to ordering; the
+    /// receiving replica decodes and checks it.
+    Exec {
+        #[serde(with = "bytes")]
+        data: Vec<u8>,
+    },
 }
 
 /// `Vec<u8>` as one length-prefixed byte string (serde's default for `Vec<u8>` is a
@@ -856,12 +863,14 @@ impl Msg {
                     .then_some(())
                     .ok_or("a chunk outside its checkpoint"),
             ),
+            Msg::Exec { .. } => Ok(()),
             Msg::OnRing { msg, .. } => match **msg {
                 Msg::OnRing { .. } => Err("a ring message inside a ring message"),
-                // State transfer is between replicas, not of a ring.
+                // State transfer and execution are between replicas, not of a ring.
                 Msg::CheckpointRequest { .. } | Msg::CheckpointChunk { .. } => {
                     Err("a state-transfer message sent on a ring")
                 }
+                Msg::Exec { .. } => Err("an execution message sent on a ring"),
                 ref inner => inner.check(),
             },
         }
@@ -899,6 +908,7 @@ impl Msg {
             Msg::CheckpointRequest { .. } => "checkpointrequest",
             Msg::CheckpointChunk { .. } => "checkpointchunk",
             Msg::OnRing { msg, .. } => msg.kind(),
+            Msg::Exec { .. } => "exec",
         }
     }
 }

@@ -221,7 +221,7 @@ pub struct Graph {
     pub follows: Vec<(ObjectId, ObjectId)>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GraphSpec {
     pub users: u32,
     pub communities: u32,
@@ -318,7 +318,8 @@ impl Graph {
 }
 
 /// The paper's four workloads (§6).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// 100% getTimeline.
     Timeline,

@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 
 /// Static partitioning (S-SMR: every command to every partition it may touch, objects
 /// never move) or dynamic (DS-SMR).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Scheme {
     Ssmr,
     Dssmr,
@@ -90,6 +91,8 @@ pub enum Outcome<R> {
     Nok,
     Created(bool),
     Deleted,
+    /// A member refused what the proxy sent.
+    Failed(String),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -142,6 +145,10 @@ impl<S: ObjectService> ClientProxy<S> {
     }
     pub fn busy(&self) -> bool {
         self.current.is_some()
+    }
+    /// Give up the command in flight (its outcome is unknown to the application).
+    pub fn abandon(&mut self) {
+        self.current = None;
     }
     /// Fill the cache ahead of time (§4.3's prefetch), e.g. with the initial placement.
     pub fn prefetch(&mut self, locations: impl IntoIterator<Item = (ObjectId, u16)>) {
@@ -274,6 +281,10 @@ impl<S: ObjectService> ClientProxy<S> {
     ) -> Option<Outcome<S::Reply>> {
         let cur = self.current.as_mut()?;
         let finished = match reply {
+            DsReply::Signal => return None,
+            // A member that cannot run what this proxy sent (a bug somewhere): the
+            // command ends, never retried.
+            DsReply::Invalid(why) => Some(Outcome::Failed(why)),
             DsReply::Done(r) => Some(Outcome::Done(r)),
             DsReply::Created(b) => Some(Outcome::Created(b)),
             DsReply::Deleted => Some(Outcome::Deleted),

@@ -21,8 +21,10 @@
 
 pub mod chirper;
 pub mod client;
+pub mod replica;
 pub mod server;
 mod view;
+pub mod wire;
 
 pub use view::View;
 
@@ -123,9 +125,9 @@ pub enum Kind {
 /// members execute the write themselves, or it does not exist).
 pub trait ObjectService: Send + 'static {
     const NAME: &'static str;
-    type Object: Clone + Debug + PartialEq + Send + Serialize + DeserializeOwned + 'static;
-    type Command: Clone + Debug + Send + Serialize + DeserializeOwned + 'static;
-    type Reply: Clone + Debug + PartialEq + Send + Serialize + DeserializeOwned + 'static;
+    type Object: Clone + Debug + PartialEq + Send + Sync + Serialize + DeserializeOwned + 'static;
+    type Command: Clone + Debug + Send + Sync + Serialize + DeserializeOwned + 'static;
+    type Reply: Clone + Debug + PartialEq + Send + Sync + Serialize + DeserializeOwned + 'static;
 
     fn kind(cmd: &Self::Command) -> Kind;
     /// The initial placement (the paper's `f`, Chirper's `getObjectPlacement`): where
@@ -216,6 +218,18 @@ pub enum DsReply<R> {
     Created(bool),
     /// A delete succeeded (or found nothing to delete).
     Deleted,
+    /// From a destination that does not answer the command: it ran it (its signal to
+    /// the client; the answer is another destination's).
+    Signal,
+    /// The command cannot run here (sent to a member that does not take its kind).
+    Invalid(String),
+}
+
+impl<R> DsReply<R> {
+    /// Whether this is a destination's signal rather than the command's answer.
+    pub fn is_signal(&self) -> bool {
+        matches!(self, DsReply::Signal)
+    }
 }
 
 /// What one member sends the others of a command's destinations when the command

@@ -34,8 +34,10 @@ struct Pending<C> {
 pub enum Output<R> {
     /// Send to every replica of every member in `to`.
     Exchange { to: Dests, msg: Exchange },
-    /// The answer to the command at `at`, from the member that answers it (every
-    /// replica of that member produces it; the driver sends the chosen replica's).
+    /// The member's reply to the command at `at`: exactly one per delivered command at
+    /// every member (every replica of it produces the same; the driver sends the
+    /// chosen replica's). The answering member's is the answer, the others'
+    /// [`DsReply::Signal`].
     Reply { at: CmdRef, reply: DsReply<R> },
 }
 
@@ -50,6 +52,9 @@ pub struct ServerStats {
     /// Objects this member received by moves (or the oracle recorded as moved).
     pub moved_in: u64,
     pub consults: u64,
+    /// Objects executions touched (read or written), and wrote.
+    pub objects_touched: u64,
+    pub objects_written: u64,
     pub exchanges_sent: u64,
     /// Exchanges dropped: late (their command ran), duplicate, or from a member that
     /// is not a destination.
@@ -63,6 +68,12 @@ pub struct ServerStats {
 /// this, the newest are dropped (a correct peer is never this far ahead).
 const HELD_MAX: usize = 1 << 16;
 
+/// Exchanges this member sent, kept to send again when a destination asks (its copy
+/// was lost, or it restarted from a checkpoint taken before the command); the oldest
+/// go first. A destination that needs an older one catches up by state transfer from
+/// its own member.
+pub const SENT_KEPT: usize = 1 << 14;
+
 /// The proxy of one member: a data partition, holding its objects, or the oracle,
 /// holding the map of every object to its partition.
 pub struct Server<S: ObjectService> {
@@ -73,10 +84,18 @@ pub struct Server<S: ObjectService> {
     queue: VecDeque<Pending<S::Command>>,
     held: BTreeMap<CmdRef, BTreeMap<Member, Exchange>>,
     held_count: usize,
+    /// Exchanges sent (with their destinations), the newest [`SENT_KEPT`].
+    sent: BTreeMap<CmdRef, (Dests, Exchange)>,
+    /// Exchanges of instances below this may have been forgotten.
+    sent_floor: u64,
+    /// Commands another destination said it never took (it was not among the
+    /// destinations its own copy named: a client that lied about them).
+    refused: BTreeSet<CmdRef>,
+    /// The newest instance that had commands run here, with those that ran (commands
+    /// of one instance run in delivery order, which is not `CmdRef` order).
+    ran: (u64, BTreeSet<CmdRef>),
     /// The last command delivered.
     last: Option<CmdRef>,
-    /// Everything up to here has run.
-    done_up_to: Option<CmdRef>,
     planted: Planted,
     stats: ServerStats,
 }
@@ -95,8 +114,11 @@ impl<S: ObjectService> Server<S> {
             queue: VecDeque::new(),
             held: BTreeMap::new(),
             held_count: 0,
+            sent: BTreeMap::new(),
+            sent_floor: 0,
+            refused: BTreeSet::new(),
+            ran: (0, BTreeSet::new()),
             last: None,
-            done_up_to: None,
             planted: Planted::default(),
             stats: ServerStats::default(),
         }
@@ -146,6 +168,111 @@ impl<S: ObjectService> Server<S> {
         self.queue.front().map(|p| (p.at, p.dests))
     }
 
+    /// The command at the head of the queue and the destinations whose exchanges
+    /// have not arrived, when it waits for some: what to ask for again after a while.
+    pub fn missing(&self) -> Option<(CmdRef, Dests)> {
+        let head = self.queue.front()?;
+        let got = self.held.get(&head.at);
+        let mut d = Dests::none();
+        for m in head.dests.members() {
+            if m != self.member && !got.is_some_and(|g| g.contains_key(&m)) {
+                d = d.with(m);
+            }
+        }
+        (d.count() > 0).then_some((head.at, d))
+    }
+
+    /// The exchange this member sent for `at`, if it still keeps it (another member
+    /// asks again).
+    pub fn resend(&self, at: CmdRef) -> Option<&Exchange> {
+        self.sent.get(&at).map(|(_, x)| x)
+    }
+
+    /// Member `asker` waits for this member's exchange for `at`: the exchange, if this
+    /// member sent it to `asker` and keeps it; `Some(None)` if this member is sure it
+    /// never will (it delivered everything of that instance, and `at` was not among
+    /// its commands for `asker`); `None` if it cannot tell yet (or forgot).
+    pub fn answer(&self, at: CmdRef, asker: Member) -> Option<Option<&Exchange>> {
+        if let Some((to, x)) = self.sent.get(&at) {
+            return Some(to.contains(asker).then_some(x));
+        }
+        let delivered_past = self.last.is_some_and(|l| l.instance >= at.instance);
+        let queued = self.queue.iter().any(|p| p.at == at);
+        (delivered_past && at.instance >= self.sent_floor && !queued).then_some(None)
+    }
+
+    /// Member `from` says it never takes the command at `at` (see
+    /// [`Server::answer`]): when that command heads the queue, it ends with no effect
+    /// and answers [`DsReply::Invalid`].
+    pub fn not_taken(&mut self, at: CmdRef, from: Member, out: &mut Vec<Output<S::Reply>>) {
+        let listed = self
+            .queue
+            .iter()
+            .any(|p| p.at == at && p.dests.contains(from) && from != self.member);
+        if listed {
+            self.refused.insert(at);
+            self.run(out);
+        }
+    }
+
+    fn late(&self, at: CmdRef) -> bool {
+        at.instance < self.ran.0 || (at.instance == self.ran.0 && self.ran.1.contains(&at))
+    }
+
+    /// The member's state for a checkpoint: its objects (a partition) or its map (the
+    /// oracle), and where its delivery sequence stands. Only between commands (none
+    /// waiting).
+    pub fn snapshot(&self) -> Vec<u8> {
+        assert!(self.queue.is_empty(), "a snapshot with commands waiting");
+        let mut objects: Vec<(ObjectId, &S::Object)> =
+            self.objects.iter().map(|(k, v)| (*k, v)).collect();
+        objects.sort_unstable_by_key(|(k, _)| *k);
+        let mut map: Vec<(ObjectId, u16)> = self.map.iter().map(|(k, v)| (*k, *v)).collect();
+        map.sort_unstable();
+        encode(&(self.member, self.partitions as u64, self.last, objects, map))
+    }
+
+    /// A member restored from [`Server::snapshot`] bytes.
+    pub fn restore(bytes: &[u8]) -> Result<Server<S>, String> {
+        type Snap<O> = (
+            Member,
+            u64,
+            Option<CmdRef>,
+            Vec<(ObjectId, O)>,
+            Vec<(ObjectId, u16)>,
+        );
+        let (member, partitions, last, objects, map): Snap<S::Object> =
+            decode(bytes).ok_or("a member snapshot that does not decode")?;
+        let partitions = usize::try_from(partitions).unwrap_or(usize::MAX);
+        if !(1..=crate::PARTITIONS_MAX).contains(&partitions) {
+            return Err(format!("a member snapshot of {partitions} partitions"));
+        }
+        if let Member::Partition(p) = member {
+            if usize::from(p) >= partitions {
+                return Err(format!("partition {p} of {partitions}"));
+            }
+        }
+        let mut s = Server::new(member, partitions);
+        s.objects = objects.into_iter().collect();
+        s.map = map.into_iter().collect();
+        s.last = last;
+        if let Some(l) = last {
+            // Everything up to `last` ran; exchanges of its instance and below are
+            // forgotten.
+            s.ran = (l.instance + 1, BTreeSet::new());
+            s.sent_floor = l.instance + 1;
+        }
+        Ok(s)
+    }
+
+    /// Objects held (a partition) or mapped (the oracle).
+    pub fn len(&self) -> u64 {
+        (self.objects.len() + self.map.len()) as u64
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// A digest of the member's state (objects or map), equal at every replica of
     /// the member that ran the same commands.
     pub fn digest(&self) -> u64 {
@@ -174,7 +301,10 @@ impl<S: ObjectService> Server<S> {
         cmd: DsCommand<S::Command>,
         out: &mut Vec<Output<S::Reply>>,
     ) {
-        if self.last.is_some_and(|l| at <= l) {
+        if self
+            .last
+            .is_some_and(|l| at.instance < l.instance || at == l)
+        {
             // Delivered already (a driver bug or a replayed input): never twice.
             self.stats.malformed += 1;
             return;
@@ -183,7 +313,14 @@ impl<S: ObjectService> Server<S> {
         self.stats.delivered += 1;
         if !dests.valid(self.partitions) || !dests.contains(self.member) {
             self.stats.malformed += 1;
-            self.done_up_to = Some(at);
+            let why = format!(
+                "multicast to {dests:?}, which does not include {:?}",
+                self.member
+            );
+            out.push(Output::Reply {
+                at,
+                reply: DsReply::Invalid(why),
+            });
             return;
         }
         if dests.count() > 1 {
@@ -200,7 +337,7 @@ impl<S: ObjectService> Server<S> {
 
     /// An exchange from another member (from any of its replicas).
     pub fn on_exchange(&mut self, msg: Exchange, out: &mut Vec<Output<S::Reply>>) {
-        let late = self.done_up_to.is_some_and(|d| msg.at <= d);
+        let late = self.late(msg.at);
         let from_member_dest = self
             .queue
             .iter()
@@ -231,15 +368,19 @@ impl<S: ObjectService> Server<S> {
                 if others.count() > 0 {
                     let (values, verdict) = values_verdict;
                     self.stats.exchanges_sent += 1;
-                    out.push(Output::Exchange {
-                        to: others,
-                        msg: Exchange {
-                            at,
-                            from: self.member,
-                            values,
-                            verdict,
-                        },
-                    });
+                    let msg = Exchange {
+                        at,
+                        from: self.member,
+                        values,
+                        verdict,
+                    };
+                    self.sent.insert(at, (others, msg.clone()));
+                    if self.sent.len() > SENT_KEPT {
+                        if let Some((old, _)) = self.sent.pop_first() {
+                            self.sent_floor = self.sent_floor.max(old.instance + 1);
+                        }
+                    }
+                    out.push(Output::Exchange { to: others, msg });
                 }
             }
             if !self.ready(at, dests) {
@@ -248,7 +389,16 @@ impl<S: ObjectService> Server<S> {
             let p = self.queue.pop_front().expect("a head");
             let got = self.held.remove(&at).unwrap_or_default();
             self.held_count -= got.len();
-            self.done_up_to = Some(at);
+            if at.instance > self.ran.0 {
+                self.ran = (at.instance, BTreeSet::new());
+            }
+            self.ran.1.insert(at);
+            if self.refused.remove(&at) {
+                self.stats.malformed += 1;
+                let reply = DsReply::Invalid("a destination never took this command".into());
+                out.push(Output::Reply { at, reply });
+                continue;
+            }
             self.execute(p, got, out);
         }
     }
@@ -256,6 +406,9 @@ impl<S: ObjectService> Server<S> {
     /// Whether every other destination has signalled (or, planted, whether the values
     /// this member needs are in).
     fn ready(&self, at: CmdRef, dests: Dests) -> bool {
+        if self.refused.contains(&at) {
+            return true;
+        }
         let got = self.held.get(&at);
         let all = dests
             .members()
@@ -335,7 +488,30 @@ impl<S: ObjectService> Server<S> {
         dests.partitions().next().map(Member::Partition) == Some(self.member)
     }
 
+    /// Run the head command; exactly one reply comes out (the answer, or a signal).
     fn execute(
+        &mut self,
+        p: Pending<S::Command>,
+        got: BTreeMap<Member, Exchange>,
+        out: &mut Vec<Output<S::Reply>>,
+    ) {
+        let at = p.at;
+        let before = out.len();
+        self.execute_inner(p, got, out);
+        let replies = out[before..]
+            .iter()
+            .filter(|o| matches!(o, Output::Reply { .. }))
+            .count();
+        debug_assert!(replies <= 1, "one reply per command");
+        if replies == 0 {
+            out.push(Output::Reply {
+                at,
+                reply: DsReply::Signal,
+            });
+        }
+    }
+
+    fn execute_inner(
         &mut self,
         p: Pending<S::Command>,
         got: BTreeMap<Member, Exchange>,
@@ -348,6 +524,8 @@ impl<S: ObjectService> Server<S> {
             DsCommand::Consult { cmd, extra } => {
                 if self.member != Member::Oracle {
                     self.stats.malformed += 1;
+                    let reply = DsReply::Invalid("a consult is the oracle's".into());
+                    out.push(Output::Reply { at, reply });
                     return;
                 }
                 self.stats.consults += 1;
@@ -357,6 +535,8 @@ impl<S: ObjectService> Server<S> {
             DsCommand::Access { cmd, omega } => {
                 let Member::Partition(_) = self.member else {
                     self.stats.malformed += 1;
+                    let reply = DsReply::Invalid("an access runs at a partition".into());
+                    out.push(Output::Reply { at, reply });
                     return;
                 };
                 let reply = self.access(&cmd, &omega, &got);
@@ -435,7 +615,9 @@ impl<S: ObjectService> Server<S> {
         let mut view = View::new(&self.objects, remote, strict);
         let reply = S::execute(cmd, &mut view);
         let (writes, touched, missing) = view.finish();
+        self.stats.objects_touched += touched.len() as u64;
         if missing.is_empty() {
+            self.stats.objects_written += writes.len() as u64;
             self.objects.extend(writes);
         }
         (reply, touched, missing)
@@ -594,22 +776,27 @@ impl<S: ObjectService> Server<S> {
 
     /// Cheap structural invariants (after every input).
     pub fn invariants(&self) {
-        let mut prev = self.done_up_to;
+        let mut prev = self.ran.0;
         for p in &self.queue {
-            assert!(prev.is_none_or(|d| p.at > d), "queue out of order");
-            prev = Some(p.at);
+            assert!(p.at.instance >= prev, "queue out of order");
+            assert!(!self.late(p.at), "a queued command ran");
+            prev = p.at.instance;
         }
         assert_eq!(
             self.held_count,
             self.held.values().map(|m| m.len()).sum::<usize>(),
             "held exchanges counted"
         );
-        if let Some(d) = self.done_up_to {
-            assert!(
-                self.held.keys().all(|k| *k > d),
-                "exchanges kept for commands that ran"
-            );
-        }
+        assert!(
+            self.held.keys().all(|k| !self.late(*k)),
+            "exchanges kept for commands that ran"
+        );
+        assert!(
+            self.refused
+                .iter()
+                .all(|k| self.queue.iter().any(|p| p.at == *k)),
+            "refusals of queued commands"
+        );
     }
 }
 

@@ -52,6 +52,8 @@ struct Setup {
     workload: Workload,
     planted: Planted,
     creates: bool,
+    /// Share of exchanges lost (then asked for again).
+    loss: f64,
 }
 
 struct World {
@@ -63,7 +65,8 @@ struct World {
     replicas: Vec<Replica>,
     exchanges: Vec<(usize, Exchange)>,
     replies: Vec<(usize, CmdRef, DsReply<ChirperReply>)>,
-    answers: BTreeMap<CmdRef, DsReply<ChirperReply>>,
+    /// Every member's reply to every command.
+    answers: BTreeMap<(CmdRef, Member), DsReply<ChirperReply>>,
     waiter: BTreeMap<CmdRef, usize>,
     delivered: BTreeSet<(CmdRef, Member)>,
     clients: Vec<Client>,
@@ -146,9 +149,17 @@ impl World {
 
     /// The sequencer: the multicast joins the one sequence.
     fn multicast(&mut self, client: usize, m: Multicast<ChirperCommand>) {
+        // Consecutive commands share an instance now and then (a batch): members run
+        // them in delivery order, which is not the order of their names.
+        let prev = self.log.last().map_or(0, |e| e.at.instance);
+        let instance = if prev > 0 && self.rng.gen_bool(0.3) {
+            prev
+        } else {
+            prev + 1
+        };
         let at = CmdRef {
-            instance: self.log.len() as u64 + 1,
-            client: client as u64,
+            instance,
+            client: self.rng.gen_range(0..1000),
             seq: self.log.len() as u64 + 1,
         };
         for member in m.dests.members() {
@@ -214,6 +225,15 @@ impl World {
         if !idle.is_empty() {
             choices.push(3);
         }
+        let stalled: Vec<usize> = (0..self.replicas.len())
+            .filter(|&i| self.replicas[i].server.missing().is_some())
+            .collect();
+        if choices.is_empty() && !stalled.is_empty() {
+            // Nothing else can happen: the lost exchanges are asked for again.
+            choices.push(4);
+        } else if !stalled.is_empty() && self.rng.gen_bool(0.02) {
+            choices.push(4);
+        }
         if choices.is_empty() {
             return false;
         }
@@ -225,9 +245,23 @@ impl World {
             1 => {
                 let k = self.rng.gen_range(0..self.exchanges.len());
                 let (i, x) = self.exchanges.swap_remove(k);
+                if self.rng.gen_bool(self.setup.loss) {
+                    return true;
+                }
                 let mut out = Vec::new();
                 self.replicas[i].server.on_exchange(x, &mut out);
                 self.outputs(i, out);
+            }
+            4 => {
+                let i = stalled[self.rng.gen_range(0..stalled.len())];
+                let (at, from) = self.replicas[i].server.missing().expect("stalled");
+                for j in 0..self.replicas.len() {
+                    if from.contains(self.replicas[j].member) {
+                        if let Some(x) = self.replicas[j].server.resend(at) {
+                            self.exchanges.push((i, x.clone()));
+                        }
+                    }
+                }
             }
             2 => {
                 let k = self.rng.gen_range(0..self.replies.len());
@@ -270,7 +304,7 @@ impl World {
                     }
                 }
                 Output::Reply { at, reply } => {
-                    let dests = self.log[at.instance as usize - 1].dests;
+                    let dests = self.log[at.seq as usize - 1].dests;
                     for m in dests.members() {
                         if !self.delivered.contains(&(at, m)) {
                             self.violations.push(format!(
@@ -278,16 +312,16 @@ impl World {
                             ));
                         }
                     }
-                    match self.answers.get(&at) {
+                    match self.answers.get(&(at, member)) {
                         Some(prev) if *prev != reply => self.violations.push(format!(
                             "replicas of {member:?} disagree on {at:?}: {prev:?} and {reply:?}"
                         )),
                         Some(_) => {}
                         None => {
-                            self.answers.insert(at, reply.clone());
+                            self.answers.insert((at, member), reply.clone());
                         }
                     }
-                    if self.replicas[i].rank == 0 {
+                    if self.replicas[i].rank == 0 && !reply.is_signal() {
                         if let Some(c) = self.waiter.get(&at) {
                             self.replies.push((*c, at, reply));
                         }
@@ -336,11 +370,45 @@ impl World {
         let mut reference = Reference::<Chirper>::default();
         reference.load(self.graph.objects());
         for e in &self.log {
-            let answer = self.answers.get(&e.at);
+            let replies: Vec<&DsReply<ChirperReply>> = e
+                .dests
+                .members()
+                .filter_map(|m| self.answers.get(&(e.at, m)))
+                .collect();
+            if replies.len() != e.dests.count() {
+                self.violations.push(format!(
+                    "{:?}: {} of {} destinations replied",
+                    e.at,
+                    replies.len(),
+                    e.dests.count()
+                ));
+            }
+            let answers: Vec<_> = replies.into_iter().filter(|r| !r.is_signal()).collect();
+            let answer = match answers.len() {
+                0 if matches!(e.cmd, DsCommand::Move { .. }) => continue,
+                1 => Some(answers[0]),
+                0 => None,
+                _ => {
+                    self.violations.push(format!(
+                        "{:?}: {} answers {answers:?}",
+                        e.at,
+                        answers.len()
+                    ));
+                    continue;
+                }
+            };
+            if let Some(DsReply::Invalid(why)) = answer {
+                self.violations.push(format!("{:?} refused: {why}", e.at));
+                continue;
+            }
             let cmd = match &e.cmd {
                 DsCommand::Access { cmd, .. } | DsCommand::Global { cmd } => cmd,
                 DsCommand::Create { cmd, .. } | DsCommand::Delete { cmd } => cmd,
-                DsCommand::Consult { .. } | DsCommand::Move { .. } => continue,
+                DsCommand::Consult { .. } => continue,
+                DsCommand::Move { .. } => {
+                    self.violations.push(format!("{:?}: a move answered", e.at));
+                    continue;
+                }
             };
             match (Chirper::kind(cmd), answer) {
                 (_, None) => self
@@ -416,6 +484,17 @@ impl World {
                 self.violations
                     .push(format!("replicas of {:?} diverged", r.member));
             }
+            if r.server.waiting() == 0 {
+                match Server::<Chirper>::restore(&r.server.snapshot()) {
+                    Ok(back) if back.digest() == r.server.digest() => {}
+                    Ok(_) => self
+                        .violations
+                        .push(format!("{:?}: restored state differs", r.member)),
+                    Err(e) => self
+                        .violations
+                        .push(format!("{:?}: restore: {e}", r.member)),
+                }
+            }
             if r.server.waiting() > 0 {
                 self.violations.push(format!(
                     "{:?} still blocked on {:?}",
@@ -459,6 +538,7 @@ fn setup(seed: u64, scheme: Scheme) -> Setup {
         workload: Workload::ALL[rng.gen_range(0..4)],
         planted: Planted::default(),
         creates: scheme == Scheme::Dssmr && rng.gen_bool(0.5),
+        loss: if rng.gen_bool(0.3) { 0.1 } else { 0.0 },
     }
 }
 

@@ -774,9 +774,13 @@ impl NodeCore {
             self.announce_checkpoint(&mut actions);
         }
         self.transfer_tick(&mut actions);
+        if let Some(r) = self.replica.as_mut() {
+            r.exec_tick();
+        }
         if !actions.is_empty() {
             self.run(actions, out);
         }
+        self.flush_replies(out);
     }
 
     /// The driver wrote checkpoint `instance` durably (from [`Output::SaveCheckpoint`]).
@@ -1304,6 +1308,18 @@ impl NodeCore {
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
         out.extend(self.replies.drain(..).map(Output::Reply));
         self.flush_early(out);
+        if let Some(r) = self.replica.as_mut() {
+            for (to, data) in r.take_exec() {
+                if to == self.setup.id {
+                    continue;
+                }
+                self.count("exec_messages_sent");
+                out.push(Output::Send {
+                    to,
+                    msg: Msg::Exec { data },
+                });
+            }
+        }
     }
 
     /// Tentative replies and confirmations of the replica (early replies).
@@ -1373,6 +1389,13 @@ impl NodeCore {
                 }
                 take
             }
+            Msg::Exec { data } => match self.replica.as_mut() {
+                Some(r) => {
+                    r.on_exec(from, &data, &mut self.replies);
+                    true
+                }
+                None => false,
+            },
             Msg::Truncated { below } => {
                 let mut handled = self
                     .ordering

@@ -497,7 +497,10 @@ impl AtomicMulticast for PaxosOrdering {
             }
             // State transfer is the replica's business, not the ordering's; ring
             // envelopes are Multi-Ring Paxos's.
-            Msg::CheckpointRequest { .. } | Msg::CheckpointChunk { .. } | Msg::OnRing { .. } => {}
+            Msg::CheckpointRequest { .. }
+            | Msg::CheckpointChunk { .. }
+            | Msg::OnRing { .. }
+            | Msg::Exec { .. } => {}
         }
         if self
             .coordinator

@@ -408,6 +408,8 @@ pub struct BenchSpec {
     /// Whether acceptors fsync (the cost table's `[disk]`); `false`: writes only.
     pub fsync: bool,
     pub client_timeout_ns: Time,
+    /// S-SMR/DS-SMR Chirper instead of the B+tree (`workload` is then ignored).
+    pub dssmr: Option<crate::swarm::DsParams>,
 }
 
 impl BenchSpec {
@@ -429,6 +431,7 @@ impl BenchSpec {
             cost: CostTable::default(),
             net: BenchNet::default(),
             fsync: true,
+            dssmr: None,
             client_timeout_ns: 1000 * MILLIS,
         }
     }
@@ -535,6 +538,25 @@ pub fn percentile(sorted: &[u64], q: f64) -> u64 {
 /// Run one experiment point.
 pub fn run(spec: BenchSpec) -> BenchReport {
     crate::world::World::new_bench(spec).run_bench()
+}
+
+/// What the client proxies of an S-SMR/DS-SMR run did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DsBenchStats {
+    /// Move commands per second in each tenth of the run.
+    pub moves_per_s: Vec<f64>,
+    pub move_commands: u64,
+    pub objects_moved: u64,
+    pub retries: u64,
+    pub fallbacks: u64,
+    pub consults: u64,
+    pub cache_hits: u64,
+}
+
+/// [`run`] for a spec with `dssmr`.
+pub fn run_with_dssmr(spec: BenchSpec) -> (BenchReport, DsBenchStats) {
+    assert!(spec.dssmr.is_some(), "an S-SMR/DS-SMR spec");
+    crate::world::World::new_bench(spec).run_bench_dssmr()
 }
 
 #[cfg(test)]

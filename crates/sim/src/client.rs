@@ -42,6 +42,14 @@
 //! invoked operation, once it ended.
 
 use crate::queue::Time;
+use partita_dssmr::chirper::{Chirper, ChirperCommand, Graph, Workload as ChirperWorkload};
+use partita_dssmr::client::{ClientProxy, Multicast, ProxyConfig};
+use partita_dssmr::wire::{DsWire, WireCommand};
+use partita_dssmr::ObjectService;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+const MILLIS_NS: u64 = 1_000_000;
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::{Event, Status};
 use partita_client_core::{Action, ClientConfig, ClientCore, Done};
@@ -96,10 +104,59 @@ enum State {
     Done,
 }
 
+/// The client core a simulated client drives: the B+tree's, or an S-SMR/DS-SMR
+/// client proxy over the multicast wire (boxed: rarer, and larger).
+#[allow(clippy::large_enum_variant)]
+enum Core {
+    Btree(ClientCore<BPlusTree>),
+    Ds(Box<DsClient>),
+}
+
+/// A Chirper client of an S-SMR or DS-SMR cluster: the client proxy (paper 003
+/// Algorithm 2) turns each application command into multicasts, which the client
+/// core sends one after another (a move is waited for, unlike the paper's proxy: one
+/// command at a time per session).
+pub struct DsClient {
+    core: ClientCore<DsWire<Chirper>>,
+    proxy: ClientProxy<Chirper>,
+    graph: Arc<Graph>,
+    workload: ChirperWorkload,
+    data: u32,
+    queue: VecDeque<Multicast<ChirperCommand>>,
+    /// Whether the multicast in flight is answered (a move is not).
+    answered: bool,
+    call_ns: Time,
+    posts: u64,
+    /// When each move command went out.
+    move_times: Vec<Time>,
+}
+
+/// Run `$e` with `$c` bound to whichever client core the client has.
+macro_rules! with_core {
+    ($self:expr, $c:ident => $e:expr) => {
+        match &$self.core {
+            Core::Btree($c) => $e,
+            Core::Ds(d) => {
+                let $c = &d.core;
+                $e
+            }
+        }
+    };
+    (mut $self:expr, $c:ident => $e:expr) => {
+        match &mut $self.core {
+            Core::Btree($c) => $e,
+            Core::Ds(d) => {
+                let $c = &mut d.core;
+                $e
+            }
+        }
+    };
+}
+
 pub struct SimClient {
     pub index: u32,
     pub id: ClientId,
-    core: ClientCore<BPlusTree>,
+    core: Core,
     params: ClientParams,
     ops_left: u64,
     state: State,
@@ -135,7 +192,7 @@ impl SimClient {
         SimClient {
             index,
             id,
-            core: ClientCore::new(id, topology, cfg, entry, replica).with_bugs(bugs),
+            core: Core::Btree(ClientCore::new(id, topology, cfg, entry, replica).with_bugs(bugs)),
             params,
             ops_left: ops,
             state: State::Thinking,
@@ -162,6 +219,77 @@ impl SimClient {
         self
     }
 
+    /// An S-SMR/DS-SMR Chirper client in the experiment mode (samples, no history):
+    /// `scheme` and `data` partitions, commands of `workload` over `graph`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_ds(
+        index: u32,
+        entry: NodeId,
+        topology: Topology,
+        replica: NodeId,
+        params: ClientParams,
+        ds: &crate::swarm::DsParams,
+        data: u32,
+        graph: Arc<Graph>,
+    ) -> SimClient {
+        let (scheme, workload) = (ds.scheme, ds.workload);
+        let mut c = SimClient::new(
+            index,
+            entry,
+            topology.clone(),
+            replica,
+            params.clone(),
+            u64::MAX,
+            ClientBugs::default(),
+        );
+        let cfg = ClientConfig {
+            timeout_ns: params.timeout_ns,
+            give_up_ns: Some(params.give_up_ns),
+            refused_retry_ns: params.refused_retry_ns,
+        };
+        let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), index as u64 + 1);
+        // Clients start knowing the initial placement (the paper's cache, warm).
+        if ds.gather_where_most {
+            proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
+        }
+        proxy.prefetch(
+            graph
+                .users()
+                .map(|u| (u, Chirper::placement(u, data as usize))),
+        );
+        c.core = Core::Ds(Box::new(DsClient {
+            core: ClientCore::new(c.id, topology, cfg, entry, replica),
+            proxy,
+            graph,
+            workload,
+            data,
+            queue: VecDeque::new(),
+            answered: false,
+            call_ns: 0,
+            posts: 0,
+            move_times: Vec::new(),
+        }));
+        c.bench = Some((crate::bench::Workload::Update, 1));
+        c.think_step_ns = MILLIS_NS;
+        c
+    }
+
+    /// When this client sent each move command (S-SMR/DS-SMR clients).
+    pub fn move_times(&self) -> &[Time] {
+        match &self.core {
+            Core::Ds(d) => &d.move_times,
+            Core::Btree(_) => &[],
+        }
+    }
+
+    /// The client proxy's counters (S-SMR/DS-SMR clients).
+    pub fn proxy_stats(&self) -> Option<&partita_dssmr::client::ProxyStats> {
+        match &self.core {
+            Core::Ds(d) => Some(d.proxy.stats()),
+            Core::Btree(_) => None,
+        }
+    }
+
     /// Completed operations (experiment mode).
     pub fn samples(&self) -> &[Sample] {
         &self.samples
@@ -169,12 +297,12 @@ impl SimClient {
 
     /// The session's counters (resubmissions, refusals, late replies, ...).
     pub fn stats(&self) -> &partita_client_core::ClientStats {
-        self.core.stats()
+        with_core!(self, c => c.stats())
     }
 
     /// The replica that answers now.
     pub fn replica(&self) -> NodeId {
-        self.core.replica()
+        with_core!(self, c => c.replica())
     }
 
     /// Start: think, then invoke the first operation.
@@ -189,9 +317,9 @@ impl SimClient {
     pub fn set_give_up_allowed(&mut self, allowed: bool) {
         let cfg = ClientConfig {
             give_up_ns: allowed.then_some(self.params.give_up_ns),
-            ..self.core.config().clone()
+            ..with_core!(self, c => c.config().clone())
         };
-        self.core.set_config(cfg);
+        with_core!(mut self, c => c.set_config(cfg));
     }
 
     pub fn history(&self) -> &[Event] {
@@ -200,7 +328,10 @@ impl SimClient {
 
     /// The command outstanding, for liveness reports: (seq, op, invoked at, sends).
     pub fn outstanding(&self) -> Option<(u64, &Op, Time, u64)> {
-        self.core.outstanding()
+        match &self.core {
+            Core::Btree(c) => c.outstanding(),
+            Core::Ds(_) => None,
+        }
     }
 
     pub fn ops_left(&self) -> u64 {
@@ -209,7 +340,7 @@ impl SimClient {
 
     /// The node commands go to now.
     pub fn entry(&self) -> NodeId {
-        self.core.entry()
+        with_core!(self, c => c.entry())
     }
 
     fn timer(&mut self, at: Time, out: &mut Vec<ClientAction>) {
@@ -235,15 +366,27 @@ impl SimClient {
         assert!(self.ops_left > 0);
         self.ops_left -= 1;
         self.invoked += 1;
-        let op = match self.bench {
-            Some((w, keys)) => crate::bench::random_op(w, rng, keys),
-            None => random_op(rng, self.params.keys),
-        };
         self.state = State::Waiting;
         let mut actions = Vec::new();
-        self.core
-            .submit(op, now, &mut actions)
-            .expect("the B+tree splits every command, and one is outstanding at a time");
+        match &mut self.core {
+            Core::Btree(core) => {
+                let op = match self.bench {
+                    Some((w, keys)) => crate::bench::random_op(w, rng, keys),
+                    None => random_op(rng, self.params.keys),
+                };
+                core.submit(op, now, &mut actions)
+                    .expect("the B+tree splits every command, and one is outstanding at a time");
+            }
+            Core::Ds(d) => {
+                d.posts += 1;
+                let cmd = d.workload.next(&d.graph, ((self.id) << 32) | d.posts, rng);
+                let mut ms = Vec::new();
+                d.proxy.submit(cmd, &mut ms);
+                d.queue.extend(ms);
+                d.call_ns = now;
+                d.send_next(now, &mut actions);
+            }
+        }
         self.after(now, actions, rng, out);
     }
 
@@ -255,20 +398,49 @@ impl SimClient {
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
     ) {
-        for Action::Send { to, cmd, first } in actions {
-            out.push(ClientAction::Send { to, cmd, first });
+        let mut actions = actions;
+        loop {
+            for Action::Send { to, cmd, first } in actions.drain(..) {
+                out.push(ClientAction::Send { to, cmd, first });
+            }
+            match &mut self.core {
+                Core::Btree(core) => {
+                    if let Some(done) = core.take_done() {
+                        self.finish(done);
+                        self.think(now, rng, out);
+                        return;
+                    }
+                }
+                Core::Ds(d) => {
+                    if let Some(done) = d.core.take_done() {
+                        match d.step(done, now, &mut actions) {
+                            Some(ok) => {
+                                if ok {
+                                    self.samples.push(Sample {
+                                        call_ns: d.call_ns,
+                                        ret_ns: now,
+                                        ops: 1,
+                                        tentative_ns: None,
+                                        psmr_resubmitted: false,
+                                    });
+                                }
+                                self.think(now, rng, out);
+                                return;
+                            }
+                            // The next multicast went out: send it.
+                            None => continue,
+                        }
+                    }
+                }
+            }
+            break;
         }
-        if let Some(done) = self.core.take_done() {
-            self.finish(done);
-            self.think(now, rng, out);
-            return;
-        }
-        if let Some(d) = self.core.deadline() {
+        if let Some(d) = with_core!(self, c => c.deadline()) {
             if self.timer_at != Some(d) {
                 self.timer(d, out);
             }
         }
-        self.core.invariants();
+        with_core!(self, c => c.invariants());
     }
 
     fn finish(&mut self, d: Done<BPlusTree>) {
@@ -316,7 +488,7 @@ impl SimClient {
             State::Done => {}
             State::Waiting => {
                 let mut actions = Vec::new();
-                self.core.on_timer(now, &mut actions);
+                with_core!(mut self, c => c.on_timer(now, &mut actions));
                 self.after(now, actions, rng, out);
             }
         }
@@ -334,7 +506,7 @@ impl SimClient {
         out: &mut Vec<ClientAction>,
     ) {
         let mut actions = Vec::new();
-        self.core.on_reply(from, reply, leader, now, &mut actions);
+        with_core!(mut self, c => c.on_reply(from, reply, leader, now, &mut actions));
         if self.state == State::Waiting {
             self.after(now, actions, rng, out);
         }
@@ -350,7 +522,7 @@ impl SimClient {
         out: &mut Vec<ClientAction>,
     ) {
         let mut actions = Vec::new();
-        self.core.on_early(from, e, now, &mut actions);
+        with_core!(mut self, c => c.on_early(from, e, now, &mut actions));
         if self.state == State::Waiting {
             self.after(now, actions, rng, out);
         }
@@ -365,10 +537,67 @@ impl SimClient {
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
     ) {
-        self.core.on_refused(seq, leader, now);
+        with_core!(mut self, c => c.on_refused(seq, leader, now));
         if self.state == State::Waiting {
             self.after(now, Vec::new(), rng, out);
         }
+    }
+}
+
+impl DsClient {
+    /// Hand the next queued multicast to the client core.
+    fn send_next(&mut self, now: Time, actions: &mut Vec<Action>) {
+        let Some(m) = self.queue.pop_front() else {
+            return;
+        };
+        self.answered = m.answered;
+        if matches!(m.cmd, partita_dssmr::DsCommand::Move { .. }) {
+            self.move_times.push(now);
+        }
+        let w = WireCommand {
+            dests: m.dests,
+            data: self.data,
+            cmd: m.cmd,
+        };
+        self.core
+            .submit(w, now, actions)
+            .expect("one multicast at a time, to the cluster's partitions");
+    }
+
+    /// A multicast finished: feed its answer to the proxy and send what comes next.
+    /// `Some(true)`: the application command finished; `Some(false)`: it ended without
+    /// an answer (an error of the client core); `None`: another multicast went out.
+    fn step(
+        &mut self,
+        done: Done<DsWire<Chirper>>,
+        now: Time,
+        actions: &mut Vec<Action>,
+    ) -> Option<bool> {
+        match done.result {
+            Ok(reply) => {
+                if self.answered {
+                    let mut ms = Vec::new();
+                    let outcome = self.proxy.on_reply(reply, &mut ms);
+                    self.queue.extend(ms);
+                    if outcome.is_some() {
+                        self.queue.clear();
+                        return Some(true);
+                    }
+                }
+            }
+            Err(_) => {
+                self.proxy.abandon();
+                self.queue.clear();
+                return Some(false);
+            }
+        }
+        if self.queue.is_empty() {
+            // The proxy waits for nothing more (cannot happen with a correct proxy).
+            self.proxy.abandon();
+            return Some(false);
+        }
+        self.send_next(now, actions);
+        None
     }
 }
 

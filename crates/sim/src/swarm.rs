@@ -433,6 +433,21 @@ pub struct SeedParams {
     pub bug_names: Vec<&'static str>,
     /// Command-line flags that reproduce the options this seed ran with.
     pub flags: String,
+    /// S-SMR/DS-SMR (paper 003): Chirper over the cluster's partitions (with DS-SMR
+    /// the last is the oracle), replicas `partita_dssmr::replica::DsReplica`, clients
+    /// the client proxy. Experiment mode only for now.
+    pub dssmr: Option<DsParams>,
+}
+
+/// S-SMR/DS-SMR runs: the scheme, the social graph every member loads, the workload.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DsParams {
+    pub scheme: partita_dssmr::client::Scheme,
+    pub graph: partita_dssmr::chirper::GraphSpec,
+    pub workload: partita_dssmr::chirper::Workload,
+    /// Where an access's objects are gathered: at random among the partitions
+    /// involved (the paper's default), or where most of them are.
+    pub gather_where_most: bool,
 }
 
 impl SeedParams {
@@ -869,6 +884,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         bugs: opts.bugs.clone(),
         bug_names,
         flags: opts.flags(),
+        dssmr: None,
     }
 }
 

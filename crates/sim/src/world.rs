@@ -44,6 +44,7 @@ use rand_chacha::ChaCha8Rng;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 /// What travels on the simulated network.
 #[derive(Clone, Debug)]
@@ -444,6 +445,7 @@ impl World {
             bugs: Default::default(),
             bug_names: Vec::new(),
             flags: "experiment".into(),
+            dssmr: spec.dssmr.clone(),
         };
         let opts = SimOptions {
             cost: spec.cost,
@@ -494,11 +496,25 @@ impl World {
                 .collect(),
         );
         let tick_ns = cluster.cluster.tick_ms * MILLIS;
+        let graph = p
+            .dssmr
+            .as_ref()
+            .map(|d| Arc::new(partita_dssmr::chirper::Graph::generate(&d.graph)));
+        let service = match (&p.dssmr, &graph) {
+            (Some(d), Some(g)) => {
+                let g = g.clone();
+                partita_dssmr::replica::factory::<partita_dssmr::chirper::Chirper>(
+                    d.scheme,
+                    Arc::new(move || g.objects()),
+                )
+            }
+            _ => partita_smr::service::<BPlusTree>(),
+        };
         let nodes: Vec<SimNode> = ids
             .iter()
             .enumerate()
             .map(|(i, &id)| {
-                let setup = cluster.node_setup(id, partita_smr::service::<BPlusTree>());
+                let setup = cluster.node_setup(id, service.clone());
                 SimNode {
                     id,
                     acceptor: setup.acceptor,
@@ -541,6 +557,20 @@ impl World {
                 // Clients enter at the coordinator (the server), or spread over the
                 // batchers, and rotate over the batchers, then the acceptors.
                 let topology = cluster.client_topology();
+                if let (Some(d), Some(g)) = (&p.dssmr, &graph) {
+                    let n = layout.replicas.len().max(1);
+                    let data = partita_dssmr::replica::data_partitions(n, d.scheme) as u32;
+                    return SimClient::new_ds(
+                        c,
+                        entry,
+                        topology,
+                        replica,
+                        p.client.clone(),
+                        d,
+                        data,
+                        g.clone(),
+                    );
+                }
                 let client = SimClient::new(
                     c,
                     entry,
@@ -2155,6 +2185,38 @@ impl World {
         self.preload_servers();
         self.run_loop();
         self.finish_bench()
+    }
+
+    /// [`World::run_bench`] of an S-SMR/DS-SMR world, with the client proxies'
+    /// counters and the rate of moves over time.
+    pub fn run_bench_dssmr(mut self) -> (BenchReport, crate::bench::DsBenchStats) {
+        self.start();
+        self.run_loop();
+        let duration = self.bench.as_ref().map_or(1, |b| b.duration_ns);
+        let mut s = crate::bench::DsBenchStats {
+            moves_per_s: vec![0.0; 10],
+            ..Default::default()
+        };
+        let tenth = (duration / 10).max(1);
+        for c in &self.clients {
+            if let Some(p) = c.proxy_stats() {
+                s.objects_moved += p.objects_moved;
+                s.move_commands += p.move_commands;
+                s.retries += p.retries;
+                s.fallbacks += p.fallbacks;
+                s.consults += p.consults;
+                s.cache_hits += p.cache_hits;
+            }
+            for &t in c.move_times() {
+                let i = ((t / tenth) as usize).min(9);
+                s.moves_per_s[i] += 1.0;
+            }
+        }
+        let secs = tenth as f64 / 1e9;
+        for m in &mut s.moves_per_s {
+            *m /= secs;
+        }
+        (self.finish_bench(), s)
     }
 
     /// The load counters now.

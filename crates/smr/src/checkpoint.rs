@@ -240,6 +240,145 @@ pub fn restamp_checkpoint(bytes: &mut [u8], node_id: NodeId) -> Result<(), Check
     Ok(())
 }
 
+/// What a checkpoint holds besides the service's state section: written by any
+/// execution model that keeps its sessions in [`Sessions`] (the sequential replica, the
+/// S-SMR/DS-SMR member replicas).
+pub struct CheckpointParts<'a> {
+    pub node_id: NodeId,
+    pub cluster_id: u64,
+    pub instance: Instance,
+    pub digest: u64,
+    pub entries: u64,
+    /// The service's name ([`service_id`] goes into the header).
+    pub service: &'a str,
+    pub sessions: &'a Sessions,
+    /// The ordering layer's position (opaque; [`checkpoint_ordering`]).
+    pub ordering: &'a [u8],
+}
+
+/// A checkpoint of `parts` and the state section `state` (its bytes are reused for
+/// the result: the state section dominates, so rather than copy it into a second
+/// buffer the snapshot's own buffer grows, and the snapshot slides up to make room for
+/// the header and the reply cache in front).
+pub fn write_checkpoint(parts: CheckpointParts<'_>, state: Vec<u8>) -> Vec<u8> {
+    let clients = parts.sessions.sorted();
+    let mut replies = Vec::with_capacity(clients.len() * 64);
+    for session in &clients {
+        let enc = partita_types::encode(*session);
+        replies.extend_from_slice(&(enc.len() as u32).to_le_bytes());
+        replies.extend_from_slice(&enc);
+    }
+    let ordering = parts.ordering;
+    let mut out = state;
+    let tree_bytes = out.len();
+    let front = HEADER_BYTES + replies.len() + ordering.len();
+    let total = front + tree_bytes + TRAILER_BYTES;
+    out.resize(total, 0);
+    out.copy_within(0..tree_bytes, front);
+    let mut header = Vec::with_capacity(HEADER_BYTES);
+    header.extend_from_slice(&CHECKPOINT_MAGIC);
+    header.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
+    header.extend_from_slice(&parts.node_id.to_le_bytes());
+    header.extend_from_slice(&parts.cluster_id.to_le_bytes());
+    header.extend_from_slice(&parts.instance.to_le_bytes());
+    header.extend_from_slice(&parts.digest.to_le_bytes());
+    header.extend_from_slice(&parts.entries.to_le_bytes());
+    header.extend_from_slice(&(clients.len() as u64).to_le_bytes());
+    header.extend_from_slice(&(replies.len() as u64).to_le_bytes());
+    header.extend_from_slice(&(tree_bytes as u64).to_le_bytes());
+    header.extend_from_slice(&service_id(parts.service).to_le_bytes());
+    header.extend_from_slice(&parts.sessions.now_ms().to_le_bytes());
+    header.extend_from_slice(&(ordering.len() as u64).to_le_bytes());
+    assert_eq!(header.len(), HEADER_BYTES);
+    out[..HEADER_BYTES].copy_from_slice(&header);
+    let replies_end = HEADER_BYTES + replies.len();
+    out[HEADER_BYTES..replies_end].copy_from_slice(&replies);
+    out[replies_end..front].copy_from_slice(ordering);
+    let body = total - TRAILER_BYTES;
+    let crc = crc32c::crc32c(&out[..body]);
+    out[body..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The reply-cache section of a verified checkpoint of service `service` (each entry
+/// checked against the header), and its state section.
+pub fn read_checkpoint<'a>(
+    bytes: &'a [u8],
+    info: &CheckpointInfo,
+    service: &'static str,
+) -> Result<(Vec<Session>, &'a [u8]), CheckpointError> {
+    if info.service != service_id(service) {
+        return Err(CheckpointError::Service {
+            expected: service,
+            found: info.service,
+        });
+    }
+    let replies_bytes = u64_at(bytes, 56) as usize;
+    let header = header_bytes(u32_at(bytes, 8))?;
+    let replies_end = header + replies_bytes;
+    // Each entry takes at least its 4-byte length and a few bytes of reply: the
+    // section's size bounds the allocation, whatever the (damaged) count says.
+    let capacity = (info.clients as usize).min(replies_bytes / 8);
+    let mut sessions: Vec<Session> = Vec::with_capacity(capacity);
+    let mut at = header;
+    let mut prev: Option<ClientId> = None;
+    for index in 0..info.clients {
+        let bad = |reason: String| CheckpointError::ReplyCache { index, reason };
+        if at + 4 > replies_end {
+            return Err(bad("runs past the end of its section".into()));
+        }
+        let len = u32_at(bytes, at) as usize;
+        at += 4;
+        if len > replies_end - at {
+            return Err(bad(format!(
+                "length {len} runs past the end of its section"
+            )));
+        }
+        let session: Session =
+            partita_types::decode(&bytes[at..at + len]).map_err(|e| bad(e.to_string()))?;
+        at += len;
+        if prev.is_some_and(|p| p >= session.client) {
+            return Err(bad("clients not in strictly increasing order".into()));
+        }
+        if session.opened_at > info.instance {
+            return Err(bad(format!(
+                "session opened at instance {}, after the checkpoint's {}",
+                session.opened_at, info.instance
+            )));
+        }
+        if let Some(reply) = &session.last {
+            if reply.client != session.client {
+                return Err(bad("a reply filed under another client".into()));
+            }
+            if reply.instance == 0 || reply.instance > info.instance {
+                return Err(bad(format!(
+                    "reply of instance {} outside 1..={} (the checkpoint's instance)",
+                    reply.instance, info.instance
+                )));
+            }
+        }
+        if session.renewed_ms > info.time_ms {
+            return Err(bad(format!(
+                "session renewed at {} ms, after the checkpoint's time {} ms",
+                session.renewed_ms, info.time_ms
+            )));
+        }
+        prev = Some(session.client);
+        sessions.push(session);
+    }
+    if at != replies_end {
+        return Err(CheckpointError::ReplyCache {
+            index: info.clients,
+            reason: format!("{} bytes left over in the section", replies_end - at),
+        });
+    }
+    debug_assert_eq!(info.ordering.start, replies_end);
+    Ok((
+        sessions,
+        &bytes[info.ordering.end..bytes.len() - TRAILER_BYTES],
+    ))
+}
+
 impl<S: StateMachine> SequentialReplica<S> {
     /// Serialize the replicated state (see the module documentation). Costs one pass
     /// over the state plus one checksum pass over the result.
@@ -262,46 +401,19 @@ impl<S: StateMachine> SequentialReplica<S> {
             self.quiescent(),
             "a checkpoint taken with commands queued at worker threads"
         );
-        let clients = self.sessions().sorted();
-        let mut replies = Vec::with_capacity(clients.len() * 64);
-        for session in &clients {
-            let enc = partita_types::encode(*session);
-            replies.extend_from_slice(&(enc.len() as u32).to_le_bytes());
-            replies.extend_from_slice(&enc);
-        }
-        // The state section dominates. Rather than copy it into a second buffer, grow
-        // the snapshot's own buffer (for large buffers the allocator remaps pages
-        // instead of copying them) and slide the snapshot up to make room for the
-        // header and the reply cache in front.
-        let mut out = self.state().snapshot();
-        let tree_bytes = out.len();
-        let front = HEADER_BYTES + replies.len() + ordering.len();
-        let total = front + tree_bytes + TRAILER_BYTES;
-        out.resize(total, 0);
-        out.copy_within(0..tree_bytes, front);
-        let mut header = Vec::with_capacity(HEADER_BYTES);
-        header.extend_from_slice(&CHECKPOINT_MAGIC);
-        header.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
-        header.extend_from_slice(&self.id.to_le_bytes());
-        header.extend_from_slice(&self.cluster_id.to_le_bytes());
-        header.extend_from_slice(&self.last_instance.to_le_bytes());
-        header.extend_from_slice(&self.state().digest().to_le_bytes());
-        header.extend_from_slice(&self.state().len().to_le_bytes());
-        header.extend_from_slice(&(clients.len() as u64).to_le_bytes());
-        header.extend_from_slice(&(replies.len() as u64).to_le_bytes());
-        header.extend_from_slice(&(tree_bytes as u64).to_le_bytes());
-        header.extend_from_slice(&service_id(S::NAME).to_le_bytes());
-        header.extend_from_slice(&self.sessions().now_ms().to_le_bytes());
-        header.extend_from_slice(&(ordering.len() as u64).to_le_bytes());
-        assert_eq!(header.len(), HEADER_BYTES);
-        out[..HEADER_BYTES].copy_from_slice(&header);
-        let replies_end = HEADER_BYTES + replies.len();
-        out[HEADER_BYTES..replies_end].copy_from_slice(&replies);
-        out[replies_end..front].copy_from_slice(ordering);
-        let body = total - TRAILER_BYTES;
-        let crc = crc32c::crc32c(&out[..body]);
-        out[body..].copy_from_slice(&crc.to_le_bytes());
-        out
+        write_checkpoint(
+            CheckpointParts {
+                node_id: self.id,
+                cluster_id: self.cluster_id,
+                instance: self.last_instance,
+                digest: self.state().digest(),
+                entries: self.state().len(),
+                service: S::NAME,
+                sessions: self.sessions(),
+                ordering,
+            },
+            self.state().snapshot(),
+        )
     }
 
     /// Rebuild a replica from [`SequentialReplica::checkpoint`] bytes, with the node
@@ -336,74 +448,8 @@ impl<S: StateMachine> SequentialReplica<S> {
         info: &CheckpointInfo,
         node_id: NodeId,
     ) -> Result<SequentialReplica<S>, CheckpointError> {
-        if info.service != service_id(S::NAME) {
-            return Err(CheckpointError::Service {
-                expected: S::NAME,
-                found: info.service,
-            });
-        }
-        let replies_bytes = u64_at(bytes, 56) as usize;
-        let header = header_bytes(u32_at(bytes, 8))?;
-        let replies_end = header + replies_bytes;
-        // Each entry takes at least its 4-byte length and a few bytes of reply: the
-        // section's size bounds the allocation, whatever the (damaged) count says.
-        let capacity = (info.clients as usize).min(replies_bytes / 8);
-        let mut sessions: Vec<Session> = Vec::with_capacity(capacity);
-        let mut at = header;
-        let mut prev: Option<ClientId> = None;
-        for index in 0..info.clients {
-            let bad = |reason: String| CheckpointError::ReplyCache { index, reason };
-            if at + 4 > replies_end {
-                return Err(bad("runs past the end of its section".into()));
-            }
-            let len = u32_at(bytes, at) as usize;
-            at += 4;
-            if len > replies_end - at {
-                return Err(bad(format!(
-                    "length {len} runs past the end of its section"
-                )));
-            }
-            let session: Session =
-                partita_types::decode(&bytes[at..at + len]).map_err(|e| bad(e.to_string()))?;
-            at += len;
-            if prev.is_some_and(|p| p >= session.client) {
-                return Err(bad("clients not in strictly increasing order".into()));
-            }
-            if session.opened_at > info.instance {
-                return Err(bad(format!(
-                    "session opened at instance {}, after the checkpoint's {}",
-                    session.opened_at, info.instance
-                )));
-            }
-            if let Some(reply) = &session.last {
-                if reply.client != session.client {
-                    return Err(bad("a reply filed under another client".into()));
-                }
-                if reply.instance == 0 || reply.instance > info.instance {
-                    return Err(bad(format!(
-                        "reply of instance {} outside 1..={} (the checkpoint's instance)",
-                        reply.instance, info.instance
-                    )));
-                }
-            }
-            if session.renewed_ms > info.time_ms {
-                return Err(bad(format!(
-                    "session renewed at {} ms, after the checkpoint's time {} ms",
-                    session.renewed_ms, info.time_ms
-                )));
-            }
-            prev = Some(session.client);
-            sessions.push(session);
-        }
-        if at != replies_end {
-            return Err(CheckpointError::ReplyCache {
-                index: info.clients,
-                reason: format!("{} bytes left over in the section", replies_end - at),
-            });
-        }
-        debug_assert_eq!(info.ordering.start, replies_end);
-        let state = S::restore(&bytes[info.ordering.end..bytes.len() - TRAILER_BYTES])
-            .map_err(CheckpointError::State)?;
+        let (sessions, state) = read_checkpoint(bytes, info, S::NAME)?;
+        let state = S::restore(state).map_err(CheckpointError::State)?;
         if state.digest() != info.digest || state.len() != info.entries {
             return Err(CheckpointError::Contents {
                 header_entries: info.entries,

@@ -68,9 +68,10 @@ pub mod checkpoint;
 pub mod sessions;
 
 pub use checkpoint::{
-    checkpoint_header, checkpoint_identity, checkpoint_ordering, restamp_checkpoint, service_id,
-    verify_checkpoint, CheckpointError, CheckpointInfo, CHECKPOINT_IDENTITY_BYTES,
-    CHECKPOINT_MAGIC, CHECKPOINT_VERSION,
+    checkpoint_header, checkpoint_identity, checkpoint_ordering, read_checkpoint,
+    restamp_checkpoint, service_id, verify_checkpoint, write_checkpoint, CheckpointError,
+    CheckpointInfo, CheckpointParts, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC,
+    CHECKPOINT_VERSION,
 };
 
 pub use partita_service::{ExecutionWork, StateMachine, ThreadLayout, WORK_KINDS as OP_KINDS};
@@ -1121,6 +1122,18 @@ pub trait Replica: Send {
     fn quiescent(&self) -> bool {
         true
     }
+    /// S-SMR/DS-SMR: a message from replica `from` of another partition for the
+    /// execution model (exchanges of signals and objects); commands it unblocks reply
+    /// into `replies_out`. Bytes that do not decode or a sender that may not send them
+    /// are dropped and counted, never trusted.
+    fn on_exec(&mut self, _from: NodeId, _data: &[u8], _replies_out: &mut Vec<Reply>) {}
+    /// Messages the execution model has for other replicas: (to, bytes).
+    fn take_exec(&mut self) -> Vec<(NodeId, Vec<u8>)> {
+        Vec::new()
+    }
+    /// A tick of the driver's clock: an execution model that waits for other
+    /// partitions asks again after a while.
+    fn exec_tick(&mut self) {}
     /// The concrete replica, for tests and tools that know the service
     /// (`downcast_ref::<SequentialReplica<S>>()`).
     fn as_any(&self) -> &dyn Any;

@@ -24,6 +24,7 @@
 //! in `machine`.
 
 pub mod cost;
+pub mod dssmr;
 pub mod psmr;
 pub mod speculation;
 

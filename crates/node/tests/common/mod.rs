@@ -436,6 +436,10 @@ impl Cluster {
             .collect()
     }
 
+    pub fn node(&self, id: NodeId) -> &NodeCore {
+        &self.nodes[&id]
+    }
+
     pub fn replica(&self, id: NodeId) -> &SequentialReplica<BPlusTree> {
         partita_smr::downcast(self.nodes[&id].replica().unwrap()).expect("a B+tree replica")
     }

@@ -1,0 +1,322 @@
+//! `partita experiment dssmr --sim` (paper 003 §6, Table 1 and Figure 4): Chirper on
+//! S-SMR against DS-SMR at 1, 2, 4 and 8 partitions under the four workloads, and the
+//! rate of moves over time, in the simulator.
+//!
+//! Every point is one `partita_sim::bench` run of a fresh cluster: 2 replicas per
+//! partition (`partita_dssmr::replica::DsReplica`), with DS-SMR one more partition,
+//! the oracle, with its own 2 replicas; Multi-Ring Paxos ordering with a ring per
+//! partition and one for commands that span partitions (each ring 3 acceptors, fsync);
+//! closed-loop clients (the client proxy over the client core) with the initial
+//! placement in their caches. The social graph (`partita_dssmr::chirper::Graph`):
+//! `users` users in `communities` communities placed by community, mean
+//! `mean_followers` followers (Pareto, α = 1.5), 90% from the own community.
+
+use partita_config::{ClusterConfig, Durability, Role};
+use partita_consensus::Protocol;
+use partita_dssmr::chirper::{GraphSpec, Workload as ChirperWorkload};
+use partita_dssmr::client::Scheme;
+use partita_sim::bench::{self as simbench, BenchReport, BenchSpec};
+use partita_sim::swarm::DsParams;
+use partita_sim::CostTable;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct DssmrOptions {
+    pub partitions: Vec<u32>,
+    pub workloads: Vec<ChirperWorkload>,
+    /// Closed-loop clients per data partition.
+    pub clients_per_partition: u32,
+    pub users: u32,
+    pub communities: u32,
+    pub mean_followers: f64,
+    /// Probability that a follower is from the user's own community.
+    pub p_local: f64,
+    /// Gather an access's objects where most of them are, instead of at random.
+    pub gather_where_most: bool,
+    pub duration: Duration,
+    pub seed: u64,
+    pub cost: CostTable,
+    /// Where the cost table came from (for the report).
+    pub cost_source: String,
+    pub progress: bool,
+}
+
+impl DssmrOptions {
+    pub fn full() -> DssmrOptions {
+        DssmrOptions {
+            partitions: vec![1, 2, 4, 8],
+            workloads: ChirperWorkload::ALL.to_vec(),
+            clients_per_partition: 60,
+            users: 10_000,
+            communities: 64,
+            mean_followers: 8.0,
+            p_local: 0.99,
+            gather_where_most: false,
+            duration: Duration::from_secs(3),
+            seed: 1,
+            cost: CostTable::default(),
+            cost_source: "built-in defaults".into(),
+            progress: true,
+        }
+    }
+}
+
+/// One point: a scheme at a partition count under a workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct DsPoint {
+    pub scheme: Scheme,
+    pub partitions: u32,
+    pub workload: ChirperWorkload,
+    pub clients: u32,
+    pub throughput_cps: f64,
+    pub latency_ms_mean: f64,
+    pub latency_ms_p99: f64,
+    /// Move commands per second, in tenths of the run (DS-SMR).
+    pub moves_per_s: Vec<f64>,
+    pub objects_moved: u64,
+    pub retries: u64,
+    pub fallbacks: u64,
+    pub consults: u64,
+    pub cache_hits: u64,
+    pub bench: BenchReport,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DsTarget {
+    pub name: String,
+    pub wanted: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DssmrReport {
+    pub name: String,
+    pub simulated: bool,
+    pub configuration: String,
+    pub targets: Vec<DsTarget>,
+    pub points: Vec<DsPoint>,
+}
+
+/// The cluster of a point: `data` partitions (and the oracle's with DS-SMR), 2
+/// replicas each, a ring per partition and one spanning ring.
+pub fn dssmr_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
+    let partitions = data + u32::from(scheme == Scheme::Dssmr);
+    let replicas = 2 * partitions as usize;
+    let mut c = super::sim_smr_cluster(replicas, Protocol::RingPaxos, Durability::Fsync);
+    c.cluster.service = "chirper".into();
+    if partitions > 1 {
+        c.partitioning.partitions = partitions;
+        let mut i = 0u32;
+        for n in &mut c.nodes {
+            if n.roles.contains(&Role::Replica) {
+                n.partition = Some(i / 2);
+                i += 1;
+            }
+        }
+        c = c
+            .with_multiring(partitions, 1)
+            .expect("a ring per partition and one spanning them");
+        // Idle rings skip every millisecond: the merge waits at most that long for a
+        // ring with nothing to order.
+        if let Some(m) = c.multiring.as_mut() {
+            m.delta_ms = 1;
+        }
+    }
+    c
+}
+
+fn point(o: &DssmrOptions, scheme: Scheme, data: u32, workload: ChirperWorkload) -> DsPoint {
+    let clients = o.clients_per_partition * data;
+    let mut spec = BenchSpec::new(
+        dssmr_cluster(scheme, data),
+        simbench::Workload::Update,
+        clients,
+    );
+    spec.duration_ns = o.duration.as_nanos() as u64;
+    spec.seed = o.seed;
+    spec.cost = o.cost.clone();
+    spec.dssmr = Some(DsParams {
+        scheme,
+        graph: GraphSpec {
+            users: o.users,
+            communities: o.communities,
+            mean_followers: o.mean_followers,
+            p_local: o.p_local,
+            seed: o.seed,
+        },
+        workload,
+        gather_where_most: o.gather_where_most,
+    });
+    let (bench, ds) = simbench::run_with_dssmr(spec);
+    DsPoint {
+        scheme,
+        partitions: data,
+        workload,
+        clients,
+        throughput_cps: bench.throughput_cmds_per_s,
+        latency_ms_mean: bench.latency_ms_mean,
+        latency_ms_p99: bench.latency_ms_p99,
+        moves_per_s: ds.moves_per_s,
+        objects_moved: ds.objects_moved,
+        retries: ds.retries,
+        fallbacks: ds.fallbacks,
+        consults: ds.consults,
+        cache_hits: ds.cache_hits,
+        bench,
+    }
+}
+
+fn find(pts: &[DsPoint], s: Scheme, p: u32, w: ChirperWorkload) -> Option<&DsPoint> {
+    pts.iter()
+        .find(|x| x.scheme == s && x.partitions == p && x.workload == w)
+}
+
+/// The issue's targets on this run's points.
+pub fn targets(pts: &[DsPoint]) -> Vec<DsTarget> {
+    let mut t = Vec::new();
+    let ratio = |w, p| {
+        let d = find(pts, Scheme::Dssmr, p, w)?;
+        let s = find(pts, Scheme::Ssmr, p, w)?;
+        Some(d.throughput_cps / s.throughput_cps.max(1e-9))
+    };
+    for (w, want) in [
+        (ChirperWorkload::Mix, 7.0),
+        (ChirperWorkload::Post, 45.0),
+        (ChirperWorkload::FollowUnfollow, 25.0),
+    ] {
+        if let Some(r) = ratio(w, 8) {
+            t.push(DsTarget {
+                name: format!("DS-SMR / S-SMR at 8 partitions, {}", w.name()),
+                wanted: format!(">= {want}x"),
+                measured: format!("{r:.2}x"),
+                met: r >= want,
+            });
+        }
+    }
+    if let (Some(d8), Some(d1)) = (
+        find(pts, Scheme::Dssmr, 8, ChirperWorkload::Mix),
+        find(pts, Scheme::Dssmr, 1, ChirperWorkload::Mix),
+    ) {
+        let r = d8.throughput_cps / d1.throughput_cps.max(1e-9);
+        t.push(DsTarget {
+            name: "DS-SMR at 8 partitions / at 1, mix".into(),
+            wanted: ">= 2.5x".into(),
+            measured: format!("{r:.2}x"),
+            met: r >= 2.5,
+        });
+    }
+    for p in [1, 2, 4, 8] {
+        if let Some(r) = ratio(ChirperWorkload::Timeline, p) {
+            t.push(DsTarget {
+                name: format!("Timeline, DS-SMR / S-SMR at {p} partitions"),
+                wanted: "within 15% (0.85x to 1.15x)".into(),
+                measured: format!("{r:.2}x"),
+                met: (0.85..=1.15).contains(&r),
+            });
+        }
+    }
+    if let Some(d) = find(pts, Scheme::Dssmr, 2, ChirperWorkload::Post) {
+        let m = &d.moves_per_s;
+        if m.len() >= 4 {
+            let first = m[0];
+            let last = m[m.len() - 1];
+            t.push(DsTarget {
+                name: "moves decay over time, post at 2 partitions".into(),
+                wanted: "the last tenth's rate below a tenth of the first's".into(),
+                measured: format!("{first:.0}/s first tenth, {last:.0}/s last"),
+                met: last < first / 10.0,
+            });
+        }
+    }
+    t
+}
+
+pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
+    let mut points = Vec::new();
+    let total = o.partitions.len() * o.workloads.len() * 2;
+    for &p in &o.partitions {
+        for &w in &o.workloads {
+            for s in [Scheme::Ssmr, Scheme::Dssmr] {
+                let x = point(o, s, p, w);
+                if o.progress {
+                    eprintln!(
+                        "[{}/{total}] {:?} {p} partitions {}: {:.0} cps, {:.2} ms mean, {} moved, {} retries, {} fallbacks",
+                        points.len() + 1,
+                        s,
+                        w.name(),
+                        x.throughput_cps,
+                        x.latency_ms_mean,
+                        x.objects_moved,
+                        x.retries,
+                        x.fallbacks
+                    );
+                }
+                points.push(x);
+            }
+        }
+    }
+    let configuration = format!(
+        "SIMULATED ({}); Chirper, {} users in {} communities, mean {} followers, {}% from the own community; \
+         2 replicas per partition (DS-SMR: plus an oracle partition of 2), Multi-Ring Paxos \
+         (a ring of 3 acceptors per partition and one spanning ring), fsync; {} closed-loop \
+         clients per partition, no think time, caches warm with the initial placement; {:.1} s \
+         virtual runs, seed {}",
+        super::sim_machine(&o.cost_source),
+        o.users,
+        o.communities,
+        o.mean_followers,
+        o.p_local * 100.0,
+        o.clients_per_partition,
+        o.duration.as_secs_f64(),
+        o.seed
+    );
+    Ok(DssmrReport {
+        name: "dssmr".into(),
+        simulated: true,
+        configuration,
+        targets: targets(&points),
+        points,
+    })
+}
+
+/// Table 1 as text: throughput and mean latency per scheme, workload and partitions.
+pub fn dssmr_table(r: &DssmrReport) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("# {}\n", r.configuration));
+    s.push_str(
+        "workload  scheme  partitions  throughput (cps)  latency mean (ms)  moved objects\n",
+    );
+    for p in &r.points {
+        s.push_str(&format!(
+            "{:<9} {:<7} {:>10} {:>17.0} {:>18.2} {:>14}\n",
+            p.workload.name(),
+            format!("{:?}", p.scheme),
+            p.partitions,
+            p.throughput_cps,
+            p.latency_ms_mean,
+            p.objects_moved
+        ));
+    }
+    s.push_str("targets:\n");
+    for t in &r.targets {
+        s.push_str(&format!(
+            "  {} {}: wanted {}, measured {}\n",
+            if t.met { "MET    " } else { "NOT MET" },
+            t.name,
+            t.wanted,
+            t.measured
+        ));
+    }
+    s
+}
+
+pub fn write_dssmr(r: &DssmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if let Some(dir) = json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(json, serde_json::to_string_pretty(r)?)?;
+    Ok(vec![json.to_path_buf()])
+}

@@ -1,0 +1,75 @@
+//! S-SMR and DS-SMR worlds in the simulator's experiment mode: Chirper on
+//! `DsReplica`s over Multi-Ring Paxos, clients driving the client proxy. Behaviour,
+//! not speed: commands complete under both schemes, S-SMR never consults, moves or
+//! retries, DS-SMR with posts across communities does, and a run is a pure function
+//! of its spec.
+
+use partita_config::{ClusterConfig, Role};
+use partita_dssmr::chirper::{GraphSpec, Workload};
+use partita_dssmr::client::Scheme;
+use partita_sim::bench::{run_with_dssmr, BenchSpec, Workload as BtreeWorkload};
+use partita_sim::queue::SECONDS;
+use partita_sim::swarm::DsParams;
+
+fn cluster(scheme: Scheme, data: u32) -> ClusterConfig {
+    let partitions = data + u32::from(scheme == Scheme::Dssmr);
+    let mut c = ClusterConfig::default_local(7100, 9);
+    c.storage.checkpoint_instances = 0;
+    c.cluster.service = "chirper".into();
+    let template = c
+        .nodes
+        .iter()
+        .find(|n| n.roles.contains(&Role::Replica))
+        .cloned()
+        .unwrap();
+    c.nodes.retain(|n| n.roles.contains(&Role::Acceptor));
+    for i in 0..2 * partitions {
+        let mut n = template.clone();
+        n.id = 4 + i;
+        n.addr = format!("127.0.0.1:{}", 7100 + n.id);
+        n.partition = Some(i / 2);
+        c.nodes.push(n);
+    }
+    c.partitioning.partitions = partitions;
+    c.with_multiring(partitions, 1).unwrap()
+}
+
+fn spec(scheme: Scheme, workload: Workload) -> BenchSpec {
+    let mut s = BenchSpec::new(cluster(scheme, 2), BtreeWorkload::Update, 40);
+    s.duration_ns = SECONDS / 2;
+    s.dssmr = Some(DsParams {
+        scheme,
+        graph: GraphSpec {
+            users: 600,
+            communities: 8,
+            mean_followers: 6.0,
+            p_local: 0.95,
+            seed: 3,
+        },
+        workload,
+        gather_where_most: false,
+    });
+    s
+}
+
+#[test]
+fn chirper_runs_on_both_schemes() {
+    let (s, ss) = run_with_dssmr(spec(Scheme::Ssmr, Workload::Mix));
+    assert!(s.commands > 500, "S-SMR completed {} commands", s.commands);
+    assert_eq!(
+        ss.consults + ss.objects_moved + ss.retries + ss.fallbacks,
+        0,
+        "{ss:?}"
+    );
+    let (d, ds) = run_with_dssmr(spec(Scheme::Dssmr, Workload::Post));
+    assert!(d.commands > 200, "DS-SMR completed {} commands", d.commands);
+    assert!(
+        ds.objects_moved > 0 && ds.retries > 0 && ds.cache_hits > 0,
+        "{ds:?}"
+    );
+    assert_eq!(ds.moves_per_s.len(), 10);
+    // Deterministic.
+    let (again, ds2) = run_with_dssmr(spec(Scheme::Dssmr, Workload::Post));
+    assert_eq!(again.commands, d.commands);
+    assert_eq!(ds2, ds);
+}
