@@ -34,6 +34,9 @@ enum Cmd {
     Status(TargetArgs),
     /// Run one operation against the cluster's service (B+tree or key-value store).
     Kv(KvArgs),
+    /// Chirper (paper 003) on an S-SMR/DS-SMR cluster: post, follow, unfollow, read a
+    /// timeline.
+    Chirper(ChirperArgs),
     /// Benchmark a cluster (or the B+tree alone: `partita bench btree`).
     Bench(BenchArgs),
     /// Check a recorded history for linearizability.
@@ -315,8 +318,12 @@ struct UpArgs {
     data_dir: PathBuf,
     /// The replicated service of a new cluster: `btree` (u64 keys and values) or `kv`
     /// (byte strings in etcd's data model). An existing cluster file wins.
-    #[arg(long, default_value = "btree", value_parser = ["btree", "kv"])]
+    #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "chirper"])]
     service: String,
+    /// Chirper (paper 003): `dssmr` (the oracle, moves, caches; the oracle gets a
+    /// partition of its own after --partitions data partitions) or `ssmr` (a static map).
+    #[arg(long, default_value = "dssmr", value_parser = ["dssmr", "ssmr"])]
+    scheme: String,
     /// Ordering protocol of a new cluster (an existing cluster file wins).
     #[arg(long, value_parser = choice::<Protocol>(), default_value = "ring-paxos")]
     protocol: Protocol,
@@ -441,6 +448,103 @@ struct TargetArgs {
     /// Print JSON (accepted anywhere on the command line).
     #[arg(long, global = true)]
     json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ChirperArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(subcommand)]
+    op: ChirperOp,
+}
+
+/// Users are named COMMUNITY:INDEX (e.g. 3:17) or by their numeric id.
+#[derive(Subcommand, Debug)]
+enum ChirperOp {
+    /// USER posts TEXT (into the timeline of every follower).
+    Post { user: String, text: String },
+    /// USER follows WHOM (WHOM's posts are copied into USER's timeline).
+    Follow { user: String, whom: String },
+    /// USER stops following WHOM.
+    Unfollow { user: String, whom: String },
+    /// USER's timeline.
+    Timeline { user: String },
+}
+
+fn chirper_user(s: &str) -> anyhow::Result<u64> {
+    if let Some((c, i)) = s.split_once(':') {
+        let c: u32 = c
+            .parse()
+            .with_context(|| format!("user `{s}`: community"))?;
+        let i: u32 = i.parse().with_context(|| format!("user `{s}`: index"))?;
+        return Ok(partita_dssmr::chirper::user_id(c, i));
+    }
+    s.parse()
+        .with_context(|| format!("user `{s}`: COMMUNITY:INDEX or a number"))
+}
+
+async fn chirper(a: ChirperArgs) -> anyhow::Result<i32> {
+    use partita_dssmr::chirper::{ChirperCommand as C, ChirperReply as R};
+    use partita_dssmr::client::Outcome;
+    let cluster = load_target(&a.target.cluster)?;
+    if cluster.cluster.service != "chirper" {
+        bail!(
+            "this cluster runs `{}`, not chirper",
+            cluster.cluster.service
+        );
+    }
+    let cmd = match &a.op {
+        ChirperOp::Post { user, text } => C::Post {
+            user: chirper_user(user)?,
+            id: rand::random::<u64>() >> 1,
+            text: text.clone(),
+        },
+        ChirperOp::Follow { user, whom } => C::Follow {
+            user: chirper_user(user)?,
+            whom: chirper_user(whom)?,
+        },
+        ChirperOp::Unfollow { user, whom } => C::Unfollow {
+            user: chirper_user(user)?,
+            whom: chirper_user(whom)?,
+        },
+        ChirperOp::Timeline { user } => C::GetTimeline {
+            user: chirper_user(user)?,
+        },
+    };
+    let opts = partita_client::ClientOptions {
+        give_up: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let mut c = partita_harness::chirper::ChirperClient::connect(&cluster, opts, rand::random())
+        .await
+        .map_err(|e| anyhow::anyhow!("connecting: {e}"))?;
+    let out = c.run(cmd).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let s = c.stats();
+    let line = match out {
+        Outcome::Done(R::Posted(n)) => format!("posted to {n} followers"),
+        Outcome::Done(R::Followed(b)) => format!("followed: {}", if b { "yes" } else { "already" }),
+        Outcome::Done(R::Unfollowed(b)) => format!(
+            "unfollowed: {}",
+            if b { "yes" } else { "was not following" }
+        ),
+        Outcome::Done(R::Timeline(posts)) => {
+            let mut t = format!("{} posts", posts.len());
+            for p in posts {
+                t.push_str(&format!("\n{}: {}", p.author, p.text));
+            }
+            t
+        }
+        Outcome::Done(R::NoUser) | Outcome::Nok => "no such user".into(),
+        other => format!("{other:?}"),
+    };
+    println!("{line}");
+    if s.objects_moved + s.retries + s.fallbacks > 0 {
+        println!(
+            "(moved {} users, {} retries, {} fallbacks)",
+            s.objects_moved, s.retries, s.fallbacks
+        );
+    }
+    Ok(0)
 }
 
 #[derive(Args, Debug)]
@@ -649,7 +753,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
                 partita_wal::failpoint::arm_spec(spec).map_err(|e| anyhow::anyhow!(e))?;
             }
             let cluster = ClusterConfig::load(&a.cluster)?;
-            let service = partita_harness::services::resolve(&cluster.cluster.service)?;
+            let service = partita_harness::services::for_cluster(&cluster)?;
             // A replica with an `etcd_addr` serves etcd's API from this process too.
             if let Some(addr) = cluster.node(a.id).and_then(|n| n.etcd_addr.clone()) {
                 let listener = tokio::net::TcpListener::bind(&addr)
@@ -675,6 +779,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         }
         Cmd::Status(t) => status(t).await,
         Cmd::Kv(a) => kv(a).await,
+        Cmd::Chirper(a) => chirper(a).await,
         Cmd::Bench(a) => match a.target {
             Some(BenchTarget::Btree { entries, json }) => bench_btree(entries, json),
             None => bench_cluster(a.run).await,
@@ -723,7 +828,18 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         // Byte-string keys fall in partitions by their first eight bytes (the whole
         // 64-bit space); the B+tree's u64 keys by value over 0..2^32.
         let key_space = if a.service == "kv" { u64::MAX } else { 1 << 32 };
-        let mut c = a.partitioning.apply(c, key_space)?;
+        let mut partitioning = a.partitioning.clone();
+        if a.service == "chirper" {
+            c.dssmr = Some(partita_config::DssmrSection {
+                scheme: a.scheme.clone(),
+                ..Default::default()
+            });
+            if a.scheme == "dssmr" {
+                // The oracle's partition, after the data partitions.
+                partitioning.partitions += 1;
+            }
+        }
+        let mut c = partitioning.apply(c, key_space)?;
         c.cluster.durability = a.durability;
         if a.service == "kv" && c.partitioning.partitions == 1 {
             assign_etcd_addrs(&mut c, a.etcd_port);

@@ -290,6 +290,60 @@ fn default_key_space() -> u64 {
     1 << 32
 }
 
+/// S-SMR or DS-SMR (paper 003, cluster file `[dssmr]`, with `service = "chirper"`): the
+/// scheme and the social graph every replica loads. With `scheme = "dssmr"` the last
+/// partition is the oracle's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DssmrSection {
+    /// `"dssmr"` (dynamic: the oracle, moves) or `"ssmr"` (the static map).
+    #[serde(default = "default_dssmr_scheme")]
+    pub scheme: String,
+    #[serde(default = "default_dssmr_users")]
+    pub users: u32,
+    #[serde(default = "default_dssmr_communities")]
+    pub communities: u32,
+    #[serde(default = "default_dssmr_mean_followers")]
+    pub mean_followers: u32,
+    /// Percent of followers from the user's own community.
+    #[serde(default = "default_dssmr_p_local")]
+    pub p_local_percent: u32,
+    #[serde(default = "default_dssmr_seed")]
+    pub seed: u64,
+}
+
+fn default_dssmr_scheme() -> String {
+    "dssmr".into()
+}
+fn default_dssmr_users() -> u32 {
+    1000
+}
+fn default_dssmr_communities() -> u32 {
+    16
+}
+fn default_dssmr_mean_followers() -> u32 {
+    8
+}
+fn default_dssmr_p_local() -> u32 {
+    99
+}
+fn default_dssmr_seed() -> u64 {
+    1
+}
+
+impl Default for DssmrSection {
+    fn default() -> Self {
+        DssmrSection {
+            scheme: default_dssmr_scheme(),
+            users: default_dssmr_users(),
+            communities: default_dssmr_communities(),
+            mean_followers: default_dssmr_mean_followers(),
+            p_local_percent: default_dssmr_p_local(),
+            seed: default_dssmr_seed(),
+        }
+    }
+}
+
 /// Multi-Ring Paxos (paper 002 §V-B, cluster file `[multiring]`): several Ring Paxos
 /// rings, each with its own acceptors and coordinator, merged deterministically at
 /// every replica (see `partita_node::multiring`).
@@ -375,6 +429,9 @@ pub struct ClusterConfig {
     /// Multi-Ring Paxos; absent: one stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multiring: Option<MultiringSection>,
+    /// S-SMR/DS-SMR (paper 003) for `service = "chirper"`; absent for other services.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dssmr: Option<DssmrSection>,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -644,6 +701,7 @@ impl ClusterConfig {
         if self.multiring.is_some() {
             self.validate_multiring(&map)?;
         }
+        self.validate_dssmr()?;
         match self.cluster.mode {
             Mode::Cs => {
                 if let Some(n) = self.nodes.iter().find(|n| n.roles.contains(&Role::Batcher)) {
@@ -701,6 +759,72 @@ impl ClusterConfig {
                         _ => e.as_field("node.roles"),
                     })?;
             }
+        }
+        Ok(())
+    }
+
+    fn validate_dssmr(&self) -> Result<(), FieldError> {
+        let f = |field: &'static str, msg: String| Err(FieldError::new(field, msg));
+        let chirper = self.cluster.service == "chirper";
+        let Some(d) = &self.dssmr else {
+            if chirper {
+                return f(
+                    "dssmr",
+                    "service = \"chirper\" runs on S-SMR or DS-SMR: add a [dssmr] section \
+                     (scheme = \"dssmr\" or \"ssmr\")"
+                        .into(),
+                );
+            }
+            return Ok(());
+        };
+        if !chirper {
+            return f(
+                "dssmr",
+                format!(
+                    "[dssmr] is for service = \"chirper\", this cluster runs `{}`",
+                    self.cluster.service
+                ),
+            );
+        }
+        if d.scheme != "dssmr" && d.scheme != "ssmr" {
+            return f(
+                "dssmr.scheme",
+                format!("`{}`: \"dssmr\" or \"ssmr\"", d.scheme),
+            );
+        }
+        if d.communities == 0 || d.users < d.communities || d.users > 10_000_000 {
+            return f(
+                "dssmr.users",
+                format!(
+                    "{} users in {} communities: at least one user per community, at most 10^7",
+                    d.users, d.communities
+                ),
+            );
+        }
+        if d.mean_followers > 1000 {
+            return f(
+                "dssmr.mean_followers",
+                format!("{}: at most 1000", d.mean_followers),
+            );
+        }
+        if d.p_local_percent > 100 {
+            return f(
+                "dssmr.p_local_percent",
+                format!("{}: a percentage", d.p_local_percent),
+            );
+        }
+        if d.scheme == "dssmr" && self.partitioning.partitions < 2 {
+            return f(
+                "partitioning.partitions",
+                "DS-SMR needs at least 2 partitions: the data partitions and the oracle's (the last)"
+                    .into(),
+            );
+        }
+        if self.execution.speculative || self.execution.threads > 0 {
+            return f(
+                "execution",
+                "S-SMR/DS-SMR replicas neither speculate nor run P-SMR worker threads".into(),
+            );
         }
         Ok(())
     }
@@ -1221,6 +1345,7 @@ impl ClusterConfig {
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
             multiring: None,
+            dssmr: None,
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -1317,6 +1442,7 @@ impl ClusterConfig {
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
             multiring: None,
+            dssmr: None,
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),

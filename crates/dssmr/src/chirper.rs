@@ -16,7 +16,7 @@
 //!   at a tenth of the users; each follower is from the user's own community with
 //!   probability `p_local` (0.9 by default), otherwise from anywhere.
 
-use crate::{Dests, Kind, Member, ObjectId, ObjectService, View};
+use crate::{Dests, Kind, ObjectId, ObjectService, View};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -124,16 +124,7 @@ impl ObjectService for Chirper {
         match cmd {
             // Its followers can be anywhere.
             ChirperCommand::Post { .. } => None,
-            _ => {
-                let Kind::Access(objects) = Self::kind(cmd) else {
-                    return None;
-                };
-                let mut d = Dests::none();
-                for o in objects {
-                    d = d.with(Member::Partition(Self::placement(o, partitions)));
-                }
-                Some(d)
-            }
+            _ => crate::placed::<Self>(cmd, partitions),
         }
     }
 

@@ -137,19 +137,25 @@ pub trait ObjectService: Send + 'static {
     /// object is where `placement` puts it; `None` when that cannot be known from the
     /// command (Chirper's post: its followers), and the command goes to all.
     fn static_partitions(cmd: &Self::Command, partitions: usize) -> Option<Dests> {
-        let Kind::Access(objects) = Self::kind(cmd) else {
-            return None;
-        };
-        let mut d = Dests::none();
-        for o in objects {
-            d = d.with(Member::Partition(Self::placement(o, partitions)));
-        }
-        Some(d)
+        placed::<Self>(cmd, partitions)
     }
     /// The object a `Create` command makes.
     fn create(cmd: &Self::Command) -> Self::Object;
     /// Execute an access over the objects the view gives.
     fn execute(cmd: &Self::Command, view: &mut View<'_, Self::Object>) -> Self::Reply;
+}
+
+/// The partitions `placement` puts an access's objects in (S-SMR's default static
+/// oracle); `None` for creates and deletes.
+pub fn placed<S: ObjectService + ?Sized>(cmd: &S::Command, partitions: usize) -> Option<Dests> {
+    let Kind::Access(objects) = S::kind(cmd) else {
+        return None;
+    };
+    let mut d = Dests::none();
+    for o in objects {
+        d = d.with(Member::Partition(S::placement(o, partitions)));
+    }
+    Some(d)
 }
 
 /// A delivered command, named the same at every member: the ordering's instance it

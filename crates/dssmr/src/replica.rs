@@ -25,8 +25,8 @@ use crate::{decode, encode, CmdRef, Dests, DsCommand, Exchange, Member, ObjectId
 use partita_consensus::Value;
 use partita_smr::sessions::{Admission, Sessions};
 use partita_smr::{
-    read_checkpoint, verify_checkpoint, write_checkpoint, CheckpointError, CheckpointParts,
-    Replica, ReplicaOptions, ReplicaStats, ServiceFactory,
+    read_checkpoint, session_step, verify_checkpoint_of, write_checkpoint, CheckpointError,
+    CheckpointParts, Replica, ReplicaOptions, ReplicaStats, ServiceFactory,
 };
 use partita_types::{
     early::EarlyReply, Body, Command, DetHashMap, Instance, NodeId, PartitionId, PartitionLayout,
@@ -247,21 +247,16 @@ impl<S: ObjectService> DsReplica<S> {
             result: Err(why),
         };
         if cmd.is_open() {
-            let result = if cmd.session == 0 {
-                self.stats.sessions_opened += 1;
-                let replaces = partita_types::open_replaces(payload);
-                Ok(self.sessions.open(cmd.client, instance, replaces, None))
-            } else {
-                self.stats.sessions_renewed += 1;
-                self.sessions.renew(cmd.client, cmd.session, None)
-            };
+            let reply = session_step(
+                &mut self.sessions,
+                &mut self.stats,
+                cmd,
+                instance,
+                payload,
+                None,
+            );
             if mine {
-                replies_out.push(Reply {
-                    client: cmd.client,
-                    seq: 0,
-                    instance,
-                    result: result.map(partita_types::session_reply),
-                });
+                replies_out.push(reply);
             }
             return;
         }
@@ -424,19 +419,21 @@ impl<S: ObjectService> Replica for DsReplica<S> {
                 self.server.on_exchange(x, &mut outs);
                 self.outputs(outs, replies_out);
             }
-            Some(ExecMsg::Ask { at }) => match self.server.answer(at, from_member) {
-                Some(Some(x)) => {
-                    self.counters.resent += 1;
-                    self.exec_out
-                        .push((from, encode(&ExecMsg::Exchange(x.clone()))));
+            Some(ExecMsg::Ask { at }) => {
+                match self.server.answer(at, from_member, self.last_instance) {
+                    Some(Some(x)) => {
+                        self.counters.resent += 1;
+                        self.exec_out
+                            .push((from, encode(&ExecMsg::Exchange(x.clone()))));
+                    }
+                    Some(None) => {
+                        self.counters.not_taken += 1;
+                        self.exec_out
+                            .push((from, encode(&ExecMsg::NotTaken { at })));
+                    }
+                    None => {}
                 }
-                Some(None) => {
-                    self.counters.not_taken += 1;
-                    self.exec_out
-                        .push((from, encode(&ExecMsg::NotTaken { at })));
-                }
-                None => {}
-            },
+            }
             Some(ExecMsg::NotTaken { at }) => {
                 let mut outs = Vec::new();
                 self.server.not_taken(at, from_member, &mut outs);
@@ -501,15 +498,7 @@ impl<S: ObjectService> ServiceFactory for DsFactory<S> {
         cluster_id: u64,
         node_id: NodeId,
     ) -> Result<Box<dyn Replica>, CheckpointError> {
-        let info = verify_checkpoint(bytes)?;
-        if info.cluster_id != cluster_id {
-            return Err(CheckpointError::Foreign {
-                expected_cluster_id: cluster_id,
-                expected_node_id: None,
-                found_cluster_id: info.cluster_id,
-                found_node_id: info.node_id,
-            });
-        }
+        let info = verify_checkpoint_of(bytes, cluster_id)?;
         let (sessions, state) = read_checkpoint(bytes, &info, S::NAME)?;
         let server = Server::<S>::restore(state).map_err(CheckpointError::State)?;
         if server.digest() != info.digest || server.len() != info.entries {

@@ -192,11 +192,14 @@ impl<S: ObjectService> Server<S> {
     /// member sent it to `asker` and keeps it; `Some(None)` if this member is sure it
     /// never will (it delivered everything of that instance, and `at` was not among
     /// its commands for `asker`); `None` if it cannot tell yet (or forgot).
-    pub fn answer(&self, at: CmdRef, asker: Member) -> Option<Option<&Exchange>> {
+    /// `delivered`: the newest instance the member's replica delivered (with or
+    /// without commands for this member).
+    pub fn answer(&self, at: CmdRef, asker: Member, delivered: u64) -> Option<Option<&Exchange>> {
         if let Some((to, x)) = self.sent.get(&at) {
             return Some(to.contains(asker).then_some(x));
         }
-        let delivered_past = self.last.is_some_and(|l| l.instance >= at.instance);
+        let delivered_past =
+            delivered >= at.instance || self.last.is_some_and(|l| l.instance >= at.instance);
         let queued = self.queue.iter().any(|p| p.at == at);
         (delivered_past && at.instance >= self.sent_floor && !queued).then_some(None)
     }

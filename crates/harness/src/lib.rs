@@ -8,6 +8,7 @@
 //! end over it; tests and experiments use it directly.
 
 pub mod bench;
+pub mod chirper;
 pub mod cpu;
 pub mod dashboard;
 pub mod history;

@@ -5,15 +5,60 @@ use partita_smr::ServiceFactory;
 use std::sync::Arc;
 
 /// Every built-in service's name.
-pub const BUILTIN: [&str; 2] = ["btree", "kv"];
+pub const BUILTIN: [&str; 3] = ["btree", "kv", "chirper"];
 
 /// The factory of the built-in service called `name`.
 pub fn builtin(name: &str) -> Option<Arc<dyn ServiceFactory>> {
     match name {
         "btree" => Some(partita_smr::service::<partita_btree::BPlusTree>()),
         "kv" => Some(partita_smr::service::<partita_kv::KvStore>()),
+        // Chirper's replicas need the cluster file's [dssmr] section: `for_cluster`.
         _ => None,
     }
+}
+
+/// The factory a node of `cluster` runs: [`builtin`], or for `service = "chirper"`
+/// the S-SMR/DS-SMR replicas of its `[dssmr]` section (every replica loads the same
+/// social graph).
+pub fn for_cluster(
+    cluster: &partita_config::ClusterConfig,
+) -> anyhow::Result<Arc<dyn ServiceFactory>> {
+    if cluster.cluster.service != "chirper" {
+        return resolve(&cluster.cluster.service);
+    }
+    let (scheme, spec) = chirper_params(cluster)?;
+    let graph = Arc::new(partita_dssmr::chirper::Graph::generate(&spec));
+    Ok(partita_dssmr::replica::factory::<
+        partita_dssmr::chirper::Chirper,
+    >(scheme, Arc::new(move || graph.objects())))
+}
+
+/// A Chirper cluster's scheme and social graph (its `[dssmr]` section).
+pub fn chirper_params(
+    cluster: &partita_config::ClusterConfig,
+) -> anyhow::Result<(
+    partita_dssmr::client::Scheme,
+    partita_dssmr::chirper::GraphSpec,
+)> {
+    use partita_dssmr::client::Scheme;
+    let d = cluster
+        .dssmr
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("a chirper cluster file needs a [dssmr] section"))?;
+    let scheme = match d.scheme.as_str() {
+        "ssmr" => Scheme::Ssmr,
+        _ => Scheme::Dssmr,
+    };
+    Ok((
+        scheme,
+        partita_dssmr::chirper::GraphSpec {
+            users: d.users,
+            communities: d.communities,
+            mean_followers: f64::from(d.mean_followers),
+            p_local: f64::from(d.p_local_percent) / 100.0,
+            seed: d.seed,
+        },
+    ))
 }
 
 /// [`builtin`], or an error naming the known services.

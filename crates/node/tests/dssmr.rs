@@ -519,3 +519,78 @@ fn hostile_exec_messages_do_not_crash_members() {
         c.tick(2);
     }
 }
+
+/// A client that names destinations it did not multicast to (the payload says
+/// partitions 0 and 1, the body reaches partition 0 only) cannot stall partition 0:
+/// after a wait its replicas ask partition 1, which answers that it never took the
+/// command, and partition 0 ends it as invalid and goes on with the next command.
+#[test]
+fn a_misaddressed_command_ends_invalid_and_stalls_nothing() {
+    let graph = Graph::generate(&GraphSpec::new(40, 4));
+    let (mut c, layout) = cluster(Protocol::RingPaxos, Scheme::Dssmr, 2, &graph);
+    c.tick_until_leader(1, 200);
+    let user = graph.users().next().unwrap();
+    let claimed = Dests::partition(0).with(Member::Partition(1));
+    let lie = DsCommand::Global {
+        cmd: ChirperCommand::GetTimeline { user },
+    };
+    let mut body = body(Dests::partition(0), 2, &lie);
+    if let partita_types::Body::Whole { payload, .. } = &mut body {
+        *payload = partita_types::encode(&(claimed, &lie)).into();
+    }
+    let reply_to = layout[0][0];
+    c.request(
+        1,
+        Command {
+            client: 77,
+            seq: 1,
+            session: 0,
+            reply_to,
+            body,
+            threads: 0,
+        },
+    );
+    c.settle();
+    c.tick(60);
+    let got: Vec<Reply> = c.replies_of(77).into_iter().cloned().collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let r: DsReply<ChirperReply> =
+        partita_types::decode(got[0].result.as_ref().expect("not refused")).unwrap();
+    assert!(matches!(r, DsReply::Invalid(_)), "{r:?}");
+    assert!(replica(&c, reply_to).counters().asks_sent > 0);
+    // Partition 0 goes on: a correct command afterwards is answered.
+    let ok = DsCommand::Access {
+        cmd: ChirperCommand::GetTimeline { user },
+        omega: vec![user],
+    };
+    c.request(
+        1,
+        Command {
+            client: 77,
+            seq: 2,
+            session: 0,
+            reply_to,
+            body: body_of(&ok),
+            threads: 0,
+        },
+    );
+    c.settle();
+    let r: DsReply<ChirperReply> = partita_types::decode(
+        c.replies_of(77)
+            .into_iter()
+            .find(|r| r.seq == 2)
+            .expect("answered")
+            .result
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        matches!(r, DsReply::Done(ChirperReply::Timeline(_))),
+        "{r:?}"
+    );
+}
+
+fn body_of(cmd: &DsCommand<ChirperCommand>) -> partita_types::Body {
+    body(Dests::partition(0), 2, cmd)
+}

@@ -16,6 +16,15 @@ fn cluster(scheme: Scheme, data: u32) -> ClusterConfig {
     let mut c = ClusterConfig::default_local(7100, 9);
     c.storage.checkpoint_instances = 0;
     c.cluster.service = "chirper".into();
+    c.dssmr = Some(partita_config::DssmrSection {
+        scheme: if scheme == Scheme::Dssmr {
+            "dssmr"
+        } else {
+            "ssmr"
+        }
+        .into(),
+        ..Default::default()
+    });
     let template = c
         .nodes
         .iter()

@@ -157,6 +157,25 @@ pub fn verify_checkpoint(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
     Ok(info)
 }
 
+/// [`verify_checkpoint`] of a checkpoint that must belong to cluster `cluster_id`
+/// (written by any of its replicas); another cluster's is refused with
+/// [`CheckpointError::Foreign`].
+pub fn verify_checkpoint_of(
+    bytes: &[u8],
+    cluster_id: u64,
+) -> Result<CheckpointInfo, CheckpointError> {
+    let info = verify_checkpoint(bytes)?;
+    if info.cluster_id != cluster_id {
+        return Err(CheckpointError::Foreign {
+            expected_cluster_id: cluster_id,
+            expected_node_id: None,
+            found_cluster_id: info.cluster_id,
+            found_node_id: info.node_id,
+        });
+    }
+    Ok(info)
+}
+
 /// Parse the header and check that the section lengths add up to `bytes.len()`,
 /// without verifying the checksum (cheap: for a first look at a file's identity).
 pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError> {
@@ -431,15 +450,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         cluster_id: u64,
         node_id: NodeId,
     ) -> Result<SequentialReplica<S>, CheckpointError> {
-        let info = verify_checkpoint(bytes)?;
-        if info.cluster_id != cluster_id {
-            return Err(CheckpointError::Foreign {
-                expected_cluster_id: cluster_id,
-                expected_node_id: None,
-                found_cluster_id: info.cluster_id,
-                found_node_id: info.node_id,
-            });
-        }
+        let info = verify_checkpoint_of(bytes, cluster_id)?;
         Self::restore_verified(bytes, &info, node_id)
     }
 

@@ -69,8 +69,8 @@ pub mod sessions;
 
 pub use checkpoint::{
     checkpoint_header, checkpoint_identity, checkpoint_ordering, read_checkpoint,
-    restamp_checkpoint, service_id, verify_checkpoint, write_checkpoint, CheckpointError,
-    CheckpointInfo, CheckpointParts, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC,
+    restamp_checkpoint, service_id, verify_checkpoint, verify_checkpoint_of, write_checkpoint,
+    CheckpointError, CheckpointInfo, CheckpointParts, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC,
     CHECKPOINT_VERSION,
 };
 
@@ -900,21 +900,16 @@ impl<S: StateMachine> SequentialReplica<S> {
         };
         if cmd.is_open() {
             let slog = log.as_deref_mut().map(|l| &mut l.session_log);
-            let result = if cmd.session == 0 {
-                self.stats.sessions_opened += 1;
-                let replaces = partita_types::open_replaces(payload);
-                Ok(self.sessions.open(cmd.client, instance, replaces, slog))
-            } else {
-                self.stats.sessions_renewed += 1;
-                self.sessions.renew(cmd.client, cmd.session, slog)
-            };
+            let reply = session_step(
+                &mut self.sessions,
+                &mut self.stats,
+                cmd,
+                instance,
+                payload,
+                slog,
+            );
             if mine {
-                replies_out.push(Reply {
-                    client: cmd.client,
-                    seq: 0,
-                    instance,
-                    result: result.map(partita_types::session_reply),
-                });
+                replies_out.push(reply);
             }
             return;
         }
@@ -1077,6 +1072,34 @@ pub struct ReplicaOptions {
 /// A replica as the node core drives it, whatever service it replicates (object
 /// safe: the node core holds a `Box<dyn Replica>`). See [`SequentialReplica`] for what
 /// each method does.
+/// A session open (`cmd.session == 0`) or renewal ordered at `instance`, applied to
+/// `sessions` and counted in `stats`: the reply the chosen replica sends (every
+/// execution model that keeps sessions this way: the sequential replica, S-SMR/DS-SMR
+/// members).
+pub fn session_step(
+    sessions: &mut sessions::Sessions,
+    stats: &mut ReplicaStats,
+    cmd: &Command,
+    instance: Instance,
+    payload: &[u8],
+    log: Option<&mut sessions::SessionLog>,
+) -> Reply {
+    let result = if cmd.session == 0 {
+        stats.sessions_opened += 1;
+        let replaces = partita_types::open_replaces(payload);
+        Ok(sessions.open(cmd.client, instance, replaces, log))
+    } else {
+        stats.sessions_renewed += 1;
+        sessions.renew(cmd.client, cmd.session, log)
+    };
+    Reply {
+        client: cmd.client,
+        seq: 0,
+        instance,
+        result: result.map(partita_types::session_reply),
+    }
+}
+
 pub trait Replica: Send {
     /// The service's name ([`StateMachine::NAME`]).
     fn service(&self) -> &'static str;

@@ -107,6 +107,15 @@ pub fn dssmr_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
     let replicas = 2 * partitions as usize;
     let mut c = super::sim_smr_cluster(replicas, Protocol::RingPaxos, Durability::Fsync);
     c.cluster.service = "chirper".into();
+    // The cluster file's section (the simulator takes the graph from the spec).
+    c.dssmr = Some(partita_config::DssmrSection {
+        scheme: match scheme {
+            Scheme::Dssmr => "dssmr",
+            Scheme::Ssmr => "ssmr",
+        }
+        .into(),
+        ..Default::default()
+    });
     if partitions > 1 {
         c.partitioning.partitions = partitions;
         let mut i = 0u32;
