@@ -1537,6 +1537,62 @@ mod tests {
     }
 
     #[test]
+    fn dssmr_is_for_chirper_and_every_field_is_checked() {
+        let field = |c: &ClusterConfig| match ClusterConfig::parse(&c.to_toml(), "x") {
+            Err(ConfigError::Field { field, message, .. }) => (field, message),
+            other => panic!("{other:?}"),
+        };
+        let mut good = ClusterConfig::default_local(7100, 42)
+            .with_partitions(3, 2, 1 << 32)
+            .unwrap();
+        good.cluster.service = "chirper".into();
+        good.dssmr = Some(DssmrSection::default());
+        let back = ClusterConfig::parse(&good.to_toml(), "x").unwrap();
+        assert_eq!(back.dssmr, good.dssmr, "round trip");
+        let mut missing = good.clone();
+        missing.dssmr = None;
+        assert_eq!(field(&missing).0, "dssmr");
+        let mut btree = good.clone();
+        btree.cluster.service = "btree".into();
+        assert!(field(&btree).1.contains("chirper"));
+        let with = |f: &dyn Fn(&mut DssmrSection)| {
+            let mut c = good.clone();
+            f(c.dssmr.as_mut().unwrap());
+            c
+        };
+        assert_eq!(
+            field(&with(&|d| d.scheme = "dynamic".into())).0,
+            "dssmr.scheme"
+        );
+        assert_eq!(field(&with(&|d| d.communities = 0)).0, "dssmr.users");
+        assert_eq!(field(&with(&|d| d.users = 3)).0, "dssmr.users");
+        assert_eq!(
+            field(&with(&|d| d.mean_followers = 5000)).0,
+            "dssmr.mean_followers"
+        );
+        assert_eq!(
+            field(&with(&|d| d.p_local_percent = 101)).0,
+            "dssmr.p_local_percent"
+        );
+        let mut one = ClusterConfig::default_local(7100, 42);
+        one.cluster.service = "chirper".into();
+        one.dssmr = Some(DssmrSection::default());
+        assert_eq!(
+            field(&one).0,
+            "partitioning.partitions",
+            "DS-SMR needs the oracle's partition"
+        );
+        one.dssmr.as_mut().unwrap().scheme = "ssmr".into();
+        assert!(
+            ClusterConfig::parse(&one.to_toml(), "x").is_ok(),
+            "S-SMR on one partition"
+        );
+        let mut spec = good.clone();
+        spec.execution.speculative = true;
+        assert_eq!(field(&spec).0, "execution");
+    }
+
+    #[test]
     fn execution_is_optional_strict_and_needs_ring_paxos() {
         let good = ClusterConfig::default_local(7100, 42).to_toml();
         assert!(
