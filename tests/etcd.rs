@@ -563,12 +563,36 @@ fn tampering_is_caught(history: &Path, dir: &Path) {
     );
 }
 
+/// The Go toolchain: `go` on PATH, the one these machines carry in /usr/local/go, or
+/// Debian's `golang-go` installed by `scripts/install-test-deps`.
+fn go() -> String {
+    let works = |c: &str| {
+        Command::new(c)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    for c in ["go", "/usr/local/go/bin/go"] {
+        if works(c) {
+            return c.into();
+        }
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-test-deps");
+    let st = Command::new("bash").arg(&script).arg("golang-go").status();
+    assert!(
+        st.is_ok_and(|s| s.success()) && works("go"),
+        "no Go toolchain, and {} could not install Debian's golang-go (needs root and apt)",
+        script.display()
+    );
+    "go".into()
+}
+
 /// etcd's own Go client (`go.etcd.io/etcd/client/v3`, in `tools/etcd-go`), built with
 /// the machine's Go toolchain; returns the program.
 fn etcd_go(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/etcd-go");
     let out = dir.join("etcd-go");
-    let o = Command::new("go")
+    let o = Command::new(go())
         .current_dir(&src)
         .args(["build", "-o"])
         .arg(&out)
