@@ -33,20 +33,21 @@ fn etcdctl() -> &'static str {
             .output()
             .is_ok_and(|o| o.status.success());
         if !found {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-test-deps");
-            let st = Command::new("bash")
-                .arg(&script)
-                .arg("etcd-client")
-                .status();
-            assert!(
-                st.is_ok_and(|s| s.success()),
-                "etcdctl is not on PATH and {} could not install it (Debian package \
-                 etcd-client; needs root and apt)",
-                script.display()
-            );
+            install("etcd-client");
         }
     });
     "etcdctl"
+}
+
+/// Install a Debian package with `scripts/install-test-deps` (root and apt).
+fn install(package: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-test-deps");
+    let st = Command::new("bash").arg(&script).arg(package).status();
+    assert!(
+        st.is_ok_and(|s| s.success()),
+        "{} could not install Debian's {package} (needs root and apt)",
+        script.display()
+    );
 }
 
 /// A kv cluster (3 acceptors, 2 replicas) whose replicas serve etcd's API; returns it
@@ -577,12 +578,10 @@ fn go() -> String {
             return c.into();
         }
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-test-deps");
-    let st = Command::new("bash").arg(&script).arg("golang-go").status();
+    install("golang-go");
     assert!(
-        st.is_ok_and(|s| s.success()) && works("go"),
-        "no Go toolchain, and {} could not install Debian's golang-go (needs root and apt)",
-        script.display()
+        works("go"),
+        "Debian's golang-go installed, but `go version` fails"
     );
     "go".into()
 }

@@ -184,15 +184,16 @@ impl SimClient {
         bugs: ClientBugs,
     ) -> SimClient {
         let id = index as ClientId + 1;
-        let cfg = ClientConfig {
-            timeout_ns: params.timeout_ns,
-            give_up_ns: Some(params.give_up_ns),
-            refused_retry_ns: params.refused_retry_ns,
-        };
+        let cfg = core_config(&params);
+        let core = Core::Btree(ClientCore::new(id, topology, cfg, entry, replica).with_bugs(bugs));
+        SimClient::with_core(index, core, params, ops)
+    }
+
+    fn with_core(index: u32, core: Core, params: ClientParams, ops: u64) -> SimClient {
         SimClient {
             index,
-            id,
-            core: Core::Btree(ClientCore::new(id, topology, cfg, entry, replica).with_bugs(bugs)),
+            id: index as ClientId + 1,
+            core,
             params,
             ops_left: ops,
             state: State::Thinking,
@@ -233,20 +234,8 @@ impl SimClient {
         graph: Arc<Graph>,
     ) -> SimClient {
         let (scheme, workload) = (ds.scheme, ds.workload);
-        let mut c = SimClient::new(
-            index,
-            entry,
-            topology.clone(),
-            replica,
-            params.clone(),
-            u64::MAX,
-            ClientBugs::default(),
-        );
-        let cfg = ClientConfig {
-            timeout_ns: params.timeout_ns,
-            give_up_ns: Some(params.give_up_ns),
-            refused_retry_ns: params.refused_retry_ns,
-        };
+        let id = index as ClientId + 1;
+        let cfg = core_config(&params);
         let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), index as u64 + 1);
         // Clients start knowing the initial placement (the paper's cache, warm).
         if ds.gather_where_most {
@@ -257,8 +246,8 @@ impl SimClient {
                 .users()
                 .map(|u| (u, Chirper::placement(u, data as usize))),
         );
-        c.core = Core::Ds(Box::new(DsClient {
-            core: ClientCore::new(c.id, topology, cfg, entry, replica),
+        let core = Core::Ds(Box::new(DsClient {
+            core: ClientCore::new(id, topology, cfg, entry, replica),
             proxy,
             graph,
             workload,
@@ -269,7 +258,9 @@ impl SimClient {
             posts: 0,
             move_times: Vec::new(),
         }));
-        c.bench = Some((crate::bench::Workload::Update, 1));
+        // No quota: the run ends at a fixed virtual time; thinks in whole milliseconds
+        // as the bench does.
+        let mut c = SimClient::with_core(index, core, params, u64::MAX);
         c.think_step_ns = MILLIS_NS;
         c
     }
@@ -598,6 +589,15 @@ impl DsClient {
         }
         self.send_next(now, actions);
         None
+    }
+}
+
+/// The client core's settings from the client's parameters.
+fn core_config(params: &ClientParams) -> ClientConfig {
+    ClientConfig {
+        timeout_ns: params.timeout_ns,
+        give_up_ns: Some(params.give_up_ns),
+        refused_retry_ns: params.refused_retry_ns,
     }
 }
 
