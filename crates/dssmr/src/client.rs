@@ -107,6 +107,18 @@ pub struct ProxyStats {
     pub fallbacks: u64,
 }
 
+impl std::ops::AddAssign<&ProxyStats> for ProxyStats {
+    fn add_assign(&mut self, o: &ProxyStats) {
+        self.commands += o.commands;
+        self.consults += o.consults;
+        self.cache_hits += o.cache_hits;
+        self.move_commands += o.move_commands;
+        self.objects_moved += o.objects_moved;
+        self.retries += o.retries;
+        self.fallbacks += o.fallbacks;
+    }
+}
+
 struct Current<C> {
     cmd: C,
     attempts: u32,
@@ -287,10 +299,10 @@ impl<S: ObjectService> ClientProxy<S> {
             DsReply::Invalid(why) => Some(Outcome::Failed(why)),
             DsReply::Done(r) => Some(Outcome::Done(r)),
             DsReply::Created(b) => Some(Outcome::Created(b)),
-            DsReply::Deleted => Some(Outcome::Deleted),
+            DsReply::Deleted(true) => Some(Outcome::Deleted),
+            DsReply::Deleted(false) => Some(Outcome::Nok),
             DsReply::Prophecy(p) => match p {
                 Prophecy::Nok => Some(Outcome::Nok),
-                Prophecy::Ok => Some(Outcome::Deleted),
                 Prophecy::CreateAt(at) => {
                     let cmd = cur.cmd.clone();
                     out.push(Multicast {
@@ -305,6 +317,15 @@ impl<S: ObjectService> ClientProxy<S> {
                         self.cache.insert(*o, *p);
                     }
                     match S::kind(&cur.cmd) {
+                        // An object the access found through another (a follower of
+                        // the poster) that exists nowhere any more (deleted): no
+                        // partition can hold everything, and only the execution
+                        // across every partition can find that out at its delivery.
+                        Kind::Access(_)
+                            if cur.omega.iter().any(|o| !locs.iter().any(|(x, _)| x == o)) =>
+                        {
+                            self.fallback(out)
+                        }
                         Kind::Access(_) => self.plan(locs, out),
                         Kind::Delete(_) | Kind::Create(_) => {
                             let mut dests = Dests::oracle();
@@ -330,18 +351,7 @@ impl<S: ObjectService> ClientProxy<S> {
                 }
                 cur.omega.extend(gamma);
                 if cur.attempts > self.cfg.retries_max {
-                    self.stats.fallbacks += 1;
-                    let mut dests = Dests::all_partitions(self.cfg.partitions);
-                    if matches!(S::kind(&cur.cmd), Kind::Create(_) | Kind::Delete(_)) {
-                        dests = dests.with(Member::Oracle);
-                    }
-                    out.push(Multicast {
-                        dests,
-                        cmd: DsCommand::Global {
-                            cmd: cur.cmd.clone(),
-                        },
-                        answered: true,
-                    });
+                    self.fallback(out);
                 } else {
                     self.consult(out);
                 }
@@ -352,5 +362,23 @@ impl<S: ObjectService> ClientProxy<S> {
             self.current = None;
         }
         finished
+    }
+
+    /// Send the command in flight to every partition (and the oracle, for a create
+    /// or delete): S-SMR's execution, which needs no object to be anywhere.
+    fn fallback(&mut self, out: &mut Vec<Multicast<S::Command>>) {
+        let cur = self.current.as_ref().expect("current");
+        self.stats.fallbacks += 1;
+        let mut dests = Dests::all_partitions(self.cfg.partitions);
+        if matches!(S::kind(&cur.cmd), Kind::Create(_) | Kind::Delete(_)) {
+            dests = dests.with(Member::Oracle);
+        }
+        out.push(Multicast {
+            dests,
+            cmd: DsCommand::Global {
+                cmd: cur.cmd.clone(),
+            },
+            answered: true,
+        });
     }
 }

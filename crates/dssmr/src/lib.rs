@@ -203,11 +203,9 @@ pub enum DsCommand<C> {
 pub enum Prophecy {
     /// Where every object is.
     At(Locations),
-    /// The command cannot run: an object it accesses does not exist, or the object it
-    /// creates exists already.
+    /// The command cannot run: an object it accesses (or deletes) does not exist, or
+    /// the object it creates exists already.
     Nok,
-    /// A delete of an object that does not exist: done.
-    Ok,
     /// Where a create makes its object.
     CreateAt(u16),
 }
@@ -222,8 +220,8 @@ pub enum DsReply<R> {
     Prophecy(Prophecy),
     /// A create's outcome (false: the object existed).
     Created(bool),
-    /// A delete succeeded (or found nothing to delete).
-    Deleted,
+    /// A delete's outcome (false: there was nothing to delete).
+    Deleted(bool),
     /// From a destination that does not answer the command: it ran it (its signal to
     /// the client; the answer is another destination's).
     Signal,

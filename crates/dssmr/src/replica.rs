@@ -130,6 +130,7 @@ pub struct DsReplica<S: ObjectService> {
     waited: (Option<CmdRef>, u64),
     stats: ReplicaStats,
     counters: DsCounters,
+    planted: crate::server::Planted,
 }
 
 impl<S: ObjectService> DsReplica<S> {
@@ -149,7 +150,15 @@ impl<S: ObjectService> DsReplica<S> {
             waited: (None, 0),
             stats: ReplicaStats::default(),
             counters: DsCounters::default(),
+            planted: crate::server::Planted::default(),
         }
+    }
+
+    /// Deliberate bugs for the checks' controls (never outside tests).
+    pub fn with_planted(mut self, p: crate::server::Planted) -> DsReplica<S> {
+        self.planted = p;
+        self.server.set_planted(p);
+        self
     }
 
     pub fn server(&self) -> &Server<S> {
@@ -326,6 +335,7 @@ impl<S: ObjectService> Replica for DsReplica<S> {
             let data = data_partitions(n, self.scheme);
             if self.layout.is_none() && self.server.is_empty() && self.last_instance == 0 {
                 let mut s = Server::new(member, data);
+                s.set_planted(self.planted);
                 s.load((self.initial)());
                 self.server = s;
             }
@@ -470,6 +480,7 @@ impl<S: ObjectService> Replica for DsReplica<S> {
 pub struct DsFactory<S: ObjectService> {
     scheme: Scheme,
     initial: Initial<S::Object>,
+    planted: crate::server::Planted,
     _s: PhantomData<fn() -> S>,
 }
 
@@ -478,9 +489,19 @@ pub fn factory<S: ObjectService>(
     scheme: Scheme,
     initial: Initial<S::Object>,
 ) -> Arc<dyn ServiceFactory> {
+    factory_planted::<S>(scheme, initial, crate::server::Planted::default())
+}
+
+/// [`factory`] with deliberate bugs in every replica it builds (the checks' controls).
+pub fn factory_planted<S: ObjectService>(
+    scheme: Scheme,
+    initial: Initial<S::Object>,
+    planted: crate::server::Planted,
+) -> Arc<dyn ServiceFactory> {
     Arc::new(DsFactory::<S> {
         scheme,
         initial,
+        planted,
         _s: PhantomData,
     })
 }
@@ -490,7 +511,9 @@ impl<S: ObjectService> ServiceFactory for DsFactory<S> {
         S::NAME
     }
     fn fresh(&self, id: NodeId) -> Box<dyn Replica> {
-        Box::new(DsReplica::<S>::new(id, self.scheme, self.initial.clone()))
+        Box::new(
+            DsReplica::<S>::new(id, self.scheme, self.initial.clone()).with_planted(self.planted),
+        )
     }
     fn restore(
         &self,
@@ -509,9 +532,12 @@ impl<S: ObjectService> ServiceFactory for DsFactory<S> {
                 digest: server.digest(),
             });
         }
-        let mut r = DsReplica::<S>::new(node_id, self.scheme, self.initial.clone());
+        let mut r = DsReplica::<S>::new(node_id, self.scheme, self.initial.clone())
+            .with_planted(self.planted);
         r.cluster_id = info.cluster_id;
         r.last_instance = info.instance;
+        let mut server = server;
+        server.set_planted(self.planted);
         r.server = server;
         r.sessions = Sessions::restore(sessions, info.time_ms, None);
         Ok(Box::new(r))

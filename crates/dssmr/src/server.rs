@@ -232,7 +232,19 @@ impl<S: ObjectService> Server<S> {
         objects.sort_unstable_by_key(|(k, _)| *k);
         let mut map: Vec<(ObjectId, u16)> = self.map.iter().map(|(k, v)| (*k, *v)).collect();
         map.sort_unstable();
-        encode(&(self.member, self.partitions as u64, self.last, objects, map))
+        // The exchanges sent are kept too: a member that lags behind (a replica
+        // restarted from an older checkpoint, the only one of its member) asks for them
+        // long after this one ran the command, perhaps after this one restarted.
+        let sent: Vec<(&CmdRef, &(Dests, Exchange))> = self.sent.iter().collect();
+        encode(&(
+            self.member,
+            self.partitions as u64,
+            self.last,
+            objects,
+            map,
+            sent,
+            self.sent_floor,
+        ))
     }
 
     /// A member restored from [`Server::snapshot`] bytes.
@@ -243,9 +255,17 @@ impl<S: ObjectService> Server<S> {
             Option<CmdRef>,
             Vec<(ObjectId, O)>,
             Vec<(ObjectId, u16)>,
+            Vec<(CmdRef, (Dests, Exchange))>,
+            u64,
         );
-        let (member, partitions, last, objects, map): Snap<S::Object> =
+        let (member, partitions, last, objects, map, sent, sent_floor): Snap<S::Object> =
             decode(bytes).ok_or("a member snapshot that does not decode")?;
+        if sent.len() > SENT_KEPT {
+            return Err(format!(
+                "a member snapshot with {} exchanges sent (at most {SENT_KEPT} are kept)",
+                sent.len()
+            ));
+        }
         let partitions = usize::try_from(partitions).unwrap_or(usize::MAX);
         if !(1..=crate::PARTITIONS_MAX).contains(&partitions) {
             return Err(format!("a member snapshot of {partitions} partitions"));
@@ -259,11 +279,11 @@ impl<S: ObjectService> Server<S> {
         s.objects = objects.into_iter().collect();
         s.map = map.into_iter().collect();
         s.last = last;
+        s.sent = sent.into_iter().collect();
+        s.sent_floor = sent_floor;
         if let Some(l) = last {
-            // Everything up to `last` ran; exchanges of its instance and below are
-            // forgotten.
+            // Everything up to `last` ran.
             s.ran = (l.instance + 1, BTreeSet::new());
-            s.sent_floor = l.instance + 1;
         }
         Ok(s)
     }
@@ -579,21 +599,23 @@ impl<S: ObjectService> Server<S> {
         }
     }
 
-    /// The oracle's prophecy for a consult (Algorithm 4).
+    /// The oracle's prophecy for a consult (Algorithm 4): `Nok` when an object the
+    /// command names does not exist; otherwise where each object is that exists (an
+    /// object found through another, `extra`, may have been deleted: it is left out).
     fn prophecy(&self, cmd: &S::Command, extra: &[ObjectId]) -> Prophecy {
         match S::kind(cmd) {
             Kind::Access(named) => {
+                if named.iter().any(|id| !self.map.contains_key(id)) {
+                    return Prophecy::Nok;
+                }
                 let mut ids: Vec<ObjectId> =
                     named.into_iter().chain(extra.iter().copied()).collect();
                 ids.sort_unstable();
                 ids.dedup();
-                let mut at = Locations::with_capacity(ids.len());
-                for id in ids {
-                    match self.map.get(&id) {
-                        Some(p) => at.push((id, *p)),
-                        None => return Prophecy::Nok,
-                    }
-                }
+                let at: Locations = ids
+                    .into_iter()
+                    .filter_map(|id| Some((id, *self.map.get(&id)?)))
+                    .collect();
                 Prophecy::At(at)
             }
             Kind::Create(v) => match self.map.contains_key(&v) {
@@ -601,7 +623,7 @@ impl<S: ObjectService> Server<S> {
                 false => Prophecy::CreateAt(S::placement(v, self.partitions)),
             },
             Kind::Delete(v) => match self.map.get(&v) {
-                None => Prophecy::Ok,
+                None => Prophecy::Nok,
                 Some(p) => Prophecy::At(vec![(v, *p)]),
             },
         }
@@ -756,21 +778,21 @@ impl<S: ObjectService> Server<S> {
         match self.member {
             Member::Oracle => {
                 let reply = match self.map.get(&v) {
-                    None => DsReply::Deleted,
+                    None => DsReply::Deleted(false),
                     Some(p) if dests.contains(Member::Partition(*p)) => {
                         self.map.remove(&v);
-                        DsReply::Deleted
+                        DsReply::Deleted(true)
                     }
                     Some(_) => DsReply::Retry(vec![v]),
                 };
                 out.push(Output::Reply { at, reply });
             }
             Member::Partition(_) => {
-                self.objects.remove(&v);
+                let existed = self.objects.remove(&v).is_some();
                 if !dests.contains(Member::Oracle) && self.answers(dests, false) {
                     out.push(Output::Reply {
                         at,
-                        reply: DsReply::Deleted,
+                        reply: DsReply::Deleted(existed),
                     });
                 }
             }

@@ -431,7 +431,14 @@ impl World {
                             .push(format!("{:?} create {v}: {b}, reference {want}", e.at));
                     }
                 }
-                (Kind::Delete(v), Some(DsReply::Deleted)) => reference.delete(v),
+                (Kind::Delete(v), Some(DsReply::Deleted(b))) => {
+                    let want = reference.objects.contains_key(&v);
+                    if *b != want {
+                        self.violations
+                            .push(format!("{:?} delete {v}: {b}, reference {want}", e.at));
+                    }
+                    reference.delete(v);
+                }
                 (_, Some(other)) => self
                     .violations
                     .push(format!("{:?} {cmd:?}: unexpected answer {other:?}", e.at)),

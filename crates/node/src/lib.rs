@@ -259,10 +259,18 @@ pub struct UnsafeBugs {
     /// order (the others ascending), so replicas of one partition disagree on the order
     /// of commands from different rings.
     pub merge_order: bool,
+    /// DS-SMR: a partition runs an access over whatever objects are local at delivery,
+    /// trusting the consult that placed it, instead of answering retry.
+    pub ds_locality_at_consult: bool,
+    /// DS-SMR: the oracle never applies moves (its map goes stale).
+    pub ds_oracle_ignores_moves: bool,
+    /// S-SMR/DS-SMR: a command with several destinations runs once the values it needs
+    /// are in, without waiting for every destination's signal.
+    pub ds_no_signals: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 18] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -278,38 +286,57 @@ impl UnsafeBugs {
         "psmr-no-barrier",
         "psmr-check-passes",
         "merge-order",
+        "ds-locality-at-consult",
+        "ds-oracle-ignores-moves",
+        "ds-no-signals",
     ];
+
+    /// The flag of the bug called `name`.
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "lose-acked-writes" => &mut self.lose_acked_writes,
+            "reexecute-duplicates" => &mut self.reexecute_duplicates,
+            "vote-before-durable" => &mut self.vote_before_durable,
+            "forget-promise" => &mut self.forget_promise,
+            "unordered-query" => &mut self.unordered_query,
+            "skip-phase1" => &mut self.skip_phase1,
+            "restore-without-reply-cache" => &mut self.restore_without_reply_cache,
+            "speculative-no-rollback" => &mut self.speculative_no_rollback,
+            "independent-partitions" => &mut self.independent_partitions,
+            "unconfirmed-replies" => &mut self.unconfirmed_replies,
+            "unchecked-peer-input" => &mut self.unchecked_peer_input,
+            "expired-sessions-reopen" => &mut self.expired_sessions_reopen,
+            "psmr-no-barrier" => &mut self.psmr_no_barrier,
+            "psmr-check-passes" => &mut self.psmr_check_passes,
+            "merge-order" => &mut self.merge_order,
+            "ds-locality-at-consult" => &mut self.ds_locality_at_consult,
+            "ds-oracle-ignores-moves" => &mut self.ds_oracle_ignores_moves,
+            "ds-no-signals" => &mut self.ds_no_signals,
+            _ => return None,
+        })
+    }
 
     /// Turn on the bug called `name`; an unknown name is an error listing the known ones.
     pub fn enable(&mut self, name: &str) -> Result<(), String> {
-        match name {
-            "lose-acked-writes" => self.lose_acked_writes = true,
-            "reexecute-duplicates" => self.reexecute_duplicates = true,
-            "vote-before-durable" => self.vote_before_durable = true,
-            "forget-promise" => self.forget_promise = true,
-            "unordered-query" => self.unordered_query = true,
-            "skip-phase1" => self.skip_phase1 = true,
-            "restore-without-reply-cache" => self.restore_without_reply_cache = true,
-            "speculative-no-rollback" => self.speculative_no_rollback = true,
-            "independent-partitions" => self.independent_partitions = true,
-            "unconfirmed-replies" => self.unconfirmed_replies = true,
-            "unchecked-peer-input" => self.unchecked_peer_input = true,
-            "expired-sessions-reopen" => self.expired_sessions_reopen = true,
-            "psmr-no-barrier" => self.psmr_no_barrier = true,
-            "psmr-check-passes" => self.psmr_check_passes = true,
-            "merge-order" => self.merge_order = true,
-            _ => {
-                return Err(format!(
-                    "unknown unsafe bug `{name}` (known: {})",
-                    Self::NAMES.join(", ")
-                ))
+        match self.flag(name) {
+            Some(f) => {
+                *f = true;
+                Ok(())
             }
+            None => Err(format!(
+                "unknown unsafe bug `{name}` (known: {})",
+                Self::NAMES.join(", ")
+            )),
         }
-        Ok(())
     }
 
     pub fn any(&self) -> bool {
         *self != UnsafeBugs::default()
+    }
+
+    /// Whether the bug called `name` is on (unknown names: false).
+    pub fn is_on(&self, name: &str) -> bool {
+        self.clone().flag(name).is_some_and(|f| *f)
     }
 }
 
@@ -944,7 +971,10 @@ impl NodeCore {
     /// threads (run at once when they run inline); while a due checkpoint waits for
     /// the threads to finish what they hold, the value is held back.
     fn deliver(&mut self, instance: Instance, value: Arc<Value>) {
-        if !self.held.is_empty() || self.checkpoint_waits() {
+        // Not with an ordering that keeps a position of its own (Multi-Ring Paxos): a
+        // checkpoint there covers everything delivered, so values are never held back
+        // (the checkpoint waits for a moment when everything delivered ran).
+        if !self.held.is_empty() || (self.checkpoint_waits() && !self.ordering_has_position()) {
             self.held.push_back((instance, value));
             return;
         }
@@ -993,6 +1023,14 @@ impl NodeCore {
     /// finish what they hold.
     fn checkpoint_waits(&self) -> bool {
         self.checkpoint_due() && self.replica.as_ref().is_some_and(|r| !r.quiescent())
+    }
+
+    /// Whether the ordering keeps a position of its own that checkpoints record
+    /// (Multi-Ring Paxos's merge), rather than the instance alone.
+    fn ordering_has_position(&self) -> bool {
+        self.ordering
+            .as_ref()
+            .is_some_and(|o| !o.position().is_empty())
     }
 
     /// P-SMR: the values held back for a checkpoint go to the replica once it ran
