@@ -83,6 +83,7 @@
 //! looks at a file's `service` field and runs the right one.
 
 pub mod check;
+pub mod chirper;
 pub mod gen;
 pub mod history;
 pub mod initial;
