@@ -129,6 +129,13 @@ pub struct DsClient {
     posts: u64,
     /// When each move command went out.
     move_times: Vec<Time>,
+    /// Swarm seeds: the swarm's mix, and the history of the application commands.
+    swarm: bool,
+    current: Option<ChirperCommand>,
+    history: Vec<partita_checker::chirper::ChirperEvent>,
+    /// What went wrong that no correct run shows (a member refused a multicast, the
+    /// proxy stopped without an outcome).
+    failures: Vec<String>,
 }
 
 /// Run `$e` with `$c` bound to whichever client core the client has.
@@ -220,8 +227,9 @@ impl SimClient {
         self
     }
 
-    /// An S-SMR/DS-SMR Chirper client in the experiment mode (samples, no history):
-    /// `scheme` and `data` partitions, commands of `workload` over `graph`.
+    /// An S-SMR/DS-SMR Chirper client: `scheme` and `data` partitions over `graph`.
+    /// In the experiment mode (samples, no history) it runs `workload` with no quota;
+    /// on swarm seeds (`ds.swarm`) the swarm's mix, `ops` commands, with a history.
     #[allow(clippy::too_many_arguments)]
     pub fn new_ds(
         index: u32,
@@ -232,10 +240,15 @@ impl SimClient {
         ds: &crate::swarm::DsParams,
         data: u32,
         graph: Arc<Graph>,
+        ops: u64,
     ) -> SimClient {
         let (scheme, workload) = (ds.scheme, ds.workload);
         let id = index as ClientId + 1;
-        let cfg = core_config(&params);
+        // Never giving up (see `set_give_up_allowed`).
+        let cfg = ClientConfig {
+            give_up_ns: None,
+            ..core_config(&params)
+        };
         let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), index as u64 + 1);
         // Clients start knowing the initial placement (the paper's cache, warm).
         if ds.gather_where_most {
@@ -257,12 +270,36 @@ impl SimClient {
             call_ns: 0,
             posts: 0,
             move_times: Vec::new(),
+            swarm: ds.swarm,
+            current: None,
+            history: Vec::new(),
+            failures: Vec::new(),
         }));
+        if ds.swarm {
+            // A quota and a history, like the B+tree's swarm clients.
+            return SimClient::with_core(index, core, params, ops);
+        }
         // No quota: the run ends at a fixed virtual time; thinks in whole milliseconds
         // as the bench does.
         let mut c = SimClient::with_core(index, core, params, u64::MAX);
         c.think_step_ns = MILLIS_NS;
         c
+    }
+
+    /// The Chirper history of a swarm seed's client (S-SMR/DS-SMR).
+    pub fn ds_history(&self) -> &[partita_checker::chirper::ChirperEvent] {
+        match &self.core {
+            Core::Ds(d) => &d.history,
+            Core::Btree(_) => &[],
+        }
+    }
+
+    /// What went wrong in an S-SMR/DS-SMR client that no correct run shows.
+    pub fn ds_failures(&self) -> &[String] {
+        match &self.core {
+            Core::Ds(d) => &d.failures,
+            Core::Btree(_) => &[],
+        }
     }
 
     /// When this client sent each move command (S-SMR/DS-SMR clients).
@@ -305,7 +342,13 @@ impl SimClient {
         self.state == State::Done
     }
 
+    /// Whether the client may give up on a command (the safety phase). S-SMR/DS-SMR
+    /// clients never do: an application command is several multicasts, so give-ups
+    /// are frequent under faults, and each unknown outcome (a follow, a delete that
+    /// may or may not have happened) multiplies what the Chirper checker must search
+    /// (a seed with 22 of them in 300 commands exhausted 2 million configurations).
     pub fn set_give_up_allowed(&mut self, allowed: bool) {
+        let allowed = allowed && matches!(self.core, Core::Btree(_));
         let cfg = ClientConfig {
             give_up_ns: allowed.then_some(self.params.give_up_ns),
             ..with_core!(self, c => c.config().clone())
@@ -370,7 +413,15 @@ impl SimClient {
             }
             Core::Ds(d) => {
                 d.posts += 1;
-                let cmd = d.workload.next(&d.graph, ((self.id) << 32) | d.posts, rng);
+                let post_id = ((self.id) << 32) | d.posts;
+                let cmd = if d.swarm {
+                    crate::ds::swarm_command(&d.graph, post_id, rng)
+                } else {
+                    d.workload.next(&d.graph, post_id, rng)
+                };
+                if d.swarm {
+                    d.current = Some(cmd.clone());
+                }
                 let mut ms = Vec::new();
                 d.proxy.submit(cmd, &mut ms);
                 d.queue.extend(ms);
@@ -570,25 +621,58 @@ impl DsClient {
                     let mut ms = Vec::new();
                     let outcome = self.proxy.on_reply(reply, &mut ms);
                     self.queue.extend(ms);
-                    if outcome.is_some() {
+                    if let Some(o) = outcome {
                         self.queue.clear();
+                        self.record(now, Some(&o));
                         return Some(true);
                     }
                 }
             }
             Err(_) => {
+                // Given up (or refused for good): the outcome is unknown.
                 self.proxy.abandon();
                 self.queue.clear();
+                self.record(now, None);
                 return Some(false);
             }
         }
         if self.queue.is_empty() {
             // The proxy waits for nothing more (cannot happen with a correct proxy).
             self.proxy.abandon();
+            self.failures
+                .push("the client proxy stopped without an outcome".into());
+            self.record(now, None);
             return Some(false);
         }
         self.send_next(now, actions);
         None
+    }
+
+    /// Swarm seeds: the command in flight ended with `outcome` (`None`: unknown).
+    fn record(
+        &mut self,
+        now: Time,
+        outcome: Option<&partita_dssmr::client::Outcome<partita_dssmr::chirper::ChirperReply>>,
+    ) {
+        let Some(cmd) = self.current.take() else {
+            return;
+        };
+        let result = match outcome.map(|o| crate::ds::result_of(&cmd, o)) {
+            Some(Ok(r)) => Some(r),
+            Some(Err(why)) => {
+                self.failures
+                    .push(format!("{cmd:?} failed: a member refused it: {why}"));
+                None
+            }
+            None => None,
+        };
+        self.history.push(partita_checker::chirper::ChirperEvent {
+            client: self.core.id(),
+            op: crate::ds::op_of(&cmd),
+            invoked: self.call_ns,
+            returned: result.as_ref().map(|_| now),
+            result,
+        });
     }
 }
 

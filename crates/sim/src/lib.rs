@@ -84,6 +84,7 @@ pub mod check;
 pub mod client;
 pub mod cpu;
 pub mod disk;
+pub mod ds;
 pub mod net;
 pub mod queue;
 pub mod report;
@@ -102,7 +103,7 @@ pub use swarm::{
     SpeculationChoice,
 };
 pub use swarm::{BatcherChoice, Batchers};
-pub use swarm::{PsmrChoice, RingsChoice};
+pub use swarm::{DssmrChoice, PsmrChoice, RingsChoice};
 
 /// Run one seed: draw its parameters, simulate, check.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {

@@ -35,6 +35,10 @@ pub struct SeedReport {
     /// The clients' history (not serialized with the summary; `--history` writes it).
     #[serde(skip)]
     pub history: Vec<Event>,
+    /// S-SMR/DS-SMR seeds: the Chirper history, with the final reads (not serialized
+    /// with the summary; `--history` writes it).
+    #[serde(skip)]
+    pub ds_history: Vec<partita_checker::chirper::ChirperEvent>,
 }
 
 impl SeedReport {

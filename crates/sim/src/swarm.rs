@@ -229,6 +229,18 @@ pub enum FaultSelection {
     None,
 }
 
+/// S-SMR/DS-SMR Chirper seeds (paper 003) instead of the B+tree.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum DssmrChoice {
+    /// B+tree seeds (the default).
+    #[default]
+    Off,
+    /// Every seed runs Chirper, the scheme drawn per seed (DS-SMR three times in four).
+    Swarm,
+    /// Every seed runs Chirper under this scheme.
+    Fixed(partita_dssmr::client::Scheme),
+}
+
 /// What the user chooses; everything else is drawn from the seed.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
@@ -246,6 +258,8 @@ pub struct SimOptions {
     pub psmr: PsmrChoice,
     /// Multi-Ring Paxos.
     pub rings: RingsChoice,
+    /// S-SMR/DS-SMR Chirper seeds.
+    pub dssmr: DssmrChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -302,6 +316,12 @@ impl SimOptions {
         if let RingsChoice::Fixed(n) = self.rings {
             f += &format!(" --rings {n}");
         }
+        match self.dssmr {
+            DssmrChoice::Off => {}
+            DssmrChoice::Swarm => f += " --dssmr swarm",
+            DssmrChoice::Fixed(partita_dssmr::client::Scheme::Ssmr) => f += " --dssmr ssmr",
+            DssmrChoice::Fixed(partita_dssmr::client::Scheme::Dssmr) => f += " --dssmr dssmr",
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -338,6 +358,7 @@ impl Default for SimOptions {
             session_lease_ms: None,
             psmr: PsmrChoice::Swarm,
             rings: RingsChoice::Swarm,
+            dssmr: DssmrChoice::Off,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -448,6 +469,10 @@ pub struct DsParams {
     /// Where an access's objects are gathered: at random among the partitions
     /// involved (the paper's default), or where most of them are.
     pub gather_where_most: bool,
+    /// Swarm seeds: clients draw the swarm's mix ([`crate::ds::swarm_command`]: every
+    /// command kind, creates and deletes too, peers from anywhere half of the time)
+    /// and record a history, instead of `workload`'s samples.
+    pub swarm: bool,
 }
 
 impl SeedParams {
@@ -552,6 +577,7 @@ pub const STREAM_VALUE_INTERVAL: u64 = 12;
 pub const STREAM_SESSIONS: u64 = 13;
 pub const STREAM_PSMR: u64 = 14;
 pub const STREAM_RINGS: u64 = 15;
+pub const STREAM_DSSMR: u64 = 16;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -678,6 +704,17 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         PartitionChoice::Swarm => prng.gen_range(2..=4u32),
         PartitionChoice::Fixed(n) => n.max(1),
     };
+    // S-SMR/DS-SMR: its own stream. 1 to 8 data partitions (`--partitions` fixes
+    // them), and with DS-SMR the oracle's partition after them.
+    let (ds, partitions) = match draw_dssmr(seed, opts) {
+        None => (None, partitions),
+        Some((d, data)) => {
+            let members = data + u32::from(d.scheme == partita_dssmr::client::Scheme::Dssmr);
+            (Some(d), members)
+        }
+    };
+    // Neither speculation nor P-SMR runs DS-SMR's replicas.
+    let speculative = speculative && ds.is_none();
     let (replicas, key_space, client) = if partitions > 1 {
         let per = prng.gen_range(1..=2usize);
         // At least two keys per partition, so that ranges, next and prev cross borders.
@@ -756,7 +793,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     });
     // P-SMR: its own stream, so that seeds without it run as they did before.
     let mut trng = stream(seed, STREAM_PSMR);
-    let (psmr_threads, psmr_optimistic) = if speculative || partitions > 1 {
+    let (psmr_threads, psmr_optimistic) = if speculative || partitions > 1 || ds.is_some() {
         (0, false)
     } else {
         match opts.psmr {
@@ -792,6 +829,9 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         let delta = rrng.gen_range(1..=5u64);
         let per_partition_or = |n: u32| if partitions > 1 { partitions } else { n };
         match opts.rings {
+            // Chirper seeds of more than 4 partitions run one stream (a ring per
+            // partition would be dozens of acceptors).
+            _ if ds.is_some() && partitions > 4 => (0, 1, 5),
             RingsChoice::Swarm
                 if ring_draw && !speculative && psmr_threads == 0 && batchers == Batchers::None =>
             {
@@ -884,26 +924,48 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         bugs: opts.bugs.clone(),
         bug_names,
         flags: opts.flags(),
-        dssmr: None,
+        dssmr: ds,
     }
 }
 
+/// The S-SMR/DS-SMR part of a Chirper seed (`None` for B+tree seeds), from a stream
+/// of its own: the data partitions, the scheme, a small social graph (so that
+/// commands contend) with few or many followers across communities, and the
+/// gathering rule.
+fn draw_dssmr(seed: u64, opts: &SimOptions) -> Option<(DsParams, u32)> {
+    use partita_dssmr::client::Scheme;
+    let mut rng = stream(seed, STREAM_DSSMR);
+    let data = match opts.partitioning {
+        PartitionChoice::Fixed(n) => n.clamp(1, 8),
+        PartitionChoice::Swarm => rng.gen_range(1..=8u32),
+    };
+    let scheme = match opts.dssmr {
+        DssmrChoice::Off => return None,
+        DssmrChoice::Fixed(s) => s,
+        DssmrChoice::Swarm if rng.gen_bool(0.75) => Scheme::Dssmr,
+        DssmrChoice::Swarm => Scheme::Ssmr,
+    };
+    let communities = rng.gen_range(1..=8u32);
+    let per = rng.gen_range(2..=6u32);
+    let graph = partita_dssmr::chirper::GraphSpec {
+        users: communities * per,
+        communities,
+        mean_followers: rng.gen_range(1.0..=4.0),
+        p_local: rng.gen_range(0.3..=0.95),
+        seed,
+    };
+    let d = DsParams {
+        scheme,
+        graph,
+        workload: partita_dssmr::chirper::Workload::Mix,
+        gather_where_most: rng.gen_bool(0.5),
+        swarm: true,
+    };
+    Some((d, data))
+}
+
 fn bug_on(b: &UnsafeBugs, name: &str) -> bool {
-    match name {
-        "lose-acked-writes" => b.lose_acked_writes,
-        "reexecute-duplicates" => b.reexecute_duplicates,
-        "vote-before-durable" => b.vote_before_durable,
-        "forget-promise" => b.forget_promise,
-        "unordered-query" => b.unordered_query,
-        "skip-phase1" => b.skip_phase1,
-        "restore-without-reply-cache" => b.restore_without_reply_cache,
-        "speculative-no-rollback" => b.speculative_no_rollback,
-        "independent-partitions" => b.independent_partitions,
-        "unconfirmed-replies" => b.unconfirmed_replies,
-        "unchecked-peer-input" => b.unchecked_peer_input,
-        "expired-sessions-reopen" => b.expired_sessions_reopen,
-        _ => false,
-    }
+    b.is_on(name)
 }
 
 #[cfg(test)]

@@ -503,9 +503,14 @@ impl World {
         let service = match (&p.dssmr, &graph) {
             (Some(d), Some(g)) => {
                 let g = g.clone();
-                partita_dssmr::replica::factory::<partita_dssmr::chirper::Chirper>(
+                partita_dssmr::replica::factory_planted::<partita_dssmr::chirper::Chirper>(
                     d.scheme,
                     Arc::new(move || g.objects()),
+                    partita_dssmr::server::Planted {
+                        locality_at_consult: p.bugs.ds_locality_at_consult,
+                        oracle_ignores_moves: p.bugs.ds_oracle_ignores_moves,
+                        no_signals: p.bugs.ds_no_signals,
+                    },
                 )
             }
             _ => partita_smr::service::<BPlusTree>(),
@@ -569,6 +574,7 @@ impl World {
                         d,
                         data,
                         g.clone(),
+                        ops,
                     );
                 }
                 let client = SimClient::new(
@@ -2122,6 +2128,23 @@ impl World {
                             l.known_decided()
                         );
                     }
+                    let ds = core.replica().and_then(|r| {
+                        r.as_any()
+                            .downcast_ref::<partita_dssmr::replica::DsReplica<
+                                partita_dssmr::chirper::Chirper,
+                            >>()
+                    });
+                    if let Some(d) = ds {
+                        s += &format!(
+                            "; {:?} executed up to {}, {} waiting, head {:?}, missing {:?}, {:?}",
+                            d.server().member(),
+                            partita_smr::Replica::last_instance(d),
+                            d.server().waiting(),
+                            d.server().blocked_on(),
+                            d.server().missing(),
+                            d.counters()
+                        );
+                    }
                     if let Some(a) = core.acceptor() {
                         s += &format!(
                             "promised {}, {} accepted (max instance {})",
@@ -2400,6 +2423,116 @@ impl World {
         }
     }
 
+    /// The checks of an S-SMR/DS-SMR Chirper seed once the run is over: what the
+    /// clients saw go wrong, where the users are (one partition each, the oracle's map
+    /// right), and the history, with a read of every timeline of the final state,
+    /// judged by the checker's Chirper model. Returns (operations, ok, info) and the
+    /// history judged.
+    fn check_dssmr(&mut self) -> ((u64, u64, u64), Vec<partita_checker::chirper::ChirperEvent>) {
+        use partita_dssmr::chirper::Chirper;
+        use partita_dssmr::replica::DsReplica;
+        use partita_dssmr::Member;
+        let mut events: Vec<partita_checker::chirper::ChirperEvent> = self
+            .clients
+            .iter()
+            .flat_map(|c| c.ds_history().iter().cloned())
+            .collect();
+        events.sort_by_key(|e| (e.invoked, e.client));
+        let ok = events.iter().filter(|e| e.result.is_some()).count() as u64;
+        let counts = (events.len() as u64, ok, events.len() as u64 - ok);
+        let mut totals = partita_dssmr::client::ProxyStats::default();
+        for s in self.clients.iter().filter_map(|c| c.proxy_stats()) {
+            totals += s;
+        }
+        for (k, v) in [
+            ("ds_consults", totals.consults),
+            ("ds_cache_hits", totals.cache_hits),
+            ("ds_move_commands", totals.move_commands),
+            ("ds_objects_moved", totals.objects_moved),
+            ("ds_retries", totals.retries),
+            ("ds_fallbacks", totals.fallbacks),
+        ] {
+            self.counters.insert(k, v);
+        }
+        if self.failure.is_some() {
+            return (counts, events);
+        }
+        if let Some((c, f)) = self
+            .clients
+            .iter()
+            .find_map(|c| c.ds_failures().first().map(|f| (c.index, f.clone())))
+        {
+            self.fail(Check::Invariants, format!("client {c}: {f}"));
+            return (counts, events);
+        }
+        // One replica per member: the one that executed most (they converged).
+        let mut best: BTreeMap<u32, (u64, usize)> = BTreeMap::new();
+        for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| n.replica) {
+            let Some(r) = n.core.as_ref().and_then(|c| c.replica()) else {
+                continue;
+            };
+            let p = self.layout.partition_of_replica(n.id).unwrap_or(0);
+            let e = best.entry(p).or_insert((r.last_instance(), i));
+            if r.last_instance() > e.0 {
+                *e = (r.last_instance(), i);
+            }
+        }
+        let mut data = Vec::new();
+        let mut oracle = None;
+        for (_, i) in best.values() {
+            let r = self.nodes[*i]
+                .core
+                .as_ref()
+                .and_then(|c| c.replica())
+                .expect("a replica");
+            let r = r
+                .as_any()
+                .downcast_ref::<DsReplica<Chirper>>()
+                .expect("the simulator runs Chirper on S-SMR/DS-SMR replicas");
+            match r.server().member() {
+                Member::Partition(p) => data.push((p, r.server())),
+                Member::Oracle => oracle = Some(r.server()),
+            }
+        }
+        data.sort_by_key(|(p, _)| *p);
+        let placement = crate::ds::check_placement(&data, oracle);
+        let graph = partita_dssmr::chirper::Graph::generate(
+            &self.p.dssmr.as_ref().expect("a Chirper seed").graph,
+        );
+        let finals = crate::ds::final_reads(
+            &data,
+            &crate::ds::universe(&graph),
+            u64::MAX / 2,
+            self.q.now() + 1,
+        );
+        if let Err(m) = placement {
+            self.fail(Check::FinalState, m);
+            return (counts, events);
+        }
+        events.extend(finals);
+        let opts = partita_checker::chirper::ChirperCheckOptions {
+            max_configurations: self.check_max_states,
+        };
+        use partita_checker::chirper::ChirperCheckError as E;
+        match partita_checker::chirper::check_chirper(
+            &events,
+            &crate::ds::initial_of(&graph),
+            &opts,
+        ) {
+            Ok(s) => {
+                self.counters
+                    .insert("chirper_check_configurations", s.configurations);
+            }
+            Err(E::Violation(v)) => self.fail(Check::Linearizability, v.to_string()),
+            Err(E::Unknown(u)) => self.fail(Check::Inconclusive, u.to_string()),
+            Err(E::Malformed(m)) => self.fail(
+                Check::Simulator,
+                format!("the simulator recorded an invalid Chirper history: {m}"),
+            ),
+        }
+        (counts, events)
+    }
+
     fn finish(mut self) -> SeedReport {
         let replicas = self.replica_ends();
         let history = self.history();
@@ -2419,7 +2552,13 @@ impl World {
                 self.fail(Check::Convergence, m);
             }
         }
-        if self.failure.is_none() {
+        let mut ds_ops = None;
+        let mut ds_history = Vec::new();
+        if self.p.dssmr.is_some() {
+            let (counts, events) = self.check_dssmr();
+            ds_ops = Some(counts);
+            ds_history = events;
+        } else if self.failure.is_none() {
             // One replica of each partition (partitions hold disjoint key ranges, in
             // order): together, the service's contents.
             let mut seen = Vec::new();
@@ -2477,20 +2616,23 @@ impl World {
             finished_at_ns: self.finished_at,
             events: self.trace.events(),
             trace_hash: self.trace.hash(),
-            ops_invoked: history.len() as u64
+            ops_invoked: ds_ops.map_or(0, |(all, _, _)| all)
+                + history.len() as u64
                 + self
                     .clients
                     .iter()
                     .filter(|c| c.outstanding().is_some())
                     .count() as u64,
-            ops_ok: history
-                .iter()
-                .filter(|e| e.status == partita_checker::Status::Ok)
-                .count() as u64,
-            ops_info: history
-                .iter()
-                .filter(|e| e.status == partita_checker::Status::Info)
-                .count() as u64,
+            ops_ok: ds_ops.map_or(0, |(_, ok, _)| ok)
+                + history
+                    .iter()
+                    .filter(|e| e.status == partita_checker::Status::Ok)
+                    .count() as u64,
+            ops_info: ds_ops.map_or(0, |(_, _, info)| info)
+                + history
+                    .iter()
+                    .filter(|e| e.status == partita_checker::Status::Info)
+                    .count() as u64,
             resubmissions,
             instances_decided: self.agreement.instances() as u64,
             replicas,
@@ -2498,6 +2640,7 @@ impl World {
             counters,
             params: self.p,
             history: Vec::new(),
+            ds_history,
         }
         .with_history(history)
     }

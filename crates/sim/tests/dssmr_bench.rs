@@ -57,6 +57,7 @@ fn spec(scheme: Scheme, workload: Workload) -> BenchSpec {
         },
         workload,
         gather_where_most: false,
+        swarm: false,
     });
     s
 }
