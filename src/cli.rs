@@ -144,6 +144,14 @@ struct NemesisArgs {
     /// Write the report (JSON) here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The service under faults: the B+tree, or Chirper (paper 003) over --partitions
+    /// data partitions with --scheme, its clients running the swarm's mix (moves,
+    /// creates and deletes under way).
+    #[arg(long, default_value = "btree", value_parser = ["btree", "chirper"])]
+    service: String,
+    /// With --service chirper: S-SMR or DS-SMR.
+    #[arg(long, default_value = "dssmr", value_parser = ["ssmr", "dssmr"])]
+    scheme: String,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -372,6 +380,23 @@ struct PartitionArgs {
 }
 
 impl PartitionArgs {
+    /// A new Chirper cluster (paper 003) from `c`: `scheme` ("ssmr" or "dssmr", whose
+    /// oracle takes a partition after the data partitions), the `[dssmr]` section's
+    /// default social graph, and these arguments' partitions counted as data
+    /// partitions.
+    fn apply_chirper(&self, mut c: ClusterConfig, scheme: &str) -> anyhow::Result<ClusterConfig> {
+        c.cluster.service = "chirper".into();
+        c.dssmr = Some(partita_config::DssmrSection {
+            scheme: scheme.to_string(),
+            ..Default::default()
+        });
+        let mut partitioning = self.clone();
+        if scheme == "dssmr" {
+            partitioning.partitions += 1;
+        }
+        partitioning.apply(c, 1 << 32)
+    }
+
     /// Apply to a new cluster; one partition and no batchers leave it alone.
     fn apply(&self, c: ClusterConfig, default_key_space: u64) -> anyhow::Result<ClusterConfig> {
         let c = if self.partitions == 1 && self.key_space.is_none() {
@@ -690,6 +715,15 @@ struct BenchRunArgs {
     /// of its own), emulating one machine per node; the bench clients are not limited.
     #[arg(long, value_name = "FRACTION", requires = "up", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
+    /// Chirper (paper 003): run this workload of the social network instead of the
+    /// B+tree's, on a chirper cluster (with --up, a fresh one whose --partitions are
+    /// data partitions): timeline, post, follow (follow/unfollow 50/50) or mix.
+    #[arg(long, value_name = "WORKLOAD", value_parser = ["timeline", "post", "follow", "mix"])]
+    chirper: Option<String>,
+    /// With --up and --chirper: S-SMR (static map, no moves) or DS-SMR (the oracle,
+    /// moves).
+    #[arg(long, default_value = "dssmr", value_parser = ["ssmr", "dssmr"])]
+    scheme: String,
 }
 
 #[derive(Args, Debug)]
@@ -753,7 +787,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
                 partita_wal::failpoint::arm_spec(spec).map_err(|e| anyhow::anyhow!(e))?;
             }
             let cluster = ClusterConfig::load(&a.cluster)?;
-            let service = partita_harness::services::for_cluster(&cluster)?;
+            let service = partita_harness::services::for_cluster(&cluster, &a.unsafe_bugs)?;
             // A replica with an `etcd_addr` serves etcd's API from this process too.
             if let Some(addr) = cluster.node(a.id).and_then(|n| n.etcd_addr.clone()) {
                 let listener = tokio::net::TcpListener::bind(&addr)
@@ -828,18 +862,11 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         // Byte-string keys fall in partitions by their first eight bytes (the whole
         // 64-bit space); the B+tree's u64 keys by value over 0..2^32.
         let key_space = if a.service == "kv" { u64::MAX } else { 1 << 32 };
-        let mut partitioning = a.partitioning.clone();
-        if a.service == "chirper" {
-            c.dssmr = Some(partita_config::DssmrSection {
-                scheme: a.scheme.clone(),
-                ..Default::default()
-            });
-            if a.scheme == "dssmr" {
-                // The oracle's partition, after the data partitions.
-                partitioning.partitions += 1;
-            }
-        }
-        let mut c = partitioning.apply(c, key_space)?;
+        let mut c = if a.service == "chirper" {
+            a.partitioning.apply_chirper(c, &a.scheme)?
+        } else {
+            a.partitioning.apply(c, key_space)?
+        };
         c.cluster.durability = a.durability;
         if a.service == "kv" && c.partitioning.partitions == 1 {
             assign_etcd_addrs(&mut c, a.etcd_port);
@@ -895,6 +922,14 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     if cluster.cluster.service == "kv" {
         println!("try:  cargo run --release -- kv{prefix} put greeting hello");
         println!("      cargo run --release -- kv{prefix} range greet --prefix");
+    } else if cluster.cluster.service == "chirper" {
+        println!("try:  cargo run --release -- chirper{prefix} follow 0:1 0:0");
+        println!("      cargo run --release -- chirper{prefix} post 0:0 hello");
+        println!("      cargo run --release -- chirper{prefix} timeline 0:1");
+        println!("      cargo run --release -- status{prefix}");
+        println!(
+            "      cargo run --release -- bench{prefix} --chirper mix --clients 8 --think-ms 0"
+        );
     } else {
         println!("try:  cargo run --release -- kv{prefix} insert 1 100");
         println!("      cargo run --release -- kv{prefix} query 0 1000");
@@ -1190,6 +1225,13 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         let _ = std::fs::remove_dir_all(&dir);
         let base = launch::pick_base_port();
         let (file, c) = launch::ensure_cluster_file(&dir, || match a.mode {
+            Mode::Cs if a.chirper.is_some() => bail!("--chirper needs --mode smr"),
+            Mode::Smr if a.chirper.is_some() => {
+                let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+                c.cluster.protocol = a.protocol;
+                c.cluster.durability = a.durability;
+                a.partitioning.apply_chirper(c, &a.scheme)
+            }
             Mode::Cs if a.partitioning.batchers > 0 => {
                 bail!("--batchers needs --mode smr (a cs server takes every command itself)")
             }
@@ -1215,6 +1257,41 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         }
         load_target(&a.cluster)?
     };
+    match (&a.chirper, cluster.cluster.service.as_str()) {
+        (Some(w), "chirper") => {
+            let load = partita_harness::chirper::ChirperLoad {
+                mix: partita_harness::chirper::ChirperMix::Workload(
+                    partita_dssmr::chirper::Workload::parse(w).map_err(anyhow::Error::msg)?,
+                ),
+                clients: a.clients,
+                duration: Duration::from_secs_f64(a.duration),
+                think_ms: a.think_ms,
+                seed: a.seed,
+                trim: 0.1,
+                give_up: Duration::from_secs(30),
+            };
+            if !a.quiet {
+                eprintln!("chirper {w}: {} clients for {} s...", a.clients, a.duration);
+            }
+            let (result, events) =
+                partita_harness::chirper::run_load(&cluster, &load, std::time::Instant::now())
+                    .await?;
+            println!("{result}");
+            if let Some(p) = &a.json {
+                std::fs::write(p, serde_json::to_string_pretty(&result)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            if let Some(p) = &a.history {
+                partita_harness::chirper::write_history(p, &events)?;
+            }
+            return Ok(0);
+        }
+        (Some(_), other) => bail!("--chirper needs a chirper cluster; this one runs `{other}`"),
+        (None, "chirper") => {
+            bail!("this cluster runs chirper: give its workload with --chirper timeline|post|follow|mix")
+        }
+        (None, _) => {}
+    }
     if !a.quiet {
         eprintln!("preloading {} entries...", a.preload);
     }
@@ -1281,8 +1358,26 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         if a.threads > 0 {
             c.execution.key_max = Some(key_space - 1);
         }
+        let c = if a.service == "chirper" {
+            let mut partitions = a.partitions;
+            if a.scheme == "dssmr" {
+                partitions += 1;
+            }
+            c.cluster.service = "chirper".into();
+            c.dssmr = Some(partita_config::DssmrSection {
+                scheme: a.scheme.clone(),
+                // A small graph, so that commands contend and the checker judges it.
+                users: 48,
+                communities: 8,
+                mean_followers: 3,
+                p_local_percent: 60,
+                ..Default::default()
+            });
+            c.with_partitions(partitions, 2, 1 << 32)
+        } else {
+            c.with_partitions(a.partitions, 2, key_space)
+        };
         let c = c
-            .with_partitions(a.partitions, 2, key_space)
             .and_then(|c| c.with_batchers(a.batchers))
             .and_then(|c| match a.rings {
                 0 => Ok(c),
@@ -1320,7 +1415,20 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         together: a.together,
         seed: a.seed,
     };
-    let report = partita_harness::nemesis::run(&mut lc, &exe, &[], &cfg).await?;
+    let report = if a.service == "chirper" {
+        let load = partita_harness::chirper::ChirperLoad {
+            mix: partita_harness::chirper::ChirperMix::Swarm,
+            clients: a.clients,
+            duration: Duration::from_secs(duration),
+            think_ms: 2,
+            seed: a.seed,
+            trim: 0.1,
+            give_up: Duration::from_secs(10),
+        };
+        partita_harness::nemesis::run_chirper(&mut lc, &exe, &[], &cfg, &load).await?
+    } else {
+        partita_harness::nemesis::run(&mut lc, &exe, &[], &cfg).await?
+    };
     lc.stop(Duration::from_secs(10));
     println!("{report}");
     if let Some(p) = &a.json {
@@ -1469,14 +1577,8 @@ fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
 }
 
 /// `partita experiment dssmr --sim`: paper 003's Table 1, Figure 4 and moves.
-fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     use partita_experiments::experiment::dssmr;
-    if !a.sim {
-        bail!(
-            "the dssmr experiment runs in the simulator only (--sim) for now: `partita up` \
-             does not serve Chirper on real processes yet"
-        );
-    }
     if a.workloads.is_some() || a.replicas.is_some() || a.batchers > 0 || a.rings {
         bail!(
             "--workloads, --replicas, --batchers and --rings do not apply to the dssmr \
@@ -1521,6 +1623,48 @@ fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         o.p_local = p;
     }
     o.gather_where_most = a.gather_where_most;
+    if !a.sim {
+        // Real processes: the partition counts this machine holds, fewer users (the
+        // nodes load the graph at start), a few clients per partition, interleaved
+        // rounds.
+        if a.gather_where_most {
+            bail!("--gather-where-most is for --sim (real clients gather at random)");
+        }
+        if a.partition_counts.is_none() {
+            o.partitions = vec![1, 2];
+        }
+        if a.users.is_none() {
+            o.users = 2000;
+        }
+        if a.clients.is_none() {
+            o.clients_per_partition = 8;
+        }
+        if a.duration()?.is_none() {
+            o.duration = Duration::from_secs(if a.quick { 4 } else { 8 });
+        }
+        let exe = std::env::current_exe().context("locating the partita binary")?;
+        let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 3 });
+        let r = dssmr::dssmr_real(&exe, &o, rounds).await?;
+        print!("{}", dssmr::dssmr_real_table(&r));
+        println!(
+            "{} points on real processes in {:.0} s wall",
+            r.points.len(),
+            started.elapsed().as_secs_f64()
+        );
+        if let Some(dir) = a.json.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let path = a.json.with_file_name(format!(
+            "{}-real.json",
+            a.json
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("dssmr")
+        ));
+        std::fs::write(&path, serde_json::to_string_pretty(&r)?)?;
+        println!("wrote {}", path.display());
+        return Ok(0);
+    }
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = src;
@@ -1592,7 +1736,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
             return partition_experiment(&a, P::SpeculationPartitioning).await
         }
         ExperimentName::Psmr => return psmr_experiment(&a),
-        ExperimentName::Dssmr => return dssmr_experiment(&a),
+        ExperimentName::Dssmr => return dssmr_experiment(&a).await,
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
     refuse_partitioning_options(&a)?;

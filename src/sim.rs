@@ -8,7 +8,7 @@
 
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
-use partita_sim::{BatcherChoice, EarlyRepliesChoice, PsmrChoice, RingsChoice};
+use partita_sim::{BatcherChoice, DssmrChoice, EarlyRepliesChoice, PsmrChoice, RingsChoice};
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
     SpeculationChoice, UnsafeBugs,
@@ -68,11 +68,18 @@ pub struct SimArgs {
     /// those draw 2 or 3 rings.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=8))]
     rings: Option<u32>,
+    /// S-SMR/DS-SMR (paper 003): every seed runs Chirper over 1 to 8 data partitions
+    /// (`--partitions` fixes them; DS-SMR adds the oracle's), under `ssmr`, `dssmr`,
+    /// or `swarm` (drawn per seed, DS-SMR three times in four), with the swarm's mix
+    /// of commands (creates and deletes too) judged by the checker's Chirper model.
+    #[arg(long, value_enum, value_name = "SCHEME")]
+    dssmr: Option<SimDssmr>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
     /// unconfirmed-replies, independent-partitions, expired-sessions-reopen,
-    /// psmr-no-barrier, psmr-check-passes, merge-order.
+    /// psmr-no-barrier, psmr-check-passes, merge-order, ds-locality-at-consult,
+    /// ds-oracle-ignores-moves, ds-no-signals.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -112,6 +119,13 @@ pub struct SimArgs {
     /// Events shown before a failure.
     #[arg(long, default_value_t = 40)]
     trace_tail: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SimDssmr {
+    Swarm,
+    Ssmr,
+    Dssmr,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -215,6 +229,12 @@ impl SimArgs {
                 Some(n) => RingsChoice::Fixed(n),
                 None => RingsChoice::Swarm,
             },
+            dssmr: match self.dssmr {
+                None => DssmrChoice::Off,
+                Some(SimDssmr::Swarm) => DssmrChoice::Swarm,
+                Some(SimDssmr::Ssmr) => DssmrChoice::Fixed(partita_dssmr::client::Scheme::Ssmr),
+                Some(SimDssmr::Dssmr) => DssmrChoice::Fixed(partita_dssmr::client::Scheme::Dssmr),
+            },
             bugs,
             faults,
             without: self.without.clone(),
@@ -282,7 +302,14 @@ fn single(a: &SimArgs, seed: u64, opts: &SimOptions) -> anyhow::Result<i32> {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    if let Some(p) = &a.history {
+    if let (Some(p), false) = (&a.history, report.ds_history.is_empty()) {
+        partita_harness::chirper::write_history(p, &report.ds_history)?;
+        println!(
+            "history         {} Chirper operations in {}",
+            report.ds_history.len(),
+            p.display()
+        );
+    } else if let Some(p) = &a.history {
         let mut w = partita_checker::HistoryWriter::create(p)
             .with_context(|| format!("creating {}", p.display()))?;
         for e in &report.history {
@@ -372,6 +399,7 @@ fn range(a: &SimArgs, lo: u64, hi: u64, opts: &SimOptions) -> anyhow::Result<i32
                     }
                 }
                 r.history = Vec::new();
+                r.ds_history = Vec::new();
                 results.lock().expect("results lock").push((r, nd));
             });
         }

@@ -115,7 +115,7 @@ pub const SURVIVED_RESTART: &str = "acknowledged writes survive a full restart";
 #[derive(Clone, Debug, Serialize)]
 pub struct NemesisReport {
     pub injected: Vec<Injected>,
-    pub bench: BenchResult,
+    pub load: LoadResult,
     pub operations: usize,
     pub unknown_outcomes: usize,
     pub linearizable: Result<String, Failed>,
@@ -123,6 +123,23 @@ pub struct NemesisReport {
     pub survived_restart: Result<String, Failed>,
     /// Failover times of the coordinator faults (`None`: none measured).
     pub failover: Option<FailoverSummary>,
+}
+
+/// What the clients ran during the faults.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadResult {
+    Btree(BenchResult),
+    Chirper(crate::chirper::ChirperLoadResult),
+}
+
+impl std::fmt::Display for LoadResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadResult::Btree(b) => write!(f, "{b}"),
+            LoadResult::Chirper(c) => write!(f, "{c}"),
+        }
+    }
 }
 
 /// Failover times over a run's coordinator faults (nearest-rank percentiles).
@@ -212,7 +229,7 @@ impl std::fmt::Display for NemesisReport {
                 s.max_ms
             )?;
         }
-        writeln!(f, "load\n{}", self.bench)?;
+        writeln!(f, "load\n{}", self.load)?;
         writeln!(
             f,
             "verdict ({} operations, {} with unknown outcome)",
@@ -329,6 +346,41 @@ impl Nemesis<'_> {
 
     fn restart(&mut self, id: NodeId) -> anyhow::Result<()> {
         self.lc.spawn(&self.exe, id, &self.node_args)
+    }
+
+    /// The faults of a run of `duration`: `cfg.together` at a time, in turn, with
+    /// random pauses between them, none starting too late to heal before the end.
+    async fn schedule(
+        &mut self,
+        cfg: &NemesisConfig,
+        duration: Duration,
+    ) -> anyhow::Result<Vec<Injected>> {
+        let t0 = Instant::now();
+        let mut injected = Vec::new();
+        let stop_at = duration.saturating_sub(cfg.down_for);
+        tokio::time::sleep(cfg.interval.min(duration / 4)).await;
+        let mut i = 0;
+        let mut rng = StdRng::seed_from_u64(cfg.seed);
+        while t0.elapsed() + cfg.down_for < stop_at {
+            let faults: Vec<Fault> = (0..cfg.together.max(1))
+                .map(|k| cfg.faults[(i + k) % cfg.faults.len()])
+                .collect();
+            i += faults.len();
+            injected.extend(self.inject(&faults, cfg.down_for, t0, &mut rng).await?);
+            tokio::time::sleep(cfg.interval.mul_f64(0.5 + rng.gen::<f64>())).await;
+        }
+        Ok(injected)
+    }
+
+    /// Stop every node, start them all again on their data directories, wait until
+    /// they serve.
+    async fn restart_all(&mut self) -> anyhow::Result<()> {
+        let cluster = self.lc.cluster.clone();
+        self.lc.stop(Duration::from_secs(5));
+        for id in cluster.nodes.iter().map(|n| n.id) {
+            self.restart(id)?;
+        }
+        self.lc.wait_ready(Duration::from_secs(30)).await
     }
 
     /// Inject `faults` together, each on a node of its own (a fault whose kind of
@@ -533,25 +585,12 @@ pub async fn run(
         let bcfg = cfg.bench.clone();
         tokio::spawn(async move { bench::run(&cluster, &bcfg).await })
     };
-    let t0 = Instant::now();
     let mut nem = Nemesis {
         lc,
         exe: exe.to_path_buf(),
         node_args: node_args.to_vec(),
     };
-    let mut injected = Vec::new();
-    let stop_at = cfg.bench.duration.saturating_sub(cfg.down_for);
-    tokio::time::sleep(cfg.interval.min(cfg.bench.duration / 4)).await;
-    let mut i = 0;
-    let mut rng = StdRng::seed_from_u64(cfg.seed);
-    while t0.elapsed() + cfg.down_for < stop_at {
-        let faults: Vec<Fault> = (0..cfg.together.max(1))
-            .map(|k| cfg.faults[(i + k) % cfg.faults.len()])
-            .collect();
-        i += faults.len();
-        injected.extend(nem.inject(&faults, cfg.down_for, t0, &mut rng).await?);
-        tokio::time::sleep(cfg.interval.mul_f64(0.5 + rng.gen::<f64>())).await;
-    }
+    let injected = nem.schedule(cfg, cfg.bench.duration).await?;
     let (bench_result, records) = load.await.context("load task")??;
     if let Some(p) = &cfg.history {
         crate::history::write_history(p, &records)?;
@@ -571,12 +610,7 @@ pub async fn run(
         Err(e) => Err(Failed::Undecided(e.to_string())),
     };
 
-    nem.lc.stop(Duration::from_secs(5));
-    let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
-    for id in ids {
-        nem.restart(id)?;
-    }
-    nem.lc.wait_ready(Duration::from_secs(30)).await?;
+    nem.restart_all().await?;
     let survived_restart = match read_all(&cluster).await {
         Ok(after) if after == final_entries => Ok(format!(
             "{} entries identical after restarting every node",
@@ -602,8 +636,113 @@ pub async fn run(
     );
     Ok(NemesisReport {
         injected,
-        bench: bench_result,
+        load: LoadResult::Btree(bench_result),
         operations: records.len(),
+        unknown_outcomes: unknown,
+        failover,
+        linearizable,
+        converged,
+        survived_restart,
+    })
+}
+
+/// [`run`] for a Chirper cluster (S-SMR or DS-SMR, `partita up --service chirper`):
+/// `load` runs (the swarm's mix by default: moves, creates and deletes under way)
+/// while the faults are injected. The verdict:
+///
+/// 1. the history, with a read of every timeline through the replicated path at the
+///    end, is linearizable under the checker's Chirper model;
+/// 2. the replicas of every partition (and of the oracle) converge;
+/// 3. after every node was stopped and started again on its data directory, every
+///    timeline reads as before.
+pub async fn run_chirper(
+    lc: &mut LocalCluster,
+    exe: &Path,
+    node_args: &[String],
+    cfg: &NemesisConfig,
+    load: &crate::chirper::ChirperLoad,
+) -> anyhow::Result<NemesisReport> {
+    use crate::chirper::{read_timelines, run_load};
+    use partita_checker::chirper::{check_chirper, ChirperCheckError, ChirperCheckOptions};
+    if cfg.faults.is_empty() {
+        bail!("no faults to inject");
+    }
+    let cluster = lc.cluster.clone();
+    let (_, spec) = crate::services::chirper_params(&cluster)?;
+    let graph = partita_dssmr::chirper::Graph::generate(&spec);
+    let base = Instant::now();
+    let task = {
+        let cluster = cluster.clone();
+        let load = load.clone();
+        tokio::spawn(async move { run_load(&cluster, &load, base).await })
+    };
+    let mut nem = Nemesis {
+        lc,
+        exe: exe.to_path_buf(),
+        node_args: node_args.to_vec(),
+    };
+    let injected = nem.schedule(cfg, load.duration).await?;
+    let (result, mut events) = task.await.context("load task")??;
+    let operations = events.len();
+    let unknown = events.iter().filter(|e| e.result.is_none()).count();
+
+    let users = partita_sim::ds::universe(&graph);
+    let reader = u64::MAX / 2;
+    let finals = read_timelines(&cluster, &users, reader, base)
+        .await
+        .context("reading the final timelines")?;
+    events.extend(finals.iter().cloned());
+    if let Some(p) = &cfg.history {
+        crate::chirper::write_history(p, &events)?;
+    }
+    let converged = converged(&cluster, Duration::from_secs(60)).await;
+    let opts = ChirperCheckOptions::default();
+    let linearizable = match check_chirper(&events, &partita_sim::ds::initial_of(&graph), &opts) {
+        Ok(s) => Ok(format!(
+            "{operations} operations and {} final reads ({s:?})",
+            finals.len()
+        )),
+        Err(e @ ChirperCheckError::Violation(_)) => Err(Failed::Violation(e.to_string())),
+        Err(e) => Err(Failed::Undecided(e.to_string())),
+    };
+
+    nem.restart_all().await?;
+    let again = read_timelines(&cluster, &users, reader, base).await;
+    let survived_restart = match again {
+        Ok(after) => {
+            let changed: Vec<String> = finals
+                .iter()
+                .zip(&after)
+                .filter(|(a, b)| a.result != b.result)
+                .map(|(a, b)| format!("{:?}: {:?} then {:?}", a.op, a.result, b.result))
+                .take(3)
+                .collect();
+            if changed.is_empty() {
+                Ok(format!(
+                    "{} timelines identical after restarting every node",
+                    after.len()
+                ))
+            } else {
+                Err(Failed::Violation(format!(
+                    "timelines changed by a restart: {}",
+                    changed.join("; ")
+                )))
+            }
+        }
+        Err(e) => Err(Failed::Undecided(format!(
+            "no answer after the restart: {e:#}"
+        ))),
+    };
+    let failover = FailoverSummary::of(
+        &injected
+            .iter()
+            .filter_map(|i| i.next_decision_ms)
+            .collect::<Vec<_>>(),
+    );
+    Ok(NemesisReport {
+        injected,
+        load: LoadResult::Chirper(result),
+        operations,
         unknown_outcomes: unknown,
         failover,
         linearizable,

@@ -19,18 +19,26 @@ pub fn builtin(name: &str) -> Option<Arc<dyn ServiceFactory>> {
 
 /// The factory a node of `cluster` runs: [`builtin`], or for `service = "chirper"`
 /// the S-SMR/DS-SMR replicas of its `[dssmr]` section (every replica loads the same
-/// social graph).
+/// social graph), with the planted bugs among `unsafe_bugs` (`ds-...`, for the
+/// checks' controls) in them.
 pub fn for_cluster(
     cluster: &partita_config::ClusterConfig,
+    unsafe_bugs: &[String],
 ) -> anyhow::Result<Arc<dyn ServiceFactory>> {
     if cluster.cluster.service != "chirper" {
         return resolve(&cluster.cluster.service);
     }
     let (scheme, spec) = chirper_params(cluster)?;
     let graph = Arc::new(partita_dssmr::chirper::Graph::generate(&spec));
-    Ok(partita_dssmr::replica::factory::<
+    let on = |name: &str| unsafe_bugs.iter().any(|b| b == name);
+    let planted = partita_dssmr::server::Planted {
+        locality_at_consult: on("ds-locality-at-consult"),
+        oracle_ignores_moves: on("ds-oracle-ignores-moves"),
+        no_signals: on("ds-no-signals"),
+    };
+    Ok(partita_dssmr::replica::factory_planted::<
         partita_dssmr::chirper::Chirper,
-    >(scheme, Arc::new(move || graph.objects())))
+    >(scheme, Arc::new(move || graph.objects()), planted))
 }
 
 /// A Chirper cluster's scheme and social graph (its `[dssmr]` section).
