@@ -515,14 +515,7 @@ impl World {
     fn stats(&self) -> (ProxyStats, u64) {
         let mut s = ProxyStats::default();
         for c in &self.clients {
-            let p = c.proxy.stats();
-            s.commands += p.commands;
-            s.consults += p.consults;
-            s.cache_hits += p.cache_hits;
-            s.move_commands += p.move_commands;
-            s.objects_moved += p.objects_moved;
-            s.retries += p.retries;
-            s.fallbacks += p.fallbacks;
+            s += c.proxy.stats();
         }
         let multi = self
             .replicas

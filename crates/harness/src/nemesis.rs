@@ -152,6 +152,16 @@ pub struct FailoverSummary {
 }
 
 impl FailoverSummary {
+    /// Over the coordinator faults of `injected` that were measured.
+    pub fn of_injected(injected: &[Injected]) -> Option<FailoverSummary> {
+        FailoverSummary::of(
+            &injected
+                .iter()
+                .filter_map(|i| i.next_decision_ms)
+                .collect::<Vec<_>>(),
+        )
+    }
+
     pub fn of(times_ms: &[f64]) -> Option<FailoverSummary> {
         let mut v = times_ms.to_vec();
         v.sort_by(f64::total_cmp);
@@ -628,12 +638,7 @@ pub async fn run(
             "no answer after the restart: {e}"
         ))),
     };
-    let failover = FailoverSummary::of(
-        &injected
-            .iter()
-            .filter_map(|i| i.next_decision_ms)
-            .collect::<Vec<_>>(),
-    );
+    let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,
         load: LoadResult::Btree(bench_result),
@@ -733,12 +738,7 @@ pub async fn run_chirper(
             "no answer after the restart: {e:#}"
         ))),
     };
-    let failover = FailoverSummary::of(
-        &injected
-            .iter()
-            .filter_map(|i| i.next_decision_ms)
-            .collect::<Vec<_>>(),
-    );
+    let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,
         load: LoadResult::Chirper(result),
