@@ -466,10 +466,6 @@ pub fn search<M: Model>(
                 };
                 if memo.insert(set ^ constraint ^ model.fingerprint(&next)) {
                     explored += 1;
-                    if std::env::var_os("TMP_TRACE").is_some() && explored % 20000 == 0 {
-                        let pend: Vec<usize> = (0..ops.len()).filter(|&k| !done[k] && ops[k].returned.is_none() && list.nodes.iter().any(|n| n.is_call && n.op == k)).collect();
-                        eprintln!("TRACE explored {explored} depth {} best {:?} op {i} pass {pass:?} pending-optional {:?}", stack.len(), best.as_ref().map(|b| (b.prefix_len, b.op)), pend.len());
-                    }
                     if explored > max_configurations {
                         return Outcome::Unknown { explored };
                     }
@@ -496,10 +492,6 @@ pub fn search<M: Model>(
                         Some(culprit) => {
                             done[i] = false;
                             let depth = stack.len() + 1;
-                            if std::env::var_os("TMP_TRACE").is_some() && best.as_ref().is_none_or(|b| depth > b.prefix_len) && depth > 570 {
-                                let path: Vec<usize> = stack.iter().map(|f| list.nodes[f.call].op).collect();
-                                eprintln!("DOOMED depth {depth} by {i} culprit {culprit} path tail {:?}", &path[path.len().saturating_sub(80)..]);
-                            }
                             if best.as_ref().is_none_or(|b| depth > b.prefix_len) {
                                 best = Some(Stuck {
                                     op: culprit,
@@ -526,10 +518,6 @@ pub fn search<M: Model>(
                 }
                 let depth = stack.len();
                 if let Some(node) = node {
-                    if std::env::var_os("TMP_TRACE").is_some() && best.as_ref().is_none_or(|b| depth > b.prefix_len) && depth > 570 {
-                        let path: Vec<usize> = stack.iter().map(|f| list.nodes[f.call].op).collect();
-                        eprintln!("BEST depth {depth} culprit {} path tail {:?}", node.op, &path[path.len().saturating_sub(60)..]);
-                    }
                     if best.as_ref().is_none_or(|b| depth > b.prefix_len) {
                         best = Some(Stuck {
                             op: node.op,

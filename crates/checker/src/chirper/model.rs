@@ -435,8 +435,8 @@ impl<'h> LookAhead<'h> {
             // append is a post, or up to 20 with a follow.
             let dropped = first_seen.unwrap_or(stable_count);
             if dropped > 0 {
-                let needed = (TIMELINE_KEPT + 1 + stable_at[dropped - 1])
-                    .saturating_sub(timeline.len());
+                let needed =
+                    (TIMELINE_KEPT + 1 + stable_at[dropped - 1]).saturating_sub(timeline.len());
                 let pending = |ops: &[usize]| {
                     ops.iter()
                         .take_while(|&&i| self.events[i].invoked <= horizon)
