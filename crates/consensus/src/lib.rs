@@ -55,6 +55,7 @@ mod acceptor;
 mod batcher;
 mod coordinator;
 mod elector;
+pub mod epaxos;
 pub mod geopaxos;
 mod learner;
 pub mod multiring;
