@@ -186,6 +186,16 @@ pub struct Ready<K, V> {
     pub value: V,
 }
 
+/// An operation some of whose serializers have not ordered it (see
+/// [`TimestampMerge::stalled`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stalled<'a, K, V> {
+    pub op: &'a K,
+    pub dst: SerializerSet,
+    pub missing: SerializerSet,
+    pub value: &'a V,
+}
+
 /// What the merge refuses (the caller fed it something no correct log holds).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum MergeError {
@@ -493,18 +503,22 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
             .max()
     }
 
-    /// Operations missing from some of their serializers: the op, the serializers it
-    /// is missing from, its value and the hint to give it. A serializer's leader that
-    /// has an operation listed here for a while submits it again (the first entry
-    /// counts, so a duplicate is harmless).
-    pub fn stalled(&self) -> impl Iterator<Item = (&K, SerializerSet, &V)> + '_ {
+    /// Operations missing from some of their serializers (their submitter stopped
+    /// half-way). A serializer's leader that has an operation listed here for a while
+    /// submits it again (the first entry counts, so a duplicate is harmless).
+    pub fn stalled(&self) -> impl Iterator<Item = Stalled<'_, K, V>> + '_ {
         self.pending.iter().filter_map(|(op, p)| {
             let have = p.stamps.keys().fold(SerializerSet::EMPTY, |mut s, g| {
                 s.insert(*g);
                 s
             });
             let missing = SerializerSet(p.dst.0 & !have.0);
-            (!missing.is_empty()).then_some((op, missing, &p.value))
+            (!missing.is_empty()).then_some(Stalled {
+                op,
+                dst: p.dst,
+                missing,
+                value: &p.value,
+            })
         })
     }
 
@@ -626,7 +640,7 @@ mod tests {
     fn stalled_lists_what_a_serializer_never_got() {
         let mut m = TimestampMerge::<u32, &str>::new(3).unwrap();
         m.on_entry(2, 0, op(7, &[0, 2], 1)).unwrap();
-        let s: Vec<_> = m.stalled().map(|(op, missing, _)| (*op, missing)).collect();
+        let s: Vec<_> = m.stalled().map(|s| (*s.op, s.missing)).collect();
         assert_eq!(s, vec![(7, SerializerSet::single(0))]);
     }
 

@@ -153,13 +153,33 @@
 //! - Counters saturate at `u64::MAX`; the window ends when the caller resets them.
 //! - Statistics with no operation are skipped (the reading aid's suggestion).
 //!
+//! # The geo B+tree (§IV, Algorithm 1)
+//!
+//! [`GeoBTree`] (module `gbtree`) is the paper's replicated B+tree: every node an
+//! object with Table II's fields (its serializers `reps`, a `changed` flag, per-replica
+//! read and write counters); [`GeoBTree::psite`] names the serializers a request needs
+//! (read-one from the closest, write-all, split prediction for INSERT, every replica
+//! for the DOP); [`GeoBTree::deliver_decision`] says, identically at every replica,
+//! whether a delivered request executes or is re-serialized because a DOP moved its
+//! serializers or an unpredicted split needs more; [`GeoBTree::execute`] counts the
+//! access on the path from the leaf to the root (included) and applies the request;
+//! the DOP ([`GeoBTree::dop`]) gives every changed node the configuration the
+//! [`Optimizer`] picks and resets the counters. Algorithm 1's four defects (the root
+//! never counted, `changed` never set, the inverted comparison of line 53, "closest to
+//! r" evaluated by the delivering replica) are fixed and documented there.
+//! `tests/gbtree.rs`: the tree against `BTreeMap` (proptest), psite examples (read
+//! from the closest, GET-NEXT's union, split prediction up to the root), the counter
+//! walk reaching the root, a DOP on Fig. 2's counters giving {A,B,C}, two trees fed
+//! the same requests reaching the same digest, resubmission after a DOP and after an
+//! unpredicted split.
+//!
 //! # What is not here
 //!
 //! Equation 1 ignores the cost of replicating a serializer's decisions in its Paxos
 //! group and the learners' synchronization for multi-serializer operations; so does
-//! this crate. The tree, psite, the DOP operation, the `changed` flag and the
-//! reconfiguration that applies a plan belong to the GeoPaxos+ execution model and
-//! the geo B+tree; [`Topology::nearest`] gives the serializer a READ at a replica uses.
+//! this crate. The serializers themselves (timestamps, Paxos groups, re-serialization)
+//! belong to the GeoPaxos+ execution model; this crate gives it the tree's decisions.
+//! [`Topology::nearest`] gives the serializer a READ at a replica uses.
 //!
 //! # Inputs, outputs, invariants
 //!
@@ -193,7 +213,9 @@
 mod cache;
 mod cost;
 mod error;
+mod gbtree;
 mod optimizer;
+pub mod replica;
 mod set;
 mod stats;
 mod topology;
@@ -201,6 +223,10 @@ mod topology;
 pub use cache::{CacheCounters, CacheKey, LruCache};
 pub use cost::{best, best_among, cost, cost_op_us, hot_replicas, Search, THETA_PAPER_PERMILLE};
 pub use error::GeoError;
+pub use gbtree::{
+    Decision, Delivery, DopReport, GbTreeError, GbTreeOptions, GeoBTree, Node, NodeId, Op, Reply,
+    ORDER_DEFAULT, ORDER_MAX, ORDER_MIN, VALUE_BYTES_LIMIT, VALUE_BYTES_MAX_DEFAULT,
+};
 pub use optimizer::{
     Optimizer, OptimizerCounters, OptimizerOptions, Plan, PlanSource, CACHE_ENTRIES_DEFAULT,
 };
