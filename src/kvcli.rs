@@ -235,6 +235,11 @@ pub fn describe(reply: &KvReply, hex: bool) -> String {
             Some(c) => format!("compacted: events below revision {c} are gone"),
             None => format!("{} events; revision {}", e.events.len(), e.revision),
         },
+        KvReply::Batch(rs) => rs
+            .iter()
+            .map(|r| describe(r, hex))
+            .collect::<Vec<_>>()
+            .join("\n"),
     }
 }
 

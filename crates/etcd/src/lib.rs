@@ -3,9 +3,15 @@
 //!
 //! **Where it runs.** Inside `partita node`, on every replica of a `service = "kv"`
 //! cluster whose `[[node]]` entry has an `etcd_addr` ([`serve`]). The gateway is a
-//! client of the cluster like any other: it executes every request as a Partita
-//! command through [`partita_client::Client`] sessions (a small pool), preferring its
-//! own node as the replica that answers.
+//! client of the cluster like any other: it executes requests as Partita commands
+//! through [`partita_client::Client`] sessions (a pool), preferring its own node as the
+//! replica that answers. Requests in flight together are ordered as one
+//! `KvCommand::Batch` (up to 256 requests or 256 KiB, at most 8 batches in flight:
+//! while they are, requests queue and the next batch takes them all), which the store
+//! executes request by request, each as if alone and with its own revision; the
+//! outcome of a batch (a reply, or a timeout whose outcome is unknown) is that of each
+//! request in it. A partitioned cluster gets no batching (a batch could span
+//! partitions).
 //!
 //! **What maps to what.**
 //!
@@ -58,6 +64,7 @@ pub async fn serve(
     node: partita_types::NodeId,
 ) -> anyhow::Result<()> {
     let gw = Gateway::new(cluster, node);
+    gw.start_batching();
     tokio::spawn(gw.clone().follow_status());
     let svc = server::Svc(gw);
     tonic::transport::Server::builder()

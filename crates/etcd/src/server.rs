@@ -32,6 +32,43 @@ const EVENTS_PER_FETCH: u64 = 1000;
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// The etcd version this gateway answers as (the API it follows).
 pub const ETCD_VERSION: &str = "3.4.0";
+/// Batching: requests in flight together at one gateway are ordered as one
+/// `KvCommand::Batch` (each executed as if alone, with its own revision), at most this
+/// many per batch ...
+const BATCH_REQUESTS_MAX: usize = 256;
+/// ... of at most this many key and value bytes (a larger request goes alone) ...
+const BATCH_BYTES_MAX: usize = 256 << 10;
+/// ... with at most this many batches in flight: while they are, requests queue and
+/// the next batch takes them all.
+const BATCHES_IN_FLIGHT: usize = 8;
+
+/// A request waiting for the batcher.
+struct Queued {
+    cmd: KvCommand,
+    bytes: usize,
+    reply: tokio::sync::oneshot::Sender<Result<KvReply, Status>>,
+}
+
+/// Key and value bytes of a request (what bounds a batch).
+fn weight(cmd: &KvCommand) -> usize {
+    fn op(o: &partita_kv::RequestOp) -> usize {
+        match o {
+            partita_kv::RequestOp::Put(p) => p.key.len() + p.value.len(),
+            partita_kv::RequestOp::Range(r) => r.key.len() + r.end.len(),
+            partita_kv::RequestOp::DeleteRange(d) => d.key.len() + d.end.len(),
+        }
+    }
+    64 + match cmd {
+        KvCommand::Put(p) => p.key.len() + p.value.len(),
+        KvCommand::Range(r) => r.key.len() + r.end.len(),
+        KvCommand::DeleteRange(d) => d.key.len() + d.end.len(),
+        KvCommand::Txn(t) => {
+            t.compare.iter().map(|c| c.key.len() + 16).sum::<usize>()
+                + t.success.iter().chain(&t.failure).map(op).sum::<usize>()
+        }
+        _ => 0,
+    }
+}
 
 /// The state shared by every service of one gateway.
 pub struct Gateway {
@@ -48,6 +85,11 @@ pub struct Gateway {
     term: AtomicU64,
     leader: AtomicU64,
     applied: AtomicU64,
+    /// The batcher's queue, once [`Gateway::start_batching`] started it.
+    batcher: std::sync::OnceLock<mpsc::UnboundedSender<Queued>>,
+    /// Batches ordered and the requests they carried.
+    batches: AtomicU64,
+    batched: AtomicU64,
 }
 
 pub fn status_of(e: ClientError) -> Status {
@@ -78,13 +120,146 @@ impl Gateway {
             term: AtomicU64::new(1),
             leader: AtomicU64::new(leader),
             applied: AtomicU64::new(0),
+            batcher: std::sync::OnceLock::new(),
+            batches: AtomicU64::new(0),
+            batched: AtomicU64::new(0),
         })
     }
 
-    /// Execute one command through the cluster (ordered, so linearizable), with a
-    /// session from the pool.
+    /// Order the requests in flight together as one command from now on (on a
+    /// partitioned cluster a batch could span partitions, so it stays off there).
+    /// Returns whether batching is on.
+    pub fn start_batching(self: &Arc<Self>) -> bool {
+        if self.cluster.partitioning.partitions > 1 {
+            return false;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        if self.batcher.set(tx).is_ok() {
+            tokio::spawn(self.clone().run_batcher(rx));
+        }
+        true
+    }
+
+    /// Batches ordered so far, and the requests they carried.
+    pub fn batch_counts(&self) -> (u64, u64) {
+        (
+            self.batches.load(Ordering::Relaxed),
+            self.batched.load(Ordering::Relaxed),
+        )
+    }
+
+    async fn run_batcher(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<Queued>) {
+        let permits = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
+        let mut carried: Option<Queued> = None;
+        // What batching did, logged every 10 s while it does something.
+        let mut reported = (Instant::now(), 0u64, 0u64);
+        loop {
+            if reported.0.elapsed() >= Duration::from_secs(10) {
+                let (b, r) = self.batch_counts();
+                if b > reported.1 {
+                    tracing::info!(
+                        node = self.node,
+                        "etcd gateway: {} batches carried {} requests in the last {:.0} s \
+                         (mean {:.1} per batch)",
+                        b - reported.1,
+                        r - reported.2,
+                        reported.0.elapsed().as_secs_f64(),
+                        (r - reported.2) as f64 / (b - reported.1) as f64
+                    );
+                }
+                reported = (Instant::now(), b, r);
+            }
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let first = match carried.take() {
+                Some(q) => q,
+                None => match rx.recv().await {
+                    Some(q) => q,
+                    None => return,
+                },
+            };
+            let mut bytes = first.bytes;
+            let mut batch = vec![first];
+            while batch.len() < BATCH_REQUESTS_MAX {
+                match rx.try_recv() {
+                    Ok(q) if bytes + q.bytes > BATCH_BYTES_MAX => {
+                        carried = Some(q);
+                        break;
+                    }
+                    Ok(q) => {
+                        bytes += q.bytes;
+                        batch.push(q);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let gw = self.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                if batch.len() == 1 {
+                    let q = batch.pop().expect("one");
+                    let r = gw.execute_one(q.cmd).await;
+                    let _ = q.reply.send(r);
+                    return;
+                }
+                gw.batches.fetch_add(1, Ordering::Relaxed);
+                gw.batched.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                let (cmds, replies): (Vec<_>, Vec<_>) =
+                    batch.into_iter().map(|q| (q.cmd, q.reply)).unzip();
+                match gw.execute_one(KvCommand::Batch(cmds)).await {
+                    Ok(KvReply::Batch(rs)) if rs.len() == replies.len() => {
+                        for (tx, r) in replies.into_iter().zip(rs) {
+                            let _ = tx.send(Ok(r));
+                        }
+                    }
+                    Ok(other) => {
+                        let e = mismatch(&other);
+                        for tx in replies {
+                            let _ = tx.send(Err(e.clone()));
+                        }
+                    }
+                    // The outcome of the batch is that of every request in it.
+                    Err(e) => {
+                        for tx in replies {
+                            let _ = tx.send(Err(e.clone()));
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// Execute one request through the cluster (ordered, so linearizable): batched
+    /// with the others in flight when batching is on, else alone.
     pub async fn execute(&self, cmd: KvCommand) -> Result<KvReply, Status> {
         partita_kv::check(&cmd).map_err(Status::invalid_argument)?;
+        let batchable = matches!(
+            cmd,
+            KvCommand::Put(_) | KvCommand::Range(_) | KvCommand::DeleteRange(_) | KvCommand::Txn(_)
+        );
+        if let (true, Some(batcher)) = (batchable, self.batcher.get()) {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let bytes = weight(&cmd);
+            if batcher
+                .send(Queued {
+                    cmd,
+                    bytes,
+                    reply: tx,
+                })
+                .is_ok()
+            {
+                return rx
+                    .await
+                    .unwrap_or_else(|_| Err(Status::unavailable("etcdserver: gateway stopped")));
+            }
+            return Err(Status::unavailable("etcdserver: gateway stopped"));
+        }
+        self.execute_one(cmd).await
+    }
+
+    /// Execute one command with a session from the pool.
+    async fn execute_one(&self, cmd: KvCommand) -> Result<KvReply, Status> {
         let pooled = {
             let mut pool = self.pool.lock().expect("pool");
             pool.retain(|(used, _)| used.elapsed() < self.idle_max);

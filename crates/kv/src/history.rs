@@ -162,6 +162,11 @@ enum OpJson<'a> {
         end: Bytes<'a>,
         start_revision: u64,
     },
+    /// A batch (the etcd gateway's; clients record their own requests one by one).
+    Batch {
+        op: &'static str,
+        ops: Vec<OpJson<'a>>,
+    },
 }
 
 #[derive(Serialize)]
@@ -259,6 +264,10 @@ fn op_json(cmd: &KvCommand) -> OpJson<'_> {
             end: Bytes(&e.end),
             start_revision: e.start_revision,
         },
+        KvCommand::Batch(cmds) => OpJson::Batch {
+            op: "batch",
+            ops: cmds.iter().map(op_json).collect(),
+        },
     }
 }
 
@@ -293,6 +302,9 @@ enum ResultJson<'a> {
         results: Vec<ResultJson<'a>>,
         revision: u64,
     },
+    Batch {
+        batch: Vec<ResultJson<'a>>,
+    },
     Compact {
         revision: u64,
         compacted: u64,
@@ -305,7 +317,9 @@ enum ResultJson<'a> {
     },
     /// A reply of another kind than its command: never produced by the store, recorded
     /// as such so that a checker refuses the line rather than a recorder panicking.
-    Mismatch { mismatched_reply: &'static str },
+    Mismatch {
+        mismatched_reply: &'static str,
+    },
 }
 
 fn put_result<'a>(p: &PutRequest, r: &'a PutResponse) -> ResultJson<'a> {
@@ -389,6 +403,11 @@ fn result_of<'a>(cmd: &KvCommand, reply: &'a KvReply) -> ResultJson<'a> {
                     .map(|(op, resp)| response_result(op, resp))
                     .collect(),
                 revision: r.revision,
+            }
+        }
+        (KvCommand::Batch(cmds), KvReply::Batch(rs)) if cmds.len() == rs.len() => {
+            ResultJson::Batch {
+                batch: cmds.iter().zip(rs).map(|(c, r)| result_of(c, r)).collect(),
             }
         }
         _ => ResultJson::Mismatch {
@@ -561,6 +580,16 @@ fn list<'v>(v: &'v Value, name: &str) -> Result<&'v Vec<Value>, String> {
 
 /// The command of a history object (the inverse of the `op` part of [`event_json`]).
 pub fn command_from_json(v: &Value) -> Result<KvCommand, String> {
+    if v.get("op").and_then(Value::as_str) == Some("batch") {
+        return Ok(KvCommand::Batch(
+            field(v, "ops", "batch")?
+                .as_array()
+                .ok_or_else(|| "batch `ops` must be a list".to_string())?
+                .iter()
+                .map(command_from_json)
+                .collect::<Result<_, _>>()?,
+        ));
+    }
     if v.get("op").and_then(Value::as_str) == Some("txn") {
         return Ok(KvCommand::Txn(TxnRequest {
             compare: list(v, "compare")?

@@ -87,20 +87,7 @@ impl StateMachine for KvStore {
 
     fn objects(cmd: &KvCommand) -> Objects<Vec<u8>> {
         let mut out = Objects::default();
-        match cmd {
-            KvCommand::Put(p) => out.keys.push(p.key.clone()),
-            KvCommand::Range(r) => range_objects(&r.key, &r.end, &mut out),
-            KvCommand::DeleteRange(d) => range_objects(&d.key, &d.end, &mut out),
-            KvCommand::Txn(t) => {
-                out.keys.extend(t.compare.iter().map(|c| c.key.clone()));
-                for op in t.success.iter().chain(&t.failure) {
-                    op_objects(op, &mut out);
-                }
-            }
-            KvCommand::Events(e) => range_objects(&e.key, &e.end, &mut out),
-            // Every partition compacts its own history.
-            KvCommand::Compact(_) => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
-        }
+        command_objects(cmd, &mut out);
         out
     }
 
@@ -132,9 +119,13 @@ impl StateMachine for KvStore {
         KvStore::len(self) as u64
     }
 
-    /// Every command is one request, as etcd counts them (a transaction too).
-    fn op_count(_cmd: &KvCommand) -> u64 {
-        1
+    /// Every command is one request, as etcd counts them (a transaction too); a batch
+    /// counts its requests.
+    fn op_count(cmd: &KvCommand) -> u64 {
+        match cmd {
+            KvCommand::Batch(cmds) => cmds.len() as u64,
+            _ => 1,
+        }
     }
 
     /// A put counts as an insert, a single-key read as a read, a range read as a query
@@ -152,6 +143,15 @@ impl StateMachine for KvStore {
                 work.by_kind[QUERY] += 1;
                 work.query_entries += resp.kvs.len() as u64;
             }
+        }
+        if let (KvCommand::Batch(cmds), KvReply::Batch(replies)) = (cmd, reply) {
+            for (c, r) in cmds.iter().zip(replies) {
+                Self::account(c, r, work);
+            }
+            // One command for the machinery, however many requests it carries.
+            work.commands -= cmds.len().min(replies.len()) as u64;
+            work.commands += 1;
+            return;
         }
         work.commands += 1;
         work.ops += Self::op_count(cmd);
@@ -191,7 +191,7 @@ impl StateMachine for KvStore {
         let parts = partitions_of(cmd, map);
         // A put names one key; a range or delete range runs in every partition it
         // overlaps; a transaction would have to be atomic across partitions.
-        if parts.len() > 1 && matches!(cmd, KvCommand::Txn(_)) {
+        if parts.len() > 1 && matches!(cmd, KvCommand::Txn(_) | KvCommand::Batch(_)) {
             return Err(SplitError::Spans { partitions: parts });
         }
         // Each partition holds only its own keys, so a range needs no clipping.
@@ -204,6 +204,29 @@ impl StateMachine for KvStore {
         map: &PartitionMap,
     ) -> Result<KvReply, MergeError> {
         merge(cmd, parts, map).map_err(MergeError)
+    }
+}
+
+/// The keys and ranges a command touches (a batch: those of its requests).
+fn command_objects(cmd: &KvCommand, out: &mut Objects<Vec<u8>>) {
+    match cmd {
+        KvCommand::Put(p) => out.keys.push(p.key.clone()),
+        KvCommand::Range(r) => range_objects(&r.key, &r.end, out),
+        KvCommand::DeleteRange(d) => range_objects(&d.key, &d.end, out),
+        KvCommand::Txn(t) => {
+            out.keys.extend(t.compare.iter().map(|c| c.key.clone()));
+            for op in t.success.iter().chain(&t.failure) {
+                op_objects(op, out);
+            }
+        }
+        KvCommand::Events(e) => range_objects(&e.key, &e.end, out),
+        // Every partition compacts its own history.
+        KvCommand::Compact(_) => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
+        KvCommand::Batch(cmds) => {
+            for c in cmds {
+                command_objects(c, out);
+            }
+        }
     }
 }
 
@@ -232,6 +255,7 @@ fn merge(
                 | (KvCommand::Txn(_), KvReply::Txn(_))
                 | (KvCommand::Compact(_), KvReply::Compact(_))
                 | (KvCommand::Events(_), KvReply::Events(_))
+                | (KvCommand::Batch(_), KvReply::Batch(_))
         );
         return if fits { Ok(reply) } else { Err(kind(&reply)) };
     }

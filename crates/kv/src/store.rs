@@ -118,12 +118,14 @@ pub struct KvUndo {
     /// compaction revision before.
     events_dropped: Vec<Event>,
     compacted: u64,
+    /// A batch's requests' undos, in execution order (nothing else is set then).
+    batch: Vec<KvUndo>,
 }
 
 impl KvUndo {
     /// Keys the command changed (0 for reads).
     pub fn changes(&self) -> usize {
-        self.changes.len()
+        self.changes.len() + self.batch.iter().map(KvUndo::changes).sum::<usize>()
     }
 }
 
@@ -357,6 +359,24 @@ impl KvStore {
 
     /// Execute `cmd` (which [`check`] accepted) and return its reply and what undoes it.
     pub fn execute(&mut self, cmd: &KvCommand) -> (KvReply, KvUndo) {
+        if let KvCommand::Batch(cmds) = cmd {
+            // Each request as if alone: its own revision when it changes something.
+            let mut undo = KvUndo {
+                revision: self.revision,
+                changes: Vec::new(),
+                events_added: 0,
+                events_dropped: Vec::new(),
+                compacted: self.compacted,
+                batch: Vec::with_capacity(cmds.len()),
+            };
+            let mut replies = Vec::with_capacity(cmds.len());
+            for c in cmds {
+                let (r, u) = self.execute(c);
+                replies.push(r);
+                undo.batch.push(u);
+            }
+            return (KvReply::Batch(replies), undo);
+        }
         let before = (self.revision, self.map.len());
         let mut w = Writes {
             new_revision: self
@@ -370,6 +390,7 @@ impl KvStore {
                 events_added: 0,
                 events_dropped: Vec::new(),
                 compacted: self.compacted,
+                batch: Vec::new(),
             },
         };
         let reply = match cmd {
@@ -379,6 +400,7 @@ impl KvStore {
             KvCommand::Txn(t) => KvReply::Txn(self.txn(t, &mut w)),
             KvCommand::Compact(c) => KvReply::Compact(self.compact(c, &mut w.undo)),
             KvCommand::Events(e) => KvReply::Events(self.read_events(e)),
+            KvCommand::Batch(_) => unreachable!("handled above"),
         };
         if w.changed {
             self.revision = w.new_revision;
@@ -394,6 +416,13 @@ impl KvStore {
 
     /// Undo one command's effects (undos are applied newest first).
     pub fn undo(&mut self, undo: KvUndo) {
+        if !undo.batch.is_empty() {
+            for u in undo.batch.into_iter().rev() {
+                self.undo(u);
+            }
+            assert_eq!(self.revision, undo.revision, "a batch undone in full");
+            return;
+        }
         assert!(
             undo.revision <= self.revision,
             "undo to revision {} from the older {}",

@@ -17,6 +17,8 @@ pub const VALUE_BYTES_MAX: usize = 1 << 20;
 /// Most compares, and most operations per branch, in one transaction: etcd's default
 /// `--max-txn-ops`.
 pub const TXN_OPS_MAX: usize = 128;
+/// The most requests in a [`KvCommand::Batch`].
+pub const BATCH_MAX: usize = 1024;
 /// Most key, value and range-end bytes in one request: etcd's default
 /// `--max-request-bytes` (1.5 MiB). One put of the largest key and value fits.
 pub const REQUEST_BYTES_MAX: usize = 3 << 19;
@@ -192,6 +194,11 @@ pub enum KvCommand {
     Compact(CompactRequest),
     /// A read of the event history (added with the etcd gateway).
     Events(EventsRequest),
+    /// Several requests ordered as one command and executed one after the other, each
+    /// as if alone (each change takes its own revision): how the etcd gateway orders
+    /// the requests it has in flight together. Puts, ranges, delete ranges and
+    /// transactions only, at most [`BATCH_MAX`], never empty.
+    Batch(Vec<KvCommand>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,6 +283,8 @@ pub enum KvReply {
     Txn(TxnResponse),
     Compact(CompactResponse),
     Events(EventsResponse),
+    /// One reply per request of a [`KvCommand::Batch`], in order.
+    Batch(Vec<KvReply>),
 }
 
 impl KvReply {
@@ -288,6 +297,8 @@ impl KvReply {
             KvReply::Txn(r) => r.revision,
             KvReply::Compact(r) => r.revision,
             KvReply::Events(r) => r.revision,
+            // The store's revision after the last request.
+            KvReply::Batch(rs) => rs.last().map_or(0, KvReply::revision),
         }
     }
 }
@@ -347,6 +358,7 @@ impl KvCommand {
             KvCommand::Txn(_) => "txn",
             KvCommand::Compact(_) => "compact",
             KvCommand::Events(_) => "events",
+            KvCommand::Batch(_) => "batch",
         }
     }
 }
@@ -535,7 +547,20 @@ fn request_bytes(op: &RequestOp) -> usize {
 /// Refuse a command that etcd would refuse, or that exceeds this store's limits (see
 /// the constants), naming the limit and the size found.
 pub fn check(cmd: &KvCommand) -> Result<(), String> {
-    let bytes = match cmd {
+    let bytes = checked_bytes(cmd)?;
+    if bytes > REQUEST_BYTES_MAX {
+        return Err(format!(
+            "{}: request of {bytes} key and value bytes exceeds the limit of \
+             {REQUEST_BYTES_MAX} bytes",
+            cmd.name()
+        ));
+    }
+    Ok(())
+}
+
+/// [`check`] without the size limit: the key and value bytes of an acceptable command.
+fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
+    Ok(match cmd {
         KvCommand::Put(p) => {
             check_key("put", &p.key)?;
             check_value("put", &p.value)?;
@@ -587,15 +612,33 @@ pub fn check(cmd: &KvCommand) -> Result<(), String> {
             check_end("events", &e.end)?;
             e.key.len() + e.end.len()
         }
-    };
-    if bytes > REQUEST_BYTES_MAX {
-        return Err(format!(
-            "{}: request of {bytes} key and value bytes exceeds the limit of \
-             {REQUEST_BYTES_MAX} bytes",
-            cmd.name()
-        ));
-    }
-    Ok(())
+        KvCommand::Batch(cmds) => {
+            if cmds.is_empty() || cmds.len() > BATCH_MAX {
+                return Err(format!(
+                    "batch: {} requests; a batch holds 1 to {BATCH_MAX}",
+                    cmds.len()
+                ));
+            }
+            let mut bytes = 0;
+            for (i, c) in cmds.iter().enumerate() {
+                if !matches!(
+                    c,
+                    KvCommand::Put(_)
+                        | KvCommand::Range(_)
+                        | KvCommand::DeleteRange(_)
+                        | KvCommand::Txn(_)
+                ) {
+                    return Err(format!(
+                        "batch: request {i} is a {}; a batch holds puts, ranges, delete \
+                         ranges and transactions",
+                        c.name()
+                    ));
+                }
+                bytes += checked_bytes(c).map_err(|e| format!("batch request {i}: {e}"))?;
+            }
+            bytes
+        }
+    })
 }
 
 /// Whether `cmd` can never change the store: a range, or a transaction with no put or
@@ -609,6 +652,7 @@ pub fn is_read_only(cmd: &KvCommand) -> bool {
             .iter()
             .chain(&t.failure)
             .all(|op| matches!(op, RequestOp::Range(_))),
+        KvCommand::Batch(cmds) => cmds.iter().all(is_read_only),
     }
 }
 

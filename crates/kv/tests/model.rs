@@ -192,6 +192,9 @@ impl Reference {
                     revision: self.revision,
                 })
             }
+            KvCommand::Batch(cmds) => {
+                KvReply::Batch(cmds.iter().map(|c| self.execute(c)).collect())
+            }
             KvCommand::Compact(c) => {
                 let error = if c.revision <= self.compacted {
                     Some("mvcc: required revision has been compacted".to_string())
@@ -349,6 +352,16 @@ fn command() -> impl Strategy<Value = KvCommand> {
         2 => (key(), end(), 0u64..12, 0u64..4).prop_map(|(key, end, start_revision, limit)| {
             KvCommand::Events(EventsRequest { key, end, start_revision, limit })
         }),
+        // The etcd gateway's batches (an empty one is refused by `check`).
+        1 => prop::collection::vec(
+            prop_oneof![
+                put().prop_map(KvCommand::Put),
+                range().prop_map(KvCommand::Range),
+                delete().prop_map(KvCommand::DeleteRange),
+            ],
+            0..4
+        )
+        .prop_map(KvCommand::Batch),
     ]
 }
 
@@ -374,8 +387,14 @@ proptest! {
         let mut reference = Reference::new();
         for cmd in &cmds {
             if let Err(why) = check(cmd) {
-                // Only duplicate writes in a transaction branch are refused here.
-                prop_assert!(why.contains("duplicate key given in txn request"), "{}", why);
+                // Only duplicate writes in a transaction branch, and empty batches, are
+                // refused here.
+                prop_assert!(
+                    why.contains("duplicate key given in txn request")
+                        || why.starts_with("batch: 0 requests"),
+                    "{}",
+                    why
+                );
                 continue;
             }
             let (got, _) = store.execute(cmd);
