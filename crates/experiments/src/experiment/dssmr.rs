@@ -11,10 +11,12 @@
 //! `users` users in `communities` communities placed by community, mean
 //! `mean_followers` followers (Pareto, α = 1.5), 90% from the own community.
 
+use crate::framework;
 use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
 use partita_dssmr::chirper::{GraphSpec, Workload as ChirperWorkload};
 use partita_dssmr::client::Scheme;
+use partita_plot::{Panel, Series};
 use partita_sim::bench::{self as simbench, BenchReport, BenchSpec};
 use partita_sim::swarm::DsParams;
 use partita_sim::CostTable;
@@ -323,12 +325,203 @@ pub fn dssmr_table(r: &DssmrReport) -> String {
     s
 }
 
+/// Writes the report as JSON and its figures beside it (`STEM-figure4.svg/png`,
+/// `STEM-moves.svg/png`).
 pub fn write_dssmr(r: &DssmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if let Some(dir) = json.parent() {
+    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(json, serde_json::to_string_pretty(r)?)?;
-    Ok(vec![json.to_path_buf()])
+    framework::write_report(r, dssmr_figures(r), json)
+}
+
+fn series(label: &str, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        label: label.into(),
+        points,
+    }
+}
+
+fn panel(title: &str, x: &str, y: &str, series: Vec<Series>) -> Panel {
+    Panel {
+        title: title.into(),
+        x_label: x.into(),
+        y_label: y.into(),
+        log_x: false,
+        log_y: false,
+        series,
+    }
+}
+
+fn scheme_name(s: Scheme) -> &'static str {
+    match s {
+        Scheme::Ssmr => "S-SMR",
+        Scheme::Dssmr => "DS-SMR",
+    }
+}
+
+/// Paper 003 Figure 4 (throughput and latency against data partitions, one column per
+/// workload, S-SMR against DS-SMR) and the moves of DS-SMR over the run (the rate
+/// that Figure 4's bottom row shows decaying), from a simulated report.
+pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
+    let mut workloads: Vec<ChirperWorkload> = Vec::new();
+    for p in &r.points {
+        if !workloads.contains(&p.workload) {
+            workloads.push(p.workload);
+        }
+    }
+    let curve = |w: ChirperWorkload, s: Scheme, y: &dyn Fn(&DsPoint) -> f64| -> Vec<(f64, f64)> {
+        let mut v: Vec<(f64, f64)> = r
+            .points
+            .iter()
+            .filter(|p| p.workload == w && p.scheme == s)
+            .map(|p| (p.partitions as f64, y(p)))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let mut panels = Vec::new();
+    for &w in &workloads {
+        panels.push(panel(
+            &format!("{}: throughput", w.name()),
+            "data partitions",
+            "Kcps",
+            [Scheme::Ssmr, Scheme::Dssmr]
+                .iter()
+                .map(|&s| series(scheme_name(s), curve(w, s, &|p| p.throughput_cps / 1000.0)))
+                .collect(),
+        ));
+    }
+    for &w in &workloads {
+        panels.push(panel(
+            &format!("{}: latency", w.name()),
+            "data partitions",
+            "mean (ms)",
+            [Scheme::Ssmr, Scheme::Dssmr]
+                .iter()
+                .map(|&s| series(scheme_name(s), curve(w, s, &|p| p.latency_ms_mean)))
+                .collect(),
+        ));
+    }
+    let cols = workloads.len().max(1);
+    let fig4 = framework::figure(
+        &format!(
+            "Paper 003 Figure 4: Chirper on S-SMR and DS-SMR ({})",
+            if r.simulated {
+                "simulated"
+            } else {
+                "real processes"
+            }
+        ),
+        &r.configuration,
+        &panels,
+        cols,
+    );
+    let mut moves = Vec::new();
+    for &w in &workloads {
+        let mut lines = Vec::new();
+        for p in r
+            .points
+            .iter()
+            .filter(|p| p.workload == w && p.scheme == Scheme::Dssmr)
+        {
+            let n = p.moves_per_s.len().max(1) as f64;
+            lines.push(series(
+                &format!("{} partitions", p.partitions),
+                p.moves_per_s
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| (100.0 * (i as f64 + 0.5) / n, *m))
+                    .collect(),
+            ));
+        }
+        moves.push(panel(
+            &format!("{}: DS-SMR moves", w.name()),
+            "time (% of the run)",
+            "moves/s",
+            lines,
+        ));
+    }
+    let fig_moves = framework::figure(
+        "Paper 003: DS-SMR move commands over the run",
+        &r.configuration,
+        &moves,
+        cols,
+    );
+    vec![("figure4".into(), fig4), ("moves".into(), fig_moves)]
+}
+
+/// The real rounds' figure: throughput against data partitions per workload, one
+/// series per scheme and round (rounds are not averaged: each is shown).
+pub fn dssmr_real_figures(r: &DssmrRealReport) -> Vec<(String, partita_plot::Figure)> {
+    let mut workloads: Vec<ChirperWorkload> = Vec::new();
+    for p in &r.points {
+        if !workloads.contains(&p.workload) {
+            workloads.push(p.workload);
+        }
+    }
+    let mut tp = Vec::new();
+    let mut lat = Vec::new();
+    for &w in &workloads {
+        let mut t_lines = Vec::new();
+        let mut l_lines = Vec::new();
+        for s in [Scheme::Ssmr, Scheme::Dssmr] {
+            for round in 0..r.rounds {
+                let mut pts: Vec<&RealPoint> = r
+                    .points
+                    .iter()
+                    .filter(|p| p.workload == w && p.scheme == s && p.round == round)
+                    .collect();
+                pts.sort_by_key(|p| p.partitions);
+                if pts.is_empty() {
+                    continue;
+                }
+                let label = format!("{} r{round}", scheme_name(s));
+                t_lines.push(series(
+                    &label,
+                    pts.iter()
+                        .map(|p| (p.partitions as f64, p.load.throughput_cmds_per_s / 1000.0))
+                        .collect(),
+                ));
+                l_lines.push(series(
+                    &label,
+                    pts.iter()
+                        .map(|p| (p.partitions as f64, p.load.latency_ms_p50))
+                        .collect(),
+                ));
+            }
+        }
+        tp.push(panel(
+            &format!("{}: throughput", w.name()),
+            "data partitions",
+            "Kcps",
+            t_lines,
+        ));
+        lat.push(panel(
+            &format!("{}: latency", w.name()),
+            "data partitions",
+            "p50 (ms)",
+            l_lines,
+        ));
+    }
+    let cols = workloads.len().max(1);
+    tp.extend(lat);
+    vec![(
+        "figure4".into(),
+        framework::figure(
+            "Paper 003 Figure 4 on real processes: Chirper on S-SMR and DS-SMR",
+            &r.configuration,
+            &tp,
+            cols,
+        ),
+    )]
+}
+
+/// Writes a real-process report as JSON and its figure beside it.
+pub fn write_dssmr_real(r: &DssmrRealReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    framework::write_report(r, dssmr_real_figures(r), json)
 }
 
 /// One point of a real-process round: what `partita bench --chirper` measured.
@@ -509,4 +702,51 @@ pub fn dssmr_real_table(r: &DssmrRealReport) -> String {
         s.push_str(&format!("  {name}: {}\n", v.join(", ")));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny simulated sweep end to end: both schemes at 1 and 2 partitions, the
+    /// targets computed, and Figure 4 and the moves figure written with a curve per
+    /// scheme holding a point per partition count.
+    #[test]
+    fn a_tiny_sweep_writes_figure_4() {
+        let mut o = DssmrOptions::full();
+        o.partitions = vec![1, 2];
+        o.workloads = vec![ChirperWorkload::Timeline];
+        o.clients_per_partition = 4;
+        o.users = 200;
+        o.communities = 4;
+        o.duration = Duration::from_millis(300);
+        o.progress = false;
+        let r = dssmr_sim(&o).unwrap();
+        assert_eq!(r.points.len(), 4);
+        assert!(r.points.iter().all(|p| p.throughput_cps > 0.0));
+        let figs = dssmr_figures(&r);
+        let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["figure4", "moves"]);
+        let fig4 = &figs[0].1;
+        assert_eq!(
+            fig4.panels.len(),
+            2,
+            "throughput and latency of one workload"
+        );
+        for panel in &fig4.panels {
+            let labels: Vec<&str> = panel.series.iter().map(|s| s.label.as_str()).collect();
+            assert_eq!(labels, ["S-SMR", "DS-SMR"]);
+            for s in &panel.series {
+                let xs: Vec<f64> = s.points.iter().map(|p| p.0).collect();
+                assert_eq!(xs, [1.0, 2.0], "{}: {}", panel.title, s.label);
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_dssmr(&r, &dir.path().join("dssmr.json")).unwrap();
+        for f in &files {
+            assert!(std::fs::metadata(f).unwrap().len() > 0, "{}", f.display());
+        }
+        assert!(files.iter().any(|f| f.ends_with("dssmr-figure4.svg")));
+        assert!(files.iter().any(|f| f.ends_with("dssmr-moves.png")));
+    }
 }
