@@ -174,6 +174,10 @@ enum ExperimentName {
     /// DS-SMR at 1, 2, 4 and 8 partitions under the four workloads (--sim only, for
     /// now).
     Dssmr,
+    /// Paper 004 §VI-D, Figure 8: the DOP's time on a geo B+tree of 1,000,000 keys for
+    /// brute force, hot replicas, the LRU cache and both, at 3, 4 and 8 replicas (pure
+    /// CPU in this process; --keys, --iterations, --replicas, --rounds, --quick).
+    Optimizer,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -287,6 +291,14 @@ struct ExperimentArgs {
     /// Reports say so beside every number.
     #[arg(long, value_name = "FRACTION", conflicts_with = "sim", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
+    /// optimizer: the key space of the geo B+tree, half of it populated (default
+    /// 1,000,000, or 20,000 with --quick).
+    #[arg(long)]
+    keys: Option<u64>,
+    /// optimizer: windows of requests, each followed by a DOP (default 100, or 10 with
+    /// --quick); the last one is Figure 8's "LRU-100x".
+    #[arg(long)]
+    iterations: Option<u32>,
 }
 
 impl ExperimentArgs {
@@ -579,6 +591,10 @@ struct KvArgs {
     /// The replica that must answer (default: one at random).
     #[arg(long)]
     replica: Option<u32>,
+    /// The emulated WAN: this client is in REGION of the cluster file's [wan];
+    /// requests to and replies from other regions wait their one-way delay.
+    #[arg(long, value_name = "REGION")]
+    region: Option<String>,
     /// Key-value service: keys and values are hex digits, not text.
     #[arg(long, global = true)]
     hex: bool,
@@ -724,6 +740,11 @@ struct BenchRunArgs {
     /// moves).
     #[arg(long, default_value = "dssmr", value_parser = ["ssmr", "dssmr"])]
     scheme: String,
+    /// The emulated WAN: every bench client is in REGION of the cluster file's [wan]
+    /// (default: as its `[wan] clients` places them); requests to and replies from
+    /// other regions wait their one-way delay.
+    #[arg(long, value_name = "REGION")]
+    region: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -1069,6 +1090,7 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
     let opts = partita_client::ClientOptions {
         replica: a.replica,
         give_up: Duration::from_secs(5),
+        region: a.region.clone(),
         ..Default::default()
     };
     let hex = a.hex;
@@ -1257,6 +1279,11 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         }
         load_target(&a.cluster)?
     };
+    let cluster = bench::place_clients(cluster, a.region.as_deref())?;
+    let wan = bench::wan_line(&cluster);
+    if let Some(w) = &wan {
+        println!("{w}");
+    }
     match (&a.chirper, cluster.cluster.service.as_str()) {
         (Some(w), "chirper") => {
             let load = partita_harness::chirper::ChirperLoad {
@@ -1310,8 +1337,15 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     let (mut result, records) = bench::run(&cluster, &cfg).await?;
     result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
     println!("{result}");
+    if let Some(w) = &wan {
+        println!("  {w}");
+    }
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&result)?)
+        let mut json = serde_json::to_value(&result)?;
+        if let (Some(w), Some(m)) = (&wan, json.as_object_mut()) {
+            m.insert("wan".into(), w.clone().into());
+        }
+        std::fs::write(p, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &a.history {
@@ -1514,6 +1548,43 @@ fn refuse_partitioning_options(a: &ExperimentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `partita experiment optimizer`: paper 004's Figure 8, measured in this process.
+/// The report goes to docs/results/optimizer.json unless --json names another file.
+fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    use partita_experiments::experiment::optimizer as fig8;
+    if a.sim {
+        bail!("the optimizer experiment is pure CPU in this process: --sim does not apply");
+    }
+    let mut o = if a.quick {
+        fig8::Fig8Options::quick()
+    } else {
+        fig8::Fig8Options::full()
+    };
+    if let Some(k) = a.keys {
+        o.keys = k;
+    }
+    if let Some(n) = &a.replicas {
+        o.replicas = n.clone();
+    }
+    if let Some(i) = a.iterations {
+        o.iterations = i;
+    }
+    if let Some(r) = a.rounds {
+        o.rounds = r;
+    }
+    o.progress = true;
+    let json = if a.json == Path::new("experiment.json") {
+        PathBuf::from("docs/results/optimizer.json")
+    } else {
+        a.json.clone()
+    };
+    let r = tokio::task::block_in_place(|| fig8::run(&o))?;
+    print!("{}", fig8::table(&r));
+    fig8::write(&r, &json)?;
+    println!("wrote {}", json.display());
+    Ok(0)
+}
+
 /// `partita experiment psmr --sim`: paper 002's Figures 2 to 5 in the simulator.
 fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     refuse_partitioning_options(&ExperimentArgs {
@@ -1661,8 +1732,9 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
                 .and_then(|s| s.to_str())
                 .unwrap_or("dssmr")
         ));
-        std::fs::write(&path, serde_json::to_string_pretty(&r)?)?;
-        println!("wrote {}", path.display());
+        for f in dssmr::write_dssmr_real(&r, &path)? {
+            println!("wrote {}", f.display());
+        }
         return Ok(0);
     }
     if let Some((t, src)) = a.sim_cost()? {
@@ -1689,7 +1761,8 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::CrossPartition
         | ExperimentName::SpeculationPartitioning
         | ExperimentName::Psmr
-        | ExperimentName::Dssmr => unreachable!("dispatched earlier"),
+        | ExperimentName::Dssmr
+        | ExperimentName::Optimizer => unreachable!("dispatched earlier"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::SimCostOptions::quick()
@@ -1737,6 +1810,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         }
         ExperimentName::Psmr => return psmr_experiment(&a),
         ExperimentName::Dssmr => return dssmr_experiment(&a).await,
+        ExperimentName::Optimizer => return optimizer_experiment(&a),
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
     refuse_partitioning_options(&a)?;
@@ -1750,7 +1824,8 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::CrossPartition
         | ExperimentName::SpeculationPartitioning
         | ExperimentName::Psmr
-        | ExperimentName::Dssmr => unreachable!("dispatched above"),
+        | ExperimentName::Dssmr
+        | ExperimentName::Optimizer => unreachable!("dispatched above"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::CostOptions::quick()

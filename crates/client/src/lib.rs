@@ -9,6 +9,16 @@
 //! frames are written directly on the connection and read by this task, with no
 //! writer or reader task in between.
 //!
+//! **The emulated WAN** (cluster file `[wan]`): a client placed in a region
+//! ([`ClientOptions::region`], or the file's `[wan] clients`) holds each request to a
+//! node of another region for the one-way delay between the regions before writing
+//! it, and each frame it reads from such a node for the same delay before the core
+//! sees it, so a round trip costs the regions' round-trip time; the nodes do not delay
+//! what they send clients. Held frames wait in two queues ordered by release time
+//! (the delay is constant per node, so each connection stays FIFO), bounded by
+//! [`HELD_FRAMES_MAX`]. The connection handshake and a closed connection are not
+//! delayed.
+//!
 //! See the core's documentation for retries, leader hints, early replies and what a
 //! refusal means. [`ClientError::Timeout`] means the outcome is unknown (an `info`
 //! entry in a history); [`ClientError::Rejected`] that the command was not applied.
@@ -23,6 +33,7 @@ use partita_service::StateMachine;
 use partita_types::{ClientId, NodeId};
 use partita_wire::Wire;
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,12 +72,19 @@ pub enum ClientError {
     SessionExpired,
     #[error("no session could be opened within {0:?}; the command was not sent")]
     NoSession(Duration),
+    /// [`ClientOptions::region`] names no region of the cluster file's `[wan]`, or the
+    /// file has none.
+    #[error("region `{region}`: {why}")]
+    Region { region: String, why: String },
 }
 
 impl ClientError {
     /// Whether the command certainly was not applied (a `fail`, not an `info`).
     pub fn not_applied(&self) -> bool {
-        matches!(self, ClientError::Rejected(_) | ClientError::NoSession(_))
+        matches!(
+            self,
+            ClientError::Rejected(_) | ClientError::NoSession(_) | ClientError::Region { .. }
+        )
     }
 }
 
@@ -83,6 +101,11 @@ pub struct ClientOptions {
     /// `entry_index % batchers` (`Membership::client_entry`). Give each client of a run
     /// its index for an even spread; `None`: derived from the client's random id.
     pub entry_index: Option<u64>,
+    /// The region this client is in (a name of the cluster file's `[wan]`, ignoring
+    /// case): requests to and replies from nodes of other regions wait the one-way
+    /// delay (see the crate documentation). `None`: where the file's `[wan] clients`
+    /// places client `entry_index` (0 without one), or in no region (no delay).
+    pub region: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -92,7 +115,62 @@ impl Default for ClientOptions {
             give_up: Duration::from_secs(10),
             replica: None,
             entry_index: None,
+            region: None,
         }
+    }
+}
+
+/// Frames held by the emulated WAN, per direction, at most (beyond that a frame is
+/// dropped, as a full queue drops; the core's timeout resubmits). A client has one
+/// command outstanding, so a handful is the norm.
+pub const HELD_FRAMES_MAX: usize = 4096;
+
+/// Frames the emulated WAN holds, in release order: since each node's delay is
+/// constant, release times of one connection never decrease, and the earliest
+/// release is found by a scan of a short queue.
+struct Held<T> {
+    frames: VecDeque<(Instant, NodeId, T)>,
+}
+
+impl<T> Default for Held<T> {
+    fn default() -> Self {
+        Held {
+            frames: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Held<T> {
+    /// Hold `frame` from or for `node` until `release`; false when full (dropped).
+    fn push(&mut self, release: Instant, node: NodeId, frame: T) -> bool {
+        if self.frames.len() >= HELD_FRAMES_MAX {
+            return false;
+        }
+        debug_assert!(self
+            .frames
+            .iter()
+            .filter(|(_, n, _)| *n == node)
+            .all(|(r, _, _)| *r <= release));
+        self.frames.push_back((release, node, frame));
+        true
+    }
+
+    /// The earliest release time held.
+    fn next_release(&self) -> Option<Instant> {
+        self.frames.iter().map(|(r, _, _)| *r).min()
+    }
+
+    /// The frame released earliest, if its time has come by `now` (ties: the one held
+    /// first, so a connection's frames leave in order).
+    fn pop_ripe(&mut self, now: Instant) -> Option<(NodeId, T)> {
+        let (i, _) = self
+            .frames
+            .iter()
+            .enumerate()
+            .filter(|(_, (r, _, _))| *r <= now)
+            .min_by_key(|(i, (r, _, _))| (*r, *i))?;
+        let (_, node, frame) = self.frames.remove(i).expect("index in range");
+        Some((node, frame))
     }
 }
 
@@ -111,6 +189,13 @@ pub struct Client<S: StateMachine> {
     /// The clock the core sees (nanoseconds since the session started).
     epoch: Instant,
     last_tentative_after: Option<Duration>,
+    /// The emulated WAN: the one-way delay to each node of another region (nodes of
+    /// the client's own region, or every node without a region, are absent).
+    delays: BTreeMap<NodeId, Duration>,
+    /// Requests waiting for their delay, then written.
+    held_requests: Held<Vec<u8>>,
+    /// Frames read from nodes, waiting for their delay before the core sees them.
+    held_replies: Held<Wire>,
 }
 
 impl<S: StateMachine> Client<S> {
@@ -143,6 +228,7 @@ impl<S: StateMachine> Client<S> {
             give_up_ns: Some(opts.give_up.as_nanos() as u64),
             ..ClientConfig::default()
         };
+        let delays = wan_delays(&cluster, &opts)?;
         let mut c = Client {
             core: ClientCore::new(id, topo, cfg, entry, replica),
             cluster,
@@ -150,6 +236,9 @@ impl<S: StateMachine> Client<S> {
             conns: BTreeMap::new(),
             epoch: Instant::now(),
             last_tentative_after: None,
+            delays,
+            held_requests: Held::default(),
+            held_replies: Held::default(),
         };
         c.ensure(entry).await?;
         Ok(c)
@@ -179,6 +268,52 @@ impl<S: StateMachine> Client<S> {
 
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// The emulated WAN's one-way delay between this client and `node` (zero: none).
+    pub fn delay_to(&self, node: NodeId) -> Duration {
+        self.delays.get(&node).copied().unwrap_or_default()
+    }
+
+    /// Write `frame` to `to`; a failed write closes the connection.
+    async fn write(&mut self, to: NodeId, frame: &[u8]) {
+        let Some(conn) = self.conns.get_mut(&to) else {
+            // Closed while the frame was held: the core already knows, and its
+            // timeout resubmits.
+            return;
+        };
+        if conn.wr.write_all(frame).await.is_err() {
+            self.conns.remove(&to);
+            let now = self.now();
+            self.core.on_disconnected(to, now);
+        }
+    }
+
+    /// Write every held request whose delay has run out, in release order.
+    async fn release_requests(&mut self) {
+        let now = Instant::now();
+        while let Some((to, frame)) = self.held_requests.pop_ripe(now) {
+            self.write(to, &frame).await;
+        }
+    }
+
+    /// Hand one frame read from `from` to the core.
+    fn on_frame(&mut self, from: NodeId, w: Wire, actions: &mut Vec<Action>) {
+        let now = self.now();
+        match w {
+            Wire::Reply { reply, leader } => self.core.on_reply(from, &reply, leader, now, actions),
+            Wire::Early(e) => self.core.on_early(from, &e, now, actions),
+            Wire::Refused {
+                seq,
+                reason,
+                leader,
+                ..
+            } => {
+                tracing::debug!("node {from} refused command {seq}: {reason}");
+                self.core.on_refused(seq, leader, now);
+            }
+            _ => {}
+        }
     }
 
     /// Open a connection to `node` unless one is open: hello, then wait for the
@@ -251,11 +386,14 @@ impl<S: StateMachine> Client<S> {
                 continue;
             }
             let frame = partita_wire::to_frame(&Wire::Request(cmd));
-            let conn = self.conns.get_mut(&to).expect("just ensured");
-            if conn.wr.write_all(&frame).await.is_err() {
-                self.conns.remove(&to);
-                let now = self.now();
-                self.core.on_disconnected(to, now);
+            match self.delays.get(&to) {
+                // The emulated WAN: the request leaves after the one-way delay.
+                Some(&d) => {
+                    if !self.held_requests.push(Instant::now() + d, to, frame) {
+                        tracing::warn!("emulated WAN: held requests full, request dropped");
+                    }
+                }
+                None => self.write(to, &frame).await,
             }
         }
     }
@@ -272,6 +410,14 @@ impl<S: StateMachine> Client<S> {
         self.last_tentative_after = None;
         loop {
             self.act(std::mem::take(&mut actions)).await;
+            // The emulated WAN: requests and replies whose delay has run out.
+            self.release_requests().await;
+            if let Some((from, w)) = self.held_replies.pop_ripe(Instant::now()) {
+                self.on_frame(from, w, &mut actions);
+                let now = self.now();
+                self.core.on_timer(now, &mut actions);
+                continue;
+            }
             if let Some(done) = self.core.take_done() {
                 self.last_tentative_after = done
                     .tentative_ns
@@ -289,7 +435,15 @@ impl<S: StateMachine> Client<S> {
                 });
             }
             let deadline = self.core.deadline().expect("a command is outstanding");
-            let wake = tokio::time::Instant::from_std(self.epoch + Duration::from_nanos(deadline));
+            let held = [
+                self.held_requests.next_release(),
+                self.held_replies.next_release(),
+            ];
+            let wake = held
+                .into_iter()
+                .flatten()
+                .fold(self.epoch + Duration::from_nanos(deadline), Instant::min);
+            let wake = tokio::time::Instant::from_std(wake);
             // Read whichever connection has a frame first, until the deadline. One or
             // two connections (the entry node and the replica) are the common case and
             // are read without boxing a future per connection.
@@ -326,21 +480,14 @@ impl<S: StateMachine> Client<S> {
             // (The deadline passing is handled below, whatever woke us.)
             match got {
                 None => {}
-                Some((from, Ok(w))) => match w {
-                    Wire::Reply { reply, leader } => {
-                        self.core.on_reply(from, &reply, leader, now, &mut actions)
+                Some((from, Ok(w))) => match self.delays.get(&from) {
+                    // The emulated WAN: the core sees the frame after the delay.
+                    Some(&d) => {
+                        if !self.held_replies.push(Instant::now() + d, from, w) {
+                            tracing::warn!("emulated WAN: held replies full, frame dropped");
+                        }
                     }
-                    Wire::Early(e) => self.core.on_early(from, &e, now, &mut actions),
-                    Wire::Refused {
-                        seq,
-                        reason,
-                        leader,
-                        ..
-                    } => {
-                        tracing::debug!("node {from} refused command {seq}: {reason}");
-                        self.core.on_refused(seq, leader, now);
-                    }
-                    _ => {}
+                    None => self.on_frame(from, w, &mut actions),
                 },
                 Some((from, Err(e))) => {
                     tracing::debug!("connection to node {from}: {e}");
@@ -351,6 +498,39 @@ impl<S: StateMachine> Client<S> {
             self.core.on_timer(now, &mut actions);
         }
     }
+}
+
+/// The one-way delay to every node of another region than the client's (see
+/// [`ClientOptions::region`]); empty without a `[wan]` section or a region.
+fn wan_delays(
+    cluster: &ClusterConfig,
+    opts: &ClientOptions,
+) -> Result<BTreeMap<NodeId, Duration>, ClientError> {
+    let wan = cluster.wan();
+    let region = match (&opts.region, &wan) {
+        (Some(name), Some(w)) => Some(w.region(name).ok_or_else(|| ClientError::Region {
+            region: name.clone(),
+            why: format!("not a region of the cluster file's [wan] ({})", w.names()),
+        })?),
+        (Some(name), None) => {
+            return Err(ClientError::Region {
+                region: name.clone(),
+                why: "the cluster file has no [wan] section".into(),
+            })
+        }
+        (None, _) => cluster.client_region(opts.entry_index.unwrap_or(0)),
+    };
+    let (Some(wan), Some(region)) = (wan, region) else {
+        return Ok(BTreeMap::new());
+    };
+    Ok(cluster
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let d = wan.one_way(region, cluster.node_region(n.id)?);
+            (!d.is_zero()).then_some((n.id, d))
+        })
+        .collect())
 }
 
 /// Ask one node for its status (one-shot connection).
@@ -369,4 +549,36 @@ pub async fn node_status(addr: SocketAddr, timeout: Duration) -> Option<partita_
         }
     };
     tokio::time::timeout(timeout, fut).await.ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Held frames leave in release order, each connection's in the order held, and
+    /// none before its time.
+    #[test]
+    fn held_frames_leave_in_release_order() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut h = Held::default();
+        // Node 1 is 75 ms away, node 2 45 ms: node 2's later frames overtake node 1's.
+        assert!(h.push(ms(75), 1, "a"));
+        assert!(h.push(ms(46), 2, "b"));
+        assert!(h.push(ms(76), 1, "c"));
+        assert!(h.push(ms(76), 2, "d"));
+        assert_eq!(h.next_release(), Some(ms(46)));
+        assert_eq!(h.pop_ripe(ms(45)), None);
+        assert_eq!(h.pop_ripe(ms(100)), Some((2, "b")));
+        assert_eq!(h.pop_ripe(ms(100)), Some((1, "a")));
+        // A tie: the one held first.
+        assert_eq!(h.pop_ripe(ms(100)), Some((1, "c")));
+        assert_eq!(h.pop_ripe(ms(100)), Some((2, "d")));
+        assert_eq!(h.pop_ripe(ms(100)), None);
+        assert_eq!(h.next_release(), None);
+        for i in 0..HELD_FRAMES_MAX {
+            assert!(h.push(ms(i as u64), 1, "x"));
+        }
+        assert!(!h.push(ms(1 << 20), 1, "over the bound"));
+    }
 }

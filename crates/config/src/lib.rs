@@ -44,6 +44,12 @@
 //! roles = ["acceptor"]       # "acceptor", "replica", "batcher", "server" (cs mode)
 //! # partition = 0            # replicas of a partitioned cluster: which partition
 //! # etcd_addr = "127.0.0.1:2379"  # replicas of a kv cluster: serve etcd's v3 API here
+//! # region = "Virginia"      # with a [wan] section: where the node is (every node)
+//!
+//! [wan]                    # optional: regions and an emulated WAN (see `wan`)
+//! preset = "paper"           # California, Virginia, Europe (RTT 70/90/150 ms), or
+//!                            # regions = [...] and a symmetric rtt_ms = [[...], ...]
+//! clients = ["Europe"]       # optional: client i is in clients[i % len]
 //! ```
 //!
 //! A node with role `"batcher"` (smr mode only) batches the client commands it receives
@@ -59,6 +65,9 @@ use partita_types::{FieldError, NodeId, PartitionLayout, PartitionMap};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
+
+pub mod wan;
+pub use wan::{Region, Wan, WanSection};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -404,6 +413,10 @@ pub struct NodeSection {
     /// loopback. Only replicas of an unpartitioned `service = "kv"` cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_addr: Option<String>,
+    /// The node's region: one of `[wan]`'s, required on every node when the cluster
+    /// file has a `[wan]` section, refused without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -432,6 +445,9 @@ pub struct ClusterConfig {
     /// S-SMR/DS-SMR (paper 003) for `service = "chirper"`; absent for other services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dssmr: Option<DssmrSection>,
+    /// Regions and the emulated WAN (see [`wan`]); absent: no delay anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wan: Option<WanSection>,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -549,6 +565,7 @@ impl ClusterConfig {
             }
         }
         self.validate_etcd_addrs()?;
+        self.validate_wan()?;
         let svc = &self.cluster.service;
         if svc.is_empty()
             || svc.len() > 64
@@ -1116,6 +1133,77 @@ impl ClusterConfig {
             .collect()
     }
 
+    /// `[wan]`: the section checked, every node in a known region when it is there,
+    /// no node naming a region when it is not.
+    fn validate_wan(&self) -> Result<(), FieldError> {
+        let f = |m: String| Err(FieldError::new("node.region", m));
+        let Some(section) = &self.wan else {
+            if let Some(n) = self.nodes.iter().find(|n| n.region.is_some()) {
+                return f(format!(
+                    "node {} names a region, but the cluster file has no [wan] section \
+                     (add one, e.g. preset = \"paper\")",
+                    n.id
+                ));
+            }
+            return Ok(());
+        };
+        let wan = section.resolve()?;
+        for n in &self.nodes {
+            match &n.region {
+                None => {
+                    return f(format!(
+                        "node {} has no region; with a [wan] section every node names one \
+                         ({})",
+                        n.id,
+                        wan.names()
+                    ))
+                }
+                Some(r) if wan.region(r).is_none() => {
+                    return f(format!(
+                        "node {}: `{r}` is not a region of [wan] ({})",
+                        n.id,
+                        wan.names()
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The emulated WAN's matrix (`None`: no `[wan]` section, no delay).
+    pub fn wan(&self) -> Option<Wan> {
+        let w = self.wan.as_ref()?;
+        Some(w.resolve().expect("validated [wan] section"))
+    }
+
+    /// The region of node `id` (`None` without a `[wan]` section).
+    pub fn node_region(&self, id: NodeId) -> Option<Region> {
+        let wan = self.wan()?;
+        let name = self.node(id)?.region.as_deref()?;
+        wan.region(name)
+    }
+
+    /// What a frame from node `a` to node `b` waits in the sender's driver: the
+    /// one-way delay between their regions (zero within a region or without `[wan]`).
+    pub fn node_delay(&self, a: NodeId, b: NodeId) -> std::time::Duration {
+        match (self.wan(), self.node_region(a), self.node_region(b)) {
+            (Some(w), Some(ra), Some(rb)) => w.one_way(ra, rb),
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
+    /// The region of client `index` as the file places clients (`[wan] clients`,
+    /// round robin); `None` when it places none.
+    pub fn client_region(&self, index: u64) -> Option<Region> {
+        let w = self.wan.as_ref()?;
+        if w.clients.is_empty() {
+            return None;
+        }
+        let name = &w.clients[(index % w.clients.len() as u64) as usize];
+        self.wan()?.region(name)
+    }
+
     pub fn node(&self, id: NodeId) -> Option<&NodeSection> {
         self.nodes.iter().find(|n| n.id == id)
     }
@@ -1327,6 +1415,7 @@ impl ClusterConfig {
             roles,
             partition: None,
             etcd_addr: None,
+            region: None,
         };
         ClusterConfig {
             cluster: ClusterSection {
@@ -1346,6 +1435,7 @@ impl ClusterConfig {
             sessions: SessionsSection::default(),
             multiring: None,
             dssmr: None,
+            wan: None,
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -1354,6 +1444,23 @@ impl ClusterConfig {
                 node(5, vec![Role::Replica]),
             ],
         }
+    }
+
+    /// The paper's wide-area deployment on one machine (paper 004 §VI-B): one node
+    /// per region of the `[wan] preset = "paper"` matrix, node 1 in California, 2 in
+    /// Virginia, 3 in Europe, each an acceptor and a replica; node 2 (Virginia)
+    /// coordinates. Ring Paxos, fsync on, clients in no region (place them with
+    /// `[wan] clients` or per client).
+    pub fn paper_wan_local(base_port: u16, cluster_id: u64) -> ClusterConfig {
+        let mut c = ClusterConfig::default_local(base_port, cluster_id);
+        c.nodes.truncate(3);
+        for (n, region) in c.nodes.iter_mut().zip(wan::PAPER_REGIONS) {
+            n.roles = vec![Role::Acceptor, Role::Replica];
+            n.region = Some(region.to_string());
+        }
+        c.cluster.coordinator = Some(2);
+        c.wan = Some(WanSection::paper());
+        c
     }
 
     /// This cluster with its replicas replaced by `partitions` × `per_partition`
@@ -1419,6 +1526,7 @@ impl ClusterConfig {
             roles,
             partition,
             etcd_addr: None,
+            region: None,
         });
         id
     }
@@ -1443,12 +1551,14 @@ impl ClusterConfig {
             sessions: SessionsSection::default(),
             multiring: None,
             dssmr: None,
+            wan: None,
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),
                 roles: vec![Role::Server],
                 partition: None,
                 etcd_addr: None,
+                region: None,
             }],
         }
     }
@@ -1894,5 +2004,135 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("keyspace"));
+    }
+
+    #[test]
+    fn wan_is_optional_and_places_every_node() {
+        let c = ClusterConfig::paper_wan_local(7100, 42);
+        let text = c.to_toml();
+        assert!(text.contains("[wan]\npreset = \"paper\""), "{text}");
+        assert!(text.contains("region = \"Virginia\""), "{text}");
+        let parsed = ClusterConfig::parse(&text, "t").unwrap();
+        assert_eq!(parsed, c);
+        let ms = |a, b| parsed.node_delay(a, b).as_micros();
+        assert_eq!(ms(2, 3), 45_000, "Virginia to Europe: half of 90 ms");
+        assert_eq!(ms(3, 1), 75_000, "Europe to California: half of 150 ms");
+        assert_eq!(ms(1, 2), 35_000, "California to Virginia: half of 70 ms");
+        assert_eq!(ms(2, 2), 0);
+        assert_eq!(parsed.client_region(0), None, "clients placed nowhere");
+        // Without the section nothing is delayed (every existing file).
+        let plain = ClusterConfig::default_local(7100, 42);
+        assert!(!plain.to_toml().contains("wan"));
+        assert_eq!(plain.node_delay(1, 4), std::time::Duration::ZERO);
+        assert_eq!(plain.wan(), None);
+        // A matrix of one's own, and clients placed round robin.
+        let own = text.replace(
+            "preset = \"paper\"",
+            "regions = [\"California\", \"Virginia\", \"Europe\"]\n\
+             rtt_ms = [[0, 20, 30], [20, 0, 40], [30, 40, 0]]\n\
+             clients = [\"europe\", \"California\"]",
+        );
+        let own = ClusterConfig::parse(&own, "t").unwrap();
+        assert_eq!(own.node_delay(2, 3).as_micros(), 20_000);
+        let w = own.wan().unwrap();
+        assert_eq!(own.client_region(0), w.region("Europe"));
+        assert_eq!(own.client_region(3), w.region("California"));
+    }
+
+    #[test]
+    fn wan_errors_name_their_field() {
+        let good = ClusterConfig::paper_wan_local(7100, 42).to_toml();
+        let cases = [
+            // A node without a region when the section exists.
+            (
+                good.replacen("region = \"California\"\n", "", 1),
+                "node.region",
+                "node 1 has no region",
+            ),
+            (
+                good.replace("region = \"Europe\"", "region = \"Mars\""),
+                "node.region",
+                "`Mars` is not a region",
+            ),
+            (
+                good.replace("preset = \"paper\"", "preset = \"earth\""),
+                "wan.preset",
+                "unknown preset",
+            ),
+            (
+                good.replace(
+                    "preset = \"paper\"",
+                    "regions = [\"California\", \"Virginia\", \"Europe\"]\n\
+                     rtt_ms = [[0, 70, 150], [71, 0, 90], [150, 90, 0]]",
+                ),
+                "wan.rtt_ms",
+                "symmetric",
+            ),
+            (
+                good.replace(
+                    "preset = \"paper\"",
+                    "regions = [\"California\", \"Virginia\", \"Europe\"]\n\
+                     rtt_ms = [[0, -70, 150], [-70, 0, 90], [150, 90, 0]]",
+                ),
+                "wan.rtt_ms",
+                "0 to 10000",
+            ),
+            (
+                good.replace(
+                    "preset = \"paper\"",
+                    "regions = [\"California\", \"Virginia\", \"Europe\"]\n\
+                     rtt_ms = [[0, 70, 150], [70, 0, 90]]",
+                ),
+                "wan.rtt_ms",
+                "2 rows for 3 regions",
+            ),
+            (
+                good.replace(
+                    "preset = \"paper\"",
+                    "regions = [\"California\", \"Virginia\", \"Europe\"]\n\
+                     rtt_ms = [[0, 70, 150], [70, 0], [150, 90, 0]]",
+                ),
+                "wan.rtt_ms",
+                "row 1",
+            ),
+            (
+                good.replace("preset = \"paper\"", "clients = [\"Europe\"]"),
+                "wan.regions",
+                "preset",
+            ),
+            (
+                good.replace(
+                    "preset = \"paper\"",
+                    "preset = \"paper\"\nclients = [\"Asia\"]",
+                ),
+                "wan.clients",
+                "`Asia` is not a region",
+            ),
+            // A region without the section.
+            (
+                ClusterConfig::default_local(7100, 42).to_toml().replacen(
+                    "roles = [\"acceptor\"]",
+                    "roles = [\"acceptor\"]\nregion = \"Europe\"",
+                    1,
+                ),
+                "node.region",
+                "no [wan] section",
+            ),
+        ];
+        for (text, want_field, want_text) in cases {
+            assert_ne!(text, good, "case for {want_text} changed nothing");
+            match ClusterConfig::parse(&text, "f.toml") {
+                Err(ConfigError::Field { field, message, .. }) => {
+                    assert_eq!(field, want_field, "{message}");
+                    assert!(message.contains(want_text), "{field}: {message}");
+                }
+                other => panic!("{want_text}: {other:?}"),
+            }
+        }
+        // A field the section does not know.
+        let e = ClusterConfig::parse(&good.replace("[wan]", "[wan]\nrtt = 3"), "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rtt"), "{e}");
     }
 }

@@ -80,6 +80,41 @@ pub struct BenchResult {
     pub client_cpu_us_per_cmd: f64,
 }
 
+/// Place every client of a run in `region` of the cluster file's `[wan]` (its
+/// `clients` replaced; `None`: as the file places them). The clients then delay their
+/// requests to and replies from nodes of other regions (`partita_client`).
+pub fn place_clients(
+    mut cluster: ClusterConfig,
+    region: Option<&str>,
+) -> anyhow::Result<ClusterConfig> {
+    let Some(name) = region else {
+        return Ok(cluster);
+    };
+    let Some(wan) = cluster.wan() else {
+        anyhow::bail!("--region {name}: the cluster file has no [wan] section (no regions)");
+    };
+    let Some(r) = wan.region(name) else {
+        anyhow::bail!("--region {name}: not a region of [wan] ({})", wan.names());
+    };
+    let section = cluster.wan.as_mut().expect("a [wan] section");
+    section.clients = vec![wan.name(r).to_string()];
+    Ok(cluster)
+}
+
+/// What every benchmark output of a cluster with `[wan]` says:
+/// `WAN emulated in the driver: <matrix>; clients in <regions>`.
+pub fn wan_line(cluster: &ClusterConfig) -> Option<String> {
+    let wan = cluster.wan()?;
+    let clients = match &cluster.wan.as_ref()?.clients {
+        c if c.is_empty() => "no region (no delay)".to_string(),
+        c => c.join(", "),
+    };
+    Some(format!(
+        "WAN emulated in the driver: {}; clients in {clients}",
+        wan.describe()
+    ))
+}
+
 /// One finished operation, for the history and the statistics.
 #[derive(Clone, Debug)]
 pub struct Record {

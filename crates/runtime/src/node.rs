@@ -18,6 +18,12 @@
 //! the log since the records recovered at start, so token `t` is LSN
 //! `t + lsn_offset`, with the offset fixed at start and checked against every WAL
 //! completion.
+//!
+//! The emulated WAN (cluster file `[wan]`): a frame to a peer in another region is
+//! stamped with its release time (now + the one-way delay between the regions) when
+//! the event loop queues it, and the peer's link task writes it no earlier than that
+//! (see [`spawn_peer_link`]). The core never sees the delay; frames to clients are not
+//! delayed here (the client delays its own side).
 
 use crate::checkpoint::CheckpointStore;
 use anyhow::{bail, Context};
@@ -116,7 +122,7 @@ struct Node {
     id: NodeId,
     cfg: ClusterConfig,
     core: NodeCore,
-    peers: HashMap<NodeId, mpsc::Sender<FrameBytes>>,
+    peers: HashMap<NodeId, PeerQueue>,
     clients: HashMap<ClientId, (u64, mpsc::Sender<FrameBytes>)>,
     wal: Option<partita_wal::GroupCommit>,
     /// Records the WAL's queue had no room for (it is full only when the disk stalls
@@ -172,8 +178,10 @@ impl Node {
 
     fn send_peer(&mut self, to: NodeId, frame: FrameBytes) {
         match self.peers.get(&to) {
-            Some(tx) => {
-                if tx.try_send(frame).is_err() {
+            Some(PeerQueue { tx, delay }) => {
+                // The emulated WAN: the link writes the frame no earlier than this.
+                let release = (!delay.is_zero()).then(|| tokio::time::Instant::now() + *delay);
+                if tx.try_send((frame, release)).is_err() {
                     self.count("dropped_send_queue_full");
                     debug!(to, "peer queue full or closed: message dropped");
                 }
@@ -459,13 +467,32 @@ fn same_msg(a: &Msg, b: &Msg) -> bool {
     }
 }
 
+/// A frame queued for a peer, with the time its link may write it (the emulated WAN;
+/// `None`: at once).
+type Queued = (FrameBytes, Option<tokio::time::Instant>);
+
+/// The event loop's side of a peer link: its bounded queue and the one-way delay of
+/// the emulated WAN between this node's region and the peer's (zero within a region
+/// and without `[wan]`).
+struct PeerQueue {
+    tx: mpsc::Sender<Queued>,
+    delay: std::time::Duration,
+}
+
 /// Keep a link to one peer: connect (and reconnect), announce ourselves, then write
 /// whatever the node queues for it, coalescing queued frames into one write.
+///
+/// The emulated WAN: a frame with a release time is written no earlier than that.
+/// The delay is the same for every frame of the link, so release times never
+/// decrease along the queue and holding the head holds everything behind it: FIFO is
+/// kept, and the frames in flight are those in the link's bounded queue
+/// ([`partita_net::SEND_QUEUE_FRAMES_MAX`]; a full queue drops and counts, as without
+/// delay). The task sleeps until the head's release time; the event loop never waits.
 fn spawn_peer_link(
     me: NodeId,
     cluster_id: u64,
     addr: std::net::SocketAddr,
-    mut rx: mpsc::Receiver<FrameBytes>,
+    mut rx: mpsc::Receiver<Queued>,
 ) {
     use tokio::io::AsyncWriteExt;
     tokio::spawn(async move {
@@ -474,12 +501,15 @@ fn spawn_peer_link(
             cluster_id,
         });
         let mut buf: Vec<u8> = Vec::with_capacity(256 * 1024);
+        // A frame taken from the queue before its release time: the head of the line.
+        let mut held: Option<Queued> = None;
         loop {
             let mut stream = match TcpStream::connect(addr).await {
                 Ok(s) => s,
                 Err(_) => {
                     // Drop what queued up while the peer was unreachable: consensus
                     // retransmits what matters, and stale messages only cost work.
+                    held = None;
                     while rx.try_recv().is_ok() {}
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     if rx.is_closed() {
@@ -492,11 +522,17 @@ fn spawn_peer_link(
             buf.clear();
             buf.extend_from_slice(&hello);
             loop {
+                // Everything released by now, in order, up to 1 MiB per write.
+                let now = tokio::time::Instant::now();
                 while buf.len() < 1 << 20 {
-                    match rx.try_recv() {
-                        Ok(f) => buf.extend_from_slice(&f),
-                        Err(_) => break,
+                    let Some((f, release)) = held.take().or_else(|| rx.try_recv().ok()) else {
+                        break;
+                    };
+                    if release.is_some_and(|r| r > now) {
+                        held = Some((f, release));
+                        break;
                     }
+                    buf.extend_from_slice(&f);
                 }
                 if !buf.is_empty() {
                     if stream.write_all(&buf).await.is_err() {
@@ -504,10 +540,18 @@ fn spawn_peer_link(
                     }
                     buf.clear();
                 }
-                match rx.recv().await {
-                    Some(f) => buf.extend_from_slice(&f),
-                    None => return,
+                let (f, release) = match held.take() {
+                    Some(q) => q,
+                    None => match rx.recv().await {
+                        Some(q) => q,
+                        None => return,
+                    },
+                };
+                if let Some(r) = release {
+                    tokio::time::sleep_until(r).await;
                 }
+                debug_assert!(release.is_none_or(|r| r <= tokio::time::Instant::now()));
+                buf.extend_from_slice(&f);
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -845,8 +889,28 @@ pub async fn run_node_until(
             }
             let (tx, rx) = mpsc::channel(partita_net::SEND_QUEUE_FRAMES_MAX);
             spawn_peer_link(id, cfg.cluster.id, cfg.addr(n.id), rx);
-            node.peers.insert(n.id, tx);
+            let delay = cfg.node_delay(id, n.id);
+            node.peers.insert(n.id, PeerQueue { tx, delay });
         }
+    }
+    if let Some(wan) = cfg.wan() {
+        let region = me.region.as_deref().unwrap_or("?");
+        let delays: Vec<String> = node
+            .peers
+            .iter()
+            .map(|(p, q)| (*p, q.delay))
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .map(|(p, d)| format!("node {p} {} ms", d.as_secs_f64() * 1e3))
+            .collect();
+        info!(
+            node = id,
+            region,
+            "WAN emulated in the driver: {}; frames to peers wait their one-way delay \
+             before they are written ({}); clients delay their own side",
+            wan.describe(),
+            delays.join(", ")
+        );
     }
 
     let listener = TcpListener::bind(cfg.addr(id))
@@ -1015,5 +1079,70 @@ impl Node {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    /// The emulated WAN on one link: every frame arrives no earlier than its release
+    /// time, in the order it was queued, while frames without a delay pass at once.
+    #[tokio::test]
+    async fn a_delayed_link_holds_each_frame_for_its_delay_in_order() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel::<Queued>(64);
+        spawn_peer_link(1, 7, addr, rx);
+        let (stream, _) = listener.accept().await.unwrap();
+        let (rd, _wr) = stream.into_split();
+        let mut reader = FrameReader::new(rd);
+        assert!(matches!(
+            reader.next().await.unwrap(),
+            Wire::PeerHello { from: 1, .. }
+        ));
+        let delay = Duration::from_millis(45);
+        let frame = |client: u64| {
+            Arc::new(to_frame(&Wire::ClientHello {
+                client: client as ClientId,
+            }))
+        };
+        let start = Instant::now();
+        // Ten frames, 5 ms apart, each released 45 ms after it was queued.
+        let mut queued_at = Vec::new();
+        for i in 0..10u64 {
+            let now = Instant::now();
+            queued_at.push(now);
+            tx.send((frame(i), Some(now + delay))).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for (i, &at) in queued_at.iter().enumerate() {
+            match reader.next().await.unwrap() {
+                Wire::ClientHello { client } => assert_eq!(client, i as ClientId),
+                other => panic!("{other:?}"),
+            }
+            let waited = at.elapsed();
+            assert!(
+                waited >= delay,
+                "frame {i} arrived after {waited:?} < {delay:?}"
+            );
+        }
+        // The delay did not pile up: the last frame left about 45 ms after it was
+        // queued, not 10 × 45 ms after the first.
+        assert!(
+            start.elapsed() < Duration::from_millis(45 * 5),
+            "{:?}",
+            start.elapsed()
+        );
+        // Without a release time a frame is written at once.
+        let now = Instant::now();
+        tx.send((frame(99), None)).await.unwrap();
+        assert!(matches!(
+            reader.next().await.unwrap(),
+            Wire::ClientHello { .. }
+        ));
+        assert!(now.elapsed() < delay, "{:?}", now.elapsed());
     }
 }

@@ -33,7 +33,9 @@
 //! - **Network**: every link has the same one-way latency (default 50 µs: the paper's
 //!   0.1 ms round trip) plus a uniform jitter (default up to 10 µs), and every endpoint
 //!   one network card (default 1 Gbit/s, [`NicParams::gigabit`]) shared by all its
-//!   links. No loss, no faults.
+//!   links. No loss, no faults. With the cluster file's `[wan]`, links between regions
+//!   take the matrix's one-way delay instead (clients placed by `[wan] clients`; see
+//!   [`crate::net`]), and the report says so ([`BenchReport::wan`]).
 //! - **Measurement**: operations invoked after `trim × duration` and completed before
 //!   `(1 − trim) × duration` count, as in `partita bench`; throughput in commands and
 //!   B+tree operations per virtual second, latency percentiles exact (nearest rank).
@@ -486,6 +488,10 @@ pub struct BenchReport {
     pub nodes: Vec<NodeLoad>,
     /// P-SMR: the worker threads' work in the window (`None` without worker threads).
     pub psmr: Option<PsmrLoad>,
+    /// The cluster file's regions, simulated: the round-trip matrix in words (links
+    /// between regions take half of it as latency); `None` without `[wan]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wan: Option<String>,
     pub events: u64,
     pub trace_hash: u64,
     pub virtual_ns: u64,

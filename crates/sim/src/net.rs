@@ -32,9 +32,17 @@
 //! replicates; each copy still takes its receiver's port for its full length. Without
 //! it, every copy is a TCP stream of its own and occupies the sender's card again.
 //!
+//! **Regions** (optional, the cluster file's `[wan]`, [`Network::apply_wan`]): a link
+//! between endpoints of two different regions has the matrix's one-way delay (RTT / 2)
+//! as its propagation latency instead of the LAN latency drawn for it; jitter,
+//! bandwidth, cards and faults stay as configured. The real processes delay the same
+//! links by the same amounts (the runtime between nodes, the client on its side), so
+//! both drivers run the same emulated WAN.
+//!
 //! Invariants: arrivals are never before the send time; a cut link delivers nothing.
 
 use crate::queue::Time;
+use partita_config::{Region, Wan};
 use partita_types::NodeId;
 use rand::Rng;
 use serde::Serialize;
@@ -247,6 +255,33 @@ impl Network {
         &self.params
     }
 
+    /// The propagation latency of the link `from -> to` (jitter and serialization
+    /// come on top).
+    pub fn latency_ns(&self, from: Endpoint, to: Endpoint) -> u64 {
+        self.link_ref(from, to).latency_ns
+    }
+
+    /// The emulated WAN: every link between endpoints of different regions takes the
+    /// one-way delay of `wan` as its latency. `regions` gives each endpoint's region by
+    /// index (nodes in order, then clients; see [`Network::index`]); an endpoint
+    /// without one keeps its links' LAN latency, as do links within a region. Draws
+    /// nothing, so the rest of a run's randomness is unchanged.
+    pub fn apply_wan(&mut self, wan: &Wan, regions: &[Option<Region>]) {
+        let n = self.nodes.len() + self.clients as usize;
+        assert_eq!(regions.len(), n, "one region (or none) per endpoint");
+        for (from, ra) in regions.iter().enumerate() {
+            for (to, rb) in regions.iter().enumerate() {
+                if let (Some(a), Some(b)) = (*ra, *rb) {
+                    if a != b {
+                        let ns = wan.one_way(a, b).as_nanos() as u64;
+                        assert!(ns > 0 || wan.rtt_ms(a, b) == 0);
+                        self.links[from * n + to].latency_ns = ns;
+                    }
+                }
+            }
+        }
+    }
+
     /// Replace the loss/duplication/reordering of every link (the liveness phase sets
     /// them to none).
     pub fn set_faults(&mut self, peer: LinkFaults, client: LinkFaults) {
@@ -404,6 +439,45 @@ mod tests {
             net.send(0, b, a, 0, false, &mut rng),
             Fate::Arrives(100_000, None)
         );
+    }
+
+    #[test]
+    fn links_between_regions_take_the_one_way_delay() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut net = Network::new(&[1, 2, 3], 2, params(LinkFaults::none()), &mut rng);
+        let wan = Wan::paper();
+        let r = |name| wan.region(name);
+        // Nodes in California, Virginia, Europe; client 0 in Europe, client 1 nowhere.
+        let regions = [
+            r("California"),
+            r("Virginia"),
+            r("Europe"),
+            r("Europe"),
+            None,
+        ];
+        net.apply_wan(&wan, &regions);
+        let [ca, va, eu] = [1, 2, 3].map(Endpoint::Node);
+        let (c_eu, c_none) = (Endpoint::Client(0), Endpoint::Client(1));
+        let ms = 1_000_000;
+        for (from, to, want) in [
+            (ca, va, 35 * ms),
+            (va, ca, 35 * ms),
+            (va, eu, 45 * ms),
+            (eu, ca, 75 * ms),
+            (c_eu, va, 45 * ms),
+            (va, c_eu, 45 * ms),
+            // Same region, or no region: the LAN latency.
+            (c_eu, eu, 100_000),
+            (c_none, ca, 100_000),
+        ] {
+            assert_eq!(net.latency_ns(from, to), want, "{from} -> {to}");
+            // No jitter, 1 GB/s: a 0-byte message arrives after the latency exactly.
+            assert_eq!(
+                net.send(0, from, to, 0, false, &mut rng),
+                Fate::Arrives(want, None),
+                "{from} -> {to}"
+            );
+        }
     }
 
     #[test]

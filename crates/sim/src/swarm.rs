@@ -519,6 +519,7 @@ impl SeedParams {
                     partition: (replica && partitions > 1)
                         .then(|| ((id as usize - acceptors - 1) * partitions / replicas) as u32),
                     etcd_addr: None,
+                    region: None,
                 }
             })
             .collect();

@@ -352,6 +352,8 @@ pub struct World {
     out_buf: Vec<Output>,
     actions_buf: Vec<ClientAction>,
     bench: Option<BenchState>,
+    /// The cluster file's `[wan]` matrix in words (`None`: no regions).
+    wan: Option<String>,
 }
 
 impl World {
@@ -548,7 +550,18 @@ impl World {
             })
             .collect();
         let mut rng_links = swarm::stream(p.seed, swarm::STREAM_LINKS);
-        let net = Network::new(&ids, p.clients, p.net.clone(), &mut rng_links);
+        let mut net = Network::new(&ids, p.clients, p.net.clone(), &mut rng_links);
+        // The cluster file's regions: links between them take the matrix's one-way
+        // delay, as the real processes' drivers delay them.
+        let wan = cluster.wan();
+        if let Some(w) = &wan {
+            let regions: Vec<_> = ids
+                .iter()
+                .map(|&id| cluster.node_region(id))
+                .chain((0..p.clients).map(|c| cluster.client_region(c as u64)))
+                .collect();
+            net.apply_wan(w, &regions);
+        }
         let read_direct = p.bugs.unordered_query;
         let clients = (0..p.clients)
             .map(|c| {
@@ -607,6 +620,7 @@ impl World {
             nodes,
             clients,
             net,
+            wan: wan.map(|w| w.describe()),
             trace: Trace::new(opts.trace_tail),
             agreement,
             layout: layout.clone(),
@@ -2413,6 +2427,7 @@ impl World {
             },
             nodes,
             psmr,
+            wan: self.wan.clone(),
             events: self.trace.events(),
             trace_hash: self.trace.hash(),
             virtual_ns: self.q.now(),

@@ -16,6 +16,7 @@ fn smr(replicas: u32) -> ClusterConfig {
             roles: vec![Role::Replica],
             partition: None,
             etcd_addr: None,
+            region: None,
         });
     }
     c.storage.checkpoint_instances = 0;
