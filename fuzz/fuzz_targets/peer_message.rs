@@ -1,90 +1,72 @@
-//! A peer's message at a node's entry: whatever decodes as a consensus message is fed
-//! to a real node core (an acceptor that coordinates, and a replica), from a member or a
-//! stranger, between clock ticks. No handler may panic and every invariant must hold
-//! (a node never dies from what a peer sent).
+//! A peer's message at a node's entry: whatever decodes as a consensus message goes to
+//! `NodeCore::on_peer` of real node cores (the coordinating acceptor, another acceptor,
+//! a replica, a speculating replica with early replies, and a DS-SMR Chirper member
+//! whose `Msg::Exec` payloads reach the S-SMR exchange decoder), from a member, from
+//! itself or from a stranger, between clock ticks. No handler may panic and every
+//! invariant must hold after every step: a node never dies from what a peer sent.
+//!
+//! Input: byte 0 picks the protocol (bit 0) and the sender (bits 1–3); then messages,
+//! each preceded by a one-byte length (0: the rest of the input).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use partita_consensus::{
-    BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Msg, Protocol,
-};
-use partita_node::{CheckpointConfig, Mode, NodeCore, NodeSetup, UnsafeBugs};
+use partita_consensus::{Msg, Protocol};
+use partita_fuzz::{chirper_setup, node, setup};
+use partita_types::NodeId;
 
-fn setup(id: u32, protocol: Protocol) -> NodeSetup {
-    NodeSetup {
-        id,
-        service: partita_smr::service::<partita_btree::BPlusTree>(),
-        session_lease_ms: Some(1000),
-        cluster_id: 1,
-        mode: Mode::Smr,
-        membership: Membership {
-            protocol,
-            acceptors: vec![1, 2, 3],
-            coordinator: 1,
-            learners: vec![4, 5],
-            partitions: Default::default(),
-            batchers: Vec::new(),
-        },
-        acceptor: id <= 3,
-        replica: id >= 4,
-        batcher: false,
-        coordinator_config: CoordinatorConfig {
-            election_timeout_ticks: 20,
-            heartbeat_ticks: 5,
-            ..CoordinatorConfig::default()
-        },
-        learner_config: LearnerConfig::default(),
-        batcher_config: BatcherConfig::default(),
-        checkpoint: CheckpointConfig::default(),
-        early_replies: false,
-        speculative: id == 5,
-    }
-}
+/// Bytes a peer's message may have here; a frame holds up to 64 MiB, but what matters
+/// to the handlers is the shape, not the size.
+const MESSAGES_MAX: usize = 16;
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() < 2 {
+    let Some((&head, mut rest)) = data.split_first() else {
         return;
-    }
-    let protocol = if data[0] & 1 == 0 {
+    };
+    let protocol = if head & 1 == 0 {
         Protocol::RingPaxos
     } else {
         Protocol::MultiPaxos
     };
-    let from = [1, 2, 3, 4, 5, 0, 99, u32::MAX][(data[0] >> 1) as usize % 8];
-    // The rest: messages, each preceded by a one-byte length (0: the rest).
+    let from: NodeId = [1, 2, 3, 4, 5, 6, 99, u32::MAX][usize::from((head >> 1) & 7)];
     let mut msgs = Vec::new();
-    let mut at = 1;
-    while at < data.len() {
-        let n = data[at] as usize;
-        at += 1;
-        let end = if n == 0 {
-            data.len()
+    while let Some((&n, tail)) = rest.split_first() {
+        let n = if n == 0 {
+            tail.len()
         } else {
-            (at + n).min(data.len())
+            usize::from(n).min(tail.len())
         };
-        if let Ok(m) = partita_types::decode::<Msg>(&data[at..end]) {
+        let (bytes, after) = tail.split_at(n);
+        if let Ok(m) = partita_types::decode::<Msg>(bytes) {
+            // What decodes re-encodes to what decodes the same.
+            let again = partita_types::encode(&m);
+            assert_eq!(partita_types::decode::<Msg>(&again).as_ref(), Ok(&m));
+            let _ = m.check();
             msgs.push(m);
         }
-        at = end;
+        rest = after;
+        if msgs.len() == MESSAGES_MAX {
+            break;
+        }
     }
     if msgs.is_empty() {
         return;
     }
-    for id in [1, 4, 5] {
+    let service = partita_smr::service::<partita_btree::BPlusTree>();
+    let nodes = [1, 2, 4, 5]
+        .map(|id| node(setup(id, protocol, service.clone())))
+        .into_iter()
+        .chain([node(chirper_setup(4, protocol))]);
+    for mut n in nodes {
         let mut out = Vec::new();
-        let mut node = NodeCore::new(
-            setup(id, protocol),
-            Vec::new(),
-            UnsafeBugs::default(),
-            &mut out,
-        );
-        let mut now = 1_000;
+        let mut now_ms = 1_000;
         for m in &msgs {
+            n.on_peer(from, m.clone(), &mut out);
+            n.invariants();
+            n.on_continue(&mut out);
+            n.invariants();
+            now_ms += 3;
+            n.on_tick(now_ms, &mut out);
+            n.invariants();
             out.clear();
-            node.on_peer(from, m.clone(), &mut out);
-            node.invariants();
-            now += 3;
-            node.on_tick(now, &mut out);
-            node.invariants();
         }
     }
 });

@@ -1,42 +1,85 @@
 //! Writes the seed corpora (`fuzz/corpus/<target>/seed-*`): real frames, peer
-//! messages, WAL records, checkpoints and commands of each service, so that the
-//! fuzzers start from what the system really reads. `cargo run --bin seeds` in `fuzz/`.
-use partita_btree::{BPlusTree, Op};
-use partita_consensus::{Msg, Value, Vid};
+//! messages, client commands, WAL records and segments, checkpoints and commands of
+//! every service, so that the fuzzers start from what the system really reads, and for
+//! each a truncated and a garbled copy (`-cut`, `-flip`). `cargo run --bin seeds` in
+//! `fuzz/` (stable or nightly); the output is deterministic, so rerunning it after a
+//! format change shows in `git status` which seeds changed.
+use partita_btree::{BPlusTree, BatchOp, Op};
+use partita_consensus::{AcceptorRecord, Msg, Value, Vid};
+use partita_dssmr::chirper::{user_id, Chirper, ChirperCommand};
+use partita_dssmr::replica::ExecMsg;
+use partita_dssmr::{CmdRef, Dests, DsCommand, Exchange, Member};
+use partita_fuzz::bank::{Bank, BankCmd};
 use partita_kv::{KvCommand, KvStore, PutRequest, RangeRequest};
 use partita_service::StateMachine;
-use partita_smr::SequentialReplica;
-use partita_types::{Ballot, Reply};
+use partita_smr::{SequentialReplica, ServiceFactory};
+use partita_types::{Ballot, Command, Reply};
 use partita_wire::Wire;
 use std::sync::Arc;
 
+/// A seed, its first half, and a copy with one byte flipped in the middle.
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = format!("corpus/{target}");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(format!("{dir}/seed-{name}"), bytes).unwrap();
+    if bytes.len() >= 4 {
+        std::fs::write(format!("{dir}/seed-{name}-cut"), &bytes[..bytes.len() / 2]).unwrap();
+        let mut flip = bytes.to_vec();
+        let at = bytes.len() / 2 + 1;
+        flip[at.min(bytes.len() - 1)] ^= 0x5a;
+        std::fs::write(format!("{dir}/seed-{name}-flip"), flip).unwrap();
+    }
 }
 
-fn frame(w: &Wire) -> Vec<u8> {
-    partita_wire::to_frame(w)
+/// `head`, then each part behind a one-byte length (the last behind 0: the rest).
+fn framed(head: u8, parts: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = vec![head];
+    for (i, p) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            v.push(0);
+        } else {
+            v.push(u8::try_from(p.len()).expect("seed parts under 256 bytes"));
+        }
+        v.extend_from_slice(p);
+    }
+    v
 }
 
 fn main() {
     let b = Ballot::new(3, 1);
     let vid = Vid { ballot: b, seq: 9 };
-    let cmds: Vec<_> = (1..4)
-        .map(|k| {
-            partita_btree::service::command(
-                7,
-                k,
-                4,
-                &Op::Insert {
-                    key: k,
-                    value: k * 10,
-                },
-            )
-        })
+    let ops = [
+        Op::Insert { key: 5, value: 6 },
+        Op::Read { key: 5 },
+        Op::Update { key: 5, value: 7 },
+        Op::Query { min: 1, max: 100 },
+        Op::Next { key: 4 },
+        Op::Prev { key: 9 },
+        Op::Delete { key: 5 },
+        Op::Batch(vec![
+            BatchOp::Insert { key: 1, value: 2 },
+            BatchOp::Delete { key: 1 },
+        ]),
+    ];
+    let cmds: Vec<Command> = ops[..2]
+        .iter()
+        .enumerate()
+        .map(|(i, op)| partita_btree::service::command(7, i as u64 + 1, 4, op))
         .collect();
     let value = Arc::new(Value::new(vid, cmds.clone()).at(1_000));
+    let exchange = ExecMsg::Exchange(Exchange {
+        at: CmdRef {
+            instance: 1,
+            client: 3,
+            seq: 1,
+        },
+        from: Member::Partition(1),
+        values: vec![(
+            user_id(1, 0),
+            partita_types::encode(&partita_dssmr::chirper::User::default()),
+        )],
+        verdict: true,
+    });
     let msgs = [
         Msg::Phase1A {
             ballot: b,
@@ -75,22 +118,24 @@ fn main() {
             ballot: b,
             promised: Ballot::new(4, 2),
         },
+        Msg::Exec {
+            data: partita_types::encode(&exchange),
+        },
     ];
     for (i, m) in msgs.iter().enumerate() {
         write(
             "wire_frame",
             &format!("peer-{i}"),
-            &frame(&Wire::Peer(m.clone())),
+            &partita_wire::to_frame(&Wire::Peer(m.clone())),
         );
-        let mut p = vec![(i as u8) << 1, 0];
-        p.extend(partita_types::encode(m));
-        write("peer_message", &format!("{i}"), &p);
+        // From node 1 (acceptors' messages) or 6 (a Chirper replica's exchange).
+        let from = if matches!(m, Msg::Exec { .. }) { 5 } else { 0 };
+        write(
+            "peer_message",
+            &format!("{i}"),
+            &framed(from << 1 | (i as u8 & 1), &[partita_types::encode(m)]),
+        );
     }
-    write(
-        "wire_frame",
-        "request",
-        &frame(&Wire::Request(cmds[0].clone())),
-    );
     let reply = Reply {
         client: 7,
         seq: 1,
@@ -99,69 +144,46 @@ fn main() {
             true,
         ))),
     };
-    write(
-        "wire_frame",
-        "reply",
-        &frame(&Wire::Reply {
-            reply,
-            leader: Some(1),
-        }),
-    );
-    write(
-        "wire_frame",
-        "hello",
-        &frame(&Wire::ClientHello { client: 7 }),
-    );
-
-    // WAL: a few records of acceptor state, framed as on disk.
-    let mut records = Vec::new();
-    for (i, m) in msgs.iter().take(3).enumerate() {
-        partita_wal::frame_record(&mut records, &partita_types::encode(m));
-        write("wal_segment", &format!("records-{i}"), &records);
-    }
-    let mut image = partita_wal::segment_header(7, 1, 1).to_vec();
-    image.extend_from_slice(&records);
-    write("wal_segment", "segment", &image);
-
-    // Checkpoints of both services with a little state.
-    let mut tree = BPlusTree::new();
-    for k in 0..40 {
-        tree.execute(&Op::Insert {
-            key: k * 3,
-            value: k,
-        });
-    }
-    write(
-        "checkpoint",
-        "btree",
-        &SequentialReplica::new(4, tree).checkpoint(),
-    );
-    let mut kv = KvStore::new();
-    for k in 0..10u8 {
-        kv.execute(&KvCommand::Put(PutRequest {
-            key: vec![b'k', k],
-            value: vec![k; 5],
-            prev_kv: false,
-        }));
-    }
-    write(
-        "checkpoint",
-        "kv",
-        &SequentialReplica::new(4, kv).checkpoint(),
-    );
-
-    // Commands of each service (first byte: which service).
-    let ops = [
-        Op::Insert { key: 5, value: 6 },
-        Op::Read { key: 5 },
-        Op::Query { min: 1, max: 100 },
-        Op::Delete { key: 5 },
+    let wires = [
+        ("request", Wire::Request(cmds[0].clone())),
+        (
+            "reply",
+            Wire::Reply {
+                reply,
+                leader: Some(1),
+            },
+        ),
+        ("hello", Wire::ClientHello { client: 7 }),
+        (
+            "peer-hello",
+            Wire::PeerHello {
+                from: 2,
+                cluster_id: 1,
+            },
+        ),
+        ("status", Wire::StatusRequest),
     ];
-    for (i, op) in ops.iter().enumerate() {
-        let mut c = vec![0];
-        c.extend_from_slice(&BPlusTree::encode_command(op));
-        write("service_commands", &format!("btree-{i}"), &c);
+    let mut stream = Vec::new();
+    for (name, w) in &wires {
+        let f = partita_wire::to_frame(w);
+        write("wire_frame", name, &f);
+        stream.extend_from_slice(&f);
     }
+    write("wire_frame", "stream", &stream);
+
+    // Client commands at the entry node: payloads (bit 2 clear) and whole commands.
+    let btree: Vec<Vec<u8>> = ops
+        .iter()
+        .map(|op| BPlusTree::encode_command(op).to_vec())
+        .collect();
+    write("client_command", "btree", &framed(0, &btree));
+    let whole: Vec<Vec<u8>> = cmds.iter().map(partita_types::encode).collect();
+    write("client_command", "btree-whole", &framed(4, &whole));
+    write(
+        "client_command",
+        "open",
+        &framed(4, &[partita_types::encode(&Command::open(7, 1, 1))]),
+    );
     let kvs = [
         KvCommand::Put(PutRequest {
             key: b"a".to_vec(),
@@ -176,9 +198,177 @@ fn main() {
             count_only: false,
         }),
     ];
-    for (i, c) in kvs.iter().enumerate() {
-        let mut v = vec![1];
-        v.extend_from_slice(&KvStore::encode_command(c));
-        write("service_commands", &format!("kv-{i}"), &v);
+    let kv: Vec<Vec<u8>> = kvs
+        .iter()
+        .map(|c| KvStore::encode_command(c).to_vec())
+        .collect();
+    write("client_command", "kv", &framed(1, &kv));
+    let banks = [
+        BankCmd::Deposit {
+            account: "a".into(),
+            amount: 10,
+        },
+        BankCmd::Transfer {
+            from: "a".into(),
+            to: "b".into(),
+            amount: 4,
+        },
+        BankCmd::Balance {
+            account: "b".into(),
+        },
+    ];
+    let bank: Vec<Vec<u8>> = banks
+        .iter()
+        .map(|c| Bank::encode_command(c).to_vec())
+        .collect();
+    write("client_command", "bank", &framed(2, &bank));
+
+    // Commands of each service (first byte: which service).
+    for (i, c) in btree.iter().enumerate() {
+        write(
+            "service_commands",
+            &format!("btree-{i}"),
+            &[&[0][..], c].concat(),
+        );
     }
+    for (i, c) in kv.iter().enumerate() {
+        write(
+            "service_commands",
+            &format!("kv-{i}"),
+            &[&[1][..], c].concat(),
+        );
+    }
+    for (i, c) in bank.iter().enumerate() {
+        write(
+            "service_commands",
+            &format!("bank-{i}"),
+            &[&[2][..], c].concat(),
+        );
+    }
+    let (u0, u1) = (user_id(0, 0), user_id(1, 1));
+    let chirps = [
+        (
+            Dests::partition(0),
+            DsCommand::Access {
+                cmd: ChirperCommand::Post {
+                    user: u0,
+                    id: 1,
+                    text: "hi".into(),
+                },
+                omega: vec![],
+            },
+        ),
+        (
+            Dests::partition(0).with(Member::Partition(1)),
+            DsCommand::Access {
+                cmd: ChirperCommand::Follow { user: u0, whom: u1 },
+                omega: vec![],
+            },
+        ),
+        (
+            Dests::oracle(),
+            DsCommand::Consult {
+                cmd: ChirperCommand::GetTimeline { user: u0 },
+                extra: vec![],
+            },
+        ),
+        (
+            Dests::oracle(),
+            DsCommand::Create {
+                cmd: ChirperCommand::CreateUser {
+                    user: user_id(0, 9),
+                },
+                at: 0,
+            },
+        ),
+        (
+            Dests::partition(0).with(Member::Partition(1)),
+            DsCommand::Move {
+                moves: vec![(u1, 0)],
+                to: 0,
+            },
+        ),
+    ];
+    let chirp: Vec<Vec<u8>> = chirps.iter().map(partita_types::encode).collect();
+    for (i, c) in chirp.iter().enumerate() {
+        write(
+            "service_commands",
+            &format!("chirper-{i}"),
+            &[&[3][..], c].concat(),
+        );
+    }
+
+    // A Chirper member: commands (tag 0), an exchange from replica 6 (tag 1, sender 2),
+    // a tick (tag 2); DS-SMR (bit 0), partition 0.
+    let mut member = vec![1];
+    for c in &chirp {
+        member.extend_from_slice(&[0, c.len() as u8]);
+        member.extend_from_slice(c);
+    }
+    let x = partita_types::encode(&exchange);
+    member.extend_from_slice(&[1 | 2 << 2, x.len() as u8]);
+    member.extend_from_slice(&x);
+    member.extend_from_slice(&[2, 0]);
+    write("dssmr_member", "dssmr", &member);
+    member[0] = 0;
+    write("dssmr_member", "ssmr", &member);
+
+    // WAL: acceptor records, framed as on disk, and a whole segment of them.
+    let recs = [
+        AcceptorRecord::Promise { ballot: b },
+        AcceptorRecord::Accept {
+            instance: 2,
+            ballot: b,
+            value: value.clone(),
+        },
+        AcceptorRecord::Truncated {
+            below: 1,
+            promised: b,
+        },
+    ];
+    let mut records = Vec::new();
+    for (i, r) in recs.iter().enumerate() {
+        let payload = partita_types::encode(r);
+        write("wal_segment", &format!("record-{i}"), &payload);
+        partita_wal::frame_record(&mut records, &payload);
+    }
+    write("wal_segment", "records", &records);
+    let mut image = partita_wal::segment_header(7, 1, 1).to_vec();
+    image.extend_from_slice(&records);
+    write("wal_segment", "segment", &image);
+
+    // Checkpoints of every service with a little state (cluster 1, node 4).
+    let mut tree = BPlusTree::new();
+    for k in 0..40 {
+        tree.execute(&Op::Insert {
+            key: k * 3,
+            value: k,
+        });
+    }
+    write("checkpoint", "btree", &checkpoint(tree));
+    let mut kv = KvStore::new();
+    for c in &kvs {
+        kv.execute(c);
+    }
+    write("checkpoint", "kv", &checkpoint(kv));
+    let mut bank = Bank::new();
+    for c in &banks {
+        bank.execute(c);
+    }
+    write("checkpoint", "bank", &checkpoint(bank));
+    let users = partita_fuzz::chirper_users();
+    let f = partita_dssmr::replica::factory::<Chirper>(partita_dssmr::client::Scheme::Dssmr, users);
+    let mut r = f.fresh(4);
+    r.configure(&partita_smr::ReplicaOptions {
+        cluster_id: 1,
+        partition: Some((partita_fuzz::chirper_layout(3), 0)),
+        ..Default::default()
+    });
+    write("checkpoint", "chirper", &r.checkpoint(&[]));
+}
+
+fn checkpoint<S: StateMachine>(state: S) -> Vec<u8> {
+    let mut r = SequentialReplica::new(4, state);
+    r.set_cluster_id(1);
+    r.checkpoint()
 }
