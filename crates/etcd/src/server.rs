@@ -49,27 +49,6 @@ struct Queued {
     reply: tokio::sync::oneshot::Sender<Result<KvReply, Status>>,
 }
 
-/// Key and value bytes of a request (what bounds a batch).
-fn weight(cmd: &KvCommand) -> usize {
-    fn op(o: &partita_kv::RequestOp) -> usize {
-        match o {
-            partita_kv::RequestOp::Put(p) => p.key.len() + p.value.len(),
-            partita_kv::RequestOp::Range(r) => r.key.len() + r.end.len(),
-            partita_kv::RequestOp::DeleteRange(d) => d.key.len() + d.end.len(),
-        }
-    }
-    64 + match cmd {
-        KvCommand::Put(p) => p.key.len() + p.value.len(),
-        KvCommand::Range(r) => r.key.len() + r.end.len(),
-        KvCommand::DeleteRange(d) => d.key.len() + d.end.len(),
-        KvCommand::Txn(t) => {
-            t.compare.iter().map(|c| c.key.len() + 16).sum::<usize>()
-                + t.success.iter().chain(&t.failure).map(op).sum::<usize>()
-        }
-        _ => 0,
-    }
-}
-
 /// The state shared by every service of one gateway.
 pub struct Gateway {
     cluster: ClusterConfig,
@@ -240,7 +219,8 @@ impl Gateway {
         );
         if let (true, Some(batcher)) = (batchable, self.batcher.get()) {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let bytes = weight(&cmd);
+            // Checked above, so this is its key and value bytes.
+            let bytes = partita_kv::checked_bytes(&cmd).unwrap_or(0);
             if batcher
                 .send(Queued {
                     cmd,

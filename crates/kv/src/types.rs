@@ -558,8 +558,9 @@ pub fn check(cmd: &KvCommand) -> Result<(), String> {
     Ok(())
 }
 
-/// [`check`] without the size limit: the key and value bytes of an acceptable command.
-fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
+/// [`check`] without the size limit: the key and value bytes of an acceptable command
+/// (what [`REQUEST_BYTES_MAX`] bounds; the etcd gateway bounds its batches by it too).
+pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
     Ok(match cmd {
         KvCommand::Put(p) => {
             check_key("put", &p.key)?;

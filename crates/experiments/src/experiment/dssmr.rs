@@ -11,12 +11,12 @@
 //! `users` users in `communities` communities placed by community, mean
 //! `mean_followers` followers (Pareto, α = 1.5), 90% from the own community.
 
+use super::{line, panel};
 use crate::framework;
 use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
 use partita_dssmr::chirper::{GraphSpec, Workload as ChirperWorkload};
 use partita_dssmr::client::Scheme;
-use partita_plot::{Panel, Series};
 use partita_sim::bench::{self as simbench, BenchReport, BenchSpec};
 use partita_sim::swarm::DsParams;
 use partita_sim::CostTable;
@@ -334,24 +334,6 @@ pub fn write_dssmr(r: &DssmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>>
     framework::write_report(r, dssmr_figures(r), json)
 }
 
-fn series(label: &str, points: Vec<(f64, f64)>) -> Series {
-    Series {
-        label: label.into(),
-        points,
-    }
-}
-
-fn panel(title: &str, x: &str, y: &str, series: Vec<Series>) -> Panel {
-    Panel {
-        title: title.into(),
-        x_label: x.into(),
-        y_label: y.into(),
-        log_x: false,
-        log_y: false,
-        series,
-    }
-}
-
 fn scheme_name(s: Scheme) -> &'static str {
     match s {
         Scheme::Ssmr => "S-SMR",
@@ -387,7 +369,7 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
             "Kcps",
             [Scheme::Ssmr, Scheme::Dssmr]
                 .iter()
-                .map(|&s| series(scheme_name(s), curve(w, s, &|p| p.throughput_cps / 1000.0)))
+                .map(|&s| line(scheme_name(s), curve(w, s, &|p| p.throughput_cps / 1000.0)))
                 .collect(),
         ));
     }
@@ -398,7 +380,7 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
             "mean (ms)",
             [Scheme::Ssmr, Scheme::Dssmr]
                 .iter()
-                .map(|&s| series(scheme_name(s), curve(w, s, &|p| p.latency_ms_mean)))
+                .map(|&s| line(scheme_name(s), curve(w, s, &|p| p.latency_ms_mean)))
                 .collect(),
         ));
     }
@@ -425,7 +407,7 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
             .filter(|p| p.workload == w && p.scheme == Scheme::Dssmr)
         {
             let n = p.moves_per_s.len().max(1) as f64;
-            lines.push(series(
+            lines.push(line(
                 &format!("{} partitions", p.partitions),
                 p.moves_per_s
                     .iter()
@@ -476,13 +458,13 @@ pub fn dssmr_real_figures(r: &DssmrRealReport) -> Vec<(String, partita_plot::Fig
                     continue;
                 }
                 let label = format!("{} r{round}", scheme_name(s));
-                t_lines.push(series(
+                t_lines.push(line(
                     &label,
                     pts.iter()
                         .map(|p| (p.partitions as f64, p.load.throughput_cmds_per_s / 1000.0))
                         .collect(),
                 ));
-                l_lines.push(series(
+                l_lines.push(line(
                     &label,
                     pts.iter()
                         .map(|p| (p.partitions as f64, p.load.latency_ms_p50))

@@ -566,3 +566,23 @@ pub fn table(r: &ExperimentReport) -> String {
     }
     s
 }
+
+/// A figure's curve.
+pub(crate) fn line(label: &str, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        label: label.into(),
+        points,
+    }
+}
+
+/// A figure's panel with linear axes.
+pub(crate) fn panel(title: &str, x: &str, y: &str, series: Vec<Series>) -> Panel {
+    Panel {
+        title: title.into(),
+        x_label: x.into(),
+        y_label: y.into(),
+        log_x: false,
+        log_y: false,
+        series,
+    }
+}

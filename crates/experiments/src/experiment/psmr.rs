@@ -362,24 +362,6 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
     })
 }
 
-fn line(label: &str, points: Vec<(f64, f64)>) -> Series {
-    Series {
-        label: label.into(),
-        points,
-    }
-}
-
-fn panel(title: &str, x: &str, y: &str, series: Vec<Series>) -> Panel {
-    Panel {
-        title: title.into(),
-        x_label: x.into(),
-        y_label: y.into(),
-        log_x: false,
-        log_y: false,
-        series,
-    }
-}
-
 fn curve(r: &PsmrReport, series: &str, x_name: &str, y: impl Fn(&Point) -> f64) -> Vec<(f64, f64)> {
     r.points
         .iter()
