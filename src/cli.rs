@@ -53,6 +53,31 @@ enum Cmd {
     /// Serve a live page of a running cluster (nodes, leaders, progress, throughput,
     /// probe latency, partition map) over HTTP.
     Dashboard(DashboardArgs),
+    /// Write a cluster CA and, signed by it, a certificate and key for every node and
+    /// for clients (mutual TLS); with --cluster, add the [tls] section to the file.
+    Certs(CertsArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("whom").required(true).args(["nodes", "cluster"])))]
+struct CertsArgs {
+    /// Directory for ca.pem/ca.key, node-<id>.pem/.key and client.pem/.key (a CA
+    /// already there is kept and signs the new certificates).
+    #[arg(long)]
+    out: PathBuf,
+    /// Certificates for nodes 1..=N (names only; no addresses known).
+    #[arg(long)]
+    nodes: Option<u32>,
+    /// Certificates for this cluster file's nodes (name and IP of each), and its [tls]
+    /// section appended when it has none.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Validity of the certificates, in days.
+    #[arg(long, default_value_t = partita_harness::certs::VALIDITY_DAYS_DEFAULT)]
+    days: u64,
+    /// Replace certificate and key files that exist.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Args, Debug)]
@@ -178,6 +203,10 @@ enum ExperimentName {
     /// brute force, hot replicas, the LRU cache and both, at 3, 4 and 8 replicas (pure
     /// CPU in this process; --keys, --iterations, --replicas, --rounds, --quick).
     Optimizer,
+    /// Paper 004 §VI-B and §VI-C, Figures 5, 6 and 7 and DBT_a against DBT_b:
+    /// GeoPaxos+, GeoPaxos, Multi-Paxos and EPaxos at the paper's scale in a
+    /// virtual-time model with an emulated WAN (--sim only; --quick, --jobs).
+    Geo,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -430,6 +459,12 @@ impl PartitionArgs {
         c.with_multiring(self.rings, self.ring_m)
             .map_err(|e| anyhow::anyhow!("--rings: {e}"))
     }
+}
+
+/// A bench workload: a base name, or one with parameters (`geo-R@P/N`).
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    s.parse::<Workload>()
+        .map_err(|e| format!("{e}; also geo-R or geo-R@P/N on a GeoPaxos+ cluster"))
 }
 
 /// A value parser for one of the named choices (protocol, durability, mode, workload):
@@ -700,7 +735,9 @@ struct BenchRunArgs {
     /// With --up: durability.
     #[arg(long, value_parser = choice::<Durability>(), default_value = "fsync")]
     durability: Durability,
-    #[arg(long, value_parser = choice::<Workload>(), default_value = "update")]
+    /// query, update, batch, mixed; on a GeoPaxos+ cluster geo-R (R% reads of the geo
+    /// B+tree's operations) or geo-R@P/N (keys of range P of N equal ranges only).
+    #[arg(long, value_parser = parse_workload, default_value = "update")]
     workload: Workload,
     #[arg(long, default_value_t = 1)]
     clients: usize,
@@ -745,6 +782,20 @@ struct BenchRunArgs {
     /// other regions wait their one-way delay.
     #[arg(long, value_name = "REGION")]
     region: Option<String>,
+    /// With --up: GeoPaxos+ (paper 004) over the emulated WAN of the paper's three
+    /// regions, one node each, keys 0..--key-space (default 3000) placed by range
+    /// (California's first, Europe's last); run it with --workload geo-R[@P/3].
+    #[arg(long, requires = "up")]
+    geo: bool,
+    /// With --up: the same three emulated regions and nodes (each an acceptor and a
+    /// replica) ordered by one stream of --protocol, led from Virginia: the baseline
+    /// GeoPaxos+ is compared with.
+    #[arg(long, requires = "up", conflicts_with = "geo")]
+    wan: bool,
+    /// With --up: mutual TLS between the nodes and from the clients (a fresh CA and
+    /// certificates, `partita certs`, in the run's directory).
+    #[arg(long, requires = "up")]
+    tls: bool,
 }
 
 #[derive(Args, Debug)]
@@ -844,6 +895,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Nemesis(a) => nemesis(a).await,
         Cmd::Experiment(a) => experiment(a).await,
         Cmd::Calibrate(a) => calibrate(a),
+        Cmd::Certs(a) => certs(a),
         Cmd::Dashboard(a) => {
             let cluster = load_target(&a.cluster)?;
             let mut sigterm =
@@ -858,6 +910,55 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+fn certs(a: CertsArgs) -> anyhow::Result<i32> {
+    use partita_harness::certs;
+    if !(1..=36_500).contains(&a.days) {
+        bail!("--days must be between 1 and 36500");
+    }
+    let (w, changed) = match (&a.cluster, a.nodes) {
+        (Some(file), _) => certs::certs_for_cluster_file(&a.out, file, a.days, a.force)?,
+        (None, Some(n)) => {
+            if !(1..=1000).contains(&n) {
+                bail!("--nodes must be between 1 and 1000");
+            }
+            let nodes: Vec<(u32, Option<std::net::IpAddr>)> =
+                (1..=n).map(|id| (id, None)).collect();
+            (certs::write_certs(&a.out, &nodes, a.days, a.force)?, false)
+        }
+        (None, None) => bail!("give --nodes N or --cluster FILE"),
+    };
+    println!(
+        "{} in {}: certificates for node{} {} and a client certificate, valid {} days",
+        if w.ca_reused {
+            "kept the CA"
+        } else {
+            "wrote a new CA"
+        },
+        w.dir.display(),
+        if w.nodes.len() == 1 { "" } else { "s" },
+        w.nodes
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        a.days
+    );
+    println!("keep ca.key off the nodes: it signs certificates the cluster trusts");
+    match (&a.cluster, changed) {
+        (Some(file), true) => println!("added a [tls] section to {}", file.display()),
+        (Some(file), false) => println!(
+            "{} already has a [tls] section; left as it is. The files written are:\n\n{}",
+            file.display(),
+            certs::section_toml(&w.section)
+        ),
+        (None, _) => println!(
+            "add this to the cluster file:\n\n{}",
+            certs::section_toml(&w.section)
+        ),
+    }
+    Ok(0)
 }
 
 fn default_cluster_file() -> PathBuf {
@@ -1008,7 +1109,7 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
     let cluster = load_target(&t.cluster)?;
     let mut rows = Vec::new();
     for n in &cluster.nodes {
-        let s = partita_client::node_status(cluster.addr(n.id), Duration::from_secs(1)).await;
+        let s = partita_client::node_status_of(&cluster, n.id, Duration::from_secs(1)).await;
         rows.push((n.clone(), s));
     }
     let all_up = rows.iter().all(|(_, s)| s.is_some());
@@ -1261,6 +1362,18 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 base + 1,
                 rand::random::<u64>() >> 1,
             )),
+            Mode::Smr if a.wan => {
+                let mut c = ClusterConfig::paper_wan_local(base, rand::random::<u64>() >> 1);
+                c.cluster.protocol = a.protocol;
+                c.cluster.durability = a.durability;
+                Ok(c)
+            }
+            Mode::Smr if a.geo => {
+                let keys = a.partitioning.key_space.unwrap_or(3000);
+                let mut c = ClusterConfig::paper_geo_local(base, rand::random::<u64>() >> 1, keys);
+                c.cluster.durability = a.durability;
+                Ok(c)
+            }
             Mode::Smr => {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
                 c.cluster.protocol = a.protocol;
@@ -1268,6 +1381,12 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 a.partitioning.apply(c, bench::key_space(a.preload))
             }
         })?;
+        let c = if a.tls {
+            partita_harness::certs::certs_for_cluster_file(&dir.join("certs"), &file, 30, false)?;
+            ClusterConfig::load(&file)?
+        } else {
+            c
+        };
         let mut lc = LocalCluster::start(&file, &c, &dir, &[], a.node_cpu)?;
         lc.wait_ready(Duration::from_secs(20)).await?;
         _lc = Some(lc);
@@ -1284,6 +1403,15 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     if let Some(w) = &wan {
         println!("{w}");
     }
+    println!(
+        "transport: {}",
+        match cluster.transport() {
+            partita_config::Transport::Tls =>
+                "mutual TLS (TLS 1.3, ECDSA P-256 certificates, rustls with ring)",
+            partita_config::Transport::Insecure => "plain TCP ([tls] insecure = true)",
+            partita_config::Transport::Plain => "plain TCP (loopback)",
+        }
+    );
     match (&a.chirper, cluster.cluster.service.as_str()) {
         (Some(w), "chirper") => {
             let load = partita_harness::chirper::ChirperLoad {
@@ -1319,20 +1447,30 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         }
         (None, _) => {}
     }
-    if !a.quiet {
-        eprintln!("preloading {} entries...", a.preload);
+    // GeoPaxos+: the tree starts with its keys (the cluster file's); no preload.
+    let geo_keys = cluster.geopaxos.as_ref().map(|g| g.keys);
+    match (geo_keys, a.workload) {
+        (Some(_), Workload::Geo { .. }) | (None, _) => {}
+        (Some(_), w) => bail!(
+            "a GeoPaxos+ cluster runs the geo B+tree's operations: --workload geo-R or \
+             geo-R@P/N, not {w}"
+        ),
     }
-    bench::preload(&cluster, a.preload, !a.quiet).await?;
+    let preload = if geo_keys.is_some() { 0 } else { a.preload };
+    if !a.quiet {
+        eprintln!("preloading {preload} entries...");
+    }
+    bench::preload(&cluster, preload, !a.quiet).await?;
     let cfg = BenchConfig {
         workload: a.workload,
         clients: a.clients,
         duration: Duration::from_secs_f64(a.duration),
         think_ms: a.think_ms,
-        preload: a.preload,
+        preload,
         seed: a.seed,
         trim: 0.1,
         progress: !a.quiet,
-        key_space: None,
+        key_space: geo_keys.map(|k| k.max(1)),
     };
     let (mut result, records) = bench::run(&cluster, &cfg).await?;
     result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
@@ -1585,6 +1723,48 @@ fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `partita experiment geo --sim`: paper 004's Figures 5 to 7 and DBT_a against DBT_b,
+/// simulated. The report goes to docs/results/geo-sim.json (figures in docs/figures/)
+/// unless --json names another file (figures then beside it).
+fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    use partita_experiments::experiment::geo;
+    if !a.sim {
+        bail!(
+            "the geo experiment runs only in its virtual-time model for now (--sim): real \
+             processes are not yet supported by this experiment (GeoPaxos+ is being \
+             integrated into real processes)"
+        );
+    }
+    let mut o = if a.quick {
+        geo::GeoSimOptions::quick()
+    } else {
+        geo::GeoSimOptions::full()
+    };
+    if let Some(j) = a.jobs {
+        o.jobs = j;
+    }
+    o.progress = true;
+    let (json, figures) = if a.json == Path::new("experiment.json") {
+        (
+            PathBuf::from("docs/results/geo-sim.json"),
+            Some(PathBuf::from("docs/figures")),
+        )
+    } else {
+        (a.json.clone(), None)
+    };
+    let r = tokio::task::block_in_place(|| geo::run(&o))?;
+    print!("{}", geo::table(&r));
+    println!(
+        "{} points simulated in {:.0} s wall",
+        r.points.len(),
+        r.wall_s
+    );
+    for f in geo::write(&r, &json, figures.as_deref())? {
+        println!("wrote {}", f.display());
+    }
+    Ok(0)
+}
+
 /// `partita experiment psmr --sim`: paper 002's Figures 2 to 5 in the simulator.
 fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     refuse_partitioning_options(&ExperimentArgs {
@@ -1762,7 +1942,8 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::SpeculationPartitioning
         | ExperimentName::Psmr
         | ExperimentName::Dssmr
-        | ExperimentName::Optimizer => unreachable!("dispatched earlier"),
+        | ExperimentName::Optimizer
+        | ExperimentName::Geo => unreachable!("dispatched earlier"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::SimCostOptions::quick()
@@ -1811,6 +1992,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         ExperimentName::Psmr => return psmr_experiment(&a),
         ExperimentName::Dssmr => return dssmr_experiment(&a).await,
         ExperimentName::Optimizer => return optimizer_experiment(&a),
+        ExperimentName::Geo => return geo_experiment(&a),
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
     refuse_partitioning_options(&a)?;
@@ -1825,7 +2007,8 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::SpeculationPartitioning
         | ExperimentName::Psmr
         | ExperimentName::Dssmr
-        | ExperimentName::Optimizer => unreachable!("dispatched above"),
+        | ExperimentName::Optimizer
+        | ExperimentName::Geo => unreachable!("dispatched above"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::CostOptions::quick()

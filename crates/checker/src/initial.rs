@@ -44,7 +44,7 @@ impl Initial {
             _ if count == 0 => 0,
             // Stride 0: every i maps to key 0.
             None => 1,
-            Some(last) => count.min(last + 1),
+            Some(last) => count.min(last.saturating_add(1)),
         }
     }
 

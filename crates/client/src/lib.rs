@@ -19,6 +19,11 @@
 //! [`HELD_FRAMES_MAX`]. The connection handshake and a closed connection are not
 //! delayed.
 //!
+//! **Transport security** (cluster file `[tls]`): with TLS the client presents the
+//! file's client certificate and verifies that each node it connects to holds that
+//! node's certificate of the cluster CA (`partita_net::tls`); the frames above are the
+//! same.
+//!
 //! See the core's documentation for retries, leader hints, early replies and what a
 //! refusal means. [`ClientError::Timeout`] means the outcome is unknown (an `info`
 //! entry in a history); [`ClientError::Rejected`] that the command was not applied.
@@ -27,8 +32,8 @@ pub use partita_client_core::{ClientBugs, ClientConfig, Topology};
 
 use futures_util::future::select_all;
 use partita_client_core::{Action, ClientCore, SubmitError};
-use partita_config::{ClusterConfig, Mode};
-use partita_net::{spawn_writer, FrameReader};
+use partita_config::{ClusterConfig, Mode, Transport};
+use partita_net::{spawn_writer, BoxWrite, FrameReader};
 use partita_service::StateMachine;
 use partita_types::{ClientId, NodeId};
 use partita_wire::Wire;
@@ -38,7 +43,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +76,10 @@ pub enum ClientError {
     SessionExpired,
     #[error("no session could be opened within {0:?}; the command was not sent")]
     NoSession(Duration),
+    /// The cluster file's `[tls]` client credentials cannot be used (a missing file, a
+    /// key that is not the certificate's): nothing was sent.
+    #[error("TLS credentials: {0}")]
+    Tls(String),
     /// [`ClientOptions::region`] names no region of the cluster file's `[wan]`, or the
     /// file has none.
     #[error("region `{region}`: {why}")]
@@ -83,7 +91,10 @@ impl ClientError {
     pub fn not_applied(&self) -> bool {
         matches!(
             self,
-            ClientError::Rejected(_) | ClientError::NoSession(_) | ClientError::Region { .. }
+            ClientError::Rejected(_)
+                | ClientError::NoSession(_)
+                | ClientError::Region { .. }
+                | ClientError::Tls(_)
         )
     }
 }
@@ -176,7 +187,7 @@ impl<T> Held<T> {
 
 /// A connection whose frames this client writes and reads itself.
 struct Conn {
-    wr: OwnedWriteHalf,
+    wr: BoxWrite,
     rd: FrameReader,
 }
 
@@ -196,6 +207,8 @@ pub struct Client<S: StateMachine> {
     held_requests: Held<Vec<u8>>,
     /// Frames read from nodes, waiting for their delay before the core sees them.
     held_replies: Held<Wire>,
+    /// With `[tls]`: what this client presents and trusts.
+    tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
 }
 
 impl<S: StateMachine> Client<S> {
@@ -229,6 +242,27 @@ impl<S: StateMachine> Client<S> {
             ..ClientConfig::default()
         };
         let delays = wan_delays(&cluster, &opts)?;
+        let tls = client_tls(&cluster)?;
+        // GeoPaxos+ (paper 004 §II-B): a client talks to its nearest replica, which
+        // is its request's origin and answers it. Among equally near ones, spread by
+        // index.
+        let (entry, replica) = match cluster.geopaxos {
+            Some(_) => {
+                let nearest = |n: &NodeId| delays.get(n).copied().unwrap_or_default();
+                let best = topo.replicas.iter().map(nearest).min().unwrap_or_default();
+                let near: Vec<NodeId> = topo
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|n| nearest(n) == best)
+                    .collect();
+                let pick = opts.replica.unwrap_or_else(|| {
+                    near[(opts.entry_index.unwrap_or(id >> 16) % near.len() as u64) as usize]
+                });
+                (pick, pick)
+            }
+            None => (entry, replica),
+        };
         let mut c = Client {
             core: ClientCore::new(id, topo, cfg, entry, replica),
             cluster,
@@ -239,6 +273,7 @@ impl<S: StateMachine> Client<S> {
             delays,
             held_requests: Held::default(),
             held_replies: Held::default(),
+            tls,
         };
         c.ensure(entry).await?;
         Ok(c)
@@ -282,7 +317,7 @@ impl<S: StateMachine> Client<S> {
             // timeout resubmits.
             return;
         };
-        if conn.wr.write_all(frame).await.is_err() {
+        if conn.wr.write_all(frame).await.is_err() || conn.wr.flush().await.is_err() {
             self.conns.remove(&to);
             let now = self.now();
             self.core.on_disconnected(to, now);
@@ -327,14 +362,17 @@ impl<S: StateMachine> Client<S> {
             .await
             .map_err(|error| ClientError::Unreachable { node, addr, error })?;
         let _ = stream.set_nodelay(true);
-        let (rd, mut wr) = stream.into_split();
+        let handshake = |reason: String| ClientError::Handshake { node, addr, reason };
+        let (rd, mut wr) = split_stream(stream, node, self.tls.as_ref())
+            .await
+            .map_err(|e| handshake(format!("TLS: {e}")))?;
         let hello = partita_wire::to_frame(&Wire::ClientHello {
             client: self.core.id(),
         });
-        let handshake = |reason: String| ClientError::Handshake { node, addr, reason };
         wr.write_all(&hello)
             .await
             .map_err(|e| handshake(e.to_string()))?;
+        wr.flush().await.map_err(|e| handshake(e.to_string()))?;
         let mut reader = FrameReader::new(rd);
         match tokio::time::timeout(self.opts.timeout, reader.next()).await {
             Ok(Ok(Wire::ClientWelcome { node: n })) if n == node => {}
@@ -533,11 +571,76 @@ fn wan_delays(
         .collect())
 }
 
-/// Ask one node for its status (one-shot connection).
+/// The client's TLS configuration from the cluster file (`None`: plain TCP).
+pub fn client_tls(
+    cluster: &ClusterConfig,
+) -> Result<Option<Arc<partita_net::tls::rustls::ClientConfig>>, ClientError> {
+    let Some(section) = cluster
+        .tls
+        .as_ref()
+        .filter(|_| cluster.transport() == Transport::Tls)
+    else {
+        return Ok(None);
+    };
+    let files = section.client_files().map_err(|e| {
+        ClientError::Tls(format!("cluster file: field `{}`: {}", e.field, e.message))
+    })?;
+    let cfg =
+        partita_net::tls::client_config(&files).map_err(|e| ClientError::Tls(e.to_string()))?;
+    Ok(Some(cfg))
+}
+
+/// A connected stream to `node` as boxed halves: as is, or after a TLS handshake that
+/// verifies the node's certificate.
+async fn split_stream(
+    stream: TcpStream,
+    node: NodeId,
+    tls: Option<&Arc<partita_net::tls::rustls::ClientConfig>>,
+) -> std::io::Result<(partita_net::BoxRead, BoxWrite)> {
+    match tls {
+        None => {
+            let (rd, wr) = stream.into_split();
+            Ok((Box::new(rd), Box::new(wr)))
+        }
+        Some(cfg) => Ok(partita_net::split_boxed(
+            partita_net::tls::connect(cfg, node, stream).await?,
+        )),
+    }
+}
+
+/// Ask node `id` of `cluster` for its status (one-shot connection), over TLS when the
+/// cluster file says so (presenting the client certificate). `None`: no answer in
+/// time, or the credentials cannot be used.
+pub async fn node_status_of(
+    cluster: &ClusterConfig,
+    id: NodeId,
+    timeout: Duration,
+) -> Option<partita_wire::NodeStatus> {
+    let tls = match client_tls(cluster) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("status of node {id}: {e}");
+            return None;
+        }
+    };
+    status_probe(cluster.addr(id), id, tls.as_ref(), timeout).await
+}
+
+/// Ask one node for its status (one-shot connection, plain TCP; a cluster with TLS
+/// needs [`node_status_of`]).
 pub async fn node_status(addr: SocketAddr, timeout: Duration) -> Option<partita_wire::NodeStatus> {
+    status_probe(addr, 0, None, timeout).await
+}
+
+async fn status_probe(
+    addr: SocketAddr,
+    id: NodeId,
+    tls: Option<&Arc<partita_net::tls::rustls::ClientConfig>>,
+    timeout: Duration,
+) -> Option<partita_wire::NodeStatus> {
     let fut = async {
         let stream = TcpStream::connect(addr).await.ok()?;
-        let (rd, wr) = stream.into_split();
+        let (rd, wr) = split_stream(stream, id, tls).await.ok()?;
         let tx = spawn_writer(wr);
         tx.send(Arc::new(partita_wire::to_frame(&Wire::StatusRequest)))
             .await

@@ -66,7 +66,11 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
 
+pub mod geo;
+pub mod tls;
 pub mod wan;
+pub use geo::GeoSection;
+pub use tls::{TlsSection, Transport};
 pub use wan::{Region, Wan, WanSection};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -445,9 +449,15 @@ pub struct ClusterConfig {
     /// S-SMR/DS-SMR (paper 003) for `service = "chirper"`; absent for other services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dssmr: Option<DssmrSection>,
+    /// GeoPaxos+ (paper 004, see [`geo`]); absent: one stream (or Multi-Ring Paxos).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geopaxos: Option<GeoSection>,
     /// Regions and the emulated WAN (see [`wan`]); absent: no delay anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wan: Option<WanSection>,
+    /// Transport security (see [`tls`]); absent: plain TCP, on loopback only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSection>,
     #[serde(rename = "node")]
     pub nodes: Vec<NodeSection>,
 }
@@ -506,7 +516,15 @@ impl ClusterConfig {
             path: p.clone(),
             source,
         })?;
-        Self::parse(&text, &p)
+        let mut cfg = Self::parse(&text, &p)?;
+        // `[tls]` paths are relative to the file; absolute from here on, so that a copy
+        // of the file written elsewhere (`partita up`'s data directory) names the same.
+        if let Some(t) = &mut cfg.tls {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+            t.resolve_paths(&dir);
+        }
+        Ok(cfg)
     }
 
     pub fn parse(text: &str, path: &str) -> Result<ClusterConfig, ConfigError> {
@@ -566,6 +584,10 @@ impl ClusterConfig {
         }
         self.validate_etcd_addrs()?;
         self.validate_wan()?;
+        if let Some(t) = &self.tls {
+            let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+            t.validate(&ids)?;
+        }
         let svc = &self.cluster.service;
         if svc.is_empty()
             || svc.len() > 64
@@ -718,6 +740,7 @@ impl ClusterConfig {
         if self.multiring.is_some() {
             self.validate_multiring(&map)?;
         }
+        self.validate_geo(&map)?;
         self.validate_dssmr()?;
         match self.cluster.mode {
             Mode::Cs => {
@@ -1171,6 +1194,126 @@ impl ClusterConfig {
         Ok(())
     }
 
+    /// `[geopaxos]`: its fields, and a cluster it can run on (see [`geo`]).
+    fn validate_geo(&self, map: &PartitionMap) -> Result<(), FieldError> {
+        let Some(g) = &self.geopaxos else {
+            return Ok(());
+        };
+        let f = |field: &str, m: &str| Err(FieldError::new(field, m.to_string()));
+        g.validate()?;
+        if self.cluster.service != "btree" {
+            return f(
+                "cluster.service",
+                "GeoPaxos+ replicates the geo B+tree: service = \"btree\" (clients send \
+                 B+tree commands)",
+            );
+        }
+        if self.cluster.mode != Mode::Smr || self.cluster.protocol != Protocol::MultiPaxos {
+            return f(
+                "cluster.protocol",
+                "GeoPaxos+'s serializers are Multi-Paxos groups: mode = \"smr\", protocol = \
+                 \"multipaxos\"",
+            );
+        }
+        if map.is_partitioned() || self.multiring.is_some() || self.dssmr.is_some() {
+            return f(
+                "geopaxos",
+                "GeoPaxos+ does not combine with state partitioning, Multi-Ring Paxos or \
+                 DS-SMR",
+            );
+        }
+        if self.execution != ExecutionSection::default() {
+            return f(
+                "execution",
+                "GeoPaxos+ replicas execute in timestamp order: no speculation, early \
+                 replies or P-SMR threads",
+            );
+        }
+        let replicas = self.with_role(Role::Replica);
+        let acceptors = self.with_role(Role::Acceptor);
+        if replicas.is_empty() || replicas.len() > 32 {
+            return f("node.roles", "GeoPaxos+ needs 1 to 32 replicas");
+        }
+        if replicas != acceptors || !self.with_role(Role::Batcher).is_empty() {
+            return f(
+                "node.roles",
+                "with [geopaxos] every node is an acceptor and a replica (a serializer's \
+                 leader sits with its replica), and there are no batchers",
+            );
+        }
+        Ok(())
+    }
+
+    /// The client session lease of the cluster's replicas and clients: `[sessions]`'s,
+    /// but none with GeoPaxos+ (its replicas keep no sessions; they deduplicate
+    /// writes by request id, see `partita_node::geo`).
+    pub fn session_lease(&self) -> Option<u64> {
+        match self.geopaxos {
+            Some(_) => None,
+            None => self.sessions.lease(),
+        }
+    }
+
+    /// GeoPaxos+ for the node cores (`None` without `[geopaxos]`).
+    pub fn geo_setup(&self) -> Option<partita_node::GeoSetup> {
+        let g = self.geopaxos.as_ref()?;
+        let replicas = self.with_role(Role::Replica);
+        let wan = self.wan();
+        let region = |id: NodeId| self.node_region(id);
+        let regions = replicas
+            .iter()
+            .map(|&id| match (&wan, region(id)) {
+                (Some(w), Some(r)) => format!("{}-{id}", w.name(r)),
+                _ => format!("node-{id}"),
+            })
+            .collect();
+        // Within a region (or without [wan]) the cost model takes a LAN round trip.
+        let rtt_ms = replicas
+            .iter()
+            .map(|&a| {
+                replicas
+                    .iter()
+                    .map(|&b| match (&wan, region(a), region(b)) {
+                        _ if a == b => 0.0,
+                        (Some(w), Some(ra), Some(rb)) if ra != rb => f64::from(w.rtt_ms(ra, rb)),
+                        _ => 0.5,
+                    })
+                    .collect()
+            })
+            .collect();
+        let tick = self.cluster.tick_ms.max(1);
+        let max_rtt = self.wan_rtt_max_ms();
+        Some(partita_node::GeoSetup {
+            replicas,
+            regions,
+            rtt_ms,
+            order: g.order,
+            keys: g.keys,
+            value_bytes: g.value_bytes,
+            dop_interval_ms: g.dop_interval_ms,
+            optimizer_brute_force: g.optimizer == "brute-force",
+            seed: g.seed,
+            stall_check_ticks: (1000.max(4 * max_rtt) / tick).max(1),
+            clock_retry_ticks: (200.max(2 * max_rtt) / tick).max(1),
+        })
+    }
+
+    /// The largest round trip between two nodes' regions (0 without `[wan]`).
+    pub fn wan_rtt_max_ms(&self) -> u64 {
+        let Some(w) = self.wan() else { return 0 };
+        let regions: Vec<_> = self
+            .nodes
+            .iter()
+            .filter_map(|n| self.node_region(n.id))
+            .collect();
+        regions
+            .iter()
+            .flat_map(|&a| regions.iter().map(move |&b| (a, b)))
+            .map(|(a, b)| u64::from(w.rtt_ms(a, b)))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The emulated WAN's matrix (`None`: no `[wan]` section, no delay).
     pub fn wan(&self) -> Option<Wan> {
         let w = self.wan.as_ref()?;
@@ -1292,12 +1435,14 @@ impl ClusterConfig {
         partita_client_core::Topology {
             entries: match self.cluster.mode {
                 Mode::Cs => vec![self.entry_node()],
+                // GeoPaxos+: a client's request enters at a replica, its origin.
+                Mode::Smr if self.geopaxos.is_some() => self.with_role(Role::Replica),
                 Mode::Smr => m.entry_rotation(),
             },
             batchers: !m.batchers.is_empty(),
             replicas: self.executors(),
             layout: self.partition_layout(),
-            session_lease_ms: self.sessions.lease(),
+            session_lease_ms: self.session_lease(),
             psmr: self
                 .psmr_layout()
                 .map(|layout| partita_client_core::PsmrClient {
@@ -1337,8 +1482,11 @@ impl ClusterConfig {
             batch_delay_ticks: self.batching.batch_delay_ms.div_ceil(tick),
             value_interval_ticks: self.batching.value_interval_ms.div_ceil(tick),
             window_instances_max: self.batching.window_instances_max,
-            retransmit_ticks: (200 / tick).max(1),
+            // Over an emulated WAN a round trip may take longer than the LAN's
+            // timeouts: retransmissions and elections wait for a few of the longest.
+            retransmit_ticks: (200.max(2 * self.wan_rtt_max_ms()) / tick).max(1),
             heartbeat_ticks: (50 / tick).max(1),
+            election_timeout_ticks: (250.max(4 * self.wan_rtt_max_ms()) / tick).max(1),
             time_step_max_ms: self.sessions.lease().map_or(u64::MAX, |l| (l / 4).max(1)),
             ..CoordinatorConfig::default()
         }
@@ -1356,7 +1504,7 @@ impl ClusterConfig {
         partita_node::NodeSetup {
             id,
             service,
-            session_lease_ms: self.sessions.lease(),
+            session_lease_ms: self.session_lease(),
             cluster_id: self.cluster.id,
             mode: self.cluster.mode,
             membership: self.membership(),
@@ -1371,6 +1519,7 @@ impl ClusterConfig {
             speculative: self.execution.speculative,
             psmr: self.psmr_layout(),
             multiring: self.multiring_setup(),
+            geo: self.geo_setup(),
         }
     }
 
@@ -1401,7 +1550,7 @@ impl ClusterConfig {
 
     pub fn learner_config(&self) -> LearnerConfig {
         LearnerConfig {
-            gap_ticks: (20 / self.cluster.tick_ms).max(1),
+            gap_ticks: (20.max(self.wan_rtt_max_ms()) / self.cluster.tick_ms).max(1),
             ..LearnerConfig::default()
         }
     }
@@ -1436,6 +1585,8 @@ impl ClusterConfig {
             multiring: None,
             dssmr: None,
             wan: None,
+            geopaxos: None,
+            tls: None,
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
                 node(2, vec![Role::Acceptor]),
@@ -1460,6 +1611,24 @@ impl ClusterConfig {
         }
         c.cluster.coordinator = Some(2);
         c.wan = Some(WanSection::paper());
+        c
+    }
+
+    /// Paper 004's deployment for GeoPaxos+ on this machine: [`paper_wan_local`]'s
+    /// three nodes (California, Virginia, Europe; each an acceptor and a replica),
+    /// Multi-Paxos serializers, the geo B+tree with keys `0..keys` placed by range
+    /// (California's first, Europe's last).
+    ///
+    /// [`paper_wan_local`]: ClusterConfig::paper_wan_local
+    pub fn paper_geo_local(base_port: u16, cluster_id: u64, keys: u64) -> ClusterConfig {
+        let mut c = ClusterConfig::paper_wan_local(base_port, cluster_id);
+        c.cluster.protocol = Protocol::MultiPaxos;
+        c.cluster.service = "btree".into();
+        c.cluster.coordinator = Some(1);
+        c.geopaxos = Some(GeoSection {
+            keys,
+            ..GeoSection::default()
+        });
         c
     }
 
@@ -1552,6 +1721,8 @@ impl ClusterConfig {
             multiring: None,
             dssmr: None,
             wan: None,
+            geopaxos: None,
+            tls: None,
             nodes: vec![NodeSection {
                 id: 1,
                 addr: format!("127.0.0.1:{port}"),

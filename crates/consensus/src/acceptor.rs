@@ -195,6 +195,9 @@ impl Acceptor {
             position += 1;
             match r {
                 AcceptorRecord::Promise { ballot } => a.promised = a.promised.max(ballot),
+                // Records of a log shared by several groups: their owner unwraps them
+                // before they reach a group's acceptor (`partita_node::geo`).
+                AcceptorRecord::Group { .. } | AcceptorRecord::Boot { .. } => {}
                 AcceptorRecord::Truncated { below, promised } => {
                     a.promised = a.promised.max(promised);
                     a.truncate_below(below);

@@ -933,6 +933,19 @@ pub enum AcceptorRecord {
         below: Instance,
         promised: Ballot,
     },
+    /// A record of one of several Paxos groups that share this node's log (GeoPaxos:
+    /// a node is an acceptor of every serializer's group; see
+    /// `partita_node::geo`). An acceptor of one group never writes it.
+    Group {
+        group: u32,
+        record: Box<AcceptorRecord>,
+    },
+    /// A node that numbers its lives (GeoPaxos replicas: a restarted replica's
+    /// requests must not be taken for those of its earlier life) wrote this when it
+    /// started its `incarnation`-th life.
+    Boot {
+        incarnation: u32,
+    },
 }
 
 /// Token identifying a persist request; the driver hands it back on completion.

@@ -301,9 +301,12 @@ impl Gateway {
     /// Refresh the term, leader and applied index from this node's status, every
     /// second, for as long as the gateway runs.
     pub async fn follow_status(self: Arc<Self>) {
-        let addr = self.cluster.addr(self.node);
         loop {
-            if let Some(s) = partita_client::node_status(addr, Duration::from_secs(1)).await {
+            // Over TLS when the cluster file has it (the client certificate).
+            if let Some(s) =
+                partita_client::node_status_of(&self.cluster, self.node, Duration::from_secs(1))
+                    .await
+            {
                 if let Some(b) = s.delivered_ballots.last() {
                     // Terms start at 1, as etcd's do: ballot zero (the first leader)
                     // is term 1, a ballot of round r is term r + 1.

@@ -151,6 +151,30 @@ pub struct Target {
     pub round: u32,
 }
 
+impl Target {
+    /// The target in a report's text: ratio (with `decimals`), every round's, the
+    /// verdict and the evidence.
+    pub fn summary(&self, decimals: usize) -> String {
+        let rounds: Vec<String> = self
+            .round_ratios
+            .iter()
+            .map(|x| format!("{x:.decimals$}x"))
+            .collect();
+        format!(
+            "target {}: {:.decimals$}x (rounds: {}; {} of {} at or above {:.0}x), required {:.0}x: {}\n  evidence: {}\n",
+            self.what,
+            self.ratio,
+            rounds.join(" "),
+            self.rounds_met,
+            self.round_ratios.len(),
+            self.required,
+            self.required,
+            if self.met { "MET" } else { "NOT MET" },
+            self.evidence
+        )
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct PartReport {
     pub name: String,

@@ -95,7 +95,14 @@ pub struct GeoStats {
     pub dops: u64,
     /// Requests the tree refused at execution (a value too large), answered as such.
     pub refused: u64,
+    /// Writes not executed because a copy with the same request id ran before
+    /// ([`GeoReplica::with_dedup`]): answered from the first copy's reply.
+    pub deduplicated: u64,
 }
+
+/// How many executed writes a replica remembers for deduplication
+/// ([`GeoReplica::with_dedup`]), oldest forgotten first.
+pub const DEDUP_WRITES_MAX: usize = 100_000;
 
 fn to_set(c: Config) -> SerializerSet {
     SerializerSet(c.mask())
@@ -115,6 +122,12 @@ pub struct GeoReplica {
     next_seq: u64,
     bugs: GeoBugs,
     stats: GeoStats,
+    /// With [`GeoReplica::with_dedup`]: the replies of the last
+    /// [`DEDUP_WRITES_MAX`] writes executed, by request id, and their order.
+    dedup: Option<(
+        std::collections::BTreeMap<u64, Reply>,
+        std::collections::VecDeque<u64>,
+    )>,
 }
 
 impl GeoReplica {
@@ -130,6 +143,7 @@ impl GeoReplica {
             next_seq: 0,
             bugs: GeoBugs::default(),
             stats: GeoStats::default(),
+            dedup: None,
         })
     }
 
@@ -140,6 +154,21 @@ impl GeoReplica {
     /// when it crashed.
     pub fn with_incarnation(mut self, incarnation: u32) -> GeoReplica {
         self.incarnation = incarnation;
+        self
+    }
+
+    /// Exactly-once writes for clients that resubmit a request, possibly through
+    /// another replica: `request` ids are then global (the same id for every copy of
+    /// one client request, distinct between requests), and a write (UPDATE, INSERT)
+    /// whose id already ran is not executed again; its origin answers with the first
+    /// copy's reply. Every copy of a write is ordered by the serializers of the node
+    /// it writes (or it is resubmitted), so copies reach this decision in the same
+    /// order at every replica and every replica decides alike. Reads are not
+    /// remembered: running one twice changes nothing. The last
+    /// [`DEDUP_WRITES_MAX`] writes are remembered; a copy delayed past that many
+    /// later writes would run again.
+    pub fn with_dedup(mut self) -> GeoReplica {
+        self.dedup = Some(Default::default());
         self
     }
 
@@ -250,6 +279,22 @@ impl GeoReplica {
             let mine = from == self.me && ready.op.incarnation == self.incarnation;
             let dst = to_config(ready.dst);
             let op = &ready.value.op;
+            if op.is_write() {
+                if let Some(reply) = self
+                    .dedup
+                    .as_ref()
+                    .and_then(|(done, _)| done.get(&ready.value.request))
+                {
+                    self.stats.deduplicated += 1;
+                    if mine {
+                        out.push(GeoAction::Reply {
+                            request: ready.value.request,
+                            reply: reply.clone(),
+                        });
+                    }
+                    continue;
+                }
+            }
             // A DOP ordered by fewer than all (the planted bug) still executes.
             let delivery = if matches!(op, Op::Dop) {
                 self.stats.dops += 1;
@@ -262,6 +307,16 @@ impl GeoReplica {
             match delivery {
                 Ok(Delivery::Executed(reply)) => {
                     self.stats.executed += 1;
+                    if op.is_write() {
+                        if let Some((done, order)) = self.dedup.as_mut() {
+                            done.insert(ready.value.request, reply.clone());
+                            order.push_back(ready.value.request);
+                            if order.len() > DEDUP_WRITES_MAX {
+                                let old = order.pop_front().expect("not empty");
+                                done.remove(&old);
+                            }
+                        }
+                    }
                     if ready.dst.len() > 1 {
                         self.stats.executed_multi += 1;
                     }

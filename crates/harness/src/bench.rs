@@ -143,7 +143,8 @@ pub async fn cluster_pids(cluster: &ClusterConfig) -> Vec<u32> {
         if !addr.ip().is_loopback() {
             continue;
         }
-        if let Some(s) = partita_client::node_status(addr, Duration::from_secs(2)).await {
+        if let Some(s) = partita_client::node_status_of(cluster, n.id, Duration::from_secs(2)).await
+        {
             if s.pid != own && cpu::process_cpu(s.pid).is_some() && !pids.contains(&s.pid) {
                 pids.push(s.pid);
             }

@@ -471,11 +471,13 @@ pub async fn poll_loop(state: Shared) {
     loop {
         tick.tick().await;
         let mut set = tokio::task::JoinSet::new();
-        for (i, a) in addrs.iter().copied().enumerate() {
+        for (i, n) in cluster.nodes.iter().enumerate() {
+            // Over TLS when the cluster file has it (the client certificate).
+            let (cluster, id) = (cluster.clone(), n.id);
             set.spawn(async move {
                 (
                     i,
-                    partita_client::node_status(a, Duration::from_millis(800)).await,
+                    partita_client::node_status_of(&cluster, id, Duration::from_millis(800)).await,
                 )
             });
         }

@@ -120,7 +120,7 @@ impl LocalCluster {
         let deadline = Instant::now() + timeout;
         for n in self.cluster.nodes.clone() {
             loop {
-                if partita_client::node_status(self.cluster.addr(n.id), Duration::from_millis(500))
+                if partita_client::node_status_of(&self.cluster, n.id, Duration::from_millis(500))
                     .await
                     .is_some()
                 {

@@ -4,10 +4,12 @@
 //! time of processes (`cpu`), histories in DESIGN.md's format (`history`), the nemesis
 //! that kills, restarts and pauses real nodes under load (`nemesis`), and the services
 //! a node program can run (`services`), the live cluster page (`dashboard`) and progress
-//! bars for long jobs (`progress`). The `partita` binary is a command-line front
+//! bars for long jobs (`progress`), and the cluster CA and certificates of mutual TLS
+//! (`certs`). The `partita` binary is a command-line front
 //! end over it; tests and experiments use it directly.
 
 pub mod bench;
+pub mod certs;
 pub mod chirper;
 pub mod cpu;
 pub mod dashboard;

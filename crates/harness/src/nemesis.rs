@@ -21,7 +21,7 @@ use crate::bench::{self, BenchConfig, BenchResult, Workload};
 use crate::launch::LocalCluster;
 use anyhow::{bail, Context};
 use partita_btree::{Op, OpResult};
-use partita_client::{node_status, Client, ClientOptions};
+use partita_client::{Client, ClientOptions};
 use partita_config::{ClusterConfig, Role};
 use partita_types::NodeId;
 use partita_wire::NodeStatus;
@@ -258,7 +258,7 @@ impl std::fmt::Display for NemesisReport {
 async fn statuses(c: &ClusterConfig, timeout: Duration) -> Vec<(NodeId, Option<NodeStatus>)> {
     let mut v = Vec::new();
     for n in &c.nodes {
-        v.push((n.id, node_status(c.addr(n.id), timeout).await));
+        v.push((n.id, partita_client::node_status_of(c, n.id, timeout).await));
     }
     v
 }
@@ -280,7 +280,7 @@ async fn coordinator(c: &ClusterConfig) -> Option<(NodeId, u64)> {
 async fn delivered_ballot(c: &ClusterConfig) -> partita_types::Ballot {
     let mut newest = partita_types::Ballot::ZERO;
     for id in c.executors() {
-        if let Some(s) = node_status(c.addr(id), Duration::from_millis(300)).await {
+        if let Some(s) = partita_client::node_status_of(c, id, Duration::from_millis(300)).await {
             if let Some(d) = s.delivered_ballots.last() {
                 newest = newest.max(d.ballot);
             }
@@ -311,7 +311,8 @@ async fn failover(
     while t0.elapsed() < limit {
         let mut first: Option<u64> = None;
         for id in c.executors() {
-            if let Some(s) = node_status(c.addr(id), Duration::from_millis(100)).await {
+            if let Some(s) = partita_client::node_status_of(c, id, Duration::from_millis(100)).await
+            {
                 if let Some(d) = s.delivered_ballots.iter().find(|d| d.ballot > old) {
                     first = Some(first.map_or(d.unix_ms, |f| f.min(d.unix_ms)));
                 }

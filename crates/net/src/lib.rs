@@ -5,13 +5,28 @@
 //! resubmit), so one slow peer never blocks the node. Readers parse frames and hand
 //! decoded messages to the caller; a malformed, oversized or wrong-version frame ends
 //! that connection only.
+//!
+//! Readers and writers take any byte stream: a TCP socket's halves, or the halves of a
+//! TLS stream ([`tls`]), so the frames are the same over both.
 
 use partita_types::frame::{self, FrameError};
 use partita_wire::Wire;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+
+pub mod tls;
+
+/// The reading half of a connection, plain or TLS.
+pub type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing half of a connection, plain or TLS.
+pub type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Split a TLS (or any) stream into boxed halves.
+pub fn split_boxed<S: AsyncRead + AsyncWrite + Send + 'static>(s: S) -> (BoxRead, BoxWrite) {
+    let (rd, wr) = tokio::io::split(s);
+    (Box::new(rd), Box::new(wr))
+}
 
 pub type FrameBytes = Arc<Vec<u8>>;
 
@@ -33,17 +48,25 @@ pub enum ReadError {
 /// Reads whole frames from a stream. [`FrameReader::next`] is cancel-safe: bytes enter
 /// the buffer only once a read completed, so it can sit in `select!` or under a timeout.
 pub struct FrameReader {
-    rd: OwnedReadHalf,
+    rd: BoxRead,
     buf: Vec<u8>,
     start: usize,
     scratch: Box<[u8]>,
 }
 
 impl FrameReader {
-    pub fn new(rd: OwnedReadHalf) -> FrameReader {
+    pub fn new(rd: impl AsyncRead + Send + Unpin + 'static) -> FrameReader {
+        FrameReader::with_prefix(rd, &[])
+    }
+
+    /// A reader whose stream already gave `prefix` (bytes read to tell what the
+    /// connection is).
+    pub fn with_prefix(rd: impl AsyncRead + Send + Unpin + 'static, prefix: &[u8]) -> FrameReader {
+        let mut buf = Vec::with_capacity(64 * 1024);
+        buf.extend_from_slice(prefix);
         FrameReader {
-            rd,
-            buf: Vec::with_capacity(64 * 1024),
+            rd: Box::new(rd),
+            buf,
             start: 0,
             scratch: vec![0; 64 * 1024].into_boxed_slice(),
         }
@@ -75,7 +98,7 @@ impl FrameReader {
 }
 
 /// Spawn the writer task of a connection; returns its queue.
-pub fn spawn_writer(mut wr: OwnedWriteHalf) -> mpsc::Sender<FrameBytes> {
+pub fn spawn_writer(mut wr: impl AsyncWrite + Send + Unpin + 'static) -> mpsc::Sender<FrameBytes> {
     let (tx, mut rx) = mpsc::channel::<FrameBytes>(SEND_QUEUE_FRAMES_MAX);
     tokio::spawn(async move {
         let mut buf: Vec<u8> = Vec::with_capacity(256 * 1024);
@@ -88,7 +111,8 @@ pub fn spawn_writer(mut wr: OwnedWriteHalf) -> mpsc::Sender<FrameBytes> {
                     Err(_) => break,
                 }
             }
-            if wr.write_all(&buf).await.is_err() {
+            // (Flushing is a no-op on TCP; TLS may hold the last record until then.)
+            if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
             buf.clear();

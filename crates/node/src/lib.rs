@@ -51,10 +51,12 @@
 //! suffix. The checkpoint includes the reply cache, so exactly-once holds across
 //! restarts and state transfers.
 
+pub mod geo;
 pub mod multiring;
 pub mod ordering;
 mod transfer;
 
+pub use geo::{GeoOrdering, GeoSetup};
 pub use multiring::{MultiRingOrdering, MultiRingSetup, RingSpec};
 pub use ordering::{AtomicMulticast, PaxosOrdering};
 pub use transfer::CHUNK_BYTES_MAX;
@@ -113,6 +115,9 @@ pub struct NodeSetup {
     /// Multi-Ring Paxos (paper 002, cluster file `[multiring]`): the rings, `M` and the
     /// skip rule. `None`: one Ring Paxos or Multi-Paxos stream.
     pub multiring: Option<MultiRingSetup>,
+    /// GeoPaxos+ (paper 004, cluster file `[geopaxos]`): serializers, the geo B+tree
+    /// and its optimizer. `None`: not a GeoPaxos+ cluster.
+    pub geo: Option<GeoSetup>,
 }
 
 /// Replica checkpoints and state transfer (cluster file `[storage]`).
@@ -267,10 +272,19 @@ pub struct UnsafeBugs {
     /// S-SMR/DS-SMR: a command with several destinations runs once the values it needs
     /// are in, without waiting for every destination's signal.
     pub ds_no_signals: bool,
+    /// GeoPaxos+: a DOP is ordered by its origin's serializer only, not with
+    /// everything.
+    pub geo_dop_not_ordered: bool,
+    /// GeoPaxos+: an UPDATE or INSERT is ordered by one of its node's serializers, not
+    /// all of them.
+    pub geo_write_one_serializer: bool,
+    /// GeoPaxos+: the timestamp merge executes an operation before its timestamp is
+    /// safe (drops rules R2 and R3).
+    pub geo_execute_before_safe: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 18] = [
+    pub const NAMES: [&'static str; 21] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -289,6 +303,9 @@ impl UnsafeBugs {
         "ds-locality-at-consult",
         "ds-oracle-ignores-moves",
         "ds-no-signals",
+        "geo-dop-not-ordered",
+        "geo-write-one-serializer",
+        "geo-execute-before-safe",
     ];
 
     /// The flag of the bug called `name`.
@@ -312,6 +329,9 @@ impl UnsafeBugs {
             "ds-locality-at-consult" => &mut self.ds_locality_at_consult,
             "ds-oracle-ignores-moves" => &mut self.ds_oracle_ignores_moves,
             "ds-no-signals" => &mut self.ds_no_signals,
+            "geo-dop-not-ordered" => &mut self.geo_dop_not_ordered,
+            "geo-write-one-serializer" => &mut self.geo_write_one_serializer,
+            "geo-execute-before-safe" => &mut self.geo_execute_before_safe,
             _ => return None,
         })
     }
@@ -524,15 +544,19 @@ impl NodeCore {
                     };
                     core.replica = Some(replica);
                 }
-                core.ordering = Some(match &setup.multiring {
-                    None => Box::new(PaxosOrdering::new(
+                core.ordering = Some(match (&setup.multiring, &setup.geo) {
+                    (_, Some(geo)) => Box::new(
+                        GeoOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
+                            .map_err(RecoverError::Config)?,
+                    ),
+                    (None, None) => Box::new(PaxosOrdering::new(
                         &setup,
                         recovered,
                         next_deliver,
                         &core.bugs,
                         &mut start,
                     )),
-                    Some(rings) => Box::new(
+                    (Some(rings), None) => Box::new(
                         MultiRingOrdering::new(
                             &setup,
                             rings,
@@ -606,6 +630,13 @@ impl NodeCore {
 
     pub fn elector(&self) -> Option<&Elector> {
         self.own_roles().and_then(|p| p.elector())
+    }
+
+    /// GeoPaxos+, when this node runs it (for status and tests).
+    pub fn geo(&self) -> Option<&GeoOrdering> {
+        self.ordering
+            .as_ref()
+            .and_then(|o| o.as_any().downcast_ref::<GeoOrdering>())
     }
 
     /// Multi-Ring Paxos, when this node runs it (for status and tests).
@@ -1344,6 +1375,9 @@ impl NodeCore {
     }
 
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
+        if let Some(o) = self.ordering.as_mut() {
+            o.take_replies(&mut self.replies);
+        }
         out.extend(self.replies.drain(..).map(Output::Reply));
         self.flush_early(out);
         if let Some(r) = self.replica.as_mut() {
@@ -1489,6 +1523,7 @@ mod tests {
             speculative: false,
             psmr: None,
             multiring: None,
+            geo: None,
         }
     }
 

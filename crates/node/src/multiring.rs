@@ -334,6 +334,7 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
         early_replies: false,
         psmr: None,
         multiring: None,
+        geo: None,
         ..setup.clone()
     }
 }

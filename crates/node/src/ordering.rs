@@ -70,6 +70,9 @@ pub trait AtomicMulticast: Send {
     /// Proposals and decisions noted for the driver's metrics since the last call
     /// (only where the configuration asks for them; none by default).
     fn drain_observations(&mut self, _out: &mut Vec<partita_consensus::Observation>) {}
+    /// Replies the ordering produced itself (an ordering that also executes, as
+    /// GeoPaxos+'s replicas do); none by default.
+    fn take_replies(&mut self, _out: &mut Vec<partita_types::Reply>) {}
     fn invariants(&self);
     /// The concrete protocol, for status output and tests.
     fn as_any(&self) -> &dyn Any;

@@ -24,12 +24,22 @@
 //! the event loop queues it, and the peer's link task writes it no earlier than that
 //! (see [`spawn_peer_link`]). The core never sees the delay; frames to clients are not
 //! delayed here (the client delays its own side).
+//!
+//! Transport security (cluster file `[tls]`, `partita_net::tls`): with TLS every
+//! accepted connection must complete a mutual-TLS handshake with a certificate of the
+//! cluster's CA, and the identity it proves must match its hello (a `PeerHello` from
+//! node `n` needs node `n`'s certificate, a `ClientHello` a client certificate); peer
+//! links verify that the peer they dial is the node they meant. A refused connection
+//! is logged with its reason and counted (`connections_refused`); the node serves
+//! everyone else. Without `[tls]` the node listens only on loopback
+//! (`partita_config::tls::check_plain_bind`).
 
 use crate::checkpoint::CheckpointStore;
 use anyhow::{bail, Context};
 use partita_config::{ClusterConfig, Durability, Mode, Role};
 use partita_consensus::{AcceptorRecord, Msg};
-use partita_net::{spawn_writer, FrameBytes, FrameReader};
+use partita_net::tls::{NodeTls, PeerIdentity};
+use partita_net::{spawn_writer, BoxWrite, FrameBytes, FrameReader};
 use partita_node::{NodeCore, Output, UnsafeBugs};
 use partita_types::{Ballot, ClientId, Command, NodeId};
 use partita_wire::{to_frame, NodeStatus, Wire};
@@ -139,6 +149,8 @@ struct Node {
     out: Vec<Output>,
     /// How often a connection waited for room in the bounded inbox.
     inbox_full_waits: Arc<std::sync::atomic::AtomicU64>,
+    /// Connections refused for their credentials (TLS handshake or identity).
+    connections_refused: Arc<std::sync::atomic::AtomicU64>,
     /// When this replica first delivered a value of each new ballot (the newest
     /// `DELIVERED_BALLOTS_KEPT`), stamped right after the step that delivered it.
     delivered_ballots: VecDeque<partita_wire::DeliveredBallot>,
@@ -331,6 +343,11 @@ impl Node {
             self.inbox_full_waits
                 .load(std::sync::atomic::Ordering::Relaxed),
         ));
+        counters.push((
+            "connections_refused".into(),
+            self.connections_refused
+                .load(std::sync::atomic::Ordering::Relaxed),
+        ));
         let coordinator = self.core.coordinator();
         let acceptor = self.core.acceptor();
         let replica = self.core.replica();
@@ -401,9 +418,18 @@ impl Node {
             coordinator: coordinator.is_some(),
             ballot: coordinator.map(|c| c.ballot().to_string()),
             decided_up_to: coordinator.map(|c| c.decided_up_to()),
-            executed_up_to: replica.map(|r| r.last_instance()),
-            digest: replica.map(|r| r.digest()),
-            entries: replica.map(|r| r.len()),
+            executed_up_to: match self.core.geo() {
+                Some(g) => Some(g.executed()),
+                None => replica.map(|r| r.last_instance()),
+            },
+            digest: match self.core.geo() {
+                Some(g) => Some(g.replica().digest()),
+                None => replica.map(|r| r.digest()),
+            },
+            entries: match self.core.geo() {
+                Some(g) => Some(g.replica().tree().len()),
+                None => replica.map(|r| r.len()),
+            },
             promised: acceptor.map(|a| a.promised().to_string()),
             accepted: acceptor.map(|a| a.accepted_count() as u64),
             accepted_max_instance: acceptor.map(|a| a.max_accepted_instance()),
@@ -488,14 +514,24 @@ struct PeerQueue {
 /// kept, and the frames in flight are those in the link's bounded queue
 /// ([`partita_net::SEND_QUEUE_FRAMES_MAX`]; a full queue drops and counts, as without
 /// delay). The task sleeps until the head's release time; the event loop never waits.
+///
+/// With TLS the link verifies that the server it reached holds `peer`'s certificate
+/// from the cluster's CA, and presents its own. A link whose connections fail or break
+/// at once (a refused handshake, a peer that closes on our hello) backs off, doubling
+/// up to [`LINK_BACKOFF_MAX`], and logs the first failure and every 20th, so that a
+/// misconfigured peer does not flood either log.
 fn spawn_peer_link(
     me: NodeId,
     cluster_id: u64,
+    peer: NodeId,
     addr: std::net::SocketAddr,
+    tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
     mut rx: mpsc::Receiver<Queued>,
 ) {
     use tokio::io::AsyncWriteExt;
     tokio::spawn(async move {
+        let mut backoff = std::time::Duration::from_millis(20);
+        let mut tls_failures = 0u64;
         let hello = to_frame(&Wire::PeerHello {
             from: me,
             cluster_id,
@@ -504,7 +540,7 @@ fn spawn_peer_link(
         // A frame taken from the queue before its release time: the head of the line.
         let mut held: Option<Queued> = None;
         loop {
-            let mut stream = match TcpStream::connect(addr).await {
+            let stream = match TcpStream::connect(addr).await {
                 Ok(s) => s,
                 Err(_) => {
                     // Drop what queued up while the peer was unreachable: consensus
@@ -519,6 +555,27 @@ fn spawn_peer_link(
                 }
             };
             let _ = stream.set_nodelay(true);
+            let mut stream: BoxWrite = match &tls {
+                None => Box::new(stream),
+                Some(cfg) => match partita_net::tls::connect(cfg, peer, stream).await {
+                    Ok(s) => Box::new(s),
+                    Err(e) => {
+                        if tls_failures.is_multiple_of(20) {
+                            warn!(peer, %addr, failures = tls_failures + 1, "TLS link to node {peer} failed: {e}");
+                        }
+                        tls_failures += 1;
+                        held = None;
+                        while rx.try_recv().is_ok() {}
+                        backoff = (backoff * 2).min(LINK_BACKOFF_MAX);
+                        tokio::time::sleep(backoff).await;
+                        if rx.is_closed() {
+                            return;
+                        }
+                        continue;
+                    }
+                },
+            };
+            let opened = tokio::time::Instant::now();
             buf.clear();
             buf.extend_from_slice(&hello);
             loop {
@@ -535,7 +592,8 @@ fn spawn_peer_link(
                     buf.extend_from_slice(&f);
                 }
                 if !buf.is_empty() {
-                    if stream.write_all(&buf).await.is_err() {
+                    // (Flushing is a no-op on TCP; TLS may hold the last record.)
+                    if stream.write_all(&buf).await.is_err() || stream.flush().await.is_err() {
                         break;
                     }
                     buf.clear();
@@ -553,10 +611,22 @@ fn spawn_peer_link(
                 debug_assert!(release.is_none_or(|r| r <= tokio::time::Instant::now()));
                 buf.extend_from_slice(&f);
             }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            // A connection that broke within a second: back off (see above).
+            backoff = if opened.elapsed() < std::time::Duration::from_secs(1) {
+                (backoff * 2).min(LINK_BACKOFF_MAX)
+            } else {
+                std::time::Duration::from_millis(20)
+            };
+            if opened.elapsed() >= std::time::Duration::from_secs(1) {
+                tls_failures = 0;
+            }
+            tokio::time::sleep(backoff).await;
         }
     });
 }
+
+/// The longest a peer link waits between attempts when its connections keep failing.
+const LINK_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The node's inbox for what connections bring (peer messages, client requests,
 /// hellos, closings): bounded, so a flood of input cannot grow the node's memory. A
@@ -568,6 +638,8 @@ fn spawn_peer_link(
 struct Inbox {
     tx: mpsc::Sender<Event>,
     full_waits: Arc<std::sync::atomic::AtomicU64>,
+    /// Connections refused for their credentials.
+    refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Inbox {
@@ -583,24 +655,108 @@ impl Inbox {
             Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
         }
     }
+
+    fn count_refused(&self) {
+        self.refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Serve one accepted connection: the first frame says who it is (or, if it starts
-/// with `GET `, it is an HTTP request: `/metrics`).
-async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox) {
+/// with `GET `, it is an HTTP request: `/metrics`). With TLS, the handshake comes first
+/// and the hello must match the identity the certificate proved (the module doc).
+async fn serve_conn(
+    stream: TcpStream,
+    conn: u64,
+    cluster_id: u64,
+    events: Inbox,
+    tls: Option<Arc<NodeTls>>,
+) {
+    use tokio::io::AsyncReadExt;
     let _ = stream.set_nodelay(true);
+    let peer_addr = stream.peer_addr().ok();
+    let Some(tls) = tls else {
+        let mut head = [0u8; 4];
+        if let Ok(Ok(4)) =
+            tokio::time::timeout(std::time::Duration::from_secs(10), stream.peek(&mut head)).await
+        {
+            if &head == b"GET " {
+                serve_http(stream, Vec::new(), events).await;
+                return;
+            }
+        }
+        let (rd, wr) = stream.into_split();
+        let reader = FrameReader::new(rd);
+        serve_framed(
+            reader,
+            Box::new(wr),
+            None,
+            peer_addr,
+            conn,
+            cluster_id,
+            events,
+        )
+        .await;
+        return;
+    };
+    let mut stream = match partita_net::tls::accept(&tls.server, stream).await {
+        Ok(s) => s,
+        Err(e) => {
+            events.count_refused();
+            let why = partita_net::tls::explain(&e);
+            warn!(?peer_addr, "TLS handshake refused: {e}{why}");
+            return;
+        }
+    };
+    let identity = partita_net::tls::peer_identity(&stream, &tls.nodes);
+    // What the connection is, from its first bytes (read, not peeked: they are
+    // inside TLS), then handed on with the rest.
     let mut head = [0u8; 4];
-    if let Ok(Ok(4)) =
-        tokio::time::timeout(std::time::Duration::from_secs(10), stream.peek(&mut head)).await
+    match tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_exact(&mut head),
+    )
+    .await
     {
-        if &head == b"GET " {
-            serve_http(stream, events).await;
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            warn!(?peer_addr, %identity, "TLS connection closed before its hello: {e}");
+            return;
+        }
+        Err(_) => {
+            warn!(?peer_addr, %identity, "TLS connection sent no hello within 10 s; closing");
             return;
         }
     }
-    let peer_addr = stream.peer_addr().ok();
-    let (rd, wr) = stream.into_split();
-    let mut reader = FrameReader::new(rd);
+    if &head == b"GET " {
+        serve_http(stream, head.to_vec(), events).await;
+        return;
+    }
+    let (rd, wr) = partita_net::split_boxed(stream);
+    let reader = FrameReader::with_prefix(rd, &head);
+    serve_framed(
+        reader,
+        wr,
+        Some(identity),
+        peer_addr,
+        conn,
+        cluster_id,
+        events,
+    )
+    .await;
+}
+
+/// The framed protocol on an accepted connection, from its hello on. `identity`: what
+/// the TLS certificate proved (`None`: plain TCP, nothing proved).
+async fn serve_framed(
+    mut reader: FrameReader,
+    wr: BoxWrite,
+    identity: Option<PeerIdentity>,
+    peer_addr: Option<std::net::SocketAddr>,
+    conn: u64,
+    cluster_id: u64,
+    events: Inbox,
+) {
     let first = match reader.next().await {
         Ok(w) => w,
         Err(e) => {
@@ -615,6 +771,15 @@ async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox
         } => {
             if cid != cluster_id {
                 warn!(from, cid, "peer of another cluster refused");
+                return;
+            }
+            if let Some(id) = identity.filter(|&id| id != PeerIdentity::Node(from)) {
+                events.count_refused();
+                let why = match id {
+                    PeerIdentity::Client => "; a client certificate cannot be used as a peer",
+                    _ => "",
+                };
+                warn!(?peer_addr, from, "peer connection refused: the hello says node {from}, but the certificate is {id}{why}");
                 return;
             }
             drop(wr);
@@ -642,6 +807,11 @@ async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox
             }
         }
         Wire::ClientHello { client } => {
+            if let Some(id) = identity.filter(|&id| id != PeerIdentity::Client) {
+                events.count_refused();
+                warn!(?peer_addr, client, "client connection refused: the certificate is {id}, not a client certificate; a node's certificate cannot be used as a client");
+                return;
+            }
             let tx = spawn_writer(wr);
             if events
                 .send(Event::ClientHello { conn, client, tx })
@@ -678,6 +848,11 @@ async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox
             let _ = events.send(Event::Closed { conn }).await;
         }
         Wire::StatusRequest => {
+            if identity == Some(PeerIdentity::Unnamed) {
+                events.count_refused();
+                warn!(?peer_addr, "status request refused: the certificate names no node of this cluster and no client");
+                return;
+            }
             let tx = spawn_writer(wr);
             let _ = events.send(Event::Status { tx }).await;
         }
@@ -687,9 +862,13 @@ async fn serve_conn(stream: TcpStream, conn: u64, cluster_id: u64, events: Inbox
 
 /// One HTTP/1.1 request on a connection, then close it: `GET /metrics` answers the
 /// node's metrics, any other path 404. The request head is bounded (8 KiB, 5 s).
-async fn serve_http(mut stream: TcpStream, events: Inbox) {
+/// `buf`: what was already read of the request (over TLS, the bytes read to tell it
+/// is HTTP).
+async fn serve_http<S>(mut stream: S, mut buf: Vec<u8>, events: Inbox)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = Vec::with_capacity(1024);
     let read_head = async {
         let mut chunk = [0u8; 1024];
         while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -758,6 +937,37 @@ pub async fn run_node_until(
             opts.service.name()
         );
     }
+    // Transport security, before anything on disk is touched: credentials that cannot
+    // be used, or plain TCP off loopback, stop the node here with the reason.
+    let transport = cfg.transport();
+    let tls = match (&cfg.tls, transport) {
+        (Some(section), partita_config::Transport::Tls) => {
+            let files = section.node_files(id).map_err(|e| {
+                anyhow::anyhow!(
+                    "cluster file: field `{}`: {}; refusing to start",
+                    e.field,
+                    e.message
+                )
+            })?;
+            let nodes = cfg.nodes.iter().map(|n| n.id).collect();
+            let t = NodeTls::load(&files, nodes).with_context(|| {
+                format!("node {id}: TLS credentials unusable; refusing to start")
+            })?;
+            info!(node = id, ca = %files.ca.display(), cert = %files.cert.display(), "mutual TLS on: peers and clients must present a certificate of the cluster CA");
+            Some(Arc::new(t))
+        }
+        _ => None,
+    };
+    if let Err(why) = partita_config::tls::check_plain_bind(cfg.addr(id), transport) {
+        bail!("node {id}: {why}");
+    }
+    if transport == partita_config::Transport::Insecure {
+        warn!(
+            node = id,
+            "[tls] insecure = true: plain TCP, unauthenticated and unencrypted, on {}",
+            cfg.addr(id)
+        );
+    }
     let dir = opts.data_dir.join(format!("node-{id}"));
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating {}", opts.data_dir.display()))?;
@@ -770,6 +980,7 @@ pub async fn run_node_until(
     let inbox = Inbox {
         tx: net_tx,
         full_waits: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        refused: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
     let mut bugs = UnsafeBugs::default();
     for bug in &opts.unsafe_bugs {
@@ -878,6 +1089,7 @@ pub async fn run_node_until(
         counters: BTreeMap::new(),
         out,
         inbox_full_waits: inbox.full_waits.clone(),
+        connections_refused: inbox.refused.clone(),
         delivered_ballots: VecDeque::new(),
         metrics: crate::metrics::NodeMetrics::new(),
         observed: Vec::new(),
@@ -888,7 +1100,8 @@ pub async fn run_node_until(
                 continue;
             }
             let (tx, rx) = mpsc::channel(partita_net::SEND_QUEUE_FRAMES_MAX);
-            spawn_peer_link(id, cfg.cluster.id, cfg.addr(n.id), rx);
+            let link_tls = tls.as_ref().map(|t| t.client.clone());
+            spawn_peer_link(id, cfg.cluster.id, n.id, cfg.addr(n.id), link_tls, rx);
             let delay = cfg.node_delay(id, n.id);
             node.peers.insert(n.id, PeerQueue { tx, delay });
         }
@@ -916,17 +1129,18 @@ pub async fn run_node_until(
     let listener = TcpListener::bind(cfg.addr(id))
         .await
         .with_context(|| format!("binding {}", cfg.addr(id)))?;
-    info!(node = id, addr = %cfg.addr(id), mode = ?cfg.cluster.mode, protocol = %cfg.cluster.protocol, durability = %cfg.cluster.durability, "node listening");
+    info!(node = id, addr = %cfg.addr(id), ?transport, mode = ?cfg.cluster.mode, protocol = %cfg.cluster.protocol, durability = %cfg.cluster.durability, "node listening");
     let accept_task = {
         let ev = inbox.clone();
         let cluster_id = cfg.cluster.id;
+        let tls = tls.clone();
         tokio::spawn(async move {
             let mut conn = 0u64;
             loop {
                 match listener.accept().await {
                     Ok((s, _)) => {
                         conn += 1;
-                        tokio::spawn(serve_conn(s, conn, cluster_id, ev.clone()));
+                        tokio::spawn(serve_conn(s, conn, cluster_id, ev.clone(), tls.clone()));
                     }
                     Err(e) => {
                         warn!("accept failed: {e}");
@@ -1095,7 +1309,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = mpsc::channel::<Queued>(64);
-        spawn_peer_link(1, 7, addr, rx);
+        spawn_peer_link(1, 7, 2, addr, None, rx);
         let (stream, _) = listener.accept().await.unwrap();
         let (rd, _wr) = stream.into_split();
         let mut reader = FrameReader::new(rd);

@@ -86,6 +86,16 @@ pub enum Workload {
     /// from `dependent-P`; `partita experiment psmr` sweeps it (`--workload` of `partita
     /// bench` offers the four base workloads only).
     Dependent { percent: u32 },
+    /// GeoPaxos+ (paper 004 §VI): the geo B+tree's operations, `read_percent`% reads
+    /// (READ, with one in ten GET-NEXT and one in ten GET-PREV), the others writes
+    /// (UPDATE, one in ten INSERT); keys uniform over range `part` of `parts` equal
+    /// ranges of the key space (`0` of `1`: all of it; a region's own range gives
+    /// locality). Parsed from `geo-R` or `geo-R@P/N`.
+    Geo {
+        read_percent: u32,
+        part: u32,
+        parts: u32,
+    },
 }
 
 impl Workload {
@@ -99,6 +109,7 @@ impl Workload {
             Workload::PartitionedQuery { .. } => "partitioned-query",
             Workload::PartitionedBatch { .. } => "partitioned-batch",
             Workload::Dependent { .. } => "dependent",
+            Workload::Geo { .. } => "geo",
         }
     }
 
@@ -112,6 +123,7 @@ impl Workload {
             Workload::PartitionedQuery { .. } => "queries (1000 keys)",
             Workload::PartitionedBatch { .. } => "batched updates (7 per command, one partition)",
             Workload::Dependent { .. } => "reads, and inserts/deletes (dependent)",
+            Workload::Geo { .. } => "geo B+tree reads and writes",
         }
     }
 
@@ -145,6 +157,12 @@ impl std::fmt::Display for Workload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Workload::Dependent { percent } => write!(f, "dependent-{percent}"),
+            Workload::Geo {
+                read_percent,
+                part,
+                parts,
+            } if *parts > 1 => write!(f, "geo-{read_percent}@{part}/{parts}"),
+            Workload::Geo { read_percent, .. } => write!(f, "geo-{read_percent}"),
             w => f.write_str(w.name()),
         }
     }
@@ -160,6 +178,7 @@ impl std::str::FromStr for Workload {
             "update" => Ok(Workload::Update),
             "batch" => Ok(Workload::Batch),
             "mixed" => Ok(Workload::Mixed),
+            _ if s.starts_with("geo-") => parse_geo(s),
             _ => match s.strip_prefix("dependent-").map(str::parse::<u32>) {
                 Some(Ok(percent)) if percent <= 100 => Ok(Workload::Dependent { percent }),
                 Some(_) => Err(format!(
@@ -169,6 +188,37 @@ impl std::str::FromStr for Workload {
             },
         }
     }
+}
+
+/// `geo-R` or `geo-R@P/N` (see [`Workload::Geo`]).
+fn parse_geo(s: &str) -> Result<Workload, String> {
+    let bad = || {
+        format!(
+            "workload `{s}`: geo-R or geo-R@P/N takes a read share R of 0 to 100 (percent) \
+             and, optionally, key range P of N equal ranges (0 <= P < N <= 32)"
+        )
+    };
+    let rest = s.strip_prefix("geo-").ok_or_else(bad)?;
+    let (r, range) = match rest.split_once('@') {
+        Some((r, range)) => (r, Some(range)),
+        None => (rest, None),
+    };
+    let read_percent: u32 = r.parse().map_err(|_| bad())?;
+    let (part, parts) = match range {
+        None => (0, 1),
+        Some(range) => {
+            let (p, n) = range.split_once('/').ok_or_else(bad)?;
+            (p.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?)
+        }
+    };
+    if read_percent > 100 || parts == 0 || parts > 32 || part >= parts {
+        return Err(bad());
+    }
+    Ok(Workload::Geo {
+        read_percent,
+        part,
+        parts,
+    })
 }
 
 impl partita_types::Choice for Workload {
@@ -317,6 +367,32 @@ pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
                 })
                 .collect(),
         ),
+        Workload::Geo {
+            read_percent,
+            part,
+            parts,
+        } => {
+            let width = (keys / u64::from(parts)).max(1);
+            let lo = width * u64::from(part);
+            let k = lo + rng.gen_range(0..width);
+            if rng.gen_range(0..100) < read_percent {
+                match rng.gen_range(0..10) {
+                    0 => Op::Next { key: k },
+                    1 => Op::Prev { key: k },
+                    _ => Op::Read { key: k },
+                }
+            } else if rng.gen_range(0..10) == 0 {
+                Op::Insert {
+                    key: k,
+                    value: rng.gen(),
+                }
+            } else {
+                Op::Update {
+                    key: k,
+                    value: rng.gen(),
+                }
+            }
+        }
         Workload::Dependent { percent } => {
             if rng.gen_range(0..100) < percent {
                 insert_or_delete(rng)

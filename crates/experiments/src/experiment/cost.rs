@@ -283,6 +283,7 @@ pub fn cost_of_replication_figures(r: &ExperimentReport) -> Vec<(String, partita
         Workload::Batch | Workload::PartitionedBatch { .. } => "batches of 7 updates",
         Workload::Mixed => "mixed",
         Workload::Dependent { .. } => "reads, inserts and deletes",
+        Workload::Geo { .. } => "geo B+tree reads and writes",
     };
     let mut fig5 = Vec::new();
     let mut fig6 = Vec::new();

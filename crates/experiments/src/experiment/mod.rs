@@ -25,6 +25,7 @@
 
 pub mod cost;
 pub mod dssmr;
+pub mod geo;
 pub mod optimizer;
 pub mod psmr;
 pub mod speculation;

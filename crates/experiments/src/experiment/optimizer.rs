@@ -913,19 +913,7 @@ pub fn table(r: &Fig8Report) -> String {
         );
     }
     for t in &r.targets {
-        let rounds: Vec<String> = t.round_ratios.iter().map(|x| format!("{x:.1}x")).collect();
-        s += &format!(
-            "target {}: {:.1}x (rounds: {}; {} of {} at or above {:.0}x), required {:.0}x: {}\n  evidence: {}\n",
-            t.what,
-            t.ratio,
-            rounds.join(" "),
-            t.rounds_met,
-            t.round_ratios.len(),
-            t.required,
-            t.required,
-            if t.met { "MET" } else { "NOT MET" },
-            t.evidence
-        );
+        s += &t.summary(1);
     }
     s
 }

@@ -378,7 +378,9 @@ pub fn execution_ns_per_command(cost: &CostTable, w: Workload, replicas: usize) 
                 + cost.command_ns as f64;
             q / replicas.max(1) as f64
         }
-        Workload::Mixed | Workload::Dependent { .. } => mutation + cost.command_ns as f64,
+        Workload::Mixed | Workload::Dependent { .. } | Workload::Geo { .. } => {
+            mutation + cost.command_ns as f64
+        }
     }
 }
 
@@ -504,6 +506,7 @@ fn workload_name(w: Workload) -> &'static str {
         Workload::Update => "single updates",
         Workload::Mixed => "mixed",
         Workload::Dependent { .. } => "reads, inserts and deletes",
+        Workload::Geo { .. } => "geo B+tree reads and writes",
     }
 }
 

@@ -68,6 +68,7 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
         speculative: false,
         psmr: None,
         multiring: None,
+        geo: None,
     }
 }
 
@@ -153,6 +154,9 @@ impl Cluster {
             .copied()
             .chain(setup.membership.standalone_batchers())
             .collect();
+        // A node with several roles starts once.
+        let mut seen = BTreeSet::new();
+        let ids: Vec<NodeId> = ids.into_iter().filter(|id| seen.insert(*id)).collect();
         let mut c = Cluster {
             setup,
             bugs,

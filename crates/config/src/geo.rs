@@ -1,0 +1,120 @@
+//! GeoPaxos+ (paper 004, cluster file `[geopaxos]`, optional): the B+tree service
+//! ordered by one serializer per replica instead of one stream (see
+//! `partita_node::geo`).
+//!
+//! ```toml
+//! [cluster]
+//! service = "btree"           # clients send paper 001's B+tree commands
+//! protocol = "multipaxos"     # each serializer is a Multi-Paxos group
+//!
+//! [geopaxos]
+//! order = 32                  # most keys per tree node
+//! keys = 3000                 # keys 0..keys present at the start, by range per replica
+//! value_bytes = 100           # the paper's §VI values
+//! dop_interval_ms = 0         # a DOP that often (0: never)
+//! optimizer = "hot-lru"       # or "brute-force"
+//! ```
+//!
+//! Every node is an acceptor and a replica (a serializer's leader sits with its
+//! replica), the replicas in the order of their ids hosting serializers 0, 1, …; with
+//! `[wan]` the nodes name their regions and the cost model takes the round trips from
+//! there. Not with state partitioning, Multi-Ring Paxos, P-SMR, speculation, batchers
+//! or session leases; no checkpoints (a restarted replica learns every serializer's log
+//! again).
+
+use partita_types::FieldError;
+use serde::{Deserialize, Serialize};
+
+/// The `[geopaxos]` section.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoSection {
+    #[serde(default = "default_order")]
+    pub order: usize,
+    #[serde(default)]
+    pub keys: u64,
+    #[serde(default = "default_value_bytes")]
+    pub value_bytes: usize,
+    #[serde(default)]
+    pub dop_interval_ms: u64,
+    #[serde(default = "default_optimizer")]
+    pub optimizer: String,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl Default for GeoSection {
+    fn default() -> Self {
+        GeoSection {
+            order: default_order(),
+            keys: 0,
+            value_bytes: default_value_bytes(),
+            dop_interval_ms: 0,
+            optimizer: default_optimizer(),
+            seed: 0,
+        }
+    }
+}
+
+fn default_order() -> usize {
+    32
+}
+fn default_value_bytes() -> usize {
+    100
+}
+fn default_optimizer() -> String {
+    "hot-lru".into()
+}
+
+/// Most keys loaded at the start.
+pub const GEO_KEYS_MAX: u64 = 10_000_000;
+
+impl GeoSection {
+    /// Checks the section's own fields (the cluster-wide rules are in the loader).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let f = |field: &str, m: String| Err(FieldError::new(field, m));
+        if !(partita_geo::ORDER_MIN..=partita_geo::ORDER_MAX).contains(&self.order) {
+            return f(
+                "geopaxos.order",
+                format!(
+                    "{} is not between {} and {}",
+                    self.order,
+                    partita_geo::ORDER_MIN,
+                    partita_geo::ORDER_MAX
+                ),
+            );
+        }
+        if self.keys > GEO_KEYS_MAX {
+            return f(
+                "geopaxos.keys",
+                format!("at most {GEO_KEYS_MAX} keys are loaded at the start"),
+            );
+        }
+        if !(8..=partita_geo::VALUE_BYTES_LIMIT).contains(&self.value_bytes) {
+            return f(
+                "geopaxos.value_bytes",
+                format!(
+                    "{} is not between 8 (a client's value is a u64) and {}",
+                    self.value_bytes,
+                    partita_geo::VALUE_BYTES_LIMIT
+                ),
+            );
+        }
+        if self.dop_interval_ms > 0 && self.dop_interval_ms < 100 {
+            return f(
+                "geopaxos.dop_interval_ms",
+                "0 (never) or at least 100 ms".into(),
+            );
+        }
+        if !matches!(self.optimizer.as_str(), "hot-lru" | "brute-force") {
+            return f(
+                "geopaxos.optimizer",
+                format!(
+                    "unknown optimizer `{}` (known: \"hot-lru\", \"brute-force\")",
+                    self.optimizer
+                ),
+            );
+        }
+        Ok(())
+    }
+}
