@@ -226,8 +226,6 @@ pub struct GeoOrdering {
     replies: Vec<Reply>,
     /// Entries the group could not take yet (no leader known): retried every tick.
     unsent: Vec<(SerializerId, Command)>,
-    /// Operations executed here (the "instance" replies carry).
-    executed: u64,
     /// When this node last proposed a clock entry for each serializer it leads.
     clock_sent: Vec<Option<u64>>,
     clock_seq: u64,
@@ -303,7 +301,6 @@ impl GeoOrdering {
             pending: BTreeMap::new(),
             replies: Vec::new(),
             unsent: Vec::new(),
-            executed: 0,
             clock_sent: vec![None; n],
             clock_seq: u64::from(incarnation) << 32,
             stalled_seen: BTreeSet::new(),
@@ -337,7 +334,8 @@ impl GeoOrdering {
 
     /// Operations executed here.
     pub fn executed(&self) -> u64 {
-        self.executed
+        let s = self.replica.stats();
+        s.executed + s.deduplicated
     }
 
     /// Serializer `g`'s group at this node.
@@ -429,7 +427,6 @@ impl GeoOrdering {
                     self.order(serializer, &entry, out);
                 }
                 GeoAction::Reply { request, reply } => {
-                    self.executed_here();
                     let Some((client, seq)) = self.pending.remove(&request) else {
                         continue;
                     };
@@ -440,7 +437,7 @@ impl GeoOrdering {
                     self.replies.push(Reply {
                         client,
                         seq,
-                        instance: self.executed,
+                        instance: self.executed(),
                         result,
                     });
                 }
@@ -449,29 +446,32 @@ impl GeoOrdering {
                         self.replies.push(Reply {
                             client,
                             seq,
-                            instance: self.executed,
+                            instance: self.executed(),
                             result: Err(Refusal::Rejected(reason)),
                         });
                     }
                 }
             }
         }
-        self.executed = self.replica.stats().executed + self.replica.stats().deduplicated;
     }
 
-    fn executed_here(&mut self) {
-        self.executed = self.replica.stats().executed + self.replica.stats().deduplicated;
-    }
-
-    /// Have serializer `g` order `entry`: stamped with this node's clock if it leads
-    /// `g`, forwarded to the leader otherwise.
+    /// Have serializer `g` order `entry` (built with this node's clock as its hint):
+    /// proposed if this node leads `g`, forwarded to the leader otherwise (which
+    /// stamps it with its own clock).
     fn order(&mut self, g: SerializerId, entry: &Entry<OpId, GeoValue>, out: &mut Outbox) {
         let cmd = entry_command(self.id, entry, self.clock_seq);
-        self.multicast_to(g, cmd, out);
+        self.multicast_to(g, cmd, false, out);
     }
 
-    fn multicast_to(&mut self, g: SerializerId, cmd: Command, out: &mut Outbox) {
-        let cmd = if self.leads(g) { self.stamp(cmd) } else { cmd };
+    /// Hand `cmd` to serializer `g`'s group; with `restamp`, an entry built earlier
+    /// (one that waited for a leader) gets this node's clock first if it leads `g`.
+    /// Entries built just now carry that clock already.
+    fn multicast_to(&mut self, g: SerializerId, cmd: Command, restamp: bool, out: &mut Outbox) {
+        let cmd = if restamp && self.leads(g) {
+            self.stamp(cmd)
+        } else {
+            cmd
+        };
         let mut inner = Vec::new();
         match self.groups[g as usize].multicast(cmd.clone(), &mut inner) {
             Ok(()) => {}
@@ -665,7 +665,7 @@ impl AtomicMulticast for GeoOrdering {
                 self.replies.push(Reply {
                     client: cmd.client,
                     seq: cmd.seq,
-                    instance: self.executed,
+                    instance: self.executed(),
                     result: Err(Refusal::Rejected(why)),
                 });
                 return Ok(());
@@ -677,7 +677,7 @@ impl AtomicMulticast for GeoOrdering {
             self.replies.push(Reply {
                 client: cmd.client,
                 seq: cmd.seq,
-                instance: self.executed,
+                instance: self.executed(),
                 result: Err(Refusal::Rejected(e.to_string())),
             });
             return Ok(());
@@ -731,7 +731,7 @@ impl AtomicMulticast for GeoOrdering {
             self.absorb(g as SerializerId, inner, out);
         }
         for (g, cmd) in std::mem::take(&mut self.unsent) {
-            self.multicast_to(g, cmd, out);
+            self.multicast_to(g, cmd, true, out);
         }
         self.housekeeping(out);
     }
