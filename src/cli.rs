@@ -177,6 +177,16 @@ struct NemesisArgs {
     /// With --service chirper: S-SMR or DS-SMR.
     #[arg(long, default_value = "dssmr", value_parser = ["ssmr", "dssmr"])]
     scheme: String,
+    /// Each node in a network namespace of its own, joined by a bridge, with mutual
+    /// TLS, as on separate machines (root; the namespaces are removed at the end).
+    /// Needed by the network faults (isolate-coordinator, split-cluster,
+    /// cut-coordinator-out, lossy-network).
+    #[arg(long)]
+    netns: bool,
+    /// Plant a known bug in every node (a control: the verdict must find it), e.g.
+    /// lose-acked-writes; see `partita node --help`.
+    #[arg(long = "unsafe", value_name = "BUG")]
+    unsafe_bugs: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -392,6 +402,11 @@ struct UpArgs {
     /// emulating one machine per node.
     #[arg(long, value_name = "FRACTION", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
+    /// Each node in a network namespace of its own (10.99.0.N), joined by a bridge,
+    /// with mutual TLS, as on separate machines (root). This process and its clients
+    /// live in a client namespace; the namespaces go when it stops.
+    #[arg(long)]
+    netns: bool,
 }
 
 /// State partitioning of a new cluster (paper 001 §III-C).
@@ -831,6 +846,28 @@ pub fn main() -> i32 {
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .init();
+    // --netns: the run's namespaces first, and this thread into the clients' one, so
+    // that every thread of the runtime opens its sockets there.
+    let netns = match &cli.cmd {
+        Cmd::Up(a) => a.netns,
+        Cmd::Nemesis(a) => a.netns,
+        _ => false,
+    };
+    if netns {
+        if let Err(e) = partita_harness::netns::create().and_then(|t| t.enter_client()) {
+            eprintln!("error: --netns: {e:#}");
+            partita_harness::netns::teardown();
+            return 1;
+        }
+    }
+    let code = run_command(cli);
+    if netns {
+        partita_harness::netns::teardown();
+    }
+    code
+}
+
+fn run_command(cli: Cli) -> i32 {
     let rt = if matches!(cli.cmd, Cmd::Node(_)) {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -842,13 +879,17 @@ pub fn main() -> i32 {
             .build()
     }
     .expect("tokio runtime");
-    match rt.block_on(dispatch(cli.cmd)) {
+    let code = match rt.block_on(dispatch(cli.cmd)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             1
         }
-    }
+    };
+    // Every node this process started has been stopped by now (LocalCluster's drop);
+    // the runtime goes before the namespaces do.
+    drop(rt);
+    code
 }
 
 async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
@@ -990,11 +1031,28 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
             a.partitioning.apply(c, key_space)?
         };
         c.cluster.durability = a.durability;
-        if a.service == "kv" && c.partitioning.partitions == 1 {
+        if a.service == "kv" && c.partitioning.partitions == 1 && !a.netns {
             assign_etcd_addrs(&mut c, a.etcd_port);
+        }
+        if a.netns {
+            partita_harness::netns::place(&mut c, &a.data_dir.join("certs"))?;
         }
         Ok(c)
     })?;
+    if a.netns && !partita_harness::netns::is_placed(&cluster) {
+        bail!(
+            "--netns: the cluster file in {} was written for loopback addresses; give \
+             another --data-dir for a cluster on network namespaces",
+            a.data_dir.display()
+        );
+    }
+    if !a.netns && partita_harness::netns::is_placed(&cluster) {
+        bail!(
+            "the cluster file in {} puts the nodes on network namespaces: run `partita up \
+             --netns` on it, or give another --data-dir",
+            a.data_dir.display()
+        );
+    }
     let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[], a.node_cpu)?;
     if let Err(e) = lc.wait_ready(Duration::from_secs(20)).await {
         lc.stop(Duration::from_secs(5));
@@ -1038,27 +1096,40 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     } else {
         format!(" --cluster {}", file.display())
     };
+    let run = match partita_harness::netns::current() {
+        Some(t) => {
+            println!(
+                "network namespaces: node N in {}, at 10.99.0.N; clients in {} (10.99.255.1); \
+                 mutual TLS, certificates in {}/certs",
+                t.node_ns(0).trim_end_matches('0').to_string() + "N",
+                t.client_ns(),
+                a.data_dir.display()
+            );
+            format!("ip netns exec {} ", t.client_ns())
+        }
+        None => String::new(),
+    };
     if let Some((_, addr)) = etcd.first() {
         println!("try:  ETCDCTL_API=3 etcdctl --endpoints {addr} put foo bar");
     }
     if cluster.cluster.service == "kv" {
-        println!("try:  cargo run --release -- kv{prefix} put greeting hello");
-        println!("      cargo run --release -- kv{prefix} range greet --prefix");
+        println!("try:  {run}cargo run --release -- kv{prefix} put greeting hello");
+        println!("      {run}cargo run --release -- kv{prefix} range greet --prefix");
     } else if cluster.cluster.service == "chirper" {
-        println!("try:  cargo run --release -- chirper{prefix} follow 0:1 0:0");
-        println!("      cargo run --release -- chirper{prefix} post 0:0 hello");
-        println!("      cargo run --release -- chirper{prefix} timeline 0:1");
-        println!("      cargo run --release -- status{prefix}");
+        println!("try:  {run}cargo run --release -- chirper{prefix} follow 0:1 0:0");
+        println!("      {run}cargo run --release -- chirper{prefix} post 0:0 hello");
+        println!("      {run}cargo run --release -- chirper{prefix} timeline 0:1");
+        println!("      {run}cargo run --release -- status{prefix}");
         println!(
-            "      cargo run --release -- bench{prefix} --chirper mix --clients 8 --think-ms 0"
+            "      {run}cargo run --release -- bench{prefix} --chirper mix --clients 8 --think-ms 0"
         );
     } else {
-        println!("try:  cargo run --release -- kv{prefix} insert 1 100");
-        println!("      cargo run --release -- kv{prefix} query 0 1000");
+        println!("try:  {run}cargo run --release -- kv{prefix} insert 1 100");
+        println!("      {run}cargo run --release -- kv{prefix} query 0 1000");
     }
-    println!("      cargo run --release -- status{prefix}");
+    println!("      {run}cargo run --release -- status{prefix}");
     println!(
-        "      cargo run --release -- bench{prefix} --workload batch --clients 8 --think-ms 0"
+        "      {run}cargo run --release -- bench{prefix} --workload batch --clients 8 --think-ms 0"
     );
     println!("Ctrl-C stops the cluster.");
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -1556,12 +1627,29 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
                 n => c.with_multiring(n, 1),
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut c = c;
+        if a.netns {
+            partita_harness::netns::place(&mut c, &dir.join("certs"))?;
+        }
         // The same checks the nodes run on the file (e.g. speculation needs Ring Paxos).
         ClusterConfig::parse(&c.to_toml(), "the nemesis's cluster")?;
         Ok(c)
     })?;
+    if let Some(f) = a.faults.iter().find(|f| f.is_network() && !a.netns) {
+        bail!("fault {f:?} needs --netns (the nodes in network namespaces of their own)");
+    }
     let exe = std::env::current_exe().context("locating the partita binary")?;
-    let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &[], None)?;
+    let mut bugs = partita_sim::UnsafeBugs::default();
+    for b in &a.unsafe_bugs {
+        bugs.enable(b)
+            .map_err(|e| anyhow::anyhow!("--unsafe {b}: {e}"))?;
+    }
+    let node_args: Vec<String> = a
+        .unsafe_bugs
+        .iter()
+        .flat_map(|b| ["--unsafe".to_string(), b.clone()])
+        .collect();
+    let mut lc = LocalCluster::start_with(&exe, &file, &c, &dir, &node_args, None)?;
     lc.wait_ready(Duration::from_secs(20)).await?;
     eprintln!(
         "nemesis: {} for {} s on a fresh {} cluster in {}",
@@ -1597,9 +1685,9 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             trim: 0.1,
             give_up: Duration::from_secs(10),
         };
-        partita_harness::nemesis::run_chirper(&mut lc, &exe, &[], &cfg, &load).await?
+        partita_harness::nemesis::run_chirper(&mut lc, &exe, &node_args, &cfg, &load).await?
     } else {
-        partita_harness::nemesis::run(&mut lc, &exe, &[], &cfg).await?
+        partita_harness::nemesis::run(&mut lc, &exe, &node_args, &cfg).await?
     };
     lc.stop(Duration::from_secs(10));
     println!("{report}");

@@ -50,6 +50,36 @@ fn tls_cluster_file(dir: &Path) -> (PathBuf, ClusterConfig) {
     (file, cfg)
 }
 
+/// A cluster file for machines off loopback and without `[tls]` yet: refused as it
+/// is (plain TCP would leave the host), yet `partita certs --cluster` reads it and
+/// adds the section, after which it loads.
+#[test]
+fn certs_complete_a_file_with_addresses_off_loopback() {
+    let dir = std::env::temp_dir().join(format!("partita-tls-offlo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cluster.toml");
+    let text = ClusterConfig::default_local(7100, 1)
+        .to_toml()
+        .replace("127.0.0.1:", "10.0.0.1:");
+    std::fs::write(&file, text).unwrap();
+    let refused = ClusterConfig::load(&file).unwrap_err().to_string();
+    assert!(
+        refused.contains("node.addr") && refused.contains("[tls]"),
+        "{refused}"
+    );
+    let (w, changed) = certs::certs_for_cluster_file(&dir.join("certs"), &file, 2, false).unwrap();
+    assert!(changed, "the section is added");
+    assert_eq!(w.nodes.len(), 5);
+    let cfg = ClusterConfig::load(&file).unwrap();
+    assert_eq!(cfg.transport(), partita_config::Transport::Tls);
+    assert_eq!(cfg.addr(1).to_string(), "10.0.0.1:7101");
+    // Run again: the section is there now, and stays as it is.
+    let (_, changed) = certs::certs_for_cluster_file(&dir.join("certs"), &file, 2, true).unwrap();
+    assert!(!changed);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 async fn start(dir: &Path) -> LocalCluster {
     let (file, cfg) = tls_cluster_file(dir);
     let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir, &[], None).unwrap();

@@ -40,7 +40,7 @@
 //!
 //! [[node]]
 //! id = 1
-//! addr = "127.0.0.1:7101"
+//! addr = "127.0.0.1:7101"   # ip:port it binds and peers dial; off 127.0.0.0/8 only with [tls]
 //! roles = ["acceptor"]       # "acceptor", "replica", "batcher", "server" (cs mode)
 //! # partition = 0            # replicas of a partitioned cluster: which partition
 //! # etcd_addr = "127.0.0.1:2379"  # replicas of a kv cluster: serve etcd's v3 API here
@@ -558,14 +558,20 @@ impl ClusterConfig {
         }
         for n in &self.nodes {
             match n.addr.parse::<SocketAddr>() {
-                Ok(a)
-                    if a.ip().is_loopback()
-                        || a.ip().is_unspecified()
-                        || std::env::var_os("PARTITA_ALLOW_NON_LOOPBACK").is_some() => {}
+                // Off loopback only with a [tls] section (TLS, or plain TCP said on
+                // purpose with `insecure = true`). 0.0.0.0 passes here: the node's
+                // own check refuses it with plain TCP before it binds.
+                Ok(a) if a.ip().is_loopback() || a.ip().is_unspecified() || self.tls.is_some() => {}
                 Ok(a) => {
                     return f(
                         "node.addr",
-                        format!("node {}: {a} is not a loopback address (127.0.0.0/8)", n.id),
+                        format!(
+                            "node {}: {a} is outside 127.0.0.0/8, and plain TCP may only be used \
+                             on loopback: add a [tls] section (`partita certs --out DIR \
+                             --cluster FILE` writes one), or `insecure = true` under [tls] for \
+                             plain TCP on purpose",
+                            n.id
+                        ),
                     )
                 }
                 Err(e) => {
@@ -1996,6 +2002,18 @@ mod tests {
         assert_eq!(ClusterConfig::parse(&text, "x").unwrap(), c);
         let cs = ClusterConfig::client_server(7200, 42);
         assert_eq!(ClusterConfig::parse(&cs.to_toml(), "x").unwrap(), cs);
+    }
+
+    #[test]
+    fn addresses_off_loopback_need_a_tls_section() {
+        let plain = ClusterConfig::default_local(7100, 42)
+            .to_toml()
+            .replace("127.0.0.1:", "10.0.0.1:");
+        let e = ClusterConfig::parse(&plain, "x").unwrap_err().to_string();
+        assert!(e.contains("node.addr") && e.contains("[tls]"), "{e}");
+        let insecure = format!("{plain}\n[tls]\ninsecure = true\n");
+        let c = ClusterConfig::parse(&insecure, "x").unwrap();
+        assert_eq!(c.addr(1).to_string(), "10.0.0.1:7101");
     }
 
     #[test]

@@ -311,14 +311,27 @@ pub fn certs_for_cluster_file(
     days: u64,
     force: bool,
 ) -> anyhow::Result<(Written, bool)> {
-    let cluster = ClusterConfig::load(file)?;
+    let (cluster, has_section) = match ClusterConfig::load(file) {
+        Ok(c) => {
+            let has = c.tls.is_some();
+            (c, has)
+        }
+        // Addresses off loopback without a [tls] section are refused, and adding the
+        // section is what this is for: read the nodes as if it were there. (A file
+        // that has one cannot take a second: the original error stands.)
+        Err(e) => {
+            let text = format!("{}\n[tls]\ninsecure = true\n", read(file)?);
+            let c = ClusterConfig::parse(&text, &file.display().to_string()).map_err(|_| e)?;
+            (c, false)
+        }
+    };
     let nodes: Vec<(u32, Option<IpAddr>)> = cluster
         .nodes
         .iter()
         .map(|n| (n.id, Some(cluster.addr(n.id).ip())))
         .collect();
     let w = write_certs(dir, &nodes, days, force)?;
-    if cluster.tls.is_some() {
+    if has_section {
         return Ok((w, false));
     }
     let mut text = read(file)?;

@@ -3,7 +3,8 @@
 //! directory, stopped by pid with SIGTERM (then SIGKILL if it does not go). With a
 //! per-node CPU budget (`--node-cpu`, [`crate::node_cpu`]) each node process goes into
 //! a cgroup of its own right after it is spawned, and the cgroups are removed once the
-//! processes have exited.
+//! processes have exited. In a run on network namespaces ([`crate::netns`]) each node
+//! process starts in its own.
 
 use crate::node_cpu::{CpuGroups, NodeCpu};
 use anyhow::{bail, Context};
@@ -210,7 +211,35 @@ pub fn spawn_node(
         .append(true)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
-    let child = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    // In a run on network namespaces (`--netns`), the node goes into its own: a
+    // `setns` between fork and exec, so the child is still the node itself.
+    let ns = match crate::netns::current() {
+        Some(t) => {
+            let path = t.ensure_node(id)?;
+            Some(
+                std::fs::File::open(&path)
+                    .with_context(|| format!("opening {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    if let Some(f) = &ns {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = f.as_raw_fd();
+        // SAFETY: setns is async-signal-safe; `fd` stays open until after the spawn
+        // (and is close-on-exec, so the node does not inherit it).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd
         .arg("node")
         .arg("--cluster")
         .arg(cluster_file)
@@ -224,6 +253,7 @@ pub fn spawn_node(
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting node {id} ({})", exe.display()))?;
+    drop(ns);
     Ok(child)
 }
 

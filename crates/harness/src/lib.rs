@@ -16,6 +16,7 @@ pub mod dashboard;
 pub mod history;
 pub mod launch;
 pub mod nemesis;
+pub mod netns;
 pub mod node_cpu;
 pub mod progress;
 pub mod services;

@@ -43,6 +43,17 @@ pub enum Fault {
     KillReplica,
     /// SIGSTOP the coordinator, SIGCONT it later.
     PauseCoordinator,
+    /// Network (`--netns`): the coordinator neither hears nor reaches any other node;
+    /// clients still reach it.
+    IsolateCoordinator,
+    /// Network (`--netns`): the cluster split in two, the coordinator and one other
+    /// node on the minority side, the rest on the other.
+    SplitCluster,
+    /// Network (`--netns`): one direction only: what the coordinator sends to other
+    /// nodes is lost, what they send to it arrives.
+    CutCoordinatorOut,
+    /// Network (`--netns`): every node loses a fifth of the packets it receives.
+    LossyNetwork,
 }
 
 impl Fault {
@@ -52,7 +63,34 @@ impl Fault {
         Fault::KillReplica,
         Fault::PauseCoordinator,
     ];
+
+    /// The faults of the network, which need a run on network namespaces.
+    pub const NETWORK: [Fault; 4] = [
+        Fault::IsolateCoordinator,
+        Fault::SplitCluster,
+        Fault::CutCoordinatorOut,
+        Fault::LossyNetwork,
+    ];
+
+    pub fn is_network(self) -> bool {
+        Fault::NETWORK.contains(&self)
+    }
+
+    /// Whether the fault takes the coordinator away (its failover time is measured).
+    pub fn hits_coordinator(self) -> bool {
+        matches!(
+            self,
+            Fault::KillCoordinator
+                | Fault::PauseCoordinator
+                | Fault::IsolateCoordinator
+                | Fault::SplitCluster
+                | Fault::CutCoordinatorOut
+        )
+    }
 }
+
+/// The share of packets [`Fault::LossyNetwork`] drops, in percent.
+pub const LOSS_PERCENT: u8 = 20;
 
 #[derive(Clone, Debug)]
 pub struct NemesisConfig {
@@ -213,7 +251,14 @@ impl std::fmt::Display for NemesisReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "faults")?;
         for i in &self.injected {
-            write!(f, "  {:7.2} s  {:?} node {}", i.at_s, i.fault, i.node)?;
+            match i.fault {
+                Fault::LossyNetwork => write!(
+                    f,
+                    "  {:7.2} s  {:?} ({LOSS_PERCENT}% of packets received, every node)",
+                    i.at_s, i.fault
+                )?,
+                _ => write!(f, "  {:7.2} s  {:?} node {}", i.at_s, i.fault, i.node)?,
+            }
             match i.next_decision_ms {
                 Some(ms) => writeln!(f, "  next decision after {ms:.0} ms")?,
                 None => writeln!(f)?,
@@ -230,9 +275,7 @@ impl std::fmt::Display for NemesisReport {
                 s.count,
                 self.injected
                     .iter()
-                    .filter(|i| {
-                        matches!(i.fault, Fault::KillCoordinator | Fault::PauseCoordinator)
-                    })
+                    .filter(|i| i.fault.hits_coordinator())
                     .count(),
                 s.p50_ms,
                 s.p99_ms,
@@ -416,13 +459,32 @@ impl Nemesis<'_> {
             .map(|n| n.id)
             .collect();
         let replicas = cluster.executors();
+        let net = if faults.iter().any(|f| f.is_network()) {
+            Some(crate::netns::current().context(
+                "network faults need a cluster on network namespaces (partita nemesis --netns)",
+            )?)
+        } else {
+            None
+        };
+        let all: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
         let mut taken: Vec<NodeId> = Vec::new();
         let mut chosen: Vec<(Fault, NodeId)> = Vec::new();
         for &fault in faults {
             let candidates: Vec<NodeId> = match fault {
-                Fault::KillCoordinator | Fault::PauseCoordinator => vec![leader],
+                Fault::KillCoordinator
+                | Fault::PauseCoordinator
+                | Fault::IsolateCoordinator
+                | Fault::SplitCluster
+                | Fault::CutCoordinatorOut => vec![leader],
                 Fault::KillAcceptor => acceptors.iter().copied().filter(|&a| a != leader).collect(),
                 Fault::KillReplica => replicas.clone(),
+                // Every node; recorded as node 0.
+                Fault::LossyNetwork => {
+                    if chosen.iter().all(|(f, _)| *f != Fault::LossyNetwork) {
+                        chosen.push((fault, 0));
+                    }
+                    continue;
+                }
             };
             let free: Vec<NodeId> = candidates
                 .into_iter()
@@ -439,6 +501,17 @@ impl Nemesis<'_> {
         let at = unix_ms();
         let at_s = t0.elapsed().as_secs_f64();
         let mut paused = Vec::new();
+        // Per node: packets dropped from these nodes, to these nodes, and a share of all.
+        let mut blocked: std::collections::BTreeMap<
+            NodeId,
+            (
+                std::collections::BTreeSet<NodeId>,
+                std::collections::BTreeSet<NodeId>,
+                u8,
+            ),
+        > = Default::default();
+        let others =
+            |n: NodeId| -> Vec<NodeId> { all.iter().copied().filter(|&o| o != n).collect() };
         for &(fault, node) in &chosen {
             match fault {
                 Fault::PauseCoordinator => {
@@ -446,12 +519,51 @@ impl Nemesis<'_> {
                     signal(pid, libc::SIGSTOP);
                     paused.push(pid);
                 }
-                _ => self.kill(node),
+                Fault::IsolateCoordinator => {
+                    let b = blocked.entry(node).or_default();
+                    b.0.extend(others(node));
+                    b.1.extend(others(node));
+                }
+                Fault::CutCoordinatorOut => {
+                    blocked.entry(node).or_default().1.extend(others(node));
+                }
+                Fault::SplitCluster => {
+                    // The coordinator and one other node, against the rest (both
+                    // sides drop what comes from the other).
+                    let rest = others(node);
+                    let mate = rest[rng.gen_range(0..rest.len())];
+                    let minority = [node, mate];
+                    let majority: Vec<NodeId> =
+                        rest.iter().copied().filter(|&o| o != mate).collect();
+                    for &m in &minority {
+                        let b = blocked.entry(m).or_default();
+                        b.0.extend(&majority);
+                        b.1.extend(&majority);
+                    }
+                    for &m in &majority {
+                        let b = blocked.entry(m).or_default();
+                        b.0.extend(minority);
+                        b.1.extend(minority);
+                    }
+                }
+                Fault::LossyNetwork => {
+                    for &n in &all {
+                        blocked.entry(n).or_default().2 = LOSS_PERCENT;
+                    }
+                }
+                Fault::KillCoordinator | Fault::KillAcceptor | Fault::KillReplica => {
+                    self.kill(node)
+                }
             }
         }
-        let leader_hit = chosen
-            .iter()
-            .any(|(f, _)| matches!(f, Fault::KillCoordinator | Fault::PauseCoordinator));
+        if let Some(net) = net {
+            for (&n, (from, to, loss)) in &blocked {
+                let from: Vec<NodeId> = from.iter().copied().collect();
+                let to: Vec<NodeId> = to.iter().copied().collect();
+                net.block(n, &from, &to, *loss)?;
+            }
+        }
+        let leader_hit = chosen.iter().any(|(f, _)| f.hits_coordinator());
         let failover_ms = if leader_hit {
             let limit = down_for.max(Duration::from_secs(3));
             failover(&cluster, old_ballot, at, limit)
@@ -464,8 +576,16 @@ impl Nemesis<'_> {
         for pid in paused {
             signal(pid, libc::SIGCONT);
         }
+        if let Some(net) = net {
+            for &n in blocked.keys() {
+                net.heal(n)?;
+            }
+        }
         for &(fault, node) in &chosen {
-            if fault != Fault::PauseCoordinator {
+            if matches!(
+                fault,
+                Fault::KillCoordinator | Fault::KillAcceptor | Fault::KillReplica
+            ) {
                 self.restart(node)?;
             }
         }
@@ -475,9 +595,7 @@ impl Nemesis<'_> {
                 at_s,
                 fault,
                 node,
-                next_decision_ms: matches!(fault, Fault::KillCoordinator | Fault::PauseCoordinator)
-                    .then_some(failover_ms)
-                    .flatten(),
+                next_decision_ms: fault.hits_coordinator().then_some(failover_ms).flatten(),
             })
             .collect())
     }
