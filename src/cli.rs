@@ -183,6 +183,10 @@ struct NemesisArgs {
     /// cut-coordinator-out, lossy-network).
     #[arg(long)]
     netns: bool,
+    /// With --netns: Ring Paxos's Phase 2A as IP multicast on the bridge (plain TCP
+    /// otherwise, since datagrams are not authenticated).
+    #[arg(long, requires = "netns")]
+    multicast: bool,
     /// Plant a known bug in every node (a control: the verdict must find it), e.g.
     /// lose-acked-writes; see `partita node --help`.
     #[arg(long = "unsafe", value_name = "BUG")]
@@ -811,6 +815,19 @@ struct BenchRunArgs {
     /// certificates, `partita certs`, in the run's directory).
     #[arg(long, requires = "up")]
     tls: bool,
+    /// With --up: every node in a network namespace of its own, joined by a bridge
+    /// (veth pairs), and the clients in another, with mutual TLS: as on separate
+    /// machines (root).
+    #[arg(long, requires = "up")]
+    netns: bool,
+    /// With --netns: Ring Paxos's Phase 2A values as UDP multicast on the bridge
+    /// (`[multicast]`; plain TCP on purpose, since datagrams are not authenticated).
+    #[arg(long, requires = "netns")]
+    multicast: bool,
+    /// With --netns: plain TCP instead of mutual TLS (`[tls] insecure = true`), the
+    /// baseline of --multicast.
+    #[arg(long, requires = "netns", conflicts_with = "multicast")]
+    insecure: bool,
 }
 
 #[derive(Args, Debug)]
@@ -851,6 +868,7 @@ pub fn main() -> i32 {
     let netns = match &cli.cmd {
         Cmd::Up(a) => a.netns,
         Cmd::Nemesis(a) => a.netns,
+        Cmd::Bench(a) => a.run.netns,
         _ => false,
     };
     if netns {
@@ -1452,7 +1470,18 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 a.partitioning.apply(c, bench::key_space(a.preload))
             }
         })?;
-        let c = if a.tls {
+        let c = if a.netns {
+            let mut c = c;
+            let wire = match (a.multicast, a.insecure) {
+                (true, _) => partita_harness::netns::Wire::Multicast,
+                (_, true) => partita_harness::netns::Wire::Insecure,
+                _ => partita_harness::netns::Wire::Tls,
+            };
+            partita_harness::netns::place_with(&mut c, &dir.join("certs"), wire)?;
+            std::fs::write(&file, c.to_toml())
+                .with_context(|| format!("writing {}", file.display()))?;
+            ClusterConfig::load(&file)?
+        } else if a.tls {
             partita_harness::certs::certs_for_cluster_file(&dir.join("certs"), &file, 30, false)?;
             ClusterConfig::load(&file)?
         } else {
@@ -1483,6 +1512,20 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
             partita_config::Transport::Plain => "plain TCP (loopback)",
         }
     );
+    if let Some(t) = partita_harness::netns::current() {
+        println!(
+            "network: each node in a network namespace of its own (node N at 10.99.0.N), \
+             clients in {} (10.99.255.1), veth pairs into one bridge, no emulated delay{}",
+            t.client_ns(),
+            match &cluster.multicast {
+                Some(m) => format!(
+                    "; Phase 2A values as IP multicast to {}:{} (per partition: +p)",
+                    m.group, m.port
+                ),
+                None => String::new(),
+            }
+        );
+    }
     match (&a.chirper, cluster.cluster.service.as_str()) {
         (Some(w), "chirper") => {
             let load = partita_harness::chirper::ChirperLoad {
@@ -1548,6 +1591,30 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     println!("{result}");
     if let Some(w) = &wan {
         println!("  {w}");
+    }
+    if cluster.multicast.is_some() {
+        // What the datagrams did, summed over the nodes (counters since start).
+        let mut sum = std::collections::BTreeMap::<String, u64>::new();
+        for n in &cluster.nodes {
+            if let Some(s) =
+                partita_client::node_status_of(&cluster, n.id, Duration::from_secs(1)).await
+            {
+                for (k, v) in s.counters {
+                    if k.starts_with("multicast_") {
+                        *sum.entry(k).or_default() += v;
+                    }
+                }
+            }
+        }
+        let get = |k: &str| sum.get(k).copied().unwrap_or(0);
+        println!(
+            "  multicast       {} Phase 2A datagrams sent, {} received (all nodes), {} refused, \
+             {} sent over TCP instead",
+            get("multicast_sent"),
+            get("multicast_received"),
+            get("multicast_refused"),
+            get("multicast_fallback_tcp")
+        );
     }
     if let Some(p) = &a.json {
         let mut json = serde_json::to_value(&result)?;
@@ -1629,7 +1696,12 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut c = c;
         if a.netns {
-            partita_harness::netns::place(&mut c, &dir.join("certs"))?;
+            let wire = if a.multicast {
+                partita_harness::netns::Wire::Multicast
+            } else {
+                partita_harness::netns::Wire::Tls
+            };
+            partita_harness::netns::place_with(&mut c, &dir.join("certs"), wire)?;
         }
         // The same checks the nodes run on the file (e.g. speculation needs Ring Paxos).
         ClusterConfig::parse(&c.to_toml(), "the nemesis's cluster")?;
@@ -1662,6 +1734,14 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         c.cluster.protocol,
         dir.display()
     );
+    if let Some(m) = &c.multicast {
+        eprintln!(
+            "nemesis: Phase 2A as IP multicast to {}:{}, plain TCP otherwise",
+            m.group, m.port
+        );
+    } else if partita_harness::netns::current().is_some() {
+        eprintln!("nemesis: every node in a network namespace of its own, mutual TLS");
+    }
     let cfg = partita_harness::nemesis::NemesisConfig {
         faults: a.faults.clone(),
         interval: Duration::from_millis(a.interval_ms),

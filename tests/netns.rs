@@ -8,6 +8,8 @@
 //!   the cluster, cut one direction, lose a fifth of the packets) passes its verdict;
 //! - the same run with a planted bug is caught by the checker (a violation, not merely
 //!   a failed run);
+//! - IP multicast carries Phase 2A (one datagram per value, every node receives it),
+//!   and writes complete with a third of the packets lost; the nemesis passes with it;
 //! - no namespace is left behind.
 //!
 //! Needs root (these machines run tests as root) and `ip` and `nft`
@@ -210,6 +212,120 @@ fn an_isolated_coordinator_stops_deciding_and_catches_up_once_healed() {
     }
 }
 
+fn counter(s: &partita_wire::NodeStatus, name: &str) -> u64 {
+    s.counters
+        .iter()
+        .find(|(k, _)| k == name)
+        .map_or(0, |(_, v)| *v)
+}
+
+/// IP multicast on the bridge (`[multicast]`): the coordinator sends each value as one
+/// datagram that every acceptor and replica receives, nothing goes over TCP instead,
+/// and with a third of the datagrams lost at every node every write still completes,
+/// through the coordinator's retransmissions and gap requests.
+#[test]
+fn phase_2a_goes_out_as_ip_multicast_and_survives_loss() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    tools();
+    let topology = netns::create().expect("creating network namespaces (needs root)");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ClusterConfig::default_local(7100, rand::random::<u64>() >> 1);
+    netns::place_with(&mut cfg, &dir.path().join("certs"), netns::Wire::Multicast).unwrap();
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    let cfg = ClusterConfig::load(&file).unwrap();
+    assert!(cfg.multicast.is_some());
+    let data = dir.path().to_path_buf();
+    let outcome = std::thread::spawn(move || {
+        topology.enter_client().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, &data, &[], None).unwrap();
+        rt.block_on(async {
+            lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+            let opts = ClientOptions {
+                give_up: Duration::from_secs(60),
+                ..ClientOptions::default()
+            };
+            let mut client = Client::<partita_btree::BPlusTree>::connect(cfg.clone(), opts)
+                .await
+                .unwrap();
+            for k in 0..50 {
+                insert(&mut client, k).await;
+            }
+            let statuses = |cfg: ClusterConfig| async move {
+                let mut v = Vec::new();
+                for n in &cfg.nodes {
+                    v.push(
+                        partita_client::node_status_of(&cfg, n.id, Duration::from_secs(1))
+                            .await
+                            .expect("a status"),
+                    );
+                }
+                v
+            };
+            let st = statuses(cfg.clone()).await;
+            let sent: u64 = st.iter().map(|s| counter(s, "multicast_sent")).sum();
+            let fallback: u64 = st
+                .iter()
+                .map(|s| counter(s, "multicast_fallback_tcp"))
+                .sum();
+            assert!(sent >= 50, "{sent} datagrams for 50 writes: {st:?}");
+            assert_eq!(fallback, 0);
+            // Every other node (2 acceptors, 2 replicas) received every datagram.
+            for s in st.iter().filter(|s| !s.coordinator) {
+                assert!(
+                    counter(s, "multicast_received") >= sent.saturating_sub(2),
+                    "node {} received {} of {sent}",
+                    s.node,
+                    counter(s, "multicast_received")
+                );
+                assert_eq!(counter(s, "multicast_refused"), 0);
+            }
+            // A third of the datagrams lost at every node (TCP untouched): lost values
+            // come back through the coordinator's retransmissions and gap requests.
+            let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.id).collect();
+            for &n in &ids {
+                topology.lose_datagrams(n, 33).unwrap();
+            }
+            for k in 50..110 {
+                insert(&mut client, k).await;
+            }
+            for &n in &ids {
+                topology.heal(n).unwrap();
+            }
+            match client
+                .execute(Op::Query { min: 0, max: 1000 })
+                .await
+                .unwrap()
+            {
+                OpResult::Entries(e) => {
+                    assert_eq!(e.len(), 110);
+                    assert!(e.iter().all(|&(k, v)| v == k * 10));
+                }
+                other => panic!("{other:?}"),
+            }
+            let after: u64 = statuses(cfg.clone())
+                .await
+                .iter()
+                .map(|s| counter(s, "multicast_sent"))
+                .sum();
+            assert!(after > sent, "multicast went on under loss");
+            // The replicas converge on the same state.
+            let verdict = partita_harness::nemesis::converged(&cfg, Duration::from_secs(20)).await;
+            assert!(verdict.is_ok(), "{verdict:?}");
+        });
+        lc.stop(Duration::from_secs(5));
+    })
+    .join();
+    netns::teardown();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e);
+    }
+}
+
 async fn coordinator_other_than(c: &ClusterConfig, old: u32) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -313,6 +429,24 @@ fn nemesis_with_network_faults_on_namespaces_passes() {
         "{text}"
     );
     assert!(report["operations"].as_u64().unwrap() > 1000, "{text}");
+}
+
+/// The nemesis with IP multicast carrying Phase 2A: the same network faults (a lossy
+/// network drops datagrams too), the same verdict.
+#[test]
+fn nemesis_with_ip_multicast_and_network_faults_passes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    tools();
+    let (code, report, text) = nemesis(&["--seed", "5", "--multicast"]);
+    for check in ["linearizable", "converged", "survived_restart"] {
+        assert!(
+            report[check].get("Ok").is_some(),
+            "{check}: {}\n{text}",
+            report[check]
+        );
+    }
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("Phase 2A as IP multicast"), "{text}");
 }
 
 /// The control: replicas that lose acknowledged writes, on the same namespaces and

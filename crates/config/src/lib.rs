@@ -50,6 +50,10 @@
 //! preset = "paper"           # California, Virginia, Europe (RTT 70/90/150 ms), or
 //!                            # regions = [...] and a symmetric rtt_ms = [[...], ...]
 //! clients = ["Europe"]       # optional: client i is in clients[i % len]
+//!
+//! [multicast]              # optional: Ring Paxos's Phase 2A as IP multicast (see
+//! group = "239.77.0.1"       # `multicast`); needs [tls] insecure = true and node
+//! port = 7700                # addresses off loopback
 //! ```
 //!
 //! A node with role `"batcher"` (smr mode only) batches the client commands it receives
@@ -67,6 +71,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 pub mod geo;
+pub mod multicast;
 pub mod tls;
 pub mod wan;
 pub use geo::GeoSection;
@@ -455,6 +460,9 @@ pub struct ClusterConfig {
     /// Regions and the emulated WAN (see [`wan`]); absent: no delay anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wan: Option<WanSection>,
+    /// IP multicast for Ring Paxos's Phase 2A (see [`multicast`]); absent: TCP only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multicast: Option<multicast::MulticastSection>,
     /// Transport security (see [`tls`]); absent: plain TCP, on loopback only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSection>,
@@ -594,6 +602,7 @@ impl ClusterConfig {
             let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
             t.validate(&ids)?;
         }
+        self.validate_multicast()?;
         let svc = &self.cluster.service;
         if svc.is_empty()
             || svc.len() > 64
@@ -1094,6 +1103,55 @@ impl ClusterConfig {
         Ok(self)
     }
 
+    /// `[multicast]`: Ring Paxos in SMR mode over one stream, with plain TCP said on
+    /// purpose (datagrams are not authenticated) and IPv4 addresses off loopback.
+    fn validate_multicast(&self) -> Result<(), FieldError> {
+        let Some(m) = &self.multicast else {
+            return Ok(());
+        };
+        let f = |field: &str, m: String| Err(FieldError::new(field, m));
+        m.validate(self.partitioning.partitions)?;
+        if self.cluster.protocol != Protocol::RingPaxos || self.cluster.mode != Mode::Smr {
+            return f(
+                "multicast",
+                "IP multicast carries Ring Paxos's Phase 2A: it needs protocol = \"ring-paxos\" \
+                 and mode = \"smr\""
+                    .into(),
+            );
+        }
+        if self.multiring.is_some() || self.geopaxos.is_some() || self.wan.is_some() {
+            return f(
+                "multicast",
+                "IP multicast is not combined with [multiring], [geopaxos] or [wan]".into(),
+            );
+        }
+        if !self.tls.as_ref().is_some_and(|t| t.insecure) {
+            return f(
+                "multicast",
+                "multicast datagrams carry no authentication: a cluster with them must say \
+                 plain TCP on purpose ([tls] insecure = true); with mutual TLS anyone on the \
+                 network could send values"
+                    .into(),
+            );
+        }
+        for n in &self.nodes {
+            match n.addr.parse::<SocketAddr>() {
+                Ok(SocketAddr::V4(a)) if !a.ip().is_loopback() && !a.ip().is_unspecified() => {}
+                _ => {
+                    return f(
+                        "node.addr",
+                        format!(
+                            "node {}: {} cannot carry IP multicast; give each node its IPv4 \
+                             address on the network (not loopback, not 0.0.0.0)",
+                            n.id, n.addr
+                        ),
+                    )
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `etcd_addr`: a loopback ip:port, on a replica of an unpartitioned kv cluster,
     /// distinct from every other address of the file.
     fn validate_etcd_addrs(&self) -> Result<(), FieldError> {
@@ -1592,6 +1650,7 @@ impl ClusterConfig {
             dssmr: None,
             wan: None,
             geopaxos: None,
+            multicast: None,
             tls: None,
             nodes: vec![
                 node(1, vec![Role::Acceptor]),
@@ -1728,6 +1787,7 @@ impl ClusterConfig {
             dssmr: None,
             wan: None,
             geopaxos: None,
+            multicast: None,
             tls: None,
             nodes: vec![NodeSection {
                 id: 1,

@@ -69,6 +69,16 @@ pub fn current() -> Option<&'static Topology> {
 /// those of runs whose process is gone.
 pub fn create() -> anyhow::Result<&'static Topology> {
     if let Some(t) = CURRENT.get() {
+        // Torn down earlier in this process (a test after another): build it again.
+        let mut removed = t.removed.lock().expect("netns lock");
+        if *removed {
+            t.nodes.lock().expect("netns lock").clear();
+            if let Err(e) = t.build() {
+                remove_prefixed(&format!("{}-", t.prefix));
+                return Err(e);
+            }
+            *removed = false;
+        }
         return Ok(t);
     }
     // SAFETY: geteuid has no preconditions.
@@ -89,17 +99,9 @@ pub fn create() -> anyhow::Result<&'static Topology> {
         nodes: Mutex::new(BTreeSet::new()),
         removed: Mutex::new(false),
     };
-    let hub = t.hub();
-    let made = (|| {
-        ip(&["netns", "add", &hub])?;
-        ip(&["-n", &hub, "link", "set", "lo", "up"])?;
-        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &hub, "link", "set", "br0", "up"])?;
-        t.attach(&t.client_ns(), "c", CLIENT_IP)
-    })();
-    if let Err(e) = made {
+    if let Err(e) = t.build() {
         t.remove();
-        return Err(e.context("creating the run's network namespaces"));
+        return Err(e);
     }
     match CURRENT.set(t) {
         Ok(()) => Ok(CURRENT.get().expect("just set")),
@@ -107,6 +109,34 @@ pub fn create() -> anyhow::Result<&'static Topology> {
             t.remove();
             Ok(CURRENT.get().expect("set by another thread"))
         }
+    }
+}
+
+impl Topology {
+    /// The hub with its bridge and the clients' namespace.
+    fn build(&self) -> anyhow::Result<()> {
+        let t = self;
+        let hub = t.hub();
+        let made = (|| {
+            ip(&["netns", "add", &hub])?;
+            ip(&["-n", &hub, "link", "set", "lo", "up"])?;
+            // No multicast snooping: without an IGMP querier on the bridge, group
+            // traffic simply reaches every port ([multicast] clusters).
+            ip(&[
+                "-n",
+                &hub,
+                "link",
+                "add",
+                "br0",
+                "type",
+                "bridge",
+                "mcast_snooping",
+                "0",
+            ])?;
+            ip(&["-n", &hub, "link", "set", "br0", "up"])?;
+            t.attach(&t.client_ns(), "c", CLIENT_IP)
+        })();
+        made.map_err(|e| e.context("creating the run's network namespaces"))
     }
 }
 
@@ -216,6 +246,20 @@ impl Topology {
         );
         nft(&self.node_ns(id), &["-f", "-"], Some(&script))
             .with_context(|| format!("blocking traffic at node {id}"))
+    }
+
+    /// Drop `percent` percent of the UDP datagrams node `id` receives (IP multicast's
+    /// Phase 2A), and nothing else. Replaces what was blocked there before.
+    pub fn lose_datagrams(&self, id: u32, percent: u8) -> anyhow::Result<()> {
+        let script = format!(
+            "table inet {FAULT_TABLE}\ndelete table inet {FAULT_TABLE}\n\
+             table inet {FAULT_TABLE} {{\n\
+             \tchain input {{ type filter hook input priority 0; policy accept;\n\
+             \t\tmeta l4proto udp numgen random mod 100 < {} drop\n\t}}\n}}\n",
+            percent.min(100)
+        );
+        nft(&self.node_ns(id), &["-f", "-"], Some(&script))
+            .with_context(|| format!("dropping datagrams at node {id}"))
     }
 
     /// Remove every fault at node `id` (nothing to remove is fine).
@@ -346,6 +390,32 @@ fn remove_stale() {
 /// it had, with mutual TLS (certificates written to `cert_dir`, issued for those
 /// addresses). etcd gateways and dashboards stay off (they listen on loopback only).
 pub fn place(cluster: &mut partita_config::ClusterConfig, cert_dir: &Path) -> anyhow::Result<()> {
+    place_with(cluster, cert_dir, Wire::Tls)
+}
+
+/// What a cluster placed on the run's network speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// Mutual TLS (certificates written for the nodes' addresses).
+    Tls,
+    /// Plain TCP, said on purpose (`[tls] insecure = true`).
+    Insecure,
+    /// Plain TCP and Ring Paxos's Phase 2A as IP multicast (`[multicast]`).
+    Multicast,
+}
+
+/// The multicast group [`place_with`] gives a cluster with IP multicast (partition p:
+/// this plus p), and its port.
+pub const MULTICAST_GROUP: Ipv4Addr = Ipv4Addr::new(239, 77, 0, 1);
+pub const MULTICAST_PORT: u16 = 7700;
+
+/// [`place`] with the given [`Wire`]: multicast needs plain TCP said on purpose
+/// (datagrams carry no authentication), so it writes no certificates either.
+pub fn place_with(
+    cluster: &mut partita_config::ClusterConfig,
+    cert_dir: &Path,
+    wire: Wire,
+) -> anyhow::Result<()> {
     let mut nodes = Vec::new();
     for n in &mut cluster.nodes {
         let port = n
@@ -357,6 +427,18 @@ pub fn place(cluster: &mut partita_config::ClusterConfig, cert_dir: &Path) -> an
         n.addr = format!("{ip}:{port}");
         n.etcd_addr = None;
         nodes.push((n.id, Some(std::net::IpAddr::V4(ip))));
+    }
+    if wire != Wire::Tls {
+        cluster.tls = Some(partita_config::TlsSection {
+            insecure: true,
+            ..Default::default()
+        });
+        cluster.multicast =
+            (wire == Wire::Multicast).then_some(partita_config::multicast::MulticastSection {
+                group: MULTICAST_GROUP,
+                port: MULTICAST_PORT,
+            });
+        return Ok(());
     }
     let w = crate::certs::write_certs(cert_dir, &nodes, 30, true)?;
     cluster.tls = Some(w.section);

@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 pub mod metrics;
+pub mod multicast;
 pub mod node;
 
 pub use node::{run_node, run_node_until, NodeOptions};

@@ -157,6 +157,8 @@ struct Node {
     metrics: crate::metrics::NodeMetrics,
     /// Drained from the core after each step for the metrics (kept to reuse its room).
     observed: Vec<partita_consensus::Observation>,
+    /// IP multicast for Phase 2A (`[multicast]`), when the cluster file asks for it.
+    mcast: Option<crate::multicast::Multicast>,
 }
 
 impl Node {
@@ -210,8 +212,41 @@ impl Node {
         let mut out = std::mem::take(&mut self.out);
         // Encode each distinct message once even when it goes to several peers.
         let mut prev: Option<(Msg, FrameBytes)> = None;
-        for o in out.drain(..) {
+        let mut it = out.drain(..).peekable();
+        while let Some(o) = it.next() {
             match o {
+                Output::Send { to, msg }
+                    if self.mcast.is_some() && matches!(msg, Msg::Phase2A { .. }) =>
+                {
+                    // The run of identical sends: one datagram if they address exactly
+                    // a group's other members, else TCP as below.
+                    let mut dests = vec![to];
+                    while let Some(Output::Send { msg: next, .. }) = it.peek() {
+                        if !same_msg(next, &msg) {
+                            break;
+                        }
+                        if let Some(Output::Send { to, .. }) = it.next() {
+                            dests.push(to);
+                        }
+                    }
+                    let frame = Arc::new(to_frame(&Wire::Peer(msg.clone())));
+                    let mut sorted = dests.clone();
+                    sorted.sort_unstable();
+                    sorted.dedup();
+                    let sent = self
+                        .mcast
+                        .as_ref()
+                        .and_then(|m| m.group_for(&msg, &sorted).map(|g| m.send(g, &frame)));
+                    match sent {
+                        Some(true) => self.count("multicast_sent"),
+                        Some(false) => {
+                            self.count("multicast_fallback_tcp");
+                            dests.iter().for_each(|&t| self.send_peer(t, frame.clone()));
+                        }
+                        None => dests.iter().for_each(|&t| self.send_peer(t, frame.clone())),
+                    }
+                    prev = Some((msg, frame));
+                }
                 Output::Send { to, msg } => {
                     let frame = match &prev {
                         Some((p, f)) if same_msg(p, &msg) => f.clone(),
@@ -294,6 +329,7 @@ impl Node {
                 }
             }
         }
+        drop(it);
         self.out = out;
         self.core.invariants();
     }
@@ -348,6 +384,12 @@ impl Node {
             self.connections_refused
                 .load(std::sync::atomic::Ordering::Relaxed),
         ));
+        if let Some(m) = &self.mcast {
+            let load =
+                |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            counters.push(("multicast_received".into(), load(&m.received)));
+            counters.push(("multicast_refused".into(), load(&m.refused)));
+        }
         let coordinator = self.core.coordinator();
         let acceptor = self.core.acceptor();
         let replica = self.core.replica();
@@ -1093,7 +1135,20 @@ pub async fn run_node_until(
         delivered_ballots: VecDeque::new(),
         metrics: crate::metrics::NodeMetrics::new(),
         observed: Vec::new(),
+        mcast: None,
     };
+    if cfg.cluster.mode == Mode::Smr {
+        // Datagrams join the connections' inbox; one that finds it full is dropped
+        // (to Ring Paxos, a lost Phase 2A).
+        let tx = inbox.tx.clone();
+        node.mcast = crate::multicast::Multicast::open(&cfg, id, move |from, msg| {
+            !matches!(
+                tx.try_send(Event::Peer { from, msg }),
+                Err(mpsc::error::TrySendError::Closed(_))
+            )
+        })
+        .with_context(|| format!("node {id}: IP multicast ([multicast])"))?;
+    }
     if cfg.cluster.mode == Mode::Smr {
         for n in &cfg.nodes {
             if n.id == id {

@@ -1,0 +1,276 @@
+//! IP multicast for Ring Paxos's Phase 2A (cluster file `[multicast]`,
+//! `partita_config::multicast`): the coordinator's value goes out once, as one UDP
+//! datagram to its group, instead of one TCP frame per receiver.
+//!
+//! # Datagrams
+//!
+//! `"PMC1"`, the cluster id (u64, little-endian), the sending node's id (u32,
+//! little-endian), then the message as the same frame TCP carries (length, checksum,
+//! payload). A receiver takes only a `Phase2A` of its own cluster from another node of
+//! the file, whole and with a good checksum; anything else is dropped and counted
+//! (`multicast_refused`), never fatal. The core then checks the message as it checks
+//! every peer message (ballot, instance range, membership).
+//!
+//! # Who joins which group
+//!
+//! Partition p's group ([`MulticastSection::group_of`]) is joined by every acceptor and
+//! by the replicas of partition p (without partitioning: one group, every acceptor and
+//! replica). The sender takes a run of identical `Phase2A` sends from one step of the
+//! core: if their destinations are exactly the group's members other than itself, one
+//! datagram replaces them; otherwise (a retransmission to one acceptor, a value sent
+//! whole to the acceptors of a partitioned cluster) they go over TCP as before. So a
+//! datagram reaches nobody the core did not address.
+//!
+//! # Loss
+//!
+//! UDP may drop a datagram (a full socket buffer, a lost fragment): to Ring Paxos that
+//! is a lost Phase 2A. An acceptor that gets the ring's vote without the value holds
+//! the vote, and the coordinator's retransmission (over TCP) completes it; a learner
+//! that misses a value sees the gap and asks for it. Sends that would block fall back
+//! to TCP (`multicast_fallback_tcp`).
+
+use partita_config::multicast::{MulticastSection, DATAGRAM_BYTES_MAX};
+use partita_config::{ClusterConfig, Role};
+use partita_consensus::Msg;
+use partita_types::NodeId;
+use partita_wire::Wire;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tracing::{info, warn};
+
+const MAGIC: &[u8; 4] = b"PMC1";
+const HEADER_BYTES: usize = 4 + 8 + 4;
+
+/// The sending side of a node, and what its receiving task counts.
+pub struct Multicast {
+    section: MulticastSection,
+    cluster_id: u64,
+    me: NodeId,
+    socket: UdpSocket,
+    /// Per group: the nodes that joined it, ascending.
+    members: Vec<Vec<NodeId>>,
+    pub received: Arc<AtomicU64>,
+    pub refused: Arc<AtomicU64>,
+}
+
+/// The groups node `n` joins.
+fn groups_of(cfg: &ClusterConfig, n: NodeId, count: u32) -> Vec<u32> {
+    let Some(node) = cfg.node(n) else {
+        return Vec::new();
+    };
+    if node.roles.contains(&Role::Acceptor) {
+        return (0..count).collect();
+    }
+    if node.roles.contains(&Role::Replica) {
+        return vec![node.partition.unwrap_or(0)];
+    }
+    Vec::new()
+}
+
+fn ipv4(addr: SocketAddr) -> anyhow::Result<Ipv4Addr> {
+    match addr {
+        SocketAddr::V4(a) => Ok(*a.ip()),
+        SocketAddr::V6(_) => anyhow::bail!("IP multicast needs IPv4 node addresses"),
+    }
+}
+
+impl Multicast {
+    /// Open node `me`'s sockets: one to send from its own address, and, if it joins a
+    /// group, one that receives them, read by a task that feeds `deliver`.
+    pub fn open(
+        cfg: &ClusterConfig,
+        me: NodeId,
+        deliver: impl Fn(NodeId, Msg) -> bool + Send + 'static,
+    ) -> anyhow::Result<Option<Multicast>> {
+        use anyhow::Context;
+        let Some(section) = cfg.multicast.clone() else {
+            return Ok(None);
+        };
+        let count = cfg.partitioning.partitions.max(1);
+        let ip = ipv4(cfg.addr(me))?;
+        let mut members = vec![Vec::new(); count as usize];
+        for n in &cfg.nodes {
+            for g in groups_of(cfg, n.id, count) {
+                members[g as usize].push(n.id);
+            }
+        }
+        let send = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        send.set_multicast_if_v4(&ip)?;
+        send.set_multicast_ttl_v4(1)?;
+        send.set_multicast_loop_v4(false)?;
+        let _ = send.set_send_buffer_size(4 << 20);
+        send.bind(&SocketAddr::V4(SocketAddrV4::new(ip, 0)).into())
+            .with_context(|| format!("binding a UDP socket to {ip}"))?;
+        send.set_nonblocking(true)?;
+        let mine = groups_of(cfg, me, count);
+        let received = Arc::new(AtomicU64::new(0));
+        let refused = Arc::new(AtomicU64::new(0));
+        if !mine.is_empty() {
+            let recv = socket2::Socket::new(
+                socket2::Domain::IPV4,
+                socket2::Type::DGRAM,
+                Some(socket2::Protocol::UDP),
+            )?;
+            recv.set_reuse_address(true)?;
+            let _ = recv.set_recv_buffer_size(8 << 20);
+            recv.bind(
+                &SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, section.port)).into(),
+            )
+            .with_context(|| format!("binding UDP port {} for multicast", section.port))?;
+            for &g in &mine {
+                recv.join_multicast_v4(&section.group_of(g), &ip)
+                    .with_context(|| format!("joining {} on {ip}", section.group_of(g)))?;
+            }
+            recv.set_nonblocking(true)?;
+            let sock = tokio::net::UdpSocket::from_std(recv.into())?;
+            let nodes: Vec<NodeId> = cfg.nodes.iter().map(|n| n.id).collect();
+            let (cluster_id, rc, rf) = (cfg.cluster.id, received.clone(), refused.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65_536];
+                loop {
+                    let n = match sock.recv(&mut buf).await {
+                        Ok(n) => n,
+                        Err(e) => {
+                            warn!("multicast receive failed: {e}");
+                            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    match parse(&buf[..n], cluster_id, me, &nodes) {
+                        Ok((from, msg)) => {
+                            rc.fetch_add(1, Ordering::Relaxed);
+                            if !deliver(from, msg) {
+                                return;
+                            }
+                        }
+                        Err(why) => {
+                            if rf.fetch_add(1, Ordering::Relaxed) % 100 == 0 {
+                                warn!("multicast datagram dropped: {why}");
+                            }
+                        }
+                    }
+                }
+            });
+            info!(
+                node = me,
+                groups = ?mine.iter().map(|&g| section.group_of(g)).collect::<Vec<_>>(),
+                port = section.port,
+                "IP multicast on: Phase 2A values arrive as UDP datagrams"
+            );
+        }
+        Ok(Some(Multicast {
+            section,
+            cluster_id: cfg.cluster.id,
+            me,
+            socket: send.into(),
+            members,
+            received,
+            refused,
+        }))
+    }
+
+    /// The group that carries `msg` to exactly `to` (ascending, distinct), if any.
+    pub fn group_for(&self, msg: &Msg, to: &[NodeId]) -> Option<u32> {
+        let Msg::Phase2A { part, .. } = msg else {
+            return None;
+        };
+        let g = match part {
+            Some(p) => p.index,
+            None if self.members.len() == 1 => 0,
+            None => return None,
+        };
+        let members = self.members.get(g as usize)?;
+        let others = members.iter().filter(|&&n| n != self.me);
+        (others.clone().count() == to.len() && others.zip(to).all(|(a, b)| a == b)).then_some(g)
+    }
+
+    /// Send `frame` (a `Wire::Peer` frame) to group `g`. `false`: not sent (too big, or
+    /// the socket would block): the caller sends over TCP.
+    pub fn send(&self, g: u32, frame: &[u8]) -> bool {
+        if frame.len() + HEADER_BYTES > DATAGRAM_BYTES_MAX {
+            return false;
+        }
+        let mut d = Vec::with_capacity(HEADER_BYTES + frame.len());
+        d.extend_from_slice(MAGIC);
+        d.extend_from_slice(&self.cluster_id.to_le_bytes());
+        d.extend_from_slice(&self.me.to_le_bytes());
+        d.extend_from_slice(frame);
+        let to = SocketAddrV4::new(self.section.group_of(g), self.section.port);
+        match self.socket.send_to(&d, to) {
+            Ok(n) => n == d.len(),
+            Err(e) => {
+                if e.kind() != std::io::ErrorKind::WouldBlock {
+                    warn!("multicast send to {to} failed: {e}");
+                }
+                false
+            }
+        }
+    }
+}
+
+/// A datagram's sender and message, or why it is refused.
+fn parse(d: &[u8], cluster_id: u64, me: NodeId, nodes: &[NodeId]) -> Result<(NodeId, Msg), String> {
+    if d.len() < HEADER_BYTES || &d[..4] != MAGIC {
+        return Err(format!("not a Partita datagram ({} bytes)", d.len()));
+    }
+    let cid = u64::from_le_bytes(d[4..12].try_into().expect("8 bytes"));
+    if cid != cluster_id {
+        return Err(format!("cluster {cid}, not this one ({cluster_id})"));
+    }
+    let from = u32::from_le_bytes(d[12..16].try_into().expect("4 bytes"));
+    if from == me || !nodes.contains(&from) {
+        return Err(format!("from node {from}, not another node of the cluster"));
+    }
+    let frame = &d[HEADER_BYTES..];
+    let (range, used) = match partita_types::frame::parse_frame(frame) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err("a truncated frame".into()),
+        Err(e) => return Err(format!("a bad frame: {e}")),
+    };
+    if used != frame.len() {
+        return Err("bytes after the frame".into());
+    }
+    match partita_types::decode::<Wire>(&frame[range]) {
+        Ok(Wire::Peer(msg @ Msg::Phase2A { .. })) => Ok((from, msg)),
+        Ok(_) => Err("not a Phase 2A".into()),
+        Err(e) => Err(format!("undecodable: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_refused_with_a_reason() {
+        let nodes = [1, 2, 3];
+        let msg = Msg::Alive {
+            ballot: partita_types::Ballot::ZERO,
+        };
+        let frame = partita_wire::to_frame(&Wire::Peer(msg));
+        let datagram = |cid: u64, from: u32, body: &[u8]| {
+            let mut d = MAGIC.to_vec();
+            d.extend_from_slice(&cid.to_le_bytes());
+            d.extend_from_slice(&from.to_le_bytes());
+            d.extend_from_slice(body);
+            d
+        };
+        let why = |d: &[u8]| parse(d, 9, 1, &nodes).unwrap_err();
+        assert!(why(b"hello").contains("not a Partita datagram"));
+        assert!(why(&datagram(8, 2, &frame)).contains("cluster 8"));
+        assert!(why(&datagram(9, 1, &frame)).contains("node 1"));
+        assert!(why(&datagram(9, 7, &frame)).contains("node 7"));
+        assert!(why(&datagram(9, 2, &frame)).contains("not a Phase 2A"));
+        assert!(why(&datagram(9, 2, &frame[..frame.len() - 1])).contains("truncated"));
+        let mut flipped = frame.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        let e = why(&datagram(9, 2, &flipped));
+        assert!(e.contains("bad frame") || e.contains("undecodable"), "{e}");
+    }
+}
