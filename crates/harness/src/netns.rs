@@ -43,6 +43,8 @@ use std::sync::{Mutex, OnceLock};
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 255, 1);
 /// The prefix length of the run's network.
 pub const PREFIX_LEN: u8 = 16;
+/// The links' MTU (jumbo frames).
+pub const MTU: &str = "9000";
 /// The nftables table the faults live in.
 pub const FAULT_TABLE: &str = "partita_nemesis";
 
@@ -177,6 +179,10 @@ impl Topology {
         ip(&[
             "-n", &hub, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns,
         ])?;
+        // Jumbo frames, as on a data-centre LAN: a batched value (8 KB) is one frame,
+        // not six IP fragments.
+        ip(&["-n", &hub, "link", "set", port, "mtu", MTU])?;
+        ip(&["-n", ns, "link", "set", "eth0", "mtu", MTU])?;
         ip(&["-n", &hub, "link", "set", port, "master", "br0", "up"])?;
         ip(&[
             "-n",

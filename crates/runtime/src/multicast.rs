@@ -133,24 +133,32 @@ impl Multicast {
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 65_536];
                 loop {
-                    let n = match sock.recv(&mut buf).await {
-                        Ok(n) => n,
-                        Err(e) => {
-                            warn!("multicast receive failed: {e}");
-                            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                            continue;
-                        }
-                    };
-                    match parse(&buf[..n], cluster_id, me, &nodes) {
-                        Ok((from, msg)) => {
-                            rc.fetch_add(1, Ordering::Relaxed);
-                            if !deliver(from, msg) {
-                                return;
+                    // One wake-up, then every datagram already queued.
+                    if let Err(e) = sock.readable().await {
+                        warn!("multicast receive failed: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        continue;
+                    }
+                    loop {
+                        let n = match sock.try_recv(&mut buf) {
+                            Ok(n) => n,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(e) => {
+                                warn!("multicast receive failed: {e}");
+                                break;
                             }
-                        }
-                        Err(why) => {
-                            if rf.fetch_add(1, Ordering::Relaxed) % 100 == 0 {
-                                warn!("multicast datagram dropped: {why}");
+                        };
+                        match parse(&buf[..n], cluster_id, me, &nodes) {
+                            Ok((from, msg)) => {
+                                rc.fetch_add(1, Ordering::Relaxed);
+                                if !deliver(from, msg) {
+                                    return;
+                                }
+                            }
+                            Err(why) => {
+                                if rf.fetch_add(1, Ordering::Relaxed) % 100 == 0 {
+                                    warn!("multicast datagram dropped: {why}");
+                                }
                             }
                         }
                     }
