@@ -1119,7 +1119,7 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
             println!(
                 "network namespaces: node N in {}, at 10.99.0.N; clients in {} (10.99.255.1); \
                  mutual TLS, certificates in {}/certs",
-                t.node_ns(0).trim_end_matches('0').to_string() + "N",
+                t.node_ns_pattern(),
                 t.client_ns(),
                 a.data_dir.display()
             );

@@ -71,10 +71,11 @@ fn progress_of(s: &partita_wire::NodeStatus) -> u64 {
         .max(s.accepted_max_instance.unwrap_or(0))
 }
 
-async fn coordinator(c: &ClusterConfig) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// The node that says it coordinates, other than `not` (20 s at most).
+async fn coordinator(c: &ClusterConfig, not: Option<u32>) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        for n in &c.nodes {
+        for n in c.nodes.iter().filter(|n| Some(n.id) != not) {
             if let Some(s) =
                 partita_client::node_status_of(c, n.id, Duration::from_millis(500)).await
             {
@@ -83,9 +84,89 @@ async fn coordinator(c: &ClusterConfig) -> u32 {
                 }
             }
         }
-        assert!(Instant::now() < deadline, "no coordinator");
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator other than {not:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// What a test on a live cluster in namespaces gets: the run's topology, the cluster
+/// as loaded from its file, its data directory and a connected client.
+struct Live {
+    topology: &'static netns::Topology,
+    cfg: ClusterConfig,
+    data: PathBuf,
+    client: Client<partita_btree::BPlusTree>,
+}
+
+/// Start the default cluster on the run's network with `wire`, run `body` against it
+/// from a thread in the clients' namespace (a runtime of its own), stop it, remove the
+/// namespaces and check that none is left; then re-raise `body`'s panic, if any.
+fn on_namespaces<F, Fut>(wire: netns::Wire, give_up: Duration, body: F)
+where
+    F: FnOnce(Live) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    tools();
+    let topology = netns::create().expect("creating network namespaces (needs root)");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ClusterConfig::default_local(7100, rand::random::<u64>() >> 1);
+    netns::place_with(&mut cfg, &dir.path().join("certs"), wire).unwrap();
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    let cfg = ClusterConfig::load(&file).unwrap();
+    let data = dir.path().to_path_buf();
+    let outcome = std::thread::spawn(move || {
+        topology.enter_client().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, &data, &[], None).unwrap();
+        // A panic in here drops `lc`, which stops the nodes.
+        rt.block_on(async {
+            lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+            let opts = ClientOptions {
+                give_up,
+                ..ClientOptions::default()
+            };
+            let client = Client::<partita_btree::BPlusTree>::connect(cfg.clone(), opts)
+                .await
+                .unwrap();
+            body(Live {
+                topology,
+                cfg,
+                data,
+                client,
+            })
+            .await
+        });
+        lc.stop(Duration::from_secs(5));
+    })
+    .join();
+    netns::teardown();
+    assert!(
+        namespaces_of(std::process::id()).is_empty(),
+        "{:?}",
+        namespaces_of(std::process::id())
+    );
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e);
+    }
+}
+
+async fn statuses(cfg: &ClusterConfig) -> Vec<partita_wire::NodeStatus> {
+    let mut v = Vec::new();
+    for n in &cfg.nodes {
+        v.push(
+            partita_client::node_status_of(cfg, n.id, Duration::from_secs(1))
+                .await
+                .expect("a status"),
+        );
+    }
+    v
 }
 
 async fn insert(client: &mut Client<partita_btree::BPlusTree>, key: u64) {
@@ -106,110 +187,78 @@ async fn insert(client: &mut Client<partita_btree::BPlusTree>, key: u64) {
 #[test]
 fn an_isolated_coordinator_stops_deciding_and_catches_up_once_healed() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    tools();
-    let topology = netns::create().expect("creating network namespaces (needs root)");
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ClusterConfig::default_local(7100, rand::random::<u64>() >> 1);
-    netns::place(&mut cfg, &dir.path().join("certs")).unwrap();
-    assert!(netns::is_placed(&cfg));
-    assert_eq!(cfg.addr(2).to_string(), "10.99.0.2:7102");
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, cfg.to_toml()).unwrap();
-    let cfg = ClusterConfig::load(&file).unwrap();
-    let data = dir.path().to_path_buf();
-    // This thread goes into the clients' namespace, with a runtime of its own.
-    let outcome = std::thread::spawn(move || {
-        topology.enter_client().unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, &data, &[], None).unwrap();
-        let data = data.clone();
-        // A panic in here drops `lc`, which stops the nodes.
-        rt.block_on(async {
-            lc.wait_ready(Duration::from_secs(30)).await.unwrap();
-            let opts = ClientOptions {
-                give_up: Duration::from_secs(30),
-                ..ClientOptions::default()
-            };
-            let mut client = Client::<partita_btree::BPlusTree>::connect(cfg.clone(), opts)
-                .await
-                .unwrap();
-            for k in 0..20 {
-                insert(&mut client, k).await;
+    let give_up = Duration::from_secs(30);
+    on_namespaces(netns::Wire::Tls, give_up, |live| async move {
+        let Live {
+            topology,
+            cfg,
+            data,
+            mut client,
+        } = live;
+        assert!(netns::is_placed(&cfg));
+        assert_eq!(cfg.addr(2).to_string(), "10.99.0.2:7102");
+        for k in 0..20 {
+            insert(&mut client, k).await;
+        }
+        let leader = coordinator(&cfg, None).await;
+        let others: Vec<u32> = cfg
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .filter(|&n| n != leader)
+            .collect();
+        topology.block(leader, &others, &others, 0).unwrap();
+        assert!(topology.rules(leader).unwrap().contains(netns::FAULT_TABLE));
+        let frozen = progress(&cfg, leader)
+            .await
+            .expect("the isolated node answers probes");
+        // The others elect a coordinator and decide these.
+        for k in 20..60 {
+            insert(&mut client, k).await;
+        }
+        let new_leader = coordinator(&cfg, Some(leader)).await;
+        let ahead = progress(&cfg, new_leader).await.unwrap();
+        let stuck = progress(&cfg, leader)
+            .await
+            .expect("still answers its clients");
+        // The 40 writes were decided elsewhere; the isolated node got at most its
+        // own window of proposals (16 instances), accepted by itself alone.
+        assert!(
+            stuck <= frozen + 16 && ahead >= frozen + 40,
+            "isolated node {leader} at {stuck} (was {frozen}), node {new_leader} at {ahead}"
+        );
+        topology.heal(leader).unwrap();
+        assert!(!topology.rules(leader).unwrap().contains(netns::FAULT_TABLE));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let status =
+                partita_client::node_status_of(&cfg, leader, Duration::from_millis(500)).await;
+            let now = status.as_ref().map(progress_of);
+            if now >= Some(ahead) {
+                break;
             }
-            let leader = coordinator(&cfg).await;
-            let others: Vec<u32> = cfg
-                .nodes
-                .iter()
-                .map(|n| n.id)
-                .filter(|&n| n != leader)
-                .collect();
-            topology.block(leader, &others, &others, 0).unwrap();
-            assert!(topology.rules(leader).unwrap().contains(netns::FAULT_TABLE));
-            let frozen = progress(&cfg, leader)
-                .await
-                .expect("the isolated node answers probes");
-            // The others elect a coordinator and decide these.
-            for k in 20..60 {
-                insert(&mut client, k).await;
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(data.join(format!("node-{leader}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                panic!(
+                    "node {leader} did not catch up after the heal: at {now:?}, others at \
+                     {ahead}; status {status:?}\nlog (last lines first):\n{}",
+                    tail.join("\n")
+                );
             }
-            let new_leader = coordinator_other_than(&cfg, leader).await;
-            let ahead = progress(&cfg, new_leader).await.unwrap();
-            let stuck = progress(&cfg, leader)
-                .await
-                .expect("still answers its clients");
-            // The 40 writes were decided elsewhere; the isolated node got at most its
-            // own window of proposals (16 instances), accepted by itself alone.
-            assert!(
-                stuck <= frozen + 16 && ahead >= frozen + 40,
-                "isolated node {leader} at {stuck} (was {frozen}), node {new_leader} at {ahead}"
-            );
-            topology.heal(leader).unwrap();
-            assert!(!topology.rules(leader).unwrap().contains(netns::FAULT_TABLE));
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let status =
-                    partita_client::node_status_of(&cfg, leader, Duration::from_millis(500)).await;
-                let now = status.as_ref().map(progress_of);
-                if now >= Some(ahead) {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let log = std::fs::read_to_string(data.join(format!("node-{leader}.log")))
-                        .unwrap_or_default();
-                    let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                    panic!(
-                        "node {leader} did not catch up after the heal: at {now:?}, others at \
-                         {ahead}; status {status:?}\nlog (last lines first):\n{}",
-                        tail.join("\n")
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            // Every write is there.
-            match client
-                .execute(Op::Query { min: 0, max: 1000 })
-                .await
-                .unwrap()
-            {
-                OpResult::Entries(e) => assert_eq!(e.len(), 60, "{e:?}"),
-                other => panic!("{other:?}"),
-            }
-        });
-        lc.stop(Duration::from_secs(5));
-    })
-    .join();
-    netns::teardown();
-    assert!(
-        namespaces_of(std::process::id()).is_empty(),
-        "{:?}",
-        namespaces_of(std::process::id())
-    );
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e);
-    }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Every write is there.
+        match client
+            .execute(Op::Query { min: 0, max: 1000 })
+            .await
+            .unwrap()
+        {
+            OpResult::Entries(e) => assert_eq!(e.len(), 60, "{e:?}"),
+            other => panic!("{other:?}"),
+        }
+    });
 }
 
 fn counter(s: &partita_wire::NodeStatus, name: &str) -> u64 {
@@ -226,121 +275,69 @@ fn counter(s: &partita_wire::NodeStatus, name: &str) -> u64 {
 #[test]
 fn phase_2a_goes_out_as_ip_multicast_and_survives_loss() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    tools();
-    let topology = netns::create().expect("creating network namespaces (needs root)");
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ClusterConfig::default_local(7100, rand::random::<u64>() >> 1);
-    netns::place_with(&mut cfg, &dir.path().join("certs"), netns::Wire::Multicast).unwrap();
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, cfg.to_toml()).unwrap();
-    let cfg = ClusterConfig::load(&file).unwrap();
-    assert!(cfg.multicast.is_some());
-    let data = dir.path().to_path_buf();
-    let outcome = std::thread::spawn(move || {
-        topology.enter_client().unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, &data, &[], None).unwrap();
-        rt.block_on(async {
-            lc.wait_ready(Duration::from_secs(30)).await.unwrap();
-            let opts = ClientOptions {
-                give_up: Duration::from_secs(60),
-                ..ClientOptions::default()
-            };
-            let mut client = Client::<partita_btree::BPlusTree>::connect(cfg.clone(), opts)
-                .await
-                .unwrap();
-            for k in 0..50 {
-                insert(&mut client, k).await;
-            }
-            let statuses = |cfg: ClusterConfig| async move {
-                let mut v = Vec::new();
-                for n in &cfg.nodes {
-                    v.push(
-                        partita_client::node_status_of(&cfg, n.id, Duration::from_secs(1))
-                            .await
-                            .expect("a status"),
-                    );
-                }
-                v
-            };
-            let st = statuses(cfg.clone()).await;
-            let sent: u64 = st.iter().map(|s| counter(s, "multicast_sent")).sum();
-            let fallback: u64 = st
-                .iter()
-                .map(|s| counter(s, "multicast_fallback_tcp"))
-                .sum();
-            assert!(sent >= 50, "{sent} datagrams for 50 writes: {st:?}");
-            assert_eq!(fallback, 0);
-            // Every other node (2 acceptors, 2 replicas) received every datagram.
-            for s in st.iter().filter(|s| !s.coordinator) {
-                assert!(
-                    counter(s, "multicast_received") >= sent.saturating_sub(2),
-                    "node {} received {} of {sent}",
-                    s.node,
-                    counter(s, "multicast_received")
-                );
-                assert_eq!(counter(s, "multicast_refused"), 0);
-            }
-            // A third of the datagrams lost at every node (TCP untouched): lost values
-            // come back through the coordinator's retransmissions and gap requests.
-            let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.id).collect();
-            for &n in &ids {
-                topology.lose_datagrams(n, 33).unwrap();
-            }
-            for k in 50..110 {
-                insert(&mut client, k).await;
-            }
-            for &n in &ids {
-                topology.heal(n).unwrap();
-            }
-            match client
-                .execute(Op::Query { min: 0, max: 1000 })
-                .await
-                .unwrap()
-            {
-                OpResult::Entries(e) => {
-                    assert_eq!(e.len(), 110);
-                    assert!(e.iter().all(|&(k, v)| v == k * 10));
-                }
-                other => panic!("{other:?}"),
-            }
-            let after: u64 = statuses(cfg.clone())
-                .await
-                .iter()
-                .map(|s| counter(s, "multicast_sent"))
-                .sum();
-            assert!(after > sent, "multicast went on under loss");
-            // The replicas converge on the same state.
-            let verdict = partita_harness::nemesis::converged(&cfg, Duration::from_secs(20)).await;
-            assert!(verdict.is_ok(), "{verdict:?}");
-        });
-        lc.stop(Duration::from_secs(5));
-    })
-    .join();
-    netns::teardown();
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e);
-    }
-}
-
-async fn coordinator_other_than(c: &ClusterConfig, old: u32) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        for n in c.nodes.iter().filter(|n| n.id != old) {
-            if let Some(s) =
-                partita_client::node_status_of(c, n.id, Duration::from_millis(500)).await
-            {
-                if s.coordinator {
-                    return n.id;
-                }
-            }
+    let give_up = Duration::from_secs(60);
+    on_namespaces(netns::Wire::Multicast, give_up, |live| async move {
+        let Live {
+            topology,
+            cfg,
+            mut client,
+            ..
+        } = live;
+        assert!(cfg.multicast.is_some());
+        for k in 0..50 {
+            insert(&mut client, k).await;
         }
-        assert!(Instant::now() < deadline, "no new coordinator");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let st = statuses(&cfg).await;
+        let sent: u64 = st.iter().map(|s| counter(s, "multicast_sent")).sum();
+        let fallback: u64 = st
+            .iter()
+            .map(|s| counter(s, "multicast_fallback_tcp"))
+            .sum();
+        assert!(sent >= 50, "{sent} datagrams for 50 writes: {st:?}");
+        assert_eq!(fallback, 0);
+        // Every other node (2 acceptors, 2 replicas) received every datagram.
+        for s in st.iter().filter(|s| !s.coordinator) {
+            assert!(
+                counter(s, "multicast_received") >= sent.saturating_sub(2),
+                "node {} received {} of {sent}",
+                s.node,
+                counter(s, "multicast_received")
+            );
+            assert_eq!(counter(s, "multicast_refused"), 0);
+        }
+        // A third of the datagrams lost at every node (TCP untouched): lost values
+        // come back through the coordinator's retransmissions and gap requests.
+        let ids: Vec<u32> = cfg.nodes.iter().map(|n| n.id).collect();
+        for &n in &ids {
+            topology.lose_datagrams(n, 33).unwrap();
+        }
+        for k in 50..110 {
+            insert(&mut client, k).await;
+        }
+        for &n in &ids {
+            topology.heal(n).unwrap();
+        }
+        match client
+            .execute(Op::Query { min: 0, max: 1000 })
+            .await
+            .unwrap()
+        {
+            OpResult::Entries(e) => {
+                assert_eq!(e.len(), 110);
+                assert!(e.iter().all(|&(k, v)| v == k * 10));
+            }
+            other => panic!("{other:?}"),
+        }
+        let after: u64 = statuses(&cfg)
+            .await
+            .iter()
+            .map(|s| counter(s, "multicast_sent"))
+            .sum();
+        assert!(after > sent, "multicast went on under loss");
+        // The replicas converge on the same state.
+        let verdict = partita_harness::nemesis::converged(&cfg, Duration::from_secs(20)).await;
+        assert!(verdict.is_ok(), "{verdict:?}");
+    });
 }
 
 /// Run `partita nemesis --netns` with `extra` arguments; its exit code and JSON report.

@@ -165,6 +165,11 @@ impl Topology {
         format!("{}-n{id}", self.prefix)
     }
 
+    /// Node N's namespace, with N written as such (for messages).
+    pub fn node_ns_pattern(&self) -> String {
+        format!("{}-nN", self.prefix)
+    }
+
     /// The file that names namespace `ns` (what `setns` opens).
     pub fn ns_path(ns: &str) -> PathBuf {
         Path::new("/run/netns").join(ns)

@@ -358,7 +358,11 @@ pub fn check_chirper(
     // `kept[i]` is the index in `events` of the search's operation i.
     let dropped = unobservable_posts(events);
     let kept: Vec<usize> = (0..events.len()).filter(|&i| !dropped[i]).collect();
-    let searched: Vec<ChirperEvent> = kept.iter().map(|&i| events[i].clone()).collect();
+    let searched: std::borrow::Cow<'_, [ChirperEvent]> = if kept.len() == events.len() {
+        std::borrow::Cow::Borrowed(events)
+    } else {
+        kept.iter().map(|&i| events[i].clone()).collect()
+    };
     let (model, state) = SearchModel::new(initial, &searched, []);
     let ops: Vec<Operation<'_, ChirperOp, ChirperResult>> = searched
         .iter()
