@@ -406,6 +406,9 @@ struct UpArgs {
     /// emulating one machine per node.
     #[arg(long, value_name = "FRACTION", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
+    /// Threads of each node's runtime (`partita node --runtime-threads`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    node_threads: u32,
     /// Each node in a network namespace of its own (10.99.0.N), joined by a bridge,
     /// with mutual TLS, as on separate machines (root). This process and its clients
     /// live in a client namespace; the namespaces go when it stops.
@@ -430,6 +433,11 @@ struct PartitionArgs {
     /// them to the leader (one message per batch instead of one per command).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     batchers: u32,
+    /// Every replica batches too: each client enters at the replica that answers it,
+    /// so one connection carries its requests and replies (fewer packets per command),
+    /// and the replicas batch commands to the leader.
+    #[arg(long)]
+    replicas_batch: bool,
     /// Multi-Ring Paxos (paper 002): order with this many rings, each with acceptors
     /// of its own (as many as the first ring's), merged at every replica.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
@@ -469,9 +477,14 @@ impl PartitionArgs {
             )
             .map_err(|e| anyhow::anyhow!("--partitions: {e}"))?
         };
-        let c = c
+        let mut c = c
             .with_batchers(self.batchers)
             .map_err(|e| anyhow::anyhow!("--batchers: {e}"))?;
+        if self.replicas_batch {
+            c = c
+                .with_replicas_batching()
+                .map_err(|e| anyhow::anyhow!("--replicas-batch: {e}"))?;
+        }
         if self.rings == 0 {
             return Ok(c);
         }
@@ -513,6 +526,21 @@ struct NodeArgs {
     /// (wal-fsync-error).
     #[arg(long, value_name = "NAME=N", value_parser = parse_failpoint)]
     failpoint: Option<String>,
+    /// Threads of the node's runtime: 1 runs everything (the event loop, every
+    /// connection's reads, decoding, encoding and writes) on one thread; N > 1 lets the
+    /// connections' work run beside the event loop on N threads. The WAL's fsync has
+    /// its own thread either way.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    runtime_threads: u32,
+}
+
+/// `partita node`'s arguments for `threads` runtime threads (none for the default, 1).
+fn runtime_threads_args(threads: u32) -> Vec<String> {
+    if threads == 1 {
+        Vec::new()
+    } else {
+        vec!["--runtime-threads".into(), threads.to_string()]
+    }
 }
 
 fn parse_failpoint(spec: &str) -> Result<String, String> {
@@ -787,6 +815,9 @@ struct BenchRunArgs {
     /// of its own), emulating one machine per node; the bench clients are not limited.
     #[arg(long, value_name = "FRACTION", requires = "up", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
+    /// With --up: threads of each node's runtime (`partita node --runtime-threads`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    node_threads: u32,
     /// Chirper (paper 003): run this workload of the social network instead of the
     /// B+tree's, on a chirper cluster (with --up, a fresh one whose --partitions are
     /// data partitions): timeline, post, follow (follow/unfollow 50/50) or mix.
@@ -886,10 +917,17 @@ pub fn main() -> i32 {
 }
 
 fn run_command(cli: Cli) -> i32 {
-    let rt = if matches!(cli.cmd, Cmd::Node(_)) {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    let rt = if let Cmd::Node(a) = &cli.cmd {
+        if a.runtime_threads > 1 {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(a.runtime_threads as usize)
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        }
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -1071,7 +1109,8 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
             a.data_dir.display()
         );
     }
-    let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &[], a.node_cpu)?;
+    let node_args = runtime_threads_args(a.node_threads);
+    let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &node_args, a.node_cpu)?;
     if let Err(e) = lc.wait_ready(Duration::from_secs(20)).await {
         lc.stop(Duration::from_secs(5));
         return Err(e);
@@ -1487,7 +1526,8 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         } else {
             c
         };
-        let mut lc = LocalCluster::start(&file, &c, &dir, &[], a.node_cpu)?;
+        let node_args = runtime_threads_args(a.node_threads);
+        let mut lc = LocalCluster::start(&file, &c, &dir, &node_args, a.node_cpu)?;
         lc.wait_ready(Duration::from_secs(20)).await?;
         _lc = Some(lc);
         _tmp = Some(TempDir(dir));
@@ -1588,6 +1628,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     };
     let (mut result, records) = bench::run(&cluster, &cfg).await?;
     result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
+    result.node_runtime_threads = _lc.as_ref().map(|_| a.node_threads);
     println!("{result}");
     if let Some(w) = &wan {
         println!("  {w}");

@@ -346,6 +346,18 @@ async fn ring_paxos_with_batchers_is_linearizable_and_converges() {
     }
 }
 
+/// The replicas batch too: every client enters at the replica that answers it (one
+/// connection both ways), which batches to the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_paxos_with_replicas_batching_is_linearizable_and_converges() {
+    let replicas_batch = |c: &mut ClusterConfig| {
+        *c = c.clone().with_replicas_batching().expect("an smr cluster");
+    };
+    if let Err(e) = run_and_judge_tweaked(Protocol::RingPaxos, &[], replicas_batch).await {
+        panic!("{e}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_paxos_cluster_is_linearizable_and_converges() {
     replicated_history_is_linearizable(Protocol::MultiPaxos).await;

@@ -209,6 +209,17 @@ impl Membership {
         }
     }
 
+    /// The first entry node of a client whose replies come from `replica`: that
+    /// replica itself when it batches too (one connection then carries the client's
+    /// requests and replies both ways), else [`Membership::client_entry`].
+    pub fn client_entry_for(&self, replica: NodeId, client_index: u64) -> NodeId {
+        if self.batchers.contains(&replica) {
+            replica
+        } else {
+            self.client_entry(client_index)
+        }
+    }
+
     /// The entry node after `current` in [`Membership::entry_rotation`] (the first one
     /// when `current` is not in it).
     pub fn next_entry(&self, current: NodeId) -> NodeId {

@@ -67,6 +67,10 @@ pub struct BenchResult {
     /// Real runs with a per-node CPU budget (`--node-cpu`): what it was, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_cpu: Option<String>,
+    /// Threads of each node's runtime (`partita node --runtime-threads`), when this run
+    /// started the nodes; `None`: a running cluster, whose nodes said nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_runtime_threads: Option<u32>,
     /// CPU time (user + system) per command completed in the measured window, summed
     /// over every node process of the cluster; `None` when the nodes do not run on
     /// this machine (their status gives no pid here).
@@ -381,6 +385,7 @@ pub async fn run(
         resubmissions,
         tentative_ms_p50_p90,
         node_cpu: None,
+        node_runtime_threads: None,
         cpu_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.total_us())),
         cpu_user_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.user_us)),
         cpu_system_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.system_us)),
@@ -400,6 +405,13 @@ impl std::fmt::Display for BenchResult {
         writeln!(f, "  durability      {}", self.durability)?;
         if let Some(c) = &self.node_cpu {
             writeln!(f, "  node CPU        {c}")?;
+        }
+        if let Some(n) = self.node_runtime_threads {
+            let s = if n == 1 { "" } else { "s" };
+            writeln!(
+                f,
+                "  node runtime    {n} thread{s} per node (and a WAL thread)"
+            )?;
         }
         writeln!(
             f,

@@ -569,11 +569,12 @@ impl World {
                     p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
                 let replica = replicas[c as usize % replicas.len()];
                 let entry = match cluster.cluster.mode {
-                    partita_config::Mode::Smr => membership.client_entry(c as u64),
+                    partita_config::Mode::Smr => membership.client_entry_for(replica, c as u64),
                     partita_config::Mode::Cs => cluster.entry_node(),
                 };
                 // Clients enter at the coordinator (the server), or spread over the
-                // batchers, and rotate over the batchers, then the acceptors.
+                // batchers (at their own replica if it batches, as real clients do),
+                // and rotate over the batchers, then the acceptors.
                 let topology = cluster.client_topology();
                 if let (Some(d), Some(g)) = (&p.dssmr, &graph) {
                     let n = layout.replicas.len().max(1);

@@ -407,6 +407,7 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         resubmissions: r.resubmissions,
         tentative_ms_p50_p90: None,
         node_cpu: None,
+        node_runtime_threads: None,
         cpu_us_per_cmd: None,
         cpu_user_us_per_cmd: None,
         cpu_system_us_per_cmd: None,
