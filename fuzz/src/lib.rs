@@ -64,6 +64,7 @@ pub fn setup(id: NodeId, protocol: Protocol, service: Arc<dyn ServiceFactory>) -
         speculative: id == 5,
         psmr: None,
         multiring: None,
+        geo: None,
     }
 }
 

@@ -4,9 +4,9 @@
 //!
 //! # Datagrams
 //!
-//! `"PMC1"`, the cluster id (u64, little-endian), the sending node's id (u32,
-//! little-endian), then the message as the same frame TCP carries (length, checksum,
-//! payload). A receiver takes only a `Phase2A` of its own cluster from another node of
+//! [`partita_wire::datagram`]: `"PMC1"`, the cluster id (u64, little-endian), the
+//! sending node's id (u32, little-endian), then the message as the same frame TCP
+//! carries (length, checksum, payload). A receiver takes only a `Phase2A` of its own cluster from another node of
 //! the file, whole and with a good checksum; anything else is dropped and counted
 //! (`multicast_refused`), never fatal. The core then checks the message as it checks
 //! every peer message (ballot, instance range, membership).
@@ -33,14 +33,11 @@ use partita_config::multicast::{MulticastSection, DATAGRAM_BYTES_MAX};
 use partita_config::{ClusterConfig, Role};
 use partita_consensus::Msg;
 use partita_types::NodeId;
-use partita_wire::Wire;
+use partita_wire::datagram::{encode_datagram, parse_datagram, HEADER_BYTES};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tracing::{info, warn};
-
-const MAGIC: &[u8; 4] = b"PMC1";
-const HEADER_BYTES: usize = 4 + 8 + 4;
 
 /// The sending side of a node, and what its receiving task counts.
 pub struct Multicast {
@@ -148,7 +145,7 @@ impl Multicast {
                                 break;
                             }
                         };
-                        match parse(&buf[..n], cluster_id, me, &nodes) {
+                        match parse_datagram(&buf[..n], cluster_id, me, &nodes) {
                             Ok((from, msg)) => {
                                 rc.fetch_add(1, Ordering::Relaxed);
                                 if !deliver(from, msg) {
@@ -203,11 +200,7 @@ impl Multicast {
         if frame.len() + HEADER_BYTES > DATAGRAM_BYTES_MAX {
             return false;
         }
-        let mut d = Vec::with_capacity(HEADER_BYTES + frame.len());
-        d.extend_from_slice(MAGIC);
-        d.extend_from_slice(&self.cluster_id.to_le_bytes());
-        d.extend_from_slice(&self.me.to_le_bytes());
-        d.extend_from_slice(frame);
+        let d = encode_datagram(self.cluster_id, self.me, frame);
         let to = SocketAddrV4::new(self.section.group_of(g), self.section.port);
         match self.socket.send_to(&d, to) {
             Ok(n) => n == d.len(),
@@ -218,67 +211,5 @@ impl Multicast {
                 false
             }
         }
-    }
-}
-
-/// A datagram's sender and message, or why it is refused.
-fn parse(d: &[u8], cluster_id: u64, me: NodeId, nodes: &[NodeId]) -> Result<(NodeId, Msg), String> {
-    if d.len() < HEADER_BYTES || &d[..4] != MAGIC {
-        return Err(format!("not a Partita datagram ({} bytes)", d.len()));
-    }
-    let cid = u64::from_le_bytes(d[4..12].try_into().expect("8 bytes"));
-    if cid != cluster_id {
-        return Err(format!("cluster {cid}, not this one ({cluster_id})"));
-    }
-    let from = u32::from_le_bytes(d[12..16].try_into().expect("4 bytes"));
-    if from == me || !nodes.contains(&from) {
-        return Err(format!("from node {from}, not another node of the cluster"));
-    }
-    let frame = &d[HEADER_BYTES..];
-    let (range, used) = match partita_types::frame::parse_frame(frame) {
-        Ok(Some(r)) => r,
-        Ok(None) => return Err("a truncated frame".into()),
-        Err(e) => return Err(format!("a bad frame: {e}")),
-    };
-    if used != frame.len() {
-        return Err("bytes after the frame".into());
-    }
-    match partita_types::decode::<Wire>(&frame[range]) {
-        Ok(Wire::Peer(msg @ Msg::Phase2A { .. })) => Ok((from, msg)),
-        Ok(_) => Err("not a Phase 2A".into()),
-        Err(e) => Err(format!("undecodable: {e}")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn garbage_is_refused_with_a_reason() {
-        let nodes = [1, 2, 3];
-        let msg = Msg::Alive {
-            ballot: partita_types::Ballot::ZERO,
-        };
-        let frame = partita_wire::to_frame(&Wire::Peer(msg));
-        let datagram = |cid: u64, from: u32, body: &[u8]| {
-            let mut d = MAGIC.to_vec();
-            d.extend_from_slice(&cid.to_le_bytes());
-            d.extend_from_slice(&from.to_le_bytes());
-            d.extend_from_slice(body);
-            d
-        };
-        let why = |d: &[u8]| parse(d, 9, 1, &nodes).unwrap_err();
-        assert!(why(b"hello").contains("not a Partita datagram"));
-        assert!(why(&datagram(8, 2, &frame)).contains("cluster 8"));
-        assert!(why(&datagram(9, 1, &frame)).contains("node 1"));
-        assert!(why(&datagram(9, 7, &frame)).contains("node 7"));
-        assert!(why(&datagram(9, 2, &frame)).contains("not a Phase 2A"));
-        assert!(why(&datagram(9, 2, &frame[..frame.len() - 1])).contains("truncated"));
-        let mut flipped = frame.clone();
-        let last = flipped.len() - 1;
-        flipped[last] ^= 0xff;
-        let e = why(&datagram(9, 2, &flipped));
-        assert!(e.contains("bad frame") || e.contains("undecodable"), "{e}");
     }
 }

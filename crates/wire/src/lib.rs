@@ -2,6 +2,8 @@
 //! (`partita_types::frame`). The first frame of a connection says who is talking: a
 //! peer node (`PeerHello`), a client (`ClientHello`) or a one-shot status probe.
 
+pub mod datagram;
+
 use partita_consensus::Msg;
 use partita_types::early::EarlyReply;
 use partita_types::{frame, ClientId, Command, NodeId, Reply};

@@ -365,6 +365,69 @@ fn main() {
         ..Default::default()
     });
     write("checkpoint", "chirper", &r.checkpoint(&[]));
+    // Cluster files: what `partita up` and the experiments write, and sections of
+    // every kind (each seed is a file the parser takes; a refused one says why here).
+    let local = partita_config::ClusterConfig::default_local(7100, 42);
+    let mut files = vec![
+        ("local", local.to_toml()),
+        (
+            "cs",
+            partita_config::ClusterConfig::client_server(7100, 42).to_toml(),
+        ),
+        (
+            "partitions",
+            local
+                .clone()
+                .with_partitions(2, 2, 1 << 32)
+                .unwrap()
+                .to_toml(),
+        ),
+        (
+            "batchers",
+            local.clone().with_batchers(2).unwrap().to_toml(),
+        ),
+        (
+            "replicas-batch",
+            local.clone().with_replicas_batching().unwrap().to_toml(),
+        ),
+    ];
+    let text = local.to_toml();
+    files.push((
+        "execution",
+        format!("{text}\n[execution]\nthreads = 3\nkey_max = 999\noptimistic = true\n"),
+    ));
+    files.push(("wan", {
+        let mut t = String::new();
+        for line in text.lines() {
+            t.push_str(line);
+            t.push('\n');
+            if line.starts_with("roles") {
+                t.push_str("region = \"Virginia\"\n");
+            }
+        }
+        format!("{t}\n[wan]\npreset = \"paper\"\nclients = [\"Europe\"]\n")
+    }));
+    files.push((
+        "multicast",
+        format!(
+            "{}\n[tls]\ninsecure = true\n\n[multicast]\ngroup = \"239.77.0.1\"\nport = 7700\n",
+            text.replace("127.0.0.1", "10.99.0.1")
+        ),
+    ));
+    for (name, file) in &files {
+        if let Err(e) = partita_config::ClusterConfig::parse(file, name) {
+            eprintln!("cluster_config seed {name} is refused: {e}");
+        }
+        write("cluster_config", name, file.as_bytes());
+    }
+
+    // Multicast datagrams: a Phase 2A as a coordinator sends it, and other messages
+    // that a receiver refuses.
+    for (i, m) in msgs.iter().enumerate() {
+        let frame = partita_wire::to_frame(&Wire::Peer(m.clone()));
+        let d = partita_wire::datagram::encode_datagram(9, 2, &frame);
+        write("multicast_datagram", &format!("msg-{i}"), &d);
+    }
 }
 
 fn checkpoint<S: StateMachine>(state: S) -> Vec<u8> {
