@@ -402,8 +402,12 @@ impl Nemesis<'_> {
         self.lc.spawn(&self.exe, id, &self.node_args)
     }
 
-    /// The faults of a run of `duration`: `cfg.together` at a time, in turn, with
-    /// random pauses between them, none starting too late to heal before the end.
+    /// The faults of a run of `duration`: `cfg.together` at a time, with random pauses
+    /// between them, none starting too late to heal before the end. Round `i` takes
+    /// `cfg.together` consecutive kinds of the list from kind `i` on (the window slides
+    /// by one kind per round), so that each kind meets several others over a run: with
+    /// a fixed partition into groups, two kinds that need the same node (two
+    /// coordinator faults) would always meet, and the second would never run.
     async fn schedule(
         &mut self,
         cfg: &NemesisConfig,
@@ -419,7 +423,7 @@ impl Nemesis<'_> {
             let faults: Vec<Fault> = (0..cfg.together.max(1))
                 .map(|k| cfg.faults[(i + k) % cfg.faults.len()])
                 .collect();
-            i += faults.len();
+            i += 1;
             injected.extend(self.inject(&faults, cfg.down_for, t0, &mut rng).await?);
             tokio::time::sleep(cfg.interval.mul_f64(0.5 + rng.gen::<f64>())).await;
         }
