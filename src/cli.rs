@@ -816,7 +816,7 @@ struct BenchRunArgs {
     #[arg(long, value_name = "FRACTION", requires = "up", value_parser = partita_harness::node_cpu::parse_fraction_arg)]
     node_cpu: Option<f64>,
     /// With --up: threads of each node's runtime (`partita node --runtime-threads`).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "up", value_parser = clap::value_parser!(u32).range(1..=64))]
     node_threads: u32,
     /// Chirper (paper 003): run this workload of the social network instead of the
     /// B+tree's, on a chirper cluster (with --up, a fresh one whose --partitions are
@@ -1469,11 +1469,14 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     if !(a.duration > 0.0 && a.duration <= 86_400.0) {
         bail!("--duration must be between 0 and 86400 seconds");
     }
-    let mut _lc = None;
+    // (Dropped in reverse order: the cluster stops before its directory goes.)
     let mut _tmp = None;
+    let mut _lc = None;
     let cluster = if a.up {
         let dir = std::env::temp_dir().join(format!("partita-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
+        // Removed however this ends, a refused option included.
+        let tmp = TempDir(dir.clone());
         let base = launch::pick_base_port();
         let (file, c) = launch::ensure_cluster_file(&dir, || match a.mode {
             Mode::Cs if a.chirper.is_some() => bail!("--chirper needs --mode smr"),
@@ -1485,6 +1488,9 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
             }
             Mode::Cs if a.partitioning.batchers > 0 => {
                 bail!("--batchers needs --mode smr (a cs server takes every command itself)")
+            }
+            Mode::Cs if a.partitioning.replicas_batch => {
+                bail!("--replicas-batch needs --mode smr (a cs server has no replicas)")
             }
             Mode::Cs => Ok(ClusterConfig::client_server(
                 base + 1,
@@ -1530,7 +1536,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         let mut lc = LocalCluster::start(&file, &c, &dir, &node_args, a.node_cpu)?;
         lc.wait_ready(Duration::from_secs(20)).await?;
         _lc = Some(lc);
-        _tmp = Some(TempDir(dir));
+        _tmp = Some(tmp);
         c
     } else {
         if a.mode == Mode::Cs {

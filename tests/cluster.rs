@@ -476,3 +476,66 @@ async fn malformed_frames_close_one_connection_only() {
     }
     lc.stop(Duration::from_secs(5));
 }
+
+/// The performance options refuse what cannot be before anything starts: a runtime of
+/// no threads or too many, node threads without a cluster to start, replicas that
+/// batch on a client-server cluster (no replicas) or on Multi-Ring Paxos (no batchers).
+#[test]
+fn bad_performance_options_are_refused_before_anything_starts() {
+    for (args, says) in [
+        (
+            &["bench", "--up", "--node-threads", "0"][..],
+            "not in 1..=64",
+        ),
+        (
+            &["bench", "--up", "--node-threads", "65"][..],
+            "not in 1..=64",
+        ),
+        (&["bench", "--node-threads", "2"][..], "--up"),
+        (
+            &["bench", "--up", "--mode", "cs", "--replicas-batch"][..],
+            "--replicas-batch needs --mode smr",
+        ),
+        (
+            &["bench", "--up", "--replicas-batch", "--rings", "2"][..],
+            "does not combine with batchers",
+        ),
+        (&["up", "--node-threads", "0"][..], "not in 1..=64"),
+        (
+            &[
+                "node",
+                "--cluster",
+                "x.toml",
+                "--id",
+                "1",
+                "--runtime-threads",
+                "0",
+            ][..],
+            "not in 1..=64",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(exe())
+            .args(args)
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // `bench --up` makes its cluster's directory under this name.
+        let bench_dir = std::env::temp_dir().join(format!("partita-bench-{}", child.id()));
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(
+            !dir.path().join("partita-data").exists(),
+            "{args:?}: a data directory was made"
+        );
+        assert!(
+            !bench_dir.exists(),
+            "{args:?}: left {}",
+            bench_dir.display()
+        );
+    }
+}
