@@ -1486,16 +1486,12 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 c.cluster.durability = a.durability;
                 a.partitioning.apply_chirper(c, &a.scheme)
             }
-            Mode::Cs if a.partitioning.batchers > 0 => {
-                bail!("--batchers needs --mode smr (a cs server takes every command itself)")
-            }
-            Mode::Cs if a.partitioning.replicas_batch => {
-                bail!("--replicas-batch needs --mode smr (a cs server has no replicas)")
-            }
-            Mode::Cs => Ok(ClusterConfig::client_server(
-                base + 1,
-                rand::random::<u64>() >> 1,
-            )),
+            // The same options as smr, so that what a cs server cannot have (partitions,
+            // batchers, replicas that batch, rings) is refused by the cluster's own checks.
+            Mode::Cs => a.partitioning.apply(
+                ClusterConfig::client_server(base + 1, rand::random::<u64>() >> 1),
+                bench::key_space(a.preload),
+            ),
             Mode::Smr if a.wan => {
                 let mut c = ClusterConfig::paper_wan_local(base, rand::random::<u64>() >> 1);
                 c.cluster.protocol = a.protocol;

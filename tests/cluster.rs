@@ -479,7 +479,8 @@ async fn malformed_frames_close_one_connection_only() {
 
 /// The performance options refuse what cannot be before anything starts: a runtime of
 /// no threads or too many, node threads without a cluster to start, replicas that
-/// batch on a client-server cluster (no replicas) or on Multi-Ring Paxos (no batchers).
+/// batch, partitions or batchers on a client-server cluster (no replicas), replicas
+/// that batch on Multi-Ring Paxos (no batchers).
 #[test]
 fn bad_performance_options_are_refused_before_anything_starts() {
     for (args, says) in [
@@ -494,7 +495,15 @@ fn bad_performance_options_are_refused_before_anything_starts() {
         (&["bench", "--node-threads", "2"][..], "--up"),
         (
             &["bench", "--up", "--mode", "cs", "--replicas-batch"][..],
-            "--replicas-batch needs --mode smr",
+            "--replicas-batch: replicas that batch need mode = \"smr\"",
+        ),
+        (
+            &["bench", "--up", "--mode", "cs", "--partitions", "2"][..],
+            "partitions need mode = \"smr\"",
+        ),
+        (
+            &["bench", "--up", "--mode", "cs", "--batchers", "1"][..],
+            "batchers need mode = \"smr\"",
         ),
         (
             &["bench", "--up", "--replicas-batch", "--rings", "2"][..],

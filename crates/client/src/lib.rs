@@ -32,7 +32,7 @@ pub use partita_client_core::{ClientBugs, ClientConfig, Topology};
 
 use futures_util::future::select_all;
 use partita_client_core::{Action, ClientCore, SubmitError};
-use partita_config::{ClusterConfig, Mode, Transport};
+use partita_config::{ClusterConfig, Transport};
 use partita_net::{spawn_writer, BoxWrite, FrameReader};
 use partita_service::StateMachine;
 use partita_types::{ClientId, NodeId};
@@ -211,20 +211,6 @@ pub struct Client<S: StateMachine> {
     tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
 }
 
-/// The node a client whose replies come from `replica` sends its first command to:
-/// the server in cs mode; that replica itself when it batches too, so that one
-/// connection carries both ways (a request's TCP acknowledgement rides on its reply
-/// instead of costing a packet of its own at each end); else batcher
-/// `entry_index mod batchers`, or the coordinator ([`Membership::client_entry_for`]).
-///
-/// [`Membership::client_entry_for`]: partita_consensus::Membership::client_entry_for
-pub fn first_entry(cluster: &ClusterConfig, replica: NodeId, entry_index: u64) -> NodeId {
-    match cluster.cluster.mode {
-        Mode::Cs => cluster.entry_node(),
-        Mode::Smr => cluster.membership().client_entry_for(replica, entry_index),
-    }
-}
-
 impl<S: StateMachine> Client<S> {
     /// Open a session. Fails if the cluster file names another service, or if the
     /// first node cannot be reached.
@@ -244,7 +230,7 @@ impl<S: StateMachine> Client<S> {
         let replica = opts
             .replica
             .unwrap_or_else(|| topo.replicas[(id >> 8) as usize % topo.replicas.len()]);
-        let entry = first_entry(&cluster, replica, opts.entry_index.unwrap_or(id >> 16));
+        let entry = cluster.first_entry(replica, opts.entry_index.unwrap_or(id >> 16));
         let cfg = ClientConfig {
             timeout_ns: opts.timeout.as_nanos() as u64,
             give_up_ns: Some(opts.give_up.as_nanos() as u64),
@@ -666,33 +652,6 @@ async fn status_probe(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A client enters at its reply replica when that replica batches, else at a
-    /// batcher by index, or at the coordinator; a cs client at the server.
-    #[test]
-    fn first_entry_is_the_reply_replica_when_it_batches() {
-        let plain = ClusterConfig::default_local(7100, 1);
-        let coordinator = plain.entry_node();
-        assert_eq!(first_entry(&plain, 4, 0), coordinator);
-        assert_eq!(first_entry(&plain, 5, 1), coordinator);
-        let rb = plain.clone().with_replicas_batching().unwrap();
-        // The cluster file of such a cluster is a valid one.
-        ClusterConfig::parse(&rb.to_toml(), "rb.toml").unwrap();
-        for index in 0..4 {
-            assert_eq!(first_entry(&rb, 4, index), 4);
-            assert_eq!(first_entry(&rb, 5, index), 5);
-        }
-        let standalone = plain.clone().with_batchers(2).unwrap();
-        let batchers = standalone.membership().batchers;
-        assert_eq!(batchers.len(), 2);
-        assert_eq!(first_entry(&standalone, 4, 0), batchers[0]);
-        assert_eq!(first_entry(&standalone, 4, 1), batchers[1]);
-        let cs = ClusterConfig::client_server(7100, 1);
-        assert_eq!(first_entry(&cs, cs.executors()[0], 3), cs.entry_node());
-        assert!(ClusterConfig::client_server(7100, 1)
-            .with_replicas_batching()
-            .is_err());
-    }
 
     /// Held frames leave in release order, each connection's in the order held, and
     /// none before its time.

@@ -1477,6 +1477,19 @@ impl ClusterConfig {
         }
     }
 
+    /// The node a client whose replies come from `replica` sends its first command to:
+    /// the server in cs mode; else [`Membership::client_entry_for`] (that replica
+    /// itself when it batches too, else batcher `entry_index mod batchers`, or the
+    /// coordinator). Real clients and the simulator's both start here.
+    ///
+    /// [`Membership::client_entry_for`]: partita_consensus::Membership::client_entry_for
+    pub fn first_entry(&self, replica: NodeId, entry_index: u64) -> NodeId {
+        match self.cluster.mode {
+            Mode::Cs => self.entry_node(),
+            Mode::Smr => self.membership().client_entry_for(replica, entry_index),
+        }
+    }
+
     /// The key space P-SMR's worker threads split: `0..=key_max`.
     pub fn psmr_key_max(&self) -> u64 {
         self.execution
@@ -1707,6 +1720,9 @@ impl ClusterConfig {
         per_partition: u32,
         key_space: u64,
     ) -> Result<ClusterConfig, String> {
+        if self.cluster.mode != Mode::Smr {
+            return Err("partitions need mode = \"smr\" (a cs server has no replicas)".into());
+        }
         if per_partition == 0 {
             return Err("every partition needs at least one replica".into());
         }
@@ -2223,6 +2239,38 @@ mod tests {
         let both = ClusterConfig::parse(&both.to_toml(), "x").unwrap();
         assert_eq!(both.membership().batchers, vec![8]);
         assert_eq!(both.executors(), vec![4, 5, 6, 7]);
+    }
+
+    /// A client enters at its reply replica when that replica batches, else at a
+    /// batcher by index, or at the coordinator; a cs client at the server.
+    #[test]
+    fn first_entry_is_the_reply_replica_when_it_batches() {
+        let plain = ClusterConfig::default_local(7100, 1);
+        let coordinator = plain.entry_node();
+        assert_eq!(plain.first_entry(4, 0), coordinator);
+        assert_eq!(plain.first_entry(5, 1), coordinator);
+        let rb = plain.clone().with_replicas_batching().unwrap();
+        // The cluster file of such a cluster is a valid one.
+        ClusterConfig::parse(&rb.to_toml(), "rb.toml").unwrap();
+        for index in 0..4 {
+            assert_eq!(rb.first_entry(4, index), 4);
+            assert_eq!(rb.first_entry(5, index), 5);
+        }
+        let standalone = plain.clone().with_batchers(2).unwrap();
+        let batchers = standalone.membership().batchers;
+        assert_eq!(batchers.len(), 2);
+        assert_eq!(standalone.first_entry(4, 0), batchers[0]);
+        assert_eq!(standalone.first_entry(4, 1), batchers[1]);
+        let cs = ClusterConfig::client_server(7100, 1);
+        assert_eq!(cs.first_entry(cs.executors()[0], 3), cs.entry_node());
+        assert!(ClusterConfig::client_server(7100, 1)
+            .with_replicas_batching()
+            .is_err());
+        // A cs server has no replicas to partition either.
+        let e = ClusterConfig::client_server(7100, 1)
+            .with_partitions(2, 2, 1000)
+            .unwrap_err();
+        assert!(e.contains("smr"), "{e}");
     }
 
     #[test]

@@ -4,12 +4,12 @@
 //!
 //! # Datagrams
 //!
-//! [`partita_wire::datagram`]: `"PMC1"`, the cluster id (u64, little-endian), the
-//! sending node's id (u32, little-endian), then the message as the same frame TCP
-//! carries (length, checksum, payload). A receiver takes only a `Phase2A` of its own cluster from another node of
-//! the file, whole and with a good checksum; anything else is dropped and counted
-//! (`multicast_refused`), never fatal. The core then checks the message as it checks
-//! every peer message (ballot, instance range, membership).
+//! Their format is [`partita_wire::datagram`]'s: a header naming the cluster and the
+//! sending node, then the message as the same frame TCP carries. A receiver takes only
+//! a `Phase2A` of its own cluster from another node of the file, whole and with a good
+//! checksum; anything else is dropped and counted (`multicast_refused`), never fatal.
+//! The core then checks the message as it checks every peer message (ballot, instance
+//! range, membership).
 //!
 //! # Who joins which group
 //!

@@ -568,10 +568,7 @@ impl World {
                 let ops =
                     p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
                 let replica = replicas[c as usize % replicas.len()];
-                let entry = match cluster.cluster.mode {
-                    partita_config::Mode::Smr => membership.client_entry_for(replica, c as u64),
-                    partita_config::Mode::Cs => cluster.entry_node(),
-                };
+                let entry = cluster.first_entry(replica, c as u64);
                 // Clients enter at the coordinator (the server), or spread over the
                 // batchers (at their own replica if it batches, as real clients do),
                 // and rotate over the batchers, then the acceptors.
