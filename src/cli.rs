@@ -5,7 +5,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
 use partita_config::{ClusterConfig, Durability, Mode, Role};
-use partita_consensus::Protocol;
+use partita_consensus::{Protocol, RingDecision};
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{self, LocalCluster};
 use partita_runtime::NodeOptions;
@@ -438,6 +438,16 @@ struct PartitionArgs {
     /// and the replicas batch commands to the leader.
     #[arg(long)]
     replicas_batch: bool,
+    /// Ring Paxos: where an instance is decided, at the acceptor whose vote completes
+    /// a majority (the ring starts at the coordinator) or at the coordinator at the
+    /// end of the ring (paper 001's layout; one vote hop and one relay more). Unset:
+    /// the cluster file's default, acceptor.
+    #[arg(long, value_parser = choice::<RingDecision>())]
+    ring_decision: Option<RingDecision>,
+    /// Bytes of zeros each WAL segment is extended by ahead of its records (with
+    /// fsync; 0: off). Unset: the cluster file's default, 1 MiB.
+    #[arg(long, value_name = "BYTES")]
+    wal_preallocate: Option<u64>,
     /// Multi-Ring Paxos (paper 002): order with this many rings, each with acceptors
     /// of its own (as many as the first ring's), merged at every replica.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
@@ -480,6 +490,16 @@ impl PartitionArgs {
         let mut c = c
             .with_batchers(self.batchers)
             .map_err(|e| anyhow::anyhow!("--batchers: {e}"))?;
+        if let Some(b) = self.wal_preallocate {
+            c = c
+                .with_wal_preallocate(b)
+                .map_err(|e| anyhow::anyhow!("--wal-preallocate: {e}"))?;
+        }
+        if let Some(d) = self.ring_decision {
+            c = c
+                .with_ring_decision(d)
+                .map_err(|e| anyhow::anyhow!("--ring-decision: {e}"))?;
+        }
         if self.replicas_batch {
             c = c
                 .with_replicas_batching()

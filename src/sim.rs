@@ -34,6 +34,10 @@ pub struct SimArgs {
     /// Ordering protocol; `both` alternates by seed (even: Ring Paxos, odd: Multi-Paxos).
     #[arg(long, value_enum, default_value = "both")]
     protocol: SimProtocol,
+    /// Where Ring Paxos seeds decide: `acceptor` or `coordinator` (see the cluster
+    /// file's `ring_decision`). Default: each Ring Paxos seed draws it.
+    #[arg(long, value_parser = ["acceptor", "coordinator"])]
+    ring_decision: Option<String>,
     /// Speculative execution on Ring Paxos seeds: `swarm` draws it per seed.
     #[arg(long, value_enum, default_value = "swarm")]
     speculation: SimSpeculation,
@@ -199,6 +203,11 @@ impl SimArgs {
                 SimProtocol::MultiPaxos => ProtocolChoice::MultiPaxos,
                 SimProtocol::Both => ProtocolChoice::Alternate,
             },
+            ring_decision: self
+                .ring_decision
+                .as_deref()
+                .map(|d| d.parse().map_err(anyhow::Error::msg))
+                .transpose()?,
             speculation: match self.speculation {
                 SimSpeculation::Swarm => SpeculationChoice::Swarm,
                 SimSpeculation::On => SpeculationChoice::On,

@@ -138,6 +138,7 @@ macro_rules! crash_tests {
 }
 
 crash_tests! {
+    crash_after_a_preallocation: "wal-preallocate" at 2;
     crash_after_a_wal_append: "wal-append" at 200;
     crash_before_a_wal_fsync: "wal-fsync" at 200;
     crash_before_a_segment_roll: "wal-roll" at 2;

@@ -8,6 +8,8 @@
 //! service = "btree"         # the replicated service: "btree", "kv", or your own
 //! mode = "smr"              # "smr" (replicated) or "cs" (one unreplicated server)
 //! protocol = "ring-paxos"   # or "multi-paxos"
+//! ring_decision = "acceptor" # Ring Paxos: decided where a majority of votes meets, or
+//!                            # "coordinator" (paper 001's ring; see partita_consensus)
 //! durability = "fsync"      # or "memory" (experiments; printed beside every result)
 //! coordinator = 1
 //!
@@ -23,6 +25,7 @@
 //! [storage]                  # optional, these are the defaults
 //! checkpoint_instances = 50000   # replicas checkpoint every this many instances; 0 = never
 //! wal_segment_bytes_max = 67108864   # acceptors' WAL segments; truncation frees whole ones
+//! wal_preallocate_bytes = 1048576    # zeros written ahead of the records (fsync; 0: off)
 //!
 //! [sessions]               # optional
 //! lease_ms = 60000           # a client idle this long is forgotten (0: never)
@@ -62,7 +65,9 @@
 //! checkpoints; with `"acceptor"` or `"replica"` it is co-located. Clients spread over
 //! the batchers (see `Membership::client_entry`).
 
-use partita_consensus::{BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Protocol};
+use partita_consensus::{
+    BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Protocol, RingDecision,
+};
 use partita_smr::ThreadLayout;
 pub use partita_types::{Durability, Mode};
 use partita_types::{FieldError, NodeId, PartitionLayout, PartitionMap};
@@ -100,6 +105,13 @@ pub struct ClusterSection {
     pub mode: Mode,
     #[serde(default = "default_protocol")]
     pub protocol: Protocol,
+    /// Ring Paxos: where an instance is decided, `"acceptor"` (the ring starts at the
+    /// coordinator and the acceptor that completes a majority tells the learners) or
+    /// `"coordinator"` (paper 001's layout: the ring ends at the coordinator, which
+    /// tells the learners; one vote hop and one relay more before a command executes).
+    /// Only with Ring Paxos in SMR mode. Unset: `"acceptor"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_decision: Option<RingDecision>,
     #[serde(default = "default_durability")]
     pub durability: Durability,
     #[serde(default)]
@@ -216,6 +228,11 @@ pub struct StorageSection {
     /// Size of an acceptor's WAL segment; truncation deletes whole segments.
     #[serde(default = "default_wal_segment_bytes")]
     pub wal_segment_bytes_max: u64,
+    /// With fsync: the active WAL segment is extended with written zeros this many
+    /// bytes at a time, so that syncs inside the extension change no file size (no
+    /// file-system journal commit per sync). 0: off.
+    #[serde(default = "default_wal_preallocate_bytes")]
+    pub wal_preallocate_bytes: u64,
 }
 
 impl Default for StorageSection {
@@ -223,6 +240,7 @@ impl Default for StorageSection {
         StorageSection {
             checkpoint_instances: default_checkpoint_instances(),
             wal_segment_bytes_max: default_wal_segment_bytes(),
+            wal_preallocate_bytes: default_wal_preallocate_bytes(),
         }
     }
 }
@@ -232,6 +250,9 @@ fn default_checkpoint_instances() -> u64 {
 }
 fn default_wal_segment_bytes() -> u64 {
     partita_types::WAL_SEGMENT_BYTES_MAX_DEFAULT
+}
+fn default_wal_preallocate_bytes() -> u64 {
+    partita_types::WAL_PREALLOCATE_BYTES_DEFAULT
 }
 
 /// How replicas execute (paper 001 §III-B).
@@ -656,10 +677,28 @@ impl ClusterConfig {
                 "must be between 4096 and 1073741824".into(),
             );
         }
+        if self.storage.wal_preallocate_bytes > 1 << 30 {
+            return f(
+                "storage.wal_preallocate_bytes",
+                "must be at most 1073741824 (0: off)".into(),
+            );
+        }
         if self.batching.window_instances_max == 0 || self.batching.window_instances_max > 4096 {
             return f(
                 "batching.window_instances_max",
                 "must be between 1 and 4096".into(),
+            );
+        }
+        if self.cluster.ring_decision.is_some()
+            && (self.cluster.protocol != Protocol::RingPaxos || self.cluster.mode != Mode::Smr)
+        {
+            return f(
+                "cluster.ring_decision",
+                format!(
+                    "where a ring decides means something only with mode = \"smr\" and \
+                     protocol = \"ring-paxos\", not mode = \"{}\" and protocol = \"{}\"",
+                    self.cluster.mode, self.cluster.protocol
+                ),
             );
         }
         if self.execution.speculative {
@@ -1103,6 +1142,21 @@ impl ClusterConfig {
         Ok(self)
     }
 
+    /// WAL segments extended `bytes` of zeros at a time (`storage.wal_preallocate_bytes`).
+    pub fn with_wal_preallocate(mut self, bytes: u64) -> Result<ClusterConfig, String> {
+        self.storage.wal_preallocate_bytes = bytes;
+        self.validate().map_err(|e| e.to_string())?;
+        Ok(self)
+    }
+
+    /// Ring Paxos decided where `d` says (`cluster.ring_decision`); refused for a
+    /// cluster that is not Ring Paxos in SMR mode.
+    pub fn with_ring_decision(mut self, d: RingDecision) -> Result<ClusterConfig, String> {
+        self.cluster.ring_decision = Some(d);
+        self.validate().map_err(|e| e.to_string())?;
+        Ok(self)
+    }
+
     /// `[multicast]`: Ring Paxos in SMR mode over one stream, with plain TCP said on
     /// purpose (datagrams are not authenticated) and IPv4 addresses off loopback.
     fn validate_multicast(&self) -> Result<(), FieldError> {
@@ -1433,6 +1487,7 @@ impl ClusterConfig {
 
     pub fn membership(&self) -> Membership {
         Membership {
+            ring_decision: self.cluster.ring_decision.unwrap_or_default(),
             protocol: self.cluster.protocol,
             acceptors: self.with_role(Role::Acceptor),
             coordinator: self.cluster.coordinator.unwrap_or(0),
@@ -1649,6 +1704,7 @@ impl ClusterConfig {
                 service: default_service(),
                 mode: Mode::Smr,
                 protocol: Protocol::RingPaxos,
+                ring_decision: None,
                 durability: Durability::Fsync,
                 coordinator: Some(1),
                 tick_ms: 1,
@@ -1808,6 +1864,7 @@ impl ClusterConfig {
                 service: default_service(),
                 mode: Mode::Cs,
                 protocol: Protocol::RingPaxos,
+                ring_decision: None,
                 durability: Durability::Memory,
                 coordinator: None,
                 tick_ms: 1,
@@ -2100,6 +2157,39 @@ mod tests {
     }
 
     #[test]
+    fn ring_decision_only_for_ring_paxos_in_smr_mode() {
+        let c = ClusterConfig::default_local(7100, 42);
+        assert_eq!(c.membership().ring_decision, RingDecision::Acceptor);
+        let a = c
+            .clone()
+            .with_ring_decision(RingDecision::Coordinator)
+            .unwrap();
+        assert_eq!(a.membership().ring_decision, RingDecision::Coordinator);
+        let text = a.to_toml();
+        assert!(text.contains("ring_decision = \"coordinator\""), "{text}");
+        assert_eq!(ClusterConfig::parse(&text, "x").unwrap(), a);
+        let bad = text.replace(
+            "ring_decision = \"coordinator\"",
+            "ring_decision = \"anywhere\"",
+        );
+        let e = ClusterConfig::parse(&bad, "x").unwrap_err().to_string();
+        assert!(e.contains("ring_decision") && e.contains("anywhere"), "{e}");
+        let mut multi = c.clone();
+        multi.cluster.protocol = Protocol::MultiPaxos;
+        let e = multi
+            .with_ring_decision(RingDecision::Coordinator)
+            .unwrap_err();
+        assert!(
+            e.contains("ring_decision") && e.contains("multi-paxos"),
+            "{e}"
+        );
+        let e = ClusterConfig::client_server(7200, 42)
+            .with_ring_decision(RingDecision::Acceptor)
+            .unwrap_err();
+        assert!(e.contains("ring_decision") && e.contains("cs"), "{e}");
+    }
+
+    #[test]
     fn addresses_off_loopback_need_a_tls_section() {
         let plain = ClusterConfig::default_local(7100, 42)
             .to_toml()
@@ -2153,6 +2243,13 @@ mod tests {
                     "wal_segment_bytes_max = 10",
                 ),
                 "wal_segment_bytes_max",
+            ),
+            (
+                good.replace(
+                    "wal_preallocate_bytes = 1048576",
+                    "wal_preallocate_bytes = 99999999999",
+                ),
+                "wal_preallocate_bytes",
             ),
             (good.replace("id = 42", "id = \"x\""), "id"),
         ];

@@ -9,7 +9,10 @@
 //! Ring Paxos: an acceptor votes for a value id only if it holds the value and the value
 //! is durable. The first acceptor of the ring starts a [`Msg::RingVote`]; every other one
 //! adds its bit when it can and forwards; the last one (the coordinator's own acceptor)
-//! hands the mask to the coordinator as a [`Msg::Phase2B`].
+//! hands the mask to the coordinator as a [`Msg::Phase2B`]. With
+//! [`RingDecision::Acceptor`] the ring starts at the coordinator's own acceptor, and the
+//! acceptor whose bit completes a majority decides: [`Msg::Decide`] to the learners, the
+//! mask to the coordinator, nothing further round the ring.
 //!
 //! Truncation: replicas report their durable checkpoints ([`Msg::Checkpointed`]). When
 //! a majority of the replicas (both of two) have checkpointed instance `c`, every
@@ -24,7 +27,7 @@
 
 use crate::{
     command_bytes, AcceptorRecord, Action, Drop, DropCounts, Membership, Msg, Outbox, Part,
-    PersistToken, Protocol, Value, Vid, PHASE1B_PAGE_BYTES_MAX,
+    PersistToken, Protocol, RingDecision, Value, Vid, PHASE1B_PAGE_BYTES_MAX,
 };
 use partita_types::DetHashMap;
 use partita_types::{Ballot, Instance, NodeId};
@@ -741,6 +744,33 @@ impl Acceptor {
         ring: u64,
         out: &mut Outbox,
     ) {
+        if self.membership.ring_decision == RingDecision::Acceptor
+            && votes.count_ones() as usize >= self.membership.majority()
+        {
+            // Our vote completes a majority: the value is chosen. The learners hear it
+            // from us, the coordinator gets the mask, and the rest of the ring is not
+            // needed for this instance.
+            self.learn_decisions(&[(instance, vid)]);
+            let learners: Vec<NodeId> = self.membership.learners.clone();
+            for to in learners {
+                out.push(Action::Send {
+                    to,
+                    msg: Msg::Decide {
+                        decided: vec![(instance, vid)],
+                    },
+                });
+            }
+            out.push(Action::Send {
+                to: ballot.node,
+                msg: Msg::Phase2B {
+                    ballot,
+                    instance,
+                    vid,
+                    votes,
+                },
+            });
+            return;
+        }
         match self
             .membership
             .ring_successor_for(ballot.node, ring, self.id)
@@ -1055,6 +1085,7 @@ mod tests {
 
     fn membership(protocol: Protocol) -> Membership {
         Membership {
+            ring_decision: crate::RingDecision::Coordinator,
             protocol,
             acceptors: vec![1, 2, 3],
             coordinator: 3,
@@ -1278,6 +1309,111 @@ mod tests {
                     instance: 1,
                     vid: v.vid,
                     votes: 0b011,
+                    ring: 0b111,
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn ring_decided_by_the_acceptor_that_completes_a_majority() {
+        // RingDecision::Acceptor: the ring of coordinator 3 is 3, 1, 2. Acceptor 1
+        // holds the value durably; the coordinator's vote arrives; 0b101 is a majority.
+        let mut m = membership(Protocol::RingPaxos);
+        m.ring_decision = RingDecision::Acceptor;
+        m.learners = vec![4, 5];
+        assert_eq!(m.ring_for(3, 0b111), vec![3, 1, 2]);
+        let b = Ballot::new(1, 3);
+        let v = value(1);
+        let p2a = Msg::Phase2A {
+            ballot: b,
+            instance: 1,
+            value: v.clone(),
+            decided: vec![],
+            ring: 0b111,
+            part: None,
+        };
+        // The coordinator's own acceptor starts the vote once its write is durable.
+        let mut own = Acceptor::new(3, m.clone());
+        let mut out = Vec::new();
+        own.on_message(3, p2a.clone(), &mut out);
+        out.clear();
+        own.on_persisted(1, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 1,
+                msg: Msg::RingVote {
+                    ballot: b,
+                    instance: 1,
+                    vid: v.vid,
+                    votes: 0b100,
+                    ring: 0b111,
+                }
+            }]
+        );
+        // The next one decides as soon as its own write is durable, whichever comes
+        // first: the learners hear from it, the coordinator gets the mask, acceptor 2
+        // gets nothing.
+        for vote_first in [true, false] {
+            let mut a = Acceptor::new(1, m.clone());
+            let mut out = Vec::new();
+            let vote = Msg::RingVote {
+                ballot: b,
+                instance: 1,
+                vid: v.vid,
+                votes: 0b100,
+                ring: 0b111,
+            };
+            if vote_first {
+                a.on_message(3, vote.clone(), &mut out);
+            }
+            a.on_message(3, p2a.clone(), &mut out);
+            out.clear();
+            a.on_persisted(1, &mut out);
+            if !vote_first {
+                assert!(out.is_empty(), "no vote to complete yet: {out:?}");
+                a.on_message(3, vote, &mut out);
+            }
+            let decide = Msg::Decide {
+                decided: vec![(1, v.vid)],
+            };
+            assert_eq!(
+                out,
+                vec![
+                    Action::Send {
+                        to: 4,
+                        msg: decide.clone()
+                    },
+                    Action::Send { to: 5, msg: decide },
+                    Action::Send {
+                        to: 3,
+                        msg: Msg::Phase2B {
+                            ballot: b,
+                            instance: 1,
+                            vid: v.vid,
+                            votes: 0b101,
+                        }
+                    },
+                ]
+            );
+            assert_eq!(a.decided.get(&1), Some(&v.vid), "it knows the decision");
+        }
+        // With the coordinator at the end of the ring (paper 001), the same vote goes on.
+        let mut a = Acceptor::new(1, membership(Protocol::RingPaxos));
+        let mut out = Vec::new();
+        a.on_message(3, p2a, &mut out);
+        out.clear();
+        a.on_persisted(1, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Send {
+                to: 2,
+                msg: Msg::RingVote {
+                    ballot: b,
+                    instance: 1,
+                    vid: v.vid,
+                    votes: 0b001,
                     ring: 0b111,
                 }
             }]
@@ -1602,6 +1738,7 @@ mod tests {
 
     fn three_replicas() -> Membership {
         Membership {
+            ring_decision: crate::RingDecision::Coordinator,
             learners: vec![4, 5, 6],
             partitions: Default::default(),
             batchers: Vec::new(),
@@ -1725,6 +1862,7 @@ mod tests {
         let mut a = Acceptor::new(
             1,
             Membership {
+                ring_decision: crate::RingDecision::Coordinator,
                 learners: vec![4],
                 partitions: Default::default(),
                 batchers: Vec::new(),
@@ -1751,6 +1889,7 @@ mod tests {
         let mut a = Acceptor::new(
             1,
             Membership {
+                ring_decision: crate::RingDecision::Coordinator,
                 learners: vec![4],
                 partitions: Default::default(),
                 batchers: Vec::new(),
@@ -1825,6 +1964,7 @@ mod tests {
         let mut a = Acceptor::new(
             1,
             Membership {
+                ring_decision: crate::RingDecision::Coordinator,
                 learners: vec![4],
                 partitions: Default::default(),
                 batchers: Vec::new(),
@@ -1854,6 +1994,7 @@ mod parts_tests {
     /// Ring [1, 2, 3] (coordinator 3), learners 4 and 5 in two partitions of 0..100.
     fn partitioned() -> Membership {
         Membership {
+            ring_decision: crate::RingDecision::Coordinator,
             protocol: Protocol::RingPaxos,
             acceptors: vec![1, 2, 3],
             coordinator: 3,

@@ -118,6 +118,7 @@ mod tests {
 
     fn m() -> Membership {
         Membership {
+            ring_decision: crate::RingDecision::Coordinator,
             protocol: Protocol::MultiPaxos,
             acceptors: vec![1, 2, 3],
             coordinator: 1,

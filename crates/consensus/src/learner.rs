@@ -485,6 +485,7 @@ mod tests {
 
     fn m() -> Membership {
         Membership {
+            ring_decision: crate::RingDecision::Coordinator,
             protocol: Protocol::RingPaxos,
             acceptors: vec![1, 2, 3],
             coordinator: 3,

@@ -89,13 +89,43 @@ partita_types::named_choice!(Protocol, "protocol", {
     Protocol::MultiPaxos => "multi-paxos",
 });
 
+/// Where a Ring Paxos instance is decided (cluster file `ring_decision`; default
+/// `Acceptor`; the paper-001 experiments choose `Coordinator`, the paper's layout).
+///
+/// - `Coordinator` (paper 001 §III-A, Figure 3): the ring ends at the coordinator,
+///   which learns the outcome from the accumulated votes and tells the learners (on the
+///   next Phase 2A, or in a `Decide` of its own). A vote crosses every acceptor of the
+///   ring and the decision one more hop.
+/// - `Acceptor`: the ring starts at the coordinator, whose own vote leaves as soon as
+///   its write is durable, and the first acceptor whose vote completes a majority
+///   decides: it sends `Decide` to the learners itself and the `Phase2B` to the
+///   coordinator (as URingPaxos does). With three acceptors the instance is decided at
+///   the second of the ring, and the decision reaches the learners two hops earlier
+///   than with `Coordinator` (one vote hop and the decision's relay through the
+///   coordinator); acceptors after the majority point take no part in the vote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RingDecision {
+    Coordinator,
+    #[default]
+    Acceptor,
+}
+
+partita_types::named_choice!(RingDecision, "ring decision", {
+    RingDecision::Coordinator => "coordinator",
+    RingDecision::Acceptor => "acceptor",
+});
+
 /// Who plays which role. Shared by every core of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Membership {
     pub protocol: Protocol,
+    /// Ring Paxos: where an instance is decided, which also lays out the ring.
+    pub ring_decision: RingDecision,
     /// Acceptors in ring order for Ring Paxos. Every acceptor can coordinate; the ring
     /// of a ballot is the acceptors in its ring mask, in this order, rotated so that the
-    /// ballot's coordinator comes last.
+    /// ballot's coordinator comes last ([`RingDecision::Coordinator`]) or first
+    /// ([`RingDecision::Acceptor`]).
     pub acceptors: Vec<NodeId>,
     /// The initial coordinator (the leader of a fresh cluster). After a failover the
     /// leader is the node of the highest ballot ([`Ballot::node`]).
@@ -131,27 +161,32 @@ impl Membership {
     }
 
     /// The initial ring (paper 001 §III-A): every acceptor, rotated so that the initial
-    /// coordinator is at its end.
+    /// coordinator is at its end (or at its start: [`RingDecision::Acceptor`]).
     pub fn ring(&self) -> Vec<NodeId> {
         self.ring_for(self.coordinator, self.all_acceptors_mask())
     }
 
     /// The ring of a ballot led by `leader` over the acceptors in `mask`, ending at the
-    /// leader (who is always in it). A coordinator lays out a ring without the acceptors
-    /// it suspects, and takes them back when they answer again.
+    /// leader (who is always in it), or starting at it with [`RingDecision::Acceptor`].
+    /// A coordinator lays out a ring without the acceptors it suspects, and takes them
+    /// back when they answer again.
     pub fn ring_for(&self, leader: NodeId, mask: u64) -> Vec<NodeId> {
         let Some(at) = self.acceptor_index(leader) else {
             return Vec::new();
         };
         let n = self.acceptors.len();
-        (1..=n)
+        let first = match self.ring_decision {
+            RingDecision::Coordinator => 1,
+            RingDecision::Acceptor => 0,
+        };
+        (first..first + n)
             .map(|i| (at + i) % n)
             .filter(|&i| i == at || mask & (1u64 << i) != 0)
             .map(|i| self.acceptors[i])
             .collect()
     }
 
-    /// The node after `node` in the initial ring, or `None` for the coordinator at its end.
+    /// The node after `node` in the initial ring, or `None` for the node at its end.
     pub fn ring_successor(&self, node: NodeId) -> Option<NodeId> {
         self.ring_successor_for(self.coordinator, self.all_acceptors_mask(), node)
     }
@@ -1179,6 +1214,7 @@ mod tests {
 
     fn m() -> Membership {
         Membership {
+            ring_decision: crate::RingDecision::Coordinator,
             protocol: Protocol::RingPaxos,
             acceptors: vec![1, 2, 3],
             coordinator: 2,

@@ -2,7 +2,8 @@
 //! test, messages delivered by a seeded scheduler that reorders, delays and loses them,
 //! and persist completions that arrive late. Checks agreement (learners deliver the same
 //! values in the same order), validity (only submitted commands are delivered) and, once
-//! losses stop, liveness (every command is delivered). Both protocols.
+//! losses stop, liveness (every command is delivered). Both protocols, and Ring Paxos
+//! decided at the coordinator and at an acceptor.
 
 use partita_btree::Op;
 use partita_consensus::*;
@@ -22,8 +23,9 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn new(protocol: Protocol, seed: u64, loss: f64) -> Cluster {
+    fn new(protocol: Protocol, ring_decision: RingDecision, seed: u64, loss: f64) -> Cluster {
         let membership = Membership {
+            ring_decision,
             protocol,
             acceptors: vec![1, 2, 3],
             coordinator: 3,
@@ -145,8 +147,8 @@ impl Cluster {
     }
 }
 
-fn run(protocol: Protocol, seed: u64) {
-    let mut c = Cluster::new(protocol, seed, 0.1);
+fn run(protocol: Protocol, ring_decision: RingDecision, seed: u64) {
+    let mut c = Cluster::new(protocol, ring_decision, seed, 0.1);
     let mut out = Vec::new();
     c.coordinator.start(&mut out);
     c.absorb(3, out);
@@ -205,13 +207,20 @@ fn run(protocol: Protocol, seed: u64) {
 #[test]
 fn ring_paxos_agreement_and_liveness_under_loss() {
     for seed in 0..40 {
-        run(Protocol::RingPaxos, seed);
+        run(Protocol::RingPaxos, RingDecision::Coordinator, seed);
+    }
+}
+
+#[test]
+fn ring_paxos_decided_at_an_acceptor_agreement_and_liveness_under_loss() {
+    for seed in 0..40 {
+        run(Protocol::RingPaxos, RingDecision::Acceptor, seed);
     }
 }
 
 #[test]
 fn multi_paxos_agreement_and_liveness_under_loss() {
     for seed in 0..40 {
-        run(Protocol::MultiPaxos, seed);
+        run(Protocol::MultiPaxos, RingDecision::Coordinator, seed);
     }
 }

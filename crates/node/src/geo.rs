@@ -622,6 +622,7 @@ fn group_setup(setup: &NodeSetup, geo: &GeoSetup, g: usize) -> NodeSetup {
     let m = &setup.membership;
     NodeSetup {
         membership: Membership {
+            ring_decision: Default::default(),
             protocol: partita_consensus::Protocol::MultiPaxos,
             acceptors: m.acceptors.clone(),
             coordinator: geo.replicas[g],

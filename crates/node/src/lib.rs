@@ -1505,6 +1505,7 @@ mod tests {
             cluster_id: 1,
             mode: Mode::Smr,
             membership: Membership {
+                ring_decision: Default::default(),
                 protocol: Protocol::MultiPaxos,
                 acceptors: vec![1, 2, 3],
                 coordinator: 1,

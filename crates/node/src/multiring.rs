@@ -319,6 +319,7 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
     coordinator_config.skips = Some(rings.skips.clone());
     NodeSetup {
         membership: Membership {
+            ring_decision: m.ring_decision,
             protocol: m.protocol,
             acceptors: spec.acceptors.clone(),
             coordinator: spec.coordinator,

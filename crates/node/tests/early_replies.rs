@@ -58,9 +58,10 @@ fn tentative(g: &Got) -> Option<&Reply> {
     }
 }
 
-/// Nobody decides anything: votes never reach the leader (node 1, last in the ring).
-fn no_decisions(_: NodeId, to: NodeId, msg: &Msg) -> bool {
-    to == 1 && matches!(msg, Msg::RingVote { .. } | Msg::Phase2B { .. })
+/// Nobody decides anything: no vote leaves its acceptor (the ring's first vote carries
+/// too few bits to decide, wherever the ring decides).
+fn no_decisions(_: NodeId, _to: NodeId, msg: &Msg) -> bool {
+    matches!(msg, Msg::RingVote { .. } | Msg::Phase2B { .. })
 }
 
 #[test]

@@ -170,7 +170,12 @@ fn planted_speculative_no_rollback_is_caught() {
 /// (`NodeCore::on_continue`), once the driver sent them.
 #[test]
 fn replies_of_a_piggybacked_decision_leave_before_the_next_speculation() {
-    let mut c = cluster(true, UnsafeBugs::default());
+    // Decisions ride on Phase 2A to the learners when the coordinator decides (with
+    // the ring decided at an acceptor, the learners hear it from that acceptor first).
+    let mut s = setup(Protocol::RingPaxos, &REPLICAS);
+    s.speculative = true;
+    s.membership.ring_decision = partita_consensus::RingDecision::Coordinator;
+    let mut c = Cluster::new(s, UnsafeBugs::default());
     c.tick(3);
     c.submit(1, cmd(1, 4, Op::Insert { key: 100, value: 1 }));
     c.tick(3);

@@ -1052,6 +1052,7 @@ pub async fn run_node_until(
         let mut wopts = partita_wal::WalOptions::new(cfg.cluster.id, id);
         wopts.durability = cfg.cluster.durability;
         wopts.segment_bytes_max = cfg.storage.wal_segment_bytes_max;
+        wopts.preallocate_bytes = cfg.storage.wal_preallocate_bytes;
         let (w, records) = partita_wal::Wal::open(dir.join("wal"), wopts)
             .with_context(|| format!("opening the WAL in {}", dir.display()))?;
         for r in records.iter() {

@@ -31,7 +31,7 @@ use crate::net::{LinkFaults, LinkTiming, NetParams};
 use crate::queue::{Time, MICROS, MILLIS, SECONDS};
 use partita_config::NodeSection;
 use partita_config::{ClusterConfig, Role};
-use partita_consensus::Protocol;
+use partita_consensus::{Protocol, RingDecision};
 use partita_node::UnsafeBugs;
 use partita_types::NodeId;
 use rand::seq::SliceRandom;
@@ -247,6 +247,8 @@ pub struct SimOptions {
     /// Commands per seed, across all clients.
     pub ops: u64,
     pub protocol: ProtocolChoice,
+    /// Where Ring Paxos seeds decide (`None`: each Ring Paxos seed draws it).
+    pub ring_decision: Option<RingDecision>,
     pub speculation: SpeculationChoice,
     pub partitioning: PartitionChoice,
     /// Early replies on speculative seeds.
@@ -283,6 +285,9 @@ impl SimOptions {
             ProtocolChoice::RingPaxos => f += " --protocol ring-paxos",
             ProtocolChoice::MultiPaxos => f += " --protocol multi-paxos",
             ProtocolChoice::Alternate => {}
+        }
+        if let Some(d) = self.ring_decision {
+            f += &format!(" --ring-decision {d}");
         }
         match self.speculation {
             SpeculationChoice::Swarm => {}
@@ -351,6 +356,7 @@ impl Default for SimOptions {
         SimOptions {
             ops: 2000,
             protocol: ProtocolChoice::Alternate,
+            ring_decision: None,
             speculation: SpeculationChoice::Swarm,
             partitioning: PartitionChoice::Swarm,
             early_replies: EarlyRepliesChoice::Swarm,
@@ -396,6 +402,10 @@ impl FaultParams {
 pub struct SeedParams {
     pub seed: u64,
     pub protocol: Protocol,
+    /// Ring Paxos: where an instance is decided (`None`: the cluster file leaves it
+    /// unset; Multi-Paxos). Drawn from a stream of its own, half of Ring Paxos seeds
+    /// each way.
+    pub ring_decision: Option<RingDecision>,
     /// Replicas execute proposals speculatively (Ring Paxos only).
     pub speculative: bool,
     /// State partitioning: this many equal key ranges over `0..key_space`, the
@@ -483,6 +493,7 @@ impl SeedParams {
     pub fn cluster(&self) -> ClusterConfig {
         let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
         c.cluster.protocol = self.protocol;
+        c.cluster.ring_decision = self.ring_decision;
         c.batching.window_instances_max = self.window_instances_max;
         c.batching.batch_bytes_max = self.batch_bytes_max;
         c.batching.batch_delay_ms = self.batch_delay_ms;
@@ -579,6 +590,7 @@ pub const STREAM_SESSIONS: u64 = 13;
 pub const STREAM_PSMR: u64 = 14;
 pub const STREAM_RINGS: u64 = 15;
 pub const STREAM_DSSMR: u64 = 16;
+pub const STREAM_RING_DECISION: u64 = 17;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -876,9 +888,19 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         .copied()
         .filter(|n| bug_on(&opts.bugs, n))
         .collect();
+    let ring_decision = (protocol == Protocol::RingPaxos).then(|| {
+        if let Some(d) = opts.ring_decision {
+            d
+        } else if stream(seed, STREAM_RING_DECISION).gen_bool(0.5) {
+            RingDecision::Acceptor
+        } else {
+            RingDecision::Coordinator
+        }
+    });
     SeedParams {
         seed,
         protocol,
+        ring_decision,
         speculative,
         partitions,
         key_space,

@@ -380,6 +380,7 @@ impl World {
         let p = SeedParams {
             seed: spec.seed,
             protocol: cluster.cluster.protocol,
+            ring_decision: cluster.cluster.ring_decision,
             speculative: cluster.execution.speculative,
             partitions: cluster.partitioning.partitions,
             key_space: cluster.partitioning.key_space,

@@ -155,7 +155,9 @@ fn forget_promise_is_caught() {
     // 0..4000 since clients open sessions; any change to message sizes or timing moves
     // them: rescan with `partita sim --seeds 0..4000 --ops 1000 --partitions 1
     // --unsafe forget-promise --faults pause,crash-acceptor,partition,one-way,reorder`);
-    // the range below holds the first.
+    // the range below holds the first. Those seeds were found with the ring decided at
+    // the coordinator (the only layout then); the bug is the same wherever the ring
+    // decides, but the timing that shows it is not, so the control fixes that layout.
     let faults = FaultSelection::Only(vec![
         FaultClass::Pause,
         FaultClass::CrashAcceptor,
@@ -163,7 +165,16 @@ fn forget_promise_is_caught() {
         FaultClass::OneWay,
         FaultClass::Reorder,
     ]);
-    let (seed, what) = control_ops("forget-promise", faults, true, 770..785, 1000);
+    let clean = SimOptions {
+        ops: 1000,
+        faults,
+        coordinator_crashes: true,
+        partitioning: PartitionChoice::Fixed(1),
+        ring_decision: Some(partita_consensus::RingDecision::Coordinator),
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    let (seed, what) = control_opts("forget-promise", clean, 770..785);
     eprintln!("forget-promise caught at seed {seed}: {what}");
 }
 

@@ -27,6 +27,11 @@ pub mod partition;
 /// and the cluster file need it and neither depends on the other.
 pub const WAL_SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 << 20;
 
+/// How far ahead of its records a WAL segment is extended with written zeros, by
+/// default (`partita_wal::WalOptions::preallocate_bytes`, the cluster file's
+/// `storage.wal_preallocate_bytes`).
+pub const WAL_PREALLOCATE_BYTES_DEFAULT: u64 = 1 << 20;
+
 pub use choice::{Choice, Durability, FieldError, Mode};
 pub use partition::{mask_partitions, PartitionId, PartitionLayout, PartitionMap};
 

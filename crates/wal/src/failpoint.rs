@@ -2,8 +2,9 @@
 //! makes the process abort (no destructors, no flush: as a crash leaves it) the Nth time
 //! it reaches point NAME. Disarmed, a point costs one relaxed atomic load.
 //!
-//! Points, in the order a write goes through them: `wal-append` (records written to the
-//! segment, before any fsync), `wal-fsync` (before the segment's fsync), `wal-roll`
+//! Points, in the order a write goes through them: `wal-preallocate` (the active
+//! segment extended with zeros ahead of its records, before the records are written),
+//! `wal-append` (records written to the segment, before any fsync), `wal-fsync` (before the segment's fsync), `wal-roll`
 //! (the full segment synced, before the next one is created), `wal-segment-rename` (a
 //! new segment's header written and synced under its temporary name, before the
 //! rename), `wal-truncate` (before an obsolete segment is deleted), `checkpoint-write`
@@ -18,7 +19,8 @@ use std::sync::Mutex;
 /// Every point's name: the crash points, then `wal-fsync-error`, where the segment's
 /// fsync returns an I/O error instead of crashing (fsync errors are fatal: the WAL is
 /// poisoned and the node stops, naming the file).
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
+    "wal-preallocate",
     "wal-append",
     "wal-fsync",
     "wal-roll",

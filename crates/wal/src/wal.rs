@@ -31,12 +31,24 @@ pub struct WalOptions {
     /// past this size. A single record larger than this gets a segment of its own.
     pub segment_bytes_max: u64,
     pub durability: Durability,
+    /// With [`Durability::Fsync`]: the active segment is extended with written zeros
+    /// this many bytes at a time ahead of its records, so that syncing records
+    /// appended inside the extension is an `fdatasync` of data alone. Appending past
+    /// the end of a file changes its size, which costs ext4 a journal commit (a second
+    /// write and cache flush) on every sync: 4 KiB synced writes take 159 µs appended
+    /// and 87 µs over written zeros on this project's test machine (fallocate's
+    /// unwritten extents, 140 µs, need the same commit when first written). A segment
+    /// is cut back to its records when it is closed; recovery drops a zero tail as
+    /// it always has (see [`crate::TornTail`]). 0: off.
+    pub preallocate_bytes: u64,
 }
 
 impl WalOptions {
     pub const DEFAULT_SEGMENT_BYTES_MAX: u64 = partita_types::WAL_SEGMENT_BYTES_MAX_DEFAULT;
     /// Anything smaller is a configuration mistake (it would not hold a header).
     pub const MIN_SEGMENT_BYTES_MAX: u64 = 64;
+    /// 1 MiB: written in about 1.5 ms on the test machine's disk, once per MiB of log.
+    pub const DEFAULT_PREALLOCATE_BYTES: u64 = partita_types::WAL_PREALLOCATE_BYTES_DEFAULT;
 
     /// Production defaults: 64 MiB segments, [`Durability::Fsync`].
     pub fn new(cluster_id: u64, node_id: u32) -> WalOptions {
@@ -45,6 +57,7 @@ impl WalOptions {
             node_id,
             segment_bytes_max: Self::DEFAULT_SEGMENT_BYTES_MAX,
             durability: Durability::Fsync,
+            preallocate_bytes: Self::DEFAULT_PREALLOCATE_BYTES,
         }
     }
 
@@ -80,6 +93,10 @@ pub struct TornTail {
     pub bytes_dropped: u64,
     /// Why the first dropped byte did not start a valid record.
     pub reason: String,
+    /// Every dropped byte was zero: the segment's preallocated end
+    /// ([`WalOptions::preallocate_bytes`]), or an extension whose data never reached
+    /// the disk. Logged at debug level rather than as a warning.
+    pub all_zero: bool,
 }
 
 /// What [`Wal::open`] found on disk: every valid record, in LSN order.
@@ -140,11 +157,17 @@ pub struct WalStats {
     /// Writes (or segment creations) refused for lack of space; see
     /// [`WalError::NoSpace`].
     pub no_space: u64,
+    /// Extensions of the active segment with zeros
+    /// ([`WalOptions::preallocate_bytes`]).
+    pub preallocations: u64,
 }
 
 /// Our own write buffer is flushed to the file once it holds this much, so a long run
 /// of appends without a sync does not grow memory without bound.
 const WRITE_BUF_MAX: usize = 1 << 20;
+
+/// Zeros written at a time when a segment is extended.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 const LOCK_FILE: &str = "LOCK";
 
@@ -180,6 +203,9 @@ struct ActiveSegment {
     /// Length and record count as of the last sync: what a full disk cuts back to.
     synced_len: u64,
     synced_records: u64,
+    /// The file's length: `len` plus the zeros written ahead of the records
+    /// ([`WalOptions::preallocate_bytes`]), or less while records are buffered.
+    allocated: u64,
 }
 
 /// A segmented, append-only write-ahead log. See the crate documentation.
@@ -339,6 +365,7 @@ impl Wal {
                     offset: damage.offset as u64,
                     bytes_dropped: (image.len() - damage.offset) as u64,
                     reason: damage.reason,
+                    all_zero: image[damage.offset..].iter().all(|&b| b == 0),
                 });
             }
             let first = seg.header.first_lsn;
@@ -371,13 +398,22 @@ impl Wal {
                     .open(&path)
                     .map_err(|e| WalError::io(&path, e))?;
                 if let Some(t) = &torn_tail {
-                    tracing::warn!(
-                        segment = %t.segment.display(),
-                        offset = t.offset,
-                        bytes_dropped = t.bytes_dropped,
-                        reason = %t.reason,
-                        "WAL has a torn tail (a write that was never synced); truncating it"
-                    );
+                    if t.all_zero {
+                        tracing::debug!(
+                            segment = %t.segment.display(),
+                            offset = t.offset,
+                            bytes_dropped = t.bytes_dropped,
+                            "WAL segment ends in zeros (preallocated, or never written); cutting them"
+                        );
+                    } else {
+                        tracing::warn!(
+                            segment = %t.segment.display(),
+                            offset = t.offset,
+                            bytes_dropped = t.bytes_dropped,
+                            reason = %t.reason,
+                            "WAL has a torn tail (a write that was never synced); truncating it"
+                        );
+                    }
                     file.set_len(valid_end)
                         .map_err(|e| WalError::io(&path, e))?;
                 }
@@ -391,6 +427,7 @@ impl Wal {
                     records: count,
                     synced_len: valid_end,
                     synced_records: count,
+                    allocated: valid_end,
                 }
             }
         };
@@ -614,6 +651,26 @@ impl Wal {
             let _ = self.active.file.write_all(&self.buf[..half]);
             return Err(self.discard_unsynced(no_space_error()));
         }
+        if self.opts.fsync()
+            && self.opts.preallocate_bytes > 0
+            && self.active.len > self.active.allocated
+        {
+            // The buffer would extend the file: extend it with zeros first, well past
+            // the buffer's end (not past the segment's size, unless one record is
+            // larger), so that the syncs of the next appends change no metadata.
+            let end = self.active.len;
+            let target = end.max(
+                (self.active.allocated + self.opts.preallocate_bytes)
+                    .min(self.opts.segment_bytes_max),
+            );
+            if let Err(e) = self.preallocate(target) {
+                if is_no_space(&e) {
+                    return Err(self.discard_unsynced(e));
+                }
+                let err = WalError::io(&self.active.path, e);
+                return Err(self.poison(err));
+            }
+        }
         if let Err(e) = self.active.file.write_all(&self.buf) {
             if is_no_space(&e) {
                 return Err(self.discard_unsynced(e));
@@ -623,6 +680,23 @@ impl Wal {
         }
         crate::failpoint::hit("wal-append");
         self.buf.clear();
+        self.active.allocated = self.active.allocated.max(self.active.len);
+        Ok(())
+    }
+
+    /// Write zeros from the active segment's allocated end up to `target` (positioned
+    /// writes: the file's cursor, where the records go, does not move).
+    fn preallocate(&mut self, target: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut at = self.active.allocated;
+        while at < target {
+            let n = (target - at).min(ZEROS.len() as u64) as usize;
+            self.active.file.write_all_at(&ZEROS[..n], at)?;
+            at += n as u64;
+        }
+        crate::failpoint::hit("wal-preallocate");
+        self.active.allocated = target;
+        self.stats.preallocations += 1;
         Ok(())
     }
 
@@ -674,6 +748,7 @@ impl Wal {
         if let Err(e) = cut {
             return self.poison(WalError::io(&path, e));
         }
+        self.active.allocated = keep;
         let discarded = self.next_lsn - 1 - self.durable_lsn;
         self.stats.records -= discarded;
         self.stats.bytes -= self.active.len - keep;
@@ -698,6 +773,17 @@ impl Wal {
         // exists: recovery treats a damaged tail in a non-last segment as corruption,
         // which is only sound if such a tail can never be a torn write.
         self.write_out()?;
+        if self.active.allocated > self.active.len {
+            // Cut the zeros written ahead: a closed segment ends at its last record
+            // (recovery calls anything after it in a closed segment corruption). The
+            // fsync below makes the new length durable with the records.
+            let len = self.active.len;
+            if let Err(e) = self.active.file.set_len(len) {
+                let err = WalError::io(&self.active.path, e);
+                return Err(self.poison(err));
+            }
+            self.active.allocated = len;
+        }
         if self.opts.fsync() {
             self.fsync_active()?;
         }
@@ -874,6 +960,7 @@ fn create_segment(
         records: 0,
         synced_len: SEGMENT_HEADER_LEN as u64,
         synced_records: 0,
+        allocated: SEGMENT_HEADER_LEN as u64,
     })
 }
 
@@ -1026,7 +1113,9 @@ mod tests {
         wal.append(b"two").unwrap();
         assert_eq!(wal.sync().unwrap(), 2);
         let seg = wal.active.path.clone();
-        let synced_len = fs::metadata(&seg).unwrap().len();
+        // The records' length; the file runs ahead of it in zeros (preallocation).
+        let synced_len = wal.active.synced_len;
+        assert!(fs::metadata(&seg).unwrap().len() >= synced_len);
         wal.append(b"three").unwrap();
         wal.append(b"four").unwrap();
         wal.fail_writes_no_space = 1;

@@ -492,3 +492,130 @@ fn invalid_options_are_rejected() {
         Err(WalError::InvalidOptions(_))
     ));
 }
+
+/// Preallocation: the active segment runs ahead of its records in zeros; closed
+/// segments end at their last record; every reopen (a crash at any point looks the
+/// same on disk) recovers exactly the records, cuts the zeros, and goes on.
+#[test]
+fn preallocated_segments_hold_zeros_ahead_and_recover_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = partita_wal::WalOptions {
+        preallocate_bytes: 1024,
+        ..opts(4096, Durability::Fsync)
+    };
+    let (mut wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
+    let mut written = Vec::new();
+    let mut logical = SEGMENT_HEADER_LEN as u64;
+    for i in 0..10u64 {
+        let p = payload(i, 40);
+        logical += (RECORD_HEADER_LEN + p.len()) as u64;
+        wal.append(&p).unwrap();
+        written.push(p);
+        wal.sync().unwrap();
+        let seg = segments(dir.path()).pop().unwrap();
+        let on_disk = fs::metadata(&seg).unwrap().len();
+        assert!(
+            on_disk > logical || on_disk == 4096,
+            "the file runs ahead of its {logical} bytes of records: {on_disk}"
+        );
+        let bytes = fs::read(&seg).unwrap();
+        assert!(
+            bytes[logical as usize..].iter().all(|&b| b == 0),
+            "zeros past the records"
+        );
+    }
+    // Ten records of 48 bytes, 1 KiB at a time: one extension.
+    assert_eq!(wal.stats().preallocations, 1);
+    // A record larger than what is preallocated extends past it at once.
+    let big = payload(10, 3000);
+    wal.append(&big).unwrap();
+    written.push(big);
+    wal.sync().unwrap();
+    assert_eq!(wal.stats().preallocations, 2);
+    // Enough to roll: the closed segments end exactly at their records.
+    for i in 11..200u64 {
+        let p = payload(i, 60);
+        wal.append(&p).unwrap();
+        written.push(p);
+    }
+    wal.sync().unwrap();
+    drop(wal);
+    let segs = segments(dir.path());
+    assert!(segs.len() >= 3, "{segs:?}");
+    for s in &segs[..segs.len() - 1] {
+        let bytes = fs::read(s).unwrap();
+        assert!(bytes.len() <= 4096 || bytes.len() > 3000, "{}", bytes.len());
+        assert_ne!(
+            *bytes.last().unwrap(),
+            0,
+            "{} ends in a record",
+            s.display()
+        );
+    }
+    let last = segs.last().unwrap().clone();
+    let preallocated = fs::metadata(&last).unwrap().len();
+    let (mut wal, rec) = Wal::open(dir.path(), o.clone()).unwrap();
+    assert_records(&rec, &written, 1);
+    let cut = rec.torn_tail.expect("the zeros are cut");
+    assert!(cut.all_zero, "{cut:?}");
+    assert_eq!(cut.offset + cut.bytes_dropped, preallocated);
+    assert_eq!(fs::metadata(&last).unwrap().len(), cut.offset);
+    // And it goes on, preallocating again.
+    let more = payload(999, 10);
+    wal.append(&more).unwrap();
+    written.push(more);
+    wal.sync().unwrap();
+    assert!(fs::metadata(&last).unwrap().len() > cut.offset + 18);
+    drop(wal);
+    let (_, rec) = Wal::open(dir.path(), o).unwrap();
+    assert_records(&rec, &written, 1);
+}
+
+/// A torn write inside the preallocated zeros is still a torn tail (not all zero).
+#[test]
+fn a_torn_record_inside_preallocated_zeros_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = partita_wal::WalOptions {
+        preallocate_bytes: 1024,
+        ..opts(1 << 20, Durability::Fsync)
+    };
+    let (mut wal, _) = Wal::open(dir.path(), o.clone()).unwrap();
+    let mut written = Vec::new();
+    for i in 0..5u64 {
+        let p = payload(i, 30);
+        wal.append(&p).unwrap();
+        written.push(p);
+    }
+    wal.sync().unwrap();
+    drop(wal);
+    let seg = segments(dir.path()).pop().unwrap();
+    let end = SEGMENT_HEADER_LEN + 5 * (RECORD_HEADER_LEN + 30);
+    // Half of a sixth record's header reached the disk.
+    let mut bytes = fs::read(&seg).unwrap();
+    bytes[end..end + 4].copy_from_slice(&30u32.to_le_bytes());
+    fs::write(&seg, &bytes).unwrap();
+    let (_, rec) = Wal::open(dir.path(), o).unwrap();
+    assert_records(&rec, &written, 1);
+    let t = rec.torn_tail.unwrap();
+    assert!(!t.all_zero);
+    assert_eq!(t.offset, end as u64);
+}
+
+/// Without fsync nothing is preallocated: the file is exactly its records.
+#[test]
+fn no_preallocation_without_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = partita_wal::WalOptions {
+        preallocate_bytes: 1024,
+        ..opts(1 << 20, Durability::Memory)
+    };
+    let (mut wal, _) = Wal::open(dir.path(), o).unwrap();
+    wal.append(&payload(0, 30)).unwrap();
+    wal.sync().unwrap();
+    assert_eq!(wal.stats().preallocations, 0);
+    let seg = segments(dir.path()).pop().unwrap();
+    assert_eq!(
+        fs::metadata(&seg).unwrap().len(),
+        (SEGMENT_HEADER_LEN + RECORD_HEADER_LEN + 30) as u64
+    );
+}

@@ -37,7 +37,7 @@ use crate::framework::{
     self, run_sim_sweep, run_sweep, Driver, Measured, PointSpec, RealDriver, SimDriver,
 };
 use partita_config::{ClusterConfig, Durability, Role};
-use partita_consensus::Protocol;
+use partita_consensus::{Protocol, RingDecision};
 use partita_harness::bench::{self, BenchConfig, BenchResult, Workload};
 use partita_harness::launch::{pick_base_port, LocalCluster};
 use partita_plot::{Panel, Series};
@@ -161,6 +161,10 @@ pub fn smr_cluster(replicas: usize, protocol: Protocol, durability: Durability) 
     let base = pick_base_port();
     let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
     c.cluster.protocol = protocol;
+    if protocol == Protocol::RingPaxos {
+        // Paper 001's ring: the coordinator at its end decides.
+        c.cluster.ring_decision = Some(RingDecision::Coordinator);
+    }
     c.cluster.durability = durability;
     let template = c
         .nodes
@@ -271,6 +275,10 @@ pub fn sim_smr_cluster(
 ) -> ClusterConfig {
     let mut c = ClusterConfig::default_local(7100, SIM_CLUSTER_ID);
     c.cluster.protocol = protocol;
+    if protocol == Protocol::RingPaxos {
+        // Paper 001's ring: the coordinator at its end decides.
+        c.cluster.ring_decision = Some(RingDecision::Coordinator);
+    }
     c.cluster.durability = durability;
     c.storage.checkpoint_instances = 0;
     let template = c

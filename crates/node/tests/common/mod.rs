@@ -38,6 +38,7 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
         cluster_id: 1,
         mode: Mode::Smr,
         membership: Membership {
+            ring_decision: Default::default(),
             protocol,
             acceptors: ACCEPTORS.to_vec(),
             coordinator: 1,

@@ -16,6 +16,9 @@ pub fn opts(segment_bytes_max: u64, durability: Durability) -> WalOptions {
         node_id: NODE,
         segment_bytes_max,
         durability,
+        // Recovery tests reason about exact file lengths; preallocation has tests
+        // of its own.
+        preallocate_bytes: 0,
     }
 }
 
