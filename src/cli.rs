@@ -814,6 +814,11 @@ struct BenchRunArgs {
     /// Think time between commands, uniform in 0..=N ms (paper 001: 0..=10).
     #[arg(long, default_value_t = 10)]
     think_ms: u64,
+    /// The clients share N connections to each node (each connection carries the
+    /// sessions of clients/N clients, as etcd's benchmark shares 16 gRPC connections
+    /// among its clients) instead of two connections per client. Needs --think-ms 0.
+    #[arg(long, value_name = "N")]
+    connections: Option<usize>,
     /// Entries loaded before the run (keys 0, 2, 4, ...; value = key).
     #[arg(long, default_value_t = 1_000_000)]
     preload: u64,
@@ -1489,6 +1494,20 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     if !(a.duration > 0.0 && a.duration <= 86_400.0) {
         bail!("--duration must be between 0 and 86400 seconds");
     }
+    if let Some(c) = a.connections {
+        if c == 0 || c > a.clients {
+            bail!(
+                "--connections must be between 1 and --clients ({}), not {c}",
+                a.clients
+            );
+        }
+        if a.think_ms != 0 {
+            bail!("--connections needs --think-ms 0 (clients sharing connections do not think)");
+        }
+        if a.chirper.is_some() {
+            bail!("--connections does not drive Chirper; leave it out with --chirper");
+        }
+    }
     // (Dropped in reverse order: the cluster stops before its directory goes.)
     let mut _tmp = None;
     let mut _lc = None;
@@ -1648,7 +1667,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         progress: !a.quiet,
         key_space: geo_keys.map(|k| k.max(1)),
     };
-    let (mut result, records) = bench::run(&cluster, &cfg).await?;
+    let (mut result, records) = bench::run_with(&cluster, &cfg, a.connections).await?;
     result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
     result.node_runtime_threads = _lc.as_ref().map(|_| a.node_threads);
     println!("{result}");

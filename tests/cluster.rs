@@ -168,11 +168,22 @@ async fn run_and_judge_tweaked(
     node_args: &[String],
     tweak: fn(&mut ClusterConfig),
 ) -> Result<(), Judged> {
-    match run_and_judge_once(protocol, node_args, tweak).await {
+    run_and_judge_sharing(protocol, node_args, tweak, None).await
+}
+
+/// As [`run_and_judge_tweaked`], the clients sharing `connections` connections per node
+/// (`partita_client::ClientGroup`; `None`: a client's own).
+async fn run_and_judge_sharing(
+    protocol: Protocol,
+    node_args: &[String],
+    tweak: fn(&mut ClusterConfig),
+    connections: Option<usize>,
+) -> Result<(), Judged> {
+    match run_and_judge_once(protocol, node_args, tweak, connections).await {
         Ok(verdict) => verdict,
         Err(stall) => {
             eprintln!("{protocol}: first attempt stalled, trying a fresh cluster once:\n{stall}");
-            match run_and_judge_once(protocol, node_args, tweak).await {
+            match run_and_judge_once(protocol, node_args, tweak, connections).await {
                 Ok(verdict) => verdict,
                 Err(again) => panic!("{protocol}: stalled twice:\n{stall}\n{again}"),
             }
@@ -185,6 +196,7 @@ async fn run_and_judge_once(
     protocol: Protocol,
     node_args: &[String],
     tweak: fn(&mut ClusterConfig),
+    connections: Option<usize>,
 ) -> Result<Result<(), Judged>, String> {
     let dir = tempfile::tempdir().unwrap();
     let mut lc = start_tweaked(dir.path(), protocol, Durability::Fsync, node_args, tweak);
@@ -194,16 +206,21 @@ async fn run_and_judge_once(
     bench::preload(&cluster, preload, false).await.unwrap();
     let cfg = BenchConfig {
         workload: Workload::Mixed,
-        clients: 6,
+        clients: if connections.is_some() { 8 } else { 6 },
         duration: Duration::from_secs(3),
-        think_ms: 1,
+        // Clients sharing connections run without think time.
+        think_ms: if connections.is_some() { 0 } else { 1 },
         preload,
         seed: 7,
         trim: 0.1,
         progress: false,
         key_space: Some(2 * preload),
     };
-    let (result, records) = bench::run(&cluster, &cfg).await.unwrap();
+    let (result, records) = bench::run_with(&cluster, &cfg, connections).await.unwrap();
+    if connections.is_some() {
+        let clients: std::collections::BTreeSet<u64> = records.iter().map(|r| r.client).collect();
+        assert_eq!(clients.len(), cfg.clients, "every session ran commands");
+    }
     if result.commands <= 100 {
         let d = diagnosis(&cluster).await;
         lc.stop(Duration::from_secs(5));
@@ -346,6 +363,15 @@ async fn ring_paxos_with_batchers_is_linearizable_and_converges() {
     }
 }
 
+/// Eight sessions over two connections per node (`partita_client::ClientGroup`): every
+/// session registered on a shared connection gets its own replies, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_sharing_connections_are_linearizable_and_converge() {
+    if let Err(e) = run_and_judge_sharing(Protocol::RingPaxos, &[], |_| {}, Some(2)).await {
+        panic!("{e}");
+    }
+}
+
 /// The replicas batch too: every client enters at the replica that answers it (one
 /// connection both ways), which batches to the leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,6 +503,54 @@ async fn malformed_frames_close_one_connection_only() {
     lc.stop(Duration::from_secs(5));
 }
 
+/// Sessions sharing a connection: a node takes requests only from clients registered
+/// on it with a hello; one from any other client id closes that connection alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_client_connection_takes_requests_only_from_its_sessions() {
+    use partita_wire::Wire;
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut lc = start(dir.path(), Protocol::MultiPaxos, Durability::Memory);
+    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let cluster = lc.cluster.clone();
+    let s = tokio::net::TcpStream::connect(cluster.addr(1))
+        .await
+        .unwrap();
+    let (rd, mut wr) = s.into_split();
+    let mut reader = partita_net::FrameReader::new(rd);
+    for client in [11, 12] {
+        wr.write_all(&partita_wire::to_frame(&Wire::ClientHello { client }))
+            .await
+            .unwrap();
+    }
+    for _ in 0..2 {
+        match reader.next().await.unwrap() {
+            Wire::ClientWelcome { node: 1 } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    // A request of client 13, who never said hello here.
+    let cmd = partita_btree::service::command(13, 1, 4, &Op::Read { key: 1 });
+    wr.write_all(&partita_wire::to_frame(&Wire::Request(cmd)))
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(5), reader.next()).await;
+    assert!(
+        matches!(closed, Ok(Err(partita_net::ReadError::Closed))),
+        "{closed:?}"
+    );
+    // The node goes on serving.
+    let mut client =
+        Client::<partita_btree::BPlusTree>::connect(cluster.clone(), ClientOptions::default())
+            .await
+            .unwrap();
+    assert_eq!(
+        client.execute(Op::Read { key: 1 }).await.unwrap(),
+        OpResult::Value(None)
+    );
+    lc.stop(Duration::from_secs(5));
+}
+
 /// The performance options refuse what cannot be before anything starts: a runtime of
 /// no threads or too many, node threads without a cluster to start, replicas that
 /// batch, partitions or batchers on a client-server cluster (no replicas), replicas
@@ -508,6 +582,29 @@ fn bad_performance_options_are_refused_before_anything_starts() {
         (
             &["bench", "--up", "--replicas-batch", "--rings", "2"][..],
             "does not combine with batchers",
+        ),
+        (
+            &["bench", "--up", "--clients", "8", "--connections", "9"][..],
+            "--connections must be between 1 and --clients (8), not 9",
+        ),
+        (
+            &["bench", "--up", "--clients", "8", "--connections", "2"][..],
+            "--connections needs --think-ms 0",
+        ),
+        (
+            &[
+                "bench",
+                "--up",
+                "--ring-decision",
+                "acceptor",
+                "--protocol",
+                "multi-paxos",
+            ][..],
+            "ring_decision",
+        ),
+        (
+            &["bench", "--up", "--wal-preallocate", "99999999999"][..],
+            "wal_preallocate_bytes",
         ),
         (&["up", "--node-threads", "0"][..], "not in 1..=64"),
         (

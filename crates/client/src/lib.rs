@@ -30,6 +30,9 @@
 
 pub use partita_client_core::{ClientBugs, ClientConfig, Topology};
 
+mod group;
+pub use group::{ClientGroup, GROUP_SESSIONS_MAX};
+
 use futures_util::future::select_all;
 use partita_client_core::{Action, ClientCore, SubmitError};
 use partita_config::{ClusterConfig, Transport};

@@ -3,13 +3,17 @@
 //! Each client is a session with its own connections; it draws an operation from the
 //! workload, executes it (exactly once, resubmitting on timeouts), then thinks for a
 //! uniform 0..=think_ms milliseconds. The first and last 10% of the run (warm-up and
-//! cool-down) are left out of throughput and latency, as the paper does.
+//! cool-down) are left out of throughput and latency, as the paper does. With
+//! [`run_with`]`(.., Some(c))` the clients share `c` connections per node instead
+//! (`partita_client::ClientGroup`: the sessions of a group share one connection to
+//! each node, as etcd's benchmark shares a few gRPC connections among its clients);
+//! without think time only.
 
 use crate::cpu;
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use partita_btree::{BatchOp, Op, OpResult};
-use partita_client::{Client, ClientOptions};
+use partita_client::{Client, ClientGroup, ClientOptions};
 use partita_config::{ClusterConfig, Mode};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -71,6 +75,10 @@ pub struct BenchResult {
     /// started the nodes; `None`: a running cluster, whose nodes said nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_runtime_threads: Option<u32>,
+    /// The clients shared this many connections to each node
+    /// ([`partita_client::ClientGroup`]); `None`: each client had its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_connections: Option<usize>,
     /// CPU time (user + system) per command completed in the measured window, summed
     /// over every node process of the cluster; `None` when the nodes do not run on
     /// this machine (their status gives no pid here).
@@ -227,7 +235,33 @@ pub async fn run(
     cluster: &ClusterConfig,
     cfg: &BenchConfig,
 ) -> anyhow::Result<(BenchResult, Vec<Record>)> {
+    run_with(cluster, cfg, None).await
+}
+
+/// What one client task brings back: its records, timeouts, resubmissions, and the
+/// (call, return, first tentative reply) times of commands with an early reply.
+type TaskOutcome = (Vec<Record>, u64, u64, Vec<(u64, u64, u64)>);
+
+/// [`run`], with the clients sharing `connections` connections to each node
+/// (`None`: a session's own, as [`run`]); refused with think time.
+pub async fn run_with(
+    cluster: &ClusterConfig,
+    cfg: &BenchConfig,
+    connections: Option<usize>,
+) -> anyhow::Result<(BenchResult, Vec<Record>)> {
     assert!(cfg.clients > 0);
+    if let Some(c) = connections {
+        anyhow::ensure!(
+            c >= 1 && c <= cfg.clients,
+            "--connections must be between 1 and the number of clients ({}), not {c}",
+            cfg.clients
+        );
+        anyhow::ensure!(
+            cfg.think_ms == 0,
+            "--connections needs --think-ms 0 (clients sharing a connection run without \
+             think time)"
+        );
+    }
     let keys = cfg
         .key_space
         .unwrap_or_else(|| key_space(cfg.preload))
@@ -251,8 +285,66 @@ pub async fn run(
         })
     };
     let completed = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for i in 0..cfg.clients {
+    let mut tasks: Vec<tokio::task::JoinHandle<anyhow::Result<TaskOutcome>>> = Vec::new();
+    let groups = connections.unwrap_or(0);
+    for j in 0..groups {
+        // Sessions [lo, hi) of the run share this group's connections.
+        let lo = cfg.clients * j / groups;
+        let hi = cfg.clients * (j + 1) / groups;
+        let cluster = cluster.clone();
+        let cfg = cfg.clone();
+        let completed = completed.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut g = ClientGroup::<partita_btree::BPlusTree>::connect(
+                cluster,
+                ClientOptions::default(),
+                hi - lo,
+                lo as u64,
+            )
+            .await?;
+            let mut rngs: Vec<_> = (lo..hi)
+                .map(|i| {
+                    rand::rngs::StdRng::seed_from_u64(
+                        cfg.seed.wrapping_mul(1_000_003).wrapping_add(i as u64),
+                    )
+                })
+                .collect();
+            let mut current: Vec<Option<(Op, u64)>> = vec![None; hi - lo];
+            for k in 0..hi - lo {
+                let op = random_op(cfg.workload, &mut rngs[k], keys);
+                current[k] = Some((op.clone(), base.elapsed().as_nanos() as u64));
+                g.submit(k, op).await;
+            }
+            let mut records = Vec::new();
+            let mut timeouts = 0u64;
+            while let Some((k, res)) = g.next_done().await {
+                let ret = base.elapsed().as_nanos() as u64;
+                let (op, call) = current[k].take().expect("a command was outstanding");
+                let result = match res {
+                    Ok(r) => Some(r),
+                    Err(_) => {
+                        timeouts += 1;
+                        None
+                    }
+                };
+                completed.fetch_add(1, Ordering::Relaxed);
+                records.push(Record {
+                    client: (lo + k) as u64 + 1,
+                    op,
+                    call_ns: call,
+                    ret_ns: ret,
+                    result,
+                });
+                if Instant::now() < end {
+                    let op = random_op(cfg.workload, &mut rngs[k], keys);
+                    current[k] = Some((op.clone(), base.elapsed().as_nanos() as u64));
+                    g.submit(k, op).await;
+                }
+            }
+            anyhow::Ok((records, timeouts, g.resubmissions(), Vec::new()))
+        }));
+    }
+    for i in (0..cfg.clients).filter(|_| groups == 0) {
         let cluster = cluster.clone();
         let cfg = cfg.clone();
         let completed = completed.clone();
@@ -386,6 +478,7 @@ pub async fn run(
         tentative_ms_p50_p90,
         node_cpu: None,
         node_runtime_threads: None,
+        client_connections: connections,
         cpu_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.total_us())),
         cpu_user_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.user_us)),
         cpu_system_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.system_us)),
@@ -428,6 +521,12 @@ impl std::fmt::Display for BenchResult {
             "  clients         {}   think time 0..={} ms",
             self.clients, self.think_ms
         )?;
+        if let Some(c) = self.client_connections {
+            writeln!(
+                f,
+                "  connections     the clients share {c} connection(s) to each node"
+            )?;
+        }
         writeln!(f, "  preload         {} entries", self.preload)?;
         writeln!(
             f,

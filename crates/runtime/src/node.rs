@@ -43,7 +43,7 @@ use partita_net::{spawn_writer, BoxWrite, FrameBytes, FrameReader};
 use partita_node::{NodeCore, Output, UnsafeBugs};
 use partita_types::{Ballot, ClientId, Command, NodeId};
 use partita_wire::{to_frame, NodeStatus, Wire};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
@@ -668,6 +668,9 @@ fn spawn_peer_link(
 }
 
 /// The longest a peer link waits between attempts when its connections keep failing.
+/// Sessions one client connection may register (`partita_client::ClientGroup`).
+const CLIENTS_PER_CONNECTION_MAX: usize = 4096;
+
 const LINK_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The node's inbox for what connections bring (peer messages, client requests,
@@ -856,23 +859,53 @@ async fn serve_framed(
             }
             let tx = spawn_writer(wr);
             if events
-                .send(Event::ClientHello { conn, client, tx })
+                .send(Event::ClientHello {
+                    conn,
+                    client,
+                    tx: tx.clone(),
+                })
                 .await
                 .is_err()
             {
                 return;
             }
+            // Several sessions may share the connection (`partita_client::ClientGroup`):
+            // each registers with a hello of its own, is welcomed, and gets its replies
+            // here; a request must come from one of them.
+            let mut clients: HashSet<ClientId> = HashSet::new();
+            clients.insert(client);
             loop {
                 match reader.next().await {
                     Ok(Wire::Request(cmd)) => {
-                        if cmd.client != client {
+                        if !clients.contains(&cmd.client) {
                             warn!(
-                                client,
-                                "request for another client id on this connection; closing"
+                                client = cmd.client,
+                                "request from a client not registered on this connection; closing"
                             );
                             break;
                         }
                         if events.send(Event::Request { cmd }).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Wire::ClientHello { client: more }) => {
+                        if clients.len() >= CLIENTS_PER_CONNECTION_MAX && !clients.contains(&more) {
+                            warn!(
+                                client = more,
+                                "more than {CLIENTS_PER_CONNECTION_MAX} clients on one connection; closing"
+                            );
+                            break;
+                        }
+                        clients.insert(more);
+                        if events
+                            .send(Event::ClientHello {
+                                conn,
+                                client: more,
+                                tx: tx.clone(),
+                            })
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }

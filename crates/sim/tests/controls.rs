@@ -203,18 +203,23 @@ fn restore_without_reply_cache_is_caught() {
 
 #[test]
 fn speculative_no_rollback_is_caught() {
-    // Every seed Ring Paxos with speculation; failovers and lost proposals make replicas
-    // speculate values that are not decided. About 1 seed in 50 shows it (131, 144, 176,
-    // 183 of 0..300); the range below holds several.
+    // Every seed Ring Paxos with speculation, the ring decided at an acceptor (the
+    // default); failovers and lost proposals make replicas speculate values that are
+    // not decided. About 1 seed in 35 shows it (17, 32, 64, 193, 203, 214, 232, 314, 324,
+    // 338, 339, 379 of 0..400; rescan
+    // with `partita sim --seeds 0..400 --protocol ring-paxos --speculation on
+    // --early-replies off --partitions 1 --ring-decision acceptor --unsafe
+    // speculative-no-rollback`); the range below holds several.
     let clean = SimOptions {
         protocol: ProtocolChoice::RingPaxos,
+        ring_decision: Some(partita_consensus::RingDecision::Acceptor),
         speculation: SpeculationChoice::On,
         early_replies: EarlyRepliesChoice::Off,
         partitioning: PartitionChoice::Fixed(1),
         trace_tail: 0,
         ..SimOptions::default()
     };
-    let (seed, what) = control_opts("speculative-no-rollback", clean, 120..190);
+    let (seed, what) = control_opts("speculative-no-rollback", clean, 0..70);
     eprintln!("speculative-no-rollback caught at seed {seed}: {what}");
 }
 

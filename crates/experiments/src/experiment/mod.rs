@@ -416,6 +416,7 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         tentative_ms_p50_p90: None,
         node_cpu: None,
         node_runtime_threads: None,
+        client_connections: None,
         cpu_us_per_cmd: None,
         cpu_user_us_per_cmd: None,
         cpu_system_us_per_cmd: None,
