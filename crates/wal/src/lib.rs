@@ -69,7 +69,11 @@
 //!      segments were synced, so their tails cannot be torn);
 //!    * else it is a *torn tail*, the remains of writes that were never synced (hence
 //!      never acknowledged): it is truncated away, reported with `tracing::warn!` and
-//!      in [`Recovered::torn_tail`], and appending continues from there.
+//!      in [`Recovered::torn_tail`], and appending continues from there. A tail of
+//!      zeros alone is what preallocation leaves after the last record
+//!      ([`WalOptions::preallocate_bytes`]: with fsync the active segment is extended
+//!      with written zeros ahead of its records, so that syncs change no file size);
+//!      it is cut the same way, reported with `all_zero` set and logged at debug level.
 //! 5. On any error nothing was modified (no truncation, no deletion). Otherwise stale
 //!    `wal-*.log.tmp` files (a crash during segment creation) are removed, and, with
 //!    [`Durability::Fsync`], all segments and the directory are fsynced so that what
