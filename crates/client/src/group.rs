@@ -17,7 +17,7 @@
 //! Not supported: the emulated WAN, GeoPaxos+ clients and speculation's early replies
 //! (refused at [`ClientGroup::connect`]).
 
-use crate::{split_stream, ClientError, ClientOptions};
+use crate::{ClientError, ClientOptions};
 use partita_client_core::{Action, ClientConfig, ClientCore, SubmitError};
 use partita_config::ClusterConfig;
 use partita_net::{spawn_writer, FrameBytes, FrameReader};
@@ -28,7 +28,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Sessions one group may hold (a node accepts as many registrations per connection).
@@ -276,18 +275,8 @@ impl<S: StateMachine> ClientGroup<S> {
 
     fn collect(&mut self, k: usize) {
         if let Some(d) = self.cores[k].take_done() {
-            let result = d.result.map_err(|e| match e {
-                partita_client_core::ClientError::Timeout { after_ns } => {
-                    ClientError::Timeout(Duration::from_nanos(after_ns))
-                }
-                partita_client_core::ClientError::Rejected(r) => ClientError::Rejected(r),
-                partita_client_core::ClientError::BadReply(r) => ClientError::BadReply(r),
-                partita_client_core::ClientError::SessionExpired => ClientError::SessionExpired,
-                partita_client_core::ClientError::NoSession { after_ns } => {
-                    ClientError::NoSession(Duration::from_nanos(after_ns))
-                }
-            });
-            self.done.push_back((k, result));
+            self.done
+                .push_back((k, d.result.map_err(crate::from_core_error)));
         }
     }
 
@@ -333,14 +322,8 @@ impl<S: StateMachine> ClientGroup<S> {
             return Ok(());
         }
         let addr = self.cluster.addr(node);
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|error| ClientError::Unreachable { node, addr, error })?;
-        let _ = stream.set_nodelay(true);
         let handshake = |reason: String| ClientError::Handshake { node, addr, reason };
-        let (rd, mut wr) = split_stream(stream, node, self.tls.as_ref())
-            .await
-            .map_err(|e| handshake(format!("TLS: {e}")))?;
+        let (rd, mut wr) = crate::open_connection(&self.cluster, node, self.tls.as_ref()).await?;
         let mut hellos = Vec::new();
         for c in &self.cores {
             hellos.extend(partita_wire::to_frame(&Wire::ClientHello {

@@ -356,14 +356,8 @@ impl<S: StateMachine> Client<S> {
             return Ok(());
         }
         let addr = self.cluster.addr(node);
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|error| ClientError::Unreachable { node, addr, error })?;
-        let _ = stream.set_nodelay(true);
         let handshake = |reason: String| ClientError::Handshake { node, addr, reason };
-        let (rd, mut wr) = split_stream(stream, node, self.tls.as_ref())
-            .await
-            .map_err(|e| handshake(format!("TLS: {e}")))?;
+        let (rd, mut wr) = open_connection(&self.cluster, node, self.tls.as_ref()).await?;
         let hello = partita_wire::to_frame(&Wire::ClientHello {
             client: self.core.id(),
         });
@@ -458,17 +452,7 @@ impl<S: StateMachine> Client<S> {
                 self.last_tentative_after = done
                     .tentative_ns
                     .map(|t| Duration::from_nanos(t.saturating_sub(done.call_ns)));
-                return done.result.map_err(|e| match e {
-                    partita_client_core::ClientError::Timeout { after_ns } => {
-                        ClientError::Timeout(Duration::from_nanos(after_ns))
-                    }
-                    partita_client_core::ClientError::Rejected(r) => ClientError::Rejected(r),
-                    partita_client_core::ClientError::BadReply(r) => ClientError::BadReply(r),
-                    partita_client_core::ClientError::SessionExpired => ClientError::SessionExpired,
-                    partita_client_core::ClientError::NoSession { after_ns } => {
-                        ClientError::NoSession(Duration::from_nanos(after_ns))
-                    }
-                });
+                return done.result.map_err(from_core_error);
             }
             let deadline = self.core.deadline().expect("a command is outstanding");
             let held = [
@@ -586,6 +570,42 @@ pub fn client_tls(
     let cfg =
         partita_net::tls::client_config(&files).map_err(|e| ClientError::Tls(e.to_string()))?;
     Ok(Some(cfg))
+}
+
+/// The client library's error for the core's.
+fn from_core_error(e: partita_client_core::ClientError) -> ClientError {
+    match e {
+        partita_client_core::ClientError::Timeout { after_ns } => {
+            ClientError::Timeout(Duration::from_nanos(after_ns))
+        }
+        partita_client_core::ClientError::Rejected(r) => ClientError::Rejected(r),
+        partita_client_core::ClientError::BadReply(r) => ClientError::BadReply(r),
+        partita_client_core::ClientError::SessionExpired => ClientError::SessionExpired,
+        partita_client_core::ClientError::NoSession { after_ns } => {
+            ClientError::NoSession(Duration::from_nanos(after_ns))
+        }
+    }
+}
+
+/// A new connection to `node` of `cluster` (TCP without Nagle, TLS when `tls` says so),
+/// as boxed halves, before any hello.
+async fn open_connection(
+    cluster: &ClusterConfig,
+    node: NodeId,
+    tls: Option<&Arc<partita_net::tls::rustls::ClientConfig>>,
+) -> Result<(partita_net::BoxRead, BoxWrite), ClientError> {
+    let addr = cluster.addr(node);
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|error| ClientError::Unreachable { node, addr, error })?;
+    let _ = stream.set_nodelay(true);
+    split_stream(stream, node, tls)
+        .await
+        .map_err(|e| ClientError::Handshake {
+            node,
+            addr,
+            reason: format!("TLS: {e}"),
+        })
 }
 
 /// A connected stream to `node` as boxed halves: as is, or after a TLS handshake that
