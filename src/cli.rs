@@ -121,6 +121,10 @@ struct NemesisArgs {
     /// Ordering protocol of the cluster the nemesis starts.
     #[arg(long, value_parser = choice::<Protocol>(), default_value = "ring-paxos")]
     protocol: Protocol,
+    /// Ring Paxos: where an instance is decided (`acceptor`, the default, or
+    /// `coordinator`, paper 001's ring).
+    #[arg(long, value_parser = choice::<RingDecision>())]
+    ring_decision: Option<RingDecision>,
     /// Seconds of load.
     #[arg(long, default_value_t = 30)]
     duration: u64,
@@ -1733,6 +1737,9 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
     if a.early_replies && !a.speculative {
         bail!("--early-replies needs --speculative");
     }
+    if a.ring_decision.is_some() && a.protocol != Protocol::RingPaxos {
+        bail!("--ring-decision needs --protocol ring-paxos");
+    }
     let dir = std::env::temp_dir().join(format!("partita-nemesis-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _tmp = TempDir(dir.clone());
@@ -1740,6 +1747,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         let mut c =
             ClusterConfig::default_local(launch::pick_base_port(), rand::random::<u64>() >> 1);
         c.cluster.protocol = a.protocol;
+        c.cluster.ring_decision = a.ring_decision;
         c.execution.speculative = a.speculative;
         c.execution.early_replies = a.early_replies;
         let key_space = partita_harness::nemesis::default_bench(Duration::from_secs(1), 1, 0)

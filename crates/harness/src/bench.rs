@@ -450,10 +450,26 @@ pub async fn run_with(
             Mode::Cs => "cs".into(),
         },
         ordering: match mode {
+            Mode::Smr if cluster.cluster.protocol == partita_consensus::Protocol::RingPaxos => {
+                match cluster.membership().ring_decision {
+                    partita_consensus::RingDecision::Acceptor => {
+                        "ring-paxos (decided by the acceptor completing a majority)".into()
+                    }
+                    partita_consensus::RingDecision::Coordinator => {
+                        "ring-paxos (decided by the coordinator at the ring's end)".into()
+                    }
+                }
+            }
             Mode::Smr => cluster.cluster.protocol.to_string(),
             Mode::Cs => "none (client-server)".into(),
         },
         durability: match mode {
+            Mode::Smr if cluster.cluster.durability == partita_config::Durability::Fsync => {
+                match cluster.storage.wal_preallocate_bytes {
+                    0 => "fsync (WAL not preallocated)".into(),
+                    b => format!("fsync (WAL preallocated {} KiB ahead)", b / 1024),
+                }
+            }
             Mode::Smr => cluster.cluster.durability.to_string(),
             Mode::Cs => "none (in memory, unreplicated)".into(),
         },
