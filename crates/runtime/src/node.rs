@@ -597,10 +597,13 @@ fn spawn_peer_link(
                 }
             };
             let _ = stream.set_nodelay(true);
-            let mut stream: BoxWrite = match &tls {
-                None => Box::new(stream),
+            let (mut rd, mut stream): (partita_net::BoxRead, BoxWrite) = match &tls {
+                None => {
+                    let (r, w) = stream.into_split();
+                    (Box::new(r), Box::new(w))
+                }
                 Some(cfg) => match partita_net::tls::connect(cfg, peer, stream).await {
-                    Ok(s) => Box::new(s),
+                    Ok(s) => partita_net::split_boxed(s),
                     Err(e) => {
                         if tls_failures.is_multiple_of(20) {
                             warn!(peer, %addr, failures = tls_failures + 1, "TLS link to node {peer} failed: {e}");
@@ -642,9 +645,19 @@ fn spawn_peer_link(
                 }
                 let (f, release) = match held.take() {
                     Some(q) => q,
-                    None => match rx.recv().await {
-                        Some(q) => q,
-                        None => return,
+                    // While idle, watch the connection too: a peer that died or
+                    // restarted closed it, and the first frame written into a closed
+                    // connection can vanish without an error (the kernel takes it
+                    // before the reset comes back). Reconnecting as soon as the peer
+                    // closes means the next message, however late (a new leader's
+                    // Phase 1A to an acceptor this node has not written to since that
+                    // acceptor restarted), goes out on a live connection.
+                    None => tokio::select! {
+                        q = rx.recv() => match q {
+                            Some(q) => q,
+                            None => return,
+                        },
+                        () = peer_closed(&mut rd) => break,
                     },
                 };
                 if let Some(r) = release {
@@ -667,10 +680,23 @@ fn spawn_peer_link(
     });
 }
 
-/// The longest a peer link waits between attempts when its connections keep failing.
+/// Returns when the peer closes (or breaks) an outgoing link's connection; peers send
+/// nothing on it, and whatever they might is read and ignored.
+async fn peer_closed(rd: &mut partita_net::BoxRead) {
+    use tokio::io::AsyncReadExt;
+    let mut scratch = [0u8; 512];
+    loop {
+        match rd.read(&mut scratch).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
 /// Sessions one client connection may register (`partita_client::ClientGroup`).
 const CLIENTS_PER_CONNECTION_MAX: usize = 4096;
 
+/// The longest a peer link waits between attempts when its connections keep failing.
 const LINK_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The node's inbox for what connections bring (peer messages, client requests,
@@ -827,7 +853,11 @@ async fn serve_framed(
                 warn!(?peer_addr, from, "peer connection refused: the hello says node {from}, but the certificate is {id}{why}");
                 return;
             }
-            drop(wr);
+            // Nothing is written back on a peer link, but the write half stays open:
+            // the dialing node takes the connection's close for its peer's death and
+            // reconnects at once (see `spawn_peer_link`), so a half-close would
+            // look like one.
+            let _open = wr;
             loop {
                 match reader.next().await {
                     Ok(Wire::Peer(msg)) => {
@@ -1390,6 +1420,42 @@ mod tests {
     use super::*;
     use std::time::Duration;
     use tokio::time::Instant;
+
+    /// A peer that closes the link's connection (it died) and comes back: the link
+    /// reconnects on its own, and the first frame sent after that arrives. Before links
+    /// watched their idle connections, that frame was written into the dead connection
+    /// and lost without an error.
+    #[tokio::test]
+    async fn a_link_reconnects_when_its_peer_restarts_and_loses_no_frame() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel::<Queued>(64);
+        spawn_peer_link(1, 7, 2, addr, None, rx);
+        let (first, _) = listener.accept().await.unwrap();
+        let mut reader = FrameReader::new(first);
+        assert!(matches!(
+            reader.next().await.unwrap(),
+            Wire::PeerHello { from: 1, .. }
+        ));
+        // The peer dies: its end of the connection closes.
+        drop(reader);
+        // It comes back: the link dials it again before anything is sent.
+        let (second, _) = tokio::time::timeout(Duration::from_secs(2), listener.accept())
+            .await
+            .expect("the link reconnected by itself")
+            .unwrap();
+        let mut reader = FrameReader::new(second);
+        assert!(matches!(
+            reader.next().await.unwrap(),
+            Wire::PeerHello { from: 1, .. }
+        ));
+        let frame = Arc::new(to_frame(&Wire::ClientHello { client: 42 }));
+        tx.send((frame, None)).await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(2), reader.next()).await {
+            Ok(Ok(Wire::ClientHello { client: 42 })) => {}
+            other => panic!("the first frame after the restart was lost: {other:?}"),
+        }
+    }
 
     /// The emulated WAN on one link: every frame arrives no earlier than its release
     /// time, in the order it was queued, while frames without a delay pass at once.
