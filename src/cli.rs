@@ -525,7 +525,7 @@ fn parse_workload(s: &str) -> Result<Workload, String> {
 
 /// A value parser for one of the named choices (protocol, durability, mode, workload):
 /// the same type as the cluster file's, its names listed in `--help` and in the error.
-fn choice<T: Choice + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
+pub(crate) fn choice<T: Choice + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
     use clap::builder::TypedValueParser as _;
     clap::builder::PossibleValuesParser::new(T::NAMES)
         .map(|s| s.parse::<T>().expect("a listed name parses"))

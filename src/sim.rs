@@ -36,8 +36,8 @@ pub struct SimArgs {
     protocol: SimProtocol,
     /// Where Ring Paxos seeds decide: `acceptor` or `coordinator` (see the cluster
     /// file's `ring_decision`). Default: each Ring Paxos seed draws it.
-    #[arg(long, value_parser = ["acceptor", "coordinator"])]
-    ring_decision: Option<String>,
+    #[arg(long, value_parser = crate::cli::choice::<partita_consensus::RingDecision>())]
+    ring_decision: Option<partita_consensus::RingDecision>,
     /// Speculative execution on Ring Paxos seeds: `swarm` draws it per seed.
     #[arg(long, value_enum, default_value = "swarm")]
     speculation: SimSpeculation,
@@ -203,11 +203,7 @@ impl SimArgs {
                 SimProtocol::MultiPaxos => ProtocolChoice::MultiPaxos,
                 SimProtocol::Both => ProtocolChoice::Alternate,
             },
-            ring_decision: self
-                .ring_decision
-                .as_deref()
-                .map(|d| d.parse().map_err(anyhow::Error::msg))
-                .transpose()?,
+            ring_decision: self.ring_decision,
             speculation: match self.speculation {
                 SimSpeculation::Swarm => SpeculationChoice::Swarm,
                 SimSpeculation::On => SpeculationChoice::On,

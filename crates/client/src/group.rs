@@ -18,7 +18,7 @@
 //! (refused at [`ClientGroup::connect`]).
 
 use crate::{ClientError, ClientOptions};
-use partita_client_core::{Action, ClientConfig, ClientCore, SubmitError};
+use partita_client_core::{Action, ClientCore, SubmitError};
 use partita_config::ClusterConfig;
 use partita_net::{spawn_writer, FrameBytes, FrameReader};
 use partita_service::StateMachine;
@@ -71,13 +71,7 @@ impl<S: StateMachine> ClientGroup<S> {
         n: usize,
         first_index: u64,
     ) -> Result<ClientGroup<S>, ClientError> {
-        if cluster.cluster.service != S::NAME {
-            return Err(ClientError::Rejected(format!(
-                "the cluster runs service `{}`, this client speaks `{}`",
-                cluster.cluster.service,
-                S::NAME
-            )));
-        }
+        crate::check_service::<S>(&cluster)?;
         if n == 0 || n > GROUP_SESSIONS_MAX {
             return Err(ClientError::Rejected(format!(
                 "a group holds 1 to {GROUP_SESSIONS_MAX} sessions, not {n}"
@@ -98,11 +92,7 @@ impl<S: StateMachine> ClientGroup<S> {
             ));
         }
         let topo = cluster.client_topology();
-        let cfg = ClientConfig {
-            timeout_ns: opts.timeout.as_nanos() as u64,
-            give_up_ns: Some(opts.give_up.as_nanos() as u64),
-            ..ClientConfig::default()
-        };
+        let cfg = crate::core_config(&opts);
         let mut cores = Vec::with_capacity(n);
         let mut by_id = HashMap::with_capacity(n);
         for k in 0..n {
@@ -110,11 +100,8 @@ impl<S: StateMachine> ClientGroup<S> {
             while by_id.contains_key(&id) {
                 id = rand::random::<u64>() | 1;
             }
-            let index = first_index + k as u64;
-            let replica = opts
-                .replica
-                .unwrap_or_else(|| topo.replicas[(id >> 8) as usize % topo.replicas.len()]);
-            let entry = cluster.first_entry(replica, index);
+            let (entry, replica) =
+                crate::placement(&cluster, &topo, &opts, id, first_index + k as u64);
             by_id.insert(id, k);
             cores.push(ClientCore::new(
                 id,

@@ -221,24 +221,17 @@ impl<S: StateMachine> Client<S> {
         cluster: ClusterConfig,
         opts: ClientOptions,
     ) -> Result<Client<S>, ClientError> {
-        if cluster.cluster.service != S::NAME {
-            return Err(ClientError::Rejected(format!(
-                "the cluster runs service `{}`, this client speaks `{}`",
-                cluster.cluster.service,
-                S::NAME
-            )));
-        }
+        check_service::<S>(&cluster)?;
         let id = rand::random::<u64>() | 1;
         let topo = cluster.client_topology();
-        let replica = opts
-            .replica
-            .unwrap_or_else(|| topo.replicas[(id >> 8) as usize % topo.replicas.len()]);
-        let entry = cluster.first_entry(replica, opts.entry_index.unwrap_or(id >> 16));
-        let cfg = ClientConfig {
-            timeout_ns: opts.timeout.as_nanos() as u64,
-            give_up_ns: Some(opts.give_up.as_nanos() as u64),
-            ..ClientConfig::default()
-        };
+        let (entry, replica) = placement(
+            &cluster,
+            &topo,
+            &opts,
+            id,
+            opts.entry_index.unwrap_or(id >> 16),
+        );
+        let cfg = core_config(&opts);
         let delays = wan_delays(&cluster, &opts)?;
         let tls = client_tls(&cluster)?;
         // GeoPaxos+ (paper 004 §II-B): a client talks to its nearest replica, which
@@ -570,6 +563,42 @@ pub fn client_tls(
     let cfg =
         partita_net::tls::client_config(&files).map_err(|e| ClientError::Tls(e.to_string()))?;
     Ok(Some(cfg))
+}
+
+/// Refuse a cluster that runs another service than `S`.
+fn check_service<S: StateMachine>(cluster: &ClusterConfig) -> Result<(), ClientError> {
+    if cluster.cluster.service != S::NAME {
+        return Err(ClientError::Rejected(format!(
+            "the cluster runs service `{}`, this client speaks `{}`",
+            cluster.cluster.service,
+            S::NAME
+        )));
+    }
+    Ok(())
+}
+
+/// The client core's settings for a session with these options.
+fn core_config(opts: &ClientOptions) -> ClientConfig {
+    ClientConfig {
+        timeout_ns: opts.timeout.as_nanos() as u64,
+        give_up_ns: Some(opts.give_up.as_nanos() as u64),
+        ..ClientConfig::default()
+    }
+}
+
+/// Where session `id` enters and which replica answers it: the options' replica or
+/// one drawn from the id, and the cluster's first entry for it and `entry_index`.
+fn placement(
+    cluster: &ClusterConfig,
+    topo: &Topology,
+    opts: &ClientOptions,
+    id: ClientId,
+    entry_index: u64,
+) -> (NodeId, NodeId) {
+    let replica = opts
+        .replica
+        .unwrap_or_else(|| topo.replicas[(id >> 8) as usize % topo.replicas.len()]);
+    (cluster.first_entry(replica, entry_index), replica)
 }
 
 /// The client library's error for the core's.

@@ -751,15 +751,10 @@ impl Acceptor {
             // from us, the coordinator gets the mask, and the rest of the ring is not
             // needed for this instance.
             self.learn_decisions(&[(instance, vid)]);
-            let learners: Vec<NodeId> = self.membership.learners.clone();
-            for to in learners {
-                out.push(Action::Send {
-                    to,
-                    msg: Msg::Decide {
-                        decided: vec![(instance, vid)],
-                    },
-                });
-            }
+            let decide = Msg::Decide {
+                decided: vec![(instance, vid)],
+            };
+            crate::send_all(out, &self.membership.learners, decide);
             out.push(Action::Send {
                 to: ballot.node,
                 msg: Msg::Phase2B {

@@ -320,13 +320,8 @@ pub async fn run_with(
             while let Some((k, res)) = g.next_done().await {
                 let ret = base.elapsed().as_nanos() as u64;
                 let (op, call) = current[k].take().expect("a command was outstanding");
-                let result = match res {
-                    Ok(r) => Some(r),
-                    Err(_) => {
-                        timeouts += 1;
-                        None
-                    }
-                };
+                let result = res.ok();
+                timeouts += u64::from(result.is_none());
                 completed.fetch_add(1, Ordering::Relaxed);
                 records.push(Record {
                     client: (lo + k) as u64 + 1,
@@ -369,13 +364,8 @@ pub async fn run_with(
                 let call = base.elapsed().as_nanos() as u64;
                 let res = client.execute(op.clone()).await;
                 let ret = base.elapsed().as_nanos() as u64;
-                let result = match res {
-                    Ok(r) => Some(r),
-                    Err(_) => {
-                        timeouts += 1;
-                        None
-                    }
-                };
+                let result = res.ok();
+                timeouts += u64::from(result.is_none());
                 completed.fetch_add(1, Ordering::Relaxed);
                 if let (Some(t), Some(_)) = (client.last_tentative_after(), &result) {
                     tentative.push((call, ret, t.as_nanos() as u64));
