@@ -293,12 +293,27 @@ fn splits_inherit_serializers_and_start_changed_with_zero_counters() {
     assert_eq!(root.children()[0], old_root);
     for (id, n) in t.nodes().skip(nodes_before) {
         assert!(t.changed(id), "new node {} changed", n.uid());
-        assert!(
-            t.stats(id).is_empty(),
-            "new node {} has zero counters",
-            n.uid()
-        );
+        if n.is_leaf() {
+            assert!(
+                t.stats(id).is_empty(),
+                "new leaf {} has zero counters",
+                n.uid()
+            );
+        }
     }
+    // New inner nodes count what the leaves below them count (the invariants check
+    // every node): the insert's write, counted on leaf [70 …] before it split, now
+    // under the new inner half [70 80] and the new root.
+    let l70 = t.find_leaf(70);
+    let p70 = t.node(l70).parent().unwrap();
+    assert!(p70.index() >= nodes_before, "[70 80] is a new half");
+    assert_eq!(t.writes(p70)[B], 1);
+    assert_eq!(t.writes(t.root())[B], 1);
+    assert_eq!(
+        t.writes(old_root)[B],
+        0,
+        "the old root's half kept [20] and [40]"
+    );
     // Every half keeps its level's serializers.
     for (_, n) in t.nodes() {
         let want = match t.height() - 1 - n.depth() {
@@ -353,11 +368,13 @@ fn the_counter_walk_includes_the_root() {
             );
         }
     }
-    // A GET-NEXT answered from the next leaf also counts a read there.
+    // A GET-NEXT answered from the next leaf also counts a read there, with its
+    // ancestors (an inner node counts what its leaves count).
     let l30 = t.find_leaf(30);
     t.execute(&Op::GetNext { key: 20 }, A).unwrap();
     assert_eq!(t.reads(l30)[A], 1);
-    assert_eq!(t.reads(t.root())[A], 1, "the root once");
+    assert_eq!(t.reads(t.root())[A], 2, "the root once per leaf read");
+    t.invariants();
 }
 
 #[test]
@@ -417,9 +434,11 @@ fn dop_skips_new_nodes_without_accesses_and_keeps_their_reps() {
     let changed = t.nodes().filter(|(id, _)| t.changed(*id)).count() as u64;
     let r = t.dop();
     assert_eq!(r.nodes_evaluated, changed);
-    // The four new nodes (three halves and the root) had no access counted.
-    assert_eq!(r.nodes_skipped_empty, 4);
-    assert_eq!(r.computed, changed - 4);
+    // No access counted below: the new leaf [80 90], and the left halves of the
+    // split inner node and root (their leaves had no access since fig4_tree's DOP;
+    // the insert's write went with leaf [70] to the right halves).
+    assert_eq!(r.nodes_skipped_empty, 3);
+    assert_eq!(r.computed, changed - 3);
     assert!(t.nodes().all(|(id, _)| !t.changed(id)));
     t.invariants();
 }
@@ -699,4 +718,159 @@ fn replace_optimizer_checks_the_topology() {
     assert_eq!(old.options(), OptimizerOptions::brute_force());
     assert_eq!(t.optimizer().options(), OptimizerOptions::hot());
     let _ = NodeId::index;
+}
+
+/// Two inserts that share no serializer run in either order at different replicas
+/// (GeoPaxos+ orders only operations that meet at a serializer), and each splits a leaf:
+/// the trees then number their new nodes differently. Found by `partita nemesis --geo`:
+/// a replica that executed them as they came and the ones that relearned the logs after
+/// a restart held the same keys but different digests, and the DOP, which walked nodes
+/// in uid order, fed the optimizer's cache in a different order. The digest and the DOP
+/// must depend on the tree's shape alone.
+#[test]
+fn inserts_that_share_no_serializer_commute_with_their_splits() {
+    // Order 2; keys 10..=80 as in Fig. 4, plus 15 and 45 so that leaves [10 15] and
+    // [40 45] are full under parents with room ([20] and [40]).
+    let mut t = tree(2, OptimizerOptions::hot_cached(CACHE_ENTRIES_DEFAULT));
+    for k in (10..=80).step_by(10).chain([15, 45]) {
+        t.execute(&insert(k), A).unwrap();
+    }
+    t.dop();
+    // The root at A, the first subtree at B, the others at C.
+    let root = t.root();
+    let first = t.node(root).children()[0];
+    let under_first = |t: &GeoBTree, mut id: NodeId| loop {
+        if id == first {
+            return true;
+        }
+        match t.node(id).parent() {
+            Some(p) => id = p,
+            None => return false,
+        }
+    };
+    let reps: Vec<(NodeId, Config)> = t
+        .nodes()
+        .map(|(id, _)| {
+            let c = if id == root {
+                set(&[A])
+            } else if under_first(&t, id) {
+                set(&[B])
+            } else {
+                set(&[C])
+            };
+            (id, c)
+        })
+        .collect();
+    t.initialize_reps(|id, _| reps.iter().find(|(n, _)| *n == id).unwrap().1);
+    t.invariants();
+    let (x, y) = (insert(17), insert(47));
+    let (px, py) = (t.psite(&x, A), t.psite(&y, C));
+    assert_eq!((px, py), (set(&[B]), set(&[C])), "disjoint serializers");
+
+    let mut xy = t.clone();
+    let mut yx = t.clone();
+    xy.execute(&x, A).unwrap();
+    xy.execute(&y, C).unwrap();
+    yx.execute(&y, C).unwrap();
+    yx.execute(&x, A).unwrap();
+    xy.invariants();
+    yx.invariants();
+    // Both split a leaf, in a different order: the new leaves got different uids.
+    assert_ne!(
+        xy.node(xy.find_leaf(17)).uid(),
+        yx.node(yx.find_leaf(17)).uid(),
+        "the splits numbered nodes in the order they ran"
+    );
+    assert_eq!(xy.digest(), yx.digest(), "same shape, same digest");
+    // Reads from every region, so that the DOP has work and the cache fills in the
+    // order the DOP visits nodes.
+    for k in [10, 17, 20, 30, 47, 50, 70] {
+        for (i, from) in [A, B, C].into_iter().enumerate() {
+            for _ in 0..=i {
+                xy.execute(&Op::Read { key: k }, from).unwrap();
+                yx.execute(&Op::Read { key: k }, from).unwrap();
+            }
+        }
+    }
+    assert_eq!(xy.digest(), yx.digest());
+    let (rx, ry) = (xy.dop(), yx.dop());
+    assert!(rx.nodes_evaluated > 0, "{rx:?}");
+    assert_eq!(rx, ry);
+    assert_eq!(
+        xy.digest(),
+        yx.digest(),
+        "the DOP gave both the same serializers"
+    );
+}
+
+/// A read ordered by its leaf's serializer alone and an insert that splits the leaf's
+/// parent and the root (their serializers disjoint) run in either order at different
+/// replicas: the counters, which the DOP turns into serializers, must come out the
+/// same. With Algorithm 1's walk as written they did not (the read counted on the old
+/// parent or on its new half, and a new root started at zero), and `partita nemesis
+/// --geo` saw replicas diverge.
+#[test]
+fn a_read_and_a_split_above_it_commute() {
+    let mut t = fig4_tree();
+    let l = t.find_leaf(50);
+    t.initialize_reps(|id, _| if id == l { set(&[C]) } else { set(&[B]) });
+    let (r, i) = (Op::Read { key: 50 }, insert(85));
+    assert_eq!((t.psite(&r, C), t.psite(&i, B)), (set(&[C]), set(&[B])));
+    let mut ri = t.clone();
+    let mut ir = t.clone();
+    ri.execute(&r, C).unwrap();
+    ri.execute(&i, B).unwrap();
+    ir.execute(&i, B).unwrap();
+    ir.execute(&r, C).unwrap();
+    ri.invariants();
+    ir.invariants();
+    assert_eq!(
+        ri.height(),
+        4,
+        "the insert split the read's parent and the root"
+    );
+    assert_eq!(ri.digest(), ir.digest());
+    assert_eq!(ri.dop(), ir.dop());
+    assert_eq!(ri.digest(), ir.digest());
+}
+
+/// Every pair of requests whose serializers are disjoint gives the same replies,
+/// delivery decisions, tree and counters in either order (GeoPaxos+ orders only
+/// requests that meet at a serializer, so replicas run such pairs either way): over
+/// random trees with random serializers, reads, GET-*, updates and inserts that split.
+#[test]
+fn requests_that_share_no_serializer_commute() {
+    let mut pairs = 0;
+    for seed in 0..40u64 {
+        let mut o = GbTreeOptions::new(3, seed);
+        o.optimizer = OptimizerOptions::hot_cached(64);
+        let mut t = GeoBTree::new(Topology::paper_three_regions(), o).unwrap();
+        let ops = stream(seed, 900);
+        for (op, from) in &ops[..300] {
+            t.execute(op, *from).unwrap();
+        }
+        t.dop();
+        t.randomize_reps(seed);
+        let rest: Vec<&(Op, usize)> = ops[300..].iter().filter(|(op, _)| *op != Op::Dop).collect();
+        for pair in rest.chunks(2) {
+            let [(a, fa), (b, fb)] = pair else { continue };
+            let (da, db) = (t.psite(a, *fa), t.psite(b, *fb));
+            if da.mask() & db.mask() == 0 {
+                pairs += 1;
+                let mut ab = t.clone();
+                let mut ba = t.clone();
+                let (ab_a, ab_b) = (ab.deliver(a, *fa, da), ab.deliver(b, *fb, db));
+                let (ba_b, ba_a) = (ba.deliver(b, *fb, db), ba.deliver(a, *fa, da));
+                assert_eq!((&ab_a, &ab_b), (&ba_a, &ba_b), "seed {seed}: {a:?} / {b:?}");
+                assert_eq!(ab.digest(), ba.digest(), "seed {seed}: {a:?} / {b:?}");
+                ab.invariants();
+                t = ab;
+            } else {
+                t.deliver(a, *fa, da).unwrap();
+                t.deliver(b, *fb, db).unwrap();
+            }
+        }
+        t.dop();
+    }
+    assert!(pairs > 1000, "only {pairs} pairs with disjoint serializers");
 }

@@ -100,27 +100,62 @@ impl GeoBTree {
                 leaf.uid
             );
         }
+        // An inner node counts what the leaves below it count (see `execute`).
+        let n = self.n();
+        for (id, node) in self.nodes() {
+            if node.is_leaf {
+                continue;
+            }
+            for slot in 0..2 * n {
+                let sum = node.children.iter().fold(0u64, |s, c| {
+                    s.saturating_add(self.counts[c.index() * 2 * n + slot])
+                });
+                assert_eq!(
+                    self.counts[id.index() * 2 * n + slot],
+                    sum,
+                    "node {} counts what its children count",
+                    node.uid
+                );
+            }
+        }
         self.optimizer.invariants();
     }
 
+    /// Every node, breadth-first from the root, children left to right: an order that
+    /// depends on the tree's shape alone. Uids (arena indices) follow the order in
+    /// which splits happened, which differs between replicas for inserts that share no
+    /// serializer (they run in either order), so nothing replicated may depend on
+    /// them: the DOP walks nodes in this order, and the digest hashes them in it.
+    pub fn tree_order(&self) -> Vec<NodeId> {
+        let mut order = Vec::with_capacity(self.nodes.len());
+        order.push(self.root);
+        let mut next = 0;
+        while next < order.len() {
+            let id = order[next];
+            next += 1;
+            order.extend_from_slice(&self.node(id).children);
+        }
+        order
+    }
+
     /// A 64-bit digest (FNV-1a) of everything replicas must agree on: the order and
-    /// the value bound, every node in uid order with all of Table II's fields (keys,
-    /// values, structure and leaf links, reps, `changed`, counters), the root, and the
-    /// optimizer's cache (its entries in recency order), which decides future DOPs.
-    /// Replicas that executed the same requests have equal digests.
+    /// the value bound, every node in tree order ([`GeoBTree::tree_order`]) with all
+    /// of Table II's fields but its uid (keys, values, depth, number of children, leaf
+    /// or not, reps, `changed`, counters: the shape follows from the order and the
+    /// children counts, and the invariants check parent and leaf links against it),
+    /// and the optimizer's cache (its entries in recency order), which decides future
+    /// DOPs. Replicas that executed the same requests have equal digests, whatever
+    /// order their uids came in.
     pub fn digest(&self) -> u64 {
         let mut h = Fnv::new();
         h.word(self.order as u64);
         h.word(self.value_bytes_max as u64);
         h.word(self.n() as u64);
         h.word(self.len);
-        h.word(u64::from(self.root.0));
-        let link = |l: Option<NodeId>| l.map_or(u64::MAX, |x| u64::from(x.0));
-        for (i, node) in self.nodes.iter().enumerate() {
-            let id = NodeId(i as u32);
-            h.word(node.uid);
+        h.word(self.nodes.len() as u64);
+        for id in self.tree_order() {
+            let node = self.node(id);
             h.word(u64::from(node.depth));
-            h.word(link(node.parent));
             h.word(u64::from(node.is_leaf) | u64::from(self.changed(id)) << 1);
             h.word(u64::from(node.reps.mask()));
             h.word(node.keys.len() as u64);
@@ -129,9 +164,7 @@ impl GeoBTree {
                 h.word(v.len() as u64);
                 h.bytes(v);
             }
-            node.children.iter().for_each(|&c| h.word(u64::from(c.0)));
-            h.word(link(node.prev_leaf));
-            h.word(link(node.next_leaf));
+            h.word(node.children.len() as u64);
             self.reads(id).iter().for_each(|&c| h.word(c));
             self.writes(id).iter().for_each(|&c| h.word(c));
         }

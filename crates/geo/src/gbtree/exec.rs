@@ -33,7 +33,9 @@ enum Access {
 impl GeoBTree {
     /// Executes a delivered request submitted at `from` (the caller has checked
     /// [`GeoBTree::deliver_decision`]): counts the access on k's leaf and every
-    /// ancestor up to **and including** the root, then applies it. The DOP recomputes
+    /// ancestor up to **and including** the root, then applies it. An inner node's
+    /// counters always equal the sums of its children's (splits recompute them), so
+    /// they do not depend on the order of operations that share no serializer. The DOP recomputes
     /// the serializers ([`GeoBTree::dop`]).
     ///
     /// A value above the bound is refused before anything changes.
@@ -60,8 +62,10 @@ impl GeoBTree {
                 let found = self.neighbour(op);
                 Reply::Entry(found.map(|(id, i)| {
                     if id != leaf {
-                        // The answer's leaf is read too, and its serializer ordered it.
-                        self.count(id, from, Access::Read);
+                        // The answer's leaf is read too, and its serializer ordered it;
+                        // counted with its ancestors, as every leaf access is (an inner
+                        // node counts what its leaves count).
+                        self.count_up(id, from, Access::Read);
                     }
                     let n = self.node(id);
                     (n.keys[i], n.values[i].to_vec())
@@ -90,6 +94,12 @@ impl GeoBTree {
     /// (a do-while: Algorithm 1's `while n.parent` skips the root). Returns the leaf.
     fn count_path(&mut self, key: u64, from: Replica, access: Access) -> NodeId {
         let leaf = self.find_leaf(key);
+        self.count_up(leaf, from, access);
+        leaf
+    }
+
+    /// Counts one access on `leaf` and every ancestor up to the root.
+    fn count_up(&mut self, leaf: NodeId, from: Replica, access: Access) {
         let mut id = leaf;
         let mut counted = 0u32;
         loop {
@@ -106,7 +116,31 @@ impl GeoBTree {
             self.node(leaf).depth + 1,
             "every level counted once"
         );
-        leaf
+    }
+
+    /// Sets an inner node's counters to the sums of its children's (after a split
+    /// moved children). Every access counts on a leaf and all its ancestors, so an
+    /// inner node always counts exactly what the leaves below it count: which inner
+    /// node a leaf hangs under when an access runs must not matter, since a read
+    /// ordered by its leaf's serializer alone runs before a split of the leaf's
+    /// parent at one replica and after it at another.
+    fn resum(&mut self, id: NodeId) {
+        let n = self.n();
+        let children = std::mem::take(&mut self.nodes[id.index()].children);
+        let mut sums = vec![0u64; 2 * n];
+        for &c in &children {
+            for (s, &v) in sums
+                .iter_mut()
+                .zip(&self.counts[c.index() * 2 * n..][..2 * n])
+            {
+                *s = s.saturating_add(v);
+            }
+        }
+        self.counts[id.index() * 2 * n..][..2 * n].copy_from_slice(&sums);
+        if sums.iter().any(|&v| v > 0) {
+            self.changed[id.index()] = true;
+        }
+        self.nodes[id.index()].children = children;
     }
 
     fn count(&mut self, id: NodeId, from: Replica, access: Access) {
@@ -173,6 +207,13 @@ impl GeoBTree {
             self.nodes[c.index()].parent = Some(sibling);
         }
         assert_eq!(self.push_node(right), sibling);
+        if !is_leaf {
+            // The children that moved take their counts with them. (A split leaf
+            // keeps its counts and its new sibling starts at zero: every access to
+            // the leaf is ordered with the insert that split it.)
+            self.resum(id);
+            self.resum(sibling);
+        }
         match parent {
             Some(p) => {
                 let pn = &mut self.nodes[p.index()];
@@ -201,12 +242,14 @@ impl GeoBTree {
         self.nodes[left.index()].parent = Some(id);
         self.nodes[right.index()].parent = Some(id);
         assert_eq!(self.push_node(root), id);
+        self.resum(id);
         self.root = id;
         id
     }
 
     /// The DOP (Algorithm 1, lines 48–57, with the comparison the right way round):
-    /// for every changed node, in uid order, reps ← the optimizer's configuration
+    /// for every changed node, in tree order ([`GeoBTree::tree_order`]), reps ← the
+    /// optimizer's configuration
     /// (unchanged when no access was counted), then `changed` ← false and the counters
     /// reset (§VI-D).
     pub fn dop(&mut self) -> DopReport {
@@ -227,7 +270,13 @@ impl GeoBTree {
         let mut r = DopReport::default();
         // One scratch AccessStats for the optimizer, filled from the dense counters.
         let mut stats = AccessStats::new(n);
-        for (i, node) in self.nodes.iter_mut().enumerate() {
+        // Tree order, not uid order: uids follow the order in which splits happened,
+        // and inserts that share no serializer split in either order at different
+        // replicas, while the optimizer's cache makes its answers depend on the
+        // order it sees nodes in.
+        for id in self.tree_order() {
+            let i = id.index();
+            let node = &mut self.nodes[i];
             let counts = &mut self.counts[i * 2 * n..][..2 * n];
             if !self.changed[i] {
                 debug_assert!(counts.iter().all(|&c| c == 0), "counters without changed");
@@ -248,7 +297,7 @@ impl GeoBTree {
                         r.reps_changed += 1;
                         node.reps = plan.config;
                     }
-                    on_plan(NodeId(i as u32), &plan);
+                    on_plan(id, &plan);
                 }
                 None => r.nodes_skipped_empty += 1,
             }

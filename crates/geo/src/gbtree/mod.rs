@@ -85,21 +85,32 @@
 //! [`GeoBTree::execute`] walks from k's leaf to the root, **the root included**, adding
 //! one read (READ, GET-*) or one write (UPDATE, INSERT) from `from` to every node and
 //! setting its `changed` flag; a GET-* whose answer lives in another leaf also counts
-//! one read on that leaf (its serializer ordered the request, and Equation 1 should
-//! see the access). Then it applies the operation. Every write counts on every
+//! one read on that leaf and its ancestors (its serializer ordered the request, and
+//! Equation 1 should see the access). So an inner node always counts exactly what the
+//! leaves below it count, and splits keep it so (next paragraph): the counters must
+//! not depend on the order of operations that share no serializer, which replicas run
+//! in either order (a read ordered by its leaf's serializer alone, and an insert that
+//! splits the leaf's parent). Then it applies the operation. Every write counts on every
 //! ancestor, as Algorithm 1 is written (so the root counts every write; the reading
 //! aid notes this contradicts §IV-A's "root mostly read" and leaves the choice open).
 //!
 //! **Splits.** A leaf holding `order + 1` keys after an insertion splits in two, the
 //! right half's first key going up as separator; an inner node with `order + 1` keys
 //! splits around its middle key, which goes up. Both halves keep the split node's
-//! reps, a new root gets the old root's reps; every new node starts with zero counters
-//! and `changed = true` (so the next DOP visits it; with no access counted the
-//! optimizer leaves its reps alone). After an insertion, every node it modified is
+//! reps, a new root gets the old root's reps; every new node starts with
+//! `changed = true` (so the next DOP visits it; with no access counted the optimizer
+//! leaves its reps alone). A leaf's new right half starts with zero counters (the
+//! left half keeps the leaf's: every access to the leaf is ordered with the insert
+//! that split it); the halves of a split inner node and a new root take the sums of
+//! their children's counters (Algorithm 1 leaves the counters where the accesses
+//! found them, and a new root at zero). After an insertion, every node it modified is
 //! asserted to have its reps within the insertion's psite computed before it.
 //!
-//! **DOP.** [`GeoBTree::dop`] walks the nodes in uid order (a deterministic order: the
-//! optimizer's cache makes its answers depend on the order it sees workloads in) and,
+//! **DOP.** [`GeoBTree::dop`] walks the nodes in tree order, breadth-first from the
+//! root ([`GeoBTree::tree_order`]; the order must be the same at every replica: the
+//! optimizer's cache makes its answers depend on the order it sees workloads in, and
+//! uid order is not: two inserts that share no serializer run in either order at
+//! different replicas, so their splits number new nodes differently) and,
 //! for every changed node, sets reps to the configuration the tree's [`Optimizer`]
 //! returns (kept when no access was counted), clears `changed` and resets the counters
 //! (§VI-D resets them after computing the serializers). It returns a [`DopReport`].
