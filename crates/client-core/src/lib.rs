@@ -46,7 +46,12 @@
 //! copy may have run before the expiry), and the next command opens a new session.
 //! The open belongs to the first command's invocation (its time counts in the
 //! command's latency); if no session can be opened in time, the command ends as
-//! [`ClientError::NoSession`], not applied.
+//! [`ClientError::NoSession`], not applied. A client that gives up on a command for
+//! several partitions also leaves its session: with a stream per partition (Multi-Ring
+//! Paxos) the late command and the session's next one could reach one partition in
+//! one order and be seen alone at another, which would then run the late command
+//! while the first drops it as old; an open is ordered alike with the late command at
+//! every partition, so it runs everywhere or is refused everywhere.
 //!
 //! Inputs: [`ClientCore::submit`], [`ClientCore::on_reply`], [`ClientCore::on_early`],
 //! [`ClientCore::on_refused`], [`ClientCore::on_disconnected`] and
@@ -147,6 +152,9 @@ pub struct ClientBugs {
     /// ordered on its own (paper 001 Figure 4: "sub-trees replicated independently"),
     /// and their replies are merged.
     pub independent_partitions: bool,
+    /// The client keeps its session after giving up on a command for several
+    /// partitions (see [`ClientCore::on_timer`]).
+    pub keep_session_after_give_up: bool,
     /// Read-only commands go straight to the replica (which, with the node's
     /// `unordered-query` bug, answers without ordering them).
     pub read_direct: bool,
@@ -241,6 +249,9 @@ pub struct ClientStats {
     pub sessions_opened: u64,
     pub sessions_renewed: u64,
     pub sessions_expired: u64,
+    /// Sessions left after giving up on a command for several partitions (the next
+    /// command opens a new one).
+    pub sessions_abandoned: u64,
     /// opt-PSMR: commands a replica answered "resubmit conservatively" (the optimistic
     /// thread's safety check failed), each resubmitted through g_all.
     pub psmr_resubmitted: u64,
@@ -618,6 +629,18 @@ impl<S: StateMachine> ClientCore<S> {
                 } else {
                     ClientError::Timeout { after_ns: g }
                 };
+                if o.command_sent && o.partitions.len() > 1 && !self.bugs.keep_session_after_give_up
+                {
+                    // A command for several partitions may still be ordered later.
+                    // With a stream per partition (Multi-Ring Paxos), this session's
+                    // next command could reach one of them first, which would then
+                    // drop the late one as old while the others run it. A new
+                    // session, opened at every partition in the order all of them
+                    // share with the late command, makes them agree: it runs at
+                    // every one before the open, or is refused at every one after.
+                    self.session = None;
+                    self.stats.sessions_abandoned += 1;
+                }
                 self.finish(now, Err(why), false);
                 return;
             }

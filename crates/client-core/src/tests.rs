@@ -716,3 +716,51 @@ fn a_different_session_after_the_command_went_out_ends_it_as_unknown() {
     let Action::Send { cmd, .. } = &out[0];
     assert_eq!((cmd.seq, cmd.session), (2, 12));
 }
+
+/// A client that gives up on a command for several partitions opens a new session
+/// before its next command (Multi-Ring Paxos: the late command must run at every
+/// partition or at none, and the open is ordered alike with it everywhere); one that
+/// gives up on a single partition's command keeps its session.
+#[test]
+fn giving_up_on_a_command_for_several_partitions_leaves_the_session() {
+    let mut c = partitioned();
+    let mut out = Vec::new();
+    let open = |inst| Reply {
+        client: 9,
+        seq: 0,
+        instance: inst,
+        result: Ok(partita_types::session_reply(inst)),
+    };
+    c.submit(Op::Query { min: 40, max: 60 }, 0, &mut out)
+        .unwrap();
+    c.on_reply(5, &open(1), None, 0, &mut out);
+    c.on_reply(7, &open(1), None, 0, &mut out);
+    // The query for both partitions went out; nothing answers until give-up.
+    while c.take_done().is_none() {
+        let at = c.deadline().unwrap();
+        c.on_timer(at, &mut out);
+    }
+    assert_eq!(c.stats().gave_up, 1);
+    assert_eq!(c.stats().sessions_abandoned, 1);
+    out.clear();
+    c.submit(Op::Read { key: 70 }, 1000, &mut out).unwrap();
+    let Action::Send { cmd, .. } = &out[0];
+    assert!(cmd.is_open(), "a new session opens first: {cmd:?}");
+    assert_eq!(cmd.body.groups(), 0b11, "at every partition");
+    c.on_reply(5, &open(9), None, 1001, &mut out);
+    out.clear();
+    c.on_reply(7, &open(9), None, 1001, &mut out);
+    let Action::Send { cmd, .. } = &out[0];
+    assert_eq!((cmd.session, cmd.seq), (9, 2));
+    // A single partition's command given up: the session stays.
+    while c.take_done().is_none() {
+        let at = c.deadline().unwrap();
+        c.on_timer(at, &mut out);
+    }
+    out.clear();
+    c.submit(Op::Read { key: 71 }, 3000, &mut out).unwrap();
+    let Action::Send { cmd, .. } = &out[0];
+    assert!(!cmd.is_open() && cmd.session == 9, "{cmd:?}");
+    assert_eq!(c.stats().sessions_abandoned, 1);
+    c.invariants();
+}

@@ -242,6 +242,11 @@ pub struct UnsafeBugs {
     /// replicated independently"), and merge their replies. A client-side bug: nodes
     /// ignore it.
     pub independent_partitions: bool,
+    /// Clients keep their session after giving up on a command for several
+    /// partitions: with a stream per partition (Multi-Ring Paxos) the late command can
+    /// then run at one partition and be dropped as old at another. A client-side bug:
+    /// nodes ignore it.
+    pub keep_session_after_give_up: bool,
     /// With early replies, a replica sends its speculative results as final replies
     /// (clients take them without waiting for the confirmation).
     pub unconfirmed_replies: bool,
@@ -284,7 +289,7 @@ pub struct UnsafeBugs {
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 21] = [
+    pub const NAMES: [&'static str; 22] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -294,6 +299,7 @@ impl UnsafeBugs {
         "restore-without-reply-cache",
         "speculative-no-rollback",
         "independent-partitions",
+        "keep-session-after-give-up",
         "unconfirmed-replies",
         "unchecked-peer-input",
         "expired-sessions-reopen",
@@ -320,6 +326,7 @@ impl UnsafeBugs {
             "restore-without-reply-cache" => &mut self.restore_without_reply_cache,
             "speculative-no-rollback" => &mut self.speculative_no_rollback,
             "independent-partitions" => &mut self.independent_partitions,
+            "keep-session-after-give-up" => &mut self.keep_session_after_give_up,
             "unconfirmed-replies" => &mut self.unconfirmed_replies,
             "unchecked-peer-input" => &mut self.unchecked_peer_input,
             "expired-sessions-reopen" => &mut self.expired_sessions_reopen,

@@ -598,6 +598,7 @@ impl World {
                     ops,
                     ClientBugs {
                         independent_partitions: p.bugs.independent_partitions,
+                        keep_session_after_give_up: p.bugs.keep_session_after_give_up,
                         read_direct,
                     },
                 );

@@ -249,6 +249,20 @@ fn independent_partitions_is_caught() {
 }
 
 #[test]
+fn keep_session_after_give_up_is_caught() {
+    // The swarm's seed 7457 as the soak drew it (Multi-Paxos, two partitions on
+    // Multi-Ring Paxos, heavy loss, crashes): a client gives up on a batch for both
+    // partitions and goes on in the same session at one of them; the late batch then
+    // runs at the other only. The soak found it there (and at 4439, with three).
+    let clean = SimOptions {
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    let (seed, what) = control_opts("keep-session-after-give-up", clean, 7457..7458);
+    eprintln!("keep-session-after-give-up caught at seed {seed}: {what}");
+}
+
+#[test]
 fn unconfirmed_replies_is_caught() {
     // Every seed Ring Paxos with speculation and early replies: a speculation rolled
     // back after its tentative reply left gives a client a result the decided order

@@ -27,7 +27,9 @@
 //! late copy of an old open ends the session it finds: its commands are then
 //! refused, a spurious expiry that costs a client one unknown outcome, never safety).
 //! Without a lease, sessions never expire, and a client that sends a command without
-//! opening gets a session implicitly (scripted tests use this).
+//! opening gets a session implicitly (scripted tests use this); a command naming
+//! another session than the client's current one is refused with or without a lease
+//! (a new open, or a late copy of an old one, ends the previous session).
 //!
 //! Every change goes through [`Sessions::set`], which keeps the expiry index and can
 //! log the previous entry, so a speculation can be rolled back exactly.
@@ -256,7 +258,11 @@ impl Sessions {
     /// created implicitly (no lease) is created here.
     pub fn admit(&mut self, cmd: &Command, log: Option<&mut SessionLog>) -> Admission {
         match self.map.get(&cmd.client) {
-            Some(s) if self.lease_ms.is_none() || s.opened_at == cmd.session => Admission::Run {
+            // The session the command names, lease or not: a command of an older
+            // session of this client id runs nowhere (its client left that session,
+            // e.g. after giving up on a command for several partitions, and opened
+            // this one at every partition in one order with the late command).
+            Some(s) if s.opened_at == cmd.session => Admission::Run {
                 last_seq: s.last.as_ref().map(|r| r.seq),
             },
             Some(_) if !self.unsafe_reopen_expired => Admission::Refuse(Refusal::SessionExpired),
@@ -467,6 +473,34 @@ mod tests {
         assert_eq!(s.advance(u64::MAX, None), 0);
         assert!(s.get(3).is_some());
         s.invariants();
+    }
+
+    /// A new open ends the previous session with or without a lease: a late command
+    /// of the old one is refused (a client leaves a session after giving up on a
+    /// command for several partitions, so that the late command runs at all of them
+    /// or none; without a lease it used to run after the open with the reply cache
+    /// emptied, and so could run twice).
+    #[test]
+    fn a_new_open_ends_the_previous_session_without_a_lease_too() {
+        for lease in [None, Some(1000)] {
+            let mut s = Sessions::new(lease);
+            s.open(3, 5, 0, None);
+            assert_eq!(
+                s.admit(&cmd(3, 1, 5), None),
+                Admission::Run { last_seq: None }
+            );
+            s.open(3, 9, 5, None);
+            assert_eq!(
+                s.admit(&cmd(3, 1, 5), None),
+                Admission::Refuse(Refusal::SessionExpired),
+                "lease {lease:?}"
+            );
+            assert_eq!(
+                s.admit(&cmd(3, 2, 9), None),
+                Admission::Run { last_seq: None }
+            );
+            s.invariants();
+        }
     }
 
     #[test]
