@@ -195,6 +195,21 @@ struct NemesisArgs {
     /// lose-acked-writes; see `partita node --help`.
     #[arg(long = "unsafe", value_name = "BUG")]
     unsafe_bugs: Vec<String>,
+    /// GeoPaxos+ (paper 004): one node in each of the paper's three regions over the
+    /// emulated WAN, each an acceptor of every serializer, a replica and its own
+    /// serializer's first leader; clients in every region run the geo B+tree's
+    /// operations; a DOP every 2 s moves tree nodes between serializers. Every node
+    /// fault may hit any node (each leads a serializer).
+    #[arg(long, conflicts_with_all = [
+        "protocol", "ring_decision", "speculative", "early_replies", "threads",
+        "batchers", "partitions", "rings", "multicast"
+    ])]
+    geo: bool,
+    /// With --geo: the keys the tree starts with (0..N, each its own value); clients
+    /// use twice as many, so inserts add keys.
+    #[arg(long, default_value_t = 200, requires = "geo",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    geo_keys: u64,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -1743,7 +1758,38 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
     let dir = std::env::temp_dir().join(format!("partita-nemesis-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _tmp = TempDir(dir.clone());
+    if a.geo && a.service != "btree" {
+        bail!(
+            "--geo runs the geo B+tree; --service {} cannot run on it",
+            a.service
+        );
+    }
     let (file, c) = launch::ensure_cluster_file(&dir, || {
+        if a.geo {
+            let mut c = ClusterConfig::paper_geo_local(
+                launch::pick_base_port(),
+                rand::random::<u64>() >> 1,
+                a.geo_keys,
+            );
+            if let Some(g) = c.geopaxos.as_mut() {
+                // Small tree nodes, so that inserts split leaves (INSERT's psite
+                // predicts it), and DOPs that move nodes while faults come and go.
+                g.order = 8;
+                g.dop_interval_ms = 2000;
+            }
+            if let Some(w) = c.wan.as_mut() {
+                w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];
+            }
+            if a.netns {
+                partita_harness::netns::place_with(
+                    &mut c,
+                    &dir.join("certs"),
+                    partita_harness::netns::Wire::Tls,
+                )?;
+            }
+            ClusterConfig::parse(&c.to_toml(), "the nemesis's cluster")?;
+            return Ok(c);
+        }
         let mut c =
             ClusterConfig::default_local(launch::pick_base_port(), rand::random::<u64>() >> 1);
         c.cluster.protocol = a.protocol;
@@ -1821,7 +1867,11 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             .collect::<Vec<_>>()
             .join(", "),
         duration,
-        c.cluster.protocol,
+        if c.geopaxos.is_some() {
+            "GeoPaxos+ (3 emulated regions)".to_string()
+        } else {
+            c.cluster.protocol.to_string()
+        },
         dir.display()
     );
     if let Some(m) = &c.multicast {
@@ -1836,11 +1886,19 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         faults: a.faults.clone(),
         interval: Duration::from_millis(a.interval_ms),
         down_for: Duration::from_millis(a.down_ms),
-        bench: partita_harness::nemesis::default_bench(
-            Duration::from_secs(duration),
-            a.clients,
-            a.seed,
-        ),
+        bench: match c.geopaxos.as_ref() {
+            Some(g) => partita_harness::nemesis::geo_bench(
+                Duration::from_secs(duration),
+                a.clients,
+                a.seed,
+                g.keys,
+            ),
+            None => partita_harness::nemesis::default_bench(
+                Duration::from_secs(duration),
+                a.clients,
+                a.seed,
+            ),
+        },
         history: a.history.clone(),
         together: a.together,
         seed: a.seed,

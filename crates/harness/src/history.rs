@@ -67,9 +67,19 @@ pub fn judge(
     preload: u64,
     final_entries: &[(u64, u64)],
 ) -> Result<partita_checker::CheckSummary, partita_checker::CheckError> {
+    judge_from(records, preload_initial(preload), final_entries)
+}
+
+/// [`judge`] from any initial state (a GeoPaxos+ tree starts with the keys its cluster
+/// file loads).
+pub fn judge_from(
+    records: &[Record],
+    initial: Initial,
+    final_entries: &[(u64, u64)],
+) -> Result<partita_checker::CheckSummary, partita_checker::CheckError> {
     let events: Vec<Event> = records.iter().map(to_event).collect();
     let opts = partita_checker::CheckOptions {
-        initial: preload_initial(preload),
+        initial,
         ..Default::default()
     };
     partita_checker::check_with_final_state(&events, &opts, final_entries)

@@ -16,6 +16,14 @@
 //!
 //! For each coordinator kill it measures the time from the kill to the next decided
 //! instance (any node reporting itself coordinator with a higher decided instance).
+//!
+//! On a GeoPaxos+ cluster (paper 004, `[geopaxos]`: every node an acceptor of every
+//! serializer's group, a replica, and the first leader of its own serializer) every
+//! node fault may hit any node, since each one leads a serializer; the clients run the
+//! geo B+tree's operations (reads, updates, inserts, next and previous) from every
+//! region, the final contents are read key by key (the geo B+tree answers no ranges),
+//! and the history starts from the tree the cluster file loads. No failover time is
+//! measured there: no single leader takes over.
 
 use crate::bench::{self, BenchConfig, BenchResult, Workload};
 use crate::launch::LocalCluster;
@@ -471,10 +479,23 @@ impl Nemesis<'_> {
             None
         };
         let all: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
+        // GeoPaxos+: every node leads a serializer, votes in every group and executes.
+        let geo = cluster.geopaxos.is_some();
         let mut taken: Vec<NodeId> = Vec::new();
         let mut chosen: Vec<(Fault, NodeId)> = Vec::new();
         for &fault in faults {
             let candidates: Vec<NodeId> = match fault {
+                Fault::KillCoordinator
+                | Fault::PauseCoordinator
+                | Fault::IsolateCoordinator
+                | Fault::SplitCluster
+                | Fault::CutCoordinatorOut
+                | Fault::KillAcceptor
+                | Fault::KillReplica
+                    if geo =>
+                {
+                    all.clone()
+                }
                 Fault::KillCoordinator
                 | Fault::PauseCoordinator
                 | Fault::IsolateCoordinator
@@ -567,7 +588,7 @@ impl Nemesis<'_> {
                 net.block(n, &from, &to, *loss)?;
             }
         }
-        let leader_hit = chosen.iter().any(|(f, _)| f.hits_coordinator());
+        let leader_hit = !geo && chosen.iter().any(|(f, _)| f.hits_coordinator());
         let failover_ms = if leader_hit {
             let limit = down_for.max(Duration::from_secs(3));
             failover(&cluster, old_ballot, at, limit)
@@ -624,6 +645,48 @@ pub async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>
     }
 }
 
+/// The final contents through the replicated path: one whole-range query, or on a
+/// GeoPaxos+ cluster (whose tree answers no ranges) a read of every key of the bench's
+/// key space, by 8 clients at once spread over the replicas.
+pub async fn final_contents(
+    cluster: &ClusterConfig,
+    bench: &BenchConfig,
+) -> anyhow::Result<Vec<(u64, u64)>> {
+    if cluster.geopaxos.is_none() {
+        return read_all(cluster).await;
+    }
+    let keys = bench
+        .key_space
+        .context("a GeoPaxos+ run needs the bench's key space")?;
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let cluster = cluster.clone();
+        tasks.push(tokio::spawn(async move {
+            let opts = ClientOptions {
+                give_up: Duration::from_secs(30),
+                entry_index: Some(t),
+                ..ClientOptions::default()
+            };
+            let mut c = Client::<partita_btree::BPlusTree>::connect(cluster, opts).await?;
+            let mut got = Vec::new();
+            for key in (t..keys).step_by(8) {
+                match c.execute(Op::Read { key }).await? {
+                    OpResult::Value(Some(v)) => got.push((key, v)),
+                    OpResult::Value(None) => {}
+                    other => bail!("a read of key {key} answered {other:?}"),
+                }
+            }
+            anyhow::Ok(got)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.context("a reading task")??);
+    }
+    all.sort_unstable();
+    Ok(all)
+}
+
 /// Wait until every replica executed the same instance and the replicas of each
 /// partition hold one digest; return what was compared.
 ///
@@ -632,6 +695,9 @@ pub async fn read_all(cluster: &ClusterConfig) -> anyhow::Result<Vec<(u64, u64)>
 /// execution atomicity) has not applied it yet, and the status does not say so. So a
 /// difference is a violation only if it is still there when `limit` runs out.
 pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
+    if cluster.geopaxos.is_some() {
+        return geo_converged(cluster, limit).await;
+    }
     let t0 = Instant::now();
     let mut last = String::new();
     let mut previous = None;
@@ -716,6 +782,64 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
     )))
 }
 
+/// [`converged`] on a GeoPaxos+ cluster: every replica executed the same number of
+/// operations (`geo_executed`: copies of a write a replica skipped as duplicates, and
+/// decisions to resubmit, are not executions; which copy of a write comes first may
+/// differ between replicas when the copies share no serializer) and holds the same
+/// digest of keys, values, tree structure and serializers, unchanged over two polls.
+async fn geo_converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
+    let t0 = Instant::now();
+    let mut previous: Option<Vec<(NodeId, u64, u64)>> = None;
+    let mut last = String::new();
+    let mut differing = None;
+    while t0.elapsed() < limit {
+        let st = statuses(cluster, Duration::from_secs(1)).await;
+        let seen: Vec<(NodeId, u64, u64)> = st
+            .iter()
+            .filter_map(|(id, s)| {
+                let s = s.as_ref()?;
+                let executed = s
+                    .counters
+                    .iter()
+                    .find(|(k, _)| k == "geo_executed")
+                    .map(|(_, v)| *v)?;
+                Some((*id, executed, s.digest?))
+            })
+            .collect();
+        let steady = previous.as_ref() == Some(&seen);
+        previous = Some(seen.clone());
+        if seen.len() == cluster.executors().len()
+            && steady
+            && seen.windows(2).all(|w| w[0].1 == w[1].1)
+        {
+            let digests: Vec<(String, u64)> = seen
+                .iter()
+                .map(|(id, _, d)| (format!("node {id}"), *d))
+                .collect();
+            match partita_checker::check_convergence(&digests) {
+                Ok(()) => {
+                    return Ok(format!(
+                        "{} replicas executed {} operations each, one digest",
+                        seen.len(),
+                        seen[0].1
+                    ))
+                }
+                Err(e) => differing = Some(e.to_string()),
+            }
+        } else {
+            differing = None;
+        }
+        last = format!("(node, executed, digest): {seen:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if let Some(e) = differing {
+        return Err(Failed::Violation(e));
+    }
+    Err(Failed::Undecided(format!(
+        "replicas did not catch up within {limit:?}: {last}"
+    )))
+}
+
 /// Run the nemesis against `lc` (started, ready). `exe` is the partita binary used to
 /// restart nodes, with `node_args` (e.g. `--unsafe ...` for controls).
 pub async fn run(
@@ -728,6 +852,10 @@ pub async fn run(
         bail!("no faults to inject");
     }
     let cluster = lc.cluster.clone();
+    let geo_keys = cluster.geopaxos.as_ref().map(|g| g.keys);
+    if geo_keys.is_some() && cfg.bench.preload > 0 {
+        bail!("a GeoPaxos+ cluster starts with the tree its cluster file loads: no preload");
+    }
     bench::preload(&cluster, cfg.bench.preload, false).await?;
     let load = {
         let cluster = cluster.clone();
@@ -746,12 +874,21 @@ pub async fn run(
     }
 
     // The verdict: final contents, convergence, linearizability, then a full restart.
-    let final_entries = read_all(&cluster)
+    let final_entries = final_contents(&cluster, &cfg.bench)
         .await
         .context("reading the final contents")?;
     let converged = converged(&cluster, Duration::from_secs(60)).await;
     let unknown = records.iter().filter(|r| r.result.is_none()).count();
-    let linearizable = match crate::history::judge(&records, cfg.bench.preload, &final_entries) {
+    let initial = match geo_keys {
+        // The geo B+tree starts with keys 0..keys, each its own value.
+        Some(keys) if keys > 0 => partita_checker::Initial::Preload {
+            count: keys,
+            stride: 1,
+        },
+        Some(_) => partita_checker::Initial::Empty,
+        None => crate::history::preload_initial(cfg.bench.preload),
+    };
+    let linearizable = match crate::history::judge_from(&records, initial, &final_entries) {
         Ok(s) => Ok(format!("{} operations ({s:?})", records.len())),
         Err(e @ partita_checker::CheckError::NotLinearizable(_)) => {
             Err(Failed::Violation(e.to_string()))
@@ -760,7 +897,7 @@ pub async fn run(
     };
 
     nem.restart_all().await?;
-    let survived_restart = match read_all(&cluster).await {
+    let survived_restart = match final_contents(&cluster, &cfg.bench).await {
         Ok(after) if after == final_entries => Ok(format!(
             "{} entries identical after restarting every node",
             after.len()
@@ -904,6 +1041,22 @@ pub fn default_bench(duration: Duration, clients: usize, seed: u64) -> BenchConf
         trim: 0.1,
         progress: false,
         key_space: Some(2 * preload),
+    }
+}
+
+/// The nemesis's load on a GeoPaxos+ cluster whose tree starts with `keys` keys: the geo
+/// B+tree's operations, half of them reads, over twice as many keys (so inserts add
+/// keys and split leaves), from every region.
+pub fn geo_bench(duration: Duration, clients: usize, seed: u64, keys: u64) -> BenchConfig {
+    BenchConfig {
+        workload: Workload::Geo {
+            read_percent: 50,
+            part: 0,
+            parts: 1,
+        },
+        preload: 0,
+        key_space: Some(2 * keys.max(1)),
+        ..default_bench(duration, clients, seed)
     }
 }
 
