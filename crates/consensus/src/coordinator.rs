@@ -385,7 +385,12 @@ impl Coordinator {
     /// only add load. A queued original takes the resubmission's `reply_to` (the
     /// client now waits on that replica); an original in flight must have the same
     /// one, or the resubmission is ordered again (the replicas answer it from their
-    /// client table without executing it twice).
+    /// client table without executing it twice). It must also go to the same worker
+    /// threads: opt-PSMR's conservative resubmission (`threads` cleared) follows a
+    /// refusal of the optimistic original, which ran nowhere, and may arrive while the
+    /// original is still in flight here (with the ring decided at an acceptor, the
+    /// replicas learn a decision before the coordinator); dropped, it waited for the
+    /// client's timeout (swarm seed 18130).
     fn is_duplicate(&mut self, cmd: &Command) -> bool {
         let key = (cmd.client, cmd.seq);
         match self.queued.get_mut(&key) {
@@ -395,9 +400,11 @@ impl Coordinator {
                 true
             }
             Some(&mut Queued::In(vid)) => self.live_value(vid).is_some_and(|v| {
-                v.commands
-                    .iter()
-                    .any(|c| (c.client, c.seq) == key && c.reply_to == cmd.reply_to)
+                v.commands.iter().any(|c| {
+                    (c.client, c.seq) == key
+                        && c.reply_to == cmd.reply_to
+                        && c.threads == cmd.threads
+                })
             }),
         }
     }
@@ -2097,6 +2104,35 @@ mod tests {
         c.on_command(cmd(1), &mut out);
         assert_eq!(c.pending_commands(), 1);
         assert_eq!(c.stats().duplicates_dropped, 2);
+    }
+
+    /// opt-PSMR: a replica refused the optimistic copy (its thread may not run it; it
+    /// ran nowhere) before this coordinator learned the decision (with the ring
+    /// decided at an acceptor, replicas learn first). The conservative resubmission,
+    /// same client, sequence number and replica but no thread chosen, is another
+    /// command: ordered, not dropped as a copy of the value in flight. A copy of the
+    /// optimistic original still is.
+    #[test]
+    fn a_conservative_resubmission_is_ordered_while_its_original_is_in_flight() {
+        let mut c = prepared(Protocol::MultiPaxos);
+        let mut out = Vec::new();
+        let optimistic = Command {
+            threads: 0b10,
+            ..cmd(1)
+        };
+        c.on_command(optimistic.clone(), &mut out);
+        assert_eq!(proposed(&out).len(), 1);
+        assert_eq!(c.in_flight(), 1);
+        out.clear();
+        c.on_command(optimistic, &mut out);
+        assert_eq!(c.stats().duplicates_dropped, 1, "a copy of the original");
+        c.on_command(cmd(1), &mut out);
+        assert_eq!(c.stats().duplicates_dropped, 1);
+        assert_eq!(
+            c.pending_commands() + c.in_flight(),
+            2,
+            "the conservative copy is ordered"
+        );
     }
 
     /// Values lost to a new ballot leave stale entries behind: a resubmission of one

@@ -61,6 +61,22 @@ fn swarm_seeds_240_to_320() {
     swarm(240..320, OPS);
 }
 
+/// Seeds the soak found failing, each with the swarm's draws and 2,000 operations as
+/// the soak ran them: 4439 and 7457 (a batch for two partitions half applied on
+/// Multi-Ring Paxos after its client gave up), 18130 (opt-PSMR's conservative
+/// resubmission dropped by the coordinator as a copy of the original in flight).
+#[test]
+fn soak_regressions() {
+    let opts = SimOptions {
+        trace_tail: 25,
+        ..SimOptions::default()
+    };
+    for seed in [4439, 7457, 18130] {
+        let r = run_seed(seed, &opts);
+        assert!(r.passed, "{r}");
+    }
+}
+
 /// The long soak: `PARTITA_SIM_SEEDS=A..B` (default 0..1000), `PARTITA_SIM_OPS` (2000).
 #[test]
 #[ignore = "long soak: set PARTITA_SIM_SEEDS=A..B and run with --ignored (release build)"]
