@@ -31,6 +31,7 @@ pub fn setup(id: NodeId, protocol: Protocol, service: Arc<dyn ServiceFactory>) -
         mode: Mode::Smr,
         membership: Membership {
             protocol,
+            ring_decision: Default::default(),
             acceptors: ACCEPTORS.to_vec(),
             coordinator: 1,
             learners: REPLICAS.to_vec(),
@@ -148,4 +149,47 @@ pub fn chirper_users() -> partita_dssmr::replica::Initial<partita_dssmr::chirper
             .flat_map(|c| (0..3).map(move |i| (user_id(c, i), User::default())))
             .collect()
     })
+}
+
+/// The GeoPaxos+ cluster of `geo_replica` and its seeds, as a cluster file says it:
+/// paper 004's three nodes (California, Virginia, Europe; each an acceptor, a replica
+/// and the first leader of its serializer) with the paper's WAN, and a small geo
+/// B+tree (order 4, keys 0..24 placed by range, 16-byte values) so that a few requests
+/// split nodes, and a DOP every 100 ms of node 1's clock. Parsed back from its text, so
+/// that it is a file `partita` takes.
+pub fn geo_cluster() -> partita_config::ClusterConfig {
+    let mut c = partita_config::ClusterConfig::paper_geo_local(7100, 1, 24);
+    let g = c.geopaxos.as_mut().expect("a [geopaxos] section");
+    g.order = 4;
+    g.value_bytes = 16;
+    g.dop_interval_ms = 100;
+    g.seed = 7;
+    partita_config::ClusterConfig::parse(&c.to_toml(), "geo.toml").expect("a valid geo cluster")
+}
+
+/// Node `id`'s setup in [`geo_cluster`] (nodes 1–3: replica `id - 1` and the leader of
+/// serializer `id - 1`).
+pub fn geo_setup(id: NodeId) -> NodeSetup {
+    geo_cluster().node_setup(id, partita_smr::service::<partita_btree::BPlusTree>())
+}
+
+/// The Multi-Ring Paxos cluster of `checkpoint_multiring` and its seeds, as a cluster
+/// file says it: `default_local`'s acceptors 1–3 (ring 1, node 1 coordinating) and
+/// replicas 4–5, a second ring of acceptors 6–8, `M` = 2, the B+tree, a checkpoint
+/// every 4 instances, sessions without leases. Parsed back from its text.
+pub fn multiring_cluster() -> partita_config::ClusterConfig {
+    let mut c = partita_config::ClusterConfig::default_local(7100, 1)
+        .with_multiring(2, 2)
+        .expect("two rings");
+    c.cluster.service = "btree".into();
+    c.storage.checkpoint_instances = 4;
+    // Sessions that never expire open implicitly (the seeds' clients send at once).
+    c.sessions.lease_ms = 0;
+    partita_config::ClusterConfig::parse(&c.to_toml(), "multiring.toml")
+        .expect("a valid Multi-Ring Paxos cluster")
+}
+
+/// Node `id`'s setup in [`multiring_cluster`].
+pub fn multiring_setup(id: NodeId) -> NodeSetup {
+    multiring_cluster().node_setup(id, partita_smr::service::<partita_btree::BPlusTree>())
 }

@@ -82,6 +82,11 @@ pub type SerializerId = u16;
 /// At most this many serializers (a [`SerializerSet`] is a 32-bit mask).
 pub const SERIALIZERS_MAX: usize = 32;
 
+/// The largest hint the merge takes (2^62). A leader's clock grows by one per entry
+/// it learns, so no correct leader proposes more; a larger hint (a faulty or forged
+/// entry) counts as no hint, so that a log's counters never overflow.
+pub const HINT_MAX: u64 = 1 << 62;
+
 /// A GeoPaxos timestamp: `(counter, serializer)`, compared lexicographically.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Timestamp {
@@ -394,6 +399,10 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
         let hint = match &entry {
             Entry::Op { hint, .. } | Entry::Clock { hint } => *hint,
         };
+        // A hint above HINT_MAX comes from no correct leader (a clock that ticks once
+        // per entry never gets there) and is ignored, identically everywhere: so
+        // counters never overflow, whatever a faulty peer got decided.
+        let hint = if hint > HINT_MAX { 0 } else { hint };
         let counter = hint.max(log.frontier.counter + 1);
         let ts = Timestamp {
             counter,
@@ -670,6 +679,30 @@ mod tests {
             }
         );
         assert!(m.pop_ready().is_none());
+        m.invariants();
+    }
+
+    #[test]
+    fn a_hint_no_correct_leader_proposes_is_ignored_and_counters_never_overflow() {
+        // Fuzzing finding 3: a decided hint near u64::MAX made the next entry of its
+        // log overflow (`frontier + 1`), and the replicas' clocks with it.
+        let mut m = TimestampMerge::<u32, &str>::new(1).unwrap();
+        m.on_entry(0, 0, op(1, &[0], 7)).unwrap();
+        m.on_entry(0, 1, op(2, &[0], u64::MAX)).unwrap();
+        m.on_entry(0, 2, Entry::Clock { hint: HINT_MAX + 1 })
+            .unwrap();
+        m.on_entry(0, 3, op(3, &[0], HINT_MAX)).unwrap();
+        m.on_entry(0, 4, op(4, &[0], 0)).unwrap();
+        let counters: Vec<(u32, u64)> = std::iter::from_fn(|| m.pop_ready())
+            .map(|r| (r.op, r.timestamp.counter))
+            .collect();
+        // Each entry above HINT_MAX counts as no hint (one more than the last); one at
+        // HINT_MAX is taken.
+        assert_eq!(
+            counters,
+            vec![(1, 7), (2, 8), (3, HINT_MAX), (4, HINT_MAX + 1)]
+        );
+        assert_eq!(m.clock(), HINT_MAX + 1);
         m.invariants();
     }
 

@@ -192,6 +192,12 @@ impl<V> RingMerge<V> {
                 ),
             ));
         }
+        if let Some(r) = pos.rings.iter().find(|r| r.1 == 0) {
+            return Err(FieldError::new(
+                "position",
+                format!("ring {}'s next instance is 0 (instances start at 1)", r.0),
+            ));
+        }
         Ok(RingMerge {
             rings: pos
                 .rings
@@ -324,7 +330,7 @@ impl<V> RingMerge<V> {
             self.turn += 1;
             if self.turn == self.rings.len() {
                 self.turn = 0;
-                self.round += 1;
+                self.round = self.round.saturating_add(1);
             }
         }
     }
@@ -379,6 +385,30 @@ impl<V> RingMerge<V> {
     /// consensus instance its learner must deliver next. Refused (nothing changed) when
     /// `pos` names other rings, is no position of this `M`, or lies behind the merge.
     pub fn advance_to(&mut self, pos: &MergePosition) -> Result<Vec<(RingId, Instance)>, String> {
+        self.check_advance(pos)?;
+        for (&(_, head, carried, logical), r) in pos.rings.iter().zip(self.rings.iter_mut()) {
+            if head >= r.next_push {
+                r.queue.clear();
+                r.next_push = head;
+                r.logical_push = logical;
+            } else {
+                let drop = (head - r.head) as usize;
+                r.queue.drain(..drop);
+            }
+            r.head = head;
+            r.carried_skip = carried;
+            r.logical_head = logical;
+        }
+        self.round = pos.round;
+        self.turn = pos.turn;
+        self.left = pos.left;
+        Ok(self.rings.iter().map(|r| (r.id, r.next_push)).collect())
+    }
+
+    /// Whether [`RingMerge::advance_to`] takes `pos` (it changes nothing when it does
+    /// not): a position of the same rings and `M`, no ring's next instance 0, none
+    /// behind the merge.
+    pub fn check_advance(&self, pos: &MergePosition) -> Result<(), String> {
         let ids: Vec<RingId> = pos.rings.iter().map(|r| r.0).collect();
         if !ids.iter().copied().eq(self.rings()) {
             return Err(format!(
@@ -397,23 +427,7 @@ impl<V> RingMerge<V> {
         {
             return Err("a position behind the merge".into());
         }
-        for (&(_, head, carried, logical), r) in pos.rings.iter().zip(self.rings.iter_mut()) {
-            if head >= r.next_push {
-                r.queue.clear();
-                r.next_push = head;
-                r.logical_push = logical;
-            } else {
-                let drop = (head - r.head) as usize;
-                r.queue.drain(..drop);
-            }
-            r.head = head;
-            r.carried_skip = carried;
-            r.logical_head = logical;
-        }
-        self.round = pos.round;
-        self.turn = pos.turn;
-        self.left = pos.left;
-        Ok(self.rings.iter().map(|r| (r.id, r.next_push)).collect())
+        Ok(())
     }
 
     /// At a round's start: take every ring's next skips (they come before anything
@@ -448,11 +462,14 @@ impl<V> RingMerge<V> {
         for r in &mut self.rings {
             r.carried_skip -= k * self.m;
         }
-        self.round += k;
+        // Saturating: skips that a faulty peer got decided, or a checkpoint's, may
+        // name more rounds than a u64 counts (fuzzing finding 6); every replica
+        // computes the same.
+        self.round = self.round.saturating_add(k);
         self.stats.logical_skipped = self
             .stats
             .logical_skipped
-            .saturating_add(k * self.m * self.rings.len() as u64);
+            .saturating_add((k * self.m).saturating_mul(self.rings.len() as u64));
     }
 
     /// Invariants: the position is one of these rings and `M`; heads and pushes agree.
@@ -617,6 +634,71 @@ mod tests {
             3,
             "the skip behind the ring counts too"
         );
+    }
+
+    /// Fuzzing finding 6: skips of more rounds than a u64 counts (a checkpoint's, or
+    /// what a faulty peer got decided) overflowed `round` and the skipped count. The
+    /// merge saturates instead, and delivers what follows.
+    #[test]
+    fn skips_beyond_what_a_u64_counts_saturate() {
+        let pos = MergePosition {
+            round: u64::MAX - 3,
+            turn: 0,
+            left: 2,
+            rings: vec![(1, 1, u64::MAX, 0), (2, 1, u64::MAX - 1, 0)],
+        };
+        let mut m = RingMerge::<u64>::resume(pos, 2).unwrap();
+        m.push(1, 1, RingItem::Value(10)).unwrap();
+        // Whole rounds pass at once (ring 2's skip, the smaller, counts them): ring 1
+        // has one logical instance left to skip, then its value.
+        assert_eq!(m.pop(), Some((1, 1, 10)));
+        assert_eq!(m.position().round, u64::MAX, "saturated");
+        m.invariants();
+        let mut m = RingMerge::<u64>::new(&[1, 2], 3).unwrap();
+        m.push(1, 1, RingItem::Skip(u64::MAX)).unwrap();
+        m.push(2, 1, RingItem::Skip(u64::MAX - 7)).unwrap();
+        m.push(2, 2, RingItem::Value(20)).unwrap();
+        m.push(1, 2, RingItem::Value(10)).unwrap();
+        // (u64::MAX - 7) / 3 whole rounds at once; ring 1 has 9 left, ring 2 two, and
+        // then its value.
+        assert_eq!(m.pop(), Some((2, 2, 20)));
+        assert_eq!(
+            m.position().round,
+            (u64::MAX - 7) / 3 + 1,
+            "and the round it ended"
+        );
+        assert_eq!(m.stats().logical_skipped, u64::MAX, "saturated");
+        m.invariants();
+    }
+
+    /// Fuzzing finding 7: a position naming instance 0 as a ring's next (a learner
+    /// starts at 1) and, for a state transfer, one behind the merge: refused before
+    /// anything uses them.
+    #[test]
+    fn positions_no_merge_reaches_are_refused() {
+        let pos = |next1, next2| MergePosition {
+            round: 1,
+            turn: 0,
+            left: 1,
+            rings: vec![(1, next1, 0, 0), (2, next2, 0, 0)],
+        };
+        let Err(e) = RingMerge::<u64>::resume(pos(0, 3), 1) else {
+            panic!("a next instance 0 taken");
+        };
+        assert!(e.to_string().contains("next instance is 0"), "{e}");
+        let mut m = RingMerge::<u64>::new(&[1, 2], 1).unwrap();
+        for i in 1..=3 {
+            m.push(1, i, RingItem::Value(i)).unwrap();
+            m.push(2, i, RingItem::Value(10 + i)).unwrap();
+        }
+        assert_eq!(drain(&mut m).len(), 6);
+        let before = m.position();
+        assert!(m.check_advance(&pos(2, 5)).unwrap_err().contains("behind"));
+        assert!(m.check_advance(&pos(0, 5)).is_err());
+        assert!(m.advance_to(&pos(2, 5)).is_err());
+        assert_eq!(m.position(), before, "nothing changed");
+        assert!(m.check_advance(&pos(4, 6)).is_ok());
+        assert_eq!(m.advance_to(&pos(4, 6)).unwrap(), vec![(1, 4), (2, 6)]);
     }
 
     /// A merge moved to a later position (state transfer) continues exactly as one

@@ -98,6 +98,9 @@ pub struct GeoStats {
     /// Writes not executed because a copy with the same request id ran before
     /// ([`GeoReplica::with_dedup`]): answered from the first copy's reply.
     pub deduplicated: u64,
+    /// Decided operations that name an origin outside the topology (no correct
+    /// replica sends one): skipped, identically at every replica.
+    pub malformed: u64,
 }
 
 /// How many executed writes a replica remembers for deduplication
@@ -275,6 +278,12 @@ impl GeoReplica {
         self.merge.on_entry(g, position, entry)?;
         while let Some(ready) = self.merge.pop_ready() {
             let from = ready.op.from as Replica;
+            if from >= self.tree.n() {
+                // Nothing to execute it for: the tree's placement and the answer both
+                // need its origin (fuzzing finding 1: this panicked every replica).
+                self.stats.malformed += 1;
+                continue;
+            }
             // Only the incarnation that took the request answers or resubmits it.
             let mine = from == self.me && ready.op.incarnation == self.incarnation;
             let dst = to_config(ready.dst);

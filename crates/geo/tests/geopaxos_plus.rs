@@ -688,3 +688,91 @@ fn the_control_executing_before_a_timestamp_is_safe_is_caught() {
     eprintln!("{bugs:?}: caught in {n} of 12 seeds");
     assert!(n >= 3, "caught in {n} of 12 seeds");
 }
+
+/// Fuzzing finding 1: a decided operation whose id names an origin outside the
+/// topology (no correct replica sends one, but a serializer's leader orders any entry
+/// forwarded to it that decodes) panicked every replica that learned it. Now each
+/// replica skips it, identically, and goes on.
+#[test]
+fn a_decided_operation_from_no_replica_is_skipped_everywhere() {
+    let topology = Topology::paper_three_regions();
+    let tree = GeoBTree::new(topology, GbTreeOptions::new(4, 1)).unwrap();
+    let value = |request, key| GeoValue {
+        op: Op::Update {
+            key,
+            value: value_of(request),
+        },
+        request,
+    };
+    let id = |from, seq| OpId {
+        from,
+        incarnation: 1,
+        seq,
+        attempt: 0,
+    };
+    let dst = partita_consensus::geopaxos::SerializerSet(0b111);
+    let log = [
+        Entry::Op {
+            op: id(128, 0),
+            dst,
+            hint: 1,
+            value: value(1, 0),
+        },
+        Entry::Op {
+            op: id(N as u16, 1),
+            dst,
+            hint: 2,
+            value: value(2, 1),
+        },
+        Entry::Op {
+            op: id(1, 0),
+            dst,
+            hint: 3,
+            value: value(3, 2),
+        },
+        // Every log past the last operation's final timestamp.
+        Entry::Clock { hint: 4 },
+    ];
+    let mut digests = Vec::new();
+    for r in 0..N {
+        let mut replica = GeoReplica::new(r, tree.clone())
+            .unwrap()
+            .with_incarnation(1);
+        let mut answers = Vec::new();
+        for g in 0..N {
+            for (position, e) in log.iter().enumerate() {
+                let mut out = Vec::new();
+                replica
+                    .on_decided(g as SerializerId, position as u64, e.clone(), &mut out)
+                    .unwrap();
+                answers.extend(out);
+            }
+        }
+        replica.invariants();
+        assert_eq!(
+            replica.stats().malformed,
+            2,
+            "both strangers' operations skipped"
+        );
+        assert_eq!(
+            replica.stats().executed,
+            1,
+            "replica 1's write executed: {:?}",
+            replica.stats()
+        );
+        // Replica 1 answers its own request; no one answers the strangers'.
+        let requests: Vec<u64> = answers
+            .iter()
+            .map(|a| match a {
+                GeoAction::Reply { request, .. } => *request,
+                other => panic!("only a reply: {other:?}"),
+            })
+            .collect();
+        assert_eq!(requests, if r == 1 { vec![3] } else { vec![] });
+        digests.push(replica.digest());
+    }
+    assert!(
+        digests.windows(2).all(|w| w[0] == w[1]),
+        "the replicas agree"
+    );
+}
