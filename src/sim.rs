@@ -123,6 +123,10 @@ pub struct SimArgs {
     /// Events shown before a failure.
     #[arg(long, default_value_t = 40)]
     trace_tail: usize,
+    /// The linearizability checker's budget of search states per seed; past it the
+    /// verdict is `inconclusive`. About 10 bytes a state.
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1000..))]
+    check_max_states: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -246,6 +250,7 @@ impl SimArgs {
             coordinator_crashes: !self.no_coordinator_crashes,
             cost,
             trace_tail: self.trace_tail,
+            check_max_states: self.check_max_states,
             ..SimOptions::default()
         })
     }

@@ -97,6 +97,12 @@ pub struct CheckpointInfo {
     pub crc32c: u32,
 }
 
+/// The largest instance a checkpoint may name (2^62): a log that decides a million
+/// instances a second takes 146,000 years to get there. Past it, the instance arithmetic
+/// of recovery and state transfer (the next instance to deliver) could overflow, so a
+/// checkpoint naming more is refused like a damaged one (fuzzing, `checkpoint_multiring`).
+pub const INSTANCE_MAX: u64 = 1 << 62;
+
 /// Why a checkpoint was refused. Nothing is restored when any of these is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckpointError {
@@ -108,6 +114,8 @@ pub enum CheckpointError {
     Version(u32),
     #[error("checkpoint of {actual} bytes, its header implies {expected}")]
     Length { expected: u64, actual: u64 },
+    #[error("checkpoint at instance {0}, beyond any log ({INSTANCE_MAX} at most)")]
+    Instance(u64),
     #[error("checkpoint checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
     Checksum { stored: u32, computed: u32 },
     #[error(
@@ -206,10 +214,14 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
             actual: bytes.len() as u64,
         });
     }
+    let instance = u64_at(bytes, 24);
+    if instance > INSTANCE_MAX {
+        return Err(CheckpointError::Instance(instance));
+    }
     Ok(CheckpointInfo {
         node_id: u32_at(bytes, 12),
         cluster_id: u64_at(bytes, 16),
-        instance: u64_at(bytes, 24),
+        instance,
         digest: u64_at(bytes, 32),
         entries: u64_at(bytes, 40),
         clients: u64_at(bytes, 48),

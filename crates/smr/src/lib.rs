@@ -71,7 +71,7 @@ pub use checkpoint::{
     checkpoint_header, checkpoint_identity, checkpoint_ordering, read_checkpoint,
     restamp_checkpoint, service_id, verify_checkpoint, verify_checkpoint_of, write_checkpoint,
     CheckpointError, CheckpointInfo, CheckpointParts, CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC,
-    CHECKPOINT_VERSION,
+    CHECKPOINT_VERSION, INSTANCE_MAX,
 };
 
 pub use partita_service::{ExecutionWork, StateMachine, ThreadLayout, WORK_KINDS as OP_KINDS};

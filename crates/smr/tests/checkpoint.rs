@@ -436,3 +436,31 @@ fn a_checkpoint_of_another_service_is_refused() {
         5
     );
 }
+
+/// Fuzzing (`checkpoint_multiring`): a checkpoint naming an instance no log reaches,
+/// with a correct checksum, made recovery overflow computing the next instance to
+/// deliver (`instance + 1`). It is refused at the header, naming the instance.
+#[test]
+fn a_checkpoint_beyond_any_log_is_refused() {
+    let mut bytes = sample_checkpoint();
+    let body = bytes.len() - 4;
+    for instance in [u64::MAX, partita_smr::INSTANCE_MAX + 1] {
+        bytes[24..32].copy_from_slice(&instance.to_le_bytes());
+        let crc = crc32c_of(&bytes[..body]);
+        bytes[body..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            partita_smr::verify_checkpoint(&bytes).err(),
+            Some(CheckpointError::Instance(instance))
+        );
+        assert_eq!(
+            SequentialReplica::<BPlusTree>::restore(&bytes).err(),
+            Some(CheckpointError::Instance(instance))
+        );
+    }
+    // At the bound it is a checkpoint like any other.
+    bytes[24..32].copy_from_slice(&partita_smr::INSTANCE_MAX.to_le_bytes());
+    let crc = crc32c_of(&bytes[..body]);
+    bytes[body..].copy_from_slice(&crc.to_le_bytes());
+    let r = SequentialReplica::<BPlusTree>::restore(&bytes).unwrap();
+    assert_eq!(r.last_instance(), partita_smr::INSTANCE_MAX);
+}
