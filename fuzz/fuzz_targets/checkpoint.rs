@@ -14,17 +14,8 @@ use partita_smr::SequentialReplica;
 
 fuzz_target!(|data: &[u8]| {
     restore(data);
-    // The same bytes with a correct checksum trailer (the last 4 bytes, CRC32C of the
-    // rest), so that the fuzzer reaches the decoders behind the checksum: a peer or a
-    // bug could hand over a checkpoint whose checksum holds and whose body is wrong.
-    if data.len() >= 4 {
-        let mut sealed = data.to_vec();
-        let body = sealed.len() - 4;
-        let crc = crc32c::crc32c(&sealed[..body]);
-        sealed[body..].copy_from_slice(&crc.to_le_bytes());
-        if sealed != data {
-            restore(&sealed);
-        }
+    if let Some(sealed) = partita_fuzz::resealed(data) {
+        restore(&sealed);
     }
 });
 

@@ -44,14 +44,8 @@ const REPLICAS: [NodeId; 2] = [4, 5];
 
 fuzz_target!(|data: &[u8]| {
     restore(data);
-    if data.len() >= 4 {
-        let mut sealed = data.to_vec();
-        let body = sealed.len() - 4;
-        let crc = crc32c::crc32c(&sealed[..body]);
-        sealed[body..].copy_from_slice(&crc.to_le_bytes());
-        if sealed != data {
-            restore(&sealed);
-        }
+    if let Some(sealed) = partita_fuzz::resealed(data) {
+        restore(&sealed);
     }
 });
 
@@ -81,8 +75,16 @@ fn run(n: &mut NodeCore, now_ms: &mut u64) {
 /// Whether `merge` is of the rings a replica of this cluster merges (else the node
 /// refuses it before its merge takes a step).
 fn ours(merge: &MergePosition) -> bool {
-    let rings = &setups()[0].multiring.as_ref().expect("a [multiring] section").rings;
-    merge.rings.iter().map(|r| r.0).eq(rings.iter().map(|r| r.id))
+    let rings = &setups()[0]
+        .multiring
+        .as_ref()
+        .expect("a [multiring] section")
+        .rings;
+    merge
+        .rings
+        .iter()
+        .map(|r| r.0)
+        .eq(rings.iter().map(|r| r.id))
 }
 
 fn restore(data: &[u8]) {
@@ -90,7 +92,14 @@ fn restore(data: &[u8]) {
         // Refused at the first check, also by a recovering node.
         let mut out = Vec::new();
         let s = setups()[0].clone();
-        assert!(NodeCore::recover(s, Vec::new(), Some(data.to_vec()), UnsafeBugs::default(), &mut out).is_err());
+        assert!(NodeCore::recover(
+            s,
+            Vec::new(),
+            Some(data.to_vec()),
+            UnsafeBugs::default(),
+            &mut out
+        )
+        .is_err());
         return;
     };
     let section = partita_smr::checkpoint_ordering(data, &info);
@@ -102,7 +111,11 @@ fn restore(data: &[u8]) {
     // Where a merge resumed from it stands: the position, after the skips it carries
     // for the ring whose turn it is (a merge consumes those without waiting for
     // anything; a position a replica wrote has none, one from elsewhere may).
-    let m = setups()[0].multiring.as_ref().expect("a [multiring] section").m;
+    let m = setups()[0]
+        .multiring
+        .as_ref()
+        .expect("a [multiring] section")
+        .m;
     let expected = position.as_ref().filter(|p| ours(&p.merge)).and_then(|p| {
         let mut mg = RingMerge::<()>::resume(p.merge.clone(), m).ok()?;
         assert!(mg.pop().is_none(), "a resumed merge holds no value");
@@ -112,7 +125,10 @@ fn restore(data: &[u8]) {
         }))
     });
     // The replica the checkpoint names, if it is one of the cluster's; else replica 4.
-    let setup = match REPLICAS.iter().position(|&r| u64::from(r) == u64::from(info.node_id)) {
+    let setup = match REPLICAS
+        .iter()
+        .position(|&r| u64::from(r) == u64::from(info.node_id))
+    {
         Some(i) => setups()[i].clone(),
         None => setups()[0].clone(),
     };
@@ -131,7 +147,10 @@ fn restore(data: &[u8]) {
         Ok(mut n) => {
             n.invariants();
             let (instance, _, pos) = resumed(&n);
-            assert_eq!(instance, info.instance, "resumed at the checkpoint's instance");
+            assert_eq!(
+                instance, info.instance,
+                "resumed at the checkpoint's instance"
+            );
             let p = expected
                 .as_ref()
                 .expect("a replica resumed from a position its merge takes");
@@ -197,7 +216,10 @@ fn restore(data: &[u8]) {
     let after = resumed(&n);
     if after != before {
         // Taken: at the checkpoint's instance and position, like a restart from it.
-        assert_eq!(after.0, info.instance, "transferred to the checkpoint's instance");
+        assert_eq!(
+            after.0, info.instance,
+            "transferred to the checkpoint's instance"
+        );
         let p = expected
             .as_ref()
             .expect("a transfer taken with a position its merge takes");

@@ -107,7 +107,10 @@ fn execute(
     }
     // The batcher counts its bytes (server.rs: "checked above, so this is its key and
     // value bytes").
-    assert!(kv::checked_bytes(&cmd).is_ok(), "a checked command has its bytes");
+    assert!(
+        kv::checked_bytes(&cmd).is_ok(),
+        "a checked command has its bytes"
+    );
     let payload = <KvStore as StateMachine>::encode_command(&cmd);
     let decoded = <KvStore as StateMachine>::decode_command(&payload)
         .expect("the gateway's command decodes at the replica");
@@ -206,10 +209,14 @@ fn request(
             // etcd's semantics, on the request as the client sent it, against the
             // state before the transaction.
             let expected = t.compare.iter().all(|c| etcd_compare(c, store));
-            if let Some(KvReply::Txn(r)) =
-                reply_of(execute(KvCommand::Txn(txn.req.clone()), store, executed), "Txn")
-            {
-                assert_eq!(r.succeeded, expected, "the compares decide the branch as etcd's");
+            if let Some(KvReply::Txn(r)) = reply_of(
+                execute(KvCommand::Txn(txn.req.clone()), store, executed),
+                "Txn",
+            ) {
+                assert_eq!(
+                    r.succeeded, expected,
+                    "the compares decide the branch as etcd's"
+                );
                 let (ops, ranges) = if r.succeeded {
                     (&txn.req.success, &txn.success_ranges)
                 } else {
@@ -217,18 +224,30 @@ fn request(
                 };
                 let resp = convert::txn_response(&txn, r.clone());
                 assert_eq!(resp.succeeded, r.succeeded);
-                assert_eq!(resp.responses.len(), ops.len(), "one response per operation");
+                assert_eq!(
+                    resp.responses.len(),
+                    ops.len(),
+                    "one response per operation"
+                );
                 let mut ranges = ranges.iter();
                 for ((op, sub), resp) in ops.iter().zip(&r.responses).zip(&resp.responses) {
                     use pb::response_op::Response;
                     match (op, sub, &resp.response) {
-                        (kv::RequestOp::Put(_), kv::ResponseOp::Put(_), Some(Response::ResponsePut(_))) => {}
+                        (
+                            kv::RequestOp::Put(_),
+                            kv::ResponseOp::Put(_),
+                            Some(Response::ResponsePut(_)),
+                        ) => {}
                         (
                             kv::RequestOp::DeleteRange(_),
                             kv::ResponseOp::DeleteRange(_),
                             Some(Response::ResponseDeleteRange(_)),
                         ) => {}
-                        (kv::RequestOp::Range(q), kv::ResponseOp::Range(rr), Some(Response::ResponseRange(_))) => {
+                        (
+                            kv::RequestOp::Range(q),
+                            kv::ResponseOp::Range(rr),
+                            Some(Response::ResponseRange(_)),
+                        ) => {
                             let range = ranges.next().expect("a range per range operation");
                             assert_eq!(&range.req, q, "the range's own sort and limit");
                             range_response(range, rr.clone());
@@ -287,9 +306,10 @@ fn request(
                 kv::check(&poll(u64::MAX)).is_ok(),
                 "a later poll of an accepted watch is accepted"
             );
-            if let Some(KvReply::Events(r)) =
-                reply_of(execute(poll(spec.start_revision), store, executed), "Events")
-            {
+            if let Some(KvReply::Events(r)) = reply_of(
+                execute(poll(spec.start_revision), store, executed),
+                "Events",
+            ) {
                 for e in r.events.iter().filter(|e| spec.wants(e)) {
                     let ev = convert::event(e, spec.prev_kv);
                     assert_eq!(ev.kv.as_ref().map(|k| &k.key), Some(&e.kv.key));
@@ -371,7 +391,10 @@ fn header_revision(h: &Option<pb::ResponseHeader>) -> u64 {
 fn range_response(range: &convert::Range, r: kv::RangeResponse) {
     use pb::range_request::SortTarget;
     let keys = kv::KeyRange::new(&range.req.key, &range.req.end);
-    assert!(r.kvs.iter().all(|e| keys.contains(&e.key)), "entries in the range");
+    assert!(
+        r.kvs.iter().all(|e| keys.contains(&e.key)),
+        "entries in the range"
+    );
     let resp = convert::range_response(range, r.clone());
     assert_eq!(resp.count, convert::i64_of(r.count));
     assert_eq!(header_revision(&resp.header), r.revision);
@@ -385,7 +408,11 @@ fn range_response(range: &convert::Range, r: kv::RangeResponse) {
             assert_eq!(range.req.limit, 0, "sorting reads the whole range");
             assert!(!r.more, "a read without a limit has no more");
             let n = r.kvs.len() as u64;
-            let want = if range.limit > 0 { n.min(range.limit) } else { n };
+            let want = if range.limit > 0 {
+                n.min(range.limit)
+            } else {
+                n
+            };
             assert_eq!(resp.kvs.len() as u64, want, "cut at the limit");
             assert_eq!(resp.more, range.limit > 0 && n > range.limit);
             for w in resp.kvs.windows(2) {
@@ -398,10 +425,18 @@ fn range_response(range: &convert::Range, r: kv::RangeResponse) {
                     SortTarget::Value => a.value.cmp(&b.value),
                 };
                 let ord = if sort.descend { ord.reverse() } else { ord };
-                assert_ne!(ord, std::cmp::Ordering::Greater, "sorted by {:?}", sort.target);
+                assert_ne!(
+                    ord,
+                    std::cmp::Ordering::Greater,
+                    "sorted by {:?}",
+                    sort.target
+                );
             }
             for e in &resp.kvs {
-                assert!(r.kvs.iter().any(|k| k.key == e.key), "an entry of the range");
+                assert!(
+                    r.kvs.iter().any(|k| k.key == e.key),
+                    "an entry of the range"
+                );
             }
         }
     }
@@ -431,17 +466,22 @@ fn etcd_compare(c: &pb::Compare, store: &KvStore) -> bool {
             Some(TargetUnion::Version(v)) => Some(*v),
             _ => None,
         })),
-        CompareTarget::Create => stored
+        CompareTarget::Create => {
+            stored
+                .as_ref()
+                .map_or(0, |e| e.create_revision)
+                .cmp(&int(match u {
+                    Some(TargetUnion::CreateRevision(v)) => Some(*v),
+                    _ => None,
+                }))
+        }
+        CompareTarget::Mod => stored
             .as_ref()
-            .map_or(0, |e| e.create_revision)
+            .map_or(0, |e| e.mod_revision)
             .cmp(&int(match u {
-                Some(TargetUnion::CreateRevision(v)) => Some(*v),
+                Some(TargetUnion::ModRevision(v)) => Some(*v),
                 _ => None,
             })),
-        CompareTarget::Mod => stored.as_ref().map_or(0, |e| e.mod_revision).cmp(&int(match u {
-            Some(TargetUnion::ModRevision(v)) => Some(*v),
-            _ => None,
-        })),
         CompareTarget::Lease => unreachable!("refused by convert"),
     };
     match CompareResult::try_from(c.result).expect("converted") {
@@ -487,7 +527,11 @@ fn batched(executed: &[(KvCommand, KvReply)], alone: &KvStore) {
             i += 1;
         }
     }
-    assert_eq!(store.digest(), alone.digest(), "batched or not, the same store");
+    assert_eq!(
+        store.digest(),
+        alone.digest(),
+        "batched or not, the same store"
+    );
     assert_eq!(store.revision(), alone.revision());
 }
 

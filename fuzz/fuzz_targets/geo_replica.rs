@@ -100,7 +100,11 @@ where
 {
     let v = partita_types::decode::<T>(bytes).ok()?;
     let again = partita_types::encode(&v);
-    assert_eq!(partita_types::decode::<T>(&again).as_ref(), Ok(&v), "round trip");
+    assert_eq!(
+        partita_types::decode::<T>(&again).as_ref(),
+        Ok(&v),
+        "round trip"
+    );
     Some(v)
 }
 
@@ -122,7 +126,10 @@ fn entries_in(m: &Msg) {
         Msg::Phase2A { value, .. } | Msg::DecideValue { value, .. } => {
             value.commands.iter().collect()
         }
-        Msg::LearnReply { decided } => decided.iter().flat_map(|(_, v)| v.commands.iter()).collect(),
+        Msg::LearnReply { decided } => decided
+            .iter()
+            .flat_map(|(_, v)| v.commands.iter())
+            .collect(),
         Msg::Forward { cmd } => vec![cmd],
         Msg::ForwardBatch { cmds, .. } => cmds.iter().collect(),
         _ => Vec::new(),
@@ -237,7 +244,8 @@ fn node_core(id: NodeId, rest: &[u8]) {
                 };
                 entries_in(&m);
                 let _ = m.check();
-                d.node.on_peer(SENDERS[usize::from(tag >> 2 & 7)], m, &mut out);
+                d.node
+                    .on_peer(SENDERS[usize::from(tag >> 2 & 7)], m, &mut out);
             }
             1 => {
                 let cmd = if tag & 4 != 0 {
@@ -338,21 +346,7 @@ impl Geo {
     /// Serializer `g`'s leader (replica `g`) orders `entry`: stamped with its clock (a
     /// forwarded entry keeps a higher hint), as `GeoOrdering` does.
     fn order(&mut self, g: SerializerId, entry: GeoEntry) {
-        let hint = self.replicas[usize::from(g)].hint();
-        let entry = match entry {
-            Entry::Op {
-                op,
-                dst,
-                hint: h,
-                value,
-            } => Entry::Op {
-                op,
-                dst,
-                hint: h.max(hint),
-                value,
-            },
-            Entry::Clock { hint: h } => Entry::Clock { hint: h.max(hint) },
-        };
+        let entry = entry.stamped(self.replicas[usize::from(g)].hint());
         self.logs[usize::from(g)].push(entry);
     }
 
@@ -420,8 +414,14 @@ impl Geo {
         if op.incarnation == 0 || self.submitted.contains_key(&value.request) {
             return true;
         }
-        let same_id = self.injected_ids.get(op).is_some_and(|was| *was != (*dst, value.clone()));
-        let same_request = self.injected_requests.get(&value.request).is_some_and(|v| v != value);
+        let same_id = self
+            .injected_ids
+            .get(op)
+            .is_some_and(|was| *was != (*dst, value.clone()));
+        let same_request = self
+            .injected_requests
+            .get(&value.request)
+            .is_some_and(|v| v != value);
         if same_id || same_request {
             return true;
         }
@@ -536,7 +536,9 @@ fn replica_core(rest: &[u8]) {
                     let mut acts = Vec::new();
                     let r = &mut geo.replicas[0];
                     let before = r.digest();
-                    assert!(r.on_decided(a as SerializerId, 0, entry, &mut acts).is_err());
+                    assert!(r
+                        .on_decided(a as SerializerId, 0, entry, &mut acts)
+                        .is_err());
                     assert!(acts.is_empty() && r.digest() == before);
                     continue;
                 }
@@ -592,7 +594,11 @@ fn replica_core(rest: &[u8]) {
     };
     let first = summary(&geo.replicas[0]);
     for r in &geo.replicas {
-        assert_eq!(summary(r), first, "replicas that learned the same logs agree");
+        assert_eq!(
+            summary(r),
+            first,
+            "replicas that learned the same logs agree"
+        );
     }
     let quiet = geo.replicas.iter().all(|r| r.merge().pending_len() == 0);
     if quiet && geo.injected == 0 {

@@ -193,3 +193,15 @@ pub fn multiring_cluster() -> partita_config::ClusterConfig {
 pub fn multiring_setup(id: NodeId) -> NodeSetup {
     multiring_cluster().node_setup(id, partita_smr::service::<partita_btree::BPlusTree>())
 }
+
+/// `data` with a correct checksum trailer (its last 4 bytes: the CRC32C of the rest, as
+/// checkpoints end), when that differs from `data`: so that a target reaches the
+/// decoders behind the checksum, as a peer or a bug could hand over a checkpoint whose
+/// checksum holds and whose body is wrong.
+pub fn resealed(data: &[u8]) -> Option<Vec<u8>> {
+    let body = data.len().checked_sub(4)?;
+    let mut sealed = data.to_vec();
+    let crc = crc32c::crc32c(&sealed[..body]);
+    sealed[body..].copy_from_slice(&crc.to_le_bytes());
+    (sealed != data).then_some(sealed)
+}

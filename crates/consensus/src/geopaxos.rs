@@ -182,6 +182,24 @@ pub enum Entry<K, V> {
     Clock { hint: u64 },
 }
 
+impl<K, V> Entry<K, V> {
+    /// The hint the entry carries.
+    pub fn hint(&self) -> u64 {
+        match self {
+            Entry::Op { hint, .. } | Entry::Clock { hint } => *hint,
+        }
+    }
+
+    /// The entry as a serializer's leader proposes it: stamped with the leader's
+    /// Lamport clock `clock` as its hint, never a smaller one than it carries.
+    pub fn stamped(mut self, clock: u64) -> Entry<K, V> {
+        match &mut self {
+            Entry::Op { hint, .. } | Entry::Clock { hint } => *hint = (*hint).max(clock),
+        }
+        self
+    }
+}
+
 /// An operation the replica may execute now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ready<K, V> {
@@ -396,9 +414,7 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
                 got: position,
             });
         }
-        let hint = match &entry {
-            Entry::Op { hint, .. } | Entry::Clock { hint } => *hint,
-        };
+        let hint = entry.hint();
         // A hint above HINT_MAX comes from no correct leader (a clock that ticks once
         // per entry never gets there) and is ignored, identically everywhere: so
         // counters never overflow, whatever a faulty peer got decided.

@@ -491,21 +491,7 @@ impl GeoOrdering {
         let Some(entry) = decode_entry(&cmd) else {
             return cmd;
         };
-        let hint = self.replica.hint();
-        let entry = match entry {
-            Entry::Op {
-                op,
-                dst,
-                hint: h,
-                value,
-            } => Entry::Op {
-                op,
-                dst,
-                hint: h.max(hint),
-                value,
-            },
-            Entry::Clock { hint: h } => Entry::Clock { hint: h.max(hint) },
-        };
+        let entry = entry.stamped(self.replica.hint());
         Command {
             body: Body::single(partita_types::encode(&LogEntry(entry)).into()),
             ..cmd

@@ -523,7 +523,10 @@ impl Net {
     }
 
     fn request(&mut self, id: partita_types::NodeId, cmd: Command) {
-        self.trace.get_mut(&id).unwrap().push(Event::Request(cmd.clone()));
+        self.trace
+            .get_mut(&id)
+            .unwrap()
+            .push(Event::Request(cmd.clone()));
         let mut out = Vec::new();
         self.nodes.get_mut(&id).unwrap().on_request(cmd, &mut out);
         self.handle(id, out);
@@ -535,9 +538,15 @@ impl Net {
             if !self.nodes.contains_key(&to) {
                 continue;
             }
-            self.trace.get_mut(&to).unwrap().push(Event::Peer(from, msg.clone()));
+            self.trace
+                .get_mut(&to)
+                .unwrap()
+                .push(Event::Peer(from, msg.clone()));
             let mut out = Vec::new();
-            self.nodes.get_mut(&to).unwrap().on_peer(from, msg, &mut out);
+            self.nodes
+                .get_mut(&to)
+                .unwrap()
+                .on_peer(from, msg, &mut out);
             self.handle(to, out);
         }
         self.now_ms += 1;
@@ -545,7 +554,10 @@ impl Net {
         for id in ids {
             self.trace.get_mut(&id).unwrap().push(Event::Tick);
             let mut out = Vec::new();
-            self.nodes.get_mut(&id).unwrap().on_tick(self.now_ms, &mut out);
+            self.nodes
+                .get_mut(&id)
+                .unwrap()
+                .on_tick(self.now_ms, &mut out);
             self.handle(id, out);
         }
     }
@@ -583,14 +595,21 @@ fn geo_events(node: partita_types::NodeId, events: &[Event], max: usize) -> Vec<
                 continue;
             }
             Event::Peer(from, m) => {
-                let i = GEO_SENDERS.iter().position(|s| s == from).expect("a sender") as u8;
+                let i = GEO_SENDERS
+                    .iter()
+                    .position(|s| s == from)
+                    .expect("a sender") as u8;
                 (i << 2, partita_types::encode(m))
             }
             Event::Request(c) => (1 | 4, partita_types::encode(c)),
         };
         flush(&mut v, &mut ticks);
         v.push(tag);
-        v.extend_from_slice(&u16::try_from(bytes.len()).expect("under 64 KiB").to_le_bytes());
+        v.extend_from_slice(
+            &u16::try_from(bytes.len())
+                .expect("under 64 KiB")
+                .to_le_bytes(),
+        );
         v.extend_from_slice(&bytes);
         taken += 1;
     }
@@ -659,10 +678,17 @@ fn geo_seeds() {
             net.run(4);
         }
         net.run(120);
-        assert!(net.replies.len() >= ops.len(), "GeoPaxos+ answered the seeds' requests");
+        assert!(
+            net.replies.len() >= ops.len(),
+            "GeoPaxos+ answered the seeds' requests"
+        );
         for node in 1..=3 {
             let events = &net.trace[&node];
-            write("geo_replica", &format!("node{node}-{name}"), &geo_events(node, events, 24));
+            write(
+                "geo_replica",
+                &format!("node{node}-{name}"),
+                &geo_events(node, events, 24),
+            );
         }
     }
     // Log entries forwarded to serializer g's leader: an origin's write for g alone,
@@ -672,16 +698,29 @@ fn geo_seeds() {
         (
             1u8,
             Entry::Op {
-                op: OpId { from: 0, incarnation: 1, seq: 0, attempt: 0 },
+                op: OpId {
+                    from: 0,
+                    incarnation: 1,
+                    seq: 0,
+                    attempt: 0,
+                },
                 dst: SerializerSet(0b010),
                 hint: 3,
-                value: value(partita_geo::Op::Update { key: 9, value: vec![1; 16] }),
+                value: value(partita_geo::Op::Update {
+                    key: 9,
+                    value: vec![1; 16],
+                }),
             },
         ),
         (
             0,
             Entry::Op {
-                op: OpId { from: 2, incarnation: 1, seq: 4, attempt: 1 },
+                op: OpId {
+                    from: 2,
+                    incarnation: 1,
+                    seq: 4,
+                    attempt: 1,
+                },
                 dst: SerializerSet(0b011),
                 hint: 9,
                 value: value(partita_geo::Op::GetNext { key: 7 }),
@@ -696,7 +735,11 @@ fn geo_seeds() {
         let from = if *g == 0 { 1u8 } else { 0 };
         let seed = tagged(
             Some((*g) << 1),
-            &[(3 | 9 << 2, None), (2 | g << 2 | from << 4, Some(bytes.clone())), (3 | 20 << 2, None)],
+            &[
+                (3 | 9 << 2, None),
+                (2 | g << 2 | from << 4, Some(bytes.clone())),
+                (3 | 20 << 2, None),
+            ],
         );
         write("geo_replica", &format!("entry-{i}"), &seed);
     }
@@ -705,9 +748,21 @@ fn geo_seeds() {
     let op = |o: partita_geo::Op| Some(partita_types::encode(&o));
     let learn = |r: u8, g: u8, n: u8| (1 | r << 2 | g << 4 | (n - 1) << 6, None);
     let mut script = vec![
-        (0 | 1 << 2, op(partita_geo::Op::Update { key: 9, value: vec![2; 16] })),
+        (
+            0 | 1 << 2,
+            op(partita_geo::Op::Update {
+                key: 9,
+                value: vec![2; 16],
+            }),
+        ),
         (0, op(partita_geo::Op::Read { key: 20 })),
-        (0 | 2 << 2, op(partita_geo::Op::Insert { key: 50, value: vec![3; 8] })),
+        (
+            0 | 2 << 2,
+            op(partita_geo::Op::Insert {
+                key: 50,
+                value: vec![3; 8],
+            }),
+        ),
         (0 | 2 << 2, op(partita_geo::Op::GetPrev { key: 50 })),
     ];
     for r in 0..3 {
@@ -728,7 +783,11 @@ fn geo_seeds() {
     let mut injected = script;
     injected.insert(1, (2 | 1 << 2, Some(partita_types::encode(&entries[0].1))));
     injected.insert(2, (2 | 2 << 2, Some(partita_types::encode(&entries[2].1))));
-    write("geo_replica", "replicas-injected", &tagged(Some(1), &injected));
+    write(
+        "geo_replica",
+        "replicas-injected",
+        &tagged(Some(1), &injected),
+    );
 }
 
 /// Multi-Ring Paxos: checkpoints its replicas wrote in a real run (two rings, skips,
@@ -736,13 +795,20 @@ fn geo_seeds() {
 fn multiring_seeds() {
     let c = partita_fuzz::multiring_cluster();
     let ids: Vec<partita_types::NodeId> = c.nodes.iter().map(|n| n.id).collect();
-    let mut net = Net::new(ids.iter().map(|&id| partita_fuzz::multiring_setup(id)).collect());
+    let mut net = Net::new(
+        ids.iter()
+            .map(|&id| partita_fuzz::multiring_setup(id))
+            .collect(),
+    );
     net.run(20);
     for i in 0..12u64 {
         // Clients spread over the rings (by client id), entering at a replica or a
         // ring's coordinator.
         let at = [4, 1, 6][i as usize % 3];
-        let op = Op::Insert { key: i * 7, value: i };
+        let op = Op::Insert {
+            key: i * 7,
+            value: i,
+        };
         net.request(at, partita_btree::service::command(100 + i, 1, at, &op));
         net.run(6);
     }
@@ -756,7 +822,10 @@ fn multiring_seeds() {
             .map(|(_, b)| b)
             .collect();
         assert!(mine.len() >= 2, "replica {node} wrote checkpoints");
-        for (k, b) in [mine[0], mine[mine.len() / 2], mine[mine.len() - 1]].iter().enumerate() {
+        for (k, b) in [mine[0], mine[mine.len() / 2], mine[mine.len() - 1]]
+            .iter()
+            .enumerate()
+        {
             write("checkpoint_multiring", &format!("replica{node}-{k}"), b);
             taken += 1;
         }
@@ -768,10 +837,10 @@ fn multiring_seeds() {
 /// sequences that write, read sorted, compare and watch what was written.
 fn etcd_seeds() {
     use partita_etcd::pb::etcdserverpb as pb;
-    use prost::Message;
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
     use pb::range_request::{SortOrder, SortTarget};
     use pb::request_op::Request;
+    use prost::Message;
     let put = |k: &str, v: &str, prev: bool| pb::PutRequest {
         key: k.into(),
         value: v.into(),
@@ -872,10 +941,20 @@ fn etcd_seeds() {
         ("unsupported", 8, pb::Unsupported {}.encode_to_vec()),
     ];
     for (name, tag, bytes) in &reqs {
-        write("etcd_grpc", name, &tagged(None, &[(*tag, Some(bytes.clone()))]));
+        write(
+            "etcd_grpc",
+            name,
+            &tagged(None, &[(*tag, Some(bytes.clone()))]),
+        );
     }
     let seq = |steps: Vec<(u8, Vec<u8>)>| {
-        tagged(None, &steps.into_iter().map(|(t, b)| (t, Some(b))).collect::<Vec<_>>())
+        tagged(
+            None,
+            &steps
+                .into_iter()
+                .map(|(t, b)| (t, Some(b)))
+                .collect::<Vec<_>>(),
+        )
     };
     write(
         "etcd_grpc",
@@ -888,7 +967,14 @@ fn etcd_seeds() {
             (1, put("a", "4", true).encode_to_vec()),
             (0, sorted.encode_to_vec()),
             (5, watch.encode_to_vec()),
-            (4, pb::CompactionRequest { revision: 3, physical: false }.encode_to_vec()),
+            (
+                4,
+                pb::CompactionRequest {
+                    revision: 3,
+                    physical: false,
+                }
+                .encode_to_vec(),
+            ),
             (5, watch.encode_to_vec()),
             (2, range("a", "").encode_to_vec()),
             // Fails now (version(a) = 2): deletes a.
