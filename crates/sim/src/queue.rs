@@ -17,24 +17,29 @@ pub const MICROS: Time = 1_000;
 pub const MILLIS: Time = 1_000_000;
 pub const SECONDS: Time = 1_000_000_000;
 
-struct Entry<E> {
+/// A heap entry: the event's key and the slot that holds it. Events stay in their
+/// slots while the heap moves only these 24-byte keys (an event, with the message it
+/// carries, is several times larger, and a heap moves its entries on every push and
+/// pop).
+#[derive(Clone, Copy)]
+struct Key {
     time: Time,
     seq: u64,
-    event: E,
+    slot: u32,
 }
 
-impl<E> PartialEq for Entry<E> {
+impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
         self.time == other.time && self.seq == other.seq
     }
 }
-impl<E> Eq for Entry<E> {}
-impl<E> PartialOrd for Entry<E> {
+impl Eq for Key {}
+impl PartialOrd for Key {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl<E> Ord for Entry<E> {
+impl Ord for Key {
     /// Reversed, so that the max-heap pops the earliest (time, seq) first.
     fn cmp(&self, other: &Self) -> Ordering {
         (other.time, other.seq).cmp(&(self.time, self.seq))
@@ -43,7 +48,11 @@ impl<E> Ord for Entry<E> {
 
 /// A priority queue of events keyed by (time, insertion sequence).
 pub struct EventQueue<E> {
-    heap: BinaryHeap<Entry<E>>,
+    heap: BinaryHeap<Key>,
+    /// The events, by slot; `None` where a slot is free.
+    slots: Vec<Option<E>>,
+    /// Free slots, reused before new ones.
+    free: Vec<u32>,
     next_seq: u64,
     now: Time,
 }
@@ -52,6 +61,8 @@ impl<E> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
             heap: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             next_seq: 0,
             now: 0,
         }
@@ -77,15 +88,29 @@ impl<E> EventQueue<E> {
         );
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Entry { time, seq, event });
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(event);
+                slot
+            }
+            None => {
+                self.slots.push(Some(event));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 pending events")
+            }
+        };
+        self.heap.push(Key { time, seq, slot });
     }
 
     /// The earliest event and its time; advances `now`.
     pub fn pop(&mut self) -> Option<(Time, E)> {
-        let e = self.heap.pop()?;
-        debug_assert!(e.time >= self.now, "time went backwards");
-        self.now = e.time;
-        Some((e.time, e.event))
+        let k = self.heap.pop()?;
+        debug_assert!(k.time >= self.now, "time went backwards");
+        self.now = k.time;
+        let event = self.slots[k.slot as usize]
+            .take()
+            .expect("a queued event in its slot");
+        self.free.push(k.slot);
+        Some((k.time, event))
     }
 
     pub fn len(&self) -> usize {
@@ -116,6 +141,49 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
         assert_eq!(order, vec![(1, "a"), (1, "b"), (5, "c"), (5, "d")]);
         assert_eq!(q.now(), 5);
+    }
+
+    /// Slots are reused, and the order is (time, insertion) whatever the reuse.
+    #[test]
+    fn interleaved_pushes_and_pops_keep_the_order() {
+        let mut q = EventQueue::new();
+        let mut expected = Vec::new();
+        let mut got = Vec::new();
+        for round in 0..50u64 {
+            for i in 0..7u64 {
+                let t = q.now() + (i * 7 + round) % 5;
+                q.push(t, (t, round, i));
+            }
+            for _ in 0..5 {
+                got.push(q.pop().unwrap().1);
+            }
+        }
+        while let Some((_, e)) = q.pop() {
+            got.push(e);
+        }
+        assert!(q.slots.len() <= 7 * 50, "slots reused");
+        assert!(q.free.len() == q.slots.len(), "every slot free at the end");
+        // Each pop returns the earliest pending event, ties by insertion: replay it
+        // with a sorted list.
+        let mut pending: Vec<(u64, u64, (u64, u64, u64))> = Vec::new();
+        let mut seq = 0;
+        let mut q2_now = 0;
+        for round in 0..50u64 {
+            for i in 0..7u64 {
+                let t = q2_now + (i * 7 + round) % 5;
+                pending.push((t, seq, (t, round, i)));
+                seq += 1;
+            }
+            for _ in 0..5 {
+                pending.sort();
+                let (t, _, e) = pending.remove(0);
+                q2_now = t;
+                expected.push(e);
+            }
+        }
+        pending.sort();
+        expected.extend(pending.into_iter().map(|p| p.2));
+        assert_eq!(got, expected);
     }
 
     #[test]
