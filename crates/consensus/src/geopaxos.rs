@@ -259,9 +259,9 @@ pub struct MergeStats {
     /// Entries of each kind delivered.
     pub op_entries: u64,
     pub clock_entries: u64,
-    /// Entries of an operation in a log that already held one (resubmitted duplicates)
-    /// or after it executed, and entries in a log outside the operation's `dst`: both
-    /// count as clock ticks.
+    /// Entries of an operation in a log that already held one (within the log's window,
+    /// [`TimestampMerge::with_remember`]: resubmitted duplicates, executed or not), and
+    /// entries in a log outside the operation's `dst`: both count as clock ticks.
     pub duplicate_entries: u64,
     pub foreign_entries: u64,
 }
@@ -278,6 +278,12 @@ struct Log<K: Ord> {
     /// The part of `waiting` whose operations are not complete yet (final timestamp
     /// unknown): what blocks R3 regardless of the timestamp it is compared with.
     incomplete: BTreeMap<Timestamp, K>,
+    /// The operations of this log's last `remember_max` operation entries (in `dst`),
+    /// oldest first, and as a set: a later entry of one of them here is a duplicate.
+    /// Kept per log, by position, so that every replica forgets the same ones at the
+    /// same point of the log, whatever order it executes in.
+    seen: BTreeSet<K>,
+    seen_order: VecDeque<K>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -310,10 +316,7 @@ pub struct TimestampMerge<K: Ord, V> {
     pending: BTreeMap<K, Pending<V>>,
     /// Complete pending operations by final timestamp.
     complete: BTreeMap<Timestamp, K>,
-    /// Operations executed recently, so that late duplicate entries are recognised;
-    /// the oldest are forgotten beyond `remember_max`.
-    executed: BTreeSet<K>,
-    executed_order: VecDeque<K>,
+    /// Operation entries each log remembers for duplicate detection ([`Log::seen`]).
     remember_max: usize,
     /// The largest counter seen in any log.
     clock: u64,
@@ -335,12 +338,12 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
                     frontier: Timestamp::ZERO,
                     waiting: BTreeMap::new(),
                     incomplete: BTreeMap::new(),
+                    seen: BTreeSet::new(),
+                    seen_order: VecDeque::new(),
                 })
                 .collect(),
             pending: BTreeMap::new(),
             complete: BTreeMap::new(),
-            executed: BTreeSet::new(),
-            executed_order: VecDeque::new(),
             remember_max: 1 << 16,
             clock: 0,
             bugs: MergeBugs::default(),
@@ -348,9 +351,14 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
         })
     }
 
-    /// How many executed operations to remember for duplicate detection (default
-    /// 2^16). A duplicate entry older than that would be taken for a new operation;
-    /// the replica's exactly-once reply cache still answers it without executing.
+    /// How many operation entries each log remembers for duplicate detection (default
+    /// 2^16). A duplicate entry further behind in its log than that is taken for a new
+    /// operation, at every replica alike (the window is a stretch of the log, the same
+    /// everywhere; an earlier window of executed operations forgot them in execution
+    /// order, which differs between replicas for operations that share no
+    /// serializer). Taken for new, it is stalled in its other serializers, ordered
+    /// there again by their leaders, and executes again; the replica's deduplication
+    /// of writes by request id answers a write's second copy from the first.
     pub fn with_remember(mut self, n: usize) -> Self {
         self.remember_max = n.max(1);
         self
@@ -434,9 +442,18 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
                 let all = SerializerSet::all(serializers);
                 if !dst.contains(g) || !dst.is_subset_of(all) {
                     self.stats.foreign_entries += 1;
-                } else if self.executed.contains(&op) {
+                } else if self.logs[g as usize].seen.contains(&op) {
                     self.stats.duplicate_entries += 1;
                 } else {
+                    let max = self.remember_max;
+                    let log = &mut self.logs[g as usize];
+                    log.seen.insert(op.clone());
+                    log.seen_order.push_back(op.clone());
+                    while log.seen_order.len() > max {
+                        if let Some(old) = log.seen_order.pop_front() {
+                            log.seen.remove(&old);
+                        }
+                    }
                     let p = self.pending.entry(op.clone()).or_insert_with(|| Pending {
                         dst,
                         stamps: BTreeMap::new(),
@@ -564,13 +581,6 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
         for (g, ts) in &p.stamps {
             self.logs[*g as usize].waiting.remove(ts);
         }
-        self.executed.insert(op.clone());
-        self.executed_order.push_back(op.clone());
-        while self.executed_order.len() > self.remember_max {
-            if let Some(old) = self.executed_order.pop_front() {
-                self.executed.remove(&old);
-            }
-        }
         self.stats.executed += 1;
         if p.dst.len() > 1 {
             self.stats.executed_multi += 1;
@@ -616,6 +626,14 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
 
     /// Consistency of the bookkeeping (O(pending)).
     pub fn invariants(&self) {
+        for l in &self.logs {
+            assert_eq!(
+                l.seen.len(),
+                l.seen_order.len(),
+                "a log's window and its order"
+            );
+            assert!(l.seen.len() <= self.remember_max, "a log's window too long");
+        }
         for (op, p) in &self.pending {
             assert!(!p.dst.is_empty(), "pending {op:?} with empty dst");
             for (g, ts) in &p.stamps {
@@ -720,6 +738,59 @@ mod tests {
         );
         assert_eq!(m.clock(), HINT_MAX + 1);
         m.invariants();
+    }
+
+    /// Replicas that learn the logs in different interleavings execute operations
+    /// that share no serializer in different orders. The window of entries that tells a
+    /// late duplicate from a new operation is a stretch of each log, so every replica
+    /// judges a duplicate alike; it was the last operations executed, which differ.
+    #[test]
+    fn a_late_duplicate_is_judged_alike_whatever_the_execution_order() {
+        let log0 = [
+            op(1, &[0], 1),
+            op(2, &[0], 2),
+            op(3, &[0], 3),
+            op(1, &[0], 4),
+        ];
+        let log1 = [op(7, &[1], 1), op(8, &[1], 2), op(9, &[1], 3)];
+        let executed = |interleave: bool| {
+            let mut m = TimestampMerge::<u32, &str>::new(2)
+                .unwrap()
+                .with_remember(3);
+            let steps: Vec<(u16, usize)> = if interleave {
+                vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3)]
+            } else {
+                vec![(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2)]
+            };
+            let mut order = Vec::new();
+            for (g, i) in steps {
+                let e = if g == 0 { &log0[i] } else { &log1[i] };
+                m.on_entry(g, i as u64, e.clone()).unwrap();
+                order.extend(std::iter::from_fn(|| m.pop_ready()).map(|r| r.op));
+            }
+            m.invariants();
+            (order, m.stats().duplicate_entries)
+        };
+        let (a, dup_a) = executed(false);
+        let (b, dup_b) = executed(true);
+        assert_eq!(a, vec![1, 2, 3, 7, 8, 9]);
+        assert_eq!(b, vec![1, 7, 2, 8, 3, 9]);
+        assert_eq!(
+            (dup_a, dup_b),
+            (1, 1),
+            "operation 1's second entry is a duplicate at both"
+        );
+        // Beyond the window (two entries), a new operation at both.
+        let mut m = TimestampMerge::<u32, &str>::new(1)
+            .unwrap()
+            .with_remember(2);
+        let mut order = Vec::new();
+        for (i, e) in log0.iter().enumerate() {
+            m.on_entry(0, i as u64, e.clone()).unwrap();
+            order.extend(std::iter::from_fn(|| m.pop_ready()).map(|r| r.op));
+        }
+        assert_eq!(order, vec![1, 2, 3, 1]);
+        assert_eq!(m.stats().duplicate_entries, 0);
     }
 
     #[test]

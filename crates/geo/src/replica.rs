@@ -169,7 +169,11 @@ impl GeoReplica {
     /// order at every replica and every replica decides alike. Reads are not
     /// remembered: running one twice changes nothing. The last
     /// [`DEDUP_WRITES_MAX`] writes are remembered; a copy delayed past that many
-    /// later writes would run again.
+    /// later writes would run again. The window is counted in execution order, which
+    /// differs between replicas for writes that share no serializer: a copy arriving
+    /// just at its edge could run at one replica and not at another (not seen; the
+    /// merge's own window of duplicate entries is a stretch of each log for that
+    /// reason, but copies of a write may share no log once a DOP moved its node).
     pub fn with_dedup(mut self) -> GeoReplica {
         self.dedup = Some(Default::default());
         self
