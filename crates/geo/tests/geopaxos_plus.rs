@@ -13,7 +13,7 @@
 //! (`partita_checker`). Controls: each planted bug is caught by the check it breaks.
 
 use partita_btree::{Op as MapOp, OpResult};
-use partita_checker::{check, CheckError, CheckOptions, Event as HEvent, Status};
+use partita_checker::{check, CheckError, CheckOptions, Event as HEvent, Initial, Status};
 use partita_consensus::geopaxos::{Entry, SerializerId};
 use partita_geo::replica::{GeoAction, GeoBugs, GeoReplica, GeoValue, OpId};
 use partita_geo::Topology;
@@ -499,12 +499,29 @@ fn run(seed: u64, bugs: GeoBugs, loss: f64, crashes: bool) -> Outcome {
     let topology = Topology::paper_three_regions();
     let mut opts = GbTreeOptions::new(4, seed);
     opts.value_bytes_max = VALUE_BYTES;
-    let tree = GeoBTree::new(topology.clone(), opts).unwrap();
+    let mut tree = GeoBTree::new(topology.clone(), opts).unwrap();
+    let clients_per_replica = rng.gen_range(1..=4);
+    let keys = rng.gen_range(8..=48);
+    // Half of the seeds start from a tree holding every other key, its nodes on
+    // serializers drawn at random (the paper's DBT_b, as the nemesis starts): inserts
+    // of the other keys split nodes whose serializers differ from the start. The other
+    // half start empty, every node growing from the root's serializers until DOPs
+    // spread them.
+    let mut preloaded = Vec::new();
+    if seed % 4 >= 2 {
+        for key in (0..keys).step_by(2) {
+            let insert = Op::Insert {
+                key,
+                value: value_of(key),
+            };
+            tree.execute(&insert, 0).unwrap();
+            preloaded.push((key, key));
+        }
+        tree.randomize_reps(seed);
+    }
     let replicas: Vec<GeoReplica> = (0..N)
         .map(|r| GeoReplica::new(r, tree.clone()).unwrap().with_bugs(bugs))
         .collect();
-    let clients_per_replica = rng.gen_range(1..=4);
-    let keys = rng.gen_range(8..=48);
     let mut w = World {
         rng,
         now: 0,
@@ -591,7 +608,8 @@ fn run(seed: u64, bugs: GeoBugs, loss: f64, crashes: bool) -> Outcome {
     if digests.iter().any(|d| *d != digests[0]) {
         return outcome(Err(Verdict::Divergence(digests)));
     }
-    let verdict = match check(&w.history, &CheckOptions::default()) {
+    let options = CheckOptions::with_initial(Initial::Entries(preloaded));
+    let verdict = match check(&w.history, &options) {
         Ok(_) => Ok(()),
         Err(CheckError::NotLinearizable(v)) => Err(Verdict::NotLinearizable(v.to_string())),
         Err(e) => Err(Verdict::Unknown(e.to_string())),
@@ -602,11 +620,14 @@ fn run(seed: u64, bugs: GeoBugs, loss: f64, crashes: bool) -> Outcome {
 #[test]
 fn geopaxos_plus_is_linearizable_and_converges() {
     let mut totals = BTreeMap::<&str, u64>::new();
-    for seed in 0..60 {
+    // 1,000 seeds: the divergence the nemesis found (counters that depended on the
+    // order of requests sharing no serializer, e35a418) shows in 9 of them on the
+    // code before that fix, the first at seed 553; 60 seeds missed it.
+    for seed in 0..1000 {
         let loss = if seed % 3 == 0 { 0.05 } else { 0.0 };
         let o = run(seed, GeoBugs::default(), loss, seed % 2 == 1);
         assert!(o.verdict.is_ok(), "seed {seed}: {o:?}");
-        assert!(o.ops > 50, "seed {seed}: only {} operations", o.ops);
+        assert!(o.ops > 20, "seed {seed}: only {} operations", o.ops);
         *totals.entry("ops").or_default() += o.ops as u64;
         *totals.entry("resubmit decisions").or_default() += o.resubmit_decisions;
         *totals.entry("multi-serializer").or_default() += o.multi;
