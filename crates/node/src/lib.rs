@@ -1365,8 +1365,18 @@ impl NodeCore {
         self.held.retain(|(i, _)| *i > instance);
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
         self.count("state_transfers_completed");
+        // The ordering may have delivered beyond the checkpoint already: P-SMR holds
+        // delivered values back while a due checkpoint waits for the worker threads,
+        // so the replica can stand behind the delivery stream. The held values above
+        // the checkpoint (kept just above) then follow the restored replica, and the
+        // stream has nothing to skip.
+        let delivered = self.ordering.as_ref().and_then(|o| o.delivered_up_to());
         if let Some(o) = self.ordering.as_mut() {
-            o.skip_to(instance + 1, &position, actions);
+            if delivered.is_none_or(|d| instance > d) {
+                o.skip_to(instance + 1, &position, actions);
+            } else {
+                self.count("state_transfer_behind_delivery");
+            }
         }
         self.checkpoint_position = position;
     }

@@ -64,14 +64,17 @@ fn swarm_seeds_240_to_320() {
 /// Seeds the soak found failing, each with the swarm's draws and 2,000 operations as
 /// the soak ran them: 4439 and 7457 (a batch for two partitions half applied on
 /// Multi-Ring Paxos after its client gave up), 18130 (opt-PSMR's conservative
-/// resubmission dropped by the coordinator as a copy of the original in flight).
+/// resubmission dropped by the coordinator as a copy of the original in flight),
+/// 45849 and 47931 (a P-SMR replica holding delivered values back for a checkpoint
+/// took a transferred checkpoint between its own and the delivery stream's position,
+/// and the node asked the learner to skip backwards: a panic).
 #[test]
 fn soak_regressions() {
     let opts = SimOptions {
         trace_tail: 25,
         ..SimOptions::default()
     };
-    for seed in [4439, 7457, 18130] {
+    for seed in [4439, 7457, 18130, 45849, 47931] {
         let r = run_seed(seed, &opts);
         assert!(r.passed, "{r}");
     }
