@@ -142,7 +142,7 @@ struct NemesisArgs {
     #[arg(long)]
     early_replies: bool,
     /// P-SMR (paper 002): this many worker threads per replica over the nemesis's key
-    /// space (run one after another on each node's event loop, for now).
+    /// space (on OS threads of their own over one shared B+tree).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=64))]
     threads: u64,
     /// opt-PSMR: clients map every command to one thread (needs --threads).
@@ -226,7 +226,8 @@ enum ExperimentName {
     /// Paper 001 §V-E, Figure 12: speculative against classic execution, 2 partitions.
     SpeculationPartitioning,
     /// Paper 002 Figures 2 to 5: P-SMR and opt-PSMR against SMR, over the share of
-    /// dependent commands and the number of worker threads (--sim only, for now).
+    /// dependent commands and the number of worker threads (--sim at the paper's scale;
+    /// without it on real processes here, at the thread counts this machine holds).
     Psmr,
     /// Paper 003 Table 1, Figure 4 and the rate of moves: Chirper on S-SMR against
     /// DS-SMR at 1, 2, 4 and 8 partitions under the four workloads (--sim only, for
@@ -802,6 +803,34 @@ enum BenchTarget {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Paper 002's execution models on real OS threads, the replica alone (no
+    /// ordering, network or disk): SMR, P-SMR with its threads on one OS thread, P-SMR
+    /// and opt-PSMR on OS threads, in turns, over the dependent-P workload.
+    Psmr {
+        /// Entries preloaded in random order (keys drawn from twice as many).
+        #[arg(long, default_value_t = 1_000_000)]
+        preload: u64,
+        /// Worker threads (P-SMR models).
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Share of dependent commands (inserts and deletes), in percent.
+        #[arg(long, default_value_t = 0)]
+        percent: u32,
+        /// Commands per decided value.
+        #[arg(long, default_value_t = 256)]
+        batch: usize,
+        /// Commands per model and round.
+        #[arg(long, default_value_t = 1_000_000)]
+        commands: usize,
+        /// Rounds (every model once per round).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// B+tree keys per node.
+        #[arg(long, default_value_t = 30)]
+        node_keys: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -1029,6 +1058,31 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Chirper(a) => chirper(a).await,
         Cmd::Bench(a) => match a.target {
             Some(BenchTarget::Btree { entries, json }) => bench_btree(entries, json),
+            Some(BenchTarget::Psmr {
+                preload,
+                threads,
+                percent,
+                batch,
+                commands,
+                rounds,
+                node_keys,
+                seed,
+            }) => {
+                use partita_experiments::replica_bench as rb;
+                let o = rb::ReplicaBenchOptions {
+                    preload,
+                    threads,
+                    percent,
+                    batch,
+                    commands,
+                    rounds,
+                    node_keys,
+                    seed,
+                };
+                println!("configuration: {}", rb::describe(&o));
+                tokio::task::block_in_place(|| rb::run(&o, |p| println!("{}", rb::line(p))))?;
+                Ok(0)
+            }
             None => bench_cluster(a.run).await,
         },
         Cmd::Check(a) => partita_harness::history::check_command(&a.history, a.preload),
@@ -2081,19 +2135,16 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// `partita experiment psmr --sim`: paper 002's Figures 2 to 5 in the simulator.
-fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+/// `partita experiment psmr [--sim]`: paper 002's Figures 2 to 5, in the simulator or
+/// on real processes here.
+async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     refuse_partitioning_options(&ExperimentArgs {
         batchers: 0,
         multicast: false,
         ..a.clone()
     })?;
-    if !a.sim {
-        bail!(
-            "the psmr experiment runs in the simulator only (--sim): on real processes a \
-             replica runs its P-SMR worker threads one after another on its event loop \
-             (correct, but not parallel), so real runs would measure nothing of P-SMR yet"
-        );
+    if !a.sim && (a.multicast || a.cost_table.is_some() || a.jobs.is_some()) {
+        bail!("--multicast, --cost-table and --jobs are for simulated runs (--sim)");
     }
     if a.workloads.is_some() || a.replicas.is_some() {
         bail!("--workloads and --replicas do not apply to the psmr experiment (it sweeps the dependent-P workload on 2 replicas)");
@@ -2130,11 +2181,21 @@ fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         o.cost = t;
         o.cost_source = src;
     }
-    let r = tokio::task::block_in_place(|| partita_experiments::experiment::psmr::psmr_sim(&o))?;
+    let r = if a.sim {
+        tokio::task::block_in_place(|| partita_experiments::experiment::psmr::psmr_sim(&o))?
+    } else {
+        let exe = std::env::current_exe().context("locating the partita binary")?;
+        partita_experiments::experiment::psmr::psmr_real(&o, &exe).await?
+    };
     print!("{}", partita_experiments::experiment::psmr::psmr_table(&r));
     println!(
-        "{} points simulated in {:.0} s wall",
+        "{} points {} in {:.0} s wall",
         r.points.len(),
+        if r.simulated {
+            "simulated"
+        } else {
+            "run on real processes"
+        },
         started.elapsed().as_secs_f64()
     );
     for f in partita_experiments::experiment::psmr::write_psmr(&r, &a.json)? {
@@ -2305,7 +2366,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         ExperimentName::SpeculationPartitioning => {
             return partition_experiment(&a, P::SpeculationPartitioning).await
         }
-        ExperimentName::Psmr => return psmr_experiment(&a),
+        ExperimentName::Psmr => return psmr_experiment(&a).await,
         ExperimentName::Dssmr => return dssmr_experiment(&a).await,
         ExperimentName::Optimizer => return optimizer_experiment(&a),
         ExperimentName::Geo => return geo_experiment(&a),

@@ -181,3 +181,38 @@ fn figure_text(svg: &str) -> String {
     }
     words.join(" ")
 }
+
+/// `partita experiment psmr` on real processes, at a tiny size: SMR, P-SMR and
+/// opt-PSMR at 100% dependent with 2 worker threads on OS threads, each on its own
+/// cluster; the replicas' counters show the threads at work (opt-PSMR's checks passed,
+/// P-SMR's inserts and deletes in synchronous mode), and the report says it is real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psmr_small_real_sweep() {
+    use partita_experiments::experiment::psmr;
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_partita"));
+    let opts = psmr::PsmrOptions {
+        threads: 2,
+        percents: vec![100],
+        thread_counts: vec![],
+        fig3_clients: vec![],
+        clients: 8,
+        batchers: 0,
+        duration: Duration::from_secs(1),
+        preload: 2_000,
+        ..psmr::PsmrOptions::quick()
+    };
+    let r = psmr::psmr_real(&opts, &exe).await.unwrap();
+    let table = psmr::psmr_table(&r);
+    assert!(!r.simulated);
+    assert!(r.configuration.starts_with("REAL"), "{}", r.configuration);
+    assert_eq!(r.points.len(), 3, "{table}");
+    for p in &r.points {
+        assert!(p.result.commands > 10, "{table}");
+    }
+    let by = |s: &str| r.points.iter().find(|p| p.series == s).unwrap();
+    assert!(by(psmr::SMR).psmr.is_none(), "SMR has no worker threads");
+    let p = by(psmr::PSMR).psmr.clone().expect("P-SMR counters");
+    assert!(p.synchronous > 10 && p.passed == 0, "{p:?}");
+    let o = by(psmr::OPT).psmr.clone().expect("opt-PSMR counters");
+    assert!(o.passed > 10 && o.parallel > 10, "{o:?}");
+}

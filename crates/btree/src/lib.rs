@@ -59,6 +59,7 @@ mod node;
 pub mod ops;
 pub mod psmr;
 pub mod service;
+mod shared;
 mod snapshot;
 mod tree;
 mod undo;
@@ -70,6 +71,7 @@ pub use hooks::{NodeInfo, NodeMeta, SafetyCheck, StructureEvent, StructureStats}
 pub use iter::Range;
 pub use node::NodeId;
 pub use ops::{BatchOp, Op, OpResult};
+pub use shared::SharedTree;
 pub use snapshot::{SnapshotError, SNAPSHOT_MAGIC, SNAPSHOT_VERSION};
 pub use tree::{BPlusTree, DEFAULT_NODE_KEYS, MAX_NODE_KEYS, MIN_NODE_KEYS};
 pub use undo::{Undo, UndoRecord};

@@ -78,9 +78,9 @@ struct Line([u64; 8]);
 const ZERO_LINE: Line = Line([0; 8]);
 
 /// log2 of the nodes per chunk: 4096 nodes, 2 MiB of 30-key leaves.
-const CHUNK_SHIFT: u32 = 12;
+pub(crate) const CHUNK_SHIFT: u32 = 12;
 const CHUNK_NODES: usize = 1 << CHUNK_SHIFT;
-const CHUNK_MASK: u32 = CHUNK_NODES as u32 - 1;
+pub(crate) const CHUNK_MASK: u32 = CHUNK_NODES as u32 - 1;
 
 /// An arena of equally sized nodes, in fixed-size chunks.
 ///
@@ -93,7 +93,7 @@ const CHUNK_MASK: u32 = CHUNK_NODES as u32 - 1;
 pub(crate) struct Slab {
     chunks: Vec<Vec<Line>>,
     /// Words per node, a multiple of 8.
-    stride: usize,
+    pub(crate) stride: usize,
     /// Node slots handed out (live or free).
     slots: u32,
 }
@@ -191,6 +191,15 @@ impl Slab {
                 &mut as_words_mut(&mut lo[cb])[sb..sb + stride],
             )
         }
+    }
+
+    /// The first word of every chunk, for [`crate::SharedTree`]'s word-by-word access
+    /// (taken from the exclusive borrow, so writes through them are allowed).
+    pub(crate) fn chunk_ptrs(&mut self) -> Vec<*mut u64> {
+        self.chunks
+            .iter_mut()
+            .map(|c| c.as_mut_ptr().cast::<u64>())
+            .collect()
     }
 
     /// Number of node slots, live or free.

@@ -15,7 +15,9 @@
 pub use crate::ops::{BatchOp, Op, OpResult};
 use crate::psmr::{Groups, KeyPartition, Verdict};
 use crate::{BPlusTree, Undo};
-use partita_service::{ExecutionWork, MergeError, Objects, SplitError, StateMachine, ThreadLayout};
+use partita_service::{
+    ExecutionWork, MergeError, Objects, SharedExecution, SplitError, StateMachine, ThreadLayout,
+};
 use partita_types::{mask_partitions, ClientId, Command, NodeId, PartitionId, PartitionMap};
 use std::ops::Bound;
 
@@ -145,6 +147,10 @@ impl StateMachine for BPlusTree {
 
     fn shape_changes(&self) -> u64 {
         self.structure_stats().total()
+    }
+
+    fn shared(&mut self, layout: &ThreadLayout) -> Option<Box<dyn SharedExecution<Self> + '_>> {
+        crate::shared::shared(self, layout)
     }
 
     fn split(op: &Op, map: &PartitionMap) -> Result<Vec<(PartitionId, Op)>, SplitError> {

@@ -12,3 +12,4 @@ pub mod calibrate;
 pub mod experiment;
 pub mod experiment_partition;
 pub mod framework;
+pub mod replica_bench;

@@ -754,12 +754,13 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
                 let c = |name: &str| r.counters.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
                 Some(format!(
                     "; P-SMR at node {}: {} commands run by one thread, {} synchronous, \
-                     {} safety checks passed, {} failed",
+                     {} safety checks passed, {} failed, {} run alone",
                     r.node,
                     c("psmr_parallel")?,
                     c("psmr_synchronous")?,
                     c("psmr_checks_passed")?,
-                    c("psmr_checks_failed")?
+                    c("psmr_checks_failed")?,
+                    c("psmr_alone")?
                 ))
             });
             return Ok(format!(

@@ -603,6 +603,10 @@ impl NodeCore {
             session_lease_ms: self.setup.session_lease_ms,
             psmr: self.setup.psmr.map(|layout| partita_smr::PsmrOptions {
                 layout,
+                // On OS threads when the node runs its worker threads inline
+                // (`drain_workers`); the simulator, which gives each thread a
+                // simulated CPU of its own, drives them one by one instead.
+                os_threads: true,
                 unsafe_no_barrier: self.bugs.psmr_no_barrier,
                 unsafe_check_passes: self.bugs.psmr_check_passes,
             }),
@@ -1024,23 +1028,10 @@ impl NodeCore {
     }
 
     /// P-SMR, inline: run the worker threads until none can run (then every delivered
-    /// command ran).
+    /// command ran), on OS threads of their own (see `SequentialReplica::run_threads`).
     fn drain_workers(&mut self) {
-        let Some(r) = self.replica.as_mut() else {
-            return;
-        };
-        let k = r.threads();
-        loop {
-            let mut ran = false;
-            for t in 0..k {
-                while r.thread_runnable(t) {
-                    r.run_thread(t, &mut self.replies);
-                    ran = true;
-                }
-            }
-            if !ran {
-                break;
-            }
+        if let Some(r) = self.replica.as_mut() {
+            r.run_threads(&mut self.replies);
         }
     }
 

@@ -442,6 +442,7 @@ impl Node {
                 counters.push(("psmr_synchronous".into(), st.psmr_synchronous));
                 counters.push(("psmr_checks_passed".into(), st.psmr_passed));
                 counters.push(("psmr_checks_failed".into(), st.psmr_failed));
+                counters.push(("psmr_alone".into(), st.psmr_alone));
             }
         }
         NodeStatus {

@@ -324,6 +324,15 @@ pub trait StateMachine: Sized + Send + 'static {
         ))
     }
 
+    /// P-SMR on OS threads: a view of the state through which the worker threads of
+    /// `layout` execute their own commands at the same time, each on a thread of its
+    /// own (see [`SharedExecution`]); the state is whole again when the view is
+    /// dropped. `None` (the default): the service has no such view, and the worker
+    /// threads run one after another.
+    fn shared(&mut self, _layout: &ThreadLayout) -> Option<Box<dyn SharedExecution<Self> + '_>> {
+        None
+    }
+
     /// How many times the state changed shape so far (for the B+tree: splits, merges,
     /// borrows, root changes). The P-SMR replica's race check: a command one thread
     /// ran alone must not move it, since other threads may be reading the shared
@@ -357,6 +366,34 @@ pub trait StateMachine: Sized + Send + 'static {
 pub struct ThreadLayout {
     pub threads: usize,
     pub key_max: u64,
+}
+
+/// What a worker thread's command came to in [`SharedExecution::execute`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Shared<R> {
+    /// Executed: its reply.
+    Done(R),
+    /// The opt-PSMR safety check failed: no effect (the command is resubmitted
+    /// conservatively).
+    Refused(String),
+    /// Not something this view can run alone at the same time as other threads (it
+    /// would change what they share): no effect; the replica runs it by itself, with
+    /// every other thread stopped.
+    Alone,
+}
+
+/// P-SMR on OS threads (paper 002 §III-F, §IV): the state as K worker threads share
+/// it. Thread `t` calls [`SharedExecution::execute`] with the commands its group
+/// delivers, in order, while the other threads call it with theirs. A command of
+/// thread `t` that CC-G maps to `t` (`check` false) or that passed the opt-PSMR safety
+/// check touches nothing another thread touches; an implementation must make sure of
+/// it itself (answering [`Shared::Alone`] otherwise), so that no caller can make two
+/// threads write the same memory. Results are those of [`StateMachine::execute`] on
+/// the state in the order each thread ran its commands.
+pub trait SharedExecution<S: StateMachine>: Sync {
+    /// Thread `t` executes `cmd`. With `check`, the opt-PSMR safety check decides
+    /// first, as [`StateMachine::thread_check`] does on the same state.
+    fn execute(&self, t: usize, cmd: &S::Command, check: bool) -> Shared<S::Reply>;
 }
 
 /// Most worker threads a P-SMR replica takes (one bit of [`partita_types::GroupMask`]

@@ -65,6 +65,7 @@
 //! checkpoint, then learns the suffix).
 
 pub mod checkpoint;
+mod gang;
 pub mod sessions;
 
 pub use checkpoint::{
@@ -74,7 +75,9 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, INSTANCE_MAX,
 };
 
-pub use partita_service::{ExecutionWork, StateMachine, ThreadLayout, WORK_KINDS as OP_KINDS};
+pub use partita_service::{
+    ExecutionWork, Shared, StateMachine, ThreadLayout, WORK_KINDS as OP_KINDS,
+};
 
 use partita_consensus::Value;
 use partita_consensus::Vid;
@@ -123,6 +126,9 @@ pub struct ReplicaStats {
     /// have sent them to g_all), and those that failed it (answered "resubmit").
     pub psmr_passed: u64,
     pub psmr_failed: u64,
+    /// P-SMR on OS threads: commands a thread could not run at the same time as the
+    /// others (and those after them in its round), run with every thread stopped.
+    pub psmr_alone: u64,
 }
 
 impl ReplicaStats {
@@ -222,7 +228,7 @@ enum Gate {
 struct Psmr<C> {
     layout: ThreadLayout,
     /// Delivered commands not yet run, by delivery number.
-    items: BTreeMap<u64, PsmrItem<C>>,
+    items: Slots<PsmrItem<C>>,
     /// Each thread's queue of delivery numbers, in order.
     queues: Vec<VecDeque<u64>>,
     next: u64,
@@ -246,6 +252,88 @@ struct Psmr<C> {
     opens_queued: u64,
     /// The newest delivered value's time.
     time_ms: u64,
+    /// OS threads for the worker threads ([`PsmrOptions::os_threads`]), started by
+    /// the first round that needs them.
+    os_threads: bool,
+    pool: Option<Arc<gang::Gang>>,
+}
+
+/// P-SMR's queued commands by delivery number: numbers are handed out in order and
+/// leave in any order, so a ring of slots from the oldest queued one (cheaper than a
+/// map: no search, no node allocation, no moves of the large items).
+struct Slots<T> {
+    /// The delivery number of `slots[0]`.
+    base: u64,
+    slots: VecDeque<Option<T>>,
+    live: usize,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            base: 0,
+            slots: VecDeque::new(),
+            live: 0,
+        }
+    }
+}
+
+impl<T> Slots<T> {
+    /// Queue `item` as number `d`, the next one (`d` follows every number used).
+    fn insert(&mut self, d: u64, item: T) {
+        if self.live == 0 {
+            self.slots.clear();
+            self.base = d;
+        }
+        assert_eq!(
+            d,
+            self.base + self.slots.len() as u64,
+            "delivery numbers in order"
+        );
+        self.slots.push_back(Some(item));
+        self.live += 1;
+    }
+
+    fn get(&self, d: &u64) -> Option<&T> {
+        let i = d.checked_sub(self.base)?;
+        self.slots.get(usize::try_from(i).ok()?)?.as_ref()
+    }
+
+    fn get_mut(&mut self, d: &u64) -> Option<&mut T> {
+        let i = d.checked_sub(self.base)?;
+        self.slots.get_mut(usize::try_from(i).ok()?)?.as_mut()
+    }
+
+    fn remove(&mut self, d: &u64) -> Option<T> {
+        let i = usize::try_from(d.checked_sub(self.base)?).ok()?;
+        let item = self.slots.get_mut(i)?.take()?;
+        self.live -= 1;
+        while self.slots.front().is_some_and(Option::is_none) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        Some(item)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    /// The newest queued item.
+    fn last(&self) -> Option<&T> {
+        self.slots.iter().rev().find_map(Option::as_ref)
+    }
+}
+
+impl<T> std::ops::Index<&u64> for Slots<T> {
+    type Output = T;
+    fn index(&self, d: &u64) -> &T {
+        self.get(d).expect("a queued delivery number")
+    }
 }
 
 struct PsmrItem<C> {
@@ -270,6 +358,10 @@ struct PsmrItem<C> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PsmrOptions {
     pub layout: ThreadLayout,
+    /// Run the worker threads on OS threads of their own, at the same time
+    /// ([`SequentialReplica::run_threads`]), where the service offers a shared view
+    /// ([`StateMachine::shared`]); otherwise one after another.
+    pub os_threads: bool,
     pub unsafe_no_barrier: bool,
     pub unsafe_check_passes: bool,
 }
@@ -318,7 +410,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         );
         self.psmr = Some(Psmr {
             layout: o.layout,
-            items: BTreeMap::new(),
+            items: Slots::default(),
             queues: vec![VecDeque::new(); o.layout.threads],
             next: 0,
             unsafe_no_barrier: o.unsafe_no_barrier,
@@ -328,6 +420,8 @@ impl<S: StateMachine> SequentialReplica<S> {
             client_last: DetHashMap::default(),
             opens_queued: 0,
             time_ms: self.sessions.now_ms(),
+            os_threads: o.os_threads,
+            pool: None,
         });
     }
 
@@ -393,6 +487,235 @@ impl<S: StateMachine> SequentialReplica<S> {
                 self.sessions.set_time(now);
             }
         }
+    }
+
+    /// Run the worker threads until none can run, each on an OS thread of its own
+    /// where [`PsmrOptions::os_threads`] asks for it and the service offers a shared
+    /// view (else one after another, as the simulator's inline mode does).
+    ///
+    /// In rounds: a g_all command at the head of every queue runs alone (synchronous
+    /// mode); otherwise each thread takes the commands at the head of its queue that
+    /// are its alone (at most one per client, up to [`PSMR_ROUND_MAX`]), the replica
+    /// prepares them (sessions, decoding: nothing that reads the state), the threads
+    /// execute them at the same time through [`StateMachine::shared`], and the
+    /// replica finishes them in each thread's order (replies, reply cache). A command
+    /// the shared view cannot run alone, and what follows it in that thread's round,
+    /// runs after the round with every thread stopped. The state and the replies are
+    /// those of running the threads one after another: commands of different threads
+    /// touch different data.
+    pub fn run_threads(&mut self, replies_out: &mut Vec<Reply>) {
+        loop {
+            let Some(p) = self.psmr.as_ref() else {
+                return;
+            };
+            let k = p.layout.threads;
+            // Synchronous mode first (and everything when there are no OS threads).
+            let mut ran = false;
+            for t in 0..k {
+                let parallel_head = self
+                    .thread_head(t)
+                    .and_then(|d| self.psmr.as_ref()?.items.get(&d))
+                    .is_some_and(|i| i.thread == Some(t));
+                let pooled = self.pooled();
+                while self.thread_runnable(t) && !(pooled && parallel_head) {
+                    self.run_thread(t, replies_out);
+                    ran = true;
+                    if pooled {
+                        break;
+                    }
+                }
+            }
+            if ran {
+                continue;
+            }
+            if !self.run_round(replies_out) {
+                return;
+            }
+        }
+    }
+
+    /// Whether the worker threads run on OS threads (not with the planted bug that
+    /// loses writes, which needs the sequential path's undo).
+    fn pooled(&self) -> bool {
+        self.unsafe_lose_every == 0 && self.psmr.as_ref().is_some_and(|p| p.os_threads)
+    }
+
+    /// One round of [`SequentialReplica::run_threads`] on OS threads; whether any
+    /// command ran.
+    fn run_round(&mut self, replies_out: &mut Vec<Reply>) -> bool {
+        let Some(p) = self.psmr.as_ref() else {
+            return false;
+        };
+        if !self.pooled() {
+            return false;
+        }
+        let layout = p.layout;
+        let pool = self
+            .psmr
+            .as_mut()
+            .expect("P-SMR")
+            .pool
+            .get_or_insert_with(|| Arc::new(gang::Gang::new(layout.threads, "psmr")))
+            .clone();
+        let p = self.psmr.as_ref().expect("P-SMR");
+        // Each thread's share: delivery numbers at the head of its queue, its alone.
+        let mut clients = std::collections::HashSet::new();
+        let mut rounds: Vec<Vec<u64>> = Vec::with_capacity(layout.threads);
+        for (t, q) in p.queues.iter().enumerate() {
+            let mut mine = Vec::new();
+            for &d in q.iter().take(PSMR_ROUND_MAX) {
+                let item = &p.items[&d];
+                match &item.cmd {
+                    Some(cmd) if item.thread == Some(t) && clients.insert(cmd.client) => {
+                        mine.push(d)
+                    }
+                    _ => break,
+                }
+            }
+            rounds.push(mine);
+        }
+        if rounds.iter().all(Vec::is_empty) {
+            return false;
+        }
+        // Prepare, in each thread's order (nothing here reads the state).
+        let mut work: Vec<Vec<RoundItem<S>>> = Vec::with_capacity(layout.threads);
+        for (t, ds) in rounds.iter().enumerate() {
+            let mut items = Vec::with_capacity(ds.len());
+            for &d in ds {
+                let p = self.psmr.as_mut().expect("P-SMR");
+                let item = p.items.get_mut(&d).expect("queued");
+                let (instance, time_ms, op) = (item.instance, item.time_ms, item.op.take());
+                // Taken: the item leaves the queues when this round finishes.
+                let cmd = item.cmd.take().expect("a command");
+                let now = p.time_ms;
+                self.sessions.set_time(time_ms);
+                let prepared = self.prepare_command(instance, &cmd, op, replies_out, None);
+                self.sessions.set_time(now);
+                let job = match prepared {
+                    Prepared::Finished => None,
+                    Prepared::Run { op, mine, mutation } => match self.thread_gate(&op, t) {
+                        Err(why) => {
+                            self.stats.psmr_failed += 1;
+                            if mine {
+                                replies_out.push(Reply {
+                                    client: cmd.client,
+                                    seq: cmd.seq,
+                                    instance,
+                                    result: Err(Refusal::Resubmit(why)),
+                                });
+                            }
+                            None
+                        }
+                        Ok(gate) => Some(RoundJob {
+                            op,
+                            mine,
+                            mutation,
+                            gate,
+                            outcome: None,
+                        }),
+                    },
+                };
+                items.push(RoundItem {
+                    d,
+                    instance,
+                    time_ms,
+                    cmd,
+                    job,
+                });
+            }
+            work.push(items);
+        }
+        // Execute: every thread its share, at the same time (the calling thread takes
+        // thread 0's).
+        let state = &mut self.state;
+        if let Some(view) = state.shared(&layout) {
+            let view = &*view;
+            let shares: Vec<std::sync::Mutex<&mut Vec<RoundItem<S>>>> =
+                work.iter_mut().map(std::sync::Mutex::new).collect();
+            pool.run(&|t| {
+                let mut items = shares[t].lock().unwrap_or_else(|e| e.into_inner());
+                for item in items.iter_mut() {
+                    let Some(job) = item.job.as_mut() else {
+                        continue;
+                    };
+                    let check = job.gate == ThreadGate::Check;
+                    let out = view.execute(t, &job.op, check);
+                    let alone = out == Shared::Alone;
+                    job.outcome = Some(out);
+                    if alone {
+                        return;
+                    }
+                }
+            });
+        }
+        // (No shared view: every job runs alone, below.)
+        // Finish, in each thread's order; what could not run alone runs now.
+        for (t, items) in work.into_iter().enumerate() {
+            let mut alone = false;
+            for item in items {
+                let p = self.psmr.as_mut().expect("P-SMR");
+                let head = p.queues[t].pop_front();
+                assert_eq!(head, Some(item.d), "a round takes the head of its queue");
+                p.items.remove(&item.d);
+                if p.client_last.get(&item.cmd.client) == Some(&item.d) {
+                    p.client_last.remove(&item.cmd.client);
+                }
+                let now = p.time_ms;
+                self.stats.psmr_parallel += 1;
+                let Some(job) = item.job else {
+                    continue;
+                };
+                self.sessions.set_time(item.time_ms);
+                match job.outcome {
+                    Some(Shared::Done(result)) if !alone => {
+                        if job.gate != ThreadGate::Own {
+                            self.stats.psmr_passed += 1;
+                        }
+                        if job.mutation {
+                            self.mutations += 1;
+                        }
+                        self.finish_command(
+                            item.instance,
+                            &item.cmd,
+                            &job.op,
+                            result,
+                            job.mine,
+                            job.mutation,
+                            replies_out,
+                            None,
+                        );
+                    }
+                    Some(Shared::Refused(why)) if !alone => {
+                        self.stats.psmr_failed += 1;
+                        if job.mine {
+                            replies_out.push(Reply {
+                                client: item.cmd.client,
+                                seq: item.cmd.seq,
+                                instance: item.instance,
+                                result: Err(Refusal::Resubmit(why)),
+                            });
+                        }
+                    }
+                    _ => {
+                        // Alone, or after an alone one in this thread's round.
+                        alone = true;
+                        self.stats.psmr_alone += 1;
+                        self.complete_command(
+                            item.instance,
+                            &item.cmd,
+                            job.op,
+                            job.mine,
+                            job.mutation,
+                            Gate::Thread(t),
+                            replies_out,
+                            None,
+                        );
+                    }
+                }
+                self.sessions.set_time(now);
+            }
+        }
+        true
     }
 
     /// Whether every delivered command has run (always, without P-SMR): the state is
@@ -634,7 +957,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                 panic!("P-SMR race check: {race} ({} such commands)", p.races);
             }
             assert_eq!(p.queues.len(), p.layout.threads);
-            if let Some((_, last)) = p.items.last_key_value() {
+            if let Some(last) = p.items.last() {
                 assert!(
                     last.instance <= self.last_instance,
                     "queued beyond delivery"
@@ -883,6 +1206,24 @@ impl<S: StateMachine> SequentialReplica<S> {
         mut log: Option<&mut Speculation<S::Undo>>,
         gate: Gate,
     ) {
+        if let Prepared::Run { op, mine, mutation } =
+            self.prepare_command(instance, cmd, decoded, replies_out, log.as_deref_mut())
+        {
+            self.complete_command(instance, cmd, op, mine, mutation, gate, replies_out, log);
+        }
+    }
+
+    /// The first part of [`SequentialReplica::run_command`], which does not depend on
+    /// the state machine's state: addressing, decoding, sessions (exactly once). What
+    /// it answers itself (refusals, duplicates) goes to `replies_out`.
+    fn prepare_command(
+        &mut self,
+        instance: Instance,
+        cmd: &Command,
+        decoded: Option<S::Command>,
+        replies_out: &mut Vec<Reply>,
+        mut log: Option<&mut Speculation<S::Undo>>,
+    ) -> Prepared<S::Command> {
         let mine = match &self.answers {
             None => cmd.reply_to == self.id,
             Some(layout) => layout.answerer(cmd.reply_to, self.partition) == Some(self.id),
@@ -890,7 +1231,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         let Some(payload) = cmd.body.payload_for(self.partition) else {
             // Not addressed to this partition (learners deliver projections, so
             // only a whole value delivered to a partitioned replica has these).
-            return;
+            return Prepared::Finished;
         };
         let refuse = |why: Refusal| Reply {
             client: cmd.client,
@@ -911,7 +1252,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             if mine {
                 replies_out.push(reply);
             }
-            return;
+            return Prepared::Finished;
         }
         let op = match decoded
             .map_or_else(|| S::decode_command(payload), Ok)
@@ -924,27 +1265,24 @@ impl<S: StateMachine> SequentialReplica<S> {
                 if mine {
                     replies_out.push(refuse(Refusal::Rejected(why)));
                 }
-                return;
+                return Prepared::Finished;
             }
         };
-        let last_seq = match self
-            .sessions
-            .admit(cmd, log.as_deref_mut().map(|l| &mut l.session_log))
-        {
+        let last_seq = match self.sessions.admit(cmd, log.map(|l| &mut l.session_log)) {
             sessions::Admission::Run { last_seq } => last_seq,
             sessions::Admission::Refuse(why) => {
                 self.stats.session_refusals += 1;
                 if mine {
                     replies_out.push(refuse(why));
                 }
-                return;
+                return Prepared::Finished;
             }
         };
         let mutation = !S::is_read_only(&op);
         if let Some(last_seq) = last_seq {
             if cmd.seq < last_seq || (cmd.seq == last_seq && !mutation) {
                 self.stats.stale_ignored += 1;
-                return;
+                return Prepared::Finished;
             }
             if cmd.seq == last_seq && !self.unsafe_reexecute_duplicates {
                 self.stats.duplicates_answered += 1;
@@ -952,29 +1290,61 @@ impl<S: StateMachine> SequentialReplica<S> {
                     let last = self.sessions.get(cmd.client).and_then(|s| s.last.clone());
                     replies_out.push(last.expect("admitted with a cached reply"));
                 }
-                return;
+                return Prepared::Finished;
             }
         }
         if !mutation && !mine {
             self.stats.reads_skipped += 1;
-            return;
+            return Prepared::Finished;
         }
+        Prepared::Run { op, mine, mutation }
+    }
+
+    /// P-SMR: whether thread `t` may run `op` alone, without the state: `Err` if the
+    /// thread does not own what it touches (OC-G maps it elsewhere), else whether the
+    /// opt-PSMR safety check must decide (CC-G maps it to g_all); the planted bug
+    /// `unsafe_check_passes` skips the check (and says the command passed it).
+    fn thread_gate(&self, op: &S::Command, t: usize) -> Result<ThreadGate, String> {
+        let p = self.psmr.as_ref().expect("a thread gate only with P-SMR");
+        let layout = p.layout;
+        if S::thread_group(op, &layout, true) != Some(t) {
+            Err(format!("thread {t} does not own what the command touches"))
+        } else if S::thread_group(op, &layout, false) == Some(t) {
+            Ok(ThreadGate::Own)
+        } else if p.unsafe_check_passes {
+            Ok(ThreadGate::Unchecked)
+        } else {
+            Ok(ThreadGate::Check)
+        }
+    }
+
+    /// The rest of [`SequentialReplica::run_command`], on the state as it is.
+    #[allow(clippy::too_many_arguments)]
+    fn complete_command(
+        &mut self,
+        instance: Instance,
+        cmd: &Command,
+        op: S::Command,
+        mine: bool,
+        mutation: bool,
+        gate: Gate,
+        replies_out: &mut Vec<Reply>,
+        mut log: Option<&mut Speculation<S::Undo>>,
+    ) {
         // P-SMR: a command one worker thread runs alone must be that thread's (OC-G
         // maps it there), and unless CC-G maps it there too (then no other thread can
         // touch its data) it must pass the service's opt-PSMR safety check first. A
         // failure has no effect: the client resubmits it conservatively.
         let mut optimistic = None;
         if let Gate::Thread(t) = gate {
-            let p = self.psmr.as_ref().expect("a thread gate only with P-SMR");
-            let layout = p.layout;
-            let verdict = if S::thread_group(&op, &layout, true) != Some(t) {
-                Err(format!("thread {t} does not own what the command touches"))
-            } else if S::thread_group(&op, &layout, false) == Some(t) {
-                Ok(false)
-            } else if p.unsafe_check_passes {
-                Ok(true)
-            } else {
-                self.state.thread_check(&op, t, &layout).map(|()| true)
+            let verdict = match self.thread_gate(&op, t) {
+                Err(why) => Err(why),
+                Ok(ThreadGate::Own) => Ok(false),
+                Ok(ThreadGate::Unchecked) => Ok(true),
+                Ok(ThreadGate::Check) => {
+                    let layout = self.psmr.as_ref().expect("P-SMR").layout;
+                    self.state.thread_check(&op, t, &layout).map(|()| true)
+                }
             };
             match verdict {
                 Ok(false) => {}
@@ -985,7 +1355,12 @@ impl<S: StateMachine> SequentialReplica<S> {
                 Err(why) => {
                     self.stats.psmr_failed += 1;
                     if mine {
-                        replies_out.push(refuse(Refusal::Resubmit(why)));
+                        replies_out.push(Reply {
+                            client: cmd.client,
+                            seq: cmd.seq,
+                            instance,
+                            result: Err(Refusal::Resubmit(why)),
+                        });
                     }
                     return;
                 }
@@ -1029,9 +1404,26 @@ impl<S: StateMachine> SequentialReplica<S> {
                 });
             }
         }
+        self.finish_command(instance, cmd, &op, result, mine, mutation, replies_out, log);
+    }
+
+    /// The end of a command that executed: counts, the reply cached (a mutation's)
+    /// and sent (if this replica answers).
+    #[allow(clippy::too_many_arguments)]
+    fn finish_command(
+        &mut self,
+        instance: Instance,
+        cmd: &Command,
+        op: &S::Command,
+        result: S::Reply,
+        mine: bool,
+        mutation: bool,
+        replies_out: &mut Vec<Reply>,
+        log: Option<&mut Speculation<S::Undo>>,
+    ) {
         self.stats.commands_executed += 1;
-        self.stats.ops += S::op_count(&op);
-        S::account(&op, &result, &mut self.stats.work);
+        self.stats.ops += S::op_count(op);
+        S::account(op, &result, &mut self.stats.work);
         let reply = Reply {
             client: cmd.client,
             seq: cmd.seq,
@@ -1047,6 +1439,47 @@ impl<S: StateMachine> SequentialReplica<S> {
             replies_out.push(reply);
         }
     }
+}
+
+/// Most commands a worker thread takes in one round of
+/// [`SequentialReplica::run_threads`].
+pub const PSMR_ROUND_MAX: usize = 1024;
+
+/// A command of one thread's round ([`SequentialReplica::run_round`]).
+struct RoundItem<S: StateMachine> {
+    d: u64,
+    instance: Instance,
+    time_ms: u64,
+    cmd: Command,
+    /// What to execute (`None`: the preparation finished it).
+    job: Option<RoundJob<S>>,
+}
+
+struct RoundJob<S: StateMachine> {
+    op: S::Command,
+    mine: bool,
+    mutation: bool,
+    gate: ThreadGate,
+    outcome: Option<Shared<S::Reply>>,
+}
+
+/// What [`SequentialReplica::prepare_command`] left to do.
+enum Prepared<C> {
+    /// Nothing: answered, refused, a duplicate, or not this replica's to execute.
+    Finished,
+    /// Execute `op`.
+    Run { op: C, mine: bool, mutation: bool },
+}
+
+/// P-SMR: how a thread may run a command alone ([`SequentialReplica::thread_gate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ThreadGate {
+    /// CC-G maps it to the thread: nobody else touches its data.
+    Own,
+    /// The opt-PSMR safety check decides.
+    Check,
+    /// The planted bug: the check is skipped and counts as passed.
+    Unchecked,
 }
 
 /// Everything a replica is told about its place and behaviour once it is built.
@@ -1141,6 +1574,22 @@ pub trait Replica: Send {
     fn run_thread(&mut self, _t: usize, _replies_out: &mut Vec<Reply>) {
         panic!("no worker threads")
     }
+    /// Run the worker threads until none can run (on OS threads where the replica
+    /// has them: [`SequentialReplica::run_threads`]).
+    fn run_threads(&mut self, replies_out: &mut Vec<Reply>) {
+        loop {
+            let mut ran = false;
+            for t in 0..self.threads() {
+                while self.thread_runnable(t) {
+                    self.run_thread(t, replies_out);
+                    ran = true;
+                }
+            }
+            if !ran {
+                return;
+            }
+        }
+    }
     /// Whether every delivered command has run (checkpoints and digests wait for it).
     fn quiescent(&self) -> bool {
         true
@@ -1226,6 +1675,9 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     }
     fn run_thread(&mut self, t: usize, replies_out: &mut Vec<Reply>) {
         SequentialReplica::run_thread(self, t, replies_out)
+    }
+    fn run_threads(&mut self, replies_out: &mut Vec<Reply>) {
+        SequentialReplica::run_threads(self, replies_out)
     }
     fn quiescent(&self) -> bool {
         SequentialReplica::quiescent(self)

@@ -8,7 +8,7 @@
 
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_consensus::{Value, Vid};
-use partita_smr::{PsmrOptions, SequentialReplica, ThreadLayout};
+use partita_smr::{PsmrOptions, ReplicaStats, SequentialReplica, ThreadLayout};
 use partita_types::{Ballot, Command, NodeId, Refusal, Reply};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
@@ -161,6 +161,7 @@ fn replica(
     r.set_session_lease(lease_ms);
     r.set_psmr(PsmrOptions {
         layout: ThreadLayout::new(threads, KEY_MAX).unwrap(),
+        os_threads: false,
         unsafe_no_barrier: no_barrier,
         unsafe_check_passes: check_passes,
     });
@@ -224,6 +225,43 @@ fn run(case: &Case, picks: Option<&[usize]>, no_barrier: bool, check_passes: boo
         digest: r.digest(),
         checkpoint: r.checkpoint(),
     }
+}
+
+/// The same values on OS threads (`run_threads`): delivered a few at a time (`chunks`
+/// says how many before the threads run), the threads run at the same time.
+fn run_os(case: &Case, chunks: &[usize], check_passes: bool) -> (Outcome, ReplicaStats) {
+    let mut r = SequentialReplica::new(ME, BPlusTree::with_node_keys(4));
+    r.set_session_lease(case.lease_ms);
+    r.set_psmr(PsmrOptions {
+        layout: ThreadLayout::new(case.threads, KEY_MAX).unwrap(),
+        os_threads: true,
+        unsafe_no_barrier: false,
+        unsafe_check_passes: check_passes,
+    });
+    let mut replies = Vec::new();
+    let mut delivered = 0;
+    let mut step = 0;
+    while delivered < case.values.len() {
+        let n = chunks.get(step).map_or(1, |c| 1 + c % 5);
+        step += 1;
+        for _ in 0..n.min(case.values.len() - delivered) {
+            let mut out = Vec::new();
+            r.execute(delivered as u64 + 1, &case.values[delivered], &mut out);
+            assert!(out.is_empty(), "P-SMR replies only when a thread runs");
+            delivered += 1;
+        }
+        r.run_threads(&mut replies);
+        r.invariants();
+        assert!(r.quiescent(), "run_threads runs everything it can");
+    }
+    replies.sort_by_key(|x| (x.client, x.seq, x.instance));
+    let stats = r.stats().clone();
+    let outcome = Outcome {
+        replies,
+        digest: r.digest(),
+        checkpoint: r.checkpoint(),
+    };
+    (outcome, stats)
 }
 
 /// The delivery number at the head of thread `t` (test-only introspection through the
@@ -315,6 +353,30 @@ proptest! {
         let expected = sequential(&case);
         let got = run(&case, Some(&picks), false, false);
         prop_assert_eq!(got, expected);
+    }
+
+    /// On OS threads at the same time (`run_threads`), the replies, state and reply
+    /// cache of delivery order.
+    #[test]
+    fn os_threads_at_once_equal_delivery_order(
+        threads in 1usize..=4,
+        raw in values(false),
+        opens in proptest::collection::vec((0usize..24, 0usize..6, 0u8..6), 0..6),
+        leased in any::<bool>(),
+        chunks in proptest::collection::vec(0usize..64, 0..40),
+    ) {
+        let mut raw = raw;
+        if leased {
+            for (v, c, n) in opens {
+                if let Some(cmd) = raw.get_mut(v).and_then(|v| v.get_mut(c)) {
+                    cmd.2 = Mapping::Open(n);
+                }
+            }
+        }
+        let case = build_leased(threads, &raw, leased.then_some(60));
+        let canonical = run(&case, None, false, false);
+        let (got, _) = run_os(&case, &chunks, false);
+        prop_assert_eq!(got, canonical);
     }
 
     /// With CC-G alone (clients leave the mapping to the replica), P-SMR answers
@@ -473,4 +535,87 @@ fn control_a_safety_check_that_always_passes_is_caught_by_the_race_check() {
     );
     // The same commands with the real check: no race.
     run(&case, None, false, false);
+}
+
+/// On OS threads, the same control: the always-passing check makes a thread run a
+/// split alone; the shared view refuses to run it at the same time as the others (it
+/// answers "alone"), the replica runs it with every thread stopped, and the race check
+/// still reports it.
+#[test]
+fn control_on_os_threads_an_always_passing_check_is_caught_by_the_race_check() {
+    let case = build(
+        4,
+        &[(0..=KEY_MAX)
+            .map(|k| {
+                (
+                    k + 1,
+                    Op::Insert { key: k, value: k },
+                    Mapping::Optimistic,
+                    false,
+                )
+            })
+            .collect()],
+    );
+    let caught = std::panic::catch_unwind(|| run_os(&case, &[], true));
+    let message = match caught {
+        Ok(_) => panic!("the always-passing check was not caught"),
+        Err(p) => p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default(),
+    };
+    assert!(
+        message.contains("P-SMR race check") && message.contains("changed the shape"),
+        "caught for another reason: {message}"
+    );
+    let (_, stats) = run_os(&case, &[], false);
+    assert_eq!(stats.psmr_alone, 0);
+}
+
+/// Threads really share the work: many clients' reads, updates and optimistic
+/// inserts and deletes over a preloaded tree, delivered in values of many commands,
+/// run in rounds at the same time; the outcome is the sequential replica's order's,
+/// and no command had to run alone.
+#[test]
+fn os_threads_run_rounds_at_the_same_time() {
+    let mut raw = vec![(0..=KEY_MAX)
+        .step_by(2)
+        .map(|k| {
+            (
+                1000 + k,
+                Op::Insert { key: k, value: k },
+                Mapping::Replica,
+                false,
+            )
+        })
+        .collect::<Vec<_>>()];
+    let mut seqs = std::collections::BTreeMap::<u64, u64>::new();
+    for v in 0..40u64 {
+        let cmds = (0..12u64)
+            .map(|c| {
+                // Each client keeps to one thread's keys (else its commands queue
+                // behind barriers, to run in its order).
+                let range = (KEY_MAX + 1) / 4;
+                let key = (c % 4) * range + (v * 7 + c * 5) % range;
+                let op = match (v + c) % 4 {
+                    0 => Op::Read { key },
+                    1 => Op::Update { key, value: v },
+                    2 => Op::Insert { key, value: v },
+                    _ => Op::Delete { key },
+                };
+                let client = c + 1;
+                *seqs.entry(client).or_default() += 1;
+                (client, op, Mapping::Optimistic, false)
+            })
+            .collect();
+        raw.push(cmds);
+    }
+    let case = build(4, &raw);
+    let canonical = run(&case, None, false, false);
+    let (got, stats) = run_os(&case, &[4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4], false);
+    assert_eq!(got, canonical);
+    assert_eq!(stats.psmr_alone, 0);
+    assert!(stats.psmr_parallel > 300, "{}", stats.psmr_parallel);
+    assert!(stats.psmr_passed > 0, "{stats:?}");
 }

@@ -77,6 +77,10 @@ pub struct Point {
     /// report shows that speculation really happened.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation_counters: Option<SpeculationCounters>,
+    /// Real P-SMR points: what the first replica's worker threads did (from its
+    /// counters; latencies by outcome and CPU are not measured on real runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psmr: Option<partita_sim::bench::PsmrLoad>,
 }
 
 impl Point {
@@ -99,6 +103,7 @@ impl Point {
             latency_ms_mean: None,
             latency_mean_from: None,
             speculation_counters: None,
+            psmr: None,
         }
     }
 }

@@ -126,8 +126,35 @@ pub fn psmr_cluster(
     c
 }
 
+/// A real cluster of `partita up`'s kind: 3 acceptors and 2 replicas (Ring Paxos,
+/// fsync), as [`psmr_cluster`] configures its execution.
+pub fn psmr_real_cluster(
+    threads: usize,
+    optimistic: bool,
+    preload: u64,
+    batchers: u32,
+) -> ClusterConfig {
+    let mut c = smr_cluster(2, Protocol::RingPaxos, Durability::Fsync)
+        .with_batchers(batchers)
+        .expect("batchers on a local cluster");
+    c.execution.threads = threads;
+    c.execution.optimistic = optimistic && threads > 0;
+    if threads > 0 {
+        c.execution.key_max = Some(bench::key_space(preload).max(threads as u64) - 1);
+    }
+    c
+}
+
 /// Every point, in report order.
 pub fn points(o: &PsmrOptions) -> Vec<PointSpec> {
+    points_with(o, psmr_cluster)
+}
+
+/// Every point, each cluster from `cluster(threads, optimistic, preload, batchers)`.
+fn points_with(
+    o: &PsmrOptions,
+    cluster: fn(usize, bool, u64, u32) -> ClusterConfig,
+) -> Vec<PointSpec> {
     let load = |percent: u32, clients: usize| BenchConfig {
         workload: Workload::Dependent { percent },
         clients,
@@ -145,7 +172,7 @@ pub fn points(o: &PsmrOptions) -> Vec<PointSpec> {
             series: series.into(),
             x_name: x_name.into(),
             x,
-            cluster: psmr_cluster(threads, optimistic, o.preload, o.batchers),
+            cluster: cluster(threads, optimistic, o.preload, o.batchers),
             bench,
         };
     let (smr, psmr, opt) = (
@@ -207,6 +234,7 @@ fn psmr_of(p: &Point) -> PsmrLoad {
     p.sim
         .as_ref()
         .and_then(|s| s.psmr.clone())
+        .or_else(|| p.psmr.clone())
         .unwrap_or_default()
 }
 
@@ -355,6 +383,65 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
     Ok(PsmrReport {
         name: "psmr".into(),
         simulated: true,
+        machine: driver.machine(),
+        targets: targets(&points, o.threads),
+        configuration,
+        points,
+    })
+}
+
+/// The sweep on real processes on this machine: every point a fresh cluster of real
+/// `partita node` processes (the binary `exe`) whose replicas run their worker threads
+/// on OS threads, with `partita bench`'s clients. Thread counts above this machine's
+/// cores are left out (`o.threads` is capped to them).
+pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut o = o.clone();
+    o.threads = o.threads.min(cores);
+    o.thread_counts.retain(|&k| k <= cores);
+    let mut driver = framework::RealDriver::new(exe, None)?;
+    let measured =
+        framework::run_sweep(&points_with(&o, psmr_real_cluster), &mut driver, o.progress).await?;
+    let points: Vec<Point> = measured
+        .into_iter()
+        .map(|m| {
+            let mut p = m.point;
+            let first = m.replica_status.first();
+            let c = |name: &str| {
+                first
+                    .and_then(|s| s.counters.iter().find(|(k, _)| k == name))
+                    .map_or(0, |(_, v)| *v)
+            };
+            if first.is_some_and(|s| s.counters.iter().any(|(k, _)| k == "psmr_parallel")) {
+                p.psmr = Some(PsmrLoad {
+                    threads: 0,
+                    parallel: c("psmr_parallel"),
+                    synchronous: c("psmr_synchronous"),
+                    passed: c("psmr_checks_passed"),
+                    failed: c("psmr_checks_failed"),
+                    ..PsmrLoad::default()
+                });
+            }
+            p
+        })
+        .collect();
+    let configuration = format!(
+        "REAL processes on this machine ({}); 3 acceptors, 2 replicas, {} batchers, Ring Paxos, \
+         fsync; {} worker threads on OS threads (Figures 2-4); {} keys preloaded in random \
+         order; {} clients, think time 0..={} ms; {:.1} s runs. Every process of the \
+         cluster and the clients share this machine's {cores} cores; P-SMR counters are \
+         the first replica's (its latency by outcome and worker CPU are not measured here)",
+        driver.machine(),
+        o.batchers,
+        o.threads,
+        o.preload,
+        o.clients,
+        o.think_ms,
+        o.duration.as_secs_f64(),
+    );
+    Ok(PsmrReport {
+        name: "psmr".into(),
+        simulated: false,
         machine: driver.machine(),
         targets: targets(&points, o.threads),
         configuration,
