@@ -63,6 +63,8 @@ pub struct Measured {
     pub records: Vec<bench::Record>,
     /// Real points: each replica's status right after the load (its counters).
     pub replica_status: Vec<partita_wire::NodeStatus>,
+    /// Real points: the same right before the load (after the preload).
+    pub replica_status_before: Vec<partita_wire::NodeStatus>,
 }
 
 /// Runs points: real processes here, or the simulator.
@@ -175,6 +177,7 @@ impl Driver for RealDriver {
             ),
             records: rp.records,
             replica_status: rp.replica_status,
+            replica_status_before: rp.replica_status_before,
         })
     }
 }
@@ -216,6 +219,7 @@ impl SimDriver {
             point: crate::experiment::sim_point(&params, &spec)?,
             records: Vec::new(),
             replica_status: Vec::new(),
+            replica_status_before: Vec::new(),
         })
     }
 

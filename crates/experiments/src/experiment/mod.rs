@@ -211,6 +211,25 @@ pub struct RealPoint {
     pub records: Vec<bench::Record>,
     /// Each replica's status right after the load (counters), when it answered.
     pub replica_status: Vec<partita_wire::NodeStatus>,
+    /// The same right before the load (after the preload), to take counters' deltas.
+    pub replica_status_before: Vec<partita_wire::NodeStatus>,
+}
+
+/// Each replica's status (counters), of those that answer.
+async fn replica_statuses(cluster: &ClusterConfig) -> Vec<partita_wire::NodeStatus> {
+    let mut out = Vec::new();
+    for n in cluster
+        .nodes
+        .iter()
+        .filter(|n| n.roles.contains(&Role::Replica))
+    {
+        if let Ok(addr) = n.addr.parse() {
+            if let Some(s) = partita_client::node_status(addr, Duration::from_secs(2)).await {
+                out.push(s);
+            }
+        }
+    }
+    out
 }
 
 /// Run one bench point on a fresh cluster of real processes, keeping the records and
@@ -233,25 +252,16 @@ pub async fn run_point_detailed(
         let mut lc = LocalCluster::start_with(exe, &file, cluster, &dir, &[], node_cpu)?;
         lc.wait_ready(Duration::from_secs(30)).await?;
         bench::preload(cluster, cfg.preload, false).await?;
+        let replica_status_before = replica_statuses(cluster).await;
         let (mut result, records) = bench::run(cluster, cfg).await?;
         result.node_cpu = lc.cpu_label();
-        let mut replica_status = Vec::new();
-        for n in cluster
-            .nodes
-            .iter()
-            .filter(|n| n.roles.contains(&Role::Replica))
-        {
-            if let Ok(addr) = n.addr.parse() {
-                if let Some(s) = partita_client::node_status(addr, Duration::from_secs(2)).await {
-                    replica_status.push(s);
-                }
-            }
-        }
+        let replica_status = replica_statuses(cluster).await;
         lc.stop(Duration::from_secs(10));
         anyhow::Ok(RealPoint {
             result,
             records,
             replica_status,
+            replica_status_before,
         })
     }
     .await;

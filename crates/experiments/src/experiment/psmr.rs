@@ -406,12 +406,15 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
         .into_iter()
         .map(|m| {
             let mut p = m.point;
+            // The first replica's counters over the load (the preload's left out).
             let first = m.replica_status.first();
-            let c = |name: &str| {
-                first
-                    .and_then(|s| s.counters.iter().find(|(k, _)| k == name))
+            let before =
+                first.and_then(|f| m.replica_status_before.iter().find(|b| b.node == f.node));
+            let counter = |s: Option<&partita_wire::NodeStatus>, name: &str| {
+                s.and_then(|s| s.counters.iter().find(|(k, _)| k == name))
                     .map_or(0, |(_, v)| *v)
             };
+            let c = |name: &str| counter(first, name).saturating_sub(counter(before, name));
             if first.is_some_and(|s| s.counters.iter().any(|(k, _)| k == "psmr_parallel")) {
                 p.psmr = Some(PsmrLoad {
                     threads: 0,
@@ -430,7 +433,8 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
          fsync; {} worker threads on OS threads (Figures 2-4); {} keys preloaded in random \
          order; {} clients, think time 0..={} ms; {:.1} s runs. Every process of the \
          cluster and the clients share this machine's {cores} cores; P-SMR counters are \
-         the first replica's (its latency by outcome and worker CPU are not measured here)",
+         the first replica's over the load (its latency by outcome and worker CPU are not \
+         measured here)",
         driver.machine(),
         o.batchers,
         o.threads,
