@@ -198,3 +198,22 @@ fn what_a_thread_may_not_run_alone_changes_nothing() {
     assert!(tree == before);
     tree.check_invariants().unwrap();
 }
+
+/// Small enough for Miri (`cargo +nightly miri test -p partita-btree --test shared
+/// small`), which checks the threads' memory accesses for data races and for breaking
+/// Rust's aliasing rules: three threads, every kind of command, a tree of a few levels.
+#[test]
+fn small_concurrent_run() {
+    let raw: Vec<Vec<(u8, u64, u64, u8)>> = (0..3u64)
+        .map(|t| {
+            (0..24u64)
+                .map(|i| {
+                    let x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (t << 40);
+                    ((i % 7) as u8, x >> 11, x >> 5, (x % 9) as u8)
+                })
+                .collect()
+        })
+        .collect();
+    let preload: Vec<u64> = (0..40u64).map(|i| i * 3).collect();
+    run_case(4, 3, 119, &preload, raw);
+}
