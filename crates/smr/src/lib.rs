@@ -84,7 +84,7 @@ use partita_consensus::Vid;
 use partita_types::early::EarlyReply;
 use partita_types::{
     ClientId, Command, DetHashMap, Instance, NodeId, Outcome, PartitionId, PartitionLayout,
-    Refusal, Reply,
+    Payload, Refusal, Reply,
 };
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
@@ -612,6 +612,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                             mutation,
                             gate,
                             outcome: None,
+                            encoded: None,
                         }),
                     },
                 };
@@ -641,6 +642,10 @@ impl<S: StateMachine> SequentialReplica<S> {
                     let check = job.gate == ThreadGate::Check;
                     let out = view.execute(t, &job.op, check);
                     let alone = out == Shared::Alone;
+                    // The reply's bytes too, here rather than on the event loop.
+                    if let Shared::Done(r) = &out {
+                        job.encoded = Some(S::encode_reply(r));
+                    }
                     job.outcome = Some(out);
                     if alone {
                         return;
@@ -679,6 +684,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                             &item.cmd,
                             &job.op,
                             result,
+                            job.encoded,
                             job.mine,
                             job.mutation,
                             replies_out,
@@ -1404,7 +1410,17 @@ impl<S: StateMachine> SequentialReplica<S> {
                 });
             }
         }
-        self.finish_command(instance, cmd, &op, result, mine, mutation, replies_out, log);
+        self.finish_command(
+            instance,
+            cmd,
+            &op,
+            result,
+            None,
+            mine,
+            mutation,
+            replies_out,
+            log,
+        );
     }
 
     /// The end of a command that executed: counts, the reply cached (a mutation's)
@@ -1416,6 +1432,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         cmd: &Command,
         op: &S::Command,
         result: S::Reply,
+        encoded: Option<Payload>,
         mine: bool,
         mutation: bool,
         replies_out: &mut Vec<Reply>,
@@ -1428,7 +1445,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             client: cmd.client,
             seq: cmd.seq,
             instance,
-            result: Ok(S::encode_reply(&result)),
+            result: Ok(encoded.unwrap_or_else(|| S::encode_reply(&result))),
         };
         if mutation {
             self.max_cached_instance = instance;
@@ -1461,6 +1478,8 @@ struct RoundJob<S: StateMachine> {
     mutation: bool,
     gate: ThreadGate,
     outcome: Option<Shared<S::Reply>>,
+    /// The reply, encoded by the thread that executed it.
+    encoded: Option<Payload>,
 }
 
 /// What [`SequentialReplica::prepare_command`] left to do.
