@@ -806,31 +806,7 @@ enum BenchTarget {
     /// Paper 002's execution models on real OS threads, the replica alone (no
     /// ordering, network or disk): SMR, P-SMR with its threads on one OS thread, P-SMR
     /// and opt-PSMR on OS threads, in turns, over the dependent-P workload.
-    Psmr {
-        /// Entries preloaded in random order (keys drawn from twice as many).
-        #[arg(long, default_value_t = 1_000_000)]
-        preload: u64,
-        /// Worker threads (P-SMR models).
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// Share of dependent commands (inserts and deletes), in percent.
-        #[arg(long, default_value_t = 0)]
-        percent: u32,
-        /// Commands per decided value.
-        #[arg(long, default_value_t = 256)]
-        batch: usize,
-        /// Commands per model and round.
-        #[arg(long, default_value_t = 1_000_000)]
-        commands: usize,
-        /// Rounds (every model once per round).
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        /// B+tree keys per node.
-        #[arg(long, default_value_t = 30)]
-        node_keys: usize,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
+    Psmr(partita_experiments::replica_bench::ReplicaBenchOptions),
 }
 
 #[derive(Args, Debug)]
@@ -1058,27 +1034,8 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Chirper(a) => chirper(a).await,
         Cmd::Bench(a) => match a.target {
             Some(BenchTarget::Btree { entries, json }) => bench_btree(entries, json),
-            Some(BenchTarget::Psmr {
-                preload,
-                threads,
-                percent,
-                batch,
-                commands,
-                rounds,
-                node_keys,
-                seed,
-            }) => {
+            Some(BenchTarget::Psmr(o)) => {
                 use partita_experiments::replica_bench as rb;
-                let o = rb::ReplicaBenchOptions {
-                    preload,
-                    threads,
-                    percent,
-                    batch,
-                    commands,
-                    rounds,
-                    node_keys,
-                    seed,
-                };
                 println!("configuration: {}", rb::describe(&o));
                 tokio::task::block_in_place(|| rb::run(&o, |p| println!("{}", rb::line(p))))?;
                 Ok(0)

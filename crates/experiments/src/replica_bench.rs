@@ -27,38 +27,38 @@ use std::time::Instant;
 
 const ME: NodeId = 1;
 
-/// What `partita bench psmr` runs.
-#[derive(Clone, Debug)]
+/// What `partita bench psmr` runs (its command-line arguments).
+#[derive(Clone, Debug, clap::Parser)]
 pub struct ReplicaBenchOptions {
-    /// Entries preloaded (in random order); keys are drawn from `0..2·preload`.
+    /// Entries preloaded in random order (keys drawn from twice as many).
+    #[arg(long, default_value_t = 1_000_000)]
     pub preload: u64,
-    /// Worker threads of the P-SMR models.
+    /// Worker threads (P-SMR models).
+    #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Share of dependent commands (inserts and deletes), in percent.
+    #[arg(long, default_value_t = 0)]
     pub percent: u32,
     /// Commands per decided value.
+    #[arg(long, default_value_t = 256)]
     pub batch: usize,
     /// Commands per model and round (before resubmissions).
+    #[arg(long, default_value_t = 1_000_000)]
     pub commands: usize,
     /// Rounds: every model once per round.
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// B+tree keys per node.
+    #[arg(long, default_value_t = 30)]
     pub node_keys: usize,
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
 
 impl Default for ReplicaBenchOptions {
+    /// The command line's defaults.
     fn default() -> Self {
-        ReplicaBenchOptions {
-            preload: 1_000_000,
-            threads: 2,
-            percent: 0,
-            batch: 256,
-            commands: 1_000_000,
-            rounds: 3,
-            node_keys: 30,
-            seed: 1,
-        }
+        <Self as clap::Parser>::parse_from(["bench-psmr"])
     }
 }
 
@@ -171,10 +171,14 @@ pub fn run_point(
     if model != Model::Smr {
         r.set_psmr(PsmrOptions {
             layout,
-            os_threads: matches!(model, Model::Psmr | Model::OptPsmr),
             unsafe_no_barrier: false,
             unsafe_check_passes: false,
         });
+    }
+    if matches!(model, Model::Psmr | Model::OptPsmr) {
+        r.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
+            o.threads, "psmr",
+        )));
     }
     // Every command of a value comes from a client of its own (a client's commands run
     // in its order, so one client's commands on two threads would wait for each other).
@@ -249,7 +253,6 @@ pub fn run_point(
         let mut check = SequentialReplica::new(ME, tree.clone());
         check.set_psmr(PsmrOptions {
             layout,
-            os_threads: false,
             unsafe_no_barrier: false,
             unsafe_check_passes: false,
         });

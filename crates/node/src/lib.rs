@@ -443,6 +443,8 @@ pub struct NodeCore {
     /// on the caller's thread (the default), or leave them to the driver
     /// ([`NodeCore::on_worker`]; the simulator gives each a CPU of its own).
     inline_workers: bool,
+    /// P-SMR on OS threads ([`NodeCore::set_thread_runner`]).
+    thread_runner: Option<Arc<dyn partita_smr::ThreadRunner>>,
     /// P-SMR: values delivered while a due checkpoint waits for the worker threads
     /// to finish what they hold (a checkpoint is taken at a point where every
     /// delivered command ran); handed to the replica right after it.
@@ -520,6 +522,7 @@ impl NodeCore {
             transfer: None,
             transfer_rotation: 0,
             inline_workers: true,
+            thread_runner: None,
             held: VecDeque::new(),
             setup,
         };
@@ -603,15 +606,24 @@ impl NodeCore {
             session_lease_ms: self.setup.session_lease_ms,
             psmr: self.setup.psmr.map(|layout| partita_smr::PsmrOptions {
                 layout,
-                // On OS threads when the node runs its worker threads inline
-                // (`drain_workers`); the simulator, which gives each thread a
-                // simulated CPU of its own, drives them one by one instead.
-                os_threads: true,
                 unsafe_no_barrier: self.bugs.psmr_no_barrier,
                 unsafe_check_passes: self.bugs.psmr_check_passes,
             }),
         });
+        if let Some(runner) = &self.thread_runner {
+            r.set_thread_runner(runner.clone());
+        }
         r
+    }
+
+    /// P-SMR on OS threads: the driver's `runner` runs the replica's worker threads at
+    /// the same time when the node runs them inline (`partita node`). The simulator,
+    /// which gives each thread a simulated CPU of its own, gives none.
+    pub fn set_thread_runner(&mut self, runner: Arc<dyn partita_smr::ThreadRunner>) {
+        if let Some(r) = self.replica.as_mut() {
+            r.set_thread_runner(runner.clone());
+        }
+        self.thread_runner = Some(runner);
     }
 
     /// The node this one believes leads (its own view; `None` in cs mode).

@@ -1167,7 +1167,8 @@ pub async fn run_node_until(
     let mut setup = cfg.node_setup(id, opts.service.clone());
     // Proposals and decisions are noted for the commit-latency and batch-size metrics.
     setup.coordinator_config.observe = true;
-    let core =
+    let psmr = setup.psmr;
+    let mut core =
         NodeCore::recover(setup, recovered, checkpoint_bytes, bugs, &mut out).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {e}; refusing to start",
@@ -1176,6 +1177,13 @@ pub async fn run_node_until(
                     .map_or("checkpoint".into(), |p| p.display().to_string())
             )
         })?;
+    if let Some(layout) = psmr {
+        // P-SMR: the replica's worker threads on OS threads of their own.
+        core.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
+            layout.threads,
+            "psmr",
+        )));
+    }
     if let (Some(path), Some(r)) = (&checkpoint_path, core.replica()) {
         info!(path = %path.display(), instance = r.last_instance(), entries = r.len(), digest = r.digest(), "replica restored from its checkpoint");
     }

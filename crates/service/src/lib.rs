@@ -368,6 +368,17 @@ pub struct ThreadLayout {
     pub key_max: u64,
 }
 
+/// P-SMR on OS threads: what runs a round's K calls at the same time, each on a thread
+/// of its own. The driver provides it (cores stay free of threads): `partita-gang` on
+/// real processes; without one, a replica runs its worker threads one after another.
+pub trait ThreadRunner: Send + Sync {
+    /// Calls per round.
+    fn threads(&self) -> usize;
+    /// `f(i)` for every `i` in `0..threads()`, at the same time; returns when all did
+    /// (and raises a panic of any call then).
+    fn run(&self, f: &(dyn Fn(usize) + Sync));
+}
+
 /// What a worker thread's command came to in [`SharedExecution::execute`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Shared<R> {

@@ -65,7 +65,6 @@
 //! checkpoint, then learns the suffix).
 
 pub mod checkpoint;
-mod gang;
 pub mod sessions;
 
 pub use checkpoint::{
@@ -76,7 +75,7 @@ pub use checkpoint::{
 };
 
 pub use partita_service::{
-    ExecutionWork, Shared, StateMachine, ThreadLayout, WORK_KINDS as OP_KINDS,
+    ExecutionWork, Shared, StateMachine, ThreadLayout, ThreadRunner, WORK_KINDS as OP_KINDS,
 };
 
 use partita_consensus::Value;
@@ -252,10 +251,9 @@ struct Psmr<C> {
     opens_queued: u64,
     /// The newest delivered value's time.
     time_ms: u64,
-    /// OS threads for the worker threads ([`PsmrOptions::os_threads`]), started by
-    /// the first round that needs them.
-    os_threads: bool,
-    pool: Option<Arc<gang::Gang>>,
+    /// What runs the worker threads at the same time, from the driver
+    /// ([`SequentialReplica::set_thread_runner`]); `None`: one after another.
+    runner: Option<Arc<dyn ThreadRunner>>,
 }
 
 /// P-SMR's queued commands by delivery number: numbers are handed out in order and
@@ -358,10 +356,6 @@ struct PsmrItem<C> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PsmrOptions {
     pub layout: ThreadLayout,
-    /// Run the worker threads on OS threads of their own, at the same time
-    /// ([`SequentialReplica::run_threads`]), where the service offers a shared view
-    /// ([`StateMachine::shared`]); otherwise one after another.
-    pub os_threads: bool,
     pub unsafe_no_barrier: bool,
     pub unsafe_check_passes: bool,
 }
@@ -420,8 +414,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             client_last: DetHashMap::default(),
             opens_queued: 0,
             time_ms: self.sessions.now_ms(),
-            os_threads: o.os_threads,
-            pool: None,
+            runner: None,
         });
     }
 
@@ -490,8 +483,8 @@ impl<S: StateMachine> SequentialReplica<S> {
     }
 
     /// Run the worker threads until none can run, each on an OS thread of its own
-    /// where [`PsmrOptions::os_threads`] asks for it and the service offers a shared
-    /// view (else one after another, as the simulator's inline mode does).
+    /// where the driver gave a [`ThreadRunner`] and the service offers a shared view
+    /// (else one after another, as the simulator's inline mode does).
     ///
     /// In rounds: a g_all command at the head of every queue runs alone (synchronous
     /// mode); otherwise each thread takes the commands at the head of its queue that
@@ -537,7 +530,17 @@ impl<S: StateMachine> SequentialReplica<S> {
     /// Whether the worker threads run on OS threads (not with the planted bug that
     /// loses writes, which needs the sequential path's undo).
     fn pooled(&self) -> bool {
-        self.unsafe_lose_every == 0 && self.psmr.as_ref().is_some_and(|p| p.os_threads)
+        self.unsafe_lose_every == 0 && self.psmr.as_ref().is_some_and(|p| p.runner.is_some())
+    }
+
+    /// P-SMR on OS threads: `runner` runs the worker threads' rounds at the same time
+    /// (ignored unless it runs exactly as many calls as there are worker threads).
+    pub fn set_thread_runner(&mut self, runner: Arc<dyn ThreadRunner>) {
+        if let Some(p) = self.psmr.as_mut() {
+            if runner.threads() == p.layout.threads {
+                p.runner = Some(runner);
+            }
+        }
     }
 
     /// One round of [`SequentialReplica::run_threads`] on OS threads; whether any
@@ -550,23 +553,18 @@ impl<S: StateMachine> SequentialReplica<S> {
             return false;
         }
         let layout = p.layout;
-        let pool = self
-            .psmr
-            .as_mut()
-            .expect("P-SMR")
-            .pool
-            .get_or_insert_with(|| Arc::new(gang::Gang::new(layout.threads, "psmr")))
-            .clone();
-        let p = self.psmr.as_ref().expect("P-SMR");
+        let pool = p.runner.clone().expect("pooled");
         // Each thread's share: delivery numbers at the head of its queue, its alone.
-        let mut clients = std::collections::HashSet::new();
+        let mut clients = DetHashMap::default();
         let mut rounds: Vec<Vec<u64>> = Vec::with_capacity(layout.threads);
         for (t, q) in p.queues.iter().enumerate() {
             let mut mine = Vec::new();
             for &d in q.iter().take(PSMR_ROUND_MAX) {
                 let item = &p.items[&d];
                 match &item.cmd {
-                    Some(cmd) if item.thread == Some(t) && clients.insert(cmd.client) => {
+                    Some(cmd)
+                        if item.thread == Some(t) && clients.insert(cmd.client, ()).is_none() =>
+                    {
                         mine.push(d)
                     }
                     _ => break,
@@ -595,15 +593,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                     Prepared::Finished => None,
                     Prepared::Run { op, mine, mutation } => match self.thread_gate(&op, t) {
                         Err(why) => {
-                            self.stats.psmr_failed += 1;
-                            if mine {
-                                replies_out.push(Reply {
-                                    client: cmd.client,
-                                    seq: cmd.seq,
-                                    instance,
-                                    result: Err(Refusal::Resubmit(why)),
-                                });
-                            }
+                            self.refuse_thread(&cmd, instance, why, mine, replies_out);
                             None
                         }
                         Ok(gate) => Some(RoundJob {
@@ -692,15 +682,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                         );
                     }
                     Some(Shared::Refused(why)) if !alone => {
-                        self.stats.psmr_failed += 1;
-                        if job.mine {
-                            replies_out.push(Reply {
-                                client: item.cmd.client,
-                                seq: item.cmd.seq,
-                                instance: item.instance,
-                                result: Err(Refusal::Resubmit(why)),
-                            });
-                        }
+                        self.refuse_thread(&item.cmd, item.instance, why, job.mine, replies_out);
                     }
                     _ => {
                         // Alone, or after an alone one in this thread's round.
@@ -1359,15 +1341,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                     optimistic = Some((t, self.state.shape_changes()));
                 }
                 Err(why) => {
-                    self.stats.psmr_failed += 1;
-                    if mine {
-                        replies_out.push(Reply {
-                            client: cmd.client,
-                            seq: cmd.seq,
-                            instance,
-                            result: Err(Refusal::Resubmit(why)),
-                        });
-                    }
+                    self.refuse_thread(cmd, instance, why, mine, replies_out);
                     return;
                 }
             }
@@ -1421,6 +1395,27 @@ impl<S: StateMachine> SequentialReplica<S> {
             replies_out,
             log,
         );
+    }
+
+    /// opt-PSMR: a command a thread may not run alone has no effect; counted, and
+    /// answered "resubmit conservatively" (if this replica answers).
+    fn refuse_thread(
+        &mut self,
+        cmd: &Command,
+        instance: Instance,
+        why: String,
+        mine: bool,
+        replies_out: &mut Vec<Reply>,
+    ) {
+        self.stats.psmr_failed += 1;
+        if mine {
+            replies_out.push(Reply {
+                client: cmd.client,
+                seq: cmd.seq,
+                instance,
+                result: Err(Refusal::Resubmit(why)),
+            });
+        }
     }
 
     /// The end of a command that executed: counts, the reply cached (a mutation's)
@@ -1593,6 +1588,8 @@ pub trait Replica: Send {
     fn run_thread(&mut self, _t: usize, _replies_out: &mut Vec<Reply>) {
         panic!("no worker threads")
     }
+    /// P-SMR on OS threads (see [`SequentialReplica::set_thread_runner`]).
+    fn set_thread_runner(&mut self, _runner: Arc<dyn ThreadRunner>) {}
     /// Run the worker threads until none can run (on OS threads where the replica
     /// has them: [`SequentialReplica::run_threads`]).
     fn run_threads(&mut self, replies_out: &mut Vec<Reply>) {
@@ -1697,6 +1694,9 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     }
     fn run_threads(&mut self, replies_out: &mut Vec<Reply>) {
         SequentialReplica::run_threads(self, replies_out)
+    }
+    fn set_thread_runner(&mut self, runner: Arc<dyn ThreadRunner>) {
+        SequentialReplica::set_thread_runner(self, runner)
     }
     fn quiescent(&self) -> bool {
         SequentialReplica::quiescent(self)

@@ -161,7 +161,6 @@ fn replica(
     r.set_session_lease(lease_ms);
     r.set_psmr(PsmrOptions {
         layout: ThreadLayout::new(threads, KEY_MAX).unwrap(),
-        os_threads: false,
         unsafe_no_barrier: no_barrier,
         unsafe_check_passes: check_passes,
     });
@@ -234,10 +233,13 @@ fn run_os(case: &Case, chunks: &[usize], check_passes: bool) -> (Outcome, Replic
     r.set_session_lease(case.lease_ms);
     r.set_psmr(PsmrOptions {
         layout: ThreadLayout::new(case.threads, KEY_MAX).unwrap(),
-        os_threads: true,
         unsafe_no_barrier: false,
         unsafe_check_passes: check_passes,
     });
+    r.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
+        case.threads,
+        "test",
+    )));
     let mut replies = Vec::new();
     let mut delivered = 0;
     let mut step = 0;
@@ -503,11 +505,10 @@ fn control_a_g_all_command_run_without_the_barrier_is_caught() {
     }
 }
 
-/// Control: a safety check that always passes is caught by the race check (a command
-/// run by one thread alone changed the tree's shape).
-#[test]
-fn control_a_safety_check_that_always_passes_is_caught_by_the_race_check() {
-    let case = build(
+/// Four threads, every key inserted by a client of its own mapping optimistically: the
+/// inserts that split a leaf must fail the safety check.
+fn every_key_inserted_optimistically() -> Case {
+    build(
         4,
         &[(0..=KEY_MAX)
             .map(|k| {
@@ -519,15 +520,26 @@ fn control_a_safety_check_that_always_passes_is_caught_by_the_race_check() {
                 )
             })
             .collect()],
-    );
+    )
+}
+
+/// The message of a caught panic.
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Control: a safety check that always passes is caught by the race check (a command
+/// run by one thread alone changed the tree's shape).
+#[test]
+fn control_a_safety_check_that_always_passes_is_caught_by_the_race_check() {
+    let case = every_key_inserted_optimistically();
     let caught = std::panic::catch_unwind(|| run(&case, None, false, true));
     let message = match caught {
         Ok(_) => panic!("the always-passing check was not caught"),
-        Err(p) => p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default(),
+        Err(p) => panic_message(p),
     };
     assert!(
         message.contains("P-SMR race check") && message.contains("changed the shape"),
@@ -543,27 +555,11 @@ fn control_a_safety_check_that_always_passes_is_caught_by_the_race_check() {
 /// still reports it.
 #[test]
 fn control_on_os_threads_an_always_passing_check_is_caught_by_the_race_check() {
-    let case = build(
-        4,
-        &[(0..=KEY_MAX)
-            .map(|k| {
-                (
-                    k + 1,
-                    Op::Insert { key: k, value: k },
-                    Mapping::Optimistic,
-                    false,
-                )
-            })
-            .collect()],
-    );
+    let case = every_key_inserted_optimistically();
     let caught = std::panic::catch_unwind(|| run_os(&case, &[], true));
     let message = match caught {
         Ok(_) => panic!("the always-passing check was not caught"),
-        Err(p) => p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default(),
+        Err(p) => panic_message(p),
     };
     assert!(
         message.contains("P-SMR race check") && message.contains("changed the shape"),

@@ -114,16 +114,10 @@ pub fn psmr_cluster(
     preload: u64,
     batchers: u32,
 ) -> ClusterConfig {
-    let mut c = sim_smr_cluster(2, Protocol::RingPaxos, Durability::Fsync)
+    let c = sim_smr_cluster(2, Protocol::RingPaxos, Durability::Fsync)
         .with_batchers(batchers)
         .expect("batchers on the simulated cluster");
-    c.execution.threads = threads;
-    c.execution.optimistic = optimistic && threads > 0;
-    if threads > 0 {
-        // The threads split the workload's keys, 0..2N.
-        c.execution.key_max = Some(bench::key_space(preload).max(threads as u64) - 1);
-    }
-    c
+    with_execution(c, threads, optimistic, preload)
 }
 
 /// A real cluster of `partita up`'s kind: 3 acceptors and 2 replicas (Ring Paxos,
@@ -134,12 +128,23 @@ pub fn psmr_real_cluster(
     preload: u64,
     batchers: u32,
 ) -> ClusterConfig {
-    let mut c = smr_cluster(2, Protocol::RingPaxos, Durability::Fsync)
+    let c = smr_cluster(2, Protocol::RingPaxos, Durability::Fsync)
         .with_batchers(batchers)
         .expect("batchers on a local cluster");
+    with_execution(c, threads, optimistic, preload)
+}
+
+/// `c`'s replicas with `threads` worker threads (0: SMR), optimistic or not.
+fn with_execution(
+    mut c: ClusterConfig,
+    threads: usize,
+    optimistic: bool,
+    preload: u64,
+) -> ClusterConfig {
     c.execution.threads = threads;
     c.execution.optimistic = optimistic && threads > 0;
     if threads > 0 {
+        // The threads split the workload's keys, 0..2N.
         c.execution.key_max = Some(bench::key_space(preload).max(threads as u64) - 1);
     }
     c

@@ -223,14 +223,23 @@ impl Cluster {
         let log = self.logs.entry(id).or_default();
         log.deleted_this_boot = 0;
         let records = log.records.clone();
-        let core = NodeCore::recover(
-            self.node_setup(id),
+        let setup = self.node_setup(id);
+        let psmr = setup.psmr;
+        let mut core = NodeCore::recover(
+            setup,
             records,
             self.checkpoints.get(&id).cloned(),
             self.bugs.clone(),
             &mut out,
         )
         .unwrap_or_else(|e| panic!("node {id} refused its own checkpoint: {e}"));
+        if let Some(layout) = psmr {
+            // P-SMR replicas run their worker threads on OS threads, as `partita node`.
+            core.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
+                layout.threads,
+                "psmr",
+            )));
+        }
         self.nodes.insert(id, core);
         self.down.remove(&id);
         self.take(id, out);

@@ -1,4 +1,5 @@
-//! A gang of OS threads for P-SMR's rounds: `run(f)` calls `f(0)` on the calling thread
+//! partita-gang: a gang of OS threads for P-SMR's rounds, the driver's
+//! [`partita_service::ThreadRunner`]. `run(f)` calls `f(0)` on the calling thread
 //! and `f(1)`, …, `f(k − 1)` on k − 1 threads of the gang at the same time, and returns
 //! once every call returned.
 //!
@@ -77,7 +78,6 @@ impl Gang {
     }
 
     /// Calls in a round.
-    #[cfg(test)]
     pub fn size(&self) -> usize {
         self.threads.len() + 1
     }
@@ -159,6 +159,15 @@ fn worker(inner: &Inner, i: usize) {
             *inner.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
         }
         inner.done.fetch_add(1, SeqCst);
+    }
+}
+
+impl partita_service::ThreadRunner for Gang {
+    fn threads(&self) -> usize {
+        self.size()
+    }
+    fn run(&self, f: &(dyn Fn(usize) + Sync)) {
+        Gang::run(self, f)
     }
 }
 
