@@ -36,6 +36,7 @@
 //! threads = 0                # P-SMR (paper 002): worker threads per replica (0: sequential)
 //! key_max = 4294967295       # P-SMR: the key space 0..=key_max the threads split
 //! optimistic = false         # opt-PSMR: clients map commands to one thread (OC-G)
+//! spin_us = 25               # P-SMR: how long idle worker threads spin before sleeping
 //!
 //! [partitioning]           # optional (paper 001 §III-C): the B+tree cut into key ranges
 //! partitions = 1             # equal ranges over 0..key_space; each has its own replicas
@@ -284,7 +285,19 @@ pub struct ExecutionSection {
     /// passes, otherwise the client resubmits it to every thread. Needs `threads`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optimistic: bool,
+    /// P-SMR on OS threads: microseconds an idle worker thread spins after a round
+    /// before it sleeps (default [`PSMR_SPIN_US_DEFAULT`]). Longer suits replicas with
+    /// cores of their own (a sleeping thread costs a wake-up per round); shorter, nodes
+    /// that share their cores (spinning takes them). At most [`PSMR_SPIN_US_MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin_us: Option<u64>,
 }
+
+/// [`ExecutionSection::spin_us`]'s default: right for this project's 2-core machines,
+/// where a whole cluster shares the cores.
+pub const PSMR_SPIN_US_DEFAULT: u64 = 25;
+/// Most microseconds [`ExecutionSection::spin_us`] takes.
+pub const PSMR_SPIN_US_MAX: u64 = 100_000;
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
@@ -293,6 +306,11 @@ fn is_zero(n: &usize) -> bool {
 impl ExecutionSection {
     fn is_default(&self) -> bool {
         *self == ExecutionSection::default()
+    }
+
+    /// How long idle P-SMR worker threads spin.
+    pub fn spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.spin_us.unwrap_or(PSMR_SPIN_US_DEFAULT))
     }
 }
 
@@ -782,6 +800,20 @@ impl ClusterConfig {
                 "execution.optimistic",
                 "opt-PSMR needs P-SMR worker threads (threads = 1 or more)".into(),
             );
+        }
+        if let Some(us) = self.execution.spin_us {
+            if self.execution.threads == 0 {
+                return f(
+                    "execution.spin_us",
+                    "spin_us tunes P-SMR worker threads (threads = 1 or more)".into(),
+                );
+            }
+            if us > PSMR_SPIN_US_MAX {
+                return f(
+                    "execution.spin_us",
+                    format!("{us} µs: at most {PSMR_SPIN_US_MAX}"),
+                );
+            }
         }
         if self.execution.early_replies && !self.execution.speculative {
             return f(
@@ -2135,6 +2167,24 @@ mod tests {
                 on.replace("early_replies = true", "early_reply = true"),
                 "early_reply",
             ),
+            (
+                good.replace("[batching]", "[execution]\nspin_us = 50\n\n[batching]"),
+                "execution.spin_us",
+            ),
+            (
+                good.replace(
+                    "[batching]",
+                    "[execution]\nthreads = 2\nspin_us = 100001\n\n[batching]",
+                ),
+                "execution.spin_us",
+            ),
+            (
+                good.replace(
+                    "[batching]",
+                    "[execution]\nthreads = 2\nspin_us = -1\n\n[batching]",
+                ),
+                "spin_us",
+            ),
         ];
         for (text, what) in cases {
             let e = ClusterConfig::parse(&text, "f.toml")
@@ -2199,6 +2249,21 @@ mod tests {
         let insecure = format!("{plain}\n[tls]\ninsecure = true\n");
         let c = ClusterConfig::parse(&insecure, "x").unwrap();
         assert_eq!(c.addr(1).to_string(), "10.0.0.1:7101");
+    }
+
+    #[test]
+    fn psmr_spin_is_set_and_round_trips() {
+        let good = ClusterConfig::default_local(7100, 42).to_toml();
+        let c = ClusterConfig::parse(&good, "x").unwrap();
+        assert_eq!(c.execution.spin(), std::time::Duration::from_micros(25));
+        assert!(!good.contains("spin_us"));
+        let text = good.replace(
+            "[batching]",
+            "[execution]\nthreads = 2\nspin_us = 400\n\n[batching]",
+        );
+        let c = ClusterConfig::parse(&text, "x").unwrap();
+        assert_eq!(c.execution.spin(), std::time::Duration::from_micros(400));
+        assert_eq!(ClusterConfig::parse(&c.to_toml(), "x").unwrap(), c);
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub struct ReplicaBenchOptions {
     pub node_keys: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Microseconds idle worker threads spin before they sleep (the cluster file's
+    /// `[execution] spin_us`).
+    #[arg(long, default_value_t = 25)]
+    pub spin_us: u64,
 }
 
 impl Default for ReplicaBenchOptions {
@@ -177,7 +181,9 @@ pub fn run_point(
     }
     if matches!(model, Model::Psmr | Model::OptPsmr) {
         r.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
-            o.threads, "psmr",
+            o.threads,
+            "psmr",
+            std::time::Duration::from_micros(o.spin_us),
         )));
     }
     // Every command of a value comes from a client of its own (a client's commands run
@@ -284,6 +290,7 @@ pub fn run(o: &ReplicaBenchOptions, mut each: impl FnMut(&Point)) -> anyhow::Res
     );
     anyhow::ensure!(o.percent <= 100, "--percent must be in 0..=100");
     anyhow::ensure!(o.batch >= 1, "--batch must be at least 1");
+    anyhow::ensure!(o.spin_us <= 100_000, "--spin-us must be at most 100000");
     anyhow::ensure!(
         o.preload >= o.threads as u64,
         "--preload must be at least --threads"
@@ -330,7 +337,7 @@ pub fn describe(o: &ReplicaBenchOptions) -> String {
         "replica alone (no ordering, network or disk), real OS threads; B+tree of {} entries \
          ({} keys per node), keys uniform over 0..{}; dependent-{} ({}% inserts and deletes, \
          the rest reads); {} commands per value, {} per model and round; {} worker threads; \
-         {} rounds, models in turns; {} cores on this machine",
+         idle worker threads spin {} µs; {} rounds, models in turns; {} cores on this machine",
         o.preload,
         o.node_keys,
         o.preload * 2,
@@ -339,6 +346,7 @@ pub fn describe(o: &ReplicaBenchOptions) -> String {
         o.batch,
         o.commands,
         o.threads,
+        o.spin_us,
         o.rounds,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     )
@@ -375,6 +383,7 @@ mod tests {
                 rounds: 2,
                 node_keys: 8,
                 seed: 7,
+                spin_us: 25,
             };
             let mut seen = 0;
             let points = run(&o, |_| seen += 1).unwrap();
@@ -411,6 +420,10 @@ mod tests {
             },
             ReplicaBenchOptions {
                 node_keys: 2,
+                ..ReplicaBenchOptions::default()
+            },
+            ReplicaBenchOptions {
+                spin_us: 100_001,
                 ..ReplicaBenchOptions::default()
             },
         ];

@@ -6,8 +6,9 @@
 //! A round of P-SMR commands lasts tens of microseconds, about what waking a sleeping
 //! thread costs, so the gang's threads spin for a while after a round before they sleep
 //! (on a condition variable), and the calling thread, which would otherwise only wait,
-//! takes a share itself. A thread sleeps only after `SPIN` idle checks, so a busy
-//! replica pays no system call per round and an idle one burns no core.
+//! takes a share itself. A thread sleeps only after spinning for the gang's spin time
+//! (the cluster file's `[execution] spin_us`), so a busy replica pays no system call
+//! per round and an idle one burns no core.
 //!
 //! `f` borrows from the caller's stack: its pointer is handed to the threads for one
 //! round only, and `run` does not return (nor unwind) before every thread is done with
@@ -20,12 +21,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// Idle checks before a gang thread sleeps (about 25 µs here: a pause is ~24 ns).
-const SPIN: u32 = 1 << 10;
+/// Spins between two looks at the clock.
+const SPIN_CHECK: u32 = 64;
+/// How long the calling thread spins for the others to finish before it yields.
+const CALLER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 type Job = *const (dyn Fn(usize) + Sync + 'static);
 
 struct Inner {
+    /// How long an idle thread spins before it sleeps.
+    spin: std::time::Duration,
     /// Bumped for every round (and to stop).
     epoch: AtomicU64,
     /// The round's function, written before `epoch` is bumped.
@@ -52,10 +57,12 @@ pub struct Gang {
 }
 
 impl Gang {
-    /// A gang for rounds of `k` calls (`k − 1` threads, named `name-1`, …).
-    pub fn new(k: usize, name: &str) -> Gang {
+    /// A gang for rounds of `k` calls (`k − 1` threads, named `name-1`, …) whose idle
+    /// threads spin for `spin` before they sleep.
+    pub fn new(k: usize, name: &str, spin: std::time::Duration) -> Gang {
         assert!(k >= 1, "a gang of at least one");
         let inner = Arc::new(Inner {
+            spin,
             epoch: AtomicU64::new(0),
             job: UnsafeCell::new(None),
             done: AtomicUsize::new(0),
@@ -99,9 +106,12 @@ impl Gang {
         }
         let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
         let mut spins = 0u32;
+        let mut since: Option<std::time::Instant> = None;
         while self.inner.done.load(SeqCst) < others {
             spins += 1;
-            if spins < SPIN {
+            if !spins.is_multiple_of(SPIN_CHECK)
+                || since.get_or_insert_with(std::time::Instant::now).elapsed() < CALLER_SPIN
+            {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
@@ -129,6 +139,7 @@ fn worker(inner: &Inner, i: usize) {
     let mut seen = 0;
     loop {
         let mut spins = 0u32;
+        let idle = std::time::Instant::now();
         loop {
             let e = inner.epoch.load(SeqCst);
             if inner.stop.load(SeqCst) {
@@ -139,7 +150,7 @@ fn worker(inner: &Inner, i: usize) {
                 break;
             }
             spins += 1;
-            if spins < SPIN {
+            if !spins.is_multiple_of(SPIN_CHECK) || idle.elapsed() < inner.spin {
                 std::hint::spin_loop();
                 continue;
             }
@@ -149,7 +160,6 @@ fn worker(inner: &Inner, i: usize) {
                 g = inner.wake.wait(g).unwrap_or_else(|e| e.into_inner());
             }
             inner.sleepers.fetch_sub(1, SeqCst);
-            spins = 0;
         }
         // SAFETY: published before the epoch this thread just saw; `run` keeps it
         // alive until this thread counts itself done.
@@ -190,10 +200,12 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
 
+    const SPIN_TEST: std::time::Duration = std::time::Duration::from_micros(25);
+
     #[test]
     fn every_call_runs_once_per_round_on_its_own_thread() {
         for k in 1..=4 {
-            let gang = Gang::new(k, "test");
+            let gang = Gang::new(k, "test", SPIN_TEST);
             assert_eq!(gang.size(), k);
             let counts: Vec<AtomicU64> = (0..k).map(|_| AtomicU64::new(0)).collect();
             let names = Mutex::new(std::collections::HashSet::new());
@@ -215,7 +227,7 @@ mod tests {
 
     #[test]
     fn threads_that_slept_wake_for_the_next_round() {
-        let gang = Gang::new(3, "test");
+        let gang = Gang::new(3, "test", SPIN_TEST);
         let n = AtomicU64::new(0);
         for _ in 0..3 {
             std::thread::sleep(std::time::Duration::from_millis(30));
@@ -228,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_panic_in_any_call_is_raised_after_every_call_returned() {
-        let gang = Gang::new(3, "test");
+        let gang = Gang::new(3, "test", SPIN_TEST);
         for bad in 0..3 {
             let finished = AtomicU64::new(0);
             let r = catch_unwind(AssertUnwindSafe(|| {

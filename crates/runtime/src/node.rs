@@ -1182,6 +1182,7 @@ pub async fn run_node_until(
         core.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
             layout.threads,
             "psmr",
+            cfg.execution.spin(),
         )));
     }
     if let (Some(path), Some(r)) = (&checkpoint_path, core.replica()) {

@@ -239,6 +239,7 @@ fn run_os(case: &Case, chunks: &[usize], check_passes: bool) -> (Outcome, Replic
     r.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
         case.threads,
         "test",
+        std::time::Duration::from_micros(25),
     )));
     let mut replies = Vec::new();
     let mut delivered = 0;

@@ -238,6 +238,7 @@ impl Cluster {
             core.set_thread_runner(std::sync::Arc::new(partita_gang::Gang::new(
                 layout.threads,
                 "psmr",
+                std::time::Duration::from_micros(25),
             )));
         }
         self.nodes.insert(id, core);
