@@ -524,6 +524,18 @@ fn every_key_inserted_optimistically() -> Case {
     )
 }
 
+/// `f` must panic with the race check's report (the always-passing check caught).
+fn assert_race_caught(f: impl FnOnce() + std::panic::UnwindSafe) {
+    let message = match std::panic::catch_unwind(f) {
+        Ok(()) => panic!("the always-passing check was not caught"),
+        Err(p) => panic_message(p),
+    };
+    assert!(
+        message.contains("P-SMR race check") && message.contains("changed the shape"),
+        "caught for another reason: {message}"
+    );
+}
+
 /// The message of a caught panic.
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<String>()
@@ -537,15 +549,9 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 #[test]
 fn control_a_safety_check_that_always_passes_is_caught_by_the_race_check() {
     let case = every_key_inserted_optimistically();
-    let caught = std::panic::catch_unwind(|| run(&case, None, false, true));
-    let message = match caught {
-        Ok(_) => panic!("the always-passing check was not caught"),
-        Err(p) => panic_message(p),
-    };
-    assert!(
-        message.contains("P-SMR race check") && message.contains("changed the shape"),
-        "caught for another reason: {message}"
-    );
+    assert_race_caught(|| {
+        run(&case, None, false, true);
+    });
     // The same commands with the real check: no race.
     run(&case, None, false, false);
 }
@@ -557,15 +563,9 @@ fn control_a_safety_check_that_always_passes_is_caught_by_the_race_check() {
 #[test]
 fn control_on_os_threads_an_always_passing_check_is_caught_by_the_race_check() {
     let case = every_key_inserted_optimistically();
-    let caught = std::panic::catch_unwind(|| run_os(&case, &[], true));
-    let message = match caught {
-        Ok(_) => panic!("the always-passing check was not caught"),
-        Err(p) => panic_message(p),
-    };
-    assert!(
-        message.contains("P-SMR race check") && message.contains("changed the shape"),
-        "caught for another reason: {message}"
-    );
+    assert_race_caught(|| {
+        run_os(&case, &[], true);
+    });
     let (_, stats) = run_os(&case, &[], false);
     assert_eq!(stats.psmr_alone, 0);
 }
