@@ -177,71 +177,12 @@ impl BPlusTree {
     /// checked. As long as nothing is structural, every operation lands in the leaf it
     /// would land in on the unmodified tree.
     fn batch_check(&self, ops: &[BatchOp]) -> SafetyCheck {
-        struct Touched {
-            leaf: u32,
-            fill: usize,
-            low: u64,
-            high: u64,
-        }
-        let root_is_leaf = self.height == 0;
-        let mut touched: Vec<Touched> = Vec::new();
-        // Presence of keys already touched by the batch (batches are small: linear).
-        let mut present: Vec<(u64, bool)> = Vec::new();
-        for op in ops {
-            let key = match *op {
-                BatchOp::Insert { key, .. } | BatchOp::Delete { key } => key,
-            };
+        batch_check(ops, self.cap, self.min, self.height == 0, |key| {
             let at = self.locate(key);
-            let t = match touched.iter().position(|t| t.leaf == at.leaf) {
-                Some(i) => i,
-                None => {
-                    let fill = len(self.leaves.node(at.leaf));
-                    touched.push(Touched {
-                        leaf: at.leaf,
-                        fill,
-                        low: at.low,
-                        high: at.high,
-                    });
-                    touched.len() - 1
-                }
-            };
-            let p = match present.iter().position(|&(k, _)| k == key) {
-                Some(i) => i,
-                None => {
-                    present.push((key, self.leaf_search(at.leaf, key).1));
-                    present.len() - 1
-                }
-            };
-            match *op {
-                BatchOp::Insert { .. } if !present[p].1 => {
-                    present[p].1 = true;
-                    touched[t].fill += 1;
-                    if touched[t].fill > self.cap {
-                        return SafetyCheck::Structural;
-                    }
-                }
-                BatchOp::Delete { .. } if present[p].1 => {
-                    present[p].1 = false;
-                    touched[t].fill -= 1;
-                    if !root_is_leaf && touched[t].fill < self.min {
-                        return SafetyCheck::Structural;
-                    }
-                }
-                _ => {}
-            }
-        }
-        match touched.as_slice() {
-            [] => SafetyCheck::ReadOnly,
-            [one] => SafetyCheck::LeafLocal {
-                leaf: NodeId::leaf(one.leaf),
-                low: one.low,
-                high: one.high,
-            },
-            many => SafetyCheck::MultiLeaf {
-                low: many.iter().map(|t| t.low).min().unwrap_or(0),
-                high: many.iter().map(|t| t.high).max().unwrap_or(u64::MAX),
-            },
-        }
+            let fill = len(self.leaves.node(at.leaf));
+            let found = self.leaf_search(at.leaf, key).1;
+            (at, fill, found)
+        })
     }
 
     /// The nodes from the root down to the leaf whose interval holds `key`, each with
@@ -365,5 +306,81 @@ impl<M: Default + Clone> NodeMeta<M> {
             StructureEvent::NewRoot { root } => self.reset(root),
             StructureEvent::RootCollapse { removed, .. } => self.reset(removed),
         }
+    }
+}
+
+/// The opt-PSMR safety check of a batch (see `BPlusTree::batch_check`), with
+/// `leaf_of(key)` giving where `key` leads, that leaf's entry count and whether `key`
+/// is in it: the one rule for the tree and for `SharedTree`, which reads leaves word by
+/// word.
+pub(crate) fn batch_check(
+    ops: &[BatchOp],
+    cap: usize,
+    min: usize,
+    root_is_leaf: bool,
+    leaf_of: impl Fn(u64) -> (Located, usize, bool),
+) -> SafetyCheck {
+    struct Touched {
+        leaf: u32,
+        fill: usize,
+        low: u64,
+        high: u64,
+    }
+    let mut touched: Vec<Touched> = Vec::new();
+    // Presence of keys already touched by the batch (batches are small: linear).
+    let mut present: Vec<(u64, bool)> = Vec::new();
+    for op in ops {
+        let key = match *op {
+            BatchOp::Insert { key, .. } | BatchOp::Delete { key } => key,
+        };
+        let (at, fill, found) = leaf_of(key);
+        let t = match touched.iter().position(|t| t.leaf == at.leaf) {
+            Some(i) => i,
+            None => {
+                touched.push(Touched {
+                    leaf: at.leaf,
+                    fill,
+                    low: at.low,
+                    high: at.high,
+                });
+                touched.len() - 1
+            }
+        };
+        let p = match present.iter().position(|&(k, _)| k == key) {
+            Some(i) => i,
+            None => {
+                present.push((key, found));
+                present.len() - 1
+            }
+        };
+        match *op {
+            BatchOp::Insert { .. } if !present[p].1 => {
+                present[p].1 = true;
+                touched[t].fill += 1;
+                if touched[t].fill > cap {
+                    return SafetyCheck::Structural;
+                }
+            }
+            BatchOp::Delete { .. } if present[p].1 => {
+                present[p].1 = false;
+                touched[t].fill -= 1;
+                if !root_is_leaf && touched[t].fill < min {
+                    return SafetyCheck::Structural;
+                }
+            }
+            _ => {}
+        }
+    }
+    match touched.as_slice() {
+        [] => SafetyCheck::ReadOnly,
+        [one] => SafetyCheck::LeafLocal {
+            leaf: NodeId::leaf(one.leaf),
+            low: one.low,
+            high: one.high,
+        },
+        many => SafetyCheck::MultiLeaf {
+            low: many.iter().map(|t| t.low).min().unwrap_or(0),
+            high: many.iter().map(|t| t.high).max().unwrap_or(u64::MAX),
+        },
     }
 }

@@ -135,7 +135,12 @@ impl KeyPartition {
     /// the interval the leaf's ancestors route to it). Deterministic: the same tree and
     /// command give the same verdict at every replica. Reads pass.
     pub fn verdict(&self, tree: &BPlusTree, t: usize, op: &Op) -> Verdict {
-        match tree.safety_check(op) {
+        self.verdict_of(tree.safety_check(op), t)
+    }
+
+    /// [`KeyPartition::verdict`] from the command's [`SafetyCheck`].
+    pub(crate) fn verdict_of(&self, check: SafetyCheck, t: usize) -> Verdict {
+        match check {
             SafetyCheck::ReadOnly => Verdict::Pass,
             SafetyCheck::Structural => Verdict::Structural,
             check => {
@@ -165,6 +170,17 @@ pub enum Verdict {
 impl Verdict {
     pub fn passed(&self) -> bool {
         matches!(self, Verdict::Pass)
+    }
+
+    /// `Ok` if it passed, else why not (thread `t`'s), as replicas answer it.
+    pub fn reason(&self, t: usize) -> Result<(), String> {
+        match *self {
+            Verdict::Pass => Ok(()),
+            Verdict::Structural => Err("it would split, merge or rebalance a node".into()),
+            Verdict::SharedLeaf { low, high } => Err(format!(
+                "its leaf is routed keys {low}..={high}, not all of them thread {t}'s"
+            )),
+        }
     }
 }
 

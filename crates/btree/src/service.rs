@@ -13,7 +13,7 @@
 //! | batch | the partitions of its keys | the ops of p, in order | results put back in the batch's order |
 
 pub use crate::ops::{BatchOp, Op, OpResult};
-use crate::psmr::{Groups, KeyPartition, Verdict};
+use crate::psmr::{Groups, KeyPartition};
 use crate::{BPlusTree, Undo};
 use partita_service::{
     ExecutionWork, MergeError, Objects, SharedExecution, SplitError, StateMachine, ThreadLayout,
@@ -136,13 +136,7 @@ impl StateMachine for BPlusTree {
 
     fn thread_check(&self, op: &Op, t: usize, layout: &ThreadLayout) -> Result<(), String> {
         let part = KeyPartition::new(layout.threads, layout.key_max)?;
-        match part.verdict(self, t, op) {
-            Verdict::Pass => Ok(()),
-            Verdict::Structural => Err("it would split, merge or rebalance a node".into()),
-            Verdict::SharedLeaf { low, high } => Err(format!(
-                "its leaf is routed keys {low}..={high}, not all of them thread {t}'s"
-            )),
-        }
+        part.verdict(self, t, op).reason(t)
     }
 
     fn shape_changes(&self) -> u64 {

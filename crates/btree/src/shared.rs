@@ -30,6 +30,7 @@
 //! view lives and folded into the tree when it is dropped.
 
 use crate::digest::entry_hash;
+use crate::hooks::Located;
 use crate::node::{rank_le, rank_lt, CHUNK_MASK, CHUNK_SHIFT, IK, LEAF_BIT, LK};
 use crate::ops::{BatchOp, Op, OpResult};
 use crate::psmr::KeyPartition;
@@ -67,13 +68,6 @@ pub struct SharedTree<'a> {
 // or writes meanwhile (module documentation), and the deltas are atomics.
 unsafe impl Sync for SharedTree<'_> {}
 unsafe impl Send for SharedTree<'_> {}
-
-/// Where a key leads: the leaf and the interval its ancestors route to it.
-struct Located {
-    leaf: u32,
-    low: u64,
-    high: u64,
-}
 
 impl<'a> SharedTree<'a> {
     /// The view of `tree` for the worker threads of `part`.
@@ -175,74 +169,16 @@ impl<'a> SharedTree<'a> {
         d.digest.fetch_add(digest, Ordering::Relaxed);
     }
 
-    /// The opt-PSMR verdict of `ops` for thread `t`, exactly as
-    /// `BPlusTree::batch_check` and `KeyPartition::verdict` give it (same order of
-    /// conditions, same reasons); every key must be `t`'s.
+    /// The opt-PSMR verdict of `ops` for thread `t`: the tree's own rule
+    /// (`hooks::batch_check`, `KeyPartition::verdict_of`), reading leaves word by word;
+    /// every key must be `t`'s (a leaf a key of `t` leads to is safe to read).
     fn check(&self, t: usize, ops: &[BatchOp]) -> Result<(), String> {
-        struct Touched {
-            leaf: u32,
-            fill: usize,
-            low: u64,
-            high: u64,
-        }
-        let mut touched: Vec<Touched> = Vec::new();
-        let mut present: Vec<(u64, bool)> = Vec::new();
-        for op in ops {
-            let key = batch_key(op);
+        let check = crate::hooks::batch_check(ops, self.cap, self.min, self.root_is_leaf, |key| {
             let at = self.locate(key);
             let (n, _, found) = self.search(at.leaf, key);
-            let i = match touched.iter().position(|x| x.leaf == at.leaf) {
-                Some(i) => i,
-                None => {
-                    touched.push(Touched {
-                        leaf: at.leaf,
-                        fill: n,
-                        low: at.low,
-                        high: at.high,
-                    });
-                    touched.len() - 1
-                }
-            };
-            let p = match present.iter().position(|&(k, _)| k == key) {
-                Some(p) => p,
-                None => {
-                    present.push((key, found));
-                    present.len() - 1
-                }
-            };
-            match *op {
-                BatchOp::Insert { .. } if !present[p].1 => {
-                    present[p].1 = true;
-                    touched[i].fill += 1;
-                    if touched[i].fill > self.cap {
-                        return Err(STRUCTURAL.into());
-                    }
-                }
-                BatchOp::Delete { .. } if present[p].1 => {
-                    present[p].1 = false;
-                    touched[i].fill -= 1;
-                    if !self.root_is_leaf && touched[i].fill < self.min {
-                        return Err(STRUCTURAL.into());
-                    }
-                }
-                _ => {}
-            }
-        }
-        let (low, high) = match touched.as_slice() {
-            [] => return Ok(()),
-            [one] => (one.low, one.high),
-            many => (
-                many.iter().map(|x| x.low).min().unwrap_or(0),
-                many.iter().map(|x| x.high).max().unwrap_or(u64::MAX),
-            ),
-        };
-        if self.owns(t, low, high) {
-            Ok(())
-        } else {
-            Err(format!(
-                "its leaf is routed keys {low}..={high}, not all of them thread {t}'s"
-            ))
-        }
+            (at, n, found)
+        });
+        self.part.verdict_of(check, t).reason(t)
     }
 
     /// Insert in place into a leaf wholly `t`'s with room (checked by the caller).
@@ -384,8 +320,6 @@ impl<'a> SharedTree<'a> {
         }
     }
 }
-
-const STRUCTURAL: &str = "it would split, merge or rebalance a node";
 
 fn batch_key(b: &BatchOp) -> u64 {
     match *b {
