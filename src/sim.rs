@@ -67,9 +67,9 @@ pub struct SimArgs {
     #[arg(long, requires = "threads")]
     optimistic: bool,
     /// Multi-Ring Paxos (paper 002): N rings in every seed (0: one stream; a
-    /// partitioned seed takes a ring per partition and one across them), with
-    /// speculation, P-SMR and batchers off. Default: a third of the seeds without
-    /// those draw 2 or 3 rings.
+    /// partitioned seed takes a ring per partition and one across them, a P-SMR seed
+    /// a ring per thread and one for g_all), with speculation and batchers off.
+    /// Default: a third of the seeds without those draw 2 or 3 rings.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=8))]
     rings: Option<u32>,
     /// S-SMR/DS-SMR (paper 003): every seed runs Chirper over 1 to 8 data partitions
@@ -108,6 +108,10 @@ pub struct SimArgs {
     /// Print the default cost table as TOML and exit.
     #[arg(long, exclusive = true)]
     print_cost_table: bool,
+    /// Print each seed's drawn layout (protocol, partitions, P-SMR threads, rings)
+    /// and exit without running it: which seeds of a range exercise what.
+    #[arg(long)]
+    draws: bool,
     /// Run each seed twice and fail if the two event traces differ.
     #[arg(long)]
     check_determinism: bool,
@@ -278,6 +282,24 @@ pub fn run(a: SimArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let opts = a.options()?;
+    if a.draws {
+        let (lo, hi) = a
+            .seeds
+            .or(a.seed.map(|s| (s, s + 1)))
+            .ok_or_else(|| anyhow::anyhow!("give --seed N or --seeds A..B"))?;
+        for seed in lo..hi {
+            let p = partita_sim::swarm::draw(seed, &opts);
+            println!(
+                "{seed}: {}{}, {} acceptors, {} replicas{}",
+                p.protocol,
+                if p.speculative { " speculative" } else { "" },
+                p.acceptors,
+                p.replicas,
+                p.layout().map(|l| format!("; {l}")).unwrap_or_default()
+            );
+        }
+        return Ok(0);
+    }
     match (a.seed, a.seeds) {
         (Some(seed), _) => single(&a, seed, &opts),
         (None, Some((lo, hi))) => range(&a, lo, hi, &opts),

@@ -159,6 +159,36 @@ async fn opt_psmr_on_os_threads_survives_every_fault() {
     );
 }
 
+/// P-SMR over Multi-Ring Paxos (paper 002 §V-B) on real processes: two worker
+/// threads per replica on OS threads, a ring per thread's group and one for g_all
+/// (three rings of three acceptors), clients sending each command to its group's ring
+/// (CC-G at the proxy); rings' coordinators, an acceptor and a replica killed, paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psmr_on_multi_ring_paxos_survives_every_fault() {
+    let tweak = |mut c: ClusterConfig| {
+        let key_space = nemesis::default_bench(Duration::from_secs(1), 1, 0)
+            .key_space
+            .unwrap();
+        c.execution.threads = 2;
+        c.execution.key_max = Some(key_space - 1);
+        c.with_multiring(2, 1).expect("a valid cluster")
+    };
+    let r = run_tweaked(Protocol::RingPaxos, Fault::ALL.to_vec(), 12, &[], 1, tweak).await;
+    assert!(r.passed(), "{r}");
+    let text = r.to_string();
+    let parallel: u64 = text
+        .split("P-SMR at node ")
+        .nth(1)
+        .and_then(|t| t.split(": ").nth(1))
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no P-SMR counters in the report: {r}"));
+    assert!(
+        parallel > 100,
+        "worker threads ran {parallel} commands: {r}"
+    );
+}
+
 /// Control: replicas that lose acknowledged writes must fail the nemesis's checks,
 /// and fail them with a violation the linearizability check found (every fifth
 /// acknowledged mutation is undone at every replica alike, so the replicas still

@@ -105,7 +105,7 @@ fn ring_entry(t: &Topology, cmd: &Command, timeouts: u64) -> Option<NodeId> {
     if t.rings.is_empty() || t.batchers {
         return None;
     }
-    let groups = cmd.body.groups();
+    let groups = cmd.multicast_groups(t.psmr.map_or(0, |p| p.layout.threads));
     let carriers = || t.rings.iter().filter(|(g, _)| g & groups == groups);
     let fewest = carriers().map(|(g, _)| g.count_ones()).min()?;
     let best = || carriers().filter(move |(g, _)| g.count_ones() == fewest);
@@ -446,11 +446,18 @@ impl<S: StateMachine> ClientCore<S> {
         let map = self.topology.layout.map;
         let mut env = envelope::<S>(self.id, self.seq + 1, self.replica, &cmd, &map)?;
         env.session = self.session.unwrap_or(0);
-        if let Some(p) = self.topology.psmr.filter(|p| p.optimistic) {
+        if let Some(p) = self.topology.psmr {
             // OC-G: one thread, or g_all where even the optimistic mapping finds none.
-            env.threads = S::thread_group(&cmd, &p.layout, true)
-                .filter(|&t| t < p.layout.threads)
-                .map_or(p.layout.all(), |t| 1u64 << t);
+            // CC-G is the replicas' (the command leaves with no thread named), except
+            // over Multi-Ring Paxos, where the thread's group names the ring the
+            // command goes to (paper 002 §V-B): the proxy maps it then, as the paper's
+            // client proxies do. A thread the proxy chose by CC-G always passes the
+            // replica's check.
+            if p.optimistic || !self.topology.rings.is_empty() {
+                env.threads = S::thread_group(&cmd, &p.layout, p.optimistic)
+                    .filter(|&t| t < p.layout.threads)
+                    .map_or(p.layout.all(), |t| 1u64 << t);
+            }
         }
         self.seq += 1;
         let partitions: Vec<PartitionId> = partita_types::mask_partitions(env.body.groups());

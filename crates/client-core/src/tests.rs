@@ -764,3 +764,80 @@ fn giving_up_on_a_command_for_several_partitions_leaves_the_session() {
     assert_eq!(c.stats().sessions_abandoned, 1);
     c.invariants();
 }
+
+/// P-SMR over Multi-Ring Paxos (paper 002 §V-B): the proxy maps every command to a
+/// thread's group (CC-G, or OC-G when optimistic) and sends it to that group's ring,
+/// g_all commands (and session opens) to the ring that carries every thread; an
+/// optimistic command refused by its thread goes again, conservatively, to g_all's.
+#[test]
+fn psmr_commands_go_to_their_thread_groups_ring() {
+    for optimistic in [false, true] {
+        let layout = ThreadLayout::new(2, 99).unwrap();
+        let t = Topology {
+            psmr: Some(PsmrClient { layout, optimistic }),
+            rings: vec![
+                (0b01, vec![10, 11]),
+                (0b10, vec![12, 13]),
+                (0b11, vec![14, 15]),
+            ],
+            ..topology()
+        };
+        let mut c: ClientCore<BPlusTree> = ClientCore::new(9, t, cfg(), 1, 4);
+        let mut out = Vec::new();
+        // The session opens on g_all's ring.
+        c.submit(Op::Read { key: 10 }, 0, &mut out).unwrap();
+        let [Action::Send { to, cmd, .. }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert!(cmd.is_open());
+        assert_eq!((*to, cmd.threads), (14, 0));
+        let opened = Reply {
+            client: 9,
+            seq: 0,
+            instance: 1,
+            result: Ok(partita_types::session_reply(1)),
+        };
+        out.clear();
+        c.on_reply(4, &opened, None, 0, &mut out);
+        // A read of thread 0's range: its ring, its group.
+        let [Action::Send { to, cmd, .. }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!((*to, cmd.threads), (10, 0b01), "optimistic {optimistic}");
+        out.clear();
+        c.on_reply(4, &reply(1, 2, &OpResult::Value(None)), None, 1, &mut out);
+        // An update of thread 1's range.
+        c.submit(Op::Update { key: 80, value: 1 }, 2, &mut out)
+            .unwrap();
+        let [Action::Send { to, cmd, .. }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!((*to, cmd.threads), (12, 0b10));
+        out.clear();
+        c.on_reply(4, &reply(2, 3, &OpResult::Old(None)), None, 3, &mut out);
+        // An insert: g_all under CC-G, one thread under OC-G.
+        c.submit(Op::Insert { key: 70, value: 1 }, 4, &mut out)
+            .unwrap();
+        let [Action::Send { to, cmd, .. }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        if !optimistic {
+            assert_eq!((*to, cmd.threads), (14, 0b11));
+            continue;
+        }
+        assert_eq!((*to, cmd.threads), (12, 0b10));
+        // Refused by that thread: again, conservatively, on g_all's ring.
+        out.clear();
+        let refused = Reply {
+            client: 9,
+            seq: 3,
+            instance: 4,
+            result: Err(partita_types::Refusal::Resubmit("the leaf splits".into())),
+        };
+        c.on_reply(4, &refused, None, 5, &mut out);
+        let [Action::Send { to, cmd, .. }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!((cmd.seq, *to, cmd.threads), (3, 14, 0));
+    }
+}

@@ -964,8 +964,6 @@ impl ClusterConfig {
             Some("mode = \"cs\"")
         } else if self.execution.speculative {
             Some("speculative execution")
-        } else if self.execution.threads > 0 {
-            Some("P-SMR worker threads")
         } else if !self.with_role(Role::Batcher).is_empty() {
             Some("batchers")
         } else {
@@ -991,7 +989,13 @@ impl ClusterConfig {
         let mut seen_ids = Vec::new();
         let mut owner: std::collections::BTreeMap<NodeId, u32> = Default::default();
         let mut carried = 0u64;
-        let all = map.all();
+        let all = self.ring_groups_all();
+        // With P-SMR worker threads the groups are the threads' (g_0 … g_{K−1}), else
+        // the partitions.
+        let (kind, count) = match self.psmr_layout() {
+            Some(l) => ("thread group", l.threads as u32),
+            None => ("partition", map.count()),
+        };
         for r in &mr.rings {
             if seen_ids.contains(&r.id) {
                 return f(
@@ -1039,17 +1043,21 @@ impl ClusterConfig {
                 if groups.is_empty() {
                     return f(
                         "multiring.ring.groups",
-                        format!("ring {} carries no partition", r.id),
+                        format!("ring {} carries no {kind}", r.id),
                     );
                 }
                 for &g in groups {
-                    if g >= map.count() {
+                    if g >= count {
+                        let counted = if kind == "partition" {
+                            "partitions"
+                        } else {
+                            "threads"
+                        };
                         return f(
                             "multiring.ring.groups",
                             format!(
-                                "ring {}: partition {g} does not exist (partitions = {})",
-                                r.id,
-                                map.count()
+                                "ring {}: {kind} {g} does not exist ({counted} = {count})",
+                                r.id
                             ),
                         );
                     }
@@ -1067,27 +1075,41 @@ impl ClusterConfig {
             let missing = partita_types::mask_partitions(all & !carried);
             return f(
                 "multiring.ring.groups",
-                format!(
-                    "no ring carries partitions {missing:?}: their replicas would learn nothing"
-                ),
+                format!("no ring carries {kind}s {missing:?}: nothing could reach them"),
             );
         }
         if !mr.rings.iter().any(|r| self.ring_groups(r) == all) {
             return f(
                 "multiring.ring.groups",
-                "one ring must carry every partition (commands for all of them: session \
-                 renewals, scans)"
-                    .into(),
+                format!(
+                    "one ring must carry every {kind} (commands for all of them: session \
+                     renewals, scans{})",
+                    if kind == "partition" {
+                        ""
+                    } else {
+                        ", P-SMR's g_all"
+                    }
+                ),
             );
         }
         Ok(())
     }
 
-    /// The partitions a ring carries, one bit each.
+    /// The groups a ring carries, one bit each: the partitions, or with P-SMR worker
+    /// threads the threads' groups.
     fn ring_groups(&self, r: &RingSection) -> u64 {
         match &r.groups {
-            None => self.partition_map().all(),
+            None => self.ring_groups_all(),
             Some(g) => g.iter().fold(0, |m, &p| m | (1u64 << p)),
+        }
+    }
+
+    /// Every group rings may carry: the threads' with P-SMR worker threads (paper
+    /// 002: g_0 … g_{K−1}, the g_all ring carries them all), else the partitions.
+    fn ring_groups_all(&self) -> u64 {
+        match self.psmr_layout() {
+            Some(l) => l.all(),
+            None => self.partition_map().all(),
         }
     }
 
@@ -1120,22 +1142,32 @@ impl ClusterConfig {
             rings,
             m: mr.m,
             skips: self.skip_config(),
+            psmr_threads: self.psmr_layout().map_or(0, |l| l.threads),
         })
     }
 
     /// This cluster ordered by Multi-Ring Paxos: `rings` rings of `per_ring` acceptors
     /// each over an unpartitioned state (every ring carries it; clients spread over
     /// them), or, with state partitioning, one ring per partition (`rings` must be the
-    /// number of partitions) plus one that carries every partition. The cluster's
-    /// acceptors become the first ring (their number is the ring size); the others
-    /// are new nodes (ids after every other node).
+    /// number of partitions) plus one that carries every partition, or, with P-SMR
+    /// worker threads, one ring per thread's group g_i (`rings` must be the number of
+    /// threads) plus one for g_all (paper 002 §V-B). The cluster's acceptors become
+    /// the first ring (their number is the ring size); the others are new nodes (ids
+    /// after every other node).
     pub fn with_multiring(mut self, rings: u32, m: u64) -> Result<ClusterConfig, String> {
         let partitions = self.partition_map().count();
-        let partitioned = partitions > 1;
-        if partitioned && rings != partitions {
+        let threads = self.psmr_layout().map_or(0, |l| l.threads as u32);
+        let partitioned = partitions > 1 || threads > 0;
+        if partitions > 1 && rings != partitions {
             return Err(format!(
                 "{partitions} partitions take one ring each (rings = {partitions}), plus one \
                  ring for commands that span them"
+            ));
+        }
+        if threads > 0 && rings != threads {
+            return Err(format!(
+                "{threads} P-SMR worker threads take one ring each for their groups (rings = \
+                 {threads}), plus one ring for g_all"
             ));
         }
         if rings == 0 {
@@ -2612,5 +2644,56 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("rtt"), "{e}");
+    }
+
+    /// P-SMR over Multi-Ring Paxos (paper 002 §V-B): a ring per thread's group and
+    /// one for g_all; the groups a ring names are threads, checked as such.
+    #[test]
+    fn psmr_threads_take_a_ring_per_group_and_one_for_g_all() {
+        let mut base = ClusterConfig::default_local(7100, 42);
+        base.execution.threads = 2;
+        base.validate().unwrap();
+        assert!(base
+            .clone()
+            .with_multiring(3, 1)
+            .unwrap_err()
+            .contains("rings = 2"));
+        let c = base.with_multiring(2, 2).unwrap();
+        let setup = c.multiring_setup().unwrap();
+        assert_eq!(setup.psmr_threads, 2);
+        let groups: Vec<u64> = setup.rings.iter().map(|r| r.groups).collect();
+        assert_eq!(groups, vec![0b01, 0b10, 0b11]);
+        let t = c.client_topology();
+        assert_eq!(t.rings.len(), 3);
+        assert!(t.psmr.is_some());
+        let good = c.to_toml();
+        ClusterConfig::parse(&good, "f.toml").unwrap();
+        // Ring 2 carries thread 1's group: name a thread that does not exist, or leave
+        // no ring for g_all.
+        let ring2 = good.find("id = 2").unwrap();
+        let at = ring2 + good[ring2..].find("groups = [1]").unwrap();
+        let cases = [
+            (
+                format!("{}groups = [2]{}", &good[..at], &good[at + 12..]),
+                "thread group 2 does not exist (threads = 2)",
+            ),
+            (
+                good.replace(
+                    "\n\n[[multiring.ring]]\nid = 3",
+                    "\n\n[[multiring.ring]]\nid = 3\ngroups = [0]",
+                ),
+                "one ring must carry every thread group",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_ne!(text, good, "case for {want} changed nothing");
+            match ClusterConfig::parse(&text, "f.toml") {
+                Err(ConfigError::Field { field, message, .. }) => {
+                    assert_eq!(field, "multiring.ring.groups", "{message}");
+                    assert!(message.contains(want), "{message}");
+                }
+                other => panic!("{want}: {other:?}"),
+            }
+        }
     }
 }

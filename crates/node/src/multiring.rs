@@ -5,7 +5,11 @@
 //! - **Rings and groups.** The cluster file lists the rings (`[[multiring.ring]]`): each
 //!   names its acceptors (no node is an acceptor of two rings: a ring's acceptors, and
 //!   their logs, are its own) and the groups it carries. Groups are the partitions of
-//!   state partitioning (one group, 0, when the state is not partitioned).
+//!   state partitioning (one group, 0, when the state is not partitioned), or, on
+//!   replicas with P-SMR worker threads, the threads' groups (paper 002 §V-B: g_i for
+//!   thread i, a ring each, and a ring that carries them all for g_all). A command's
+//!   groups are [`Command::multicast_groups`]: its partitions, or the one thread its
+//!   client proxy chose (CC-G or OC-G), else g_all.
 //! - **Subscriptions.** Every replica learns and merges every ring, and executes only
 //!   its partition's part of each command (a command of another partition is skipped).
 //!   So every replica delivers one sequence with one numbering: a command for several
@@ -41,9 +45,16 @@
 //!   A ring learner that finds its ring's log truncated below what it needs asks the
 //!   node for a state transfer.
 //!
-//! Not yet (refused by the cluster file's checks): speculative execution, P-SMR
-//! threads and batchers over Multi-Ring Paxos; learners that subscribe to their own
-//! groups only.
+//! - **P-SMR.** Thread i of the paper's replica learns g_i's ring and g_all's and
+//!   merges the two round-robin. Here every replica merges every ring and hands the
+//!   merged sequence to its threads, each taking its group's commands and g_all's:
+//!   the projection of a round-robin merge onto two of its rings is the round-robin
+//!   merge of those two, so every thread sees the order the paper's would. What
+//!   differs is waiting: a thread's commands wait in the merge for every ring's
+//!   position, not only g_all's (skips bound that wait, as for partitions).
+//!
+//! Not yet (refused by the cluster file's checks): speculative execution and
+//! batchers over Multi-Ring Paxos; learners that subscribe to their own groups only.
 
 use partita_consensus::multiring::{MergePosition, RingId, RingItem, RingMerge, SkipConfig};
 use partita_consensus::{AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value};
@@ -78,6 +89,9 @@ pub struct MultiRingSetup {
     pub m: u64,
     /// λ and Δ of every ring's coordinator.
     pub skips: SkipConfig,
+    /// P-SMR worker threads of the replicas (0: none): with them the rings' groups
+    /// are the threads' (a ring per g_i and one for g_all), not partitions.
+    pub psmr_threads: usize,
 }
 
 impl MultiRingSetup {
@@ -342,11 +356,16 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
 
 impl AtomicMulticast for MultiRingOrdering {
     fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String> {
-        let groups = cmd.body.groups();
+        let groups = cmd.multicast_groups(self.setup.psmr_threads);
         let Some(ring) = self.setup.ring_for(groups, cmd.client) else {
             return Err(format!(
-                "no ring carries every partition of {:?}: this cluster cannot order the \
-                 command (add a ring that spans them)",
+                "no ring carries every {} of {:?}: this cluster cannot order the command \
+                 (add a ring that spans them)",
+                if self.setup.psmr_threads > 0 {
+                    "thread group"
+                } else {
+                    "partition"
+                },
                 partita_types::mask_partitions(groups)
             ));
         };

@@ -117,6 +117,9 @@ impl fmt::Display for SeedReport {
             p.acceptors,
             p.replicas
         )?;
+        if let Some(layout) = p.layout() {
+            writeln!(f, "  execution       {layout}")?;
+        }
         writeln!(
             f,
             "  batching        {} bytes, window {} instances, delay {} ms{}; checkpoint every {} instances",

@@ -141,13 +141,13 @@ pub enum PsmrChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RingsChoice {
-    /// Each seed without speculation, P-SMR or batchers draws it from its own random
+    /// Each seed without speculation or batchers draws it from its own random
     /// stream: a third of them run 2 or 3 rings (partitioned: a ring per partition and
-    /// one across them).
+    /// one across them; P-SMR: a ring per thread's group and one for g_all).
     Swarm,
     /// Every seed runs this many rings (0: one stream; partitioned: a ring per
-    /// partition and one across them); speculation, P-SMR and batchers are off on such
-    /// seeds.
+    /// partition and one across them; P-SMR: a ring per thread and one for g_all);
+    /// speculation and batchers are off on such seeds.
     Fixed(u32),
 }
 
@@ -433,7 +433,8 @@ pub struct SeedParams {
     pub psmr_threads: usize,
     pub psmr_optimistic: bool,
     /// Multi-Ring Paxos: rings (0: one stream; partitioned: one per partition, plus
-    /// one across them), `M`, and Δ of the skip rule.
+    /// one across them; P-SMR: one per thread, plus one for g_all), `M`, and Δ of the
+    /// skip rule.
     pub rings: u32,
     pub ring_m: u64,
     pub ring_delta_ms: u64,
@@ -564,6 +565,46 @@ impl SeedParams {
         // always one the real loader accepts.
         ClusterConfig::parse(&c.to_toml(), "simulated cluster")
             .unwrap_or_else(|e| panic!("the simulator built an invalid cluster file: {e}"))
+    }
+}
+
+impl SeedParams {
+    /// How the seed's state and execution are laid out, when not one partition on
+    /// one stream executed sequentially: partitions, P-SMR threads, rings, DS-SMR.
+    pub fn layout(&self) -> Option<String> {
+        let mut layout = Vec::new();
+        if self.dssmr.is_some() {
+            layout.push("Chirper (S-SMR/DS-SMR)".to_string());
+        }
+        if self.partitions > 1 {
+            layout.push(format!("{} partitions", self.partitions));
+        }
+        if self.psmr_threads > 0 {
+            layout.push(format!(
+                "{} P-SMR worker threads{}",
+                self.psmr_threads,
+                if self.psmr_optimistic {
+                    ", clients optimistic (opt-PSMR)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if self.rings > 0 {
+            let extra = self.partitions > 1 || self.psmr_threads > 0;
+            layout.push(format!(
+                "Multi-Ring Paxos: {} rings{}, M {}, delta {} ms",
+                self.rings + u32::from(extra),
+                if extra {
+                    " (one per group, one across)"
+                } else {
+                    ""
+                },
+                self.ring_m,
+                self.ring_delta_ms
+            ));
+        }
+        (!layout.is_empty()).then(|| layout.join("; "))
     }
 }
 
@@ -840,14 +881,22 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     let (rings, ring_m, ring_delta_ms) = {
         let m = rrng.gen_range(1..=3u64);
         let delta = rrng.gen_range(1..=5u64);
-        let per_partition_or = |n: u32| if partitions > 1 { partitions } else { n };
+        // A ring per partition, or per P-SMR thread (its group g_i), and one across
+        // them; else the number drawn or asked for.
+        let per_partition_or = |n: u32| {
+            if partitions > 1 {
+                partitions
+            } else if psmr_threads > 0 {
+                psmr_threads as u32
+            } else {
+                n
+            }
+        };
         match opts.rings {
             // Chirper seeds of more than 4 partitions run one stream (a ring per
             // partition would be dozens of acceptors).
             _ if ds.is_some() && partitions > 4 => (0, 1, 5),
-            RingsChoice::Swarm
-                if ring_draw && !speculative && psmr_threads == 0 && batchers == Batchers::None =>
-            {
+            RingsChoice::Swarm if ring_draw && !speculative && batchers == Batchers::None => {
                 (per_partition_or(rrng.gen_range(2..=3)), m, delta)
             }
             RingsChoice::Fixed(n) if n > 0 => (per_partition_or(n), m, delta),
@@ -860,11 +909,6 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     } else {
         (speculative, early_replies, batchers, batcher_interval_ms)
     };
-    let (psmr_threads, psmr_optimistic) = if rings > 0 {
-        (0, false)
-    } else {
-        (psmr_threads, psmr_optimistic)
-    };
     if rings > 0 {
         // A clock for every acceptor of the rings after the first. Ring coordinators
         // pace their skips by their own clocks, so a ring whose clock runs fast gets
@@ -872,7 +916,11 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         // URingPaxos's rate rule assumes clocks that run at one rate): acceptors'
         // clocks here differ in rate by at most 20 ppm, as real clocks do, not by the
         // swarm's percent.
-        let total = if partitions > 1 { rings + 1 } else { rings };
+        let total = if partitions > 1 || psmr_threads > 0 {
+            rings + 1
+        } else {
+            rings
+        };
         clock_skew.truncate(acceptors + replicas);
         clock_skew.extend(std::iter::repeat_n(0.0, (total as usize - 1) * acceptors));
         for (i, s) in clock_skew.iter_mut().enumerate() {
@@ -1019,7 +1067,7 @@ mod tests {
             // Multi-Ring Paxos: every ring has acceptors of its own.
             let rings = match p.rings {
                 0 => 1,
-                n if p.partitions > 1 => n as usize + 1,
+                n if p.partitions > 1 || p.psmr_threads > 0 => n as usize + 1,
                 n => n as usize,
             };
             assert_eq!(c.membership().acceptors.len(), p.acceptors * rings);

@@ -11,7 +11,7 @@
 //! PARTITA_SIM_SEEDS=0..100000 cargo test --release -p partita-sim --test swarm soak -- --ignored --nocapture
 //! ```
 
-use partita_sim::{run_seed, SimOptions};
+use partita_sim::{run_seed, RingsChoice, SimOptions};
 
 const OPS: u64 = 1000;
 
@@ -74,10 +74,18 @@ fn soak_regressions() {
         trace_tail: 25,
         ..SimOptions::default()
     };
-    for seed in [4439, 7457, 18130, 45849, 47931] {
+    for seed in [4439, 7457, 18130, 45849] {
         let r = run_seed(seed, &opts);
         assert!(r.passed, "{r}");
     }
+    // 47931 as the soak found it, on one stream (the swarm has since drawn it
+    // Multi-Ring Paxos, now that P-SMR seeds may draw rings).
+    let one_stream = SimOptions {
+        rings: RingsChoice::Fixed(0),
+        ..opts
+    };
+    let r = run_seed(47931, &one_stream);
+    assert!(r.passed, "{r}");
 }
 
 /// The long soak: `PARTITA_SIM_SEEDS=A..B` (default 0..1000), `PARTITA_SIM_OPS` (2000).

@@ -235,6 +235,27 @@ impl Command {
         }
     }
 
+    /// The atomic-multicast groups this command goes to (which rings of Multi-Ring
+    /// Paxos carry it): its partitions, or, on replicas with `psmr_threads` P-SMR
+    /// worker threads (paper 002 §V-B: a group per thread and g_all, which every
+    /// thread joins), the one thread the client proxy chose, else g_all (every
+    /// thread's bit: a g_all command, or one the replicas map themselves).
+    pub fn multicast_groups(&self, psmr_threads: usize) -> GroupMask {
+        if psmr_threads == 0 {
+            return self.body.groups();
+        }
+        let all = if psmr_threads >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << psmr_threads) - 1
+        };
+        if self.threads.count_ones() == 1 && self.threads & all != 0 {
+            self.threads
+        } else {
+            all
+        }
+    }
+
     /// Approximate encoded size, for the batch size bound.
     pub fn encoded_bytes(&self) -> usize {
         match &self.body {
