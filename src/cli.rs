@@ -306,7 +306,9 @@ struct ExperimentArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     batchers: u32,
     /// The partitioning experiment: also 2 and 4 partitions on Multi-Ring Paxos (paper
-    /// 002), a ring of 3 acceptors per partition and one across them.
+    /// 002), a ring of 3 acceptors per partition and one across them. The psmr
+    /// experiment: every point on Multi-Ring Paxos (P-SMR and opt-PSMR on a ring per
+    /// thread's group and one for g_all, SMR on as many rings), without batchers.
     #[arg(long)]
     rings: bool,
     /// dssmr: the Chirper workloads (timeline, post, follow, mix; default all four).
@@ -2129,9 +2131,13 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     if let Some(j) = a.jobs {
         o.jobs = j;
     }
+    if a.rings && (a.batchers > 0 || a.multicast) {
+        bail!("--rings: Multi-Ring Paxos does not combine with batchers or --multicast (yet)");
+    }
     if a.batchers > 0 {
         o.batchers = a.batchers;
     }
+    o.rings = a.rings;
     o.multicast = a.multicast;
     o.progress = true;
     if let Some((t, src)) = a.sim_cost()? {

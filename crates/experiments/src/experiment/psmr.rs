@@ -40,6 +40,11 @@ pub struct PsmrOptions {
     /// Standalone batchers in front of the leader, so that ordering (one receive per
     /// client command at the coordinator otherwise) is not what bounds the replicas.
     pub batchers: u32,
+    /// Order by Multi-Ring Paxos (paper 002 §V-B, the paper's setup): P-SMR and
+    /// opt-PSMR with K threads on a ring per thread's group and one for g_all; SMR on
+    /// as many rings as Figure 4's P-SMR, each carrying the whole state (clients
+    /// spread over them). No batchers then (they do not combine with rings).
+    pub rings: bool,
     /// A what-if: IP multicast on the simulated LAN (paper 002's Multi-Ring Paxos, like
     /// paper 001's Ring Paxos, multicasts its values; the runtime sends a TCP copy per
     /// receiver).
@@ -65,6 +70,7 @@ impl PsmrOptions {
             fig3_clients: vec![25, 50, 100, 200, 400, 800],
             clients: 800,
             batchers: 4,
+            rings: false,
             multicast: false,
             duration: Duration::from_secs(2),
             preload: 10_000_000,
@@ -150,6 +156,21 @@ fn with_execution(
     c
 }
 
+/// `c` ordered by Multi-Ring Paxos when `smr_threads` says so: with P-SMR worker
+/// threads, a ring per thread's group and one for g_all; sequential replicas (SMR) on
+/// `smr_threads + 1` rings, each carrying the whole state.
+fn with_rings(c: ClusterConfig, smr_threads: Option<usize>) -> ClusterConfig {
+    let Some(k) = smr_threads else {
+        return c;
+    };
+    let rings = match c.execution.threads {
+        0 => k + 1,
+        t => t,
+    };
+    c.with_multiring(rings as u32, 1)
+        .unwrap_or_else(|e| panic!("the experiment's rings: {e}"))
+}
+
 /// Every point, in report order.
 pub fn points(o: &PsmrOptions) -> Vec<PointSpec> {
     points_with(o, psmr_cluster)
@@ -177,7 +198,15 @@ fn points_with(
             series: series.into(),
             x_name: x_name.into(),
             x,
-            cluster: cluster(threads, optimistic, o.preload, o.batchers),
+            cluster: with_rings(
+                cluster(
+                    threads,
+                    optimistic,
+                    o.preload,
+                    if o.rings { 0 } else { o.batchers },
+                ),
+                o.rings.then_some(o.threads),
+            ),
             bench,
         };
     let (smr, psmr, opt) = (
@@ -362,13 +391,26 @@ pub fn targets(points: &[Point], threads: usize) -> Vec<PsmrTarget> {
     v
 }
 
+/// How a point's commands are ordered, in words.
+fn ordering_words(o: &PsmrOptions) -> String {
+    if o.rings {
+        format!(
+            "Multi-Ring Paxos (3 acceptors a ring; P-SMR and opt-PSMR: a ring per thread's \
+             group and one for g_all; SMR: {} rings, each carrying everything; M 1), no batchers",
+            o.threads + 1
+        )
+    } else {
+        format!("{} batchers, Ring Paxos", o.batchers)
+    }
+}
+
 /// Paper 002's experiments in the simulator.
 pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
     let driver = o.driver();
     let measured = run_sim_sweep(&points(o), &driver, o.progress)?;
     let points = framework::points(measured);
     let configuration = format!(
-        "SIMULATED{} ({}); 3 acceptors, 2 replicas, {} batchers, Ring Paxos, fsync; {} threads (Figures 2-4); \
+        "SIMULATED{} ({}); 3 acceptors, 2 replicas, {}, fsync; {} threads (Figures 2-4); \
          {} keys preloaded in random order; {} clients, think time 0..={} ms; {:.1} s virtual \
          runs; signal between threads {} ns",
         if o.multicast {
@@ -377,7 +419,7 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
             ""
         },
         driver.machine(),
-        o.batchers,
+        ordering_words(o),
         o.threads,
         o.preload,
         o.clients,
@@ -434,14 +476,14 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
         })
         .collect();
     let configuration = format!(
-        "REAL processes on this machine ({}); 3 acceptors, 2 replicas, {} batchers, Ring Paxos, \
+        "REAL processes on this machine ({}); 3 acceptors, 2 replicas, {}, \
          fsync; {} worker threads on OS threads (Figures 2-4); {} keys preloaded in random \
          order; {} clients, think time 0..={} ms; {:.1} s runs. Every process of the \
          cluster and the clients share this machine's {cores} cores; P-SMR counters are \
          the first replica's over the load (its latency by outcome and worker CPU are not \
          measured here)",
         driver.machine(),
-        o.batchers,
+        ordering_words(&o),
         o.threads,
         o.preload,
         o.clients,
@@ -734,5 +776,45 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = write_psmr(&r, &dir.path().join("psmr.json")).unwrap();
         assert_eq!(files.len(), 1 + 4 * 2);
+    }
+
+    /// `--rings`: every point on Multi-Ring Paxos, P-SMR's on a ring per thread's
+    /// group and one for g_all, SMR's on as many rings; commands run alone on their
+    /// threads at 0% dependent (their groups' rings carried them).
+    #[test]
+    fn a_tiny_sweep_on_rings() {
+        let o = PsmrOptions {
+            percents: vec![0],
+            thread_counts: vec![],
+            fig3_clients: vec![],
+            clients: 20,
+            threads: 2,
+            rings: true,
+            duration: Duration::from_millis(200),
+            preload: 2_000,
+            jobs: 2,
+            ..PsmrOptions::quick()
+        };
+        let specs = points(&o);
+        for p in &specs {
+            let mr = p.cluster.multiring.as_ref().expect("rings");
+            assert_eq!(mr.rings.len(), 3, "{}", p.series);
+            assert!(p
+                .cluster
+                .with_role(partita_config::Role::Batcher)
+                .is_empty());
+        }
+        let r = psmr_sim(&o).unwrap();
+        assert!(
+            r.configuration.contains("Multi-Ring Paxos"),
+            "{}",
+            r.configuration
+        );
+        for series in [SMR, PSMR, OPT] {
+            let p = find(&r.points, series, "dependent %", 0.0).unwrap();
+            assert!(tp(p) > 0.0, "{series}: no throughput");
+        }
+        let psmr = psmr_of(find(&r.points, PSMR, "dependent %", 0.0).unwrap());
+        assert!(psmr.parallel > 0, "{psmr:?}");
     }
 }
