@@ -477,6 +477,16 @@ struct PartitionArgs {
     /// Multi-Ring Paxos: instances of each ring per round of the merge (M).
     #[arg(long, default_value_t = 1, requires = "rings")]
     ring_m: u64,
+    /// P-SMR (paper 002): this many worker threads per replica, on OS threads over one
+    /// shared B+tree, each owning an equal range of the keys (0: sequential
+    /// execution). With --rings N, N must equal it: a ring per thread's group and one
+    /// for g_all.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    threads: u32,
+    /// opt-PSMR: clients map every command to one thread, which checks it may run it
+    /// alone (needs --threads).
+    #[arg(long, requires = "threads")]
+    optimistic: bool,
 }
 
 impl PartitionArgs {
@@ -526,6 +536,13 @@ impl PartitionArgs {
             c = c
                 .with_replicas_batching()
                 .map_err(|e| anyhow::anyhow!("--replicas-batch: {e}"))?;
+        }
+        if self.threads > 0 {
+            c.execution.threads = self.threads as usize;
+            c.execution.optimistic = self.optimistic;
+            c.execution.key_max = Some(self.key_space.unwrap_or(default_key_space).max(1) - 1);
+            c = ClusterConfig::parse(&c.to_toml(), "the new cluster")
+                .map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
         }
         if self.rings == 0 {
             return Ok(c);

@@ -608,6 +608,15 @@ fn bad_performance_options_are_refused_before_anything_starts() {
         ),
         (&["up", "--node-threads", "0"][..], "not in 1..=64"),
         (
+            &["up", "--threads", "2", "--rings", "3"][..],
+            "2 P-SMR worker threads take one ring each",
+        ),
+        (
+            &["up", "--threads", "2", "--partitions", "2"][..],
+            "do not combine with state partitioning",
+        ),
+        (&["up", "--optimistic"][..], "--threads"),
+        (
             &[
                 "node",
                 "--cluster",

@@ -27,14 +27,15 @@ pub fn ensure_cluster_file(
     data_dir: &Path,
     default: impl FnOnce() -> anyhow::Result<ClusterConfig>,
 ) -> anyhow::Result<(PathBuf, ClusterConfig)> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
     let file = data_dir.join("cluster.toml");
     if file.exists() {
         let c = ClusterConfig::load(&file)?;
         return Ok((file, c));
     }
+    // The new cluster first: options it refuses leave no directory behind.
     let c = default()?;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
     std::fs::write(&file, c.to_toml()).with_context(|| format!("writing {}", file.display()))?;
     Ok((file, c))
 }
