@@ -394,10 +394,14 @@ pub fn targets(points: &[Point], threads: usize) -> Vec<PsmrTarget> {
 /// How a point's commands are ordered, in words.
 fn ordering_words(o: &PsmrOptions) -> String {
     if o.rings {
+        let skips = partita_consensus::multiring::SkipConfig::default();
         format!(
             "Multi-Ring Paxos (3 acceptors a ring; P-SMR and opt-PSMR: a ring per thread's \
-             group and one for g_all; SMR: {} rings, each carrying everything; M 1), no batchers",
-            o.threads + 1
+             group and one for g_all; SMR: {} rings, each carrying everything; M 1, lambda \
+             {}/s, delta {} ms), no batchers",
+            o.threads + 1,
+            skips.lambda_per_s,
+            skips.delta_ms
         )
     } else {
         format!("{} batchers, Ring Paxos", o.batchers)
