@@ -215,4 +215,20 @@ async fn psmr_small_real_sweep() {
     assert!(p.synchronous > 10 && p.passed == 0, "{p:?}");
     let o = by(psmr::OPT).psmr.clone().expect("opt-PSMR counters");
     assert!(o.passed > 10 && o.parallel > 10, "{o:?}");
+    // Latency by outcome, from the clients: every measured command resubmitted after
+    // a failed check was one the first replica refused (its count covers the whole
+    // load), and each kind has a latency when it has commands.
+    let outcomes = by(psmr::OPT)
+        .result
+        .psmr_outcomes
+        .clone()
+        .expect("opt-PSMR outcomes");
+    assert!(by(psmr::PSMR).result.psmr_outcomes.is_none());
+    assert!(o.commands_failed <= o.failed, "{o:?}");
+    assert!(outcomes.latency_ms_passed > 0.0, "{outcomes:?}");
+    assert_eq!(
+        outcomes.commands_failed > 0,
+        outcomes.latency_ms_failed > 0.0,
+        "{outcomes:?}"
+    );
 }

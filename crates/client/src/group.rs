@@ -57,6 +57,9 @@ pub struct ClientGroup<S: StateMachine> {
     stash: VecDeque<(NodeId, Wire)>,
     /// Completed commands not yet handed out.
     done: VecDeque<(usize, Result<S::Reply, ClientError>)>,
+    /// opt-PSMR: per session, whether its last completed command was resubmitted
+    /// conservatively (its optimistic thread refused it).
+    psmr_resubmitted: Vec<bool>,
     epoch: Instant,
     tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
 }
@@ -124,6 +127,7 @@ impl<S: StateMachine> ClientGroup<S> {
             incoming,
             stash: VecDeque::new(),
             done: VecDeque::new(),
+            psmr_resubmitted: Vec::new(),
             epoch: Instant::now(),
             tls,
         };
@@ -260,8 +264,20 @@ impl<S: StateMachine> ClientGroup<S> {
         self.collect(k);
     }
 
+    /// opt-PSMR: whether session `k`'s last command handed out by
+    /// [`ClientGroup::next_done`] was resubmitted conservatively (a replica's thread
+    /// refused its optimistic mapping: a failed safety check).
+    pub fn psmr_resubmitted(&self, k: usize) -> bool {
+        self.psmr_resubmitted.get(k).copied().unwrap_or(false)
+    }
+
     fn collect(&mut self, k: usize) {
         if let Some(d) = self.cores[k].take_done() {
+            if self.psmr_resubmitted.len() <= k {
+                self.psmr_resubmitted
+                    .resize(self.cores.len().max(k + 1), false);
+            }
+            self.psmr_resubmitted[k] = d.psmr_resubmitted;
             self.done
                 .push_back((k, d.result.map_err(crate::from_core_error)));
         }

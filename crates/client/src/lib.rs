@@ -203,6 +203,8 @@ pub struct Client<S: StateMachine> {
     /// The clock the core sees (nanoseconds since the session started).
     epoch: Instant,
     last_tentative_after: Option<Duration>,
+    /// opt-PSMR: whether the last command was resubmitted conservatively.
+    last_psmr_resubmitted: bool,
     /// The emulated WAN: the one-way delay to each node of another region (nodes of
     /// the client's own region, or every node without a region, are absent).
     delays: BTreeMap<NodeId, Duration>,
@@ -261,6 +263,7 @@ impl<S: StateMachine> Client<S> {
             conns: BTreeMap::new(),
             epoch: Instant::now(),
             last_tentative_after: None,
+            last_psmr_resubmitted: false,
             delays,
             held_requests: Held::default(),
             held_replies: Held::default(),
@@ -290,6 +293,11 @@ impl<S: StateMachine> Client<S> {
     /// reply arrived (`None`: no tentative reply, e.g. without early replies).
     pub fn last_tentative_after(&self) -> Option<Duration> {
         self.last_tentative_after
+    }
+    /// opt-PSMR: whether the last command was resubmitted conservatively (a replica's
+    /// thread refused its optimistic mapping: a failed safety check).
+    pub fn last_psmr_resubmitted(&self) -> bool {
+        self.last_psmr_resubmitted
     }
 
     fn now(&self) -> u64 {
@@ -445,6 +453,7 @@ impl<S: StateMachine> Client<S> {
                 self.last_tentative_after = done
                     .tentative_ns
                     .map(|t| Duration::from_nanos(t.saturating_sub(done.call_ns)));
+                self.last_psmr_resubmitted = done.psmr_resubmitted;
                 return done.result.map_err(from_core_error);
             }
             let deadline = self.core.deadline().expect("a command is outstanding");

@@ -68,6 +68,10 @@ pub struct BenchResult {
     /// commands that got one; the latency above is until the result was confirmed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tentative_ms_p50_p90: Option<(f64, f64)>,
+    /// opt-PSMR clusters: the measured commands resubmitted after a failed safety
+    /// check, and the mean latency of those and of the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psmr_outcomes: Option<PsmrOutcomes>,
     /// Real runs with a per-node CPU budget (`--node-cpu`): what it was, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_cpu: Option<String>,
@@ -90,6 +94,15 @@ pub struct BenchResult {
     pub cpu_processes: usize,
     /// CPU per command of the benchmark process itself (its clients).
     pub client_cpu_us_per_cmd: f64,
+}
+
+/// opt-PSMR's commands by outcome (paper 002 Figure 3): those a replica's thread
+/// refused (a failed safety check), resubmitted conservatively, and the rest.
+#[derive(Clone, Debug, Serialize)]
+pub struct PsmrOutcomes {
+    pub commands_failed: u64,
+    pub latency_ms_failed: f64,
+    pub latency_ms_passed: f64,
 }
 
 /// Place every client of a run in `region` of the cluster file's `[wan]` (its
@@ -136,6 +149,9 @@ pub struct Record {
     pub ret_ns: u64,
     /// `None`: the outcome is unknown (timed out).
     pub result: Option<OpResult>,
+    /// opt-PSMR: resubmitted conservatively after a replica's thread refused its
+    /// optimistic mapping (a failed safety check).
+    pub psmr_resubmitted: bool,
 }
 
 /// One command of workload `w`: the generator is shared with the simulator's experiment
@@ -329,6 +345,7 @@ pub async fn run_with(
                     call_ns: call,
                     ret_ns: ret,
                     result,
+                    psmr_resubmitted: g.psmr_resubmitted(k),
                 });
                 if Instant::now() < end {
                     let op = random_op(cfg.workload, &mut rngs[k], keys);
@@ -376,6 +393,7 @@ pub async fn run_with(
                     call_ns: call,
                     ret_ns: ret,
                     result,
+                    psmr_resubmitted: client.last_psmr_resubmitted(),
                 });
             }
             anyhow::Ok((records, timeouts, client.resubmissions(), tentative))
@@ -414,13 +432,24 @@ pub async fn run_with(
     let measured_s = (hi - lo) as f64 / 1e9;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
     let (mut commands, mut ops) = (0u64, 0u64);
+    // opt-PSMR: latency sums and counts of failed (resubmitted) and passed commands.
+    let mut by_outcome = [(0u64, 0u64); 2];
     for r in &records {
         if r.call_ns >= lo && r.ret_ns <= hi && r.result.is_some() {
             commands += 1;
             ops += r.op.btree_ops() as u64;
             hist.saturating_record((r.ret_ns - r.call_ns) / 1000);
+            let o = &mut by_outcome[usize::from(r.psmr_resubmitted)];
+            o.0 += r.ret_ns - r.call_ns;
+            o.1 += 1;
         }
     }
+    let mean_ms = |(ns, n): (u64, u64)| ns as f64 / n.max(1) as f64 / 1e6;
+    let psmr_outcomes = cluster.execution.optimistic.then(|| PsmrOutcomes {
+        commands_failed: by_outcome[1].1,
+        latency_ms_failed: mean_ms(by_outcome[1]),
+        latency_ms_passed: mean_ms(by_outcome[0]),
+    });
     let ms = |us: u64| us as f64 / 1000.0;
     let mut tentative: Vec<u64> = tentative
         .into_iter()
@@ -482,6 +511,7 @@ pub async fn run_with(
         timeouts,
         resubmissions,
         tentative_ms_p50_p90,
+        psmr_outcomes,
         node_cpu: None,
         node_runtime_threads: None,
         client_connections: connections,
@@ -555,6 +585,13 @@ impl std::fmt::Display for BenchResult {
             writeln!(
                 f,
                 "  tentative (ms)  p50 {p50:.3}  p90 {p90:.3}  (early replies: first tentative reply; latency above is until confirmed)"
+            )?;
+        }
+        if let Some(o) = &self.psmr_outcomes {
+            writeln!(
+                f,
+                "  opt-PSMR        {} commands resubmitted after a failed safety check; mean latency {:.3} ms failed, {:.3} ms passed",
+                o.commands_failed, o.latency_ms_failed, o.latency_ms_passed
             )?;
         }
         match (

@@ -429,6 +429,7 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         timeouts: 0,
         resubmissions: r.resubmissions,
         tentative_ms_p50_p90: None,
+        psmr_outcomes: None,
         node_cpu: None,
         node_runtime_threads: None,
         client_connections: None,

@@ -467,12 +467,17 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
             };
             let c = |name: &str| counter(first, name).saturating_sub(counter(before, name));
             if first.is_some_and(|s| s.counters.iter().any(|(k, _)| k == "psmr_parallel")) {
+                // Latency by outcome from the clients (opt-PSMR only).
+                let outcomes = p.result.psmr_outcomes.clone();
                 p.psmr = Some(PsmrLoad {
                     threads: 0,
                     parallel: c("psmr_parallel"),
                     synchronous: c("psmr_synchronous"),
                     passed: c("psmr_checks_passed"),
                     failed: c("psmr_checks_failed"),
+                    latency_ms_failed: outcomes.as_ref().map_or(0.0, |o| o.latency_ms_failed),
+                    latency_ms_passed: outcomes.as_ref().map_or(0.0, |o| o.latency_ms_passed),
+                    commands_failed: outcomes.as_ref().map_or(0, |o| o.commands_failed),
                     ..PsmrLoad::default()
                 });
             }
@@ -484,8 +489,8 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
          fsync; {} worker threads on OS threads (Figures 2-4); {} keys preloaded in random \
          order; {} clients, think time 0..={} ms; {:.1} s runs. Every process of the \
          cluster and the clients share this machine's {cores} cores; P-SMR counters are \
-         the first replica's over the load (its latency by outcome and worker CPU are not \
-         measured here)",
+         the first replica's over the load, opt-PSMR's latency by outcome the clients' \
+         (worker CPU is not measured here)",
         driver.machine(),
         ordering_words(&o),
         o.threads,
