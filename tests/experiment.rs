@@ -208,6 +208,7 @@ async fn psmr_small_real_sweep() {
     assert_eq!(r.points.len(), 3, "{table}");
     for p in &r.points {
         assert!(p.result.commands > 10, "{table}");
+        assert!(p.latency_ms_mean.is_some_and(|m| m > 0.0), "{table}");
     }
     let by = |s: &str| r.points.iter().find(|p| p.series == s).unwrap();
     assert!(by(psmr::SMR).psmr.is_none(), "SMR has no worker threads");

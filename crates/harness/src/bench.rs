@@ -62,6 +62,9 @@ pub struct BenchResult {
     pub latency_ms_p90: f64,
     pub latency_ms_p99: f64,
     pub latency_ms_max: f64,
+    /// The mean, where the run measured it (`None`: results converted from elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms_mean: Option<f64>,
     pub timeouts: u64,
     pub resubmissions: u64,
     /// Early replies: time to the first tentative reply (p50, p90) of the measured
@@ -508,6 +511,7 @@ pub async fn run_with(
         latency_ms_p90: ms(hist.value_at_quantile(0.9)),
         latency_ms_p99: ms(hist.value_at_quantile(0.99)),
         latency_ms_max: ms(hist.max()),
+        latency_ms_mean: Some(hist.mean() / 1000.0),
         timeouts,
         resubmissions,
         tentative_ms_p50_p90,

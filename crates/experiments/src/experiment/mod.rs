@@ -426,6 +426,7 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         latency_ms_p90: r.latency_ms_p90,
         latency_ms_p99: r.latency_ms_p99,
         latency_ms_max: r.latency_ms_max,
+        latency_ms_mean: None,
         timeouts: 0,
         resubmissions: r.resubmissions,
         tentative_ms_p50_p90: None,

@@ -457,6 +457,7 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
         .into_iter()
         .map(|m| {
             let mut p = m.point;
+            p.latency_ms_mean = p.result.latency_ms_mean;
             // The first replica's counters over the load (the preload's left out).
             let first = m.replica_status.first();
             let before =
@@ -522,12 +523,17 @@ pub fn psmr_figures(r: &PsmrReport) -> Vec<(String, partita_plot::Figure)> {
     let dep = "dependent %";
     let kcps = |p: &Point| tp(p) / 1000.0;
     let mean = |p: &Point| p.latency_ms_mean.unwrap_or(p.result.latency_ms_p50);
+    let kind = if r.simulated {
+        "simulated"
+    } else {
+        "real processes"
+    };
     let failed_pct = |p: &Point| {
         let l = psmr_of(p);
         100.0 * l.failed as f64 / (l.parallel + l.synchronous).max(1) as f64
     };
     let fig2 = framework::figure(
-        "Paper 002 Figure 2: P-SMR and SMR against dependent commands (simulated)",
+        &format!("Paper 002 Figure 2: P-SMR and SMR against dependent commands ({kind})"),
         &r.configuration,
         &[panel(
             "throughput",
@@ -546,7 +552,7 @@ pub fn psmr_figures(r: &PsmrReport) -> Vec<(String, partita_plot::Figure)> {
         .filter(|p| p.series == OPT && p.x_name == "clients")
         .collect();
     let fig3 = framework::figure(
-        "Paper 002 Figure 3: opt-PSMR, every command optimistic (simulated)",
+        &format!("Paper 002 Figure 3: opt-PSMR, every command optimistic ({kind})"),
         &r.configuration,
         &[
             panel(
@@ -604,7 +610,7 @@ pub fn psmr_figures(r: &PsmrReport) -> Vec<(String, partita_plot::Figure)> {
         3,
     );
     let fig4 = framework::figure(
-        "Paper 002 Figure 4: SMR, P-SMR and opt-PSMR (simulated)",
+        &format!("Paper 002 Figure 4: SMR, P-SMR and opt-PSMR ({kind})"),
         &r.configuration,
         &[
             panel(
@@ -644,7 +650,7 @@ pub fn psmr_figures(r: &PsmrReport) -> Vec<(String, partita_plot::Figure)> {
             .collect()
     };
     let fig5 = framework::figure(
-        "Paper 002 Figure 5: 100% dependent commands against threads (simulated)",
+        &format!("Paper 002 Figure 5: 100% dependent commands against threads ({kind})"),
         &r.configuration,
         &[
             panel(
