@@ -538,10 +538,9 @@ impl PartitionArgs {
                 .map_err(|e| anyhow::anyhow!("--replicas-batch: {e}"))?;
         }
         if self.threads > 0 {
-            c.execution.threads = self.threads as usize;
-            c.execution.optimistic = self.optimistic;
-            c.execution.key_max = Some(self.key_space.unwrap_or(default_key_space).max(1) - 1);
-            c = ClusterConfig::parse(&c.to_toml(), "the new cluster")
+            let key_max = self.key_space.unwrap_or(default_key_space).max(1) - 1;
+            c = c
+                .with_psmr(self.threads as usize, self.optimistic, key_max)
                 .map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
         }
         if self.rings == 0 {

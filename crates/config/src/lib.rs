@@ -1206,6 +1206,24 @@ impl ClusterConfig {
         Ok(self)
     }
 
+    /// P-SMR (paper 002): `threads` worker threads per replica over keys 0..=`key_max`
+    /// (0: sequential execution), clients optimistic (opt-PSMR) when `optimistic`;
+    /// refused where P-SMR does not combine (speculation, partitions, ...).
+    pub fn with_psmr(
+        mut self,
+        threads: usize,
+        optimistic: bool,
+        key_max: u64,
+    ) -> Result<ClusterConfig, String> {
+        self.execution.threads = threads;
+        self.execution.optimistic = optimistic && threads > 0;
+        if threads > 0 {
+            self.execution.key_max = Some(key_max);
+        }
+        self.validate().map_err(|e| e.to_string())?;
+        Ok(self)
+    }
+
     /// WAL segments extended `bytes` of zeros at a time (`storage.wal_preallocate_bytes`).
     pub fn with_wal_preallocate(mut self, bytes: u64) -> Result<ClusterConfig, String> {
         self.storage.wal_preallocate_bytes = bytes;

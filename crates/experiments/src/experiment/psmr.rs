@@ -140,20 +140,17 @@ pub fn psmr_real_cluster(
     with_execution(c, threads, optimistic, preload)
 }
 
-/// `c`'s replicas with `threads` worker threads (0: SMR), optimistic or not.
+/// `c`'s replicas with `threads` worker threads (0: SMR), optimistic or not, the
+/// threads splitting the workload's keys, 0..2N.
 fn with_execution(
-    mut c: ClusterConfig,
+    c: ClusterConfig,
     threads: usize,
     optimistic: bool,
     preload: u64,
 ) -> ClusterConfig {
-    c.execution.threads = threads;
-    c.execution.optimistic = optimistic && threads > 0;
-    if threads > 0 {
-        // The threads split the workload's keys, 0..2N.
-        c.execution.key_max = Some(bench::key_space(preload).max(threads as u64) - 1);
-    }
-    c
+    let key_max = bench::key_space(preload).max(threads as u64) - 1;
+    c.with_psmr(threads, optimistic, key_max)
+        .unwrap_or_else(|e| panic!("the experiment's P-SMR: {e}"))
 }
 
 /// `c` ordered by Multi-Ring Paxos when `smr_threads` says so: with P-SMR worker
