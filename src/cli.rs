@@ -205,6 +205,10 @@ struct NemesisArgs {
         "batchers", "partitions", "rings", "multicast"
     ])]
     geo: bool,
+    /// With --geo: order by EPaxos (paper 004's leaderless baseline) instead of
+    /// GeoPaxos+'s serializers: the same nodes, regions, clients and checks, no DOPs.
+    #[arg(long, requires = "geo")]
+    epaxos: bool,
     /// With --geo: the keys the tree starts with (0..N, each its own value); clients
     /// use twice as many, so inserts add keys.
     #[arg(long, default_value_t = 200, requires = "geo",
@@ -904,6 +908,10 @@ struct BenchRunArgs {
     /// (California's first, Europe's last); run it with --workload geo-R[@P/3].
     #[arg(long, requires = "up")]
     geo: bool,
+    /// With --geo: order by EPaxos instead of GeoPaxos+'s serializers (paper 004's
+    /// leaderless baseline): the same nodes, keys, service and clients.
+    #[arg(long, requires = "geo")]
+    epaxos: bool,
     /// With --up: the same three emulated regions and nodes (each an acceptor and a
     /// replica) ordered by one stream of --protocol, led from Virginia: the baseline
     /// GeoPaxos+ is compared with.
@@ -1589,6 +1597,9 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 let keys = a.partitioning.key_space.unwrap_or(3000);
                 let mut c = ClusterConfig::paper_geo_local(base, rand::random::<u64>() >> 1, keys);
                 c.cluster.durability = a.durability;
+                if let (true, Some(g)) = (a.epaxos, c.geopaxos.as_mut()) {
+                    g.ordering = "epaxos".into();
+                }
                 Ok(c)
             }
             Mode::Smr => {
@@ -1805,6 +1816,10 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
                 // predicts it), and DOPs that move nodes while faults come and go.
                 g.order = 8;
                 g.dop_interval_ms = 2000;
+                if a.epaxos {
+                    g.ordering = "epaxos".into();
+                    g.dop_interval_ms = 0;
+                }
             }
             if let Some(w) = c.wan.as_mut() {
                 w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];
@@ -1896,7 +1911,9 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             .collect::<Vec<_>>()
             .join(", "),
         duration,
-        if c.geopaxos.is_some() {
+        if c.geopaxos.as_ref().is_some_and(|g| g.ordering == "epaxos") {
+            "EPaxos (3 emulated regions)".to_string()
+        } else if c.geopaxos.is_some() {
             "GeoPaxos+ (3 emulated regions)".to_string()
         } else {
             c.cluster.protocol.to_string()
@@ -2071,15 +2088,53 @@ fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
 /// `partita experiment geo --sim`: paper 004's Figures 5 to 7 and DBT_a against DBT_b,
 /// simulated. The report goes to docs/results/geo-sim.json (figures in docs/figures/)
 /// unless --json names another file (figures then beside it).
+/// `partita experiment geo` on real processes: GeoPaxos+, EPaxos and Multi-Paxos on
+/// the same three nodes in the paper's emulated regions, rounds interleaved
+/// (`partita_experiments::experiment::geo_real`).
+async fn geo_real_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    use partita_experiments::experiment::geo_real;
+    let mut o = if a.quick {
+        geo_real::GeoRealOptions::quick()
+    } else {
+        geo_real::GeoRealOptions::full()
+    };
+    if let Some(d) = a.duration()? {
+        o.duration = d;
+    }
+    if let Some(r) = a.rounds {
+        o.rounds = r;
+    }
+    match a.clients.as_deref() {
+        None => {}
+        Some([c]) if *c > 0 => o.clients = *c,
+        Some(_) => bail!("--clients: one client count for the real geo experiment"),
+    }
+    o.progress = true;
+    let exe = std::env::current_exe().context("locating the partita binary")?;
+    let started = std::time::Instant::now();
+    let r = geo_real::geo_real(&exe, &o).await?;
+    print!("{}", geo_real::geo_real_table(&r));
+    println!(
+        "{} points on real processes in {:.0} s wall",
+        r.points.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let json = if a.json == Path::new("experiment.json") {
+        PathBuf::from("docs/results/geo-real.json")
+    } else {
+        a.json.clone()
+    };
+    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&json, serde_json::to_string_pretty(&r)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    println!("wrote {}", json.display());
+    Ok(0)
+}
+
 fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     use partita_experiments::experiment::geo;
-    if !a.sim {
-        bail!(
-            "the geo experiment runs only in its virtual-time model for now (--sim): real \
-             processes are not yet supported by this experiment (GeoPaxos+ is being \
-             integrated into real processes)"
-        );
-    }
     let mut o = if a.quick {
         geo::GeoSimOptions::quick()
     } else {
@@ -2348,6 +2403,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         ExperimentName::Psmr => return psmr_experiment(&a).await,
         ExperimentName::Dssmr => return dssmr_experiment(&a).await,
         ExperimentName::Optimizer => return optimizer_experiment(&a),
+        ExperimentName::Geo if !a.sim => return geo_real_experiment(&a).await,
         ExperimentName::Geo => return geo_experiment(&a),
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }

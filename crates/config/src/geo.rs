@@ -13,6 +13,8 @@
 //! value_bytes = 100           # the paper's §VI values
 //! dop_interval_ms = 0         # a DOP that often (0: never)
 //! optimizer = "hot-lru"       # or "brute-force"
+//! ordering = "geopaxos+"      # or "epaxos": paper 004's leaderless baseline on the
+//!                             # same service, replicas and clients
 //! ```
 //!
 //! Every node is an acceptor and a replica (a serializer's leader sits with its
@@ -41,6 +43,9 @@ pub struct GeoSection {
     pub optimizer: String,
     #[serde(default)]
     pub seed: u64,
+    /// "geopaxos+" (serializers) or "epaxos" (`partita_node::epaxos`).
+    #[serde(default = "default_ordering")]
+    pub ordering: String,
 }
 
 impl Default for GeoSection {
@@ -52,6 +57,7 @@ impl Default for GeoSection {
             dop_interval_ms: 0,
             optimizer: default_optimizer(),
             seed: 0,
+            ordering: default_ordering(),
         }
     }
 }
@@ -64,6 +70,9 @@ fn default_value_bytes() -> usize {
 }
 fn default_optimizer() -> String {
     "hot-lru".into()
+}
+fn default_ordering() -> String {
+    "geopaxos+".into()
 }
 
 /// Most keys loaded at the start.
@@ -114,6 +123,22 @@ impl GeoSection {
                     self.optimizer
                 ),
             );
+        }
+        match self.ordering.as_str() {
+            "geopaxos+" => {}
+            "epaxos" if self.dop_interval_ms > 0 => {
+                return f(
+                    "geopaxos.dop_interval_ms",
+                    "EPaxos has no serializers to reconfigure: 0 with ordering = \"epaxos\"".into(),
+                )
+            }
+            "epaxos" => {}
+            other => {
+                return f(
+                    "geopaxos.ordering",
+                    format!("unknown ordering `{other}` (known: \"geopaxos+\", \"epaxos\")"),
+                )
+            }
         }
         Ok(())
     }

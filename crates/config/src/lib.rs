@@ -1434,6 +1434,12 @@ impl ClusterConfig {
         if replicas.is_empty() || replicas.len() > 32 {
             return f("node.roles", "GeoPaxos+ needs 1 to 32 replicas");
         }
+        if g.ordering == "epaxos" && replicas.len().is_multiple_of(2) {
+            return f(
+                "node.roles",
+                "EPaxos needs an odd number of replicas (N = 2F + 1)",
+            );
+        }
         if replicas != acceptors || !self.with_role(Role::Batcher).is_empty() {
             return f(
                 "node.roles",
@@ -1495,6 +1501,7 @@ impl ClusterConfig {
             seed: g.seed,
             stall_check_ticks: (1000.max(4 * max_rtt) / tick).max(1),
             clock_retry_ticks: (200.max(2 * max_rtt) / tick).max(1),
+            epaxos: g.ordering == "epaxos",
         })
     }
 

@@ -200,7 +200,10 @@ impl Acceptor {
                 AcceptorRecord::Promise { ballot } => a.promised = a.promised.max(ballot),
                 // Records of a log shared by several groups: their owner unwraps them
                 // before they reach a group's acceptor (`partita_node::geo`).
-                AcceptorRecord::Group { .. } | AcceptorRecord::Boot { .. } => {}
+                // An EPaxos node's records are its EPaxos core's (`partita_node::epaxos`).
+                AcceptorRecord::Group { .. }
+                | AcceptorRecord::Boot { .. }
+                | AcceptorRecord::Epaxos(_) => {}
                 AcceptorRecord::Truncated { below, promised } => {
                     a.promised = a.promised.max(promised);
                     a.truncate_below(below);
@@ -394,6 +397,7 @@ impl Acceptor {
             | Msg::CheckpointRequest { .. }
             | Msg::CheckpointChunk { .. }
             | Msg::Exec { .. }
+            | Msg::Epaxos(_)
             | Msg::OnRing { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }

@@ -702,6 +702,9 @@ pub enum Msg {
         #[serde(with = "bytes")]
         data: Vec<u8>,
     },
+    /// EPaxos (paper 004's leaderless baseline, [`epaxos`]): a message between the
+    /// replicas' EPaxos cores. The core checks it ([`epaxos::Epaxos::on_message`]).
+    Epaxos(Box<epaxos::EpaxosMsg>),
 }
 
 /// `Vec<u8>` as one length-prefixed byte string (serde's default for `Vec<u8>` is a
@@ -911,7 +914,7 @@ impl Msg {
                     .then_some(())
                     .ok_or("a chunk outside its checkpoint"),
             ),
-            Msg::Exec { .. } => Ok(()),
+            Msg::Exec { .. } | Msg::Epaxos(_) => Ok(()),
             Msg::OnRing { msg, .. } => match **msg {
                 Msg::OnRing { .. } => Err("a ring message inside a ring message"),
                 // State transfer and execution are between replicas, not of a ring.
@@ -919,6 +922,7 @@ impl Msg {
                     Err("a state-transfer message sent on a ring")
                 }
                 Msg::Exec { .. } => Err("an execution message sent on a ring"),
+                Msg::Epaxos(_) => Err("an EPaxos message sent on a ring"),
                 ref inner => inner.check(),
             },
         }
@@ -957,6 +961,7 @@ impl Msg {
             Msg::CheckpointChunk { .. } => "checkpointchunk",
             Msg::OnRing { msg, .. } => msg.kind(),
             Msg::Exec { .. } => "exec",
+            Msg::Epaxos(_) => "epaxos",
         }
     }
 }
@@ -992,6 +997,9 @@ pub enum AcceptorRecord {
     Boot {
         incarnation: u32,
     },
+    /// A record of this node's EPaxos core (`partita_node::epaxos`): EPaxos replicas
+    /// keep their instances in the node's log.
+    Epaxos(Box<epaxos::EpaxosRecord>),
 }
 
 /// Token identifying a persist request; the driver hands it back on completion.

@@ -472,6 +472,17 @@ pub async fn run_with(
             Mode::Cs => "cs".into(),
         },
         ordering: match mode {
+            Mode::Smr
+                if cluster
+                    .geopaxos
+                    .as_ref()
+                    .is_some_and(|g| g.ordering == "epaxos") =>
+            {
+                "epaxos (leaderless; the geo B+tree's operations)".into()
+            }
+            Mode::Smr if cluster.geopaxos.is_some() => {
+                "geopaxos+ (a Multi-Paxos serializer per replica)".into()
+            }
             Mode::Smr if cluster.cluster.protocol == partita_consensus::Protocol::RingPaxos => {
                 match cluster.membership().ring_decision {
                     partita_consensus::RingDecision::Acceptor => {

@@ -783,7 +783,8 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
     )))
 }
 
-/// [`converged`] on a GeoPaxos+ cluster: every replica executed the same number of
+/// [`converged`] on a GeoPaxos+ or EPaxos cluster (EPaxos: `epaxos_executed`, every
+/// committed command, copies included): every replica executed the same number of
 /// operations (`geo_executed`: copies of a write a replica skipped as duplicates, and
 /// decisions to resubmit, are not executions; which copy of a write comes first may
 /// differ between replicas when the copies share no serializer) and holds the same
@@ -802,7 +803,7 @@ async fn geo_converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
                 let executed = s
                     .counters
                     .iter()
-                    .find(|(k, _)| k == "geo_executed")
+                    .find(|(k, _)| k == "geo_executed" || k == "epaxos_executed")
                     .map(|(_, v)| *v)?;
                 Some((*id, executed, s.digest?))
             })

@@ -85,6 +85,9 @@ pub struct GeoSetup {
     pub stall_check_ticks: u64,
     /// How long a leader waits for its clock entry before proposing another (ticks).
     pub clock_retry_ticks: u64,
+    /// Order by EPaxos instead (paper 004's leaderless baseline, [`crate::epaxos`]):
+    /// the same service, replicas and clients; no serializers, DOPs or optimizer.
+    pub epaxos: bool,
 }
 
 impl GeoSetup {
@@ -786,6 +789,14 @@ impl AtomicMulticast for GeoOrdering {
 
     fn take_replies(&mut self, out: &mut Vec<Reply>) {
         out.append(&mut self.replies);
+    }
+
+    fn executes(&self) -> Option<crate::ordering::Executed> {
+        Some(crate::ordering::Executed {
+            executed: self.executed(),
+            digest: self.replica.digest(),
+            entries: self.replica.tree().len(),
+        })
     }
 
     fn invariants(&self) {

@@ -51,14 +51,16 @@
 //! suffix. The checkpoint includes the reply cache, so exactly-once holds across
 //! restarts and state transfers.
 
+pub mod epaxos;
 pub mod geo;
 pub mod multiring;
 pub mod ordering;
 mod transfer;
 
+pub use epaxos::EpaxosOrdering;
 pub use geo::{GeoOrdering, GeoSetup};
 pub use multiring::{MultiRingOrdering, MultiRingSetup, RingSpec};
-pub use ordering::{AtomicMulticast, PaxosOrdering};
+pub use ordering::{AtomicMulticast, Executed, PaxosOrdering};
 pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_consensus::{
@@ -286,10 +288,13 @@ pub struct UnsafeBugs {
     /// GeoPaxos+: the timestamp merge executes an operation before its timestamp is
     /// safe (drops rules R2 and R3).
     pub geo_execute_before_safe: bool,
+    /// EPaxos: a command leader commits on the fast path once a fast quorum answered,
+    /// even when the answers' dependencies differ from its own.
+    pub epaxos_skip_slow_path: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 22] = [
+    pub const NAMES: [&'static str; 23] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -312,6 +317,7 @@ impl UnsafeBugs {
         "geo-dop-not-ordered",
         "geo-write-one-serializer",
         "geo-execute-before-safe",
+        "epaxos-skip-slow-path",
     ];
 
     /// The flag of the bug called `name`.
@@ -339,6 +345,7 @@ impl UnsafeBugs {
             "geo-dop-not-ordered" => &mut self.geo_dop_not_ordered,
             "geo-write-one-serializer" => &mut self.geo_write_one_serializer,
             "geo-execute-before-safe" => &mut self.geo_execute_before_safe,
+            "epaxos-skip-slow-path" => &mut self.epaxos_skip_slow_path,
             _ => return None,
         })
     }
@@ -555,6 +562,10 @@ impl NodeCore {
                     core.replica = Some(replica);
                 }
                 core.ordering = Some(match (&setup.multiring, &setup.geo) {
+                    (_, Some(geo)) if geo.epaxos => Box::new(
+                        EpaxosOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
+                            .map_err(RecoverError::Config)?,
+                    ),
                     (_, Some(geo)) => Box::new(
                         GeoOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
                             .map_err(RecoverError::Config)?,
@@ -660,6 +671,18 @@ impl NodeCore {
         self.ordering
             .as_ref()
             .and_then(|o| o.as_any().downcast_ref::<GeoOrdering>())
+    }
+
+    /// EPaxos, when this node runs it (for status and tests).
+    pub fn epaxos(&self) -> Option<&EpaxosOrdering> {
+        self.ordering
+            .as_ref()
+            .and_then(|o| o.as_any().downcast_ref::<EpaxosOrdering>())
+    }
+
+    /// What an ordering that executes itself (GeoPaxos+, EPaxos) has executed.
+    pub fn ordering_executed(&self) -> Option<Executed> {
+        self.ordering.as_ref().and_then(|o| o.executes())
     }
 
     /// Multi-Ring Paxos, when this node runs it (for status and tests).

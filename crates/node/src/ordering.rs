@@ -73,9 +73,26 @@ pub trait AtomicMulticast: Send {
     /// Replies the ordering produced itself (an ordering that also executes, as
     /// GeoPaxos+'s replicas do); none by default.
     fn take_replies(&mut self, _out: &mut Vec<partita_types::Reply>) {}
+    /// What an ordering that executes itself has executed (`None`: the node core's
+    /// replica executes what it delivers).
+    fn executes(&self) -> Option<Executed> {
+        None
+    }
     fn invariants(&self);
     /// The concrete protocol, for status output and tests.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// The progress of an ordering that executes commands itself (GeoPaxos+, EPaxos), for
+/// status output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Executed {
+    /// Commands executed.
+    pub executed: u64,
+    /// The service state's digest.
+    pub digest: u64,
+    /// Entries the service holds.
+    pub entries: u64,
 }
 
 /// Paper 001's ordering: Ring Paxos or Multi-Paxos, one stream, a dissemination group
@@ -499,11 +516,12 @@ impl AtomicMulticast for PaxosOrdering {
                 }
             }
             // State transfer is the replica's business, not the ordering's; ring
-            // envelopes are Multi-Ring Paxos's.
+            // envelopes are Multi-Ring Paxos's, EPaxos's messages its own ordering's.
             Msg::CheckpointRequest { .. }
             | Msg::CheckpointChunk { .. }
             | Msg::OnRing { .. }
-            | Msg::Exec { .. } => {}
+            | Msg::Exec { .. }
+            | Msg::Epaxos(_) => {}
         }
         if self
             .coordinator

@@ -33,6 +33,7 @@ fn geo_setup(keys: u64) -> GeoSetup {
         seed: 7,
         stall_check_ticks: 40,
         clock_retry_ticks: 10,
+        epaxos: false,
     }
 }
 

@@ -461,16 +461,16 @@ impl Node {
             coordinator: coordinator.is_some(),
             ballot: coordinator.map(|c| c.ballot().to_string()),
             decided_up_to: coordinator.map(|c| c.decided_up_to()),
-            executed_up_to: match self.core.geo() {
-                Some(g) => Some(g.executed()),
+            executed_up_to: match self.core.ordering_executed() {
+                Some(e) => Some(e.executed),
                 None => replica.map(|r| r.last_instance()),
             },
-            digest: match self.core.geo() {
-                Some(g) => Some(g.replica().digest()),
+            digest: match self.core.ordering_executed() {
+                Some(e) => Some(e.digest),
                 None => replica.map(|r| r.digest()),
             },
-            entries: match self.core.geo() {
-                Some(g) => Some(g.replica().tree().len()),
+            entries: match self.core.ordering_executed() {
+                Some(e) => Some(e.entries),
                 None => replica.map(|r| r.len()),
             },
             promised: acceptor.map(|a| a.promised().to_string()),

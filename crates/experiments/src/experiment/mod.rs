@@ -26,6 +26,7 @@
 pub mod cost;
 pub mod dssmr;
 pub mod geo;
+pub mod geo_real;
 pub mod optimizer;
 pub mod psmr;
 pub mod speculation;
