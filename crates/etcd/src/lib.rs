@@ -56,6 +56,24 @@ use pb::etcdserverpb::{
 };
 pub use server::Gateway;
 
+/// The connections `listener` accepts, with Nagle's algorithm off. tonic sets
+/// `TCP_NODELAY` only on connections it accepts itself; with our own listener it is
+/// ours to set. With Nagle on, a response's later frames (HTTP/2 data, then trailers,
+/// written separately while other streams share the connection) wait for the ACK of
+/// the earlier ones, which the client delays by up to 40 ms: most puts of 256
+/// concurrent clients took 42 ms at the gateway.
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+        if let Ok(s) = &s {
+            let _ = s.set_nodelay(true);
+        }
+        s
+    })
+}
+
 /// Serve etcd's API on `listener` for node `node` of `cluster`, until the process
 /// ends. Requests go to the cluster through Partita's client.
 pub async fn serve(
@@ -74,7 +92,7 @@ pub async fn serve(
         .add_service(ClusterServer::new(svc.clone()))
         .add_service(LeaseServer::new(svc.clone()))
         .add_service(AuthServer::new(svc))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .serve_with_incoming(nodelay(listener))
         .await?;
     Ok(())
 }
