@@ -275,6 +275,11 @@ struct ExperimentArgs {
     /// real --quick sweep's sizes. --duration is then in virtual seconds.
     #[arg(long)]
     sim: bool,
+    /// Real runs: every node of every point in a network namespace of its own, on a
+    /// bridge, with mutual TLS between the nodes and from the clients, as on separate
+    /// machines (root; the namespaces are removed at the end).
+    #[arg(long, conflicts_with = "sim")]
+    netns: bool,
     /// With --sim: the CPU and disk cost table (TOML, from `partita calibrate`;
     /// default: the simulator's built-in table).
     #[arg(long, value_name = "FILE", requires = "sim")]
@@ -975,6 +980,7 @@ pub fn main() -> i32 {
         Cmd::Up(a) => a.netns,
         Cmd::Nemesis(a) => a.netns,
         Cmd::Bench(a) => a.run.netns,
+        Cmd::Experiment(a) => a.netns,
         _ => false,
     };
     if netns {

@@ -1103,6 +1103,7 @@ pub async fn real_point(
         rand::random::<u32>()
     ));
     std::fs::create_dir_all(&dir)?;
+    let cluster = partita_harness::netns::place_for_run(&cluster, &dir)?;
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cluster.to_toml())?;
     let result = async {

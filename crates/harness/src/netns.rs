@@ -456,6 +456,22 @@ pub fn place_with(
     Ok(())
 }
 
+/// `cluster` as a run on this process's namespaces needs it: placed on them with
+/// mutual TLS (certificates written under `dir/certs`) when the process made them
+/// ([`current`], `--netns`) and the file is not placed yet; otherwise unchanged. The
+/// experiments call it for every point, so that `partita experiment --netns` runs each
+/// node in a namespace of its own, as on separate machines.
+pub fn place_for_run(
+    cluster: &partita_config::ClusterConfig,
+    dir: &Path,
+) -> anyhow::Result<partita_config::ClusterConfig> {
+    let mut c = cluster.clone();
+    if current().is_some() && !is_placed(&c) {
+        place_with(&mut c, &dir.join("certs"), Wire::Tls)?;
+    }
+    Ok(c)
+}
+
 /// Whether `cluster` was placed on a run's network by [`place`].
 pub fn is_placed(cluster: &partita_config::ClusterConfig) -> bool {
     cluster.nodes.iter().all(|n| {

@@ -572,8 +572,11 @@ pub async fn dssmr_real(
         for &p in &o.partitions {
             for &w in &o.workloads {
                 for s in [Scheme::Ssmr, Scheme::Dssmr] {
-                    let c = dssmr_real_cluster(o, s, p);
                     let dir = tempfile::tempdir()?;
+                    let c = partita_harness::netns::place_for_run(
+                        &dssmr_real_cluster(o, s, p),
+                        dir.path(),
+                    )?;
                     let file = dir.path().join("cluster.toml");
                     std::fs::write(&file, c.to_toml())?;
                     let mut lc = LocalCluster::start_with(exe, &file, &c, dir.path(), &[], None)?;

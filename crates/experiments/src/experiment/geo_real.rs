@@ -207,11 +207,11 @@ pub async fn geo_real(exe: &Path, o: &GeoRealOptions) -> anyhow::Result<GeoRealR
     let mut emulated = String::new();
     for round in 0..o.rounds {
         for &system in &o.systems {
-            let c = cluster_of(system, o)?;
+            let dir = tempfile::tempdir()?;
+            let c = partita_harness::netns::place_for_run(&cluster_of(system, o)?, dir.path())?;
             if let Some(line) = bench::wan_line(&c) {
                 emulated = line;
             }
-            let dir = tempfile::tempdir()?;
             let file = dir.path().join("cluster.toml");
             std::fs::write(&file, c.to_toml())?;
             let mut lc = LocalCluster::start_with(exe, &file, &c, dir.path(), &[], None)?;
@@ -249,11 +249,16 @@ pub async fn geo_real(exe: &Path, o: &GeoRealOptions) -> anyhow::Result<GeoRealR
         simulated: false,
         emulated,
         configuration: format!(
-            "real processes on this machine (2 cores): 3 partita nodes, one per region \
+            "real processes on this machine (2 cores){}: 3 partita nodes, one per region \
              (California, Virginia, Europe), each an acceptor and a replica, fsync on; \
              {} closed-loop clients in {} (think time 0..=10 ms), {}% reads (READ, \
              GET-NEXT, GET-PREV) and {}% writes (UPDATE, INSERT) on {}'s third of {} keys; \
              {} s per point (first and last 10% trimmed), {} round(s), systems interleaved",
+            if partita_harness::netns::current().is_some() {
+                ", every node in a network namespace of its own, mutual TLS"
+            } else {
+                ""
+            },
             o.clients,
             o.region,
             o.read_percent,

@@ -247,6 +247,8 @@ pub async fn run_point_detailed(
         rand::random::<u32>()
     ));
     std::fs::create_dir_all(&dir)?;
+    let placed = partita_harness::netns::place_for_run(cluster, &dir)?;
+    let cluster = &placed;
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cluster.to_toml())?;
     let result = async {
