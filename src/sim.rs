@@ -8,7 +8,9 @@
 
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
-use partita_sim::{BatcherChoice, DssmrChoice, EarlyRepliesChoice, PsmrChoice, RingsChoice};
+use partita_sim::{
+    BatcherChoice, DssmrChoice, EarlyRepliesChoice, GeoChoice, PsmrChoice, RingsChoice,
+};
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
     SpeculationChoice, UnsafeBugs,
@@ -78,12 +80,22 @@ pub struct SimArgs {
     /// of commands (creates and deletes too) judged by the checker's Chirper model.
     #[arg(long, value_enum, value_name = "SCHEME")]
     dssmr: Option<SimDssmr>,
+    /// GeoPaxos+ and EPaxos (paper 004): every seed runs `geopaxos+`, `epaxos`, or
+    /// `both` (GeoPaxos+ on even seeds, EPaxos on odd ones) in the paper's three
+    /// emulated regions (3 nodes, each an acceptor and a replica; clients in every
+    /// region doing the geo B+tree's read, next, prev, update and insert on a tree
+    /// that starts with keys 0..K). Protocol, speculation and early replies do not
+    /// apply. Default: off (no seed runs them).
+    #[arg(long, value_enum, value_name = "ORDERING", conflicts_with_all = ["dssmr", "partitions", "batchers", "threads", "rings", "session_lease_ms", "ring_decision"])]
+    geo: Option<SimGeo>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
     /// unconfirmed-replies, independent-partitions, expired-sessions-reopen,
     /// psmr-no-barrier, psmr-check-passes, merge-order, ds-locality-at-consult,
-    /// ds-oracle-ignores-moves, ds-no-signals.
+    /// ds-oracle-ignores-moves, ds-no-signals; with --geo: geo-execute-before-safe,
+    /// geo-dop-not-ordered, geo-write-one-serializer (GeoPaxos+ seeds),
+    /// epaxos-skip-slow-path (EPaxos seeds).
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -108,8 +120,9 @@ pub struct SimArgs {
     /// Print the default cost table as TOML and exit.
     #[arg(long, exclusive = true)]
     print_cost_table: bool,
-    /// Print each seed's drawn layout (protocol, partitions, P-SMR threads, rings)
-    /// and exit without running it: which seeds of a range exercise what.
+    /// Print each seed's drawn layout (protocol, partitions, P-SMR threads, rings; with
+    /// --geo the ordering, tree, DOPs, workload and faults) and exit without running
+    /// it: which seeds of a range exercise what.
     #[arg(long)]
     draws: bool,
     /// Run each seed twice and fail if the two event traces differ.
@@ -138,6 +151,14 @@ enum SimDssmr {
     Swarm,
     Ssmr,
     Dssmr,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SimGeo {
+    #[value(name = "geopaxos+")]
+    Geopaxos,
+    Epaxos,
+    Both,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -248,6 +269,12 @@ impl SimArgs {
                 Some(SimDssmr::Ssmr) => DssmrChoice::Fixed(partita_dssmr::client::Scheme::Ssmr),
                 Some(SimDssmr::Dssmr) => DssmrChoice::Fixed(partita_dssmr::client::Scheme::Dssmr),
             },
+            geo: match self.geo {
+                None => GeoChoice::Off,
+                Some(SimGeo::Geopaxos) => GeoChoice::GeoPaxos,
+                Some(SimGeo::Epaxos) => GeoChoice::Epaxos,
+                Some(SimGeo::Both) => GeoChoice::Alternate,
+            },
             bugs,
             faults,
             without: self.without.clone(),
@@ -289,6 +316,19 @@ pub fn run(a: SimArgs) -> anyhow::Result<i32> {
             .ok_or_else(|| anyhow::anyhow!("give --seed N or --seeds A..B"))?;
         for seed in lo..hi {
             let p = partita_sim::swarm::draw(seed, &opts);
+            if let (Some(_), Some(layout)) = (&p.geo, p.layout()) {
+                let fault_list: Vec<&str> = p.faults.classes.iter().map(|c| c.name()).collect();
+                println!(
+                    "{seed}: {layout}; {} clients; faults: {}",
+                    p.clients,
+                    if fault_list.is_empty() {
+                        "none".to_string()
+                    } else {
+                        fault_list.join(",")
+                    }
+                );
+                continue;
+            }
             println!(
                 "{seed}: {}{}, {} acceptors, {} replicas{}",
                 p.protocol,
@@ -353,6 +393,12 @@ fn single(a: &SimArgs, seed: u64, opts: &SimOptions) -> anyhow::Result<i32> {
             report.history.len(),
             p.display()
         );
+        if let Some(g) = &report.params.geo {
+            println!(
+                "                it starts from the geo tree's keys 0..{} (value = key), not from `partita check --preload`'s keys 0, 2, …",
+                g.keys
+            );
+        }
     }
     Ok(if report.passed && nondeterministic.is_none() {
         0

@@ -20,7 +20,7 @@
 //!   (`partita_checker::check_with_final_state`); an acknowledged write missing from the
 //!   final state is reported as `final-state`.
 
-use partita_checker::{CheckError, CheckOptions, CheckSummary, Event};
+use partita_checker::{CheckError, CheckOptions, CheckSummary, Event, Initial};
 use partita_consensus::{Msg, Value, Vid};
 use partita_types::{Instance, NodeId, PartitionId, PartitionMap};
 use serde::Serialize;
@@ -147,9 +147,11 @@ pub struct Agreement {
     decided: BTreeMap<(u32, Instance), (Vid, NodeId)>,
     /// The ring of the message being observed.
     ring: u32,
-    /// Fingerprint per value id, of the whole value (`None`) and, with state
-    /// partitioning, of each partition's part (`Some(p)`).
-    values: BTreeMap<(Vid, Option<PartitionId>), (u64, NodeId)>,
+    /// Fingerprint per ring and value id, of the whole value (`None`) and, with state
+    /// partitioning, of each partition's part (`Some(p)`). Value ids are a ring's own:
+    /// GeoPaxos+'s serializers (each a Multi-Paxos group on the same nodes, sent as
+    /// rings) number their values independently.
+    values: BTreeMap<(u32, Vid, Option<PartitionId>), (u64, NodeId)>,
     pub decisions_seen: u64,
     /// State partitioning: the key ranges and the partition of each learner that is
     /// not also an acceptor (such a learner receives only its partition's part).
@@ -209,14 +211,18 @@ impl Agreement {
             None => String::new(),
             Some(p) => format!(" (partition {p}'s part)"),
         };
-        match self.values.get(&(v.vid, part)) {
+        let ring = match self.ring {
+            0 => String::new(),
+            r => format!("ring {} ", r - 1),
+        };
+        match self.values.get(&(self.ring, v.vid, part)) {
             Some(&(old, by)) if old != fp => Err(format!(
-                "value id {}/{}{what} carries two different values (first seen from node {by}, then from node {from} with {} commands)",
+                "{ring}value id {}/{}{what} carries two different values (first seen from node {by}, then from node {from} with {} commands)",
                 v.vid.ballot, v.vid.seq, v.commands.len()
             )),
             Some(_) => Ok(()),
             None => {
-                self.values.insert((v.vid, part), (fp, from));
+                self.values.insert((self.ring, v.vid, part), (fp, from));
                 Ok(())
             }
         }
@@ -330,16 +336,18 @@ pub fn convergence(replicas: &[ReplicaEnd]) -> Result<(), String> {
     Ok(())
 }
 
-/// Linearizability of the history, with `final_entries` (a replica's contents after
-/// the run) as a last observation. Maps the checker's answer onto [`Check`]s.
+/// Linearizability of the history from `initial` (empty for the swarm's clusters; a
+/// geo seed's tree starts with keys `0..K`), with `final_entries` (a replica's
+/// contents after the run) as a last observation. Maps the checker's answer onto [`Check`]s.
 pub fn history(
     events: &[Event],
+    initial: Initial,
     final_entries: &[(u64, u64)],
     max_states: u64,
 ) -> Result<CheckSummary, (Check, String)> {
     let opts = CheckOptions {
+        initial,
         max_states,
-        ..CheckOptions::default()
     };
     partita_checker::check_with_final_state(events, &opts, final_entries).map_err(|e| match e {
         CheckError::NotLinearizable(v) if v.index.is_none() => (Check::FinalState, v.to_string()),

@@ -173,6 +173,8 @@ pub struct SimClient {
     history: Vec<Event>,
     /// Experiment mode: the workload and key space, think-time granularity, samples.
     bench: Option<(crate::bench::Workload, u64)>,
+    /// A geo seed's client: its workload and its region.
+    geo: Option<(GeoWorkload, u64)>,
     think_step_ns: u64,
     samples: Vec<Sample>,
     pub invoked: u64,
@@ -208,6 +210,7 @@ impl SimClient {
             timer_at: None,
             history: Vec::new(),
             bench: None,
+            geo: None,
             think_step_ns: 1,
             samples: Vec::new(),
             invoked: 0,
@@ -224,6 +227,13 @@ impl SimClient {
     ) -> SimClient {
         self.bench = Some((workload, keys));
         self.think_step_ns = think_step_ns.max(1);
+        self
+    }
+
+    /// A GeoPaxos+ or EPaxos seed's client in region `region`: the geo tree's
+    /// operations of `workload` instead of the swarm's mix.
+    pub fn for_geo(mut self, workload: GeoWorkload, region: u64) -> SimClient {
+        self.geo = Some((workload, region));
         self
     }
 
@@ -404,9 +414,10 @@ impl SimClient {
         let mut actions = Vec::new();
         match &mut self.core {
             Core::Btree(core) => {
-                let op = match self.bench {
-                    Some((w, keys)) => crate::bench::random_op(w, rng, keys),
-                    None => random_op(rng, self.params.keys),
+                let op = match (self.bench, &self.geo) {
+                    (Some((w, keys)), _) => crate::bench::random_op(w, rng, keys),
+                    (None, Some((w, region))) => geo_op(w, *region, rng),
+                    (None, None) => random_op(rng, self.params.keys),
                 };
                 core.submit(op, now, &mut actions)
                     .expect("the B+tree splits every command, and one is outstanding at a time");
@@ -682,6 +693,59 @@ fn core_config(params: &ClientParams) -> ClientConfig {
         timeout_ns: params.timeout_ns,
         give_up_ns: Some(params.give_up_ns),
         refused_retry_ns: params.refused_retry_ns,
+    }
+}
+
+/// What a GeoPaxos+ or EPaxos seed's clients do (paper 004's operations: read, next,
+/// prev, update, insert; the geo B+tree has no delete, range or batch).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GeoWorkload {
+    /// Keys `0..keys` present at the start, their leaves placed by key range on the
+    /// regions' replicas (region `r` holds `r * keys / regions ..`).
+    pub keys: u64,
+    /// Keys are drawn from `0..key_space` (beyond `keys`: inserts add keys).
+    pub key_space: u64,
+    pub regions: u64,
+    /// Reads (read, next, prev) among the operations, in percent.
+    pub read_percent: u32,
+    /// Inserts among the writes (the others update), in percent.
+    pub insert_percent: u32,
+    /// Operations on the initial keys of the client's own region (locality), in
+    /// percent.
+    pub local_percent: u32,
+    /// Operations on the hot keys `hot_lo..hot_lo + hot_len`, in percent.
+    pub hot_percent: u32,
+    pub hot_lo: u64,
+    pub hot_len: u64,
+}
+
+/// One operation of a geo seed's client in region `region` (see [`GeoWorkload`]).
+pub fn geo_op(w: &GeoWorkload, region: u64, rng: &mut impl Rng) -> Op {
+    let roll = rng.gen_range(0..100u32);
+    let key = if roll < w.local_percent {
+        let regions = w.regions.max(1);
+        let r = region % regions;
+        let lo = r * w.keys / regions;
+        let hi = ((r + 1) * w.keys / regions).max(lo + 1);
+        rng.gen_range(lo..hi)
+    } else if roll < w.local_percent.saturating_add(w.hot_percent) {
+        w.hot_lo + rng.gen_range(0..w.hot_len.max(1))
+    } else {
+        rng.gen_range(0..w.key_space.max(1))
+    };
+    // Values far above every initial value (each key's own), drawn from a large
+    // range, so that a value identifies its write.
+    let value = rng.gen_range(1_000_000..1_000_000_000u64);
+    if rng.gen_range(0..100) < w.read_percent {
+        match rng.gen_range(0..20) {
+            0..3 => Op::Next { key },
+            3..6 => Op::Prev { key },
+            _ => Op::Read { key },
+        }
+    } else if rng.gen_range(0..100) < w.insert_percent {
+        Op::Insert { key, value }
+    } else {
+        Op::Update { key, value }
     }
 }
 

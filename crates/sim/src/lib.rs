@@ -47,6 +47,15 @@
 //!   giving up (`info`) only in the safety phase, and recording the history in the
 //!   checker's format.
 //!
+//! # GeoPaxos+ and EPaxos
+//!
+//! With [`SimOptions::geo`] (off by default) a seed runs paper 004's orderings in the
+//! paper's three emulated regions instead of the swarm's clusters: the same
+//! `NodeCore`s with a `[geopaxos]` cluster file, clients in every region doing the
+//! geo B+tree's operations, the swarm's faults, and the same checks (convergence on
+//! the orderings' executed counts and digests, linearizability from the tree's
+//! initial keys). See `crates/sim/README.md`.
+//!
 //! # Phases
 //!
 //! 1. **Safety**: faults drawn by the [`swarm`] for this seed are injected, until 3/4 of
@@ -104,6 +113,7 @@ pub use swarm::{
 };
 pub use swarm::{BatcherChoice, Batchers};
 pub use swarm::{DssmrChoice, PsmrChoice, RingsChoice};
+pub use swarm::{GeoChoice, GeoOrdering, GeoParams};
 
 /// Run one seed: draw its parameters, simulate, check.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {

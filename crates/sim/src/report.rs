@@ -58,6 +58,20 @@ impl SeedReport {
             None => "pass".to_string(),
             Some(f) => format!("FAIL {}: {}", f.check, first_line(&f.message)),
         };
+        if let Some(g) = &self.params.geo {
+            return format!(
+                "seed {} ({}, 3 regions, {} keys, order {}{}, faults: {}): {verdict}",
+                self.seed,
+                g.ordering,
+                g.keys,
+                g.order,
+                match g.dop_interval_ms {
+                    0 => String::new(),
+                    d => format!(", DOP every {d} ms"),
+                },
+                fault_list(&self.params),
+            );
+        }
         format!(
             "seed {} ({}{}, {}a/{}r{}, faults: {}): {verdict}",
             self.seed,
@@ -105,18 +119,31 @@ impl fmt::Display for SeedReport {
         let p = &self.params;
         writeln!(f, "seed {}", self.seed)?;
         writeln!(f, "configuration")?;
-        writeln!(
-            f,
-            "  cluster         {}{}, {} acceptors (node 1 coordinates), {} replicas",
-            p.protocol,
-            match (p.speculative, p.early_replies) {
-                (true, true) => " with speculative execution and early replies",
-                (true, false) => " with speculative execution",
-                _ => "",
-            },
-            p.acceptors,
-            p.replicas
-        )?;
+        match &p.geo {
+            Some(g) => writeln!(
+                f,
+                "  cluster         {}: 3 nodes (California, Virginia, Europe; [wan] preset \"paper\"), each an acceptor and a replica{}",
+                g.ordering,
+                match g.ordering {
+                    crate::swarm::GeoOrdering::GeoPaxos => {
+                        ", node i leading serializer i-1 (a Multi-Paxos group)"
+                    }
+                    crate::swarm::GeoOrdering::Epaxos => ", each leading its own column",
+                }
+            )?,
+            None => writeln!(
+                f,
+                "  cluster         {}{}, {} acceptors (node 1 coordinates), {} replicas",
+                p.protocol,
+                match (p.speculative, p.early_replies) {
+                    (true, true) => " with speculative execution and early replies",
+                    (true, false) => " with speculative execution",
+                    _ => "",
+                },
+                p.acceptors,
+                p.replicas
+            )?,
+        }
         if let Some(layout) = p.layout() {
             writeln!(f, "  execution       {layout}")?;
         }
@@ -228,6 +255,37 @@ impl fmt::Display for SeedReport {
                 c("ops_confirmed_early")
             )?;
         }
+        if let Some(g) = &p.geo {
+            match g.ordering {
+                crate::swarm::GeoOrdering::GeoPaxos => writeln!(
+                    f,
+                    "  GeoPaxos+       summed over the replicas (running incarnations): {} requests submitted, {} executed ({} by several serializers), {} resubmit decisions, {} resubmitted, {} writes deduplicated, {} DOPs submitted and {} executed, {} clock entries, {} stalled operations ordered again",
+                    c("geo_submitted"),
+                    c("geo_executed"),
+                    c("geo_executed_multi"),
+                    c("geo_resubmit_decisions"),
+                    c("geo_resubmitted"),
+                    c("geo_deduplicated"),
+                    c("geo_dops_submitted"),
+                    c("geo_dops_executed"),
+                    c("geo_clock_entries_proposed"),
+                    c("geo_stalled_reordered")
+                )?,
+                crate::swarm::GeoOrdering::Epaxos => writeln!(
+                    f,
+                    "  EPaxos          summed over the replicas (running incarnations): {} proposed, {} fast and {} slow commits, {} recoveries ({} no-ops), {} commands executed, {} copies skipped, {} answered from the window, {} proposed as conflicting with everything",
+                    c("epaxos_proposed"),
+                    c("epaxos_fast_commits"),
+                    c("epaxos_slow_commits"),
+                    c("epaxos_recoveries_started"),
+                    c("epaxos_recovered_noops"),
+                    c("epaxos_executed"),
+                    c("epaxos_duplicates_skipped"),
+                    c("epaxos_answered_from_window"),
+                    c("epaxos_proposed_conflicting_all")
+                )?,
+            }
+        }
         if p.batchers != crate::swarm::Batchers::None {
             writeln!(
                 f,
@@ -267,8 +325,27 @@ impl fmt::Display for SeedReport {
             c("checkpoints_saved"),
             c("log_records_truncated")
         )?;
-        writeln!(f, "  instances       {} decided", self.instances_decided)?;
+        match p.geo.as_ref().map(|g| g.ordering) {
+            Some(crate::swarm::GeoOrdering::Epaxos) => writeln!(
+                f,
+                "  instances       (EPaxos's commits are not the agreement oracle's; each core counts conflicting ones)"
+            )?,
+            Some(crate::swarm::GeoOrdering::GeoPaxos) => writeln!(
+                f,
+                "  instances       {} decided, over the serializers' logs",
+                self.instances_decided
+            )?,
+            None => writeln!(f, "  instances       {} decided", self.instances_decided)?,
+        }
         for r in &self.replicas {
+            if p.geo.is_some() {
+                writeln!(
+                    f,
+                    "  replica {}       executed {} commands, {} entries, digest {:#018x}",
+                    r.node, r.executed_up_to, r.entries, r.digest
+                )?;
+                continue;
+            }
             writeln!(
                 f,
                 "  replica {}       executed up to {}, {} entries, digest {:#018x}",

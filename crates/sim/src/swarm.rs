@@ -241,6 +241,76 @@ pub enum DssmrChoice {
     Fixed(partita_dssmr::client::Scheme),
 }
 
+/// GeoPaxos+ and EPaxos seeds (paper 004) instead of the swarm's clusters: the
+/// paper's three emulated regions, the geo B+tree's operations.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GeoChoice {
+    /// The swarm's clusters (the default): no seed runs GeoPaxos+ or EPaxos.
+    #[default]
+    Off,
+    /// Every seed runs GeoPaxos+.
+    GeoPaxos,
+    /// Every seed runs EPaxos.
+    Epaxos,
+    /// GeoPaxos+ on even seeds, EPaxos on odd ones.
+    Alternate,
+}
+
+impl GeoChoice {
+    /// The name `partita sim --geo` takes (`None`: off).
+    pub fn flag(self) -> Option<&'static str> {
+        match self {
+            GeoChoice::Off => None,
+            GeoChoice::GeoPaxos => Some("geopaxos+"),
+            GeoChoice::Epaxos => Some("epaxos"),
+            GeoChoice::Alternate => Some("both"),
+        }
+    }
+}
+
+/// Which of paper 004's orderings a geo seed runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GeoOrdering {
+    /// GeoPaxos+: one serializer (a Multi-Paxos group) per replica, the timestamp
+    /// merge, the geo B+tree (`partita_node::geo`).
+    GeoPaxos,
+    /// EPaxos, the leaderless baseline, on paper 001's B+tree (`partita_node::epaxos`).
+    Epaxos,
+}
+
+impl std::fmt::Display for GeoOrdering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GeoOrdering::GeoPaxos => "GeoPaxos+",
+            GeoOrdering::Epaxos => "EPaxos",
+        })
+    }
+}
+
+/// What a GeoPaxos+ or EPaxos seed drew (from a stream of its own, only when
+/// [`SimOptions::geo`] is on): the tree, and what the clients do with it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GeoParams {
+    pub ordering: GeoOrdering,
+    /// Keys `0..keys` present at the start, each with its own key as value; their
+    /// leaves placed by key range on the three replicas (California's first).
+    pub keys: u64,
+    /// The geo tree's order (most keys per node): small, so that inserts split nodes.
+    pub order: usize,
+    /// GeoPaxos+: a DOP that often (0: never). Always 0 with EPaxos.
+    pub dop_interval_ms: u64,
+    /// GeoPaxos+'s optimizer: brute force, or hot replicas with the LRU cache.
+    pub brute_force: bool,
+    /// Bytes of every value in the geo tree (the client's `u64` is the first 8).
+    pub value_bytes: usize,
+    /// Seeds the geo tree's initial configurations of nodes created by splits.
+    pub tree_seed: u64,
+    /// What the clients do.
+    pub workload: crate::client::GeoWorkload,
+}
+
 /// What the user chooses; everything else is drawn from the seed.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
@@ -262,6 +332,9 @@ pub struct SimOptions {
     pub rings: RingsChoice,
     /// S-SMR/DS-SMR Chirper seeds.
     pub dssmr: DssmrChoice,
+    /// GeoPaxos+ and EPaxos seeds (off by default: then no seed draws from the geo
+    /// stream, and every seed runs as it did before geo seeds existed).
+    pub geo: GeoChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -327,6 +400,9 @@ impl SimOptions {
             DssmrChoice::Fixed(partita_dssmr::client::Scheme::Ssmr) => f += " --dssmr ssmr",
             DssmrChoice::Fixed(partita_dssmr::client::Scheme::Dssmr) => f += " --dssmr dssmr",
         }
+        if let Some(g) = self.geo.flag() {
+            f += &format!(" --geo {g}");
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -365,6 +441,7 @@ impl Default for SimOptions {
             psmr: PsmrChoice::Swarm,
             rings: RingsChoice::Swarm,
             dssmr: DssmrChoice::Off,
+            geo: GeoChoice::Off,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -469,6 +546,10 @@ pub struct SeedParams {
     /// the last is the oracle), replicas `partita_dssmr::replica::DsReplica`, clients
     /// the client proxy. Experiment mode only for now.
     pub dssmr: Option<DsParams>,
+    /// GeoPaxos+ or EPaxos (paper 004) in the paper's three emulated regions: three
+    /// nodes, each an acceptor and a replica (`acceptors` and `replicas` both count
+    /// them), clients in every region (`None`: the swarm's clusters).
+    pub geo: Option<GeoParams>,
 }
 
 /// S-SMR/DS-SMR runs: the scheme, the social graph every member loads, the workload.
@@ -492,6 +573,9 @@ impl SeedParams {
     /// those, as `partita up` would write it (addresses are never used by the
     /// simulator).
     pub fn cluster(&self) -> ClusterConfig {
+        if let Some(g) = &self.geo {
+            return self.geo_cluster(g);
+        }
         let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
         c.cluster.protocol = self.protocol;
         c.cluster.ring_decision = self.ring_decision;
@@ -569,9 +653,91 @@ impl SeedParams {
 }
 
 impl SeedParams {
+    /// The cluster file of a GeoPaxos+ or EPaxos seed: the paper's deployment
+    /// (`ClusterConfig::paper_geo_local`: nodes 1, 2, 3 in California, Virginia and
+    /// Europe, each an acceptor and a replica, `[wan] preset = "paper"`), the drawn
+    /// tree and batching, and client `i` in region `i mod 3` (so at the replica of its
+    /// index).
+    fn geo_cluster(&self, g: &GeoParams) -> ClusterConfig {
+        let mut c = ClusterConfig::paper_geo_local(7100, 0x5151_0000 ^ self.seed, g.keys);
+        c.batching.window_instances_max = self.window_instances_max;
+        c.batching.batch_bytes_max = self.batch_bytes_max;
+        c.batching.batch_delay_ms = self.batch_delay_ms;
+        c.batching.value_interval_ms = self.value_interval_ms;
+        let s = c
+            .geopaxos
+            .as_mut()
+            .expect("the paper's GeoPaxos+ deployment has [geopaxos]");
+        s.order = g.order;
+        s.value_bytes = g.value_bytes;
+        s.dop_interval_ms = g.dop_interval_ms;
+        s.optimizer = if g.brute_force {
+            "brute-force"
+        } else {
+            "hot-lru"
+        }
+        .into();
+        s.seed = g.tree_seed;
+        s.ordering = match g.ordering {
+            GeoOrdering::GeoPaxos => "geopaxos+",
+            GeoOrdering::Epaxos => "epaxos",
+        }
+        .into();
+        c.wan
+            .as_mut()
+            .expect("the paper's deployment has [wan]")
+            .clients = partita_config::wan::PAPER_REGIONS
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        ClusterConfig::parse(&c.to_toml(), "simulated cluster")
+            .unwrap_or_else(|e| panic!("the simulator built an invalid geo cluster file: {e}"))
+    }
+
     /// How the seed's state and execution are laid out, when not one partition on
-    /// one stream executed sequentially: partitions, P-SMR threads, rings, DS-SMR.
+    /// one stream executed sequentially: partitions, P-SMR threads, rings, DS-SMR,
+    /// GeoPaxos+ or EPaxos.
     pub fn layout(&self) -> Option<String> {
+        if let Some(g) = &self.geo {
+            let w = &g.workload;
+            let mut focus = String::new();
+            if w.local_percent > 0 {
+                focus += &format!(", {}% in their region's range", w.local_percent);
+            }
+            if w.hot_percent > 0 {
+                focus += &format!(
+                    ", {}% on hot keys {}..{}",
+                    w.hot_percent,
+                    w.hot_lo,
+                    w.hot_lo + w.hot_len
+                );
+            }
+            return Some(format!(
+                "{} in 3 emulated regions (California, Virginia, Europe; one node each, \
+                 acceptor and replica); geo tree of keys 0..{} (value = key), order {}, \
+                 {}-byte values{}; clients on keys 0..{}: {}% reads, {}% of writes \
+                 inserts{focus}",
+                g.ordering,
+                g.keys,
+                g.order,
+                g.value_bytes,
+                match (g.ordering, g.dop_interval_ms) {
+                    (GeoOrdering::Epaxos, _) => String::new(),
+                    (_, 0) => ", no DOPs".to_string(),
+                    (_, d) => format!(
+                        ", a DOP every {d} ms ({} optimizer)",
+                        if g.brute_force {
+                            "brute-force"
+                        } else {
+                            "hot-lru"
+                        }
+                    ),
+                },
+                w.key_space,
+                w.read_percent,
+                w.insert_percent,
+            ));
+        }
         let mut layout = Vec::new();
         if self.dssmr.is_some() {
             layout.push("Chirper (S-SMR/DS-SMR)".to_string());
@@ -632,6 +798,7 @@ pub const STREAM_PSMR: u64 = 14;
 pub const STREAM_RINGS: u64 = 15;
 pub const STREAM_DSSMR: u64 = 16;
 pub const STREAM_RING_DECISION: u64 = 17;
+pub const STREAM_GEO: u64 = 18;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -945,7 +1112,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             RingDecision::Coordinator
         }
     });
-    SeedParams {
+    let params = SeedParams {
         seed,
         protocol,
         ring_decision,
@@ -996,6 +1163,127 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         bug_names,
         flags: opts.flags(),
         dssmr: ds,
+        geo: None,
+    };
+    match draw_geo(seed, opts) {
+        None => params,
+        Some((geo, clients, timeout_ns)) => geo_seed(params, geo, clients, timeout_ns),
+    }
+}
+
+/// The GeoPaxos+ or EPaxos part of a seed (`None` unless [`SimOptions::geo`] is on),
+/// from a stream of its own, and the seed's clients and their timeout. Every value is
+/// drawn whichever ordering the seed runs, so an even seed draws alike under `--geo
+/// both` and `--geo geopaxos+` (an odd one under `both` and `epaxos`).
+fn draw_geo(seed: u64, opts: &SimOptions) -> Option<(GeoParams, u32, Time)> {
+    let ordering = match opts.geo {
+        GeoChoice::Off => return None,
+        GeoChoice::GeoPaxos => GeoOrdering::GeoPaxos,
+        GeoChoice::Epaxos => GeoOrdering::Epaxos,
+        GeoChoice::Alternate if seed.is_multiple_of(2) => GeoOrdering::GeoPaxos,
+        GeoChoice::Alternate => GeoOrdering::Epaxos,
+    };
+    let mut g = stream(seed, STREAM_GEO);
+    let keys = g.gen_range(50..=400u64);
+    let order = g.gen_range(4..=8usize);
+    // DOPs in half of the GeoPaxos+ seeds, a few hundred milliseconds apart (a DOP
+    // takes a round of every serializer: about two of the widest round trips).
+    let dop = if g.gen_bool(0.5) {
+        0
+    } else {
+        g.gen_range(6..=15u64) * 100
+    };
+    let brute_force = g.gen_bool(0.5);
+    let value_bytes = *[8usize, 16, 100].choose(&mut g).expect("non-empty");
+    // TOML integers are signed.
+    let tree_seed = g.gen_range(0..1u64 << 62);
+    // Clients write beyond the initial keys too, so that inserts add keys and split.
+    let key_space = keys + g.gen_range(keys / 4..=keys);
+    let read_percent = g.gen_range(20..=80);
+    let insert_percent = g.gen_range(10..=50);
+    let local_percent = if g.gen_bool(0.5) {
+        g.gen_range(30..=90)
+    } else {
+        0
+    };
+    // Hot keys (every region's clients on a few keys) make conflicting commands
+    // concurrent, which is what the planted ordering bugs need to show.
+    let hot_percent = if g.gen_bool(0.5) {
+        g.gen_range(20..=60)
+    } else {
+        0
+    };
+    let hot_len = g.gen_range(2..=12u64);
+    let hot_lo = g.gen_range(0..key_space - hot_len);
+    // At least one client per region; timeouts of a few wide-area round trips.
+    let clients = g.gen_range(3..=9u32).min(opts.ops.max(1) as u32);
+    let timeout_ns = g.gen_range(300..=1500) * MILLIS;
+    let geo = GeoParams {
+        ordering,
+        keys,
+        order,
+        dop_interval_ms: if ordering == GeoOrdering::GeoPaxos {
+            dop
+        } else {
+            0
+        },
+        brute_force,
+        value_bytes,
+        tree_seed,
+        workload: crate::client::GeoWorkload {
+            keys,
+            key_space,
+            regions: 3,
+            read_percent,
+            insert_percent,
+            local_percent,
+            hot_percent,
+            hot_lo,
+            hot_len,
+        },
+    };
+    Some((geo, clients, timeout_ns))
+}
+
+/// A seed's parameters made a geo seed's: the paper's three nodes (each an acceptor
+/// and a replica), Multi-Paxos serializers (GeoPaxos+) or EPaxos, nothing the geo
+/// orderings do not combine with (partitions, speculation, batchers, P-SMR, rings,
+/// Chirper), the geo clients. The timing, disk, network and fault draws stay the
+/// seed's.
+fn geo_seed(p: SeedParams, geo: GeoParams, clients: u32, timeout_ns: Time) -> SeedParams {
+    let mut clock_skew = p.clock_skew.clone();
+    clock_skew.truncate(3);
+    SeedParams {
+        protocol: Protocol::MultiPaxos,
+        ring_decision: None,
+        speculative: false,
+        partitions: 1,
+        key_space: 1 << 32,
+        early_replies: false,
+        batchers: Batchers::None,
+        batcher_interval_ms: 0,
+        session_lease_ms: partita_config::SessionsSection::default().lease_ms,
+        psmr_threads: 0,
+        psmr_optimistic: false,
+        rings: 0,
+        ring_m: 1,
+        ring_delta_ms: 5,
+        acceptors: 3,
+        replicas: 3,
+        clients,
+        client: ClientParams {
+            timeout_ns,
+            keys: geo.workload.key_space,
+            ..p.client.clone()
+        },
+        clock_skew,
+        // Operations cross the emulated WAN (a few hundred milliseconds each, more
+        // for inserts that split and for DOPs): after healing, every client's
+        // remaining operations get a second each on top of the swarm's minute.
+        liveness_ns_max: p.liveness_ns_max + (p.ops / u64::from(clients.max(1)) + 1) * SECONDS,
+        dssmr: None,
+        geo: Some(geo),
+        ..p
     }
 }
 

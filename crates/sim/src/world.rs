@@ -34,6 +34,7 @@ use crate::trace::{Detail, Trace};
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::Event;
 use partita_config::ClusterConfig;
+use partita_consensus::geopaxos::SerializerId;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_types::early::EarlyReply;
@@ -321,6 +322,36 @@ fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
     Ok((back, bytes.len() + partita_types::frame::FRAME_HEADER_BYTES))
 }
 
+/// GeoPaxos+: every serializer's group at a node, by serializer.
+fn geo_groups(
+    g: &partita_node::GeoOrdering,
+) -> impl Iterator<Item = (SerializerId, &partita_node::PaxosOrdering)> + '_ {
+    (0..).map_while(move |i: SerializerId| g.group(i).map(|o| (i, o)))
+}
+
+/// Commands an ordering that executes (GeoPaxos+, EPaxos) has run at a node (`None`:
+/// the node's replica executes). Cheap, unlike `NodeCore::ordering_executed`, which
+/// computes the state's digest.
+fn ordering_ran(core: &NodeCore) -> Option<u64> {
+    if let Some(g) = core.geo() {
+        return Some(g.replica().stats().executed);
+    }
+    core.epaxos().map(|e| e.executed())
+}
+
+/// The executed count replicas of a geo seed must agree on. EPaxos: every committed
+/// command run, copies of a write included (they run, or are answered from the
+/// deduplication window, alike everywhere). GeoPaxos+: the operations executed on the
+/// tree (`GeoStats::executed`, as `partita nemesis` compares them), not
+/// `GeoOrdering::executed`, which adds the copies skipped as duplicates: when a DOP
+/// moved a node between two copies of a write, the copies share no serializer, and
+/// whether the later one is skipped as a duplicate or decided for resubmission
+/// depends on the order the merge releases them, which may differ between replicas
+/// (neither runs it; the trees stay alike).
+fn agreed_executed(core: &NodeCore) -> Option<u64> {
+    ordering_ran(core)
+}
+
 pub struct World {
     p: SeedParams,
     cost: CostTable,
@@ -449,6 +480,7 @@ impl World {
             bug_names: Vec::new(),
             flags: "experiment".into(),
             dssmr: spec.dssmr.clone(),
+            geo: None,
         };
         let opts = SimOptions {
             cost: spec.cost,
@@ -569,7 +601,14 @@ impl World {
                 let ops =
                     p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
                 let replica = replicas[c as usize % replicas.len()];
-                let entry = cluster.first_entry(replica, c as u64);
+                // GeoPaxos+ and EPaxos: a client talks to its nearest replica (client
+                // `c` is in region `c mod 3`, that of replica `c mod 3`), the origin of
+                // its requests, as `partita-client` does.
+                let entry = if p.geo.is_some() {
+                    replica
+                } else {
+                    cluster.first_entry(replica, c as u64)
+                };
                 // Clients enter at the coordinator (the server), or spread over the
                 // batchers (at their own replica if it batches, as real clients do),
                 // and rotate over the batchers, then the acceptors.
@@ -602,9 +641,12 @@ impl World {
                         read_direct,
                     },
                 );
-                match &bench {
-                    Some(b) => client.for_bench(b.workload, p.client.keys, MILLIS),
-                    None => client,
+                match (&bench, &p.geo) {
+                    (Some(b), _) => client.for_bench(b.workload, p.client.keys, MILLIS),
+                    (None, Some(g)) => {
+                        client.for_geo(g.workload.clone(), (c as usize % replicas.len()) as u64)
+                    }
+                    (None, None) => client,
                 }
             })
             .collect();
@@ -1043,6 +1085,8 @@ impl World {
         }
         let core = n.core.as_mut().expect("an idle node is up");
         let work_before = core.replica().map(|r| r.stats().work).unwrap_or_default();
+        // GeoPaxos+ and EPaxos execute in the ordering (the node's replica is unused).
+        let ordering_before = ordering_ran(core);
         // Who takes a client command or a batch: the coordinator of a leading node,
         // else the node's batcher (see `cpu`).
         let leading = core.coordinator().is_some();
@@ -1104,13 +1148,26 @@ impl World {
         };
         let conflicts = match self.nodes[ni].core.as_ref() {
             None => 0,
-            Some(c) => match c.multiring() {
-                Some(mr) => mr
+            Some(c) => match (c.multiring(), c.geo(), c.epaxos()) {
+                (Some(mr), _, _) => mr
                     .rings()
                     .filter_map(|(_, o)| o.learner())
                     .map(conflicting)
                     .sum(),
-                None => c.learner().map_or(0, conflicting),
+                // Every serializer's group learns at every replica.
+                (_, Some(g), _) => geo_groups(g)
+                    .filter_map(|(_, o)| o.learner())
+                    .map(conflicting)
+                    .sum(),
+                // EPaxos counts a commit that contradicts one it knows.
+                (_, _, Some(e)) => e
+                    .core()
+                    .drops()
+                    .0
+                    .get(partita_consensus::epaxos::CONFLICTING_COMMIT)
+                    .copied()
+                    .unwrap_or(0),
+                _ => c.learner().map_or(0, conflicting),
             },
         };
         if conflicts > 0 {
@@ -1136,6 +1193,17 @@ impl World {
             forwarded_commands,
             ..self.execution_work(&executed)
         };
+        if let Some(before) = ordering_before {
+            // An ordering that executes: one B+tree operation per command it ran.
+            let after = self.nodes[ni]
+                .core
+                .as_ref()
+                .and_then(ordering_ran)
+                .unwrap_or(before);
+            let ran = after.saturating_sub(before);
+            work.btree_ops += ran;
+            work.commands += ran;
+        }
         if let Some(c) = self.cost.codec_of(what) {
             work.codec_ns += c.decode(bytes_in);
             work.bytes_in = 0;
@@ -1999,6 +2067,12 @@ impl World {
 
     /// Every client done, nothing left to order, every replica caught up.
     fn quiescent(&self) -> bool {
+        if let Some(g) = &self.p.geo {
+            return match g.ordering {
+                swarm::GeoOrdering::GeoPaxos => self.quiescent_geo(),
+                swarm::GeoOrdering::Epaxos => self.quiescent_epaxos(),
+            };
+        }
         if let Some(rings) = self.nodes.first().and_then(|n| n.setup.multiring.clone()) {
             return self.quiescent_multiring(&rings);
         }
@@ -2014,6 +2088,68 @@ impl World {
                 c.learner().is_some_and(|l| l.delivered_up_to() == decided) && c.quiescent()
             })
         })
+    }
+
+    /// GeoPaxos+: every node up, every serializer led with nothing queued or in
+    /// flight, every replica's learner of every serializer at what its leader decided,
+    /// and no replica with an operation waiting in its merge or an entry waiting for a
+    /// leader. (Whether the replicas then executed alike is the convergence check's
+    /// question, not this one's: a divergence is a violation, not a hang.) With DOPs
+    /// the first replica submits one every interval: quiescence is a moment between
+    /// two of them.
+    fn quiescent_geo(&self) -> bool {
+        let mut geos = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            match n.core.as_ref().and_then(|c| c.geo()) {
+                Some(g) if n.paused.is_none() && g.quiescent() => geos.push(g),
+                _ => return false,
+            }
+        }
+        let Some(first) = geos.first() else {
+            return false;
+        };
+        for (g, _) in geo_groups(first) {
+            let leader = geos
+                .iter()
+                .filter_map(|o| o.group(g)?.coordinator())
+                .max_by_key(|k| k.ballot());
+            let Some(c) = leader else {
+                return false;
+            };
+            if c.in_flight() > 0 || c.pending_commands() > 0 {
+                return false;
+            }
+            let decided = c.decided_up_to();
+            let caught_up = geos.iter().all(|o| {
+                o.group(g)
+                    .and_then(|p| p.learner())
+                    .is_some_and(|l| l.delivered_up_to() == decided)
+            });
+            if !caught_up {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// EPaxos: every node up, no replica driving a phase, awaiting an instance or
+    /// holding a committed one it has not executed, and every replica knowing the same
+    /// number of committed instances (so each committed everything any committed).
+    fn quiescent_epaxos(&self) -> bool {
+        let mut committed = None;
+        for n in &self.nodes {
+            let Some(e) = n.core.as_ref().and_then(|c| c.epaxos()) else {
+                return false;
+            };
+            if n.paused.is_some() || !e.quiescent() {
+                return false;
+            }
+            let count = e.core().committed().count();
+            if *committed.get_or_insert(count) != count {
+                return false;
+            }
+        }
+        committed.is_some()
     }
 
     /// Multi-Ring Paxos: every ring led, with no client command queued or in flight
@@ -2135,6 +2271,45 @@ impl World {
                             s += &format!("drops: {}; ", drops.join(", "));
                         }
                     }
+                    if let Some(g) = core.geo() {
+                        let st = g.replica().stats();
+                        s += &format!(
+                            "GeoPaxos+: executed {} ({} deduplicated, {} resubmit decisions, {} DOPs), {} waiting in the merge, quiescent {}; ",
+                            g.executed(),
+                            st.deduplicated,
+                            st.resubmit_decisions,
+                            st.dops,
+                            g.replica().merge().pending_len(),
+                            g.quiescent()
+                        );
+                        for (i, o) in geo_groups(g) {
+                            if let Some(l) = o.learner() {
+                                s += &format!("serializer {i}: delivered {}", l.delivered_up_to());
+                            }
+                            if let Some(c) = o.coordinator() {
+                                s += &format!(
+                                    ", leads {}, decided {}, {} in flight, {} pending",
+                                    c.ballot(),
+                                    c.decided_up_to(),
+                                    c.in_flight(),
+                                    c.pending_commands()
+                                );
+                            }
+                            s += "; ";
+                        }
+                    }
+                    if let Some(e) = core.epaxos() {
+                        let st = e.core().stats();
+                        s += &format!(
+                            "EPaxos: executed {}, {} committed known, {} proposed ({} fast, {} slow commits), quiescent {}; ",
+                            e.executed(),
+                            e.core().committed().count(),
+                            st.proposed,
+                            st.fast_commits,
+                            st.slow_commits,
+                            e.quiescent()
+                        );
+                    }
                     if let Some(l) = core.learner() {
                         s += &format!(
                             "delivered up to {} (knows {} decided)",
@@ -2188,6 +2363,25 @@ impl World {
     }
 
     fn replica_ends(&self) -> Vec<ReplicaEnd> {
+        if self.p.geo.is_some() {
+            // The orderings execute: their counts (see `agreed_executed`), digests
+            // and sizes; the node core's own replica is unused.
+            return self
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    let core = n.core.as_ref()?;
+                    let e = core.ordering_executed()?;
+                    Some(ReplicaEnd {
+                        node: n.id,
+                        partition: 0,
+                        executed_up_to: agreed_executed(core)?,
+                        digest: e.digest,
+                        entries: e.entries as usize,
+                    })
+                })
+                .collect();
+        }
         self.nodes
             .iter()
             .filter(|n| n.replica)
@@ -2202,6 +2396,68 @@ impl World {
                 })
             })
             .collect()
+    }
+
+    /// A geo seed's replicas' counters, for a convergence failure (what each ran).
+    fn geo_counts(&self) -> Option<String> {
+        self.p.geo.as_ref()?;
+        let lines: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let core = n.core.as_ref()?;
+                if let Some(g) = core.geo() {
+                    let s = g.replica().stats();
+                    return Some(format!(
+                        "node {}: GeoPaxos+ executed {} (multi-serializer {}), deduplicated {}, resubmit decisions {}, DOPs {}, refused {}, malformed {}, positions {:?}",
+                        n.id,
+                        s.executed,
+                        s.executed_multi,
+                        s.deduplicated,
+                        s.resubmit_decisions,
+                        s.dops,
+                        s.refused,
+                        s.malformed,
+                        geo_groups(g)
+                            .map(|(_, o)| o.learner().map_or(0, |l| l.delivered_up_to()))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+                let e = core.epaxos()?;
+                let st = e.core().stats();
+                Some(format!(
+                    "node {}: EPaxos executed {}, {} committed known, {} fast and {} slow commits",
+                    n.id,
+                    e.executed(),
+                    e.core().committed().count(),
+                    st.fast_commits,
+                    st.slow_commits
+                ))
+            })
+            .collect();
+        Some(lines.join("\n"))
+    }
+
+    /// A geo seed's final contents: the first replica's tree (the replicas
+    /// converged), as the clients' `u64` values.
+    fn geo_final_entries(&self) -> Vec<(u64, u64)> {
+        for n in &self.nodes {
+            let Some(core) = n.core.as_ref() else {
+                continue;
+            };
+            if let Some(g) = core.geo() {
+                return g
+                    .replica()
+                    .tree()
+                    .entries()
+                    .map(|(k, v)| (k, partita_node::geo::map_value(v)))
+                    .collect();
+            }
+            if let Some(e) = core.epaxos() {
+                return e.tree().query(0, u64::MAX);
+            }
+        }
+        Vec::new()
     }
 
     fn history(&self) -> Vec<Event> {
@@ -2564,6 +2820,18 @@ impl World {
         }
         if self.failure.is_none() {
             if let Err(m) = check::convergence(&replicas) {
+                let m = match self.geo_counts() {
+                    // The orderings' executed counts are counts, not instances.
+                    Some(counts) => format!(
+                        "{}\n{counts}",
+                        m.replace(
+                            "replicas executed different prefixes",
+                            "replicas executed different numbers of commands",
+                        )
+                        .replace(" up to ", " ")
+                    ),
+                    None => m,
+                };
                 self.fail(Check::Convergence, m);
             }
         }
@@ -2573,6 +2841,17 @@ impl World {
             let (counts, events) = self.check_dssmr();
             ds_ops = Some(counts);
             ds_history = events;
+        } else if let (Some(g), None) = (&self.p.geo, &self.failure) {
+            // The tree every replica started from: keys 0..K, each its own value.
+            let initial = partita_checker::Initial::Preload {
+                count: g.keys,
+                stride: 1,
+            };
+            let final_entries = self.geo_final_entries();
+            match check::history(&history, initial, &final_entries, self.check_max_states) {
+                Ok(s) => check_summary = Some(s),
+                Err((c, m)) => self.fail(c, m),
+            }
         } else if self.failure.is_none() {
             // One replica of each partition (partitions hold disjoint key ranges, in
             // order): together, the service's contents.
@@ -2594,7 +2873,12 @@ impl World {
             final_entries.sort_by_key(|(p, _)| *p);
             let final_entries: Vec<(u64, u64)> =
                 final_entries.into_iter().flat_map(|(_, e)| e).collect();
-            match check::history(&history, &final_entries, self.check_max_states) {
+            match check::history(
+                &history,
+                partita_checker::Initial::Empty,
+                &final_entries,
+                self.check_max_states,
+            ) {
                 Ok(s) => check_summary = Some(s),
                 Err((c, m)) => self.fail(c, m),
             }
@@ -2619,6 +2903,29 @@ impl World {
             };
             for (k, v) in b.stats().named() {
                 *counters.entry(format!("batcher_{k}")).or_default() += v;
+            }
+        }
+        // GeoPaxos+ and EPaxos: the orderings' counters, summed over the nodes'
+        // running incarnations (a restart starts them over).
+        if self.p.geo.is_some() {
+            for n in &self.nodes {
+                let Some(core) = n.core.as_ref() else {
+                    continue;
+                };
+                for (k, v) in core.counters() {
+                    if k.starts_with("geo_") || k.starts_with("epaxos_") {
+                        *counters.entry(k.to_string()).or_default() += v;
+                    }
+                }
+                if let Some(e) = core.epaxos() {
+                    let st = e.core().stats();
+                    for (k, v) in [
+                        ("epaxos_recoveries_started", st.recoveries_started),
+                        ("epaxos_recovered_noops", st.recovered_noops),
+                    ] {
+                        *counters.entry(k.to_string()).or_default() += v;
+                    }
+                }
             }
         }
         let resubmissions = self.clients.iter().map(|c| c.stats().resubmissions).sum();
