@@ -341,27 +341,11 @@ fn phase_2a_goes_out_as_ip_multicast_and_survives_loss() {
 }
 
 /// Run `partita nemesis --netns` with `extra` arguments; its exit code and JSON report.
-fn nemesis(extra: &[&str]) -> (i32, serde_json::Value, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
+/// Run `partita ARGS`, wait for it, print its output, and check that it left no
+/// namespace behind. Returns its exit code and its output.
+fn run_partita(args: &[&str]) -> (i32, String) {
     let child = Command::new(exe())
-        .args([
-            "nemesis",
-            "--netns",
-            "--faults",
-            "isolate-coordinator,split-cluster,cut-coordinator-out,lossy-network",
-            "--duration",
-            "22",
-            "--interval-ms",
-            "700",
-            "--down-ms",
-            "1500",
-            "--clients",
-            "4",
-            "--json",
-        ])
-        .arg(&json)
-        .args(extra)
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -379,10 +363,35 @@ fn nemesis(extra: &[&str]) -> (i32, serde_json::Value, String) {
         "namespaces left behind: {:?}",
         namespaces_of(pid)
     );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn nemesis(extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let json_arg = json.to_str().unwrap();
+    let mut args = vec![
+        "nemesis",
+        "--netns",
+        "--faults",
+        "isolate-coordinator,split-cluster,cut-coordinator-out,lossy-network",
+        "--duration",
+        "22",
+        "--interval-ms",
+        "700",
+        "--down-ms",
+        "1500",
+        "--clients",
+        "4",
+        "--json",
+        json_arg,
+    ];
+    args.extend_from_slice(extra);
+    let (code, text) = run_partita(&args);
     let report = std::fs::read_to_string(&json)
         .map(|t| serde_json::from_str(&t).unwrap())
         .unwrap_or_else(|e| panic!("no report ({e}):\n{text}"));
-    (out.status.code().unwrap_or(-1), report, text)
+    (code, report, text)
 }
 
 fn faults_injected(report: &serde_json::Value) -> Vec<String> {
@@ -482,37 +491,19 @@ fn an_experiment_runs_on_namespaces_with_mutual_tls() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("geo.json");
-    let child = Command::new(exe())
-        .args([
-            "experiment",
-            "geo",
-            "--quick",
-            "--netns",
-            "--duration",
-            "4",
-            "--clients",
-            "6",
-            "--json",
-        ])
-        .arg(&json)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{text}");
-    assert!(out.status.success(), "{text}");
-    assert!(
-        namespaces_of(pid).is_empty(),
-        "namespaces left behind: {:?}",
-        namespaces_of(pid)
-    );
+    let (code, text) = run_partita(&[
+        "experiment",
+        "geo",
+        "--quick",
+        "--netns",
+        "--duration",
+        "4",
+        "--clients",
+        "6",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(

@@ -49,11 +49,11 @@ use partita_consensus::epaxos::{
 };
 use partita_consensus::{AcceptorRecord, Action, Msg, Outbox, PersistToken};
 use partita_service::StateMachine;
-use partita_types::{Body, ClientId, Command, FieldError, Instance, NodeId, Refusal, Reply};
+use partita_types::{ClientId, Command, FieldError, Instance, NodeId, Refusal, Reply};
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::geo::GeoSetup;
+use crate::geo::{decode_geo_command, GeoSetup};
 use crate::ordering::AtomicMulticast;
 use crate::{NodeSetup, UnsafeBugs};
 
@@ -201,7 +201,7 @@ impl EpaxosOrdering {
     /// Run a committed client command; answer it if this node proposed it.
     fn execute(&mut self, cmd: &Command) {
         self.executed += 1;
-        let op = match decode_op(cmd) {
+        let op = match decode_geo_command(cmd) {
             Ok(op) => op,
             Err(_) => {
                 // Only checked commands are proposed; the same bytes everywhere.
@@ -292,23 +292,6 @@ pub fn epaxos_config(geo: &GeoSetup) -> EpaxosConfig {
     c
 }
 
-/// The client's command as an operation of the geo B+tree's, or why it is not one.
-fn decode_op(cmd: &Command) -> Result<Op, String> {
-    let Body::Whole { payload, .. } = &cmd.body else {
-        return Err("an EPaxos cluster takes whole (unsplit) commands".into());
-    };
-    let op = <BPlusTree as StateMachine>::decode_command(payload)
-        .map_err(|e| format!("not a B+tree command: {e}"))?;
-    match op {
-        Op::Delete { .. } | Op::Query { .. } | Op::Batch(_) => Err(format!(
-            "the geo B+tree (paper 004) has no {}: it takes read, insert, update, next \
-             and prev",
-            op.name()
-        )),
-        op => Ok(op),
-    }
-}
-
 impl AtomicMulticast for EpaxosOrdering {
     fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String> {
         if cmd.is_open() {
@@ -316,7 +299,7 @@ impl AtomicMulticast for EpaxosOrdering {
             self.reply_now(&cmd, Ok(partita_types::session_reply(1)));
             return Ok(());
         }
-        let op = match decode_op(&cmd) {
+        let op = match decode_geo_command(&cmd) {
             Ok(op) => op,
             Err(why) => {
                 self.count("epaxos_requests_rejected");

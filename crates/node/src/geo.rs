@@ -565,14 +565,28 @@ impl GeoOrdering {
     }
 }
 
-/// The client's command as an operation of the geo tree, or why it is not one.
-fn to_geo_op(cmd: &Command, value_bytes: usize) -> Result<Op, String> {
+/// The client's command as one of the geo B+tree's operations (read, next, prev,
+/// update, insert: paper 001's B+tree commands that paper 004's tree has), or why it
+/// is not one. GeoPaxos+ and EPaxos take the same commands.
+pub(crate) fn decode_geo_command(cmd: &Command) -> Result<MapOp, String> {
     let Body::Whole { payload, .. } = &cmd.body else {
-        return Err("a GeoPaxos+ cluster takes whole (unsplit) commands".into());
+        return Err("this cluster takes whole (unsplit) commands".into());
     };
     let op = <BPlusTree as StateMachine>::decode_command(payload)
         .map_err(|e| format!("not a B+tree command: {e}"))?;
-    Ok(match op {
+    match op {
+        MapOp::Delete { .. } | MapOp::Query { .. } | MapOp::Batch(_) => Err(format!(
+            "the geo B+tree (paper 004) has no {}: it takes read, insert, update, next \
+             and prev",
+            op.name()
+        )),
+        op => Ok(op),
+    }
+}
+
+/// The client's command as an operation of the geo tree, or why it is not one.
+fn to_geo_op(cmd: &Command, value_bytes: usize) -> Result<Op, String> {
+    Ok(match decode_geo_command(cmd)? {
         MapOp::Read { key } => Op::Read { key },
         MapOp::Next { key } => Op::GetNext { key },
         MapOp::Prev { key } => Op::GetPrev { key },
@@ -585,11 +599,7 @@ fn to_geo_op(cmd: &Command, value_bytes: usize) -> Result<Op, String> {
             value: geo_value(value, value_bytes),
         },
         MapOp::Delete { .. } | MapOp::Query { .. } | MapOp::Batch(_) => {
-            return Err(format!(
-                "the geo B+tree (paper 004) has no {}: it takes read, insert, update, \
-                 next and prev",
-                op.name()
-            ))
+            unreachable!("decode_geo_command refuses them")
         }
     })
 }
