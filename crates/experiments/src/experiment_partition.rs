@@ -152,6 +152,31 @@ pub struct Target {
 }
 
 impl Target {
+    /// A target judged on one ratio per round: `ratio` is their median (the lower one
+    /// of an even count) and `round` its round (from 1); met when the median reaches
+    /// `required`. `None` without rounds.
+    pub fn of_rounds(
+        what: String,
+        round_ratios: Vec<f64>,
+        required: f64,
+        evidence: String,
+    ) -> Option<Target> {
+        let mut idx: Vec<usize> = (0..round_ratios.len()).collect();
+        idx.sort_by(|&a, &b| round_ratios[a].total_cmp(&round_ratios[b]));
+        let i = *idx.get(round_ratios.len().checked_sub(1)? / 2)?;
+        let ratio = round_ratios[i];
+        Some(Target {
+            what,
+            ratio,
+            required,
+            met: ratio >= required,
+            evidence,
+            rounds_met: round_ratios.iter().filter(|x| **x >= required).count(),
+            round_ratios,
+            round: i as u32 + 1,
+        })
+    }
+
     /// The target in a report's text: ratio (with `decimals`), every round's, the
     /// verdict and the evidence.
     pub fn summary(&self, decimals: usize) -> String {

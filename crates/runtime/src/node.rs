@@ -393,6 +393,9 @@ impl Node {
         let coordinator = self.core.coordinator();
         let acceptor = self.core.acceptor();
         let replica = self.core.replica();
+        // An ordering that executes itself (GeoPaxos+, EPaxos): its progress, once
+        // (GeoPaxos+'s digest walks the whole tree).
+        let ordered = self.core.ordering_executed();
         if let Some(c) = coordinator {
             let s = c.stats();
             counters.push(("commands_received".into(), s.commands_received));
@@ -461,15 +464,15 @@ impl Node {
             coordinator: coordinator.is_some(),
             ballot: coordinator.map(|c| c.ballot().to_string()),
             decided_up_to: coordinator.map(|c| c.decided_up_to()),
-            executed_up_to: match self.core.ordering_executed() {
+            executed_up_to: match ordered {
                 Some(e) => Some(e.executed),
                 None => replica.map(|r| r.last_instance()),
             },
-            digest: match self.core.ordering_executed() {
+            digest: match ordered {
                 Some(e) => Some(e.digest),
                 None => replica.map(|r| r.digest()),
             },
-            entries: match self.core.ordering_executed() {
+            entries: match ordered {
                 Some(e) => Some(e.entries),
                 None => replica.map(|r| r.len()),
             },

@@ -762,13 +762,6 @@ fn describe(p: &GeoPoint) -> String {
     s
 }
 
-fn median(v: &[f64]) -> (f64, usize) {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    let i = idx[(v.len() - 1) / 2];
-    (v[i], i)
-}
-
 fn ratio_target(
     r: &GeoSimReport,
     what: String,
@@ -796,20 +789,7 @@ fn ratio_target(
             describe(pb)
         ));
     }
-    if ratios.is_empty() {
-        return None;
-    }
-    let (ratio, i) = median(&ratios);
-    Some(Target {
-        what,
-        ratio,
-        required,
-        met: ratio >= required,
-        evidence: evidence.join("; "),
-        rounds_met: ratios.iter().filter(|x| **x >= required).count(),
-        round_ratios: ratios,
-        round: i as u32 + 1,
-    })
+    Target::of_rounds(what, ratios, required, evidence.join("; "))
 }
 
 fn targets(r: &GeoSimReport) -> Vec<Target> {
