@@ -5,13 +5,17 @@
 //! last whole-range query of the history). One test per ordering protocol, one with
 //! two standalone batchers carrying the clients' commands, plus an acceptor restart on
 //! its data directory.
+//!
+//! [`the_cluster_tests_pass_on_five_namespaces_with_mutual_tls`] runs them all again
+//! with every node in a network namespace of its own and mutual TLS (root).
 
 use partita_btree::{Op, OpResult};
-use partita_client::{node_status, Client, ClientOptions};
+use partita_client::{node_status_of, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
 use partita_consensus::Protocol;
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{pick_base_port, spawn_node, LocalCluster};
+use partita_harness::netns;
 use partita_wire::NodeStatus;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -44,6 +48,10 @@ fn start_tweaked(
     cfg.cluster.protocol = protocol;
     cfg.cluster.durability = durability;
     tweak(&mut cfg);
+    // Run by the namespaces test below: every node in a namespace of its own, mutual TLS.
+    if netns::adopt_from_env().unwrap().is_some() {
+        netns::place(&mut cfg, &dir.join("certs")).unwrap();
+    }
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     LocalCluster::start_with(&exe(), &file, &cfg, dir, args, None).unwrap()
@@ -52,10 +60,7 @@ fn start_tweaked(
 async fn statuses(c: &ClusterConfig) -> Vec<(u32, Option<NodeStatus>)> {
     let mut v = Vec::new();
     for n in &c.nodes {
-        v.push((
-            n.id,
-            node_status(c.addr(n.id), Duration::from_secs(1)).await,
-        ));
+        v.push((n.id, node_status_of(c, n.id, Duration::from_secs(1)).await));
     }
     v
 }
@@ -412,7 +417,7 @@ async fn acceptor_restart_recovers_promise_and_accepted_values() {
         );
     }
     converged_digests(&cluster).await;
-    let before = node_status(cluster.addr(2), Duration::from_secs(1))
+    let before = node_status_of(&cluster, 2, Duration::from_secs(1))
         .await
         .unwrap();
     assert!(before.accepted.unwrap() >= 50, "{before:?}");
@@ -425,7 +430,7 @@ async fn acceptor_restart_recovers_promise_and_accepted_values() {
     lc.children.retain(|(id, _)| *id != 2);
     lc.children.push((2, restarted));
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
-    let after = node_status(cluster.addr(2), Duration::from_secs(1))
+    let after = node_status_of(&cluster, 2, Duration::from_secs(1))
         .await
         .unwrap();
     assert_eq!(
@@ -462,7 +467,6 @@ async fn malformed_frames_close_one_connection_only() {
     let mut lc = start(dir.path(), Protocol::MultiPaxos, Durability::Memory);
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     let cluster = lc.cluster.clone();
-    let coord = cluster.addr(1);
     // Garbage, an oversized length, a wrong version, and a bad checksum.
     let mut bad_version = partita_wire::to_frame(&partita_wire::Wire::StatusRequest);
     bad_version[4] = 99;
@@ -477,9 +481,10 @@ async fn malformed_frames_close_one_connection_only() {
         vec![0; 9],
     ];
     for bytes in inputs {
-        let mut s = tokio::net::TcpStream::connect(coord).await.unwrap();
-        s.write_all(&bytes).await.unwrap();
-        let _ = s.shutdown().await;
+        // Inside TLS when the cluster speaks it: the frames reach the node's decoder.
+        let (_rd, mut wr) = partita_client::connect_raw(&cluster, 1).await.unwrap();
+        wr.write_all(&bytes).await.unwrap();
+        let _ = wr.shutdown().await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut client =
@@ -513,10 +518,7 @@ async fn a_shared_client_connection_takes_requests_only_from_its_sessions() {
     let mut lc = start(dir.path(), Protocol::MultiPaxos, Durability::Memory);
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     let cluster = lc.cluster.clone();
-    let s = tokio::net::TcpStream::connect(cluster.addr(1))
-        .await
-        .unwrap();
-    let (rd, mut wr) = s.into_split();
+    let (rd, mut wr) = partita_client::connect_raw(&cluster, 1).await.unwrap();
     let mut reader = partita_net::FrameReader::new(rd);
     for client in [11, 12] {
         wr.write_all(&partita_wire::to_frame(&Wire::ClientHello { client }))
@@ -653,4 +655,123 @@ fn bad_performance_options_are_refused_before_anything_starts() {
             bench_dir.display()
         );
     }
+}
+
+/// Every test above, again, with the default cluster as on five machines: each node in
+/// a network namespace of its own, wired into one bridge, speaking mutual TLS
+/// (certificates issued for the nodes' addresses, the clients presenting theirs). This
+/// binary runs again inside the run's client namespace, one test at a time; its nodes
+/// go into their namespaces (`netns::RUN_ENV`). Afterwards nothing runs in the
+/// namespaces and none is left. Needs root (installs iproute2 and nftables if missing).
+#[test]
+fn the_cluster_tests_pass_on_five_namespaces_with_mutual_tls() {
+    use std::process::{Command, Stdio};
+    const ME: &str = "the_cluster_tests_pass_on_five_namespaces_with_mutual_tls";
+    if std::env::var_os(netns::RUN_ENV).is_some() {
+        return; // the run on the namespaces itself
+    }
+    install_netns_tools();
+    let me = std::env::current_exe().unwrap();
+    let list = Command::new(&me)
+        .args(["--list", "--format", "terse"])
+        .output()
+        .unwrap();
+    let tests: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .filter(|t| *t != ME)
+        .map(str::to_string)
+        .collect();
+    assert!(tests.len() >= 10, "{tests:?}");
+
+    let topology = netns::create().expect("creating network namespaces (needs root)");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("output");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new(&me);
+    cmd.args(["--test-threads", "1", "--nocapture", "--skip", ME])
+        .env(netns::RUN_ENV, topology.name())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    let mut child =
+        netns::spawn_in(&mut cmd, &netns::Topology::ns_path(&topology.client_ns())).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20 * 60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Every node was stopped by its test: nothing may still run in the namespaces.
+    let left = topology.pids();
+    for pid in &left {
+        // SAFETY: a process in this run's namespaces, started by this run.
+        unsafe {
+            libc::kill(*pid as i32, libc::SIGKILL);
+        }
+    }
+    netns::teardown();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let Some(status) = status else {
+        panic!("the run on the namespaces took more than 20 minutes:\n{text}");
+    };
+    assert!(
+        status.success(),
+        "the run on the namespaces failed ({status}):\n{text}"
+    );
+    // Output is not captured (each run's verdict is printed), so a test's "ok" may
+    // follow its output; the summary counts them.
+    for t in &tests {
+        assert!(
+            text.contains(&format!("test {t} ... ")),
+            "{t} did not run on the namespaces:\n{text}"
+        );
+    }
+    assert!(
+        text.contains(&format!(
+            "test result: ok. {} passed; 0 failed; 0 ignored",
+            tests.len()
+        )),
+        "not every test passed on the namespaces:\n{text}"
+    );
+    assert!(
+        left.is_empty(),
+        "processes left in the namespaces: {left:?}"
+    );
+    let prefix = format!("{}-", topology.name());
+    let namespaces: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(namespaces.is_empty(), "namespaces left: {namespaces:?}");
+    eprintln!(
+        "{text}\n{} cluster tests passed on five namespaces with mutual TLS",
+        tests.len()
+    );
+}
+
+fn install_netns_tools() {
+    let have = |p: &str| {
+        std::path::Path::new(p).is_file()
+            || std::path::Path::new(&p.replace("/sbin/", "/bin/")).is_file()
+    };
+    if have("/usr/sbin/ip") && have("/usr/sbin/nft") {
+        return;
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let st = std::process::Command::new("bash")
+        .arg(repo.join("scripts/install-test-deps"))
+        .args(["iproute2", "nftables"])
+        .status()
+        .expect("running scripts/install-test-deps");
+    assert!(st.success(), "scripts/install-test-deps failed ({st})");
 }

@@ -625,6 +625,17 @@ fn from_core_error(e: partita_client_core::ClientError) -> ClientError {
     }
 }
 
+/// A connection to `node` of `cluster` as a client opens one (TCP without Nagle; TLS
+/// with the client certificate when the cluster file says so), as boxed halves, before
+/// any hello: for tools and tests that speak the wire protocol themselves.
+pub async fn connect_raw(
+    cluster: &ClusterConfig,
+    node: NodeId,
+) -> Result<(partita_net::BoxRead, BoxWrite), ClientError> {
+    let tls = client_tls(cluster)?;
+    open_connection(cluster, node, tls.as_ref()).await
+}
+
 /// A new connection to `node` of `cluster` (TCP without Nagle, TLS when `tls` says so),
 /// as boxed halves, before any hello.
 async fn open_connection(

@@ -213,35 +213,7 @@ pub fn spawn_node(
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let mut cmd = Command::new(exe);
-    // In a run on network namespaces (`--netns`), the node goes into its own: a
-    // `setns` between fork and exec, so the child is still the node itself.
-    let ns = match crate::netns::current() {
-        Some(t) => {
-            let path = t.ensure_node(id)?;
-            Some(
-                std::fs::File::open(&path)
-                    .with_context(|| format!("opening {}", path.display()))?,
-            )
-        }
-        None => None,
-    };
-    if let Some(f) = &ns {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::process::CommandExt;
-        let fd = f.as_raw_fd();
-        // SAFETY: setns is async-signal-safe; `fd` stays open until after the spawn
-        // (and is close-on-exec, so the node does not inherit it).
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    let child = cmd
-        .arg("node")
+    cmd.arg("node")
         .arg("--cluster")
         .arg(cluster_file)
         .arg("--id")
@@ -251,10 +223,13 @@ pub fn spawn_node(
         .args(extra)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting node {id} ({})", exe.display()))?;
-    drop(ns);
+        .stderr(log);
+    // In a run on network namespaces (`--netns`), the node goes into its own.
+    let child = match crate::netns::current() {
+        Some(t) => crate::netns::spawn_in(&mut cmd, &t.ensure_node(id)?),
+        None => cmd.spawn().map_err(anyhow::Error::from),
+    }
+    .with_context(|| format!("starting node {id} ({})", exe.display()))?;
     Ok(child)
 }
 

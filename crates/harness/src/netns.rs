@@ -58,7 +58,14 @@ pub struct Topology {
     prefix: String,
     nodes: Mutex<BTreeSet<u32>>,
     removed: Mutex<bool>,
+    /// Made by the process that started this one ([`adopt_from_env`]): that process
+    /// removes it.
+    adopted: bool,
 }
+
+/// The environment variable that hands a child process the run of the process that
+/// started it: the run's name (`ptns<pid>`, [`Topology::name`]); see [`adopt_from_env`].
+pub const RUN_ENV: &str = "PARTITA_NETNS_RUN";
 
 static CURRENT: OnceLock<Topology> = OnceLock::new();
 
@@ -100,6 +107,7 @@ pub fn create() -> anyhow::Result<&'static Topology> {
         prefix: format!("ptns{}", std::process::id()),
         nodes: Mutex::new(BTreeSet::new()),
         removed: Mutex::new(false),
+        adopted: false,
     };
     if let Err(e) = t.build() {
         t.remove();
@@ -142,17 +150,90 @@ impl Topology {
     }
 }
 
-/// Delete this process's namespaces (and with them their links and nftables rules).
-/// Nodes still running in them lose their network; stop them first.
-pub fn teardown() {
+/// Take over the run named by [`RUN_ENV`], made by the process that started this one
+/// with [`create`], as this process's: the nodes this process starts go into that run's
+/// node namespaces (wired on first use, as the run's own), and the run's maker removes
+/// it all ([`teardown`] here leaves it). This process should itself have been started
+/// in the run's client namespace ([`spawn_in`] with [`Topology::client_ns`]), so that
+/// every thread of it is a client there. `None` when the variable is unset.
+pub fn adopt_from_env() -> anyhow::Result<Option<&'static Topology>> {
+    let Ok(name) = std::env::var(RUN_ENV) else {
+        return Ok(None);
+    };
+    let owner = name
+        .strip_prefix("ptns")
+        .and_then(|p| p.parse::<u32>().ok())
+        .with_context(|| format!("{RUN_ENV}={name}: not the name of a run (ptns<pid>)"))?;
     if let Some(t) = CURRENT.get() {
+        if t.prefix != name {
+            bail!(
+                "{RUN_ENV}={name}, but this process already runs on {}",
+                t.prefix
+            );
+        }
+        return Ok(Some(t));
+    }
+    let t = Topology {
+        prefix: name.clone(),
+        nodes: Mutex::new(BTreeSet::new()),
+        removed: Mutex::new(false),
+        adopted: true,
+    };
+    if !Topology::ns_path(&t.hub()).exists() {
+        bail!("{RUN_ENV}={name}: process {owner}'s run has no hub namespace (gone?)");
+    }
+    let _ = CURRENT.set(t);
+    let t = CURRENT.get().expect("just set");
+    if t.prefix != name {
+        bail!(
+            "{RUN_ENV}={name}, but this process already runs on {}",
+            t.prefix
+        );
+    }
+    Ok(Some(t))
+}
+
+/// Delete this process's namespaces (and with them their links and nftables rules).
+/// Nodes still running in them lose their network; stop them first. A run adopted from
+/// the process that started this one ([`adopt_from_env`]) is left to that process.
+pub fn teardown() {
+    if let Some(t) = CURRENT.get().filter(|t| !t.adopted) {
         t.remove();
     }
+}
+
+/// Start `cmd` with its network namespace the one at `ns_path` (a `setns` between fork
+/// and exec, so the child is the program itself, this process's child).
+pub fn spawn_in(cmd: &mut Command, ns_path: &Path) -> anyhow::Result<std::process::Child> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let f =
+        std::fs::File::open(ns_path).with_context(|| format!("opening {}", ns_path.display()))?;
+    let fd = f.as_raw_fd();
+    // SAFETY: setns is async-signal-safe; `fd` stays open until after the spawn (and is
+    // close-on-exec, so the child does not inherit it).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+    drop(f);
+    Ok(child)
 }
 
 impl Topology {
     fn hub(&self) -> String {
         format!("{}-hub", self.prefix)
+    }
+
+    /// The run's name (`ptns<pid>` of the process that made it): what [`RUN_ENV`]
+    /// hands a child process.
+    pub fn name(&self) -> &str {
+        &self.prefix
     }
 
     /// The clients' namespace.
@@ -287,6 +368,28 @@ impl Topology {
             .output()
             .context("running nft")?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The processes in the run's namespaces (its nodes, and whatever else runs
+    /// there), by `ip netns pids`.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        for ns in namespaces() {
+            if !ns.starts_with(&format!("{}-", self.prefix)) {
+                continue;
+            }
+            if let Ok(out) = Command::new(which("ip").unwrap_or_else(|| "ip".into()))
+                .args(["netns", "pids", &ns])
+                .output()
+            {
+                pids.extend(
+                    String::from_utf8_lossy(&out.stdout)
+                        .split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
+            }
+        }
+        pids
     }
 
     fn remove(&self) {
