@@ -259,6 +259,11 @@ struct ExperimentArgs {
     /// A small sweep (a minute) instead of the full one (several minutes).
     #[arg(long)]
     quick: bool,
+    /// Run nothing: draw the figures of a report this experiment wrote earlier (FILE,
+    /// its JSON), beside --json's name as a run would (dssmr: FILE-figure4.svg and
+    /// .png, FILE-moves.svg and .png). Only for dssmr.
+    #[arg(long, value_name = "FILE")]
+    replot: Option<PathBuf>,
     /// Seconds of load per point (default: 6, or 1 with --quick).
     #[arg(long)]
     duration: Option<f64>,
@@ -440,6 +445,10 @@ struct UpArgs {
     /// Threads of each node's runtime (`partita node --runtime-threads`).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     node_threads: u32,
+    /// A thread per role in each node: connections on a thread of their own beside the
+    /// event loop (`partita node --io-thread`).
+    #[arg(long, conflicts_with = "node_threads")]
+    node_io_thread: bool,
     /// Each node in a network namespace of its own (10.99.0.N), joined by a bridge,
     /// with mutual TLS, as on separate machines (root). This process and its clients
     /// live in a client namespace; the namespaces go when it stops.
@@ -599,11 +608,19 @@ struct NodeArgs {
     /// its own thread either way.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     runtime_threads: u32,
+    /// A thread per role: every connection (accepting, TLS, reading and decoding
+    /// frames, encoding and writing) on a thread of its own, the event loop (ordering,
+    /// execution, replies) on the main thread. With --runtime-threads 1 only.
+    #[arg(long, conflicts_with = "runtime_threads")]
+    io_thread: bool,
 }
 
-/// `partita node`'s arguments for `threads` runtime threads (none for the default, 1).
-fn runtime_threads_args(threads: u32) -> Vec<String> {
-    if threads == 1 {
+/// `partita node`'s arguments for `threads` runtime threads (none for the default, 1)
+/// or, with `io_thread`, a thread per role.
+fn runtime_threads_args(threads: u32, io_thread: bool) -> Vec<String> {
+    if io_thread {
+        vec!["--io-thread".into()]
+    } else if threads == 1 {
         Vec::new()
     } else {
         vec!["--runtime-threads".into(), threads.to_string()]
@@ -894,6 +911,10 @@ struct BenchRunArgs {
     /// With --up: threads of each node's runtime (`partita node --runtime-threads`).
     #[arg(long, value_name = "N", default_value_t = 1, requires = "up", value_parser = clap::value_parser!(u32).range(1..=64))]
     node_threads: u32,
+    /// With --up: a thread per role in each node, connections on a thread of their own
+    /// beside the event loop (`partita node --io-thread`).
+    #[arg(long, requires = "up", conflicts_with = "node_threads")]
+    node_io_thread: bool,
     /// Chirper (paper 003): run this workload of the social network instead of the
     /// B+tree's, on a chirper cluster (with --up, a fresh one whose --partitions are
     /// data partitions): timeline, post, follow (follow/unfollow 50/50) or mix.
@@ -1057,6 +1078,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
                 id: a.id,
                 data_dir: a.data_dir,
                 unsafe_bugs: a.unsafe_bugs,
+                io_thread: a.io_thread,
             })
             .await?;
             Ok(0)
@@ -1196,7 +1218,7 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
             a.data_dir.display()
         );
     }
-    let node_args = runtime_threads_args(a.node_threads);
+    let node_args = runtime_threads_args(a.node_threads, a.node_io_thread);
     let mut lc = LocalCluster::start(&file, &cluster, &a.data_dir, &node_args, a.node_cpu)?;
     if let Err(e) = lc.wait_ready(Duration::from_secs(20)).await {
         lc.stop(Duration::from_secs(5));
@@ -1632,7 +1654,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         } else {
             c
         };
-        let node_args = runtime_threads_args(a.node_threads);
+        let node_args = runtime_threads_args(a.node_threads, a.node_io_thread);
         let mut lc = LocalCluster::start(&file, &c, &dir, &node_args, a.node_cpu)?;
         lc.wait_ready(Duration::from_secs(20)).await?;
         _lc = Some(lc);
@@ -1735,6 +1757,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     let (mut result, records) = bench::run_with(&cluster, &cfg, a.connections).await?;
     result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
     result.node_runtime_threads = _lc.as_ref().map(|_| a.node_threads);
+    result.node_io_thread = _lc.is_some() && a.node_io_thread;
     println!("{result}");
     if let Some(w) = &wan {
         println!("  {w}");
@@ -2253,6 +2276,13 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
              experiment (use --chirper-workloads and --partition-counts)"
         );
     }
+    if let Some(report) = &a.replot {
+        let stem = a.json.with_extension("");
+        for f in dssmr::replot_dssmr(report, &stem)? {
+            println!("wrote {}", f.display());
+        }
+        return Ok(0);
+    }
     let started = std::time::Instant::now();
     let mut o = dssmr::DssmrOptions::full();
     if a.quick {
@@ -2400,6 +2430,9 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
 
 async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
     use partita_experiments::experiment_partition::PartExperiment as P;
+    if a.replot.is_some() && !matches!(a.name, ExperimentName::Dssmr) {
+        bail!("--replot draws the figures of the dssmr experiment's reports only");
+    }
     match a.name {
         ExperimentName::Partitioning => return partition_experiment(&a, P::Partitioning).await,
         ExperimentName::CrossPartition => return partition_experiment(&a, P::CrossPartition).await,

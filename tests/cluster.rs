@@ -389,6 +389,15 @@ async fn ring_paxos_with_replicas_batching_is_linearizable_and_converges() {
     }
 }
 
+/// A thread per role in every node (`partita node --io-thread`): connections on a
+/// thread of their own, the event loop on the main one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_a_thread_per_role_are_linearizable_and_converge() {
+    if let Err(e) = run_and_judge(Protocol::RingPaxos, &["--io-thread".to_string()]).await {
+        panic!("{e}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_paxos_cluster_is_linearizable_and_converges() {
     replicated_history_is_linearizable(Protocol::MultiPaxos).await;
@@ -608,6 +617,11 @@ fn bad_performance_options_are_refused_before_anything_starts() {
             &["bench", "--up", "--wal-preallocate", "99999999999"][..],
             "wal_preallocate_bytes",
         ),
+        (
+            &["bench", "--up", "--node-threads", "2", "--node-io-thread"][..],
+            "cannot be used with",
+        ),
+        (&["bench", "--node-io-thread"][..], "--up"),
         (&["up", "--node-threads", "0"][..], "not in 1..=64"),
         (
             &["up", "--threads", "2", "--rings", "3"][..],

@@ -27,6 +27,7 @@ async fn main() -> anyhow::Result<()> {
             data_dir: arg("--data-dir").into(),
             service: partita_smr::service::<Bank>(),
             unsafe_bugs: Vec::new(),
+            io_thread: false,
         })
         .await;
     }

@@ -839,6 +839,7 @@ fn measure_server(o: &Options) -> anyhow::Result<ServerCost> {
         id: 1,
         data_dir: dir.clone(),
         unsafe_bugs: Vec::new(),
+        io_thread: false,
     };
     let node = std::thread::spawn(move || -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -82,6 +82,10 @@ pub struct BenchResult {
     /// started the nodes; `None`: a running cluster, whose nodes said nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_runtime_threads: Option<u32>,
+    /// Each node ran its connections on a thread of their own, beside its event loop
+    /// (`partita node --io-thread`), when this run started the nodes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_io_thread: bool,
     /// The clients shared this many connections to each node
     /// ([`partita_client::ClientGroup`]); `None`: each client had its own.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -529,6 +533,7 @@ pub async fn run_with(
         psmr_outcomes,
         node_cpu: None,
         node_runtime_threads: None,
+        node_io_thread: false,
         client_connections: connections,
         cpu_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.total_us())),
         cpu_user_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.user_us)),
@@ -550,7 +555,12 @@ impl std::fmt::Display for BenchResult {
         if let Some(c) = &self.node_cpu {
             writeln!(f, "  node CPU        {c}")?;
         }
-        if let Some(n) = self.node_runtime_threads {
+        if self.node_io_thread {
+            writeln!(
+                f,
+                "  node runtime    a thread per role: the event loop, the connections (and a WAL thread)"
+            )?;
+        } else if let Some(n) = self.node_runtime_threads {
             let s = if n == 1 { "" } else { "s" };
             writeln!(
                 f,

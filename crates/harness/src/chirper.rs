@@ -14,7 +14,7 @@ use partita_dssmr::replica::data_partitions;
 use partita_dssmr::wire::{DsWire, WireCommand};
 use partita_dssmr::ObjectService;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,7 +127,7 @@ pub struct ChirperLoad {
 }
 
 /// What a Chirper load measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChirperLoadResult {
     pub workload: String,
     pub scheme: String,

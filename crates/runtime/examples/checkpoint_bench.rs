@@ -233,6 +233,7 @@ fn main() {
                 id,
                 data_dir: data.path().to_path_buf(),
                 unsafe_bugs: Vec::new(),
+                io_thread: false,
             };
             handles.push(tokio::spawn(partita_runtime::run_node_until(
                 opts,

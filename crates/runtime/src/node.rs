@@ -62,6 +62,57 @@ pub struct NodeOptions {
     /// (replicas undo every 5th mutation after acknowledging it) and
     /// `reexecute-duplicates` (resubmitted commands execute again).
     pub unsafe_bugs: Vec<String>,
+    /// A thread per role: every connection (accepting, reading and decoding frames,
+    /// TLS, encoding and writing) on a thread of its own, the event loop (ordering,
+    /// execution, replies) on the caller's. The WAL's fsync has its own thread either
+    /// way. Off: everything on the caller's runtime.
+    pub io_thread: bool,
+}
+
+/// The thread the connections run on when [`NodeOptions::io_thread`] says so: a
+/// single-threaded runtime of its own, stopped (and with it every connection) when
+/// this is dropped.
+struct IoThread {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl IoThread {
+    fn start(node: NodeId) -> anyhow::Result<IoThread> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building the connections' runtime")?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("node-{node}-io"))
+            .spawn(move || {
+                rt.block_on(async {
+                    let _ = stopped.await;
+                });
+                // Dropping the runtime drops every connection task and its socket.
+                drop(rt);
+            })
+            .context("starting the connections' thread")?;
+        Ok(IoThread {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 enum Event {
@@ -159,7 +210,15 @@ struct Node {
     observed: Vec<partita_consensus::Observation>,
     /// IP multicast for Phase 2A (`[multicast]`), when the cluster file asks for it.
     mcast: Option<crate::multicast::Multicast>,
+    /// While the event loop drains the connections' inbox, requests are stepped
+    /// without carrying out their outputs; one [`Node::perform`] follows the drain.
+    deferring: bool,
 }
+
+/// At most this many more events taken from the connections' inbox after the one the
+/// loop woke for, before the outputs of their requests are carried out together (the
+/// replies of a drain leave in one write per connection).
+const INBOX_DRAIN_MAX: usize = 256;
 
 impl Node {
     /// Note a new ballot in the decided stream (cheap: one comparison per step).
@@ -1213,6 +1272,7 @@ pub async fn run_node_until(
         metrics: crate::metrics::NodeMetrics::new(),
         observed: Vec::new(),
         mcast: None,
+        deferring: false,
     };
     if cfg.cluster.mode == Mode::Smr {
         // Datagrams join the connections' inbox; one that finds it full is dropped
@@ -1226,6 +1286,16 @@ pub async fn run_node_until(
         })
         .with_context(|| format!("node {id}: IP multicast ([multicast])"))?;
     }
+    // With `io_thread`, connections (the peer links here, the accepted ones below)
+    // are spawned on the connections' runtime; tasks they spawn stay there.
+    let io = if opts.io_thread {
+        Some(IoThread::start(id)?)
+    } else {
+        None
+    };
+    let io_handle = io
+        .as_ref()
+        .map_or_else(tokio::runtime::Handle::current, |t| t.handle.clone());
     if cfg.cluster.mode == Mode::Smr {
         for n in &cfg.nodes {
             if n.id == id {
@@ -1233,7 +1303,10 @@ pub async fn run_node_until(
             }
             let (tx, rx) = mpsc::channel(partita_net::SEND_QUEUE_FRAMES_MAX);
             let link_tls = tls.as_ref().map(|t| t.client.clone());
-            spawn_peer_link(id, cfg.cluster.id, n.id, cfg.addr(n.id), link_tls, rx);
+            {
+                let _on = io_handle.enter();
+                spawn_peer_link(id, cfg.cluster.id, n.id, cfg.addr(n.id), link_tls, rx);
+            }
             let delay = cfg.node_delay(id, n.id);
             node.peers.insert(n.id, PeerQueue { tx, delay });
         }
@@ -1258,15 +1331,19 @@ pub async fn run_node_until(
         );
     }
 
-    let listener = TcpListener::bind(cfg.addr(id))
+    // Bound on the runtime that serves it (tokio's bind, with SO_REUSEADDR).
+    let addr = cfg.addr(id);
+    let listener = io_handle
+        .spawn(async move { TcpListener::bind(addr).await })
         .await
-        .with_context(|| format!("binding {}", cfg.addr(id)))?;
-    info!(node = id, addr = %cfg.addr(id), ?transport, mode = ?cfg.cluster.mode, protocol = %cfg.cluster.protocol, durability = %cfg.cluster.durability, "node listening");
+        .context("the connections' runtime stopped")?
+        .with_context(|| format!("binding {addr}"))?;
+    info!(node = id, addr = %cfg.addr(id), ?transport, mode = ?cfg.cluster.mode, protocol = %cfg.cluster.protocol, durability = %cfg.cluster.durability, io_thread = opts.io_thread, "node listening");
     let accept_task = {
         let ev = inbox.clone();
         let cluster_id = cfg.cluster.id;
         let tls = tls.clone();
-        tokio::spawn(async move {
+        io_handle.spawn(async move {
             let mut conn = 0u64;
             loop {
                 match listener.accept().await {
@@ -1291,6 +1368,8 @@ pub async fn run_node_until(
     // already in use").
     accept_task.abort();
     let _ = accept_task.await;
+    // The connections' thread stops, and with it every connection.
+    drop(io);
     if let Some(w) = node.wal.take() {
         let _ = w.shutdown();
     }
@@ -1330,7 +1409,22 @@ async fn event_loop(
             }
             ev = net_rx.recv() => {
                 let Some(ev) = ev else { break };
-                node.handle(ev)?;
+                // What else queued meanwhile, up to a bound: the requests' outputs
+                // (their replies, with connections on another thread) go out together.
+                node.deferring = true;
+                let mut stepped = node.handle(ev);
+                for _ in 0..INBOX_DRAIN_MAX {
+                    if stepped.is_err() {
+                        break;
+                    }
+                    match net_rx.try_recv() {
+                        Ok(ev) => stepped = node.handle(ev),
+                        Err(_) => break,
+                    }
+                }
+                node.deferring = false;
+                stepped?;
+                node.perform();
             }
             _ = tick.tick() => {
                 node.submit_backlog();
@@ -1372,7 +1466,9 @@ impl Node {
                     }
                     Event::Request { cmd } => {
                         node.core.on_request(cmd, &mut node.out);
-                        node.perform();
+                        if !node.deferring {
+                            node.perform();
+                        }
                     }
                     Event::Status { tx } => {
                         let _ =

@@ -55,6 +55,7 @@ async fn refused(cfg: &ClusterConfig, data: &Path, id: NodeId) -> String {
         id,
         data_dir: data.to_path_buf(),
         unsafe_bugs: Vec::new(),
+        io_thread: false,
     };
     let run = partita_runtime::run_node_until(opts, std::future::pending());
     match tokio::time::timeout(Duration::from_secs(5), run).await {

@@ -55,11 +55,11 @@ use partita_btree::{BatchOp, Op};
 use partita_config::ClusterConfig;
 use partita_types::NodeId;
 use rand::Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// The workloads of `partita bench` (paper 001 §V-A).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// Range queries of 1000 keys.
@@ -516,7 +516,7 @@ impl BenchSpec {
 }
 
 /// Load of one node over the measured window.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeLoad {
     pub node: NodeId,
     /// "acceptor", "coordinator", "replica", "batcher" (standalone), "server".
@@ -530,7 +530,7 @@ pub struct NodeLoad {
 }
 
 /// What an experiment point measured (virtual time throughout).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchReport {
     /// "smr" or "cs", and the ordering protocol (smr).
     pub mode: String,
@@ -579,7 +579,7 @@ pub struct BenchReport {
 /// thread alone and in synchronous mode, and opt-PSMR's safety checks passed and
 /// failed; the worker threads' CPU; and, at the clients, the mean latency of commands
 /// resubmitted after a failed check and of the others.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PsmrLoad {
     pub threads: usize,
     pub parallel: u64,

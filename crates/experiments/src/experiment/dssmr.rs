@@ -20,7 +20,7 @@ use partita_dssmr::client::Scheme;
 use partita_sim::bench::{self as simbench, BenchReport, BenchSpec};
 use partita_sim::swarm::DsParams;
 use partita_sim::CostTable;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ impl DssmrOptions {
 }
 
 /// One point: a scheme at a partition count under a workload.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DsPoint {
     pub scheme: Scheme,
     pub partitions: u32,
@@ -85,7 +85,7 @@ pub struct DsPoint {
     pub bench: BenchReport,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DsTarget {
     pub name: String,
     pub wanted: String,
@@ -93,7 +93,7 @@ pub struct DsTarget {
     pub met: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DssmrReport {
     pub name: String,
     pub simulated: bool,
@@ -408,7 +408,11 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
         {
             let n = p.moves_per_s.len().max(1) as f64;
             lines.push(line(
-                &format!("{} partitions", p.partitions),
+                &format!(
+                    "{} partition{}",
+                    p.partitions,
+                    if p.partitions == 1 { "" } else { "s" }
+                ),
                 p.moves_per_s
                     .iter()
                     .enumerate()
@@ -506,8 +510,41 @@ pub fn write_dssmr_real(r: &DssmrRealReport, json: &Path) -> anyhow::Result<Vec<
     framework::write_report(r, dssmr_real_figures(r), json)
 }
 
+/// Draw again, without running anything, the figures of a report that `partita
+/// experiment dssmr` wrote (simulated or on real processes): each at
+/// `stem`-SUFFIX.svg and .png, as the run drew them. Returns the files written.
+pub fn replot_dssmr(report: &Path, stem: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    use anyhow::Context;
+    let text =
+        std::fs::read_to_string(report).with_context(|| format!("reading {}", report.display()))?;
+    let not_ours = |e: serde_json::Error| {
+        anyhow::anyhow!(
+            "{} is not a report of `partita experiment dssmr`: {e}",
+            report.display()
+        )
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(not_ours)?;
+    let figures = match value.get("simulated").and_then(|v| v.as_bool()) {
+        Some(true) => dssmr_figures(&serde_json::from_value(value).map_err(not_ours)?),
+        Some(false) => dssmr_real_figures(&serde_json::from_value(value).map_err(not_ours)?),
+        None => anyhow::bail!(
+            "{} is not a report of `partita experiment dssmr`: no `simulated` field",
+            report.display()
+        ),
+    };
+    let mut files = Vec::new();
+    for (suffix, fig) in figures {
+        let at = PathBuf::from(format!("{}-{suffix}", stem.display()));
+        files.extend(
+            fig.write(&at)
+                .with_context(|| format!("drawing {}", at.display()))?,
+        );
+    }
+    Ok(files)
+}
+
 /// One point of a real-process round: what `partita bench --chirper` measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RealPoint {
     pub round: u32,
     pub scheme: Scheme,
@@ -516,7 +553,7 @@ pub struct RealPoint {
     pub load: partita_harness::chirper::ChirperLoadResult,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DssmrRealReport {
     pub name: String,
     pub simulated: bool,
@@ -733,5 +770,37 @@ mod tests {
         }
         assert!(files.iter().any(|f| f.ends_with("dssmr-figure4.svg")));
         assert!(files.iter().any(|f| f.ends_with("dssmr-moves.png")));
+
+        // Drawn again from the JSON alone: the same figures, drawn from the same data.
+        let again = replot_dssmr(&dir.path().join("dssmr.json"), &dir.path().join("re")).unwrap();
+        assert_eq!(again.len(), files.len() - 1, "every figure, not the JSON");
+        let read: DssmrReport =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("dssmr.json")).unwrap())
+                .unwrap();
+        for (a, b) in dssmr_figures(&r).iter().zip(dssmr_figures(&read).iter()) {
+            assert_eq!(a.0, b.0);
+            assert_eq!(a.1.panels.len(), b.1.panels.len());
+            for (pa, pb) in a.1.panels.iter().zip(&b.1.panels) {
+                for (sa, sb) in pa.series.iter().zip(&pb.series) {
+                    assert_eq!(sa.label, sb.label);
+                    let close = sa.points.iter().zip(&sb.points).all(|(x, y)| {
+                        (x.0 - y.0).abs() <= 1e-9 * x.0.abs().max(1.0)
+                            && (x.1 - y.1).abs() <= 1e-9 * x.1.abs().max(1.0)
+                    });
+                    assert!(close && sa.points.len() == sb.points.len(), "{}", pa.title);
+                }
+            }
+        }
+        assert!(std::fs::read_to_string(dir.path().join("re-figure4.svg"))
+            .unwrap()
+            .contains("DS-SMR"));
+        // Anything else is refused with the reason.
+        std::fs::write(dir.path().join("other.json"), "{\"name\": \"geo\"}").unwrap();
+        let e = replot_dssmr(&dir.path().join("other.json"), &dir.path().join("x")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("not a report of `partita experiment dssmr`"),
+            "{e}"
+        );
     }
 }

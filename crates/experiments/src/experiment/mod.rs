@@ -436,6 +436,7 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         psmr_outcomes: None,
         node_cpu: None,
         node_runtime_threads: None,
+        node_io_thread: false,
         client_connections: None,
         cpu_us_per_cmd: None,
         cpu_user_us_per_cmd: None,

@@ -65,6 +65,7 @@ impl TestCluster {
             id,
             data_dir: self.data.clone(),
             unsafe_bugs: Vec::new(),
+            io_thread: false,
         };
         let handle = tokio::spawn(partita_runtime::run_node_until(opts, async move {
             let _ = rx.await;
