@@ -341,6 +341,11 @@ struct ExperimentArgs {
     /// instead of one of the partitions involved at random (the paper's default).
     #[arg(long)]
     gather_where_most: bool,
+    /// dssmr, with --sim: followers and follows from interest groups that cut across
+    /// the communities, so that S-SMR's static map and DS-SMR's initial placement (by
+    /// community) know nothing of who follows whom.
+    #[arg(long)]
+    scattered_interests: bool,
     /// Partitioning experiments: the coordinator's batching delay in ms (how long a value
     /// that is not full waits for more commands while instances are in flight).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
@@ -2321,12 +2326,16 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         o.p_local = p;
     }
     o.gather_where_most = a.gather_where_most;
+    o.scattered_interests = a.scattered_interests;
     if !a.sim {
         // Real processes: the partition counts this machine holds, fewer users (the
         // nodes load the graph at start), a few clients per partition, interleaved
         // rounds.
         if a.gather_where_most {
             bail!("--gather-where-most is for --sim (real clients gather at random)");
+        }
+        if a.scattered_interests {
+            bail!("--scattered-interests is for --sim (real nodes load the community graph)");
         }
         if a.partition_counts.is_none() {
             o.partitions = vec![1, 2];

@@ -14,7 +14,12 @@
 //! - the social graph ([`Graph::generate`]): every user gets a follower count drawn
 //!   from a heavy-tailed (Pareto, α = 1.5) distribution with the given mean, capped
 //!   at a tenth of the users; each follower is from the user's own community with
-//!   probability `p_local` (0.9 by default), otherwise from anywhere.
+//!   probability `p_local` (0.9 by default), otherwise from anywhere;
+//! - with [`GraphSpec::scattered`], the groups of shared interest are not the
+//!   communities the ids (and so the placement) carry: user `(c, i)` shares its
+//!   interests with the users `(c', i')` where `c' + i' ≡ c + i` (mod the communities),
+//!   a group spread evenly over every community, so the placement knows nothing of
+//!   who follows whom (an experiment's variant; see docs/experiments.md).
 
 use crate::{Dests, Kind, ObjectId, ObjectService, View};
 use rand::{Rng, SeedableRng};
@@ -208,6 +213,8 @@ impl ObjectService for Chirper {
 pub struct Graph {
     pub communities: u32,
     pub per_community: u32,
+    /// Interest groups across the communities ([`GraphSpec::scattered`]).
+    pub scattered: bool,
     /// (follower, followee) pairs.
     pub follows: Vec<(ObjectId, ObjectId)>,
 }
@@ -218,9 +225,15 @@ pub struct GraphSpec {
     pub communities: u32,
     /// Mean followers per user.
     pub mean_followers: f64,
-    /// Probability that a follower is from the user's own community.
+    /// Probability that a follower is from the user's own community (with
+    /// `scattered`: from the user's own interest group).
     pub p_local: f64,
     pub seed: u64,
+    /// Followers and peers from interest groups that cut across the communities, and
+    /// so across the placement (see the module doc); `false`: the communities are the
+    /// interest groups.
+    #[serde(default)]
+    pub scattered: bool,
 }
 
 impl GraphSpec {
@@ -231,6 +244,7 @@ impl GraphSpec {
             mean_followers: 8.0,
             p_local: 0.9,
             seed: 1,
+            scattered: false,
         }
     }
 }
@@ -240,6 +254,12 @@ impl Graph {
     pub fn generate(spec: &GraphSpec) -> Graph {
         assert!(spec.communities >= 1 && spec.users >= spec.communities);
         let per = spec.users / spec.communities;
+        let shape = Graph {
+            communities: spec.communities,
+            per_community: per,
+            scattered: spec.scattered,
+            follows: Vec::new(),
+        };
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
         let total = u64::from(per) * u64::from(spec.communities);
         let cap = (total / 10).max(1) as f64;
@@ -254,12 +274,13 @@ impl Graph {
                 let n = x.min(cap).round() as u64;
                 let mut chosen = BTreeSet::new();
                 for _ in 0..n {
-                    let fc = if rng.gen_bool(spec.p_local) {
-                        c
+                    let f = if !rng.gen_bool(spec.p_local) {
+                        user_id(rng.gen_range(0..spec.communities), rng.gen_range(0..per))
+                    } else if spec.scattered {
+                        shape.member_of(shape.interest_of(u), &mut rng)
                     } else {
-                        rng.gen_range(0..spec.communities)
+                        user_id(c, rng.gen_range(0..per))
                     };
-                    let f = user_id(fc, rng.gen_range(0..per));
                     if f != u {
                         chosen.insert(f);
                     }
@@ -267,10 +288,37 @@ impl Graph {
                 follows.extend(chosen.into_iter().map(|f| (f, u)));
             }
         }
-        Graph {
-            communities: spec.communities,
-            per_community: per,
-            follows,
+        Graph { follows, ..shape }
+    }
+
+    /// The interest group of `user`: its community, or with scattered interests
+    /// `(c + i) mod communities` for user `(c, i)`.
+    pub fn interest_of(&self, user: ObjectId) -> u32 {
+        let c = community_of(user);
+        if self.scattered {
+            ((u64::from(c) + (user & 0xffff_ffff)) % u64::from(self.communities)) as u32
+        } else {
+            c
+        }
+    }
+
+    /// A random user of interest group `g` (with scattered interests: a random
+    /// community, then one of the group's users in it).
+    fn member_of(&self, g: u32, rng: &mut impl Rng) -> ObjectId {
+        if !self.scattered {
+            return user_id(g, rng.gen_range(0..self.per_community));
+        }
+        let n = self.communities;
+        loop {
+            // A community, then one of its indices i < per_community with c + i ≡ g
+            // (mod n): base, base + n, ... (none when base ≥ per_community: draw
+            // again; community g itself has base 0).
+            let c = rng.gen_range(0..n);
+            let base = (g + n - c) % n;
+            if base < self.per_community {
+                let count = (self.per_community - base).div_ceil(n);
+                return user_id(c, base + n * rng.gen_range(0..count));
+            }
         }
     }
 
@@ -297,11 +345,11 @@ impl Graph {
         )
     }
 
-    /// A random user of `user`'s community with probability `p_local`, otherwise
-    /// any.
+    /// A random user of `user`'s community (interest group) with probability
+    /// `p_local`, otherwise any.
     pub fn random_peer(&self, user: ObjectId, p_local: f64, rng: &mut impl Rng) -> ObjectId {
         if rng.gen_bool(p_local) {
-            user_id(community_of(user), rng.gen_range(0..self.per_community))
+            self.member_of(self.interest_of(user), rng)
         } else {
             self.random_user(rng)
         }
@@ -482,5 +530,58 @@ mod tests {
             Graph::generate(&GraphSpec::new(10_000, 10)).follows,
             g.follows
         );
+    }
+
+    /// Scattered interests: every follow inside one interest group (p_local = 1),
+    /// each group spread over every community and so over every partition of the
+    /// placement; peers drawn the same way; fewer users per community than
+    /// communities still works.
+    #[test]
+    fn scattered_interests_cut_across_the_placement() {
+        for (users, communities) in [(10_000, 64), (4_000, 64), (300, 10)] {
+            let spec = GraphSpec {
+                p_local: 1.0,
+                scattered: true,
+                ..GraphSpec::new(users, communities)
+            };
+            let g = Graph::generate(&spec);
+            assert!(!g.follows.is_empty());
+            for (f, u) in &g.follows {
+                assert_eq!(g.interest_of(*f), g.interest_of(*u), "{f:x} follows {u:x}");
+            }
+            // Follows across the placement: most pairs are in different partitions.
+            let crossing = g
+                .follows
+                .iter()
+                .filter(|(f, u)| Chirper::placement(*f, 4) != Chirper::placement(*u, 4))
+                .count();
+            let share = crossing as f64 / g.follows.len() as f64;
+            assert!(
+                share > 0.6,
+                "{users}/{communities}: {share} of follows cross"
+            );
+            // Every group reaches every community.
+            let mut seen = std::collections::BTreeSet::new();
+            for u in g.users() {
+                seen.insert((g.interest_of(u), community_of(u)));
+            }
+            let pairs = u64::from(communities) * u64::from(communities);
+            assert!(
+                seen.len() as u64 >= pairs * 9 / 10,
+                "{} of {pairs}",
+                seen.len()
+            );
+            let mut rng = ChaCha8Rng::seed_from_u64(5);
+            for u in g.users().take(50) {
+                let p = g.random_peer(u, 1.0, &mut rng);
+                assert_eq!(g.interest_of(p), g.interest_of(u));
+                assert!(
+                    community_of(p) < communities && (p & 0xffff_ffff) < u64::from(g.per_community)
+                );
+            }
+        }
+        // Without it, the interest group is the community.
+        let g = Graph::generate(&GraphSpec::new(1_000, 10));
+        assert!(g.users().all(|u| g.interest_of(u) == community_of(u)));
     }
 }

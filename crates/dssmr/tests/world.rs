@@ -84,6 +84,7 @@ impl World {
             mean_followers: rng.gen_range(1.0..6.0),
             p_local: 0.8,
             seed,
+            scattered: false,
         });
         let objects = graph.objects();
         let mut members: Vec<Member> = (0..setup.partitions as u16)

@@ -65,6 +65,7 @@ pub fn chirper_params(
             mean_followers: f64::from(d.mean_followers),
             p_local: f64::from(d.p_local_percent) / 100.0,
             seed: d.seed,
+            scattered: false,
         },
     ))
 }

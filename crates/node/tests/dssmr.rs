@@ -104,6 +104,7 @@ fn run(
         mean_followers: 4.0,
         p_local: 0.8,
         seed,
+        scattered: false,
     });
     let (mut c, layout) = cluster_with(protocol, scheme, data, &graph, faults);
     if lose_exec {

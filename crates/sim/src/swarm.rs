@@ -1312,6 +1312,7 @@ fn draw_dssmr(seed: u64, opts: &SimOptions) -> Option<(DsParams, u32)> {
         mean_followers: rng.gen_range(1.0..=4.0),
         p_local: rng.gen_range(0.3..=0.95),
         seed,
+        scattered: false,
     };
     let d = DsParams {
         scheme,

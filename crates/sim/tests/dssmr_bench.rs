@@ -54,6 +54,7 @@ fn spec(scheme: Scheme, workload: Workload) -> BenchSpec {
             mean_followers: 6.0,
             p_local: 0.95,
             seed: 3,
+            scattered: false,
         },
         workload,
         gather_where_most: false,

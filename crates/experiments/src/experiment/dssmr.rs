@@ -37,6 +37,10 @@ pub struct DssmrOptions {
     pub p_local: f64,
     /// Gather an access's objects where most of them are, instead of at random.
     pub gather_where_most: bool,
+    /// Interest groups that cut across the communities and so the placement
+    /// (`GraphSpec::scattered`): S-SMR's static map and DS-SMR's initial placement
+    /// know nothing of who follows whom.
+    pub scattered_interests: bool,
     pub duration: Duration,
     pub seed: u64,
     pub cost: CostTable,
@@ -56,6 +60,7 @@ impl DssmrOptions {
             mean_followers: 8.0,
             p_local: 0.99,
             gather_where_most: false,
+            scattered_interests: false,
             duration: Duration::from_secs(3),
             seed: 1,
             cost: CostTable::default(),
@@ -157,6 +162,7 @@ fn point(o: &DssmrOptions, scheme: Scheme, data: u32, workload: ChirperWorkload)
             mean_followers: o.mean_followers,
             p_local: o.p_local,
             seed: o.seed,
+            scattered: o.scattered_interests,
         },
         workload,
         gather_where_most: o.gather_where_most,
@@ -271,7 +277,7 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
         }
     }
     let configuration = format!(
-        "SIMULATED ({}); Chirper, {} users in {} communities, mean {} followers, {}% from the own community; \
+        "SIMULATED ({}); Chirper, {} users in {} communities, mean {} followers, {}% from the own {}; \
          2 replicas per partition (DS-SMR: plus an oracle partition of 2), Multi-Ring Paxos \
          (a ring of 3 acceptors per partition and one spanning ring), fsync; {} closed-loop \
          clients per partition, no think time, caches warm with the initial placement; {:.1} s \
@@ -281,6 +287,12 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
         o.communities,
         o.mean_followers,
         o.p_local * 100.0,
+        if o.scattered_interests {
+            "interest group (groups cut across the communities and the placement: \
+             scattered interests)"
+        } else {
+            "community"
+        },
         o.clients_per_partition,
         o.duration.as_secs_f64(),
         o.seed
