@@ -337,7 +337,14 @@ pub fn write_report<R: Serialize>(
     std::fs::write(json, serde_json::to_string_pretty(report)?)
         .with_context(|| format!("writing {}", json.display()))?;
     let mut files = vec![json.to_path_buf()];
-    let stem = json.with_extension("");
+    files.extend(write_figures(figures, &json.with_extension(""))?);
+    Ok(files)
+}
+
+/// Write each figure as `STEM-SUFFIX.svg` and `STEM-SUFFIX.png`. Returns every file
+/// written.
+pub fn write_figures(figures: Vec<(String, Figure)>, stem: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
     for (suffix, fig) in figures {
         let at = PathBuf::from(format!("{}-{suffix}", stem.display()));
         files.extend(

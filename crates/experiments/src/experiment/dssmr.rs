@@ -544,15 +544,7 @@ pub fn replot_dssmr(report: &Path, stem: &Path) -> anyhow::Result<Vec<PathBuf>> 
             report.display()
         ),
     };
-    let mut files = Vec::new();
-    for (suffix, fig) in figures {
-        let at = PathBuf::from(format!("{}-{suffix}", stem.display()));
-        files.extend(
-            fig.write(&at)
-                .with_context(|| format!("drawing {}", at.display()))?,
-        );
-    }
-    Ok(files)
+    framework::write_figures(figures, stem)
 }
 
 /// One point of a real-process round: what `partita bench --chirper` measured.
