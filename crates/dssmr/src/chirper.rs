@@ -19,7 +19,9 @@
 //!   communities the ids (and so the placement) carry: user `(c, i)` shares its
 //!   interests with the users `(c', i')` where `c' + i' ≡ c + i` (mod the communities),
 //!   a group spread evenly over every community, so the placement knows nothing of
-//!   who follows whom (an experiment's variant; see docs/experiments.md).
+//!   who follows whom, and the workloads' follows pick a peer of the own group with
+//!   the same probability as the followers (an experiment's variant; see
+//!   docs/experiments.md).
 
 use crate::{Dests, Kind, ObjectId, ObjectService, View};
 use rand::{Rng, SeedableRng};
@@ -215,6 +217,9 @@ pub struct Graph {
     pub per_community: u32,
     /// Interest groups across the communities ([`GraphSpec::scattered`]).
     pub scattered: bool,
+    /// Probability that a workload's follow or unfollow names a user of the same
+    /// interest group: 0.9, or with scattered interests the graph's own `p_local`.
+    pub peer_local: f64,
     /// (follower, followee) pairs.
     pub follows: Vec<(ObjectId, ObjectId)>,
 }
@@ -258,6 +263,7 @@ impl Graph {
             communities: spec.communities,
             per_community: per,
             scattered: spec.scattered,
+            peer_local: if spec.scattered { spec.p_local } else { 0.9 },
             follows: Vec::new(),
         };
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
@@ -429,11 +435,11 @@ impl Workload {
             },
             2 => ChirperCommand::Follow {
                 user,
-                whom: graph.random_peer(user, 0.9, rng),
+                whom: graph.random_peer(user, graph.peer_local, rng),
             },
             _ => ChirperCommand::Unfollow {
                 user,
-                whom: graph.random_peer(user, 0.9, rng),
+                whom: graph.random_peer(user, graph.peer_local, rng),
             },
         }
     }
@@ -546,6 +552,7 @@ mod tests {
             };
             let g = Graph::generate(&spec);
             assert!(!g.follows.is_empty());
+            assert_eq!(g.peer_local, 1.0, "the workloads' peers as the followers");
             for (f, u) in &g.follows {
                 assert_eq!(g.interest_of(*f), g.interest_of(*u), "{f:x} follows {u:x}");
             }
@@ -583,5 +590,6 @@ mod tests {
         // Without it, the interest group is the community.
         let g = Graph::generate(&GraphSpec::new(1_000, 10));
         assert!(g.users().all(|u| g.interest_of(u) == community_of(u)));
+        assert_eq!(g.peer_local, 0.9);
     }
 }

@@ -197,11 +197,16 @@ impl<S: ObjectService> ClientProxy<S> {
             _ => None,
         };
         match cached {
-            Some(locs) => {
+            // The cache sends an access only where it needs no move. A move planned
+            // from a stale entry is a multicast to three groups that does nothing (its
+            // source no longer holds the object) and stales no one's cache less; so
+            // objects the cache puts in different partitions are located by the
+            // oracle first, whose answer then decides the move.
+            Some(locs) if locs.iter().all(|(_, p)| *p == locs[0].1) => {
                 self.stats.cache_hits += 1;
                 self.plan(locs, out);
             }
-            None => self.consult(out),
+            _ => self.consult(out),
         }
     }
 
@@ -380,5 +385,52 @@ impl<S: ObjectService> ClientProxy<S> {
             },
             answered: true,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chirper::{user_id, Chirper, ChirperCommand};
+
+    fn proxy() -> ClientProxy<Chirper> {
+        ClientProxy::new(ProxyConfig::new(Scheme::Dssmr, 2), 1)
+    }
+
+    /// The cache sends an access whose objects it puts in one partition straight
+    /// there; objects it puts in two are located by the oracle first, and the move
+    /// comes from the oracle's answer, not from the cache.
+    #[test]
+    fn the_cache_never_plans_a_move() {
+        let (a, b) = (user_id(0, 1), user_id(1, 2));
+        let follow = ChirperCommand::Follow { user: a, whom: b };
+
+        let mut p = proxy();
+        p.prefetch([(a, 1), (b, 1)]);
+        let mut out = Vec::new();
+        p.submit(follow.clone(), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].dests, Dests::partition(1));
+        assert!(matches!(out[0].cmd, DsCommand::Access { .. }));
+        assert_eq!((p.stats().cache_hits, p.stats().consults), (1, 0));
+
+        let mut p = proxy();
+        p.prefetch([(a, 0), (b, 1)]);
+        let mut out = Vec::new();
+        p.submit(follow, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].dests, Dests::oracle());
+        assert!(matches!(out[0].cmd, DsCommand::Consult { .. }));
+        assert_eq!((p.stats().cache_hits, p.stats().consults), (0, 1));
+        // The oracle says both are in partition 1 already: no move at all.
+        let mut out = Vec::new();
+        let done = p.on_reply(
+            DsReply::Prophecy(Prophecy::At(vec![(a, 1), (b, 1)])),
+            &mut out,
+        );
+        assert!(done.is_none());
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].dests, Dests::partition(1));
+        assert_eq!(p.stats().move_commands, 0);
     }
 }
