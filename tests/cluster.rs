@@ -684,7 +684,7 @@ fn the_cluster_tests_pass_on_five_namespaces_with_mutual_tls() {
     if std::env::var_os(netns::RUN_ENV).is_some() {
         return; // the run on the namespaces itself
     }
-    install_netns_tools();
+    netns::ensure_tools(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
     let me = std::env::current_exe().unwrap();
     let list = Command::new(&me)
         .args(["--list", "--format", "terse"])
@@ -771,21 +771,4 @@ fn the_cluster_tests_pass_on_five_namespaces_with_mutual_tls() {
         "{text}\n{} cluster tests passed on five namespaces with mutual TLS",
         tests.len()
     );
-}
-
-fn install_netns_tools() {
-    let have = |p: &str| {
-        std::path::Path::new(p).is_file()
-            || std::path::Path::new(&p.replace("/sbin/", "/bin/")).is_file()
-    };
-    if have("/usr/sbin/ip") && have("/usr/sbin/nft") {
-        return;
-    }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let st = std::process::Command::new("bash")
-        .arg(repo.join("scripts/install-test-deps"))
-        .args(["iproute2", "nftables"])
-        .status()
-        .expect("running scripts/install-test-deps");
-    assert!(st.success(), "scripts/install-test-deps failed ({st})");
 }

@@ -33,18 +33,7 @@ fn exe() -> PathBuf {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn tools() {
-    let have =
-        |p: &str| Path::new(p).is_file() || Path::new(&p.replace("/sbin/", "/bin/")).is_file();
-    if have("/usr/sbin/ip") && have("/usr/sbin/nft") {
-        return;
-    }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let st = Command::new("bash")
-        .arg(repo.join("scripts/install-test-deps"))
-        .args(["iproute2", "nftables"])
-        .status()
-        .expect("running scripts/install-test-deps");
-    assert!(st.success(), "scripts/install-test-deps failed ({st})");
+    netns::ensure_tools(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
 }
 
 fn namespaces_of(pid: u32) -> Vec<String> {

@@ -402,6 +402,25 @@ impl Topology {
     }
 }
 
+/// Install `ip` and `nft` when either is missing, with the repository's
+/// `scripts/install-test-deps` (Debian's iproute2 and nftables; root). `repo`: the
+/// repository's root.
+pub fn ensure_tools(repo: &Path) -> anyhow::Result<()> {
+    if which("ip").is_some() && which("nft").is_some() {
+        return Ok(());
+    }
+    let script = repo.join("scripts/install-test-deps");
+    let st = Command::new("bash")
+        .arg(&script)
+        .args(["iproute2", "nftables"])
+        .status()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !st.success() {
+        bail!("{} iproute2 nftables failed ({st})", script.display());
+    }
+    Ok(())
+}
+
 /// Move the calling thread into the network namespace named by `path`.
 pub fn enter(path: &Path) -> anyhow::Result<()> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;

@@ -9,45 +9,15 @@
 
 mod common;
 
-use common::{res, setup, Cluster};
+use common::{res, three_regions, Cluster, GEO_NODES as NODES};
 use partita_btree::{Op, OpResult};
-use partita_consensus::Protocol;
-use partita_node::{GeoSetup, NodeCore, UnsafeBugs};
+use partita_node::{NodeCore, UnsafeBugs};
 use partita_types::NodeId;
 
-const NODES: [NodeId; 3] = [1, 2, 3];
-
-fn epaxos_setup(keys: u64) -> GeoSetup {
-    GeoSetup {
-        replicas: NODES.to_vec(),
-        regions: vec!["A".into(), "B".into(), "C".into()],
-        rtt_ms: vec![
-            vec![0.0, 70.0, 150.0],
-            vec![70.0, 0.0, 90.0],
-            vec![150.0, 90.0, 0.0],
-        ],
-        order: 4,
-        keys,
-        value_bytes: 100,
-        dop_interval_ms: 0,
-        optimizer_brute_force: false,
-        seed: 7,
-        stall_check_ticks: 40,
-        clock_retry_ticks: 10,
-        epaxos: true,
-    }
-}
+use common::geo_cmd as cmd;
 
 fn cluster(keys: u64, bugs: UnsafeBugs) -> Cluster {
-    let mut s = setup(Protocol::MultiPaxos, &NODES);
-    s.geo = Some(epaxos_setup(keys));
-    let mut c = Cluster::new(s, bugs);
-    c.tick(2);
-    c
-}
-
-fn cmd(client: u64, seq: u64, op: Op) -> partita_types::Command {
-    partita_btree::service::command(client, seq, 0, &op)
+    three_regions(keys, true, bugs, 2)
 }
 
 fn ep(n: &NodeCore) -> &partita_node::EpaxosOrdering {

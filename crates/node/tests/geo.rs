@@ -8,46 +8,16 @@
 
 mod common;
 
-use common::{res, setup, Cluster};
+use common::{res, three_region_setup, three_regions, Cluster, GEO_NODES as NODES};
 use partita_btree::{Op, OpResult};
-use partita_consensus::Protocol;
-use partita_node::{GeoSetup, NodeCore, UnsafeBugs};
+use partita_node::{NodeCore, UnsafeBugs};
 use partita_types::NodeId;
 
-const NODES: [NodeId; 3] = [1, 2, 3];
-
-fn geo_setup(keys: u64) -> GeoSetup {
-    GeoSetup {
-        replicas: NODES.to_vec(),
-        regions: vec!["A".into(), "B".into(), "C".into()],
-        rtt_ms: vec![
-            vec![0.0, 70.0, 150.0],
-            vec![70.0, 0.0, 90.0],
-            vec![150.0, 90.0, 0.0],
-        ],
-        order: 4,
-        keys,
-        value_bytes: 100,
-        dop_interval_ms: 0,
-        optimizer_brute_force: true,
-        seed: 7,
-        stall_check_ticks: 40,
-        clock_retry_ticks: 10,
-        epaxos: false,
-    }
-}
+use common::geo_cmd as cmd;
 
 fn cluster(keys: u64, bugs: UnsafeBugs) -> Cluster {
-    let mut s = setup(Protocol::MultiPaxos, &NODES);
-    s.geo = Some(geo_setup(keys));
-    let mut c = Cluster::new(s, bugs);
     // Let every serializer's first leader finish Phase 1 and the boot records land.
-    c.tick(5);
-    c
-}
-
-fn cmd(client: u64, seq: u64, op: Op) -> partita_types::Command {
-    partita_btree::service::command(client, seq, 0, &op)
+    three_regions(keys, false, bugs, 5)
 }
 
 fn geo(n: &NodeCore) -> &partita_node::GeoOrdering {
@@ -250,10 +220,8 @@ fn stale_read(bug: bool) -> OpResult {
     if bug {
         bugs.enable("geo-write-one-serializer").unwrap();
     }
-    let mut s = setup(Protocol::MultiPaxos, &NODES);
-    let mut g = geo_setup(30);
-    g.dop_interval_ms = 100;
-    s.geo = Some(g);
+    let mut s = three_region_setup(30, false);
+    s.geo.as_mut().expect("a geo setup").dop_interval_ms = 100;
     let mut c = Cluster::new(s, bugs);
     c.tick(5);
     for i in 0..20 {

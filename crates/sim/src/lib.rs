@@ -121,6 +121,46 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
     world::World::new(params, opts).run()
 }
 
+/// For planted-bug controls: scan `seeds` with `bug` planted into `clean`, and return
+/// the first seed whose run fails a check that `counts` accepts and which passes every
+/// check without the bug, with that failure. `Err`: a line for each seed that failed
+/// otherwise (a check that does not count, or failing without the bug too).
+pub fn first_caught(
+    bug: &str,
+    clean: &SimOptions,
+    seeds: std::ops::Range<u64>,
+    counts: impl Fn(Check) -> bool,
+) -> Result<(u64, Failure), Vec<String>> {
+    let mut bugs = UnsafeBugs::default();
+    bugs.enable(bug)
+        .unwrap_or_else(|e| panic!("`{bug}` is not a planted bug: {e}"));
+    let planted = SimOptions {
+        bugs,
+        ..clean.clone()
+    };
+    let mut seen = Vec::new();
+    for seed in seeds {
+        let r = run_seed(seed, &planted);
+        let Some(f) = r.failure else {
+            continue;
+        };
+        if !counts(f.check) {
+            seen.push(format!("seed {seed}: {} (does not count)", f.check));
+            continue;
+        }
+        let without = run_seed(seed, clean);
+        if !without.passed {
+            seen.push(format!(
+                "seed {seed}: fails without the bug too ({})",
+                without.one_line()
+            ));
+            continue;
+        }
+        return Ok((seed, f));
+    }
+    Err(seen)
+}
+
 /// Run `seed` twice; `Ok(trace hash)` if both runs processed the same events at the
 /// same times, else a message with both hashes.
 pub fn check_determinism(seed: u64, opts: &SimOptions) -> Result<u64, String> {

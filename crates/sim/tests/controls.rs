@@ -46,7 +46,7 @@
 
 use partita_sim::{
     run_seed, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SimOptions,
-    SpeculationChoice, UnsafeBugs,
+    SpeculationChoice,
 };
 use partita_sim::{EarlyRepliesChoice, PsmrChoice, RingsChoice};
 
@@ -82,36 +82,13 @@ fn control_ops(
 }
 
 fn control_opts(bug: &str, clean: SimOptions, seeds: std::ops::Range<u64>) -> (u64, String) {
-    let mut bugs = UnsafeBugs::default();
-    bugs.enable(bug).expect("a known bug");
-    let planted = SimOptions {
-        bugs,
-        ..clean.clone()
-    };
-    let mut seen = Vec::new();
-    for seed in seeds.clone() {
-        let r = run_seed(seed, &planted);
-        let Some(f) = &r.failure else {
-            continue;
-        };
-        if !f.check.is_safety() {
-            seen.push(format!("seed {seed}: {} (not a safety check)", f.check));
-            continue;
-        }
-        let without = run_seed(seed, &clean);
-        if !without.passed {
-            seen.push(format!(
-                "seed {seed}: fails without the bug too ({})",
-                without.one_line()
-            ));
-            continue;
-        }
-        return (seed, format!("{}: {}", f.check, f.message));
+    match partita_sim::first_caught(bug, &clean, seeds.clone(), |c| c.is_safety()) {
+        Ok((seed, f)) => (seed, format!("{}: {}", f.check, f.message)),
+        Err(seen) => panic!(
+            "planted bug `{bug}` went unnoticed in seeds {seeds:?}; the checks cannot see it.\n{}",
+            seen.join("\n")
+        ),
     }
-    panic!(
-        "planted bug `{bug}` went unnoticed in seeds {seeds:?}; the checks cannot see it.\n{}",
-        seen.join("\n")
-    );
 }
 
 #[test]

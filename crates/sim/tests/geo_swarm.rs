@@ -25,9 +25,7 @@
 //!   between them run in different orders; replicas diverge, or a client sees what no
 //!   order gives.
 
-use partita_sim::{
-    run_seed, swarm, Check, GeoChoice, GeoOrdering, SeedReport, SimOptions, UnsafeBugs,
-};
+use partita_sim::{run_seed, swarm, Check, GeoChoice, GeoOrdering, SeedReport, SimOptions};
 
 /// Operations per seed: enough for inserts to split nodes and for several DOPs,
 /// short enough for the test profile.
@@ -194,40 +192,19 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
 /// as a violation (linearizability, final state or convergence) with the bug and
 /// passes every check without it. Liveness failures and other checks do not count.
 fn control(bug: &str, geo: GeoChoice, seeds: std::ops::Range<u64>) -> (u64, Check, String) {
-    let clean = opts(geo);
-    let mut bugs = UnsafeBugs::default();
-    bugs.enable(bug).expect("a known bug");
-    let planted = SimOptions {
-        bugs,
-        ..clean.clone()
-    };
-    let mut seen = Vec::new();
-    for seed in seeds.clone() {
-        let r = run_seed(seed, &planted);
-        let Some(f) = &r.failure else {
-            continue;
-        };
-        if !matches!(
-            f.check,
+    let violation = |c: Check| {
+        matches!(
+            c,
             Check::Linearizability | Check::FinalState | Check::Convergence
-        ) {
-            seen.push(format!("seed {seed}: {} (not a violation)", f.check));
-            continue;
-        }
-        let without = run_seed(seed, &clean);
-        if !without.passed {
-            seen.push(format!(
-                "seed {seed}: fails without the bug too ({})",
-                without.one_line()
-            ));
-            continue;
-        }
-        return (seed, f.check, f.message.clone());
+        )
+    };
+    match partita_sim::first_caught(bug, &opts(geo), seeds.clone(), violation) {
+        Ok((seed, f)) => (seed, f.check, f.message),
+        Err(seen) => panic!(
+            "planted bug `{bug}` went unnoticed as a violation in seeds {seeds:?}.\n{}",
+            seen.join("\n")
+        ),
     }
-    panic!(
-        "planted bug `{bug}` went unnoticed as a violation in seeds {seeds:?}.\n{}",
-        seen.join("\n")
-    );
 }
 
 #[test]

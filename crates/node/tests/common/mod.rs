@@ -508,3 +508,45 @@ impl Cluster {
         );
     }
 }
+
+/// The nodes of [`three_regions`].
+pub const GEO_NODES: [NodeId; 3] = [1, 2, 3];
+
+/// Three nodes 1, 2 and 3 in regions A, B and C (round trips 70, 150 and 90 ms), each
+/// a replica of the geo B+tree of `keys` keys ordered by GeoPaxos+ or, with `epaxos`,
+/// by EPaxos; clients at every node; no DOPs.
+pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
+    let mut s = setup(Protocol::MultiPaxos, &GEO_NODES);
+    s.geo = Some(partita_node::GeoSetup {
+        replicas: GEO_NODES.to_vec(),
+        regions: vec!["A".into(), "B".into(), "C".into()],
+        rtt_ms: vec![
+            vec![0.0, 70.0, 150.0],
+            vec![70.0, 0.0, 90.0],
+            vec![150.0, 90.0, 0.0],
+        ],
+        order: 4,
+        keys,
+        value_bytes: 100,
+        dop_interval_ms: 0,
+        optimizer_brute_force: true,
+        seed: 7,
+        stall_check_ticks: 40,
+        clock_retry_ticks: 10,
+        epaxos,
+    });
+    s
+}
+
+/// The cluster of [`three_region_setup`], after `boot_ticks` ticks (GeoPaxos+'s
+/// serializer leaders finish Phase 1 in them).
+pub fn three_regions(keys: u64, epaxos: bool, bugs: UnsafeBugs, boot_ticks: usize) -> Cluster {
+    let mut c = Cluster::new(three_region_setup(keys, epaxos), bugs);
+    c.tick(boot_ticks);
+    c
+}
+
+/// A geo B+tree command of `client` (sequence `seq`, no reply address).
+pub fn geo_cmd(client: u64, seq: u64, op: Op) -> Command {
+    partita_btree::service::command(client, seq, 0, &op)
+}
