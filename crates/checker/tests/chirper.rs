@@ -133,6 +133,90 @@ fn generated_histories_are_actually_concurrent() {
     assert!(overlapping > 20, "{overlapping}");
 }
 
+/// Generation options of any shape: the ranges the property below draws from.
+fn any_shape(rng: &mut ChaCha8Rng) -> (u64, ChirperGenOptions) {
+    (
+        rng.gen(),
+        ChirperGenOptions {
+            users: rng.gen_range(1..10),
+            followees: 2,
+            clients: rng.gen_range(1..6),
+            ops: rng.gen_range(0..80),
+            info_rate: rng.gen_range(0.0..0.3),
+            post_rate: 0.3,
+            churn: rng.gen(),
+            max_gap: 30,
+            max_duration: rng.gen_range(2..400),
+        },
+    )
+}
+
+/// The budget for histories of any shape: a search that needs more gives up
+/// (`Unknown`) in about a second here.
+const SHAPE_BUDGET: u64 = 200_000;
+
+/// Checks a generated history of any shape: never a violation or a malformed
+/// history; `Unknown` only when the budget ran out (true when the answer is `true`).
+fn check_any_shape(seed: u64, gen: &ChirperGenOptions) -> Result<bool, String> {
+    let h = generate(seed, gen);
+    let opts = ChirperCheckOptions {
+        max_configurations: SHAPE_BUDGET,
+    };
+    match check_chirper(&h.events, &h.initial, &opts) {
+        Ok(_) => Ok(false),
+        Err(ChirperCheckError::Unknown(u)) if u.configurations > SHAPE_BUDGET => Ok(true),
+        Err(e) => Err(format!("seed {seed}, {gen:?}: {e}")),
+    }
+}
+
+#[test]
+fn generated_histories_of_every_shape_rarely_exhaust_the_budget() {
+    // Linearizable histories of every shape the property below draws, from fixed
+    // seeds: none may be judged a violation, and the search may give up on at most
+    // 0.2% of them (4 of 30,000 when this was written). Histories of one client with many info operations and few reads
+    // are the hard ones: every subset of the info operations applied since the last
+    // read is a state of its own until a read rules it out.
+    let mut rng = ChaCha8Rng::seed_from_u64(0x005e_a50f_5ea5);
+    let cases = 5000;
+    let mut unknown = Vec::new();
+    for case in 0..cases {
+        let (seed, gen) = any_shape(&mut rng);
+        if check_any_shape(seed, &gen).unwrap_or_else(|e| panic!("case {case}: {e}")) {
+            unknown.push((seed, gen));
+        }
+    }
+    eprintln!(
+        "{} of {cases} histories exhausted the budget",
+        unknown.len()
+    );
+    assert!(unknown.len() * 500 <= cases, "{unknown:?}");
+}
+
+#[test]
+fn the_stability_of_followed_authors_prunes_no_op_follows() {
+    // Found by the property below (1 client, 3 users, 19% info operations): info
+    // follows of an author the reader already follows kept every entry of that
+    // author "unstable", so posts that no read showed were carried, in every
+    // subset, to the end of the history (2 million configurations, unknown).
+    // Such a follow can only answer "already following" while no unfollow may
+    // come first.
+    let gen = ChirperGenOptions {
+        users: 3,
+        followees: 2,
+        clients: 1,
+        ops: 59,
+        info_rate: 0.193_439_319_659_174_35,
+        post_rate: 0.3,
+        churn: false,
+        max_gap: 30,
+        max_duration: 65,
+    };
+    let h = generate(432_864_185_599_343_750, &gen);
+    let s = check_chirper(&h.events, &h.initial, &opts()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((s.ops, s.info_ops), (59, 20));
+    assert!(s.configurations < 10_000, "{s}");
+}
+
 mod prop {
     use super::*;
     use proptest::prelude::*;
@@ -143,6 +227,8 @@ mod prop {
             failure_persistence: None,
             ..ProptestConfig::default()
         })]
+        /// Never a violation; the search may give up (rarely: see
+        /// `generated_histories_of_every_shape_rarely_exhaust_the_budget`).
         #[test]
         fn generated_histories_pass_whatever_the_shape(
             seed in any::<u64>(),
@@ -164,8 +250,7 @@ mod prop {
                 max_gap: 30,
                 max_duration,
             };
-            let h = generate(seed, &gen);
-            let r = check_chirper(&h.events, &h.initial, &opts());
+            let r = check_any_shape(seed, &gen);
             prop_assert!(r.is_ok(), "{:?}", r);
         }
     }

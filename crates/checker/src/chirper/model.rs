@@ -304,6 +304,20 @@ impl<'h> LookAhead<'h> {
         look
     }
 
+    /// Whether event `i`'s observed result says it changed nothing (see
+    /// [`Model::changes_nothing`]; info operations may have changed anything).
+    fn changes_nothing(&self, i: usize) -> bool {
+        matches!(
+            self.events[i].result,
+            Some(
+                ChirperResult::NoUser
+                    | ChirperResult::Followed(false)
+                    | ChirperResult::Unfollowed(false)
+                    | ChirperResult::Created(false)
+            )
+        )
+    }
+
     /// A read that showed, before the post of operation `post` (just linearized),
     /// a post of the same author not yet linearized.
     ///
@@ -332,14 +346,24 @@ impl<'h> LookAhead<'h> {
     /// Call an entry of the timeline *stable* (for a given read) when no operation
     /// that could remove it and bring it back may come between now and the read: no
     /// delete of the user, no follow or unfollow between the user and the entry's
-    /// author, that is not linearized yet and was invoked before the read returned
-    /// (posts are unique, so no other post makes the same entry). From now on, stable entries only leave the
+    /// author that can change anything, that is not linearized yet and was invoked
+    /// before the read returned (posts are unique, so no other post makes the same
+    /// entry). A follow or unfollow whose observed result says it changed nothing
+    /// cannot; nor can a follow of an author the user follows now when no unfollow
+    /// may come first (it would answer "already following": deleting the author
+    /// leaves the user's followees as they are). From now on, stable entries only leave the
     /// timeline by truncation, which drops the oldest first, and never come back; new
     /// entries are appended after every current one. So a later timeline holds a
     /// suffix of the current stable entries, in their current order, before every
     /// entry not in the timeline now; and an entry by a stable author that is not in
     /// the timeline now can only arrive with its post, which must then be pending.
-    fn doomed_read(&self, user: u64, timeline: &[PostRef], done: &[bool]) -> Option<usize> {
+    fn doomed_read(
+        &self,
+        user: u64,
+        followees: &[u64],
+        timeline: &[PostRef],
+        done: &[bool],
+    ) -> Option<usize> {
         if !self.enabled {
             return None;
         }
@@ -380,8 +404,16 @@ impl<'h> LookAhead<'h> {
             let mut stable = |author: u64| match authors.iter().find(|(a, _)| *a == author) {
                 Some((_, s)) => *s,
                 None => {
-                    let pair = self.pair_ops.get(&(user, author)).into_iter().flatten();
-                    let s = !pair.copied().any(may_precede);
+                    let pair = || self.pair_ops.get(&(user, author)).into_iter().flatten();
+                    // Pair operations that may precede the read and change something.
+                    let live = |i: &usize| may_precede(*i) && !self.changes_nothing(*i);
+                    let unfollows = pair()
+                        .filter(|&&i| matches!(self.events[i].op, ChirperOp::Unfollow { .. }));
+                    let s = if followees.binary_search(&author).is_ok() {
+                        !unfollows.into_iter().any(live)
+                    } else {
+                        !pair().any(live)
+                    };
                     authors.push((author, s));
                     s
                 }
@@ -667,7 +699,7 @@ impl Model for SearchModel<'_> {
     fn doomed(&self, state: &State, done: &[bool], last: usize) -> Option<usize> {
         let check = |user: u64| {
             let u = self.user(state, user)?;
-            self.look.doomed_read(user, &u.timeline, done)
+            self.look.doomed_read(user, &u.followees, &u.timeline, done)
         };
         match self.look.events[last].op {
             ChirperOp::Post { user, .. } => self.look.doomed_post(last, done).or_else(|| {
