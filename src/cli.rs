@@ -341,6 +341,11 @@ struct ExperimentArgs {
     /// instead of one of the partitions involved at random (the paper's default).
     #[arg(long)]
     gather_where_most: bool,
+    /// dssmr: clients wait for a command's moves before sending its access, instead
+    /// of sending the moves (on a session of their own) and the access at once as the
+    /// paper's client proxy does.
+    #[arg(long)]
+    await_moves: bool,
     /// dssmr, with --sim: followers and follows from interest groups that cut across
     /// the communities, so that S-SMR's static map and DS-SMR's initial placement (by
     /// community) know nothing of who follows whom.
@@ -2326,14 +2331,12 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         o.p_local = p;
     }
     o.gather_where_most = a.gather_where_most;
+    o.await_moves = a.await_moves;
     o.scattered_interests = a.scattered_interests;
     if !a.sim {
         // Real processes: the partition counts this machine holds, fewer users (the
         // nodes load the graph at start), a few clients per partition, interleaved
         // rounds.
-        if a.gather_where_most {
-            bail!("--gather-where-most is for --sim (real clients gather at random)");
-        }
         if a.scattered_interests {
             bail!("--scattered-interests is for --sim (real nodes load the community graph)");
         }

@@ -367,6 +367,16 @@ pub struct DssmrSection {
     pub p_local_percent: u32,
     #[serde(default = "default_dssmr_seed")]
     pub seed: u64,
+    /// Clients: wait for a command's moves before sending its access, on one session,
+    /// instead of sending the moves (on a session of their own) and the access at
+    /// once as the paper's client proxy does (default `false`).
+    #[serde(default)]
+    pub await_moves: bool,
+    /// Clients: gather an access's objects in the partition that holds most of them,
+    /// instead of one of the partitions involved at random, the paper's default
+    /// (default `false`).
+    #[serde(default)]
+    pub gather_where_most: bool,
 }
 
 fn default_dssmr_scheme() -> String {
@@ -397,6 +407,8 @@ impl Default for DssmrSection {
             mean_followers: default_dssmr_mean_followers(),
             p_local_percent: default_dssmr_p_local(),
             seed: default_dssmr_seed(),
+            await_moves: false,
+            gather_where_most: false,
         }
     }
 }

@@ -1,7 +1,10 @@
 //! A Chirper client of a real S-SMR/DS-SMR cluster: the client proxy (paper 003
 //! Algorithm 2: consults, cache, moves, retries, fallback) over `partita-client`'s
-//! sessions, one multicast at a time; and the closed-loop Chirper load that
-//! `partita bench` and `partita nemesis` run with it ([`run_load`]).
+//! sessions: the answered multicasts one at a time on the client's session, the moves
+//! at once on a second session that nobody waits for (or, with the cluster file's
+//! `[dssmr] await_moves`, each on the first session before the access); and the
+//! closed-loop Chirper load that `partita bench` and `partita nemesis` run with it
+//! ([`run_load`]).
 
 use crate::services::chirper_params;
 use anyhow::Context;
@@ -20,6 +23,13 @@ use std::time::{Duration, Instant};
 
 pub struct ChirperClient {
     client: Client<DsWire<Chirper>>,
+    /// The moves' session, run by a task of its own: moves are sent to it and not
+    /// waited for (`None`: `await_moves`). The task is aborted with the client, moves
+    /// still queued or in flight with it.
+    mover: Option<(
+        tokio::sync::mpsc::UnboundedSender<WireCommand<ChirperCommand>>,
+        tokio::task::AbortHandle,
+    )>,
     proxy: ClientProxy<Chirper>,
     data: u32,
 }
@@ -36,10 +46,34 @@ impl ChirperClient {
             chirper_params(cluster).map_err(|e| ClientError::Rejected(e.to_string()))?;
         let partitions = cluster.partitioning.partitions.max(1) as usize;
         let data = data_partitions(partitions, scheme) as u32;
+        let await_moves = cluster.dssmr.as_ref().is_some_and(|d| d.await_moves);
+        let mover = if await_moves || scheme == Scheme::Ssmr {
+            None
+        } else {
+            // A session of its own: one move at a time, each given up after the
+            // load's give-up time at most (a lost move costs a retry, nothing more).
+            let mut moves =
+                Client::<DsWire<Chirper>>::connect(cluster.clone(), opts.clone()).await?;
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let task = tokio::spawn(async move {
+                while let Some(m) = rx.recv().await {
+                    let _ = moves.execute(m).await;
+                }
+            });
+            Some((tx, task.abort_handle()))
+        };
         let client = Client::<DsWire<Chirper>>::connect(cluster.clone(), opts).await?;
-        let proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), seed);
+        let cfg = ProxyConfig {
+            await_moves,
+            ..ProxyConfig::new(scheme, data as usize)
+        };
+        let mut proxy = ClientProxy::new(cfg, seed);
+        if cluster.dssmr.as_ref().is_some_and(|d| d.gather_where_most) {
+            proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
+        }
         Ok(ChirperClient {
             client,
+            mover,
             proxy,
             data,
         })
@@ -67,6 +101,11 @@ impl ChirperClient {
                 data: self.data,
                 cmd: m.cmd,
             };
+            if let (false, Some((mover, _))) = (m.answered, &self.mover) {
+                // The moves' task lives as long as this client.
+                let _ = mover.send(w);
+                continue;
+            }
             let reply = match self.client.execute(w).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -87,6 +126,14 @@ impl ChirperClient {
         Err(ClientError::BadReply(
             "the client proxy stopped without an outcome".into(),
         ))
+    }
+}
+
+impl Drop for ChirperClient {
+    fn drop(&mut self) {
+        if let Some((_, task)) = &self.mover {
+            task.abort();
+        }
     }
 }
 

@@ -633,6 +633,9 @@ pub struct DsBenchStats {
     pub fallbacks: u64,
     pub consults: u64,
     pub cache_hits: u64,
+    /// Multicasts the clients sent while their moves were still queued or in flight
+    /// (the paper's proxy does not wait for moves; 0 with `await_moves`).
+    pub ahead_of_moves: u64,
 }
 
 /// [`run`] for a spec with `dssmr`.

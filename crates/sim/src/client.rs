@@ -50,6 +50,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 const MILLIS_NS: u64 = 1_000_000;
+
+/// The client id of a DS-SMR client's moves session: its own id with this bit set
+/// (the world routes both to the one simulated client).
+pub const MOVER_BIT: ClientId = 1 << 62;
+/// Timers of the moves session carry this bit in their generation.
+const MOVER_TIMER_BIT: u64 = 1 << 63;
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::{Event, Status};
 use partita_client_core::{Action, ClientConfig, ClientCore, Done};
@@ -113,11 +119,15 @@ enum Core {
 }
 
 /// A Chirper client of an S-SMR or DS-SMR cluster: the client proxy (paper 003
-/// Algorithm 2) turns each application command into multicasts, which the client
-/// core sends one after another (a move is waited for, unlike the paper's proxy: one
-/// command at a time per session).
+/// Algorithm 2) turns each application command into multicasts. The answered ones
+/// (consults, accesses, creates, deletes, fallbacks) go one after another on the
+/// client's session; moves go at once on a session of their own ([`Mover`]), as the
+/// paper's proxy sends them, or, with `ProxyConfig::await_moves`, on the main session
+/// each waited for before the access.
 pub struct DsClient {
     core: ClientCore<DsWire<Chirper>>,
+    /// The moves' session (`None`: moves are awaited on the main session).
+    mover: Option<Mover>,
     proxy: ClientProxy<Chirper>,
     graph: Arc<Graph>,
     workload: ChirperWorkload,
@@ -129,6 +139,9 @@ pub struct DsClient {
     posts: u64,
     /// When each move command went out.
     move_times: Vec<Time>,
+    /// Multicasts sent on the main session while moves were queued or in flight on
+    /// the moves session.
+    ahead_of_moves: u64,
     /// Swarm seeds: the swarm's mix, and the history of the application commands.
     swarm: bool,
     current: Option<ChirperCommand>,
@@ -136,6 +149,16 @@ pub struct DsClient {
     /// What went wrong that no correct run shows (a member refused a multicast, the
     /// proxy stopped without an outcome).
     failures: Vec<String>,
+}
+
+/// The session a DS-SMR client's moves go out on, one at a time, answers ignored: the
+/// application command does not wait for them. Its id is the client's with
+/// [`MOVER_BIT`]; its timers are the client's with `MOVER_TIMER_BIT`.
+struct Mover {
+    core: ClientCore<DsWire<Chirper>>,
+    queue: VecDeque<Multicast<ChirperCommand>>,
+    gen: u64,
+    timer_at: Option<Time>,
 }
 
 /// Run `$e` with `$c` bound to whichever client core the client has.
@@ -259,7 +282,11 @@ impl SimClient {
             give_up_ns: None,
             ..core_config(&params)
         };
-        let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), index as u64 + 1);
+        let proxy_cfg = ProxyConfig {
+            await_moves: ds.await_moves,
+            ..ProxyConfig::new(scheme, data as usize)
+        };
+        let mut proxy = ClientProxy::new(proxy_cfg, index as u64 + 1);
         // Clients start knowing the initial placement (the paper's cache, warm).
         if ds.gather_where_most {
             proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
@@ -269,8 +296,23 @@ impl SimClient {
                 .users()
                 .map(|u| (u, Chirper::placement(u, data as usize))),
         );
+        // The moves' session gives up on a move after `give_up_ns` (a lost move
+        // costs a retry, not a wrong answer), so it never stalls behind one.
+        let mover = (!ds.await_moves).then(|| Mover {
+            core: ClientCore::new(
+                id | MOVER_BIT,
+                topology.clone(),
+                core_config(&params),
+                entry,
+                replica,
+            ),
+            queue: VecDeque::new(),
+            gen: 0,
+            timer_at: None,
+        });
         let core = Core::Ds(Box::new(DsClient {
             core: ClientCore::new(id, topology, cfg, entry, replica),
+            mover,
             proxy,
             graph,
             workload,
@@ -280,6 +322,7 @@ impl SimClient {
             call_ns: 0,
             posts: 0,
             move_times: Vec::new(),
+            ahead_of_moves: 0,
             swarm: ds.swarm,
             current: None,
             history: Vec::new(),
@@ -309,6 +352,15 @@ impl SimClient {
         match &self.core {
             Core::Ds(d) => &d.failures,
             Core::Btree(_) => &[],
+        }
+    }
+
+    /// Multicasts this client sent while its moves were queued or in flight
+    /// (DS-SMR clients that do not await moves; 0 for the others).
+    pub fn ahead_of_moves(&self) -> u64 {
+        match &self.core {
+            Core::Ds(d) => d.ahead_of_moves,
+            Core::Btree(_) => 0,
         }
     }
 
@@ -437,14 +489,86 @@ impl SimClient {
                 d.proxy.submit(cmd, &mut ms);
                 d.queue.extend(ms);
                 d.call_ns = now;
-                d.send_next(now, &mut actions);
+                if !d.send_next(now, &mut actions) {
+                    d.failures
+                        .push("the client proxy sent nothing for a command".into());
+                }
             }
         }
         self.after(now, actions, rng, out);
     }
 
-    /// After every input to the core: its sends, a finished command, the timer.
+    /// After every input to the client: the main session's sends, a finished
+    /// command, the timer; then the moves session's.
     fn after(
+        &mut self,
+        now: Time,
+        actions: Vec<Action>,
+        rng: &mut impl Rng,
+        out: &mut Vec<ClientAction>,
+    ) {
+        self.after_main(now, actions, rng, out);
+        self.after_mover(now, Vec::new(), out);
+    }
+
+    /// After an input to the moves session (or a move queued): its sends, the next
+    /// move, its timer. Finished moves are dropped: nobody waits for them.
+    fn after_mover(&mut self, now: Time, mut actions: Vec<Action>, out: &mut Vec<ClientAction>) {
+        let Core::Ds(d) = &mut self.core else {
+            return;
+        };
+        let data = d.data;
+        let Some(mv) = d.mover.as_mut() else {
+            return;
+        };
+        loop {
+            let _ = mv.core.take_done();
+            if mv.core.is_busy() {
+                break;
+            }
+            let Some(m) = mv.queue.pop_front() else {
+                break;
+            };
+            let w = WireCommand {
+                dests: m.dests,
+                data,
+                cmd: m.cmd,
+            };
+            mv.core
+                .submit(w, now, &mut actions)
+                .expect("one move at a time, to the cluster's partitions");
+        }
+        for Action::Send { to, cmd, first } in actions.drain(..) {
+            out.push(ClientAction::Send { to, cmd, first });
+        }
+        if let Some(at) = mv.core.deadline() {
+            if mv.timer_at != Some(at) {
+                mv.gen += 1;
+                mv.timer_at = Some(at);
+                out.push(ClientAction::Timer {
+                    at,
+                    gen: MOVER_TIMER_BIT | mv.gen,
+                });
+            }
+        }
+        mv.core.invariants();
+    }
+
+    /// Whether `client` is this client's moves session (and so the input is its).
+    fn is_mover(&self, client: ClientId) -> bool {
+        client & MOVER_BIT != 0
+            && matches!(&self.core, Core::Ds(d) if d.mover.as_ref().is_some_and(|m| m.core.id() == client))
+    }
+
+    fn mover_core(&mut self) -> &mut ClientCore<DsWire<Chirper>> {
+        match &mut self.core {
+            Core::Ds(d) => &mut d.mover.as_mut().expect("a moves session").core,
+            Core::Btree(_) => unreachable!("only DS-SMR clients have a moves session"),
+        }
+    }
+
+    /// The main session's part of [`SimClient::after`].
+    fn after_main(
         &mut self,
         now: Time,
         actions: Vec<Action>,
@@ -532,6 +656,17 @@ impl SimClient {
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
     ) {
+        if gen & MOVER_TIMER_BIT != 0 {
+            let mut actions = Vec::new();
+            if let Core::Ds(d) = &mut self.core {
+                if let Some(mv) = d.mover.as_mut().filter(|m| MOVER_TIMER_BIT | m.gen == gen) {
+                    mv.timer_at = None;
+                    mv.core.on_timer(now, &mut actions);
+                }
+            }
+            self.after_mover(now, actions, out);
+            return;
+        }
         if gen != self.gen {
             return;
         }
@@ -559,6 +694,12 @@ impl SimClient {
         out: &mut Vec<ClientAction>,
     ) {
         let mut actions = Vec::new();
+        if self.is_mover(reply.client) {
+            self.mover_core()
+                .on_reply(from, reply, leader, now, &mut actions);
+            self.after_mover(now, actions, out);
+            return;
+        }
         with_core!(mut self, c => c.on_reply(from, reply, leader, now, &mut actions));
         if self.state == State::Waiting {
             self.after(now, actions, rng, out);
@@ -575,6 +716,11 @@ impl SimClient {
         out: &mut Vec<ClientAction>,
     ) {
         let mut actions = Vec::new();
+        if self.is_mover(e.client()) {
+            self.mover_core().on_early(from, e, now, &mut actions);
+            self.after_mover(now, actions, out);
+            return;
+        }
         with_core!(mut self, c => c.on_early(from, e, now, &mut actions));
         if self.state == State::Waiting {
             self.after(now, actions, rng, out);
@@ -585,11 +731,17 @@ impl SimClient {
     pub fn on_refused(
         &mut self,
         now: Time,
+        client: ClientId,
         seq: u64,
         leader: Option<NodeId>,
         rng: &mut impl Rng,
         out: &mut Vec<ClientAction>,
     ) {
+        if self.is_mover(client) {
+            self.mover_core().on_refused(seq, leader, now);
+            self.after_mover(now, Vec::new(), out);
+            return;
+        }
         with_core!(mut self, c => c.on_refused(seq, leader, now));
         if self.state == State::Waiting {
             self.after(now, Vec::new(), rng, out);
@@ -598,14 +750,29 @@ impl SimClient {
 }
 
 impl DsClient {
-    /// Hand the next queued multicast to the client core.
-    fn send_next(&mut self, now: Time, actions: &mut Vec<Action>) {
-        let Some(m) = self.queue.pop_front() else {
-            return;
+    /// Hand the next queued multicast to the client core, and the moves before it to
+    /// the moves session when it has one. Whether a multicast went to the client core.
+    fn send_next(&mut self, now: Time, actions: &mut Vec<Action>) -> bool {
+        let m = loop {
+            let Some(m) = self.queue.pop_front() else {
+                return false;
+            };
+            if matches!(m.cmd, partita_dssmr::DsCommand::Move { .. }) {
+                self.move_times.push(now);
+            }
+            match self.mover.as_mut() {
+                // Queued here; `SimClient::after_mover` sends it.
+                Some(mv) if !m.answered => mv.queue.push_back(m),
+                _ => break m,
+            }
         };
         self.answered = m.answered;
-        if matches!(m.cmd, partita_dssmr::DsCommand::Move { .. }) {
-            self.move_times.push(now);
+        if self
+            .mover
+            .as_ref()
+            .is_some_and(|mv| !mv.queue.is_empty() || mv.core.is_busy())
+        {
+            self.ahead_of_moves += 1;
         }
         let w = WireCommand {
             dests: m.dests,
@@ -615,6 +782,7 @@ impl DsClient {
         self.core
             .submit(w, now, actions)
             .expect("one multicast at a time, to the cluster's partitions");
+        true
     }
 
     /// A multicast finished: feed its answer to the proxy and send what comes next.
@@ -647,7 +815,7 @@ impl DsClient {
                 return Some(false);
             }
         }
-        if self.queue.is_empty() {
+        if !self.send_next(now, actions) {
             // The proxy waits for nothing more (cannot happen with a correct proxy).
             self.proxy.abandon();
             self.failures
@@ -655,7 +823,6 @@ impl DsClient {
             self.record(now, None);
             return Some(false);
         }
-        self.send_next(now, actions);
         None
     }
 

@@ -561,6 +561,9 @@ pub struct DsParams {
     /// Where an access's objects are gathered: at random among the partitions
     /// involved (the paper's default), or where most of them are.
     pub gather_where_most: bool,
+    /// Whether clients wait for a command's moves before its access
+    /// (`ProxyConfig::await_moves`; the paper's proxy does not).
+    pub await_moves: bool,
     /// Swarm seeds: clients draw the swarm's mix ([`crate::ds::swarm_command`]: every
     /// command kind, creates and deletes too, peers from anywhere half of the time)
     /// and record a history, instead of `workload`'s samples.
@@ -1319,6 +1322,9 @@ fn draw_dssmr(seed: u64, opts: &SimOptions) -> Option<(DsParams, u32)> {
         graph,
         workload: partita_dssmr::chirper::Workload::Mix,
         gather_where_most: rng.gen_bool(0.5),
+        // From the seed, not the stream: a draw here would change every later draw
+        // of the seed's parameters.
+        await_moves: (seed >> 7) & 1 == 1,
         swarm: true,
     };
     Some((d, data))

@@ -55,6 +55,8 @@ enum Payload {
     /// A reply with its sender's leader hint.
     Reply(Reply, Option<NodeId>),
     Refused {
+        /// The refused session (a client may have two: `crate::client::MOVER_BIT`).
+        client: u64,
         seq: u64,
         leader: Option<NodeId>,
     },
@@ -1375,7 +1377,11 @@ impl World {
                         }
                         self.client_of(client).map(|to| Emit::Client {
                             to,
-                            payload: Payload::Refused { seq, leader },
+                            payload: Payload::Refused {
+                                client,
+                                seq,
+                                leader,
+                            },
                             bytes,
                         })
                     }
@@ -1450,8 +1456,10 @@ impl World {
         }
     }
 
+    /// The simulated client of client id `id` (a DS-SMR client's moves session is
+    /// its client's: `crate::client::MOVER_BIT`).
     fn client_of(&self, id: u64) -> Result<u32, String> {
-        let idx = id.wrapping_sub(1);
+        let idx = (id & !crate::client::MOVER_BIT).wrapping_sub(1);
         if idx < self.clients.len() as u64 {
             Ok(idx as u32)
         } else {
@@ -1709,9 +1717,11 @@ impl World {
                     Payload::Reply(r, leader) => {
                         client.on_reply(now, from, &r, leader, &mut self.rng_clients, &mut out)
                     }
-                    Payload::Refused { seq, leader } => {
-                        client.on_refused(now, seq, leader, &mut self.rng_clients, &mut out)
-                    }
+                    Payload::Refused {
+                        client: id,
+                        seq,
+                        leader,
+                    } => client.on_refused(now, id, seq, leader, &mut self.rng_clients, &mut out),
                     Payload::Early(e) => {
                         client.on_early(now, from, &e, &mut self.rng_clients, &mut out)
                     }
@@ -2500,6 +2510,7 @@ impl World {
                 s.consults += p.consults;
                 s.cache_hits += p.cache_hits;
             }
+            s.ahead_of_moves += c.ahead_of_moves();
             for &t in c.move_times() {
                 let i = ((t / tenth) as usize).min(9);
                 s.moves_per_s[i] += 1.0;

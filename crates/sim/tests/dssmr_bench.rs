@@ -44,6 +44,10 @@ fn cluster(scheme: Scheme, data: u32) -> ClusterConfig {
 }
 
 fn spec(scheme: Scheme, workload: Workload) -> BenchSpec {
+    spec_with(scheme, workload, false)
+}
+
+fn spec_with(scheme: Scheme, workload: Workload, await_moves: bool) -> BenchSpec {
     let mut s = BenchSpec::new(cluster(scheme, 2), BtreeWorkload::Update, 40);
     s.duration_ns = SECONDS / 2;
     s.dssmr = Some(DsParams {
@@ -58,6 +62,7 @@ fn spec(scheme: Scheme, workload: Workload) -> BenchSpec {
         },
         workload,
         gather_where_most: false,
+        await_moves,
         swarm: false,
     });
     s
@@ -83,4 +88,22 @@ fn chirper_runs_on_both_schemes() {
     let (again, ds2) = run_with_dssmr(spec(Scheme::Dssmr, Workload::Post));
     assert_eq!(again.commands, d.commands);
     assert_eq!(ds2, ds);
+}
+
+#[test]
+fn moves_go_with_the_access_unless_awaited() {
+    // The paper's proxy sends a command's moves and its access at once (the moves on
+    // a session of their own); with `await_moves` each move is waited for first.
+    let (at_once, a) = run_with_dssmr(spec_with(Scheme::Dssmr, Workload::Post, false));
+    let (awaited, w) = run_with_dssmr(spec_with(Scheme::Dssmr, Workload::Post, true));
+    for (name, r, s) in [("at once", &at_once, &a), ("awaited", &awaited, &w)] {
+        assert!(r.commands > 200, "{name}: {} commands", r.commands);
+        assert!(s.move_commands > 0 && s.objects_moved > 0, "{name}: {s:?}");
+    }
+    assert!(a.ahead_of_moves > 0, "{a:?}");
+    assert_eq!(w.ahead_of_moves, 0, "{w:?}");
+    eprintln!(
+        "Post, 2 partitions: at once {:.0} cps, {a:?}; awaited {:.0} cps, {w:?}",
+        at_once.throughput_cmds_per_s, awaited.throughput_cmds_per_s
+    );
 }

@@ -37,6 +37,9 @@ pub struct DssmrOptions {
     pub p_local: f64,
     /// Gather an access's objects where most of them are, instead of at random.
     pub gather_where_most: bool,
+    /// Clients wait for a command's moves before its access (the paper's proxy sends
+    /// them at once: `ProxyConfig::await_moves`).
+    pub await_moves: bool,
     /// Interest groups that cut across the communities and so the placement
     /// (`GraphSpec::scattered`): S-SMR's static map and DS-SMR's initial placement
     /// know nothing of who follows whom.
@@ -60,6 +63,7 @@ impl DssmrOptions {
             mean_followers: 8.0,
             p_local: 0.99,
             gather_where_most: false,
+            await_moves: false,
             scattered_interests: false,
             duration: Duration::from_secs(3),
             seed: 1,
@@ -166,6 +170,7 @@ fn point(o: &DssmrOptions, scheme: Scheme, data: u32, workload: ChirperWorkload)
         },
         workload,
         gather_where_most: o.gather_where_most,
+        await_moves: o.await_moves,
         swarm: false,
     });
     let (bench, ds) = simbench::run_with_dssmr(spec);
@@ -280,8 +285,8 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
         "SIMULATED ({}); Chirper, {} users in {} communities, mean {} followers, {}% from the own {}; \
          2 replicas per partition (DS-SMR: plus an oracle partition of 2), Multi-Ring Paxos \
          (a ring of 3 acceptors per partition and one spanning ring), fsync; {} closed-loop \
-         clients per partition, no think time, caches warm with the initial placement; {:.1} s \
-         virtual runs, seed {}",
+         clients per partition, no think time, caches warm with the initial placement; {}; {}; \
+         {:.1} s virtual runs, seed {}",
         super::sim_machine(&o.cost_source),
         o.users,
         o.communities,
@@ -294,6 +299,8 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
             "community"
         },
         o.clients_per_partition,
+        gathering(o),
+        moves_sent(o),
         o.duration.as_secs_f64(),
         o.seed
     );
@@ -304,6 +311,24 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
         targets: targets(&points),
         points,
     })
+}
+
+/// Where the proxies gather an access's objects, for a report's configuration.
+fn gathering(o: &DssmrOptions) -> &'static str {
+    if o.gather_where_most {
+        "objects gathered where most of them are"
+    } else {
+        "objects gathered in a random partition of those involved (the paper's)"
+    }
+}
+
+/// How the proxies send moves, for a report's configuration.
+fn moves_sent(o: &DssmrOptions) -> &'static str {
+    if o.await_moves {
+        "each move awaited before the access"
+    } else {
+        "moves sent with the access, on a session of their own (the paper's)"
+    }
 }
 
 /// Table 1 as text: throughput and mean latency per scheme, workload and partitions.
@@ -590,6 +615,8 @@ pub fn dssmr_real_cluster(o: &DssmrOptions, scheme: Scheme, data: u32) -> Cluste
         mean_followers: o.mean_followers.round() as u32,
         p_local_percent: (o.p_local * 100.0).round() as u32,
         seed: o.seed,
+        await_moves: o.await_moves,
+        gather_where_most: o.gather_where_most,
     });
     let partitions = data + u32::from(scheme == Scheme::Dssmr);
     c.with_partitions(partitions, 2, 1 << 32)
@@ -690,13 +717,15 @@ pub async fn dssmr_real(
             "real processes on this machine (2 cores, all processes on 127.0.0.1): 3 acceptors \
              (Ring Paxos, fsync), 2 replicas per partition (DS-SMR: and 2 of the oracle), {} \
              closed-loop clients per data partition (think 0), {} users in {} communities \
-             (mean {} followers, {:.0}% local), {:.0} s per point (first and last 10% cut), \
-             {rounds} round(s), points interleaved",
+             (mean {} followers, {:.0}% local), {}, {}; {:.0} s per point (first and last \
+             10% cut), {rounds} round(s), points interleaved",
             o.clients_per_partition,
             o.users,
             o.communities,
             o.mean_followers,
             o.p_local * 100.0,
+            gathering(o),
+            moves_sent(o),
             o.duration.as_secs_f64()
         ),
         rounds,
