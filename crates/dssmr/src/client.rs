@@ -27,13 +27,6 @@ pub struct ProxyConfig {
     pub retries_max: u32,
     /// Use the location cache (§4.3).
     pub cache: bool,
-    /// Whether the driver waits for a command's moves to finish before it sends the
-    /// access. `false` (the paper's Algorithm 2): the moves and the access go out at
-    /// once, the moves on a session of their own whose answers nobody waits for; an
-    /// access ordered before its moves is answered retry. `true`: one multicast at a
-    /// time on one session, each move waited for. The proxy's multicasts are the same
-    /// either way; only the drivers (the simulator's client, the real client) differ.
-    pub await_moves: bool,
 }
 
 impl ProxyConfig {
@@ -43,7 +36,6 @@ impl ProxyConfig {
             partitions,
             retries_max: 3,
             cache: true,
-            await_moves: false,
         }
     }
 }
@@ -162,9 +154,6 @@ impl<S: ObjectService> ClientProxy<S> {
     }
     pub fn stats(&self) -> &ProxyStats {
         &self.stats
-    }
-    pub fn config(&self) -> &ProxyConfig {
-        &self.cfg
     }
     pub fn busy(&self) -> bool {
         self.current.is_some()

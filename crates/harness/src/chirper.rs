@@ -63,11 +63,7 @@ impl ChirperClient {
             Some((tx, task.abort_handle()))
         };
         let client = Client::<DsWire<Chirper>>::connect(cluster.clone(), opts).await?;
-        let cfg = ProxyConfig {
-            await_moves,
-            ..ProxyConfig::new(scheme, data as usize)
-        };
-        let mut proxy = ClientProxy::new(cfg, seed);
+        let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), seed);
         if cluster.dssmr.as_ref().is_some_and(|d| d.gather_where_most) {
             proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
         }

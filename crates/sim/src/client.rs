@@ -50,12 +50,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 const MILLIS_NS: u64 = 1_000_000;
-
-/// The client id of a DS-SMR client's moves session: its own id with this bit set
-/// (the world routes both to the one simulated client).
-pub const MOVER_BIT: ClientId = 1 << 62;
-/// Timers of the moves session carry this bit in their generation.
-const MOVER_TIMER_BIT: u64 = 1 << 63;
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::{Event, Status};
 use partita_client_core::{Action, ClientConfig, ClientCore, Done};
@@ -64,6 +58,12 @@ use partita_types::early::EarlyReply;
 use partita_types::{ClientId, Command, NodeId, Reply};
 use rand::Rng;
 use serde::Serialize;
+
+/// The client id of a DS-SMR client's moves session: its own id with this bit set
+/// (the world routes both to the one simulated client).
+pub const MOVER_BIT: ClientId = 1 << 62;
+/// Timers of the moves session carry this bit in their generation.
+const MOVER_TIMER_BIT: u64 = 1 << 63;
 
 /// How clients behave (drawn per seed).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -122,7 +122,7 @@ enum Core {
 /// Algorithm 2) turns each application command into multicasts. The answered ones
 /// (consults, accesses, creates, deletes, fallbacks) go one after another on the
 /// client's session; moves go at once on a session of their own ([`Mover`]), as the
-/// paper's proxy sends them, or, with `ProxyConfig::await_moves`, on the main session
+/// paper's proxy sends them, or, with `DsParams::await_moves`, on the main session
 /// each waited for before the access.
 pub struct DsClient {
     core: ClientCore<DsWire<Chirper>>,
@@ -282,11 +282,7 @@ impl SimClient {
             give_up_ns: None,
             ..core_config(&params)
         };
-        let proxy_cfg = ProxyConfig {
-            await_moves: ds.await_moves,
-            ..ProxyConfig::new(scheme, data as usize)
-        };
-        let mut proxy = ClientProxy::new(proxy_cfg, index as u64 + 1);
+        let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), index as u64 + 1);
         // Clients start knowing the initial placement (the paper's cache, warm).
         if ds.gather_where_most {
             proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));

@@ -561,8 +561,10 @@ pub struct DsParams {
     /// Where an access's objects are gathered: at random among the partitions
     /// involved (the paper's default), or where most of them are.
     pub gather_where_most: bool,
-    /// Whether clients wait for a command's moves before its access
-    /// (`ProxyConfig::await_moves`; the paper's proxy does not).
+    /// Whether clients wait for a command's moves before its access, on one session
+    /// (`false`, the paper's Algorithm 2: the moves go at once on a session of their
+    /// own whose answers nobody waits for, and an access ordered before its moves is
+    /// answered retry; see `crate::client::DsClient`).
     pub await_moves: bool,
     /// Swarm seeds: clients draw the swarm's mix ([`crate::ds::swarm_command`]: every
     /// command kind, creates and deletes too, peers from anywhere half of the time)

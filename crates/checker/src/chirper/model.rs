@@ -210,6 +210,18 @@ struct LookAhead<'h> {
     follows_by: HashMap<u64, Vec<usize>>,
 }
 
+/// Whether a result says its operation changed nothing: no such user, already
+/// following, not following, already existing.
+fn says_unchanged(r: &ChirperResult) -> bool {
+    matches!(
+        r,
+        ChirperResult::NoUser
+            | ChirperResult::Followed(false)
+            | ChirperResult::Unfollowed(false)
+            | ChirperResult::Created(false)
+    )
+}
+
 impl<'h> LookAhead<'h> {
     fn new(events: &'h [ChirperEvent]) -> LookAhead<'h> {
         let mut look = LookAhead {
@@ -307,15 +319,7 @@ impl<'h> LookAhead<'h> {
     /// Whether event `i`'s observed result says it changed nothing (see
     /// [`Model::changes_nothing`]; info operations may have changed anything).
     fn changes_nothing(&self, i: usize) -> bool {
-        matches!(
-            self.events[i].result,
-            Some(
-                ChirperResult::NoUser
-                    | ChirperResult::Followed(false)
-                    | ChirperResult::Unfollowed(false)
-                    | ChirperResult::Created(false)
-            )
-        )
+        self.events[i].result.as_ref().is_some_and(says_unchanged)
     }
 
     /// A read that showed, before the post of operation `post` (just linearized),
@@ -717,13 +721,7 @@ impl Model for SearchModel<'_> {
         match (op, observed) {
             (ChirperOp::Timeline { .. }, _) => true,
             (_, None) => false,
-            (_, Some(r)) => matches!(
-                r,
-                ChirperResult::NoUser
-                    | ChirperResult::Followed(false)
-                    | ChirperResult::Unfollowed(false)
-                    | ChirperResult::Created(false)
-            ),
+            (_, Some(r)) => says_unchanged(r),
         }
     }
 

@@ -38,7 +38,7 @@ pub struct DssmrOptions {
     /// Gather an access's objects where most of them are, instead of at random.
     pub gather_where_most: bool,
     /// Clients wait for a command's moves before its access (the paper's proxy sends
-    /// them at once: `ProxyConfig::await_moves`).
+    /// them at once: `DsParams::await_moves`).
     pub await_moves: bool,
     /// Interest groups that cut across the communities and so the placement
     /// (`GraphSpec::scattered`): S-SMR's static map and DS-SMR's initial placement
