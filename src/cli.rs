@@ -4,7 +4,7 @@
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
-use partita_config::{ClusterConfig, Durability, Mode, Role};
+use partita_config::{ClusterConfig, Durability, EpaxosSection, Mode, OrderingSection, Role};
 use partita_consensus::{Protocol, RingDecision};
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{self, LocalCluster};
@@ -1195,7 +1195,7 @@ fn load_target(cluster: &Option<PathBuf>) -> anyhow::Result<ClusterConfig> {
 async fn up(a: UpArgs) -> anyhow::Result<i32> {
     let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
         let mut c = ClusterConfig::default_local(a.base_port, rand::random::<u64>() >> 1);
-        c.cluster.protocol = a.protocol;
+        c.set_protocol(a.protocol);
         c.cluster.service = a.service.clone();
         // Byte-string keys fall in partitions by their first eight bytes (the whole
         // 64-bit space); the B+tree's u64 keys by value over 0..2^32.
@@ -1238,7 +1238,7 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         "Partita is up: {} nodes, service {}, {}, durability {}",
         cluster.nodes.len(),
         cluster.cluster.service,
-        cluster.cluster.protocol,
+        cluster.ordering.protocol(),
         cluster.cluster.durability
     );
     if let Some(c) = lc.cpu_label() {
@@ -1615,7 +1615,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
             Mode::Cs if a.chirper.is_some() => bail!("--chirper needs --mode smr"),
             Mode::Smr if a.chirper.is_some() => {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
-                c.cluster.protocol = a.protocol;
+                c.set_protocol(a.protocol);
                 c.cluster.durability = a.durability;
                 a.partitioning.apply_chirper(c, &a.scheme)
             }
@@ -1627,7 +1627,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
             ),
             Mode::Smr if a.wan => {
                 let mut c = ClusterConfig::paper_wan_local(base, rand::random::<u64>() >> 1);
-                c.cluster.protocol = a.protocol;
+                c.set_protocol(a.protocol);
                 c.cluster.durability = a.durability;
                 Ok(c)
             }
@@ -1635,14 +1635,14 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 let keys = a.partitioning.key_space.unwrap_or(3000);
                 let mut c = ClusterConfig::paper_geo_local(base, rand::random::<u64>() >> 1, keys);
                 c.cluster.durability = a.durability;
-                if let (true, Some(g)) = (a.epaxos, c.geopaxos.as_mut()) {
-                    g.ordering = "epaxos".into();
+                if a.epaxos {
+                    c.ordering = OrderingSection::Epaxos(EpaxosSection { keys });
                 }
                 Ok(c)
             }
             Mode::Smr => {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
-                c.cluster.protocol = a.protocol;
+                c.set_protocol(a.protocol);
                 c.cluster.durability = a.durability;
                 a.partitioning.apply(c, bench::key_space(a.preload))
             }
@@ -1740,7 +1740,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         (None, _) => {}
     }
     // GeoPaxos+: the tree starts with its keys (the cluster file's); no preload.
-    let geo_keys = cluster.geopaxos.as_ref().map(|g| g.keys);
+    let geo_keys = cluster.ordering.geo_keys();
     match (geo_keys, a.workload) {
         (Some(_), Workload::Geo { .. }) | (None, _) => {}
         (Some(_), w) => bail!(
@@ -1850,15 +1850,14 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
                 rand::random::<u64>() >> 1,
                 a.geo_keys,
             );
-            if let Some(g) = c.geopaxos.as_mut() {
+            if let Some(g) = c.ordering.geo_mut() {
                 // Small tree nodes, so that inserts split leaves (INSERT's psite
                 // predicts it), and DOPs that move nodes while faults come and go.
                 g.order = 8;
                 g.dop_interval_ms = 2000;
-                if a.epaxos {
-                    g.ordering = "epaxos".into();
-                    g.dop_interval_ms = 0;
-                }
+            }
+            if a.epaxos {
+                c.ordering = OrderingSection::Epaxos(EpaxosSection { keys: a.geo_keys });
             }
             if let Some(w) = c.wan.as_mut() {
                 w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];
@@ -1875,8 +1874,10 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         }
         let mut c =
             ClusterConfig::default_local(launch::pick_base_port(), rand::random::<u64>() >> 1);
-        c.cluster.protocol = a.protocol;
-        c.cluster.ring_decision = a.ring_decision;
+        c.set_protocol(a.protocol);
+        if let Some(d) = a.ring_decision {
+            c = c.with_ring_decision(d).map_err(anyhow::Error::msg)?;
+        }
         c.execution.speculative = a.speculative;
         c.execution.early_replies = a.early_replies;
         let key_space = partita_harness::nemesis::default_bench(Duration::from_secs(1), 1, 0)
@@ -1950,12 +1951,12 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             .collect::<Vec<_>>()
             .join(", "),
         duration,
-        if c.geopaxos.as_ref().is_some_and(|g| g.ordering == "epaxos") {
+        if c.ordering.epaxos().is_some() {
             "EPaxos (3 emulated regions)".to_string()
-        } else if c.geopaxos.is_some() {
+        } else if c.ordering.geo().is_some() {
             "GeoPaxos+ (3 emulated regions)".to_string()
         } else {
-            c.cluster.protocol.to_string()
+            c.ordering.protocol().to_string()
         },
         dir.display()
     );
@@ -1971,12 +1972,12 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         faults: a.faults.clone(),
         interval: Duration::from_millis(a.interval_ms),
         down_for: Duration::from_millis(a.down_ms),
-        bench: match c.geopaxos.as_ref() {
-            Some(g) => partita_harness::nemesis::geo_bench(
+        bench: match c.ordering.geo_keys() {
+            Some(keys) => partita_harness::nemesis::geo_bench(
                 Duration::from_secs(duration),
                 a.clients,
                 a.seed,
-                g.keys,
+                keys,
             ),
             None => partita_harness::nemesis::default_bench(
                 Duration::from_secs(duration),

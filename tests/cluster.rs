@@ -45,7 +45,7 @@ fn start_tweaked(
     tweak: fn(&mut ClusterConfig),
 ) -> LocalCluster {
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
-    cfg.cluster.protocol = protocol;
+    cfg.set_protocol(protocol);
     cfg.cluster.durability = durability;
     tweak(&mut cfg);
     // Run by the namespaces test below: every node in a namespace of its own, mutual TLS.

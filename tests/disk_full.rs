@@ -121,7 +121,7 @@ async fn full_disks(protocol: Protocol, node_args: &[&str]) -> Result<(), Violat
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
     cfg.cluster.durability = Durability::Fsync;
-    cfg.cluster.protocol = protocol;
+    cfg.set_protocol(protocol);
     cfg.storage.wal_segment_bytes_max = 256 * 1024;
     cfg.storage.checkpoint_instances = 100;
     let file = dir.path().join("cluster.toml");

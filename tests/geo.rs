@@ -88,7 +88,7 @@ async fn geopaxos_plus_stays_linearizable_with_a_serializer_leader_killed() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg =
         ClusterConfig::paper_geo_local(pick_base_port(), rand::random::<u64>() >> 1, KEYS);
-    if let Some(g) = cfg.geopaxos.as_mut() {
+    if let Some(g) = cfg.ordering.geo_mut() {
         // Small nodes: inserts of new keys split leaves (INSERT's psite predicts it).
         g.order = 4;
     }

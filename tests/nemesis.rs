@@ -21,7 +21,7 @@ fn start_tweaked(
     tweak: fn(ClusterConfig) -> ClusterConfig,
 ) -> LocalCluster {
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
-    cfg.cluster.protocol = protocol;
+    cfg.set_protocol(protocol);
     cfg.cluster.durability = Durability::Fsync;
     let cfg = tweak(cfg);
     let file = dir.join("cluster.toml");
@@ -226,13 +226,13 @@ async fn run_geo_ordered(
     let dir = tempfile::tempdir().unwrap();
     let mut cfg =
         ClusterConfig::paper_geo_local(pick_base_port(), rand::random::<u64>() >> 1, keys);
-    if let Some(g) = cfg.geopaxos.as_mut() {
+    if let Some(g) = cfg.ordering.geo_mut() {
         g.order = 8;
         g.dop_interval_ms = 2000;
-        if epaxos {
-            g.ordering = "epaxos".into();
-            g.dop_interval_ms = 0;
-        }
+    }
+    if epaxos {
+        cfg.ordering =
+            partita_config::OrderingSection::Epaxos(partita_config::EpaxosSection { keys });
     }
     if let Some(w) = cfg.wan.as_mut() {
         w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];

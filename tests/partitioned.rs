@@ -35,7 +35,7 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
         .unwrap()
         .with_batchers(batchers)
         .unwrap();
-    cfg.cluster.protocol = protocol;
+    cfg.set_protocol(protocol);
     cfg.cluster.durability = Durability::Fsync;
     cfg.execution.speculative = early_replies;
     cfg.execution.early_replies = early_replies;

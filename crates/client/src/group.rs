@@ -80,7 +80,7 @@ impl<S: StateMachine> ClientGroup<S> {
                 "a group holds 1 to {GROUP_SESSIONS_MAX} sessions, not {n}"
             )));
         }
-        if cluster.wan.is_some() || cluster.geopaxos.is_some() || opts.region.is_some() {
+        if cluster.wan.is_some() || cluster.ordering.is_geo() || opts.region.is_some() {
             return Err(ClientError::Rejected(
                 "sessions sharing connections do not emulate a WAN and do not speak to \
                  GeoPaxos+ clusters; use one connection per client there"

@@ -239,8 +239,8 @@ impl<S: StateMachine> Client<S> {
         // GeoPaxos+ (paper 004 §II-B): a client talks to its nearest replica, which
         // is its request's origin and answers it. Among equally near ones, spread by
         // index.
-        let (entry, replica) = match cluster.geopaxos {
-            Some(_) => {
+        let (entry, replica) = match cluster.ordering.is_geo() {
+            true => {
                 let nearest = |n: &NodeId| delays.get(n).copied().unwrap_or_default();
                 let best = topo.replicas.iter().map(nearest).min().unwrap_or_default();
                 let near: Vec<NodeId> = topo
@@ -254,7 +254,7 @@ impl<S: StateMachine> Client<S> {
                 });
                 (pick, pick)
             }
-            None => (entry, replica),
+            false => (entry, replica),
         };
         let mut c = Client {
             core: ClientCore::new(id, topo, cfg, entry, replica),

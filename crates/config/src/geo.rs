@@ -1,33 +1,31 @@
-//! GeoPaxos+ (paper 004, cluster file `[geopaxos]`, optional): the B+tree service
-//! ordered by one serializer per replica instead of one stream (see
+//! GeoPaxos+'s settings (paper 004, `[ordering] protocol = "geopaxos+"`): the B+tree
+//! service ordered by one serializer per replica instead of one stream (see
 //! `partita_node::geo`).
 //!
 //! ```toml
 //! [cluster]
 //! service = "btree"           # clients send paper 001's B+tree commands
-//! protocol = "multipaxos"     # each serializer is a Multi-Paxos group
 //!
-//! [geopaxos]
+//! [ordering]
+//! protocol = "geopaxos+"      # each serializer is a Multi-Paxos group
 //! order = 32                  # most keys per tree node
 //! keys = 3000                 # keys 0..keys present at the start, by range per replica
 //! value_bytes = 100           # the paper's §VI values
 //! dop_interval_ms = 0         # a DOP that often (0: never)
 //! optimizer = "hot-lru"       # or "brute-force"
-//! ordering = "geopaxos+"      # or "epaxos": paper 004's leaderless baseline on the
-//!                             # same service, replicas and clients
 //! ```
 //!
 //! Every node is an acceptor and a replica (a serializer's leader sits with its
 //! replica), the replicas in the order of their ids hosting serializers 0, 1, …; with
 //! `[wan]` the nodes name their regions and the cost model takes the round trips from
-//! there. Not with state partitioning, Multi-Ring Paxos, P-SMR, speculation, batchers
-//! or session leases; no checkpoints (a restarted replica learns every serializer's log
-//! again).
+//! there. Not with state partitioning, P-SMR, speculation, batchers or session leases;
+//! no checkpoints (a restarted replica learns every serializer's log again).
+//! `protocol = "epaxos"` runs the same service with EPaxos (its one setting: `keys`).
 
 use partita_types::FieldError;
 use serde::{Deserialize, Serialize};
 
-/// The `[geopaxos]` section.
+/// GeoPaxos+'s settings (beside `protocol` in `[ordering]`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GeoSection {
@@ -43,9 +41,6 @@ pub struct GeoSection {
     pub optimizer: String,
     #[serde(default)]
     pub seed: u64,
-    /// "geopaxos+" (serializers) or "epaxos" (`partita_node::epaxos`).
-    #[serde(default = "default_ordering")]
-    pub ordering: String,
 }
 
 impl Default for GeoSection {
@@ -57,7 +52,6 @@ impl Default for GeoSection {
             dop_interval_ms: 0,
             optimizer: default_optimizer(),
             seed: 0,
-            ordering: default_ordering(),
         }
     }
 }
@@ -71,9 +65,6 @@ fn default_value_bytes() -> usize {
 fn default_optimizer() -> String {
     "hot-lru".into()
 }
-fn default_ordering() -> String {
-    "geopaxos+".into()
-}
 
 /// Most keys loaded at the start.
 pub const GEO_KEYS_MAX: u64 = 10_000_000;
@@ -84,7 +75,7 @@ impl GeoSection {
         let f = |field: &str, m: String| Err(FieldError::new(field, m));
         if !(partita_geo::ORDER_MIN..=partita_geo::ORDER_MAX).contains(&self.order) {
             return f(
-                "geopaxos.order",
+                "ordering.order",
                 format!(
                     "{} is not between {} and {}",
                     self.order,
@@ -95,13 +86,13 @@ impl GeoSection {
         }
         if self.keys > GEO_KEYS_MAX {
             return f(
-                "geopaxos.keys",
+                "ordering.keys",
                 format!("at most {GEO_KEYS_MAX} keys are loaded at the start"),
             );
         }
         if !(8..=partita_geo::VALUE_BYTES_LIMIT).contains(&self.value_bytes) {
             return f(
-                "geopaxos.value_bytes",
+                "ordering.value_bytes",
                 format!(
                     "{} is not between 8 (a client's value is a u64) and {}",
                     self.value_bytes,
@@ -111,34 +102,18 @@ impl GeoSection {
         }
         if self.dop_interval_ms > 0 && self.dop_interval_ms < 100 {
             return f(
-                "geopaxos.dop_interval_ms",
+                "ordering.dop_interval_ms",
                 "0 (never) or at least 100 ms".into(),
             );
         }
         if !matches!(self.optimizer.as_str(), "hot-lru" | "brute-force") {
             return f(
-                "geopaxos.optimizer",
+                "ordering.optimizer",
                 format!(
                     "unknown optimizer `{}` (known: \"hot-lru\", \"brute-force\")",
                     self.optimizer
                 ),
             );
-        }
-        match self.ordering.as_str() {
-            "geopaxos+" => {}
-            "epaxos" if self.dop_interval_ms > 0 => {
-                return f(
-                    "geopaxos.dop_interval_ms",
-                    "EPaxos has no serializers to reconfigure: 0 with ordering = \"epaxos\"".into(),
-                )
-            }
-            "epaxos" => {}
-            other => {
-                return f(
-                    "geopaxos.ordering",
-                    format!("unknown ordering `{other}` (known: \"geopaxos+\", \"epaxos\")"),
-                )
-            }
         }
         Ok(())
     }

@@ -7,11 +7,13 @@
 //! id = 7311                 # written into every WAL header; a foreign data dir is refused
 //! service = "btree"         # the replicated service: "btree", "kv", or your own
 //! mode = "smr"              # "smr" (replicated) or "cs" (one unreplicated server)
-//! protocol = "ring-paxos"   # or "multi-paxos"
-//! ring_decision = "acceptor" # Ring Paxos: decided where a majority of votes meets, or
-//!                            # "coordinator" (paper 001's ring; see partita_consensus)
 //! durability = "fsync"      # or "memory" (experiments; printed beside every result)
 //! coordinator = 1
+//!
+//! [ordering]               # optional; the default is this (see `ordering`)
+//! protocol = "ring-paxos"    # "multi-paxos", "multi-ring", "geopaxos+", "epaxos", ...
+//! ring_decision = "acceptor" # Ring Paxos: decided where a majority of votes meets, or
+//!                            # "coordinator" (paper 001's ring; see partita_consensus)
 //!
 //! [batching]
 //! batch_bytes_max = 8192
@@ -78,9 +80,14 @@ use std::path::Path;
 
 pub mod geo;
 pub mod multicast;
+pub mod ordering;
 pub mod tls;
 pub mod wan;
 pub use geo::GeoSection;
+pub use ordering::{
+    EpaxosSection, MultiPaxosSettings, MultiringSection, OrderingProtocol, OrderingSection,
+    RingPaxosSettings, RingSection,
+};
 pub use tls::{TlsSection, Transport};
 pub use wan::{Region, Wan, WanSection};
 
@@ -94,7 +101,7 @@ pub enum Role {
     Batcher,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     pub id: u64,
@@ -104,15 +111,12 @@ pub struct ClusterSection {
     pub service: String,
     #[serde(default = "default_mode")]
     pub mode: Mode,
-    #[serde(default = "default_protocol")]
-    pub protocol: Protocol,
-    /// Ring Paxos: where an instance is decided, `"acceptor"` (the ring starts at the
-    /// coordinator and the acceptor that completes a majority tells the learners) or
-    /// `"coordinator"` (paper 001's layout: the ring ends at the coordinator, which
-    /// tells the learners; one vote hop and one relay more before a command executes).
-    /// Only with Ring Paxos in SMR mode. Unset: `"acceptor"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ring_decision: Option<RingDecision>,
+    /// Written before `[ordering]` existed: refused, with what to write instead.
+    #[serde(default, rename = "protocol", skip_serializing)]
+    pub legacy_protocol: Option<toml::Value>,
+    /// Likewise (now `[ordering] ring_decision`).
+    #[serde(default, rename = "ring_decision", skip_serializing)]
+    pub legacy_ring_decision: Option<toml::Value>,
     #[serde(default = "default_durability")]
     pub durability: Durability,
     #[serde(default)]
@@ -413,53 +417,6 @@ impl Default for DssmrSection {
     }
 }
 
-/// Multi-Ring Paxos (paper 002 §V-B, cluster file `[multiring]`): several Ring Paxos
-/// rings, each with its own acceptors and coordinator, merged deterministically at
-/// every replica (see `partita_node::multiring`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MultiringSection {
-    /// `M`: logical instances of each ring per round of the merge.
-    #[serde(default = "default_ring_m")]
-    pub m: u64,
-    /// λ: logical instances per second each ring advances at least (an idle ring's
-    /// coordinator makes up the difference with skip instances).
-    #[serde(default = "default_ring_lambda")]
-    pub lambda: u64,
-    /// Δ: how often a ring's coordinator checks its rate, in milliseconds.
-    #[serde(default = "default_ring_delta_ms")]
-    pub delta_ms: u64,
-    #[serde(rename = "ring")]
-    pub rings: Vec<RingSection>,
-}
-
-/// One ring (`[[multiring.ring]]`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RingSection {
-    pub id: u32,
-    /// Its acceptors, in ring order: nodes with role "acceptor", of no other ring.
-    pub acceptors: Vec<NodeId>,
-    /// Its initial coordinator (default: its first acceptor).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub coordinator: Option<NodeId>,
-    /// The partitions it carries (default: every partition). Replicas of a partition
-    /// merge every ring that carries it; a command goes to the ring that carries all
-    /// of its partitions with the fewest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub groups: Option<Vec<u32>>,
-}
-
-fn default_ring_m() -> u64 {
-    1
-}
-fn default_ring_lambda() -> u64 {
-    partita_consensus::multiring::SkipConfig::default().lambda_per_s
-}
-fn default_ring_delta_ms() -> u64 {
-    partita_consensus::multiring::SkipConfig::default().delta_ms
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
@@ -479,7 +436,7 @@ pub struct NodeSection {
     pub region: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     pub cluster: ClusterSection,
@@ -499,15 +456,19 @@ pub struct ClusterConfig {
     /// Optional; left out of the written file while it holds the defaults.
     #[serde(default, skip_serializing_if = "SessionsSection::is_default")]
     pub sessions: SessionsSection,
-    /// Multi-Ring Paxos; absent: one stream.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub multiring: Option<MultiringSection>,
+    /// Which protocol orders commands, with its settings (see [`ordering`]); absent:
+    /// Ring Paxos.
+    #[serde(default)]
+    pub ordering: OrderingSection,
+    /// Written before `[ordering]` existed: refused, with what to write instead.
+    #[serde(default, rename = "multiring", skip_serializing)]
+    pub legacy_multiring: Option<toml::Value>,
     /// S-SMR/DS-SMR (paper 003) for `service = "chirper"`; absent for other services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dssmr: Option<DssmrSection>,
-    /// GeoPaxos+ (paper 004, see [`geo`]); absent: one stream (or Multi-Ring Paxos).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub geopaxos: Option<GeoSection>,
+    /// Written before `[ordering]` existed: refused, with what to write instead.
+    #[serde(default, rename = "geopaxos", skip_serializing)]
+    pub legacy_geopaxos: Option<toml::Value>,
     /// Regions and the emulated WAN (see [`wan`]); absent: no delay anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wan: Option<WanSection>,
@@ -529,9 +490,6 @@ fn default_service() -> String {
 }
 fn default_mode() -> Mode {
     Mode::Smr
-}
-fn default_protocol() -> Protocol {
-    Protocol::RingPaxos
 }
 fn default_durability() -> Durability {
     Durability::Fsync
@@ -719,18 +677,7 @@ impl ClusterConfig {
                 "must be between 1 and 4096".into(),
             );
         }
-        if self.cluster.ring_decision.is_some()
-            && (self.cluster.protocol != Protocol::RingPaxos || self.cluster.mode != Mode::Smr)
-        {
-            return f(
-                "cluster.ring_decision",
-                format!(
-                    "where a ring decides means something only with mode = \"smr\" and \
-                     protocol = \"ring-paxos\", not mode = \"{}\" and protocol = \"{}\"",
-                    self.cluster.mode, self.cluster.protocol
-                ),
-            );
-        }
+        self.validate_ordering()?;
         if self.execution.speculative {
             if self.cluster.mode != Mode::Smr {
                 return f(
@@ -738,13 +685,13 @@ impl ClusterConfig {
                     "speculative execution needs mode = \"smr\"".into(),
                 );
             }
-            if self.cluster.protocol != Protocol::RingPaxos {
+            if self.ordering.protocol() != OrderingProtocol::RingPaxos {
                 return f(
                     "execution.speculative",
                     format!(
-                        "speculative execution needs protocol = \"ring-paxos\" (only Ring \
-                         Paxos sends proposed values to learners), not \"{}\"",
-                        self.cluster.protocol
+                        "speculative execution needs [ordering] protocol = \"ring-paxos\" \
+                         (only Ring Paxos sends proposed values to learners), not \"{}\"",
+                        self.ordering.protocol()
                     ),
                 );
             }
@@ -835,7 +782,7 @@ impl ClusterConfig {
                     .into(),
             );
         }
-        if self.multiring.is_some() {
+        if self.ordering.multiring().is_some() {
             self.validate_multiring(&map)?;
         }
         self.validate_geo(&map)?;
@@ -899,6 +846,98 @@ impl ClusterConfig {
             }
         }
         Ok(())
+    }
+
+    /// `[ordering]`, and what cluster files written before it existed say instead.
+    fn validate_ordering(&self) -> Result<(), FieldError> {
+        let f = |field: &str, m: String| Err(FieldError::new(field, m));
+        let moved = |what: &str, write: String| {
+            f(
+                what,
+                format!(
+                    "this setting moved to the [ordering] section (one typed choice of \
+                     protocol, with that protocol's settings): write {write} instead"
+                ),
+            )
+        };
+        if let Some(v) = &self.cluster.legacy_protocol {
+            let name = match v.as_str() {
+                Some("multipaxos") | Some("multi-paxos") => "multi-paxos",
+                _ => "ring-paxos",
+            };
+            let name = if self.legacy_multiring.is_some() {
+                "multi-ring"
+            } else if self.legacy_geopaxos.is_some() {
+                "geopaxos+"
+            } else {
+                name
+            };
+            return moved(
+                "cluster.protocol",
+                format!("[ordering] protocol = \"{name}\" (and remove `protocol` from [cluster])"),
+            );
+        }
+        if self.cluster.legacy_ring_decision.is_some() {
+            return moved(
+                "cluster.ring_decision",
+                "`ring_decision` under [ordering], beside protocol = \"ring-paxos\"".into(),
+            );
+        }
+        if self.legacy_multiring.is_some() {
+            return moved(
+                "multiring",
+                "[ordering] protocol = \"multi-ring\" with the [multiring] settings beside \
+                 it, and [[ordering.ring]] for each [[ordering.ring]]"
+                    .into(),
+            );
+        }
+        if let Some(g) = &self.legacy_geopaxos {
+            let epaxos = g.get("ordering").and_then(|o| o.as_str()) == Some("epaxos");
+            return moved(
+                "geopaxos",
+                if epaxos {
+                    "[ordering] protocol = \"epaxos\" with `keys` beside it".into()
+                } else {
+                    "[ordering] protocol = \"geopaxos+\" with the [geopaxos] settings beside \
+                     it (without `ordering`)"
+                        .into()
+                },
+            );
+        }
+        if self.cluster.mode != Mode::Smr && self.ordering != OrderingSection::default() {
+            let field = match self.ordering.ring_decision() {
+                Some(_) => "ordering.ring_decision",
+                None => "ordering",
+            };
+            return f(
+                field,
+                format!(
+                    "mode = \"{}\" orders nothing: leave [ordering] out",
+                    self.cluster.mode
+                ),
+            );
+        }
+        match &self.ordering {
+            OrderingSection::MultiRing(m)
+                if m.ring_decision.is_some() && m.ring_protocol != Protocol::RingPaxos =>
+            {
+                f(
+                    "ordering.ring_decision",
+                    format!(
+                        "where a ring decides means something only with Ring Paxos rings, not \
+                         ring_protocol = \"{}\"",
+                        m.ring_protocol
+                    ),
+                )
+            }
+            OrderingSection::GeoPaxos(_) => f(
+                "ordering.protocol",
+                "\"geopaxos\" (one serializer per object, without the optimizer) does not \
+                 run yet: use \"geopaxos+\" with dop_interval_ms = 0"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
     }
 
     fn validate_dssmr(&self) -> Result<(), FieldError> {
@@ -969,7 +1008,7 @@ impl ClusterConfig {
 
     fn validate_multiring(&self, map: &PartitionMap) -> Result<(), FieldError> {
         let f = |field: &str, m: String| Err(FieldError::new(field, m));
-        let Some(mr) = &self.multiring else {
+        let Some(mr) = self.ordering.multiring() else {
             return Ok(());
         };
         let unsupported = if self.cluster.mode != Mode::Smr {
@@ -983,19 +1022,19 @@ impl ClusterConfig {
         };
         if let Some(what) = unsupported {
             return f(
-                "multiring",
+                "ordering.protocol",
                 format!("Multi-Ring Paxos does not combine with {what} (yet)"),
             );
         }
         if !(1..=1_000_000).contains(&mr.m) {
-            return f("multiring.m", "must be between 1 and 1000000".into());
+            return f("ordering.m", "must be between 1 and 1000000".into());
         }
         self.skip_config().validate().map_err(|e| {
-            let field = format!("multiring.{}", e.field);
+            let field = format!("ordering.{}", e.field);
             e.as_field(&field)
         })?;
         if mr.rings.is_empty() || mr.rings.len() > 64 {
-            return f("multiring.ring", "between 1 and 64 rings".into());
+            return f("ordering.ring", "between 1 and 64 rings".into());
         }
         let acceptors = self.with_role(Role::Acceptor);
         let mut seen_ids = Vec::new();
@@ -1010,22 +1049,19 @@ impl ClusterConfig {
         };
         for r in &mr.rings {
             if seen_ids.contains(&r.id) {
-                return f(
-                    "multiring.ring.id",
-                    format!("ring {} is listed twice", r.id),
-                );
+                return f("ordering.ring.id", format!("ring {} is listed twice", r.id));
             }
             seen_ids.push(r.id);
             if r.acceptors.is_empty() || r.acceptors.len() > 64 {
                 return f(
-                    "multiring.ring.acceptors",
+                    "ordering.ring.acceptors",
                     format!("ring {}: between 1 and 64 acceptors", r.id),
                 );
             }
             for &a in &r.acceptors {
                 if !acceptors.contains(&a) {
                     return f(
-                        "multiring.ring.acceptors",
+                        "ordering.ring.acceptors",
                         format!(
                             "ring {}: node {a} is not a node with role \"acceptor\"",
                             r.id
@@ -1034,7 +1070,7 @@ impl ClusterConfig {
                 }
                 if let Some(other) = owner.insert(a, r.id) {
                     return f(
-                        "multiring.ring.acceptors",
+                        "ordering.ring.acceptors",
                         format!(
                             "node {a} is an acceptor of rings {other} and {}: each ring has \
                              acceptors of its own",
@@ -1046,7 +1082,7 @@ impl ClusterConfig {
             if let Some(c) = r.coordinator {
                 if !r.acceptors.contains(&c) {
                     return f(
-                        "multiring.ring.coordinator",
+                        "ordering.ring.coordinator",
                         format!("ring {}: {c} is not one of its acceptors", r.id),
                     );
                 }
@@ -1054,7 +1090,7 @@ impl ClusterConfig {
             if let Some(groups) = &r.groups {
                 if groups.is_empty() {
                     return f(
-                        "multiring.ring.groups",
+                        "ordering.ring.groups",
                         format!("ring {} carries no {kind}", r.id),
                     );
                 }
@@ -1066,7 +1102,7 @@ impl ClusterConfig {
                             "threads"
                         };
                         return f(
-                            "multiring.ring.groups",
+                            "ordering.ring.groups",
                             format!(
                                 "ring {}: {kind} {g} does not exist ({counted} = {count})",
                                 r.id
@@ -1079,20 +1115,20 @@ impl ClusterConfig {
         }
         if let Some(a) = acceptors.iter().find(|a| !owner.contains_key(a)) {
             return f(
-                "multiring.ring.acceptors",
+                "ordering.ring.acceptors",
                 format!("node {a} has role \"acceptor\" but is in no ring"),
             );
         }
         if carried != all {
             let missing = partita_types::mask_partitions(all & !carried);
             return f(
-                "multiring.ring.groups",
+                "ordering.ring.groups",
                 format!("no ring carries {kind}s {missing:?}: nothing could reach them"),
             );
         }
         if !mr.rings.iter().any(|r| self.ring_groups(r) == all) {
             return f(
-                "multiring.ring.groups",
+                "ordering.ring.groups",
                 format!(
                     "one ring must carry every {kind} (commands for all of them: session \
                      renewals, scans{})",
@@ -1127,7 +1163,7 @@ impl ClusterConfig {
 
     /// λ and Δ of the rings' coordinators.
     pub fn skip_config(&self) -> partita_consensus::multiring::SkipConfig {
-        match &self.multiring {
+        match self.ordering.multiring() {
             Some(mr) => partita_consensus::multiring::SkipConfig {
                 lambda_per_s: mr.lambda,
                 delta_ms: mr.delta_ms,
@@ -1138,7 +1174,7 @@ impl ClusterConfig {
 
     /// Multi-Ring Paxos as a node takes it (`None`: one stream).
     pub fn multiring_setup(&self) -> Option<partita_node::MultiRingSetup> {
-        let mr = self.multiring.as_ref()?;
+        let mr = self.ordering.multiring()?;
         let mut rings: Vec<partita_node::RingSpec> = mr
             .rings
             .iter()
@@ -1208,12 +1244,11 @@ impl ClusterConfig {
             });
         }
         self.cluster.coordinator = Some(first[0]);
-        self.multiring = Some(MultiringSection {
-            m,
-            lambda: default_ring_lambda(),
-            delta_ms: default_ring_delta_ms(),
-            rings: sections,
-        });
+        let mut mr = MultiringSection::new(sections);
+        mr.m = m;
+        mr.ring_protocol = self.ordering.paxos_protocol();
+        mr.ring_decision = self.ordering.ring_decision();
+        self.ordering = OrderingSection::MultiRing(mr);
         self.validate().map_err(|e| e.to_string())?;
         Ok(self)
     }
@@ -1243,12 +1278,41 @@ impl ClusterConfig {
         Ok(self)
     }
 
-    /// Ring Paxos decided where `d` says (`cluster.ring_decision`); refused for a
+    /// Ring Paxos decided where `d` says (`[ordering] ring_decision`); refused for a
     /// cluster that is not Ring Paxos in SMR mode.
     pub fn with_ring_decision(mut self, d: RingDecision) -> Result<ClusterConfig, String> {
-        self.cluster.ring_decision = Some(d);
+        match &mut self.ordering {
+            OrderingSection::RingPaxos(r) => r.ring_decision = Some(d),
+            OrderingSection::MultiRing(m) if m.ring_protocol == Protocol::RingPaxos => {
+                m.ring_decision = Some(d)
+            }
+            o => {
+                return Err(format!(
+                    "ordering.ring_decision: where a ring decides means something only with \
+                     Ring Paxos, not protocol = \"{}\"",
+                    o.protocol()
+                ))
+            }
+        }
         self.validate().map_err(|e| e.to_string())?;
         Ok(self)
+    }
+
+    /// The Paxos protocol of one stream (or of the rings, with Multi-Ring Paxos) set to
+    /// `p`; other orderings keep theirs. Tests and the command line's `--protocol`.
+    pub fn set_protocol(&mut self, p: Protocol) {
+        match &mut self.ordering {
+            OrderingSection::RingPaxos(_) | OrderingSection::MultiPaxos(_) => {
+                self.ordering = OrderingSection::paxos(p)
+            }
+            OrderingSection::MultiRing(m) => {
+                m.ring_protocol = p;
+                if p != Protocol::RingPaxos {
+                    m.ring_decision = None;
+                }
+            }
+            _ => {}
+        }
     }
 
     /// `[multicast]`: Ring Paxos in SMR mode over one stream, with plain TCP said on
@@ -1259,18 +1323,19 @@ impl ClusterConfig {
         };
         let f = |field: &str, m: String| Err(FieldError::new(field, m));
         m.validate(self.partitioning.partitions)?;
-        if self.cluster.protocol != Protocol::RingPaxos || self.cluster.mode != Mode::Smr {
+        if self.ordering.protocol() != OrderingProtocol::RingPaxos || self.cluster.mode != Mode::Smr
+        {
             return f(
                 "multicast",
-                "IP multicast carries Ring Paxos's Phase 2A: it needs protocol = \"ring-paxos\" \
-                 and mode = \"smr\""
+                "IP multicast carries one Ring Paxos stream's Phase 2A: it needs [ordering] \
+                 protocol = \"ring-paxos\" and mode = \"smr\""
                     .into(),
             );
         }
-        if self.multiring.is_some() || self.geopaxos.is_some() || self.wan.is_some() {
+        if self.wan.is_some() {
             return f(
                 "multicast",
-                "IP multicast is not combined with [multiring], [geopaxos] or [wan]".into(),
+                "IP multicast is not combined with [wan]".into(),
             );
         }
         if !self.tls.as_ref().is_some_and(|t| t.insecure) {
@@ -1406,13 +1471,24 @@ impl ClusterConfig {
         Ok(())
     }
 
-    /// `[geopaxos]`: its fields, and a cluster it can run on (see [`geo`]).
+    /// GeoPaxos+ and EPaxos: their fields, and a cluster they can run on (see [`geo`]).
     fn validate_geo(&self, map: &PartitionMap) -> Result<(), FieldError> {
-        let Some(g) = &self.geopaxos else {
+        let epaxos = self.ordering.epaxos().is_some();
+        if !self.ordering.is_geo() {
             return Ok(());
-        };
+        }
         let f = |field: &str, m: &str| Err(FieldError::new(field, m.to_string()));
-        g.validate()?;
+        if let Some(g) = self.ordering.geo() {
+            g.validate()?;
+        }
+        if let Some(e) = self.ordering.epaxos() {
+            if e.keys > geo::GEO_KEYS_MAX {
+                return Err(FieldError::new(
+                    "ordering.keys",
+                    format!("at most {} keys are loaded at the start", geo::GEO_KEYS_MAX),
+                ));
+            }
+        }
         if self.cluster.service != "btree" {
             return f(
                 "cluster.service",
@@ -1420,18 +1496,13 @@ impl ClusterConfig {
                  B+tree commands)",
             );
         }
-        if self.cluster.mode != Mode::Smr || self.cluster.protocol != Protocol::MultiPaxos {
-            return f(
-                "cluster.protocol",
-                "GeoPaxos+'s serializers are Multi-Paxos groups: mode = \"smr\", protocol = \
-                 \"multipaxos\"",
-            );
+        if self.cluster.mode != Mode::Smr {
+            return f("cluster.mode", "GeoPaxos+ and EPaxos need mode = \"smr\"");
         }
-        if map.is_partitioned() || self.multiring.is_some() || self.dssmr.is_some() {
+        if map.is_partitioned() || self.dssmr.is_some() {
             return f(
-                "geopaxos",
-                "GeoPaxos+ does not combine with state partitioning, Multi-Ring Paxos or \
-                 DS-SMR",
+                "ordering.protocol",
+                "GeoPaxos+ and EPaxos do not combine with state partitioning or DS-SMR",
             );
         }
         if self.execution != ExecutionSection::default() {
@@ -1446,7 +1517,7 @@ impl ClusterConfig {
         if replicas.is_empty() || replicas.len() > 32 {
             return f("node.roles", "GeoPaxos+ needs 1 to 32 replicas");
         }
-        if g.ordering == "epaxos" && replicas.len().is_multiple_of(2) {
+        if epaxos && replicas.len().is_multiple_of(2) {
             return f(
                 "node.roles",
                 "EPaxos needs an odd number of replicas (N = 2F + 1)",
@@ -1455,8 +1526,8 @@ impl ClusterConfig {
         if replicas != acceptors || !self.with_role(Role::Batcher).is_empty() {
             return f(
                 "node.roles",
-                "with [geopaxos] every node is an acceptor and a replica (a serializer's \
-                 leader sits with its replica), and there are no batchers",
+                "with GeoPaxos+ and EPaxos every node is an acceptor and a replica (a \
+                 serializer's leader sits with its replica), and there are no batchers",
             );
         }
         Ok(())
@@ -1466,15 +1537,19 @@ impl ClusterConfig {
     /// but none with GeoPaxos+ (its replicas keep no sessions; they deduplicate
     /// writes by request id, see `partita_node::geo`).
     pub fn session_lease(&self) -> Option<u64> {
-        match self.geopaxos {
-            Some(_) => None,
-            None => self.sessions.lease(),
+        match self.ordering.is_geo() {
+            true => None,
+            false => self.sessions.lease(),
         }
     }
 
     /// GeoPaxos+ for the node cores (`None` without `[geopaxos]`).
     pub fn geo_setup(&self) -> Option<partita_node::GeoSetup> {
-        let g = self.geopaxos.as_ref()?;
+        let epaxos = self.ordering.epaxos().map(|e| GeoSection {
+            keys: e.keys,
+            ..GeoSection::default()
+        });
+        let g = self.ordering.geo().or(epaxos.as_ref())?;
         let replicas = self.with_role(Role::Replica);
         let wan = self.wan();
         let region = |id: NodeId| self.node_region(id);
@@ -1513,7 +1588,6 @@ impl ClusterConfig {
             seed: g.seed,
             stall_check_ticks: (1000.max(4 * max_rtt) / tick).max(1),
             clock_retry_ticks: (200.max(2 * max_rtt) / tick).max(1),
-            epaxos: g.ordering == "epaxos",
         })
     }
 
@@ -1588,8 +1662,8 @@ impl ClusterConfig {
 
     pub fn membership(&self) -> Membership {
         Membership {
-            ring_decision: self.cluster.ring_decision.unwrap_or_default(),
-            protocol: self.cluster.protocol,
+            ring_decision: self.ordering.ring_decision().unwrap_or_default(),
+            protocol: self.ordering.paxos_protocol(),
             acceptors: self.with_role(Role::Acceptor),
             coordinator: self.cluster.coordinator.unwrap_or(0),
             learners: self.with_role(Role::Replica),
@@ -1669,7 +1743,7 @@ impl ClusterConfig {
             entries: match self.cluster.mode {
                 Mode::Cs => vec![self.entry_node()],
                 // GeoPaxos+: a client's request enters at a replica, its origin.
-                Mode::Smr if self.geopaxos.is_some() => self.with_role(Role::Replica),
+                Mode::Smr if self.ordering.is_geo() => self.with_role(Role::Replica),
                 Mode::Smr => m.entry_rotation(),
             },
             batchers: !m.batchers.is_empty(),
@@ -1751,8 +1825,22 @@ impl ClusterConfig {
             early_replies: self.execution.early_replies,
             speculative: self.execution.speculative,
             psmr: self.psmr_layout(),
-            multiring: self.multiring_setup(),
-            geo: self.geo_setup(),
+            ordering: self.ordering_setup(),
+        }
+    }
+
+    /// The ordering as a node takes it.
+    pub fn ordering_setup(&self) -> partita_node::OrderingSetup {
+        use partita_node::OrderingSetup as O;
+        match &self.ordering {
+            OrderingSection::RingPaxos(_) | OrderingSection::MultiPaxos(_) => O::Paxos,
+            OrderingSection::MultiRing(_) => {
+                O::MultiRing(self.multiring_setup().expect("a multi-ring cluster"))
+            }
+            OrderingSection::GeoPaxos(_) | OrderingSection::GeoPaxosPlus(_) => {
+                O::GeoPaxosPlus(self.geo_setup().expect("a geo cluster"))
+            }
+            OrderingSection::Epaxos(_) => O::Epaxos(self.geo_setup().expect("a geo cluster")),
         }
     }
 
@@ -1804,8 +1892,8 @@ impl ClusterConfig {
                 id: cluster_id,
                 service: default_service(),
                 mode: Mode::Smr,
-                protocol: Protocol::RingPaxos,
-                ring_decision: None,
+                legacy_protocol: None,
+                legacy_ring_decision: None,
                 durability: Durability::Fsync,
                 coordinator: Some(1),
                 tick_ms: 1,
@@ -1816,10 +1904,11 @@ impl ClusterConfig {
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
-            multiring: None,
+            ordering: OrderingSection::default(),
+            legacy_multiring: None,
             dssmr: None,
             wan: None,
-            geopaxos: None,
+            legacy_geopaxos: None,
             multicast: None,
             tls: None,
             nodes: vec![
@@ -1857,10 +1946,9 @@ impl ClusterConfig {
     /// [`paper_wan_local`]: ClusterConfig::paper_wan_local
     pub fn paper_geo_local(base_port: u16, cluster_id: u64, keys: u64) -> ClusterConfig {
         let mut c = ClusterConfig::paper_wan_local(base_port, cluster_id);
-        c.cluster.protocol = Protocol::MultiPaxos;
         c.cluster.service = "btree".into();
         c.cluster.coordinator = Some(1);
-        c.geopaxos = Some(GeoSection {
+        c.ordering = OrderingSection::GeoPaxosPlus(GeoSection {
             keys,
             ..GeoSection::default()
         });
@@ -1964,8 +2052,8 @@ impl ClusterConfig {
                 id: cluster_id,
                 service: default_service(),
                 mode: Mode::Cs,
-                protocol: Protocol::RingPaxos,
-                ring_decision: None,
+                legacy_protocol: None,
+                legacy_ring_decision: None,
                 durability: Durability::Memory,
                 coordinator: None,
                 tick_ms: 1,
@@ -1976,10 +2064,11 @@ impl ClusterConfig {
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
-            multiring: None,
+            ordering: OrderingSection::default(),
+            legacy_multiring: None,
             dssmr: None,
             wan: None,
-            geopaxos: None,
+            legacy_geopaxos: None,
             multicast: None,
             tls: None,
             nodes: vec![NodeSection {
@@ -2294,7 +2383,7 @@ mod tests {
         let e = ClusterConfig::parse(&bad, "x").unwrap_err().to_string();
         assert!(e.contains("ring_decision") && e.contains("anywhere"), "{e}");
         let mut multi = c.clone();
-        multi.cluster.protocol = Protocol::MultiPaxos;
+        multi.set_protocol(Protocol::MultiPaxos);
         let e = multi
             .with_ring_decision(RingDecision::Coordinator)
             .unwrap_err();
@@ -2716,8 +2805,8 @@ mod tests {
             ),
             (
                 good.replace(
-                    "\n\n[[multiring.ring]]\nid = 3",
-                    "\n\n[[multiring.ring]]\nid = 3\ngroups = [0]",
+                    "\n\n[[ordering.ring]]\nid = 3",
+                    "\n\n[[ordering.ring]]\nid = 3\ngroups = [0]",
                 ),
                 "one ring must carry every thread group",
             ),
@@ -2726,10 +2815,112 @@ mod tests {
             assert_ne!(text, good, "case for {want} changed nothing");
             match ClusterConfig::parse(&text, "f.toml") {
                 Err(ConfigError::Field { field, message, .. }) => {
-                    assert_eq!(field, "multiring.ring.groups", "{message}");
+                    assert_eq!(field, "ordering.ring.groups", "{message}");
                     assert!(message.contains(want), "{message}");
                 }
                 other => panic!("{want}: {other:?}"),
+            }
+        }
+    }
+
+    /// `[ordering]` is one typed choice: each protocol round-trips, an unknown one and a
+    /// setting of another protocol are refused naming the field, and cluster files
+    /// written before `[ordering]` are refused with what to write instead.
+    #[test]
+    fn ordering_is_one_typed_choice_with_its_own_settings() {
+        let base = ClusterConfig::default_local(7100, 42);
+        assert_eq!(base.ordering.protocol(), OrderingProtocol::RingPaxos);
+        let mut multi = base.clone();
+        multi.set_protocol(Protocol::MultiPaxos);
+        let rings = base.clone().with_multiring(2, 1).unwrap();
+        let geo = ClusterConfig::paper_geo_local(7100, 42, 100);
+        let mut epaxos = geo.clone();
+        epaxos.ordering = OrderingSection::Epaxos(EpaxosSection { keys: 100 });
+        for (c, name) in [
+            (&base, "ring-paxos"),
+            (&multi, "multi-paxos"),
+            (&rings, "multi-ring"),
+            (&geo, "geopaxos+"),
+            (&epaxos, "epaxos"),
+        ] {
+            let text = c.to_toml();
+            assert!(
+                text.contains(&format!("[ordering]\nprotocol = \"{name}\"")),
+                "{text}"
+            );
+            assert_eq!(ClusterConfig::parse(&text, "x").unwrap(), *c, "{name}");
+        }
+        let parse_err = |text: &str| ClusterConfig::parse(text, "x").unwrap_err().to_string();
+        let text = base.to_toml();
+        let e = parse_err(&text.replace("protocol = \"ring-paxos\"", "protocol = \"raft\""));
+        assert!(e.contains("ordering.protocol") && e.contains("raft"), "{e}");
+        assert!(e.contains("multi-ring") && e.contains("epaxos"), "{e}");
+        let e = parse_err(&text.replace(
+            "protocol = \"ring-paxos\"",
+            "protocol = \"ring-paxos\"\nm = 2",
+        ));
+        assert!(
+            e.contains("field `ordering.m`") && e.contains("ring-paxos"),
+            "{e}"
+        );
+        let e = parse_err(
+            &geo.to_toml()
+                .replace("protocol = \"geopaxos+\"", "protocol = \"epaxos\""),
+        );
+        assert!(e.contains("field `ordering.order`"), "{e}");
+        let e = parse_err(&text.replace(
+            "protocol = \"ring-paxos\"",
+            "protocol = \"ring-paxos\"\nring_decision = \"nowhere\"",
+        ));
+        assert!(
+            e.contains("field `ordering.ring_decision`") && e.contains("nowhere"),
+            "{e}"
+        );
+        let e = parse_err(&text.replace("protocol = \"ring-paxos\"", "protocol = \"geopaxos\""));
+        assert!(
+            e.contains("ordering.protocol") && e.contains("geopaxos+"),
+            "{e}"
+        );
+
+        // Written before [ordering]: each refused naming the old field and the new one.
+        let old = text.replace("\n[ordering]\nprotocol = \"ring-paxos\"\n", "\n");
+        let cases = [
+            (
+                old.replace(
+                    "mode = \"smr\"",
+                    "mode = \"smr\"\nprotocol = \"multipaxos\"",
+                ),
+                "cluster.protocol",
+                "[ordering] protocol = \"multi-paxos\"",
+            ),
+            (
+                old.replace(
+                    "mode = \"smr\"",
+                    "mode = \"smr\"\nring_decision = \"coordinator\"",
+                ),
+                "cluster.ring_decision",
+                "`ring_decision` under [ordering]",
+            ),
+            (
+                format!("{old}\n[multiring]\nm = 1\n"),
+                "multiring",
+                "protocol = \"multi-ring\"",
+            ),
+            (
+                format!("{old}\n[geopaxos]\nkeys = 10\nordering = \"epaxos\"\n"),
+                "geopaxos",
+                "protocol = \"epaxos\"",
+            ),
+        ];
+        for (text, field, want) in cases {
+            match ClusterConfig::parse(&text, "old.toml") {
+                Err(ConfigError::Field {
+                    field: f, message, ..
+                }) => {
+                    assert_eq!(f, field, "{message}");
+                    assert!(message.contains(want), "{field}: {message}");
+                }
+                other => panic!("{field}: {other:?}"),
             }
         }
     }

@@ -1065,7 +1065,7 @@ async fn bench_real(
     let result = BenchResult {
         workload: workload.base(),
         mode: "smr".into(),
-        ordering: cluster.cluster.protocol.to_string(),
+        ordering: cluster.ordering.protocol().to_string(),
         durability: cluster.cluster.durability.to_string(),
         replicas: cluster.executors().len(),
         acceptors: cluster.membership().acceptors.len(),

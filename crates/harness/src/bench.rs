@@ -476,18 +476,15 @@ pub async fn run_with(
             Mode::Cs => "cs".into(),
         },
         ordering: match mode {
-            Mode::Smr
-                if cluster
-                    .geopaxos
-                    .as_ref()
-                    .is_some_and(|g| g.ordering == "epaxos") =>
-            {
+            Mode::Smr if cluster.ordering.epaxos().is_some() => {
                 "epaxos (leaderless; the geo B+tree's operations)".into()
             }
-            Mode::Smr if cluster.geopaxos.is_some() => {
+            Mode::Smr if cluster.ordering.geo().is_some() => {
                 "geopaxos+ (a Multi-Paxos serializer per replica)".into()
             }
-            Mode::Smr if cluster.cluster.protocol == partita_consensus::Protocol::RingPaxos => {
+            Mode::Smr
+                if cluster.ordering.protocol() == partita_config::OrderingProtocol::RingPaxos =>
+            {
                 match cluster.membership().ring_decision {
                     partita_consensus::RingDecision::Acceptor => {
                         "ring-paxos (decided by the acceptor completing a majority)".into()
@@ -497,7 +494,7 @@ pub async fn run_with(
                     }
                 }
             }
-            Mode::Smr => cluster.cluster.protocol.to_string(),
+            Mode::Smr => cluster.ordering.protocol().to_string(),
             Mode::Cs => "none (client-server)".into(),
         },
         durability: match mode {

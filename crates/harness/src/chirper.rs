@@ -351,9 +351,9 @@ pub async fn run_load(
         },
         data_partitions: data,
         users: spec.users,
-        ordering: match &cluster.multiring {
+        ordering: match cluster.ordering.multiring() {
             Some(m) => format!("multi-ring paxos ({} rings)", m.rings.len()),
-            None => cluster.cluster.protocol.to_string(),
+            None => cluster.ordering.protocol().to_string(),
         },
         durability: cluster.cluster.durability.to_string(),
         clients: load.clients,

@@ -431,7 +431,7 @@ impl State {
                 "id": c.cluster.id.to_string(),
                 "service": c.cluster.service,
                 "mode": format!("{:?}", c.cluster.mode).to_lowercase(),
-                "protocol": c.cluster.protocol.to_string(),
+                "protocol": c.ordering.protocol().to_string(),
                 "durability": c.cluster.durability.to_string(),
                 "partitions": map.count(),
                 "key_space": map.key_space().to_string(),

@@ -17,7 +17,7 @@
 //! For each coordinator kill it measures the time from the kill to the next decided
 //! instance (any node reporting itself coordinator with a higher decided instance).
 //!
-//! On a GeoPaxos+ cluster (paper 004, `[geopaxos]`: every node an acceptor of every
+//! On a GeoPaxos+ cluster (paper 004, `[ordering] protocol = "geopaxos+"`: every node an acceptor of every
 //! serializer's group, a replica, and the first leader of its own serializer) every
 //! node fault may hit any node, since each one leads a serializer; the clients run the
 //! geo B+tree's operations (reads, updates, inserts, next and previous) from every
@@ -480,7 +480,7 @@ impl Nemesis<'_> {
         };
         let all: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
         // GeoPaxos+: every node leads a serializer, votes in every group and executes.
-        let geo = cluster.geopaxos.is_some();
+        let geo = cluster.ordering.is_geo();
         let mut taken: Vec<NodeId> = Vec::new();
         let mut chosen: Vec<(Fault, NodeId)> = Vec::new();
         for &fault in faults {
@@ -652,7 +652,7 @@ pub async fn final_contents(
     cluster: &ClusterConfig,
     bench: &BenchConfig,
 ) -> anyhow::Result<Vec<(u64, u64)>> {
-    if cluster.geopaxos.is_none() {
+    if !cluster.ordering.is_geo() {
         return read_all(cluster).await;
     }
     let keys = bench
@@ -695,7 +695,7 @@ pub async fn final_contents(
 /// execution atomicity) has not applied it yet, and the status does not say so. So a
 /// difference is a violation only if it is still there when `limit` runs out.
 pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
-    if cluster.geopaxos.is_some() {
+    if cluster.ordering.is_geo() {
         return geo_converged(cluster, limit).await;
     }
     let t0 = Instant::now();
@@ -709,7 +709,7 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
             .filter_map(|(_, s)| s.as_ref())
             .filter(|s| s.executed_up_to.is_some())
             .collect();
-        let decided = if cluster.multiring.is_some() {
+        let decided = if cluster.ordering.multiring().is_some() {
             // Multi-Ring Paxos: no one stream's decided prefix to catch up with (idle
             // rings keep skipping); the replicas agree once they all stand at the
             // furthest merged position, twice in a row.
@@ -854,7 +854,7 @@ pub async fn run(
         bail!("no faults to inject");
     }
     let cluster = lc.cluster.clone();
-    let geo_keys = cluster.geopaxos.as_ref().map(|g| g.keys);
+    let geo_keys = cluster.ordering.geo_keys();
     if geo_keys.is_some() && cfg.bench.preload > 0 {
         bail!("a GeoPaxos+ cluster starts with the tree its cluster file loads: no preload");
     }

@@ -1,7 +1,7 @@
 //! EPaxos behind the atomic-multicast seam: paper 004's leaderless baseline
 //! (`partita_consensus::epaxos`) on the same service and clients as GeoPaxos+.
 //!
-//! - **Who.** Every replica of a `[geopaxos]` cluster with `ordering = "epaxos"` is an
+//! - **Who.** Every replica of a cluster with `[ordering] protocol = "epaxos"` is an
 //!   EPaxos replica: it leads the instances of its own column and proposes there the
 //!   requests of the clients that chose it (their nearest replica, as with GeoPaxos+).
 //!   Messages travel as [`Msg::Epaxos`]; the core's records go to the node's one
@@ -382,6 +382,48 @@ impl AtomicMulticast for EpaxosOrdering {
         None
     }
 
+    fn leads(&self) -> Option<partita_types::Ballot> {
+        None
+    }
+
+    fn conflicting_decisions(&self) -> u64 {
+        self.core
+            .drops()
+            .0
+            .get(partita_consensus::epaxos::CONFLICTING_COMMIT)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// One leaderless stream, the commits: settled when every replica knows the same
+    /// number of them and nothing is in flight (then each committed everything any
+    /// committed).
+    fn report(&self) -> crate::OrderingReport {
+        crate::OrderingReport {
+            streams: vec![crate::StreamReport {
+                stream: 0,
+                led: false,
+                leads: None,
+                delivered: Some(self.core.committed().count() as u64),
+            }],
+            idle: self.quiescent(),
+            ..Default::default()
+        }
+    }
+
+    fn describe(&self) -> String {
+        let st = self.core.stats();
+        format!(
+            "EPaxos: executed {}, {} committed known, {} proposed ({} fast, {} slow commits), quiescent {}",
+            self.executed,
+            self.core.committed().count(),
+            st.proposed,
+            st.fast_commits,
+            st.slow_commits,
+            self.quiescent()
+        )
+    }
+
     fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>) {
         for (k, v) in &self.counters {
             *into.entry(k).or_default() += v;
@@ -418,7 +460,7 @@ impl AtomicMulticast for EpaxosOrdering {
         assert!(self.replies.is_empty(), "replies left here");
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn executing_ordering(&self) -> Option<&dyn Any> {
+        Some(self)
     }
 }

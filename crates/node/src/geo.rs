@@ -58,7 +58,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::ordering::{AtomicMulticast, PaxosOrdering};
 use crate::{NodeSetup, UnsafeBugs};
 
-/// GeoPaxos+ for a node (cluster file `[geopaxos]`).
+/// GeoPaxos+ for a node (cluster file `[ordering] protocol = "geopaxos+"`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct GeoSetup {
     /// The replicas, ascending: replica `g` hosts serializer `g` and leads it first.
@@ -85,9 +85,6 @@ pub struct GeoSetup {
     pub stall_check_ticks: u64,
     /// How long a leader waits for its clock entry before proposing another (ticks).
     pub clock_retry_ticks: u64,
-    /// Order by EPaxos instead (paper 004's leaderless baseline, [`crate::epaxos`]):
-    /// the same service, replicas and clients; no serializers, DOPs or optimizer.
-    pub epaxos: bool,
 }
 
 impl GeoSetup {
@@ -635,8 +632,7 @@ fn group_setup(setup: &NodeSetup, geo: &GeoSetup, g: usize) -> NodeSetup {
         speculative: false,
         early_replies: false,
         psmr: None,
-        multiring: None,
-        geo: None,
+        ordering: crate::OrderingSetup::Paxos,
         ..setup.clone()
     }
 }
@@ -774,6 +770,51 @@ impl AtomicMulticast for GeoOrdering {
         None
     }
 
+    fn leads(&self) -> Option<partita_types::Ballot> {
+        self.groups.iter().filter_map(|g| g.leads()).max()
+    }
+
+    fn conflicting_decisions(&self) -> u64 {
+        self.groups.iter().map(|g| g.conflicting_decisions()).sum()
+    }
+
+    /// Every serializer's log as a stream (every replica learns every one), and idle
+    /// when no operation waits in the merge and no entry for a leader. (Whether the
+    /// replicas then executed alike is the convergence check's question.)
+    fn report(&self) -> crate::OrderingReport {
+        let mut r = crate::OrderingReport {
+            idle: self.quiescent(),
+            ..Default::default()
+        };
+        for (g, group) in self.groups.iter().enumerate() {
+            let inner = group.report();
+            r.acceptor = r.acceptor.or(inner.acceptor);
+            r.idle &= inner.idle;
+            for mut s in inner.streams {
+                s.stream = g as u32;
+                r.streams.push(s);
+            }
+        }
+        r
+    }
+
+    fn describe(&self) -> String {
+        let st = self.replica.stats();
+        let mut s = format!(
+            "GeoPaxos+: executed {} ({} deduplicated, {} resubmit decisions, {} DOPs), {} waiting in the merge, quiescent {}",
+            self.executed(),
+            st.deduplicated,
+            st.resubmit_decisions,
+            st.dops,
+            self.replica.merge().pending_len(),
+            self.quiescent()
+        );
+        for (g, group) in self.groups.iter().enumerate() {
+            s += &format!("; serializer {g}: {}", group.describe());
+        }
+        s
+    }
+
     fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>) {
         for (k, v) in &self.counters {
             *into.entry(k).or_default() += v;
@@ -820,7 +861,7 @@ impl AtomicMulticast for GeoOrdering {
         assert!(self.replies.is_empty(), "replies left here");
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn executing_ordering(&self) -> Option<&dyn Any> {
+        Some(self)
     }
 }

@@ -60,12 +60,14 @@ mod transfer;
 pub use epaxos::EpaxosOrdering;
 pub use geo::{GeoOrdering, GeoSetup};
 pub use multiring::{MultiRingOrdering, MultiRingSetup, RingSpec};
-pub use ordering::{AtomicMulticast, Executed, PaxosOrdering};
+pub use ordering::{
+    AcceptorReport, AtomicMulticast, Executed, OrderingReport, PaxosOrdering, StreamReport,
+};
 pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_consensus::{
-    Acceptor, AcceptorRecord, Action, Batcher, BatcherConfig, Coordinator, CoordinatorConfig,
-    Elector, Learner, LearnerConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
+    AcceptorRecord, Action, BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Msg,
+    Outbox, PersistToken, Value, Vid,
 };
 use partita_smr::{CheckpointError, Replica, ReplicaOptions, ServiceFactory};
 use partita_types::early::EarlyReply;
@@ -114,12 +116,22 @@ pub struct NodeSetup {
     /// P-SMR (paper 002, cluster file `[execution] threads`): the replica's worker
     /// threads over the service's key space. `None`: sequential execution.
     pub psmr: Option<partita_smr::ThreadLayout>,
-    /// Multi-Ring Paxos (paper 002, cluster file `[multiring]`): the rings, `M` and the
-    /// skip rule. `None`: one Ring Paxos or Multi-Paxos stream.
-    pub multiring: Option<MultiRingSetup>,
-    /// GeoPaxos+ (paper 004, cluster file `[geopaxos]`): serializers, the geo B+tree
-    /// and its optimizer. `None`: not a GeoPaxos+ cluster.
-    pub geo: Option<GeoSetup>,
+    /// Which protocol orders commands (cluster file `[ordering]`).
+    pub ordering: OrderingSetup,
+}
+
+/// Which ordering a node runs, with what that protocol needs (cluster file
+/// `[ordering]`; one choice, so no two can be asked for at once).
+#[derive(Clone, Debug)]
+pub enum OrderingSetup {
+    /// One stream by Ring Paxos or Multi-Paxos (`membership.protocol`).
+    Paxos,
+    /// Multi-Ring Paxos (paper 002): the rings, `M` and the skip rule.
+    MultiRing(MultiRingSetup),
+    /// GeoPaxos+ (paper 004): serializers, the geo B+tree and its optimizer.
+    GeoPaxosPlus(GeoSetup),
+    /// EPaxos (paper 004's leaderless baseline) on the geo B+tree's operations.
+    Epaxos(GeoSetup),
 }
 
 /// Replica checkpoints and state transfer (cluster file `[storage]`).
@@ -561,23 +573,23 @@ impl NodeCore {
                     };
                     core.replica = Some(replica);
                 }
-                core.ordering = Some(match (&setup.multiring, &setup.geo) {
-                    (_, Some(geo)) if geo.epaxos => Box::new(
+                core.ordering = Some(match &setup.ordering {
+                    OrderingSetup::Epaxos(geo) => Box::new(
                         EpaxosOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
                             .map_err(RecoverError::Config)?,
                     ),
-                    (_, Some(geo)) => Box::new(
+                    OrderingSetup::GeoPaxosPlus(geo) => Box::new(
                         GeoOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
                             .map_err(RecoverError::Config)?,
                     ),
-                    (None, None) => Box::new(PaxosOrdering::new(
+                    OrderingSetup::Paxos => Box::new(PaxosOrdering::new(
                         &setup,
                         recovered,
                         next_deliver,
                         &core.bugs,
                         &mut start,
                     )),
-                    (Some(rings), None) => Box::new(
+                    OrderingSetup::MultiRing(rings) => Box::new(
                         MultiRingOrdering::new(
                             &setup,
                             rings,
@@ -647,49 +659,52 @@ impl NodeCore {
         self.ordering.as_deref()
     }
 
-    /// Paper 001's ordering roles, when this node runs them (for status and tests).
-    pub fn paxos(&self) -> Option<&PaxosOrdering> {
-        self.ordering
-            .as_ref()
-            .and_then(|o| o.as_any().downcast_ref::<PaxosOrdering>())
+    /// The ballot under which this node leads a stream now (see
+    /// [`AtomicMulticast::leads`]; `None` in cs mode).
+    pub fn leads(&self) -> Option<Ballot> {
+        self.ordering.as_ref().and_then(|o| o.leads())
     }
 
-    /// The one stream's roles, or with Multi-Ring Paxos the roles of the ring this node
-    /// accepts for (a node is an acceptor, and so a possible coordinator, of one ring
-    /// at most; its learners, one per ring, are under [`NodeCore::multiring`]).
-    fn own_roles(&self) -> Option<&PaxosOrdering> {
-        self.paxos()
-            .or_else(|| self.multiring()?.accepting_ring().map(|(_, o)| o))
+    /// Whether client commands reaching this node go to a batcher here.
+    pub fn batches(&self) -> bool {
+        self.ordering.as_ref().is_some_and(|o| o.batches())
     }
 
-    pub fn elector(&self) -> Option<&Elector> {
-        self.own_roles().and_then(|p| p.elector())
+    /// The ordering's roles and progress (see [`AtomicMulticast::report`]; the default,
+    /// empty and idle, in cs mode).
+    pub fn ordering_report(&self) -> OrderingReport {
+        self.ordering.as_ref().map_or_else(
+            || OrderingReport {
+                idle: true,
+                ..OrderingReport::default()
+            },
+            |o| o.report(),
+        )
+    }
+
+    /// The Paxos roles of this node's one stream (or of the ring it accepts for), for
+    /// tests that look inside them (see [`AtomicMulticast::paxos_roles`]).
+    pub fn paxos_roles(&self) -> Option<&PaxosOrdering> {
+        self.ordering.as_ref().and_then(|o| o.paxos_roles())
     }
 
     /// GeoPaxos+, when this node runs it (for status and tests).
     pub fn geo(&self) -> Option<&GeoOrdering> {
         self.ordering
             .as_ref()
-            .and_then(|o| o.as_any().downcast_ref::<GeoOrdering>())
+            .and_then(|o| o.executing_ordering()?.downcast_ref::<GeoOrdering>())
     }
 
     /// EPaxos, when this node runs it (for status and tests).
     pub fn epaxos(&self) -> Option<&EpaxosOrdering> {
         self.ordering
             .as_ref()
-            .and_then(|o| o.as_any().downcast_ref::<EpaxosOrdering>())
+            .and_then(|o| o.executing_ordering()?.downcast_ref::<EpaxosOrdering>())
     }
 
     /// What an ordering that executes itself (GeoPaxos+, EPaxos) has executed.
     pub fn ordering_executed(&self) -> Option<Executed> {
         self.ordering.as_ref().and_then(|o| o.executes())
-    }
-
-    /// Multi-Ring Paxos, when this node runs it (for status and tests).
-    pub fn multiring(&self) -> Option<&MultiRingOrdering> {
-        self.ordering
-            .as_ref()
-            .and_then(|o| o.as_any().downcast_ref::<MultiRingOrdering>())
     }
 
     pub fn id(&self) -> NodeId {
@@ -698,20 +713,8 @@ impl NodeCore {
     pub fn setup(&self) -> &NodeSetup {
         &self.setup
     }
-    pub fn acceptor(&self) -> Option<&Acceptor> {
-        self.own_roles().and_then(|p| p.acceptor())
-    }
-    pub fn coordinator(&self) -> Option<&Coordinator> {
-        self.own_roles().and_then(|p| p.coordinator())
-    }
-    pub fn learner(&self) -> Option<&Learner> {
-        self.paxos().and_then(|p| p.learner())
-    }
     pub fn replica(&self) -> Option<&dyn Replica> {
         self.replica.as_deref()
-    }
-    pub fn batcher(&self) -> Option<&Batcher> {
-        self.paxos().and_then(|p| p.batcher())
     }
     /// The highest ballot under which a delivered value was proposed (`Ballot::ZERO`:
     /// nothing delivered). A driver that notes when it changes learns, from the
@@ -820,7 +823,7 @@ impl NodeCore {
             self.flush_replies(out);
             return;
         }
-        if self.bugs.unordered_query && self.coordinator().is_none() {
+        if self.bugs.unordered_query && self.leads().is_none() {
             if let Some(reply) = self
                 .replica
                 .as_mut()
@@ -1566,8 +1569,7 @@ mod tests {
             early_replies: false,
             speculative: false,
             psmr: None,
-            multiring: None,
-            geo: None,
+            ordering: OrderingSetup::Paxos,
         }
     }
 
@@ -1580,7 +1582,7 @@ mod tests {
             UnsafeBugs::default(),
             &mut out,
         );
-        assert!(core.coordinator().is_some());
+        assert!(core.leads().is_some());
         // Phase 1A to the two other acceptors; its own acceptor got it locally and asks
         // to persist the promise.
         let to: Vec<NodeId> = out
@@ -1645,7 +1647,10 @@ mod tests {
         for _ in 0..timeout {
             core.on_tick(0, &mut out);
         }
-        let c = core.coordinator().expect("node 2 campaigns");
+        let c = core
+            .paxos_roles()
+            .and_then(|p| p.coordinator())
+            .expect("node 2 campaigns");
         assert_eq!(
             c.pending_commands(),
             1,
@@ -1734,9 +1739,12 @@ mod tests {
         for _ in 0..timeout - 1 {
             core.on_tick(0, &mut out);
         }
-        assert!(core.coordinator().is_none(), "campaigned too early");
+        assert!(core.leads().is_none(), "campaigned too early");
         core.on_tick(0, &mut out);
-        let c = core.coordinator().expect("node 2 campaigns");
+        let c = core
+            .paxos_roles()
+            .and_then(|p| p.coordinator())
+            .expect("node 2 campaigns");
         assert_eq!(c.ballot().node, 2);
         assert!(c.ballot() > Ballot::ZERO.next_for(1));
         assert!(out.iter().any(|o| matches!(
@@ -1756,7 +1764,7 @@ mod tests {
             },
             &mut out,
         );
-        assert!(core.coordinator().is_some());
+        assert!(core.leads().is_some());
         // ...a higher ballot of another node deposes us.
         core.on_peer(
             3,
@@ -1767,7 +1775,7 @@ mod tests {
             },
             &mut out,
         );
-        assert!(core.coordinator().is_none());
+        assert!(core.leads().is_none());
         assert_eq!(core.leader(), Some(3));
         core.invariants();
     }

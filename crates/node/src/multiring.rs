@@ -2,7 +2,7 @@
 //! [18]): several Ring Paxos rings, each with its own acceptors, coordinator, election
 //! and log, and at every replica one deterministic merge of the rings it subscribes to.
 //!
-//! - **Rings and groups.** The cluster file lists the rings (`[[multiring.ring]]`): each
+//! - **Rings and groups.** The cluster file lists the rings (`[[ordering.ring]]`): each
 //!   names its acceptors (no node is an acceptor of two rings: a ring's acceptors, and
 //!   their logs, are its own) and the groups it carries. Groups are the partitions of
 //!   state partitioning (one group, 0, when the state is not partitioned), or, on
@@ -61,12 +61,15 @@ use partita_consensus::{AcceptorRecord, Action, Membership, Msg, Outbox, Persist
 use partita_types::choice::FieldError;
 use partita_types::{Command, Instance, NodeId};
 use serde::{Deserialize, Serialize};
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::ordering::{AtomicMulticast, PaxosOrdering};
+use crate::ordering::{AtomicMulticast, OrderingReport, PaxosOrdering, StreamReport};
 use crate::{NodeSetup, UnsafeBugs};
+
+/// The stream id of the merged sequence in [`AtomicMulticast::report`] (rings are
+/// numbered below it).
+pub const MERGED_STREAM: u32 = u32::MAX;
 
 /// One ring of the cluster file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +83,7 @@ pub struct RingSpec {
     pub groups: u64,
 }
 
-/// Multi-Ring Paxos for a node (cluster file `[multiring]`).
+/// Multi-Ring Paxos for a node (cluster file `[ordering] protocol = "multi-ring"`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiRingSetup {
     /// Ascending by id.
@@ -348,8 +351,7 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
         speculative: false,
         early_replies: false,
         psmr: None,
-        multiring: None,
-        geo: None,
+        ordering: crate::OrderingSetup::Paxos,
         ..setup.clone()
     }
 }
@@ -525,6 +527,79 @@ impl AtomicMulticast for MultiRingOrdering {
         self.rings.iter().find_map(|r| r.ord.leader())
     }
 
+    fn leads(&self) -> Option<partita_types::Ballot> {
+        self.rings.iter().filter_map(|r| r.ord.leads()).max()
+    }
+
+    fn conflicting_decisions(&self) -> u64 {
+        self.rings
+            .iter()
+            .map(|r| r.ord.conflicting_decisions())
+            .sum()
+    }
+
+    fn paxos_roles(&self) -> Option<&PaxosOrdering> {
+        self.accepting_ring().map(|(_, o)| o)
+    }
+
+    /// Each ring this node leads (with what it decided: idle rings keep proposing
+    /// skips, so learners are rarely at it and are not compared), and the merged
+    /// sequence, which every replica must have reached alike. Idle: no ring led here
+    /// has a client command queued or in flight, and the merge holds nothing back.
+    fn report(&self) -> OrderingReport {
+        let mut streams = Vec::new();
+        let mut idle = self.merge.as_ref().is_none_or(|m| !m.holds_values());
+        let mut acceptor = None;
+        let mut role_counters = Vec::new();
+        let mut decided = None;
+        for r in &self.rings {
+            let inner = r.ord.report();
+            acceptor = acceptor.or(inner.acceptor);
+            role_counters.extend(inner.role_counters);
+            if let Some(c) = r.ord.coordinator() {
+                idle &= c.in_flight_commands() == 0 && c.pending_commands() == 0;
+                streams.push(StreamReport {
+                    stream: r.spec.id,
+                    led: true,
+                    leads: Some((c.ballot(), c.decided_up_to())),
+                    delivered: None,
+                });
+                decided = decided.max(Some((c.ballot(), c.decided_up_to())));
+            }
+        }
+        if self.merge.is_some() {
+            streams.push(StreamReport {
+                stream: MERGED_STREAM,
+                led: false,
+                leads: None,
+                delivered: Some(self.delivered),
+            });
+        }
+        OrderingReport {
+            decided_up_to: decided.map(|(_, d)| d),
+            acceptor,
+            streams,
+            idle,
+            role_counters,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut s: Vec<String> = self
+            .rings
+            .iter()
+            .map(|r| format!("ring {}: {}", r.spec.id, r.ord.describe()))
+            .collect();
+        if let Some(m) = &self.merge {
+            s.push(format!(
+                "merge at {:?}, delivered {}",
+                m.position(),
+                self.delivered
+            ));
+        }
+        s.join("; ")
+    }
+
     fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>) {
         for (k, v) in &self.counters {
             *into.entry(k).or_default() += v;
@@ -578,9 +653,5 @@ impl AtomicMulticast for MultiRingOrdering {
                 );
             }
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -14,7 +14,7 @@
 //! of its replica and never looks at which protocol fed them.
 //!
 //! [`PaxosOrdering`] implements the seam with paper 001's protocols: one totally
-//! ordered stream, by Ring Paxos or Multi-Paxos (the cluster file's `protocol`), and
+//! ordered stream, by Ring Paxos or Multi-Paxos (the cluster file's `[ordering] protocol`), and
 //! with state partitioning one dissemination group per partition (split values, paper
 //! 001 §III-C). It composes the roles one node plays (acceptor, coordinator and its
 //! elector, learner, batcher), runs the election, and routes client commands to the
@@ -27,13 +27,19 @@ use partita_consensus::{
     PersistToken,
 };
 use partita_types::{Ballot, Command, Instance, NodeId};
-use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::{Mode, NodeSetup, UnsafeBugs};
 
 /// What the node core needs of its ordering layer. Handlers take one input and write
 /// actions (sends, persists, deliveries) to the outbox, like every core.
+///
+/// Everything a driver needs to know about an ordering goes through this trait too:
+/// what the node does here ([`AtomicMulticast::leads`], [`AtomicMulticast::batches`]),
+/// how far it got ([`AtomicMulticast::report`], for status output and the simulator's
+/// quiescence check), whether a peer contradicted a decision
+/// ([`AtomicMulticast::conflicting_decisions`]), and a line for a liveness failure
+/// ([`AtomicMulticast::describe`]). No driver looks at which protocol runs.
 pub trait AtomicMulticast: Send {
     /// Multicast a client command to its groups. `Err` (with the reason for the
     /// client) if it cannot be taken now (a full queue, no leader known).
@@ -65,7 +71,24 @@ pub trait AtomicMulticast: Send {
     fn announce_checkpoint(&mut self, instance: Instance, position: &[u8], out: &mut Outbox);
     /// The node this one believes leads (`None`: no leader in this protocol's sense).
     fn leader(&self) -> Option<NodeId>;
-    /// Add its counters of dropped and handled messages, by reason, to `into`.
+    /// The ballot under which this node leads a stream now (the highest, if it leads
+    /// several), or `None`. Cheap: the simulator asks at every step (who takes a client
+    /// command decides what it costs).
+    fn leads(&self) -> Option<Ballot>;
+    /// Whether client commands reaching this node go to a batcher here (it batches for
+    /// a leader elsewhere). Cheap, as `leads`.
+    fn batches(&self) -> bool {
+        false
+    }
+    /// Decisions (or commits) peers sent that contradict one this node knows. Correct
+    /// peers never cause one: the simulator fails a run in which it happens. Cheap.
+    fn conflicting_decisions(&self) -> u64;
+    /// Roles and progress, for status output and the simulator's quiescence check.
+    fn report(&self) -> OrderingReport;
+    /// One line on where this node's ordering stands, for a liveness failure.
+    fn describe(&self) -> String;
+    /// Add its counters of dropped and handled messages, by reason, and of its roles'
+    /// work, to `into`.
     fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>);
     /// Proposals and decisions noted for the driver's metrics since the last call
     /// (only where the configuration asks for them; none by default).
@@ -79,8 +102,18 @@ pub trait AtomicMulticast: Send {
         None
     }
     fn invariants(&self);
-    /// The concrete protocol, for status output and tests.
-    fn as_any(&self) -> &dyn Any;
+    /// GeoPaxos+ and EPaxos, which still execute inside the ordering: themselves, for
+    /// the node's `geo()` and `epaxos()` (status and the simulator's geo checks) until
+    /// they deliver to the common replica. `None` for every other ordering.
+    fn executing_ordering(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+    /// The Paxos roles this node plays for its one stream (or, with Multi-Ring Paxos,
+    /// for the ring it accepts for), for tests that look inside them. Drivers never
+    /// need it: [`AtomicMulticast::report`] says what they use.
+    fn paxos_roles(&self) -> Option<&PaxosOrdering> {
+        None
+    }
 }
 
 /// The progress of an ordering that executes commands itself (GeoPaxos+, EPaxos), for
@@ -93,6 +126,50 @@ pub struct Executed {
     pub digest: u64,
     /// Entries the service holds.
     pub entries: u64,
+}
+
+/// What one node's ordering reports about itself ([`AtomicMulticast::report`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OrderingReport {
+    /// A leader's decided prefix of its stream (the highest ballot's, if it leads
+    /// several).
+    pub decided_up_to: Option<Instance>,
+    /// An acceptor's state (the first stream it accepts for).
+    pub acceptor: Option<AcceptorReport>,
+    /// Each stream this node leads or learns (a ring, a serializer's log, or the one
+    /// stream), for the simulator's quiescence check.
+    pub streams: Vec<StreamReport>,
+    /// Nothing queued or in flight at the roles here, nothing held back in a merge,
+    /// nothing known decided (or committed) and not yet delivered here.
+    pub idle: bool,
+    /// What the roles here did, by name (a coordinator's proposals, a batcher's
+    /// batches), for status output.
+    pub role_counters: Vec<(String, u64)>,
+}
+
+/// An acceptor's promise and what it accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcceptorReport {
+    pub promised: Ballot,
+    pub accepted: u64,
+    pub accepted_max_instance: Instance,
+    /// Everything below this instance is truncated (1: nothing).
+    pub truncated_below: Instance,
+}
+
+/// One stream of an ordering at one node ([`OrderingReport::streams`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamReport {
+    /// The stream's id (a ring's or a serializer's; 0 for one stream).
+    pub stream: u32,
+    /// The stream has a leader, and a settled cluster has one: every learner delivers
+    /// what the highest-ballot leader decided. `false`: a leaderless stream (EPaxos's
+    /// commits, a merged sequence), whose learners settle when they agree.
+    pub led: bool,
+    /// This node leads it: its ballot and decided prefix.
+    pub leads: Option<(Ballot, Instance)>,
+    /// This node learns it: where its delivery stands.
+    pub delivered: Option<Instance>,
 }
 
 /// Paper 001's ordering: Ring Paxos or Multi-Paxos, one stream, a dissemination group
@@ -587,6 +664,135 @@ impl AtomicMulticast for PaxosOrdering {
         }
     }
 
+    fn leads(&self) -> Option<Ballot> {
+        self.coordinator.as_ref().map(|c| c.ballot())
+    }
+
+    fn paxos_roles(&self) -> Option<&PaxosOrdering> {
+        Some(self)
+    }
+
+    fn batches(&self) -> bool {
+        self.coordinator.is_none() && self.batcher.is_some()
+    }
+
+    fn conflicting_decisions(&self) -> u64 {
+        self.learner.as_ref().map_or(0, |l| {
+            l.drops()
+                .0
+                .get(partita_consensus::CONFLICTING_DECISION)
+                .copied()
+                .unwrap_or(0)
+        })
+    }
+
+    fn report(&self) -> OrderingReport {
+        let c = self.coordinator.as_ref();
+        let mut role_counters = Vec::new();
+        if let Some(c) = c {
+            let s = c.stats();
+            for (k, v) in [
+                ("commands_received", s.commands_received),
+                ("values_proposed", s.values_proposed),
+                ("instances_decided", s.instances_decided),
+                ("commands_refused", s.commands_refused),
+                ("duplicates_dropped", s.duplicates_dropped),
+                ("phase1_runs", s.phase1_runs),
+                ("retransmits", s.retransmits),
+            ] {
+                role_counters.push((k.to_string(), v));
+            }
+        }
+        if let Some(a) = &self.acceptor {
+            role_counters.push(("acceptor_votes".into(), a.votes_cast()));
+        }
+        if let Some(b) = &self.batcher {
+            let s = b.stats();
+            role_counters.extend(s.named().iter().map(|(k, v)| (format!("batcher_{k}"), *v)));
+            // Mean commands per batch, in hundredths (counters are integers).
+            role_counters.push((
+                "batcher_mean_batch_commands_x100".into(),
+                (s.mean_batch_commands() * 100.0).round() as u64,
+            ));
+            role_counters.push(("batcher_buffered".into(), b.buffered() as u64));
+            role_counters.extend(
+                b.drops()
+                    .0
+                    .iter()
+                    .map(|(k, v)| (format!("batcher_dropped_{k}"), *v)),
+            );
+        }
+        let leads = c.map(|c| (c.ballot(), c.decided_up_to()));
+        let delivered = self.learner.as_ref().map(|l| l.delivered_up_to());
+        let learner_behind = self
+            .learner
+            .as_ref()
+            .is_some_and(|l| l.known_decided() > l.delivered_up_to());
+        let streams = if leads.is_some() || delivered.is_some() {
+            vec![StreamReport {
+                stream: 0,
+                led: true,
+                leads,
+                delivered,
+            }]
+        } else {
+            Vec::new()
+        };
+        OrderingReport {
+            decided_up_to: leads.map(|(_, d)| d),
+            acceptor: self.acceptor.as_ref().map(|a| AcceptorReport {
+                promised: a.promised(),
+                accepted: a.accepted_count() as u64,
+                accepted_max_instance: a.max_accepted_instance(),
+                truncated_below: a.truncated_below(),
+            }),
+            streams,
+            idle: c.is_none_or(|c| c.in_flight() == 0 && c.pending_commands() == 0)
+                && !learner_behind
+                && self.batcher.as_ref().is_none_or(|b| b.buffered() == 0),
+            role_counters,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut s = Vec::new();
+        if let Some(c) = &self.coordinator {
+            s.push(format!(
+                "leads {}, decided {}, {} in flight, {} pending commands, {} skipped as truncated, {} skips",
+                c.ballot(),
+                c.decided_up_to(),
+                c.in_flight(),
+                c.pending_commands(),
+                c.stats().instances_skipped,
+                c.stats().skips_proposed
+            ));
+        }
+        if let Some(l) = &self.learner {
+            s.push(format!(
+                "delivered up to {} (knows {} decided)",
+                l.delivered_up_to(),
+                l.known_decided()
+            ));
+        }
+        if let Some(a) = &self.acceptor {
+            s.push(format!(
+                "promised {}, {} accepted (max instance {})",
+                a.promised(),
+                a.accepted_count(),
+                a.max_accepted_instance()
+            ));
+        }
+        if let Some(b) = &self.batcher {
+            s.push(format!(
+                "batcher: leader {:?}, {} buffered, {} outstanding",
+                b.leader(),
+                b.buffered(),
+                b.outstanding()
+            ));
+        }
+        s.join("; ")
+    }
+
     fn leader(&self) -> Option<NodeId> {
         if let Some(c) = &self.coordinator {
             return Some(c.ballot().node);
@@ -643,9 +849,5 @@ impl AtomicMulticast for PaxosOrdering {
                 );
             }
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

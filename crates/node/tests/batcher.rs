@@ -25,7 +25,12 @@ fn cluster(protocol: Protocol) -> Cluster {
 }
 
 fn batcher_stats(c: &Cluster, id: NodeId) -> partita_consensus::BatcherStats {
-    c.nodes[&id].batcher().expect("a batcher").stats().clone()
+    c.nodes[&id]
+        .paxos_roles()
+        .and_then(|p| p.batcher())
+        .expect("a batcher")
+        .stats()
+        .clone()
 }
 
 /// Command `n`: the first command of client `1000 + n`, inserting key `n` with value
@@ -139,7 +144,14 @@ fn leader_change_with_batches_outstanding(protocol: Protocol) {
         c.request(CO_LOCATED, insert(seq, 4));
     }
     c.settle();
-    assert_eq!(c.nodes[&STANDALONE].batcher().unwrap().outstanding(), 1);
+    assert_eq!(
+        c.nodes[&STANDALONE]
+            .paxos_roles()
+            .and_then(|p| p.batcher())
+            .unwrap()
+            .outstanding(),
+        1
+    );
     assert!(c.replies_of(1002).is_empty());
     // Node 2 takes over; the batchers hear of it (node 6 from its heartbeats, node 2
     // from its own coordinator) and resend what was never acknowledged. Nobody

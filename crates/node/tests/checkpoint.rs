@@ -94,7 +94,10 @@ fn state_transfer_with(mut c: Cluster, lose_every: u64) -> Cluster {
     c.tick(20);
     let executed = c.replica(4).last_instance();
     for a in ACCEPTORS {
-        let acc = c.nodes[&a].acceptor().unwrap();
+        let acc = c.nodes[&a]
+            .paxos_roles()
+            .and_then(|p| p.acceptor())
+            .unwrap();
         assert!(
             acc.truncated_below() > executed - 2 * INTERVAL,
             "{protocol}: acceptor {a} truncated below {} only, {executed} executed",
@@ -211,10 +214,17 @@ fn restarted_replica_restores_its_checkpoint_and_learns_only_the_suffix() {
     load(&mut c, 35..=36);
     c.start(5);
     assert_eq!(c.replica(5).last_instance(), ckpt, "restored, not replayed");
-    assert_eq!(c.nodes[&5].learner().unwrap().delivered_up_to(), ckpt);
+    assert_eq!(
+        c.nodes[&5]
+            .paxos_roles()
+            .and_then(|p| p.learner())
+            .unwrap()
+            .delivered_up_to(),
+        ckpt
+    );
     c.converge(100);
     c.digests_agree();
-    let learner = c.nodes[&5].learner().unwrap();
+    let learner = c.nodes[&5].paxos_roles().and_then(|p| p.learner()).unwrap();
     assert_eq!(
         learner.stats().delivered,
         c.replica(4).last_instance() - ckpt,
@@ -244,7 +254,10 @@ fn restarted_acceptor_keeps_its_promise_and_the_values_above_the_truncation() {
     let mut c = cluster(Protocol::MultiPaxos, UnsafeBugs::default());
     load(&mut c, 1..=47);
     c.tick(20);
-    let before = c.nodes[&2].acceptor().unwrap();
+    let before = c.nodes[&2]
+        .paxos_roles()
+        .and_then(|p| p.acceptor())
+        .unwrap();
     let (promised, truncated) = (before.promised(), before.truncated_below());
     assert!(truncated > 30, "truncated below {truncated} only");
     let kept: Vec<(u64, _)> = (truncated..=before.max_accepted_instance())
@@ -259,7 +272,10 @@ fn restarted_acceptor_keeps_its_promise_and_the_values_above_the_truncation() {
 
     c.crash(2);
     c.start(2);
-    let after = c.nodes[&2].acceptor().unwrap();
+    let after = c.nodes[&2]
+        .paxos_roles()
+        .and_then(|p| p.acceptor())
+        .unwrap();
     assert_eq!(after.promised(), promised);
     assert_eq!(after.truncated_below(), truncated);
     for (i, (b, vid)) in &kept {

@@ -48,7 +48,7 @@ fn failover(protocol: Protocol) {
     c.start(1);
     c.tick(30);
     assert!(
-        c.nodes[&1].coordinator().is_none(),
+        c.nodes[&1].leads().is_none(),
         "{protocol}: old leader fought back"
     );
     assert_eq!(c.nodes[&1].leader(), Some(2));
@@ -94,11 +94,19 @@ fn ring_leaves_out_a_crashed_acceptor_and_takes_it_back() {
         c.answered(2),
         "the ring was not laid out again without acceptor 2"
     );
-    let mask = c.nodes[&1].coordinator().unwrap().ring_mask();
+    let mask = c.nodes[&1]
+        .paxos_roles()
+        .and_then(|p| p.coordinator())
+        .unwrap()
+        .ring_mask();
     assert_eq!(mask, 0b101, "ring should be acceptors 1 and 3");
     c.start(2);
     c.tick(20);
-    let mask = c.nodes[&1].coordinator().unwrap().ring_mask();
+    let mask = c.nodes[&1]
+        .paxos_roles()
+        .and_then(|p| p.coordinator())
+        .unwrap()
+        .ring_mask();
     assert_eq!(mask, 0b111, "acceptor 2 was not taken back into the ring");
     c.submit(1, insert(3, 4));
     c.tick(3);

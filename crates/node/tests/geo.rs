@@ -221,7 +221,10 @@ fn stale_read(bug: bool) -> OpResult {
         bugs.enable("geo-write-one-serializer").unwrap();
     }
     let mut s = three_region_setup(30, false);
-    s.geo.as_mut().expect("a geo setup").dop_interval_ms = 100;
+    let partita_node::OrderingSetup::GeoPaxosPlus(g) = &mut s.ordering else {
+        panic!("a geo setup")
+    };
+    g.dop_interval_ms = 100;
     let mut c = Cluster::new(s, bugs);
     c.tick(5);
     for i in 0..20 {

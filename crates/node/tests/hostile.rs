@@ -409,9 +409,7 @@ fn barrage(
         let Some(node) = c.nodes.get_mut(&to) else {
             continue;
         };
-        let ballot = node
-            .coordinator()
-            .map_or(Ballot::new(1, 1), |co| co.ballot());
+        let ballot = node.leads().unwrap_or(Ballot::new(1, 1));
         let at = c.nodes[&4]
             .replica()
             .map_or(1, |r| r.last_instance().saturating_add(1));

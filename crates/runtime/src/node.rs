@@ -449,46 +449,19 @@ impl Node {
             counters.push(("multicast_received".into(), load(&m.received)));
             counters.push(("multicast_refused".into(), load(&m.refused)));
         }
-        let coordinator = self.core.coordinator();
-        let acceptor = self.core.acceptor();
+        let report = self.core.ordering_report();
+        let leads = self.core.leads();
+        let acceptor = report.acceptor;
         let replica = self.core.replica();
         // An ordering that executes itself (GeoPaxos+, EPaxos): its progress, once
         // (GeoPaxos+'s digest walks the whole tree).
         let ordered = self.core.ordering_executed();
-        if let Some(c) = coordinator {
-            let s = c.stats();
-            counters.push(("commands_received".into(), s.commands_received));
-            counters.push(("values_proposed".into(), s.values_proposed));
-            counters.push(("instances_decided".into(), s.instances_decided));
-            counters.push(("commands_refused".into(), s.commands_refused));
-            counters.push(("duplicates_dropped".into(), s.duplicates_dropped));
-            counters.push(("phase1_runs".into(), s.phase1_runs));
-            counters.push(("retransmits".into(), s.retransmits));
-        }
-        if let Some(a) = acceptor {
-            counters.push(("acceptor_votes".into(), a.votes_cast()));
-        }
+        counters.extend(report.role_counters);
         if let Some(w) = &self.wal {
             let st = w.stats();
             counters.push(("wal_no_space_stalls".into(), st.no_space_stalls));
             counters.push(("wal_no_space_retries".into(), st.no_space_retries));
             counters.push(("wal_backlog".into(), self.wal_backlog.len() as u64));
-        }
-        if let Some(b) = self.core.batcher() {
-            let s = b.stats();
-            counters.extend(s.named().iter().map(|(k, v)| (format!("batcher_{k}"), *v)));
-            // Mean commands per batch, in hundredths (counters are integers).
-            counters.push((
-                "batcher_mean_batch_commands_x100".into(),
-                (s.mean_batch_commands() * 100.0).round() as u64,
-            ));
-            counters.push(("batcher_buffered".into(), b.buffered() as u64));
-            counters.extend(
-                b.drops()
-                    .0
-                    .iter()
-                    .map(|(k, v)| (format!("batcher_dropped_{k}"), *v)),
-            );
         }
         if let Some(r) = replica {
             let st = r.stats();
@@ -515,14 +488,14 @@ impl Node {
                 .roles
                 .iter()
                 .map(|r| format!("{r:?}").to_lowercase())
-                .chain(coordinator.map(|_| "coordinator".to_string()))
+                .chain(leads.map(|_| "coordinator".to_string()))
                 .collect(),
             mode: format!("{:?}", self.cfg.cluster.mode).to_lowercase(),
-            protocol: self.cfg.cluster.protocol.to_string(),
+            protocol: self.cfg.ordering.protocol().to_string(),
             durability: self.cfg.cluster.durability.to_string(),
-            coordinator: coordinator.is_some(),
-            ballot: coordinator.map(|c| c.ballot().to_string()),
-            decided_up_to: coordinator.map(|c| c.decided_up_to()),
+            coordinator: leads.is_some(),
+            ballot: leads.map(|b| b.to_string()),
+            decided_up_to: report.decided_up_to,
             executed_up_to: match ordered {
                 Some(e) => Some(e.executed),
                 None => replica.map(|r| r.last_instance()),
@@ -535,12 +508,12 @@ impl Node {
                 Some(e) => Some(e.entries),
                 None => replica.map(|r| r.len()),
             },
-            promised: acceptor.map(|a| a.promised().to_string()),
-            accepted: acceptor.map(|a| a.accepted_count() as u64),
-            accepted_max_instance: acceptor.map(|a| a.max_accepted_instance()),
+            promised: acceptor.map(|a| a.promised.to_string()),
+            accepted: acceptor.map(|a| a.accepted),
+            accepted_max_instance: acceptor.map(|a| a.accepted_max_instance),
             counters: {
                 if let Some(a) = acceptor {
-                    counters.push(("truncated_below".into(), a.truncated_below()));
+                    counters.push(("truncated_below".into(), a.truncated_below));
                 }
                 if replica.is_some() {
                     counters.push(("checkpoint_instance".into(), self.core.checkpoint_durable()));
@@ -1250,8 +1223,8 @@ pub async fn run_node_until(
     if let (Some(path), Some(r)) = (&checkpoint_path, core.replica()) {
         info!(path = %path.display(), instance = r.last_instance(), entries = r.len(), digest = r.digest(), "replica restored from its checkpoint");
     }
-    if let Some(a) = core.acceptor() {
-        info!(records = n_recovered, promised = %a.promised(), accepted = a.accepted_count(), "acceptor recovered from its WAL");
+    if let Some(a) = core.ordering_report().acceptor {
+        info!(records = n_recovered, promised = %a.promised, accepted = a.accepted, "acceptor recovered from its WAL");
     }
     let mut node = Node {
         id,
@@ -1338,7 +1311,7 @@ pub async fn run_node_until(
         .await
         .context("the connections' runtime stopped")?
         .with_context(|| format!("binding {addr}"))?;
-    info!(node = id, addr = %cfg.addr(id), ?transport, mode = ?cfg.cluster.mode, protocol = %cfg.cluster.protocol, durability = %cfg.cluster.durability, io_thread = opts.io_thread, "node listening");
+    info!(node = id, addr = %cfg.addr(id), ?transport, mode = ?cfg.cluster.mode, protocol = %cfg.ordering.protocol(), durability = %cfg.cluster.durability, io_thread = opts.io_thread, "node listening");
     let accept_task = {
         let ev = inbox.clone();
         let cluster_id = cfg.cluster.id;

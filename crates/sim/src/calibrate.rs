@@ -144,7 +144,7 @@ impl Harness {
                     }
                     In::Request(cmd) => {
                         let core = &self.nodes[to as usize - 1];
-                        let kind = if core.coordinator().is_none() && core.batcher().is_some() {
+                        let kind = if core.leads().is_none() && core.batches() {
                             "batcher-request"
                         } else {
                             "request"
@@ -220,7 +220,7 @@ fn run_cluster(
     rounds: usize,
     per_round: usize,
 ) -> HandlerCosts {
-    cluster.cluster.protocol = protocol;
+    cluster.set_protocol(protocol);
     cluster.storage.checkpoint_instances = 0;
     let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
     let mut h = Harness {

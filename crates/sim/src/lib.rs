@@ -51,7 +51,7 @@
 //!
 //! With [`SimOptions::geo`] (off by default) a seed runs paper 004's orderings in the
 //! paper's three emulated regions instead of the swarm's clusters: the same
-//! `NodeCore`s with a `[geopaxos]` cluster file, clients in every region doing the
+//! `NodeCore`s with a `[ordering] protocol = "geopaxos+"` cluster file, clients in every region doing the
 //! geo B+tree's operations, the swarm's faults, and the same checks (convergence on
 //! the orderings' executed counts and digests, linearizability from the tree's
 //! initial keys). See `crates/sim/README.md`.

@@ -30,7 +30,7 @@ use crate::disk::DiskParams;
 use crate::net::{LinkFaults, LinkTiming, NetParams};
 use crate::queue::{Time, MICROS, MILLIS, SECONDS};
 use partita_config::NodeSection;
-use partita_config::{ClusterConfig, Role};
+use partita_config::{ClusterConfig, OrderingSection, Role};
 use partita_consensus::{Protocol, RingDecision};
 use partita_node::UnsafeBugs;
 use partita_types::NodeId;
@@ -137,7 +137,7 @@ pub enum PsmrChoice {
     Fixed { threads: usize, optimistic: bool },
 }
 
-/// Whether a seed is ordered by Multi-Ring Paxos (paper 002 §V-B, `[multiring]`).
+/// Whether a seed is ordered by Multi-Ring Paxos (paper 002 §V-B, `[ordering] protocol = "multi-ring"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RingsChoice {
@@ -582,8 +582,10 @@ impl SeedParams {
             return self.geo_cluster(g);
         }
         let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
-        c.cluster.protocol = self.protocol;
-        c.cluster.ring_decision = self.ring_decision;
+        c.ordering = OrderingSection::paxos(self.protocol);
+        if let (OrderingSection::RingPaxos(r), Some(d)) = (&mut c.ordering, self.ring_decision) {
+            r.ring_decision = Some(d);
+        }
         c.batching.window_instances_max = self.window_instances_max;
         c.batching.batch_bytes_max = self.batch_bytes_max;
         c.batching.batch_delay_ms = self.batch_delay_ms;
@@ -601,7 +603,6 @@ impl SeedParams {
         }
         c.partitioning.partitions = self.partitions;
         c.partitioning.key_space = self.key_space;
-        c.multiring = None;
         let acceptors = self.acceptors;
         let replicas = self.replicas;
         let partitions = self.partitions as usize;
@@ -646,7 +647,7 @@ impl SeedParams {
             c = c
                 .with_multiring(self.rings, self.ring_m)
                 .unwrap_or_else(|e| panic!("the simulator's rings: {e}"));
-            if let Some(mr) = c.multiring.as_mut() {
+            if let Some(mr) = c.ordering.multiring_mut() {
                 mr.delta_ms = self.ring_delta_ms;
             }
         }
@@ -669,25 +670,21 @@ impl SeedParams {
         c.batching.batch_bytes_max = self.batch_bytes_max;
         c.batching.batch_delay_ms = self.batch_delay_ms;
         c.batching.value_interval_ms = self.value_interval_ms;
-        let s = c
-            .geopaxos
-            .as_mut()
-            .expect("the paper's GeoPaxos+ deployment has [geopaxos]");
-        s.order = g.order;
-        s.value_bytes = g.value_bytes;
-        s.dop_interval_ms = g.dop_interval_ms;
-        s.optimizer = if g.brute_force {
-            "brute-force"
-        } else {
-            "hot-lru"
+        if g.ordering == GeoOrdering::Epaxos {
+            c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection { keys: g.keys });
         }
-        .into();
-        s.seed = g.tree_seed;
-        s.ordering = match g.ordering {
-            GeoOrdering::GeoPaxos => "geopaxos+",
-            GeoOrdering::Epaxos => "epaxos",
+        if let Some(s) = c.ordering.geo_mut() {
+            s.order = g.order;
+            s.value_bytes = g.value_bytes;
+            s.dop_interval_ms = g.dop_interval_ms;
+            s.optimizer = if g.brute_force {
+                "brute-force"
+            } else {
+                "hot-lru"
+            }
+            .into();
+            s.seed = g.tree_seed;
         }
-        .into();
         c.wan
             .as_mut()
             .expect("the paper's deployment has [wan]")

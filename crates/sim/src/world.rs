@@ -412,8 +412,8 @@ impl World {
         let d = &spec.cost.disk;
         let p = SeedParams {
             seed: spec.seed,
-            protocol: cluster.cluster.protocol,
-            ring_decision: cluster.cluster.ring_decision,
+            protocol: cluster.ordering.paxos_protocol(),
+            ring_decision: cluster.ordering.ring_decision(),
             speculative: cluster.execution.speculative,
             partitions: cluster.partitioning.partitions,
             key_space: cluster.partitioning.key_space,
@@ -1091,8 +1091,8 @@ impl World {
         let ordering_before = ordering_ran(core);
         // Who takes a client command or a batch: the coordinator of a leading node,
         // else the node's batcher (see `cpu`).
-        let leading = core.coordinator().is_some();
-        let batching = !leading && core.batcher().is_some();
+        let leading = core.leads().is_some();
+        let batching = !leading && core.batches();
         let forwarded_commands = match &input {
             Some(Input::Peer {
                 msg: Msg::ForwardBatch { cmds, .. },
@@ -1139,39 +1139,14 @@ impl World {
             );
             return;
         }
-        // A learner drops a decision that contradicts one it knows (it does not die of
-        // a faulty peer); in the simulator every peer is correct, so that is a bug.
-        let conflicting = |l: &partita_consensus::Learner| {
-            l.drops()
-                .0
-                .get(partita_consensus::CONFLICTING_DECISION)
-                .copied()
-                .unwrap_or(0)
-        };
-        let conflicts = match self.nodes[ni].core.as_ref() {
-            None => 0,
-            Some(c) => match (c.multiring(), c.geo(), c.epaxos()) {
-                (Some(mr), _, _) => mr
-                    .rings()
-                    .filter_map(|(_, o)| o.learner())
-                    .map(conflicting)
-                    .sum(),
-                // Every serializer's group learns at every replica.
-                (_, Some(g), _) => geo_groups(g)
-                    .filter_map(|(_, o)| o.learner())
-                    .map(conflicting)
-                    .sum(),
-                // EPaxos counts a commit that contradicts one it knows.
-                (_, _, Some(e)) => e
-                    .core()
-                    .drops()
-                    .0
-                    .get(partita_consensus::epaxos::CONFLICTING_COMMIT)
-                    .copied()
-                    .unwrap_or(0),
-                _ => c.learner().map_or(0, conflicting),
-            },
-        };
+        // An ordering drops a decision (or commit) that contradicts one it knows (it does
+        // not die of a faulty peer); in the simulator every peer is correct, so that is a
+        // bug.
+        let conflicts = self.nodes[ni]
+            .core
+            .as_ref()
+            .and_then(|c| c.ordering())
+            .map_or(0, |o| o.conflicting_decisions());
         if conflicts > 0 {
             self.fail(
                 Check::Agreement,
@@ -2065,140 +2040,91 @@ impl World {
 
     // ---------------------------------------------------------------- the end
 
-    /// The node that leads now: of the running coordinators, the one with the highest
+    /// The node that leads now: of the running leaders, the one with the highest
     /// ballot (a deposed one steps down when it hears of a higher ballot).
     fn coordinator(&self) -> Option<&NodeCore> {
         self.nodes
             .iter()
             .filter_map(|n| n.core.as_ref())
-            .filter(|c| c.coordinator().is_some())
-            .max_by_key(|c| c.coordinator().map(|k| k.ballot()))
+            .filter(|c| c.leads().is_some())
+            .max_by_key(|c| c.leads())
     }
 
-    /// Every client done, nothing left to order, every replica caught up.
+    /// Every client done, nothing left to order, every replica caught up, whatever the
+    /// ordering: every replica up and running, every node idle (nothing queued, in
+    /// flight, held back or known and not delivered), every stream that has a leader
+    /// led, with every learner of it at what its highest-ballot leader decided, and the
+    /// learners of a leaderless stream (EPaxos's commits, a merged sequence) agreeing.
+    /// Whether the replicas then executed alike is the convergence check's question,
+    /// not this one's: a divergence is a violation, not a hang. (With DOPs the first
+    /// GeoPaxos+ replica submits one every interval: quiescence is a moment between
+    /// two of them.)
     fn quiescent(&self) -> bool {
-        if let Some(g) = &self.p.geo {
-            return match g.ordering {
-                swarm::GeoOrdering::GeoPaxos => self.quiescent_geo(),
-                swarm::GeoOrdering::Epaxos => self.quiescent_epaxos(),
-            };
-        }
-        if let Some(rings) = self.nodes.first().and_then(|n| n.setup.multiring.clone()) {
-            return self.quiescent_multiring(&rings);
-        }
-        let Some(c) = self.coordinator().and_then(|c| c.coordinator()) else {
-            return false;
-        };
-        if c.in_flight() > 0 || c.pending_commands() > 0 {
-            return false;
-        }
-        let decided = c.decided_up_to();
-        self.nodes.iter().filter(|n| n.replica).all(|n| {
-            n.core.as_ref().is_some_and(|c| {
-                c.learner().is_some_and(|l| l.delivered_up_to() == decided) && c.quiescent()
-            })
-        })
-    }
-
-    /// GeoPaxos+: every node up, every serializer led with nothing queued or in
-    /// flight, every replica's learner of every serializer at what its leader decided,
-    /// and no replica with an operation waiting in its merge or an entry waiting for a
-    /// leader. (Whether the replicas then executed alike is the convergence check's
-    /// question, not this one's: a divergence is a violation, not a hang.) With DOPs
-    /// the first replica submits one every interval: quiescence is a moment between
-    /// two of them.
-    fn quiescent_geo(&self) -> bool {
-        let mut geos = Vec::with_capacity(self.nodes.len());
+        let mut reports = Vec::with_capacity(self.nodes.len());
         for n in &self.nodes {
-            match n.core.as_ref().and_then(|c| c.geo()) {
-                Some(g) if n.paused.is_none() && g.quiescent() => geos.push(g),
-                _ => return false,
+            match n.core.as_ref() {
+                Some(c) if n.paused.is_none() => {
+                    if n.replica && !c.quiescent() {
+                        return false;
+                    }
+                    reports.push((n.replica, c.ordering_report()));
+                }
+                _ if n.replica => return false,
+                _ => {}
             }
         }
-        let Some(first) = geos.first() else {
+        // Per stream: whether it is led, and its highest-ballot leader (with what it
+        // decided, and which report is its).
+        type Leader = (partita_types::Ballot, Instance, usize);
+        let mut streams: BTreeMap<u32, (bool, Option<Leader>)> = BTreeMap::new();
+        for (i, (_, r)) in reports.iter().enumerate() {
+            for s in &r.streams {
+                let e = streams.entry(s.stream).or_insert((s.led, None));
+                e.0 |= s.led;
+                if let Some((b, d)) = s.leads {
+                    if e.1.is_none_or(|(eb, _, _)| b > eb) {
+                        e.1 = Some((b, d, i));
+                    }
+                }
+            }
+        }
+        // Replicas and the leaders that count are idle (a deposed leader that has not
+        // heard of its successor yet may still hold commands: they are not ordered).
+        let mut must_idle: Vec<bool> = reports.iter().map(|(replica, _)| *replica).collect();
+        for (_, leader) in streams.values() {
+            if let Some((_, _, i)) = leader {
+                must_idle[*i] = true;
+            }
+        }
+        if reports
+            .iter()
+            .zip(&must_idle)
+            .any(|((_, r), must)| *must && !r.idle)
+        {
             return false;
-        };
-        for (g, _) in geo_groups(first) {
-            let leader = geos
+        }
+        for (stream, (led, leader)) in streams {
+            let mut delivered = reports
                 .iter()
-                .filter_map(|o| o.group(g)?.coordinator())
-                .max_by_key(|k| k.ballot());
-            let Some(c) = leader else {
-                return false;
-            };
-            if c.in_flight() > 0 || c.pending_commands() > 0 {
-                return false;
-            }
-            let decided = c.decided_up_to();
-            let caught_up = geos.iter().all(|o| {
-                o.group(g)
-                    .and_then(|p| p.learner())
-                    .is_some_and(|l| l.delivered_up_to() == decided)
-            });
-            if !caught_up {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// EPaxos: every node up, no replica driving a phase, awaiting an instance or
-    /// holding a committed one it has not executed, and every replica knowing the same
-    /// number of committed instances (so each committed everything any committed).
-    fn quiescent_epaxos(&self) -> bool {
-        let mut committed = None;
-        for n in &self.nodes {
-            let Some(e) = n.core.as_ref().and_then(|c| c.epaxos()) else {
-                return false;
-            };
-            if n.paused.is_some() || !e.quiescent() {
-                return false;
-            }
-            let count = e.core().committed().count();
-            if *committed.get_or_insert(count) != count {
-                return false;
+                .filter(|(replica, _)| *replica)
+                .flat_map(|(_, r)| r.streams.iter())
+                .filter(|s| s.stream == stream)
+                .filter_map(|s| s.delivered);
+            if led {
+                let Some((_, decided, _)) = leader else {
+                    return false;
+                };
+                if delivered.any(|d| d != decided) {
+                    return false;
+                }
+            } else {
+                let first = delivered.next();
+                if delivered.any(|x| Some(x) != first) {
+                    return false;
+                }
             }
         }
-        committed.is_some()
-    }
-
-    /// Multi-Ring Paxos: every ring led, with no client command queued or in flight
-    /// (idle rings keep proposing skips, so learners are rarely all at what their
-    /// leader decided), no merge holding a value back, and every replica at one
-    /// merged position.
-    fn quiescent_multiring(&self, rings: &partita_node::MultiRingSetup) -> bool {
-        for spec in &rings.rings {
-            let leader = self
-                .nodes
-                .iter()
-                .filter_map(|n| n.core.as_ref())
-                .filter_map(|c| c.multiring()?.ring(spec.id)?.coordinator())
-                .max_by_key(|k| k.ballot());
-            let Some(c) = leader else {
-                return false;
-            };
-            if c.in_flight_commands() > 0 || c.pending_commands() > 0 {
-                return false;
-            }
-        }
-        let mut at: Option<Instance> = None;
-        for n in self.nodes.iter().filter(|n| n.replica) {
-            let Some(c) = n.core.as_ref() else {
-                return false;
-            };
-            let Some(mr) = c.multiring() else {
-                return false;
-            };
-            if mr.merge().is_some_and(|m| m.holds_values()) || !c.quiescent() {
-                return false;
-            }
-            // Every replica merges every ring: one sequence, whatever its partition.
-            let last = c.replica().map_or(0, |r| r.last_instance());
-            if *at.get_or_insert(last) != last {
-                return false;
-            }
-        }
-        true
+        !reports.is_empty()
     }
 
     /// Why the run is not done: for the liveness failure.
@@ -2236,96 +2162,30 @@ impl World {
                 if stuck.len() > shown { "; ..." } else { "" }
             ));
         }
-        match self.coordinator().and_then(|c| c.coordinator()) {
+        match self.coordinator() {
             Some(c) => parts.push(format!(
-                "leader: ballot {}, decided up to {}, {} in flight, {} pending commands",
-                c.ballot(),
-                c.decided_up_to(),
-                c.in_flight(),
-                c.pending_commands()
+                "leader: node {} (ballot {:?}, decided up to {:?})",
+                c.id(),
+                c.leads(),
+                c.ordering_report().decided_up_to
             )),
-            None => parts.push("no node coordinates".into()),
+            None => parts.push("no node leads a stream".into()),
         }
         for n in &self.nodes {
             let state = match &n.core {
                 None => "down".to_string(),
                 Some(core) => {
-                    let mut s = String::new();
-                    if let Some(mr) = core.multiring() {
-                        for (id, o) in mr.rings() {
-                            if let Some(l) = o.learner() {
-                                s += &format!("ring {id}: delivered {}; ", l.delivered_up_to());
-                            }
-                            if let Some(c) = o.coordinator() {
-                                s += &format!(
-                                    "ring {id}: leads {}, decided {}, {} in flight, {} pending, {} skipped as truncated, {} skips; ",
-                                    c.ballot(),
-                                    c.decided_up_to(),
-                                    c.in_flight(),
-                                    c.pending_commands(),
-                                    c.stats().instances_skipped,
-                                    c.stats().skips_proposed
-                                );
-                            }
-                        }
-                        if let Some(m) = mr.merge() {
-                            s += &format!("merge at {:?}; ", m.position());
-                        }
-                        let drops: Vec<String> = core
-                            .counters()
-                            .iter()
-                            .filter(|(k, _)| k.starts_with("dropped"))
-                            .map(|(k, v)| format!("{k} {v}"))
-                            .collect();
-                        if !drops.is_empty() {
-                            s += &format!("drops: {}; ", drops.join(", "));
-                        }
-                    }
-                    if let Some(g) = core.geo() {
-                        let st = g.replica().stats();
-                        s += &format!(
-                            "GeoPaxos+: executed {} ({} deduplicated, {} resubmit decisions, {} DOPs), {} waiting in the merge, quiescent {}; ",
-                            g.executed(),
-                            st.deduplicated,
-                            st.resubmit_decisions,
-                            st.dops,
-                            g.replica().merge().pending_len(),
-                            g.quiescent()
-                        );
-                        for (i, o) in geo_groups(g) {
-                            if let Some(l) = o.learner() {
-                                s += &format!("serializer {i}: delivered {}", l.delivered_up_to());
-                            }
-                            if let Some(c) = o.coordinator() {
-                                s += &format!(
-                                    ", leads {}, decided {}, {} in flight, {} pending",
-                                    c.ballot(),
-                                    c.decided_up_to(),
-                                    c.in_flight(),
-                                    c.pending_commands()
-                                );
-                            }
-                            s += "; ";
-                        }
-                    }
-                    if let Some(e) = core.epaxos() {
-                        let st = e.core().stats();
-                        s += &format!(
-                            "EPaxos: executed {}, {} committed known, {} proposed ({} fast, {} slow commits), quiescent {}; ",
-                            e.executed(),
-                            e.core().committed().count(),
-                            st.proposed,
-                            st.fast_commits,
-                            st.slow_commits,
-                            e.quiescent()
-                        );
-                    }
-                    if let Some(l) = core.learner() {
-                        s += &format!(
-                            "delivered up to {} (knows {} decided)",
-                            l.delivered_up_to(),
-                            l.known_decided()
-                        );
+                    let mut s = core
+                        .ordering()
+                        .map_or_else(|| "no ordering".to_string(), |o| o.describe());
+                    let drops: Vec<String> = core
+                        .counters()
+                        .iter()
+                        .filter(|(k, _)| k.starts_with("dropped"))
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect();
+                    if !drops.is_empty() {
+                        s += &format!("; drops: {}", drops.join(", "));
                     }
                     let ds = core.replica().and_then(|r| {
                         r.as_any()
@@ -2342,23 +2202,6 @@ impl World {
                             d.server().blocked_on(),
                             d.server().missing(),
                             d.counters()
-                        );
-                    }
-                    if let Some(a) = core.acceptor() {
-                        s += &format!(
-                            "promised {}, {} accepted (max instance {})",
-                            a.promised(),
-                            a.accepted_count(),
-                            a.max_accepted_instance()
-                        );
-                    }
-                    if let Some(b) = core.batcher() {
-                        s += &format!(
-                            "{}batcher: leader {:?}, {} buffered, {} outstanding",
-                            if s.is_empty() { "" } else { "; " },
-                            b.leader(),
-                            b.buffered(),
-                            b.outstanding()
                         );
                     }
                     if n.paused.is_some() {
@@ -2554,8 +2397,8 @@ impl World {
             syncs: self.nodes.iter().map(|n| n.disk.syncs).collect(),
             decided: self
                 .coordinator()
-                .and_then(|c| c.coordinator())
-                .map_or(0, |c| c.decided_up_to()),
+                .and_then(|c| c.ordering_report().decided_up_to)
+                .unwrap_or(0),
         }
     }
 
@@ -2909,11 +2752,17 @@ impl World {
         counters.insert("ops_confirmed_early".into(), confirmed);
         // Batchers (the running incarnations: a restart starts a batcher over).
         for n in &self.nodes {
-            let Some(b) = n.core.as_ref().and_then(|c| c.batcher()) else {
+            let Some(c) = n.core.as_ref() else {
                 continue;
             };
-            for (k, v) in b.stats().named() {
-                *counters.entry(format!("batcher_{k}")).or_default() += v;
+            for (k, v) in c.ordering_report().role_counters {
+                let summed = k.starts_with("batcher_")
+                    && !k.starts_with("batcher_dropped_")
+                    && k != "batcher_mean_batch_commands_x100"
+                    && k != "batcher_buffered";
+                if summed {
+                    *counters.entry(k).or_default() += v;
+                }
             }
         }
         // GeoPaxos+ and EPaxos: the orderings' counters, summed over the nodes'

@@ -156,14 +156,15 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
         // The cluster file: the paper's three regions, every node acceptor and
         // replica, the drawn tree, clients in every region.
         let c = g.cluster();
-        let section = c.geopaxos.as_ref().expect("[geopaxos]");
-        assert_eq!(section.keys, geo.keys);
-        assert_eq!(section.order, geo.order);
-        assert_eq!(section.dop_interval_ms, geo.dop_interval_ms);
+        assert_eq!(c.ordering.geo_keys(), Some(geo.keys));
         assert_eq!(
-            section.ordering == "epaxos",
+            c.ordering.epaxos().is_some(),
             geo.ordering == GeoOrdering::Epaxos
         );
+        if let Some(section) = c.ordering.geo() {
+            assert_eq!(section.order, geo.order);
+            assert_eq!(section.dop_interval_ms, geo.dop_interval_ms);
+        }
         assert_eq!(c.executors(), vec![1, 2, 3]);
         assert_eq!(c.membership().acceptors, vec![1, 2, 3]);
         let regions: Vec<_> = (0..3u64).map(|i| c.client_region(i)).collect();

@@ -141,7 +141,7 @@ pub fn dssmr_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
             .expect("a ring per partition and one spanning them");
         // Idle rings skip every millisecond: the merge waits at most that long for a
         // ring with nothing to order.
-        if let Some(m) = c.multiring.as_mut() {
+        if let Some(m) = c.ordering.multiring_mut() {
             m.delta_ms = 1;
         }
     }

@@ -3,7 +3,7 @@
 //! paper's three regions over the WAN emulated in the driver (no netem here), rounds
 //! interleaved.
 //!
-//! - **GeoPaxos+**: `[geopaxos]` (a Multi-Paxos serializer per replica, the geo
+//! - **GeoPaxos+**: `[ordering] protocol = "geopaxos+"` (a Multi-Paxos serializer per replica, the geo
 //!   B+tree with keys `0..keys` placed by range, Europe's last);
 //! - **EPaxos**: the same cluster with `ordering = "epaxos"` (`partita_node::epaxos`);
 //! - **Multi-Paxos**: one stream led from Virginia over the same three nodes, paper
@@ -16,7 +16,7 @@
 //! trimmed. The target is paper 004's: a Europe client's operation on a local object
 //! within 10% of one round trip to the nearest majority (Europe–Virginia, 90 ms).
 
-use partita_config::{ClusterConfig, Durability};
+use partita_config::{ClusterConfig, Durability, EpaxosSection, OrderingSection};
 use partita_consensus::Protocol;
 use partita_harness::bench::{self, BenchConfig, BenchResult};
 use partita_harness::launch::LocalCluster;
@@ -137,14 +137,14 @@ pub fn cluster_of(system: GeoSystem, o: &GeoRealOptions) -> anyhow::Result<Clust
     let mut c = match system {
         GeoSystem::GeoPaxosPlus | GeoSystem::Epaxos => {
             let mut c = ClusterConfig::paper_geo_local(base, id, o.keys);
-            if let (GeoSystem::Epaxos, Some(g)) = (system, c.geopaxos.as_mut()) {
-                g.ordering = "epaxos".into();
+            if system == GeoSystem::Epaxos {
+                c.ordering = OrderingSection::Epaxos(EpaxosSection { keys: o.keys });
             }
             c
         }
         GeoSystem::MultiPaxos => {
             let mut c = ClusterConfig::paper_wan_local(base, id);
-            c.cluster.protocol = Protocol::MultiPaxos;
+            c.ordering = OrderingSection::paxos(Protocol::MultiPaxos);
             c
         }
     };
@@ -378,11 +378,11 @@ mod tests {
             let c = cluster_of(s, &o).unwrap();
             assert_eq!(c.wan.as_ref().unwrap().clients, vec!["Europe".to_string()]);
             assert_eq!(
-                c.geopaxos.as_ref().map(|g| g.ordering.as_str()),
+                c.ordering.protocol().to_string(),
                 match s {
-                    GeoSystem::GeoPaxosPlus => Some("geopaxos+"),
-                    GeoSystem::Epaxos => Some("epaxos"),
-                    GeoSystem::MultiPaxos => None,
+                    GeoSystem::GeoPaxosPlus => "geopaxos+",
+                    GeoSystem::Epaxos => "epaxos",
+                    GeoSystem::MultiPaxos => "multi-paxos",
                 }
             );
             assert!(command_of(s, &o).starts_with("partita bench --up"));

@@ -37,7 +37,7 @@ pub use speculation::*;
 use crate::framework::{
     self, run_sim_sweep, run_sweep, Driver, Measured, PointSpec, RealDriver, SimDriver,
 };
-use partita_config::{ClusterConfig, Durability, Role};
+use partita_config::{ClusterConfig, Durability, OrderingSection, RingPaxosSettings, Role};
 use partita_consensus::{Protocol, RingDecision};
 use partita_harness::bench::{self, BenchConfig, BenchResult, Workload};
 use partita_harness::launch::{pick_base_port, LocalCluster};
@@ -166,11 +166,13 @@ pub fn node_cpu_label(node_cpu: Option<f64>) -> anyhow::Result<Option<String>> {
 pub fn smr_cluster(replicas: usize, protocol: Protocol, durability: Durability) -> ClusterConfig {
     let base = pick_base_port();
     let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
-    c.cluster.protocol = protocol;
-    if protocol == Protocol::RingPaxos {
+    c.ordering = match protocol {
         // Paper 001's ring: the coordinator at its end decides.
-        c.cluster.ring_decision = Some(RingDecision::Coordinator);
-    }
+        Protocol::RingPaxos => OrderingSection::RingPaxos(RingPaxosSettings {
+            ring_decision: Some(RingDecision::Coordinator),
+        }),
+        p => OrderingSection::paxos(p),
+    };
     c.cluster.durability = durability;
     let template = c
         .nodes
@@ -292,11 +294,13 @@ pub fn sim_smr_cluster(
     durability: Durability,
 ) -> ClusterConfig {
     let mut c = ClusterConfig::default_local(7100, SIM_CLUSTER_ID);
-    c.cluster.protocol = protocol;
-    if protocol == Protocol::RingPaxos {
+    c.ordering = match protocol {
         // Paper 001's ring: the coordinator at its end decides.
-        c.cluster.ring_decision = Some(RingDecision::Coordinator);
-    }
+        Protocol::RingPaxos => OrderingSection::RingPaxos(RingPaxosSettings {
+            ring_decision: Some(RingDecision::Coordinator),
+        }),
+        p => OrderingSection::paxos(p),
+    };
     c.cluster.durability = durability;
     c.storage.checkpoint_instances = 0;
     let template = c

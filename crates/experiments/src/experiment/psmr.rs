@@ -809,7 +809,7 @@ mod tests {
         };
         let specs = points(&o);
         for p in &specs {
-            let mr = p.cluster.multiring.as_ref().expect("rings");
+            let mr = p.cluster.ordering.multiring().expect("rings");
             assert_eq!(mr.rings.len(), 3, "{}", p.series);
             assert!(p
                 .cluster

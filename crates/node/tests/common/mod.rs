@@ -68,8 +68,7 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
         early_replies: false,
         speculative: false,
         psmr: None,
-        multiring: None,
-        geo: None,
+        ordering: partita_node::OrderingSetup::Paxos,
     }
 }
 
@@ -407,7 +406,7 @@ impl Cluster {
     pub fn tick_until_leader(&mut self, id: NodeId, ticks_max: usize) -> usize {
         let protocol = self.protocol();
         let mut ticks = 0;
-        while self.nodes[&id].coordinator().is_none() {
+        while self.nodes[&id].leads().is_none() {
             self.tick(1);
             ticks += 1;
             assert!(ticks <= ticks_max, "{protocol}: node {id} never campaigned");
@@ -464,10 +463,7 @@ impl Cluster {
     }
 
     pub fn leader_count(&self) -> usize {
-        self.nodes
-            .values()
-            .filter(|n| n.coordinator().is_some())
-            .count()
+        self.nodes.values().filter(|n| n.leads().is_some()).count()
     }
 
     fn live_replicas(&self) -> impl Iterator<Item = NodeId> + '_ {
@@ -517,7 +513,7 @@ pub const GEO_NODES: [NodeId; 3] = [1, 2, 3];
 /// by EPaxos; clients at every node; no DOPs.
 pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
     let mut s = setup(Protocol::MultiPaxos, &GEO_NODES);
-    s.geo = Some(partita_node::GeoSetup {
+    let geo = partita_node::GeoSetup {
         replicas: GEO_NODES.to_vec(),
         regions: vec!["A".into(), "B".into(), "C".into()],
         rtt_ms: vec![
@@ -533,8 +529,12 @@ pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
         seed: 7,
         stall_check_ticks: 40,
         clock_retry_ticks: 10,
-        epaxos,
-    });
+    };
+    s.ordering = if epaxos {
+        partita_node::OrderingSetup::Epaxos(geo)
+    } else {
+        partita_node::OrderingSetup::GeoPaxosPlus(geo)
+    };
     s
 }
 
