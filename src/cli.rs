@@ -1636,7 +1636,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 let mut c = ClusterConfig::paper_geo_local(base, rand::random::<u64>() >> 1, keys);
                 c.cluster.durability = a.durability;
                 if a.epaxos {
-                    c.ordering = OrderingSection::Epaxos(EpaxosSection { keys });
+                    c.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(keys));
                 }
                 Ok(c)
             }
@@ -1857,7 +1857,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
                 g.dop_interval_ms = 2000;
             }
             if a.epaxos {
-                c.ordering = OrderingSection::Epaxos(EpaxosSection { keys: a.geo_keys });
+                c.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(a.geo_keys));
             }
             if let Some(w) = c.wan.as_mut() {
                 w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];

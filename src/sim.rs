@@ -95,7 +95,8 @@ pub struct SimArgs {
     /// psmr-no-barrier, psmr-check-passes, merge-order, ds-locality-at-consult,
     /// ds-oracle-ignores-moves, ds-no-signals; with --geo: geo-execute-before-safe,
     /// geo-dop-not-ordered, geo-write-one-serializer (GeoPaxos+ seeds),
-    /// epaxos-skip-slow-path (EPaxos seeds).
+    /// epaxos-skip-slow-path, truncate-above-majority, restore-wrong-frontier (EPaxos
+    /// seeds).
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).

@@ -232,7 +232,7 @@ async fn run_geo_ordered(
     }
     if epaxos {
         cfg.ordering =
-            partita_config::OrderingSection::Epaxos(partita_config::EpaxosSection { keys });
+            partita_config::OrderingSection::Epaxos(partita_config::EpaxosSection::with_keys(keys));
     }
     if let Some(w) = cfg.wan.as_mut() {
         w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];

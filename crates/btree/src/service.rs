@@ -16,10 +16,15 @@ pub use crate::ops::{BatchOp, Op, OpResult};
 use crate::psmr::{Groups, KeyPartition};
 use crate::{BPlusTree, Undo};
 use partita_service::{
-    ExecutionWork, MergeError, Objects, SharedExecution, SplitError, StateMachine, ThreadLayout,
+    Access, ExecutionWork, MergeError, Objects, SharedExecution, SplitError, StateMachine,
+    ThreadLayout,
 };
 use partita_types::{mask_partitions, ClientId, Command, NodeId, PartitionId, PartitionMap};
 use std::ops::Bound;
+
+/// Next and prev read at most this many keys up to their neighbour (see
+/// `StateMachine::access`); further apart, they conflict with everything.
+pub const NEIGHBOUR_SPAN_MAX: u64 = 64;
 
 impl StateMachine for BPlusTree {
     const NAME: &'static str = "btree";
@@ -34,6 +39,37 @@ impl StateMachine for BPlusTree {
 
     fn is_read_only(op: &Op) -> bool {
         !op.is_mutation()
+    }
+
+    /// As `objects`, narrowed for next and prev: they read every key from theirs to the
+    /// neighbour this tree holds (at most [`NEIGHBOUR_SPAN_MAX`] keys; beyond, or with
+    /// no neighbour, everything). That is enough wherever they are proposed: only an
+    /// insert inside that range or an update of the neighbour can change their answer,
+    /// and such a command conflicts with them; a delete of the neighbour does too (it
+    /// writes a key of the range). A command that only a later, larger range would
+    /// cover cannot change the answer while the neighbour stands.
+    fn access(&self, op: &Op) -> Access {
+        let span = |lo: u64, hi: u64| -> Access {
+            if hi - lo > NEIGHBOUR_SPAN_MAX {
+                return Access::everything();
+            }
+            let mut a = Access::default();
+            for k in lo..=hi {
+                a.add(k, false);
+            }
+            a
+        };
+        match *op {
+            Op::Next { key } => match self.get_next(key) {
+                Some((n, _)) if n > key => span(key, n),
+                _ => Access::everything(),
+            },
+            Op::Prev { key } => match self.get_prev(key) {
+                Some((p, _)) if p < key => span(p, key),
+                _ => Access::everything(),
+            },
+            _ => Access::of(&Self::objects(op), op.is_mutation()),
+        }
     }
 
     fn objects(op: &Op) -> Objects<u64> {

@@ -1482,6 +1482,12 @@ impl ClusterConfig {
             g.validate()?;
         }
         if let Some(e) = self.ordering.epaxos() {
+            if !(10..=60_000).contains(&e.barrier_interval_ms) {
+                return Err(FieldError::new(
+                    "ordering.barrier_interval_ms",
+                    "must be between 10 and 60000".to_string(),
+                ));
+            }
             if e.keys > geo::GEO_KEYS_MAX {
                 return Err(FieldError::new(
                     "ordering.keys",
@@ -1537,7 +1543,7 @@ impl ClusterConfig {
     /// but none with GeoPaxos+ (its replicas keep no sessions; they deduplicate
     /// writes by request id, see `partita_node::geo`).
     pub fn session_lease(&self) -> Option<u64> {
-        match self.ordering.is_geo() {
+        match self.ordering.geo().is_some() {
             true => None,
             false => self.sessions.lease(),
         }
@@ -1588,6 +1594,10 @@ impl ClusterConfig {
             seed: g.seed,
             stall_check_ticks: (1000.max(4 * max_rtt) / tick).max(1),
             clock_retry_ticks: (200.max(2 * max_rtt) / tick).max(1),
+            barrier_interval_ms: self
+                .ordering
+                .epaxos()
+                .map_or(1000, |e| e.barrier_interval_ms),
         })
     }
 
@@ -1826,6 +1836,25 @@ impl ClusterConfig {
             speculative: self.execution.speculative,
             psmr: self.psmr_layout(),
             ordering: self.ordering_setup(),
+            genesis: self.genesis(),
+        }
+    }
+
+    /// The service's initial contents every replica starts from (see
+    /// `partita_node::NodeSetup::genesis`): with EPaxos, the geo B+tree's keys
+    /// `0..keys`, each its own value, as GeoPaxos+'s tree holds them at the start.
+    pub fn genesis(&self) -> Vec<partita_types::Payload> {
+        use partita_service::StateMachine;
+        match self.ordering.epaxos() {
+            Some(e) if self.cluster.service == partita_btree::BPlusTree::NAME => (0..e.keys)
+                .map(|key| {
+                    partita_btree::BPlusTree::encode_command(&partita_btree::Op::Insert {
+                        key,
+                        value: key,
+                    })
+                })
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -2835,7 +2864,7 @@ mod tests {
         let rings = base.clone().with_multiring(2, 1).unwrap();
         let geo = ClusterConfig::paper_geo_local(7100, 42, 100);
         let mut epaxos = geo.clone();
-        epaxos.ordering = OrderingSection::Epaxos(EpaxosSection { keys: 100 });
+        epaxos.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(100));
         for (c, name) in [
             (&base, "ring-paxos"),
             (&multi, "multi-paxos"),

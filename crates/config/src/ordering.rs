@@ -142,12 +142,30 @@ impl MultiringSection {
 
 /// EPaxos (`protocol = "epaxos"`, paper 004's leaderless baseline, see
 /// `partita_node::epaxos`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EpaxosSection {
     /// Keys `0..keys` present at the start (each its own value), as on GeoPaxos+.
     #[serde(default)]
     pub keys: u64,
+    /// A barrier (a command ordered with every other) this often while commands run:
+    /// the cuts replicas checkpoint at, and the ordered time sessions expire by.
+    #[serde(default = "default_barrier_interval_ms")]
+    pub barrier_interval_ms: u64,
+}
+
+fn default_barrier_interval_ms() -> u64 {
+    1000
+}
+
+impl EpaxosSection {
+    /// `keys` keys present at the start, the other settings the defaults.
+    pub fn with_keys(keys: u64) -> EpaxosSection {
+        EpaxosSection {
+            keys,
+            barrier_interval_ms: default_barrier_interval_ms(),
+        }
+    }
 }
 
 /// The `[ordering]` section: the protocol and its settings.

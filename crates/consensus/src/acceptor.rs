@@ -398,6 +398,7 @@ impl Acceptor {
             | Msg::CheckpointChunk { .. }
             | Msg::Exec { .. }
             | Msg::Epaxos(_)
+            | Msg::PositionCheckpointed { .. }
             | Msg::OnRing { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }

@@ -91,27 +91,102 @@
 //! - The leader persists its instance before any `PreAccept` leaves, so a restarted
 //!   replica never reuses a slot that a peer may hold.
 //! - A commit is persisted by every replica, and acted on (executed, broadcast by its
-//!   decider) once durable. A restarted replica ([`Epaxos::recover`]) rebuilds its
-//!   instances and conflict index from its records and executes every committed
-//!   instance again from the start (its state machine restarts empty; there are no
-//!   checkpoints yet), and never resumes a default-ballot phase: its own uncommitted
-//!   instances go through recovery like anyone else's.
+//!   decider) once durable. A restarted replica ([`Epaxos::recover_at`]) rebuilds its
+//!   instances and conflict index from its records, takes everything in its
+//!   checkpoint's position as executed, executes every other committed instance
+//!   (from the start when it has no checkpoint: [`Epaxos::recover`]), and never
+//!   resumes a default-ballot phase: its own uncommitted instances go through recovery
+//!   like anyone else's.
 //! - Replicas broadcast [`EpaxosMsg::Heartbeat`] with the highest committed slot they
 //!   know per replica, so that a replica that missed commits nobody depends on yet
-//!   still learns them (the paper assumes reliable delivery of commits).
+//!   still learns them (the paper assumes reliable delivery of commits), and with
+//!   their truncation frontier, so that a replica behind it learns it needs state.
 //! - Recoverers of one instance are staggered by their distance after its owner in the
 //!   replica list, and a recoverer refused with a higher ballot ([`EpaxosMsg::Nack`])
 //!   waits a whole timeout before trying again.
-//! - No epochs (no reconfiguration) and no log truncation yet.
+//! - No epochs (no reconfiguration).
+//!
+//! # Checkpoints, restore and truncation (spec `partial-order-checkpoints.md`)
+//!
+//! The paper never forgets an instance (nor does its authors' code). Partita's replicas
+//! checkpoint, forget what every checkpoint that matters covers, and catch up from a
+//! peer's checkpoint. The rules and where they live:
+//!
+//! - **Positions** (rules 1, 2). A replica's executed set is [`ExecPosition`]: per
+//!   column the execution prefix (`exec_prefix`), and the instances executed above it
+//!   (`exec_above`). Positions compare per column only. The set is downward closed in
+//!   the dependency graph, which every replica shares (committed attributes are
+//!   agreed), so the service state is a function of it.
+//! - **Cuts** (rule 3). A non-no-op command with `conflicts_all` (a barrier) interferes
+//!   with every command, so for every other committed non-no-op command one of the two
+//!   depends on the other. When the barrier's strongly connected component has
+//!   executed, the non-no-op instances executed are therefore exactly those the
+//!   barrier reaches in the graph: the same at every replica. Right after that
+//!   component's `Execute` actions the core emits [`EpaxosAction::Cut`] with its
+//!   position, the place to checkpoint; checkpoints at the k-th cut hold the same
+//!   service state everywhere. The positions themselves may differ by no-ops: a no-op
+//!   that recovery decided for a slot nobody held depends on nothing and interferes
+//!   with nothing, so it executes whenever its commit arrives, before the cut here and
+//!   after it there (and so `above` is rarely empty for long, and prefixes may differ).
+//!   No-ops change no state, so a checkpoint's state matches its position at any
+//!   replica.
+//! - **Restore** (rules 8, 17, 7). [`Epaxos::recover_at`] (a restart from the own
+//!   checkpoint and log) and [`Epaxos::restore`] (at run time, after state transfer of
+//!   a peer's checkpoint) make the executed set exactly the checkpoint's position, with
+//!   its exceptions: what it holds never executes again, what it lacks executes (even
+//!   if this replica had executed it before: the state was replaced). Restoring any
+//!   replica's position is correct, no-op differences included: the position is
+//!   downward closed in the shared graph, so executing the rest in dependency order
+//!   orders every interfering pair as everywhere else. The conflict index is not in
+//!   the checkpoint: its barrier rises to the restored prefix, so every new command
+//!   depends on all of it (extra dependencies never break the order; missing ones
+//!   would let a new command overtake an interfering one a lagging replica has not
+//!   executed yet).
+//! - **Truncation** (rules 4, 5, 6, 16, 22). The driver calls [`Epaxos::truncate_below`]
+//!   with the componentwise minimum of the durable checkpoint positions of one set of
+//!   `f + 1` replicas ([`truncation_frontier`]), never a per-column quantile. The core
+//!   clamps it to its own execution prefix (counted), forgets every instance at or
+//!   below it, raises the conflict index's barrier to it and drops the keys that
+//!   become redundant (so the index is bounded by the keys of live instances; with
+//!   checkpoints at cuts the last barrier already orders later commands after the
+//!   frontier, and the raised barrier makes it hold for any frontier), writes an
+//!   [`EpaxosRecord::Truncated`] and, once it is durable, emits
+//!   [`EpaxosAction::TruncateLog`]: the smallest token among the newest durable record
+//!   of every instance still in memory (its `Instance` record, or its `Promise` if it
+//!   has none) and the truncation record. Records below it are superseded or forgotten.
+//!   Rule 6 (recovery metadata only once every replica executed) is met by its other
+//!   branch: the forgotten instances are replaced by the truncation frontier, a marker
+//!   that is durable before the log loses them and survives restarts.
+//! - **Answers about forgotten instances** (rules 9, 12, pitfall 19). Phase messages
+//!   and commits about an instance at or below the frontier are dropped and counted; a
+//!   `Prepare` or `CommitRequest` naming one is answered [`EpaxosMsg::Truncated`],
+//!   never "I hold nothing": that would let a recoverer decide a no-op for a committed
+//!   command. A `Truncated` answer (or a heartbeat's frontier) aborts every recovery
+//!   and commit request at or below it, and recovery's case 3 (a no-op) is never taken
+//!   for an instance a peer reported truncated.
+//! - **State transfer** (rules 10, 11). A dependency at or below the local prefix is
+//!   satisfied. One above it but at or below a peer's truncation frontier can never be
+//!   fetched: the replica emits [`EpaxosAction::NeedState`] (at most once per recovery
+//!   timeout while the need lasts, counted) and neither waits for it nor recovers it.
+//!   The driver fetches a peer's checkpoint whose position covers the frontier and
+//!   calls `restore`.
 //!
 //! # Inputs, actions, invariants
 //!
 //! Inputs: [`Epaxos::propose`], [`Epaxos::on_message`], [`Epaxos::on_tick`] (time only
-//! as a tick count), [`Epaxos::on_persisted`] (tokens in order). Actions
-//! ([`EpaxosAction`]): `Send`, `Persist { token, record }` and `Execute` (commands in
-//! execution order, no-ops included). [`Epaxos::invariants`] (run after every handler)
-//! checks the bookkeeping (writes, replies held for durability, bounded queues, the
-//! execution prefix); [`Epaxos::invariants_full`] walks every instance.
+//! as a tick count), [`Epaxos::on_persisted`] (tokens in order),
+//! [`Epaxos::truncate_below`] (a truncation frontier) and [`Epaxos::restore`] (a
+//! position whose checkpoint the driver installed); a restart is
+//! [`Epaxos::recover_at`]. Actions ([`EpaxosAction`]): `Send`, `Persist { token,
+//! record }`, `Execute` (commands in execution order, no-ops included), `Cut`
+//! (checkpoint here), `TruncateLog` (a log prefix is obsolete) and `NeedState` (fetch
+//! a checkpoint). [`Epaxos::invariants`] (run after every handler) checks the
+//! bookkeeping (writes, replies held for durability, bounded queues, the execution
+//! prefix and its exceptions, the truncation frontier at or below the execution prefix
+//! unless a checkpoint is awaited, nothing in memory, awaited or recovered at or below
+//! a truncation frontier, the log truncated only below durable records);
+//! [`Epaxos::invariants_full`] walks every instance (promises, commits, what is ready,
+//! and that no record a restart needs lies below the log prefix announced obsolete).
 //!
 //! A message that no correct replica could send (an instance of an unknown replica,
 //! slot 0 or above [`SLOT_MAX`], a ballot round above [`crate::ROUND_MAX`], a
@@ -119,10 +194,13 @@
 //! that is not its sender's, dependencies of the wrong length or an unsorted key list)
 //! is dropped and counted, never trusted.
 //!
-//! Planted bug ([`EpaxosBugs::skip_slow_path_when_deps_differ`]): the leader commits its
-//! own attributes on the fast path as soon as a fast quorum answered, whether or not the
-//! answers agree. Two interfering commands can then both commit without depending on
-//! each other, and replicas execute them in different orders.
+//! Planted bugs: [`EpaxosBugs::skip_slow_path_when_deps_differ`]: the leader commits
+//! its own attributes on the fast path as soon as a fast quorum answered, whether or not
+//! the answers agree. Two interfering commands can then both commit without depending
+//! on each other, and replicas execute them in different orders.
+//! [`Epaxos::plant_truncated_as_empty`]: a replica answers for a truncated instance as
+//! if it had never seen it, and a lagging replica's recovery replaces committed
+//! commands by no-ops.
 
 use crate::{DropCounts, PersistToken, ROUND_MAX};
 use partita_types::{Ballot, Command, NodeId};
@@ -277,6 +355,148 @@ pub struct Held {
     pub agreed: bool,
 }
 
+/// The set of instances a replica has executed (spec "partial-order checkpoints" rule
+/// 1): every slot `1 ..= prefix[i]` of replica `replicas[i]`, and the instances listed
+/// in `above`, each above its column's prefix. Columns follow
+/// [`EpaxosConfig::replicas`], which is why [`ExecPosition::contains`] and
+/// [`ExecPosition::meet`] take that list.
+///
+/// Positions are only partially ordered (rule 2): compare them per column. The state of
+/// a replica's service is a function of its position, because EPaxos executes a command
+/// only after everything it depends on, so the executed set is downward closed in the
+/// dependency graph, which is the same graph at every replica (committed attributes
+/// are agreed).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExecPosition {
+    /// Per column, every slot up to this one is executed.
+    pub prefix: Vec<Slot>,
+    /// Executed instances above their column's prefix, sorted, each once. No-ops that
+    /// recovery decided for slots nobody held execute as soon as they commit (they
+    /// depend on nothing), so they often sit here, above a gap.
+    pub above: Vec<InstanceId>,
+}
+
+impl ExecPosition {
+    /// Nothing executed, for `n` replicas.
+    pub fn zero(n: usize) -> ExecPosition {
+        ExecPosition {
+            prefix: vec![0; n],
+            above: Vec::new(),
+        }
+    }
+
+    /// Whether `instance` is in the set. `replicas` maps columns to replicas.
+    pub fn contains(&self, replicas: &[NodeId], instance: InstanceId) -> bool {
+        let Some(q) = replicas.iter().position(|&r| r == instance.replica) else {
+            return false;
+        };
+        instance.slot <= self.prefix[q] || self.above.binary_search(&instance).is_ok()
+    }
+
+    /// The instances in both sets: per column the smaller prefix, and the instances
+    /// above it that both contain. Truncation needs only the prefix part; the rest makes
+    /// the result an exact intersection.
+    pub fn meet(&self, other: &ExecPosition, replicas: &[NodeId]) -> ExecPosition {
+        assert_eq!(
+            self.prefix.len(),
+            other.prefix.len(),
+            "positions of one cluster"
+        );
+        assert_eq!(
+            self.prefix.len(),
+            replicas.len(),
+            "positions of this cluster"
+        );
+        let prefix: Vec<Slot> = self
+            .prefix
+            .iter()
+            .zip(&other.prefix)
+            .map(|(&a, &b)| a.min(b))
+            .collect();
+        let mut above: BTreeSet<InstanceId> = BTreeSet::new();
+        for (mine, theirs) in [(self, other), (other, self)] {
+            for &i in &mine.above {
+                if theirs.contains(replicas, i) {
+                    above.insert(i);
+                }
+            }
+            // Slots below one prefix and above the other are in the meet when the
+            // other lists them among its exceptions: the loop above found those.
+        }
+        let above = above
+            .into_iter()
+            .filter(|i| {
+                let q = replicas.iter().position(|&r| r == i.replica);
+                q.is_some_and(|q| i.slot > prefix[q])
+            })
+            .collect();
+        let meet = ExecPosition { prefix, above };
+        debug_assert!(meet.is_well_formed(replicas));
+        meet
+    }
+
+    /// Whether the prefix is at or above `frontier` in every column: a replica at this
+    /// position never needs an instance at or below that frontier.
+    pub fn covers(&self, frontier: &[Slot]) -> bool {
+        covers(&self.prefix, frontier)
+    }
+
+    /// What a correct replica of this cluster produces: one prefix per replica, slots
+    /// at most [`SLOT_MAX`], exceptions sorted, unique, of known replicas and above their
+    /// column's prefix.
+    pub fn is_well_formed(&self, replicas: &[NodeId]) -> bool {
+        self.prefix.len() == replicas.len()
+            && self.prefix.iter().all(|&s| s <= SLOT_MAX)
+            && self.above.windows(2).all(|w| w[0] < w[1])
+            && self.above.iter().all(|i| {
+                replicas
+                    .iter()
+                    .position(|&r| r == i.replica)
+                    .is_some_and(|q| i.slot > self.prefix[q] && i.slot <= SLOT_MAX)
+            })
+    }
+}
+
+/// `prefix[q] >= frontier[q]` in every column (lengths must match).
+fn covers(prefix: &[Slot], frontier: &[Slot]) -> bool {
+    prefix.len() == frontier.len() && prefix.iter().zip(frontier).all(|(&p, &f)| p >= f)
+}
+
+/// The frontier a replica may truncate at, from the durable checkpoint positions its
+/// peers reported (one per replica, its own included; spec rules 4 and 5): the
+/// componentwise minimum over ONE chosen set of `f + 1` positions, so that at least one
+/// of those replicas survives any `f` crashes with a checkpoint that covers the whole
+/// frontier. Never a per-column quantile: with `n = 5` and checkpoints (9,1), (8,2),
+/// (1,9), (2,8), (5,5), the third-highest value per column is (5,5), which only one
+/// replica covers. The set chosen is the `f + 1` positions with the largest prefix sums
+/// (ties broken by the prefixes themselves, so the choice is deterministic); any set of
+/// `f + 1` would be safe, and large sums tend to give a higher minimum. A replica
+/// behind the frontier can then catch up only by state transfer (`NeedState`); a driver
+/// that would rather let a slow replica catch up from the log may truncate lower, e.g.
+/// at the meet of all `n` positions while every replica reports (spec rule 22).
+///
+/// `None` with fewer than `f + 1` positions or positions of different lengths.
+pub fn truncation_frontier(positions: &[ExecPosition], f: usize) -> Option<Vec<Slot>> {
+    let n = positions.first()?.prefix.len();
+    if positions.len() < f + 1 || positions.iter().any(|p| p.prefix.len() != n) {
+        return None;
+    }
+    let mut chosen: Vec<&ExecPosition> = positions.iter().collect();
+    chosen.sort_by(|a, b| {
+        let sum = |p: &ExecPosition| p.prefix.iter().map(|&s| s as u128).sum::<u128>();
+        sum(b).cmp(&sum(a)).then_with(|| b.prefix.cmp(&a.prefix))
+    });
+    chosen.truncate(f + 1);
+    let mut frontier = chosen[0].prefix.clone();
+    for p in &chosen[1..] {
+        for (m, &s) in frontier.iter_mut().zip(&p.prefix) {
+            *m = (*m).min(s);
+        }
+    }
+    debug_assert!(chosen.iter().all(|p| p.covers(&frontier)));
+    Some(frontier)
+}
+
 /// Messages between EPaxos replicas. `ballot` is [`Ballot::ZERO`] for the default
 /// ballot of an instance (its owner's), or `(round ≥ 1, recoverer)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -325,8 +545,17 @@ pub enum EpaxosMsg {
     },
     /// Send me the commits of these instances, if you know them.
     CommitRequest { instances: Vec<InstanceId> },
-    /// The highest committed slot the sender knows, per replica.
-    Heartbeat { committed: Vec<Slot> },
+    /// The highest committed slot the sender knows, per replica, and its truncation
+    /// frontier (so that a replica behind it learns it needs a checkpoint even when
+    /// nothing it holds depends on what it missed).
+    Heartbeat {
+        committed: Vec<Slot>,
+        truncated: Vec<Slot>,
+    },
+    /// The answer to a `Prepare` or a `CommitRequest` naming an instance at or below the
+    /// sender's truncation frontier: the sender executed and forgot every instance at or
+    /// below `frontier`, and never answers "I hold nothing" for them (spec rule 12).
+    Truncated { frontier: Vec<Slot> },
 }
 
 /// What a replica writes to its log. The newest `Instance` record of an instance
@@ -342,6 +571,11 @@ pub enum EpaxosRecord {
         instance: InstanceId,
         ballot: Ballot,
     },
+    /// Every instance at or below `frontier` (per column) was executed here and is
+    /// forgotten: a restarted replica answers [`EpaxosMsg::Truncated`] for them instead
+    /// of "I hold nothing", although the driver may have deleted their records. The
+    /// newest one supersedes older ones.
+    Truncated { frontier: Vec<Slot> },
 }
 
 /// Output of the EPaxos core.
@@ -362,6 +596,29 @@ pub enum EpaxosAction {
         instance: InstanceId,
         command: Option<EpaxosCommand>,
         attrs: Attrs,
+    },
+    /// The `Execute` actions just before this one ended the strongly connected component
+    /// of a command that conflicts with everything (a barrier): `position` is exactly
+    /// what this replica has executed now. Its non-no-op instances are the same at every
+    /// replica at the same barrier, so a checkpoint taken here has the same service
+    /// state everywhere (see "Cuts" in the module doc).
+    Cut {
+        position: ExecPosition,
+    },
+    /// Records persisted with tokens below `below_token` are obsolete (superseded by
+    /// later records or truncated): the driver may delete them from its log, or keep
+    /// them (recovery gives the same state either way). Tokens count this incarnation's
+    /// records as [`Epaxos::recover_at`] numbers them.
+    TruncateLog {
+        below_token: PersistToken,
+    },
+    /// This replica needs instances that peers (or its own log) truncated at or below
+    /// `frontier`: fetch a checkpoint from a peer whose position covers `frontier`
+    /// ([`ExecPosition::covers`]), install its service state and call
+    /// [`Epaxos::restore`]. Repeated at most once per `recovery_timeout_ticks` while the
+    /// need lasts.
+    NeedState {
+        frontier: Vec<Slot>,
     },
 }
 
@@ -513,6 +770,55 @@ pub struct EpaxosStats {
     pub abandoned: u64,
     pub commit_requests_sent: u64,
     pub executed: u64,
+    /// `Cut` actions emitted (components of a barrier executed).
+    pub cuts: u64,
+    /// Calls of [`Epaxos::truncate_below`] that raised the truncation frontier.
+    pub truncations: u64,
+    /// Calls of [`Epaxos::truncate_below`] asked to truncate above this replica's own
+    /// execution prefix in some column (clamped to it: the caller computed the frontier
+    /// from positions this replica has not reached).
+    pub truncations_clamped: u64,
+    /// Instances forgotten by truncation.
+    pub instances_dropped: u64,
+    /// `Truncated` answers sent, and received.
+    pub truncated_sent: u64,
+    pub truncated_received: u64,
+    /// `NeedState` actions emitted.
+    pub need_states: u64,
+    /// Calls of [`Epaxos::restore`].
+    pub restores: u64,
+    /// Instances this replica had executed that a restored position did not contain,
+    /// so that they run again.
+    pub restore_unexecuted: u64,
+}
+
+/// The records of one kind written for one instance (or for the truncation frontier):
+/// the newest, and the newest of those already durable. Until a new record is durable,
+/// the one it replaces is still what a restart would find, so the log must keep it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Tokens {
+    newest: PersistToken,
+    /// The newest durable record before `newest` (0: none).
+    durable_before: PersistToken,
+}
+
+impl Tokens {
+    fn issue(&mut self, token: PersistToken, last_durable: PersistToken) {
+        debug_assert!(token > self.newest, "tokens grow");
+        if self.newest != 0 && self.newest <= last_durable {
+            self.durable_before = self.newest;
+        }
+        self.newest = token;
+    }
+
+    /// The newest durable record (0: none yet).
+    fn durable(&self, last_durable: PersistToken) -> PersistToken {
+        if self.newest <= last_durable {
+            self.newest
+        } else {
+            self.durable_before
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -523,7 +829,9 @@ struct Inst {
     held: Option<Held>,
     /// Committed, and the commit durable here.
     effective: bool,
-    executed: bool,
+    /// Its `Instance` records and its `Promise` records.
+    records: Tokens,
+    promises: Tokens,
 }
 
 impl Inst {
@@ -533,7 +841,18 @@ impl Inst {
             seen: Ballot::ZERO,
             held: None,
             effective: false,
-            executed: false,
+            records: Tokens::default(),
+            promises: Tokens::default(),
+        }
+    }
+
+    /// The oldest record a restart needs to rebuild this instance (0: none durable): the
+    /// newest durable `Instance` record (later promises are later in the log), or else
+    /// the newest durable `Promise` (promises only grow).
+    fn keep_token(&self, last_durable: PersistToken) -> PersistToken {
+        match self.records.durable(last_durable) {
+            0 => self.promises.durable(last_durable),
+            t => t,
         }
     }
 
@@ -590,6 +909,8 @@ enum Deferred {
         instance: InstanceId,
         broadcast: bool,
     },
+    /// A `Truncated` record is durable: tell the driver which log prefix is obsolete.
+    Truncated,
 }
 
 /// Per key: each replica's largest slot that wrote it, that accessed it, and the
@@ -657,6 +978,30 @@ impl ConflictIndex {
         }
     }
 
+    /// Every new command depends on every slot up to `floor` (per replica), as if a
+    /// barrier command stood there. Used when the instances below are forgotten
+    /// (rule 7: extra dependencies never break the execution order, missing ones do).
+    /// `seq` needs no such floor: it orders commands inside one strongly connected
+    /// component only, and a command proposed after an instance executed here cannot
+    /// share its component (that component was complete, all committed, without it).
+    fn raise_barrier(&mut self, floor: &[Slot]) {
+        debug_assert_eq!(floor.len(), self.barrier.len());
+        for (b, &f) in self.barrier.iter_mut().zip(floor) {
+            *b = (*b).max(f);
+        }
+        for (a, &b) in self.all.iter_mut().zip(&self.barrier) {
+            *a = (*a).max(b);
+        }
+    }
+
+    /// Raise the barrier to `frontier`, then forget the keys it makes redundant (every
+    /// slot at or below it): the dependencies they would add the barrier now adds.
+    fn prune(&mut self, frontier: &[Slot]) {
+        self.raise_barrier(frontier);
+        let below = |slots: &[Slot]| slots.iter().zip(frontier).all(|(&s, &f)| s <= f);
+        self.keys.retain(|_, k| !(below(&k.write) && below(&k.any)));
+    }
+
     fn add(&mut self, q: usize, slot: Slot, cmd: &EpaxosCommand, seq: u64) {
         let n = self.all.len();
         self.all[q] = self.all[q].max(slot);
@@ -679,6 +1024,24 @@ impl ConflictIndex {
                 s.write_seq = s.write_seq.max(seq);
             }
         }
+    }
+}
+
+/// The instance a message is about (`CommitRequest`, `Heartbeat` and `Truncated` name
+/// none or several).
+fn msg_instance(msg: &EpaxosMsg) -> Option<InstanceId> {
+    match msg {
+        EpaxosMsg::PreAccept { instance, .. }
+        | EpaxosMsg::PreAcceptOk { instance, .. }
+        | EpaxosMsg::Accept { instance, .. }
+        | EpaxosMsg::AcceptOk { instance, .. }
+        | EpaxosMsg::Commit { instance, .. }
+        | EpaxosMsg::Prepare { instance, .. }
+        | EpaxosMsg::PrepareOk { instance, .. }
+        | EpaxosMsg::Nack { instance, .. } => Some(*instance),
+        EpaxosMsg::CommitRequest { .. }
+        | EpaxosMsg::Heartbeat { .. }
+        | EpaxosMsg::Truncated { .. } => None,
     }
 }
 
@@ -705,6 +1068,9 @@ pub enum EpaxosDrop {
     AlreadyCommitted,
     /// An awaited instance not noted because `waiting_max` was reached.
     WaitingFull,
+    /// A message about an instance at or below this replica's truncation frontier
+    /// (a `Prepare` or `CommitRequest` for one is answered with `Truncated`).
+    Truncated,
 }
 
 /// The [`DropCounts`] name of [`EpaxosDrop::ConflictingCommit`]; correct peers never
@@ -723,6 +1089,7 @@ fn epaxos_drop_name(d: EpaxosDrop) -> &'static str {
         EpaxosDrop::ConflictingCommit => CONFLICTING_COMMIT,
         EpaxosDrop::AlreadyCommitted => "epaxos_already_committed",
         EpaxosDrop::WaitingFull => "epaxos_waiting_full",
+        EpaxosDrop::Truncated => "epaxos_truncated",
     }
 }
 
@@ -744,6 +1111,25 @@ pub struct Epaxos {
     ready: BTreeSet<InstanceId>,
     /// Per replica: every slot up to this one is executed here.
     exec_prefix: Vec<Slot>,
+    /// Executed instances above their column's prefix. With `exec_prefix`, exactly
+    /// this replica's executed set ([`ExecPosition`]); instances a restored position
+    /// lists here need not be in memory.
+    exec_above: BTreeSet<InstanceId>,
+    /// Per replica: every slot up to this one was executed and forgotten here; messages
+    /// about them are dropped, and a `Prepare` or `CommitRequest` is answered
+    /// `Truncated`. Only grows, and is durable (`EpaxosRecord::Truncated`) before the
+    /// driver may delete the records it replaces.
+    truncated: Vec<Slot>,
+    /// Per replica: the highest truncation frontier a peer reported. An instance at or
+    /// below it that is not executed here can no longer be fetched (spec rule 11).
+    peers_truncated: Vec<Slot>,
+    /// A checkpoint covering this frontier is needed (until the execution prefix
+    /// covers it), and the tick `NeedState` was last emitted.
+    state_needed: Option<Vec<Slot>>,
+    need_state_tick: Option<u64>,
+    /// The `Truncated` records, and the `below_token` of the last `TruncateLog`.
+    truncation_records: Tokens,
+    log_truncated_below: PersistToken,
     /// Per replica: the highest slot known committed (here or by a peer's heartbeat).
     committed_max: Vec<Slot>,
     exec_dirty: bool,
@@ -756,7 +1142,12 @@ pub struct Epaxos {
     last_heartbeat: u64,
     stats: EpaxosStats,
     drops: DropCounts,
+    /// Committed instances in memory.
     committed_count: u64,
+    /// Instances that became committed here in this incarnation (dropped ones too).
+    committed_ever: u64,
+    /// Planted bug: answer a `Prepare` for a truncated instance as if holding nothing.
+    bug_truncated_as_empty: bool,
 }
 
 impl Epaxos {
@@ -781,6 +1172,13 @@ impl Epaxos {
             waiting: BTreeMap::new(),
             ready: BTreeSet::new(),
             exec_prefix: vec![0; n],
+            exec_above: BTreeSet::new(),
+            truncated: vec![0; n],
+            peers_truncated: vec![0; n],
+            state_needed: None,
+            need_state_tick: None,
+            truncation_records: Tokens::default(),
+            log_truncated_below: 0,
             committed_max: vec![0; n],
             exec_dirty: false,
             deferred: BTreeMap::new(),
@@ -793,81 +1191,165 @@ impl Epaxos {
             stats: EpaxosStats::default(),
             drops: DropCounts::default(),
             committed_count: 0,
+            committed_ever: 0,
+            bug_truncated_as_empty: false,
             config,
         }
     }
 
-    /// Rebuild a replica from its log, oldest record first. Everything replayed was
-    /// durable. The records get tokens 1, 2, … and new writes continue the count.
-    /// Committed instances execute again from the start (at the first handler call);
-    /// uncommitted ones are awaited, and recovered if nobody commits them.
+    /// Rebuild a replica from its log, oldest record first, with no checkpoint: as
+    /// [`Epaxos::recover_at`] with no position (committed instances execute again from
+    /// the start, so the log must not have been truncated).
     pub fn recover(
         id: NodeId,
         config: EpaxosConfig,
         records: impl IntoIterator<Item = EpaxosRecord>,
     ) -> Epaxos {
+        Epaxos::recover_at(id, config, None, records)
+    }
+
+    /// Rebuild a replica from a checkpoint taken at `position` (its service state is the
+    /// driver's to restore) and from its log, oldest record first. Everything replayed
+    /// was durable. The records get tokens 1, 2, … and new writes continue the count.
+    ///
+    /// Every instance in `position` counts as executed and is never executed again;
+    /// dependencies on them are satisfied. Committed instances outside it execute at the
+    /// first handler call; uncommitted ones are awaited, and recovered if nobody commits
+    /// them. The conflict index is not in the checkpoint (spec rule 7): its barrier rises
+    /// to the restored prefix (and the truncation frontier), so every new command
+    /// depends on everything this replica may have forgotten; extra dependencies never
+    /// break the execution order. A log truncated above `position` (the checkpoint is
+    /// older than the truncation) leaves a gap only a peer's checkpoint can fill: the
+    /// replica emits `NeedState` at its first handler call.
+    ///
+    /// Panics on a position or record of another cluster (the caller's bug, or a log or
+    /// checkpoint of another configuration).
+    pub fn recover_at(
+        id: NodeId,
+        config: EpaxosConfig,
+        position: Option<ExecPosition>,
+        records: impl IntoIterator<Item = EpaxosRecord>,
+    ) -> Epaxos {
         let mut e = Epaxos::new(id, config);
-        let mut position: PersistToken = 0;
+        let mut token: PersistToken = 0;
         for r in records {
-            position += 1;
-            match r {
-                EpaxosRecord::Instance {
-                    instance,
-                    promised,
-                    held,
-                } => {
-                    let Some(q) = e.pos(instance.replica) else {
-                        continue;
-                    };
-                    if instance.replica == id {
-                        e.next_slot = e.next_slot.max(instance.slot + 1);
-                    }
-                    let inst = e.instances.entry(instance).or_insert_with(Inst::new);
-                    inst.promised = inst.promised.max(promised);
-                    inst.seen = inst.seen.max(inst.promised);
-                    // A commit is final: a later record of a lower state cannot exist
-                    // (nothing is written for a committed instance but the commit).
-                    if !inst.committed() {
-                        inst.held = Some(held);
-                    }
-                    debug_assert!(q < e.n());
-                }
-                EpaxosRecord::Promise { instance, ballot } => {
-                    if e.pos(instance.replica).is_none() {
-                        continue;
-                    }
-                    if instance.replica == id {
-                        e.next_slot = e.next_slot.max(instance.slot + 1);
-                    }
-                    let inst = e.instances.entry(instance).or_insert_with(Inst::new);
-                    inst.promised = inst.promised.max(ballot);
-                    inst.seen = inst.seen.max(ballot);
-                }
+            token += 1;
+            e.replay(token, r);
+        }
+        e.last_issued = token;
+        e.last_durable = token;
+        if let Some(p) = position {
+            assert!(
+                p.is_well_formed(&e.config.replicas),
+                "a position of another cluster: {p:?}"
+            );
+            e.exec_prefix = p.prefix;
+            e.exec_above = p.above.into_iter().collect();
+            e.normalize_exec();
+        }
+        // Records written before a truncation record may name instances it forgot.
+        for q in 0..e.n() {
+            for i in e.instances_upto(q, e.truncated[q]) {
+                e.instances.remove(&i);
             }
         }
-        e.last_issued = position;
-        e.last_durable = position;
-        let ids: Vec<InstanceId> = e.instances.keys().copied().collect();
+        let me = e.me;
+        e.next_slot = e
+            .next_slot
+            .max(e.exec_prefix[me] + 1)
+            .max(e.truncated[me] + 1)
+            .max(e.own_above_max() + 1);
+        e.resume_recovered();
+        // Rule 7: the index forgot everything the checkpoint or the truncation covers.
+        let floor: Vec<Slot> = (0..e.n())
+            .map(|q| e.exec_prefix[q].max(e.truncated[q]))
+            .collect();
+        e.index.raise_barrier(&floor);
+        if !covers(&e.exec_prefix, &e.truncated) {
+            let t = e.truncated.clone();
+            e.need_state(&t);
+        }
+        e.invariants();
+        e
+    }
+
+    /// One durable record of the log, the `token`-th, at a restart.
+    fn replay(&mut self, token: PersistToken, record: EpaxosRecord) {
+        match record {
+            EpaxosRecord::Instance {
+                instance,
+                promised,
+                held,
+            } => {
+                if self.pos(instance.replica).is_none() {
+                    return;
+                }
+                if instance.replica == self.id {
+                    self.next_slot = self.next_slot.max(instance.slot + 1);
+                }
+                let inst = self.instances.entry(instance).or_insert_with(Inst::new);
+                inst.promised = inst.promised.max(promised);
+                inst.seen = inst.seen.max(inst.promised);
+                inst.records.issue(token, token);
+                // A commit is final: a later record of a lower state cannot exist
+                // (nothing is written for a committed instance but the commit).
+                if !inst.committed() {
+                    inst.held = Some(held);
+                }
+            }
+            EpaxosRecord::Promise { instance, ballot } => {
+                if self.pos(instance.replica).is_none() {
+                    return;
+                }
+                if instance.replica == self.id {
+                    self.next_slot = self.next_slot.max(instance.slot + 1);
+                }
+                let inst = self.instances.entry(instance).or_insert_with(Inst::new);
+                inst.promised = inst.promised.max(ballot);
+                inst.seen = inst.seen.max(ballot);
+                inst.promises.issue(token, token);
+            }
+            EpaxosRecord::Truncated { frontier } => {
+                assert!(
+                    frontier.len() == self.n() && frontier.iter().all(|&s| s <= SLOT_MAX),
+                    "a truncation record of another cluster: {frontier:?}"
+                );
+                for (t, &f) in self.truncated.iter_mut().zip(&frontier) {
+                    *t = (*t).max(f);
+                }
+                self.truncation_records.issue(token, token);
+            }
+        }
+    }
+
+    /// After the replay: index what is held, make committed instances effective (and
+    /// ready unless executed), await the others.
+    fn resume_recovered(&mut self) {
+        let ids: Vec<InstanceId> = self.instances.keys().copied().collect();
         for i in ids {
-            let q = e
+            let q = self
                 .pos(i.replica)
                 .expect("recovered instances are of replicas");
-            let inst = e.instances.get_mut(&i).expect("listed");
+            let executed = self.is_executed(i);
+            let inst = self.instances.get_mut(&i).expect("listed");
             if let Some(h) = &inst.held {
                 if let Some(c) = &h.command {
-                    e.index.add(q, i.slot, c, h.attrs.seq);
+                    self.index.add(q, i.slot, c, h.attrs.seq);
                 }
                 if h.status == Status::Committed {
                     inst.effective = true;
-                    e.ready.insert(i);
-                    e.committed_count += 1;
-                    e.committed_max[q] = e.committed_max[q].max(i.slot);
-                    e.exec_dirty = true;
+                    if !executed {
+                        self.ready.insert(i);
+                    }
+                    self.committed_count += 1;
+                    self.committed_ever += 1;
+                    self.committed_max[q] = self.committed_max[q].max(i.slot);
+                    self.exec_dirty = true;
                     continue;
                 }
             }
-            if e.waiting.len() < e.config.waiting_max {
-                e.waiting.insert(
+            if !executed && self.waiting.len() < self.config.waiting_max {
+                self.waiting.insert(
                     i,
                     Wait {
                         since: 0,
@@ -876,8 +1358,18 @@ impl Epaxos {
                 );
             }
         }
-        e.invariants();
-        e
+        assert!(self.ready.len() as u64 <= self.committed_count);
+    }
+
+    /// Plant the bug `truncated_as_empty` (checker controls only): for an instance at
+    /// or below the truncation frontier, answer as an acceptor that never saw it would
+    /// (a `Prepare` with "I hold nothing" instead of `Truncated`, an `Accept` with
+    /// `AcceptOk`, a `CommitRequest` with silence), as if forgetting an instance meant
+    /// never having seen it (spec pitfall 19). A recoverer may then decide a no-op for
+    /// a committed command. Kept apart from [`EpaxosBugs`] so that the drivers' literals
+    /// of that struct stay valid.
+    pub fn plant_truncated_as_empty(&mut self, on: bool) {
+        self.bug_truncated_as_empty = on;
     }
 
     /// Plant bugs (checker controls only).
@@ -915,12 +1407,48 @@ impl Epaxos {
     }
 
     /// Nothing in flight: no phase driven, no instance awaited, nothing committed left
-    /// to execute, no reply waiting for a write.
+    /// to execute, no reply waiting for a write, no checkpoint needed.
     pub fn is_quiescent(&self) -> bool {
         self.drives.is_empty()
             && self.waiting.is_empty()
             && self.ready.is_empty()
             && self.deferred.is_empty()
+            && self.state_needed.is_none()
+    }
+
+    /// Exactly what this replica has executed (what a `Cut` reports, at any time).
+    pub fn position(&self) -> ExecPosition {
+        ExecPosition {
+            prefix: self.exec_prefix.clone(),
+            above: self.exec_above.iter().copied().collect(),
+        }
+    }
+
+    /// Per replica, every slot up to this one is executed here.
+    pub fn exec_prefix(&self) -> &[Slot] {
+        &self.exec_prefix
+    }
+
+    /// This replica's truncation frontier: every slot up to this one, per replica, is
+    /// executed and forgotten.
+    pub fn truncated(&self) -> &[Slot] {
+        &self.truncated
+    }
+
+    /// The frontier a checkpoint must cover for this replica to go on, while one is
+    /// needed (see [`EpaxosAction::NeedState`]).
+    pub fn state_needed(&self) -> Option<&[Slot]> {
+        self.state_needed.as_deref()
+    }
+
+    /// Instances held in memory (bounded by truncation).
+    pub fn instances_in_memory(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Keys in the conflict index (bounded by truncation to keys with live instances).
+    pub fn conflict_keys(&self) -> usize {
+        self.index.keys.len()
     }
 
     fn pos(&self, r: NodeId) -> Option<usize> {
@@ -1039,6 +1567,7 @@ impl Epaxos {
             self.last_heartbeat = self.now;
             let msg = EpaxosMsg::Heartbeat {
                 committed: self.committed_max.clone(),
+                truncated: self.truncated.clone(),
             };
             self.send_peers(msg, out);
         }
@@ -1062,6 +1591,144 @@ impl Epaxos {
                 self.run_deferred(d, out);
             }
         }
+        self.finish(out);
+    }
+
+    /// State transfer finished: the driver replaced the service state with a peer's
+    /// checkpoint taken at `position` (a `Cut` position of that peer). This replica's
+    /// executed set becomes exactly `position`: an instance it executed that the
+    /// position lacks runs again (the state it changed was replaced), and one the
+    /// position holds never runs here. Committed instances outside the position become
+    /// ready, and execution resumes. Any replica's position is a correct place to
+    /// restore at, although positions at one barrier may differ by no-ops: the set is
+    /// downward closed in the dependency graph every replica shares, so executing the
+    /// rest in dependency order gives every interfering pair the same order as
+    /// everywhere, and no-ops change no state.
+    ///
+    /// The conflict index rises to the restored prefix (rule 7). A position that does
+    /// not cover this replica's own truncation frontier leaves a gap: `NeedState` again.
+    /// Panics on a position of another cluster.
+    pub fn restore(&mut self, position: &ExecPosition, out: &mut EpaxosOutbox) {
+        assert!(
+            position.is_well_formed(&self.config.replicas),
+            "a position of another cluster: {position:?}"
+        );
+        let replicas = &self.config.replicas;
+        let unexecuted: Vec<InstanceId> = self
+            .instances
+            .keys()
+            .copied()
+            .filter(|&i| self.is_executed(i) && !position.contains(replicas, i))
+            .collect();
+        self.exec_prefix = position.prefix.clone();
+        self.exec_above = position.above.iter().copied().collect();
+        self.normalize_exec();
+        for i in unexecuted {
+            debug_assert!(!self.is_executed(i));
+            self.stats.restore_unexecuted += 1;
+            if self.instances[&i].effective {
+                self.ready.insert(i);
+            }
+        }
+        let now_executed: Vec<InstanceId> = self
+            .ready
+            .iter()
+            .chain(self.waiting.keys())
+            .copied()
+            .filter(|&i| self.is_executed(i))
+            .collect();
+        for i in now_executed {
+            self.ready.remove(&i);
+            self.waiting.remove(&i);
+        }
+        let me = self.me;
+        let own_above = self.own_above_max();
+        self.next_slot = self
+            .next_slot
+            .max(self.exec_prefix[me] + 1)
+            .max(own_above + 1);
+        let prefix = self.exec_prefix.clone();
+        self.index.raise_barrier(&prefix);
+        if !covers(&self.exec_prefix, &self.truncated) {
+            let t = self.truncated.clone();
+            self.need_state(&t);
+        }
+        self.exec_dirty = true;
+        self.stats.restores += 1;
+        self.finish(out);
+    }
+
+    /// Forget every instance at or below `frontier[q]` in each column `q` (spec §2).
+    /// The caller computes `frontier` as the componentwise minimum over the durable
+    /// checkpoint positions of one set of `f + 1` replicas (rule 5,
+    /// [`truncation_frontier`]), so that a checkpoint covering it survives any `f`
+    /// crashes; it should also cap it by this replica's own durable checkpoint, or a
+    /// restart from that checkpoint will need a peer's (`NeedState`). The frontier is
+    /// clamped to this replica's execution prefix (counted in
+    /// [`EpaxosStats::truncations_clamped`]): what it has not executed it must not
+    /// forget. The truncation frontier only grows.
+    ///
+    /// Effects: the instances are dropped from memory; the conflict index's barrier
+    /// rises to the frontier and the keys it then makes redundant (every slot at or
+    /// below it) go, so the index is bounded by the keys of live instances; a
+    /// `Truncated` record is written and, once durable, `TruncateLog` names the oldest
+    /// record still needed. From then on messages about those instances are dropped,
+    /// and a `Prepare` or `CommitRequest` for one is answered `Truncated`, never "I hold
+    /// nothing" (rule 12).
+    pub fn truncate_below(&mut self, frontier: &[Slot], out: &mut EpaxosOutbox) {
+        let n = self.n();
+        assert_eq!(frontier.len(), n, "a frontier of this cluster");
+        let mut clamped = false;
+        let target: Vec<Slot> = (0..n)
+            .map(|q| {
+                clamped |= frontier[q] > self.exec_prefix[q];
+                frontier[q].min(self.exec_prefix[q]).max(self.truncated[q])
+            })
+            .collect();
+        if clamped {
+            self.stats.truncations_clamped += 1;
+        }
+        if target == self.truncated {
+            self.finish(out);
+            return;
+        }
+        for (q, &upto) in target.iter().enumerate() {
+            for i in self.instances_upto(q, upto) {
+                assert!(self.is_executed(i), "{i} truncated before it executed");
+                let inst = self.instances.remove(&i).expect("listed");
+                if inst.committed() {
+                    self.committed_count -= 1;
+                }
+                if self.drives.remove(&i).is_some() {
+                    // A peer's position said it executed: its commit exists somewhere.
+                    self.stats.abandoned += 1;
+                }
+                assert!(!self.ready.contains(&i), "{i} executed yet ready");
+                self.stats.instances_dropped += 1;
+            }
+            let r = self.config.replicas[q];
+            let stale: Vec<InstanceId> = self
+                .waiting
+                .range(
+                    InstanceId {
+                        replica: r,
+                        slot: 0,
+                    }..=InstanceId {
+                        replica: r,
+                        slot: upto,
+                    },
+                )
+                .map(|(&i, _)| i)
+                .collect();
+            for i in stale {
+                self.waiting.remove(&i);
+            }
+        }
+        self.index.prune(&target);
+        self.truncated = target.clone();
+        let token = self.persist(EpaxosRecord::Truncated { frontier: target }, out);
+        self.defer(token, Deferred::Truncated);
+        self.stats.truncations += 1;
         self.finish(out);
     }
 
@@ -1191,24 +1858,50 @@ impl Epaxos {
                 }
                 instances.iter().try_for_each(|&i| self.check_instance(i))
             }
-            EpaxosMsg::Heartbeat { committed } => {
-                if committed.len() != self.n() || committed.iter().any(|&s| s > SLOT_MAX) {
-                    return Err(EpaxosDrop::BadAttrs);
-                }
-                Ok(())
+            EpaxosMsg::Heartbeat {
+                committed,
+                truncated,
+            } => {
+                self.check_frontier(committed)?;
+                self.check_frontier(truncated)
             }
+            EpaxosMsg::Truncated { frontier } => self.check_frontier(frontier),
         }
+    }
+
+    /// One slot per replica, each at most [`SLOT_MAX`].
+    fn check_frontier(&self, f: &[Slot]) -> Result<(), EpaxosDrop> {
+        if f.len() != self.n() || f.iter().any(|&s| s > SLOT_MAX) {
+            return Err(EpaxosDrop::BadAttrs);
+        }
+        Ok(())
     }
 
     // ---- Plumbing ------------------------------------------------------------------
 
     fn persist(&mut self, record: EpaxosRecord, out: &mut EpaxosOutbox) -> PersistToken {
         self.last_issued += 1;
-        out.push(EpaxosAction::Persist {
-            token: self.last_issued,
-            record,
-        });
-        self.last_issued
+        let (token, durable) = (self.last_issued, self.last_durable);
+        // Which record a restart would need: see `Inst::keep_token`.
+        match &record {
+            EpaxosRecord::Instance { instance, .. } => {
+                let inst = self
+                    .instances
+                    .get_mut(instance)
+                    .expect("recorded instances are held");
+                inst.records.issue(token, durable);
+            }
+            EpaxosRecord::Promise { instance, .. } => {
+                let inst = self
+                    .instances
+                    .get_mut(instance)
+                    .expect("promised instances are held");
+                inst.promises.issue(token, durable);
+            }
+            EpaxosRecord::Truncated { .. } => self.truncation_records.issue(token, durable),
+        }
+        out.push(EpaxosAction::Persist { token, record });
+        token
     }
 
     fn defer(&mut self, token: PersistToken, d: Deferred) {
@@ -1261,6 +1954,7 @@ impl Epaxos {
             self.handle(self.id, msg, out);
         }
         self.try_execute(out);
+        self.emit_need_state(out);
     }
 
     fn run_deferred(&mut self, d: Deferred, out: &mut EpaxosOutbox) {
@@ -1299,15 +1993,17 @@ impl Epaxos {
                 instance,
                 broadcast,
             } => {
-                let inst = self
-                    .instances
-                    .get_mut(&instance)
-                    .expect("committed instance");
+                let executed = self.is_executed(instance);
+                let Some(inst) = self.instances.get_mut(&instance) else {
+                    // A restored position held it and a truncation forgot it since.
+                    assert!(self.is_truncated(instance), "{instance} vanished");
+                    return;
+                };
                 let held = inst.held.clone().expect("committed instance holds");
                 assert_eq!(held.status, Status::Committed);
                 if !inst.effective {
                     inst.effective = true;
-                    if !inst.executed {
+                    if !executed {
                         self.ready.insert(instance);
                     }
                     self.exec_dirty = true;
@@ -1324,14 +2020,42 @@ impl Epaxos {
                     );
                 }
             }
+            Deferred::Truncated => {
+                // Writes complete in order, so every live instance's newest durable
+                // record is known; records below the oldest of them (and below the
+                // newest durable truncation record) are superseded or truncated.
+                let durable = self.last_durable;
+                let mut below = self.truncation_records.durable(durable);
+                assert!(below > 0, "a truncation record is durable");
+                for inst in self.instances.values() {
+                    match inst.keep_token(durable) {
+                        0 => {}
+                        t => below = below.min(t),
+                    }
+                }
+                if below > self.log_truncated_below {
+                    self.log_truncated_below = below;
+                    out.push(EpaxosAction::TruncateLog { below_token: below });
+                }
+            }
         }
     }
 
     fn note_waiting(&mut self, instance: InstanceId) {
-        if self.waiting.contains_key(&instance) {
+        if self.waiting.contains_key(&instance) || self.is_executed(instance) {
             return;
         }
         if self.instances.get(&instance).is_some_and(|i| i.committed()) {
+            return;
+        }
+        let q = self.pos(instance.replica).expect("validated instance");
+        if instance.slot <= self.truncated[q] || instance.slot <= self.peers_truncated[q] {
+            // Rule 11: forgotten here (a restart from an older checkpoint) or by a
+            // peer, so never fetchable, and never to be re-decided: a checkpoint is.
+            let frontier: Vec<Slot> = (0..self.n())
+                .map(|c| self.truncated[c].max(self.peers_truncated[c]))
+                .collect();
+            self.need_state(&frontier);
             return;
         }
         if self.waiting.len() >= self.config.waiting_max {
@@ -1397,6 +2121,27 @@ impl Epaxos {
     // ---- Handlers ------------------------------------------------------------------
 
     fn handle(&mut self, from: NodeId, msg: EpaxosMsg, out: &mut EpaxosOutbox) {
+        if let Some(instance) = msg_instance(&msg).filter(|&i| self.is_truncated(i)) {
+            self.count(EpaxosDrop::Truncated);
+            match msg {
+                EpaxosMsg::Prepare { ballot, .. } if self.bug_truncated_as_empty => {
+                    // The planted bug: answer as an acceptor that never saw the
+                    // instance ("I hold nothing"), keeping no state.
+                    let msg = EpaxosMsg::PrepareOk {
+                        instance,
+                        ballot,
+                        held: None,
+                    };
+                    self.send(from, msg, out);
+                }
+                EpaxosMsg::Accept { ballot, .. } if self.bug_truncated_as_empty => {
+                    self.send(from, EpaxosMsg::AcceptOk { instance, ballot }, out);
+                }
+                EpaxosMsg::Prepare { .. } => self.answer_truncated(from, out),
+                _ => {}
+            }
+            return;
+        }
         match msg {
             EpaxosMsg::PreAccept {
                 instance,
@@ -1431,14 +2176,71 @@ impl Epaxos {
             } => self.on_prepare_ok(from, instance, ballot, held, out),
             EpaxosMsg::Nack { instance, ballot } => self.on_nack(instance, ballot),
             EpaxosMsg::CommitRequest { instances } => {
+                let mut truncated = false;
                 for i in instances {
-                    if self.instances.get(&i).is_some_and(|x| x.effective) {
+                    if self.is_truncated(i) {
+                        truncated = true;
+                    } else if self.instances.get(&i).is_some_and(|x| x.effective) {
                         let msg = self.commit_msg(i).expect("effective means committed");
                         self.send(from, msg, out);
                     }
                 }
+                if truncated {
+                    self.count(EpaxosDrop::Truncated);
+                    if !self.bug_truncated_as_empty {
+                        self.answer_truncated(from, out);
+                    }
+                }
             }
-            EpaxosMsg::Heartbeat { committed } => self.on_heartbeat(&committed),
+            EpaxosMsg::Heartbeat {
+                committed,
+                truncated,
+            } => self.on_heartbeat(&committed, &truncated),
+            EpaxosMsg::Truncated { frontier } => self.on_truncated(&frontier),
+        }
+    }
+
+    fn answer_truncated(&mut self, to: NodeId, out: &mut EpaxosOutbox) {
+        self.stats.truncated_sent += 1;
+        let msg = EpaxosMsg::Truncated {
+            frontier: self.truncated.clone(),
+        };
+        self.send(to, msg, out);
+    }
+
+    /// A peer forgot every instance at or below `frontier`: recoveries and commit
+    /// requests there are pointless (and a recovery must not go on to decide a no-op
+    /// for what may be a committed command, rule 12). If this replica has not executed
+    /// all of it, only a checkpoint helps (rule 11).
+    fn on_truncated(&mut self, frontier: &[Slot]) {
+        self.stats.truncated_received += 1;
+        self.peer_truncated(frontier);
+    }
+
+    fn peer_truncated(&mut self, frontier: &[Slot]) {
+        self.note_peers_truncated(frontier);
+        let replicas = self.config.replicas.clone();
+        let below = |i: &InstanceId| {
+            let q = replicas.iter().position(|&r| r == i.replica);
+            q.is_some_and(|q| i.slot <= frontier[q])
+        };
+        let aborted: Vec<InstanceId> = self.drives.keys().copied().filter(below).collect();
+        for i in aborted {
+            self.drives.remove(&i);
+            self.stats.abandoned += 1;
+        }
+        let given_up: Vec<InstanceId> = self.waiting.keys().copied().filter(below).collect();
+        for i in given_up {
+            self.waiting.remove(&i);
+        }
+        if !covers(&self.exec_prefix, frontier) {
+            self.need_state(frontier);
+        }
+    }
+
+    fn note_peers_truncated(&mut self, frontier: &[Slot]) {
+        for (p, &f) in self.peers_truncated.iter_mut().zip(frontier) {
+            *p = (*p).max(f);
         }
     }
 
@@ -1768,6 +2570,7 @@ impl Epaxos {
         let q = self.pos(instance.replica).expect("validated instance");
         self.committed_max[q] = self.committed_max[q].max(instance.slot);
         self.committed_count += 1;
+        self.committed_ever += 1;
         self.instances.get_mut(&instance).expect("entry").held = Some(held);
         if self.drives.remove(&instance).is_some() {
             self.stats.abandoned += 1;
@@ -1859,8 +2662,18 @@ impl Epaxos {
             self.decide(instance, command, attrs, out);
             return;
         }
-        // 3. Nobody in the quorum holds the command: a no-op.
+        // 3. Nobody in the quorum holds the command: a no-op. Not if a peer forgot
+        // the instance: a missing record then no longer means that the command was
+        // never proposed (rule 12); the recovery is over, a checkpoint is needed.
         let Some(max_vballot) = helds.iter().map(|h| h.vballot).max() else {
+            let q = self.pos(instance.replica).expect("validated instance");
+            if instance.slot <= self.peers_truncated[q] {
+                self.drives.remove(&instance);
+                self.stats.abandoned += 1;
+                let frontier = self.peers_truncated.clone();
+                self.need_state(&frontier);
+                return;
+            }
             self.start_accept(instance, ballot, None, Attrs::none(self.n()), out);
             return;
         };
@@ -1971,7 +2784,10 @@ impl Epaxos {
         }
     }
 
-    fn on_heartbeat(&mut self, committed: &[Slot]) {
+    fn on_heartbeat(&mut self, committed: &[Slot], truncated: &[Slot]) {
+        // Behind a peer's truncation, what is missing can come only from a checkpoint,
+        // even if nothing held here depends on it yet.
+        self.peer_truncated(truncated);
         let mut noted = 0;
         for (q, &top) in committed.iter().enumerate() {
             let r = self.config.replicas[q];
@@ -1981,7 +2797,8 @@ impl Epaxos {
             } else {
                 top
             };
-            let mut s = self.exec_prefix[q] + 1;
+            // Slots a peer forgot cannot be fetched (`need_state` above covers them).
+            let mut s = self.exec_prefix[q].max(self.peers_truncated[q]) + 1;
             // Bounded work per heartbeat whatever a peer claims: a replica far behind
             // catches up over several heartbeats as its execution advances.
             let last = top.min(s.saturating_add(HEARTBEAT_SCAN_SLOTS_MAX));
@@ -2073,7 +2890,10 @@ impl Epaxos {
         let mut done = Vec::new();
         for (&i, w) in self.waiting.iter_mut() {
             let inst = self.instances.get(&i);
-            if inst.is_some_and(|x| x.committed()) {
+            let q = self.config.replicas.iter().position(|&r| r == i.replica);
+            let executed =
+                q.is_some_and(|q| i.slot <= self.exec_prefix[q]) || self.exec_above.contains(&i);
+            if inst.is_some_and(|x| x.committed()) || executed {
                 done.push(i);
                 continue;
             }
@@ -2123,6 +2943,11 @@ impl Epaxos {
     }
 
     fn start_recovery(&mut self, instance: InstanceId, out: &mut EpaxosOutbox) {
+        let q = self.pos(instance.replica).expect("validated instance");
+        assert!(
+            instance.slot > self.peers_truncated[q] && instance.slot > self.truncated[q],
+            "{instance} recovered although truncated"
+        );
         let inst = self.instances.entry(instance).or_insert_with(Inst::new);
         let round = inst.seen.max(inst.promised).round + 1;
         assert!(round <= ROUND_MAX, "ballot rounds exhausted");
@@ -2150,7 +2975,90 @@ impl Epaxos {
 
     fn is_executed(&self, i: InstanceId) -> bool {
         let q = self.pos(i.replica).expect("instances are of replicas");
-        i.slot <= self.exec_prefix[q] || self.instances.get(&i).is_some_and(|x| x.executed)
+        i.slot <= self.exec_prefix[q] || self.exec_above.contains(&i)
+    }
+
+    /// At or below this replica's truncation frontier: forgotten.
+    fn is_truncated(&self, i: InstanceId) -> bool {
+        let q = self.pos(i.replica).expect("validated instance");
+        i.slot <= self.truncated[q]
+    }
+
+    /// Move the exceptions just above each column's prefix into the prefix.
+    fn normalize_exec(&mut self) {
+        for q in 0..self.n() {
+            let r = self.config.replicas[q];
+            while self.exec_above.remove(&InstanceId {
+                replica: r,
+                slot: self.exec_prefix[q] + 1,
+            }) {
+                self.exec_prefix[q] += 1;
+            }
+        }
+    }
+
+    /// The highest own slot among the executed exceptions (0: none).
+    fn own_above_max(&self) -> Slot {
+        let (lo, hi) = (
+            InstanceId {
+                replica: self.id,
+                slot: 0,
+            },
+            InstanceId {
+                replica: self.id,
+                slot: SLOT_MAX,
+            },
+        );
+        self.exec_above
+            .range(lo..=hi)
+            .next_back()
+            .map_or(0, |i| i.slot)
+    }
+
+    /// The instances in memory of column `q` at or below `slot`.
+    fn instances_upto(&self, q: usize, slot: Slot) -> Vec<InstanceId> {
+        let r = self.config.replicas[q];
+        self.instances
+            .range(
+                InstanceId {
+                    replica: r,
+                    slot: 0,
+                }..=InstanceId { replica: r, slot },
+            )
+            .map(|(&i, _)| i)
+            .collect()
+    }
+
+    /// A checkpoint covering `frontier` is needed; `NeedState` leaves from `finish`.
+    fn need_state(&mut self, frontier: &[Slot]) {
+        let needed = self
+            .state_needed
+            .get_or_insert_with(|| vec![0; frontier.len()]);
+        for (m, &f) in needed.iter_mut().zip(frontier) {
+            *m = (*m).max(f);
+        }
+    }
+
+    /// Emit `NeedState` while the need lasts, at most once per recovery timeout (state
+    /// transfer takes a while, and the driver may retry with another peer).
+    fn emit_need_state(&mut self, out: &mut EpaxosOutbox) {
+        let Some(needed) = &self.state_needed else {
+            return;
+        };
+        if covers(&self.exec_prefix, needed) {
+            self.state_needed = None;
+            return;
+        }
+        if self
+            .need_state_tick
+            .is_some_and(|t| self.now < t + self.config.recovery_timeout_ticks)
+        {
+            return;
+        }
+        let frontier = needed.clone();
+        self.need_state_tick = Some(self.now);
+        self.stats.need_states += 1;
+        out.push(EpaxosAction::NeedState { frontier });
     }
 
     fn try_execute(&mut self, out: &mut EpaxosOutbox) {
@@ -2287,37 +3195,46 @@ impl Epaxos {
             let h = self.instances[i].held.as_ref().expect("committed");
             (h.attrs.seq, *i)
         });
+        let mut barrier = false;
         for i in scc {
             let q = self.pos(i.replica).expect("instances are of replicas");
-            let inst = self.instances.get_mut(&i).expect("committed");
-            assert!(inst.effective && !inst.executed, "execute {i} once");
-            inst.executed = true;
+            assert!(!self.is_executed(i), "execute {i} once");
+            let inst = &self.instances[&i];
+            assert!(inst.effective, "{i} executed before its commit is durable");
             self.ready.remove(&i);
             let h = inst.held.as_ref().expect("committed");
+            barrier |= h.command.as_ref().is_some_and(|c| c.conflicts_all);
             out.push(EpaxosAction::Execute {
                 instance: i,
                 command: h.command.clone(),
                 attrs: h.attrs.clone(),
             });
             self.stats.executed += 1;
+            self.exec_above.insert(i);
             let r = self.config.replicas[q];
-            while self
-                .instances
-                .get(&InstanceId {
-                    replica: r,
-                    slot: self.exec_prefix[q] + 1,
-                })
-                .is_some_and(|x| x.executed)
-            {
+            while self.exec_above.remove(&InstanceId {
+                replica: r,
+                slot: self.exec_prefix[q] + 1,
+            }) {
                 self.exec_prefix[q] += 1;
             }
+        }
+        if barrier {
+            // Every command interferes with the barrier, so every non-no-op instance
+            // executed so far is one the barrier reaches in the shared dependency
+            // graph, and every one it reaches is executed: the same set everywhere.
+            self.stats.cuts += 1;
+            out.push(EpaxosAction::Cut {
+                position: self.position(),
+            });
         }
     }
 
     // ---- Invariants ----------------------------------------------------------------
 
-    /// Cheap checks (O(drives + waiting)), run after every handler.
+    /// Cheap checks (O(drives + waiting + replicas · log)), run after every handler.
     pub fn invariants(&self) {
+        let n = self.n();
         assert!(self.last_durable <= self.last_issued);
         assert!(self.loopback.is_empty(), "loopback drained after a handler");
         if let Some((&t, _)) = self.deferred.first_key_value() {
@@ -2347,27 +3264,96 @@ impl Epaxos {
             }
             assert!(d.ballot <= inst.seen, "the drive's ballot is known");
         }
-        assert!(self.stats.executed <= self.committed_count);
+        assert!(
+            self.stats.executed <= self.committed_ever + self.stats.restore_unexecuted,
+            "executed more than committed"
+        );
         assert!(self.ready.len() as u64 <= self.committed_count);
-        for (q, &p) in self.exec_prefix.iter().enumerate() {
-            let next = InstanceId {
-                replica: self.config.replicas[q],
-                slot: p + 1,
-            };
+        assert_eq!(self.exec_prefix.len(), n);
+        assert_eq!(self.truncated.len(), n);
+        assert_eq!(self.peers_truncated.len(), n);
+        // The log may lose only durable records (writes complete in order).
+        assert!(self.log_truncated_below <= self.last_durable);
+        for q in 0..n {
+            let r = self.config.replicas[q];
+            let (p, t) = (self.exec_prefix[q], self.truncated[q]);
             assert!(
-                !self.instances.get(&next).is_some_and(|x| x.executed),
-                "execution prefix of {} out of date",
-                self.config.replicas[q]
+                !self.exec_above.contains(&InstanceId {
+                    replica: r,
+                    slot: p + 1
+                }),
+                "execution prefix of {r} out of date"
             );
+            assert!(
+                self.exec_above
+                    .range(
+                        InstanceId {
+                            replica: r,
+                            slot: 0
+                        }..=InstanceId {
+                            replica: r,
+                            slot: p
+                        }
+                    )
+                    .next()
+                    .is_none(),
+                "an exception of {r} at or below the prefix"
+            );
+            // What this replica forgot it executed, unless it restarted from a
+            // checkpoint older than its truncation and waits for a peer's.
+            assert!(
+                t <= p || self.state_needed.as_ref().is_some_and(|s| s[q] >= t),
+                "{r}: truncated at {t} above the execution prefix {p}"
+            );
+            assert!(
+                self.instances
+                    .range(
+                        InstanceId {
+                            replica: r,
+                            slot: 0
+                        }..=InstanceId {
+                            replica: r,
+                            slot: t
+                        }
+                    )
+                    .next()
+                    .is_none(),
+                "an instance of {r} at or below the truncation frontier {t} in memory"
+            );
+            // Nothing forgotten (here or by a peer) is awaited or recovered.
+            let gone = t.max(self.peers_truncated[q]);
+            let upto = InstanceId {
+                replica: r,
+                slot: 0,
+            }..=InstanceId {
+                replica: r,
+                slot: gone,
+            };
+            assert!(self.waiting.range(upto.clone()).next().is_none());
+            assert!(self.drives.range(upto).next().is_none());
+            if r == self.id {
+                assert!(t < self.next_slot && p < self.next_slot);
+            }
         }
+        assert!(self
+            .index
+            .barrier
+            .iter()
+            .zip(&self.truncated)
+            .all(|(b, t)| b >= t));
     }
 
-    /// Every instance: promises cover what is held, execution implies a durable
-    /// commit, the execution prefix is executed, own slots are below the next one.
+    /// Every instance: promises cover what is held, execution implies a commit, what is
+    /// ready is committed and not executed, own slots are below the next one, nothing is
+    /// kept at or below the truncation frontier, and no record a restart needs lies
+    /// below the log prefix announced obsolete (the live tokens).
     pub fn invariants_full(&self) {
         self.invariants();
         let mut committed = 0u64;
+        let durable = self.last_durable;
         for (i, inst) in &self.instances {
+            let q = self.pos(i.replica).expect("instances are of replicas");
+            assert!(i.slot > self.truncated[q], "{i} kept although truncated");
             assert!(inst.promised <= inst.seen);
             if let Some(h) = &inst.held {
                 assert_eq!(h.attrs.deps.len(), self.n());
@@ -2377,29 +3363,39 @@ impl Epaxos {
                     committed += 1;
                 }
             }
-            if inst.executed {
-                assert!(inst.effective, "{i} executed before its commit was durable");
-            }
             if inst.effective {
                 assert!(inst.committed());
-                assert_eq!(!inst.executed, self.ready.contains(i));
+                assert_eq!(!self.is_executed(*i), self.ready.contains(i));
+            } else {
+                assert!(
+                    !self.ready.contains(i),
+                    "{i} ready before its commit is durable"
+                );
             }
             if i.replica == self.id {
                 assert!(i.slot < self.next_slot);
             }
+            for t in [inst.records, inst.promises] {
+                assert!(t.newest <= self.last_issued && t.durable_before <= durable);
+                assert!(t.durable_before < t.newest || t.newest == 0);
+            }
+            let keep = inst.keep_token(durable);
+            assert!(
+                keep == 0 || keep >= self.log_truncated_below,
+                "{i}: its record {keep} lies below the obsolete prefix {}",
+                self.log_truncated_below
+            );
         }
         assert_eq!(committed, self.committed_count);
-        for (q, &p) in self.exec_prefix.iter().enumerate() {
-            for s in 1..=p {
-                let i = InstanceId {
-                    replica: self.config.replicas[q],
-                    slot: s,
-                };
-                assert!(
-                    self.instances.get(&i).is_some_and(|x| x.executed),
-                    "{i} below the execution prefix but not executed"
-                );
-            }
+        if self.log_truncated_below > 0 {
+            assert!(self.truncation_records.durable(durable) >= self.log_truncated_below);
+        }
+        for i in &self.exec_above {
+            let q = self.pos(i.replica).expect("exceptions are of replicas");
+            assert!(i.slot > self.exec_prefix[q] + 1);
+        }
+        for i in &self.ready {
+            assert!(self.instances.get(i).is_some_and(|x| x.effective));
         }
     }
 }

@@ -661,6 +661,15 @@ pub enum Msg {
     /// durable checkpoint covers every instance up to `instance`. Acceptors truncate
     /// below what a majority of replicas have checkpointed.
     Checkpointed { instance: Instance },
+    /// Replica → replica, for an ordering that delivers a partial order (EPaxos,
+    /// GeoPaxos+), after each checkpoint and periodically: my newest durable
+    /// checkpoint, taken at a cut where `instance` commands had run, stands at
+    /// `position` (the ordering's opaque bytes: a frontier). Each replica truncates
+    /// what every one of some majority of checkpoints covers.
+    PositionCheckpointed {
+        instance: Instance,
+        position: Vec<u8>,
+    },
     /// Acceptor → learner, answering a `LearnRequest` that reaches below what the
     /// acceptor kept: every instance below `below` was truncated; fetch a replica's
     /// checkpoint (state transfer), then learn from `below` on.
@@ -891,6 +900,11 @@ impl Msg {
                 accepted: a,
             } => range(*from, *to).and(accepted(a)),
             Msg::Checkpointed { instance } => inst(*instance),
+            Msg::PositionCheckpointed { instance, position } => inst(*instance).and(
+                (position.len() <= POSITION_BYTES_MAX)
+                    .then_some(())
+                    .ok_or("a checkpoint position too large"),
+            ),
             Msg::Truncated { below } => inst(*below),
             Msg::CheckpointRequest {
                 instance,
@@ -956,6 +970,7 @@ impl Msg {
             Msg::ReadAccepted { .. } => "readaccepted",
             Msg::AcceptedValues { .. } => "acceptedvalues",
             Msg::Checkpointed { .. } => "checkpointed",
+            Msg::PositionCheckpointed { .. } => "positioncheckpointed",
             Msg::Truncated { .. } => "truncated",
             Msg::CheckpointRequest { .. } => "checkpointrequest",
             Msg::CheckpointChunk { .. } => "checkpointchunk",
@@ -965,6 +980,10 @@ impl Msg {
         }
     }
 }
+
+/// The largest ordering position a peer may announce
+/// ([`Msg::PositionCheckpointed`]): a frontier with its exceptions.
+pub const POSITION_BYTES_MAX: usize = 1 << 20;
 
 /// What an acceptor writes to its log. Recovery replays these in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1038,6 +1057,18 @@ pub enum Action {
     TruncateLog {
         below_token: PersistToken,
     },
+    /// An ordering that delivers a partial order (EPaxos, GeoPaxos+): what it
+    /// delivered so far is a cut, the same set of commands at every replica that
+    /// delivered this far (a barrier, ordered with every command, just ran), and
+    /// `position` is where it stands (opaque bytes of the ordering's). A replica may
+    /// checkpoint here, and only at such a point.
+    Cut {
+        position: Vec<u8>,
+    },
+    /// The ordering needs commands that every peer it asked has truncated: the replica
+    /// must fetch a peer's checkpoint (state transfer); the ordering's
+    /// `check_position` says which ones cover what it lacks.
+    NeedCheckpoint,
 }
 
 /// Where a handler writes its actions.

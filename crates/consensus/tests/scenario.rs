@@ -88,6 +88,9 @@ impl Cluster {
                 // No checkpoints in this scenario: nothing is ever truncated.
                 Action::TruncateLog { .. } => unreachable!("no replica checkpoints here"),
                 Action::Propose { .. } => unreachable!("no speculative learners here"),
+                Action::Cut { .. } | Action::NeedCheckpoint => {
+                    unreachable!("Paxos delivers a total order")
+                }
             }
         }
     }

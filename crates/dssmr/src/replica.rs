@@ -408,6 +408,11 @@ impl<S: ObjectService> Replica for DsReplica<S> {
     fn unsafe_read_unordered(&mut self, _cmd: &Command) -> Option<Reply> {
         None
     }
+    /// S-SMR and DS-SMR run over totally ordered streams only (the cluster file
+    /// refuses them with EPaxos and GeoPaxos+): every command conflicts.
+    fn access(&self, _cmd: &Command) -> partita_smr::Access {
+        partita_smr::Access::everything()
+    }
     fn quiescent(&self) -> bool {
         self.server.waiting() == 0
     }

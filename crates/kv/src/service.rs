@@ -21,7 +21,7 @@
 //! partitions that answered. A store-wide revision across partitions (as etcd's) would
 //! need every write to be ordered with every partition.
 
-use partita_service::{ExecutionWork, MergeError, Objects, SplitError, StateMachine};
+use partita_service::{Access, ExecutionWork, MergeError, Objects, SplitError, StateMachine};
 use partita_types::{mask_partitions, PartitionId, PartitionMap};
 use std::ops::Bound;
 
@@ -66,6 +66,10 @@ pub fn partitions_of(cmd: &KvCommand, map: &PartitionMap) -> Vec<PartitionId> {
     mask_partitions(mask(cmd, map))
 }
 
+/// The object id of the store-wide revision in [`StateMachine::access`] (a key whose
+/// id collides with it only conflicts more).
+pub const REVISION_OBJECT: u64 = 0x7265_7669_7369_6f6e;
+
 impl StateMachine for KvStore {
     const NAME: &'static str = "kv";
     type Command = KvCommand;
@@ -89,6 +93,18 @@ impl StateMachine for KvStore {
         let mut out = Objects::default();
         command_objects(cmd, &mut out);
         out
+    }
+
+    /// The keys, and the store-wide revision: every reply reports it, and every change
+    /// takes the next one, so every command reads it and every mutation writes it. An
+    /// ordering that orders only conflicting commands (EPaxos) thus orders every
+    /// mutation with every other command, which etcd's one sequence of revisions
+    /// requires; reads still commute with reads.
+    fn access(&self, cmd: &KvCommand) -> Access {
+        let write = !Self::is_read_only(cmd);
+        let mut a = Access::of(&Self::objects(cmd), write);
+        a.add(REVISION_OBJECT, write);
+        a
     }
 
     fn execute(&mut self, cmd: &KvCommand) -> KvReply {

@@ -1,116 +1,167 @@
 //! EPaxos behind the atomic-multicast seam: paper 004's leaderless baseline
-//! (`partita_consensus::epaxos`) on the same service and clients as GeoPaxos+.
+//! (`partita_consensus::epaxos`) ordering the commands of any service for the common
+//! replica, which executes them (order, then execute, as every ordering does).
 //!
 //! - **Who.** Every replica of a cluster with `[ordering] protocol = "epaxos"` is an
 //!   EPaxos replica: it leads the instances of its own column and proposes there the
-//!   requests of the clients that chose it (their nearest replica, as with GeoPaxos+).
-//!   Messages travel as [`Msg::Epaxos`]; the core's records go to the node's one
-//!   write-ahead log as [`AcceptorRecord::Epaxos`], with the node's tokens (the log
-//!   holds nothing else, so the core's token numbering is the log's).
-//! - **The service.** The geo B+tree's operations (read, insert, update, next, prev)
-//!   on paper 001's B+tree (`partita_btree::BPlusTree`), which starts with keys
-//!   `0..keys`, each its own value, as the geo tree does. Values are the client's
-//!   `u64`s (the geo tree pads them to 100 bytes; only 5% of paper 004's operations
-//!   carry one). Delete, range queries and batches are answered as rejected, as on
-//!   GeoPaxos+.
-//! - **Conflicts.** Two commands interfere when they share a key and one writes it
-//!   (`EpaxosCommand`). READ reads its key; UPDATE and INSERT write theirs. NEXT and
-//!   PREV read every key from theirs to the neighbour this replica's tree holds when it
-//!   proposes them: a command that could change their answer inserts a key in that
-//!   range or updates the neighbour, so it interferes and is ordered with them
-//!   everywhere; keys outside cannot change it because no operation deletes keys.
-//!   Without a neighbour, or with more than [`NEIGHBOUR_SPAN_MAX`] keys between, the
-//!   command interferes with everything.
-//! - **Execution.** The core emits committed commands in its execution order
-//!   (dependencies first, strongly connected components by `(seq, instance)`); they
-//!   run here on the tree, and the replica that proposed a client's request answers it
-//!   ([`AtomicMulticast::take_replies`]). Replicas execute interfering commands in
-//!   one order, and the others commute, so every tree ends with the same contents
-//!   (the digest is over the contents).
-//! - **Exactly once.** A client resubmits an unanswered request with the same
-//!   sequence number, possibly through another replica, so one request may be
-//!   proposed twice. Copies of a write write the same key, so they interfere and run
-//!   in the same order everywhere: the first runs, later ones are answered from a
-//!   per-client window of the last [`DEDUP_PER_CLIENT`] writes' results, alike at every
-//!   replica. (A copy committed after its client issued that many later writes would
-//!   run again; a crash of its proposer and a recovery that slow is the window's
-//!   limit, as GeoPaxos+'s window has one.) Reads run again harmlessly. A request
-//!   already executed here is answered at once from the window.
-//! - **Sessions.** None, as on GeoPaxos+: a session open is answered at once.
-//! - **Restarts.** A restarted replica rebuilds its instances from its log and runs
-//!   every committed command again from the start on a fresh tree; there are no
-//!   checkpoints and no log truncation (the core has none yet).
-//!
-//! The node core sees an ordering that delivers nothing (`delivered_up_to` is `None`).
+//!   commands of the clients that chose it (their nearest replica). Messages travel as
+//!   [`Msg::Epaxos`]; the core's records go to the node's one write-ahead log as
+//!   [`AcceptorRecord::Epaxos`], with the node's tokens (the log holds nothing else, so
+//!   the core's token numbering is the log's).
+//! - **Conflicts.** What a command touches comes from the replica
+//!   (`partita_smr::SequentialReplica::access`): the service's objects, read or
+//!   written (`StateMachine::access`, e.g. the B+tree's next and prev up to their
+//!   neighbour, the key-value store's keys and its store-wide revision), the client's
+//!   session for a mutation (so every replica runs one client's mutations in one
+//!   order: exactly-once), and everything for a session open.
+//! - **Delivery.** The core emits committed commands in its execution order
+//!   (dependencies first, strongly connected components by `(seq, instance)`); each
+//!   client command is delivered to the replica as a value of its own, numbered 1, 2,
+//!   … here. No-ops are not delivered. Replicas execute conflicting commands in one
+//!   order and the others commute, so every replica reaches the same state once it has
+//!   run the same set; the numbering is the same at every replica only at a cut.
+//! - **Barriers and cuts.** A command that conflicts with everything is ordered with
+//!   every other one, so the set run before it is the same at every replica: a cut.
+//!   This node proposes a barrier (an empty command carrying its clock) every
+//!   `barrier_interval_ms` while commands run (the first replica in line; the next one
+//!   if it stays silent), and session opens are barriers too. At a cut the core emits
+//!   its exact position ([`partita_consensus::epaxos::ExecPosition`]), which this
+//!   ordering hands the node core as [`Action::Cut`]: a replica checkpoints only
+//!   there, so every checkpoint's count and state are the same at every replica that
+//!   took one at that barrier.
+//! - **Ordered time.** Sessions expire by the time of the values that run. Here a
+//!   value's time is the newest barrier's (the time its proposer stamped, never going
+//!   back): every command runs between the same two barriers at every replica, so it
+//!   sees the same time everywhere, and sessions expire only at barriers. A node takes
+//!   client commands only once a barrier ran here (time is known).
+//! - **Checkpoints and truncation** (the spec's partial-order rules). The replica's
+//!   durable checkpoint positions are announced to every replica
+//!   ([`Msg::PositionCheckpointed`]); each replica truncates its instances and log at
+//!   the componentwise minimum of one chosen set of `f + 1` of them
+//!   ([`truncation_frontier`]). A replica that needs what peers truncated (they answer
+//!   `Truncated`, never "unknown", so recovery cannot decide a no-op for a command
+//!   that ran) asks the node core for a checkpoint ([`Action::NeedCheckpoint`]); one
+//!   whose position covers the truncation frontier is restored, and the core resumes
+//!   from its position ([`AtomicMulticast::skip_to`]). A restarted replica restores its
+//!   newest checkpoint and replays only its log's tail.
 
-use partita_btree::{BPlusTree, Op};
 use partita_consensus::epaxos::{
-    Epaxos, EpaxosAction, EpaxosBugs, EpaxosCommand, EpaxosConfig, EpaxosOutbox, KeyAccess,
+    truncation_frontier, Epaxos, EpaxosAction, EpaxosBugs, EpaxosCommand, EpaxosConfig,
+    EpaxosOutbox, ExecPosition, InstanceId, KeyAccess, Slot,
 };
-use partita_consensus::{AcceptorRecord, Action, Msg, Outbox, PersistToken};
-use partita_service::StateMachine;
-use partita_types::{ClientId, Command, FieldError, Instance, NodeId, Refusal, Reply};
-use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet};
+use partita_consensus::{AcceptorRecord, Action, Msg, Outbox, PersistToken, Value, Vid};
+use partita_smr::Access;
+use partita_types::{Ballot, Body, Command, FieldError, Instance, NodeId, Payload};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use crate::geo::{decode_geo_command, GeoSetup};
-use crate::ordering::AtomicMulticast;
+use crate::geo::GeoSetup;
+use crate::ordering::{AtomicMulticast, OrderingReport, StreamReport};
 use crate::{NodeSetup, UnsafeBugs};
 
-/// NEXT and PREV read at most this many keys up to their neighbour; further apart,
-/// they interfere with everything.
-pub const NEIGHBOUR_SPAN_MAX: u64 = 64;
+/// Client ids of barrier commands (never a client's: the high bit), with the proposing
+/// node in the low bits.
+const BARRIER_CLIENT: u64 = (1 << 63) | (0xB << 56);
 
-/// Writes remembered per client for deduplication (see the module doc).
-pub const DEDUP_PER_CLIENT: usize = 64;
+/// What a checkpoint records of EPaxos ([`AtomicMulticast::position`]): the core's
+/// executed set and the ordered time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Position {
+    exec: ExecPosition,
+    time_ms: u64,
+}
 
-/// The results of a client's last writes, by sequence number.
-type ClientWrites = BTreeMap<u64, Result<partita_types::Payload, Refusal>>;
+fn decode_position(bytes: &[u8]) -> Result<Position, String> {
+    partita_types::decode::<Position>(bytes).map_err(|e| format!("an EPaxos position: {e}"))
+}
 
-/// EPaxos for a node: its core, the tree it executes on, and the requests it answers.
+/// Whether `cmd` is a barrier this ordering proposed, and its time.
+fn barrier_time(cmd: &Command) -> Option<u64> {
+    if cmd.client & !0xFFFF_FFFF != BARRIER_CLIENT {
+        return None;
+    }
+    let Body::Whole { payload, .. } = &cmd.body else {
+        return Some(0);
+    };
+    Some(payload.as_ref().try_into().map_or(0, u64::from_le_bytes))
+}
+
+/// EPaxos for a node: its core, the numbering of what it delivered, ordered time, and
+/// the checkpoint positions replicas announced.
 pub struct EpaxosOrdering {
     id: NodeId,
+    /// This node's place in the replica list (its column, and its turn for barriers).
+    rank: usize,
     core: Epaxos,
-    tree: BPlusTree,
-    /// Requests this node proposed and must answer once they run here.
-    pending: BTreeSet<(ClientId, u64)>,
-    writes: BTreeMap<ClientId, ClientWrites>,
-    replies: Vec<Reply>,
-    /// Commands executed here (no-ops excluded), deduplicated copies included.
-    executed: u64,
+    /// Client commands (and barriers) delivered here, numbered from 1.
+    delivered: Instance,
+    /// Ordered time: the newest barrier's.
+    time_ms: u64,
+    /// The driver's clock at the last tick, and when a barrier last ran here by it.
+    clock_ms: u64,
+    last_barrier_ms: u64,
+    /// Commands delivered since the last barrier: a barrier is proposed only when
+    /// something ran.
+    since_barrier: u64,
+    barrier_seq: u64,
+    /// When this node last proposed a barrier (its clock), so it waits before another.
+    barrier_proposed_ms: Option<u64>,
+    barrier_interval_ms: u64,
+    /// Each replica's newest announced durable checkpoint: (count, position).
+    announced: BTreeMap<NodeId, (Instance, ExecPosition)>,
+    /// What a state transfer must cover (from the core's `NeedState`).
+    needed: Option<Vec<Slot>>,
     /// The log's last token handed out (the core's own numbering).
     last_token: PersistToken,
+    /// Planted bugs (see [`UnsafeBugs`]).
+    truncate_above_majority: bool,
+    restore_wrong_frontier: bool,
     counters: BTreeMap<&'static str, u64>,
 }
 
+/// Planted bug `restore-wrong-frontier`: a position one command past `p` in every
+/// column (`replicas`: the columns' owners).
+fn wrong_frontier(mut p: ExecPosition, replicas: &[NodeId]) -> ExecPosition {
+    for s in &mut p.prefix {
+        *s += 1;
+    }
+    let prefix = p.prefix.clone();
+    p.above.retain(|i| {
+        let q = replicas.iter().position(|&r| r == i.replica);
+        q.is_some_and(|q| i.slot > prefix[q])
+    });
+    p
+}
+
 impl EpaxosOrdering {
-    /// Node `setup.id`'s EPaxos replica, recovered from `recovered` (the node's whole
-    /// log).
+    /// Node `setup.id`'s EPaxos replica, recovered from `recovered` (its log) and the
+    /// checkpoint `position` the node's replica was restored from (empty: none), the
+    /// replica having run `next_deliver - 1` commands.
     pub fn new(
         setup: &NodeSetup,
         geo: &GeoSetup,
         recovered: Vec<AcceptorRecord>,
+        next_deliver: Instance,
+        position: &[u8],
         bugs: &UnsafeBugs,
         out: &mut Outbox,
     ) -> Result<EpaxosOrdering, FieldError> {
         let id = setup.id;
-        if !geo.replicas.contains(&id) {
-            return Err(FieldError::new(
-                "geopaxos",
-                format!("node {id} is not a replica"),
-            ));
-        }
+        let rank = geo.replicas.iter().position(|&r| r == id).ok_or_else(|| {
+            FieldError::new("ordering", format!("node {id} is not an EPaxos replica"))
+        })?;
         let config = epaxos_config(geo);
         config
             .validate()
-            .map_err(|e| FieldError::new("geopaxos.ordering", format!("EPaxos: {e}")))?;
+            .map_err(|e| FieldError::new("ordering", format!("EPaxos: {e}")))?;
         let mut records = Vec::with_capacity(recovered.len());
         for r in recovered {
             match r {
                 AcceptorRecord::Epaxos(r) => records.push(*r),
                 other => {
                     return Err(FieldError::new(
-                        "geopaxos.ordering",
+                        "ordering.protocol",
                         format!(
                             "node {id}'s log holds a record that is not EPaxos's \
                              ({other:?}): it was written by another configuration"
@@ -119,46 +170,60 @@ impl EpaxosOrdering {
                 }
             }
         }
+        let restored = match position.is_empty() {
+            true => None,
+            false => Some(decode_position(position).map_err(|e| {
+                FieldError::new("ordering", format!("node {id}'s checkpoint: {e}"))
+            })?),
+        };
+        if let Some(p) = &restored {
+            if !p.exec.is_well_formed(&config.replicas) {
+                return Err(FieldError::new(
+                    "ordering",
+                    format!("node {id}'s checkpoint holds a position of another cluster"),
+                ));
+            }
+        }
         let last_token = records.len() as PersistToken;
-        let mut core = Epaxos::recover(id, config, records);
+        let from = restored
+            .as_ref()
+            .map(|p| match bugs.restore_wrong_frontier {
+                true => wrong_frontier(p.exec.clone(), &config.replicas),
+                false => p.exec.clone(),
+            });
+        let mut core = Epaxos::recover_at(id, config, from, records);
         core.set_bugs(EpaxosBugs {
             skip_slow_path_when_deps_differ: bugs.epaxos_skip_slow_path,
         });
-        let mut tree = BPlusTree::new();
-        for key in 0..geo.keys {
-            tree.apply(&Op::Insert { key, value: key });
-        }
         let mut o = EpaxosOrdering {
             id,
+            rank,
             core,
-            tree,
-            pending: BTreeSet::new(),
-            writes: BTreeMap::new(),
-            replies: Vec::new(),
-            executed: 0,
+            delivered: next_deliver.saturating_sub(1),
+            time_ms: restored.as_ref().map_or(0, |p| p.time_ms),
+            clock_ms: 0,
+            last_barrier_ms: 0,
+            since_barrier: 0,
+            barrier_seq: 0,
+            barrier_proposed_ms: None,
+            barrier_interval_ms: geo.barrier_interval_ms.max(1),
+            announced: BTreeMap::new(),
+            needed: None,
             last_token,
+            truncate_above_majority: bugs.truncate_above_majority,
+            restore_wrong_frontier: bugs.restore_wrong_frontier,
             counters: BTreeMap::new(),
         };
-        // Committed instances of an earlier life run again at the first handler call.
+        // Committed instances of the log's tail run again at the first handler call.
         let mut acts = Vec::new();
         o.core.on_tick(0, &mut acts);
         o.absorb(acts, out);
         Ok(o)
     }
 
-    /// The tree this replica executes on.
-    pub fn tree(&self) -> &BPlusTree {
-        &self.tree
-    }
-
     /// The EPaxos core (for status and tests).
     pub fn core(&self) -> &Epaxos {
         &self.core
-    }
-
-    /// Commands executed here.
-    pub fn executed(&self) -> u64 {
-        self.executed
     }
 
     /// Nothing in flight here: no phase driven, no instance awaited or left to run.
@@ -190,92 +255,148 @@ impl EpaxosOrdering {
                         record: AcceptorRecord::Epaxos(Box::new(record)),
                     });
                 }
-                EpaxosAction::Execute { command, .. } => match command {
-                    Some(c) => self.execute(&c.command),
+                EpaxosAction::Execute {
+                    instance, command, ..
+                } => match command {
+                    Some(c) => self.deliver(instance, c.command, out),
                     None => self.count("epaxos_noops_executed"),
                 },
-            }
-        }
-    }
-
-    /// Run a committed client command; answer it if this node proposed it.
-    fn execute(&mut self, cmd: &Command) {
-        self.executed += 1;
-        let op = match decode_geo_command(cmd) {
-            Ok(op) => op,
-            Err(_) => {
-                // Only checked commands are proposed; the same bytes everywhere.
-                self.count("epaxos_commands_undecodable");
-                return;
-            }
-        };
-        let key = (cmd.client, cmd.seq);
-        let write = !<BPlusTree as StateMachine>::is_read_only(&op);
-        let result = if let Some(r) = write
-            .then(|| self.writes.get(&cmd.client)?.get(&cmd.seq).cloned())
-            .flatten()
-        {
-            self.count("epaxos_duplicates_skipped");
-            r
-        } else {
-            let r = Ok(<BPlusTree as StateMachine>::encode_reply(
-                &self.tree.apply(&op),
-            ));
-            if write {
-                let w = self.writes.entry(cmd.client).or_default();
-                w.insert(cmd.seq, r.clone());
-                while w.len() > DEDUP_PER_CLIENT {
-                    w.pop_first();
+                EpaxosAction::Cut { position } => {
+                    self.count("epaxos_cuts");
+                    let p = Position {
+                        exec: position,
+                        time_ms: self.time_ms,
+                    };
+                    out.push(Action::Cut {
+                        position: partita_types::encode(&p),
+                    });
+                }
+                EpaxosAction::TruncateLog { below_token } => {
+                    out.push(Action::TruncateLog { below_token })
+                }
+                EpaxosAction::NeedState { frontier } => {
+                    self.count("epaxos_state_transfers_asked");
+                    self.needed = Some(frontier);
+                    out.push(Action::NeedCheckpoint);
                 }
             }
-            r
-        };
-        if self.pending.remove(&key) {
-            self.replies.push(Reply {
-                client: cmd.client,
-                seq: cmd.seq,
-                instance: self.executed,
-                result,
-            });
         }
     }
 
-    /// What `op` reads and writes, as EPaxos compares commands (see the module doc).
-    fn conflicts(&self, op: &Op) -> (Vec<KeyAccess>, bool) {
-        let read = |key| KeyAccess { key, write: false };
-        let span = |lo: u64, hi: u64| -> Option<Vec<KeyAccess>> {
-            (hi - lo <= NEIGHBOUR_SPAN_MAX).then(|| (lo..=hi).map(read).collect())
+    /// A committed command, in execution order: a barrier moves ordered time and is
+    /// delivered as an empty value (sessions expire there); a client's command goes to
+    /// the replica as a value of its own, at the newest barrier's time.
+    fn deliver(&mut self, instance: InstanceId, cmd: Command, out: &mut Outbox) {
+        self.delivered += 1;
+        let vid = Vid {
+            ballot: Ballot::new(0, instance.replica),
+            seq: instance.slot,
         };
-        match *op {
-            Op::Read { key } => (vec![read(key)], false),
-            Op::Update { key, .. } | Op::Insert { key, .. } => {
-                (vec![KeyAccess { key, write: true }], false)
+        let commands = match barrier_time(&cmd) {
+            Some(t) => {
+                self.time_ms = self.time_ms.max(t);
+                self.since_barrier = 0;
+                self.last_barrier_ms = self.clock_ms;
+                self.barrier_proposed_ms = None;
+                self.count("epaxos_barriers_run");
+                Vec::new()
             }
-            Op::Next { key } => match self.tree.get_next(key) {
-                Some((n, _)) if n > key => match span(key, n) {
-                    Some(keys) => (keys, false),
-                    None => (Vec::new(), true),
-                },
-                _ => (Vec::new(), true),
-            },
-            Op::Prev { key } => match self.tree.get_prev(key) {
-                Some((p, _)) if p < key => match span(p, key) {
-                    Some(keys) => (keys, false),
-                    None => (Vec::new(), true),
-                },
-                _ => (Vec::new(), true),
-            },
-            Op::Delete { .. } | Op::Query { .. } | Op::Batch(_) => (Vec::new(), true),
-        }
+            None => {
+                self.since_barrier += 1;
+                vec![cmd]
+            }
+        };
+        out.push(Action::Deliver {
+            instance: self.delivered,
+            value: Arc::new(Value {
+                vid,
+                commands,
+                parts: Vec::new(),
+                time_ms: self.time_ms,
+                skip: 0,
+            }),
+        });
     }
 
-    fn reply_now(&mut self, cmd: &Command, result: Result<partita_types::Payload, Refusal>) {
-        self.replies.push(Reply {
-            client: cmd.client,
-            seq: cmd.seq,
-            instance: self.executed,
-            result,
-        });
+    /// Propose a barrier when it is this node's turn: before anything ran (time is not
+    /// known yet), or once commands ran and the interval passed since the last
+    /// barrier, the first replica in line first and each later one an interval after
+    /// the one before (should those be down).
+    fn maybe_barrier(&mut self, out: &mut Outbox) {
+        let interval = self.barrier_interval_ms;
+        let due = if self.time_ms == 0 {
+            true
+        } else {
+            self.since_barrier > 0
+                && self.clock_ms.saturating_sub(self.last_barrier_ms)
+                    >= interval.saturating_mul(1 + self.rank as u64)
+        };
+        let waiting = self
+            .barrier_proposed_ms
+            .is_some_and(|t| self.clock_ms.saturating_sub(t) < interval);
+        if !due || waiting || self.clock_ms == 0 {
+            return;
+        }
+        self.barrier_seq += 1;
+        let cmd = Command {
+            client: BARRIER_CLIENT | u64::from(self.id),
+            seq: self.barrier_seq,
+            session: 0,
+            reply_to: self.id,
+            body: Body::single(Payload::from(self.clock_ms.to_le_bytes().to_vec())),
+            threads: 0,
+        };
+        let mut acts = Vec::new();
+        if self
+            .core
+            .propose(EpaxosCommand::new(cmd, Vec::new(), true), &mut acts)
+            .is_ok()
+        {
+            self.barrier_proposed_ms = Some(self.clock_ms);
+            self.count("epaxos_barriers_proposed");
+        }
+        self.absorb(acts, out);
+    }
+
+    /// Truncate at what one chosen majority of announced checkpoints covers.
+    fn truncate(&mut self, out: &mut Outbox) {
+        let positions: Vec<ExecPosition> =
+            self.announced.values().map(|(_, p)| p.clone()).collect();
+        let frontier = match self.truncate_above_majority {
+            // Planted bug: the newest checkpoint anyone announced, column by column.
+            true => positions.iter().fold(None, |m: Option<Vec<Slot>>, p| {
+                Some(match m {
+                    None => p.prefix.clone(),
+                    Some(m) => m.iter().zip(&p.prefix).map(|(a, b)| *a.max(b)).collect(),
+                })
+            }),
+            // At most this replica's own durable checkpoint, too: what a majority
+            // covers is safe to forget, and what its own checkpoint covers it can
+            // restart from without a peer's.
+            false => match (
+                truncation_frontier(&positions, self.core.config().f()),
+                self.announced.get(&self.id),
+            ) {
+                (Some(f), Some((_, own))) => {
+                    Some(f.iter().zip(&own.prefix).map(|(&a, &b)| a.min(b)).collect())
+                }
+                _ => None,
+            },
+        };
+        let Some(frontier) = frontier else {
+            return;
+        };
+        // The core never truncates above what it executed (it clamps): compare with
+        // what it can take.
+        let own = self.core.position().prefix;
+        let reachable = frontier.iter().zip(&own).map(|(&f, &p)| f.min(p));
+        if reachable.zip(self.core.truncated()).all(|(f, &t)| f <= t) {
+            return;
+        }
+        let mut acts = Vec::new();
+        self.core.truncate_below(&frontier, &mut acts);
+        self.count("epaxos_truncations");
+        self.absorb(acts, out);
     }
 }
 
@@ -293,44 +414,28 @@ pub fn epaxos_config(geo: &GeoSetup) -> EpaxosConfig {
 }
 
 impl AtomicMulticast for EpaxosOrdering {
-    fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String> {
-        if cmd.is_open() {
-            // No sessions (see the module doc): answered at once.
-            self.reply_now(&cmd, Ok(partita_types::session_reply(1)));
-            return Ok(());
+    fn multicast(
+        &mut self,
+        cmd: Command,
+        access: Option<Access>,
+        out: &mut Outbox,
+    ) -> Result<(), String> {
+        if self.time_ms == 0 {
+            return Err(format!(
+                "node {} is starting (no barrier has run yet); retry",
+                self.id
+            ));
         }
-        let op = match decode_geo_command(&cmd) {
-            Ok(op) => op,
-            Err(why) => {
-                self.count("epaxos_requests_rejected");
-                self.reply_now(&cmd, Err(Refusal::Rejected(why)));
-                return Ok(());
-            }
-        };
-        if let Some(r) = self
-            .writes
-            .get(&cmd.client)
-            .and_then(|w| w.get(&cmd.seq))
-            .cloned()
-        {
-            // Executed here already: committed, so its result stands.
-            self.count("epaxos_answered_from_window");
-            self.reply_now(&cmd, r);
-            return Ok(());
-        }
-        let key = (cmd.client, cmd.seq);
-        if self.pending.contains(&key) {
-            // Proposed already; it answers when it runs.
-            self.count("epaxos_resubmissions_in_flight");
-            return Ok(());
-        }
-        let (keys, all) = self.conflicts(&op);
-        let ecmd = EpaxosCommand::new(cmd, keys, all);
+        let access = access.unwrap_or_else(Access::everything);
+        let keys = access
+            .objects
+            .iter()
+            .map(|&(key, write)| KeyAccess { key, write });
+        let ecmd = EpaxosCommand::new(cmd, keys, access.everything);
         let mut acts = Vec::new();
         match self.core.propose(ecmd, &mut acts) {
             Ok(_) => {
-                self.pending.insert(key);
-                if all {
+                if access.everything {
                     self.count("epaxos_proposed_conflicting_all");
                 }
                 self.absorb(acts, out);
@@ -343,21 +448,73 @@ impl AtomicMulticast for EpaxosOrdering {
         }
     }
 
-    fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool {
-        let Msg::Epaxos(msg) = msg else {
-            self.count("dropped_not_epaxos");
-            return false;
-        };
-        let mut acts = Vec::new();
-        self.core.on_message(from, *msg, &mut acts);
-        self.absorb(acts, out);
+    fn wants_access(&self) -> bool {
         true
     }
 
-    fn on_tick(&mut self, tick: u64, _now_ms: u64, out: &mut Outbox) {
+    fn checkpoints_at_cuts(&self) -> bool {
+        true
+    }
+
+    fn truncation(&self) -> Option<Vec<u8>> {
+        let t = self.core.truncated();
+        t.iter()
+            .any(|&s| s > 0)
+            .then(|| partita_types::encode(&t.to_vec()))
+    }
+
+    fn covers(&self, position: &[u8], truncation: &[u8]) -> bool {
+        match (
+            decode_position(position),
+            partita_types::decode::<Vec<Slot>>(truncation),
+        ) {
+            (Ok(p), Ok(t)) => p.exec.covers(&t),
+            _ => false,
+        }
+    }
+
+    fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool {
+        match msg {
+            Msg::Epaxos(msg) => {
+                let mut acts = Vec::new();
+                self.core.on_message(from, *msg, &mut acts);
+                self.absorb(acts, out);
+                true
+            }
+            Msg::PositionCheckpointed { instance, position } => {
+                let Ok(p) = decode_position(&position) else {
+                    self.count("dropped_position_undecodable");
+                    return true;
+                };
+                if !p.exec.is_well_formed(&self.core.config().replicas)
+                    || !self.core.config().replicas.contains(&from)
+                {
+                    self.count("dropped_position_malformed");
+                    return true;
+                }
+                let newer = self
+                    .announced
+                    .get(&from)
+                    .is_none_or(|(i, _)| instance >= *i);
+                if newer {
+                    self.announced.insert(from, (instance, p.exec));
+                    self.truncate(out);
+                }
+                true
+            }
+            _ => {
+                self.count("dropped_not_epaxos");
+                false
+            }
+        }
+    }
+
+    fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox) {
+        self.clock_ms = self.clock_ms.max(now_ms);
         let mut acts = Vec::new();
         self.core.on_tick(tick, &mut acts);
         self.absorb(acts, out);
+        self.maybe_barrier(out);
     }
 
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox) {
@@ -370,19 +527,79 @@ impl AtomicMulticast for EpaxosOrdering {
     }
 
     fn delivered_up_to(&self) -> Option<Instance> {
-        None
+        Some(self.delivered)
     }
 
-    fn skip_to(&mut self, _next: Instance, _position: &[u8], _out: &mut Outbox) {}
+    fn position(&self) -> Vec<u8> {
+        partita_types::encode(&Position {
+            exec: self.core.position(),
+            time_ms: self.time_ms,
+        })
+    }
 
-    fn announce_checkpoint(&mut self, _instance: Instance, _position: &[u8], _out: &mut Outbox) {}
+    /// A peer's checkpoint is taken if it is of this cluster and covers what the core
+    /// found truncated (when it asked for one).
+    fn check_position(&self, position: &[u8]) -> Result<(), String> {
+        let p = decode_position(position)?;
+        if !p.exec.is_well_formed(&self.core.config().replicas) {
+            return Err("a position of another cluster".into());
+        }
+        match &self.needed {
+            Some(f) if !p.exec.covers(f) => Err(format!(
+                "the checkpoint stands at {:?}, below the truncation frontier {f:?}",
+                p.exec.prefix
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn skip_to(&mut self, next: Instance, position: &[u8], out: &mut Outbox) {
+        let p = decode_position(position)
+            .unwrap_or_else(|e| panic!("skip_to with a position check_position refuses: {e}"));
+        self.delivered = next - 1;
+        self.time_ms = self.time_ms.max(p.time_ms);
+        self.needed = None;
+        self.count("epaxos_restored");
+        let exec = match self.restore_wrong_frontier {
+            true => wrong_frontier(p.exec, &self.core.config().replicas),
+            false => p.exec,
+        };
+        let mut acts = Vec::new();
+        self.core.restore(&exec, &mut acts);
+        self.absorb(acts, out);
+    }
+
+    fn announce_checkpoint(&mut self, instance: Instance, position: &[u8], out: &mut Outbox) {
+        let Ok(p) = decode_position(position) else {
+            return;
+        };
+        let own_newer = self
+            .announced
+            .get(&self.id)
+            .is_none_or(|(i, _)| instance >= *i);
+        if own_newer {
+            self.announced.insert(self.id, (instance, p.exec));
+            self.truncate(out);
+        }
+        for &r in &self.core.config().replicas {
+            if r != self.id {
+                out.push(Action::Send {
+                    to: r,
+                    msg: Msg::PositionCheckpointed {
+                        instance,
+                        position: position.to_vec(),
+                    },
+                });
+            }
+        }
+    }
 
     fn leader(&self) -> Option<NodeId> {
         // Leaderless: clients stay with their nearest replica.
         None
     }
 
-    fn leads(&self) -> Option<partita_types::Ballot> {
+    fn leads(&self) -> Option<Ballot> {
         None
     }
 
@@ -395,16 +612,15 @@ impl AtomicMulticast for EpaxosOrdering {
             .unwrap_or(0)
     }
 
-    /// One leaderless stream, the commits: settled when every replica knows the same
-    /// number of them and nothing is in flight (then each committed everything any
-    /// committed).
-    fn report(&self) -> crate::OrderingReport {
-        crate::OrderingReport {
-            streams: vec![crate::StreamReport {
+    /// One leaderless stream, what ran: settled when every replica delivered as many
+    /// commands and nothing is in flight here (then each ran what any committed).
+    fn report(&self) -> OrderingReport {
+        OrderingReport {
+            streams: vec![StreamReport {
                 stream: 0,
                 led: false,
                 leads: None,
-                delivered: Some(self.core.committed().count() as u64),
+                delivered: Some(self.delivered),
             }],
             idle: self.quiescent(),
             ..Default::default()
@@ -414,12 +630,14 @@ impl AtomicMulticast for EpaxosOrdering {
     fn describe(&self) -> String {
         let st = self.core.stats();
         format!(
-            "EPaxos: executed {}, {} committed known, {} proposed ({} fast, {} slow commits), quiescent {}",
-            self.executed,
+            "EPaxos: delivered {}, {} committed known, {} proposed ({} fast, {} slow commits), truncated at {:?}, time {} ms, quiescent {}",
+            self.delivered,
             self.core.committed().count(),
             st.proposed,
             st.fast_commits,
             st.slow_commits,
+            self.core.truncated(),
+            self.time_ms,
             self.quiescent()
         )
     }
@@ -436,31 +654,19 @@ impl AtomicMulticast for EpaxosOrdering {
             ("epaxos_proposed", s.proposed),
             ("epaxos_fast_commits", s.fast_commits),
             ("epaxos_slow_commits", s.slow_commits),
-            ("epaxos_executed", self.executed),
-            ("epaxos_pending", self.pending.len() as u64),
+            ("epaxos_executed", s.executed),
+            ("epaxos_recoveries_started", s.recoveries_started),
+            ("epaxos_recovered_noops", s.recovered_noops),
         ] {
             *into.entry(k).or_default() += v;
         }
     }
 
-    fn executes(&self) -> Option<crate::ordering::Executed> {
-        Some(crate::ordering::Executed {
-            executed: self.executed,
-            digest: <BPlusTree as StateMachine>::digest(&self.tree),
-            entries: <BPlusTree as StateMachine>::len(&self.tree),
-        })
-    }
-
-    fn take_replies(&mut self, out: &mut Vec<Reply>) {
-        out.append(&mut self.replies);
-    }
-
     fn invariants(&self) {
         self.core.invariants();
-        assert!(self.replies.is_empty(), "replies left here");
-    }
-
-    fn executing_ordering(&self) -> Option<&dyn Any> {
-        Some(self)
+        assert!(
+            self.needed.is_none() || self.delivered > 0 || self.time_ms == 0,
+            "a state transfer asked for before anything ran is only a restart's"
+        );
     }
 }

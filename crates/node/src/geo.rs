@@ -85,6 +85,10 @@ pub struct GeoSetup {
     pub stall_check_ticks: u64,
     /// How long a leader waits for its clock entry before proposing another (ticks).
     pub clock_retry_ticks: u64,
+    /// EPaxos: a barrier (a command ordered with every other) this often while
+    /// commands run, in milliseconds: the cuts replicas checkpoint at and the ordered
+    /// time sessions expire by.
+    pub barrier_interval_ms: u64,
 }
 
 impl GeoSetup {
@@ -385,6 +389,9 @@ impl GeoOrdering {
                 Action::Propose { .. } => self.count("dropped_propose_geo"),
                 // One log for every group, and no checkpoints: nothing is dropped.
                 Action::TruncateLog { .. } => self.count("geo_truncation_ignored"),
+                Action::Cut { .. } | Action::NeedCheckpoint => {
+                    unreachable!("a serializer's group delivers a total order")
+                }
             }
         }
     }
@@ -473,7 +480,7 @@ impl GeoOrdering {
             cmd
         };
         let mut inner = Vec::new();
-        match self.groups[g as usize].multicast(cmd.clone(), &mut inner) {
+        match self.groups[g as usize].multicast(cmd.clone(), None, &mut inner) {
             Ok(()) => {}
             Err(_) => {
                 self.count("geo_entries_waiting_for_leader");
@@ -638,7 +645,12 @@ fn group_setup(setup: &NodeSetup, geo: &GeoSetup, g: usize) -> NodeSetup {
 }
 
 impl AtomicMulticast for GeoOrdering {
-    fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String> {
+    fn multicast(
+        &mut self,
+        cmd: Command,
+        _access: Option<partita_smr::Access>,
+        out: &mut Outbox,
+    ) -> Result<(), String> {
         if self.boot_token.is_some() {
             return Err(format!("node {} is starting; retry", self.id));
         }

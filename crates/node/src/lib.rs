@@ -118,6 +118,9 @@ pub struct NodeSetup {
     pub psmr: Option<partita_smr::ThreadLayout>,
     /// Which protocol orders commands (cluster file `[ordering]`).
     pub ordering: OrderingSetup,
+    /// The service's initial contents: commands every replica applies to the empty
+    /// state before anything is ordered (see `ServiceFactory::seeded`); empty: none.
+    pub genesis: Vec<partita_types::Payload>,
 }
 
 /// Which ordering a node runs, with what that protocol needs (cluster file
@@ -303,10 +306,18 @@ pub struct UnsafeBugs {
     /// EPaxos: a command leader commits on the fast path once a fast quorum answered,
     /// even when the answers' dependencies differ from its own.
     pub epaxos_skip_slow_path: bool,
+    /// A partial-order ordering (EPaxos) truncates at the newest checkpoint any replica
+    /// announced (per column), not at what every one of a majority of checkpoints
+    /// covers: commands that only one replica's checkpoint covers are lost with it.
+    pub truncate_above_majority: bool,
+    /// A partial-order ordering (EPaxos) restoring a checkpoint (restart or state
+    /// transfer) takes a frontier one command past the checkpoint's in every column:
+    /// the command after the cut counts as run, though the state lacks it.
+    pub restore_wrong_frontier: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 23] = [
+    pub const NAMES: [&'static str; 25] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -330,6 +341,8 @@ impl UnsafeBugs {
         "geo-write-one-serializer",
         "geo-execute-before-safe",
         "epaxos-skip-slow-path",
+        "truncate-above-majority",
+        "restore-wrong-frontier",
     ];
 
     /// The flag of the bug called `name`.
@@ -358,6 +371,8 @@ impl UnsafeBugs {
             "geo-write-one-serializer" => &mut self.geo_write_one_serializer,
             "geo-execute-before-safe" => &mut self.geo_execute_before_safe,
             "epaxos-skip-slow-path" => &mut self.epaxos_skip_slow_path,
+            "truncate-above-majority" => &mut self.truncate_above_majority,
+            "restore-wrong-frontier" => &mut self.restore_wrong_frontier,
             _ => return None,
         })
     }
@@ -548,7 +563,7 @@ impl NodeCore {
         let setup = core.setup.clone();
         let mut start = Vec::new();
         match setup.mode {
-            Mode::Cs => core.replica = Some(setup.service.fresh(id)),
+            Mode::Cs => core.replica = Some(core.fresh_replica()?),
             Mode::Smr => {
                 let mut next_deliver = 1;
                 let mut position = Vec::new();
@@ -569,14 +584,22 @@ impl NodeCore {
                             next_deliver = info.instance + 1;
                             replica
                         }
-                        None => setup.service.fresh(id),
+                        None => core.fresh_replica()?,
                     };
                     core.replica = Some(replica);
                 }
                 core.ordering = Some(match &setup.ordering {
                     OrderingSetup::Epaxos(geo) => Box::new(
-                        EpaxosOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
-                            .map_err(RecoverError::Config)?,
+                        EpaxosOrdering::new(
+                            &setup,
+                            geo,
+                            recovered,
+                            next_deliver,
+                            &position,
+                            &core.bugs,
+                            &mut start,
+                        )
+                        .map_err(RecoverError::Config)?,
                     ),
                     OrderingSetup::GeoPaxosPlus(geo) => Box::new(
                         GeoOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
@@ -609,6 +632,18 @@ impl NodeCore {
         }
         core.run(start, out);
         Ok(core)
+    }
+
+    /// A replica with the service's initial state (the genesis applied).
+    fn fresh_replica(&self) -> Result<Box<dyn Replica>, RecoverError> {
+        match self.setup.genesis.is_empty() {
+            true => Ok(self.setup.service.fresh(self.setup.id)),
+            false => self
+                .setup
+                .service
+                .seeded(self.setup.id, &self.setup.genesis)
+                .map_err(|e| RecoverError::Config(FieldError::new("genesis", e))),
+        }
     }
 
     /// Cluster id and planted bugs of a replica this node is about to use.
@@ -695,13 +730,6 @@ impl NodeCore {
             .and_then(|o| o.executing_ordering()?.downcast_ref::<GeoOrdering>())
     }
 
-    /// EPaxos, when this node runs it (for status and tests).
-    pub fn epaxos(&self) -> Option<&EpaxosOrdering> {
-        self.ordering
-            .as_ref()
-            .and_then(|o| o.executing_ordering()?.downcast_ref::<EpaxosOrdering>())
-    }
-
     /// What an ordering that executes itself (GeoPaxos+, EPaxos) has executed.
     pub fn ordering_executed(&self) -> Option<Executed> {
         self.ordering.as_ref().and_then(|o| o.executes())
@@ -750,6 +778,7 @@ impl NodeCore {
     pub fn checkpoint_durable(&self) -> Instance {
         self.checkpoint_durable
     }
+
     /// Whether a state transfer is under way, and its progress (bytes received of
     /// the total, 0 of 0 before the first chunk).
     pub fn transfer_progress(&self) -> Option<(u64, u64)> {
@@ -837,8 +866,12 @@ impl NodeCore {
         let Some(ordering) = self.ordering.as_mut() else {
             unreachable!("an smr node has an ordering layer");
         };
+        let access = match (ordering.wants_access(), self.replica.as_ref()) {
+            (true, Some(r)) => Some(r.access(&cmd)),
+            _ => None,
+        };
         let mut actions = Vec::new();
-        match ordering.multicast(cmd, &mut actions) {
+        match ordering.multicast(cmd, access, &mut actions) {
             Ok(()) => self.run(actions, out),
             Err(reason) => {
                 self.count("requests_refused");
@@ -1033,6 +1066,16 @@ impl NodeCore {
                     Action::TruncateLog { below_token } => {
                         out.push(Output::TruncateLog { below_token })
                     }
+                    Action::Cut { position } => self.checkpoint_at_cut(position),
+                    Action::NeedCheckpoint => {
+                        let mut sends = Vec::new();
+                        self.need_checkpoint(&mut sends);
+                        for a in sends {
+                            if let Action::Send { to, msg } = a {
+                                out.push(Output::Send { to, msg });
+                            }
+                        }
+                    }
                 }
             }
             // Deliveries execute whole instances: this is a consistent point.
@@ -1151,11 +1194,43 @@ impl NodeCore {
     }
 
     /// Take a checkpoint if one is due ([`NodeCore::checkpoint_due`]) and every delivered
-    /// command ran (P-SMR worker threads hold nothing).
+    /// command ran (P-SMR worker threads hold nothing). An ordering that delivers a
+    /// partial order says where instead ([`Action::Cut`]).
     fn maybe_checkpoint(&mut self) {
-        if !self.checkpoint_due() {
+        if !self.checkpoint_due()
+            || self
+                .ordering
+                .as_ref()
+                .is_some_and(|o| o.checkpoints_at_cuts())
+            || !self.replica.as_ref().is_some_and(|r| r.quiescent())
+        {
             return;
         }
+        // The ordering's position goes with it: every value it delivered ran (nothing
+        // is held back when the ordering has a position to keep; see `deliver`).
+        let position = self
+            .ordering
+            .as_ref()
+            .map(|o| o.position())
+            .unwrap_or_default();
+        assert!(
+            position.is_empty() || self.held.is_empty(),
+            "a checkpoint with an ordering position and values held back"
+        );
+        self.take_checkpoint(position);
+    }
+
+    /// An ordering that delivers a partial order reached a cut (see [`Action::Cut`]):
+    /// the checkpoint, if one is due, is taken here, with the cut's position.
+    fn checkpoint_at_cut(&mut self, position: Vec<u8>) {
+        if self.checkpoint_due() {
+            self.take_checkpoint(position);
+        }
+    }
+
+    /// Checkpoint the replica with the ordering's `position`, if every delivered
+    /// command ran.
+    fn take_checkpoint(&mut self, position: Vec<u8>) {
         let r = self
             .replica
             .as_mut()
@@ -1170,17 +1245,6 @@ impl NodeCore {
         if speculated > 0 {
             r.rollback_speculation();
         }
-        // The ordering's position goes with it: every value it delivered ran (nothing
-        // is held back when the ordering has a position to keep; see `deliver`).
-        let position = self
-            .ordering
-            .as_ref()
-            .map(|o| o.position())
-            .unwrap_or_default();
-        assert!(
-            position.is_empty() || self.held.is_empty(),
-            "a checkpoint with an ordering position and values held back"
-        );
         let bytes = r.checkpoint(&position);
         if speculated > 0 {
             r.respeculate(speculated);
@@ -1240,6 +1304,27 @@ impl NodeCore {
         self.transfer = Some(t);
     }
 
+    /// The ordering lacks what its peers truncated (see [`Action::NeedCheckpoint`]):
+    /// fetch the newest checkpoint of another replica, whatever its instance (in a
+    /// partial order a smaller count can still cover what is missing; the ordering's
+    /// `check_position` judges it once it is here).
+    fn need_checkpoint(&mut self, actions: &mut Outbox) {
+        if self.transfer.is_some() || self.replica.is_none() {
+            return;
+        }
+        let Some(peer) = self.next_transfer_peer() else {
+            self.count("state_transfer_no_peer");
+            return;
+        };
+        self.count("state_transfers_started");
+        let mut t = Transfer::new(1, peer, self.tick);
+        let cfg = self.setup.checkpoint.clone();
+        for msg in t.requests(&cfg, self.tick) {
+            actions.push(Action::Send { to: peer, msg });
+        }
+        self.transfer = Some(t);
+    }
+
     /// The other replicas, in turn.
     fn next_transfer_peer(&mut self) -> Option<NodeId> {
         let me = self.setup.id;
@@ -1263,12 +1348,19 @@ impl NodeCore {
         let Some(t) = self.transfer.as_mut() else {
             return;
         };
-        // Caught up by other means (the acceptors' logs reached back far enough)?
-        if self
+        // Caught up by other means (the acceptors' logs reached back far enough)? In a
+        // partial order a count says nothing of what is missing: the ordering asks
+        // again if it still lacks something.
+        let partial = self
             .ordering
             .as_ref()
-            .and_then(|o| o.delivered_up_to())
-            .is_some_and(|d| d >= t.min_instance)
+            .is_some_and(|o| o.checkpoints_at_cuts());
+        if !partial
+            && self
+                .ordering
+                .as_ref()
+                .and_then(|o| o.delivered_up_to())
+                .is_some_and(|d| d >= t.min_instance)
         {
             self.transfer = None;
             self.count("state_transfers_abandoned");
@@ -1374,7 +1466,11 @@ impl NodeCore {
         };
         let instance = r.last_instance();
         let current = self.replica.as_ref().map_or(0, |r| r.last_instance());
-        if instance <= current {
+        let partial = self
+            .ordering
+            .as_ref()
+            .is_some_and(|o| o.checkpoints_at_cuts());
+        if instance <= current && !partial {
             self.count("state_transfer_obsolete");
             return;
         }
@@ -1570,6 +1666,7 @@ mod tests {
             speculative: false,
             psmr: None,
             ordering: OrderingSetup::Paxos,
+            genesis: Vec::new(),
         }
     }
 

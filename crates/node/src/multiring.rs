@@ -275,6 +275,9 @@ impl MultiRingOrdering {
                 }
                 Action::Propose { .. } => self.count("dropped_propose_multiring"),
                 a @ (Action::Persist { .. } | Action::TruncateLog { .. }) => out.push(a),
+                Action::Cut { .. } | Action::NeedCheckpoint => {
+                    unreachable!("a ring delivers a total order")
+                }
             }
         }
         self.pop_merged(out);
@@ -357,7 +360,12 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
 }
 
 impl AtomicMulticast for MultiRingOrdering {
-    fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String> {
+    fn multicast(
+        &mut self,
+        cmd: Command,
+        _access: Option<partita_smr::Access>,
+        out: &mut Outbox,
+    ) -> Result<(), String> {
         let groups = cmd.multicast_groups(self.setup.psmr_threads);
         let Some(ring) = self.setup.ring_for(groups, cmd.client) else {
             return Err(format!(
@@ -376,7 +384,7 @@ impl AtomicMulticast for MultiRingOrdering {
         let mut inner = Vec::new();
         let knows_leader = r.ord.coordinator().is_some() || r.ord.leader().is_some();
         if knows_leader {
-            r.ord.multicast(cmd, &mut inner)?;
+            r.ord.multicast(cmd, None, &mut inner)?;
         } else {
             // No part in the ring: only its leader takes a forwarded command.
             for &a in &r.spec.acceptors {

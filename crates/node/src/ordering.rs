@@ -26,6 +26,7 @@ use partita_consensus::{
     Acceptor, AcceptorRecord, Action, Batcher, Coordinator, Elector, Learner, Msg, Outbox,
     PersistToken,
 };
+use partita_smr::Access;
 use partita_types::{Ballot, Command, Instance, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -41,9 +42,39 @@ use crate::{Mode, NodeSetup, UnsafeBugs};
 /// ([`AtomicMulticast::conflicting_decisions`]), and a line for a liveness failure
 /// ([`AtomicMulticast::describe`]). No driver looks at which protocol runs.
 pub trait AtomicMulticast: Send {
-    /// Multicast a client command to its groups. `Err` (with the reason for the
-    /// client) if it cannot be taken now (a full queue, no leader known).
-    fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String>;
+    /// Multicast a client command to its groups. `access` is what the command touches
+    /// (the node's replica computes it when [`AtomicMulticast::wants_access`] says
+    /// so; `None` otherwise, or at a node without a replica). `Err` (with the reason
+    /// for the client) if it cannot be taken now (a full queue, no leader known).
+    fn multicast(
+        &mut self,
+        cmd: Command,
+        access: Option<Access>,
+        out: &mut Outbox,
+    ) -> Result<(), String>;
+    /// Whether [`AtomicMulticast::multicast`] needs what a command touches (orderings
+    /// that order only conflicting commands, or place objects).
+    fn wants_access(&self) -> bool {
+        false
+    }
+    /// What this node's ordering truncated, in its own bytes (`None`: nothing), for
+    /// the simulator's durability check: at least a majority of replicas' durable
+    /// checkpoints must cover it ([`AtomicMulticast::covers`]), or losing a minority
+    /// of replicas loses decided commands.
+    fn truncation(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Whether a checkpoint at `position` holds everything below `truncation` (both
+    /// this ordering's bytes). Orderings that report no truncation never get asked.
+    fn covers(&self, _position: &[u8], _truncation: &[u8]) -> bool {
+        true
+    }
+    /// Whether the replica may checkpoint only where the ordering says
+    /// ([`Action::Cut`]: an ordering that delivers a partial order). `false`: after any
+    /// step, everything delivered being a prefix of one total order.
+    fn checkpoints_at_cuts(&self) -> bool {
+        false
+    }
     /// A peer message of the ordering protocol. Returns whether a role here took it.
     fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool;
     /// A clock tick (`tick` counts them; `now_ms` is the driver's clock).
@@ -446,7 +477,12 @@ impl AtomicMulticast for PaxosOrdering {
     /// A command at a node that leads goes to its coordinator; at a node that does not
     /// lead, to its batcher if it has the role, otherwise it is forwarded alone to the
     /// leader it knows (once: no forwarding loops).
-    fn multicast(&mut self, cmd: Command, out: &mut Outbox) -> Result<(), String> {
+    fn multicast(
+        &mut self,
+        cmd: Command,
+        _access: Option<Access>,
+        out: &mut Outbox,
+    ) -> Result<(), String> {
         match (self.coordinator.as_mut(), self.batcher.as_mut()) {
             (Some(c), _) => {
                 if c.on_command(cmd, out) {
@@ -598,7 +634,8 @@ impl AtomicMulticast for PaxosOrdering {
             | Msg::CheckpointChunk { .. }
             | Msg::OnRing { .. }
             | Msg::Exec { .. }
-            | Msg::Epaxos(_) => {}
+            | Msg::Epaxos(_)
+            | Msg::PositionCheckpointed { .. } => {}
         }
         if self
             .coordinator

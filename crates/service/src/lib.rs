@@ -49,6 +49,26 @@ use std::ops::Bound;
 /// `0..=u64::MAX` (keys `a <= b` have positions `position(a) <= position(b)`).
 pub trait PartitionKey {
     fn position(&self) -> u64;
+    /// The key as an object id for orderings that order only conflicting commands
+    /// (EPaxos) or place objects (GeoPaxos+): equal keys give equal ids, and distinct
+    /// keys distinct ones but for rare collisions, which only make two commands
+    /// conflict that need not. The default is the position (exact for `u64`).
+    fn object_id(&self) -> u64 {
+        self.position()
+    }
+}
+
+/// A 64-bit hash of `bytes`, the same on every machine and in every run (FNV-1a with a
+/// final mix): object ids of byte-string keys.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 impl PartitionKey for u64 {
@@ -66,17 +86,95 @@ impl PartitionKey for [u8] {
         b[..n].copy_from_slice(&self[..n]);
         u64::from_be_bytes(b)
     }
+    /// The whole key's hash: keys that share their first eight bytes (etcd's
+    /// `/registry/...`) must not all conflict.
+    fn object_id(&self) -> u64 {
+        stable_hash(self)
+    }
 }
 
 impl PartitionKey for Vec<u8> {
     fn position(&self) -> u64 {
         self.as_slice().position()
     }
+    fn object_id(&self) -> u64 {
+        self.as_slice().object_id()
+    }
 }
 
 impl PartitionKey for String {
     fn position(&self) -> u64 {
         self.as_bytes().position()
+    }
+    fn object_id(&self) -> u64 {
+        self.as_bytes().object_id()
+    }
+}
+
+/// What a command touches, as an ordering that orders only conflicting commands
+/// (EPaxos) needs it: two commands conflict when they share an object and one of them
+/// writes it, or when either touches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    /// Object ids ([`PartitionKey::object_id`]) and whether the command may write
+    /// each, sorted by id, each once (read and written counts as written).
+    pub objects: Vec<(u64, bool)>,
+    /// The command may touch any object (a range, a scan, a malformed command): it
+    /// conflicts with every command.
+    pub everything: bool,
+}
+
+impl Access {
+    /// Conflicts with every command.
+    pub fn everything() -> Access {
+        Access {
+            objects: Vec::new(),
+            everything: true,
+        }
+    }
+
+    /// These objects, read or written by a command that writes (`write`) or only
+    /// reads; a range makes it touch everything.
+    pub fn of<K: PartitionKey>(objects: &Objects<K>, write: bool) -> Access {
+        if !objects.ranges.is_empty() {
+            return Access::everything();
+        }
+        let mut a = Access::default();
+        for k in &objects.keys {
+            a.add(k.object_id(), write);
+        }
+        a
+    }
+
+    /// Add object `id` (kept sorted and unique; written wins over read).
+    pub fn add(&mut self, id: u64, write: bool) {
+        match self.objects.binary_search_by_key(&id, |&(o, _)| o) {
+            Ok(i) => self.objects[i].1 |= write,
+            Err(i) => self.objects.insert(i, (id, write)),
+        }
+    }
+
+    /// Whether the two must be ordered with each other.
+    pub fn conflicts(&self, other: &Access) -> bool {
+        if self.everything || other.everything {
+            return true;
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < self.objects.len() && j < other.objects.len() {
+            let ((a, aw), (b, bw)) = (self.objects[i], other.objects[j]);
+            match a.cmp(&b) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    if aw || bw {
+                        return true;
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        false
     }
 }
 
@@ -233,6 +331,17 @@ pub trait StateMachine: Sized + Send + 'static {
 
     /// The objects `cmd` touches.
     fn objects(cmd: &Self::Command) -> Objects<Self::Key>;
+
+    /// What `cmd` touches, with the state as it is now, for orderings that order only
+    /// conflicting commands (EPaxos): the default is [`StateMachine::objects`], all
+    /// written unless the command only reads, and everything for a range. A service
+    /// may narrow it from its state (the B+tree's next and prev read up to the
+    /// neighbour they would find) or add objects every command of a kind shares (the
+    /// key-value store's store-wide revision), as long as two commands whose order
+    /// matters conflict wherever they are proposed.
+    fn access(&self, cmd: &Self::Command) -> Access {
+        Access::of(&Self::objects(cmd), !Self::is_read_only(cmd))
+    }
 
     /// Execute `cmd` deterministically.
     fn execute(&mut self, cmd: &Self::Command) -> Self::Reply;

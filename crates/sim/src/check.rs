@@ -46,6 +46,9 @@ pub enum Check {
     /// The final contents of the replicas contradict the history (e.g. a lost
     /// acknowledged insert).
     FinalState,
+    /// A replica truncated what fewer than a majority of replicas' durable checkpoints
+    /// cover: losing the others would lose decided commands.
+    Durability,
     /// The checker gave up (state budget): neither a pass nor a proof of a bug.
     Inconclusive,
     /// The simulator itself misbehaved (a bug in `partita-sim`).
@@ -61,6 +64,7 @@ impl Check {
             Check::Liveness => "liveness",
             Check::Convergence => "convergence",
             Check::Linearizability => "linearizability",
+            Check::Durability => "durability",
             Check::FinalState => "final-state",
             Check::Inconclusive => "inconclusive",
             Check::Simulator => "simulator",

@@ -670,8 +670,12 @@ impl SeedParams {
         c.batching.batch_bytes_max = self.batch_bytes_max;
         c.batching.batch_delay_ms = self.batch_delay_ms;
         c.batching.value_interval_ms = self.value_interval_ms;
+        // EPaxos replicas checkpoint at cuts, truncate and transfer state as any
+        // replica does (GeoPaxos+ executes inside its ordering: none yet).
+        c.storage.checkpoint_instances = self.checkpoint_instances;
+        c.sessions.lease_ms = self.session_lease_ms;
         if g.ordering == GeoOrdering::Epaxos {
-            c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection { keys: g.keys });
+            c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection::with_keys(g.keys));
         }
         if let Some(s) = c.ordering.geo_mut() {
             s.order = g.order;

@@ -335,10 +335,7 @@ fn geo_groups(
 /// the node's replica executes). Cheap, unlike `NodeCore::ordering_executed`, which
 /// computes the state's digest.
 fn ordering_ran(core: &NodeCore) -> Option<u64> {
-    if let Some(g) = core.geo() {
-        return Some(g.replica().stats().executed);
-    }
-    core.epaxos().map(|e| e.executed())
+    core.geo().map(|g| g.replica().stats().executed)
 }
 
 /// The executed count replicas of a geo seed must agree on. EPaxos: every committed
@@ -1510,6 +1507,9 @@ impl World {
                 Emit::Truncate { below_token } => {
                     self.nodes[ni].disk.truncate_below(below_token);
                     self.count("log_truncations");
+                    if let Err(m) = self.durability_of(ni) {
+                        self.fail(Check::Durability, m);
+                    }
                 }
                 Emit::Checkpoint { instance, bytes } => {
                     // A separate file, written on its own thread: write every byte,
@@ -2216,30 +2216,24 @@ impl World {
     }
 
     fn replica_ends(&self) -> Vec<ReplicaEnd> {
-        if self.p.geo.is_some() {
-            // The orderings execute: their counts (see `agreed_executed`), digests
-            // and sizes; the node core's own replica is unused.
-            return self
-                .nodes
-                .iter()
-                .filter_map(|n| {
-                    let core = n.core.as_ref()?;
-                    let e = core.ordering_executed()?;
-                    Some(ReplicaEnd {
+        self.nodes
+            .iter()
+            .filter(|n| n.replica)
+            .filter_map(|n| {
+                let core = n.core.as_ref()?;
+                if let Some(e) = core.ordering_executed() {
+                    // GeoPaxos+ executes in its ordering: its counts (see
+                    // `agreed_executed`), digests and sizes; the node core's own
+                    // replica is unused.
+                    return Some(ReplicaEnd {
                         node: n.id,
                         partition: 0,
                         executed_up_to: agreed_executed(core)?,
                         digest: e.digest,
                         entries: e.entries as usize,
-                    })
-                })
-                .collect();
-        }
-        self.nodes
-            .iter()
-            .filter(|n| n.replica)
-            .filter_map(|n| {
-                let r = n.core.as_ref()?.replica()?;
+                    });
+                }
+                let r = core.replica()?;
                 Some(ReplicaEnd {
                     node: n.id,
                     partition: self.layout.partition_of_replica(n.id).unwrap_or(0),
@@ -2249,6 +2243,53 @@ impl World {
                 })
             })
             .collect()
+    }
+
+    /// Everything a running node truncated is held by the durable checkpoints of a
+    /// majority of the replicas (those down included: their disks keep them).
+    fn durability(&self) -> Result<(), String> {
+        (0..self.nodes.len()).try_for_each(|ni| self.durability_of(ni))
+    }
+
+    /// What node `ni` truncated is held by the durable checkpoints of a majority of
+    /// the replicas (checked whenever a node cuts its log, and at the end).
+    fn durability_of(&self, ni: usize) -> Result<(), String> {
+        let replicas: Vec<&SimNode> = self.nodes.iter().filter(|n| n.replica).collect();
+        let majority = replicas.len() / 2 + 1;
+        {
+            let n = &self.nodes[ni];
+            let Some(o) = n.core.as_ref().and_then(|c| c.ordering()) else {
+                return Ok(());
+            };
+            let Some(t) = o.truncation() else {
+                return Ok(());
+            };
+            let covering: Vec<NodeId> = replicas
+                .iter()
+                .filter(|r| {
+                    // What the replica's disk holds (a node down keeps it too).
+                    let Some((_, bytes)) = &r.checkpoint else {
+                        return false;
+                    };
+                    let Ok(info) = partita_smr::verify_checkpoint(bytes) else {
+                        return false;
+                    };
+                    let position = partita_smr::checkpoint_ordering(bytes, &info);
+                    !position.is_empty() && o.covers(position, &t)
+                })
+                .map(|r| r.id)
+                .collect();
+            if covering.len() < majority {
+                return Err(format!(
+                    "node {} truncated what only the durable checkpoints of {covering:?} \
+                     hold (a majority is {majority} of {} replicas); {}",
+                    n.id,
+                    replicas.len(),
+                    o.describe()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A geo seed's replicas' counters, for a convergence failure (what each ran).
@@ -2276,15 +2317,11 @@ impl World {
                             .collect::<Vec<_>>()
                     ));
                 }
-                let e = core.epaxos()?;
-                let st = e.core().stats();
+                let executed = core.replica().map_or(0, |r| r.last_instance());
                 Some(format!(
-                    "node {}: EPaxos executed {}, {} committed known, {} fast and {} slow commits",
+                    "node {}: executed {executed}; {}",
                     n.id,
-                    e.executed(),
-                    e.core().committed().count(),
-                    st.fast_commits,
-                    st.slow_commits
+                    core.ordering()?.describe()
                 ))
             })
             .collect();
@@ -2306,8 +2343,11 @@ impl World {
                     .map(|(k, v)| (k, partita_node::geo::map_value(v)))
                     .collect();
             }
-            if let Some(e) = core.epaxos() {
-                return e.tree().query(0, u64::MAX);
+            let tree = core
+                .replica()
+                .and_then(partita_smr::downcast::<partita_btree::BPlusTree>);
+            if let Some(r) = tree {
+                return r.state().query(0, u64::MAX);
             }
         }
         Vec::new()
@@ -2673,6 +2713,11 @@ impl World {
             }
         }
         if self.failure.is_none() {
+            if let Err(m) = self.durability() {
+                self.fail(Check::Durability, m);
+            }
+        }
+        if self.failure.is_none() {
             if let Err(m) = check::convergence(&replicas) {
                 let m = match self.geo_counts() {
                     // The orderings' executed counts are counts, not instances.
@@ -2765,8 +2810,9 @@ impl World {
                 }
             }
         }
-        // GeoPaxos+ and EPaxos: the orderings' counters, summed over the nodes'
-        // running incarnations (a restart starts them over).
+        // GeoPaxos+ and EPaxos: the orderings' counters (EPaxos's recoveries among
+        // them), summed over the nodes' running incarnations (a restart starts them
+        // over).
         if self.p.geo.is_some() {
             for n in &self.nodes {
                 let Some(core) = n.core.as_ref() else {
@@ -2774,15 +2820,6 @@ impl World {
                 };
                 for (k, v) in core.counters() {
                     if k.starts_with("geo_") || k.starts_with("epaxos_") {
-                        *counters.entry(k.to_string()).or_default() += v;
-                    }
-                }
-                if let Some(e) = core.epaxos() {
-                    let st = e.core().stats();
-                    for (k, v) in [
-                        ("epaxos_recoveries_started", st.recoveries_started),
-                        ("epaxos_recovered_noops", st.recovered_noops),
-                    ] {
                         *counters.entry(k.to_string()).or_default() += v;
                     }
                 }

@@ -24,6 +24,12 @@
 //!   answers' dependencies differ): interfering commands committed without an edge
 //!   between them run in different orders; replicas diverge, or a client sees what no
 //!   order gives.
+//! - `truncate-above-majority` (EPaxos truncates at the newest checkpoint any replica
+//!   announced, column by column): caught by the durability check, a replica's
+//!   truncation that fewer than a majority of durable checkpoints cover.
+//! - `restore-wrong-frontier` (a replica restoring a checkpoint counts the command
+//!   after the cut in every column as run): the restarted or transferred replica
+//!   lacks writes the others ran.
 
 use partita_sim::{run_seed, swarm, Check, GeoChoice, GeoOrdering, SeedReport, SimOptions};
 
@@ -84,6 +90,10 @@ fn geo_seeds_pass_every_check() {
     assert!(sum(&geo, "geo_executed_multi") > 0);
     assert!(sum(&epaxos, "epaxos_slow_commits") > 0, "no slow path");
     assert!(sum(&epaxos, "epaxos_recoveries_started") > 0, "no recovery");
+    // EPaxos orders for the common replica: checkpoints at cuts, truncation below
+    // what a majority of checkpoints covers.
+    assert!(sum(&epaxos, "epaxos_cuts") > 0, "no cut");
+    assert!(sum(&epaxos, "epaxos_truncations") > 0, "no truncation");
     // Every replica of every seed ran the same operations to the same tree.
     for r in &all {
         assert_eq!(r.replicas.len(), 3, "seed {}", r.seed);
@@ -199,7 +209,17 @@ fn control(bug: &str, geo: GeoChoice, seeds: std::ops::Range<u64>) -> (u64, Chec
             Check::Linearizability | Check::FinalState | Check::Convergence
         )
     };
-    match partita_sim::first_caught(bug, &opts(geo), seeds.clone(), violation) {
+    control_by(bug, geo, seeds, violation)
+}
+
+/// [`control`], counting the checks `counts` names.
+fn control_by(
+    bug: &str,
+    geo: GeoChoice,
+    seeds: std::ops::Range<u64>,
+    counts: impl Fn(Check) -> bool,
+) -> (u64, Check, String) {
+    match partita_sim::first_caught(bug, &opts(geo), seeds.clone(), counts) {
         Ok((seed, f)) => (seed, f.check, f.message),
         Err(seen) => panic!(
             "planted bug `{bug}` went unnoticed as a violation in seeds {seeds:?}.\n{}",
@@ -236,4 +256,26 @@ fn epaxos_skip_slow_path_is_caught() {
     // … (and at 95 by the agreement check: two different commits of one instance).
     let (seed, check, what) = control("epaxos-skip-slow-path", GeoChoice::Epaxos, 0..16);
     eprintln!("epaxos-skip-slow-path caught at seed {seed} by {check}: {what}");
+}
+
+#[test]
+fn truncation_above_a_majority_is_caught() {
+    let (seed, check, what) =
+        control_by("truncate-above-majority", GeoChoice::Epaxos, 0..20, |c| {
+            c == Check::Durability
+        });
+    eprintln!("truncate-above-majority caught at seed {seed} by {check}: {what}");
+}
+
+#[test]
+fn a_checkpoint_restored_at_the_wrong_frontier_is_caught() {
+    // Caught as a violation: replicas diverge, or a node's own check finds its
+    // replica and its ordering disagree on what ran (an invariant).
+    let (seed, check, what) = control_by("restore-wrong-frontier", GeoChoice::Epaxos, 0..30, |c| {
+        matches!(
+            c,
+            Check::Linearizability | Check::FinalState | Check::Convergence | Check::Invariants
+        )
+    });
+    eprintln!("restore-wrong-frontier caught at seed {seed} by {check}: {what}");
 }

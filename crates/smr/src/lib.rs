@@ -75,7 +75,7 @@ pub use checkpoint::{
 };
 
 pub use partita_service::{
-    ExecutionWork, Shared, StateMachine, ThreadLayout, ThreadRunner, WORK_KINDS as OP_KINDS,
+    Access, ExecutionWork, Shared, StateMachine, ThreadLayout, ThreadRunner, WORK_KINDS as OP_KINDS,
 };
 
 use partita_consensus::Value;
@@ -1106,6 +1106,39 @@ impl<S: StateMachine> SequentialReplica<S> {
         })
     }
 
+    /// What `cmd` touches, for an ordering that orders only conflicting commands
+    /// (EPaxos): the service's objects ([`StateMachine::access`], from the state as it
+    /// is here) and, for a mutation or a renewal, the client's session (exactly-once
+    /// needs every replica to run a client's mutations in one order: a late copy is
+    /// recognised only against the session's newest reply). An open conflicts with
+    /// everything: a session is named by the instance its open ran at, which must be
+    /// the same at every replica, and only a command ordered with every other one has
+    /// the same position everywhere. A command that does not decode conflicts with
+    /// everything (every replica refuses it alike).
+    pub fn access(&self, cmd: &Command) -> Access {
+        if cmd.is_open() {
+            if cmd.session == 0 {
+                return Access::everything();
+            }
+            let mut a = Access::default();
+            a.add(session_object(cmd.client), true);
+            return a;
+        }
+        let Some(payload) = cmd.body.payload_for(self.partition) else {
+            return Access::everything();
+        };
+        match S::decode_command(payload) {
+            Err(_) => Access::everything(),
+            Ok(op) => {
+                let mut a = self.state.access(&op);
+                if !S::is_read_only(&op) {
+                    a.add(session_object(cmd.client), true);
+                }
+                a
+            }
+        }
+    }
+
     /// Execute a decided value. Returns the replies this replica must send. If the
     /// instance was speculated with the same value, the speculation becomes final and
     /// its held replies are returned; with another value, all speculation is rolled
@@ -1547,6 +1580,13 @@ pub fn session_step(
     }
 }
 
+/// The object id of client `client`'s session in [`SequentialReplica::access`].
+pub fn session_object(client: ClientId) -> u64 {
+    let mut b = *b"partita/session/\0\0\0\0\0\0\0\0";
+    b[16..].copy_from_slice(&client.to_be_bytes());
+    partita_service::stable_hash(&b)
+}
+
 pub trait Replica: Send {
     /// The service's name ([`StateMachine::NAME`]).
     fn service(&self) -> &'static str;
@@ -1575,6 +1615,8 @@ pub trait Replica: Send {
     fn cached_clients(&self) -> usize;
     fn invariants(&self);
     fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply>;
+    /// What `cmd` touches (see [`SequentialReplica::access`]).
+    fn access(&self, cmd: &Command) -> Access;
     /// P-SMR worker threads (0: commands execute as their value is delivered, and the
     /// three methods below have nothing to do).
     fn threads(&self) -> usize {
@@ -1722,6 +1764,9 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply> {
         SequentialReplica::unsafe_read_unordered(self, cmd)
     }
+    fn access(&self, cmd: &Command) -> Access {
+        SequentialReplica::access(self, cmd)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -1734,6 +1779,17 @@ pub trait ServiceFactory: Send + Sync {
     fn name(&self) -> &'static str;
     /// A replica with the empty state.
     fn fresh(&self, id: NodeId) -> Box<dyn Replica>;
+    /// A replica whose state is the empty state with `genesis` applied, in order: the
+    /// service's initial contents, the same at every replica (commands in the
+    /// service's encoding, executed before anything is ordered and outside any
+    /// session or instance). A command that does not decode is an error. The
+    /// default takes no genesis.
+    fn seeded(&self, id: NodeId, genesis: &[Payload]) -> Result<Box<dyn Replica>, String> {
+        match genesis.is_empty() {
+            true => Ok(self.fresh(id)),
+            false => Err(format!("the {} replicas take no genesis", self.name())),
+        }
+    }
     /// A replica restored from checkpoint bytes of cluster `cluster_id` (written by
     /// any of its replicas), as replica `node_id`. A checkpoint of another cluster or
     /// another service, or a damaged one, is refused.
@@ -1759,6 +1815,15 @@ impl<S: StateMachine> ServiceFactory for Factory<S> {
     }
     fn fresh(&self, id: NodeId) -> Box<dyn Replica> {
         Box::new(SequentialReplica::new(id, S::new()))
+    }
+    fn seeded(&self, id: NodeId, genesis: &[Payload]) -> Result<Box<dyn Replica>, String> {
+        let mut state = S::new();
+        for (i, bytes) in genesis.iter().enumerate() {
+            let cmd = S::decode_command(bytes)
+                .map_err(|e| format!("genesis command {i} is not a {} command: {e}", S::NAME))?;
+            state.execute(&cmd);
+        }
+        Ok(Box::new(SequentialReplica::new(id, state)))
     }
     fn restore(
         &self,

@@ -138,7 +138,7 @@ pub fn cluster_of(system: GeoSystem, o: &GeoRealOptions) -> anyhow::Result<Clust
         GeoSystem::GeoPaxosPlus | GeoSystem::Epaxos => {
             let mut c = ClusterConfig::paper_geo_local(base, id, o.keys);
             if system == GeoSystem::Epaxos {
-                c.ordering = OrderingSection::Epaxos(EpaxosSection { keys: o.keys });
+                c.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(o.keys));
             }
             c
         }

@@ -69,6 +69,7 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
         speculative: false,
         psmr: None,
         ordering: partita_node::OrderingSetup::Paxos,
+        genesis: Vec::new(),
     }
 }
 
@@ -136,6 +137,9 @@ pub struct Cluster {
     pub chunks: u64,
     pub chunk_bytes_max: usize,
     pub steps: Vec<Step>,
+    /// Nodes whose checkpoint writes never complete (a disk that stalls them): their
+    /// newest durable checkpoint stays where it was.
+    pub stalled_checkpoints: BTreeSet<NodeId>,
     /// Ticks so far (each one a millisecond of the nodes' clock).
     pub ticks: u64,
     lose_sent: Option<Filter>,
@@ -173,6 +177,7 @@ impl Cluster {
             chunks: 0,
             chunk_bytes_max: 0,
             steps: Vec::new(),
+            stalled_checkpoints: BTreeSet::new(),
             lose_sent: None,
             lose_delivered: None,
         };
@@ -272,7 +277,9 @@ impl Cluster {
                 Output::Refused { .. } => {}
                 Output::SaveCheckpoint { instance, bytes } => {
                     assert!(self.checkpointing, "no checkpoints in these scenarios");
-                    self.saves.push_back((from, instance, bytes.to_vec()))
+                    if !self.stalled_checkpoints.contains(&from) {
+                        self.saves.push_back((from, instance, bytes.to_vec()))
+                    }
                 }
                 Output::TruncateLog { below_token } => {
                     assert!(self.checkpointing, "no checkpoints in these scenarios");
@@ -529,8 +536,18 @@ pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
         seed: 7,
         stall_check_ticks: 40,
         clock_retry_ticks: 10,
+        barrier_interval_ms: 100,
     };
     s.ordering = if epaxos {
+        // The common replica starts with the geo tree's keys, each its own value.
+        s.genesis = (0..keys)
+            .map(|key| {
+                <BPlusTree as partita_service::StateMachine>::encode_command(&Op::Insert {
+                    key,
+                    value: key,
+                })
+            })
+            .collect();
         partita_node::OrderingSetup::Epaxos(geo)
     } else {
         partita_node::OrderingSetup::GeoPaxosPlus(geo)

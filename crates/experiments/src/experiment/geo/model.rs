@@ -161,6 +161,7 @@ pub fn ep_kind(m: &EpaxosMsg) -> &'static str {
         EpaxosMsg::Nack { .. } => "nack",
         EpaxosMsg::CommitRequest { .. } => "commitrequest",
         EpaxosMsg::Heartbeat { .. } => "heartbeat",
+        EpaxosMsg::Truncated { .. } => "truncated",
     }
 }
 
@@ -1078,6 +1079,10 @@ impl World {
                         to: r,
                         work: Work::Execute { command },
                     }),
+                    // The model neither checkpoints nor truncates.
+                    EpaxosAction::Cut { .. }
+                    | EpaxosAction::TruncateLog { .. }
+                    | EpaxosAction::NeedState { .. } => {}
                 }
             }
             if cfg!(debug_assertions) {
