@@ -4,7 +4,9 @@
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
-use partita_config::{ClusterConfig, Durability, EpaxosSection, Mode, OrderingSection, Role};
+use partita_config::{
+    ClusterConfig, Durability, EpaxosSection, Mode, OrderingProtocol, OrderingSection, Role,
+};
 use partita_consensus::{Protocol, RingDecision};
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{self, LocalCluster};
@@ -515,6 +517,13 @@ struct PartitionArgs {
     /// alone (needs --threads).
     #[arg(long, requires = "threads")]
     optimistic: bool,
+    /// The ordering protocol of a new cluster (the cluster file's `[ordering]
+    /// protocol`): ring-paxos, multi-paxos, multi-ring (a ring per partition and one
+    /// across them, or two over one partition: see --rings), geopaxos+ or epaxos (three
+    /// nodes, each an acceptor and a replica; clients at the nearest). Unset:
+    /// --protocol's stream, or Multi-Ring Paxos with --rings.
+    #[arg(long, value_parser = choice::<OrderingProtocol>(), conflicts_with = "rings")]
+    ordering: Option<OrderingProtocol>,
 }
 
 impl PartitionArgs {
@@ -570,6 +579,11 @@ impl PartitionArgs {
             c = c
                 .with_psmr(self.threads as usize, self.optimistic, key_max)
                 .map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
+        }
+        if let Some(o) = self.ordering {
+            return c
+                .with_ordering(o, 3)
+                .map_err(|e| anyhow::anyhow!("--ordering {o}: {e}"));
         }
         if self.rings == 0 {
             return Ok(c);

@@ -1298,6 +1298,78 @@ impl ClusterConfig {
         Ok(self)
     }
 
+    /// This cluster ordered by `protocol`, for a new cluster (`partita up --ordering`,
+    /// `partita bench --up --ordering`): one stream by Ring Paxos or Multi-Paxos;
+    /// Multi-Ring Paxos with a ring per partition and one spanning them (or two rings
+    /// over an unpartitioned state); GeoPaxos+ or EPaxos on `replicas` nodes, each an
+    /// acceptor and a replica (the leaderless and serializer orderings have every
+    /// replica take part), keeping the cluster's first port and wide-area regions.
+    /// Refused where the protocol does not combine with the cluster.
+    pub fn with_ordering(
+        mut self,
+        protocol: OrderingProtocol,
+        replicas: u32,
+    ) -> Result<ClusterConfig, String> {
+        use partita_consensus::Protocol as P;
+        match protocol {
+            OrderingProtocol::RingPaxos => self.set_protocol(P::RingPaxos),
+            OrderingProtocol::MultiPaxos => self.set_protocol(P::MultiPaxos),
+            OrderingProtocol::MultiRing => {
+                let rings = match self.psmr_layout() {
+                    Some(l) => l.threads as u32,
+                    None if self.partition_map().is_partitioned() => {
+                        self.partition_map().count()
+                    }
+                    None => 2,
+                };
+                return self.with_multiring(rings, 1);
+            }
+            OrderingProtocol::GeoPaxos
+            | OrderingProtocol::GeoPaxosPlus
+            | OrderingProtocol::Epaxos => {
+                if self.partition_map().is_partitioned() || self.cluster.mode != Mode::Smr {
+                    return Err(format!(
+                        "protocol \"{protocol}\" orders one unpartitioned state in smr mode"
+                    ));
+                }
+                let replicas = match protocol {
+                    OrderingProtocol::Epaxos if replicas.is_multiple_of(2) => replicas + 1,
+                    _ => replicas,
+                }
+                .clamp(1, 32);
+                let base = self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.addr.parse::<SocketAddr>().ok())
+                    .map(|a| a.port() - self.nodes[0].id as u16)
+                    .next()
+                    .unwrap_or(7100);
+                let regions: Vec<Option<String>> =
+                    self.nodes.iter().map(|n| n.region.clone()).collect();
+                self.nodes = (1..=replicas)
+                    .map(|id| NodeSection {
+                        id,
+                        addr: format!("127.0.0.1:{}", base + id as u16),
+                        roles: vec![Role::Acceptor, Role::Replica],
+                        partition: None,
+                        etcd_addr: None,
+                        region: regions.get(id as usize - 1).cloned().flatten(),
+                    })
+                    .collect();
+                self.cluster.coordinator = Some(1);
+                self.ordering = match protocol {
+                    OrderingProtocol::Epaxos => {
+                        OrderingSection::Epaxos(EpaxosSection::with_keys(0))
+                    }
+                    OrderingProtocol::GeoPaxos => OrderingSection::GeoPaxos(GeoSection::default()),
+                    _ => OrderingSection::GeoPaxosPlus(GeoSection::default()),
+                };
+            }
+        }
+        self.validate().map_err(|e| e.to_string())?;
+        Ok(self)
+    }
+
     /// The Paxos protocol of one stream (or of the rings, with Multi-Ring Paxos) set to
     /// `p`; other orderings keep theirs. Tests and the command line's `--protocol`.
     pub fn set_protocol(&mut self, p: Protocol) {
@@ -1495,12 +1567,21 @@ impl ClusterConfig {
                 ));
             }
         }
-        if self.cluster.service != "btree" {
+        if self.ordering.geo().is_some() && self.cluster.service != "btree" {
             return f(
                 "cluster.service",
                 "GeoPaxos+ replicates the geo B+tree: service = \"btree\" (clients send \
                  B+tree commands)",
             );
+        }
+        if let Some(e) = self.ordering.epaxos() {
+            if e.keys > 0 && self.cluster.service != "btree" {
+                return f(
+                    "ordering.keys",
+                    "keys preloads the B+tree (service = \"btree\"); other services start \
+                     empty",
+                );
+            }
         }
         if self.cluster.mode != Mode::Smr {
             return f("cluster.mode", "GeoPaxos+ and EPaxos need mode = \"smr\"");
