@@ -1754,10 +1754,14 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         (None, _) => {}
     }
     // GeoPaxos+: the tree starts with its keys (the cluster file's); no preload.
-    let geo_keys = cluster.ordering.geo_keys();
-    match (geo_keys, a.workload) {
-        (Some(_), Workload::Geo { .. }) | (None, _) => {}
-        (Some(_), w) => bail!(
+    // GeoPaxos+ and EPaxos with keys: the tree starts with them (no preload).
+    let geo_keys = cluster
+        .ordering
+        .geo_keys()
+        .filter(|&k| k > 0 || cluster.ordering.geo().is_some());
+    match (cluster.ordering.geo().is_some(), a.workload) {
+        (true, Workload::Geo { .. }) | (false, _) => {}
+        (true, w) => bail!(
             "a GeoPaxos+ cluster runs the geo B+tree's operations: --workload geo-R or \
              geo-R@P/N, not {w}"
         ),

@@ -279,7 +279,7 @@ fn node_core(id: NodeId, rest: &[u8]) {
                     session: 0,
                     reply_to: from,
                     body: Body::single(Payload::copy_from_slice(payload)),
-                    threads: 0,
+                    route: 0,
                 };
                 let m = Msg::OnRing {
                     ring: g,
@@ -316,12 +316,10 @@ fn node_core(id: NodeId, rest: &[u8]) {
 fn initial_tree() -> &'static GeoBTree {
     static TREE: std::sync::OnceLock<GeoBTree> = std::sync::OnceLock::new();
     TREE.get_or_init(|| {
-        setups()[0]
-            .geo
-            .clone()
-            .expect("a [geopaxos] section")
-            .initial_tree()
-            .expect("the cluster file's tree")
+        let partita_node::OrderingSetup::GeoPaxosPlus(g) = &setups()[0].ordering else {
+            panic!("a GeoPaxos+ cluster")
+        };
+        g.initial_tree().expect("the cluster file's tree")
     })
 }
 

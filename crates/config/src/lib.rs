@@ -1317,9 +1317,7 @@ impl ClusterConfig {
             OrderingProtocol::MultiRing => {
                 let rings = match self.psmr_layout() {
                     Some(l) => l.threads as u32,
-                    None if self.partition_map().is_partitioned() => {
-                        self.partition_map().count()
-                    }
+                    None if self.partition_map().is_partitioned() => self.partition_map().count(),
                     None => 2,
                 };
                 return self.with_multiring(rings, 1);

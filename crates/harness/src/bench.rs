@@ -477,7 +477,7 @@ pub async fn run_with(
         },
         ordering: match mode {
             Mode::Smr if cluster.ordering.epaxos().is_some() => {
-                "epaxos (leaderless; the geo B+tree's operations)".into()
+                "epaxos (leaderless, every replica leads its own column)".into()
             }
             Mode::Smr if cluster.ordering.geo().is_some() => {
                 "geopaxos+ (a Multi-Paxos serializer per replica)".into()

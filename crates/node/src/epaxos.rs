@@ -344,7 +344,7 @@ impl EpaxosOrdering {
             session: 0,
             reply_to: self.id,
             body: Body::single(Payload::from(self.clock_ms.to_le_bytes().to_vec())),
-            threads: 0,
+            route: 0,
         };
         let mut acts = Vec::new();
         if self

@@ -188,7 +188,7 @@ fn entry_command(me: NodeId, entry: &Entry<OpId, GeoValue>, clock_seq: u64) -> C
         session: 0,
         reply_to: me,
         body: Body::single(partita_types::encode(&LogEntry(entry.clone())).into()),
-        threads: 0,
+        route: 0,
     }
 }
 

@@ -588,7 +588,7 @@ pub fn envelope<S: StateMachine>(
         session: 0,
         reply_to,
         body,
-        threads: 0,
+        route: 0,
     })
 }
 

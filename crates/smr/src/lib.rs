@@ -732,11 +732,11 @@ impl<S: StateMachine> SequentialReplica<S> {
         if cmd.is_open() {
             return (None, None);
         }
-        if cmd.threads.count_ones() == 1 {
-            let t = cmd.threads.trailing_zeros() as usize;
+        if cmd.route.count_ones() == 1 {
+            let t = cmd.route.trailing_zeros() as usize;
             return ((t < p.layout.threads).then_some(t), None);
         }
-        if cmd.threads != 0 {
+        if cmd.route != 0 {
             return (None, None);
         }
         let Some(op) = cmd

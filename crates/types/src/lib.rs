@@ -214,12 +214,19 @@ pub struct Command {
     /// The replica the client chose; only it replies (paper 001 §IV).
     pub reply_to: NodeId,
     pub body: Body,
-    /// P-SMR (paper 002 §III-F): the worker threads' groups the client proxy chose,
-    /// bit `i` for g_i. 0 leaves the choice to the replica, which maps the command
-    /// conservatively (CC-G); one bit asks that thread alone to run it (a replica
-    /// checks that it may, and answers [`Refusal::Resubmit`] where it may not); more
-    /// bits make it a g_all command (synchronous mode). Ignored without P-SMR.
-    pub threads: GroupMask,
+    /// The groups within the ordering that a proxy chose for the command, beyond its
+    /// partitions (`body`'s groups):
+    /// - P-SMR (paper 002 §III-F): the worker threads' groups the client proxy chose,
+    ///   bit `i` for g_i. 0 leaves the choice to the replica, which maps the command
+    ///   conservatively (CC-G); one bit asks that thread alone to run it (a replica
+    ///   checks that it may, and answers [`Refusal::Resubmit`] where it may not); more
+    ///   bits make it a g_all command (synchronous mode).
+    /// - GeoPaxos+ (paper 004 §III-A): the serializers that order it (`dst`, bit `i`
+    ///   for replica `i`'s), set by the replica the client chose from the placement it
+    ///   knows (psite), and checked again where it is delivered.
+    ///
+    /// Ignored elsewhere.
+    pub route: GroupMask,
 }
 
 impl Command {
@@ -231,7 +238,7 @@ impl Command {
             session: 0,
             reply_to,
             body: Body::single(payload),
-            threads: 0,
+            route: 0,
         }
     }
 
@@ -249,8 +256,8 @@ impl Command {
         } else {
             (1u64 << psmr_threads) - 1
         };
-        if self.threads.count_ones() == 1 && self.threads & all != 0 {
-            self.threads
+        if self.route.count_ones() == 1 && self.route & all != 0 {
+            self.route
         } else {
             all
         }
@@ -279,7 +286,7 @@ impl Command {
                 groups,
                 payload: Payload::new(),
             },
-            threads: 0,
+            route: 0,
         }
     }
 
@@ -429,7 +436,7 @@ mod tests {
                 groups: 0b101,
                 payloads: vec![Payload::from_static(b"ab"), Payload::from_static(b"c")],
             },
-            threads: 0b10,
+            route: 0b10,
         };
         let bytes = encode(&c);
         assert_eq!(decode::<Command>(&bytes).unwrap(), c);
