@@ -224,7 +224,7 @@ impl<S: StateMachine> Client<S> {
         opts: ClientOptions,
     ) -> Result<Client<S>, ClientError> {
         check_service::<S>(&cluster)?;
-        let id = rand::random::<u64>() | 1;
+        let id = (rand::random::<u64>() >> 1) | 1;
         let topo = cluster.client_topology();
         let (entry, replica) = placement(
             &cluster,

@@ -1920,12 +1920,12 @@ impl ClusterConfig {
     }
 
     /// The service's initial contents every replica starts from (see
-    /// `partita_node::NodeSetup::genesis`): with EPaxos, the geo B+tree's keys
-    /// `0..keys`, each its own value, as GeoPaxos+'s tree holds them at the start.
+    /// `partita_node::NodeSetup::genesis`): with GeoPaxos+ and EPaxos, the B+tree's
+    /// keys `0..keys`, each its own value.
     pub fn genesis(&self) -> Vec<partita_types::Payload> {
         use partita_service::StateMachine;
-        match self.ordering.epaxos() {
-            Some(e) if self.cluster.service == partita_btree::BPlusTree::NAME => (0..e.keys)
+        match self.ordering.geo_keys() {
+            Some(keys) if self.cluster.service == partita_btree::BPlusTree::NAME => (0..keys)
                 .map(|key| {
                     partita_btree::BPlusTree::encode_command(&partita_btree::Op::Insert {
                         key,

@@ -61,7 +61,7 @@ pub use epaxos::EpaxosOrdering;
 pub use geo::{GeoOrdering, GeoSetup};
 pub use multiring::{MultiRingOrdering, MultiRingSetup, RingSpec};
 pub use ordering::{
-    AcceptorReport, AtomicMulticast, Executed, OrderingReport, PaxosOrdering, StreamReport,
+    AcceptorReport, AtomicMulticast, OrderingReport, PaxosOrdering, StreamReport,
 };
 pub use transfer::CHUNK_BYTES_MAX;
 
@@ -602,8 +602,16 @@ impl NodeCore {
                         .map_err(RecoverError::Config)?,
                     ),
                     OrderingSetup::GeoPaxosPlus(geo) => Box::new(
-                        GeoOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
-                            .map_err(RecoverError::Config)?,
+                        GeoOrdering::new(
+                            &setup,
+                            geo,
+                            recovered,
+                            next_deliver,
+                            &position,
+                            &core.bugs,
+                            &mut start,
+                        )
+                        .map_err(RecoverError::Config)?,
                     ),
                     OrderingSetup::Paxos => Box::new(PaxosOrdering::new(
                         &setup,
@@ -667,6 +675,10 @@ impl NodeCore {
                 unsafe_no_barrier: self.bugs.psmr_no_barrier,
                 unsafe_check_passes: self.bugs.psmr_check_passes,
             }),
+            placement: match &self.setup.ordering {
+                OrderingSetup::GeoPaxosPlus(g) => Some(g.replicas.clone()),
+                _ => None,
+            },
         });
         if let Some(runner) = &self.thread_runner {
             r.set_thread_runner(runner.clone());
@@ -721,18 +733,6 @@ impl NodeCore {
     /// tests that look inside them (see [`AtomicMulticast::paxos_roles`]).
     pub fn paxos_roles(&self) -> Option<&PaxosOrdering> {
         self.ordering.as_ref().and_then(|o| o.paxos_roles())
-    }
-
-    /// GeoPaxos+, when this node runs it (for status and tests).
-    pub fn geo(&self) -> Option<&GeoOrdering> {
-        self.ordering
-            .as_ref()
-            .and_then(|o| o.executing_ordering()?.downcast_ref::<GeoOrdering>())
-    }
-
-    /// What an ordering that executes itself (GeoPaxos+, EPaxos) has executed.
-    pub fn ordering_executed(&self) -> Option<Executed> {
-        self.ordering.as_ref().and_then(|o| o.executes())
     }
 
     pub fn id(&self) -> NodeId {
@@ -870,6 +870,11 @@ impl NodeCore {
             (true, Some(r)) => Some(r.access(&cmd)),
             _ => None,
         };
+        // GeoPaxos+: the serializers psite names, from this replica's placement.
+        let mut cmd = cmd;
+        if let Some(route) = self.replica.as_ref().and_then(|r| r.route(&cmd)) {
+            cmd.route = route;
+        }
         let mut actions = Vec::new();
         match ordering.multicast(cmd, access, &mut actions) {
             Ok(()) => self.run(actions, out),
@@ -885,6 +890,12 @@ impl NodeCore {
     }
 
     fn check_request(&self, cmd: &Command) -> Result<(), String> {
+        if cmd.is_system() {
+            return Err(format!(
+                "client id {} is reserved for the ordering's own commands (ids from 2^63)",
+                cmd.client
+            ));
+        }
         cmd.body.check()?;
         let all = self.setup.membership.partitions.map.all();
         if cmd.body.groups() & !all != 0 {
@@ -1080,6 +1091,27 @@ impl NodeCore {
             }
             // Deliveries execute whole instances: this is a consistent point.
             self.maybe_checkpoint();
+            // GeoPaxos+: what this replica decided to submit again as its origin.
+            let again = self
+                .replica
+                .as_mut()
+                .map(|r| r.take_resubmits())
+                .unwrap_or_default();
+            if !again.is_empty() {
+                let n = again.len() as u64;
+                let refused = match self.ordering.as_mut() {
+                    Some(o) => again
+                        .into_iter()
+                        .map(|cmd| o.multicast(cmd, None, &mut actions))
+                        .filter(Result::is_err)
+                        .count() as u64,
+                    None => n,
+                };
+                // A refused one is not lost: its client times out and resubmits it.
+                self.count_n("resubmits", n - refused);
+                self.count_n("resubmits_refused", refused);
+                continue;
+            }
             let Some((from, msg)) = self.local.pop_front() else {
                 break;
             };
@@ -1517,9 +1549,6 @@ impl NodeCore {
     }
 
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
-        if let Some(o) = self.ordering.as_mut() {
-            o.take_replies(&mut self.replies);
-        }
         out.extend(self.replies.drain(..).map(Output::Reply));
         self.flush_early(out);
         if let Some(r) = self.replica.as_mut() {

@@ -34,7 +34,6 @@ use crate::trace::{Detail, Trace};
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::Event;
 use partita_config::ClusterConfig;
-use partita_consensus::geopaxos::SerializerId;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_types::early::EarlyReply;
@@ -324,32 +323,6 @@ fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
     Ok((back, bytes.len() + partita_types::frame::FRAME_HEADER_BYTES))
 }
 
-/// GeoPaxos+: every serializer's group at a node, by serializer.
-fn geo_groups(
-    g: &partita_node::GeoOrdering,
-) -> impl Iterator<Item = (SerializerId, &partita_node::PaxosOrdering)> + '_ {
-    (0..).map_while(move |i: SerializerId| g.group(i).map(|o| (i, o)))
-}
-
-/// Commands an ordering that executes (GeoPaxos+, EPaxos) has run at a node (`None`:
-/// the node's replica executes). Cheap, unlike `NodeCore::ordering_executed`, which
-/// computes the state's digest.
-fn ordering_ran(core: &NodeCore) -> Option<u64> {
-    core.geo().map(|g| g.replica().stats().executed)
-}
-
-/// The executed count replicas of a geo seed must agree on. EPaxos: every committed
-/// command run, copies of a write included (they run, or are answered from the
-/// deduplication window, alike everywhere). GeoPaxos+: the operations executed on the
-/// tree (`GeoStats::executed`, as `partita nemesis` compares them), not
-/// `GeoOrdering::executed`, which adds the copies skipped as duplicates: when a DOP
-/// moved a node between two copies of a write, the copies share no serializer, and
-/// whether the later one is skipped as a duplicate or decided for resubmission
-/// depends on the order the merge releases them, which may differ between replicas
-/// (neither runs it; the trees stay alike).
-fn agreed_executed(core: &NodeCore) -> Option<u64> {
-    ordering_ran(core)
-}
 
 pub struct World {
     p: SeedParams,
@@ -1084,8 +1057,6 @@ impl World {
         }
         let core = n.core.as_mut().expect("an idle node is up");
         let work_before = core.replica().map(|r| r.stats().work).unwrap_or_default();
-        // GeoPaxos+ and EPaxos execute in the ordering (the node's replica is unused).
-        let ordering_before = ordering_ran(core);
         // Who takes a client command or a batch: the coordinator of a leading node,
         // else the node's batcher (see `cpu`).
         let leading = core.leads().is_some();
@@ -1167,17 +1138,6 @@ impl World {
             forwarded_commands,
             ..self.execution_work(&executed)
         };
-        if let Some(before) = ordering_before {
-            // An ordering that executes: one B+tree operation per command it ran.
-            let after = self.nodes[ni]
-                .core
-                .as_ref()
-                .and_then(ordering_ran)
-                .unwrap_or(before);
-            let ran = after.saturating_sub(before);
-            work.btree_ops += ran;
-            work.commands += ran;
-        }
         if let Some(c) = self.cost.codec_of(what) {
             work.codec_ns += c.decode(bytes_in);
             work.bytes_in = 0;
@@ -2220,20 +2180,7 @@ impl World {
             .iter()
             .filter(|n| n.replica)
             .filter_map(|n| {
-                let core = n.core.as_ref()?;
-                if let Some(e) = core.ordering_executed() {
-                    // GeoPaxos+ executes in its ordering: its counts (see
-                    // `agreed_executed`), digests and sizes; the node core's own
-                    // replica is unused.
-                    return Some(ReplicaEnd {
-                        node: n.id,
-                        partition: 0,
-                        executed_up_to: agreed_executed(core)?,
-                        digest: e.digest,
-                        entries: e.entries as usize,
-                    });
-                }
-                let r = core.replica()?;
+                let r = n.core.as_ref()?.replica()?;
                 Some(ReplicaEnd {
                     node: n.id,
                     partition: self.layout.partition_of_replica(n.id).unwrap_or(0),
@@ -2300,23 +2247,6 @@ impl World {
             .iter()
             .filter_map(|n| {
                 let core = n.core.as_ref()?;
-                if let Some(g) = core.geo() {
-                    let s = g.replica().stats();
-                    return Some(format!(
-                        "node {}: GeoPaxos+ executed {} (multi-serializer {}), deduplicated {}, resubmit decisions {}, DOPs {}, refused {}, malformed {}, positions {:?}",
-                        n.id,
-                        s.executed,
-                        s.executed_multi,
-                        s.deduplicated,
-                        s.resubmit_decisions,
-                        s.dops,
-                        s.refused,
-                        s.malformed,
-                        geo_groups(g)
-                            .map(|(_, o)| o.learner().map_or(0, |l| l.delivered_up_to()))
-                            .collect::<Vec<_>>()
-                    ));
-                }
                 let executed = core.replica().map_or(0, |r| r.last_instance());
                 Some(format!(
                     "node {}: executed {executed}; {}",
@@ -2335,14 +2265,6 @@ impl World {
             let Some(core) = n.core.as_ref() else {
                 continue;
             };
-            if let Some(g) = core.geo() {
-                return g
-                    .replica()
-                    .tree()
-                    .entries()
-                    .map(|(k, v)| (k, partita_node::geo::map_value(v)))
-                    .collect();
-            }
             let tree = core
                 .replica()
                 .and_then(partita_smr::downcast::<partita_btree::BPlusTree>);
@@ -2820,6 +2742,20 @@ impl World {
                 };
                 for (k, v) in core.counters() {
                     if k.starts_with("geo_") || k.starts_with("epaxos_") {
+                        *counters.entry(k.to_string()).or_default() += v;
+                    }
+                }
+                // What the replicas decided of GeoPaxos+'s placement, and the copies
+                // of writes the session table answered.
+                if let Some(r) = core.replica() {
+                    let st = r.stats();
+                    for (k, v) in [
+                        ("geo_resubmit_decisions", st.resubmit_decisions),
+                        ("geo_resubmitted", st.resubmitted),
+                        ("geo_executed_multi", st.executed_multi),
+                        ("geo_dops_executed", st.reconfigurations),
+                        ("geo_deduplicated", st.duplicates_answered),
+                    ] {
                         *counters.entry(k.to_string()).or_default() += v;
                     }
                 }

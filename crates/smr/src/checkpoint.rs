@@ -48,10 +48,14 @@ use partita_types::{ClientId, Instance, NodeId};
 
 /// First 8 bytes of every checkpoint.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
-/// The only format version this build reads and writes (2: any service, named in the
-/// header; 3: client sessions with their lease times instead of a bare reply cache).
-pub const CHECKPOINT_VERSION: u32 = 4;
+/// The format version this build writes (2: any service, named in the header; 3:
+/// client sessions with their lease times instead of a bare reply cache; 4: an
+/// ordering section; 5: each session with its home serializers, GeoPaxos+). Versions
+/// 3 and 4 are still read.
+pub const CHECKPOINT_VERSION: u32 = 5;
 const HEADER_BYTES: usize = 96;
+/// The previous format (sessions without their home), still restored.
+const CHECKPOINT_VERSION_4: u32 = 4;
 /// The previous format (no ordering section), still restored.
 const CHECKPOINT_VERSION_3: u32 = 3;
 const HEADER_BYTES_3: usize = 88;
@@ -59,7 +63,7 @@ const HEADER_BYTES_3: usize = 88;
 /// The header size of a format version this build reads.
 fn header_bytes(version: u32) -> Result<usize, CheckpointError> {
     match version {
-        CHECKPOINT_VERSION => Ok(HEADER_BYTES),
+        CHECKPOINT_VERSION | CHECKPOINT_VERSION_4 => Ok(HEADER_BYTES),
         CHECKPOINT_VERSION_3 => Ok(HEADER_BYTES_3),
         v => Err(CheckpointError::Version(v)),
     }
@@ -365,8 +369,14 @@ pub fn read_checkpoint<'a>(
                 "length {len} runs past the end of its section"
             )));
         }
-        let session: Session =
-            partita_types::decode(&bytes[at..at + len]).map_err(|e| bad(e.to_string()))?;
+        let entry = &bytes[at..at + len];
+        let session: Session = if u32_at(bytes, 8) == CHECKPOINT_VERSION {
+            partita_types::decode(entry).map_err(|e| bad(e.to_string()))?
+        } else {
+            partita_types::decode::<crate::sessions::SessionV4>(entry)
+                .map_err(|e| bad(e.to_string()))?
+                .into()
+        };
         at += len;
         if prev.is_some_and(|p| p >= session.client) {
             return Err(bad("clients not in strictly increasing order".into()));

@@ -331,6 +331,54 @@ impl Command {
     }
 }
 
+/// Client ids at or above this are the ordering's own commands, never a client's: a
+/// node refuses a client command that claims one, and replicas execute them as
+/// [`SystemOp`]s.
+pub const SYSTEM_CLIENT_MIN: ClientId = 1 << 63;
+
+/// What an ordering asks every replica to do at one point of the order, beside the
+/// clients' commands (a command from a client id at or above [`SYSTEM_CLIENT_MIN`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SystemOp {
+    /// Nothing but a point every replica reaches alike (a barrier), stamped with its
+    /// proposer's clock: ordered time moves to it there.
+    Barrier { time_ms: u64 },
+    /// GeoPaxos+'s DOP (paper 004 Algorithm 1): recompute where the service's objects
+    /// are ordered from the accesses counted.
+    Reconfigure,
+}
+
+impl Command {
+    /// The ordering's command `op`, the `seq`-th of node `from` (`kind` keeps the
+    /// system commands of different orderings' uses apart).
+    pub fn system(op: SystemOp, from: NodeId, kind: u8, seq: u64) -> Command {
+        Command {
+            client: SYSTEM_CLIENT_MIN | (u64::from(kind) << 48) | u64::from(from),
+            seq,
+            session: 0,
+            reply_to: from,
+            body: Body::single(Payload::from(encode(&op))),
+            route: 0,
+        }
+    }
+
+    /// Whether the command is the ordering's own (see [`SYSTEM_CLIENT_MIN`]).
+    pub fn is_system(&self) -> bool {
+        self.client >= SYSTEM_CLIENT_MIN
+    }
+
+    /// The ordering's command this is (`None`: a client's, or bytes that are not one).
+    pub fn system_op(&self) -> Option<SystemOp> {
+        if !self.is_system() {
+            return None;
+        }
+        match &self.body {
+            Body::Whole { payload, .. } => decode(payload).ok(),
+            Body::Split { .. } => None,
+        }
+    }
+}
+
 /// The session an open replaces, from its payload (0: none, or not an open's payload).
 pub fn open_replaces(payload: &[u8]) -> Instance {
     payload.try_into().map_or(0, Instance::from_le_bytes)
