@@ -939,6 +939,14 @@ struct BenchRunArgs {
     /// beside the event loop (`partita node --io-thread`).
     #[arg(long, requires = "up", conflicts_with = "node_threads")]
     node_io_thread: bool,
+    /// With --up: sample every node's write-ahead log on disk this often while the load
+    /// runs (reported, and in the JSON as `wal_bytes`); 0: not at all.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, requires = "up")]
+    wal_sample_s: u64,
+    /// With --up: after the run, stop each node and start it again from its disk, and
+    /// report how long each took to answer (`restart_ms` in the JSON).
+    #[arg(long, requires = "up")]
+    restart_after: bool,
     /// Chirper (paper 003): run this workload of the social network instead of the
     /// B+tree's, on a chirper cluster (with --up, a fresh one whose --partitions are
     /// data partitions): timeline, post, follow (follow/unfollow 50/50) or mix.
@@ -1782,7 +1790,57 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         progress: !a.quiet,
         key_space: geo_keys.map(|k| k.max(1)),
     };
+    // With --up: every node's log on disk, sampled while the load runs.
+    let sampling = match (&_lc, a.wal_sample_s) {
+        (Some(lc), s) if s > 0 => {
+            let (data_dir, ids) = (
+                lc.data_dir.clone(),
+                cluster.nodes.iter().map(|n| n.id).collect::<Vec<_>>(),
+            );
+            let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                let start = std::time::Instant::now();
+                let mut samples = Vec::new();
+                loop {
+                    samples.push(bench::WalSample {
+                        at_s: start.elapsed().as_secs_f64(),
+                        bytes: ids
+                            .iter()
+                            .map(|&id| (id, partita_harness::launch::wal_bytes_in(&data_dir, id)))
+                            .collect(),
+                    });
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(s)) => {}
+                        _ = &mut stop_rx => break,
+                    }
+                }
+                samples
+            });
+            Some((stop_tx, task))
+        }
+        _ => None,
+    };
     let (mut result, records) = bench::run_with(&cluster, &cfg, a.connections).await?;
+    if let Some((stop, task)) = sampling {
+        let _ = stop.send(());
+        result.wal_bytes = task.await.unwrap_or_default();
+    }
+    if let (Some(lc), true) = (_lc.as_mut(), a.restart_after) {
+        let exe = std::env::current_exe().context("locating the partita binary")?;
+        let node_args = runtime_threads_args(a.node_threads, a.node_io_thread);
+        for n in cluster.nodes.clone() {
+            let took = lc
+                .restart_node(
+                    &exe,
+                    n.id,
+                    &node_args,
+                    Duration::from_secs(10),
+                    Duration::from_secs(60),
+                )
+                .await?;
+            result.restart_ms.push((n.id, took.as_secs_f64() * 1000.0));
+        }
+    }
     result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
     result.node_runtime_threads = _lc.as_ref().map(|_| a.node_threads);
     result.node_io_thread = _lc.is_some() && a.node_io_thread;
