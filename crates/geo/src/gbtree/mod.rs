@@ -166,6 +166,7 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub(crate) use check::Fnv;
 pub use exec::DopReport;
 
 /// The smallest `order` (keys per node): a full inner node of 2 keys splits into one
