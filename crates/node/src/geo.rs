@@ -148,6 +148,29 @@ impl GeoSetup {
         Ok(tree)
     }
 
+    /// The genesis of the `geo-btree` service ([`partita_geo::GeoService`]) for this
+    /// setup: the same tree [`GeoSetup::initial_tree`] builds, as the commands the
+    /// common replica's factory applies before anything is ordered; the planted bug
+    /// "write ordered by one serializer" goes with it, so that every replica has it.
+    /// ("DOP not ordered with everything" belongs to whoever orders the DOP, and
+    /// "execute before safe" to the timestamp merge: neither is the service's.)
+    pub fn genesis(&self, bugs: &UnsafeBugs) -> Result<Vec<partita_types::Payload>, FieldError> {
+        let g = partita_geo::GeoGenesis {
+            topology: self.topology()?,
+            order: self.order,
+            keys: self.keys,
+            value_bytes: self.value_bytes,
+            seed: self.seed,
+            optimizer: if self.optimizer_brute_force {
+                OptimizerOptions::brute_force()
+            } else {
+                OptimizerOptions::hot_cached(CACHE_ENTRIES_DEFAULT)
+            },
+            unsafe_write_ordered_by_one_serializer: bugs.geo_write_one_serializer,
+        };
+        partita_geo::GeoService::genesis(&g).map_err(|e| FieldError::new("geopaxos", e))
+    }
+
     /// The replica (and serializer) that owns key `key` in the initial placement.
     pub fn home_of(&self, key: u64) -> usize {
         let n = self.replicas.len() as u128;
@@ -1115,5 +1138,66 @@ impl AtomicMulticast for GeoOrdering {
             self.first.keys().all(|op| self.merge.is_pending(op)),
             "first entries are kept only for commands waiting in the merge"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use partita_geo::GeoService;
+
+    fn setup(keys: u64, brute_force: bool) -> GeoSetup {
+        GeoSetup {
+            replicas: vec![1, 2, 3],
+            regions: vec!["California".into(), "Europe".into(), "Virginia".into()],
+            rtt_ms: vec![
+                vec![0.0, 150.0, 70.0],
+                vec![150.0, 0.0, 90.0],
+                vec![70.0, 90.0, 0.0],
+            ],
+            order: 4,
+            keys,
+            value_bytes: 100,
+            dop_interval_ms: 0,
+            optimizer_brute_force: brute_force,
+            seed: 7,
+            stall_check_ticks: 40,
+            clock_retry_ticks: 10,
+            barrier_interval_ms: 100,
+        }
+    }
+
+    /// The common replica's geo-btree starts from the tree GeoPaxos+ starts from.
+    #[test]
+    fn the_geo_btree_genesis_is_the_initial_tree() {
+        for (keys, brute_force) in [(0, true), (1, false), (100, true), (1000, false)] {
+            let s = setup(keys, brute_force);
+            let genesis = s.genesis(&UnsafeBugs::default()).unwrap();
+            let mut service = GeoService::new();
+            for bytes in &genesis {
+                let cmd = GeoService::decode_command(bytes).unwrap();
+                assert!(GeoService::check(&cmd).is_err(), "no client may send it");
+                service.execute(&cmd);
+            }
+            assert!(service.is_configured());
+            assert_eq!(
+                service.digest(),
+                s.initial_tree().unwrap().digest(),
+                "{keys} keys"
+            );
+            assert!(!service.unsafe_write_ordered_by_one_serializer());
+        }
+        let bugs = UnsafeBugs {
+            geo_write_one_serializer: true,
+            ..UnsafeBugs::default()
+        };
+        let g = setup(10, true).genesis(&bugs).unwrap();
+        let cmd = GeoService::decode_command(&g[0]).unwrap();
+        let mut service = GeoService::new();
+        service.execute(&cmd);
+        assert!(service.unsafe_write_ordered_by_one_serializer());
+        let mut bad = setup(10, true);
+        bad.value_bytes = 2;
+        assert!(bad.genesis(&UnsafeBugs::default()).is_err());
     }
 }

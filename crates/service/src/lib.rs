@@ -366,8 +366,10 @@ pub trait StateMachine: Sized + Send + 'static {
     }
 
     /// Execute a command GeoPaxos+ ordered for replica `from`, counting its accesses for
-    /// the next reconfiguration (a service that places its own objects). The default
-    /// executes it.
+    /// the next reconfiguration (a service that places its own objects). The counts are
+    /// replicated state: every replica calls it for every command that runs, reads
+    /// included (a replica that ran reads only for its own clients would count
+    /// differently and reconfigure differently). The default executes it.
     fn execute_at(&mut self, cmd: &Self::Command, _from: usize) -> Self::Reply {
         self.execute(cmd)
     }
@@ -515,7 +517,8 @@ pub trait ObjectPlacement: Send {
     fn psite(&self, access: &Access, from: usize) -> u64;
     /// The delivery decision: `Some(new)` when `dst` no longer covers the command.
     fn misplaced(&self, access: &Access, from: usize, dst: u64) -> Option<u64>;
-    /// The command ran at this point of the order: count its accesses.
+    /// The command ran at this point of the order: count its accesses. Every replica
+    /// records every command that runs, reads included (the counts are replicated).
     fn record(&mut self, access: &Access, from: usize);
     /// A reconfiguration (the DOP): recompute every counted object's serializers, then
     /// forget the counts.
