@@ -429,7 +429,7 @@ struct UpArgs {
     data_dir: PathBuf,
     /// The replicated service of a new cluster: `btree` (u64 keys and values) or `kv`
     /// (byte strings in etcd's data model). An existing cluster file wins.
-    #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "chirper"])]
+    #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "geo-btree", "chirper"])]
     service: String,
     /// Chirper (paper 003): `dssmr` (the oracle, moves, caches; the oracle gets a
     /// partition of its own after --partitions data partitions) or `ssmr` (a static map).
@@ -1487,7 +1487,7 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
         } => Some(crate::kvcli::txn(compares, then, otherwise, hex)?),
         _ => None,
     };
-    let service = cluster.cluster.service.clone();
+    let service = partita_config::services::speaks(&cluster.cluster.service).to_string();
     if let Some(cmd) = kv_cmd {
         if service != "kv" {
             bail!(

@@ -170,7 +170,9 @@ pub fn geo_cluster() -> partita_config::ClusterConfig {
 /// Node `id`'s setup in [`geo_cluster`] (nodes 1–3: replica `id - 1` and the leader of
 /// serializer `id - 1`).
 pub fn geo_setup(id: NodeId) -> NodeSetup {
-    geo_cluster().node_setup(id, partita_smr::service::<partita_btree::BPlusTree>())
+    let c = geo_cluster();
+    let service = partita_config::services::factory(&c).expect("a built-in service");
+    c.node_setup(id, service)
 }
 
 /// The Multi-Ring Paxos cluster of `checkpoint_multiring` and its seeds, as a cluster

@@ -81,6 +81,7 @@ use std::path::Path;
 pub mod geo;
 pub mod multicast;
 pub mod ordering;
+pub mod services;
 pub mod tls;
 pub mod wan;
 pub use geo::GeoSection;
@@ -1545,6 +1546,17 @@ impl ClusterConfig {
     fn validate_geo(&self, map: &PartitionMap) -> Result<(), FieldError> {
         let epaxos = self.ordering.epaxos().is_some();
         if !self.ordering.is_geo() {
+            if self.cluster.service == "geo-btree" {
+                return Err(FieldError::new(
+                    "cluster.service",
+                    format!(
+                        "the geo B+tree places its nodes on GeoPaxos+'s serializers: it runs \
+                         with [ordering] protocol = \"geopaxos+\" (or \"epaxos\", on equal \
+                         terms), not \"{}\"",
+                        self.ordering.protocol()
+                    ),
+                ));
+            }
             return Ok(());
         }
         let f = |field: &str, m: &str| Err(FieldError::new(field, m.to_string()));
@@ -1565,19 +1577,12 @@ impl ClusterConfig {
                 ));
             }
         }
-        if self.ordering.geo().is_some() && self.cluster.service != "btree" {
-            return f(
-                "cluster.service",
-                "GeoPaxos+ replicates the geo B+tree: service = \"btree\" (clients send \
-                 B+tree commands)",
-            );
-        }
         if let Some(e) = self.ordering.epaxos() {
-            if e.keys > 0 && self.cluster.service != "btree" {
+            if e.keys > 0 && !matches!(self.cluster.service.as_str(), "btree" | "geo-btree") {
                 return f(
                     "ordering.keys",
-                    "keys preloads the B+tree (service = \"btree\"); other services start \
-                     empty",
+                    "keys preloads the B+tree (service = \"btree\" or \"geo-btree\"); other \
+                     services start empty",
                 );
             }
         }
@@ -1673,10 +1678,11 @@ impl ClusterConfig {
             seed: g.seed,
             stall_check_ticks: (1000.max(4 * max_rtt) / tick).max(1),
             clock_retry_ticks: (200.max(2 * max_rtt) / tick).max(1),
-            barrier_interval_ms: self
-                .ordering
-                .epaxos()
-                .map_or(1000, |e| e.barrier_interval_ms),
+            barrier_interval_ms: match (self.ordering.epaxos(), self.ordering.geo()) {
+                (Some(e), _) => e.barrier_interval_ms,
+                (_, Some(g)) => g.barrier_interval_ms,
+                _ => 1000,
+            },
         })
     }
 
@@ -1919,22 +1925,43 @@ impl ClusterConfig {
         }
     }
 
-    /// The service's initial contents every replica starts from (see
-    /// `partita_node::NodeSetup::genesis`): with GeoPaxos+ and EPaxos, the B+tree's
-    /// keys `0..keys`, each its own value.
+    /// The service's initial contents and configuration every replica starts from (see
+    /// `partita_node::NodeSetup::genesis`):
+    /// - the geo B+tree (`geo-btree`): its topology, order, values, optimizer and keys
+    ///   `0..keys` placed by range (`partita_geo::GeoService::genesis`);
+    /// - under GeoPaxos+, any other service: the object map that places it
+    ///   (`partita_geo::Placed`), with the replicas' topology and the optimizer;
+    /// - the B+tree under GeoPaxos+ or EPaxos: keys `0..keys`, each its own value.
     pub fn genesis(&self) -> Vec<partita_types::Payload> {
         use partita_service::StateMachine;
-        match self.ordering.geo_keys() {
-            Some(keys) if self.cluster.service == partita_btree::BPlusTree::NAME => (0..keys)
-                .map(|key| {
-                    partita_btree::BPlusTree::encode_command(&partita_btree::Op::Insert {
-                        key,
-                        value: key,
-                    })
-                })
-                .collect(),
-            _ => Vec::new(),
+        let Some(geo) = self.geo_setup() else {
+            return Vec::new();
+        };
+        if self.cluster.service == partita_geo::GeoService::NAME {
+            return geo
+                .genesis(&partita_node::UnsafeBugs::default())
+                .expect("a validated cluster file's geo tree");
         }
+        let mut genesis = Vec::new();
+        if self.ordering.geo().is_some() {
+            let topology = geo.topology().expect("a validated cluster file's topology");
+            let options = partita_geo::ObjectMapOptions {
+                optimizer: geo.optimizer(),
+                ..partita_geo::ObjectMapOptions::default()
+            };
+            genesis.push(partita_geo::Placed::<partita_btree::BPlusTree>::genesis(
+                &partita_geo::PlacedGenesis { topology, options },
+            ));
+        }
+        if self.cluster.service == partita_btree::BPlusTree::NAME {
+            genesis.extend((0..geo.keys).map(|key| {
+                partita_btree::BPlusTree::encode_command(&partita_btree::Op::Insert {
+                    key,
+                    value: key,
+                })
+            }));
+        }
+        genesis
     }
 
     /// The ordering as a node takes it.
@@ -2054,7 +2081,7 @@ impl ClusterConfig {
     /// [`paper_wan_local`]: ClusterConfig::paper_wan_local
     pub fn paper_geo_local(base_port: u16, cluster_id: u64, keys: u64) -> ClusterConfig {
         let mut c = ClusterConfig::paper_wan_local(base_port, cluster_id);
-        c.cluster.service = "btree".into();
+        c.cluster.service = "geo-btree".into();
         c.cluster.coordinator = Some(1);
         c.ordering = OrderingSection::GeoPaxosPlus(GeoSection {
             keys,

@@ -242,6 +242,7 @@ mod error;
 mod gbtree;
 mod objects;
 mod optimizer;
+mod placed;
 pub mod replica;
 mod service;
 mod set;
@@ -261,6 +262,9 @@ pub use objects::{
 };
 pub use optimizer::{
     Optimizer, OptimizerCounters, OptimizerOptions, Plan, PlanSource, CACHE_ENTRIES_DEFAULT,
+};
+pub use placed::{
+    decode_placed_genesis, Placed, PlacedCommand, PlacedGenesis, PLACED_GENESIS_MAGIC,
 };
 pub use service::{
     geo_value, map_value, GeoCommand, GeoGenesis, GeoService, GeoUndo, GENESIS_KEYS_MAX,

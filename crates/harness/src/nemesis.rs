@@ -175,8 +175,8 @@ pub struct NemesisReport {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LoadResult {
-    Btree(BenchResult),
-    Chirper(crate::chirper::ChirperLoadResult),
+    Btree(Box<BenchResult>),
+    Chirper(Box<crate::chirper::ChirperLoadResult>),
 }
 
 impl std::fmt::Display for LoadResult {
@@ -919,7 +919,7 @@ pub async fn run(
     let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,
-        load: LoadResult::Btree(bench_result),
+        load: LoadResult::Btree(Box::new(bench_result)),
         operations: records.len(),
         unknown_outcomes: unknown,
         failover,
@@ -1019,7 +1019,7 @@ pub async fn run_chirper(
     let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,
-        load: LoadResult::Chirper(result),
+        load: LoadResult::Chirper(Box::new(result)),
         operations,
         unknown_outcomes: unknown,
         failover,

@@ -59,10 +59,10 @@
 //! (`geo-dop-not-ordered`), and the merge executing before a timestamp is safe
 //! (`geo-execute-before-safe`).
 
-use partita_consensus::geopaxos::{
-    Entry, MergeBugs, SerializerId, SerializerSet, TimestampMerge,
+use partita_consensus::geopaxos::{Entry, MergeBugs, SerializerId, SerializerSet, TimestampMerge};
+use partita_consensus::{
+    AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
-use partita_consensus::{AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value, Vid};
 use partita_geo::{Config, GbTreeOptions, GeoBTree, Op, OptimizerOptions};
 use partita_geo::{Topology, CACHE_ENTRIES_DEFAULT};
 use partita_smr::Access;
@@ -171,6 +171,15 @@ impl GeoSetup {
         partita_geo::GeoService::genesis(&g).map_err(|e| FieldError::new("geopaxos", e))
     }
 
+    /// The reconfiguration's strategy the cluster file asks for.
+    pub fn optimizer(&self) -> OptimizerOptions {
+        if self.optimizer_brute_force {
+            OptimizerOptions::brute_force()
+        } else {
+            OptimizerOptions::hot_cached(CACHE_ENTRIES_DEFAULT)
+        }
+    }
+
     /// The replica (and serializer) that owns key `key` in the initial placement.
     pub fn home_of(&self, key: u64) -> usize {
         let n = self.replicas.len() as u128;
@@ -192,7 +201,6 @@ pub fn map_value(b: &[u8]) -> u64 {
     w[..n].copy_from_slice(&b[..n]);
     u64::from_le_bytes(w)
 }
-
 
 /// An operation the serializers order: its origin (replica index), the origin's
 /// incarnation and the origin's count. A resubmitted command is a new operation.
@@ -714,7 +722,7 @@ impl GeoOrdering {
     /// Submit `cmd` to the serializers `dst`, as a new operation of this origin.
     fn submit(&mut self, cmd: Command, dst: SerializerSet, out: &mut Outbox) {
         let op = GeoOp {
-            from: self.me as u16,
+            from: self.me,
             incarnation: self.incarnation,
             seq: self.next_seq,
         };
@@ -1145,6 +1153,7 @@ impl AtomicMulticast for GeoOrdering {
 mod tests {
     use super::*;
     use partita_geo::GeoService;
+    use partita_service::StateMachine;
 
     fn setup(keys: u64, brute_force: bool) -> GeoSetup {
         GeoSetup {

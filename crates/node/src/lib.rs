@@ -60,9 +60,7 @@ mod transfer;
 pub use epaxos::EpaxosOrdering;
 pub use geo::{GeoOrdering, GeoSetup};
 pub use multiring::{MultiRingOrdering, MultiRingSetup, RingSpec};
-pub use ordering::{
-    AcceptorReport, AtomicMulticast, OrderingReport, PaxosOrdering, StreamReport,
-};
+pub use ordering::{AcceptorReport, AtomicMulticast, OrderingReport, PaxosOrdering, StreamReport};
 pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_consensus::{
@@ -512,7 +510,16 @@ impl NodeCore {
         out: &mut Vec<Output>,
     ) -> Result<NodeCore, RecoverError> {
         let id = setup.id;
+        let mut setup = setup;
         setup.checkpoint.validate().map_err(RecoverError::Config)?;
+        if let (OrderingSetup::GeoPaxosPlus(g), true) = (
+            &setup.ordering,
+            bugs.geo_write_one_serializer && setup.service.name() == "geo-btree",
+        ) {
+            // Planted bug: the geo tree's psite orders a write by one of its node's
+            // serializers; it travels in the tree's genesis.
+            setup.genesis = g.genesis(&bugs).map_err(RecoverError::Config)?;
+        }
         let restored = match checkpoint {
             None => None,
             Some(bytes) => {
@@ -1527,9 +1534,13 @@ impl NodeCore {
         // so the replica can stand behind the delivery stream. The held values above
         // the checkpoint (kept just above) then follow the restored replica, and the
         // stream has nothing to skip.
+        //
+        // An ordering that delivers a partial order always takes the checkpoint's
+        // position, even at a smaller count: what it delivered beyond is another set
+        // of commands, which it delivers again from the restored position.
         let delivered = self.ordering.as_ref().and_then(|o| o.delivered_up_to());
         if let Some(o) = self.ordering.as_mut() {
-            if delivered.is_none_or(|d| instance > d) {
+            if o.checkpoints_at_cuts() || delivered.is_none_or(|d| instance > d) {
                 o.skip_to(instance + 1, &position, actions);
             } else {
                 self.count("state_transfer_behind_delivery");

@@ -172,7 +172,12 @@ fn replicas_checkpoint_at_cuts_truncate_and_restart_from_the_tail() {
     for &n in &NODES {
         assert!(c.node(n).checkpoint_durable() > 0, "node {n} checkpointed");
         assert!(
-            c.node(n).ordering_report().acceptor.expect("an acceptor").truncated_below > 1,
+            c.node(n)
+                .ordering_report()
+                .acceptor
+                .expect("an acceptor")
+                .truncated_below
+                > 1,
             "node {n}'s serializers truncated"
         );
     }
@@ -198,7 +203,10 @@ fn replicas_checkpoint_at_cuts_truncate_and_restart_from_the_tail() {
     settle(&mut c);
     inserts(&mut c, 150, 190);
     assert!(same(&digests(&c)), "{:?}", digests(&c));
-    let executed: Vec<u64> = NODES.iter().map(|&n| c.replica(n).last_instance()).collect();
+    let executed: Vec<u64> = NODES
+        .iter()
+        .map(|&n| c.replica(n).last_instance())
+        .collect();
     assert!(same(&executed), "{executed:?}");
     assert_eq!(c.replica(1).state().len(), 189);
 }

@@ -382,6 +382,13 @@ pub trait StateMachine: Sized + Send + 'static {
     /// Execute `cmd` deterministically.
     fn execute(&mut self, cmd: &Self::Command) -> Self::Reply;
 
+    /// Apply a genesis command: the service's initial contents or configuration, the
+    /// same at every replica, applied to [`StateMachine::new`]'s state before anything
+    /// is ordered (`partita_smr::ServiceFactory::seeded`). The default executes it.
+    fn genesis(&mut self, cmd: &Self::Command) {
+        self.execute(cmd);
+    }
+
     /// Execute `cmd` and return what undoes it.
     fn execute_undoable(&mut self, cmd: &Self::Command) -> (Self::Reply, Self::Undo);
 

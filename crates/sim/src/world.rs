@@ -323,7 +323,6 @@ fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
     Ok((back, bytes.len() + partita_types::frame::FRAME_HEADER_BYTES))
 }
 
-
 pub struct World {
     p: SeedParams,
     cost: CostTable,
@@ -520,7 +519,8 @@ impl World {
                     },
                 )
             }
-            _ => partita_smr::service::<BPlusTree>(),
+            _ => partita_config::services::factory(&cluster)
+                .unwrap_or_else(partita_smr::service::<BPlusTree>),
         };
         let nodes: Vec<SimNode> = ids
             .iter()
@@ -930,7 +930,12 @@ impl World {
             Ev::Deadline => {
                 if self.finished_at.is_none() {
                     let reason = self.liveness_report();
-                    self.fail(Check::Liveness, reason);
+                    match self.idle_apart() {
+                        // Nothing left to do anywhere, yet the replicas stand at
+                        // different points of the order: a divergence, not a hang.
+                        Some(apart) => self.fail(Check::Convergence, format!("{apart}\n{reason}")),
+                        None => self.fail(Check::Liveness, reason),
+                    }
                 }
             }
         }
@@ -2087,6 +2092,40 @@ impl World {
         !reports.is_empty()
     }
 
+    /// At the deadline: every client done and every replica up, unpaused and idle
+    /// (nothing queued, in flight or known and not delivered), yet the replicas
+    /// delivered different numbers of commands of a leaderless stream. Nothing will
+    /// bring them together: the replicas diverged.
+    fn idle_apart(&self) -> Option<String> {
+        if self.clients_done < self.clients.len() {
+            return None;
+        }
+        let mut delivered: BTreeMap<u32, Vec<(NodeId, Instance)>> = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| n.replica) {
+            let c = n.core.as_ref().filter(|_| n.paused.is_none())?;
+            let r = c.ordering_report();
+            if !c.quiescent() || !r.idle {
+                return None;
+            }
+            for s in r.streams.iter().filter(|s| !s.led && s.leads.is_none()) {
+                if let Some(d) = s.delivered {
+                    delivered.entry(s.stream).or_default().push((c.id(), d));
+                }
+            }
+        }
+        delivered.into_iter().find_map(|(stream, at)| {
+            let first = at.first()?.1;
+            at.iter().any(|&(_, d)| d != first).then(|| {
+                let at: Vec<String> = at.iter().map(|(n, d)| format!("node {n}: {d}")).collect();
+                format!(
+                    "every replica idle with every client done, yet they delivered different \
+                     numbers of commands of stream {stream}: {}",
+                    at.join(", ")
+                )
+            })
+        })
+    }
+
     /// Why the run is not done: for the liveness failure.
     fn liveness_report(&self) -> String {
         let mut parts = Vec::new();
@@ -2265,11 +2304,23 @@ impl World {
             let Some(core) = n.core.as_ref() else {
                 continue;
             };
-            let tree = core
-                .replica()
-                .and_then(partita_smr::downcast::<partita_btree::BPlusTree>);
-            if let Some(r) = tree {
-                return r.state().query(0, u64::MAX);
+            let Some(r) = core.replica() else {
+                continue;
+            };
+            // Paper 004's tree, the B+tree, or the B+tree placed by an object map.
+            if let Some(g) = partita_smr::downcast::<partita_geo::GeoService>(r) {
+                return g
+                    .state()
+                    .tree()
+                    .entries()
+                    .map(|(k, v)| (k, partita_geo::map_value(v)))
+                    .collect();
+            }
+            if let Some(t) = partita_smr::downcast::<BPlusTree>(r) {
+                return t.state().query(0, u64::MAX);
+            }
+            if let Some(p) = partita_smr::downcast::<partita_geo::Placed<BPlusTree>>(r) {
+                return p.state().inner().query(0, u64::MAX);
             }
         }
         Vec::new()

@@ -1425,6 +1425,13 @@ impl<S: StateMachine> SequentialReplica<S> {
                 return Prepared::Finished;
             }
         }
+        if origin.is_some() && !mutation {
+            // GeoPaxos+: a read is not ordered with its client's mutations (it shares
+            // no session object with them), so what the session table says of it may
+            // differ between replicas. It touches no session and runs everywhere alike
+            // (its accesses count toward the placement; only its replica answers).
+            return Prepared::Run { op, mine, mutation };
+        }
         let home = origin.map_or(0, |o| 1u64 << o);
         let last_seq = match self
             .sessions
@@ -1995,7 +2002,7 @@ impl<S: StateMachine> ServiceFactory for Factory<S> {
         for (i, bytes) in genesis.iter().enumerate() {
             let cmd = S::decode_command(bytes)
                 .map_err(|e| format!("genesis command {i} is not a {} command: {e}", S::NAME))?;
-            state.execute(&cmd);
+            state.genesis(&cmd);
         }
         Ok(Box::new(SequentialReplica::new(id, state)))
     }

@@ -284,12 +284,7 @@ impl Sessions {
     /// Whether `cmd` (not an open or a renewal) runs, and in which session; a session
     /// created implicitly (no lease) is created here.
     /// `home`: the serializers a session created here gets (see [`Session::home`]).
-    pub fn admit(
-        &mut self,
-        cmd: &Command,
-        home: u64,
-        log: Option<&mut SessionLog>,
-    ) -> Admission {
+    pub fn admit(&mut self, cmd: &Command, home: u64, log: Option<&mut SessionLog>) -> Admission {
         match self.map.get(&cmd.client) {
             // The session the command names, lease or not: a command of an older
             // session of this client id runs nowhere (its client left that session,

@@ -215,8 +215,8 @@ fn consistent_checksum_over_inconsistent_contents_is_still_refused() {
 }
 
 /// The ordering section (Multi-Ring Paxos's merge position) comes back as written and
-/// changes nothing else; a version-3 checkpoint (no such section, 8 header bytes fewer)
-/// still restores, with an empty one.
+/// changes nothing else; a version-3 checkpoint (no such section, 8 header bytes fewer,
+/// sessions without their home) still restores, with an empty one.
 #[test]
 fn the_ordering_section_round_trips_and_version_3_still_reads() {
     let mut a = replica(3);
@@ -228,17 +228,44 @@ fn the_ordering_section_round_trips_and_version_3_still_reads() {
     assert_eq!(with.len(), plain.len() + b"merge position".len());
     let back = SequentialReplica::<BPlusTree>::restore(&with).unwrap();
     assert_eq!(back.state().digest(), a.state().digest());
-    // Version 3: the same bytes without the ordering length field at 88.
-    let mut v3 = plain[..88].to_vec();
-    v3.extend_from_slice(&plain[96..plain.len() - 4]);
-    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
-    let crc = crc32c_of(&v3);
-    v3.extend_from_slice(&crc.to_le_bytes());
+    let v3 = as_version_3(&plain);
     let info = verify_checkpoint(&v3).unwrap();
     assert!(checkpoint_ordering(&v3, &info).is_empty());
     let old = SequentialReplica::<BPlusTree>::restore(&v3).unwrap();
     assert_eq!(old.state().digest(), a.state().digest());
     assert_eq!(old.last_instance(), a.last_instance());
+}
+
+/// `plain` (this build's format, with an empty ordering section) as version 3 wrote
+/// it: without the ordering length field at 88, each session without its home.
+fn as_version_3(plain: &[u8]) -> Vec<u8> {
+    use partita_smr::sessions::{Session, SessionV4};
+    let u64_at = |at: usize| u64::from_le_bytes(plain[at..at + 8].try_into().unwrap());
+    let (clients, sessions_len) = (u64_at(48), u64_at(56) as usize);
+    let mut sessions = Vec::new();
+    let mut at = 96;
+    for _ in 0..clients {
+        let len = u32::from_le_bytes(plain[at..at + 4].try_into().unwrap()) as usize;
+        let s: Session = partita_types::decode(&plain[at + 4..at + 4 + len]).unwrap();
+        let old = partita_types::encode(&SessionV4 {
+            client: s.client,
+            opened_at: s.opened_at,
+            renewed_ms: s.renewed_ms,
+            last: s.last,
+        });
+        sessions.extend_from_slice(&(old.len() as u32).to_le_bytes());
+        sessions.extend_from_slice(&old);
+        at += 4 + len;
+    }
+    assert_eq!(at, 96 + sessions_len);
+    let mut v3 = plain[..88].to_vec();
+    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+    v3[56..64].copy_from_slice(&(sessions.len() as u64).to_le_bytes());
+    v3.extend_from_slice(&sessions);
+    v3.extend_from_slice(&plain[at..plain.len() - 4]);
+    let crc = crc32c_of(&v3);
+    v3.extend_from_slice(&crc.to_le_bytes());
+    v3
 }
 
 fn crc32c_of(b: &[u8]) -> u32 {
