@@ -427,8 +427,10 @@ struct UpArgs {
     /// Data directory: cluster file, WALs and logs.
     #[arg(long, default_value = "partita-data")]
     data_dir: PathBuf,
-    /// The replicated service of a new cluster: `btree` (u64 keys and values) or `kv`
-    /// (byte strings in etcd's data model). An existing cluster file wins.
+    /// The replicated service of a new cluster: `btree` (u64 keys and values), `kv`
+    /// (byte strings in etcd's data model), `geo-btree` (paper 004's geo B+tree, which
+    /// places its own nodes on GeoPaxos+'s serializers; with --ordering geopaxos+ or
+    /// epaxos) or `chirper` (paper 003). An existing cluster file wins.
     #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "geo-btree", "chirper"])]
     service: String,
     /// Chirper (paper 003): `dssmr` (the oracle, moves, caches; the oracle gets a
@@ -466,6 +468,13 @@ struct UpArgs {
     /// live in a client namespace; the namespaces go when it stops.
     #[arg(long)]
     netns: bool,
+    /// Paper 004's wide-area deployment, emulated on this machine: three nodes, one
+    /// per region (California, Virginia, Europe; each an acceptor and a replica), the
+    /// paper's round trips between them (`[wan] preset = "paper"`). With --ordering
+    /// geopaxos+ or epaxos each region orders locally what it alone touches; with
+    /// --service kv node N's etcd endpoint is the region's (Europe: the third).
+    #[arg(long, conflicts_with = "netns")]
+    wan: bool,
 }
 
 /// State partitioning of a new cluster (paper 001 §III-C).
@@ -1216,7 +1225,11 @@ fn load_target(cluster: &Option<PathBuf>) -> anyhow::Result<ClusterConfig> {
 
 async fn up(a: UpArgs) -> anyhow::Result<i32> {
     let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
-        let mut c = ClusterConfig::default_local(a.base_port, rand::random::<u64>() >> 1);
+        let id = rand::random::<u64>() >> 1;
+        let mut c = match a.wan {
+            true => ClusterConfig::paper_wan_local(a.base_port, id),
+            false => ClusterConfig::default_local(a.base_port, id),
+        };
         c.set_protocol(a.protocol);
         c.cluster.service = a.service.clone();
         // Byte-string keys fall in partitions by their first eight bytes (the whole

@@ -1361,7 +1361,11 @@ impl ClusterConfig {
                         OrderingSection::Epaxos(EpaxosSection::with_keys(0))
                     }
                     OrderingProtocol::GeoPaxos => OrderingSection::GeoPaxos(GeoSection::default()),
-                    _ => OrderingSection::GeoPaxosPlus(GeoSection::default()),
+                    // A DOP every second: the objects move to where they are used.
+                    _ => OrderingSection::GeoPaxosPlus(GeoSection {
+                        dop_interval_ms: 1000,
+                        ..GeoSection::default()
+                    }),
                 };
             }
         }

@@ -28,8 +28,9 @@
 //!   are such commands (the replica routes them to every serializer), so are DOPs (the
 //!   first replica submits one every `dop_interval_ms`: `SystemOp::Reconfigure`, which
 //!   the replica runs) and barriers (`SystemOp::Barrier`, proposed every
-//!   `barrier_interval_ms` while commands run, the first replica in line first). A
-//!   value's time is the newest barrier's, the same at every replica.
+//!   `barrier_interval_ms` while commands run and no DOP ran, the first replica in line
+//!   first). A value's time is the newest barrier's or DOP's (both are stamped with
+//!   their proposer's clock), the same at every replica.
 //! - **Resubmission.** A command whose serializers no longer cover it where it is
 //!   delivered is run nowhere; its origin's replica hands it back with new serializers
 //!   and it is ordered again as a new operation.
@@ -629,6 +630,15 @@ impl GeoOrdering {
         self.pop_ready(out);
     }
 
+    /// A barrier (or a DOP, ordered by every serializer) stamped `time_ms` ran: ordered
+    /// time moves to it, and the next barrier is due an interval from now.
+    fn barrier_ran(&mut self, time_ms: u64) {
+        self.time_ms = self.time_ms.max(time_ms);
+        self.since_barrier = 0;
+        self.last_barrier_ms = self.clock_ms;
+        self.barrier_proposed_ms = None;
+    }
+
     /// Deliver what the merge releases, in its order; a command ordered by every
     /// serializer is a cut.
     fn pop_ready(&mut self, out: &mut Outbox) {
@@ -640,14 +650,15 @@ impl GeoOrdering {
             cmd.route = u64::from(r.dst.0);
             let commands = match cmd.system_op() {
                 Some(SystemOp::Barrier { time_ms }) => {
-                    self.time_ms = self.time_ms.max(time_ms);
-                    self.since_barrier = 0;
-                    self.last_barrier_ms = self.clock_ms;
-                    self.barrier_proposed_ms = None;
+                    self.barrier_ran(time_ms);
                     self.count("geo_barriers_run");
                     Vec::new()
                 }
-                Some(SystemOp::Reconfigure) => {
+                Some(SystemOp::Reconfigure { time_ms }) => {
+                    // A DOP every serializer ordered is a barrier as well.
+                    if r.dst == all {
+                        self.barrier_ran(time_ms);
+                    }
                     self.count("geo_dops_delivered");
                     vec![cmd]
                 }
@@ -813,7 +824,8 @@ impl GeoOrdering {
                     true => SerializerSet::single(self.me),
                     false => all,
                 };
-                self.submit_system(SystemOp::Reconfigure, DOP_KIND, dst, out);
+                let time_ms = self.clock_ms;
+                self.submit_system(SystemOp::Reconfigure { time_ms }, DOP_KIND, dst, out);
             }
             self.last_dop_ms = self.clock_ms.max(1);
         }

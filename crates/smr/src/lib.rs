@@ -1355,7 +1355,8 @@ impl<S: StateMachine> SequentialReplica<S> {
             // The ordering's own: a barrier only moves time (the value's, above); a
             // reconfiguration recomputes GeoPaxos+'s placement, at the same point of
             // the order everywhere (it is ordered with every command).
-            if op == partita_types::SystemOp::Reconfigure && self.placement.is_some() {
+            if matches!(op, partita_types::SystemOp::Reconfigure { .. }) && self.placement.is_some()
+            {
                 self.state.reconfigure();
                 self.stats.reconfigurations += 1;
             }

@@ -344,8 +344,10 @@ pub enum SystemOp {
     /// proposer's clock: ordered time moves to it there.
     Barrier { time_ms: u64 },
     /// GeoPaxos+'s DOP (paper 004 Algorithm 1): recompute where the service's objects
-    /// are ordered from the accesses counted.
-    Reconfigure,
+    /// are ordered from the accesses counted. Ordered by every serializer, it is a
+    /// barrier too (stamped with its proposer's clock), so that no extra barrier goes
+    /// round while DOPs do.
+    Reconfigure { time_ms: u64 },
 }
 
 impl Command {
