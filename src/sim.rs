@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
 use partita_sim::{
     BatcherChoice, DssmrChoice, EarlyRepliesChoice, GeoChoice, PsmrChoice, RingsChoice,
+    ServiceChoice,
 };
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
@@ -88,6 +89,13 @@ pub struct SimArgs {
     /// apply. Default: off (no seed runs them).
     #[arg(long, value_enum, value_name = "ORDERING", conflicts_with_all = ["dssmr", "partitions", "batchers", "threads", "rings", "session_lease_ms", "ring_decision"])]
     geo: Option<SimGeo>,
+    /// The service every seed's clients use: `btree` (the geo B+tree on --geo seeds)
+    /// or `kv` (etcd's data model: puts, gets, ranges, deletes and transactions on a
+    /// few keys, checked by the key-value checker). Default: the swarm's (the
+    /// B+tree; on --geo seeds the key-value store in a third of them). Not with
+    /// --dssmr (Chirper).
+    #[arg(long, value_enum, value_name = "SERVICE", conflicts_with = "dssmr")]
+    service: Option<SimService>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
     /// skip-phase1, restore-without-reply-cache, speculative-no-rollback,
@@ -152,6 +160,12 @@ enum SimDssmr {
     Swarm,
     Ssmr,
     Dssmr,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SimService {
+    Btree,
+    Kv,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -276,6 +290,11 @@ impl SimArgs {
                 Some(SimGeo::Epaxos) => GeoChoice::Epaxos,
                 Some(SimGeo::Both) => GeoChoice::Alternate,
             },
+            service: match self.service {
+                None => ServiceChoice::Swarm,
+                Some(SimService::Btree) => ServiceChoice::Btree,
+                Some(SimService::Kv) => ServiceChoice::Kv,
+            },
             bugs,
             faults,
             without: self.without.clone(),
@@ -382,6 +401,15 @@ fn single(a: &SimArgs, seed: u64, opts: &SimOptions) -> anyhow::Result<i32> {
             report.ds_history.len(),
             p.display()
         );
+    } else if let (Some(p), false) = (&a.history, report.kv_history.is_empty()) {
+        let mut text = report.kv_history.join("\n");
+        text.push('\n');
+        std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
+        println!(
+            "history         {} key-value operations in {} (`partita check` reads it)",
+            report.kv_history.len(),
+            p.display()
+        );
     } else if let Some(p) = &a.history {
         let mut w = partita_checker::HistoryWriter::create(p)
             .with_context(|| format!("creating {}", p.display()))?;
@@ -479,6 +507,7 @@ fn range(a: &SimArgs, lo: u64, hi: u64, opts: &SimOptions) -> anyhow::Result<i32
                 }
                 r.history = Vec::new();
                 r.ds_history = Vec::new();
+                r.kv_history = Vec::new();
                 results.lock().expect("results lock").push((r, nd));
             });
         }

@@ -391,26 +391,13 @@ fn random_op(
         65..75 => (vec!["del".into(), k.clone()], None, KvCommand::delete(k)),
         _ => {
             let stdin = format!("version(\"{k}\") > \"0\"\n\nput {k} {v}\n\nget {k}\n\n");
-            (vec!["txn".into()], Some(stdin), version_txn(k, v))
+            (
+                vec!["txn".into()],
+                Some(stdin),
+                partita_kv::mix::overwrite_or_read(k, v),
+            )
         }
     }
-}
-
-/// If `key` exists, put `value` there; otherwise get it.
-fn version_txn(key: String, value: String) -> KvCommand {
-    KvCommand::Txn(TxnRequest {
-        compare: vec![Compare {
-            key: key.clone().into(),
-            op: CompareOp::Greater,
-            target: CompareTarget::Version(0),
-        }],
-        success: vec![RequestOp::Put(PutRequest {
-            key: key.clone().into(),
-            value: value.into(),
-            prev_kv: false,
-        })],
-        failure: vec![RequestOp::Range(RangeRequest::get(key))],
-    })
 }
 
 fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
@@ -619,7 +606,7 @@ fn go_event(line: &str) -> String {
         "put" => KvCommand::put(key, value),
         "get" => KvCommand::get(key),
         "del" => KvCommand::delete(key),
-        "txn" => version_txn(key, value),
+        "txn" => partita_kv::mix::overwrite_or_read(key, value),
         other => panic!("etcd-go printed an operation it does not run: {other}"),
     };
     let reply = v.get("resp").map(|r| reply_of(&cmd, r));

@@ -10,8 +10,8 @@ use partita_client::{node_status, Client, ClientOptions};
 use partita_config::{ClusterConfig, Durability};
 use partita_harness::launch::{pick_base_port, LocalCluster};
 use partita_kv::history::Outcome;
-use partita_kv::{KvCommand, KvStore};
-use rand::{Rng, SeedableRng};
+use partita_kv::KvStore;
+use rand::SeedableRng;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -27,34 +27,6 @@ fn start(dir: &Path, args: &[String]) -> LocalCluster {
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     LocalCluster::start_with(&exe(), &file, &cfg, dir, args, None).unwrap()
-}
-
-/// A random operation of the mix on keys `k0`..`k5`: values name their writer, so a
-/// lost or duplicated write shows.
-fn random_cmd(rng: &mut impl Rng, client: u64, n: u64) -> KvCommand {
-    let key = |rng: &mut dyn rand::RngCore| format!("k{}", rng.gen_range(0..6));
-    let value = format!("c{client}-{n}");
-    match rng.gen_range(0..100) {
-        0..35 => KvCommand::put(key(rng), value),
-        35..60 => KvCommand::get(key(rng)),
-        60..70 => KvCommand::prefix("k"),
-        70..80 => KvCommand::delete(key(rng)),
-        _ => {
-            let k = key(rng);
-            crate_txn(&k, &value)
-        }
-    }
-}
-
-/// If `k` exists (version > 0), overwrite it; else read it.
-fn crate_txn(k: &str, value: &str) -> KvCommand {
-    partita::kvcli::txn(
-        &[format!("version({k}) > 0")],
-        &[format!("put {k} {value}")],
-        &[format!("get {k}")],
-        false,
-    )
-    .unwrap()
 }
 
 /// Run `clients` concurrent clients for `secs` seconds; write the history to `path`.
@@ -76,7 +48,7 @@ async fn load(cluster: &ClusterConfig, clients: u64, secs: f64, path: &Path) -> 
             let mut n = 0;
             while base.elapsed().as_secs_f64() < secs {
                 n += 1;
-                let cmd = random_cmd(&mut rng, c, n);
+                let cmd = partita_kv::mix::random_command(&mut rng, 6, c, n);
                 let call = base.elapsed().as_nanos() as u64;
                 let r = client.execute(cmd.clone()).await;
                 let ret = base.elapsed().as_nanos() as u64;

@@ -269,6 +269,15 @@ impl Coordinator {
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
+    /// Whether a command for which `f` holds is queued here or in a value in flight
+    /// (proposed, not yet decided).
+    pub fn holds(&self, mut f: impl FnMut(&Command) -> bool) -> bool {
+        self.pending.iter().any(&mut f)
+            || self
+                .in_flight
+                .values()
+                .any(|i| i.value.commands.iter().any(&mut f))
+    }
     /// Instances in flight whose value carries client commands (not skips or no-ops).
     pub fn in_flight_commands(&self) -> usize {
         self.in_flight

@@ -40,6 +40,7 @@
 
 mod digest;
 pub mod history;
+pub mod mix;
 pub mod service;
 pub mod snapshot;
 pub mod store;

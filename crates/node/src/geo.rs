@@ -790,6 +790,17 @@ impl GeoOrdering {
                     continue;
                 }
                 for s in self.merge.stalled().filter(|s| s.missing.contains(g)) {
+                    // Still queued or in flight at this serializer (a busy one, not a
+                    // lost entry): ordering it again would only lengthen the queue
+                    // (under load, every op again and again: a collapse).
+                    let queued = self.groups[g as usize].coordinator().is_some_and(|c| {
+                        c.holds(|cmd| {
+                            matches!(decode_entry(cmd), Some(Entry::Op { op, .. }) if op == *s.op)
+                        })
+                    });
+                    if queued {
+                        continue;
+                    }
                     if self.stalled_seen.contains(&(g, *s.op)) {
                         again.push((g, *s.op, s.dst, s.value.clone()));
                     } else {

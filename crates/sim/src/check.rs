@@ -20,7 +20,7 @@
 //!   (`partita_checker::check_with_final_state`); an acknowledged write missing from the
 //!   final state is reported as `final-state`.
 
-use partita_checker::{CheckError, CheckOptions, CheckSummary, Event, Initial};
+use partita_checker::{CheckError, CheckOptions, CheckSummary, Event, Initial, KvCheckSummary};
 use partita_consensus::{Msg, Value, Vid};
 use partita_types::{Instance, NodeId, PartitionId, PartitionMap};
 use serde::Serialize;
@@ -360,6 +360,33 @@ pub fn history(
         CheckError::Invalid(m) => (
             Check::Simulator,
             format!("the simulator recorded an invalid history: {m}"),
+        ),
+    })
+}
+
+/// Linearizability of a key-value history (lines of `partita_kv::history`'s format,
+/// the store starting empty) under the key-value checker's model of etcd's semantics.
+/// The key-value store has no final-state observation: revisions already pin every
+/// acknowledged write, so a lost one contradicts a later read or revision.
+pub fn kv_history(lines: &[String], max_steps: u64) -> Result<KvCheckSummary, (Check, String)> {
+    use partita_checker::KvCheckError as E;
+    let text = lines.join("\n");
+    let events = partita_checker::kv::read_kv_history_from(text.as_bytes()).map_err(|e| {
+        (
+            Check::Simulator,
+            format!("the simulator recorded an invalid key-value history: {e}"),
+        )
+    })?;
+    let opts = partita_checker::KvCheckOptions {
+        max_steps,
+        ..partita_checker::KvCheckOptions::default()
+    };
+    partita_checker::check_kv(&events, &opts).map_err(|e| match e {
+        E::NotLinearizable(v) => (Check::Linearizability, v.to_string()),
+        E::Unknown(u) => (Check::Inconclusive, u.to_string()),
+        other => (
+            Check::Simulator,
+            format!("the key-value checker refused the history: {other}"),
         ),
     })
 }

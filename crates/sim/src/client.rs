@@ -50,10 +50,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 const MILLIS_NS: u64 = 1_000_000;
+/// Key-value clients draw keys `k0`..: at most this many.
+pub const KV_KEYS_MAX: u64 = 8;
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::{Event, Status};
 use partita_client_core::{Action, ClientConfig, ClientCore, Done};
 pub use partita_client_core::{ClientBugs, Topology};
+use partita_kv::KvStore;
 use partita_types::early::EarlyReply;
 use partita_types::{ClientId, Command, NodeId, Reply};
 use rand::Rng;
@@ -110,11 +113,14 @@ enum State {
     Done,
 }
 
-/// The client core a simulated client drives: the B+tree's, or an S-SMR/DS-SMR
+/// The client core a simulated client drives: the B+tree's, the key-value store's, or an S-SMR/DS-SMR
 /// client proxy over the multicast wire (boxed: rarer, and larger).
 #[allow(clippy::large_enum_variant)]
 enum Core {
     Btree(ClientCore<BPlusTree>),
+    /// The key-value store's (etcd's data model): its history is recorded in the
+    /// key-value format and checked by the key-value checker.
+    Kv(ClientCore<KvStore>),
     Ds(Box<DsClient>),
 }
 
@@ -166,6 +172,7 @@ macro_rules! with_core {
     ($self:expr, $c:ident => $e:expr) => {
         match &$self.core {
             Core::Btree($c) => $e,
+            Core::Kv($c) => $e,
             Core::Ds(d) => {
                 let $c = &d.core;
                 $e
@@ -175,6 +182,7 @@ macro_rules! with_core {
     (mut $self:expr, $c:ident => $e:expr) => {
         match &mut $self.core {
             Core::Btree($c) => $e,
+            Core::Kv($c) => $e,
             Core::Ds(d) => {
                 let $c = &mut d.core;
                 $e
@@ -194,6 +202,8 @@ pub struct SimClient {
     /// The deadline a timer is set for (so a new one is set only when it moves).
     timer_at: Option<Time>,
     history: Vec<Event>,
+    /// Key-value clients: their history's lines (see [`SimClient::kv_history`]).
+    kv_history: Vec<String>,
     /// Experiment mode: the workload and key space, think-time granularity, samples.
     bench: Option<(crate::bench::Workload, u64)>,
     /// A geo seed's client: its workload and its region.
@@ -221,6 +231,24 @@ impl SimClient {
         SimClient::with_core(index, core, params, ops)
     }
 
+    /// A client of the key-value store (etcd's data model): [`SimClient::new`]'s
+    /// session, with commands of `partita_kv::mix` on a few of `params.keys` keys
+    /// (at most [`KV_KEYS_MAX`], so that they contend).
+    pub fn new_kv(
+        index: u32,
+        entry: NodeId,
+        topology: Topology,
+        replica: NodeId,
+        params: ClientParams,
+        ops: u64,
+        bugs: ClientBugs,
+    ) -> SimClient {
+        let id = index as ClientId + 1;
+        let cfg = core_config(&params);
+        let core = Core::Kv(ClientCore::new(id, topology, cfg, entry, replica).with_bugs(bugs));
+        SimClient::with_core(index, core, params, ops)
+    }
+
     fn with_core(index: u32, core: Core, params: ClientParams, ops: u64) -> SimClient {
         SimClient {
             index,
@@ -232,6 +260,7 @@ impl SimClient {
             gen: 0,
             timer_at: None,
             history: Vec::new(),
+            kv_history: Vec::new(),
             bench: None,
             geo: None,
             think_step_ns: 1,
@@ -339,7 +368,7 @@ impl SimClient {
     pub fn ds_history(&self) -> &[partita_checker::chirper::ChirperEvent] {
         match &self.core {
             Core::Ds(d) => &d.history,
-            Core::Btree(_) => &[],
+            Core::Btree(_) | Core::Kv(_) => &[],
         }
     }
 
@@ -347,7 +376,7 @@ impl SimClient {
     pub fn ds_failures(&self) -> &[String] {
         match &self.core {
             Core::Ds(d) => &d.failures,
-            Core::Btree(_) => &[],
+            Core::Btree(_) | Core::Kv(_) => &[],
         }
     }
 
@@ -356,7 +385,7 @@ impl SimClient {
     pub fn ahead_of_moves(&self) -> u64 {
         match &self.core {
             Core::Ds(d) => d.ahead_of_moves,
-            Core::Btree(_) => 0,
+            Core::Btree(_) | Core::Kv(_) => 0,
         }
     }
 
@@ -364,7 +393,7 @@ impl SimClient {
     pub fn move_times(&self) -> &[Time] {
         match &self.core {
             Core::Ds(d) => &d.move_times,
-            Core::Btree(_) => &[],
+            Core::Btree(_) | Core::Kv(_) => &[],
         }
     }
 
@@ -372,7 +401,7 @@ impl SimClient {
     pub fn proxy_stats(&self) -> Option<&partita_dssmr::client::ProxyStats> {
         match &self.core {
             Core::Ds(d) => Some(d.proxy.stats()),
-            Core::Btree(_) => None,
+            Core::Btree(_) | Core::Kv(_) => None,
         }
     }
 
@@ -406,7 +435,7 @@ impl SimClient {
     /// may or may not have happened) multiplies what the Chirper checker must search
     /// (a seed with 22 of them in 300 commands exhausted 2 million configurations).
     pub fn set_give_up_allowed(&mut self, allowed: bool) {
-        let allowed = allowed && matches!(self.core, Core::Btree(_));
+        let allowed = allowed && matches!(self.core, Core::Btree(_) | Core::Kv(_));
         let cfg = ClientConfig {
             give_up_ns: allowed.then_some(self.params.give_up_ns),
             ..with_core!(self, c => c.config().clone())
@@ -419,11 +448,22 @@ impl SimClient {
     }
 
     /// The command outstanding, for liveness reports: (seq, op, invoked at, sends).
-    pub fn outstanding(&self) -> Option<(u64, &Op, Time, u64)> {
+    pub fn outstanding(&self) -> Option<(u64, String, Time, u64)> {
         match &self.core {
-            Core::Btree(c) => c.outstanding(),
+            Core::Btree(c) => c
+                .outstanding()
+                .map(|(seq, op, at, sends)| (seq, partita_checker::fmt_op(op), at, sends)),
+            Core::Kv(c) => c
+                .outstanding()
+                .map(|(seq, cmd, at, sends)| (seq, format!("{cmd:?}"), at, sends)),
             Core::Ds(_) => None,
         }
+    }
+
+    /// A key-value client's history: one line per operation in the key-value format
+    /// (`partita_kv::history`), in the order they ended.
+    pub fn kv_history(&self) -> &[String] {
+        &self.kv_history
     }
 
     pub fn ops_left(&self) -> u64 {
@@ -469,6 +509,13 @@ impl SimClient {
                 };
                 core.submit(op, now, &mut actions)
                     .expect("the B+tree splits every command, and one is outstanding at a time");
+            }
+            Core::Kv(core) => {
+                let keys = self.params.keys.clamp(2, KV_KEYS_MAX);
+                let cmd = partita_kv::mix::random_command(rng, keys, self.id, self.invoked);
+                core.submit(cmd, now, &mut actions).expect(
+                    "the key-value store splits every command, and one is outstanding at a time",
+                );
             }
             Core::Ds(d) => {
                 d.posts += 1;
@@ -559,7 +606,9 @@ impl SimClient {
     fn mover_core(&mut self) -> &mut ClientCore<DsWire<Chirper>> {
         match &mut self.core {
             Core::Ds(d) => &mut d.mover.as_mut().expect("a moves session").core,
-            Core::Btree(_) => unreachable!("only DS-SMR clients have a moves session"),
+            Core::Btree(_) | Core::Kv(_) => {
+                unreachable!("only DS-SMR clients have a moves session")
+            }
         }
     }
 
@@ -580,6 +629,24 @@ impl SimClient {
                 Core::Btree(core) => {
                     if let Some(done) = core.take_done() {
                         self.finish(done);
+                        self.think(now, rng, out);
+                        return;
+                    }
+                }
+                Core::Kv(core) => {
+                    if let Some(d) = core.take_done() {
+                        let outcome = match &d.result {
+                            Ok(r) => partita_kv::history::Outcome::Ok(r),
+                            Err(e) if e.not_applied() => partita_kv::history::Outcome::Fail,
+                            Err(_) => partita_kv::history::Outcome::Info,
+                        };
+                        self.kv_history.push(partita_kv::history::event_line(
+                            self.index as u64,
+                            &d.cmd,
+                            d.call_ns,
+                            d.ret_ns,
+                            outcome,
+                        ));
                         self.think(now, rng, out);
                         return;
                     }

@@ -113,7 +113,7 @@ pub use swarm::{
 };
 pub use swarm::{BatcherChoice, Batchers};
 pub use swarm::{DssmrChoice, PsmrChoice, RingsChoice};
-pub use swarm::{GeoChoice, GeoOrdering, GeoParams};
+pub use swarm::{GeoChoice, GeoOrdering, GeoParams, ServiceChoice};
 
 /// Run one seed: draw its parameters, simulate, check.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {

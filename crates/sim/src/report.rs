@@ -39,6 +39,10 @@ pub struct SeedReport {
     /// with the summary; `--history` writes it).
     #[serde(skip)]
     pub ds_history: Vec<partita_checker::chirper::ChirperEvent>,
+    /// Key-value seeds: the history's lines in the key-value format (not serialized
+    /// with the summary; `--history` writes it, `partita check` reads it).
+    #[serde(skip)]
+    pub kv_history: Vec<String>,
 }
 
 impl SeedReport {

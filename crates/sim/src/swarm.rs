@@ -241,6 +241,20 @@ pub enum DssmrChoice {
     Fixed(partita_dssmr::client::Scheme),
 }
 
+/// The service the clients use (S-SMR/DS-SMR seeds always run Chirper).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServiceChoice {
+    /// The swarm's: the B+tree on the swarm's clusters; on GeoPaxos+ and EPaxos seeds
+    /// the key-value store in a third of the seeds (a stream of its own), the geo
+    /// B+tree in the others.
+    #[default]
+    Swarm,
+    /// The B+tree (the geo B+tree on GeoPaxos+ and EPaxos seeds).
+    Btree,
+    /// The key-value store (etcd's data model), on every seed.
+    Kv,
+}
+
 /// GeoPaxos+ and EPaxos seeds (paper 004) instead of the swarm's clusters: the
 /// paper's three emulated regions, the geo B+tree's operations.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default, Serialize)]
@@ -335,6 +349,7 @@ pub struct SimOptions {
     /// GeoPaxos+ and EPaxos seeds (off by default: then no seed draws from the geo
     /// stream, and every seed runs as it did before geo seeds existed).
     pub geo: GeoChoice,
+    pub service: ServiceChoice,
     pub bugs: UnsafeBugs,
     pub faults: FaultSelection,
     /// Classes removed from the selection.
@@ -403,6 +418,11 @@ impl SimOptions {
         if let Some(g) = self.geo.flag() {
             f += &format!(" --geo {g}");
         }
+        match self.service {
+            ServiceChoice::Swarm => {}
+            ServiceChoice::Btree => f += " --service btree",
+            ServiceChoice::Kv => f += " --service kv",
+        }
         for b in UnsafeBugs::NAMES {
             if bug_on(&self.bugs, b) {
                 f += &format!(" --unsafe {b}");
@@ -442,6 +462,7 @@ impl Default for SimOptions {
             rings: RingsChoice::Swarm,
             dssmr: DssmrChoice::Off,
             geo: GeoChoice::Off,
+            service: ServiceChoice::Swarm,
             bugs: UnsafeBugs::default(),
             faults: FaultSelection::Swarm,
             without: Vec::new(),
@@ -550,6 +571,10 @@ pub struct SeedParams {
     /// nodes, each an acceptor and a replica (`acceptors` and `replicas` both count
     /// them), clients in every region (`None`: the swarm's clusters).
     pub geo: Option<GeoParams>,
+    /// The service's name in the cluster file: `btree`, `kv` (clients of
+    /// `partita_kv::mix`, checked by the key-value checker), `geo-btree` (geo seeds)
+    /// or `chirper` (S-SMR/DS-SMR seeds).
+    pub service: String,
 }
 
 /// S-SMR/DS-SMR runs: the scheme, the social graph every member loads, the workload.
@@ -582,6 +607,9 @@ impl SeedParams {
             return self.geo_cluster(g);
         }
         let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
+        if self.dssmr.is_none() {
+            c.cluster.service = self.service.clone();
+        }
         c.ordering = OrderingSection::paxos(self.protocol);
         if let (OrderingSection::RingPaxos(r), Some(d)) = (&mut c.ordering, self.ring_decision) {
             r.ring_decision = Some(d);
@@ -674,10 +702,15 @@ impl SeedParams {
         // replica does (GeoPaxos+ executes inside its ordering: none yet).
         c.storage.checkpoint_instances = self.checkpoint_instances;
         c.sessions.lease_ms = self.session_lease_ms;
+        // The geo B+tree starts with keys `0..keys`; the key-value store empty.
+        let kv = self.service == "kv";
+        c.cluster.service = self.service.clone();
+        let keys = if kv { 0 } else { g.keys };
         if g.ordering == GeoOrdering::Epaxos {
-            c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection::with_keys(g.keys));
+            c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection::with_keys(keys));
         }
         if let Some(s) = c.ordering.geo_mut() {
+            s.keys = keys;
             s.order = g.order;
             s.value_bytes = g.value_bytes;
             s.dop_interval_ms = g.dop_interval_ms;
@@ -805,6 +838,7 @@ pub const STREAM_RINGS: u64 = 15;
 pub const STREAM_DSSMR: u64 = 16;
 pub const STREAM_RING_DECISION: u64 = 17;
 pub const STREAM_GEO: u64 = 18;
+pub const STREAM_SERVICE: u64 = 19;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -1168,12 +1202,27 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         bugs: opts.bugs.clone(),
         bug_names,
         flags: opts.flags(),
+        service: match (&ds, opts.service) {
+            (Some(_), _) => "chirper",
+            (None, ServiceChoice::Kv) => "kv",
+            (None, _) => "btree",
+        }
+        .into(),
         dssmr: ds,
         geo: None,
     };
     match draw_geo(seed, opts) {
         None => params,
-        Some((geo, clients, timeout_ns)) => geo_seed(params, geo, clients, timeout_ns),
+        Some((geo, clients, timeout_ns)) => {
+            let kv = match opts.service {
+                ServiceChoice::Swarm => stream(seed, STREAM_SERVICE).gen_bool(1.0 / 3.0),
+                ServiceChoice::Btree => false,
+                ServiceChoice::Kv => true,
+            };
+            let mut p = geo_seed(params, geo, clients, timeout_ns);
+            p.service = if kv { "kv" } else { "geo-btree" }.into();
+            p
+        }
     }
 }
 

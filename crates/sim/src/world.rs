@@ -37,7 +37,7 @@ use partita_config::ClusterConfig;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_types::early::EarlyReply;
-use partita_types::{encode, Command, Instance, NodeId, PartitionLayout, Reply};
+use partita_types::{encode, ClientId, Command, Instance, NodeId, PartitionLayout, Reply};
 use partita_wire::Wire;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -381,6 +381,7 @@ impl World {
         let d = &spec.cost.disk;
         let p = SeedParams {
             seed: spec.seed,
+            service: cluster.cluster.service.clone(),
             protocol: cluster.ordering.paxos_protocol(),
             ring_decision: cluster.ordering.ring_decision(),
             speculative: cluster.execution.speculative,
@@ -600,19 +601,24 @@ impl World {
                         ops,
                     );
                 }
-                let client = SimClient::new(
-                    c,
-                    entry,
-                    topology,
-                    replica,
-                    p.client.clone(),
-                    ops,
-                    ClientBugs {
-                        independent_partitions: p.bugs.independent_partitions,
-                        keep_session_after_give_up: p.bugs.keep_session_after_give_up,
-                        read_direct,
-                    },
-                );
+                let bugs = ClientBugs {
+                    independent_partitions: p.bugs.independent_partitions,
+                    keep_session_after_give_up: p.bugs.keep_session_after_give_up,
+                    read_direct,
+                };
+                if p.service == "kv" && bench.is_none() {
+                    return SimClient::new_kv(
+                        c,
+                        entry,
+                        topology,
+                        replica,
+                        p.client.clone(),
+                        ops,
+                        bugs,
+                    );
+                }
+                let client =
+                    SimClient::new(c, entry, topology, replica, p.client.clone(), ops, bugs);
                 match (&bench, &p.geo) {
                     (Some(b), _) => client.for_bench(b.workload, p.client.keys, MILLIS),
                     (None, Some(g)) => {
@@ -1346,6 +1352,11 @@ impl World {
     /// Experiment mode: the server of the client-server baseline executes the preload
     /// (keys 0, 2, …, value = key) as batches of 1000 inserts, outside virtual time:
     /// it cannot boot from a checkpoint as a replica does.
+    /// The session that preloads a client-server cluster: below 2^62 (ids from 2^62
+    /// are DS-SMR movers', from 2^63 the ordering's own, refused from clients) and far
+    /// above the simulated clients'.
+    const PRELOAD_CLIENT: ClientId = (1 << 62) - 1;
+
     fn preload_servers(&mut self) {
         let n = self.bench.as_ref().map_or(0, |b| b.preload);
         if n == 0 {
@@ -1359,7 +1370,7 @@ impl World {
                 continue;
             };
             // The preloading client's session first.
-            core.on_request(Command::open(u64::MAX, id, 1), &mut out);
+            core.on_request(Command::open(Self::PRELOAD_CLIENT, id, 1), &mut out);
             let session = out
                 .iter()
                 .find_map(|o| match o {
@@ -1381,7 +1392,7 @@ impl World {
                     })
                     .collect();
                 let mut cmd = partita_btree::service::command(
-                    u64::MAX,
+                    Self::PRELOAD_CLIENT,
                     chunk as u64 + 1,
                     id,
                     &Op::Batch(ops),
@@ -2137,7 +2148,7 @@ impl World {
                     format!(
                         "client {} waits for seq {seq} {} (invoked at {:.1} ms, sent {sends} times, replica {})",
                         c.index,
-                        partita_checker::fmt_op(op),
+                        op,
                         at as f64 / 1e6,
                         c.replica()
                     )
@@ -2324,6 +2335,15 @@ impl World {
             }
         }
         Vec::new()
+    }
+
+    /// The key-value clients' history, as lines of the key-value format, in order of
+    /// invocation.
+    fn kv_history(&self) -> Vec<String> {
+        self.clients
+            .iter()
+            .flat_map(|c| c.kv_history().iter().cloned())
+            .collect()
     }
 
     fn history(&self) -> Vec<Event> {
@@ -2709,10 +2729,21 @@ impl World {
         }
         let mut ds_ops = None;
         let mut ds_history = Vec::new();
+        let kv_history = self.kv_history();
         if self.p.dssmr.is_some() {
             let (counts, events) = self.check_dssmr();
             ds_ops = Some(counts);
             ds_history = events;
+        } else if self.p.service == "kv" {
+            if self.failure.is_none() {
+                match check::kv_history(&kv_history, self.check_max_states) {
+                    Ok(s) => {
+                        self.counters.insert("kv_checked_ops", s.events as u64);
+                        self.counters.insert("kv_checked_writes", s.writes as u64);
+                    }
+                    Err((c, m)) => self.fail(c, m),
+                }
+            }
         } else if let (Some(g), None) = (&self.p.geo, &self.failure) {
             // The tree every replica started from: keys 0..K, each its own value.
             let initial = partita_checker::Initial::Preload {
@@ -2847,6 +2878,7 @@ impl World {
             params: self.p,
             history: Vec::new(),
             ds_history,
+            kv_history,
         }
         .with_history(history)
     }

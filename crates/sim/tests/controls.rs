@@ -48,7 +48,7 @@ use partita_sim::{
     run_seed, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SimOptions,
     SpeculationChoice,
 };
-use partita_sim::{EarlyRepliesChoice, PsmrChoice, RingsChoice};
+use partita_sim::{EarlyRepliesChoice, PsmrChoice, RingsChoice, ServiceChoice};
 
 /// Scan `seeds` with `bug` planted; return the first seed that fails a safety check
 /// with the bug and passes without it, with the failed check and message.
@@ -418,4 +418,49 @@ fn psmr_controls_are_caught_on_multi_ring_paxos() {
         "psmr-check-passes caught for another reason: {what}"
     );
     eprintln!("psmr-check-passes (on rings) caught at seed {seed}: {what}");
+}
+
+/// The swarm's clusters with the key-value store's clients (`--service kv`: puts,
+/// gets, ranges, deletes and transactions on a few keys) and every fault: histories
+/// checked by the key-value checker pass, and replicas converge.
+#[test]
+fn key_value_seeds_pass() {
+    let o = SimOptions {
+        ops: 300,
+        service: ServiceChoice::Kv,
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    for seed in 0..8 {
+        let r = run_seed(seed, &o);
+        assert_eq!(r.params.service, "kv");
+        assert!(r.passed, "seed {seed}: {}", r.one_line());
+        let checked = r.counters.get("kv_checked_ops").copied().unwrap_or(0);
+        assert!(checked >= 250, "seed {seed}: {checked} operations checked");
+    }
+}
+
+/// The key-value path's control: a replica that loses acknowledged writes is caught
+/// by the key-value checker (linearizability), not by anything else.
+#[test]
+fn lose_acked_writes_on_key_value_seeds_is_caught() {
+    let clean = SimOptions {
+        ops: 300,
+        service: ServiceChoice::Kv,
+        trace_tail: 0,
+        ..SimOptions::default()
+    };
+    let caught = partita_sim::first_caught("lose-acked-writes", &clean, 0..6, |c| {
+        c == partita_sim::Check::Linearizability
+    });
+    match caught {
+        Ok((seed, f)) => eprintln!(
+            "lose-acked-writes on kv caught at seed {seed}: {}",
+            f.message
+        ),
+        Err(seen) => panic!(
+            "lose-acked-writes went unnoticed on kv seeds:\n{}",
+            seen.join("\n")
+        ),
+    }
 }

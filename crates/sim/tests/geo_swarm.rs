@@ -32,7 +32,9 @@
 //!   lacks writes the others ran; with every replica idle at the deadline it stands
 //!   at a different point of the order (convergence, not liveness).
 
-use partita_sim::{run_seed, swarm, Check, GeoChoice, GeoOrdering, SeedReport, SimOptions};
+use partita_sim::{
+    run_seed, swarm, Check, GeoChoice, GeoOrdering, SeedReport, ServiceChoice, SimOptions,
+};
 
 /// Operations per seed: enough for inserts to split nodes and for several DOPs,
 /// short enough for the test profile.
@@ -118,6 +120,7 @@ fn geo_seeds_are_deterministic() {
 fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
     let off = SimOptions::default();
     let on = opts(GeoChoice::Alternate);
+    let mut kv_seeds = 0u32;
     for seed in 0..40 {
         let plain = swarm::draw(seed, &off);
         assert!(plain.geo.is_none(), "off by default");
@@ -167,7 +170,16 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
         // The cluster file: the paper's three regions, every node acceptor and
         // replica, the drawn tree, clients in every region.
         let c = g.cluster();
-        assert_eq!(c.ordering.geo_keys(), Some(geo.keys));
+        // The geo B+tree starts with the drawn keys, the key-value store empty.
+        let kv = g.service == "kv";
+        assert_eq!(c.cluster.service, g.service);
+        assert_eq!(
+            c.ordering.geo_keys(),
+            Some(if kv { 0 } else { geo.keys }),
+            "{}",
+            g.service
+        );
+        kv_seeds += u32::from(kv);
         assert_eq!(
             c.ordering.epaxos().is_some(),
             geo.ordering == GeoOrdering::Epaxos
@@ -189,6 +201,11 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
             .layout()
             .is_some_and(|l| l.contains(&geo.ordering.to_string())));
     }
+    // A third of the seeds (a stream of their own) run the key-value store.
+    assert!(
+        (6..=22).contains(&kv_seeds),
+        "{kv_seeds} key-value seeds of 40"
+    );
     // Half of the GeoPaxos+ seeds run DOPs.
     let dops = (0..40)
         .filter(|&s| {
@@ -204,23 +221,28 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
 /// as a violation (linearizability, final state or convergence) with the bug and
 /// passes every check without it. Liveness failures and other checks do not count.
 fn control(bug: &str, geo: GeoChoice, seeds: std::ops::Range<u64>) -> (u64, Check, String) {
+    control_on(bug, &opts(geo), seeds)
+}
+
+/// [`control`] with options of its own.
+fn control_on(bug: &str, o: &SimOptions, seeds: std::ops::Range<u64>) -> (u64, Check, String) {
     let violation = |c: Check| {
         matches!(
             c,
             Check::Linearizability | Check::FinalState | Check::Convergence
         )
     };
-    control_by(bug, geo, seeds, violation)
+    control_by(bug, o, seeds, violation)
 }
 
 /// [`control`], counting the checks `counts` names.
 fn control_by(
     bug: &str,
-    geo: GeoChoice,
+    o: &SimOptions,
     seeds: std::ops::Range<u64>,
     counts: impl Fn(Check) -> bool,
 ) -> (u64, Check, String) {
-    match partita_sim::first_caught(bug, &opts(geo), seeds.clone(), counts) {
+    match partita_sim::first_caught(bug, o, seeds.clone(), counts) {
         Ok((seed, f)) => (seed, f.check, f.message),
         Err(seen) => panic!(
             "planted bug `{bug}` went unnoticed as a violation in seeds {seeds:?}.\n{}",
@@ -247,8 +269,13 @@ fn geo_dop_not_ordered_is_caught() {
 #[test]
 fn geo_write_one_serializer_is_caught() {
     // Caught at seeds 28 and 36 of 0..60 (300 operations): the writes that split a
-    // node with several serializers are rare in a short run.
-    let (seed, check, what) = control("geo-write-one-serializer", GeoChoice::GeoPaxos, 24..40);
+    // node with several serializers are rare in a short run. The bug is the geo
+    // B+tree's (a node at several serializers): its seeds only.
+    let o = SimOptions {
+        service: ServiceChoice::Btree,
+        ..opts(GeoChoice::GeoPaxos)
+    };
+    let (seed, check, what) = control_on("geo-write-one-serializer", &o, 24..40);
     eprintln!("geo-write-one-serializer caught at seed {seed} by {check}: {what}");
 }
 
@@ -262,10 +289,12 @@ fn epaxos_skip_slow_path_is_caught() {
 
 #[test]
 fn truncation_above_a_majority_is_caught() {
-    let (seed, check, what) =
-        control_by("truncate-above-majority", GeoChoice::Epaxos, 0..20, |c| {
-            c == Check::Durability
-        });
+    let (seed, check, what) = control_by(
+        "truncate-above-majority",
+        &opts(GeoChoice::Epaxos),
+        0..20,
+        |c| c == Check::Durability,
+    );
     eprintln!("truncate-above-majority caught at seed {seed} by {check}: {what}");
 }
 

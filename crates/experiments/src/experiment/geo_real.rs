@@ -198,6 +198,26 @@ fn command_of(system: GeoSystem, o: &GeoRealOptions) -> String {
     }
 }
 
+/// Wait until the cluster serves a client (a session opened and a read answered), so
+/// that a point measures the ordering at work, not its start: leaders elected, and
+/// under GeoPaxos+ every serializer's group past its first instances.
+async fn wait_serving(c: &ClusterConfig, timeout: Duration) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let opts = partita_client::ClientOptions {
+        timeout: Duration::from_millis(500),
+        give_up: timeout,
+        ..partita_client::ClientOptions::default()
+    };
+    let mut client =
+        partita_client::Client::<partita_btree::BPlusTree>::connect(c.clone(), opts).await?;
+    client
+        .execute(partita_btree::Op::Read { key: 0 })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("the cluster serves no client within {timeout:?}"))?;
+    Ok(())
+}
+
 /// Run every round: in each, every system once, in order.
 pub async fn geo_real(exe: &Path, o: &GeoRealOptions) -> anyhow::Result<GeoRealReport> {
     anyhow::ensure!(o.rounds > 0, "at least one round");
@@ -217,6 +237,7 @@ pub async fn geo_real(exe: &Path, o: &GeoRealOptions) -> anyhow::Result<GeoRealR
             let mut lc = LocalCluster::start_with(exe, &file, &c, dir.path(), &[], None)?;
             let res = async {
                 lc.wait_ready(Duration::from_secs(30)).await?;
+                wait_serving(&c, Duration::from_secs(30)).await?;
                 let cfg = bench_of(system, o, round)?;
                 bench::preload(&c, cfg.preload, false).await?;
                 bench::run(&c, &cfg).await
