@@ -2000,7 +2000,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             .and_then(|c| c.with_batchers(a.batchers))
             .and_then(|c| match a.rings {
                 0 => Ok(c),
-                n => c.with_multiring(n, 1),
+                n => c.with_multiring(n, 1).map_err(|e| e.to_string()),
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut c = c;

@@ -89,11 +89,12 @@ pub struct SimArgs {
     /// apply. Default: off (no seed runs them).
     #[arg(long, value_enum, value_name = "ORDERING", conflicts_with_all = ["dssmr", "partitions", "batchers", "threads", "rings", "session_lease_ms", "ring_decision"])]
     geo: Option<SimGeo>,
-    /// The service every seed's clients use: `btree` (the geo B+tree on --geo seeds)
-    /// or `kv` (etcd's data model: puts, gets, ranges, deletes and transactions on a
-    /// few keys, checked by the key-value checker). Default: the swarm's (the
-    /// B+tree; on --geo seeds the key-value store in a third of them). Not with
-    /// --dssmr (Chirper).
+    /// The service every seed's clients use: `btree` (on --geo geopaxos+ seeds
+    /// placed key by key by an object map), `geo-btree` (paper 004's tree, placing its
+    /// own nodes; --geo seeds only) or `kv` (etcd's data model: puts, gets, ranges,
+    /// deletes and transactions on a few keys, checked by the key-value checker).
+    /// Default: the swarm's (the B+tree; on --geo seeds the geo B+tree, and the
+    /// key-value store in a third of them). Not with --dssmr (Chirper).
     #[arg(long, value_enum, value_name = "SERVICE", conflicts_with = "dssmr")]
     service: Option<SimService>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
@@ -165,6 +166,7 @@ enum SimDssmr {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum SimService {
     Btree,
+    GeoBtree,
     Kv,
 }
 
@@ -230,6 +232,12 @@ impl SimArgs {
                 CostTable::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
             }
         };
+        if self.service == Some(SimService::GeoBtree) && self.geo.is_none() {
+            bail!(
+                "--service geo-btree runs on GeoPaxos+ or EPaxos: add --geo geopaxos+, epaxos \
+                 or both"
+            );
+        }
         let faults = if self.no_faults {
             FaultSelection::None
         } else if !self.faults.is_empty() {
@@ -293,6 +301,7 @@ impl SimArgs {
             service: match self.service {
                 None => ServiceChoice::Swarm,
                 Some(SimService::Btree) => ServiceChoice::Btree,
+                Some(SimService::GeoBtree) => ServiceChoice::GeoBtree,
                 Some(SimService::Kv) => ServiceChoice::Kv,
             },
             bugs,

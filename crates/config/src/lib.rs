@@ -79,6 +79,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 pub mod geo;
+pub mod matrix;
 pub mod multicast;
 pub mod ordering;
 pub mod services;
@@ -1203,28 +1204,37 @@ impl ClusterConfig {
     /// threads) plus one for g_all (paper 002 §V-B). The cluster's acceptors become
     /// the first ring (their number is the ring size); the others are new nodes (ids
     /// after every other node).
-    pub fn with_multiring(mut self, rings: u32, m: u64) -> Result<ClusterConfig, String> {
+    pub fn with_multiring(mut self, rings: u32, m: u64) -> Result<ClusterConfig, FieldError> {
         let partitions = self.partition_map().count();
         let threads = self.psmr_layout().map_or(0, |l| l.threads as u32);
         let partitioned = partitions > 1 || threads > 0;
         if partitions > 1 && rings != partitions {
-            return Err(format!(
-                "{partitions} partitions take one ring each (rings = {partitions}), plus one \
+            return Err(FieldError::new(
+                "ordering.rings",
+                format!(
+                    "{partitions} partitions take one ring each (rings = {partitions}), plus one \
                  ring for commands that span them"
+                ),
             ));
         }
         if threads > 0 && rings != threads {
-            return Err(format!(
-                "{threads} P-SMR worker threads take one ring each for their groups (rings = \
+            return Err(FieldError::new(
+                "ordering.rings",
+                format!(
+                    "{threads} P-SMR worker threads take one ring each for their groups (rings = \
                  {threads}), plus one ring for g_all"
+                ),
             ));
         }
         if rings == 0 {
-            return Err("at least one ring".into());
+            return Err(FieldError::new("ordering.rings", "at least one ring"));
         }
         let first = self.with_role(Role::Acceptor);
         if first.is_empty() {
-            return Err("Multi-Ring Paxos needs acceptors".into());
+            return Err(FieldError::new(
+                "ordering.protocol",
+                "Multi-Ring Paxos needs acceptors",
+            ));
         }
         let total = if partitioned { rings + 1 } else { rings };
         let mut sections = Vec::new();
@@ -1250,7 +1260,7 @@ impl ClusterConfig {
         mr.ring_protocol = self.ordering.paxos_protocol();
         mr.ring_decision = self.ordering.ring_decision();
         self.ordering = OrderingSection::MultiRing(mr);
-        self.validate().map_err(|e| e.to_string())?;
+        self.validate()?;
         Ok(self)
     }
 
@@ -1310,7 +1320,7 @@ impl ClusterConfig {
         mut self,
         protocol: OrderingProtocol,
         replicas: u32,
-    ) -> Result<ClusterConfig, String> {
+    ) -> Result<ClusterConfig, FieldError> {
         use partita_consensus::Protocol as P;
         match protocol {
             OrderingProtocol::RingPaxos => self.set_protocol(P::RingPaxos),
@@ -1327,8 +1337,11 @@ impl ClusterConfig {
             | OrderingProtocol::GeoPaxosPlus
             | OrderingProtocol::Epaxos => {
                 if self.partition_map().is_partitioned() || self.cluster.mode != Mode::Smr {
-                    return Err(format!(
-                        "protocol \"{protocol}\" orders one unpartitioned state in smr mode"
+                    return Err(FieldError::new(
+                        "ordering.protocol",
+                        format!(
+                            "protocol \"{protocol}\" orders one unpartitioned state in smr mode"
+                        ),
                     ));
                 }
                 let replicas = match protocol {
@@ -1369,7 +1382,7 @@ impl ClusterConfig {
                 };
             }
         }
-        self.validate().map_err(|e| e.to_string())?;
+        self.validate()?;
         Ok(self)
     }
 
@@ -1602,7 +1615,7 @@ impl ClusterConfig {
         if self.execution != ExecutionSection::default() {
             return f(
                 "execution",
-                "GeoPaxos+ replicas execute in timestamp order: no speculation, early \
+                "GeoPaxos+ and EPaxos replicas execute in their ordering's order: no speculation, early \
                  replies or P-SMR threads",
             );
         }
@@ -2922,6 +2935,7 @@ mod tests {
             .clone()
             .with_multiring(3, 1)
             .unwrap_err()
+            .message
             .contains("rings = 2"));
         let c = base.with_multiring(2, 2).unwrap();
         let setup = c.multiring_setup().unwrap();

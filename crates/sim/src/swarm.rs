@@ -249,8 +249,11 @@ pub enum ServiceChoice {
     /// B+tree in the others.
     #[default]
     Swarm,
-    /// The B+tree (the geo B+tree on GeoPaxos+ and EPaxos seeds).
+    /// The B+tree (on GeoPaxos+ seeds placed by an object map, key by key).
     Btree,
+    /// Paper 004's geo B+tree (GeoPaxos+ and EPaxos seeds only: it places its own
+    /// nodes on the serializers).
+    GeoBtree,
     /// The key-value store (etcd's data model), on every seed.
     Kv,
 }
@@ -421,6 +424,7 @@ impl SimOptions {
         match self.service {
             ServiceChoice::Swarm => {}
             ServiceChoice::Btree => f += " --service btree",
+            ServiceChoice::GeoBtree => f += " --service geo-btree",
             ServiceChoice::Kv => f += " --service kv",
         }
         for b in UnsafeBugs::NAMES {
@@ -607,8 +611,24 @@ impl SeedParams {
             return self.geo_cluster(g);
         }
         let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
-        if self.dssmr.is_none() {
-            c.cluster.service = self.service.clone();
+        c.cluster.service = self.service.clone();
+        if let Some(d) = &self.dssmr {
+            // Chirper's section as a cluster file states it (the simulated replicas
+            // and clients take the graph from the seed's parameters).
+            c.dssmr = Some(partita_config::DssmrSection {
+                scheme: match d.scheme {
+                    partita_dssmr::client::Scheme::Ssmr => "ssmr",
+                    partita_dssmr::client::Scheme::Dssmr => "dssmr",
+                }
+                .into(),
+                users: d.graph.users,
+                communities: d.graph.communities,
+                mean_followers: d.graph.mean_followers.round() as u32,
+                p_local_percent: (d.graph.p_local * 100.0).round() as u32,
+                seed: d.graph.seed & ((1 << 62) - 1),
+                await_moves: d.await_moves,
+                gather_where_most: d.gather_where_most,
+            });
         }
         c.ordering = OrderingSection::paxos(self.protocol);
         if let (OrderingSection::RingPaxos(r), Some(d)) = (&mut c.ordering, self.ring_decision) {
@@ -1205,6 +1225,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         service: match (&ds, opts.service) {
             (Some(_), _) => "chirper",
             (None, ServiceChoice::Kv) => "kv",
+            (None, ServiceChoice::GeoBtree) => "geo-btree",
             (None, _) => "btree",
         }
         .into(),
@@ -1214,13 +1235,14 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     match draw_geo(seed, opts) {
         None => params,
         Some((geo, clients, timeout_ns)) => {
-            let kv = match opts.service {
-                ServiceChoice::Swarm => stream(seed, STREAM_SERVICE).gen_bool(1.0 / 3.0),
-                ServiceChoice::Btree => false,
-                ServiceChoice::Kv => true,
+            let service = match opts.service {
+                ServiceChoice::Swarm if stream(seed, STREAM_SERVICE).gen_bool(1.0 / 3.0) => "kv",
+                ServiceChoice::Swarm | ServiceChoice::GeoBtree => "geo-btree",
+                ServiceChoice::Btree => "btree",
+                ServiceChoice::Kv => "kv",
             };
             let mut p = geo_seed(params, geo, clients, timeout_ns);
-            p.service = if kv { "kv" } else { "geo-btree" }.into();
+            p.service = service.into();
             p
         }
     }

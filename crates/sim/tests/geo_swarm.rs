@@ -272,7 +272,7 @@ fn geo_write_one_serializer_is_caught() {
     // node with several serializers are rare in a short run. The bug is the geo
     // B+tree's (a node at several serializers): its seeds only.
     let o = SimOptions {
-        service: ServiceChoice::Btree,
+        service: ServiceChoice::GeoBtree,
         ..opts(GeoChoice::GeoPaxos)
     };
     let (seed, check, what) = control_on("geo-write-one-serializer", &o, 24..40);
