@@ -357,6 +357,42 @@ fn multi_ring_paxos_seeds_pass() {
     }
 }
 
+/// Multi-Ring Paxos over partitioned state (a ring per partition and one across
+/// them), each replica merging only its own partition's rings, with the swarm's faults
+/// (and, on some seeds, short session leases): every check passes, and the replicas
+/// of one partition agree while the partitions' sequences differ in length (each
+/// merges other rings). That no replica is sent anything of a ring it does not merge
+/// is `crates/node/tests/multiring.rs`'s to show, message by message.
+#[test]
+fn partitioned_multi_ring_paxos_seeds_pass() {
+    let mut lengths_differ = false;
+    for (partitions, seeds) in [(2, 0..3u64), (3, 3..5)] {
+        let opts = SimOptions {
+            partitioning: PartitionChoice::Fixed(partitions),
+            ..rings(2)
+        };
+        for seed in seeds {
+            let r = run_seed(seed, &opts);
+            assert_eq!(
+                r.params.rings, partitions,
+                "seed {seed}: a ring per partition"
+            );
+            assert!(
+                r.passed,
+                "{partitions} partitions, seed {seed}: {}",
+                r.one_line()
+            );
+            let ends = |p| r.replicas.iter().filter(move |e| e.partition == p);
+            lengths_differ |= ends(0).next().map(|e| e.executed_up_to)
+                != ends(1).next().map(|e| e.executed_up_to);
+        }
+    }
+    assert!(
+        lengths_differ,
+        "every partition delivered as many values: one merge?"
+    );
+}
+
 #[test]
 fn merge_order_is_caught() {
     // Replicas with odd ids merge their rings in descending order: two replicas of one

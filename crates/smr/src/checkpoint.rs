@@ -9,8 +9,9 @@
 //! it, so that a checkpoint found in the wrong data directory is refused instead of
 //! silently adopted. Replica statistics are not part of it.
 //!
-//! Layout, little endian (`HEADER_BYTES` = 96 bytes of header; version 3, which
-//! had no ordering section, 88 bytes, is still read):
+//! Layout, little endian (`HEADER_BYTES` = 104 bytes of header; version 4, without
+//! the execution name, 96 bytes, and version 3, which had no ordering section either,
+//! 88 bytes, are still read, their name being the instance):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
@@ -27,7 +28,8 @@
 //! | 72 | 8 | the service: [`service_id`] of its name (a checkpoint of one service is never restored into another) |
 //! | 80 | 8 | ordered time (ms) of the last value executed (session leases continue from it) |
 //! | 88 | 8 | bytes of the ordering section |
-//! | 96 | … | sessions: per client, in client order, `len:u32 \| codec(Session)` (with the reply to its last mutation) |
+//! | 96 | 8 | the highest execution name covered (what replies and session opens call an execution: the instance itself for one stream; Multi-Ring Paxos names a value by its place among every ring's, the same at every partition, so a partition's names run ahead of its instances) |
+//! | 104 | … | sessions: per client, in client order, `len:u32 \| codec(Session)` (with the reply to its last mutation) |
 //! | … | … | ordering: where the ordering layer's delivery stream stands at the instance, opaque here (Multi-Ring Paxos: the merge position; empty for one stream) |
 //! | … | … | service state: its [`StateMachine::snapshot`] |
 //! | end − 4 | 4 | CRC32C of every byte before it |
@@ -48,11 +50,15 @@ use partita_types::{ClientId, Instance, NodeId};
 
 /// First 8 bytes of every checkpoint.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
-/// The only format version this build reads and writes (2: any service, named in the
-/// header; 3: client sessions with their lease times instead of a bare reply cache).
-pub const CHECKPOINT_VERSION: u32 = 4;
-const HEADER_BYTES: usize = 96;
-/// The previous format (no ordering section), still restored.
+/// The format version this build writes (2: any service, named in the header; 3:
+/// client sessions with their lease times instead of a bare reply cache; 4: an
+/// ordering section; 5: the execution name covered).
+pub const CHECKPOINT_VERSION: u32 = 5;
+const HEADER_BYTES: usize = 104;
+/// The previous formats (no execution name; before that, no ordering section), still
+/// restored.
+const CHECKPOINT_VERSION_4: u32 = 4;
+const HEADER_BYTES_4: usize = 96;
 const CHECKPOINT_VERSION_3: u32 = 3;
 const HEADER_BYTES_3: usize = 88;
 
@@ -60,6 +66,7 @@ const HEADER_BYTES_3: usize = 88;
 fn header_bytes(version: u32) -> Result<usize, CheckpointError> {
     match version {
         CHECKPOINT_VERSION => Ok(HEADER_BYTES),
+        CHECKPOINT_VERSION_4 => Ok(HEADER_BYTES_4),
         CHECKPOINT_VERSION_3 => Ok(HEADER_BYTES_3),
         v => Err(CheckpointError::Version(v)),
     }
@@ -81,6 +88,9 @@ pub struct CheckpointInfo {
     pub node_id: NodeId,
     /// Every instance up to and including this one is reflected.
     pub instance: Instance,
+    /// The highest execution name it reflects (the instance, before version 5): no
+    /// session or cached reply names a later one.
+    pub name: Instance,
     pub digest: u64,
     pub entries: u64,
     pub clients: u64,
@@ -110,7 +120,7 @@ pub enum CheckpointError {
     Truncated(usize),
     #[error("not a Partita checkpoint (bad magic)")]
     Magic,
-    #[error("checkpoint format version {0} is not one this build reads ({CHECKPOINT_VERSION_3} or {CHECKPOINT_VERSION})")]
+    #[error("checkpoint format version {0} is not one this build reads ({CHECKPOINT_VERSION_3} to {CHECKPOINT_VERSION})")]
     Version(u32),
     #[error("checkpoint of {actual} bytes, its header implies {expected}")]
     Length { expected: u64, actual: u64 },
@@ -199,7 +209,7 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
     }
     let replies_bytes = u64_at(bytes, 56);
     let tree_bytes = u64_at(bytes, 64);
-    let ordering_bytes = if header == HEADER_BYTES {
+    let ordering_bytes = if header >= HEADER_BYTES_4 {
         u64_at(bytes, 88)
     } else {
         0
@@ -222,6 +232,11 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
         node_id: u32_at(bytes, 12),
         cluster_id: u64_at(bytes, 16),
         instance,
+        name: if header >= HEADER_BYTES {
+            u64_at(bytes, 96)
+        } else {
+            instance
+        },
         digest: u64_at(bytes, 32),
         entries: u64_at(bytes, 40),
         clients: u64_at(bytes, 48),
@@ -278,6 +293,8 @@ pub struct CheckpointParts<'a> {
     pub node_id: NodeId,
     pub cluster_id: u64,
     pub instance: Instance,
+    /// The highest execution name covered ([`CheckpointInfo::name`]).
+    pub name: Instance,
     pub digest: u64,
     pub entries: u64,
     /// The service's name ([`service_id`] goes into the header).
@@ -320,6 +337,7 @@ pub fn write_checkpoint(parts: CheckpointParts<'_>, state: Vec<u8>) -> Vec<u8> {
     header.extend_from_slice(&service_id(parts.service).to_le_bytes());
     header.extend_from_slice(&parts.sessions.now_ms().to_le_bytes());
     header.extend_from_slice(&(ordering.len() as u64).to_le_bytes());
+    header.extend_from_slice(&parts.name.to_le_bytes());
     assert_eq!(header.len(), HEADER_BYTES);
     out[..HEADER_BYTES].copy_from_slice(&header);
     let replies_end = HEADER_BYTES + replies.len();
@@ -371,20 +389,22 @@ pub fn read_checkpoint<'a>(
         if prev.is_some_and(|p| p >= session.client) {
             return Err(bad("clients not in strictly increasing order".into()));
         }
-        if session.opened_at > info.instance {
+        // Sessions and replies name executions (see `CheckpointInfo::name`).
+        let last = info.instance.max(info.name);
+        if session.opened_at > last {
             return Err(bad(format!(
-                "session opened at instance {}, after the checkpoint's {}",
-                session.opened_at, info.instance
+                "session opened at instance {}, after the checkpoint's {last}",
+                session.opened_at
             )));
         }
         if let Some(reply) = &session.last {
             if reply.client != session.client {
                 return Err(bad("a reply filed under another client".into()));
             }
-            if reply.instance == 0 || reply.instance > info.instance {
+            if reply.instance == 0 || reply.instance > last {
                 return Err(bad(format!(
-                    "reply of instance {} outside 1..={} (the checkpoint's instance)",
-                    reply.instance, info.instance
+                    "reply of instance {} outside 1..={last} (the checkpoint's instance)",
+                    reply.instance
                 )));
             }
         }
@@ -437,6 +457,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                 node_id: self.id,
                 cluster_id: self.cluster_id,
                 instance: self.last_instance,
+                name: self.name_max,
                 digest: self.state().digest(),
                 entries: self.state().len(),
                 service: S::NAME,
@@ -486,6 +507,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         r.last_instance = info.instance;
         r.sessions = Sessions::restore(sessions, info.time_ms, None);
         r.max_cached_instance = r.sessions.max_cached_instance();
+        r.name_max = info.name;
         r.invariants();
         Ok(r)
     }

@@ -215,10 +215,11 @@ fn consistent_checksum_over_inconsistent_contents_is_still_refused() {
 }
 
 /// The ordering section (Multi-Ring Paxos's merge position) comes back as written and
-/// changes nothing else; a version-3 checkpoint (no such section, 8 header bytes fewer)
-/// still restores, with an empty one.
+/// changes nothing else; a version-4 checkpoint (no execution name, 8 header bytes
+/// fewer) still restores, its name the instance, and so does a version-3 one (no
+/// ordering section either, 16 bytes fewer), with an empty section.
 #[test]
-fn the_ordering_section_round_trips_and_version_3_still_reads() {
+fn the_ordering_section_round_trips_and_versions_3_and_4_still_read() {
     let mut a = replica(3);
     run(&mut a, vec![cmd(1, 1, 3, Op::Insert { key: 1, value: 10 })]);
     let plain = a.checkpoint();
@@ -228,9 +229,25 @@ fn the_ordering_section_round_trips_and_version_3_still_reads() {
     assert_eq!(with.len(), plain.len() + b"merge position".len());
     let back = SequentialReplica::<BPlusTree>::restore(&with).unwrap();
     assert_eq!(back.state().digest(), a.state().digest());
-    // Version 3: the same bytes without the ordering length field at 88.
+    assert_eq!(
+        info.name,
+        a.last_instance(),
+        "one stream: the name is the instance"
+    );
+    // Version 4: the same bytes without the name field at 96.
+    let mut v4 = with[..96].to_vec();
+    v4.extend_from_slice(&with[104..with.len() - 4]);
+    v4[8..12].copy_from_slice(&4u32.to_le_bytes());
+    let crc = crc32c_of(&v4);
+    v4.extend_from_slice(&crc.to_le_bytes());
+    let info = verify_checkpoint(&v4).unwrap();
+    assert_eq!(checkpoint_ordering(&v4, &info), b"merge position");
+    assert_eq!(info.name, info.instance);
+    let old = SequentialReplica::<BPlusTree>::restore(&v4).unwrap();
+    assert_eq!(old.state().digest(), a.state().digest());
+    // Version 3: the same bytes without the ordering length field at 88 either.
     let mut v3 = plain[..88].to_vec();
-    v3.extend_from_slice(&plain[96..plain.len() - 4]);
+    v3.extend_from_slice(&plain[104..plain.len() - 4]);
     v3[8..12].copy_from_slice(&3u32.to_le_bytes());
     let crc = crc32c_of(&v3);
     v3.extend_from_slice(&crc.to_le_bytes());
