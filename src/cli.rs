@@ -4,7 +4,9 @@
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
-use partita_config::{ClusterConfig, Durability, EpaxosSection, Mode, OrderingSection, Role};
+use partita_config::{
+    ClusterConfig, Durability, EpaxosSection, Mode, OrderingProtocol, OrderingSection, Role,
+};
 use partita_consensus::{Protocol, RingDecision};
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{self, LocalCluster};
@@ -425,9 +427,11 @@ struct UpArgs {
     /// Data directory: cluster file, WALs and logs.
     #[arg(long, default_value = "partita-data")]
     data_dir: PathBuf,
-    /// The replicated service of a new cluster: `btree` (u64 keys and values) or `kv`
-    /// (byte strings in etcd's data model). An existing cluster file wins.
-    #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "chirper"])]
+    /// The replicated service of a new cluster: `btree` (u64 keys and values), `kv`
+    /// (byte strings in etcd's data model), `geo-btree` (paper 004's geo B+tree, which
+    /// places its own nodes on GeoPaxos+'s serializers; with --ordering geopaxos+ or
+    /// epaxos) or `chirper` (paper 003). An existing cluster file wins.
+    #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "geo-btree", "chirper"])]
     service: String,
     /// Chirper (paper 003): `dssmr` (the oracle, moves, caches; the oracle gets a
     /// partition of its own after --partitions data partitions) or `ssmr` (a static map).
@@ -464,6 +468,13 @@ struct UpArgs {
     /// live in a client namespace; the namespaces go when it stops.
     #[arg(long)]
     netns: bool,
+    /// Paper 004's wide-area deployment, emulated on this machine: three nodes, one
+    /// per region (California, Virginia, Europe; each an acceptor and a replica), the
+    /// paper's round trips between them (`[wan] preset = "paper"`). With --ordering
+    /// geopaxos+ or epaxos each region orders locally what it alone touches; with
+    /// --service kv node N's etcd endpoint is the region's (Europe: the third).
+    #[arg(long, conflicts_with = "netns")]
+    wan: bool,
 }
 
 /// State partitioning of a new cluster (paper 001 §III-C).
@@ -515,6 +526,13 @@ struct PartitionArgs {
     /// alone (needs --threads).
     #[arg(long, requires = "threads")]
     optimistic: bool,
+    /// The ordering protocol of a new cluster (the cluster file's `[ordering]
+    /// protocol`): ring-paxos, multi-paxos, multi-ring (a ring per partition and one
+    /// across them, or two over one partition: see --rings), geopaxos+ or epaxos (three
+    /// nodes, each an acceptor and a replica; clients at the nearest). Unset:
+    /// --protocol's stream, or Multi-Ring Paxos with --rings.
+    #[arg(long, value_parser = choice::<OrderingProtocol>(), conflicts_with = "rings")]
+    ordering: Option<OrderingProtocol>,
 }
 
 impl PartitionArgs {
@@ -570,6 +588,11 @@ impl PartitionArgs {
             c = c
                 .with_psmr(self.threads as usize, self.optimistic, key_max)
                 .map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
+        }
+        if let Some(o) = self.ordering {
+            return c
+                .with_ordering(o, 3)
+                .map_err(|e| anyhow::anyhow!("--ordering {o}: {e}"));
         }
         if self.rings == 0 {
             return Ok(c);
@@ -925,6 +948,14 @@ struct BenchRunArgs {
     /// beside the event loop (`partita node --io-thread`).
     #[arg(long, requires = "up", conflicts_with = "node_threads")]
     node_io_thread: bool,
+    /// With --up: sample every node's write-ahead log on disk this often while the load
+    /// runs (reported, and in the JSON as `wal_bytes`); 0: not at all.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, requires = "up")]
+    wal_sample_s: u64,
+    /// With --up: after the run, stop each node and start it again from its disk, and
+    /// report how long each took to answer (`restart_ms` in the JSON).
+    #[arg(long, requires = "up")]
+    restart_after: bool,
     /// Chirper (paper 003): run this workload of the social network instead of the
     /// B+tree's, on a chirper cluster (with --up, a fresh one whose --partitions are
     /// data partitions): timeline, post, follow (follow/unfollow 50/50) or mix.
@@ -1194,7 +1225,11 @@ fn load_target(cluster: &Option<PathBuf>) -> anyhow::Result<ClusterConfig> {
 
 async fn up(a: UpArgs) -> anyhow::Result<i32> {
     let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
-        let mut c = ClusterConfig::default_local(a.base_port, rand::random::<u64>() >> 1);
+        let id = rand::random::<u64>() >> 1;
+        let mut c = match a.wan {
+            true => ClusterConfig::paper_wan_local(a.base_port, id),
+            false => ClusterConfig::default_local(a.base_port, id),
+        };
         c.set_protocol(a.protocol);
         c.cluster.service = a.service.clone();
         // Byte-string keys fall in partitions by their first eight bytes (the whole
@@ -1465,7 +1500,7 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
         } => Some(crate::kvcli::txn(compares, then, otherwise, hex)?),
         _ => None,
     };
-    let service = cluster.cluster.service.clone();
+    let service = partita_config::services::speaks(&cluster.cluster.service).to_string();
     if let Some(cmd) = kv_cmd {
         if service != "kv" {
             bail!(
@@ -1740,10 +1775,14 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         (None, _) => {}
     }
     // GeoPaxos+: the tree starts with its keys (the cluster file's); no preload.
-    let geo_keys = cluster.ordering.geo_keys();
-    match (geo_keys, a.workload) {
-        (Some(_), Workload::Geo { .. }) | (None, _) => {}
-        (Some(_), w) => bail!(
+    // GeoPaxos+ and EPaxos with keys: the tree starts with them (no preload).
+    let geo_keys = cluster
+        .ordering
+        .geo_keys()
+        .filter(|&k| k > 0 || cluster.ordering.geo().is_some());
+    match (cluster.ordering.geo().is_some(), a.workload) {
+        (true, Workload::Geo { .. }) | (false, _) => {}
+        (true, w) => bail!(
             "a GeoPaxos+ cluster runs the geo B+tree's operations: --workload geo-R or \
              geo-R@P/N, not {w}"
         ),
@@ -1764,7 +1803,57 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         progress: !a.quiet,
         key_space: geo_keys.map(|k| k.max(1)),
     };
+    // With --up: every node's log on disk, sampled while the load runs.
+    let sampling = match (&_lc, a.wal_sample_s) {
+        (Some(lc), s) if s > 0 => {
+            let (data_dir, ids) = (
+                lc.data_dir.clone(),
+                cluster.nodes.iter().map(|n| n.id).collect::<Vec<_>>(),
+            );
+            let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                let start = std::time::Instant::now();
+                let mut samples = Vec::new();
+                loop {
+                    samples.push(bench::WalSample {
+                        at_s: start.elapsed().as_secs_f64(),
+                        bytes: ids
+                            .iter()
+                            .map(|&id| (id, partita_harness::launch::wal_bytes_in(&data_dir, id)))
+                            .collect(),
+                    });
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(s)) => {}
+                        _ = &mut stop_rx => break,
+                    }
+                }
+                samples
+            });
+            Some((stop_tx, task))
+        }
+        _ => None,
+    };
     let (mut result, records) = bench::run_with(&cluster, &cfg, a.connections).await?;
+    if let Some((stop, task)) = sampling {
+        let _ = stop.send(());
+        result.wal_bytes = task.await.unwrap_or_default();
+    }
+    if let (Some(lc), true) = (_lc.as_mut(), a.restart_after) {
+        let exe = std::env::current_exe().context("locating the partita binary")?;
+        let node_args = runtime_threads_args(a.node_threads, a.node_io_thread);
+        for n in cluster.nodes.clone() {
+            let took = lc
+                .restart_node(
+                    &exe,
+                    n.id,
+                    &node_args,
+                    Duration::from_secs(10),
+                    Duration::from_secs(60),
+                )
+                .await?;
+            result.restart_ms.push((n.id, took.as_secs_f64() * 1000.0));
+        }
+    }
     result.node_cpu = _lc.as_ref().and_then(|lc| lc.cpu_label());
     result.node_runtime_threads = _lc.as_ref().map(|_| a.node_threads);
     result.node_io_thread = _lc.is_some() && a.node_io_thread;

@@ -75,11 +75,10 @@ fn run(n: &mut NodeCore, now_ms: &mut u64) {
 /// Whether `merge` is of the rings a replica of this cluster merges (else the node
 /// refuses it before its merge takes a step).
 fn ours(merge: &MergePosition) -> bool {
-    let rings = &setups()[0]
-        .multiring
-        .as_ref()
-        .expect("a [multiring] section")
-        .rings;
+    let partita_node::OrderingSetup::MultiRing(mr) = &setups()[0].ordering else {
+        panic!("a Multi-Ring Paxos cluster")
+    };
+    let rings = &mr.rings;
     merge
         .rings
         .iter()
@@ -111,11 +110,10 @@ fn restore(data: &[u8]) {
     // Where a merge resumed from it stands: the position, after the skips it carries
     // for the ring whose turn it is (a merge consumes those without waiting for
     // anything; a position a replica wrote has none, one from elsewhere may).
-    let m = setups()[0]
-        .multiring
-        .as_ref()
-        .expect("a [multiring] section")
-        .m;
+    let partita_node::OrderingSetup::MultiRing(mr) = &setups()[0].ordering else {
+        panic!("a Multi-Ring Paxos cluster")
+    };
+    let m = mr.m;
     let expected = position.as_ref().filter(|p| ours(&p.merge)).and_then(|p| {
         let mut mg = RingMerge::<()>::resume(p.merge.clone(), m).ok()?;
         assert!(mg.pop().is_none(), "a resumed merge holds no value");

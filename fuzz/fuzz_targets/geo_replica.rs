@@ -188,8 +188,7 @@ impl Driver {
                             "refused a command never taken"
                         );
                     }
-                    Output::SaveCheckpoint { .. } => panic!("GeoPaxos+ takes no checkpoints"),
-                    Output::Early(_) | Output::TruncateLog { .. } => {}
+                    Output::SaveCheckpoint { .. } | Output::Early(_) | Output::TruncateLog { .. } => {}
                 }
             }
             self.node.invariants();
@@ -200,13 +199,11 @@ impl Driver {
         }
     }
 
-    /// The node's invariants and its replica's (the geo tree's, which walk the whole
-    /// tree, and the merge's): after every event. Between ticks the node core's own
+    /// The node's invariants, its replica's (the geo tree's, which walk the whole
+    /// tree) and its ordering's (the merge's): after every event. Between ticks the node core's own
     /// (a tick executes nothing: with three acceptors a decision needs a peer's vote).
     fn check(&self) {
         self.node.invariants();
-        let geo = self.node.geo().expect("a GeoPaxos+ node");
-        geo.replica().invariants();
     }
 }
 
@@ -279,7 +276,7 @@ fn node_core(id: NodeId, rest: &[u8]) {
                     session: 0,
                     reply_to: from,
                     body: Body::single(Payload::copy_from_slice(payload)),
-                    threads: 0,
+                    route: 0,
                 };
                 let m = Msg::OnRing {
                     ring: g,
@@ -316,12 +313,10 @@ fn node_core(id: NodeId, rest: &[u8]) {
 fn initial_tree() -> &'static GeoBTree {
     static TREE: std::sync::OnceLock<GeoBTree> = std::sync::OnceLock::new();
     TREE.get_or_init(|| {
-        setups()[0]
-            .geo
-            .clone()
-            .expect("a [geopaxos] section")
-            .initial_tree()
-            .expect("the cluster file's tree")
+        let partita_node::OrderingSetup::GeoPaxosPlus(g) = &setups()[0].ordering else {
+            panic!("a GeoPaxos+ cluster")
+        };
+        g.initial_tree().expect("the cluster file's tree")
     })
 }
 

@@ -64,8 +64,8 @@ pub fn setup(id: NodeId, protocol: Protocol, service: Arc<dyn ServiceFactory>) -
         early_replies: id == 5,
         speculative: id == 5,
         psmr: None,
-        multiring: None,
-        geo: None,
+        ordering: partita_node::OrderingSetup::Paxos,
+        genesis: Vec::new(),
     }
 }
 
@@ -159,7 +159,7 @@ pub fn chirper_users() -> partita_dssmr::replica::Initial<partita_dssmr::chirper
 /// that it is a file `partita` takes.
 pub fn geo_cluster() -> partita_config::ClusterConfig {
     let mut c = partita_config::ClusterConfig::paper_geo_local(7100, 1, 24);
-    let g = c.geopaxos.as_mut().expect("a [geopaxos] section");
+    let g = c.ordering.geo_mut().expect("a GeoPaxos+ cluster");
     g.order = 4;
     g.value_bytes = 16;
     g.dop_interval_ms = 100;
@@ -170,7 +170,9 @@ pub fn geo_cluster() -> partita_config::ClusterConfig {
 /// Node `id`'s setup in [`geo_cluster`] (nodes 1–3: replica `id - 1` and the leader of
 /// serializer `id - 1`).
 pub fn geo_setup(id: NodeId) -> NodeSetup {
-    geo_cluster().node_setup(id, partita_smr::service::<partita_btree::BPlusTree>())
+    let c = geo_cluster();
+    let service = partita_config::services::factory(&c).expect("a built-in service");
+    c.node_setup(id, service)
 }
 
 /// The Multi-Ring Paxos cluster of `checkpoint_multiring` and its seeds, as a cluster

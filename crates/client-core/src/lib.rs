@@ -465,7 +465,7 @@ impl<S: StateMachine> ClientCore<S> {
             // client proxies do. A thread the proxy chose by CC-G always passes the
             // replica's check.
             if p.optimistic || !self.topology.rings.is_empty() {
-                env.threads = S::thread_group(&cmd, &p.layout, p.optimistic)
+                env.route = S::thread_group(&cmd, &p.layout, p.optimistic)
                     .filter(|&t| t < p.layout.threads)
                     .map_or(p.layout.all(), |t| 1u64 << t);
             }
@@ -766,7 +766,7 @@ impl<S: StateMachine> ClientCore<S> {
                     && self
                         .outstanding
                         .as_ref()
-                        .is_some_and(|o| o.command.threads != 0) =>
+                        .is_some_and(|o| o.command.route != 0) =>
             {
                 // opt-PSMR: the thread it was sent to may not run it (and it ran
                 // nowhere); again, conservatively (CC-G at the replicas), the same
@@ -774,8 +774,8 @@ impl<S: StateMachine> ClientCore<S> {
                 self.stats.psmr_resubmitted += 1;
                 let o = self.outstanding.as_mut().expect("checked");
                 o.psmr_resubmitted = true;
-                o.command.threads = 0;
-                o.envelope.threads = 0;
+                o.command.route = 0;
+                o.envelope.route = 0;
                 o.sends = 0;
                 o.parts.clear();
                 o.early.clear();

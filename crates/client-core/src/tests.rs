@@ -790,7 +790,7 @@ fn psmr_commands_go_to_their_thread_groups_ring() {
             panic!("{out:?}")
         };
         assert!(cmd.is_open());
-        assert_eq!((*to, cmd.threads), (14, 0));
+        assert_eq!((*to, cmd.route), (14, 0));
         let opened = Reply {
             client: 9,
             seq: 0,
@@ -803,7 +803,7 @@ fn psmr_commands_go_to_their_thread_groups_ring() {
         let [Action::Send { to, cmd, .. }] = &out[..] else {
             panic!("{out:?}")
         };
-        assert_eq!((*to, cmd.threads), (10, 0b01), "optimistic {optimistic}");
+        assert_eq!((*to, cmd.route), (10, 0b01), "optimistic {optimistic}");
         out.clear();
         c.on_reply(4, &reply(1, 2, &OpResult::Value(None)), None, 1, &mut out);
         // An update of thread 1's range.
@@ -812,7 +812,7 @@ fn psmr_commands_go_to_their_thread_groups_ring() {
         let [Action::Send { to, cmd, .. }] = &out[..] else {
             panic!("{out:?}")
         };
-        assert_eq!((*to, cmd.threads), (12, 0b10));
+        assert_eq!((*to, cmd.route), (12, 0b10));
         out.clear();
         c.on_reply(4, &reply(2, 3, &OpResult::Old(None)), None, 3, &mut out);
         // An insert: g_all under CC-G, one thread under OC-G.
@@ -822,10 +822,10 @@ fn psmr_commands_go_to_their_thread_groups_ring() {
             panic!("{out:?}")
         };
         if !optimistic {
-            assert_eq!((*to, cmd.threads), (14, 0b11));
+            assert_eq!((*to, cmd.route), (14, 0b11));
             continue;
         }
-        assert_eq!((*to, cmd.threads), (12, 0b10));
+        assert_eq!((*to, cmd.route), (12, 0b10));
         // Refused by that thread: again, conservatively, on g_all's ring.
         out.clear();
         let refused = Reply {
@@ -838,6 +838,6 @@ fn psmr_commands_go_to_their_thread_groups_ring() {
         let [Action::Send { to, cmd, .. }] = &out[..] else {
             panic!("{out:?}")
         };
-        assert_eq!((cmd.seq, *to, cmd.threads), (3, 14, 0));
+        assert_eq!((cmd.seq, *to, cmd.route), (3, 14, 0));
     }
 }

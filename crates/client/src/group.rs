@@ -99,9 +99,9 @@ impl<S: StateMachine> ClientGroup<S> {
         let mut cores = Vec::with_capacity(n);
         let mut by_id = HashMap::with_capacity(n);
         for k in 0..n {
-            let mut id = rand::random::<u64>() | 1;
+            let mut id = (rand::random::<u64>() >> 1) | 1;
             while by_id.contains_key(&id) {
-                id = rand::random::<u64>() | 1;
+                id = (rand::random::<u64>() >> 1) | 1;
             }
             let (entry, replica) =
                 crate::placement(&cluster, &topo, &opts, id, first_index + k as u64);

@@ -224,7 +224,7 @@ impl<S: StateMachine> Client<S> {
         opts: ClientOptions,
     ) -> Result<Client<S>, ClientError> {
         check_service::<S>(&cluster)?;
-        let id = rand::random::<u64>() | 1;
+        let id = (rand::random::<u64>() >> 1) | 1;
         let topo = cluster.client_topology();
         let (entry, replica) = placement(
             &cluster,
@@ -576,7 +576,7 @@ pub fn client_tls(
 
 /// Refuse a cluster that runs another service than `S`.
 fn check_service<S: StateMachine>(cluster: &ClusterConfig) -> Result<(), ClientError> {
-    if cluster.cluster.service != S::NAME {
+    if partita_config::services::speaks(&cluster.cluster.service) != S::NAME {
         return Err(ClientError::Rejected(format!(
             "the cluster runs service `{}`, this client speaks `{}`",
             cluster.cluster.service,

@@ -41,6 +41,10 @@ pub struct GeoSection {
     pub optimizer: String,
     #[serde(default)]
     pub seed: u64,
+    /// A barrier (a command every serializer orders) this often while commands run:
+    /// the cuts replicas checkpoint at, and the ordered time sessions expire by.
+    #[serde(default = "default_barrier_interval_ms")]
+    pub barrier_interval_ms: u64,
 }
 
 impl Default for GeoSection {
@@ -52,6 +56,7 @@ impl Default for GeoSection {
             dop_interval_ms: 0,
             optimizer: default_optimizer(),
             seed: 0,
+            barrier_interval_ms: default_barrier_interval_ms(),
         }
     }
 }
@@ -61,6 +66,9 @@ fn default_order() -> usize {
 }
 fn default_value_bytes() -> usize {
     100
+}
+fn default_barrier_interval_ms() -> u64 {
+    1000
 }
 fn default_optimizer() -> String {
     "hot-lru".into()
@@ -98,6 +106,12 @@ impl GeoSection {
                     self.value_bytes,
                     partita_geo::VALUE_BYTES_LIMIT
                 ),
+            );
+        }
+        if !(10..=60_000).contains(&self.barrier_interval_ms) {
+            return f(
+                "ordering.barrier_interval_ms",
+                "must be between 10 and 60000".into(),
             );
         }
         if self.dop_interval_ms > 0 && self.dop_interval_ms < 100 {

@@ -81,6 +81,7 @@ use std::path::Path;
 pub mod geo;
 pub mod multicast;
 pub mod ordering;
+pub mod services;
 pub mod tls;
 pub mod wan;
 pub use geo::GeoSection;
@@ -1298,6 +1299,80 @@ impl ClusterConfig {
         Ok(self)
     }
 
+    /// This cluster ordered by `protocol`, for a new cluster (`partita up --ordering`,
+    /// `partita bench --up --ordering`): one stream by Ring Paxos or Multi-Paxos;
+    /// Multi-Ring Paxos with a ring per partition and one spanning them (or two rings
+    /// over an unpartitioned state); GeoPaxos+ or EPaxos on `replicas` nodes, each an
+    /// acceptor and a replica (the leaderless and serializer orderings have every
+    /// replica take part), keeping the cluster's first port and wide-area regions.
+    /// Refused where the protocol does not combine with the cluster.
+    pub fn with_ordering(
+        mut self,
+        protocol: OrderingProtocol,
+        replicas: u32,
+    ) -> Result<ClusterConfig, String> {
+        use partita_consensus::Protocol as P;
+        match protocol {
+            OrderingProtocol::RingPaxos => self.set_protocol(P::RingPaxos),
+            OrderingProtocol::MultiPaxos => self.set_protocol(P::MultiPaxos),
+            OrderingProtocol::MultiRing => {
+                let rings = match self.psmr_layout() {
+                    Some(l) => l.threads as u32,
+                    None if self.partition_map().is_partitioned() => self.partition_map().count(),
+                    None => 2,
+                };
+                return self.with_multiring(rings, 1);
+            }
+            OrderingProtocol::GeoPaxos
+            | OrderingProtocol::GeoPaxosPlus
+            | OrderingProtocol::Epaxos => {
+                if self.partition_map().is_partitioned() || self.cluster.mode != Mode::Smr {
+                    return Err(format!(
+                        "protocol \"{protocol}\" orders one unpartitioned state in smr mode"
+                    ));
+                }
+                let replicas = match protocol {
+                    OrderingProtocol::Epaxos if replicas.is_multiple_of(2) => replicas + 1,
+                    _ => replicas,
+                }
+                .clamp(1, 32);
+                let base = self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.addr.parse::<SocketAddr>().ok())
+                    .map(|a| a.port() - self.nodes[0].id as u16)
+                    .next()
+                    .unwrap_or(7100);
+                let regions: Vec<Option<String>> =
+                    self.nodes.iter().map(|n| n.region.clone()).collect();
+                self.nodes = (1..=replicas)
+                    .map(|id| NodeSection {
+                        id,
+                        addr: format!("127.0.0.1:{}", base + id as u16),
+                        roles: vec![Role::Acceptor, Role::Replica],
+                        partition: None,
+                        etcd_addr: None,
+                        region: regions.get(id as usize - 1).cloned().flatten(),
+                    })
+                    .collect();
+                self.cluster.coordinator = Some(1);
+                self.ordering = match protocol {
+                    OrderingProtocol::Epaxos => {
+                        OrderingSection::Epaxos(EpaxosSection::with_keys(0))
+                    }
+                    OrderingProtocol::GeoPaxos => OrderingSection::GeoPaxos(GeoSection::default()),
+                    // A DOP every second: the objects move to where they are used.
+                    _ => OrderingSection::GeoPaxosPlus(GeoSection {
+                        dop_interval_ms: 1000,
+                        ..GeoSection::default()
+                    }),
+                };
+            }
+        }
+        self.validate().map_err(|e| e.to_string())?;
+        Ok(self)
+    }
+
     /// The Paxos protocol of one stream (or of the rings, with Multi-Ring Paxos) set to
     /// `p`; other orderings keep theirs. Tests and the command line's `--protocol`.
     pub fn set_protocol(&mut self, p: Protocol) {
@@ -1475,6 +1550,17 @@ impl ClusterConfig {
     fn validate_geo(&self, map: &PartitionMap) -> Result<(), FieldError> {
         let epaxos = self.ordering.epaxos().is_some();
         if !self.ordering.is_geo() {
+            if self.cluster.service == "geo-btree" {
+                return Err(FieldError::new(
+                    "cluster.service",
+                    format!(
+                        "the geo B+tree places its nodes on GeoPaxos+'s serializers: it runs \
+                         with [ordering] protocol = \"geopaxos+\" (or \"epaxos\", on equal \
+                         terms), not \"{}\"",
+                        self.ordering.protocol()
+                    ),
+                ));
+            }
             return Ok(());
         }
         let f = |field: &str, m: &str| Err(FieldError::new(field, m.to_string()));
@@ -1495,12 +1581,14 @@ impl ClusterConfig {
                 ));
             }
         }
-        if self.cluster.service != "btree" {
-            return f(
-                "cluster.service",
-                "GeoPaxos+ replicates the geo B+tree: service = \"btree\" (clients send \
-                 B+tree commands)",
-            );
+        if let Some(e) = self.ordering.epaxos() {
+            if e.keys > 0 && !matches!(self.cluster.service.as_str(), "btree" | "geo-btree") {
+                return f(
+                    "ordering.keys",
+                    "keys preloads the B+tree (service = \"btree\" or \"geo-btree\"); other \
+                     services start empty",
+                );
+            }
         }
         if self.cluster.mode != Mode::Smr {
             return f("cluster.mode", "GeoPaxos+ and EPaxos need mode = \"smr\"");
@@ -1594,10 +1682,11 @@ impl ClusterConfig {
             seed: g.seed,
             stall_check_ticks: (1000.max(4 * max_rtt) / tick).max(1),
             clock_retry_ticks: (200.max(2 * max_rtt) / tick).max(1),
-            barrier_interval_ms: self
-                .ordering
-                .epaxos()
-                .map_or(1000, |e| e.barrier_interval_ms),
+            barrier_interval_ms: match (self.ordering.epaxos(), self.ordering.geo()) {
+                (Some(e), _) => e.barrier_interval_ms,
+                (_, Some(g)) => g.barrier_interval_ms,
+                _ => 1000,
+            },
         })
     }
 
@@ -1840,22 +1929,43 @@ impl ClusterConfig {
         }
     }
 
-    /// The service's initial contents every replica starts from (see
-    /// `partita_node::NodeSetup::genesis`): with EPaxos, the geo B+tree's keys
-    /// `0..keys`, each its own value, as GeoPaxos+'s tree holds them at the start.
+    /// The service's initial contents and configuration every replica starts from (see
+    /// `partita_node::NodeSetup::genesis`):
+    /// - the geo B+tree (`geo-btree`): its topology, order, values, optimizer and keys
+    ///   `0..keys` placed by range (`partita_geo::GeoService::genesis`);
+    /// - under GeoPaxos+, any other service: the object map that places it
+    ///   (`partita_geo::Placed`), with the replicas' topology and the optimizer;
+    /// - the B+tree under GeoPaxos+ or EPaxos: keys `0..keys`, each its own value.
     pub fn genesis(&self) -> Vec<partita_types::Payload> {
         use partita_service::StateMachine;
-        match self.ordering.epaxos() {
-            Some(e) if self.cluster.service == partita_btree::BPlusTree::NAME => (0..e.keys)
-                .map(|key| {
-                    partita_btree::BPlusTree::encode_command(&partita_btree::Op::Insert {
-                        key,
-                        value: key,
-                    })
-                })
-                .collect(),
-            _ => Vec::new(),
+        let Some(geo) = self.geo_setup() else {
+            return Vec::new();
+        };
+        if self.cluster.service == partita_geo::GeoService::NAME {
+            return geo
+                .genesis(&partita_node::UnsafeBugs::default())
+                .expect("a validated cluster file's geo tree");
         }
+        let mut genesis = Vec::new();
+        if self.ordering.geo().is_some() {
+            let topology = geo.topology().expect("a validated cluster file's topology");
+            let options = partita_geo::ObjectMapOptions {
+                optimizer: geo.optimizer(),
+                ..partita_geo::ObjectMapOptions::default()
+            };
+            genesis.push(partita_geo::Placed::<partita_btree::BPlusTree>::genesis(
+                &partita_geo::PlacedGenesis { topology, options },
+            ));
+        }
+        if self.cluster.service == partita_btree::BPlusTree::NAME {
+            genesis.extend((0..geo.keys).map(|key| {
+                partita_btree::BPlusTree::encode_command(&partita_btree::Op::Insert {
+                    key,
+                    value: key,
+                })
+            }));
+        }
+        genesis
     }
 
     /// The ordering as a node takes it.
@@ -1975,7 +2085,7 @@ impl ClusterConfig {
     /// [`paper_wan_local`]: ClusterConfig::paper_wan_local
     pub fn paper_geo_local(base_port: u16, cluster_id: u64, keys: u64) -> ClusterConfig {
         let mut c = ClusterConfig::paper_wan_local(base_port, cluster_id);
-        c.cluster.service = "btree".into();
+        c.cluster.service = "geo-btree".into();
         c.cluster.coordinator = Some(1);
         c.ordering = OrderingSection::GeoPaxosPlus(GeoSection {
             keys,

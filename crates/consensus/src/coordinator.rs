@@ -401,9 +401,7 @@ impl Coordinator {
             }
             Some(&mut Queued::In(vid)) => self.live_value(vid).is_some_and(|v| {
                 v.commands.iter().any(|c| {
-                    (c.client, c.seq) == key
-                        && c.reply_to == cmd.reply_to
-                        && c.threads == cmd.threads
+                    (c.client, c.seq) == key && c.reply_to == cmd.reply_to && c.route == cmd.route
                 })
             }),
         }
@@ -2117,7 +2115,7 @@ mod tests {
         let mut c = prepared(Protocol::MultiPaxos);
         let mut out = Vec::new();
         let optimistic = Command {
-            threads: 0b10,
+            route: 0b10,
             ..cmd(1)
         };
         c.on_command(optimistic.clone(), &mut out);

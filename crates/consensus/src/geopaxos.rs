@@ -399,6 +399,11 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
         self.pending.len()
     }
 
+    /// Whether `op` was delivered and has not executed yet.
+    pub fn is_pending(&self, op: &K) -> bool {
+        self.pending.contains_key(op)
+    }
+
     /// Feeds serializer `g`'s decided entry at `position` (positions start at 0 and
     /// come in order per serializer).
     pub fn on_entry(

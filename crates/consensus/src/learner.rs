@@ -131,6 +131,11 @@ impl Learner {
 
     /// Report each new proposed value of an undecided instance with
     /// [`Action::Propose`] (for speculative execution).
+    /// Whether it reports proposals (see [`Learner::set_speculative`]).
+    pub fn is_speculative(&self) -> bool {
+        self.speculative
+    }
+
     pub fn set_speculative(&mut self, on: bool) {
         self.speculative = on;
     }

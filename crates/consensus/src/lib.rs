@@ -524,7 +524,7 @@ impl Value {
                     session: c.session,
                     reply_to: c.reply_to,
                     body,
-                    threads: c.threads,
+                    route: c.route,
                 })
             })
             .collect();

@@ -266,6 +266,7 @@ impl<S: ObjectService> DsReplica<S> {
                 cmd,
                 instance,
                 payload,
+                0,
                 None,
             );
             if mine {
@@ -281,7 +282,7 @@ impl<S: ObjectService> DsReplica<S> {
             }
             return;
         };
-        let last_seq = match self.sessions.admit(cmd, None) {
+        let last_seq = match self.sessions.admit(cmd, 0, None) {
             Admission::Run { last_seq } => last_seq,
             Admission::Refuse(why) => {
                 self.stats.session_refusals += 1;

@@ -1097,6 +1097,8 @@ async fn bench_real(
         cpu_system_us_per_cmd: None,
         cpu_processes: 0,
         client_cpu_us_per_cmd: 0.0,
+        wal_bytes: Vec::new(),
+        restart_ms: Vec::new(),
     };
     let mean = if commands > 0 {
         sum_us as f64 / commands as f64 / 1000.0
@@ -1706,6 +1708,8 @@ mod tests {
                 cpu_system_us_per_cmd: None,
                 cpu_processes: 0,
                 client_cpu_us_per_cmd: 0.0,
+                wal_bytes: Vec::new(),
+                restart_ms: Vec::new(),
             },
             latency_ms_mean: 1.0,
             latency_mean_source: "measured".into(),

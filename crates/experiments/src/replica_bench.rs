@@ -194,7 +194,7 @@ pub fn run_point(
         let c = (i as u64) % clients;
         seqs[c as usize] += 1;
         let mut cmd = partita_btree::service::command(c + 1, seqs[c as usize], ME, op);
-        cmd.threads = threads;
+        cmd.route = threads;
         cmd
     };
     let mapped = |op: &Op| match model {
@@ -242,7 +242,7 @@ pub fn run_point(
                     .find(|c| c.client == x.client && c.seq == x.seq)
                     .expect("a reply to a command of the value");
                 let mut again = original.clone();
-                again.threads = 0;
+                again.route = 0;
                 resubmit.push(again);
             }
         }

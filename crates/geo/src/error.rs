@@ -52,4 +52,12 @@ pub enum GeoError {
     /// A cache snapshot is inconsistent (more entries than its capacity, a key twice).
     #[error("cache snapshot refused: {0}")]
     CacheSnapshot(&'static str),
+    /// An [`crate::ObjectMap`] option out of range (a bound of 0, a range of no
+    /// objects), named by its field.
+    #[error("{field} = {value}: {why}")]
+    ObjectMapOption {
+        field: &'static str,
+        value: u64,
+        why: &'static str,
+    },
 }

@@ -173,6 +173,32 @@
 //! the same requests reaching the same digest, resubmission after a DOP and after an
 //! unpredicted split.
 //!
+//! # Placement as part of the service (the common replica executes)
+//!
+//! GeoPaxos+ orders; the common replica (`partita_smr`) executes any
+//! `partita_service::StateMachine`. What a replica then keeps of the placement is one of
+//! two things, both here:
+//!
+//! - [`ObjectMap`] (module `objects`): the `partita_service::ObjectPlacement` the
+//!   replica keeps for a service that does not place its own objects: per object id
+//!   (from `StateMachine::access`) its configuration and counts, a home that is a
+//!   function of the id alone ([`Home`]), read-one/write-all psite and delivery
+//!   decision, the DOP with the optimizer and its cache, bounded sampling of what is
+//!   counted, snapshots and digests. Its module documentation states the rules and why
+//!   every replica reaches the same placement and verdicts.
+//! - [`GeoService`] (module `service`): the geo B+tree as a service that places its own
+//!   objects (`"geo-btree"`): clients send the B+tree's commands and get its replies; a
+//!   genesis command ([`GeoGenesis`], [`GeoService::genesis`]) configures a replica's
+//!   tree before anything is ordered; `psite`, `misplaced`, `execute_at` and
+//!   `reconfigure` are the tree's psite, delivery decision, counted execution and DOP.
+//!
+//! Tests: `tests/objects.rs` (the placement's rules, bounds, snapshots, and a property
+//! test: two maps fed the same commands in any interleaving that keeps the order of
+//! commands sharing a serializer, with reconfigurations at the same points, end with
+//! equal digests), `tests/service.rs` (the service against `GeoReplica` on the same
+//! operations, with DOPs and resubmissions: same replies and digest; the genesis;
+//! client commands' bytes; refusals; snapshots; reconfiguration).
+//!
 //! # What is not here
 //!
 //! Equation 1 ignores the cost of replicating a serializer's decisions in its Paxos
@@ -214,8 +240,11 @@ mod cache;
 mod cost;
 mod error;
 mod gbtree;
+mod objects;
 mod optimizer;
+mod placed;
 pub mod replica;
+mod service;
 mod set;
 mod stats;
 mod topology;
@@ -227,8 +256,19 @@ pub use gbtree::{
     Decision, Delivery, DopReport, GbTreeError, GbTreeOptions, GeoBTree, Node, NodeId, Op, Reply,
     ORDER_DEFAULT, ORDER_MAX, ORDER_MIN, VALUE_BYTES_LIMIT, VALUE_BYTES_MAX_DEFAULT,
 };
+pub use objects::{
+    Home, ObjectMap, ObjectMapCounters, ObjectMapOptions, COUNTED_OBJECTS_MAX_DEFAULT,
+    PLACED_OBJECTS_MAX_DEFAULT,
+};
 pub use optimizer::{
     Optimizer, OptimizerCounters, OptimizerOptions, Plan, PlanSource, CACHE_ENTRIES_DEFAULT,
+};
+pub use placed::{
+    decode_placed_genesis, Placed, PlacedCommand, PlacedGenesis, PLACED_GENESIS_MAGIC,
+};
+pub use service::{
+    geo_value, map_value, GeoCommand, GeoGenesis, GeoService, GeoUndo, GENESIS_KEYS_MAX,
+    GENESIS_MAGIC, VALUE_BYTES_DEFAULT, VALUE_BYTES_MIN,
 };
 pub use set::{Config, Replica};
 pub use stats::AccessStats;

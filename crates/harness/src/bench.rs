@@ -101,6 +101,23 @@ pub struct BenchResult {
     pub cpu_processes: usize,
     /// CPU per command of the benchmark process itself (its clients).
     pub client_cpu_us_per_cmd: f64,
+    /// With `partita bench --up`: every node's write-ahead log on disk, sampled while
+    /// the load ran (`--wal-sample-s`), oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wal_bytes: Vec<WalSample>,
+    /// With `partita bench --up --restart-after`: each node, stopped after the run and
+    /// started again from its disk, and the milliseconds until it answered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restart_ms: Vec<(u32, f64)>,
+}
+
+/// Every node's write-ahead log at one moment of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct WalSample {
+    /// Seconds since the load began.
+    pub at_s: f64,
+    /// Bytes on disk, by node id.
+    pub bytes: Vec<(u32, u64)>,
 }
 
 /// opt-PSMR's commands by outcome (paper 002 Figure 3): those a replica's thread
@@ -477,7 +494,7 @@ pub async fn run_with(
         },
         ordering: match mode {
             Mode::Smr if cluster.ordering.epaxos().is_some() => {
-                "epaxos (leaderless; the geo B+tree's operations)".into()
+                "epaxos (leaderless, every replica leads its own column)".into()
             }
             Mode::Smr if cluster.ordering.geo().is_some() => {
                 "geopaxos+ (a Multi-Paxos serializer per replica)".into()
@@ -537,6 +554,8 @@ pub async fn run_with(
         cpu_system_us_per_cmd: (!pids.is_empty()).then(|| per_cmd(node_cpu.system_us)),
         cpu_processes: pids.len(),
         client_cpu_us_per_cmd: per_cmd(client_cpu.total_us()),
+        wal_bytes: Vec::new(),
+        restart_ms: Vec::new(),
     };
     records.sort_by_key(|r| r.call_ns);
     Ok((result, records))
@@ -636,6 +655,29 @@ impl std::fmt::Display for BenchResult {
             f,
             "  timeouts        {}   resubmissions {}",
             self.timeouts, self.resubmissions
-        )
+        )?;
+        if !self.wal_bytes.is_empty() {
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            let largest = |s: &WalSample| s.bytes.iter().map(|&(_, b)| b).max().unwrap_or(0);
+            let max = self.wal_bytes.iter().map(largest).max().unwrap_or(0);
+            let last = self.wal_bytes.last().map_or(0, largest);
+            write!(
+                f,
+                "\n  WAL on disk     largest node: {:.1} MiB at most over {} samples, {:.1} MiB at \
+                 the end",
+                mib(max),
+                self.wal_bytes.len(),
+                mib(last)
+            )?;
+        }
+        if !self.restart_ms.is_empty() {
+            let each: Vec<String> = self
+                .restart_ms
+                .iter()
+                .map(|(n, ms)| format!("node {n} {ms:.0}"))
+                .collect();
+            write!(f, "\n  restart (ms)    {}", each.join(", "))?;
+        }
+        Ok(())
     }
 }

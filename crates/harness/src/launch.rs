@@ -112,6 +112,48 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Stop node `id` (SIGTERM, SIGKILL after `grace`), start it again from its disk,
+    /// and wait until it answers a status probe: how long the restart took, from the
+    /// new process's start to its first answer.
+    pub async fn restart_node(
+        &mut self,
+        exe: &Path,
+        id: u32,
+        node_args: &[String],
+        grace: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<Duration> {
+        if let Some((_, c)) = self.children.iter_mut().find(|(n, _)| *n == id) {
+            terminate(c);
+            let deadline = Instant::now() + grace;
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() > deadline => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    Ok(None) => tokio::time::sleep(Duration::from_millis(10)).await,
+                }
+            }
+        }
+        let started = Instant::now();
+        self.spawn(exe, id, node_args)?;
+        loop {
+            if partita_client::node_status_of(&self.cluster, id, Duration::from_millis(200))
+                .await
+                .is_some()
+            {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                bail!("node {id} does not answer {timeout:?} after its restart");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// The CPU budget's label, when the cluster runs with one.
     pub fn cpu_label(&self) -> Option<String> {
         self.cpu.as_ref().map(|g| g.describe())
@@ -197,6 +239,22 @@ fn warn_if_oversubscribed(nodes: usize, fraction: f64) {
             crate::node_cpu::fmt_fraction(fraction)
         );
     }
+}
+
+/// Bytes of node `id`'s write-ahead log on disk in `data_dir` (every file of its
+/// `wal` directory; 0 when it has none).
+pub fn wal_bytes_in(data_dir: &Path, id: u32) -> u64 {
+    let dir = data_dir.join(format!("node-{id}")).join("wal");
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 pub fn spawn_node(

@@ -175,8 +175,8 @@ pub struct NemesisReport {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LoadResult {
-    Btree(BenchResult),
-    Chirper(crate::chirper::ChirperLoadResult),
+    Btree(Box<BenchResult>),
+    Chirper(Box<crate::chirper::ChirperLoadResult>),
 }
 
 impl std::fmt::Display for LoadResult {
@@ -783,12 +783,10 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
     )))
 }
 
-/// [`converged`] on a GeoPaxos+ or EPaxos cluster (EPaxos: `epaxos_executed`, every
-/// committed command, copies included): every replica executed the same number of
-/// operations (`geo_executed`: copies of a write a replica skipped as duplicates, and
-/// decisions to resubmit, are not executions; which copy of a write comes first may
-/// differ between replicas when the copies share no serializer) and holds the same
-/// digest of keys, values, tree structure and serializers, unchanged over two polls.
+/// [`converged`] on a GeoPaxos+ or EPaxos cluster: every replica took the same number
+/// of commands from its ordering (a partial order's replicas agree on the count, not
+/// on one instance's contents, except at cuts) and holds the same digest, unchanged
+/// over two polls (with DOPs under way, a moment between two of them).
 async fn geo_converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
     let t0 = Instant::now();
     let mut previous: Option<Vec<(NodeId, u64, u64)>> = None;
@@ -800,11 +798,7 @@ async fn geo_converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
             .iter()
             .filter_map(|(id, s)| {
                 let s = s.as_ref()?;
-                let executed = s
-                    .counters
-                    .iter()
-                    .find(|(k, _)| k == "geo_executed" || k == "epaxos_executed")
-                    .map(|(_, v)| *v)?;
+                let executed = s.executed_up_to?;
                 Some((*id, executed, s.digest?))
             })
             .collect();
@@ -919,7 +913,7 @@ pub async fn run(
     let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,
-        load: LoadResult::Btree(bench_result),
+        load: LoadResult::Btree(Box::new(bench_result)),
         operations: records.len(),
         unknown_outcomes: unknown,
         failover,
@@ -1019,7 +1013,7 @@ pub async fn run_chirper(
     let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,
-        load: LoadResult::Chirper(result),
+        load: LoadResult::Chirper(Box::new(result)),
         operations,
         unknown_outcomes: unknown,
         failover,

@@ -5,16 +5,15 @@ use partita_smr::ServiceFactory;
 use std::sync::Arc;
 
 /// Every built-in service's name.
-pub const BUILTIN: [&str; 3] = ["btree", "kv", "chirper"];
+pub use partita_config::services::BUILTIN;
 
-/// The factory of the built-in service called `name`.
+/// The factory of the built-in service called `name`, as a cluster ordered by one
+/// Paxos stream runs it (Chirper's replicas need the cluster file's [dssmr] section,
+/// and every service's placement the cluster's ordering: `for_cluster`).
 pub fn builtin(name: &str) -> Option<Arc<dyn ServiceFactory>> {
-    match name {
-        "btree" => Some(partita_smr::service::<partita_btree::BPlusTree>()),
-        "kv" => Some(partita_smr::service::<partita_kv::KvStore>()),
-        // Chirper's replicas need the cluster file's [dssmr] section: `for_cluster`.
-        _ => None,
-    }
+    let mut c = partita_config::ClusterConfig::default_local(7100, 1);
+    c.cluster.service = name.to_string();
+    partita_config::services::factory(&c)
 }
 
 /// The factory a node of `cluster` runs: [`builtin`], or for `service = "chirper"`
@@ -26,7 +25,8 @@ pub fn for_cluster(
     unsafe_bugs: &[String],
 ) -> anyhow::Result<Arc<dyn ServiceFactory>> {
     if cluster.cluster.service != "chirper" {
-        return resolve(&cluster.cluster.service);
+        return partita_config::services::factory(cluster)
+            .map_or_else(|| resolve(&cluster.cluster.service), Ok);
     }
     let (scheme, spec) = chirper_params(cluster)?;
     let graph = Arc::new(partita_dssmr::chirper::Graph::generate(&spec));

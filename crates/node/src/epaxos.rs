@@ -51,7 +51,7 @@ use partita_consensus::epaxos::{
 };
 use partita_consensus::{AcceptorRecord, Action, Msg, Outbox, PersistToken, Value, Vid};
 use partita_smr::Access;
-use partita_types::{Ballot, Body, Command, FieldError, Instance, NodeId, Payload};
+use partita_types::{Ballot, Command, FieldError, Instance, NodeId, SystemOp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,9 +60,8 @@ use crate::geo::GeoSetup;
 use crate::ordering::{AtomicMulticast, OrderingReport, StreamReport};
 use crate::{NodeSetup, UnsafeBugs};
 
-/// Client ids of barrier commands (never a client's: the high bit), with the proposing
-/// node in the low bits.
-const BARRIER_CLIENT: u64 = (1 << 63) | (0xB << 56);
+/// The kind of EPaxos's system commands (see `Command::system`).
+const BARRIER_KIND: u8 = 0xB;
 
 /// What a checkpoint records of EPaxos ([`AtomicMulticast::position`]): the core's
 /// executed set and the ordered time.
@@ -76,15 +75,12 @@ fn decode_position(bytes: &[u8]) -> Result<Position, String> {
     partita_types::decode::<Position>(bytes).map_err(|e| format!("an EPaxos position: {e}"))
 }
 
-/// Whether `cmd` is a barrier this ordering proposed, and its time.
+/// Whether `cmd` is a barrier, and its time.
 fn barrier_time(cmd: &Command) -> Option<u64> {
-    if cmd.client & !0xFFFF_FFFF != BARRIER_CLIENT {
-        return None;
+    match cmd.system_op()? {
+        SystemOp::Barrier { time_ms } => Some(time_ms),
+        SystemOp::Reconfigure { .. } => None,
     }
-    let Body::Whole { payload, .. } = &cmd.body else {
-        return Some(0);
-    };
-    Some(payload.as_ref().try_into().map_or(0, u64::from_le_bytes))
 }
 
 /// EPaxos for a node: its core, the numbering of what it delivered, ordered time, and
@@ -339,14 +335,14 @@ impl EpaxosOrdering {
             return;
         }
         self.barrier_seq += 1;
-        let cmd = Command {
-            client: BARRIER_CLIENT | u64::from(self.id),
-            seq: self.barrier_seq,
-            session: 0,
-            reply_to: self.id,
-            body: Body::single(Payload::from(self.clock_ms.to_le_bytes().to_vec())),
-            threads: 0,
-        };
+        let cmd = Command::system(
+            SystemOp::Barrier {
+                time_ms: self.clock_ms,
+            },
+            self.id,
+            BARRIER_KIND,
+            self.barrier_seq,
+        );
         let mut acts = Vec::new();
         if self
             .core

@@ -1,7 +1,10 @@
 //! GeoPaxos+ behind the atomic-multicast seam (paper 004 §II-B and §III-A): one
 //! serializer per replica, each a Multi-Paxos group of its own, every replica a
-//! learner of every serializer's log and a [`GeoReplica`] (the geo B+tree, psite, the
-//! timestamp merge, the delivery decision and resubmission) above them.
+//! learner of every serializer's log and the timestamp merge of those logs. The
+//! ordering only orders: what it delivers, in the merge's order, the node core's
+//! replica executes (any service), deciding there whether the serializers that
+//! ordered a command still cover it (`StateMachine::misplaced`) and counting the
+//! accesses the next DOP places objects from.
 //!
 //! - **Serializers.** Serializer `g` is a Multi-Paxos group whose acceptors are the
 //!   cluster's acceptors (the cluster file puts them in different regions) and whose
@@ -9,53 +12,67 @@
 //!   serializer's leader sits with its replica, as in the paper). Every replica learns
 //!   every serializer's log. A group's messages travel as [`Msg::OnRing`] with the
 //!   serializer's id, as Multi-Ring Paxos's rings do.
-//! - **One log for several groups.** A node is an acceptor of every serializer, but has
-//!   one write-ahead log: each group's records go to it wrapped in
+//! - **Submission.** A client sends its command to its nearest replica, the command's
+//!   origin, whose replica names the serializers that must order it (psite, in the
+//!   command's `route`, from the placement it holds). The origin asks every one of
+//!   them to order an entry of the command (as a command of that serializer's group);
+//!   a serializer's leader stamps each entry with its Lamport clock (the hint).
+//! - **The merge** (`partita_consensus::geopaxos::TimestampMerge`) releases commands in
+//!   final-timestamp order as soon as that is safe; each is delivered to the replica
+//!   as a value of its own, numbered 1, 2, … here, with its serializers in `route`.
+//!   Commands that share no serializer run in different orders at different replicas
+//!   (the point of the protocol): the numbering is the same everywhere only at a cut.
+//! - **Cuts, barriers and DOPs.** A command ordered by every serializer is ordered
+//!   with every other command, so the set that ran before it is the same at every
+//!   replica: a cut ([`Action::Cut`]), where the replica may checkpoint. Session opens
+//!   are such commands (the replica routes them to every serializer), so are DOPs (the
+//!   first replica submits one every `dop_interval_ms`: `SystemOp::Reconfigure`, which
+//!   the replica runs) and barriers (`SystemOp::Barrier`, proposed every
+//!   `barrier_interval_ms` while commands run and no DOP ran, the first replica in line
+//!   first). A value's time is the newest barrier's or DOP's (both are stamped with
+//!   their proposer's clock), the same at every replica.
+//! - **Resubmission.** A command whose serializers no longer cover it where it is
+//!   delivered is run nowhere; its origin's replica hands it back with new serializers
+//!   and it is ordered again as a new operation.
+//! - **One log for several groups.** A node is an acceptor of every serializer, but
+//!   has one write-ahead log: each group's records go to it wrapped in
 //!   [`AcceptorRecord::Group`], and the node maps the log's tokens to each group's own
-//!   (a group sees its records numbered 1, 2, … as an acceptor alone would). Nothing is
-//!   truncated: GeoPaxos+ has no checkpoints here (a group's `TruncateLog` is dropped),
-//!   and a restarted replica rebuilds its tree by learning every log from the start.
+//!   (a group sees its records numbered 1, 2, … as an acceptor alone would).
 //! - **Incarnations.** A replica numbers its lives ([`AcceptorRecord::Boot`], durable
-//!   before it takes a request): a restarted replica's requests are never taken for
-//!   those of its earlier life, which it neither answers nor resubmits.
-//! - **Requests.** A client sends paper 001's B+tree commands (`partita_btree::Op`:
-//!   read, insert, update, next, prev; values are `u64`s stored as the first 8 bytes of
-//!   `value_bytes`-byte values, 100 as in the paper's §VI) to its nearest replica, the
-//!   request's origin, which computes psite and asks every serializer in `dst` to
-//!   order it (a log entry as a command of that serializer's group). Delete, range
-//!   queries and batches are not operations of the geo B+tree: they are answered as
-//!   rejected. The leader of a serializer stamps each entry with its Lamport clock
-//!   (the hint) before proposing it.
-//! - **Sessions.** None: a client's session open is answered at once, and a
-//!   client's commands are never refused as expired.
-//! - **Exactly once.** Clients resubmit an unanswered request with the same sequence
-//!   number, possibly through another replica: the request id every serializer orders
-//!   is a hash of (client, sequence number), and replicas deduplicate writes by it
-//!   ([`GeoReplica::with_dedup`]).
-//! - **Liveness.** A serializer's leader proposes a clock entry when its own merge
-//!   says an operation waits on that serializer's frontier
-//!   ([`GeoReplica::wanted_clock`]), and orders again an operation missing from its
-//!   log that stayed so over two checks ([`GeoReplica::stalled_for`]): its origin
-//!   crashed half-way, or the forward to a crashed leader was lost.
-//! - **DOPs.** With `dop_interval_ms`, the first replica submits a DOP that often.
+//!   before it takes a request; its checkpoints record it too): a restarted replica's
+//!   operations are never taken for those of an earlier life.
+//! - **Checkpoints and truncation.** A checkpoint's position holds the merge (every
+//!   log's delivered prefix and what waits in it), the groups' instances fed to it,
+//!   and, per log, the first entry of every command not run yet. Each serializer's
+//!   acceptors are told the prefix of its log whose commands all ran at the cut; since
+//!   commands run at a cut are the same at every replica and grow from cut to cut,
+//!   those prefixes grow together in every log, and each group's acceptors truncating
+//!   below what a majority of replicas announced is covered by that majority's
+//!   checkpoints (spec rules 5 and 13). A learner that needs what its group's
+//!   acceptors truncated asks the node core for a checkpoint ([`Action::NeedCheckpoint`])
+//!   that covers it; restoring one restarts each group's learner at its prefix.
+//! - **Liveness.** A serializer's leader proposes a clock entry when the merge says a
+//!   command waits on that serializer's frontier, and orders again a command missing
+//!   from its log that stayed so over two checks (its origin crashed half-way, or the
+//!   forward to a crashed leader was lost).
 //!
-//! The node core sees an ordering that delivers nothing (`delivered_up_to` is `None`):
-//! execution and replies happen here, and leave through
-//! [`AtomicMulticast::take_replies`].
+//! Planted bugs: a DOP ordered by its origin's serializer only
+//! (`geo-dop-not-ordered`), and the merge executing before a timestamp is safe
+//! (`geo-execute-before-safe`).
 
-use partita_btree::{BPlusTree, Op as MapOp, OpResult};
-use partita_consensus::geopaxos::{Entry, SerializerId};
-use partita_consensus::{AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value};
-use partita_geo::replica::{GeoAction, GeoBugs, GeoReplica, GeoValue, OpId};
-use partita_geo::{Config, GbTreeOptions, GeoBTree, Op, OptimizerOptions, Reply as GeoReply};
+use partita_consensus::geopaxos::{Entry, MergeBugs, SerializerId, SerializerSet, TimestampMerge};
+use partita_consensus::{
+    AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value, Vid,
+};
+use partita_geo::{Config, GbTreeOptions, GeoBTree, Op, OptimizerOptions};
 use partita_geo::{Topology, CACHE_ENTRIES_DEFAULT};
-use partita_service::StateMachine;
-use partita_types::{Body, ClientId, Command, FieldError, Instance, NodeId, Refusal, Reply};
+use partita_smr::Access;
+use partita_types::{Ballot, Body, Command, FieldError, Instance, NodeId, SystemOp};
 use serde::{Deserialize, Serialize};
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
-use crate::ordering::{AtomicMulticast, PaxosOrdering};
+use crate::ordering::{AtomicMulticast, OrderingReport, PaxosOrdering};
 use crate::{NodeSetup, UnsafeBugs};
 
 /// GeoPaxos+ for a node (cluster file `[ordering] protocol = "geopaxos+"`).
@@ -132,6 +149,38 @@ impl GeoSetup {
         Ok(tree)
     }
 
+    /// The genesis of the `geo-btree` service ([`partita_geo::GeoService`]) for this
+    /// setup: the same tree [`GeoSetup::initial_tree`] builds, as the commands the
+    /// common replica's factory applies before anything is ordered; the planted bug
+    /// "write ordered by one serializer" goes with it, so that every replica has it.
+    /// ("DOP not ordered with everything" belongs to whoever orders the DOP, and
+    /// "execute before safe" to the timestamp merge: neither is the service's.)
+    pub fn genesis(&self, bugs: &UnsafeBugs) -> Result<Vec<partita_types::Payload>, FieldError> {
+        let g = partita_geo::GeoGenesis {
+            topology: self.topology()?,
+            order: self.order,
+            keys: self.keys,
+            value_bytes: self.value_bytes,
+            seed: self.seed,
+            optimizer: if self.optimizer_brute_force {
+                OptimizerOptions::brute_force()
+            } else {
+                OptimizerOptions::hot_cached(CACHE_ENTRIES_DEFAULT)
+            },
+            unsafe_write_ordered_by_one_serializer: bugs.geo_write_one_serializer,
+        };
+        partita_geo::GeoService::genesis(&g).map_err(|e| FieldError::new("geopaxos", e))
+    }
+
+    /// The reconfiguration's strategy the cluster file asks for.
+    pub fn optimizer(&self) -> OptimizerOptions {
+        if self.optimizer_brute_force {
+            OptimizerOptions::brute_force()
+        } else {
+            OptimizerOptions::hot_cached(CACHE_ENTRIES_DEFAULT)
+        }
+    }
+
     /// The replica (and serializer) that owns key `key` in the initial placement.
     pub fn home_of(&self, key: u64) -> usize {
         let n = self.replicas.len() as u128;
@@ -154,31 +203,38 @@ pub fn map_value(b: &[u8]) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// The request id of a client's command: the same for every copy of it, distinct
-/// between commands (a 64-bit mix of the client id and the sequence number).
-pub fn request_id(client: ClientId, seq: u64) -> u64 {
-    let mut z = client ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// An operation the serializers order: its origin (replica index), the origin's
+/// incarnation and the origin's count. A resubmitted command is a new operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GeoOp {
+    pub from: u16,
+    pub incarnation: u32,
+    pub seq: u64,
 }
 
 /// A serializer's log entry as its group orders it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct LogEntry(Entry<OpId, GeoValue>);
+struct LogEntry(Entry<GeoOp, Command>);
 
-/// Client ids of the commands that carry log entries (never a client's: the high bit).
+/// Client ids of the commands that carry log entries inside a serializer's group
+/// (never a client's: the high bit).
 const ENTRY_CLIENT: u64 = 1 << 63;
 const CLOCK_CLIENT: u64 = 3 << 62;
 
-/// DOPs' request ids (no client waits for them).
-const DOP_REQUEST: u64 = u64::MAX;
+/// Kinds of GeoPaxos+'s system commands (`Command::system`).
+const BARRIER_KIND: u8 = 0xB;
+const DOP_KIND: u8 = 0xD;
 
-fn entry_command(me: NodeId, entry: &Entry<OpId, GeoValue>, clock_seq: u64) -> Command {
+/// Every serializer of `n`.
+fn all_of(n: usize) -> SerializerSet {
+    SerializerSet::all(n)
+}
+
+fn entry_command(me: NodeId, entry: &Entry<GeoOp, Command>, clock_seq: u64) -> Command {
     let (client, seq) = match entry {
         Entry::Op { op, .. } => (
             ENTRY_CLIENT | (u64::from(op.from) << 32) | u64::from(op.incarnation),
-            (op.seq << 16) | u64::from(op.attempt & 0xffff),
+            op.seq,
         ),
         Entry::Clock { .. } => (CLOCK_CLIENT | u64::from(me), clock_seq),
     };
@@ -188,28 +244,51 @@ fn entry_command(me: NodeId, entry: &Entry<OpId, GeoValue>, clock_seq: u64) -> C
         session: 0,
         reply_to: me,
         body: Body::single(partita_types::encode(&LogEntry(entry.clone())).into()),
-        threads: 0,
+        route: 0,
     }
 }
 
-fn decode_entry(cmd: &Command) -> Option<Entry<OpId, GeoValue>> {
+fn decode_entry(cmd: &Command) -> Option<Entry<GeoOp, Command>> {
     let Body::Whole { payload, .. } = &cmd.body else {
         return None;
     };
     partita_types::decode::<LogEntry>(payload).ok().map(|e| e.0)
 }
 
-/// Planted bugs of GeoPaxos+ by their names in [`UnsafeBugs`].
-fn geo_bugs(bugs: &UnsafeBugs) -> GeoBugs {
-    GeoBugs {
-        dop_not_ordered_with_everything: bugs.geo_dop_not_ordered,
-        write_ordered_by_one_serializer: bugs.geo_write_one_serializer,
-        execute_before_safe: bugs.geo_execute_before_safe,
+/// What a checkpoint records of GeoPaxos+ ([`AtomicMulticast::position`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Position {
+    /// The merge: every log's delivered prefix (in entries) and what waits in it.
+    merge: TimestampMerge<GeoOp, Command>,
+    /// Per serializer: the last instance of its group fed to the merge.
+    instances: Vec<Instance>,
+    /// Per command not run yet: the instance of its first entry in each log.
+    first: BTreeMap<GeoOp, Vec<(SerializerId, Instance)>>,
+    time_ms: u64,
+    incarnation: u32,
+}
+
+impl Position {
+    /// Per serializer: the prefix of its log (in instances) whose commands all ran.
+    fn ran(&self) -> Vec<Instance> {
+        let mut ran = self.instances.clone();
+        for entries in self.first.values() {
+            for &(g, i) in entries {
+                if let Some(r) = ran.get_mut(g as usize) {
+                    *r = (*r).min(i.saturating_sub(1));
+                }
+            }
+        }
+        ran
     }
 }
 
-/// GeoPaxos+: this node's part in every serializer's group, its replica, and the log
-/// they share (see the module documentation).
+fn decode_position(bytes: &[u8]) -> Result<Position, String> {
+    partita_types::decode::<Position>(bytes).map_err(|e| format!("a GeoPaxos+ position: {e}"))
+}
+
+/// GeoPaxos+: this node's part in every serializer's group, the merge of their logs,
+/// and the log they share (see the module documentation).
 pub struct GeoOrdering {
     id: NodeId,
     /// This replica's serializer.
@@ -217,27 +296,52 @@ pub struct GeoOrdering {
     setup: GeoSetup,
     /// Serializer `g`'s group at index `g`.
     groups: Vec<PaxosOrdering>,
-    replica: GeoReplica,
-    /// Next position of each serializer's log.
-    positions: Vec<u64>,
+    merge: TimestampMerge<GeoOp, Command>,
+    incarnation: u32,
+    next_seq: u64,
+    /// Per serializer: the last instance of its group fed to the merge.
+    instances: Vec<Instance>,
+    /// Per command not run yet: its first entry's instance in each log.
+    first: BTreeMap<GeoOp, Vec<(SerializerId, Instance)>>,
+    /// Commands delivered here, numbered from 1.
+    delivered: Instance,
+    /// Ordered time: the newest barrier's.
+    time_ms: u64,
     /// Log tokens handed out, mapped to (group, the group's own token).
     tokens: VecDeque<(PersistToken, u32, PersistToken)>,
+    /// Per group: the node's tokens of the group's durable records, by the group's
+    /// token (to map a group's truncation to the node's log).
+    durable: Vec<BTreeMap<PersistToken, PersistToken>>,
+    /// Per group: where it allowed its log to be cut (its own token).
+    group_truncated: Vec<PersistToken>,
+    /// The node's log was cut below this token (never past the newest boot record).
+    truncated_token: PersistToken,
     next_token: PersistToken,
-    /// The boot record's token while it is not durable (requests wait for it).
+    /// The boot record's token while it is not durable (requests wait for it), and
+    /// the newest durable one.
     boot_token: Option<PersistToken>,
-    /// Requests this node is the origin of: request id → (client, sequence number).
-    pending: BTreeMap<u64, (ClientId, u64)>,
-    replies: Vec<Reply>,
-    /// Entries the group could not take yet (no leader known): retried every tick.
+    newest_boot: PersistToken,
+    /// The boot record written again at the log's end, while it is not durable.
+    boot_moving: Option<PersistToken>,
+    /// Entries a group could not take yet (no leader known): retried every tick.
     unsent: Vec<(SerializerId, Command)>,
     /// When this node last proposed a clock entry for each serializer it leads.
     clock_sent: Vec<Option<u64>>,
     clock_seq: u64,
     /// Stalled operations seen at the last check, by serializer.
-    stalled_seen: BTreeSet<(SerializerId, OpId)>,
+    stalled_seen: BTreeSet<(SerializerId, GeoOp)>,
     last_stall_check: u64,
     last_dop_ms: u64,
-    dops_submitted: u64,
+    /// Commands delivered since the last barrier, when one last ran here (this node's
+    /// clock), and when this node last proposed one.
+    since_barrier: u64,
+    last_barrier_ms: u64,
+    barrier_proposed_ms: Option<u64>,
+    system_seq: u64,
+    /// Per serializer: the instance below which its acceptors truncated what this
+    /// learner still needs (a state transfer must cover it).
+    needed: Vec<Instance>,
+    dop_not_ordered: bool,
     tick: u64,
     clock_ms: u64,
     counters: BTreeMap<&'static str, u64>,
@@ -245,38 +349,49 @@ pub struct GeoOrdering {
 
 impl GeoOrdering {
     /// Node `setup.id`'s part in every serializer, its acceptors recovered from
-    /// `recovered` (the node's whole log).
+    /// `recovered` (the node's whole log), its merge from the checkpoint `position` its
+    /// replica was restored from (empty: none), the replica having run
+    /// `next_deliver - 1` commands.
     pub fn new(
         setup: &NodeSetup,
         geo: &GeoSetup,
         recovered: Vec<AcceptorRecord>,
+        next_deliver: Instance,
+        position: &[u8],
         bugs: &UnsafeBugs,
         out: &mut Outbox,
     ) -> Result<GeoOrdering, FieldError> {
         let id = setup.id;
-        let me =
-            geo.replicas.iter().position(|&r| r == id).ok_or_else(|| {
-                FieldError::new("geopaxos", format!("node {id} is not a replica"))
-            })?;
+        let me = geo.replicas.iter().position(|&r| r == id).ok_or_else(|| {
+            FieldError::new("ordering", format!("node {id} is not a GeoPaxos+ replica"))
+        })?;
         if !setup.acceptor {
             return Err(FieldError::new(
-                "geopaxos",
-                format!("node {id}: every GeoPaxos replica must be an acceptor"),
+                "ordering",
+                format!("node {id}: every GeoPaxos+ replica must be an acceptor"),
             ));
         }
         let n = geo.replicas.len();
         let logged = recovered.len() as PersistToken;
         let mut per_group: Vec<Vec<AcceptorRecord>> = vec![Vec::new(); n];
+        let mut durable: Vec<BTreeMap<PersistToken, PersistToken>> = vec![BTreeMap::new(); n];
         let mut incarnation = 0u32;
-        for r in recovered {
+        let mut newest_boot = 0;
+        for (i, r) in recovered.into_iter().enumerate() {
+            let token = i as PersistToken + 1;
             match r {
                 AcceptorRecord::Group { group, record } if (group as usize) < n => {
-                    per_group[group as usize].push(*record)
+                    let g = group as usize;
+                    per_group[g].push(*record);
+                    durable[g].insert(per_group[g].len() as PersistToken, token);
                 }
-                AcceptorRecord::Boot { incarnation: i } => incarnation = incarnation.max(i),
+                AcceptorRecord::Boot { incarnation: i } => {
+                    incarnation = incarnation.max(i);
+                    newest_boot = token;
+                }
                 other => {
                     return Err(FieldError::new(
-                        "geopaxos",
+                        "ordering.protocol",
                         format!(
                             "node {id}'s log holds a record of no serializer of this \
                              cluster ({other:?}): it was written by another configuration"
@@ -285,32 +400,68 @@ impl GeoOrdering {
                 }
             }
         }
+        let restored = match position.is_empty() {
+            true => None,
+            false => Some(decode_position(position).map_err(|e| {
+                FieldError::new("ordering", format!("node {id}'s checkpoint: {e}"))
+            })?),
+        };
+        if let Some(p) = &restored {
+            if p.instances.len() != n || p.merge.serializers() != n {
+                return Err(FieldError::new(
+                    "ordering",
+                    format!("node {id}'s checkpoint is of another set of serializers"),
+                ));
+            }
+            incarnation = incarnation.max(p.incarnation);
+        }
         incarnation += 1;
-        let tree = geo.initial_tree()?;
-        let replica = GeoReplica::new(me, tree)
-            .map_err(|e| FieldError::new("geopaxos", e.to_string()))?
-            .with_incarnation(incarnation)
-            .with_dedup()
-            .with_bugs(geo_bugs(bugs));
+        let mut merge = match &restored {
+            Some(p) => p.merge.clone(),
+            None => TimestampMerge::new(n)
+                .map_err(|e| FieldError::new("ordering", e.to_string()))?
+                .with_remember(1 << 16),
+        };
+        merge = merge.with_bugs(MergeBugs {
+            execute_before_safe: bugs.geo_execute_before_safe,
+            ..MergeBugs::default()
+        });
         let mut o = GeoOrdering {
             id,
             me: me as SerializerId,
             setup: geo.clone(),
             groups: Vec::with_capacity(n),
-            replica,
-            positions: vec![0; n],
+            merge,
+            incarnation,
+            next_seq: 0,
+            instances: restored
+                .as_ref()
+                .map_or_else(|| vec![0; n], |p| p.instances.clone()),
+            first: restored
+                .as_ref()
+                .map_or_else(BTreeMap::new, |p| p.first.clone()),
+            delivered: next_deliver.saturating_sub(1),
+            time_ms: restored.as_ref().map_or(0, |p| p.time_ms),
             tokens: VecDeque::new(),
+            durable,
+            group_truncated: vec![0; n],
+            truncated_token: 1,
             next_token: logged,
             boot_token: None,
-            pending: BTreeMap::new(),
-            replies: Vec::new(),
+            newest_boot,
+            boot_moving: None,
             unsent: Vec::new(),
             clock_sent: vec![None; n],
             clock_seq: u64::from(incarnation) << 32,
             stalled_seen: BTreeSet::new(),
             last_stall_check: 0,
             last_dop_ms: 0,
-            dops_submitted: 0,
+            since_barrier: 0,
+            last_barrier_ms: 0,
+            barrier_proposed_ms: None,
+            system_seq: u64::from(incarnation) << 32,
+            needed: vec![0; n],
+            dop_not_ordered: bugs.geo_dop_not_ordered,
             tick: 0,
             clock_ms: 0,
             counters: BTreeMap::new(),
@@ -324,22 +475,12 @@ impl GeoOrdering {
         for (g, records) in per_group.into_iter().enumerate() {
             let gs = group_setup(setup, geo, g);
             let mut inner = Vec::new();
-            let ord = PaxosOrdering::new(&gs, records, 1, bugs, &mut inner);
+            let next = o.instances[g] + 1;
+            let ord = PaxosOrdering::new(&gs, records, next, bugs, &mut inner);
             o.groups.push(ord);
             o.absorb(g as SerializerId, inner, out);
         }
         Ok(o)
-    }
-
-    /// The replica (its tree, merge and counters), for status and tests.
-    pub fn replica(&self) -> &GeoReplica {
-        &self.replica
-    }
-
-    /// Operations executed here.
-    pub fn executed(&self) -> u64 {
-        let s = self.replica.stats();
-        s.executed + s.deduplicated
     }
 
     /// Serializer `g`'s group at this node.
@@ -347,22 +488,42 @@ impl GeoOrdering {
         self.groups.get(g as usize)
     }
 
+    /// The merge, for status and tests.
+    pub fn merge(&self) -> &TimestampMerge<GeoOp, Command> {
+        &self.merge
+    }
+
     /// Whether nothing is under way here: no operation waits in the merge, no entry
-    /// waits for a leader, no request for its answer.
+    /// waits for a leader.
     pub fn quiescent(&self) -> bool {
-        self.replica.merge().pending_len() == 0 && self.unsent.is_empty()
+        self.merge.pending_len() == 0 && self.unsent.is_empty()
     }
 
     fn count(&mut self, what: &'static str) {
         *self.counters.entry(what).or_default() += 1;
     }
 
+    fn n(&self) -> usize {
+        self.groups.len()
+    }
+
     fn leads(&self, g: SerializerId) -> bool {
         self.groups[g as usize].coordinator().is_some()
     }
 
+    /// The position of everything delivered so far.
+    fn encode_position(&self) -> Vec<u8> {
+        partita_types::encode(&Position {
+            merge: self.merge.clone(),
+            instances: self.instances.clone(),
+            first: self.first.clone(),
+            time_ms: self.time_ms,
+            incarnation: self.incarnation,
+        })
+    }
+
     /// Group `g`'s actions as this node's: messages in the serializer's envelope,
-    /// records into the shared log, decided entries into the replica.
+    /// records into the shared log, decided entries into the merge.
     fn absorb(&mut self, g: SerializerId, inner: Outbox, out: &mut Outbox) {
         for a in inner {
             match a {
@@ -385,10 +546,15 @@ impl GeoOrdering {
                         },
                     });
                 }
-                Action::Deliver { value, .. } => self.on_decided(g, &value, out),
+                Action::Deliver {
+                    instance, value, ..
+                } => self.on_decided(g, instance, &value, out),
                 Action::Propose { .. } => self.count("dropped_propose_geo"),
-                // One log for every group, and no checkpoints: nothing is dropped.
-                Action::TruncateLog { .. } => self.count("geo_truncation_ignored"),
+                Action::TruncateLog { below_token } => {
+                    self.group_truncated[g as usize] =
+                        self.group_truncated[g as usize].max(below_token);
+                    self.truncate_log(out);
+                }
                 Action::Cut { .. } | Action::NeedCheckpoint => {
                     unreachable!("a serializer's group delivers a total order")
                 }
@@ -396,83 +562,146 @@ impl GeoOrdering {
         }
     }
 
-    /// A decided value of serializer `g`: each entry into the merge, in order.
-    fn on_decided(&mut self, g: SerializerId, value: &Value, out: &mut Outbox) {
+    /// Every group allowed its log to be cut below some record: the node's log can be
+    /// cut below the oldest record any group still needs, but never past the newest
+    /// boot record, which numbers this replica's lives (a restart takes the next
+    /// number: reusing one would make its operations look like an earlier life's).
+    /// So before the cut passes it, the boot record is written again at the log's end.
+    fn truncate_log(&mut self, out: &mut Outbox) {
+        let mut below = PersistToken::MAX;
+        for g in 0..self.n() {
+            let keep = self.group_truncated[g];
+            // The node token of the group's oldest record still needed.
+            let d = &mut self.durable[g];
+            while d.first_key_value().is_some_and(|(&t, _)| t < keep) {
+                d.pop_first();
+            }
+            if let Some((_, &node_token)) = d.first_key_value() {
+                below = below.min(node_token);
+            }
+        }
+        if below == PersistToken::MAX {
+            return;
+        }
+        if below > self.newest_boot && self.boot_token.is_none() && self.boot_moving.is_none() {
+            self.next_token += 1;
+            self.boot_moving = Some(self.next_token);
+            self.count("geo_boot_records_moved");
+            out.push(Action::Persist {
+                token: self.next_token,
+                record: AcceptorRecord::Boot {
+                    incarnation: self.incarnation,
+                },
+            });
+        }
+        let below = below.min(self.newest_boot.max(1));
+        if below > self.truncated_token {
+            self.truncated_token = below;
+            out.push(Action::TruncateLog { below_token: below });
+        }
+    }
+
+    /// A decided value of serializer `g` (its group's instance `instance`): each entry
+    /// into the merge, in order; then whatever the merge can deliver.
+    fn on_decided(&mut self, g: SerializerId, instance: Instance, value: &Value, out: &mut Outbox) {
         for cmd in &value.commands {
             let Some(entry) = decode_entry(cmd) else {
                 // The same bytes at every replica: skipped alike everywhere.
                 self.count("geo_entries_undecodable");
                 continue;
             };
-            let position = self.positions[g as usize];
-            self.positions[g as usize] += 1;
-            let mut acts = Vec::new();
-            if let Err(e) = self.replica.on_decided(g, position, entry, &mut acts) {
+            let op = match &entry {
+                Entry::Op { op, .. } => Some(*op),
+                Entry::Clock { .. } => None,
+            };
+            let position = self.merge.next_position(g);
+            if let Err(e) = self.merge.on_entry(g, position, entry) {
                 panic!("serializer {g}'s log reached the merge out of order: {e}");
             }
-            self.clock_sent[g as usize] = None;
-            self.geo_actions(acts, out);
-        }
-    }
-
-    /// What the replica asked for.
-    fn geo_actions(&mut self, acts: Vec<GeoAction>, out: &mut Outbox) {
-        for a in acts {
-            match a {
-                GeoAction::Serialize {
-                    serializer,
-                    op,
-                    dst,
-                    value,
-                } => {
-                    let entry = Entry::Op {
-                        op,
-                        dst,
-                        hint: self.replica.hint(),
-                        value,
-                    };
-                    self.order(serializer, &entry, out);
-                }
-                GeoAction::Reply { request, reply } => {
-                    let Some((client, seq)) = self.pending.remove(&request) else {
-                        continue;
-                    };
-                    let result = match to_map_result(reply) {
-                        Some(r) => Ok(<BPlusTree as StateMachine>::encode_reply(&r)),
-                        None => continue,
-                    };
-                    self.replies.push(Reply {
-                        client,
-                        seq,
-                        instance: self.executed(),
-                        result,
-                    });
-                }
-                GeoAction::Refused { request, reason } => {
-                    if let Some((client, seq)) = self.pending.remove(&request) {
-                        self.replies.push(Reply {
-                            client,
-                            seq,
-                            instance: self.executed(),
-                            result: Err(Refusal::Rejected(reason)),
-                        });
+            if let Some(op) = op {
+                if self.merge.is_pending(&op) {
+                    let entries = self.first.entry(op).or_default();
+                    if !entries.iter().any(|&(h, _)| h == g) {
+                        entries.push((g, instance));
                     }
                 }
             }
+            self.clock_sent[g as usize] = None;
+        }
+        self.instances[g as usize] = self.instances[g as usize].max(instance);
+        self.pop_ready(out);
+    }
+
+    /// A barrier (or a DOP, ordered by every serializer) stamped `time_ms` ran: ordered
+    /// time moves to it, and the next barrier is due an interval from now.
+    fn barrier_ran(&mut self, time_ms: u64) {
+        self.time_ms = self.time_ms.max(time_ms);
+        self.since_barrier = 0;
+        self.last_barrier_ms = self.clock_ms;
+        self.barrier_proposed_ms = None;
+    }
+
+    /// Deliver what the merge releases, in its order; a command ordered by every
+    /// serializer is a cut.
+    fn pop_ready(&mut self, out: &mut Outbox) {
+        let all = all_of(self.n());
+        while let Some(r) = self.merge.pop_ready() {
+            self.first.remove(&r.op);
+            self.delivered += 1;
+            let mut cmd = r.value;
+            cmd.route = u64::from(r.dst.0);
+            let commands = match cmd.system_op() {
+                Some(SystemOp::Barrier { time_ms }) => {
+                    self.barrier_ran(time_ms);
+                    self.count("geo_barriers_run");
+                    Vec::new()
+                }
+                Some(SystemOp::Reconfigure { time_ms }) => {
+                    // A DOP every serializer ordered is a barrier as well.
+                    if r.dst == all {
+                        self.barrier_ran(time_ms);
+                    }
+                    self.count("geo_dops_delivered");
+                    vec![cmd]
+                }
+                None => {
+                    self.since_barrier += 1;
+                    vec![cmd]
+                }
+            };
+            out.push(Action::Deliver {
+                instance: self.delivered,
+                // Every replica runs the one timestamp merge: the instance names it.
+                name: self.delivered,
+                value: Arc::new(Value {
+                    vid: Vid {
+                        ballot: Ballot::new(u64::from(r.op.incarnation), r.op.from.into()),
+                        seq: r.op.seq,
+                    },
+                    commands,
+                    parts: Vec::new(),
+                    time_ms: self.time_ms,
+                    skip: 0,
+                }),
+            });
+            if r.dst == all {
+                self.count("geo_cuts");
+                out.push(Action::Cut {
+                    position: self.encode_position(),
+                });
+            }
         }
     }
 
-    /// Have serializer `g` order `entry` (built with this node's clock as its hint):
-    /// proposed if this node leads `g`, forwarded to the leader otherwise (which
-    /// stamps it with its own clock).
-    fn order(&mut self, g: SerializerId, entry: &Entry<OpId, GeoValue>, out: &mut Outbox) {
+    /// Have serializer `g` order `entry`: proposed if this node leads `g`, forwarded to
+    /// the leader otherwise (which stamps it with its own clock).
+    fn order(&mut self, g: SerializerId, entry: &Entry<GeoOp, Command>, out: &mut Outbox) {
         let cmd = entry_command(self.id, entry, self.clock_seq);
         self.multicast_to(g, cmd, false, out);
     }
 
     /// Hand `cmd` to serializer `g`'s group; with `restamp`, an entry built earlier
     /// (one that waited for a leader) gets this node's clock first if it leads `g`.
-    /// Entries built just now carry that clock already.
     fn multicast_to(&mut self, g: SerializerId, cmd: Command, restamp: bool, out: &mut Outbox) {
         let cmd = if restamp && self.leads(g) {
             self.stamp(cmd)
@@ -480,13 +709,13 @@ impl GeoOrdering {
             cmd
         };
         let mut inner = Vec::new();
-        match self.groups[g as usize].multicast(cmd.clone(), None, &mut inner) {
-            Ok(()) => {}
-            Err(_) => {
-                self.count("geo_entries_waiting_for_leader");
-                if self.unsent.len() < 100_000 {
-                    self.unsent.push((g, cmd));
-                }
+        if self.groups[g as usize]
+            .multicast(cmd.clone(), None, &mut inner)
+            .is_err()
+        {
+            self.count("geo_entries_waiting_for_leader");
+            if self.unsent.len() < 100_000 {
+                self.unsent.push((g, cmd));
             }
         }
         self.absorb(g, inner, out);
@@ -498,21 +727,50 @@ impl GeoOrdering {
         let Some(entry) = decode_entry(&cmd) else {
             return cmd;
         };
-        let entry = entry.stamped(self.replica.hint());
+        let entry = entry.stamped(self.merge.clock() + 1);
         Command {
             body: Body::single(partita_types::encode(&LogEntry(entry)).into()),
             ..cmd
         }
     }
 
-    /// Clock entries, stalled operations and DOPs (see the module doc).
+    /// Submit `cmd` to the serializers `dst`, as a new operation of this origin.
+    fn submit(&mut self, cmd: Command, dst: SerializerSet, out: &mut Outbox) {
+        let op = GeoOp {
+            from: self.me,
+            incarnation: self.incarnation,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        let entry = Entry::Op {
+            op,
+            dst,
+            hint: self.merge.clock() + 1,
+            value: Command {
+                route: u64::from(dst.0),
+                ..cmd
+            },
+        };
+        for g in dst.iter() {
+            self.order(g, &entry, out);
+        }
+    }
+
+    /// A system command (barrier, DOP) to `dst`.
+    fn submit_system(&mut self, op: SystemOp, kind: u8, dst: SerializerSet, out: &mut Outbox) {
+        self.system_seq += 1;
+        let cmd = Command::system(op, self.id, kind, self.system_seq);
+        self.submit(cmd, dst, out);
+    }
+
+    /// Clock entries, stalled operations, DOPs and barriers (see the module doc).
     fn housekeeping(&mut self, out: &mut Outbox) {
-        let n = self.groups.len();
+        let n = self.n();
         for g in 0..n as SerializerId {
             if !self.leads(g) {
                 continue;
             }
-            let Some(wanted) = self.replica.wanted_clock(g) else {
+            let Some(wanted) = self.merge.wanted_clock(g) else {
                 continue;
             };
             let due = self.clock_sent[g as usize]
@@ -522,7 +780,7 @@ impl GeoOrdering {
                 self.clock_seq += 1;
                 self.count("geo_clock_entries_proposed");
                 let entry = Entry::Clock {
-                    hint: wanted.max(self.replica.hint()),
+                    hint: wanted.max(self.merge.clock() + 1),
                 };
                 self.order(g, &entry, out);
             }
@@ -530,97 +788,74 @@ impl GeoOrdering {
         if self.tick.saturating_sub(self.last_stall_check) >= self.setup.stall_check_ticks {
             self.last_stall_check = self.tick;
             let mut now = BTreeSet::new();
+            let mut again = Vec::new();
             for g in 0..n as SerializerId {
                 if !self.leads(g) {
                     continue;
                 }
-                for (op, dst, value) in self.replica.stalled_for(g) {
-                    if self.stalled_seen.contains(&(g, op)) {
-                        self.count("geo_stalled_reordered");
-                        let entry = Entry::Op {
-                            op,
-                            dst,
-                            hint: self.replica.hint(),
-                            value,
-                        };
-                        self.order(g, &entry, out);
+                for s in self.merge.stalled().filter(|s| s.missing.contains(g)) {
+                    if self.stalled_seen.contains(&(g, *s.op)) {
+                        again.push((g, *s.op, s.dst, s.value.clone()));
                     } else {
-                        now.insert((g, op));
+                        now.insert((g, *s.op));
                     }
                 }
             }
+            for (g, op, dst, value) in again {
+                self.count("geo_stalled_reordered");
+                let entry = Entry::Op {
+                    op,
+                    dst,
+                    hint: self.merge.clock() + 1,
+                    value,
+                };
+                self.order(g, &entry, out);
+            }
             self.stalled_seen = now;
         }
+        if self.boot_token.is_some() || self.clock_ms == 0 {
+            return;
+        }
+        let all = all_of(n);
         if self.setup.dop_interval_ms > 0
             && self.me == 0
-            && self.boot_token.is_none()
             && self.clock_ms.saturating_sub(self.last_dop_ms) >= self.setup.dop_interval_ms
         {
             if self.last_dop_ms > 0 {
-                self.dops_submitted += 1;
-                let mut acts = Vec::new();
-                if self.replica.submit(DOP_REQUEST, Op::Dop, &mut acts).is_ok() {
-                    self.count("geo_dops_submitted");
-                    self.geo_actions(acts, out);
-                }
+                self.count("geo_dops_submitted");
+                let dst = match self.dop_not_ordered {
+                    // Planted bug: a DOP ordered by this serializer only.
+                    true => SerializerSet::single(self.me),
+                    false => all,
+                };
+                let time_ms = self.clock_ms;
+                self.submit_system(SystemOp::Reconfigure { time_ms }, DOP_KIND, dst, out);
             }
             self.last_dop_ms = self.clock_ms.max(1);
         }
-    }
-}
-
-/// The client's command as one of the geo B+tree's operations (read, next, prev,
-/// update, insert: paper 001's B+tree commands that paper 004's tree has), or why it
-/// is not one. GeoPaxos+ and EPaxos take the same commands.
-pub(crate) fn decode_geo_command(cmd: &Command) -> Result<MapOp, String> {
-    let Body::Whole { payload, .. } = &cmd.body else {
-        return Err("this cluster takes whole (unsplit) commands".into());
-    };
-    let op = <BPlusTree as StateMachine>::decode_command(payload)
-        .map_err(|e| format!("not a B+tree command: {e}"))?;
-    match op {
-        MapOp::Delete { .. } | MapOp::Query { .. } | MapOp::Batch(_) => Err(format!(
-            "the geo B+tree (paper 004) has no {}: it takes read, insert, update, next \
-             and prev",
-            op.name()
-        )),
-        op => Ok(op),
-    }
-}
-
-/// The client's command as an operation of the geo tree, or why it is not one.
-fn to_geo_op(cmd: &Command, value_bytes: usize) -> Result<Op, String> {
-    Ok(match decode_geo_command(cmd)? {
-        MapOp::Read { key } => Op::Read { key },
-        MapOp::Next { key } => Op::GetNext { key },
-        MapOp::Prev { key } => Op::GetPrev { key },
-        MapOp::Update { key, value } => Op::Update {
-            key,
-            value: geo_value(value, value_bytes),
-        },
-        MapOp::Insert { key, value } => Op::Insert {
-            key,
-            value: geo_value(value, value_bytes),
-        },
-        MapOp::Delete { .. } | MapOp::Query { .. } | MapOp::Batch(_) => {
-            unreachable!("decode_geo_command refuses them")
+        let interval = self.setup.barrier_interval_ms.max(1);
+        let due = if self.time_ms == 0 {
+            true
+        } else {
+            self.since_barrier > 0
+                && self.clock_ms.saturating_sub(self.last_barrier_ms)
+                    >= interval.saturating_mul(1 + u64::from(self.me))
+        };
+        let waiting = self
+            .barrier_proposed_ms
+            .is_some_and(|t| self.clock_ms.saturating_sub(t) < interval);
+        if due && !waiting {
+            self.barrier_proposed_ms = Some(self.clock_ms);
+            self.count("geo_barriers_proposed");
+            let time_ms = self.clock_ms;
+            self.submit_system(SystemOp::Barrier { time_ms }, BARRIER_KIND, all, out);
         }
-    })
-}
-
-fn to_map_result(r: GeoReply) -> Option<OpResult> {
-    Some(match r {
-        GeoReply::Value(v) => OpResult::Value(v.as_deref().map(map_value)),
-        GeoReply::Entry(e) => OpResult::Entry(e.map(|(k, v)| (k, map_value(&v)))),
-        GeoReply::Old(v) => OpResult::Old(v.as_deref().map(map_value)),
-        GeoReply::Inserted(b) => OpResult::Inserted(b),
-        GeoReply::Dop(_) => return None,
-    })
+    }
 }
 
 /// Node `setup.id`'s setup within serializer `g`'s group: the cluster's acceptors,
 /// replica `g` its first leader, every replica a learner; Multi-Paxos, nothing
-/// speculative, no batchers.
+/// speculative, no batchers, a checkpoint announcement is the group's own.
 fn group_setup(setup: &NodeSetup, geo: &GeoSetup, g: usize) -> NodeSetup {
     let m = &setup.membership;
     NodeSetup {
@@ -648,51 +883,28 @@ impl AtomicMulticast for GeoOrdering {
     fn multicast(
         &mut self,
         cmd: Command,
-        _access: Option<partita_smr::Access>,
+        _access: Option<Access>,
         out: &mut Outbox,
     ) -> Result<(), String> {
-        if self.boot_token.is_some() {
-            return Err(format!("node {} is starting; retry", self.id));
+        if self.boot_token.is_some() || self.time_ms == 0 {
+            return Err(format!(
+                "node {} is starting (no barrier has run yet); retry",
+                self.id
+            ));
         }
-        if cmd.is_open() {
-            // No sessions here (nothing expires; writes are deduplicated by request
-            // id): an open is answered at once, as of the start.
-            self.replies.push(Reply {
-                client: cmd.client,
-                seq: cmd.seq,
-                instance: 1,
-                result: Ok(partita_types::session_reply(1)),
-            });
-            return Ok(());
+        let all = all_of(self.n());
+        let dst = SerializerSet(u32::try_from(cmd.route).unwrap_or(0) & all.0);
+        let dst = if dst.is_empty() { all } else { dst };
+        if dst.len() > 1 {
+            self.count("geo_submitted_multi");
         }
-        let op = match to_geo_op(&cmd, self.setup.value_bytes) {
-            Ok(op) => op,
-            Err(why) => {
-                // Not an operation this service has: answered, never ordered.
-                self.count("geo_requests_rejected");
-                self.replies.push(Reply {
-                    client: cmd.client,
-                    seq: cmd.seq,
-                    instance: self.executed(),
-                    result: Err(Refusal::Rejected(why)),
-                });
-                return Ok(());
-            }
-        };
-        let request = request_id(cmd.client, cmd.seq);
-        let mut acts = Vec::new();
-        if let Err(e) = self.replica.submit(request, op, &mut acts) {
-            self.replies.push(Reply {
-                client: cmd.client,
-                seq: cmd.seq,
-                instance: self.executed(),
-                result: Err(Refusal::Rejected(e.to_string())),
-            });
-            return Ok(());
-        }
-        self.pending.insert(request, (cmd.client, cmd.seq));
-        self.geo_actions(acts, out);
+        self.count("geo_submitted");
+        self.submit(cmd, dst, out);
         Ok(())
+    }
+
+    fn checkpoints_at_cuts(&self) -> bool {
+        true
     }
 
     fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool {
@@ -722,6 +934,19 @@ impl AtomicMulticast for GeoOrdering {
                 self.count("dropped_batch_geo");
                 return true;
             }
+            Msg::Truncated { below } => {
+                // This replica's learner of `g` needs what `g`'s acceptors cut: a
+                // checkpoint that covers it (the node core fetches one).
+                let behind = self.groups[g as usize]
+                    .delivered_up_to()
+                    .is_some_and(|d| d + 1 < below);
+                if behind && below > self.needed[g as usize] {
+                    self.needed[g as usize] = below - 1;
+                    self.count("geo_state_transfers_asked");
+                    out.push(Action::NeedCheckpoint);
+                }
+                Msg::Truncated { below }
+            }
             m => m,
         };
         let mut inner = Vec::new();
@@ -747,8 +972,10 @@ impl AtomicMulticast for GeoOrdering {
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox) {
         let mut per_group: BTreeMap<u32, Vec<PersistToken>> = BTreeMap::new();
         for &t in tokens {
-            if self.boot_token == Some(t) {
-                self.boot_token = None;
+            if self.boot_token == Some(t) || self.boot_moving == Some(t) {
+                self.boot_token = self.boot_token.filter(|&b| b != t);
+                self.boot_moving = self.boot_moving.filter(|&b| b != t);
+                self.newest_boot = t;
                 continue;
             }
             // Completions come in token order, so the map's front is the next one.
@@ -758,6 +985,7 @@ impl AtomicMulticast for GeoOrdering {
                 }
                 self.tokens.pop_front();
                 if global == t {
+                    self.durable[g as usize].insert(inner, global);
                     per_group.entry(g).or_default().push(inner);
                 }
             }
@@ -770,19 +998,73 @@ impl AtomicMulticast for GeoOrdering {
     }
 
     fn delivered_up_to(&self) -> Option<Instance> {
-        None
+        Some(self.delivered)
     }
 
-    fn skip_to(&mut self, _next: Instance, _position: &[u8], _out: &mut Outbox) {}
+    fn position(&self) -> Vec<u8> {
+        self.encode_position()
+    }
 
-    fn announce_checkpoint(&mut self, _instance: Instance, _position: &[u8], _out: &mut Outbox) {}
+    /// A peer's checkpoint is taken if it is of these serializers and covers, in every
+    /// log, what its acceptors truncated below this replica's learners.
+    fn check_position(&self, position: &[u8]) -> Result<(), String> {
+        let p = decode_position(position)?;
+        if p.instances.len() != self.n() || p.merge.serializers() != self.n() {
+            return Err("a position of another set of serializers".into());
+        }
+        for (g, &need) in self.needed.iter().enumerate() {
+            if p.instances[g] < need {
+                return Err(format!(
+                    "serializer {g}: the checkpoint stands at instance {}, below the \
+                     truncation at {need}",
+                    p.instances[g]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn skip_to(&mut self, next: Instance, position: &[u8], out: &mut Outbox) {
+        let p = decode_position(position)
+            .unwrap_or_else(|e| panic!("skip_to with a position check_position refuses: {e}"));
+        self.merge = p.merge.with_bugs(MergeBugs::default());
+        self.first = p.first;
+        self.time_ms = self.time_ms.max(p.time_ms);
+        self.delivered = next - 1;
+        self.needed = vec![0; self.n()];
+        self.stalled_seen.clear();
+        self.count("geo_restored");
+        for g in 0..self.n() {
+            self.instances[g] = p.instances[g];
+            let mut inner = Vec::new();
+            self.groups[g].restart_learner(p.instances[g] + 1, &mut inner);
+            self.absorb(g as SerializerId, inner, out);
+        }
+        self.pop_ready(out);
+    }
+
+    /// Each serializer's acceptors learn the prefix of its log whose commands all ran
+    /// at the checkpoint's cut.
+    fn announce_checkpoint(&mut self, _instance: Instance, position: &[u8], out: &mut Outbox) {
+        let Ok(p) = decode_position(position) else {
+            return;
+        };
+        for (g, ran) in p.ran().into_iter().enumerate() {
+            if ran == 0 {
+                continue;
+            }
+            let mut inner = Vec::new();
+            self.groups[g].announce_checkpoint(ran, &[], &mut inner);
+            self.absorb(g as SerializerId, inner, out);
+        }
+    }
 
     fn leader(&self) -> Option<NodeId> {
         // Clients stay with their nearest replica: no leader to move to.
         None
     }
 
-    fn leads(&self) -> Option<partita_types::Ballot> {
+    fn leads(&self) -> Option<Ballot> {
         self.groups.iter().filter_map(|g| g.leads()).max()
     }
 
@@ -790,11 +1072,36 @@ impl AtomicMulticast for GeoOrdering {
         self.groups.iter().map(|g| g.conflicting_decisions()).sum()
     }
 
+    fn truncation(&self) -> Option<Vec<u8>> {
+        let below: Vec<Instance> = self
+            .groups
+            .iter()
+            .map(|g| g.report().acceptor.map_or(1, |a| a.truncated_below))
+            .collect();
+        below
+            .iter()
+            .any(|&b| b > 1)
+            .then(|| partita_types::encode(&below))
+    }
+
+    fn covers(&self, position: &[u8], truncation: &[u8]) -> bool {
+        match (
+            decode_position(position),
+            partita_types::decode::<Vec<Instance>>(truncation),
+        ) {
+            (Ok(p), Ok(t)) => p
+                .ran()
+                .iter()
+                .zip(&t)
+                .all(|(&ran, &below)| ran + 1 >= below),
+            _ => false,
+        }
+    }
+
     /// Every serializer's log as a stream (every replica learns every one), and idle
-    /// when no operation waits in the merge and no entry for a leader. (Whether the
-    /// replicas then executed alike is the convergence check's question.)
-    fn report(&self) -> crate::OrderingReport {
-        let mut r = crate::OrderingReport {
+    /// when no operation waits in the merge and no entry for a leader.
+    fn report(&self) -> OrderingReport {
+        let mut r = OrderingReport {
             idle: self.quiescent(),
             ..Default::default()
         };
@@ -811,14 +1118,11 @@ impl AtomicMulticast for GeoOrdering {
     }
 
     fn describe(&self) -> String {
-        let st = self.replica.stats();
         let mut s = format!(
-            "GeoPaxos+: executed {} ({} deduplicated, {} resubmit decisions, {} DOPs), {} waiting in the merge, quiescent {}",
-            self.executed(),
-            st.deduplicated,
-            st.resubmit_decisions,
-            st.dops,
-            self.replica.merge().pending_len(),
+            "GeoPaxos+: delivered {}, {} waiting in the merge, time {} ms, quiescent {}",
+            self.delivered,
+            self.merge.pending_len(),
+            self.time_ms,
             self.quiescent()
         );
         for (g, group) in self.groups.iter().enumerate() {
@@ -834,46 +1138,91 @@ impl AtomicMulticast for GeoOrdering {
         for g in &self.groups {
             g.add_counters(into);
         }
-        let s = self.replica.stats();
+        let m = self.merge.stats();
         for (k, v) in [
-            ("geo_submitted", s.submitted),
-            ("geo_executed", s.executed),
-            ("geo_executed_multi", s.executed_multi),
-            ("geo_resubmitted", s.resubmitted),
-            ("geo_resubmit_decisions", s.resubmit_decisions),
-            ("geo_dops_executed", s.dops),
-            ("geo_refused", s.refused),
-            ("geo_deduplicated", s.deduplicated),
-            ("geo_pending", self.replica.merge().pending_len() as u64),
+            ("geo_merge_executed", m.executed),
+            ("geo_merge_executed_multi", m.executed_multi),
+            ("geo_duplicate_entries", m.duplicate_entries),
+            ("geo_pending", self.merge.pending_len() as u64),
         ] {
             *into.entry(k).or_default() += v;
         }
-    }
-
-    fn take_replies(&mut self, out: &mut Vec<Reply>) {
-        out.append(&mut self.replies);
-    }
-
-    fn executes(&self) -> Option<crate::ordering::Executed> {
-        Some(crate::ordering::Executed {
-            executed: self.executed(),
-            digest: self.replica.digest(),
-            entries: self.replica.tree().len(),
-        })
     }
 
     fn invariants(&self) {
         for g in &self.groups {
             g.invariants();
         }
+        self.merge.invariants();
         assert!(
             self.tokens.iter().all(|&(t, _, _)| t <= self.next_token),
             "log tokens handed out in order"
         );
-        assert!(self.replies.is_empty(), "replies left here");
+        assert!(
+            self.first.keys().all(|op| self.merge.is_pending(op)),
+            "first entries are kept only for commands waiting in the merge"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use partita_geo::GeoService;
+    use partita_service::StateMachine;
+
+    fn setup(keys: u64, brute_force: bool) -> GeoSetup {
+        GeoSetup {
+            replicas: vec![1, 2, 3],
+            regions: vec!["California".into(), "Europe".into(), "Virginia".into()],
+            rtt_ms: vec![
+                vec![0.0, 150.0, 70.0],
+                vec![150.0, 0.0, 90.0],
+                vec![70.0, 90.0, 0.0],
+            ],
+            order: 4,
+            keys,
+            value_bytes: 100,
+            dop_interval_ms: 0,
+            optimizer_brute_force: brute_force,
+            seed: 7,
+            stall_check_ticks: 40,
+            clock_retry_ticks: 10,
+            barrier_interval_ms: 100,
+        }
     }
 
-    fn executing_ordering(&self) -> Option<&dyn Any> {
-        Some(self)
+    /// The common replica's geo-btree starts from the tree GeoPaxos+ starts from.
+    #[test]
+    fn the_geo_btree_genesis_is_the_initial_tree() {
+        for (keys, brute_force) in [(0, true), (1, false), (100, true), (1000, false)] {
+            let s = setup(keys, brute_force);
+            let genesis = s.genesis(&UnsafeBugs::default()).unwrap();
+            let mut service = GeoService::new();
+            for bytes in &genesis {
+                let cmd = GeoService::decode_command(bytes).unwrap();
+                assert!(GeoService::check(&cmd).is_err(), "no client may send it");
+                service.execute(&cmd);
+            }
+            assert!(service.is_configured());
+            assert_eq!(
+                service.digest(),
+                s.initial_tree().unwrap().digest(),
+                "{keys} keys"
+            );
+            assert!(!service.unsafe_write_ordered_by_one_serializer());
+        }
+        let bugs = UnsafeBugs {
+            geo_write_one_serializer: true,
+            ..UnsafeBugs::default()
+        };
+        let g = setup(10, true).genesis(&bugs).unwrap();
+        let cmd = GeoService::decode_command(&g[0]).unwrap();
+        let mut service = GeoService::new();
+        service.execute(&cmd);
+        assert!(service.unsafe_write_ordered_by_one_serializer());
+        let mut bad = setup(10, true);
+        bad.value_bytes = 2;
+        assert!(bad.genesis(&UnsafeBugs::default()).is_err());
     }
 }

@@ -60,9 +60,7 @@ mod transfer;
 pub use epaxos::EpaxosOrdering;
 pub use geo::{GeoOrdering, GeoSetup};
 pub use multiring::{MultiRingOrdering, MultiRingSetup, RingSpec};
-pub use ordering::{
-    AcceptorReport, AtomicMulticast, Executed, OrderingReport, PaxosOrdering, StreamReport,
-};
+pub use ordering::{AcceptorReport, AtomicMulticast, OrderingReport, PaxosOrdering, StreamReport};
 pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_consensus::{
@@ -512,7 +510,16 @@ impl NodeCore {
         out: &mut Vec<Output>,
     ) -> Result<NodeCore, RecoverError> {
         let id = setup.id;
+        let mut setup = setup;
         setup.checkpoint.validate().map_err(RecoverError::Config)?;
+        if let (OrderingSetup::GeoPaxosPlus(g), true) = (
+            &setup.ordering,
+            bugs.geo_write_one_serializer && setup.service.name() == "geo-btree",
+        ) {
+            // Planted bug: the geo tree's psite orders a write by one of its node's
+            // serializers; it travels in the tree's genesis.
+            setup.genesis = g.genesis(&bugs).map_err(RecoverError::Config)?;
+        }
         let restored = match checkpoint {
             None => None,
             Some(bytes) => {
@@ -602,8 +609,16 @@ impl NodeCore {
                         .map_err(RecoverError::Config)?,
                     ),
                     OrderingSetup::GeoPaxosPlus(geo) => Box::new(
-                        GeoOrdering::new(&setup, geo, recovered, &core.bugs, &mut start)
-                            .map_err(RecoverError::Config)?,
+                        GeoOrdering::new(
+                            &setup,
+                            geo,
+                            recovered,
+                            next_deliver,
+                            &position,
+                            &core.bugs,
+                            &mut start,
+                        )
+                        .map_err(RecoverError::Config)?,
                     ),
                     OrderingSetup::Paxos => Box::new(PaxosOrdering::new(
                         &setup,
@@ -667,6 +682,10 @@ impl NodeCore {
                 unsafe_no_barrier: self.bugs.psmr_no_barrier,
                 unsafe_check_passes: self.bugs.psmr_check_passes,
             }),
+            placement: match &self.setup.ordering {
+                OrderingSetup::GeoPaxosPlus(g) => Some(g.replicas.clone()),
+                _ => None,
+            },
         });
         if let Some(runner) = &self.thread_runner {
             r.set_thread_runner(runner.clone());
@@ -721,18 +740,6 @@ impl NodeCore {
     /// tests that look inside them (see [`AtomicMulticast::paxos_roles`]).
     pub fn paxos_roles(&self) -> Option<&PaxosOrdering> {
         self.ordering.as_ref().and_then(|o| o.paxos_roles())
-    }
-
-    /// GeoPaxos+, when this node runs it (for status and tests).
-    pub fn geo(&self) -> Option<&GeoOrdering> {
-        self.ordering
-            .as_ref()
-            .and_then(|o| o.executing_ordering()?.downcast_ref::<GeoOrdering>())
-    }
-
-    /// What an ordering that executes itself (GeoPaxos+, EPaxos) has executed.
-    pub fn ordering_executed(&self) -> Option<Executed> {
-        self.ordering.as_ref().and_then(|o| o.executes())
     }
 
     pub fn id(&self) -> NodeId {
@@ -870,6 +877,11 @@ impl NodeCore {
             (true, Some(r)) => Some(r.access(&cmd)),
             _ => None,
         };
+        // GeoPaxos+: the serializers psite names, from this replica's placement.
+        let mut cmd = cmd;
+        if let Some(route) = self.replica.as_ref().and_then(|r| r.route(&cmd)) {
+            cmd.route = route;
+        }
         let mut actions = Vec::new();
         match ordering.multicast(cmd, access, &mut actions) {
             Ok(()) => self.run(actions, out),
@@ -885,6 +897,12 @@ impl NodeCore {
     }
 
     fn check_request(&self, cmd: &Command) -> Result<(), String> {
+        if cmd.is_system() {
+            return Err(format!(
+                "client id {} is reserved for the ordering's own commands (ids from 2^63)",
+                cmd.client
+            ));
+        }
         cmd.body.check()?;
         let all = self.setup.membership.partitions.map.all();
         if cmd.body.groups() & !all != 0 {
@@ -1084,6 +1102,27 @@ impl NodeCore {
             }
             // Deliveries execute whole instances: this is a consistent point.
             self.maybe_checkpoint();
+            // GeoPaxos+: what this replica decided to submit again as its origin.
+            let again = self
+                .replica
+                .as_mut()
+                .map(|r| r.take_resubmits())
+                .unwrap_or_default();
+            if !again.is_empty() {
+                let n = again.len() as u64;
+                let refused = match self.ordering.as_mut() {
+                    Some(o) => again
+                        .into_iter()
+                        .map(|cmd| o.multicast(cmd, None, &mut actions))
+                        .filter(Result::is_err)
+                        .count() as u64,
+                    None => n,
+                };
+                // A refused one is not lost: its client times out and resubmits it.
+                self.count_n("resubmits", n - refused);
+                self.count_n("resubmits_refused", refused);
+                continue;
+            }
             let Some((from, msg)) = self.local.pop_front() else {
                 break;
             };
@@ -1499,9 +1538,13 @@ impl NodeCore {
         // so the replica can stand behind the delivery stream. The held values above
         // the checkpoint (kept just above) then follow the restored replica, and the
         // stream has nothing to skip.
+        //
+        // An ordering that delivers a partial order always takes the checkpoint's
+        // position, even at a smaller count: what it delivered beyond is another set
+        // of commands, which it delivers again from the restored position.
         let delivered = self.ordering.as_ref().and_then(|o| o.delivered_up_to());
         if let Some(o) = self.ordering.as_mut() {
-            if delivered.is_none_or(|d| instance > d) {
+            if o.checkpoints_at_cuts() || delivered.is_none_or(|d| instance > d) {
                 o.skip_to(instance + 1, &position, actions);
             } else {
                 self.count("state_transfer_behind_delivery");
@@ -1521,9 +1564,6 @@ impl NodeCore {
     }
 
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
-        if let Some(o) = self.ordering.as_mut() {
-            o.take_replies(&mut self.replies);
-        }
         out.extend(self.replies.drain(..).map(Output::Reply));
         self.flush_early(out);
         if let Some(r) = self.replica.as_mut() {

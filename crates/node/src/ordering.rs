@@ -124,39 +124,13 @@ pub trait AtomicMulticast: Send {
     /// Proposals and decisions noted for the driver's metrics since the last call
     /// (only where the configuration asks for them; none by default).
     fn drain_observations(&mut self, _out: &mut Vec<partita_consensus::Observation>) {}
-    /// Replies the ordering produced itself (an ordering that also executes, as
-    /// GeoPaxos+'s replicas do); none by default.
-    fn take_replies(&mut self, _out: &mut Vec<partita_types::Reply>) {}
-    /// What an ordering that executes itself has executed (`None`: the node core's
-    /// replica executes what it delivers).
-    fn executes(&self) -> Option<Executed> {
-        None
-    }
     fn invariants(&self);
-    /// GeoPaxos+ and EPaxos, which still execute inside the ordering: themselves, for
-    /// the node's `geo()` and `epaxos()` (status and the simulator's geo checks) until
-    /// they deliver to the common replica. `None` for every other ordering.
-    fn executing_ordering(&self) -> Option<&dyn std::any::Any> {
-        None
-    }
     /// The Paxos roles this node plays for its one stream (or, with Multi-Ring Paxos,
     /// for the ring it accepts for), for tests that look inside them. Drivers never
     /// need it: [`AtomicMulticast::report`] says what they use.
     fn paxos_roles(&self) -> Option<&PaxosOrdering> {
         None
     }
-}
-
-/// The progress of an ordering that executes commands itself (GeoPaxos+, EPaxos), for
-/// status output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Executed {
-    /// Commands executed.
-    pub executed: u64,
-    /// The service state's digest.
-    pub digest: u64,
-    /// Entries the service holds.
-    pub entries: u64,
 }
 
 /// What one node's ordering reports about itself ([`AtomicMulticast::report`]).
@@ -314,6 +288,30 @@ impl PaxosOrdering {
 
     pub fn acceptor(&self) -> Option<&Acceptor> {
         self.acceptor.as_ref()
+    }
+
+    /// Learn afresh from instance `next` on, whether that is ahead of what the learner
+    /// delivered or behind it: a replica restored a checkpoint (state transfer) whose
+    /// position in this stream is `next - 1`, and what the learner held beyond it was
+    /// already handed on (GeoPaxos+: into a merge the checkpoint replaced), so it is
+    /// learned again from the acceptors.
+    pub fn restart_learner(&mut self, next: Instance, out: &mut Outbox) {
+        let Some(old) = self.learner.take() else {
+            return;
+        };
+        let mut l = Learner::new(
+            self.setup.id,
+            self.setup.membership.clone(),
+            self.setup.learner_config.clone(),
+            next,
+        );
+        l.set_speculative(old.is_speculative());
+        let mut ignored = Vec::new();
+        // What the old learner knew of decisions beyond, the new one asks for again.
+        l.on_tick(self.tick, &mut ignored);
+        out.extend(ignored);
+        self.learner = Some(l);
+        self.count("learner_restarted");
     }
     pub fn coordinator(&self) -> Option<&Coordinator> {
         self.coordinator.as_ref()

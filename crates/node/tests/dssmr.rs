@@ -380,7 +380,7 @@ fn send(
             session: 0,
             reply_to,
             body: body(m.dests, data, &m.cmd),
-            threads: 0,
+            route: 0,
         };
         c.request(1, cmd);
     }
@@ -511,7 +511,7 @@ fn hostile_exec_messages_do_not_crash_members() {
                         session: 0,
                         reply_to: layout[0][0],
                         body: body(m.dests, 2, &m.cmd),
-                        threads: 0,
+                        route: 0,
                     },
                 );
             }
@@ -548,7 +548,7 @@ fn a_misaddressed_command_ends_invalid_and_stalls_nothing() {
             session: 0,
             reply_to,
             body,
-            threads: 0,
+            route: 0,
         },
     );
     c.settle();
@@ -572,7 +572,7 @@ fn a_misaddressed_command_ends_invalid_and_stalls_nothing() {
             session: 0,
             reply_to,
             body: body_of(&ok),
-            threads: 0,
+            route: 0,
         },
     );
     c.settle();

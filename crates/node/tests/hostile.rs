@@ -171,7 +171,7 @@ impl Rng {
             session: self.pick(&[0, 1, 5]),
             reply_to,
             body,
-            threads: self.pick(&[0, 0, 1, 2, 3, u64::MAX]),
+            route: self.pick(&[0, 0, 1, 2, 3, u64::MAX]),
         }
     }
 

@@ -453,9 +453,6 @@ impl Node {
         let leads = self.core.leads();
         let acceptor = report.acceptor;
         let replica = self.core.replica();
-        // An ordering that executes itself (GeoPaxos+, EPaxos): its progress, once
-        // (GeoPaxos+'s digest walks the whole tree).
-        let ordered = self.core.ordering_executed();
         counters.extend(report.role_counters);
         if let Some(w) = &self.wal {
             let st = w.stats();
@@ -496,18 +493,9 @@ impl Node {
             coordinator: leads.is_some(),
             ballot: leads.map(|b| b.to_string()),
             decided_up_to: report.decided_up_to,
-            executed_up_to: match ordered {
-                Some(e) => Some(e.executed),
-                None => replica.map(|r| r.last_instance()),
-            },
-            digest: match ordered {
-                Some(e) => Some(e.digest),
-                None => replica.map(|r| r.digest()),
-            },
-            entries: match ordered {
-                Some(e) => Some(e.entries),
-                None => replica.map(|r| r.len()),
-            },
+            executed_up_to: replica.map(|r| r.last_instance()),
+            digest: replica.map(|r| r.digest()),
+            entries: replica.map(|r| r.len()),
             promised: acceptor.map(|a| a.promised.to_string()),
             accepted: acceptor.map(|a| a.accepted),
             accepted_max_instance: acceptor.map(|a| a.accepted_max_instance),

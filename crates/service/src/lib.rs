@@ -343,8 +343,51 @@ pub trait StateMachine: Sized + Send + 'static {
         Access::of(&Self::objects(cmd), !Self::is_read_only(cmd))
     }
 
+    /// GeoPaxos+ (paper 004 §III-A): the serializers that must order `cmd` submitted at
+    /// replica `from` (bit `i` for replica `i`'s serializer), for a service that places
+    /// its own objects (the geo B+tree: its nodes, with splits predicted): one
+    /// serializer of each object it only reads (the nearest to `from`), every
+    /// serializer of each it writes. `None` (the default): the service places nothing
+    /// itself, and the replica places the objects [`StateMachine::access`] names
+    /// ([`ObjectPlacement`]). A service that answers `Some` for a command answers for
+    /// it [`StateMachine::misplaced`], [`StateMachine::execute_at`] and
+    /// [`StateMachine::reconfigure`] too.
+    fn psite(&self, _cmd: &Self::Command, _from: usize) -> Option<u64> {
+        None
+    }
+
+    /// GeoPaxos+'s delivery decision (paper 004 Algorithm 1) for a service that places
+    /// its own objects: `Some(new)` when the serializers `dst` that ordered `cmd` (from
+    /// replica `from`) no longer cover it here, now (a reconfiguration moved an object,
+    /// a split nobody predicted): nobody executes it and its origin submits it again to
+    /// `new`. Deterministic: every replica decides alike at the same point of the order.
+    fn misplaced(&self, _cmd: &Self::Command, _from: usize, _dst: u64) -> Option<u64> {
+        None
+    }
+
+    /// Execute a command GeoPaxos+ ordered for replica `from`, counting its accesses for
+    /// the next reconfiguration (a service that places its own objects). The counts are
+    /// replicated state: every replica calls it for every command that runs, reads
+    /// included (a replica that ran reads only for its own clients would count
+    /// differently and reconfigure differently). The default executes it.
+    fn execute_at(&mut self, cmd: &Self::Command, _from: usize) -> Self::Reply {
+        self.execute(cmd)
+    }
+
+    /// GeoPaxos+'s reconfiguration (the DOP, ordered with every command): recompute the
+    /// serializers of the objects from the accesses counted, then forget the counts.
+    /// The default does nothing.
+    fn reconfigure(&mut self) {}
+
     /// Execute `cmd` deterministically.
     fn execute(&mut self, cmd: &Self::Command) -> Self::Reply;
+
+    /// Apply a genesis command: the service's initial contents or configuration, the
+    /// same at every replica, applied to [`StateMachine::new`]'s state before anything
+    /// is ordered (`partita_smr::ServiceFactory::seeded`). The default executes it.
+    fn genesis(&mut self, cmd: &Self::Command) {
+        self.execute(cmd);
+    }
 
     /// Execute `cmd` and return what undoes it.
     fn execute_undoable(&mut self, cmd: &Self::Command) -> (Self::Reply, Self::Undo);
@@ -468,6 +511,38 @@ pub trait StateMachine: Sized + Send + 'static {
     }
 }
 
+/// GeoPaxos+'s placement of a service's objects on serializers (paper 004 §III), kept by
+/// the replica for a service that does not place its own ([`StateMachine::psite`]
+/// answers `None`): per object its serializers and the reads and writes counted since
+/// the last reconfiguration, by origin replica. Sets of serializers are bitmasks, bit
+/// `i` for replica `i`'s. Replicated state: every method is deterministic, and the
+/// replica checkpoints it with the service's state.
+pub trait ObjectPlacement: Send {
+    /// The serializers that must order a command touching `access`, submitted at
+    /// replica `from`: one of each object it only reads (the nearest to `from`), all
+    /// of each it writes, every serializer for a command that touches everything.
+    fn psite(&self, access: &Access, from: usize) -> u64;
+    /// The delivery decision: `Some(new)` when `dst` no longer covers the command.
+    fn misplaced(&self, access: &Access, from: usize, dst: u64) -> Option<u64>;
+    /// The command ran at this point of the order: count its accesses. Every replica
+    /// records every command that runs, reads included (the counts are replicated).
+    fn record(&mut self, access: &Access, from: usize);
+    /// A reconfiguration (the DOP): recompute every counted object's serializers, then
+    /// forget the counts.
+    fn reconfigure(&mut self);
+    /// The whole placement as bytes (a function of the placement alone).
+    fn snapshot(&self) -> Vec<u8>;
+    /// The placement a snapshot describes; damaged bytes are an error.
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), String>;
+    /// Equal placements, equal digests.
+    fn digest(&self) -> u64;
+    /// Objects placed elsewhere than their initial serializers, or counted (status).
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// P-SMR: a replica's worker threads over the service's key space (paper 002
 /// §III-F): thread `t` owns the positions `⌊t·(key_max+1)/threads⌋ ..` up to the next
 /// thread's first (positions above `key_max` belong to the last thread).
@@ -588,7 +663,7 @@ pub fn envelope<S: StateMachine>(
         session: 0,
         reply_to,
         body,
-        threads: 0,
+        route: 0,
     })
 }
 

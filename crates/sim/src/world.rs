@@ -34,7 +34,6 @@ use crate::trace::{Detail, Trace};
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::Event;
 use partita_config::ClusterConfig;
-use partita_consensus::geopaxos::SerializerId;
 use partita_consensus::{AcceptorRecord, Msg, PersistToken};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_types::early::EarlyReply;
@@ -324,33 +323,6 @@ fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
     Ok((back, bytes.len() + partita_types::frame::FRAME_HEADER_BYTES))
 }
 
-/// GeoPaxos+: every serializer's group at a node, by serializer.
-fn geo_groups(
-    g: &partita_node::GeoOrdering,
-) -> impl Iterator<Item = (SerializerId, &partita_node::PaxosOrdering)> + '_ {
-    (0..).map_while(move |i: SerializerId| g.group(i).map(|o| (i, o)))
-}
-
-/// Commands an ordering that executes (GeoPaxos+, EPaxos) has run at a node (`None`:
-/// the node's replica executes). Cheap, unlike `NodeCore::ordering_executed`, which
-/// computes the state's digest.
-fn ordering_ran(core: &NodeCore) -> Option<u64> {
-    core.geo().map(|g| g.replica().stats().executed)
-}
-
-/// The executed count replicas of a geo seed must agree on. EPaxos: every committed
-/// command run, copies of a write included (they run, or are answered from the
-/// deduplication window, alike everywhere). GeoPaxos+: the operations executed on the
-/// tree (`GeoStats::executed`, as `partita nemesis` compares them), not
-/// `GeoOrdering::executed`, which adds the copies skipped as duplicates: when a DOP
-/// moved a node between two copies of a write, the copies share no serializer, and
-/// whether the later one is skipped as a duplicate or decided for resubmission
-/// depends on the order the merge releases them, which may differ between replicas
-/// (neither runs it; the trees stay alike).
-fn agreed_executed(core: &NodeCore) -> Option<u64> {
-    ordering_ran(core)
-}
-
 pub struct World {
     p: SeedParams,
     cost: CostTable,
@@ -547,7 +519,8 @@ impl World {
                     },
                 )
             }
-            _ => partita_smr::service::<BPlusTree>(),
+            _ => partita_config::services::factory(&cluster)
+                .unwrap_or_else(partita_smr::service::<BPlusTree>),
         };
         let nodes: Vec<SimNode> = ids
             .iter()
@@ -957,7 +930,12 @@ impl World {
             Ev::Deadline => {
                 if self.finished_at.is_none() {
                     let reason = self.liveness_report();
-                    self.fail(Check::Liveness, reason);
+                    match self.idle_apart() {
+                        // Nothing left to do anywhere, yet the replicas stand at
+                        // different points of the order: a divergence, not a hang.
+                        Some(apart) => self.fail(Check::Convergence, format!("{apart}\n{reason}")),
+                        None => self.fail(Check::Liveness, reason),
+                    }
                 }
             }
         }
@@ -1084,8 +1062,6 @@ impl World {
         }
         let core = n.core.as_mut().expect("an idle node is up");
         let work_before = core.replica().map(|r| r.stats().work).unwrap_or_default();
-        // GeoPaxos+ and EPaxos execute in the ordering (the node's replica is unused).
-        let ordering_before = ordering_ran(core);
         // Who takes a client command or a batch: the coordinator of a leading node,
         // else the node's batcher (see `cpu`).
         let leading = core.leads().is_some();
@@ -1167,17 +1143,6 @@ impl World {
             forwarded_commands,
             ..self.execution_work(&executed)
         };
-        if let Some(before) = ordering_before {
-            // An ordering that executes: one B+tree operation per command it ran.
-            let after = self.nodes[ni]
-                .core
-                .as_ref()
-                .and_then(ordering_ran)
-                .unwrap_or(before);
-            let ran = after.saturating_sub(before);
-            work.btree_ops += ran;
-            work.commands += ran;
-        }
         if let Some(c) = self.cost.codec_of(what) {
             work.codec_ns += c.decode(bytes_in);
             work.bytes_in = 0;
@@ -2127,6 +2092,40 @@ impl World {
         !reports.is_empty()
     }
 
+    /// At the deadline: every client done and every replica up, unpaused and idle
+    /// (nothing queued, in flight or known and not delivered), yet the replicas
+    /// delivered different numbers of commands of a leaderless stream. Nothing will
+    /// bring them together: the replicas diverged.
+    fn idle_apart(&self) -> Option<String> {
+        if self.clients_done < self.clients.len() {
+            return None;
+        }
+        let mut delivered: BTreeMap<u32, Vec<(NodeId, Instance)>> = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| n.replica) {
+            let c = n.core.as_ref().filter(|_| n.paused.is_none())?;
+            let r = c.ordering_report();
+            if !c.quiescent() || !r.idle {
+                return None;
+            }
+            for s in r.streams.iter().filter(|s| !s.led && s.leads.is_none()) {
+                if let Some(d) = s.delivered {
+                    delivered.entry(s.stream).or_default().push((c.id(), d));
+                }
+            }
+        }
+        delivered.into_iter().find_map(|(stream, at)| {
+            let first = at.first()?.1;
+            at.iter().any(|&(_, d)| d != first).then(|| {
+                let at: Vec<String> = at.iter().map(|(n, d)| format!("node {n}: {d}")).collect();
+                format!(
+                    "every replica idle with every client done, yet they delivered different \
+                     numbers of commands of stream {stream}: {}",
+                    at.join(", ")
+                )
+            })
+        })
+    }
+
     /// Why the run is not done: for the liveness failure.
     fn liveness_report(&self) -> String {
         let mut parts = Vec::new();
@@ -2220,20 +2219,7 @@ impl World {
             .iter()
             .filter(|n| n.replica)
             .filter_map(|n| {
-                let core = n.core.as_ref()?;
-                if let Some(e) = core.ordering_executed() {
-                    // GeoPaxos+ executes in its ordering: its counts (see
-                    // `agreed_executed`), digests and sizes; the node core's own
-                    // replica is unused.
-                    return Some(ReplicaEnd {
-                        node: n.id,
-                        partition: 0,
-                        executed_up_to: agreed_executed(core)?,
-                        digest: e.digest,
-                        entries: e.entries as usize,
-                    });
-                }
-                let r = core.replica()?;
+                let r = n.core.as_ref()?.replica()?;
                 Some(ReplicaEnd {
                     node: n.id,
                     partition: self.layout.partition_of_replica(n.id).unwrap_or(0),
@@ -2300,23 +2286,6 @@ impl World {
             .iter()
             .filter_map(|n| {
                 let core = n.core.as_ref()?;
-                if let Some(g) = core.geo() {
-                    let s = g.replica().stats();
-                    return Some(format!(
-                        "node {}: GeoPaxos+ executed {} (multi-serializer {}), deduplicated {}, resubmit decisions {}, DOPs {}, refused {}, malformed {}, positions {:?}",
-                        n.id,
-                        s.executed,
-                        s.executed_multi,
-                        s.deduplicated,
-                        s.resubmit_decisions,
-                        s.dops,
-                        s.refused,
-                        s.malformed,
-                        geo_groups(g)
-                            .map(|(_, o)| o.learner().map_or(0, |l| l.delivered_up_to()))
-                            .collect::<Vec<_>>()
-                    ));
-                }
                 let executed = core.replica().map_or(0, |r| r.last_instance());
                 Some(format!(
                     "node {}: executed {executed}; {}",
@@ -2335,19 +2304,23 @@ impl World {
             let Some(core) = n.core.as_ref() else {
                 continue;
             };
-            if let Some(g) = core.geo() {
+            let Some(r) = core.replica() else {
+                continue;
+            };
+            // Paper 004's tree, the B+tree, or the B+tree placed by an object map.
+            if let Some(g) = partita_smr::downcast::<partita_geo::GeoService>(r) {
                 return g
-                    .replica()
+                    .state()
                     .tree()
                     .entries()
-                    .map(|(k, v)| (k, partita_node::geo::map_value(v)))
+                    .map(|(k, v)| (k, partita_geo::map_value(v)))
                     .collect();
             }
-            let tree = core
-                .replica()
-                .and_then(partita_smr::downcast::<partita_btree::BPlusTree>);
-            if let Some(r) = tree {
-                return r.state().query(0, u64::MAX);
+            if let Some(t) = partita_smr::downcast::<BPlusTree>(r) {
+                return t.state().query(0, u64::MAX);
+            }
+            if let Some(p) = partita_smr::downcast::<partita_geo::Placed<BPlusTree>>(r) {
+                return p.state().inner().query(0, u64::MAX);
             }
         }
         Vec::new()
@@ -2820,6 +2793,20 @@ impl World {
                 };
                 for (k, v) in core.counters() {
                     if k.starts_with("geo_") || k.starts_with("epaxos_") {
+                        *counters.entry(k.to_string()).or_default() += v;
+                    }
+                }
+                // What the replicas decided of GeoPaxos+'s placement, and the copies
+                // of writes the session table answered.
+                if let Some(r) = core.replica() {
+                    let st = r.stats();
+                    for (k, v) in [
+                        ("geo_resubmit_decisions", st.resubmit_decisions),
+                        ("geo_resubmitted", st.resubmitted),
+                        ("geo_executed_multi", st.executed_multi),
+                        ("geo_dops_executed", st.reconfigurations),
+                        ("geo_deduplicated", st.duplicates_answered),
+                    ] {
                         *counters.entry(k.to_string()).or_default() += v;
                     }
                 }

@@ -29,7 +29,8 @@
 //!   truncation that fewer than a majority of durable checkpoints cover.
 //! - `restore-wrong-frontier` (a replica restoring a checkpoint counts the command
 //!   after the cut in every column as run): the restarted or transferred replica
-//!   lacks writes the others ran.
+//!   lacks writes the others ran; with every replica idle at the deadline it stands
+//!   at a different point of the order (convergence, not liveness).
 
 use partita_sim::{run_seed, swarm, Check, GeoChoice, GeoOrdering, SeedReport, SimOptions};
 
@@ -245,8 +246,9 @@ fn geo_dop_not_ordered_is_caught() {
 
 #[test]
 fn geo_write_one_serializer_is_caught() {
-    // Caught at 37 of seeds 0..100 (300 operations): 9, 14, 15, 19, 21, 23, …
-    let (seed, check, what) = control("geo-write-one-serializer", GeoChoice::GeoPaxos, 9..24);
+    // Caught at seeds 28 and 36 of 0..60 (300 operations): the writes that split a
+    // node with several serializers are rare in a short run.
+    let (seed, check, what) = control("geo-write-one-serializer", GeoChoice::GeoPaxos, 24..40);
     eprintln!("geo-write-one-serializer caught at seed {seed} by {check}: {what}");
 }
 
@@ -269,13 +271,10 @@ fn truncation_above_a_majority_is_caught() {
 
 #[test]
 fn a_checkpoint_restored_at_the_wrong_frontier_is_caught() {
-    // Caught as a violation: replicas diverge, or a node's own check finds its
-    // replica and its ordering disagree on what ran (an invariant).
-    let (seed, check, what) = control_by("restore-wrong-frontier", GeoChoice::Epaxos, 0..30, |c| {
-        matches!(
-            c,
-            Check::Linearizability | Check::FinalState | Check::Convergence | Check::Invariants
-        )
-    });
+    // Caught (seeds that take checkpoints every 20 or 100 instances and restart
+    // replicas from them: 21, 23, 27, 31, 35, … of 0..60): every replica idle with
+    // every client done, the restored one having delivered fewer commands than the
+    // others (convergence), or its writes missing from a read (linearizability).
+    let (seed, check, what) = control("restore-wrong-frontier", GeoChoice::Epaxos, 0..32);
     eprintln!("restore-wrong-frontier caught at seed {seed} by {check}: {what}");
 }

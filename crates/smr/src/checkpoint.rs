@@ -9,9 +9,10 @@
 //! it, so that a checkpoint found in the wrong data directory is refused instead of
 //! silently adopted. Replica statistics are not part of it.
 //!
-//! Layout, little endian (`HEADER_BYTES` = 104 bytes of header; version 4, without
-//! the execution name, 96 bytes, and version 3, which had no ordering section either,
-//! 88 bytes, are still read, their name being the instance):
+//! Layout, little endian (`HEADER_BYTES` = 104 bytes of header; versions 5 and 4,
+//! without the execution name, 96 bytes, and version 3, which had no ordering section
+//! either, 88 bytes, are still read, their name being the instance; before version 5
+//! a session has no home):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
@@ -52,13 +53,17 @@ use partita_types::{ClientId, Instance, NodeId};
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
 /// The format version this build writes (2: any service, named in the header; 3:
 /// client sessions with their lease times instead of a bare reply cache; 4: an
-/// ordering section; 5: the execution name covered).
-pub const CHECKPOINT_VERSION: u32 = 5;
+/// ordering section; 5: each session with its home serializers, GeoPaxos+; 6: the
+/// execution name covered, Multi-Ring Paxos). Versions 3, 4 and 5 are still read.
+pub const CHECKPOINT_VERSION: u32 = 6;
 const HEADER_BYTES: usize = 104;
-/// The previous formats (no execution name; before that, no ordering section), still
-/// restored.
+/// The previous format (no execution name), still restored.
+const CHECKPOINT_VERSION_5: u32 = 5;
+/// The format before it (sessions without their home), still restored.
 const CHECKPOINT_VERSION_4: u32 = 4;
+/// Versions 4 and 5 have no execution name field.
 const HEADER_BYTES_4: usize = 96;
+/// The oldest format still restored (no ordering section).
 const CHECKPOINT_VERSION_3: u32 = 3;
 const HEADER_BYTES_3: usize = 88;
 
@@ -66,7 +71,7 @@ const HEADER_BYTES_3: usize = 88;
 fn header_bytes(version: u32) -> Result<usize, CheckpointError> {
     match version {
         CHECKPOINT_VERSION => Ok(HEADER_BYTES),
-        CHECKPOINT_VERSION_4 => Ok(HEADER_BYTES_4),
+        CHECKPOINT_VERSION_5 | CHECKPOINT_VERSION_4 => Ok(HEADER_BYTES_4),
         CHECKPOINT_VERSION_3 => Ok(HEADER_BYTES_3),
         v => Err(CheckpointError::Version(v)),
     }
@@ -88,7 +93,7 @@ pub struct CheckpointInfo {
     pub node_id: NodeId,
     /// Every instance up to and including this one is reflected.
     pub instance: Instance,
-    /// The highest execution name it reflects (the instance, before version 5): no
+    /// The highest execution name it reflects (the instance, before version 6): no
     /// session or cached reply names a later one.
     pub name: Instance,
     pub digest: u64,
@@ -383,8 +388,15 @@ pub fn read_checkpoint<'a>(
                 "length {len} runs past the end of its section"
             )));
         }
-        let session: Session =
-            partita_types::decode(&bytes[at..at + len]).map_err(|e| bad(e.to_string()))?;
+        let entry = &bytes[at..at + len];
+        // Sessions carry their home from version 5 on.
+        let session: Session = if u32_at(bytes, 8) >= CHECKPOINT_VERSION_5 {
+            partita_types::decode(entry).map_err(|e| bad(e.to_string()))?
+        } else {
+            partita_types::decode::<crate::sessions::SessionV4>(entry)
+                .map_err(|e| bad(e.to_string()))?
+                .into()
+        };
         at += len;
         if prev.is_some_and(|p| p >= session.client) {
             return Err(bad("clients not in strictly increasing order".into()));

@@ -128,6 +128,14 @@ pub struct ReplicaStats {
     /// P-SMR on OS threads: commands a thread could not run at the same time as the
     /// others (and those after them in its round), run with every thread stopped.
     pub psmr_alone: u64,
+    /// GeoPaxos+: commands whose serializers no longer covered them where they were
+    /// delivered (the same at every replica), those this replica submitted again as
+    /// their origin, commands ordered by several serializers that ran, and
+    /// reconfigurations (DOPs).
+    pub resubmit_decisions: u64,
+    pub resubmitted: u64,
+    pub executed_multi: u64,
+    pub reconfigurations: u64,
 }
 
 impl ReplicaStats {
@@ -208,6 +216,12 @@ pub struct SequentialReplica<S: StateMachine> {
     deferred: bool,
     /// P-SMR: worker threads and the commands delivered to them, not yet run.
     psmr: Option<Psmr<S::Command>>,
+    /// GeoPaxos+ ([`ReplicaOptions::placement`]): the replicas in serializer order (the
+    /// `i`-th hosts serializer `i`).
+    placement: Option<Vec<NodeId>>,
+    /// GeoPaxos+: commands this replica decided to submit again as their origin, with
+    /// their new serializers (the node core takes them).
+    resubmits: Vec<Command>,
 }
 
 /// Who runs a command: anyone (sequential execution, or a g_all command in
@@ -397,7 +411,84 @@ impl<S: StateMachine> SequentialReplica<S> {
             early: EarlyState::default(),
             deferred: false,
             psmr: None,
+            placement: None,
+            resubmits: Vec::new(),
         }
+    }
+
+    /// GeoPaxos+ (paper 004): the replicas in serializer order; see
+    /// [`ReplicaOptions::placement`].
+    pub fn set_placement(&mut self, replicas: Option<Vec<NodeId>>) {
+        if let Some(r) = &replicas {
+            assert!(
+                !r.is_empty() && r.len() <= 64,
+                "1 to 64 serializers, one per replica"
+            );
+        }
+        self.placement = replicas;
+    }
+
+    /// GeoPaxos+: replica `node`'s serializer (its place in the replica list).
+    fn serializer_of(&self, node: NodeId) -> Option<usize> {
+        self.placement.as_ref()?.iter().position(|&r| r == node)
+    }
+
+    /// GeoPaxos+: every serializer.
+    fn all_serializers(&self) -> u64 {
+        match self.placement.as_ref().map_or(0, |r| r.len()) {
+            64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        }
+    }
+
+    /// GeoPaxos+: the serializers a mutation of `client` must be ordered by besides
+    /// its objects' (its session's home; a session not known yet will be created by
+    /// this very command, at its origin `from`).
+    fn session_home(&self, client: ClientId, from: usize) -> u64 {
+        match self.sessions.get(client) {
+            Some(s) if s.home != 0 => s.home,
+            _ => 1u64 << from,
+        }
+    }
+
+    /// GeoPaxos+ (paper 004 §III-A, psite): the serializers that must order `cmd`,
+    /// submitted here by its client (`None` without placement). The objects' serializers
+    /// come from the service, as this replica's state places them now
+    /// ([`StateMachine::psite`]); a mutation adds its session's home (one client's
+    /// mutations then share a serializer, so every replica runs them in one order:
+    /// exactly-once). An open goes to every serializer: a session is named by the
+    /// instance its open ran at, and only a command ordered with every other one runs at
+    /// the same instance everywhere. A command that does not decode, or whose service
+    /// does not place it, goes to every serializer too (correct, only slower).
+    pub fn route(&self, cmd: &Command) -> Option<u64> {
+        self.placement.as_ref()?;
+        let all = self.all_serializers();
+        let Some(from) = self.serializer_of(cmd.reply_to) else {
+            return Some(all);
+        };
+        if cmd.is_open() {
+            return Some(match cmd.session {
+                0 => all,
+                _ => self.session_home(cmd.client, from),
+            });
+        }
+        let Some(payload) = cmd.body.payload_for(self.partition) else {
+            return Some(all);
+        };
+        let Ok(op) = S::decode_command(payload) else {
+            return Some(all);
+        };
+        let mut dst = self.state.psite(&op, from).unwrap_or(all) & all;
+        if !S::is_read_only(&op) {
+            dst |= self.session_home(cmd.client, from);
+        }
+        Some(if dst == 0 { all } else { dst })
+    }
+
+    /// GeoPaxos+: the commands this replica decided to submit again as their origin
+    /// (see [`SequentialReplica::route`]; each with its new serializers in `route`).
+    pub fn take_resubmits(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.resubmits)
     }
 
     /// P-SMR: run commands on `o.layout.threads` worker threads (see [`Psmr`]). Only
@@ -738,11 +829,11 @@ impl<S: StateMachine> SequentialReplica<S> {
         if cmd.is_open() {
             return (None, None);
         }
-        if cmd.threads.count_ones() == 1 {
-            let t = cmd.threads.trailing_zeros() as usize;
+        if cmd.route.count_ones() == 1 {
+            let t = cmd.route.trailing_zeros() as usize;
             return ((t < p.layout.threads).then_some(t), None);
         }
-        if cmd.threads != 0 {
+        if cmd.route != 0 {
             return (None, None);
         }
         let Some(op) = cmd
@@ -1287,7 +1378,27 @@ impl<S: StateMachine> SequentialReplica<S> {
             instance,
             result: Err(why),
         };
+        if let Some(op) = cmd.system_op() {
+            // The ordering's own: a barrier only moves time (the value's, above); a
+            // reconfiguration recomputes GeoPaxos+'s placement, at the same point of
+            // the order everywhere (it is ordered with every command).
+            if matches!(op, partita_types::SystemOp::Reconfigure { .. }) && self.placement.is_some()
+            {
+                self.state.reconfigure();
+                self.stats.reconfigurations += 1;
+            }
+            return Prepared::Finished;
+        }
+        // GeoPaxos+: the origin (the replica the client chose), as a serializer.
+        let origin = self.serializer_of(cmd.reply_to);
+        if self.placement.is_some() && origin.is_none() {
+            // No correct node orders a command for a client of no replica: skipped
+            // alike everywhere.
+            self.stats.refused += 1;
+            return Prepared::Finished;
+        }
         if cmd.is_open() {
+            let home = origin.map_or(0, |o| 1u64 << o);
             let slog = log.as_deref_mut().map(|l| &mut l.session_log);
             let reply = session_step(
                 &mut self.sessions,
@@ -1295,6 +1406,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                 cmd,
                 instance,
                 payload,
+                home,
                 slog,
             );
             if mine {
@@ -1316,7 +1428,43 @@ impl<S: StateMachine> SequentialReplica<S> {
                 return Prepared::Finished;
             }
         };
-        let last_seq = match self.sessions.admit(cmd, log.map(|l| &mut l.session_log)) {
+        let mutation = !S::is_read_only(&op);
+        if let Some(from) = origin {
+            // GeoPaxos+'s delivery decision (paper 004 Algorithm 1): do the serializers
+            // that ordered it still cover it, here and now? Every replica reaches this
+            // point with the same placement of what it touches, so every replica decides
+            // alike; only its origin submits it again.
+            let home = match mutation {
+                true => self.session_home(cmd.client, from),
+                false => 0,
+            };
+            let dst = cmd.route;
+            let moved = self.state.misplaced(&op, from, dst);
+            if moved.is_some() || home & !dst != 0 {
+                self.stats.resubmit_decisions += 1;
+                if mine {
+                    self.stats.resubmitted += 1;
+                    let again = moved.unwrap_or(dst) | home;
+                    self.resubmits.push(Command {
+                        route: again,
+                        ..cmd.clone()
+                    });
+                }
+                return Prepared::Finished;
+            }
+        }
+        if origin.is_some() && !mutation {
+            // GeoPaxos+: a read is not ordered with its client's mutations (it shares
+            // no session object with them), so what the session table says of it may
+            // differ between replicas. It touches no session and runs everywhere alike
+            // (its accesses count toward the placement; only its replica answers).
+            return Prepared::Run { op, mine, mutation };
+        }
+        let home = origin.map_or(0, |o| 1u64 << o);
+        let last_seq = match self
+            .sessions
+            .admit(cmd, home, log.map(|l| &mut l.session_log))
+        {
             sessions::Admission::Run { last_seq } => last_seq,
             sessions::Admission::Refuse(why) => {
                 self.stats.session_refusals += 1;
@@ -1326,7 +1474,6 @@ impl<S: StateMachine> SequentialReplica<S> {
                 return Prepared::Finished;
             }
         };
-        let mutation = !S::is_read_only(&op);
         if let Some(last_seq) = last_seq {
             if cmd.seq < last_seq || (cmd.seq == last_seq && !mutation) {
                 self.stats.stale_ignored += 1;
@@ -1341,7 +1488,10 @@ impl<S: StateMachine> SequentialReplica<S> {
                 return Prepared::Finished;
             }
         }
-        if !mutation && !mine {
+        // A read runs only at the replica that answers (paper 001 §IV), except with
+        // GeoPaxos+: every replica counts every access (the placement is replicated
+        // state, recomputed from those counts at every replica alike).
+        if !mutation && !mine && self.placement.is_none() {
             self.stats.reads_skipped += 1;
             return Prepared::Finished;
         }
@@ -1425,7 +1575,16 @@ impl<S: StateMachine> SequentialReplica<S> {
             if mutation {
                 self.mutations += 1;
             }
-            self.state.execute(&op)
+            match self.serializer_of(cmd.reply_to) {
+                // GeoPaxos+: executed for its origin, whose accesses it counts.
+                Some(from) => {
+                    if cmd.route.count_ones() > 1 {
+                        self.stats.executed_multi += 1;
+                    }
+                    self.state.execute_at(&op, from)
+                }
+                None => self.state.execute(&op),
+            }
         };
         if let Some((t, before)) = optimistic {
             // The race check: what a thread ran alone changed no shared structure.
@@ -1574,13 +1733,18 @@ pub struct ReplicaOptions {
     pub session_lease_ms: Option<u64>,
     /// P-SMR worker threads (`None`: sequential execution).
     pub psmr: Option<PsmrOptions>,
+    /// GeoPaxos+ (paper 004): the replicas in serializer order (replica `i` hosts
+    /// serializer `i`); the replica routes commands to serializers, decides at delivery
+    /// whether they still cover them, and runs reconfigurations. `None`: elsewhere.
+    pub placement: Option<Vec<NodeId>>,
 }
 
 /// A replica as the node core drives it, whatever service it replicates (object
 /// safe: the node core holds a `Box<dyn Replica>`). See [`SequentialReplica`] for what
 /// each method does.
-/// A session open (`cmd.session == 0`) or renewal ordered at `instance`, applied to
-/// `sessions` and counted in `stats`: the reply the chosen replica sends (every
+/// A session open (`cmd.session == 0`, with the `home` its mutations are ordered by
+/// under GeoPaxos+, else 0) or renewal ordered at `instance`, applied to `sessions`
+/// and counted in `stats`: the reply the chosen replica sends (every
 /// execution model that keeps sessions this way: the sequential replica, S-SMR/DS-SMR
 /// members).
 pub fn session_step(
@@ -1589,12 +1753,13 @@ pub fn session_step(
     cmd: &Command,
     instance: Instance,
     payload: &[u8],
+    home: u64,
     log: Option<&mut sessions::SessionLog>,
 ) -> Reply {
     let result = if cmd.session == 0 {
         stats.sessions_opened += 1;
         let replaces = partita_types::open_replaces(payload);
-        Ok(sessions.open(cmd.client, instance, replaces, log))
+        Ok(sessions.open(cmd.client, instance, replaces, home, log))
     } else {
         stats.sessions_renewed += 1;
         sessions.renew(cmd.client, cmd.session, log)
@@ -1656,6 +1821,16 @@ pub trait Replica: Send {
     fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply>;
     /// What `cmd` touches (see [`SequentialReplica::access`]).
     fn access(&self, cmd: &Command) -> Access;
+    /// GeoPaxos+: the serializers that must order `cmd` (see
+    /// [`SequentialReplica::route`]; `None` without placement).
+    fn route(&self, _cmd: &Command) -> Option<u64> {
+        None
+    }
+    /// GeoPaxos+: commands to submit again (see
+    /// [`SequentialReplica::take_resubmits`]).
+    fn take_resubmits(&mut self) -> Vec<Command> {
+        Vec::new()
+    }
     /// P-SMR worker threads (0: commands execute as their value is delivered, and the
     /// three methods below have nothing to do).
     fn threads(&self) -> usize {
@@ -1733,6 +1908,7 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
         if let Some(p) = o.psmr {
             self.set_psmr(p);
         }
+        self.set_placement(o.placement.clone());
     }
     fn execute_named(
         &mut self,
@@ -1812,6 +1988,12 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     fn access(&self, cmd: &Command) -> Access {
         SequentialReplica::access(self, cmd)
     }
+    fn route(&self, cmd: &Command) -> Option<u64> {
+        SequentialReplica::route(self, cmd)
+    }
+    fn take_resubmits(&mut self) -> Vec<Command> {
+        SequentialReplica::take_resubmits(self)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -1866,7 +2048,7 @@ impl<S: StateMachine> ServiceFactory for Factory<S> {
         for (i, bytes) in genesis.iter().enumerate() {
             let cmd = S::decode_command(bytes)
                 .map_err(|e| format!("genesis command {i} is not a {} command: {e}", S::NAME))?;
-            state.execute(&cmd);
+            state.genesis(&cmd);
         }
         Ok(Box::new(SequentialReplica::new(id, state)))
     }

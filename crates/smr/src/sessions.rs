@@ -47,6 +47,31 @@ pub struct Session {
     pub renewed_ms: u64,
     /// The reply to its last mutating command (this partition's part of it).
     pub last: Option<Reply>,
+    /// GeoPaxos+: the serializers every mutation of the session must be ordered by
+    /// (bit `i` for replica `i`'s; its open's origin), so that one client's mutations
+    /// run in one order at every replica. 0 elsewhere.
+    pub home: u64,
+}
+
+/// A session as checkpoint format 4 (and 3) wrote it: without its home.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionV4 {
+    pub client: ClientId,
+    pub opened_at: Instance,
+    pub renewed_ms: u64,
+    pub last: Option<Reply>,
+}
+
+impl From<SessionV4> for Session {
+    fn from(s: SessionV4) -> Session {
+        Session {
+            client: s.client,
+            opened_at: s.opened_at,
+            renewed_ms: s.renewed_ms,
+            last: s.last,
+            home: 0,
+        }
+    }
 }
 
 /// What a rolled-back speculation restores: each changed entry's previous value.
@@ -216,6 +241,7 @@ impl Sessions {
         client: ClientId,
         instance: Instance,
         replaces: Instance,
+        home: u64,
         log: Option<&mut SessionLog>,
     ) -> Instance {
         if let Some(s) = self.map.get(&client) {
@@ -228,6 +254,7 @@ impl Sessions {
             opened_at: instance,
             renewed_ms: self.now_ms,
             last: None,
+            home,
         };
         self.set(client, Some(s), log);
         instance
@@ -256,7 +283,8 @@ impl Sessions {
 
     /// Whether `cmd` (not an open or a renewal) runs, and in which session; a session
     /// created implicitly (no lease) is created here.
-    pub fn admit(&mut self, cmd: &Command, log: Option<&mut SessionLog>) -> Admission {
+    /// `home`: the serializers a session created here gets (see [`Session::home`]).
+    pub fn admit(&mut self, cmd: &Command, home: u64, log: Option<&mut SessionLog>) -> Admission {
         match self.map.get(&cmd.client) {
             // The session the command names, lease or not: a command of an older
             // session of this client id runs nowhere (its client left that session,
@@ -277,6 +305,7 @@ impl Sessions {
                     opened_at: cmd.session,
                     renewed_ms: self.now_ms,
                     last: None,
+                    home,
                 };
                 self.set(cmd.client, Some(s), log);
                 Admission::Run { last_seq: None }
@@ -362,47 +391,47 @@ mod tests {
     #[test]
     fn a_copy_of_an_old_open_leaves_the_live_session_alone() {
         let mut s = Sessions::new(Some(100));
-        assert_eq!(s.open(7, 5, 0, None), 5);
+        assert_eq!(s.open(7, 5, 0, 0, None), 5);
         // A duplicate of that open, ordered later: answered with session 5.
-        assert_eq!(s.open(7, 8, 0, None), 5);
+        assert_eq!(s.open(7, 8, 0, 0, None), 5);
         assert_eq!(
-            s.admit(&cmd(7, 1, 5), None),
+            s.admit(&cmd(7, 1, 5), 0, None),
             Admission::Run { last_seq: None }
         );
         // The client replaces session 5 knowingly: a new session.
-        assert_eq!(s.open(7, 9, 5, None), 9);
+        assert_eq!(s.open(7, 9, 5, 0, None), 9);
         assert_eq!(
-            s.admit(&cmd(7, 2, 5), None),
+            s.admit(&cmd(7, 2, 5), 0, None),
             Admission::Refuse(Refusal::SessionExpired)
         );
         // Once the session expired, even a copy of the first open opens a new one.
         s.advance(500, None);
-        assert_eq!(s.open(7, 12, 0, None), 12);
+        assert_eq!(s.open(7, 12, 0, 0, None), 12);
     }
 
     #[test]
     fn with_a_lease_unknown_and_stale_sessions_are_refused() {
         let mut s = Sessions::new(Some(100));
         assert_eq!(
-            s.admit(&cmd(7, 1, 0), None),
+            s.admit(&cmd(7, 1, 0), 0, None),
             Admission::Refuse(Refusal::SessionExpired),
             "never opened"
         );
         s.advance(10, None);
-        assert_eq!(s.open(7, 5, 0, None), 5);
+        assert_eq!(s.open(7, 5, 0, 0, None), 5);
         assert_eq!(
-            s.admit(&cmd(7, 1, 5), None),
+            s.admit(&cmd(7, 1, 5), 0, None),
             Admission::Run { last_seq: None }
         );
         assert_eq!(
-            s.admit(&cmd(7, 1, 4), None),
+            s.admit(&cmd(7, 1, 4), 0, None),
             Admission::Refuse(Refusal::SessionExpired),
             "a command of an older session of the same client"
         );
         // An open always starts a new session: the old one's commands are refused.
-        assert_eq!(s.open(7, 9, 5, None), 9);
+        assert_eq!(s.open(7, 9, 5, 0, None), 9);
         assert_eq!(
-            s.admit(&cmd(7, 2, 5), None),
+            s.admit(&cmd(7, 2, 5), 0, None),
             Admission::Refuse(Refusal::SessionExpired)
         );
         assert_eq!(s.renew(7, 5, None), Err(Refusal::SessionExpired));
@@ -414,9 +443,9 @@ mod tests {
     fn sessions_expire_a_lease_after_their_renewal_and_undo_brings_them_back() {
         let mut s = Sessions::new(Some(100));
         s.advance(0, None);
-        s.open(1, 1, 0, None);
+        s.open(1, 1, 0, 0, None);
         s.advance(50, None);
-        s.open(2, 2, 0, None);
+        s.open(2, 2, 0, 0, None);
         s.advance(100, None);
         assert_eq!(s.len(), 2, "renewed exactly one lease ago: kept");
         let mut log = SessionLog::new();
@@ -432,12 +461,12 @@ mod tests {
         assert_eq!(s.advance(140, None), 1, "session 1, renewed at 0");
         s.renew(2, 2, None).unwrap();
         assert_eq!(
-            s.admit(&cmd(2, 1, 2), None),
+            s.admit(&cmd(2, 1, 2), 0, None),
             Admission::Run { last_seq: None }
         );
         assert_eq!(s.advance(200, None), 0, "session 2 was renewed at 140");
         assert_eq!(
-            s.admit(&cmd(2, 2, 2), None),
+            s.admit(&cmd(2, 2, 2), 0, None),
             Admission::Run { last_seq: None }
         );
         assert_eq!(s.advance(241, None), 1, "session 2, not renewed since 140");
@@ -447,7 +476,7 @@ mod tests {
     #[test]
     fn cached_replies_never_go_back() {
         let mut s = Sessions::new(None);
-        s.open(3, 1, 0, None);
+        s.open(3, 1, 0, 0, None);
         let reply = |seq| Reply {
             client: 3,
             seq,
@@ -456,7 +485,7 @@ mod tests {
         };
         s.cache(3, reply(2), None);
         assert_eq!(
-            s.admit(&cmd(3, 3, 1), None),
+            s.admit(&cmd(3, 3, 1), 0, None),
             Admission::Run { last_seq: Some(2) }
         );
         let back = std::panic::catch_unwind(move || s.cache(3, reply(1), None));
@@ -467,7 +496,7 @@ mod tests {
     fn without_a_lease_sessions_open_implicitly_and_never_expire() {
         let mut s = Sessions::new(None);
         assert_eq!(
-            s.admit(&cmd(3, 1, 0), None),
+            s.admit(&cmd(3, 1, 0), 0, None),
             Admission::Run { last_seq: None }
         );
         assert_eq!(s.advance(u64::MAX, None), 0);
@@ -484,19 +513,19 @@ mod tests {
     fn a_new_open_ends_the_previous_session_without_a_lease_too() {
         for lease in [None, Some(1000)] {
             let mut s = Sessions::new(lease);
-            s.open(3, 5, 0, None);
+            s.open(3, 5, 0, 0, None);
             assert_eq!(
-                s.admit(&cmd(3, 1, 5), None),
+                s.admit(&cmd(3, 1, 5), 0, None),
                 Admission::Run { last_seq: None }
             );
-            s.open(3, 9, 5, None);
+            s.open(3, 9, 5, 0, None);
             assert_eq!(
-                s.admit(&cmd(3, 1, 5), None),
+                s.admit(&cmd(3, 1, 5), 0, None),
                 Admission::Refuse(Refusal::SessionExpired),
                 "lease {lease:?}"
             );
             assert_eq!(
-                s.admit(&cmd(3, 2, 9), None),
+                s.admit(&cmd(3, 2, 9), 0, None),
                 Admission::Run { last_seq: None }
             );
             s.invariants();
@@ -508,7 +537,7 @@ mod tests {
         let mut s = Sessions::new(Some(10));
         s.unsafe_reopen_expired = true;
         assert_eq!(
-            s.admit(&cmd(7, 3, 2), None),
+            s.admit(&cmd(7, 3, 2), 0, None),
             Admission::Run { last_seq: None }
         );
     }

@@ -128,7 +128,7 @@ fn build_leased(
             let mut c = partita_btree::service::command(*client, *seq, ME, op);
             // With leases, commands name the session opened at instance 1 or 2.
             c.session = lease_ms.map_or(0, |_| 1 + (*seq % 2));
-            c.threads = match mapping {
+            c.route = match mapping {
                 Mapping::Open(_) => unreachable!(),
                 Mapping::Replica => 0,
                 Mapping::Optimistic => {
@@ -436,7 +436,7 @@ fn optimistic_commands_pass_or_fail_and_failures_change_nothing() {
             };
             let mut c = partita_btree::service::command(100 + k, 1, ME, &op);
             use partita_service::StateMachine;
-            c.threads = 1 << BPlusTree::thread_group(&op, &layout, true).unwrap();
+            c.route = 1 << BPlusTree::thread_group(&op, &layout, true).unwrap();
             c
         })
         .collect();

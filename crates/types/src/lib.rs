@@ -214,12 +214,19 @@ pub struct Command {
     /// The replica the client chose; only it replies (paper 001 §IV).
     pub reply_to: NodeId,
     pub body: Body,
-    /// P-SMR (paper 002 §III-F): the worker threads' groups the client proxy chose,
-    /// bit `i` for g_i. 0 leaves the choice to the replica, which maps the command
-    /// conservatively (CC-G); one bit asks that thread alone to run it (a replica
-    /// checks that it may, and answers [`Refusal::Resubmit`] where it may not); more
-    /// bits make it a g_all command (synchronous mode). Ignored without P-SMR.
-    pub threads: GroupMask,
+    /// The groups within the ordering that a proxy chose for the command, beyond its
+    /// partitions (`body`'s groups):
+    /// - P-SMR (paper 002 §III-F): the worker threads' groups the client proxy chose,
+    ///   bit `i` for g_i. 0 leaves the choice to the replica, which maps the command
+    ///   conservatively (CC-G); one bit asks that thread alone to run it (a replica
+    ///   checks that it may, and answers [`Refusal::Resubmit`] where it may not); more
+    ///   bits make it a g_all command (synchronous mode).
+    /// - GeoPaxos+ (paper 004 §III-A): the serializers that order it (`dst`, bit `i`
+    ///   for replica `i`'s), set by the replica the client chose from the placement it
+    ///   knows (psite), and checked again where it is delivered.
+    ///
+    /// Ignored elsewhere.
+    pub route: GroupMask,
 }
 
 impl Command {
@@ -231,7 +238,7 @@ impl Command {
             session: 0,
             reply_to,
             body: Body::single(payload),
-            threads: 0,
+            route: 0,
         }
     }
 
@@ -249,8 +256,8 @@ impl Command {
         } else {
             (1u64 << psmr_threads) - 1
         };
-        if self.threads.count_ones() == 1 && self.threads & all != 0 {
-            self.threads
+        if self.route.count_ones() == 1 && self.route & all != 0 {
+            self.route
         } else {
             all
         }
@@ -279,7 +286,7 @@ impl Command {
                 groups,
                 payload: Payload::new(),
             },
-            threads: 0,
+            route: 0,
         }
     }
 
@@ -321,6 +328,56 @@ impl Command {
     /// names its session, an open does not).
     pub fn is_open(&self) -> bool {
         self.seq == 0
+    }
+}
+
+/// Client ids at or above this are the ordering's own commands, never a client's: a
+/// node refuses a client command that claims one, and replicas execute them as
+/// [`SystemOp`]s.
+pub const SYSTEM_CLIENT_MIN: ClientId = 1 << 63;
+
+/// What an ordering asks every replica to do at one point of the order, beside the
+/// clients' commands (a command from a client id at or above [`SYSTEM_CLIENT_MIN`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SystemOp {
+    /// Nothing but a point every replica reaches alike (a barrier), stamped with its
+    /// proposer's clock: ordered time moves to it there.
+    Barrier { time_ms: u64 },
+    /// GeoPaxos+'s DOP (paper 004 Algorithm 1): recompute where the service's objects
+    /// are ordered from the accesses counted. Ordered by every serializer, it is a
+    /// barrier too (stamped with its proposer's clock), so that no extra barrier goes
+    /// round while DOPs do.
+    Reconfigure { time_ms: u64 },
+}
+
+impl Command {
+    /// The ordering's command `op`, the `seq`-th of node `from` (`kind` keeps the
+    /// system commands of different orderings' uses apart).
+    pub fn system(op: SystemOp, from: NodeId, kind: u8, seq: u64) -> Command {
+        Command {
+            client: SYSTEM_CLIENT_MIN | (u64::from(kind) << 48) | u64::from(from),
+            seq,
+            session: 0,
+            reply_to: from,
+            body: Body::single(Payload::from(encode(&op))),
+            route: 0,
+        }
+    }
+
+    /// Whether the command is the ordering's own (see [`SYSTEM_CLIENT_MIN`]).
+    pub fn is_system(&self) -> bool {
+        self.client >= SYSTEM_CLIENT_MIN
+    }
+
+    /// The ordering's command this is (`None`: a client's, or bytes that are not one).
+    pub fn system_op(&self) -> Option<SystemOp> {
+        if !self.is_system() {
+            return None;
+        }
+        match &self.body {
+            Body::Whole { payload, .. } => decode(payload).ok(),
+            Body::Split { .. } => None,
+        }
     }
 }
 
@@ -429,7 +486,7 @@ mod tests {
                 groups: 0b101,
                 payloads: vec![Payload::from_static(b"ab"), Payload::from_static(b"c")],
             },
-            threads: 0b10,
+            route: 0b10,
         };
         let bytes = encode(&c);
         assert_eq!(decode::<Command>(&bytes).unwrap(), c);

@@ -447,6 +447,8 @@ pub fn sim_bench_result(r: &BenchReport, w: Workload, cost: &CostTable) -> Bench
         cpu_system_us_per_cmd: None,
         cpu_processes: 0,
         client_cpu_us_per_cmd: 0.0,
+        wal_bytes: Vec::new(),
+        restart_ms: Vec::new(),
     }
 }
 

@@ -179,27 +179,31 @@ impl GeoBTree {
                 h.word(u64::from(config.mask()));
             }
         }
-        h.0
+        h.finish()
     }
 }
 
 /// FNV-1a, 64 bits: simple, stable across Rust versions and platforms (unlike std's
 /// hashers, which promise neither).
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Fnv {
-    fn new() -> Fnv {
+    pub(crate) fn new() -> Fnv {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
 
-    fn bytes(&mut self, b: &[u8]) {
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
         for &x in b {
             self.0 = (self.0 ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
 
-    fn word(&mut self, w: u64) {
+    pub(crate) fn word(&mut self, w: u64) {
         self.bytes(&w.to_le_bytes());
+    }
+
+    pub(crate) fn finish(&self) -> u64 {
+        self.0
     }
 }
 

@@ -44,6 +44,20 @@ impl GeoBTree {
     /// When `from` is not a replica of the topology.
     pub fn execute(&mut self, op: &Op, from: Replica) -> Result<Reply, GbTreeError> {
         self.check_from(from);
+        self.run(op, Some(from))
+    }
+
+    /// Applies `op` as [`GeoBTree::execute`] does, but counts no access: for an
+    /// ordering that delivers commands without an origin replica (EPaxos, a single
+    /// stream), where no DOP ever reads the counters. Replies, entries and shape are
+    /// those `execute` gives; only the counters and `changed` flags of existing nodes
+    /// stay as they are (new nodes from splits are still marked changed).
+    pub fn apply(&mut self, op: &Op) -> Result<Reply, GbTreeError> {
+        self.run(op, None)
+    }
+
+    /// `execute` (counting from `from`) or `apply` (counting nothing).
+    fn run(&mut self, op: &Op, from: Option<Replica>) -> Result<Reply, GbTreeError> {
         self.check_value(op)?;
         let reply = match op {
             Op::Dop => Reply::Dop(self.dop()),
@@ -92,14 +106,19 @@ impl GeoBTree {
 
     /// Counts one access from `from` on k's leaf and every ancestor, the root included
     /// (a do-while: Algorithm 1's `while n.parent` skips the root). Returns the leaf.
-    fn count_path(&mut self, key: u64, from: Replica, access: Access) -> NodeId {
+    /// Counts nothing when `from` is `None` ([`GeoBTree::apply`]).
+    fn count_path(&mut self, key: u64, from: Option<Replica>, access: Access) -> NodeId {
         let leaf = self.find_leaf(key);
         self.count_up(leaf, from, access);
         leaf
     }
 
-    /// Counts one access on `leaf` and every ancestor up to the root.
-    fn count_up(&mut self, leaf: NodeId, from: Replica, access: Access) {
+    /// Counts one access on `leaf` and every ancestor up to the root (nothing when
+    /// `from` is `None`).
+    fn count_up(&mut self, leaf: NodeId, from: Option<Replica>, access: Access) {
+        let Some(from) = from else {
+            return;
+        };
         let mut id = leaf;
         let mut counted = 0u32;
         loop {

@@ -156,6 +156,7 @@
 mod check;
 mod exec;
 mod site;
+mod snapshot;
 
 use crate::error::GeoError;
 use crate::optimizer::{Optimizer, OptimizerOptions};
@@ -165,6 +166,7 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub(crate) use check::Fnv;
 pub use exec::DopReport;
 
 /// The smallest `order` (keys per node): a full inner node of 2 keys splits into one
@@ -681,7 +683,7 @@ impl GeoBTree {
 }
 
 /// SplitMix64: a tiny, well-mixed, seedable generator (Steele, Lea and Flood).
-fn splitmix64(mut x: u64) -> u64 {
+pub(crate) fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -690,7 +692,7 @@ fn splitmix64(mut x: u64) -> u64 {
 
 /// A configuration of `n` replicas drawn from `seed` and `uid`, uniform over the
 /// 2^n − 1 non-empty ones (the modulo bias is below 2^-47).
-fn random_config(seed: u64, uid: u64, n: usize) -> Config {
+pub(crate) fn random_config(seed: u64, uid: u64, n: usize) -> Config {
     let x = splitmix64(seed ^ splitmix64(uid));
     let configs = (1u64 << n) - 1;
     let mask = 1 + x % configs;

@@ -79,6 +79,23 @@ impl GeoBTree {
         }
     }
 
+    /// GET-NEXT's answer, the entry with the smallest key above `key`, without counting
+    /// an access (what an ordering that orders only conflicting commands asks before
+    /// proposing: which keys a GET-NEXT reads).
+    pub fn next_entry(&self, key: u64) -> Option<(u64, &[u8])> {
+        let (id, i) = self.neighbour(&Op::GetNext { key })?;
+        let n = self.node(id);
+        Some((n.keys[i], &n.values[i][..]))
+    }
+
+    /// GET-PREV's answer, the entry with the largest key below `key`, without counting
+    /// an access.
+    pub fn prev_entry(&self, key: u64) -> Option<(u64, &[u8])> {
+        let (id, i) = self.neighbour(&Op::GetPrev { key })?;
+        let n = self.node(id);
+        Some((n.keys[i], &n.values[i][..]))
+    }
+
     /// The serializer of `id` closest to `from` (`from` itself when it is one).
     fn closest(&self, id: NodeId, from: Replica) -> Config {
         let (g, _) = self.topology().nearest(from, self.node(id).reps);

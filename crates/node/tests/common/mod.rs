@@ -538,16 +538,16 @@ pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
         clock_retry_ticks: 10,
         barrier_interval_ms: 100,
     };
-    s.ordering = if epaxos {
-        // The common replica starts with the geo tree's keys, each its own value.
-        s.genesis = (0..keys)
-            .map(|key| {
-                <BPlusTree as partita_service::StateMachine>::encode_command(&Op::Insert {
-                    key,
-                    value: key,
-                })
+    // The common replica starts with keys 0..keys, each its own value.
+    s.genesis = (0..keys)
+        .map(|key| {
+            <BPlusTree as partita_service::StateMachine>::encode_command(&Op::Insert {
+                key,
+                value: key,
             })
-            .collect();
+        })
+        .collect();
+    s.ordering = if epaxos {
         partita_node::OrderingSetup::Epaxos(geo)
     } else {
         partita_node::OrderingSetup::GeoPaxosPlus(geo)
