@@ -129,6 +129,29 @@ async fn multi_ring_paxos_survives_every_fault() {
     assert_eq!(kinds.len(), 4, "not every fault was injected: {r}");
 }
 
+/// Multi-Ring Paxos over two partitions (a ring each and one across them, paper 002
+/// §V-B): each partition's replicas merge only their own rings (and exchange signals
+/// for the ring across), so the partitions stand at different merged positions when
+/// the replicas converge; a ring's coordinator killed and paused, an acceptor and a
+/// replica killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_multi_ring_paxos_survives_every_fault() {
+    let tweak = |c: ClusterConfig| {
+        let key_space = nemesis::default_bench(Duration::from_secs(1), 1, 0)
+            .key_space
+            .unwrap();
+        c.with_partitions(2, 2, key_space)
+            .and_then(|c| c.with_multiring(2, 1))
+            .expect("a valid cluster")
+    };
+    let r = run_tweaked(Protocol::RingPaxos, Fault::ALL.to_vec(), 12, &[], 1, tweak).await;
+    assert!(r.passed(), "{r}");
+    let kinds: std::collections::BTreeSet<_> = r.injected.iter().map(|i| i.fault).collect();
+    assert_eq!(kinds.len(), 4, "not every fault was injected: {r}");
+    let converged = r.converged.as_ref().expect("passed");
+    assert!(converged.contains("2 partition(s)"), "{converged}");
+}
+
 /// opt-PSMR (paper 002) on real processes: four worker threads per replica, on OS
 /// threads of their own over one shared B+tree, clients mapping every command to one
 /// thread; a replica, an acceptor and the coordinator killed, the coordinator paused.

@@ -11,8 +11,14 @@
 //! §IV: only that replica replies), or with state partitioning for the reply of that
 //! replica's rank in every addressed partition ([`PartitionLayout::answerer`]), and
 //! merges the sub-replies ([`StateMachine::merge`]) only when they come from one
-//! instance: a resubmission may be ordered again, and sub-replies of two executions
-//! would not merge into a linearizable result.
+//! execution: a resubmission may be ordered again, and sub-replies of two executions
+//! would not merge into a linearizable result. A reply names its execution
+//! ([`Reply::instance`]): the instance that ordered it on one stream; with Multi-Ring
+//! Paxos, whose partitions merge different rings and number their sequences
+//! differently, the place of the value that carried it among every ring's (the same
+//! at every partition, and growing along every partition's sequence as instances do;
+//! see `partita_node::multiring`). The client compares names only for equality, and
+//! its sessions' for order (below).
 //!
 //! Retries. Without an answer after `timeout_ns` the *same* command (same client id and
 //! sequence number) is resubmitted, so the replicas' reply cache answers one that was
@@ -38,12 +44,16 @@
 //! entry in a history).
 //!
 //! Sessions. Before its first command a client opens its session: a command with
-//! sequence number 0 to every partition, whose reply names the instance the session
-//! was opened at; every later command names that instance ([`Command::session`]), so
-//! that after the session expires (the cluster's lease ran out without traffic) no
-//! late copy of one of its commands runs again. A command refused because its session
-//! expired ends as [`ClientError::SessionExpired`]: its outcome is unknown (an earlier
-//! copy may have run before the expiry), and the next command opens a new session.
+//! sequence number 0 to every partition, whose reply names the execution the session
+//! was opened at (every partition must name the same, or the answers do not count).
+//! Every later command names it ([`Command::session`]), so that after the session
+//! expires (the cluster's lease ran out without traffic) no late copy of one of its
+//! commands runs again. A later open names the newest session the client had, so that
+//! a late copy of an older open cannot end a newer session (names of one client's
+//! opens grow in the order they ran, at every partition alike). A command refused
+//! because its session expired ends as [`ClientError::SessionExpired`]: its outcome is
+//! unknown (an earlier copy may have run before the expiry), and the next command
+//! opens a new session.
 //! The open belongs to the first command's invocation (its time counts in the
 //! command's latency); if no session can be opened in time, the command ends as
 //! [`ClientError::NoSession`], not applied. A client that gives up on a command for
@@ -281,9 +291,10 @@ struct Outstanding<S: StateMachine> {
     refused_pending: bool,
     /// The partitions that answer, in order (one, partition 0, without partitioning).
     partitions: Vec<PartitionId>,
-    /// Sub-replies received, per instance that ordered the command.
+    /// Sub-replies received, per execution that ran the command (its name,
+    /// [`Reply::instance`]).
     parts: BTreeMap<Instance, Vec<(PartitionId, S::Reply)>>,
-    /// The open's answers, per instance that ordered it: (partition, opened at).
+    /// The open's answers, per execution that ran it: (partition, opened at).
     opens: BTreeMap<Instance, Vec<(PartitionId, Instance)>>,
     early: BTreeMap<PartitionId, EarlyWait>,
     tentative_ns: Option<u64>,
@@ -295,7 +306,7 @@ struct Outstanding<S: StateMachine> {
 pub struct ClientCore<S: StateMachine> {
     id: ClientId,
     seq: u64,
-    /// The instance the current session was opened at (`None`: not open).
+    /// The execution the current session was opened at (its name; `None`: not open).
     session: Option<Instance>,
     /// The newest session it ever had (0: none): its opens name it, so a copy of an
     /// old open cannot replace a newer session.
@@ -734,7 +745,7 @@ impl<S: StateMachine> ClientCore<S> {
         }
     }
 
-    /// Partition `p`'s final sub-result, computed at `instance`.
+    /// Partition `p`'s final sub-result, computed by the execution named `instance`.
     fn on_part(
         &mut self,
         p: PartitionId,
@@ -852,9 +863,9 @@ impl<S: StateMachine> ClientCore<S> {
         self.send(now, out);
     }
 
-    /// Partition `p` opened the session at `opened_at` (the open ordered at
-    /// `instance`): once every partition's answer for one instance is in, the session
-    /// is open.
+    /// Partition `p` opened the session at `opened_at` (the open's execution named
+    /// `instance`): once every partition's answer for one execution is in, the
+    /// session is open.
     fn on_open_part(
         &mut self,
         p: PartitionId,
@@ -878,7 +889,7 @@ impl<S: StateMachine> ClientCore<S> {
             return;
         }
         let got = o.opens.remove(&instance).expect("just filled");
-        // Every partition executed the open at one instance: they agree on when the
+        // Every partition ran the open in one execution: they agree on when the
         // session opened (a resubmitted open of a live session names the first).
         if got.iter().any(|(_, at)| *at != got[0].1) {
             self.stats.merge_errors += 1;

@@ -399,6 +399,7 @@ impl Acceptor {
             | Msg::Exec { .. }
             | Msg::Epaxos(_)
             | Msg::PositionCheckpointed { .. }
+            | Msg::Merged { .. }
             | Msg::OnRing { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }
@@ -989,11 +990,14 @@ impl Acceptor {
         // The majority-th highest checkpoint (replicas not heard from count as 0):
         // a majority of replicas executed and checkpointed everything up to it. With
         // state partitioning, a majority of every partition's replicas (each holds only
-        // its partition's state, so only its peers can serve it a checkpoint).
+        // its partition's state, so only its peers can serve it a checkpoint). A
+        // partition with no learner of this stream (a Multi-Ring Paxos ring that does
+        // not carry it) neither needs its log nor holds it back.
         let parts = self.membership.partitions.map.count();
         let covered = (0..parts)
-            .map(|p| {
-                let members = self.membership.learners_of(p);
+            .map(|p| self.membership.learners_of(p))
+            .filter(|members| !members.is_empty())
+            .map(|members| {
                 let mut all: Vec<Instance> = members
                     .iter()
                     .map(|l| self.replica_checkpoints.get(l).copied().unwrap_or(0))
@@ -1744,6 +1748,45 @@ mod tests {
             batchers: Vec::new(),
             ..membership(Protocol::MultiPaxos)
         }
+    }
+
+    /// A Multi-Ring Paxos ring that carries partition 0 of two: its learners are
+    /// partition 0's replicas only (4 and 5; partition 1's, 6, learn nothing of it), so
+    /// a majority of them truncates, and partition 1, with no learner here, holds
+    /// nothing back.
+    #[test]
+    fn a_stream_truncates_below_a_majority_of_its_own_learners() {
+        let m = Membership {
+            learners: vec![4, 5],
+            partitions: partita_types::PartitionLayout {
+                map: partita_types::PartitionMap::new(2, 100).unwrap(),
+                replicas: vec![vec![4, 5], vec![]],
+            },
+            ..three_replicas()
+        };
+        let mut a = Acceptor::new(1, m);
+        let mut out = Vec::new();
+        let b = Ballot::new(1, 3);
+        for i in 1..=4 {
+            accept(&mut a, i, b, i, &mut out);
+        }
+        for t in 1..=4 {
+            a.on_persisted(t, &mut out);
+        }
+        out.clear();
+        // Partition 1's replica is no learner of this stream: its word counts for
+        // nothing.
+        a.on_message(6, Msg::Checkpointed { instance: 4 }, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        a.on_message(4, Msg::Checkpointed { instance: 3 }, &mut out);
+        assert!(out.is_empty(), "one of two is no majority: {out:?}");
+        a.on_message(5, Msg::Checkpointed { instance: 2 }, &mut out);
+        assert_eq!(
+            a.truncated_below(),
+            3,
+            "both of partition 0's learners hold 2"
+        );
+        a.invariants();
     }
 
     #[test]

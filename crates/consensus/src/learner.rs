@@ -305,8 +305,10 @@ impl Learner {
 
     fn deliver(&mut self, out: &mut Outbox) {
         while let Some(v) = self.ready.remove(&self.next_deliver) {
+            // One stream: the instance names the execution at every learner.
             out.push(Action::Deliver {
                 instance: self.next_deliver,
+                name: self.next_deliver,
                 value: v,
             });
             self.next_deliver += 1;
@@ -548,10 +550,12 @@ mod tests {
             vec![
                 Action::Deliver {
                     instance: 1,
+                    name: 1,
                     value: v(1)
                 },
                 Action::Deliver {
                     instance: 2,
+                    name: 2,
                     value: v(2)
                 }
             ]
@@ -598,7 +602,9 @@ mod tests {
         let delivered: Vec<_> = out
             .iter()
             .filter_map(|a| match a {
-                Action::Deliver { instance, value } => Some((*instance, value.vid)),
+                Action::Deliver {
+                    instance, value, ..
+                } => Some((*instance, value.vid)),
                 _ => None,
             })
             .collect();
@@ -660,6 +666,7 @@ mod tests {
             vec![
                 Action::Deliver {
                     instance: 1,
+                    name: 1,
                     value: v(1)
                 },
                 Action::Propose {
@@ -778,6 +785,7 @@ mod tests {
             out,
             vec![Action::Deliver {
                 instance: 1,
+                name: 1,
                 value: v(1)
             }]
         );
@@ -804,10 +812,12 @@ mod tests {
             vec![
                 Action::Deliver {
                     instance: 11,
+                    name: 11,
                     value: v(11)
                 },
                 Action::Deliver {
                     instance: 12,
+                    name: 12,
                     value: v(12)
                 }
             ]
@@ -903,10 +913,12 @@ mod tests {
             vec![
                 Action::Deliver {
                     instance: 1,
+                    name: 1,
                     value: v(1)
                 },
                 Action::Deliver {
                     instance: 2,
+                    name: 2,
                     value: v(2)
                 }
             ]

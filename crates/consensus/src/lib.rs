@@ -714,6 +714,17 @@ pub enum Msg {
     /// EPaxos (paper 004's leaderless baseline, [`epaxos`]): a message between the
     /// replicas' EPaxos cores. The core checks it ([`epaxos::Epaxos::on_message`]).
     Epaxos(Box<epaxos::EpaxosMsg>),
+    /// Multi-Ring Paxos over partitioned state, replica → the replicas of the other
+    /// partitions it shares a ring with, whenever its merge passes or reaches a value
+    /// of such a ring, and periodically: my merge took every place of the round-robin
+    /// below execution name `name`, and the value named `name` is merged or waits at
+    /// its head. A partition runs a value of a ring it shares only once every other
+    /// partition the ring carries reached it (paper 003 §3.2's signals: no command
+    /// ordered later can then land before it at any of them, which keeps commands for
+    /// several partitions linearizable). `ask`: the sender waits at `name` for the
+    /// receiver's partition (sent again while it waits): answer with your own, if
+    /// your merge reached `name`. See `partita_node::multiring`.
+    Merged { name: Instance, ask: bool },
 }
 
 /// `Vec<u8>` as one length-prefixed byte string (serde's default for `Vec<u8>` is a
@@ -928,7 +939,7 @@ impl Msg {
                     .then_some(())
                     .ok_or("a chunk outside its checkpoint"),
             ),
-            Msg::Exec { .. } | Msg::Epaxos(_) => Ok(()),
+            Msg::Exec { .. } | Msg::Epaxos(_) | Msg::Merged { .. } => Ok(()),
             Msg::OnRing { msg, .. } => match **msg {
                 Msg::OnRing { .. } => Err("a ring message inside a ring message"),
                 // State transfer and execution are between replicas, not of a ring.
@@ -937,6 +948,7 @@ impl Msg {
                 }
                 Msg::Exec { .. } => Err("an execution message sent on a ring"),
                 Msg::Epaxos(_) => Err("an EPaxos message sent on a ring"),
+                Msg::Merged { .. } => Err("a partition's merge signal sent on a ring"),
                 ref inner => inner.check(),
             },
         }
@@ -977,6 +989,7 @@ impl Msg {
             Msg::OnRing { msg, .. } => msg.kind(),
             Msg::Exec { .. } => "exec",
             Msg::Epaxos(_) => "epaxos",
+            Msg::Merged { .. } => "merged",
         }
     }
 }
@@ -1036,9 +1049,15 @@ pub enum Action {
         token: PersistToken,
         record: AcceptorRecord,
     },
-    /// A learner delivers a decided value, in instance order.
+    /// A learner delivers a decided value, in instance order. `name` is what the
+    /// replica calls its execution in replies and session opens: the same at every
+    /// learner that delivers the value. For one stream it is the instance itself;
+    /// Multi-Ring Paxos, whose learners of different partitions merge different rings
+    /// and number their sequences differently, names a value by its place in the
+    /// round-robin of every ring (`multiring::slot_name`).
     Deliver {
         instance: Instance,
+        name: Instance,
         value: Arc<Value>,
     },
     /// A learner with speculation on ([`Learner::set_speculative`]) reports a value

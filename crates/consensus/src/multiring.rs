@@ -59,6 +59,54 @@ impl RingItem<std::sync::Arc<crate::Value>> {
     }
 }
 
+/// A value the merge delivers ([`RingMerge::pop_merged`]): its ring, its consensus
+/// instance there, and its place in the round-robin: the turn of its ring in round
+/// `round`, at place `offset` (0-based, below `M`) of that turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Merged<V> {
+    pub ring: RingId,
+    pub instance: Instance,
+    pub round: u64,
+    pub offset: u64,
+    pub value: V,
+}
+
+/// What [`RingMerge::pop_merged_if`] found at the head of the merge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Head<V> {
+    /// The next value, taken.
+    Taken(Merged<V>),
+    /// The next value, where it stands, left at the head.
+    Refused(Merged<()>),
+    /// The ring whose turn it is has nothing decided yet.
+    Waiting,
+}
+
+/// The name of the value a merge took in round `round`, at place `offset` of the turn
+/// of the ring ranked `rank` (0-based, ascending id) among the `rings` rings of the
+/// cluster, `m` instances per turn: its place in the round-robin of *every* ring,
+/// counted from 1, `(round · rings + rank) · m + offset + 1`.
+///
+/// A ring's logical instance `l` is taken in round `l / m` at place `l % m` by every
+/// merge that has the ring (each turn takes `m` of the ring's logical instances,
+/// whatever the other rings are). So a value has the same name at every learner that
+/// merges its ring, whichever rings it merges besides, and every merge (of any subset
+/// of the rings, in ascending order) delivers in ascending name order: the name is
+/// the value's position in the one sequence that every learner's sequence is a
+/// projection of. Names are not dense (skips and other rings' turns take places, and
+/// a value shares its turn with the ring's other values). Saturates at `u64::MAX`,
+/// which only skips past what a u64 counts reach (see
+/// `skips_beyond_what_a_u64_counts_saturate`).
+pub fn slot_name(round: u64, offset: u64, rank: usize, rings: usize, m: u64) -> Instance {
+    assert!(
+        rank < rings && offset < m,
+        "rank {rank} of {rings} rings, place {offset} of a turn of {m}"
+    );
+    let slot =
+        (u128::from(round) * rings as u128 + rank as u128) * u128::from(m) + u128::from(offset) + 1;
+    u64::try_from(slot).unwrap_or(u64::MAX)
+}
+
 /// Where a merge stands: everything needed to continue the same sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergePosition {
@@ -259,6 +307,18 @@ impl<V> RingMerge<V> {
             .any(|r| r.queue.iter().any(|i| matches!(i, RingItem::Value(_))))
     }
 
+    /// Where the round-robin stands: the ring whose turn it is, the round, and the
+    /// place (0-based, below `M`) in that ring's turn that the merge takes next.
+    /// Every place before it was taken (a value merged, or a logical instance
+    /// skipped).
+    pub fn cursor(&self) -> (RingId, u64, u64) {
+        (
+            self.rings[self.turn_index()].id,
+            self.round,
+            self.m - self.left,
+        )
+    }
+
     /// The next consensus instance `ring` must push (what its learner delivers next).
     pub fn next_instance(&self, ring: RingId) -> Option<Instance> {
         self.rings
@@ -339,12 +399,31 @@ impl<V> RingMerge<V> {
     /// while the ring whose turn it is has nothing decided yet. Skips are consumed on
     /// the way.
     pub fn pop(&mut self) -> Option<(RingId, Instance, V)> {
+        self.pop_merged().map(|m| (m.ring, m.instance, m.value))
+    }
+
+    /// [`RingMerge::pop`], with where in the round-robin the value was taken (what
+    /// [`slot_name`] names it by).
+    pub fn pop_merged(&mut self) -> Option<Merged<V>> {
+        match self.pop_merged_if(|_| true) {
+            Head::Taken(m) => Some(m),
+            Head::Refused(_) => unreachable!("every value is taken"),
+            Head::Waiting => None,
+        }
+    }
+
+    /// The next value in merge order if `take` accepts it (shown its ring, instance
+    /// and place, with the value). Skips before it are consumed either way; a refused
+    /// value stays at the head, and the merge's position is just before it (what a
+    /// learner that may not deliver a value yet checkpoints).
+    pub fn pop_merged_if(&mut self, mut take: impl FnMut(&Merged<&V>) -> bool) -> Head<V> {
         loop {
             if self.turn == 0 && self.left == self.m {
                 self.skip_whole_rounds();
             }
             let i = self.turn_index();
             let left = self.left;
+            let (round, offset) = (self.round, self.m - left);
             let r = &mut self.rings[i];
             if r.carried_skip > 0 {
                 let n = r.carried_skip.min(left);
@@ -353,7 +432,32 @@ impl<V> RingMerge<V> {
                 self.consume(n);
                 continue;
             }
-            let item = r.queue.pop_front()?;
+            let Some(front) = r.queue.front() else {
+                return Head::Waiting;
+            };
+            if let RingItem::Value(v) = front {
+                // Where the round-robin stands before the value takes its place: the
+                // ring's logical instance `logical_head`, in round `logical / M` at
+                // place `logical % M` of the ring's turn (the same at every merge that
+                // has the ring, whatever else it has).
+                let at = Merged {
+                    ring: r.id,
+                    instance: r.head,
+                    round,
+                    offset,
+                    value: v,
+                };
+                if !take(&at) {
+                    return Head::Refused(Merged {
+                        ring: at.ring,
+                        instance: at.instance,
+                        round,
+                        offset,
+                        value: (),
+                    });
+                }
+            }
+            let item = r.queue.pop_front().expect("a front");
             let instance = r.head;
             r.head += 1;
             match item {
@@ -362,7 +466,13 @@ impl<V> RingMerge<V> {
                     r.logical_head += 1;
                     self.stats.values_delivered += 1;
                     self.consume(1);
-                    return Some((id, instance, v));
+                    return Head::Taken(Merged {
+                        ring: id,
+                        instance,
+                        round,
+                        offset,
+                        value: v,
+                    });
                 }
                 RingItem::Skip(0) => self.stats.skips_consumed += 1,
                 RingItem::Skip(n) => {
@@ -985,6 +1095,71 @@ mod tests {
             let tail: Vec<_> = std::iter::from_fn(|| resumed.pop()).collect();
             let joined: Vec<_> = head.into_iter().chain(tail).collect();
             prop_assert_eq!(joined, all);
+        }
+    }
+
+    /// Every value of `streams` (ring i has id 3·i + 1) on the rings `pick` selects
+    /// (a bit per ring), merged: (ring, instance, name), in merge order.
+    fn named(streams: &Streams, m: u64, pick: u32) -> Vec<(RingId, Instance, Instance)> {
+        let all: Vec<RingId> = (0..streams.len() as RingId).map(|i| 3 * i + 1).collect();
+        let mine: Vec<usize> = (0..streams.len())
+            .filter(|i| pick & (1 << i) != 0)
+            .collect();
+        let ids: Vec<RingId> = mine.iter().map(|&i| all[i]).collect();
+        let mut merge = RingMerge::<u64>::new(&ids, m).unwrap();
+        for &i in &mine {
+            for (k, item) in streams[i].iter().enumerate() {
+                merge.push(all[i], k as u64 + 1, item.clone()).unwrap();
+            }
+        }
+        let out = std::iter::from_fn(|| merge.pop_merged())
+            .map(|v| {
+                let rank = all.binary_search(&v.ring).unwrap();
+                let name = slot_name(v.round, v.offset, rank, all.len(), m);
+                (v.ring, v.instance, name)
+            })
+            .collect();
+        merge.invariants();
+        out
+    }
+
+    /// Names of values merged after skips of more rounds than a u64 counts saturate
+    /// (they cannot count on): the largest name, not a wrap to a small one.
+    #[test]
+    fn names_saturate() {
+        assert_eq!(slot_name(0, 0, 0, 1, 1), 1, "names count from 1");
+        assert_eq!(slot_name(2, 1, 1, 3, 2), (2 * 3 + 1) * 2 + 1 + 1);
+        assert_eq!(slot_name(u64::MAX, 0, 0, 2, 1), u64::MAX);
+        assert_eq!(slot_name(u64::MAX / 64, 5, 63, 64, 1_000_000), u64::MAX);
+    }
+
+    proptest! {
+        /// Learners of different subsets of the rings (the partitions' replicas of
+        /// Multi-Ring Paxos with subscriptions) name every value they share alike,
+        /// and each delivers in ascending name order: the subset's sequence is the
+        /// whole merge's, projected.
+        #[test]
+        fn learners_of_any_rings_name_shared_values_alike(
+            s in streams(),
+            m in 1u64..4,
+            pick in 1u32..16,
+        ) {
+            let whole = named(&s, m, (1 << s.len()) - 1);
+            let pick = pick & ((1 << s.len()) - 1);
+            prop_assume!(pick != 0);
+            let part = named(&s, m, pick);
+            prop_assert!(whole.windows(2).all(|w| w[0].2 < w[1].2), "ascending names");
+            let ranks = |r: RingId| ((r - 1) / 3) as usize;
+            let projected: Vec<_> = whole
+                .iter()
+                .copied()
+                .filter(|(r, _, _)| pick & (1 << ranks(*r)) != 0)
+                .collect();
+            // The subset's merge may stop earlier (it waits on fewer rings, but a
+            // ring it has may run dry sooner relative to the others): a prefix either
+            // way, the same values under the same names.
+            let n = projected.len().min(part.len());
+            prop_assert_eq!(&part[..n], &projected[..n]);
         }
     }
 

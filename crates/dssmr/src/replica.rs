@@ -124,6 +124,9 @@ pub struct DsReplica<S: ObjectService> {
     server: Server<S>,
     sessions: Sessions,
     last_instance: Instance,
+    /// The highest execution name delivered (what `CmdRef`s carry; see
+    /// `execute_named`).
+    last_name: Instance,
     /// Commands the server holds: (client, seq) → who to answer and at which instance.
     pending: DetHashMap<(u64, u64), (NodeId, CmdRef)>,
     exec_out: Vec<(NodeId, Vec<u8>)>,
@@ -145,6 +148,7 @@ impl<S: ObjectService> DsReplica<S> {
             initial,
             sessions: Sessions::new(None),
             last_instance: 0,
+            last_name: 0,
             pending: DetHashMap::default(),
             exec_out: Vec::new(),
             waited: (None, 0),
@@ -344,12 +348,24 @@ impl<S: ObjectService> Replica for DsReplica<S> {
             self.partition = *p;
         }
     }
-    fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
+    /// Commands are named by the execution's `name`, not the instance: members of
+    /// different partitions of a Multi-Ring Paxos cluster merge different rings and
+    /// number their deliveries differently, but name each value alike, and names grow
+    /// along every member's delivery as instances do on one stream (`CmdRef`s are
+    /// compared by it).
+    fn execute_named(
+        &mut self,
+        instance: Instance,
+        name: Instance,
+        value: &Value,
+        replies_out: &mut Vec<Reply>,
+    ) {
         assert_eq!(instance, self.last_instance + 1, "instances in order, once");
         self.last_instance = instance;
+        self.last_name = self.last_name.max(name);
         self.stats.sessions_expired += self.sessions.advance(value.time_ms, None);
         for cmd in &value.commands {
-            self.run_command(instance, cmd, replies_out);
+            self.run_command(name, cmd, replies_out);
         }
     }
     fn propose(&mut self, _instance: Instance, _value: Arc<Value>) {}
@@ -374,6 +390,7 @@ impl<S: ObjectService> Replica for DsReplica<S> {
                 node_id: self.id,
                 cluster_id: self.cluster_id,
                 instance: self.last_instance,
+                name: self.last_name,
                 digest: self.server.digest(),
                 entries: self.server.len(),
                 service: S::NAME,
@@ -436,7 +453,7 @@ impl<S: ObjectService> Replica for DsReplica<S> {
                 self.outputs(outs, replies_out);
             }
             Some(ExecMsg::Ask { at }) => {
-                match self.server.answer(at, from_member, self.last_instance) {
+                match self.server.answer(at, from_member, self.last_name) {
                     Some(Some(x)) => {
                         self.counters.resent += 1;
                         self.exec_out
@@ -542,6 +559,7 @@ impl<S: ObjectService> ServiceFactory for DsFactory<S> {
             .with_planted(self.planted);
         r.cluster_id = info.cluster_id;
         r.last_instance = info.instance;
+        r.last_name = info.name;
         let mut server = server;
         server.set_planted(self.planted);
         r.server = server;

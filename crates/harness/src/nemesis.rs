@@ -687,7 +687,8 @@ pub async fn final_contents(
     Ok(all)
 }
 
-/// Wait until every replica executed the same instance and the replicas of each
+/// Wait until every replica executed the same instance (under Multi-Ring Paxos, every
+/// replica of a partition its partition's furthest, steady) and the replicas of each
 /// partition hold one digest; return what was compared.
 ///
 /// Replicas at the same position may still differ for a moment: an execution model
@@ -702,6 +703,7 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
     let mut last = String::new();
     let mut previous = None;
     let mut differing: Option<String> = None;
+    let partition_of = |node: NodeId| cluster.node(node).and_then(|n| n.partition);
     while t0.elapsed() < limit {
         let st = statuses(cluster, Duration::from_secs(1)).await;
         let reps: Vec<&NodeStatus> = st
@@ -709,34 +711,45 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
             .filter_map(|(_, s)| s.as_ref())
             .filter(|s| s.executed_up_to.is_some())
             .collect();
-        let decided = if cluster.ordering.multiring().is_some() {
-            // Multi-Ring Paxos: no one stream's decided prefix to catch up with (idle
-            // rings keep skipping); the replicas agree once they all stand at the
-            // furthest merged position, twice in a row.
-            let furthest = reps.iter().filter_map(|r| r.executed_up_to).max();
-            let steady = furthest.is_some() && furthest == previous;
-            previous = furthest;
-            if steady {
-                furthest.unwrap_or(0)
+        // Where each partition's replicas must stand (`None`: one position for all).
+        let targets: Option<std::collections::BTreeMap<Option<u32>, u64>> =
+            if cluster.ordering.multiring().is_some() {
+                // Multi-Ring Paxos: no one stream's decided prefix to catch up with
+                // (idle rings keep skipping), and each partition numbers its own merge
+                // of the rings it subscribes to: the replicas agree once each stands
+                // at its partition's furthest merged position, the same twice in a
+                // row.
+                let mut furthest = std::collections::BTreeMap::new();
+                for r in &reps {
+                    let e = furthest.entry(partition_of(r.node)).or_insert(0);
+                    *e = (*e).max(r.executed_up_to.unwrap_or(0));
+                }
+                let steady = !furthest.is_empty() && previous.as_ref() == Some(&furthest);
+                previous = Some(furthest.clone());
+                Some(if steady { furthest } else { Default::default() })
             } else {
-                u64::MAX
-            }
-        } else {
-            st.iter()
-                .filter_map(|(_, s)| s.as_ref()?.decided_up_to)
-                .max()
-                .unwrap_or(0)
+                None
+            };
+        let decided = st
+            .iter()
+            .filter_map(|(_, s)| s.as_ref()?.decided_up_to)
+            .max()
+            .unwrap_or(0);
+        let target = |r: &NodeStatus| match &targets {
+            Some(t) => t.get(&partition_of(r.node)).copied(),
+            None => Some(decided),
         };
         if reps.len() == cluster.executors().len()
-            && reps.iter().all(|r| r.executed_up_to == Some(decided))
+            && reps
+                .iter()
+                .all(|r| target(r).is_some() && r.executed_up_to == target(r))
         {
             // Replicas of one partition hold the same state; partitions differ.
             let mut by_partition: std::collections::BTreeMap<Option<u32>, Vec<(String, u64)>> =
                 Default::default();
             for r in &reps {
-                let partition = cluster.node(r.node).and_then(|n| n.partition);
                 by_partition
-                    .entry(partition)
+                    .entry(partition_of(r.node))
                     .or_default()
                     .push((format!("node {}", r.node), r.digest.unwrap_or(0)));
             }
@@ -763,8 +776,19 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
                     c("psmr_alone")?
                 ))
             });
+            let at = match &targets {
+                Some(t) if t.len() > 1 => format!(
+                    "at instances {} (each partition numbers its own merge)",
+                    t.values()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(t) => format!("at instance {}", t.values().next().copied().unwrap_or(0)),
+                None => format!("at instance {decided}"),
+            };
             return Ok(format!(
-                "{} replicas in {} partition(s) at instance {decided}{}",
+                "{} replicas in {} partition(s) {at}{}",
                 reps.len(),
                 by_partition.len(),
                 psmr.unwrap_or_default()

@@ -304,6 +304,7 @@ impl EpaxosOrdering {
         };
         out.push(Action::Deliver {
             instance: self.delivered,
+            name: self.delivered,
             value: Arc::new(Value {
                 vid,
                 commands,

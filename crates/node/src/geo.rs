@@ -546,7 +546,9 @@ impl GeoOrdering {
                         },
                     });
                 }
-                Action::Deliver { instance, value } => self.on_decided(g, instance, &value, out),
+                Action::Deliver {
+                    instance, value, ..
+                } => self.on_decided(g, instance, &value, out),
                 Action::Propose { .. } => self.count("dropped_propose_geo"),
                 Action::TruncateLog { below_token } => {
                     self.group_truncated[g as usize] =
@@ -669,6 +671,8 @@ impl GeoOrdering {
             };
             out.push(Action::Deliver {
                 instance: self.delivered,
+                // Every replica runs the one timestamp merge: the instance names it.
+                name: self.delivered,
                 value: Arc::new(Value {
                     vid: Vid {
                         ballot: Ballot::new(u64::from(r.op.incarnation), r.op.from.into()),

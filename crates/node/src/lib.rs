@@ -480,7 +480,7 @@ pub struct NodeCore {
     /// P-SMR: values delivered while a due checkpoint waits for the worker threads
     /// to finish what they hold (a checkpoint is taken at a point where every
     /// delivered command ran); handed to the replica right after it.
-    held: VecDeque<(Instance, Arc<Value>)>,
+    held: VecDeque<(Instance, Instance, Arc<Value>)>,
 }
 
 impl NodeCore {
@@ -853,7 +853,7 @@ impl NodeCore {
                 time_ms: self.clock_ms,
                 skip: 0,
             };
-            self.deliver(self.cs_instance, Arc::new(value));
+            self.deliver(self.cs_instance, self.cs_instance, Arc::new(value));
             self.maybe_checkpoint();
             self.maybe_save(out);
             self.flush_replies(out);
@@ -1028,7 +1028,7 @@ impl NodeCore {
                 "replica took exactly what the ordering delivered"
             );
         }
-        if let (Some(r), Some((i, _))) = (&self.replica, self.held.front()) {
+        if let (Some(r), Some((i, _, _))) = (&self.replica, self.held.front()) {
             assert_eq!(
                 *i,
                 r.last_instance() + 1,
@@ -1068,10 +1068,14 @@ impl NodeCore {
                     Action::Persist { token, record } => {
                         out.push(Output::Persist { token, record })
                     }
-                    Action::Deliver { instance, value } => {
+                    Action::Deliver {
+                        instance,
+                        name,
+                        value,
+                    } => {
                         self.delivered_ballot = self.delivered_ballot.max(value.vid.ballot);
                         match self.replica.is_some() {
-                            true => self.deliver(instance, value),
+                            true => self.deliver(instance, name, value),
                             false => self.count("dropped_deliver_without_replica"),
                         }
                     }
@@ -1132,16 +1136,16 @@ impl NodeCore {
     /// Hand a delivered value to the replica. P-SMR: its commands go to the worker
     /// threads (run at once when they run inline); while a due checkpoint waits for
     /// the threads to finish what they hold, the value is held back.
-    fn deliver(&mut self, instance: Instance, value: Arc<Value>) {
+    fn deliver(&mut self, instance: Instance, name: Instance, value: Arc<Value>) {
         // Not with an ordering that keeps a position of its own (Multi-Ring Paxos): a
         // checkpoint there covers everything delivered, so values are never held back
         // (the checkpoint waits for a moment when everything delivered ran).
         if !self.held.is_empty() || (self.checkpoint_waits() && !self.ordering_has_position()) {
-            self.held.push_back((instance, value));
+            self.held.push_back((instance, name, value));
             return;
         }
         let r = self.replica.as_mut().expect("the caller checked");
-        r.execute(instance, &value, &mut self.replies);
+        r.execute_named(instance, name, &value, &mut self.replies);
         if self.inline_workers {
             self.drain_workers();
         }
@@ -1190,8 +1194,8 @@ impl NodeCore {
             return;
         }
         self.maybe_checkpoint();
-        for (instance, value) in std::mem::take(&mut self.held) {
-            self.deliver(instance, value);
+        for (instance, name, value) in std::mem::take(&mut self.held) {
+            self.deliver(instance, name, value);
         }
     }
 
@@ -1526,7 +1530,7 @@ impl NodeCore {
             .expect("a checkpoint that was just restored verifies");
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
         self.replica = Some(self.prepare_replica(r));
-        self.held.retain(|(i, _)| *i > instance);
+        self.held.retain(|(i, _, _)| *i > instance);
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
         self.count("state_transfers_completed");
         // The ordering may have delivered beyond the checkpoint already: P-SMR holds

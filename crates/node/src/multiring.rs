@@ -1,6 +1,7 @@
 //! Multi-Ring Paxos behind the atomic-multicast seam (paper 002 §V-B and its reference
-//! [18]): several Ring Paxos rings, each with its own acceptors, coordinator, election
-//! and log, and at every replica one deterministic merge of the rings it subscribes to.
+//! [18]; paper 003 §2.2): several Ring Paxos rings, each with its own acceptors,
+//! coordinator, election and log, and at every replica one deterministic merge of the
+//! rings it subscribes to.
 //!
 //! - **Rings and groups.** The cluster file lists the rings (`[[ordering.ring]]`): each
 //!   names its acceptors (no node is an acceptor of two rings: a ring's acceptors, and
@@ -9,16 +10,19 @@
 //!   replicas with P-SMR worker threads, the threads' groups (paper 002 §V-B: g_i for
 //!   thread i, a ring each, and a ring that carries them all for g_all). A command's
 //!   groups are [`Command::multicast_groups`]: its partitions, or the one thread its
-//!   client proxy chose (CC-G or OC-G), else g_all.
-//! - **Subscriptions.** Every replica learns and merges every ring, and executes only
-//!   its partition's part of each command (a command of another partition is skipped).
-//!   So every replica delivers one sequence with one numbering: a command for several
-//!   partitions runs at the same merged position at each, which is what clients match
-//!   sub-replies and session opens by, and what session leases are timed by. The papers'
-//!   learners subscribe to their own groups' rings only; here a ring sends each
-//!   partition only its part of a value (paper 001's partitioned dissemination), so a
-//!   replica receives the other partitions' instances as empty parts, which cost little
-//!   but are not nothing.
+//!   client proxy chose (CC-G or OC-G), else g_all. One ring carries every group (the
+//!   cluster file insists: session opens and renewals go to every partition).
+//! - **Subscriptions.** A replica subscribes to the rings that carry its partition
+//!   (its own ring and the ring that spans every partition, in the usual layout) and
+//!   merges those only ([`MultiRingSetup::subscribed`]). A ring's learners are its
+//!   subscribers ([`MultiRingSetup::subscribers`]): the ring's membership lists only
+//!   them, so its coordinator and acceptors send nothing (proposals, decisions,
+//!   heartbeats) to any other replica, and a replica has no learner for a ring it does
+//!   not subscribe to: a partition's replica receives nothing of another partition's
+//!   ring. Unpartitioned, every ring carries the one group and every replica merges
+//!   every ring. With P-SMR worker threads a replica hosts every thread, so it learns
+//!   and merges every ring (see **P-SMR** for why the threads do not merge their two
+//!   rings each).
 //! - **Multicast.** A command goes to the ring that carries all of its groups with the
 //!   fewest groups (a single-partition command to its partition's ring, one for several
 //!   partitions to a ring that spans them); among equals, by client, so that one
@@ -32,18 +36,61 @@
 //! - **The merge** ([`RingMerge`]): round-robin in ascending ring order, `M` logical
 //!   instances per ring per round; a coordinator whose ring falls short of `λ` logical
 //!   instances per second proposes skip instances (`SkipPacer`), so an idle ring never
-//!   stalls the merge. The merged stream is numbered 1, 2, … (skips deliver nothing);
-//!   that number is the instance the replica executes and checkpoints.
+//!   stalls the merge. A replica numbers what its merge delivers 1, 2, … (skips deliver
+//!   nothing): that is the instance its replica executes and checkpoints, and it
+//!   differs between partitions, whose merges hold different rings.
+//! - **Execution names.** What clients and sessions need of an execution is a name that
+//!   is the same at every partition that runs it: a client matches the replies of a
+//!   command for several partitions, and the answers to a session open, by
+//!   `Reply::instance`, and a session is named by where its open ran. A value's name
+//!   is its place in the round-robin of *every* ring of the cluster
+//!   ([`partita_consensus::multiring::slot_name`]: round k, the ring's rank r among the
+//!   R rings, place j of its turn: `(k·R + r)·M + j + 1`). Every merge of any subset of
+//!   the rings visits a ring's logical instances in the same rounds and places, so the
+//!   name of a value is the same at every replica that delivers it, and names grow
+//!   along every replica's delivery, as one stream's instances do: every comparison a
+//!   replica makes between names (a session open against the session it replaces,
+//!   S-SMR's command references) means what it meant with one numbering. The ordering
+//!   delivers each value with its name ([`Action::Deliver`]); the replica answers and
+//!   opens sessions under it, and checkpoints record the highest one.
+//! - **Signals.** A partition that runs a command for several partitions before the
+//!   others have merged it could let a command ordered later, on another partition's
+//!   own ring, land before it there: a client that saw the first partition's effect
+//!   could then issue a command that misses it at another partition (the swarm found
+//!   such a history). As S-SMR does (paper 003 §3.2), partitions exchange signals: a
+//!   replica tells the replicas of the partitions it shares rings with how far its
+//!   merge reached ([`Msg::Merged`], whenever that passes or reaches a value of a
+//!   shared ring), and a value of a shared ring with commands for this partition
+//!   waits at the head of the merge until every other partition its ring carries said
+//!   its merge reached the value's name. Then every ring of every partition the value
+//!   goes to has decided everything before it, so nothing ordered later lands before
+//!   it anywhere. A replica that waits [`SIGNAL_ASK_TICKS`] asks again (`ask`), and
+//!   is answered by those that reached it (a signal lost, or sent before a restart).
+//!   The wait is at the merge's head, so the merge's position (a checkpoint's) is
+//!   always that of what was delivered. The ring's partitions are all waited for, not
+//!   only those the value's commands address (a replica sees only its partition's
+//!   part of a value). Unpartitioned and under P-SMR there are no signals.
 //! - **Time.** Replicas expire client sessions by the ordered time of the values they
-//!   run. The rings' clocks differ, so a value older than one merged before it runs at
-//!   that newer time: the merged stream's time never goes back.
+//!   run, so every partition a command reaches must have expired the same sessions
+//!   before it. Only values of the rings that carry every group move the merged
+//!   stream's time (to the newest such value's, never back): every replica merges
+//!   those rings, and a ring's values have the same of them before them at every
+//!   replica that merges it (the merges are projections of one sequence). A value of
+//!   another ring runs at that time too. Unpartitioned (every ring carries every
+//!   group) that is the newest time of all, as before.
 //! - **Checkpoints.** The merge position (and the time) is the ordering's position
 //!   ([`AtomicMulticast::position`]), stored in every checkpoint; a replica restored from
-//!   one (restart or state transfer) resumes the same merged sequence, and each ring's
-//!   acceptors are told the ring instance up to which the checkpoint covers that ring
-//!   (they truncate their own logs below what a majority of the ring's learners hold).
-//!   A ring learner that finds its ring's log truncated below what it needs asks the
-//!   node for a state transfer.
+//!   one (restart or state transfer, always from a replica of its own partition) resumes
+//!   the same merge of the same rings. Each subscribed ring's acceptors are told the
+//!   ring instance up to which the checkpoint covers that ring; a ring's acceptors
+//!   count only the ring's learners and truncate below what a majority of each carried
+//!   partition's learners hold (partitions the ring does not carry have no learner
+//!   there and hold nothing back). A ring learner that finds its ring's log truncated
+//!   below what it needs asks the node for a state transfer.
+//! - **Reports.** The merged sequence is one stream per partition in
+//!   [`AtomicMulticast::report`] (id `MERGED_STREAM - partition`): replicas of one
+//!   partition deliver the same sequence, replicas of different partitions are not
+//!   compared.
 //!
 //! - **P-SMR.** Thread i of the paper's replica learns g_i's ring and g_all's and
 //!   merges the two round-robin. Here every replica merges every ring and hands the
@@ -51,12 +98,21 @@
 //!   the projection of a round-robin merge onto two of its rings is the round-robin
 //!   merge of those two, so every thread sees the order the paper's would. What
 //!   differs is waiting: a thread's commands wait in the merge for every ring's
-//!   position, not only g_all's (skips bound that wait, as for partitions).
+//!   position, not only g_all's (skips bound that wait, as for partitions). Merging
+//!   per thread would let replicas deliver a client's commands on two threads' rings
+//!   in different orders (a command sent after another was answered can land in an
+//!   earlier round of its own ring), and the replica keeps one exactly-once record
+//!   per client for all its threads: the replica that ran the first command first
+//!   would run both, one that ran the second first would drop the first as old. The
+//!   threads could merge their own rings only with exactly-once records per thread
+//!   group, a change to the P-SMR replica not made here.
 //!
 //! Not yet (refused by the cluster file's checks): speculative execution and
-//! batchers over Multi-Ring Paxos; learners that subscribe to their own groups only.
+//! batchers over Multi-Ring Paxos.
 
-use partita_consensus::multiring::{MergePosition, RingId, RingItem, RingMerge, SkipConfig};
+use partita_consensus::multiring::{
+    slot_name, Head, MergePosition, Merged, RingId, RingItem, RingMerge, SkipConfig,
+};
 use partita_consensus::{AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value};
 use partita_types::choice::FieldError;
 use partita_types::{Command, Instance, NodeId};
@@ -67,9 +123,12 @@ use std::sync::Arc;
 use crate::ordering::{AtomicMulticast, OrderingReport, PaxosOrdering, StreamReport};
 use crate::{NodeSetup, UnsafeBugs};
 
-/// The stream id of the merged sequence in [`AtomicMulticast::report`] (rings are
-/// numbered below it).
+/// The stream id of partition 0's merged sequence in [`AtomicMulticast::report`]
+/// (partition p's is `MERGED_STREAM - p`; rings are numbered below
+/// [`RING_ID_MAX`]).
 pub const MERGED_STREAM: u32 = u32::MAX;
+/// The largest ring id a node takes (ids above are the merged streams' in reports).
+pub const RING_ID_MAX: RingId = MERGED_STREAM - 64;
 
 /// One ring of the cluster file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,10 +175,67 @@ impl MultiRingSetup {
         best().nth((client % n) as usize).map(|r| r.id)
     }
 
-    /// The rings a replica merges: every ring (see the module doc: replicas of every
-    /// partition merge the same sequence, and execute only their partition's part).
-    pub fn subscribed(&self) -> Vec<RingId> {
-        self.rings.iter().map(|r| r.id).collect()
+    /// Every group a ring carries.
+    pub fn all_groups(&self) -> u64 {
+        self.rings.iter().fold(0, |g, r| g | r.groups)
+    }
+
+    /// The groups replica `node` learns for: its partition's, or with P-SMR worker
+    /// threads every thread's (it hosts them all).
+    pub fn groups_of(&self, membership: &Membership, node: NodeId) -> u64 {
+        if self.psmr_threads > 0 {
+            return self.all_groups();
+        }
+        let p = membership.partition_of(node);
+        assert!(p < 64, "partition {p}: a group mask has 64 bits");
+        1u64 << p
+    }
+
+    /// The rings replica `node` merges, ascending: those that carry one of its groups
+    /// (see the module doc).
+    pub fn subscribed(&self, membership: &Membership, node: NodeId) -> Vec<RingId> {
+        let groups = self.groups_of(membership, node);
+        self.rings
+            .iter()
+            .filter(|r| r.groups & groups != 0)
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// The learners of ring `spec`: the replicas that subscribe to it, in the order of
+    /// `membership.learners`.
+    pub fn subscribers(&self, spec: &RingSpec, membership: &Membership) -> Vec<NodeId> {
+        membership
+            .learners
+            .iter()
+            .copied()
+            .filter(|&l| spec.groups & self.groups_of(membership, l) != 0)
+            .collect()
+    }
+
+    /// Whether ring `ring` carries every group: every replica merges it, and its
+    /// values move the merged stream's time (see the module doc).
+    pub fn spans_all(&self, ring: RingId) -> bool {
+        let all = self.all_groups();
+        self.rings
+            .iter()
+            .any(|r| r.id == ring && r.groups & all == all)
+    }
+
+    /// The name of a value a merge delivered (see the module doc and
+    /// [`slot_name`]): the same at every replica whose merge has its ring.
+    pub fn name<V>(&self, merged: &Merged<V>) -> Instance {
+        let rank = self
+            .rings
+            .binary_search_by_key(&merged.ring, |r| r.id)
+            .expect("a merged ring is one of the cluster's");
+        slot_name(merged.round, merged.offset, rank, self.rings.len(), self.m)
+    }
+
+    /// The stream id of the merged sequence of the replicas of `partition` in
+    /// [`AtomicMulticast::report`].
+    pub fn merged_stream(partition: partita_types::PartitionId) -> u32 {
+        MERGED_STREAM - partition.min(MERGED_STREAM - RING_ID_MAX - 1)
     }
 }
 
@@ -143,13 +259,79 @@ pub struct MultiRingOrdering {
     setup: MultiRingSetup,
     /// Ascending by id, every ring of the cluster.
     rings: Vec<Ring>,
-    /// The merge (only at a replica).
+    /// The merge of the rings this replica subscribes to (only at a replica).
     merge: Option<RingMerge<Arc<Value>>>,
+    /// The merged stream's id in reports (one per partition).
+    stream: u32,
     /// Last position of the merged stream delivered.
     delivered: Instance,
+    /// The highest execution name delivered (names grow along the merge; see the
+    /// module doc).
+    named: Instance,
     /// The merged stream's time (see the module doc).
     time_ms: u64,
+    /// Signals (see the module doc): what this replica waits for and tells.
+    signals: Signals,
+    tick: u64,
     counters: BTreeMap<&'static str, u64>,
+}
+
+/// Ticks a replica waits at a value for other partitions' signals before it asks
+/// them again (and again, as long as it waits).
+pub const SIGNAL_ASK_TICKS: u64 = 20;
+
+/// A replica's signals (see the module doc): per ring (ascending, as the cluster's),
+/// the other partitions it carries; the replicas of those partitions with their
+/// partition; the highest name each partition said its merge reached; what this
+/// replica last said its merge reached.
+#[derive(Default)]
+struct Signals {
+    others: Vec<u64>,
+    peers: BTreeMap<NodeId, partita_types::PartitionId>,
+    reached: BTreeMap<partita_types::PartitionId, Instance>,
+    told: Instance,
+    /// The value waiting at the merge's head for signals: its name, the partitions it
+    /// waits for, and since when (tick).
+    waiting: Option<(Instance, u64, u64)>,
+    asked_tick: u64,
+}
+
+impl Signals {
+    /// What replica `node` of partition-ring layout `rings` exchanges signals about:
+    /// nothing unpartitioned or under P-SMR (one replica hosts every group).
+    fn new(rings: &MultiRingSetup, membership: &Membership, node: NodeId) -> Signals {
+        let mut s = Signals::default();
+        if rings.psmr_threads > 0 || !membership.is_partitioned() {
+            s.others = vec![0; rings.rings.len()];
+            return s;
+        }
+        let mine = rings.groups_of(membership, node);
+        s.others = rings
+            .rings
+            .iter()
+            .map(|r| {
+                if r.groups & mine != 0 {
+                    r.groups & !mine
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let all = s.others.iter().fold(0, |a, o| a | o);
+        for q in partita_types::mask_partitions(all) {
+            for l in membership.learners_of(q) {
+                s.peers.insert(l, q);
+            }
+        }
+        s
+    }
+
+    /// Whether every partition of `others` said its merge reached `name`.
+    fn reached_all(&self, others: u64, name: Instance) -> bool {
+        partita_types::mask_partitions(others)
+            .into_iter()
+            .all(|q| self.reached.get(&q).is_some_and(|&n| n >= name))
+    }
 }
 
 impl MultiRingOrdering {
@@ -167,10 +349,16 @@ impl MultiRingOrdering {
         out: &mut Outbox,
     ) -> Result<MultiRingOrdering, FieldError> {
         let id = setup.id;
+        if let Some(r) = rings.rings.iter().find(|r| r.id > RING_ID_MAX) {
+            return Err(FieldError::new(
+                "ordering.ring.id",
+                format!("ring {}: ring ids go up to {RING_ID_MAX}", r.id),
+            ));
+        }
         let mut merge = None;
         let mut time_ms = 0;
         if setup.replica {
-            let subscribed = rings.subscribed();
+            let subscribed = rings.subscribed(&setup.membership, id);
             let mut mg = if position.is_empty() {
                 RingMerge::new(&subscribed, rings.m)?
             } else {
@@ -193,8 +381,12 @@ impl MultiRingOrdering {
             setup: rings.clone(),
             rings: Vec::new(),
             merge,
+            stream: MultiRingSetup::merged_stream(setup.membership.partition_of(id)),
             delivered: next_deliver - 1,
+            named: 0,
             time_ms,
+            signals: Signals::new(rings, &setup.membership, id),
+            tick: 0,
             counters: BTreeMap::new(),
         };
         for spec in &rings.rings {
@@ -263,7 +455,9 @@ impl MultiRingOrdering {
                         msg: Box::new(msg),
                     },
                 }),
-                Action::Deliver { instance, value } => {
+                Action::Deliver {
+                    instance, value, ..
+                } => {
                     let Some(mg) = self.merge.as_mut() else {
                         self.count("dropped_deliver_without_merge");
                         continue;
@@ -283,16 +477,62 @@ impl MultiRingOrdering {
         self.pop_merged(out);
     }
 
-    /// Deliver everything the merge can, numbered on from `delivered`.
+    /// Deliver everything the merge can, numbered on from `delivered`, each value
+    /// with its name (see the module doc). A value of a ring this partition shares
+    /// with others, with commands for it, waits at the merge's head until every other
+    /// partition the ring carries said its merge reached it (signals).
     fn pop_merged(&mut self, out: &mut Outbox) {
         let Some(mg) = self.merge.as_mut() else {
             return;
         };
-        while let Some((_, _, value)) = mg.pop() {
-            // Every replica merges the same values: the merged stream's time is the
-            // newest of its values' (rings' clocks differ), the same everywhere.
-            let value = if value.time_ms >= self.time_ms {
-                self.time_ms = value.time_ms;
+        let reversed = mg.unsafe_reverse_order;
+        let (setup, signals) = (&self.setup, &self.signals);
+        let others_of = |ring: RingId| {
+            let rank = setup
+                .rings
+                .binary_search_by_key(&ring, |r| r.id)
+                .expect("a merged ring is one of the cluster's");
+            signals.others[rank]
+        };
+        let mut shared = false;
+        let mut waiting = None;
+        loop {
+            let head = mg.pop_merged_if(|m| {
+                let others = others_of(m.ring);
+                others == 0
+                    || m.value.commands.is_empty()
+                    || signals.reached_all(others, setup.name(m))
+            });
+            let merged = match head {
+                Head::Taken(merged) => merged,
+                Head::Refused(at) => {
+                    shared = true;
+                    waiting = Some((setup.name(&at), others_of(at.ring)));
+                    break;
+                }
+                Head::Waiting => break,
+            };
+            let name = setup.name(&merged);
+            // Names grow along the merge (the planted `merge-order` bug takes the
+            // rings' turns backwards, and saturated names, past what skips of more
+            // rounds than a u64 counts reach, stop growing).
+            assert!(
+                reversed || name > self.named || name == u64::MAX,
+                "ring {} instance {}: name {name} after {}",
+                merged.ring,
+                merged.instance,
+                self.named
+            );
+            self.named = self.named.max(name);
+            shared |= others_of(merged.ring) != 0;
+            // Time moves with the values of the rings that carry every group only,
+            // so that every partition runs a command at the same time (see the
+            // module doc); never back.
+            let value = merged.value;
+            if setup.spans_all(merged.ring) {
+                self.time_ms = self.time_ms.max(value.time_ms);
+            }
+            let value = if value.time_ms == self.time_ms {
                 value
             } else {
                 let mut v = (*value).clone();
@@ -302,9 +542,120 @@ impl MultiRingOrdering {
             self.delivered += 1;
             out.push(Action::Deliver {
                 instance: self.delivered,
+                name,
                 value,
             });
         }
+        self.signals.waiting = match (waiting, self.signals.waiting) {
+            (None, _) => None,
+            (Some((name, _)), Some(w)) if w.0 == name => Some(w),
+            (Some((name, others)), _) => {
+                self.count("merge_waits_for_signals");
+                Some((name, others, self.tick))
+            }
+        };
+        if shared {
+            self.tell(out);
+        }
+    }
+
+    /// How far this replica's merge reached (what signals say): every place of the
+    /// round-robin below the name returned was taken, and the value of that name, if
+    /// any, is merged or waits at the head (0: nothing yet, or no merge here).
+    fn reach(&self) -> Instance {
+        let Some(mg) = &self.merge else {
+            return 0;
+        };
+        if let Some((name, _, _)) = self.signals.waiting {
+            return name;
+        }
+        let (ring, round, offset) = mg.cursor();
+        let next = self.setup.name(&Merged {
+            ring,
+            instance: 0,
+            round,
+            offset,
+            value: (),
+        });
+        next - 1
+    }
+
+    /// Tell the replicas of the partitions this one shares rings with how far its
+    /// merge reached, if that moved since it last did (see the module doc).
+    fn tell(&mut self, out: &mut Outbox) {
+        let reach = self.reach();
+        let s = &mut self.signals;
+        if reach <= s.told {
+            return;
+        }
+        s.told = reach;
+        for &peer in s.peers.keys() {
+            out.push(Action::Send {
+                to: peer,
+                msg: Msg::Merged {
+                    name: reach,
+                    ask: false,
+                },
+            });
+        }
+        *self.counters.entry("merge_signals_sent").or_default() += s.peers.len() as u64;
+    }
+
+    /// A value waited at the merge's head for [`SIGNAL_ASK_TICKS`]: ask the
+    /// partitions that have not said they reached it (a signal may have been lost,
+    /// or sent before a restart here).
+    fn ask(&mut self, out: &mut Outbox) {
+        let reach = self.reach();
+        let s = &mut self.signals;
+        let Some((name, others, since)) = s.waiting else {
+            return;
+        };
+        let last = since.max(s.asked_tick);
+        if self.tick.saturating_sub(last) < SIGNAL_ASK_TICKS {
+            return;
+        }
+        s.asked_tick = self.tick;
+        let mut asked = 0;
+        for (&peer, q) in &s.peers {
+            let behind = others & (1u64 << q) != 0 && s.reached.get(q).is_none_or(|&n| n < name);
+            if behind {
+                out.push(Action::Send {
+                    to: peer,
+                    msg: Msg::Merged {
+                        name: reach,
+                        ask: true,
+                    },
+                });
+                asked += 1;
+            }
+        }
+        *self.counters.entry("merge_signal_asks_sent").or_default() += asked;
+    }
+
+    /// A signal from replica `from` (see the module doc).
+    fn on_signal(&mut self, from: NodeId, name: Instance, ask: bool, out: &mut Outbox) -> bool {
+        let Some(&q) = self.signals.peers.get(&from) else {
+            self.count("dropped_signal_not_a_peer");
+            return false;
+        };
+        self.count("merge_signals_received");
+        let r = self.signals.reached.entry(q).or_default();
+        *r = (*r).max(name);
+        self.pop_merged(out);
+        // Answered after merging what the signal let through: the answer says as much
+        // as it can.
+        let reach = self.reach();
+        if ask && reach >= name && reach > 0 {
+            out.push(Action::Send {
+                to: from,
+                msg: Msg::Merged {
+                    name: reach,
+                    ask: false,
+                },
+            });
+            self.count("merge_signal_answers_sent");
+        }
+        true
     }
 
     /// The position in a checkpoint's ordering section.
@@ -328,13 +679,25 @@ fn decode_position(bytes: &[u8]) -> Result<Position, FieldError> {
     })
 }
 
-/// Node `setup.id`'s setup within one ring: the ring's acceptors and coordinator, every
-/// replica a learner, each partition's part of a value to its replicas (a part with no
-/// command of theirs still counts as the instance it is in the merge), and acceptors
-/// that truncate below what a majority of every partition's replicas checkpointed.
+/// Node `setup.id`'s setup within one ring: the ring's acceptors and coordinator, its
+/// subscribers its learners (the replicas of the partitions it carries, or every
+/// replica under P-SMR), each carried partition's part of a value to its replicas (a
+/// part with no command of theirs still counts as the instance it is in the merge),
+/// and acceptors that truncate below what a majority of each carried partition's
+/// replicas checkpointed. The partitions it does not carry keep their key ranges in
+/// the layout (values split alike at every ring) but list no replica: nothing goes to
+/// them, and they hold no truncation back.
 fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> NodeSetup {
     let m = &setup.membership;
-    let learners: Vec<NodeId> = m.learners.clone();
+    let learners = rings.subscribers(spec, m);
+    let mut partitions = m.partitions.clone();
+    if rings.psmr_threads == 0 {
+        for (p, replicas) in partitions.replicas.iter_mut().enumerate() {
+            if p >= 64 || spec.groups & (1u64 << p) == 0 {
+                replicas.clear();
+            }
+        }
+    }
     let mut coordinator_config = setup.coordinator_config.clone();
     coordinator_config.skips = Some(rings.skips.clone());
     NodeSetup {
@@ -344,7 +707,7 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
             acceptors: spec.acceptors.clone(),
             coordinator: spec.coordinator,
             learners: learners.clone(),
-            partitions: m.partitions.clone(),
+            partitions,
             batchers: Vec::new(),
         },
         acceptor: spec.acceptors.contains(&setup.id),
@@ -400,6 +763,9 @@ impl AtomicMulticast for MultiRingOrdering {
     }
 
     fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool {
+        if let Msg::Merged { name, ask } = msg {
+            return self.on_signal(from, name, ask, out);
+        }
         let Msg::OnRing { ring, msg } = msg else {
             self.count("dropped_not_on_a_ring");
             return false;
@@ -415,6 +781,14 @@ impl AtomicMulticast for MultiRingOrdering {
             || matches!(*msg, Msg::Forward { .. } | Msg::ForwardBatch { .. });
         if !member {
             self.count("dropped_ring_not_a_member");
+            return false;
+        }
+        // A node with no role in the ring (a replica of a partition it does not
+        // carry) is sent nothing of it but forwarded commands, which only a leader
+        // takes: whatever else comes is a peer's mistake.
+        let no_role = r.ord.acceptor().is_none() && r.ord.learner().is_none();
+        if no_role && !matches!(*msg, Msg::Forward { .. } | Msg::ForwardBatch { .. }) {
+            self.count("dropped_ring_not_subscribed");
             return false;
         }
         // A ring learner that needs what its ring truncated: the replica fetches a
@@ -438,12 +812,14 @@ impl AtomicMulticast for MultiRingOrdering {
     }
 
     fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox) {
+        self.tick = tick;
         for i in 0..self.rings.len() {
             let mut inner = Vec::new();
             self.rings[i].ord.on_tick(tick, now_ms, &mut inner);
             let ring = self.rings[i].spec.id;
             self.absorb(ring, inner, out);
         }
+        self.ask(out);
     }
 
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox) {
@@ -552,7 +928,8 @@ impl AtomicMulticast for MultiRingOrdering {
 
     /// Each ring this node leads (with what it decided: idle rings keep proposing
     /// skips, so learners are rarely at it and are not compared), and the merged
-    /// sequence, which every replica must have reached alike. Idle: no ring led here
+    /// sequence, which every replica of a partition must have reached alike (a stream
+    /// per partition: see the module doc). Idle: no ring led here
     /// has a client command queued or in flight, and the merge holds nothing back.
     fn report(&self) -> OrderingReport {
         let mut streams = Vec::new();
@@ -577,7 +954,7 @@ impl AtomicMulticast for MultiRingOrdering {
         }
         if self.merge.is_some() {
             streams.push(StreamReport {
-                stream: MERGED_STREAM,
+                stream: self.stream,
                 led: false,
                 leads: None,
                 delivered: Some(self.delivered),
@@ -600,9 +977,21 @@ impl AtomicMulticast for MultiRingOrdering {
             .collect();
         if let Some(m) = &self.merge {
             s.push(format!(
-                "merge at {:?}, delivered {}",
+                "merge of rings {:?} at {:?}, delivered {} (named up to {})",
+                m.rings().collect::<Vec<_>>(),
                 m.position(),
-                self.delivered
+                self.delivered,
+                self.named
+            ));
+        }
+        let sig = &self.signals;
+        if !sig.peers.is_empty() {
+            s.push(format!(
+                "signals: reached {} (told {}), partitions reached {:?}, waiting {:?}",
+                self.reach(),
+                sig.told,
+                sig.reached,
+                sig.waiting
             ));
         }
         s.join("; ")
@@ -645,6 +1034,33 @@ impl AtomicMulticast for MultiRingOrdering {
                 <= 1,
             "an acceptor of two rings"
         );
+        for r in &self.rings {
+            // A learner exactly for the rings the merge has (none at a node without
+            // a replica): nothing of another partition's ring reaches a replica.
+            let merged = self
+                .merge
+                .as_ref()
+                .is_some_and(|mg| mg.next_instance(r.spec.id).is_some());
+            assert_eq!(
+                r.ord.learner().is_some(),
+                merged,
+                "ring {}: a learner here without merging the ring, or the reverse",
+                r.spec.id
+            );
+        }
+        let s = &self.signals;
+        assert!(s.told <= self.reach(), "told more than the merge reached");
+        assert_eq!(s.others.len(), self.rings.len(), "the signals' rings");
+        if let Some((name, others, _)) = s.waiting {
+            assert!(
+                others != 0 && !s.reached_all(others, name),
+                "waiting at {name} for partitions {others:#b} needlessly"
+            );
+            assert!(
+                self.merge.as_ref().is_some_and(|m| m.holds_values()),
+                "waiting at a value the merge does not hold"
+            );
+        }
         if let Some(mg) = &self.merge {
             mg.invariants();
             for id in mg.rings() {

@@ -627,13 +627,15 @@ impl AtomicMulticast for PaxosOrdering {
                 }
             }
             // State transfer is the replica's business, not the ordering's; ring
-            // envelopes are Multi-Ring Paxos's, EPaxos's messages its own ordering's.
+            // envelopes and merge signals are Multi-Ring Paxos's, EPaxos's messages
+            // its own ordering's.
             Msg::CheckpointRequest { .. }
             | Msg::CheckpointChunk { .. }
             | Msg::OnRing { .. }
             | Msg::Exec { .. }
             | Msg::Epaxos(_)
-            | Msg::PositionCheckpointed { .. } => {}
+            | Msg::PositionCheckpointed { .. }
+            | Msg::Merged { .. } => {}
         }
         if self
             .coordinator

@@ -9,8 +9,10 @@
 //! it, so that a checkpoint found in the wrong data directory is refused instead of
 //! silently adopted. Replica statistics are not part of it.
 //!
-//! Layout, little endian (`HEADER_BYTES` = 96 bytes of header; version 3, which
-//! had no ordering section, 88 bytes, is still read):
+//! Layout, little endian (`HEADER_BYTES` = 104 bytes of header; versions 5 and 4,
+//! without the execution name, 96 bytes, and version 3, which had no ordering section
+//! either, 88 bytes, are still read, their name being the instance; before version 5
+//! a session has no home):
 //!
 //! | offset | size | field |
 //! |-------:|-----:|-------|
@@ -27,7 +29,8 @@
 //! | 72 | 8 | the service: [`service_id`] of its name (a checkpoint of one service is never restored into another) |
 //! | 80 | 8 | ordered time (ms) of the last value executed (session leases continue from it) |
 //! | 88 | 8 | bytes of the ordering section |
-//! | 96 | … | sessions: per client, in client order, `len:u32 \| codec(Session)` (with the reply to its last mutation) |
+//! | 96 | 8 | the highest execution name covered (what replies and session opens call an execution: the instance itself for one stream; Multi-Ring Paxos names a value by its place among every ring's, the same at every partition, so a partition's names run ahead of its instances) |
+//! | 104 | … | sessions: per client, in client order, `len:u32 \| codec(Session)` (with the reply to its last mutation) |
 //! | … | … | ordering: where the ordering layer's delivery stream stands at the instance, opaque here (Multi-Ring Paxos: the merge position; empty for one stream) |
 //! | … | … | service state: its [`StateMachine::snapshot`] |
 //! | end − 4 | 4 | CRC32C of every byte before it |
@@ -50,20 +53,25 @@ use partita_types::{ClientId, Instance, NodeId};
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"PCHKPT\0\x01";
 /// The format version this build writes (2: any service, named in the header; 3:
 /// client sessions with their lease times instead of a bare reply cache; 4: an
-/// ordering section; 5: each session with its home serializers, GeoPaxos+). Versions
-/// 3 and 4 are still read.
-pub const CHECKPOINT_VERSION: u32 = 5;
-const HEADER_BYTES: usize = 96;
-/// The previous format (sessions without their home), still restored.
+/// ordering section; 5: each session with its home serializers, GeoPaxos+; 6: the
+/// execution name covered, Multi-Ring Paxos). Versions 3, 4 and 5 are still read.
+pub const CHECKPOINT_VERSION: u32 = 6;
+const HEADER_BYTES: usize = 104;
+/// The previous format (no execution name), still restored.
+const CHECKPOINT_VERSION_5: u32 = 5;
+/// The format before it (sessions without their home), still restored.
 const CHECKPOINT_VERSION_4: u32 = 4;
-/// The previous format (no ordering section), still restored.
+/// Versions 4 and 5 have no execution name field.
+const HEADER_BYTES_4: usize = 96;
+/// The oldest format still restored (no ordering section).
 const CHECKPOINT_VERSION_3: u32 = 3;
 const HEADER_BYTES_3: usize = 88;
 
 /// The header size of a format version this build reads.
 fn header_bytes(version: u32) -> Result<usize, CheckpointError> {
     match version {
-        CHECKPOINT_VERSION | CHECKPOINT_VERSION_4 => Ok(HEADER_BYTES),
+        CHECKPOINT_VERSION => Ok(HEADER_BYTES),
+        CHECKPOINT_VERSION_5 | CHECKPOINT_VERSION_4 => Ok(HEADER_BYTES_4),
         CHECKPOINT_VERSION_3 => Ok(HEADER_BYTES_3),
         v => Err(CheckpointError::Version(v)),
     }
@@ -85,6 +93,9 @@ pub struct CheckpointInfo {
     pub node_id: NodeId,
     /// Every instance up to and including this one is reflected.
     pub instance: Instance,
+    /// The highest execution name it reflects (the instance, before version 6): no
+    /// session or cached reply names a later one.
+    pub name: Instance,
     pub digest: u64,
     pub entries: u64,
     pub clients: u64,
@@ -114,7 +125,7 @@ pub enum CheckpointError {
     Truncated(usize),
     #[error("not a Partita checkpoint (bad magic)")]
     Magic,
-    #[error("checkpoint format version {0} is not one this build reads ({CHECKPOINT_VERSION_3} or {CHECKPOINT_VERSION})")]
+    #[error("checkpoint format version {0} is not one this build reads ({CHECKPOINT_VERSION_3} to {CHECKPOINT_VERSION})")]
     Version(u32),
     #[error("checkpoint of {actual} bytes, its header implies {expected}")]
     Length { expected: u64, actual: u64 },
@@ -203,7 +214,7 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
     }
     let replies_bytes = u64_at(bytes, 56);
     let tree_bytes = u64_at(bytes, 64);
-    let ordering_bytes = if header == HEADER_BYTES {
+    let ordering_bytes = if header >= HEADER_BYTES_4 {
         u64_at(bytes, 88)
     } else {
         0
@@ -226,6 +237,11 @@ pub fn checkpoint_header(bytes: &[u8]) -> Result<CheckpointInfo, CheckpointError
         node_id: u32_at(bytes, 12),
         cluster_id: u64_at(bytes, 16),
         instance,
+        name: if header >= HEADER_BYTES {
+            u64_at(bytes, 96)
+        } else {
+            instance
+        },
         digest: u64_at(bytes, 32),
         entries: u64_at(bytes, 40),
         clients: u64_at(bytes, 48),
@@ -282,6 +298,8 @@ pub struct CheckpointParts<'a> {
     pub node_id: NodeId,
     pub cluster_id: u64,
     pub instance: Instance,
+    /// The highest execution name covered ([`CheckpointInfo::name`]).
+    pub name: Instance,
     pub digest: u64,
     pub entries: u64,
     /// The service's name ([`service_id`] goes into the header).
@@ -324,6 +342,7 @@ pub fn write_checkpoint(parts: CheckpointParts<'_>, state: Vec<u8>) -> Vec<u8> {
     header.extend_from_slice(&service_id(parts.service).to_le_bytes());
     header.extend_from_slice(&parts.sessions.now_ms().to_le_bytes());
     header.extend_from_slice(&(ordering.len() as u64).to_le_bytes());
+    header.extend_from_slice(&parts.name.to_le_bytes());
     assert_eq!(header.len(), HEADER_BYTES);
     out[..HEADER_BYTES].copy_from_slice(&header);
     let replies_end = HEADER_BYTES + replies.len();
@@ -370,7 +389,8 @@ pub fn read_checkpoint<'a>(
             )));
         }
         let entry = &bytes[at..at + len];
-        let session: Session = if u32_at(bytes, 8) == CHECKPOINT_VERSION {
+        // Sessions carry their home from version 5 on.
+        let session: Session = if u32_at(bytes, 8) >= CHECKPOINT_VERSION_5 {
             partita_types::decode(entry).map_err(|e| bad(e.to_string()))?
         } else {
             partita_types::decode::<crate::sessions::SessionV4>(entry)
@@ -381,20 +401,22 @@ pub fn read_checkpoint<'a>(
         if prev.is_some_and(|p| p >= session.client) {
             return Err(bad("clients not in strictly increasing order".into()));
         }
-        if session.opened_at > info.instance {
+        // Sessions and replies name executions (see `CheckpointInfo::name`).
+        let last = info.instance.max(info.name);
+        if session.opened_at > last {
             return Err(bad(format!(
-                "session opened at instance {}, after the checkpoint's {}",
-                session.opened_at, info.instance
+                "session opened at instance {}, after the checkpoint's {last}",
+                session.opened_at
             )));
         }
         if let Some(reply) = &session.last {
             if reply.client != session.client {
                 return Err(bad("a reply filed under another client".into()));
             }
-            if reply.instance == 0 || reply.instance > info.instance {
+            if reply.instance == 0 || reply.instance > last {
                 return Err(bad(format!(
-                    "reply of instance {} outside 1..={} (the checkpoint's instance)",
-                    reply.instance, info.instance
+                    "reply of instance {} outside 1..={last} (the checkpoint's instance)",
+                    reply.instance
                 )));
             }
         }
@@ -447,6 +469,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                 node_id: self.id,
                 cluster_id: self.cluster_id,
                 instance: self.last_instance,
+                name: self.name_max,
                 digest: self.state().digest(),
                 entries: self.state().len(),
                 service: S::NAME,
@@ -496,6 +519,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         r.last_instance = info.instance;
         r.sessions = Sessions::restore(sessions, info.time_ms, None);
         r.max_cached_instance = r.sessions.max_cached_instance();
+        r.name_max = info.name;
         r.invariants();
         Ok(r)
     }

@@ -185,8 +185,12 @@ pub struct SequentialReplica<S: StateMachine> {
     /// Client sessions: per client, the reply of its last mutating command and when
     /// it was last active; expired after the lease (see the `sessions` module).
     sessions: sessions::Sessions,
-    /// Highest instance of any cached reply (a high-water mark), for `invariants`.
+    /// Highest instance (name, see [`SequentialReplica::execute_named`]) of any cached
+    /// reply (a high-water mark), for `invariants`.
     max_cached_instance: Instance,
+    /// Highest name of a value executed (a high-water mark; names are instances on
+    /// one stream), for `invariants`.
+    name_max: Instance,
     stats: ReplicaStats,
     /// Planted bug for checker controls: execute resubmitted commands again.
     unsafe_reexecute_duplicates: bool,
@@ -349,6 +353,7 @@ impl<T> std::ops::Index<&u64> for Slots<T> {
 }
 
 struct PsmrItem<C> {
+    /// Its value's execution name (the instance, on one stream): what its reply says.
     instance: Instance,
     /// The ordered time of its value.
     time_ms: u64,
@@ -393,6 +398,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             last_instance: 0,
             sessions: sessions::Sessions::new(None),
             max_cached_instance: 0,
+            name_max: 0,
             stats: ReplicaStats::default(),
             unsafe_reexecute_duplicates: false,
             unsafe_lose_every: 0,
@@ -1013,7 +1019,7 @@ impl<S: StateMachine> SequentialReplica<S> {
     pub fn invariants(&self) {
         let speculated_to = self.last_instance + self.spec.len() as u64;
         assert!(
-            self.max_cached_instance <= speculated_to,
+            self.max_cached_instance <= speculated_to.max(self.name_max),
             "reply cache holds a reply of instance {} beyond the last executed {}",
             self.max_cached_instance,
             speculated_to
@@ -1038,7 +1044,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             assert_eq!(p.queues.len(), p.layout.threads);
             if let Some(last) = p.items.last() {
                 assert!(
-                    last.instance <= self.last_instance,
+                    last.instance <= self.last_instance.max(self.name_max),
                     "queued beyond delivery"
                 );
             }
@@ -1235,16 +1241,37 @@ impl<S: StateMachine> SequentialReplica<S> {
     /// its held replies are returned; with another value, all speculation is rolled
     /// back first and the pending later proposals are speculated again after it.
     pub fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
+        self.execute_named(instance, instance, value, replies_out)
+    }
+
+    /// [`SequentialReplica::execute`], the replies and a session this value opens
+    /// naming the execution `name` rather than `instance`: an ordering whose learners
+    /// number their deliveries differently (Multi-Ring Paxos) names a value alike at
+    /// every replica, which is what a client matches a command's replies from several
+    /// partitions, and a session's opens, by. Never speculated (one stream only
+    /// speculates, and there the name is the instance).
+    pub fn execute_named(
+        &mut self,
+        instance: Instance,
+        name: Instance,
+        value: &Value,
+        replies_out: &mut Vec<Reply>,
+    ) {
         assert_eq!(
             instance,
             self.last_instance + 1,
             "instances are executed in order, once"
         );
+        assert!(
+            name == instance || (self.spec.is_empty() && self.pending.is_empty()),
+            "a named execution with speculation"
+        );
+        self.name_max = self.name_max.max(name);
         self.early.quiet = false;
         if self.psmr.is_some() {
             assert!(self.spec.is_empty(), "P-SMR with speculation");
             self.last_instance = instance;
-            self.deliver_to_threads(instance, value);
+            self.deliver_to_threads(name, value);
             return;
         }
         while self
@@ -1272,7 +1299,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             self.rollback_from(instance, true);
         }
         self.last_instance = instance;
-        self.run_value(instance, value, replies_out, None);
+        self.run_value(name, value, replies_out, None);
         if !self.pending.is_empty() && !self.deferred {
             self.speculate();
         }
@@ -1757,7 +1784,19 @@ pub trait Replica: Send {
     fn service(&self) -> &'static str;
     fn id(&self) -> NodeId;
     fn configure(&mut self, options: &ReplicaOptions);
-    fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>);
+    /// Execute the value delivered at `instance`, which replies and session opens call
+    /// `name` (see [`SequentialReplica::execute_named`]).
+    fn execute_named(
+        &mut self,
+        instance: Instance,
+        name: Instance,
+        value: &Value,
+        replies_out: &mut Vec<Reply>,
+    );
+    /// One stream: the instance names the execution.
+    fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
+        self.execute_named(instance, instance, value, replies_out)
+    }
     fn propose(&mut self, instance: Instance, value: Arc<Value>);
     fn speculate(&mut self);
     fn respeculate(&mut self, n: u64);
@@ -1871,8 +1910,14 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
         }
         self.set_placement(o.placement.clone());
     }
-    fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
-        SequentialReplica::execute(self, instance, value, replies_out)
+    fn execute_named(
+        &mut self,
+        instance: Instance,
+        name: Instance,
+        value: &Value,
+        replies_out: &mut Vec<Reply>,
+    ) {
+        SequentialReplica::execute_named(self, instance, name, value, replies_out)
     }
     fn propose(&mut self, instance: Instance, value: Arc<Value>) {
         SequentialReplica::propose(self, instance, value)

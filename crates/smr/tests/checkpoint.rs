@@ -215,10 +215,12 @@ fn consistent_checksum_over_inconsistent_contents_is_still_refused() {
 }
 
 /// The ordering section (Multi-Ring Paxos's merge position) comes back as written and
-/// changes nothing else; a version-3 checkpoint (no such section, 8 header bytes fewer,
-/// sessions without their home) still restores, with an empty one.
+/// changes nothing else; a version-5 checkpoint (no execution name, 8 header bytes
+/// fewer) still restores, its name the instance, and so does a version-4 one (sessions
+/// without their home either) and a version-3 one (no ordering section either, 16
+/// header bytes fewer), with an empty section.
 #[test]
-fn the_ordering_section_round_trips_and_version_3_still_reads() {
+fn the_ordering_section_round_trips_and_versions_3_to_5_still_read() {
     let mut a = replica(3);
     run(&mut a, vec![cmd(1, 1, 3, Op::Insert { key: 1, value: 10 })]);
     let plain = a.checkpoint();
@@ -228,7 +230,21 @@ fn the_ordering_section_round_trips_and_version_3_still_reads() {
     assert_eq!(with.len(), plain.len() + b"merge position".len());
     let back = SequentialReplica::<BPlusTree>::restore(&with).unwrap();
     assert_eq!(back.state().digest(), a.state().digest());
-    let v3 = as_version_3(&plain);
+    assert_eq!(
+        info.name,
+        a.last_instance(),
+        "one stream: the name is the instance"
+    );
+    for version in [5, 4] {
+        let old_bytes = as_version(&with, version);
+        let info = verify_checkpoint(&old_bytes).unwrap();
+        assert_eq!(checkpoint_ordering(&old_bytes, &info), b"merge position");
+        assert_eq!(info.name, info.instance, "version {version}");
+        let old = SequentialReplica::<BPlusTree>::restore(&old_bytes).unwrap();
+        assert_eq!(old.state().digest(), a.state().digest());
+        assert_eq!(old.last_instance(), a.last_instance());
+    }
+    let v3 = as_version(&plain, 3);
     let info = verify_checkpoint(&v3).unwrap();
     assert!(checkpoint_ordering(&v3, &info).is_empty());
     let old = SequentialReplica::<BPlusTree>::restore(&v3).unwrap();
@@ -236,36 +252,46 @@ fn the_ordering_section_round_trips_and_version_3_still_reads() {
     assert_eq!(old.last_instance(), a.last_instance());
 }
 
-/// `plain` (this build's format, with an empty ordering section) as version 3 wrote
-/// it: without the ordering length field at 88, each session without its home.
-fn as_version_3(plain: &[u8]) -> Vec<u8> {
+/// `bytes` (this build's format) as `version` wrote it: 5 without the execution name
+/// at 96; 4 also with each session without its home; 3 also without the ordering
+/// length field at 88 (so `bytes` must have an empty ordering section).
+fn as_version(bytes: &[u8], version: u32) -> Vec<u8> {
     use partita_smr::sessions::{Session, SessionV4};
-    let u64_at = |at: usize| u64::from_le_bytes(plain[at..at + 8].try_into().unwrap());
+    assert!((3..=5).contains(&version));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
     let (clients, sessions_len) = (u64_at(48), u64_at(56) as usize);
+    if version == 3 {
+        assert_eq!(u64_at(88), 0, "version 3 has no ordering section");
+    }
     let mut sessions = Vec::new();
-    let mut at = 96;
+    let mut at = 104;
     for _ in 0..clients {
-        let len = u32::from_le_bytes(plain[at..at + 4].try_into().unwrap()) as usize;
-        let s: Session = partita_types::decode(&plain[at + 4..at + 4 + len]).unwrap();
-        let old = partita_types::encode(&SessionV4 {
-            client: s.client,
-            opened_at: s.opened_at,
-            renewed_ms: s.renewed_ms,
-            last: s.last,
-        });
-        sessions.extend_from_slice(&(old.len() as u32).to_le_bytes());
-        sessions.extend_from_slice(&old);
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let entry = &bytes[at + 4..at + 4 + len];
+        let entry = if version >= 5 {
+            entry.to_vec()
+        } else {
+            let s: Session = partita_types::decode(entry).unwrap();
+            partita_types::encode(&SessionV4 {
+                client: s.client,
+                opened_at: s.opened_at,
+                renewed_ms: s.renewed_ms,
+                last: s.last,
+            })
+        };
+        sessions.extend_from_slice(&(entry.len() as u32).to_le_bytes());
+        sessions.extend_from_slice(&entry);
         at += 4 + len;
     }
-    assert_eq!(at, 96 + sessions_len);
-    let mut v3 = plain[..88].to_vec();
-    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
-    v3[56..64].copy_from_slice(&(sessions.len() as u64).to_le_bytes());
-    v3.extend_from_slice(&sessions);
-    v3.extend_from_slice(&plain[at..plain.len() - 4]);
-    let crc = crc32c_of(&v3);
-    v3.extend_from_slice(&crc.to_le_bytes());
-    v3
+    assert_eq!(at, 104 + sessions_len);
+    let mut old = bytes[..if version == 3 { 88 } else { 96 }].to_vec();
+    old[8..12].copy_from_slice(&version.to_le_bytes());
+    old[56..64].copy_from_slice(&(sessions.len() as u64).to_le_bytes());
+    old.extend_from_slice(&sessions);
+    old.extend_from_slice(&bytes[at..bytes.len() - 4]);
+    let crc = crc32c_of(&old);
+    old.extend_from_slice(&crc.to_le_bytes());
+    old
 }
 
 fn crc32c_of(b: &[u8]) -> u32 {
