@@ -141,7 +141,7 @@ async fn partitioned_multi_ring_paxos_survives_every_fault() {
             .key_space
             .unwrap();
         c.with_partitions(2, 2, key_space)
-            .and_then(|c| c.with_multiring(2, 1))
+            .and_then(|c| c.with_multiring(2, 1).map_err(|e| e.to_string()))
             .expect("a valid cluster")
     };
     let r = run_tweaked(Protocol::RingPaxos, Fault::ALL.to_vec(), 12, &[], 1, tweak).await;
