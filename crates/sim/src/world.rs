@@ -2855,17 +2855,20 @@ impl World {
             trace_hash: self.trace.hash(),
             ops_invoked: ds_ops.map_or(0, |(all, _, _)| all)
                 + history.len() as u64
+                + kv_history.len() as u64
                 + self
                     .clients
                     .iter()
                     .filter(|c| c.outstanding().is_some())
                     .count() as u64,
             ops_ok: ds_ops.map_or(0, |(_, ok, _)| ok)
+                + kv_with_status(&kv_history, "ok")
                 + history
                     .iter()
                     .filter(|e| e.status == partita_checker::Status::Ok)
                     .count() as u64,
             ops_info: ds_ops.map_or(0, |(_, _, info)| info)
+                + kv_with_status(&kv_history, "info")
                 + history
                     .iter()
                     .filter(|e| e.status == partita_checker::Status::Info)
@@ -2882,4 +2885,11 @@ impl World {
         }
         .with_history(history)
     }
+}
+
+/// Lines of a key-value history (`partita_kv::history::event_line`'s, which writes
+/// `"status"` exactly so) that ended with `status`.
+fn kv_with_status(lines: &[String], status: &str) -> u64 {
+    let field = format!("\"status\":\"{status}\"");
+    lines.iter().filter(|l| l.contains(&field)).count() as u64
 }
