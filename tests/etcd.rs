@@ -63,12 +63,19 @@ async fn start(dir: &Path) -> (LocalCluster, Vec<String>) {
     ];
     cfg.nodes[3].etcd_addr = Some(eps[0].clone());
     cfg.nodes[4].etcd_addr = Some(eps[1].clone());
+    let lc = launch(dir, &cfg, &eps).await;
+    (lc, eps)
+}
+
+/// Start `cfg`'s nodes in `dir` and wait until etcdctl gets an answer from every
+/// endpoint of `eps`.
+async fn launch(dir: &Path, cfg: &ClusterConfig, eps: &[String]) -> LocalCluster {
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
-    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir, &[], None).unwrap();
+    let mut lc = LocalCluster::start_with(&exe(), &file, cfg, dir, &[], None).unwrap();
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    for ep in &eps {
+    for ep in eps {
         loop {
             let o = ctl(ep, &["endpoint", "status"], None);
             if o.status.success() {
@@ -82,7 +89,7 @@ async fn start(dir: &Path) -> (LocalCluster, Vec<String>) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    (lc, eps)
+    lc
 }
 
 fn command(ep: &str, args: &[&str]) -> Command {
@@ -677,20 +684,7 @@ async fn start_wan(
     for (n, ep) in cfg.nodes.iter_mut().zip(&eps) {
         n.etcd_addr = Some(ep.clone());
     }
-    let file = dir.join("cluster.toml");
-    std::fs::write(&file, cfg.to_toml()).unwrap();
-    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir, &[], None).unwrap();
-    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for ep in &eps {
-        while !ctl(ep, &["endpoint", "status"], None).status.success() {
-            assert!(
-                Instant::now() < deadline,
-                "etcd endpoint {ep} does not answer"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    let lc = launch(dir, &cfg, &eps).await;
     (lc, cfg, eps)
 }
 

@@ -225,9 +225,7 @@ impl SimClient {
         ops: u64,
         bugs: ClientBugs,
     ) -> SimClient {
-        let id = index as ClientId + 1;
-        let cfg = core_config(&params);
-        let core = Core::Btree(ClientCore::new(id, topology, cfg, entry, replica).with_bugs(bugs));
+        let core = Core::Btree(session(index, entry, topology, replica, &params, bugs));
         SimClient::with_core(index, core, params, ops)
     }
 
@@ -243,9 +241,7 @@ impl SimClient {
         ops: u64,
         bugs: ClientBugs,
     ) -> SimClient {
-        let id = index as ClientId + 1;
-        let cfg = core_config(&params);
-        let core = Core::Kv(ClientCore::new(id, topology, cfg, entry, replica).with_bugs(bugs));
+        let core = Core::Kv(session(index, entry, topology, replica, &params, bugs));
         SimClient::with_core(index, core, params, ops)
     }
 
@@ -915,6 +911,19 @@ impl DsClient {
             result,
         });
     }
+}
+
+/// Client `index`'s session of the client core, for any service.
+fn session<S: partita_service::StateMachine>(
+    index: u32,
+    entry: NodeId,
+    topology: Topology,
+    replica: NodeId,
+    params: &ClientParams,
+    bugs: ClientBugs,
+) -> ClientCore<S> {
+    let id = index as ClientId + 1;
+    ClientCore::new(id, topology, core_config(params), entry, replica).with_bugs(bugs)
 }
 
 /// The client core's settings from the client's parameters.
