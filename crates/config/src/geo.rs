@@ -41,8 +41,9 @@ pub struct GeoSection {
     pub optimizer: String,
     #[serde(default)]
     pub seed: u64,
-    /// A barrier (a command every serializer orders) this often while commands run:
-    /// the cuts replicas checkpoint at, and the ordered time sessions expire by.
+    /// When sessions expire, a barrier (a command every serializer orders) this often
+    /// while commands run, so the ordered time sessions expire by moves. Barriers for
+    /// checkpoints come every `[storage] checkpoint_instances` commands instead.
     #[serde(default = "default_barrier_interval_ms")]
     pub barrier_interval_ms: u64,
 }

@@ -148,8 +148,9 @@ pub struct EpaxosSection {
     /// Keys `0..keys` present at the start (each its own value), as on GeoPaxos+.
     #[serde(default)]
     pub keys: u64,
-    /// A barrier (a command ordered with every other) this often while commands run:
-    /// the cuts replicas checkpoint at, and the ordered time sessions expire by.
+    /// A barrier (a command ordered with every other) this often while commands run,
+    /// so the ordered time sessions expire by moves. Barriers for checkpoints come
+    /// every `[storage] checkpoint_instances` commands.
     #[serde(default = "default_barrier_interval_ms")]
     pub barrier_interval_ms: u64,
 }

@@ -22,9 +22,11 @@
 //!   run the same set; the numbering is the same at every replica only at a cut.
 //! - **Barriers and cuts.** A command that conflicts with everything is ordered with
 //!   every other one, so the set run before it is the same at every replica: a cut.
-//!   This node proposes a barrier (an empty command carrying its clock) every
-//!   `barrier_interval_ms` while commands run (the first replica in line; the next one
-//!   if it stays silent), and session opens are barriers too. At a cut the core emits
+//!   This node proposes a barrier (an empty command carrying its clock) when one is
+//!   needed ([`BarrierPolicy`]: a checkpoint interval's worth of commands ran, or,
+//!   sessions expiring, `barrier_interval_ms` passed while commands run; the first
+//!   replica in line, the next one if it stays silent), and session opens are
+//!   barriers too. At a cut the core emits
 //!   its exact position ([`partita_consensus::epaxos::ExecPosition`]), which this
 //!   ordering hands the node core as [`Action::Cut`]: a replica checkpoints only
 //!   there, so every checkpoint's count and state are the same at every replica that
@@ -57,7 +59,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::geo::GeoSetup;
-use crate::ordering::{AtomicMulticast, OrderingReport, StreamReport};
+use crate::ordering::{AtomicMulticast, BarrierPolicy, OrderingReport, StreamReport};
 use crate::{NodeSetup, UnsafeBugs};
 
 /// The kind of EPaxos's system commands (see `Command::system`).
@@ -103,7 +105,7 @@ pub struct EpaxosOrdering {
     barrier_seq: u64,
     /// When this node last proposed a barrier (its clock), so it waits before another.
     barrier_proposed_ms: Option<u64>,
-    barrier_interval_ms: u64,
+    barriers: BarrierPolicy,
     /// Each replica's newest announced durable checkpoint: (count, position).
     announced: BTreeMap<NodeId, (Instance, ExecPosition)>,
     /// What a state transfer must cover (from the core's `NeedState`).
@@ -202,7 +204,7 @@ impl EpaxosOrdering {
             since_barrier: 0,
             barrier_seq: 0,
             barrier_proposed_ms: None,
-            barrier_interval_ms: geo.barrier_interval_ms.max(1),
+            barriers: BarrierPolicy::of(setup, geo.barrier_interval_ms),
             announced: BTreeMap::new(),
             needed: None,
             last_token,
@@ -315,19 +317,16 @@ impl EpaxosOrdering {
         });
     }
 
-    /// Propose a barrier when it is this node's turn: before anything ran (time is not
-    /// known yet), or once commands ran and the interval passed since the last
-    /// barrier, the first replica in line first and each later one an interval after
-    /// the one before (should those be down).
+    /// Propose a barrier when it is this node's turn ([`BarrierPolicy::due`]).
     fn maybe_barrier(&mut self, out: &mut Outbox) {
-        let interval = self.barrier_interval_ms;
-        let due = if self.time_ms == 0 {
-            true
-        } else {
-            self.since_barrier > 0
-                && self.clock_ms.saturating_sub(self.last_barrier_ms)
-                    >= interval.saturating_mul(1 + self.rank as u64)
-        };
+        let interval = self.barriers.interval_ms;
+        let due = self.barriers.due(
+            self.rank,
+            self.time_ms,
+            self.since_barrier,
+            self.last_barrier_ms,
+            self.clock_ms,
+        );
         let waiting = self
             .barrier_proposed_ms
             .is_some_and(|t| self.clock_ms.saturating_sub(t) < interval);

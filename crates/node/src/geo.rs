@@ -27,9 +27,10 @@
 //!   replica: a cut ([`Action::Cut`]), where the replica may checkpoint. Session opens
 //!   are such commands (the replica routes them to every serializer), so are DOPs (the
 //!   first replica submits one every `dop_interval_ms`: `SystemOp::Reconfigure`, which
-//!   the replica runs) and barriers (`SystemOp::Barrier`, proposed every
-//!   `barrier_interval_ms` while commands run and no DOP ran, the first replica in line
-//!   first). A value's time is the newest barrier's or DOP's (both are stamped with
+//!   the replica runs) and barriers (`SystemOp::Barrier`, proposed only when one is
+//!   needed, by [`BarrierPolicy`]: a checkpoint interval's worth of commands ran since
+//!   the last barrier or DOP, or, when sessions expire, `barrier_interval_ms` passed;
+//!   the first replica in line first). A value's time is the newest barrier's or DOP's (both are stamped with
 //!   their proposer's clock), the same at every replica.
 //! - **Resubmission.** A command whose serializers no longer cover it where it is
 //!   delivered is run nowhere; its origin's replica hands it back with new serializers
@@ -72,7 +73,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use crate::ordering::{AtomicMulticast, OrderingReport, PaxosOrdering};
+use crate::ordering::{AtomicMulticast, BarrierPolicy, OrderingReport, PaxosOrdering};
 use crate::{NodeSetup, UnsafeBugs};
 
 /// GeoPaxos+ for a node (cluster file `[ordering] protocol = "geopaxos+"`).
@@ -102,9 +103,9 @@ pub struct GeoSetup {
     pub stall_check_ticks: u64,
     /// How long a leader waits for its clock entry before proposing another (ticks).
     pub clock_retry_ticks: u64,
-    /// EPaxos: a barrier (a command ordered with every other) this often while
-    /// commands run, in milliseconds: the cuts replicas checkpoint at and the ordered
-    /// time sessions expire by.
+    /// When sessions expire, a barrier (a command ordered with every other) this often
+    /// while commands run, in milliseconds, so ordered time moves; barriers for
+    /// checkpoints come by the checkpoint interval ([`crate::ordering::BarrierPolicy`]).
     pub barrier_interval_ms: u64,
 }
 
@@ -337,6 +338,7 @@ pub struct GeoOrdering {
     since_barrier: u64,
     last_barrier_ms: u64,
     barrier_proposed_ms: Option<u64>,
+    barriers: BarrierPolicy,
     system_seq: u64,
     /// Per serializer: the instance below which its acceptors truncated what this
     /// learner still needs (a state transfer must cover it).
@@ -459,6 +461,7 @@ impl GeoOrdering {
             since_barrier: 0,
             last_barrier_ms: 0,
             barrier_proposed_ms: None,
+            barriers: BarrierPolicy::of(setup, geo.barrier_interval_ms),
             system_seq: u64::from(incarnation) << 32,
             needed: vec![0; n],
             dop_not_ordered: bugs.geo_dop_not_ordered,
@@ -844,14 +847,14 @@ impl GeoOrdering {
             }
             self.last_dop_ms = self.clock_ms.max(1);
         }
-        let interval = self.setup.barrier_interval_ms.max(1);
-        let due = if self.time_ms == 0 {
-            true
-        } else {
-            self.since_barrier > 0
-                && self.clock_ms.saturating_sub(self.last_barrier_ms)
-                    >= interval.saturating_mul(1 + u64::from(self.me))
-        };
+        let interval = self.barriers.interval_ms;
+        let due = self.barriers.due(
+            self.me as usize,
+            self.time_ms,
+            self.since_barrier,
+            self.last_barrier_ms,
+            self.clock_ms,
+        );
         let waiting = self
             .barrier_proposed_ms
             .is_some_and(|t| self.clock_ms.saturating_sub(t) < interval);

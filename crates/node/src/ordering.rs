@@ -888,3 +888,91 @@ impl AtomicMulticast for PaxosOrdering {
         }
     }
 }
+
+/// When an ordering that delivers a partial order (GeoPaxos+, EPaxos) proposes a
+/// barrier, a command ordered with every other one. A barrier is not free: every
+/// stream holds what it ordered after the barrier until the barrier is ordered
+/// everywhere (a wide-area round trip under GeoPaxos+), so one is proposed only when
+/// something needs it:
+///
+/// - before anything ran here (ordered time is not known yet, so no command is taken);
+/// - once `every_commands` commands ran since the last one: a cut, where replicas
+///   checkpoint (the checkpoint interval; 0: replicas never checkpoint);
+/// - once `interval_ms` passed since the last one and commands ran, when ordered time
+///   must move (sessions expire by it): `timed`.
+///
+/// The first replica in line proposes first; replica `rank` waits `rank + 1` times as
+/// long (commands or time), so another takes over when the first is down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarrierPolicy {
+    pub interval_ms: u64,
+    pub every_commands: u64,
+    pub timed: bool,
+}
+
+impl BarrierPolicy {
+    /// The policy for a node: barriers for its checkpoint interval, and timed ones
+    /// every `interval_ms` when sessions expire.
+    pub fn of(setup: &crate::NodeSetup, interval_ms: u64) -> BarrierPolicy {
+        BarrierPolicy {
+            interval_ms: interval_ms.max(1),
+            every_commands: setup.checkpoint.interval_instances,
+            timed: setup.session_lease_ms.is_some(),
+        }
+    }
+
+    /// Whether replica `rank` proposes a barrier now: ordered time is `time_ms` (0:
+    /// none ran yet), `since` commands ran since the last barrier, which ran at
+    /// `last_ms` of this node's clock, now `clock_ms`. (A barrier this node proposed
+    /// less than `interval_ms` ago is still under way: the caller waits for it.)
+    pub fn due(&self, rank: usize, time_ms: u64, since: u64, last_ms: u64, clock_ms: u64) -> bool {
+        if time_ms == 0 {
+            return true;
+        }
+        if since == 0 {
+            return false;
+        }
+        let turn = 1 + rank as u64;
+        let by_count = self.every_commands > 0 && since >= self.every_commands.saturating_mul(turn);
+        let by_time =
+            self.timed && clock_ms.saturating_sub(last_ms) >= self.interval_ms.saturating_mul(turn);
+        by_count || by_time
+    }
+}
+
+#[cfg(test)]
+mod barrier_tests {
+    use super::BarrierPolicy;
+
+    #[test]
+    fn barriers_come_only_when_time_or_a_checkpoint_needs_one() {
+        let p = BarrierPolicy {
+            interval_ms: 1000,
+            every_commands: 100,
+            timed: false,
+        };
+        assert!(p.due(0, 0, 0, 0, 5), "no time yet: the first barrier");
+        assert!(!p.due(0, 7, 0, 0, 60_000), "nothing ran since the last one");
+        assert!(
+            !p.due(0, 7, 99, 0, 60_000),
+            "untimed: time alone is no reason"
+        );
+        assert!(p.due(0, 7, 100, 0, 1), "a checkpoint's worth ran");
+        assert!(
+            !p.due(1, 7, 100, 0, 1),
+            "the second replica waits twice as long"
+        );
+        assert!(p.due(1, 7, 200, 0, 1));
+        let timed = BarrierPolicy {
+            timed: true,
+            every_commands: 0,
+            ..p
+        };
+        assert!(
+            !timed.due(0, 7, 1_000_000, 0, 999),
+            "no checkpoints: count is no reason"
+        );
+        assert!(timed.due(0, 7, 1, 0, 1000));
+        assert!(!timed.due(2, 7, 1, 0, 2999) && timed.due(2, 7, 1, 0, 3000));
+    }
+}
