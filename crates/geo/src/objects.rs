@@ -52,6 +52,20 @@
 //! a serializer `dst` lacks (asserted): a read object none of whose serializers ordered
 //! it adds one, a written object with a serializer missing adds it.
 //!
+//! # Stability
+//!
+//! A move is not free: every command in flight on a moved object was ordered by the
+//! old serializers and is submitted again (a wide-area round trip or more, and under
+//! load a queue that grows). An object accessed evenly from several regions (the KV
+//! store's store-wide revision, a hot key) has configurations whose costs differ by
+//! the noise of one window's counts, and re-placing it at every reconfiguration would
+//! send every command on it round again. So a counted object moves only when the
+//! optimizer's configuration costs less than its current one by more than an eighth
+//! under this window's counts ([`worth_moving`]; the paper is silent on this), or when
+//! it only drops serializers at no extra cost. The
+//! verdict is a function of the counts and the current configuration, which every
+//! replica holds alike.
+//!
 //! # psite
 //!
 //! [`ObjectMap::psite`] for a command submitted at replica `from`: every serializer
@@ -107,6 +121,7 @@
 //! no object was touched after the current epoch; the optimizer's own invariants.
 
 use crate::cache::LruCache;
+use crate::cost::cost_op_us;
 use crate::error::GeoError;
 use crate::gbtree::{random_config, splitmix64, Fnv};
 use crate::optimizer::{Optimizer, OptimizerOptions, CACHE_ENTRIES_DEFAULT};
@@ -226,6 +241,10 @@ pub struct ObjectMapCounters {
     pub reconfigurations: u64,
     /// Objects whose configuration changed at a reconfiguration.
     pub moved: u64,
+    /// Objects the optimizer would have moved for a gain too small to be worth it
+    /// ([`worth_moving`]), kept where they were.
+    #[serde(default)]
+    pub kept: u64,
     /// Of those, objects that went back home (and left the map).
     pub returned_home: u64,
     /// Placed objects sent home because more than `placed_objects_max` were placed.
@@ -236,6 +255,14 @@ pub struct ObjectMapCounters {
     pub dropped: u64,
     /// Commands that touch everything (not counted on any object).
     pub everything: u64,
+}
+
+/// Whether an object whose current configuration costs `current` (Equation 1, this
+/// window's counts) moves to the optimizer's configuration costing `planned`: only for
+/// a gain of more than an eighth (see "Stability" above). A configuration that only
+/// drops serializers at no extra cost is taken as well (writes get cheaper later).
+pub fn worth_moving(current: u128, planned: u128) -> bool {
+    planned.saturating_mul(8) < current.saturating_mul(7)
 }
 
 /// One stored object.
@@ -262,6 +289,10 @@ pub struct ObjectMap {
     /// Objects with `placed` set.
     placed_len: usize,
     counters: ObjectMapCounters,
+    /// Objects never counted, so always at home (the service's
+    /// `StateMachine::PINNED_OBJECTS`). Not in the snapshot: the service says them
+    /// again when a map is built or restored.
+    pinned: BTreeSet<u64>,
 }
 
 /// The snapshot's form, borrowed (field for field as [`MapRepr`]).
@@ -295,9 +326,20 @@ impl ObjectMap {
             sampled: BTreeSet::new(),
             placed_len: 0,
             counters: ObjectMapCounters::default(),
+            pinned: BTreeSet::new(),
         };
         m.invariants();
         Ok(m)
+    }
+
+    /// The map keeping `ids` at their home whatever their accesses (they are never
+    /// counted): see `StateMachine::PINNED_OBJECTS`.
+    pub fn with_pinned(mut self, ids: &[u64]) -> ObjectMap {
+        self.pinned = ids.iter().copied().collect();
+        self.objects.retain(|id, _| !ids.contains(id));
+        self.sampled.retain(|(_, id)| !ids.contains(id));
+        self.placed_len = self.objects.values().filter(|o| o.placed.is_some()).count();
+        self
     }
 
     /// The number of replicas (serializers) n.
@@ -461,7 +503,9 @@ impl ObjectMap {
             return;
         }
         for &(id, write) in &access.objects {
-            self.count(id, write, from);
+            if !self.pinned.contains(&id) {
+                self.count(id, write, from);
+            }
         }
     }
 
@@ -533,7 +577,21 @@ impl ObjectMap {
                 .optimize(&stats)
                 .expect("a counted object counts at least one access");
             assert!(plan.config.span() <= n, "a plan within the topology");
-            let placed = (plan.config != home.config(id, n)).then_some(plan.config);
+            let current = o.placed.unwrap_or_else(|| home.config(id, n));
+            let topology = optimizer.topology();
+            let (now, then) = (
+                cost_op_us(&stats, current, topology),
+                cost_op_us(&stats, plan.config, topology),
+            );
+            let shrinks = plan.config.is_subset_of(current) && then <= now;
+            let config = match shrinks || worth_moving(now, then) {
+                true => plan.config,
+                false => {
+                    counters.kept += u64::from(plan.config != current);
+                    current
+                }
+            };
+            let placed = (config != home.config(id, n)).then_some(config);
             if placed != o.placed {
                 counters.moved += 1;
                 if placed.is_none() {
@@ -562,6 +620,7 @@ impl ObjectMap {
         }
         self.epoch += 1;
         self.counters.reconfigurations += 1;
+
         assert!(self.placed_len <= self.options.placed_objects_max);
         assert!(self.objects.values().all(|o| o.stats.is_none()));
     }
@@ -646,6 +705,7 @@ impl ObjectMap {
         if placed_len > self.options.placed_objects_max {
             return Err(format!("{placed_len} objects placed"));
         }
+        let pinned = std::mem::take(&mut self.pinned);
         *self = ObjectMap {
             optimizer,
             options: self.options,
@@ -654,7 +714,16 @@ impl ObjectMap {
             sampled,
             placed_len,
             counters: ObjectMapCounters::default(),
+            pinned: BTreeSet::new(),
         };
+        // Pins stay; a pinned object the snapshot holds (written before the service
+        // pinned it) goes home.
+        let ids: Vec<u64> = pinned.into_iter().collect();
+        *self = std::mem::replace(
+            self,
+            ObjectMap::new(self.topology().clone(), self.options).map_err(|e| e.to_string())?,
+        )
+        .with_pinned(&ids);
         self.invariants();
         Ok(())
     }
@@ -701,6 +770,7 @@ impl ObjectMap {
         let mut placed = 0usize;
         let mut sampled = 0usize;
         for (&id, o) in &self.objects {
+            assert!(!self.pinned.contains(&id), "pinned object {id} stored");
             assert!(
                 o.placed.is_some() || o.stats.is_some(),
                 "object {id} stored neither placed nor counted"

@@ -306,6 +306,11 @@ pub struct GeoOrdering {
     first: BTreeMap<GeoOp, Vec<(SerializerId, Instance)>>,
     /// Commands delivered here, numbered from 1.
     delivered: Instance,
+    /// Client commands submitted here and not delivered yet, by (client, seq,
+    /// session): the operation and the tick it was submitted at. A copy the client
+    /// sends again while its operation is under way is absorbed (see
+    /// [`GeoOrdering::absorbs`]).
+    in_flight: BTreeMap<(u64, u64, Instance), (GeoOp, u64)>,
     /// Ordered time: the newest barrier's.
     time_ms: u64,
     /// Log tokens handed out, mapped to (group, the group's own token).
@@ -443,6 +448,7 @@ impl GeoOrdering {
                 .as_ref()
                 .map_or_else(BTreeMap::new, |p| p.first.clone()),
             delivered: next_deliver.saturating_sub(1),
+            in_flight: BTreeMap::new(),
             time_ms: restored.as_ref().map_or(0, |p| p.time_ms),
             tokens: VecDeque::new(),
             durable,
@@ -650,6 +656,10 @@ impl GeoOrdering {
         let all = all_of(self.n());
         while let Some(r) = self.merge.pop_ready() {
             self.first.remove(&r.op);
+            let key = (r.value.client, r.value.seq, r.value.session);
+            if self.in_flight.get(&key).is_some_and(|&(op, _)| op == r.op) {
+                self.in_flight.remove(&key);
+            }
             self.delivered += 1;
             let mut cmd = r.value;
             cmd.route = u64::from(r.dst.0);
@@ -745,6 +755,10 @@ impl GeoOrdering {
             seq: self.next_seq,
         };
         self.next_seq += 1;
+        if !cmd.is_system() {
+            self.in_flight
+                .insert((cmd.client, cmd.seq, cmd.session), (op, self.tick));
+        }
         let entry = Entry::Op {
             op,
             dst,
@@ -757,6 +771,24 @@ impl GeoOrdering {
         for g in dst.iter() {
             self.order(g, &entry, out);
         }
+    }
+
+    /// Whether `cmd` is a copy of a client command submitted here less than two stall
+    /// checks ago and not delivered yet. Ordering it again would cost every serializer
+    /// it names an instance (a wide-area round trip each) only for the replica to find
+    /// it a duplicate, and under load clients time out and send copies faster than the
+    /// serializers order them: the queue would grow without end. The first operation
+    /// is under way (a serializer's leader orders again what stalls half-ordered), and
+    /// its reply reaches the client; a copy that comes later than two stall checks is
+    /// submitted (the first may have reached no serializer at all).
+    fn absorbs(&self, cmd: &Command) -> bool {
+        self.in_flight
+            .get(&(cmd.client, cmd.seq, cmd.session))
+            .is_some_and(|&(_, at)| self.tick.saturating_sub(at) < self.absorb_window())
+    }
+
+    fn absorb_window(&self) -> u64 {
+        self.setup.stall_check_ticks.saturating_mul(2)
     }
 
     /// A system command (barrier, DOP) to `dst`.
@@ -790,6 +822,9 @@ impl GeoOrdering {
         }
         if self.tick.saturating_sub(self.last_stall_check) >= self.setup.stall_check_ticks {
             self.last_stall_check = self.tick;
+            let (tick, window) = (self.tick, self.absorb_window());
+            self.in_flight
+                .retain(|_, &mut (_, at)| tick.saturating_sub(at) < window);
             let mut now = BTreeSet::new();
             let mut again = Vec::new();
             for g in 0..n as SerializerId {
@@ -905,6 +940,10 @@ impl AtomicMulticast for GeoOrdering {
                 "node {} is starting (no barrier has run yet); retry",
                 self.id
             ));
+        }
+        if self.absorbs(&cmd) {
+            self.count("geo_resends_absorbed");
+            return Ok(());
         }
         let all = all_of(self.n());
         let dst = SerializerSet(u32::try_from(cmd.route).unwrap_or(0) & all.0);

@@ -263,9 +263,9 @@ impl fmt::Display for SeedReport {
             match g.ordering {
                 crate::swarm::GeoOrdering::GeoPaxos => writeln!(
                     f,
-                    "  GeoPaxos+       summed over the replicas (running incarnations): {} requests submitted, {} executed ({} by several serializers), {} resubmit decisions, {} resubmitted, {} writes deduplicated, {} DOPs submitted and {} executed, {} clock entries, {} stalled operations ordered again",
+                    "  GeoPaxos+       summed over the replicas (running incarnations): {} requests submitted ({} copies absorbed while under way), {} commands executed by several serializers, {} resubmit decisions, {} resubmitted, {} writes deduplicated, {} DOPs submitted and {} executed, {} clock entries, {} stalled operations ordered again",
                     c("geo_submitted"),
-                    c("geo_executed"),
+                    c("geo_resends_absorbed"),
                     c("geo_executed_multi"),
                     c("geo_resubmit_decisions"),
                     c("geo_resubmitted"),

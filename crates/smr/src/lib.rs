@@ -1203,6 +1203,27 @@ impl<S: StateMachine> SequentialReplica<S> {
         })
     }
 
+    /// The reply to `cmd` if this replica already executed it: a mutation, the last of
+    /// its session (the very session it names), whose reply the session table holds,
+    /// with nothing speculated. Ordering such a copy again would only have the
+    /// replica answer it from the same table; the node answers it at once instead.
+    /// (The command's single partition only: with state partitioning the other
+    /// partitions' parts come from their replicas.)
+    pub fn answered(&self, cmd: &Command) -> Option<Reply> {
+        if cmd.is_system() || cmd.is_open() || cmd.seq == 0 || self.speculated() > 0 {
+            return None;
+        }
+        let session = self.sessions.get(cmd.client)?;
+        if session.opened_at != cmd.session {
+            return None;
+        }
+        session
+            .last
+            .as_ref()
+            .filter(|r| r.seq == cmd.seq && r.client == cmd.client)
+            .cloned()
+    }
+
     /// What `cmd` touches, for an ordering that orders only conflicting commands
     /// (EPaxos): the service's objects ([`StateMachine::access`], from the state as it
     /// is here) and, for a mutation or a renewal, the client's session (exactly-once
@@ -1826,6 +1847,11 @@ pub trait Replica: Send {
     fn route(&self, _cmd: &Command) -> Option<u64> {
         None
     }
+    /// The reply to a copy of a command executed already (see
+    /// [`SequentialReplica::answered`]; `None` where not known).
+    fn answered(&self, _cmd: &Command) -> Option<Reply> {
+        None
+    }
     /// GeoPaxos+: commands to submit again (see
     /// [`SequentialReplica::take_resubmits`]).
     fn take_resubmits(&mut self) -> Vec<Command> {
@@ -1987,6 +2013,9 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     }
     fn access(&self, cmd: &Command) -> Access {
         SequentialReplica::access(self, cmd)
+    }
+    fn answered(&self, cmd: &Command) -> Option<Reply> {
+        SequentialReplica::answered(self, cmd)
     }
     fn route(&self, cmd: &Command) -> Option<u64> {
         SequentialReplica::route(self, cmd)
