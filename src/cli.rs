@@ -175,10 +175,12 @@ struct NemesisArgs {
     /// Write the report (JSON) here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// The service under faults: the B+tree, or Chirper (paper 003) over --partitions
-    /// data partitions with --scheme, its clients running the swarm's mix (moves,
-    /// creates and deletes under way).
-    #[arg(long, default_value = "btree", value_parser = ["btree", "chirper"])]
+    /// The service under faults: the B+tree, the key-value store (puts, gets,
+    /// ranges, deletes and transactions on a few keys, judged under the key-value
+    /// model with revisions; with --geo or --epaxos too), or Chirper (paper 003) over
+    /// --partitions data partitions with --scheme, its clients running the swarm's mix
+    /// (moves, creates and deletes under way).
+    #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "chirper"])]
     service: String,
     /// With --service chirper: S-SMR or DS-SMR.
     #[arg(long, default_value = "dssmr", value_parser = ["ssmr", "dssmr"])]
@@ -1926,13 +1928,43 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
     let dir = std::env::temp_dir().join(format!("partita-nemesis-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _tmp = TempDir(dir.clone());
-    if a.geo && a.service != "btree" {
+    if a.geo && a.service == "chirper" {
         bail!(
-            "--geo runs the geo B+tree; --service {} cannot run on it",
-            a.service
+            "--geo runs the geo B+tree or the key-value store; --service chirper cannot run on it"
         );
     }
     let (file, c) = launch::ensure_cluster_file(&dir, || {
+        if a.geo && a.service == "kv" {
+            // The key-value store in the paper's three regions, each node an acceptor
+            // and a replica; under GeoPaxos+ DOPs move keys while faults come and go.
+            let mut c = ClusterConfig::paper_wan_local(
+                launch::pick_base_port(),
+                rand::random::<u64>() >> 1,
+            );
+            c.cluster.service = "kv".into();
+            let ordering = match a.epaxos {
+                true => partita_config::OrderingProtocol::Epaxos,
+                false => partita_config::OrderingProtocol::GeoPaxosPlus,
+            };
+            let mut c = c
+                .with_ordering(ordering, 3)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if let Some(g) = c.ordering.geo_mut() {
+                g.dop_interval_ms = 2000;
+            }
+            if let Some(w) = c.wan.as_mut() {
+                w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];
+            }
+            if a.netns {
+                partita_harness::netns::place_with(
+                    &mut c,
+                    &dir.join("certs"),
+                    partita_harness::netns::Wire::Tls,
+                )?;
+            }
+            ClusterConfig::parse(&c.to_toml(), "the nemesis's cluster")?;
+            return Ok(c);
+        }
         if a.geo {
             let mut c = ClusterConfig::paper_geo_local(
                 launch::pick_base_port(),
@@ -1993,6 +2025,10 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
                 ..Default::default()
             });
             c.with_partitions(partitions, 2, 1 << 32)
+        } else if a.service == "kv" {
+            // Byte-string keys fall in partitions by their first eight bytes.
+            c.cluster.service = "kv".into();
+            c.with_partitions(a.partitions, 2, u64::MAX)
         } else {
             c.with_partitions(a.partitions, 2, key_space)
         };
@@ -2089,6 +2125,13 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             give_up: Duration::from_secs(10),
         };
         partita_harness::nemesis::run_chirper(&mut lc, &exe, &node_args, &cfg, &load).await?
+    } else if a.service == "kv" {
+        let load = partita_harness::kvload::KvLoad::new(
+            a.clients as u64,
+            Duration::from_secs(duration),
+            a.seed,
+        );
+        partita_harness::nemesis::run_kv(&mut lc, &exe, &node_args, &cfg, &load).await?
     } else {
         partita_harness::nemesis::run(&mut lc, &exe, &node_args, &cfg).await?
     };

@@ -6,13 +6,10 @@
 //! started with `--unsafe lose-acked-writes` must be reported as a violation by the
 //! checker (not merely fail).
 
-use partita_client::{node_status, Client, ClientOptions};
+use partita_client::node_status;
 use partita_config::{ClusterConfig, Durability};
+use partita_harness::kvload::{self, KvLoad};
 use partita_harness::launch::{pick_base_port, LocalCluster};
-use partita_kv::history::Outcome;
-use partita_kv::KvStore;
-use rand::SeedableRng;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -29,54 +26,14 @@ fn start(dir: &Path, args: &[String]) -> LocalCluster {
     LocalCluster::start_with(&exe(), &file, &cfg, dir, args, None).unwrap()
 }
 
-/// Run `clients` concurrent clients for `secs` seconds; write the history to `path`.
+/// Run `clients` concurrent clients of the key-value mix for `secs` seconds; write the
+/// history to `path`.
 async fn load(cluster: &ClusterConfig, clients: u64, secs: f64, path: &Path) -> usize {
-    let base = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let cluster = cluster.clone();
-        tasks.push(tokio::spawn(async move {
-            let opts = ClientOptions {
-                entry_index: Some(c),
-                timeout: Duration::from_millis(500),
-                give_up: Duration::from_secs(5),
-                ..ClientOptions::default()
-            };
-            let mut client = Client::<KvStore>::connect(cluster, opts).await.unwrap();
-            let mut rng = rand::rngs::StdRng::seed_from_u64(c);
-            let mut lines = Vec::new();
-            let mut n = 0;
-            while base.elapsed().as_secs_f64() < secs {
-                n += 1;
-                let cmd = partita_kv::mix::random_command(&mut rng, 6, c, n);
-                let call = base.elapsed().as_nanos() as u64;
-                let r = client.execute(cmd.clone()).await;
-                let ret = base.elapsed().as_nanos() as u64;
-                let outcome = match &r {
-                    Ok(reply) => Outcome::Ok(reply),
-                    Err(e) if e.not_applied() => Outcome::Fail,
-                    Err(_) => Outcome::Info,
-                };
-                lines.push(partita_kv::history::event_line(
-                    c + 1,
-                    &cmd,
-                    call,
-                    ret,
-                    outcome,
-                ));
-            }
-            lines
-        }));
-    }
-    let mut f = std::fs::File::create(path).unwrap();
-    let mut ops = 0;
-    for t in tasks {
-        for line in t.await.unwrap() {
-            writeln!(f, "{line}").unwrap();
-            ops += 1;
-        }
-    }
-    ops
+    let mut load = KvLoad::new(clients, Duration::from_secs_f64(secs), 0);
+    load.give_up = Duration::from_secs(5);
+    let r = kvload::run(cluster, &load).await.unwrap();
+    kvload::write_history(path, &r).unwrap();
+    r.operations
 }
 
 /// The replicas' digests once both executed what the leader decided.

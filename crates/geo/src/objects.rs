@@ -62,9 +62,8 @@
 //! send every command on it round again. So a counted object moves only when the
 //! optimizer's configuration costs less than its current one by more than an eighth
 //! under this window's counts ([`worth_moving`]; the paper is silent on this), or when
-//! it only drops serializers at no extra cost. The
-//! verdict is a function of the counts and the current configuration, which every
-//! replica holds alike.
+//! it only drops serializers at no extra cost. The verdict is a function of the counts
+//! and the current configuration, which every replica holds alike.
 //!
 //! # psite
 //!
@@ -289,10 +288,6 @@ pub struct ObjectMap {
     /// Objects with `placed` set.
     placed_len: usize,
     counters: ObjectMapCounters,
-    /// Objects never counted, so always at home (the service's
-    /// `StateMachine::PINNED_OBJECTS`). Not in the snapshot: the service says them
-    /// again when a map is built or restored.
-    pinned: BTreeSet<u64>,
 }
 
 /// The snapshot's form, borrowed (field for field as [`MapRepr`]).
@@ -326,20 +321,9 @@ impl ObjectMap {
             sampled: BTreeSet::new(),
             placed_len: 0,
             counters: ObjectMapCounters::default(),
-            pinned: BTreeSet::new(),
         };
         m.invariants();
         Ok(m)
-    }
-
-    /// The map keeping `ids` at their home whatever their accesses (they are never
-    /// counted): see `StateMachine::PINNED_OBJECTS`.
-    pub fn with_pinned(mut self, ids: &[u64]) -> ObjectMap {
-        self.pinned = ids.iter().copied().collect();
-        self.objects.retain(|id, _| !ids.contains(id));
-        self.sampled.retain(|(_, id)| !ids.contains(id));
-        self.placed_len = self.objects.values().filter(|o| o.placed.is_some()).count();
-        self
     }
 
     /// The number of replicas (serializers) n.
@@ -503,9 +487,7 @@ impl ObjectMap {
             return;
         }
         for &(id, write) in &access.objects {
-            if !self.pinned.contains(&id) {
-                self.count(id, write, from);
-            }
+            self.count(id, write, from);
         }
     }
 
@@ -620,7 +602,6 @@ impl ObjectMap {
         }
         self.epoch += 1;
         self.counters.reconfigurations += 1;
-
         assert!(self.placed_len <= self.options.placed_objects_max);
         assert!(self.objects.values().all(|o| o.stats.is_none()));
     }
@@ -705,7 +686,6 @@ impl ObjectMap {
         if placed_len > self.options.placed_objects_max {
             return Err(format!("{placed_len} objects placed"));
         }
-        let pinned = std::mem::take(&mut self.pinned);
         *self = ObjectMap {
             optimizer,
             options: self.options,
@@ -714,16 +694,7 @@ impl ObjectMap {
             sampled,
             placed_len,
             counters: ObjectMapCounters::default(),
-            pinned: BTreeSet::new(),
         };
-        // Pins stay; a pinned object the snapshot holds (written before the service
-        // pinned it) goes home.
-        let ids: Vec<u64> = pinned.into_iter().collect();
-        *self = std::mem::replace(
-            self,
-            ObjectMap::new(self.topology().clone(), self.options).map_err(|e| e.to_string())?,
-        )
-        .with_pinned(&ids);
         self.invariants();
         Ok(())
     }
@@ -770,7 +741,6 @@ impl ObjectMap {
         let mut placed = 0usize;
         let mut sampled = 0usize;
         for (&id, o) in &self.objects {
-            assert!(!self.pinned.contains(&id), "pinned object {id} stored");
             assert!(
                 o.placed.is_some() || o.stats.is_some(),
                 "object {id} stored neither placed nor counted"

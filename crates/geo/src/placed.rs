@@ -185,8 +185,7 @@ impl<S: StateMachine> StateMachine for Placed<S> {
         match cmd {
             PlacedCommand::Genesis(g) if self.map.is_none() => {
                 let map = ObjectMap::new(g.topology.clone(), g.options)
-                    .expect("a genesis that decoded is valid")
-                    .with_pinned(S::PINNED_OBJECTS);
+                    .expect("a genesis that decoded is valid");
                 self.map = Some((map, (**g).clone()));
             }
             PlacedCommand::Genesis(_) => {}
@@ -220,9 +219,8 @@ impl<S: StateMachine> StateMachine for Placed<S> {
             None => None,
             Some((bytes, g)) => {
                 g.options.validate().map_err(|e| e.to_string())?;
-                let mut m = ObjectMap::new(g.topology.clone(), g.options)
-                    .map_err(|e| e.to_string())?
-                    .with_pinned(S::PINNED_OBJECTS);
+                let mut m =
+                    ObjectMap::new(g.topology.clone(), g.options).map_err(|e| e.to_string())?;
                 m.restore(&bytes)?;
                 Some((m, g))
             }

@@ -685,19 +685,3 @@ fn a_small_gain_does_not_move_an_object() {
         assert_eq!(m.counters().kept, kept + u64::from(!moves));
     }
 }
-
-/// A pinned object is never counted, so it stays at home whatever its accesses, while
-/// the same accesses move an object that is not pinned.
-#[test]
-fn a_pinned_object_stays_at_home() {
-    let mut m = map(Home::Every).with_pinned(&[9]);
-    for _ in 0..20 {
-        m.record(&write(9), 0);
-        m.record(&write(8), 0);
-    }
-    m.reconfigure();
-    m.invariants();
-    assert_eq!(m.config_of(9), Config::from_mask(0b111).unwrap(), "pinned");
-    assert_eq!(m.config_of(8), Config::from_mask(0b001).unwrap(), "moved");
-    assert_eq!(m.len(), 1, "only the moved object is stored");
-}

@@ -177,6 +177,7 @@ pub struct NemesisReport {
 pub enum LoadResult {
     Btree(Box<BenchResult>),
     Chirper(Box<crate::chirper::ChirperLoadResult>),
+    Kv(Box<crate::kvload::KvLoadResult>),
 }
 
 impl std::fmt::Display for LoadResult {
@@ -184,6 +185,7 @@ impl std::fmt::Display for LoadResult {
         match self {
             LoadResult::Btree(b) => write!(f, "{b}"),
             LoadResult::Chirper(c) => write!(f, "{c}"),
+            LoadResult::Kv(k) => write!(f, "{k}"),
         }
     }
 }
@@ -940,6 +942,86 @@ pub async fn run(
         load: LoadResult::Btree(Box::new(bench_result)),
         operations: records.len(),
         unknown_outcomes: unknown,
+        failover,
+        linearizable,
+        converged,
+        survived_restart,
+    })
+}
+
+/// [`run`] for a key-value cluster (`service = "kv"`, any ordering): the clients of
+/// [`crate::kvload`] run the key-value mix with a recorded history while the faults are
+/// injected. The verdict:
+///
+/// 1. the history is linearizable under the key-value model with revisions;
+/// 2. the replicas converge;
+/// 3. after every node was stopped and started again on its data directory, every key
+///    reads as before (no acknowledged write lost).
+pub async fn run_kv(
+    lc: &mut LocalCluster,
+    exe: &Path,
+    node_args: &[String],
+    cfg: &NemesisConfig,
+    load: &crate::kvload::KvLoad,
+) -> anyhow::Result<NemesisReport> {
+    if cfg.faults.is_empty() {
+        bail!("no faults to inject");
+    }
+    let cluster = lc.cluster.clone();
+    let task = {
+        let cluster = cluster.clone();
+        let load = load.clone();
+        tokio::spawn(async move { crate::kvload::run(&cluster, &load).await })
+    };
+    let history = match &cfg.history {
+        Some(p) => p.clone(),
+        None => lc.data_dir.join("kv-history.jsonl"),
+    };
+    let mut nem = Nemesis {
+        lc,
+        exe: exe.to_path_buf(),
+        node_args: node_args.to_vec(),
+    };
+    let injected = nem.schedule(cfg, load.duration).await?;
+    let result = task.await.context("load task")??;
+    crate::kvload::write_history(&history, &result)?;
+    let linearizable = match partita_checker::check_history_file(&history, &Default::default()) {
+        Ok(partita_checker::ServiceReport::Kv(r)) => match &r.verdict {
+            partita_checker::KvVerdict::Linearizable(_) => Ok(r.to_string()),
+            partita_checker::KvVerdict::NotLinearizable(_) => Err(Failed::Violation(r.to_string())),
+            partita_checker::KvVerdict::Unknown(_) => Err(Failed::Undecided(r.to_string())),
+        },
+        Ok(other) => Err(Failed::Undecided(format!(
+            "not a key-value history: {other}"
+        ))),
+        Err(e) => Err(Failed::Undecided(e.to_string())),
+    };
+    let before = crate::kvload::contents(&cluster)
+        .await
+        .context("reading every key at the end")?;
+    let converged = converged(&cluster, Duration::from_secs(60)).await;
+    nem.restart_all().await?;
+    let survived_restart = match crate::kvload::contents(&cluster).await {
+        Ok(after) if after == before => Ok(format!(
+            "{} keys identical after restarting every node",
+            after.len()
+        )),
+        Ok(after) => Err(Failed::Violation(format!(
+            "{} keys before the restart, {} after; {} differ or are missing",
+            before.len(),
+            after.len(),
+            before.iter().filter(|e| !after.contains(e)).count()
+        ))),
+        Err(e) => Err(Failed::Undecided(format!(
+            "no answer after the restart: {e}"
+        ))),
+    };
+    let failover = FailoverSummary::of_injected(&injected);
+    Ok(NemesisReport {
+        injected,
+        operations: result.operations,
+        unknown_outcomes: result.unknown,
+        load: LoadResult::Kv(Box::new(result)),
         failover,
         linearizable,
         converged,

@@ -72,10 +72,6 @@ pub const REVISION_OBJECT: u64 = 0x7265_7669_7369_6f6e;
 
 impl StateMachine for KvStore {
     const NAME: &'static str = "kv";
-    /// Every command reads the revision and every mutation writes it, from every
-    /// region: it stays at home (every serializer), so reads are ordered where they
-    /// are submitted and every mutation by every serializer (one order of revisions).
-    const PINNED_OBJECTS: &'static [u64] = &[REVISION_OBJECT];
     type Command = KvCommand;
     type Reply = KvReply;
     type Undo = KvUndo;

@@ -295,12 +295,6 @@ pub trait StateMachine: Sized + Send + 'static {
     /// The service's name in cluster files, checkpoints and histories (`"btree"`,
     /// `"kv"`): a checkpoint of one service is never restored into another.
     const NAME: &'static str;
-    /// Objects (ids as in [`StateMachine::access`]) that an object placement
-    /// (GeoPaxos+'s `ObjectMap`) keeps at their home whatever their accesses: objects
-    /// nearly every command touches from every region (the KV store's store-wide
-    /// revision), whose best place changes with every window's mix, so moving them
-    /// would send every command in flight round again.
-    const PINNED_OBJECTS: &'static [u64] = &[];
     type Command: Clone + Debug + Send + Sync + Serialize + DeserializeOwned + 'static;
     type Reply: Clone + Debug + PartialEq + Send + Sync + Serialize + DeserializeOwned + 'static;
     /// What undoes one command's effects (speculative execution, paper 001 §III-B).
