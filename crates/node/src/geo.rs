@@ -344,6 +344,8 @@ pub struct GeoOrdering {
     last_barrier_ms: u64,
     barrier_proposed_ms: Option<u64>,
     barriers: BarrierPolicy,
+    /// The count of the newest checkpoint this node announced durable.
+    announced: Instance,
     system_seq: u64,
     /// Per serializer: the instance below which its acceptors truncated what this
     /// learner still needs (a state transfer must cover it).
@@ -468,6 +470,7 @@ impl GeoOrdering {
             last_barrier_ms: 0,
             barrier_proposed_ms: None,
             barriers: BarrierPolicy::of(setup, geo.barrier_interval_ms),
+            announced: next_deliver.saturating_sub(1),
             system_seq: u64::from(incarnation) << 32,
             needed: vec![0; n],
             dop_not_ordered: bugs.geo_dop_not_ordered,
@@ -699,11 +702,23 @@ impl GeoOrdering {
             });
             if r.dst == all {
                 self.count("geo_cuts");
-                out.push(Action::Cut {
-                    position: self.encode_position(),
-                });
+                // The position holds the whole merge (what it remembers delivered, up
+                // to 2^16 operations): encoded only at a cut where the replica may
+                // checkpoint, not at every one (session opens, DOPs, splits).
+                if self.checkpoint_wanted() {
+                    out.push(Action::Cut {
+                        position: self.encode_position(),
+                    });
+                }
             }
         }
+    }
+
+    /// Whether the replica may checkpoint at a cut here: a checkpoint interval's
+    /// worth of commands ran since the checkpoint this node last announced durable.
+    fn checkpoint_wanted(&self) -> bool {
+        let every = self.barriers.every_commands;
+        every > 0 && self.delivered >= self.announced.saturating_add(every)
     }
 
     /// Have serializer `g` order `entry`: proposed if this node leads `g`, forwarded to
@@ -1098,7 +1113,8 @@ impl AtomicMulticast for GeoOrdering {
 
     /// Each serializer's acceptors learn the prefix of its log whose commands all ran
     /// at the checkpoint's cut.
-    fn announce_checkpoint(&mut self, _instance: Instance, position: &[u8], out: &mut Outbox) {
+    fn announce_checkpoint(&mut self, instance: Instance, position: &[u8], out: &mut Outbox) {
+        self.announced = instance;
         let Ok(p) = decode_position(position) else {
             return;
         };
