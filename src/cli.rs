@@ -1934,51 +1934,34 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         );
     }
     let (file, c) = launch::ensure_cluster_file(&dir, || {
-        if a.geo && a.service == "kv" {
-            // The key-value store in the paper's three regions, each node an acceptor
-            // and a replica; under GeoPaxos+ DOPs move keys while faults come and go.
-            let mut c = ClusterConfig::paper_wan_local(
-                launch::pick_base_port(),
-                rand::random::<u64>() >> 1,
-            );
-            c.cluster.service = "kv".into();
-            let ordering = match a.epaxos {
-                true => partita_config::OrderingProtocol::Epaxos,
-                false => partita_config::OrderingProtocol::GeoPaxosPlus,
-            };
-            let mut c = c
-                .with_ordering(ordering, 3)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            if let Some(g) = c.ordering.geo_mut() {
-                g.dop_interval_ms = 2000;
-            }
-            if let Some(w) = c.wan.as_mut() {
-                w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];
-            }
-            if a.netns {
-                partita_harness::netns::place_with(
-                    &mut c,
-                    &dir.join("certs"),
-                    partita_harness::netns::Wire::Tls,
-                )?;
-            }
-            ClusterConfig::parse(&c.to_toml(), "the nemesis's cluster")?;
-            return Ok(c);
-        }
         if a.geo {
-            let mut c = ClusterConfig::paper_geo_local(
-                launch::pick_base_port(),
-                rand::random::<u64>() >> 1,
-                a.geo_keys,
-            );
+            let (port, id) = (launch::pick_base_port(), rand::random::<u64>() >> 1);
+            let mut c = if a.service == "kv" {
+                // The key-value store in the paper's three regions, each node an
+                // acceptor and a replica.
+                let mut c = ClusterConfig::paper_wan_local(port, id);
+                c.cluster.service = "kv".into();
+                let ordering = match a.epaxos {
+                    true => partita_config::OrderingProtocol::Epaxos,
+                    false => partita_config::OrderingProtocol::GeoPaxosPlus,
+                };
+                c.with_ordering(ordering, 3)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+            } else {
+                let mut c = ClusterConfig::paper_geo_local(port, id, a.geo_keys);
+                if let Some(g) = c.ordering.geo_mut() {
+                    // Small tree nodes, so that inserts split leaves (INSERT's psite
+                    // predicts it).
+                    g.order = 8;
+                }
+                if a.epaxos {
+                    c.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(a.geo_keys));
+                }
+                c
+            };
             if let Some(g) = c.ordering.geo_mut() {
-                // Small tree nodes, so that inserts split leaves (INSERT's psite
-                // predicts it), and DOPs that move nodes while faults come and go.
-                g.order = 8;
+                // DOPs that move objects while faults come and go.
                 g.dop_interval_ms = 2000;
-            }
-            if a.epaxos {
-                c.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(a.geo_keys));
             }
             if let Some(w) = c.wan.as_mut() {
                 w.clients = vec!["California".into(), "Virginia".into(), "Europe".into()];

@@ -322,6 +322,15 @@ async fn run_geo_kv(
     report
 }
 
+/// A key-value nemesis run passed every check, with operations to judge, and its
+/// faults hit more than one node.
+fn assert_kv_survived(r: &nemesis::NemesisReport) {
+    assert!(r.passed(), "{r}");
+    assert!(r.operations > 20, "only {} operations: {r}", r.operations);
+    let hit: std::collections::BTreeSet<_> = r.injected.iter().map(|i| i.node).collect();
+    assert!(hit.len() >= 2, "faults hit one node only: {r}");
+}
+
 /// EPaxos on real processes in the three emulated regions, over the key-value store:
 /// every node fault (kill, pause) may hit any replica, which a peer then recovers
 /// instances of (explicit prepare). (EPaxos over the geo B+tree runs in the fast-path
@@ -329,10 +338,7 @@ async fn run_geo_kv(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn epaxos_over_the_kv_store_survives_every_fault() {
     let r = run_geo_kv(12, &[], partita_config::OrderingProtocol::Epaxos).await;
-    assert!(r.passed(), "{r}");
-    assert!(r.operations > 20, "only {} operations: {r}", r.operations);
-    let hit: std::collections::BTreeSet<_> = r.injected.iter().map(|i| i.node).collect();
-    assert!(hit.len() >= 2, "faults hit one node only: {r}");
+    assert_kv_survived(&r);
 }
 
 /// GeoPaxos+ over the key-value store (the store-wide revision and the keys placed by
@@ -340,10 +346,7 @@ async fn epaxos_over_the_kv_store_survives_every_fault() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn geopaxos_plus_over_the_kv_store_survives_every_fault() {
     let r = run_geo_kv(10, &[], partita_config::OrderingProtocol::GeoPaxosPlus).await;
-    assert!(r.passed(), "{r}");
-    assert!(r.operations > 20, "only {} operations: {r}", r.operations);
-    let hit: std::collections::BTreeSet<_> = r.injected.iter().map(|i| i.node).collect();
-    assert!(hit.len() >= 2, "faults hit one node only: {r}");
+    assert_kv_survived(&r);
 }
 
 /// Control for the key-value verdict: replicas that lose every fifth acknowledged

@@ -83,7 +83,7 @@ pub async fn run(cluster: &ClusterConfig, load: &KvLoad) -> anyhow::Result<KvLoa
             };
             let mut client = Client::<KvStore>::connect(cluster, opts).await?;
             let mut rng = rand::rngs::StdRng::seed_from_u64(load.seed ^ (c << 32));
-            let mut lines = Vec::new();
+            let mut part = KvLoadResult::default();
             let mut n = 0;
             while base.elapsed() < load.duration {
                 n += 1;
@@ -92,33 +92,37 @@ pub async fn run(cluster: &ClusterConfig, load: &KvLoad) -> anyhow::Result<KvLoa
                 let r = client.execute(cmd.clone()).await;
                 let ret = base.elapsed().as_nanos() as u64;
                 let outcome = match &r {
-                    Ok(reply) => Outcome::Ok(reply),
-                    Err(e) if e.not_applied() => Outcome::Fail,
-                    Err(_) => Outcome::Info,
+                    Ok(reply) => {
+                        part.ok += 1;
+                        Outcome::Ok(reply)
+                    }
+                    Err(e) if e.not_applied() => {
+                        part.failed += 1;
+                        Outcome::Fail
+                    }
+                    Err(_) => {
+                        part.unknown += 1;
+                        Outcome::Info
+                    }
                 };
-                let kind = match outcome {
-                    Outcome::Ok(_) => 0,
-                    Outcome::Fail => 1,
-                    Outcome::Info => 2,
-                };
-                lines.push((
-                    kind,
-                    partita_kv::history::event_line(c + 1, &cmd, call, ret, outcome),
+                part.lines.push(partita_kv::history::event_line(
+                    c + 1,
+                    &cmd,
+                    call,
+                    ret,
+                    outcome,
                 ));
             }
-            anyhow::Ok(lines)
+            anyhow::Ok(part)
         }));
     }
     let mut out = KvLoadResult::default();
     for t in tasks {
-        for (kind, line) in t.await?? {
-            match kind {
-                0 => out.ok += 1,
-                1 => out.failed += 1,
-                _ => out.unknown += 1,
-            }
-            out.lines.push(line);
-        }
+        let part = t.await??;
+        out.ok += part.ok;
+        out.failed += part.failed;
+        out.unknown += part.unknown;
+        out.lines.extend(part.lines);
     }
     out.operations = out.lines.len();
     out.ops_per_s = out.operations as f64 / base.elapsed().as_secs_f64().max(1e-9);

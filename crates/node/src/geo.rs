@@ -309,7 +309,7 @@ pub struct GeoOrdering {
     /// Client commands submitted here and not delivered yet, by (client, seq,
     /// session): the operation and the tick it was submitted at. A copy the client
     /// sends again while its operation is under way is absorbed (see
-    /// [`GeoOrdering::absorbs`]).
+    /// [`GeoOrdering::copy_under_way`]).
     in_flight: BTreeMap<(u64, u64, Instance), (GeoOp, u64)>,
     /// Ordered time: the newest barrier's.
     time_ms: u64,
@@ -796,13 +796,13 @@ impl GeoOrdering {
     /// is under way (a serializer's leader orders again what stalls half-ordered), and
     /// its reply reaches the client; a copy that comes later than two stall checks is
     /// submitted (the first may have reached no serializer at all).
-    fn absorbs(&self, cmd: &Command) -> bool {
+    fn copy_under_way(&self, cmd: &Command) -> bool {
         self.in_flight
             .get(&(cmd.client, cmd.seq, cmd.session))
-            .is_some_and(|&(_, at)| self.tick.saturating_sub(at) < self.absorb_window())
+            .is_some_and(|&(_, at)| self.tick.saturating_sub(at) < self.copy_window())
     }
 
-    fn absorb_window(&self) -> u64 {
+    fn copy_window(&self) -> u64 {
         self.setup.stall_check_ticks.saturating_mul(2)
     }
 
@@ -837,7 +837,7 @@ impl GeoOrdering {
         }
         if self.tick.saturating_sub(self.last_stall_check) >= self.setup.stall_check_ticks {
             self.last_stall_check = self.tick;
-            let (tick, window) = (self.tick, self.absorb_window());
+            let (tick, window) = (self.tick, self.copy_window());
             self.in_flight
                 .retain(|_, &mut (_, at)| tick.saturating_sub(at) < window);
             let mut now = BTreeSet::new();
@@ -956,7 +956,7 @@ impl AtomicMulticast for GeoOrdering {
                 self.id
             ));
         }
-        if self.absorbs(&cmd) {
+        if self.copy_under_way(&cmd) {
             self.count("geo_resends_absorbed");
             return Ok(());
         }
