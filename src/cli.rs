@@ -473,7 +473,7 @@ struct UpArgs {
     /// Paper 004's wide-area deployment, emulated on this machine: three nodes, one
     /// per region (California, Virginia, Europe; each an acceptor and a replica), the
     /// paper's round trips between them (`[wan] preset = "paper"`). With --ordering
-    /// geopaxos+ or epaxos each region orders locally what it alone touches; with
+    /// geopaxos+, geopaxos or epaxos each region orders locally what it alone touches; with
     /// --service kv node N's etcd endpoint is the region's (Europe: the third).
     #[arg(long, conflicts_with = "netns")]
     wan: bool,
@@ -530,7 +530,7 @@ struct PartitionArgs {
     optimistic: bool,
     /// The ordering protocol of a new cluster (the cluster file's `[ordering]
     /// protocol`): ring-paxos, multi-paxos, multi-ring (a ring per partition and one
-    /// across them, or two over one partition: see --rings), geopaxos+ or epaxos (three
+    /// across them, or two over one partition: see --rings), geopaxos+, geopaxos or epaxos (three
     /// nodes, each an acceptor and a replica; clients at the nearest). Unset:
     /// --protocol's stream, or Multi-Ring Paxos with --rings.
     #[arg(long, value_parser = choice::<OrderingProtocol>(), conflicts_with = "rings")]

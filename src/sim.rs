@@ -81,8 +81,9 @@ pub struct SimArgs {
     /// of commands (creates and deletes too) judged by the checker's Chirper model.
     #[arg(long, value_enum, value_name = "SCHEME")]
     dssmr: Option<SimDssmr>,
-    /// GeoPaxos+ and EPaxos (paper 004): every seed runs `geopaxos+`, `epaxos`, or
-    /// `both` (GeoPaxos+ on even seeds, EPaxos on odd ones) in the paper's three
+    /// GeoPaxos+ and EPaxos (paper 004): every seed runs `geopaxos+`, `epaxos`,
+    /// `geopaxos` (one serializer per object, no DOPs), or `both` (GeoPaxos+ on even
+    /// seeds, EPaxos on odd ones) in the paper's three
     /// emulated regions (3 nodes, each an acceptor and a replica; clients in every
     /// region doing the geo B+tree's read, next, prev, update and insert on a tree
     /// that starts with keys 0..K). Protocol, speculation and early replies do not
@@ -173,6 +174,7 @@ enum SimService {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum SimGeo {
     #[value(name = "geopaxos+")]
+    GeopaxosPlus,
     Geopaxos,
     Epaxos,
     Both,
@@ -234,8 +236,8 @@ impl SimArgs {
         };
         if self.service == Some(SimService::GeoBtree) && self.geo.is_none() {
             bail!(
-                "--service geo-btree runs on GeoPaxos+ or EPaxos: add --geo geopaxos+, epaxos \
-                 or both"
+                "--service geo-btree runs on GeoPaxos, GeoPaxos+ or EPaxos: add --geo \
+                 geopaxos+, geopaxos, epaxos or both"
             );
         }
         let faults = if self.no_faults {
@@ -294,6 +296,7 @@ impl SimArgs {
             },
             geo: match self.geo {
                 None => GeoChoice::Off,
+                Some(SimGeo::GeopaxosPlus) => GeoChoice::GeoPaxosPlus,
                 Some(SimGeo::Geopaxos) => GeoChoice::GeoPaxos,
                 Some(SimGeo::Epaxos) => GeoChoice::Epaxos,
                 Some(SimGeo::Both) => GeoChoice::Alternate,

@@ -932,12 +932,15 @@ impl ClusterConfig {
                     ),
                 )
             }
-            OrderingSection::GeoPaxos(_) => f(
-                "ordering.protocol",
-                "\"geopaxos\" (one serializer per object, without the optimizer) does not \
-                 run yet: use \"geopaxos+\" with dop_interval_ms = 0"
-                    .into(),
-            ),
+            OrderingSection::GeoPaxos(g) if *g != crate::geo::GeoPaxosSettings::of(g).section() => {
+                f(
+                    "ordering.protocol",
+                    "\"geopaxos\" keeps one serializer per object and never moves it: its \
+                     dop_interval_ms is 0 and its placement \"single\" (use \"geopaxos+\" \
+                     for DOPs or another placement)"
+                        .into(),
+                )
+            }
             _ => Ok(()),
         }
     }
@@ -1373,7 +1376,9 @@ impl ClusterConfig {
                     OrderingProtocol::Epaxos => {
                         OrderingSection::Epaxos(EpaxosSection::with_keys(0))
                     }
-                    OrderingProtocol::GeoPaxos => OrderingSection::GeoPaxos(GeoSection::default()),
+                    OrderingProtocol::GeoPaxos => {
+                        OrderingSection::GeoPaxos(GeoSection::geopaxos(0))
+                    }
                     // A DOP every second: the objects move to where they are used.
                     _ => OrderingSection::GeoPaxosPlus(GeoSection {
                         dop_interval_ms: 1000,
@@ -1567,9 +1572,9 @@ impl ClusterConfig {
                 return Err(FieldError::new(
                     "cluster.service",
                     format!(
-                        "the geo B+tree places its nodes on GeoPaxos+'s serializers: it runs \
-                         with [ordering] protocol = \"geopaxos+\" (or \"epaxos\", on equal \
-                         terms), not \"{}\"",
+                        "the geo B+tree places its nodes on GeoPaxos's serializers: it runs \
+                         with [ordering] protocol = \"geopaxos+\" or \"geopaxos\" (or \
+                         \"epaxos\", on equal terms), not \"{}\"",
                         self.ordering.protocol()
                     ),
                 ));
@@ -1615,8 +1620,8 @@ impl ClusterConfig {
         if self.execution != ExecutionSection::default() {
             return f(
                 "execution",
-                "GeoPaxos+ and EPaxos replicas execute in their ordering's order: no speculation, early \
-                 replies or P-SMR threads",
+                "GeoPaxos, GeoPaxos+ and EPaxos replicas execute in their ordering's order: no \
+                 speculation, early replies or P-SMR threads",
             );
         }
         let replicas = self.with_role(Role::Replica);
@@ -1689,6 +1694,7 @@ impl ClusterConfig {
             rtt_ms,
             order: g.order,
             keys: g.keys,
+            placement: g.placement,
             value_bytes: g.value_bytes,
             dop_interval_ms: g.dop_interval_ms,
             optimizer_brute_force: g.optimizer == "brute-force",
@@ -1964,6 +1970,7 @@ impl ClusterConfig {
             let topology = geo.topology().expect("a validated cluster file's topology");
             let options = partita_geo::ObjectMapOptions {
                 optimizer: geo.optimizer(),
+                home: geo.placement.home(geo.keys, geo.seed),
                 ..partita_geo::ObjectMapOptions::default()
             };
             genesis.push(partita_geo::Placed::<partita_btree::BPlusTree>::genesis(
@@ -2989,11 +2996,17 @@ mod tests {
         let geo = ClusterConfig::paper_geo_local(7100, 42, 100);
         let mut epaxos = geo.clone();
         epaxos.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(100));
+        let mut geopaxos = geo.clone();
+        geopaxos.ordering = OrderingSection::GeoPaxos(GeoSection::geopaxos(100));
+        let mut random = geo.clone();
+        random.ordering.geo_mut().unwrap().placement = partita_geo::Placement::Random;
         for (c, name) in [
             (&base, "ring-paxos"),
             (&multi, "multi-paxos"),
             (&rings, "multi-ring"),
             (&geo, "geopaxos+"),
+            (&random, "geopaxos+"),
+            (&geopaxos, "geopaxos"),
             (&epaxos, "epaxos"),
         ] {
             let text = c.to_toml();
@@ -3029,11 +3042,37 @@ mod tests {
             e.contains("field `ordering.ring_decision`") && e.contains("nowhere"),
             "{e}"
         );
-        let e = parse_err(&text.replace("protocol = \"ring-paxos\"", "protocol = \"geopaxos\""));
+        // GeoPaxos fixes what GeoPaxos+ chooses: DOPs, the optimizer, the placement.
+        let geopaxos_text = geopaxos.to_toml();
+        assert!(!geopaxos_text.contains("placement"), "{geopaxos_text}");
+        for setting in [
+            "dop_interval_ms = 1000",
+            "optimizer = \"brute-force\"",
+            "placement = \"single\"",
+        ] {
+            let e = parse_err(&geopaxos_text.replace(
+                "protocol = \"geopaxos\"",
+                &format!("protocol = \"geopaxos\"\n{setting}"),
+            ));
+            let field = setting.split(' ').next().unwrap();
+            assert!(
+                e.contains(&format!("field `ordering.{field}`")) && e.contains("geopaxos"),
+                "{e}"
+            );
+        }
+        let e = parse_err(
+            &geo.to_toml()
+                .replace("placement = \"home\"", "placement = \"everywhere\""),
+        );
         assert!(
-            e.contains("ordering.protocol") && e.contains("geopaxos+"),
+            e.contains("ordering.placement") && e.contains("random"),
             "{e}"
         );
+        // Set by hand past the parser, a GeoPaxos that moves objects is refused too.
+        let mut moving = geopaxos.clone();
+        moving.ordering.geo_mut().unwrap().dop_interval_ms = 1000;
+        let e = moving.validate().unwrap_err();
+        assert_eq!(e.field, "ordering.protocol", "{e:?}");
 
         // Written before [ordering]: each refused naming the old field and the new one.
         let old = text.replace("\n[ordering]\nprotocol = \"ring-paxos\"\n", "\n");

@@ -20,8 +20,9 @@
 //!   the cluster runs (see [`crate::geo`]).
 //! - `"epaxos"` (paper 004's leaderless baseline): `keys` (the geo B+tree's keys
 //!   present at the start).
-//! - `"geopaxos"` (one serializer per object, paper 004's starting point): named, and
-//!   refused by the checks until it runs.
+//! - `"geopaxos"` (paper 004 §II-B, its starting point): the same serializers with one
+//!   serializer per object and no optimizer (GeoPaxos+'s settings but `dop_interval_ms`,
+//!   `optimizer` and `placement`; see [`crate::geo`]).
 //!
 //! A setting of another protocol is refused naming the field (`unknown field `m``), and
 //! so is an unknown protocol. Cluster files written before `[ordering]` existed name
@@ -291,9 +292,10 @@ impl Serialize for OrderingSection {
             OrderingSection::RingPaxos(x) => toml::Table::try_from(x),
             OrderingSection::MultiPaxos(x) => toml::Table::try_from(x),
             OrderingSection::MultiRing(x) => toml::Table::try_from(x),
-            OrderingSection::GeoPaxos(x) | OrderingSection::GeoPaxosPlus(x) => {
-                toml::Table::try_from(x)
+            OrderingSection::GeoPaxos(x) => {
+                toml::Table::try_from(crate::geo::GeoPaxosSettings::of(x))
             }
+            OrderingSection::GeoPaxosPlus(x) => toml::Table::try_from(x),
             OrderingSection::Epaxos(x) => toml::Table::try_from(x),
         }
         .map_err(S::Error::custom)?;
@@ -331,7 +333,9 @@ impl<'de> Deserialize<'de> for OrderingSection {
             OrderingProtocol::RingPaxos => OrderingSection::RingPaxos(settings(protocol, rest)?),
             OrderingProtocol::MultiPaxos => OrderingSection::MultiPaxos(settings(protocol, rest)?),
             OrderingProtocol::MultiRing => OrderingSection::MultiRing(settings(protocol, rest)?),
-            OrderingProtocol::GeoPaxos => OrderingSection::GeoPaxos(settings(protocol, rest)?),
+            OrderingProtocol::GeoPaxos => OrderingSection::GeoPaxos(
+                settings::<crate::geo::GeoPaxosSettings, _>(protocol, rest)?.section(),
+            ),
             OrderingProtocol::GeoPaxosPlus => {
                 OrderingSection::GeoPaxosPlus(settings(protocol, rest)?)
             }

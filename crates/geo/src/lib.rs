@@ -257,7 +257,7 @@ pub use gbtree::{
     ORDER_DEFAULT, ORDER_MAX, ORDER_MIN, VALUE_BYTES_LIMIT, VALUE_BYTES_MAX_DEFAULT,
 };
 pub use objects::{
-    Home, ObjectMap, ObjectMapCounters, ObjectMapOptions, COUNTED_OBJECTS_MAX_DEFAULT,
+    Home, ObjectMap, ObjectMapCounters, ObjectMapOptions, Placement, COUNTED_OBJECTS_MAX_DEFAULT,
     PLACED_OBJECTS_MAX_DEFAULT,
 };
 pub use optimizer::{

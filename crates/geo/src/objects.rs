@@ -137,6 +137,49 @@ pub const COUNTED_OBJECTS_MAX_DEFAULT: usize = 100_000;
 /// Objects placed away from their home at most by default.
 pub const PLACED_OBJECTS_MAX_DEFAULT: usize = 1_000_000;
 
+/// Where a cluster's objects start (cluster file `[ordering] placement`): the choice
+/// between GeoPaxos+'s default, paper 004's random assignment (DBT_b) and GeoPaxos's
+/// one serializer per object. For the geo B+tree it places the tree's nodes
+/// ([`crate::GeoGenesis::tree`]); for any other service it is the [`Home`] of its
+/// objects ([`Placement::home`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// GeoPaxos+'s start: the geo B+tree's leaves by key range, its inner nodes on
+    /// every serializer; any other service's objects on every serializer
+    /// ([`Home::Every`]), until a DOP moves them.
+    #[default]
+    Home,
+    /// Every object on a configuration drawn uniformly among the 2^n − 1 from the
+    /// seed and its id (paper 004 §VI-A's DBT_b, "a random assignment of
+    /// serializers").
+    Random,
+    /// GeoPaxos (paper 004 §II-B): one serializer per object, for good. The geo
+    /// B+tree's nodes by the key range of their first key; any other service's ids
+    /// `0..keys` by range, other ids by a hash of the id ([`Home::Range`]; with no
+    /// keys loaded, [`Home::Hashed`]).
+    Single,
+}
+
+partita_types::named_choice!(Placement, "placement", {
+    Placement::Home => "home",
+    Placement::Random => "random",
+    Placement::Single => "single",
+});
+
+impl Placement {
+    /// The home of a service's objects (other than the geo B+tree's) under this
+    /// placement, with `keys` ids loaded at the start and `seed` for random draws.
+    pub fn home(self, keys: u64, seed: u64) -> Home {
+        match self {
+            Placement::Home => Home::Every,
+            Placement::Random => Home::Random { seed },
+            Placement::Single if keys > 0 => Home::Range { objects: keys },
+            Placement::Single => Home::Hashed,
+        }
+    }
+}
+
 /// Where an object that was never placed lives: a function of its id alone (see the
 /// module documentation for why, and why [`Home::Every`] is the default).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

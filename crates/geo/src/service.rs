@@ -91,6 +91,7 @@
 
 use crate::gbtree::{GbTreeError, GbTreeOptions, GeoBTree, Op as GeoOp, Reply as GeoReply};
 use crate::gbtree::{ORDER_DEFAULT, VALUE_BYTES_LIMIT};
+use crate::objects::Placement;
 use crate::optimizer::OptimizerOptions;
 use crate::set::Config;
 use crate::topology::Topology;
@@ -151,6 +152,8 @@ pub struct GeoGenesis {
     pub seed: u64,
     /// The DOP's strategy.
     pub optimizer: OptimizerOptions,
+    /// Where the tree's nodes start ([`GeoGenesis::tree`]).
+    pub placement: Placement,
     /// Planted bug (tests and the simulator only): writes ordered by one serializer.
     pub unsafe_write_ordered_by_one_serializer: bool,
 }
@@ -167,6 +170,7 @@ impl GeoGenesis {
             value_bytes: VALUE_BYTES_DEFAULT,
             seed: 0,
             optimizer: OptimizerOptions::hot_cached(crate::CACHE_ENTRIES_DEFAULT),
+            placement: Placement::Home,
             unsafe_write_ordered_by_one_serializer: false,
         }
     }
@@ -201,9 +205,15 @@ impl GeoGenesis {
     }
 
     /// The tree every replica starts from: keys `0..keys` inserted (from replica 0)
-    /// with their own value, a DOP that forgets the loading's accesses, then leaves
-    /// placed by key range and inner nodes on every serializer (GeoPaxos+'s
-    /// `GeoSetup::initial_tree`, step for step).
+    /// with their own value, a DOP that forgets the loading's accesses, then every node
+    /// placed as [`GeoGenesis::placement`] says:
+    /// - [`Placement::Home`] (GeoPaxos+): leaves by key range, inner nodes (and an
+    ///   empty leaf) on every serializer; a tree without keys keeps its root's seeded
+    ///   configuration;
+    /// - [`Placement::Random`] (DBT_b): every node a configuration drawn from the seed
+    ///   and its uid ([`GeoBTree::randomize_reps`]);
+    /// - [`Placement::Single`] (GeoPaxos): every node one serializer, by the key range
+    ///   of its first key (serializer 0 for an empty node).
     pub fn tree(&self) -> Result<GeoBTree, GbTreeError> {
         let mut tree = GeoBTree::new(self.topology.clone(), self.tree_options())?;
         for key in 0..self.keys {
@@ -212,16 +222,24 @@ impl GeoGenesis {
         }
         if self.keys > 0 {
             tree.dop();
-            let n = self.topology.n();
-            let keys = self.keys;
-            tree.initialize_reps(|_, node| {
+        }
+        let n = self.topology.n();
+        let keys = self.keys;
+        let by_range = |node: &crate::Node| {
+            let first = node.keys().first().copied().unwrap_or(0);
+            let r = ((first as u128 * n as u128) / keys.max(1) as u128) as usize;
+            Config::single(r.min(n - 1))
+        };
+        match self.placement {
+            Placement::Home if keys > 0 => tree.initialize_reps(|_, node| {
                 if !node.is_leaf() || node.keys().is_empty() {
                     return Config::all(n);
                 }
-                let first = node.keys()[0];
-                let r = ((first as u128 * n as u128) / keys as u128) as usize;
-                Config::single(r.min(n - 1))
-            });
+                by_range(node)
+            }),
+            Placement::Home => {}
+            Placement::Random => tree.randomize_reps(self.seed),
+            Placement::Single => tree.initialize_reps(|_, node| by_range(node)),
         }
         assert_eq!(tree.len(), self.keys, "every key loaded");
         Ok(tree)

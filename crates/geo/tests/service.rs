@@ -8,8 +8,8 @@ use partita_btree::{BPlusTree, BatchOp, Op, OpResult};
 use partita_consensus::geopaxos::{Entry, SerializerId, TimestampMerge};
 use partita_geo::replica::{GeoAction, GeoReplica, GeoValue, OpId};
 use partita_geo::{
-    geo_value, map_value, Config, GeoBTree, GeoCommand, GeoGenesis, GeoService, Op as GeoOp,
-    OptimizerOptions, Reply as GeoReply, Topology, GENESIS_MAGIC,
+    geo_value, map_value, Config, GeoBTree, GeoCommand, GeoGenesis, GeoService, Home, Op as GeoOp,
+    OptimizerOptions, Placement, Reply as GeoReply, Topology, GENESIS_MAGIC,
 };
 use partita_service::{envelope, Access, SplitError, StateMachine};
 use partita_types::PartitionMap;
@@ -395,6 +395,61 @@ fn a_genesis_configures_the_tree_as_geopaxos_did() {
     let empty = GeoService::from_genesis(&genesis(0)).unwrap();
     assert_eq!(empty.len(), 0);
     assert_eq!(empty.digest(), genesis(0).tree().unwrap().digest());
+}
+
+/// The genesis's placement: GeoPaxos's (`Single`) puts every node, inner ones
+/// included, on the one serializer of its first key's range, for good; DBT_b's
+/// (`Random`) draws configurations from the seed, the same at every replica, and not
+/// all of them single; both load the same entries as GeoPaxos+'s.
+#[test]
+fn the_genesis_places_nodes_as_its_placement_says() {
+    let home = genesis(50).tree().unwrap();
+    let single = GeoGenesis {
+        placement: Placement::Single,
+        ..genesis(50)
+    }
+    .tree()
+    .unwrap();
+    single.invariants();
+    let mut inner = 0;
+    for (_, n) in single.nodes() {
+        let r = (n.keys()[0] * 3 / 50) as usize;
+        assert_eq!(n.reps(), Config::single(r), "node from {}", n.keys()[0]);
+        inner += usize::from(!n.is_leaf());
+    }
+    assert!(inner > 0, "a tree of 50 keys and order 4 has inner nodes");
+    let random = |seed| {
+        GeoGenesis {
+            placement: Placement::Random,
+            seed,
+            ..genesis(50)
+        }
+        .tree()
+        .unwrap()
+    };
+    let (a, b) = (random(7), random(7));
+    a.invariants();
+    assert_eq!(
+        a.digest(),
+        b.digest(),
+        "the same seed, the same configurations"
+    );
+    assert_ne!(a.digest(), random(8).digest());
+    assert!(a.nodes().any(|(_, n)| n.reps().len() > 1));
+    for t in [&single, &a] {
+        assert_eq!(t.len(), home.len());
+        assert_eq!(t.get(17), home.get(17));
+    }
+    // For any other service, the placement is the objects' home.
+    assert_eq!(Placement::Single.home(50, 7), Home::Range { objects: 50 });
+    assert_eq!(Placement::Single.home(0, 7), Home::Hashed);
+    assert_eq!(Placement::Random.home(50, 7), Home::Random { seed: 7 });
+    assert_eq!(Placement::Home.home(50, 7), Home::Every);
+    assert_eq!("single".parse::<Placement>(), Ok(Placement::Single));
+    assert!("anywhere"
+        .parse::<Placement>()
+        .unwrap_err()
+        .contains("random"));
 }
 
 #[test]

@@ -65,8 +65,8 @@ use partita_consensus::geopaxos::{Entry, MergeBugs, SerializerId, SerializerSet,
 use partita_consensus::{
     AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
-use partita_geo::{Config, GbTreeOptions, GeoBTree, Op, OptimizerOptions};
-use partita_geo::{Topology, CACHE_ENTRIES_DEFAULT};
+use partita_geo::{GeoBTree, OptimizerOptions};
+use partita_geo::{Placement, Topology, CACHE_ENTRIES_DEFAULT};
 use partita_smr::Access;
 use partita_types::{Ballot, Body, Command, FieldError, Instance, NodeId, SystemOp};
 use serde::{Deserialize, Serialize};
@@ -87,9 +87,10 @@ pub struct GeoSetup {
     pub rtt_ms: Vec<Vec<f64>>,
     /// The tree's order (most keys per node).
     pub order: usize,
-    /// Keys `0..keys` present at the start (value = key), leaves assigned by key range
-    /// to the replicas in order, inner nodes to every replica.
+    /// Keys `0..keys` present at the start (value = key).
     pub keys: u64,
+    /// Where objects start (the geo B+tree's nodes, any other service's objects).
+    pub placement: Placement,
     /// Bytes of every value (at least 8: the client's `u64` is the first 8).
     pub value_bytes: usize,
     /// A DOP that often (milliseconds of the first replica's clock; 0: never).
@@ -118,59 +119,36 @@ impl GeoSetup {
             .map_err(|e| FieldError::new("geopaxos", format!("the replicas' topology: {e}")))
     }
 
-    /// The tree every replica starts from (the same at every replica).
+    /// The tree every replica starts from (the same at every replica): the genesis's
+    /// ([`partita_geo::GeoGenesis::tree`]).
     pub fn initial_tree(&self) -> Result<GeoBTree, FieldError> {
-        let bad = |e: partita_geo::GbTreeError| FieldError::new("geopaxos", e.to_string());
-        let mut options = GbTreeOptions::new(self.order, self.seed);
-        options.value_bytes_max = self.value_bytes;
-        options.optimizer = if self.optimizer_brute_force {
-            OptimizerOptions::brute_force()
-        } else {
-            OptimizerOptions::hot_cached(CACHE_ENTRIES_DEFAULT)
-        };
-        let mut tree = GeoBTree::new(self.topology()?, options).map_err(bad)?;
-        for key in 0..self.keys {
-            let value = geo_value(key, self.value_bytes);
-            tree.execute(&Op::Insert { key, value }, 0).map_err(bad)?;
-        }
-        if self.keys > 0 {
-            // Forget the loading's accesses, then place the data by key range.
-            tree.dop();
-            let n = self.replicas.len();
-            let keys = self.keys;
-            tree.initialize_reps(|_, node| {
-                if !node.is_leaf() || node.keys().is_empty() {
-                    return Config::all(n);
-                }
-                let first = node.keys()[0];
-                let r = ((first as u128 * n as u128) / keys as u128) as usize;
-                Config::single(r.min(n - 1))
-            });
-        }
-        Ok(tree)
+        self.geo_genesis(&UnsafeBugs::default())?
+            .tree()
+            .map_err(|e| FieldError::new("geopaxos", e.to_string()))
     }
 
     /// The genesis of the `geo-btree` service ([`partita_geo::GeoService`]) for this
-    /// setup: the same tree [`GeoSetup::initial_tree`] builds, as the commands the
-    /// common replica's factory applies before anything is ordered; the planted bug
-    /// "write ordered by one serializer" goes with it, so that every replica has it.
-    /// ("DOP not ordered with everything" belongs to whoever orders the DOP, and
-    /// "execute before safe" to the timestamp merge: neither is the service's.)
+    /// setup, as the commands the common replica's factory applies before anything is
+    /// ordered; the planted bug "write ordered by one serializer" goes with it, so
+    /// that every replica has it. ("DOP not ordered with everything" belongs to
+    /// whoever orders the DOP, and "execute before safe" to the timestamp merge:
+    /// neither is the service's.)
     pub fn genesis(&self, bugs: &UnsafeBugs) -> Result<Vec<partita_types::Payload>, FieldError> {
-        let g = partita_geo::GeoGenesis {
+        partita_geo::GeoService::genesis(&self.geo_genesis(bugs)?)
+            .map_err(|e| FieldError::new("geopaxos", e))
+    }
+
+    fn geo_genesis(&self, bugs: &UnsafeBugs) -> Result<partita_geo::GeoGenesis, FieldError> {
+        Ok(partita_geo::GeoGenesis {
             topology: self.topology()?,
             order: self.order,
             keys: self.keys,
             value_bytes: self.value_bytes,
             seed: self.seed,
-            optimizer: if self.optimizer_brute_force {
-                OptimizerOptions::brute_force()
-            } else {
-                OptimizerOptions::hot_cached(CACHE_ENTRIES_DEFAULT)
-            },
+            optimizer: self.optimizer(),
+            placement: self.placement,
             unsafe_write_ordered_by_one_serializer: bugs.geo_write_one_serializer,
-        };
-        partita_geo::GeoService::genesis(&g).map_err(|e| FieldError::new("geopaxos", e))
+        })
     }
 
     /// The reconfiguration's strategy the cluster file asks for.
@@ -1252,6 +1230,7 @@ mod tests {
             order: 4,
             keys,
             value_bytes: 100,
+            placement: Placement::Home,
             dop_interval_ms: 0,
             optimizer_brute_force: brute_force,
             seed: 7,

@@ -42,8 +42,14 @@
 //!   The report also gives each node's CPU and network-card utilization over the
 //!   measured window, and the instances decided in it, to show what the bottleneck is.
 //! - **Checks**: only the cheap ones: every core's `invariants()` after every handler
-//!   and the codec (every message is encoded, for its size; the decoded copy is
-//!   delivered). No agreement oracle, no history, no linearizability check.
+//!   (after one in `clients / 64` with more clients: they walk state that grows with
+//!   the commands in flight, [`crate::world::INVARIANT_CLIENTS`]) and the codec (every
+//!   message is encoded, for its size; the decoded copy is delivered). No agreement
+//!   oracle, no history, no linearizability check.
+//! - **Scale**: the network stores no link between two clients (clients talk to nodes
+//!   only), so paper 004's 16,200 clients cost 2 × nodes × 16,200 links, not 16,200².
+//!   On a GeoPaxos, GeoPaxos+ or EPaxos cluster a client enters at its region's replica
+//!   and draws keys from the ordering's `keys` (the tree or map it starts with).
 //!
 //! A run is a pure function of the spec: the same spec gives the same numbers and the
 //! same trace hash.

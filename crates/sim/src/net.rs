@@ -191,11 +191,22 @@ impl Network {
     /// A network between `nodes` and `clients` clients; per-link latencies are drawn
     /// from `rng` once, here.
     pub fn new(nodes: &[NodeId], clients: u32, params: NetParams, rng: &mut impl Rng) -> Network {
-        let n = nodes.len() + clients as usize;
-        let mut links = Vec::with_capacity(n * n);
+        let m = nodes.len();
+        let n = m + clients as usize;
+        // Clients talk to nodes only: links between two clients are never stored
+        // (16,200 clients would need 262 million of them), but their latencies are
+        // still drawn, in the same order as every other link's, so that a seed's
+        // draws do not depend on which links are kept.
+        let mut links = vec![None; m * m + 2 * m * clients as usize];
+        let draws_between_clients = params.client.latency_spread > 1.0;
         for from in 0..n {
-            for to in 0..n {
-                let client = from >= nodes.len() || to >= nodes.len();
+            let last = if from >= m && !draws_between_clients {
+                m
+            } else {
+                n
+            };
+            for to in 0..last {
+                let client = from >= m || to >= m;
                 let t = if client { &params.client } else { &params.peer };
                 let spread = t.latency_spread.max(1.0);
                 let factor = if spread > 1.0 {
@@ -203,7 +214,10 @@ impl Network {
                 } else {
                     1.0
                 };
-                links.push(Link {
+                let Some(slot) = Self::slot(m, clients as usize, from, to) else {
+                    continue;
+                };
+                links[slot] = Some(Link {
                     latency_ns: (t.latency_ns as f64 * factor) as u64,
                     jitter_ns: t.jitter_ns,
                     bandwidth_bytes_per_s: t.bandwidth_bytes_per_s.max(1),
@@ -216,13 +230,39 @@ impl Network {
         Network {
             nodes: nodes.to_vec(),
             clients,
-            links,
+            links: links
+                .into_iter()
+                .map(|l| l.expect("every stored link drawn"))
+                .collect(),
             params,
             egress_free: vec![0; n],
             ingress_free: vec![0; n],
             egress_busy_ns: vec![0; n],
             group_tx: vec![(0, 0); n],
         }
+    }
+
+    /// Where the link between endpoint indices `from` and `to` is stored, with `m`
+    /// nodes and `c` clients: node to node first (m × m), then each client's links to
+    /// the nodes (c × m), then the nodes' links to each client (c × m); none between
+    /// two clients.
+    fn slot(m: usize, c: usize, from: usize, to: usize) -> Option<usize> {
+        match (from < m, to < m) {
+            (true, true) => Some(from * m + to),
+            (false, true) => Some(m * m + (from - m) * m + to),
+            (true, false) => Some(m * m + c * m + (to - m) * m + from),
+            (false, false) => None,
+        }
+    }
+
+    fn slot_of(&self, from: Endpoint, to: Endpoint) -> usize {
+        Self::slot(
+            self.nodes.len(),
+            self.clients as usize,
+            self.index(from),
+            self.index(to),
+        )
+        .unwrap_or_else(|| panic!("no link between two clients ({from:?} -> {to:?})"))
     }
 
     /// Position of an endpoint in per-endpoint tables (nodes in order, then clients).
@@ -241,14 +281,12 @@ impl Network {
     }
 
     fn link(&mut self, from: Endpoint, to: Endpoint) -> &mut Link {
-        let n = self.nodes.len() + self.clients as usize;
-        let i = self.index(from) * n + self.index(to);
+        let i = self.slot_of(from, to);
         &mut self.links[i]
     }
 
     fn link_ref(&self, from: Endpoint, to: Endpoint) -> &Link {
-        let n = self.nodes.len() + self.clients as usize;
-        &self.links[self.index(from) * n + self.index(to)]
+        &self.links[self.slot_of(from, to)]
     }
 
     pub fn params(&self) -> &NetParams {
@@ -267,15 +305,18 @@ impl Network {
     /// without one keeps its links' LAN latency, as do links within a region. Draws
     /// nothing, so the rest of a run's randomness is unchanged.
     pub fn apply_wan(&mut self, wan: &Wan, regions: &[Option<Region>]) {
-        let n = self.nodes.len() + self.clients as usize;
-        assert_eq!(regions.len(), n, "one region (or none) per endpoint");
+        let (m, c) = (self.nodes.len(), self.clients as usize);
+        assert_eq!(regions.len(), m + c, "one region (or none) per endpoint");
         for (from, ra) in regions.iter().enumerate() {
             for (to, rb) in regions.iter().enumerate() {
+                let Some(slot) = Self::slot(m, c, from, to) else {
+                    continue;
+                };
                 if let (Some(a), Some(b)) = (*ra, *rb) {
                     if a != b {
                         let ns = wan.one_way(a, b).as_nanos() as u64;
                         assert!(ns > 0 || wan.rtt_ms(a, b) == 0);
-                        self.links[from * n + to].latency_ns = ns;
+                        self.links[slot].latency_ns = ns;
                     }
                 }
             }
@@ -438,6 +479,55 @@ mod tests {
         assert_eq!(
             net.send(0, b, a, 0, false, &mut rng),
             Fate::Arrives(100_000, None)
+        );
+    }
+
+    /// Clients talk to nodes only, so no link between two clients is stored (the
+    /// paper-004 scale of 16,200 clients would need 262 million), and every stored
+    /// link's latency is the one a link-per-pair network draws for it: the draws for
+    /// links between clients still happen, in the same order.
+    #[test]
+    fn no_link_between_clients_is_stored_and_draws_are_unchanged() {
+        let mut p = params(LinkFaults::none());
+        p.peer.latency_spread = 3.0;
+        p.client.latency_spread = 2.0;
+        let (nodes, clients) = ([1u32, 2, 3], 4u32);
+        let net = Network::new(
+            &nodes,
+            clients,
+            p.clone(),
+            &mut ChaCha8Rng::seed_from_u64(9),
+        );
+        assert_eq!(net.links.len(), 9 + 2 * 3 * 4);
+        // Every pair drawn in order, as a dense network would.
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let n = nodes.len() + clients as usize;
+        let endpoint = |i: usize| match nodes.get(i) {
+            Some(&id) => Endpoint::Node(id),
+            None => Endpoint::Client((i - nodes.len()) as u32),
+        };
+        for from in 0..n {
+            for to in 0..n {
+                let client = from >= nodes.len() || to >= nodes.len();
+                let t = if client { &p.client } else { &p.peer };
+                let s = t.latency_spread;
+                let want = (t.latency_ns as f64 * rng.gen_range(1.0 / s..=s)) as u64;
+                if from < nodes.len() || to < nodes.len() {
+                    assert_eq!(net.latency_ns(endpoint(from), endpoint(to)), want);
+                }
+            }
+        }
+        // Without spread nothing is drawn, and 16,200 clients cost 2 × 3 × 16,200 links.
+        let big = Network::new(
+            &nodes,
+            16_200,
+            params(LinkFaults::none()),
+            &mut ChaCha8Rng::seed_from_u64(9),
+        );
+        assert_eq!(big.links.len(), 9 + 2 * 3 * 16_200);
+        assert_eq!(
+            big.latency_ns(Endpoint::Client(16_199), Endpoint::Node(3)),
+            100_000
         );
     }
 

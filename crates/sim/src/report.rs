@@ -129,7 +129,8 @@ impl fmt::Display for SeedReport {
                 "  cluster         {}: 3 nodes (California, Virginia, Europe; [wan] preset \"paper\"), each an acceptor and a replica{}",
                 g.ordering,
                 match g.ordering {
-                    crate::swarm::GeoOrdering::GeoPaxos => {
+                    crate::swarm::GeoOrdering::GeoPaxosPlus
+                    | crate::swarm::GeoOrdering::GeoPaxos => {
                         ", node i leading serializer i-1 (a Multi-Paxos group)"
                     }
                     crate::swarm::GeoOrdering::Epaxos => ", each leading its own column",
@@ -261,9 +262,10 @@ impl fmt::Display for SeedReport {
         }
         if let Some(g) = &p.geo {
             match g.ordering {
-                crate::swarm::GeoOrdering::GeoPaxos => writeln!(
+                crate::swarm::GeoOrdering::GeoPaxosPlus | crate::swarm::GeoOrdering::GeoPaxos => writeln!(
                     f,
-                    "  GeoPaxos+       summed over the replicas (running incarnations): {} requests submitted ({} copies absorbed while under way), {} commands executed by several serializers, {} resubmit decisions, {} resubmitted, {} writes deduplicated, {} DOPs submitted and {} executed, {} clock entries, {} stalled operations ordered again",
+                    "  {:<15} summed over the replicas (running incarnations): {} requests submitted ({} copies absorbed while under way), {} commands executed by several serializers, {} resubmit decisions, {} resubmitted, {} writes deduplicated, {} DOPs submitted and {} executed, {} clock entries, {} stalled operations ordered again",
+                    g.ordering.to_string(),
                     c("geo_submitted"),
                     c("geo_resends_absorbed"),
                     c("geo_executed_multi"),
@@ -334,7 +336,7 @@ impl fmt::Display for SeedReport {
                 f,
                 "  instances       (EPaxos's commits are not the agreement oracle's; each core counts conflicting ones)"
             )?,
-            Some(crate::swarm::GeoOrdering::GeoPaxos) => writeln!(
+            Some(crate::swarm::GeoOrdering::GeoPaxosPlus | crate::swarm::GeoOrdering::GeoPaxos) => writeln!(
                 f,
                 "  instances       {} decided, over the serializers' logs",
                 self.instances_decided

@@ -267,6 +267,8 @@ pub enum GeoChoice {
     #[default]
     Off,
     /// Every seed runs GeoPaxos+.
+    GeoPaxosPlus,
+    /// Every seed runs GeoPaxos (one serializer per object, no DOPs).
     GeoPaxos,
     /// Every seed runs EPaxos.
     Epaxos,
@@ -279,7 +281,8 @@ impl GeoChoice {
     pub fn flag(self) -> Option<&'static str> {
         match self {
             GeoChoice::Off => None,
-            GeoChoice::GeoPaxos => Some("geopaxos+"),
+            GeoChoice::GeoPaxosPlus => Some("geopaxos+"),
+            GeoChoice::GeoPaxos => Some("geopaxos"),
             GeoChoice::Epaxos => Some("epaxos"),
             GeoChoice::Alternate => Some("both"),
         }
@@ -291,7 +294,9 @@ impl GeoChoice {
 #[serde(rename_all = "kebab-case")]
 pub enum GeoOrdering {
     /// GeoPaxos+: one serializer (a Multi-Paxos group) per replica, the timestamp
-    /// merge, the geo B+tree (`partita_node::geo`).
+    /// merge, the optimizer (`partita_node::geo`).
+    GeoPaxosPlus,
+    /// GeoPaxos: GeoPaxos+'s serializers with one serializer per object, never moved.
     GeoPaxos,
     /// EPaxos, the leaderless baseline, on paper 001's B+tree (`partita_node::epaxos`).
     Epaxos,
@@ -300,7 +305,8 @@ pub enum GeoOrdering {
 impl std::fmt::Display for GeoOrdering {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            GeoOrdering::GeoPaxos => "GeoPaxos+",
+            GeoOrdering::GeoPaxosPlus => "GeoPaxos+",
+            GeoOrdering::GeoPaxos => "GeoPaxos",
             GeoOrdering::Epaxos => "EPaxos",
         })
     }
@@ -726,8 +732,14 @@ impl SeedParams {
         let kv = self.service == "kv";
         c.cluster.service = self.service.clone();
         let keys = if kv { 0 } else { g.keys };
-        if g.ordering == GeoOrdering::Epaxos {
-            c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection::with_keys(keys));
+        match g.ordering {
+            GeoOrdering::Epaxos => {
+                c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection::with_keys(keys))
+            }
+            GeoOrdering::GeoPaxos => {
+                c.ordering = OrderingSection::GeoPaxos(partita_config::GeoSection::geopaxos(keys))
+            }
+            GeoOrdering::GeoPaxosPlus => {}
         }
         if let Some(s) = c.ordering.geo_mut() {
             s.keys = keys;
@@ -1255,9 +1267,10 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
 fn draw_geo(seed: u64, opts: &SimOptions) -> Option<(GeoParams, u32, Time)> {
     let ordering = match opts.geo {
         GeoChoice::Off => return None,
+        GeoChoice::GeoPaxosPlus => GeoOrdering::GeoPaxosPlus,
         GeoChoice::GeoPaxos => GeoOrdering::GeoPaxos,
         GeoChoice::Epaxos => GeoOrdering::Epaxos,
-        GeoChoice::Alternate if seed.is_multiple_of(2) => GeoOrdering::GeoPaxos,
+        GeoChoice::Alternate if seed.is_multiple_of(2) => GeoOrdering::GeoPaxosPlus,
         GeoChoice::Alternate => GeoOrdering::Epaxos,
     };
     let mut g = stream(seed, STREAM_GEO);
@@ -1299,7 +1312,7 @@ fn draw_geo(seed: u64, opts: &SimOptions) -> Option<(GeoParams, u32, Time)> {
         ordering,
         keys,
         order,
-        dop_interval_ms: if ordering == GeoOrdering::GeoPaxos {
+        dop_interval_ms: if ordering == GeoOrdering::GeoPaxosPlus {
             dop
         } else {
             0

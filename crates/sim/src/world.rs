@@ -323,10 +323,18 @@ fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
     Ok((back, bytes.len() + partita_types::frame::FRAME_HEADER_BYTES))
 }
 
+/// In a benchmark, cores' invariants are checked after one handler in `clients /
+/// INVARIANT_CLIENTS` (every handler with fewer clients).
+pub const INVARIANT_CLIENTS: u64 = 64;
+
 pub struct World {
     p: SeedParams,
     cost: CostTable,
     check_max_states: u64,
+    /// Cores' invariants are checked after one handler in this many (1: after every
+    /// handler, as the swarm does), and handlers run so far.
+    invariants_every: u64,
+    handlers: u64,
     events_max: u64,
     q: EventQueue<Ev>,
     nodes: Vec<SimNode>,
@@ -418,7 +426,11 @@ impl World {
                 timeout_ns: spec.client_timeout_ns.max(1),
                 give_up_ns: u64::MAX,
                 refused_retry_ns: 50 * MILLIS,
-                keys: bm::key_space(spec.preload),
+                // A geo cluster's clients draw from the keys its tree or map starts with.
+                keys: match cluster.ordering.geo_keys() {
+                    Some(k) if k > 0 && spec.preload == 0 => k,
+                    _ => bm::key_space(spec.preload),
+                },
             },
             net: NetParams {
                 peer: timing.clone(),
@@ -475,10 +487,15 @@ impl World {
             window,
             marks: Vec::new(),
         };
+        let clients = u64::from(p.clients);
         let mut w = Self::build(p, cluster, &opts, Some(bench));
         for c in &mut w.clients {
             c.set_give_up_allowed(false);
         }
+        // A core's invariants walk its whole state, which grows with the commands in
+        // flight, that is with the clients: checked after every handler, 16,200
+        // clients would spend the run in them.
+        w.invariants_every = (clients / INVARIANT_CLIENTS).max(1);
         w
     }
 
@@ -577,7 +594,7 @@ impl World {
                 // GeoPaxos+ and EPaxos: a client talks to its nearest replica (client
                 // `c` is in region `c mod 3`, that of replica `c mod 3`), the origin of
                 // its requests, as `partita-client` does.
-                let entry = if p.geo.is_some() {
+                let entry = if p.geo.is_some() || cluster.ordering.is_geo() {
                     replica
                 } else {
                     cluster.first_entry(replica, c as u64)
@@ -635,6 +652,8 @@ impl World {
             rng_clients: swarm::stream(p.seed, swarm::STREAM_CLIENTS),
             cost: opts.cost.clone(),
             check_max_states: opts.check_max_states,
+            invariants_every: 1,
+            handlers: 0,
             events_max: opts.events_max,
             q: EventQueue::new(),
             nodes,
@@ -1095,6 +1114,8 @@ impl World {
         }
         // The node's own clock, in milliseconds (what its values are stamped with).
         let clock_ms = (now as f64 / (1.0 + n.clock_skew) / 1e6) as u64;
+        self.handlers += 1;
+        let check = self.handlers.is_multiple_of(self.invariants_every);
         let r = guarded(|| {
             match input {
                 None => core.on_continue(&mut out),
@@ -1109,7 +1130,9 @@ impl World {
                     core.on_checkpoint_saved(instance, &mut out)
                 }
             }
-            core.invariants();
+            if check {
+                core.invariants();
+            }
         });
         if let Err(m) = r {
             self.fail(
@@ -1552,9 +1575,13 @@ impl World {
                 .map(|r| (r.stats().work, r.stats().psmr_synchronous));
             let mut out = std::mem::take(&mut self.out_buf);
             out.clear();
+            self.handlers += 1;
+            let check = self.handlers.is_multiple_of(self.invariants_every);
             let r = guarded(|| {
                 core.on_worker(t, &mut out);
-                core.invariants();
+                if check {
+                    core.invariants();
+                }
             });
             if let Err(m) = r {
                 self.fail(

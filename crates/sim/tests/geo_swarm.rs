@@ -69,9 +69,11 @@ fn geo_seeds_pass_every_check() {
             continue;
         }
         match r.params.geo.as_ref().map(|g| g.ordering) {
-            Some(GeoOrdering::GeoPaxos) => geo.push(r),
+            Some(GeoOrdering::GeoPaxosPlus) => geo.push(r),
             Some(GeoOrdering::Epaxos) => epaxos.push(r),
-            None => panic!("seed {seed} is not a geo seed under --geo both"),
+            Some(GeoOrdering::GeoPaxos) | None => {
+                panic!("seed {seed} is not a GeoPaxos+ or EPaxos seed under --geo both")
+            }
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
@@ -108,6 +110,28 @@ fn geo_seeds_pass_every_check() {
     }
 }
 
+/// GeoPaxos (`[ordering] protocol = "geopaxos"`): the same serializers with one
+/// serializer per object and no optimizer pass every check; no DOP is ever ordered,
+/// and commands on objects of several serializers (a GET-NEXT across leaves, an insert
+/// that splits) still are.
+#[test]
+fn geopaxos_seeds_pass_every_check() {
+    let o = opts(GeoChoice::GeoPaxos);
+    let mut multi = 0;
+    for seed in 0..6 {
+        let r = run_seed(seed, &o);
+        assert!(r.passed, "{r}");
+        assert_eq!(
+            r.params.geo.as_ref().map(|g| g.ordering),
+            Some(GeoOrdering::GeoPaxos)
+        );
+        assert_eq!(counter(&r, "geo_dops_submitted"), 0, "seed {seed}");
+        assert_eq!(counter(&r, "geo_dops_executed"), 0, "seed {seed}");
+        multi += counter(&r, "geo_executed_multi");
+    }
+    assert!(multi > 0, "no command ordered by several serializers");
+}
+
 #[test]
 fn geo_seeds_are_deterministic() {
     for seed in [0, 1] {
@@ -140,7 +164,7 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
         // Even seeds GeoPaxos+, odd ones EPaxos, each drawing what the fixed choice
         // draws.
         let fixed = if seed % 2 == 0 {
-            GeoChoice::GeoPaxos
+            GeoChoice::GeoPaxosPlus
         } else {
             GeoChoice::Epaxos
         };
@@ -156,7 +180,7 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
         assert_eq!(
             geo.ordering,
             if seed % 2 == 0 {
-                GeoOrdering::GeoPaxos
+                GeoOrdering::GeoPaxosPlus
             } else {
                 GeoOrdering::Epaxos
             }
@@ -209,7 +233,7 @@ fn geo_draws_have_their_own_stream_and_the_paper_deployment() {
     // Half of the GeoPaxos+ seeds run DOPs.
     let dops = (0..40)
         .filter(|&s| {
-            swarm::draw(s, &opts(GeoChoice::GeoPaxos))
+            swarm::draw(s, &opts(GeoChoice::GeoPaxosPlus))
                 .geo
                 .is_some_and(|g| g.dop_interval_ms > 0)
         })
@@ -254,7 +278,7 @@ fn control_by(
 #[test]
 fn geo_execute_before_safe_is_caught() {
     // Caught at 68 of seeds 0..100 (300 operations): 0, 2, 3, 5, 6, 7, 8, 9, 10, …
-    let (seed, check, what) = control("geo-execute-before-safe", GeoChoice::GeoPaxos, 0..10);
+    let (seed, check, what) = control("geo-execute-before-safe", GeoChoice::GeoPaxosPlus, 0..10);
     eprintln!("geo-execute-before-safe caught at seed {seed} by {check}: {what}");
 }
 
@@ -262,7 +286,7 @@ fn geo_execute_before_safe_is_caught() {
 fn geo_dop_not_ordered_is_caught() {
     // Caught at 42 of the 45 seeds with DOPs of 0..100 (300 operations): 0, 2, 5, 7,
     // 8, 9, 10, …
-    let (seed, check, what) = control("geo-dop-not-ordered", GeoChoice::GeoPaxos, 0..10);
+    let (seed, check, what) = control("geo-dop-not-ordered", GeoChoice::GeoPaxosPlus, 0..10);
     eprintln!("geo-dop-not-ordered caught at seed {seed} by {check}: {what}");
 }
 
@@ -273,7 +297,7 @@ fn geo_write_one_serializer_is_caught() {
     // B+tree's (a node at several serializers): its seeds only.
     let o = SimOptions {
         service: ServiceChoice::GeoBtree,
-        ..opts(GeoChoice::GeoPaxos)
+        ..opts(GeoChoice::GeoPaxosPlus)
     };
     let (seed, check, what) = control_on("geo-write-one-serializer", &o, 24..40);
     eprintln!("geo-write-one-serializer caught at seed {seed} by {check}: {what}");

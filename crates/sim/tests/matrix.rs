@@ -30,7 +30,7 @@ fn options_of(cell: &Cell) -> SimOptions {
         OrderingProtocol::RingPaxos => o.protocol = ProtocolChoice::RingPaxos,
         OrderingProtocol::MultiPaxos => o.protocol = ProtocolChoice::MultiPaxos,
         OrderingProtocol::MultiRing => o.rings = RingsChoice::Fixed(2),
-        OrderingProtocol::GeoPaxosPlus => o.geo = GeoChoice::GeoPaxos,
+        OrderingProtocol::GeoPaxosPlus => o.geo = GeoChoice::GeoPaxosPlus,
         OrderingProtocol::Epaxos => o.geo = GeoChoice::Epaxos,
         OrderingProtocol::GeoPaxos => panic!("{cell}: the simulator has no GeoPaxos"),
     }

@@ -530,6 +530,7 @@ pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
         ],
         order: 4,
         keys,
+        placement: partita_geo::Placement::Home,
         value_bytes: 100,
         dop_interval_ms: 0,
         optimizer_brute_force: true,
