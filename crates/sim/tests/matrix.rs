@@ -32,7 +32,7 @@ fn options_of(cell: &Cell) -> SimOptions {
         OrderingProtocol::MultiRing => o.rings = RingsChoice::Fixed(2),
         OrderingProtocol::GeoPaxosPlus => o.geo = GeoChoice::GeoPaxosPlus,
         OrderingProtocol::Epaxos => o.geo = GeoChoice::Epaxos,
-        OrderingProtocol::GeoPaxos => panic!("{cell}: the simulator has no GeoPaxos"),
+        OrderingProtocol::GeoPaxos => o.geo = GeoChoice::GeoPaxos,
     }
     match cell.execution {
         ExecutionModel::Sequential => {}
