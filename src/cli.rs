@@ -1795,6 +1795,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     }
     bench::preload(&cluster, preload, !a.quiet).await?;
     let cfg = BenchConfig {
+        give_up: None,
         workload: a.workload,
         clients: a.clients,
         duration: Duration::from_secs_f64(a.duration),

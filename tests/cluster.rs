@@ -210,6 +210,7 @@ async fn run_and_judge_once(
     let preload = 100;
     bench::preload(&cluster, preload, false).await.unwrap();
     let cfg = BenchConfig {
+        give_up: None,
         workload: Workload::Mixed,
         clients: if connections.is_some() { 8 } else { 6 },
         duration: Duration::from_secs(3),

@@ -272,6 +272,7 @@ async fn the_page_shows_every_node_and_throughput_rising_under_load() {
     let bench_cluster = cfg.clone();
     let load = tokio::spawn(async move {
         let bc = BenchConfig {
+            give_up: None,
             workload: Workload::Update,
             clients: 8,
             duration: Duration::from_secs(12),

@@ -50,6 +50,10 @@ async fn run_crash(
     let preload = 100;
     bench::preload(&cfg, preload, false).await.unwrap();
     let load = BenchConfig {
+        // Every node runs with the failpoint and may crash at it: commands sent to a
+        // cluster that is down until the restart below can only end unknown, so the
+        // clients give up on them soon.
+        give_up: Some(Duration::from_secs(2)),
         workload: Workload::Mixed,
         clients: 4,
         duration: Duration::from_secs(4),

@@ -137,6 +137,7 @@ async fn full_disks(protocol: Protocol, node_args: &[&str]) -> Result<(), Violat
     let preload = 100;
     bench::preload(&cfg, preload, false).await.unwrap();
     let load = BenchConfig {
+        give_up: None,
         workload: Workload::Mixed,
         clients: 4,
         duration: Duration::from_secs(16),

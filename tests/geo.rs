@@ -115,6 +115,7 @@ async fn geopaxos_plus_stays_linearizable_with_a_serializer_leader_killed() {
         let cluster = cluster.clone();
         tokio::spawn(async move {
             let cfg = BenchConfig {
+                give_up: None,
                 workload: Workload::Geo {
                     read_percent: 50,
                     part: 0,

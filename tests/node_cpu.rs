@@ -99,6 +99,7 @@ async fn every_node_runs_in_its_own_budgeted_group_and_the_kernel_enforces_it() 
     let before: CpuStat = lc.cpu.as_ref().unwrap().stat("node-1").unwrap();
     let (cpu0, t0) = (cpu_seconds(coord_pid), Instant::now());
     let bc = BenchConfig {
+        give_up: None,
         workload: Workload::Mixed,
         clients: 16,
         duration: Duration::from_secs(4),

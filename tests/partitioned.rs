@@ -46,6 +46,7 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     bench::preload(&cfg, preload, false).await.unwrap();
     let run = BenchConfig {
+        give_up: None,
         workload: Workload::Mixed,
         clients: 6,
         duration: Duration::from_secs(3),

@@ -257,6 +257,7 @@ async fn a_tls_cluster_serves_a_linearizable_history() {
     let preload = 100;
     bench::preload(&cluster, preload, false).await.unwrap();
     let cfg = BenchConfig {
+        give_up: None,
         workload: Workload::Mixed,
         clients: 6,
         duration: Duration::from_secs(3),

@@ -104,6 +104,7 @@ async fn a_client_in_europe_pays_the_emulated_round_trip_and_stays_linearizable(
     let preload = 20;
     bench::preload(&cluster, preload, false).await.unwrap();
     let cfg = BenchConfig {
+        give_up: None,
         workload: Workload::Mixed,
         clients: 4,
         duration: Duration::from_secs(3),

@@ -38,6 +38,11 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Keys are drawn from 0..key_space (default: [`key_space`]).
     pub key_space: Option<u64>,
+    /// A client gives up on a command (outcome unknown) after this long (`None`: the
+    /// client's default, `ClientOptions::give_up`). A run against a cluster that is
+    /// down for good (a test's crash of every node) ends that much after its last
+    /// command instead.
+    pub give_up: Option<Duration>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -278,6 +283,15 @@ pub async fn run(
     run_with(cluster, cfg, None).await
 }
 
+/// The options of a run's clients: the defaults, with the run's give-up.
+fn client_options(cfg: &BenchConfig) -> ClientOptions {
+    let d = ClientOptions::default();
+    ClientOptions {
+        give_up: cfg.give_up.unwrap_or(d.give_up),
+        ..d
+    }
+}
+
 /// What one client task brings back: its records, timeouts, resubmissions, and the
 /// (call, return, first tentative reply) times of commands with an early reply.
 type TaskOutcome = (Vec<Record>, u64, u64, Vec<(u64, u64, u64)>);
@@ -337,7 +351,7 @@ pub async fn run_with(
         tasks.push(tokio::spawn(async move {
             let mut g = ClientGroup::<partita_btree::BPlusTree>::connect(
                 cluster,
-                ClientOptions::default(),
+                client_options(&cfg),
                 hi - lo,
                 lo as u64,
             )
@@ -390,7 +404,7 @@ pub async fn run_with(
             );
             let opts = ClientOptions {
                 entry_index: Some(i as u64),
-                ..ClientOptions::default()
+                ..client_options(&cfg)
             };
             let mut client = Client::<partita_btree::BPlusTree>::connect(cluster, opts).await?;
             let mut records = Vec::new();

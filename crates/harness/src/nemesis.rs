@@ -689,6 +689,11 @@ pub async fn final_contents(
     Ok(all)
 }
 
+/// How long replicas must hold different digests at one position, with nothing
+/// changing, before [`converged`] calls it a divergence instead of waiting out its
+/// limit (see there).
+pub const DIVERGED_AFTER: Duration = Duration::from_secs(10);
+
 /// Wait until every replica executed the same instance (under Multi-Ring Paxos, every
 /// replica of a partition its partition's furthest, steady) and the replicas of each
 /// partition hold one digest; return what was compared.
@@ -696,7 +701,8 @@ pub async fn final_contents(
 /// Replicas at the same position may still differ for a moment: an execution model
 /// that holds a delivered command until other partitions' signals arrive (DS-SMR's
 /// execution atomicity) has not applied it yet, and the status does not say so. So a
-/// difference is a violation only if it is still there when `limit` runs out.
+/// difference is a violation only once the same statuses (positions and digests) have
+/// held for [`DIVERGED_AFTER`], or if it is still there when `limit` runs out.
 pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
     if cluster.ordering.is_geo() {
         return geo_converged(cluster, limit).await;
@@ -705,6 +711,7 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
     let mut last = String::new();
     let mut previous = None;
     let mut differing: Option<String> = None;
+    let mut differing_since = None;
     let partition_of = |node: NodeId| cluster.node(node).and_then(|n| n.partition);
     while t0.elapsed() < limit {
         let st = statuses(cluster, Duration::from_secs(1)).await;
@@ -759,6 +766,21 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
                 .values()
                 .find_map(|d| partita_checker::check_convergence(d).err())
             {
+                // At one position with different digests: diverged, once it holds
+                // for [`DIVERGED_AFTER`] (a status is a moment; nothing changes a
+                // replica's state at a position it stays at).
+                let seen: Vec<_> = reps
+                    .iter()
+                    .map(|r| (r.node, r.executed_up_to, r.digest))
+                    .collect();
+                let since = match &differing_since {
+                    Some((t, before)) if *before == seen => *t,
+                    _ => Instant::now(),
+                };
+                if since.elapsed() >= DIVERGED_AFTER {
+                    return Err(Failed::Violation(e.to_string()));
+                }
+                differing_since = Some((since, seen));
                 differing = Some(e.to_string());
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -797,6 +819,7 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
             ));
         }
         differing = None;
+        differing_since = None;
         last = format!("{st:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -815,6 +838,7 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
 /// over two polls (with DOPs under way, a moment between two of them).
 async fn geo_converged(cluster: &ClusterConfig, limit: Duration) -> Result<String, Failed> {
     let t0 = Instant::now();
+    let mut differing_since: Option<Instant> = None;
     let mut previous: Option<Vec<(NodeId, u64, u64)>> = None;
     let mut last = String::new();
     let mut differing = None;
@@ -846,7 +870,18 @@ async fn geo_converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
                         seen[0].1
                     ))
                 }
-                Err(e) => differing = Some(e.to_string()),
+                Err(e) => {
+                    // Every replica took the same count, with different digests, at
+                    // every steady moment for DIVERGED_AFTER (DOPs and barriers keep
+                    // counts moving after the load; between them replicas that ran the
+                    // same commands agree, and a replica that waited for an operation
+                    // has had several stall checks to get it).
+                    let since = *differing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= DIVERGED_AFTER {
+                        return Err(Failed::Violation(e.to_string()));
+                    }
+                    differing = Some(e.to_string());
+                }
             }
         } else {
             differing = None;
@@ -1134,6 +1169,7 @@ pub async fn run_chirper(
 pub fn default_bench(duration: Duration, clients: usize, seed: u64) -> BenchConfig {
     let preload = 200;
     BenchConfig {
+        give_up: None,
         workload: Workload::Mixed,
         clients,
         duration,
@@ -1151,6 +1187,7 @@ pub fn default_bench(duration: Duration, clients: usize, seed: u64) -> BenchConf
 /// keys and split leaves), from every region.
 pub fn geo_bench(duration: Duration, clients: usize, seed: u64, keys: u64) -> BenchConfig {
     BenchConfig {
+        give_up: None,
         workload: Workload::Geo {
             read_percent: 50,
             part: 0,

@@ -459,8 +459,11 @@ fn psmr_controls_are_caught_on_multi_ring_paxos() {
     // rings the first seed that shows it is 15, 50 s of this suite.) The reversed
     // merge shows where commands it reorders conflict; since replicas name values
     // alike whatever order they merged them in (execution names), the first seed
-    // that shows it is 20 (it was 1 before).
-    let (seed, what) = control_opts("merge-order", psmr_rings(false), 0..40);
+    // that shows it is 20 (it was 1 before), so the scan starts there (seeds 0..20,
+    // 70 s of this suite, show nothing: rescan with `partita sim --seeds 0..40
+    // --ops 600 --threads 3 --rings 1 --speculation off --partitions 1 --unsafe
+    // merge-order` when the draws change).
+    let (seed, what) = control_opts("merge-order", psmr_rings(false), 20..40);
     assert!(
         what.starts_with("linearizability") || what.starts_with("convergence"),
         "merge-order caught by another check: {what}"

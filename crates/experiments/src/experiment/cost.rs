@@ -105,6 +105,7 @@ pub async fn cost_of_replication(exe: &Path, o: &CostOptions) -> anyhow::Result<
         &cs_cluster(),
         |n| smr_cluster(n, o.protocol, o.durability),
         |w, clients| BenchConfig {
+            give_up: None,
             workload: w,
             clients,
             duration: o.duration,
@@ -220,6 +221,7 @@ pub fn sim_points(o: &SimCostOptions) -> Vec<PointSpec> {
         &sim_cs_cluster(),
         |n| sim_smr_cluster(n, o.protocol, o.durability),
         |w, clients| BenchConfig {
+            give_up: None,
             workload: w,
             clients,
             duration: o.duration,

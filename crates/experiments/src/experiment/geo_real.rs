@@ -157,6 +157,7 @@ pub fn cluster_of(system: GeoSystem, o: &GeoRealOptions) -> anyhow::Result<Clust
 fn bench_of(system: GeoSystem, o: &GeoRealOptions, round: u32) -> anyhow::Result<BenchConfig> {
     let geo = system != GeoSystem::MultiPaxos;
     Ok(BenchConfig {
+        give_up: None,
         workload: Workload::Geo {
             read_percent: o.read_percent,
             part: part_of(&o.region)?,

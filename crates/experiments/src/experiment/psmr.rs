@@ -179,6 +179,7 @@ fn points_with(
     cluster: fn(usize, bool, u64, u32) -> ClusterConfig,
 ) -> Vec<PointSpec> {
     let load = |percent: u32, clients: usize| BenchConfig {
+        give_up: None,
         workload: Workload::Dependent { percent },
         clients,
         duration: o.duration,

@@ -143,6 +143,7 @@ pub async fn speculation(exe: &Path, o: &SpecOptions) -> anyhow::Result<Experime
                             x: c as f64,
                             cluster: spec_cluster(n, speculative, o.durability),
                             bench: BenchConfig {
+                                give_up: None,
                                 workload: w,
                                 clients: c,
                                 duration: o.duration,
@@ -398,6 +399,7 @@ pub fn speculation_sim(o: &SimSpecOptions) -> anyhow::Result<ExperimentReport> {
                         x: c as f64,
                         cluster: sim_spec_cluster(n, speculative, o.durability),
                         bench: BenchConfig {
+                            give_up: None,
                             workload: w,
                             clients: c,
                             duration: o.duration,
