@@ -606,8 +606,9 @@ impl PartitionArgs {
 
 /// A bench workload: a base name, or one with parameters (`geo-R@P/N`).
 fn parse_workload(s: &str) -> Result<Workload, String> {
-    s.parse::<Workload>()
-        .map_err(|e| format!("{e}; also geo-R or geo-R@P/N on a GeoPaxos+ cluster"))
+    s.parse::<Workload>().map_err(|e| {
+        format!("{e}; also geo-R, geo-R@P/N, geo-R@local or geo-R@zipf on a GeoPaxos+ cluster")
+    })
 }
 
 /// A value parser for one of the named choices (protocol, durability, mode, workload):
@@ -906,7 +907,9 @@ struct BenchRunArgs {
     #[arg(long, value_parser = choice::<Durability>(), default_value = "fsync")]
     durability: Durability,
     /// query, update, batch, mixed; on a GeoPaxos+ cluster geo-R (R% reads of the geo
-    /// B+tree's operations) or geo-R@P/N (keys of range P of N equal ranges only).
+    /// B+tree's operations, keys uniform), geo-R@P/N (keys of range P of N equal ranges
+    /// only), geo-R@local (paper 004's locality: 90% of each client's keys in its
+    /// region's range) or geo-R@zipf (paper 004's skew: Zipf 0.99, hot keys shared).
     #[arg(long, value_parser = parse_workload, default_value = "update")]
     workload: Workload,
     #[arg(long, default_value_t = 1)]
@@ -1785,8 +1788,8 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     match (cluster.ordering.geo().is_some(), a.workload) {
         (true, Workload::Geo { .. }) | (false, _) => {}
         (true, w) => bail!(
-            "a GeoPaxos+ cluster runs the geo B+tree's operations: --workload geo-R or \
-             geo-R@P/N, not {w}"
+            "a GeoPaxos+ cluster runs the geo B+tree's operations: --workload geo-R, \
+             geo-R@P/N, geo-R@local or geo-R@zipf, not {w}"
         ),
     }
     let preload = if geo_keys.is_some() { 0 } else { a.preload };

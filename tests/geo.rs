@@ -118,8 +118,7 @@ async fn geopaxos_plus_stays_linearizable_with_a_serializer_leader_killed() {
                 give_up: None,
                 workload: Workload::Geo {
                     read_percent: 50,
-                    part: 0,
-                    parts: 1,
+                    keys: partita_sim::bench::GeoKeys::UNIFORM,
                 },
                 clients: 6,
                 duration: Duration::from_secs(9),

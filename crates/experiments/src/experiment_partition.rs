@@ -985,7 +985,7 @@ async fn bench_real(
                     let ms = rng.gen_range(0..=think_ms);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }
-                let op = simbench::random_op(workload, &mut rng, keys);
+                let op = simbench::random_op(workload, &mut rng, keys, 0);
                 let ops = op.btree_ops() as u32;
                 let call = base.elapsed().as_nanos() as u64;
                 let ok = client.execute(op).await.is_ok();

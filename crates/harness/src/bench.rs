@@ -185,8 +185,8 @@ pub struct Record {
 
 /// One command of workload `w`: the generator is shared with the simulator's experiment
 /// mode, so real and simulated runs draw the same operations.
-fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
-    partita_sim::bench::random_op(w, rng, keys)
+fn random_op(w: Workload, rng: &mut impl Rng, keys: u64, client: u64) -> Op {
+    partita_sim::bench::random_op(w, rng, keys, client)
 }
 
 /// The process ids of the cluster's nodes that run on this machine (their address is
@@ -365,7 +365,7 @@ pub async fn run_with(
                 .collect();
             let mut current: Vec<Option<(Op, u64)>> = vec![None; hi - lo];
             for k in 0..hi - lo {
-                let op = random_op(cfg.workload, &mut rngs[k], keys);
+                let op = random_op(cfg.workload, &mut rngs[k], keys, (lo + k) as u64);
                 current[k] = Some((op.clone(), base.elapsed().as_nanos() as u64));
                 g.submit(k, op).await;
             }
@@ -386,7 +386,7 @@ pub async fn run_with(
                     psmr_resubmitted: g.psmr_resubmitted(k),
                 });
                 if Instant::now() < end {
-                    let op = random_op(cfg.workload, &mut rngs[k], keys);
+                    let op = random_op(cfg.workload, &mut rngs[k], keys, (lo + k) as u64);
                     current[k] = Some((op.clone(), base.elapsed().as_nanos() as u64));
                     g.submit(k, op).await;
                 }
@@ -415,7 +415,7 @@ pub async fn run_with(
                     let ms = rng.gen_range(0..=cfg.think_ms);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }
-                let op = random_op(cfg.workload, &mut rng, keys);
+                let op = random_op(cfg.workload, &mut rng, keys, i as u64);
                 let call = base.elapsed().as_nanos() as u64;
                 let res = client.execute(op.clone()).await;
                 let ret = base.elapsed().as_nanos() as u64;

@@ -1190,8 +1190,7 @@ pub fn geo_bench(duration: Duration, clients: usize, seed: u64, keys: u64) -> Be
         give_up: None,
         workload: Workload::Geo {
             read_percent: 50,
-            part: 0,
-            parts: 1,
+            keys: partita_sim::bench::GeoKeys::UNIFORM,
         },
         preload: 0,
         key_space: Some(2 * keys.max(1)),

@@ -94,14 +94,105 @@ pub enum Workload {
     Dependent { percent: u32 },
     /// GeoPaxos+ (paper 004 §VI): the geo B+tree's operations, `read_percent`% reads
     /// (READ, with one in ten GET-NEXT and one in ten GET-PREV), the others writes
-    /// (UPDATE, one in ten INSERT); keys uniform over range `part` of `parts` equal
-    /// ranges of the key space (`0` of `1`: all of it; a region's own range gives
-    /// locality). Parsed from `geo-R` or `geo-R@P/N`.
-    Geo {
-        read_percent: u32,
-        part: u32,
-        parts: u32,
-    },
+    /// (UPDATE, one in ten INSERT), on the keys [`GeoKeys`] draws. Parsed from `geo-R`,
+    /// `geo-R@P/N`, `geo-R@local` or `geo-R@zipf`.
+    Geo { read_percent: u32, keys: GeoKeys },
+}
+
+/// Which keys a geo workload's clients use (paper 004 §VI-A's access patterns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GeoKeys {
+    /// Uniform over range `part` of `parts` equal ranges of the key space (`0` of `1`:
+    /// all of it, the paper's uniform workload; a region's own range: every client of
+    /// the run local).
+    Range { part: u32, parts: u32 },
+    /// The paper's locality: `percent`% of a client's keys uniform in its own region's
+    /// range (client `c` in region `c mod regions`, the key space cut into `regions`
+    /// equal ranges, as the clients are placed over `[wan] clients` and the tree's
+    /// leaves start), the others uniform over every key. `@local`: 90% over 3 regions.
+    Local { percent: u32, regions: u32 },
+    /// The paper's skew: Zipf with exponent `s_percent / 100` over ranks, the same hot
+    /// keys for every client, rank `r` at key `r · P mod keys` (P a prime above every
+    /// key space) so the hot keys spread over the leaves. `@zipf`: exponent 0.99.
+    Zipf { s_percent: u32 },
+}
+
+impl GeoKeys {
+    /// Every key, uniformly.
+    pub const UNIFORM: GeoKeys = GeoKeys::Range { part: 0, parts: 1 };
+
+    /// A key of `0..keys` for client `client`.
+    pub fn draw(self, rng: &mut impl Rng, keys: u64, client: u64) -> u64 {
+        let range = |part: u64, parts: u64| {
+            let width = (keys / parts).max(1);
+            (width * part, width)
+        };
+        match self {
+            GeoKeys::Range { part, parts } => {
+                let (lo, width) = range(u64::from(part), u64::from(parts));
+                lo + rng.gen_range(0..width)
+            }
+            GeoKeys::Local { percent, regions } => {
+                if rng.gen_range(0..100) < percent {
+                    let regions = u64::from(regions.max(1));
+                    let (lo, width) = range(client % regions, regions);
+                    lo + rng.gen_range(0..width)
+                } else {
+                    rng.gen_range(0..keys)
+                }
+            }
+            GeoKeys::Zipf { s_percent } => {
+                let rank = zipf_rank(rng, keys, f64::from(s_percent) / 100.0);
+                ((u128::from(rank) * u128::from(ZIPF_SCATTER_PRIME)) % u128::from(keys)) as u64
+            }
+        }
+    }
+}
+
+/// A prime above every key space used here: `r ↦ r · P mod keys` is then a
+/// permutation of `0..keys`.
+const ZIPF_SCATTER_PRIME: u64 = 1_000_000_007;
+
+/// A rank in `0..n` with probability proportional to `1 / (rank + 1)^s`, by rejection
+/// inversion (Hörmann and Derflinger, 1996): constant time and memory for any `n`, so
+/// every client draws without a table.
+pub fn zipf_rank(rng: &mut impl Rng, n: u64, s: f64) -> u64 {
+    let n = n.max(1) as f64;
+    let h = |x: f64| (-s * x.ln()).exp();
+    let helper1 = |x: f64| {
+        if x.abs() > 1e-8 {
+            x.ln_1p() / x
+        } else {
+            1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x))
+        }
+    };
+    let helper2 = |x: f64| {
+        if x.abs() > 1e-8 {
+            x.exp_m1() / x
+        } else {
+            1.0 + x * 0.5 * (1.0 + x / 3.0 * (1.0 + 0.25 * x))
+        }
+    };
+    let h_integral = |x: f64| {
+        let log_x = x.ln();
+        helper2((1.0 - s) * log_x) * log_x
+    };
+    let h_integral_inverse = |x: f64| {
+        let t = (x * (1.0 - s)).max(-1.0);
+        (helper1(t) * x).exp()
+    };
+    let h_integral_x1 = h_integral(1.5) - 1.0;
+    let h_integral_n = h_integral(n + 0.5);
+    let shortcut = 2.0 - h_integral_inverse(h_integral(2.5) - h(2.0));
+    loop {
+        let u = h_integral_n + rng.gen::<f64>() * (h_integral_x1 - h_integral_n);
+        let x = h_integral_inverse(u);
+        let k = (x + 0.5).floor().clamp(1.0, n);
+        if k - x <= shortcut || u >= h_integral(k + 0.5) - h(k) {
+            return k as u64 - 1;
+        }
+    }
 }
 
 impl Workload {
@@ -163,12 +254,21 @@ impl std::fmt::Display for Workload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Workload::Dependent { percent } => write!(f, "dependent-{percent}"),
-            Workload::Geo {
-                read_percent,
-                part,
-                parts,
-            } if *parts > 1 => write!(f, "geo-{read_percent}@{part}/{parts}"),
-            Workload::Geo { read_percent, .. } => write!(f, "geo-{read_percent}"),
+            Workload::Geo { read_percent, keys } => match keys {
+                GeoKeys::Range { part, parts } if *parts > 1 => {
+                    write!(f, "geo-{read_percent}@{part}/{parts}")
+                }
+                GeoKeys::Range { .. } => write!(f, "geo-{read_percent}"),
+                GeoKeys::Local {
+                    percent: 90,
+                    regions: 3,
+                } => write!(f, "geo-{read_percent}@local"),
+                GeoKeys::Local { percent, regions } => {
+                    write!(f, "geo-{read_percent}@local{percent}/{regions}")
+                }
+                GeoKeys::Zipf { s_percent: 99 } => write!(f, "geo-{read_percent}@zipf"),
+                GeoKeys::Zipf { s_percent } => write!(f, "geo-{read_percent}@zipf{s_percent}"),
+            },
             w => f.write_str(w.name()),
         }
     }
@@ -196,35 +296,58 @@ impl std::str::FromStr for Workload {
     }
 }
 
-/// `geo-R` or `geo-R@P/N` (see [`Workload::Geo`]).
+/// `geo-R`, `geo-R@P/N`, `geo-R@local[PCT/N]` or `geo-R@zipf[S]` (see
+/// [`Workload::Geo`] and [`GeoKeys`]).
 fn parse_geo(s: &str) -> Result<Workload, String> {
     let bad = || {
         format!(
-            "workload `{s}`: geo-R or geo-R@P/N takes a read share R of 0 to 100 (percent) \
-             and, optionally, key range P of N equal ranges (0 <= P < N <= 32)"
+            "workload `{s}`: geo-R takes a read share R of 0 to 100 (percent) and, \
+             optionally, the keys: @P/N (key range P of N equal ranges, 0 <= P < N <= 32), \
+             @local (90% of each client's keys in its region's range of 3; @localPCT/N for \
+             PCT% over N regions) or @zipf (Zipf 0.99 over every key; @zipfS for S/100)"
         )
     };
     let rest = s.strip_prefix("geo-").ok_or_else(bad)?;
-    let (r, range) = match rest.split_once('@') {
-        Some((r, range)) => (r, Some(range)),
+    let (r, spec) = match rest.split_once('@') {
+        Some((r, spec)) => (r, Some(spec)),
         None => (rest, None),
     };
     let read_percent: u32 = r.parse().map_err(|_| bad())?;
-    let (part, parts) = match range {
-        None => (0, 1),
+    let num = |t: &str| t.parse::<u32>().map_err(|_| bad());
+    let keys = match spec {
+        None => GeoKeys::UNIFORM,
+        Some("local") => GeoKeys::Local {
+            percent: 90,
+            regions: 3,
+        },
+        Some("zipf") => GeoKeys::Zipf { s_percent: 99 },
+        Some(z) if z.starts_with("zipf") => GeoKeys::Zipf {
+            s_percent: num(&z[4..])?,
+        },
+        Some(l) if l.starts_with("local") => {
+            let (p, n) = l[5..].split_once('/').ok_or_else(bad)?;
+            GeoKeys::Local {
+                percent: num(p)?,
+                regions: num(n)?,
+            }
+        }
         Some(range) => {
             let (p, n) = range.split_once('/').ok_or_else(bad)?;
-            (p.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?)
+            GeoKeys::Range {
+                part: num(p)?,
+                parts: num(n)?,
+            }
         }
     };
-    if read_percent > 100 || parts == 0 || parts > 32 || part >= parts {
+    let ok = match keys {
+        GeoKeys::Range { part, parts } => parts > 0 && parts <= 32 && part < parts,
+        GeoKeys::Local { percent, regions } => percent <= 100 && (1..=32).contains(&regions),
+        GeoKeys::Zipf { s_percent } => (1..=500).contains(&s_percent),
+    };
+    if read_percent > 100 || !ok {
         return Err(bad());
     }
-    Ok(Workload::Geo {
-        read_percent,
-        part,
-        parts,
-    })
+    Ok(Workload::Geo { read_percent, keys })
 }
 
 impl partita_types::Choice for Workload {
@@ -329,9 +452,10 @@ pub fn partitioned_batch(rng: &mut impl Rng, keys: u64, partitions: u32) -> Op {
     )
 }
 
-/// One command of workload `w` over keys `0..keys`: the same distribution as
-/// `partita bench` (`src/bench.rs`).
-pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
+/// One command of workload `w` over keys `0..keys` for client `client` (its index in
+/// the run: a geo workload's locality depends on it): the same distribution as
+/// `partita bench` (`partita_harness::bench`).
+pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64, client: u64) -> Op {
     let keys = keys.max(2);
     let key = |rng: &mut dyn rand::RngCore| rng.gen_range(0..keys);
     // Half inserts, half deletes (the draws in the order they always were).
@@ -375,12 +499,9 @@ pub fn random_op(w: Workload, rng: &mut impl Rng, keys: u64) -> Op {
         ),
         Workload::Geo {
             read_percent,
-            part,
-            parts,
+            keys: which,
         } => {
-            let width = (keys / u64::from(parts)).max(1);
-            let lo = width * u64::from(part);
-            let k = lo + rng.gen_range(0..width);
+            let k = which.draw(rng, keys, client);
             if rng.gen_range(0..100) < read_percent {
                 match rng.gen_range(0..10) {
                     0 => Op::Next { key: k },
@@ -660,7 +781,7 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         let keys = key_space(1000);
         for _ in 0..200 {
-            match random_op(Workload::Query, &mut rng, keys) {
+            match random_op(Workload::Query, &mut rng, keys, 0) {
                 Op::Query { min, max } => {
                     assert_eq!(min % 2, 0);
                     assert_eq!(max - min, 1998);
@@ -669,10 +790,10 @@ mod tests {
                 o => panic!("{o:?}"),
             }
             assert!(matches!(
-                random_op(Workload::Update, &mut rng, keys),
+                random_op(Workload::Update, &mut rng, keys, 0),
                 Op::Insert { .. } | Op::Delete { .. }
             ));
-            match random_op(Workload::Batch, &mut rng, keys) {
+            match random_op(Workload::Batch, &mut rng, keys, 0) {
                 Op::Batch(ops) => assert_eq!(ops.len(), 7),
                 o => panic!("{o:?}"),
             }
@@ -698,7 +819,7 @@ mod tests {
                 };
                 let mut crossing = 0;
                 for _ in 0..400 {
-                    let op = random_op(w, &mut rng, keys);
+                    let op = random_op(w, &mut rng, keys, 0);
                     let Op::Query { min, max } = op else {
                         panic!("{op:?}")
                     };
@@ -727,6 +848,7 @@ mod tests {
                     Workload::PartitionedBatch { partitions: parts },
                     &mut rng,
                     keys,
+                    0,
                 );
                 let Op::Batch(ref ops) = op else {
                     panic!("{op:?}")
@@ -749,5 +871,95 @@ mod tests {
         assert_eq!(percentile(&v, 1.0), 100);
         assert_eq!(percentile(&[], 0.5), 0);
         assert_eq!(percentile(&[7], 0.9), 7);
+    }
+
+    /// Paper 004's access patterns by name, round-tripping, and bad ones refused
+    /// with what the syntax is.
+    #[test]
+    fn geo_workloads_parse_and_print() {
+        for (name, keys) in [
+            ("geo-95", GeoKeys::UNIFORM),
+            ("geo-95@1/3", GeoKeys::Range { part: 1, parts: 3 }),
+            (
+                "geo-100@local",
+                GeoKeys::Local {
+                    percent: 90,
+                    regions: 3,
+                },
+            ),
+            (
+                "geo-50@local75/5",
+                GeoKeys::Local {
+                    percent: 75,
+                    regions: 5,
+                },
+            ),
+            ("geo-95@zipf", GeoKeys::Zipf { s_percent: 99 }),
+            ("geo-0@zipf120", GeoKeys::Zipf { s_percent: 120 }),
+        ] {
+            let w: Workload = name.parse().unwrap();
+            let read_percent = name[4..].split('@').next().unwrap().parse().unwrap();
+            assert_eq!(w, Workload::Geo { read_percent, keys }, "{name}");
+            assert_eq!(w.to_string(), name);
+        }
+        for bad in [
+            "geo-101",
+            "geo-95@3/3",
+            "geo-95@local101/3",
+            "geo-95@local90/0",
+            "geo-95@zipf0",
+            "geo-95@hot",
+        ] {
+            let e = bad.parse::<Workload>().unwrap_err();
+            assert!(e.contains(bad) && e.contains("@local"), "{e}");
+        }
+    }
+
+    /// Locality puts `percent`% of a client's keys (plus its share of the rest) in
+    /// its region's range; Zipf gives rank 0 its share 1/H(n, s) and spreads the hot
+    /// keys over the key space; both stay inside it.
+    #[test]
+    fn geo_keys_follow_the_papers_access_patterns() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let keys = 30_000;
+        let local = GeoKeys::Local {
+            percent: 90,
+            regions: 3,
+        };
+        for client in 0..3u64 {
+            let (lo, hi) = (client * 10_000, (client + 1) * 10_000);
+            let home = (0..10_000)
+                .map(|_| local.draw(&mut rng, keys, client))
+                .filter(|k| {
+                    assert!(*k < keys);
+                    (lo..hi).contains(k)
+                })
+                .count();
+            // 90% local plus a third of the other 10%.
+            assert!((9_150..9_500).contains(&home), "client {client}: {home}");
+        }
+        let zipf = GeoKeys::Zipf { s_percent: 99 };
+        let mut counts = std::collections::BTreeMap::<u64, u32>::new();
+        let draws = 100_000;
+        for i in 0..draws {
+            let k = zipf.draw(&mut rng, keys, i % 3);
+            assert!(k < keys);
+            *counts.entry(k).or_default() += 1;
+        }
+        let h: f64 = (1..=keys).map(|r| 1.0 / (r as f64).powf(0.99)).sum();
+        let share = |rank: u64| draws as f64 / ((rank + 1) as f64).powf(0.99) / h;
+        // Rank 0 is key 0, rank 1 key P mod keys: far apart, with their shares.
+        let second = ZIPF_SCATTER_PRIME % keys;
+        assert!(second > keys / 100, "{second}");
+        for (rank, key) in [(0, 0), (1, second)] {
+            let got = f64::from(counts.get(&key).copied().unwrap_or(0));
+            assert!(
+                (got - share(rank)).abs() < 0.1 * share(rank),
+                "rank {rank}: {got} draws, {} expected",
+                share(rank)
+            );
+        }
+        // Most keys are cold: far fewer distinct keys than a uniform draw would hit.
+        assert!(counts.len() < 25_000, "{}", counts.len());
     }
 }

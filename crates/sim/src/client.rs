@@ -499,7 +499,9 @@ impl SimClient {
         match &mut self.core {
             Core::Btree(core) => {
                 let op = match (self.bench, &self.geo) {
-                    (Some((w, keys)), _) => crate::bench::random_op(w, rng, keys),
+                    (Some((w, keys)), _) => {
+                        crate::bench::random_op(w, rng, keys, u64::from(self.index))
+                    }
                     (None, Some((w, region))) => geo_op(w, *region, rng),
                     (None, None) => random_op(rng, self.params.keys),
                 };

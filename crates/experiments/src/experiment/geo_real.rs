@@ -160,8 +160,10 @@ fn bench_of(system: GeoSystem, o: &GeoRealOptions, round: u32) -> anyhow::Result
         give_up: None,
         workload: Workload::Geo {
             read_percent: o.read_percent,
-            part: part_of(&o.region)?,
-            parts: 3,
+            keys: partita_sim::bench::GeoKeys::Range {
+                part: part_of(&o.region)?,
+                parts: 3,
+            },
         },
         clients: o.clients,
         duration: o.duration,
