@@ -936,8 +936,9 @@ impl ClusterConfig {
                 f(
                     "ordering.protocol",
                     "\"geopaxos\" keeps one serializer per object and never moves it: its \
-                     dop_interval_ms is 0 and its placement \"single\" (use \"geopaxos+\" \
-                     for DOPs or another placement)"
+                     dop_interval_ms is 0, its optimizer the default and its placement \
+                     \"single\" (use \"geopaxos+\" for DOPs, an optimizer or another \
+                     placement)"
                         .into(),
                 )
             }

@@ -745,14 +745,17 @@ impl SeedParams {
             s.keys = keys;
             s.order = g.order;
             s.value_bytes = g.value_bytes;
-            s.dop_interval_ms = g.dop_interval_ms;
-            s.optimizer = if g.brute_force {
-                "brute-force"
-            } else {
-                "hot-lru"
-            }
-            .into();
             s.seed = g.tree_seed;
+            // DOPs and the optimizer are GeoPaxos+'s; GeoPaxos fixes them.
+            if g.ordering == GeoOrdering::GeoPaxosPlus {
+                s.dop_interval_ms = g.dop_interval_ms;
+                s.optimizer = if g.brute_force {
+                    "brute-force"
+                } else {
+                    "hot-lru"
+                }
+                .into();
+            }
         }
         c.wan
             .as_mut()

@@ -591,10 +591,10 @@ impl World {
                 let ops =
                     p.ops / p.clients as u64 + u64::from((c as u64) < p.ops % p.clients as u64);
                 let replica = replicas[c as usize % replicas.len()];
-                // GeoPaxos+ and EPaxos: a client talks to its nearest replica (client
+                // GeoPaxos, GeoPaxos+ and EPaxos: a client talks to its nearest replica (client
                 // `c` is in region `c mod 3`, that of replica `c mod 3`), the origin of
                 // its requests, as `partita-client` does.
-                let entry = if p.geo.is_some() || cluster.ordering.is_geo() {
+                let entry = if cluster.ordering.is_geo() {
                     replica
                 } else {
                     cluster.first_entry(replica, c as u64)
