@@ -2302,6 +2302,13 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     if let Some(j) = a.jobs {
         o.jobs = j;
     }
+    if let Some(r) = a.rounds {
+        o.rounds = r;
+    }
+    if let Some((t, source)) = a.sim_cost()? {
+        o.cost = t;
+        o.cost_source = format!("the cost table {source}");
+    }
     o.progress = true;
     let (json, figures) = if a.json == Path::new("experiment.json") {
         (

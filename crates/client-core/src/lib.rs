@@ -964,7 +964,9 @@ impl<S: StateMachine> ClientCore<S> {
         let Some(o) = self.outstanding.as_mut() else {
             return;
         };
-        let ours = o.seq == seq || o.subs.iter().any(|(_, c, _)| c.seq == seq);
+        // The envelope may be a session open or renewal, numbered apart from the command.
+        let ours =
+            o.seq == seq || o.envelope.seq == seq || o.subs.iter().any(|(_, c, _)| c.seq == seq);
         if !ours {
             return;
         }

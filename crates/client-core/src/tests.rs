@@ -841,3 +841,28 @@ fn psmr_commands_go_to_their_thread_groups_ring() {
         assert_eq!((cmd.seq, *to, cmd.route), (3, 14, 0));
     }
 }
+
+/// A node not ready yet refuses a session open (numbered 0, apart from the command it
+/// opens for): the client retries it at the same node after the refusal delay, and
+/// does not wait out the timeout and move on (a geo client so moved stayed with a
+/// replica in another region for the rest of its run).
+#[test]
+fn a_refused_session_open_is_retried_at_the_same_node() {
+    let mut c = client();
+    let mut out = Vec::new();
+    c.submit(Op::Read { key: 1 }, 0, &mut out).unwrap();
+    let Some(Action::Send { to, cmd, .. }) = out.pop() else {
+        panic!("nothing sent");
+    };
+    assert!(cmd.is_open());
+    assert_eq!((to, cmd.seq), (1, 0));
+    c.on_refused(0, None, 5);
+    assert_eq!(c.stats().refusals, 1);
+    assert_eq!(c.deadline(), Some(5 + 30));
+    c.on_timer(5 + 30, &mut out);
+    let Some(Action::Send { to, cmd, .. }) = out.pop() else {
+        panic!("the open was not retried");
+    };
+    assert!(cmd.is_open());
+    assert_eq!(to, 1, "retried at the node that refused it");
+}

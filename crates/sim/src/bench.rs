@@ -37,7 +37,7 @@
 //!   take the matrix's one-way delay instead (clients placed by `[wan] clients`; see
 //!   [`crate::net`]), and the report says so ([`BenchReport::wan`]).
 //! - **Measurement**: operations invoked after `trim × duration` and completed before
-//!   `(1 − trim) × duration` count, as in `partita bench`; throughput in commands and
+//!   `(1 − trim) × duration` (`trim_end` instead of `trim` if set) count, as in `partita bench`; throughput in commands and
 //!   B+tree operations per virtual second, latency percentiles exact (nearest rank).
 //!   The report also gives each node's CPU and network-card utilization over the
 //!   measured window, and the instances decided in it, to show what the bottleneck is.
@@ -607,6 +607,9 @@ pub struct BenchSpec {
     /// Virtual length of the run, and the fraction trimmed at each end.
     pub duration_ns: Time,
     pub trim: f64,
+    /// The fraction trimmed at the end instead of `trim` (a window placed between two
+    /// events of the run, such as GeoPaxos+'s DOPs).
+    pub trim_end: Option<f64>,
     pub seed: u64,
     pub cost: CostTable,
     pub net: BenchNet,
@@ -632,6 +635,7 @@ impl BenchSpec {
             replica_image: None,
             duration_ns: 3 * SECONDS,
             trim: 0.1,
+            trim_end: None,
             seed: 1,
             cost: CostTable::default(),
             net: BenchNet::default(),
@@ -683,6 +687,10 @@ pub struct BenchReport {
     pub latency_ms_max: f64,
     /// Mean response time of the commands in the window.
     pub latency_ms_mean: f64,
+    /// With `[wan] clients`: the latency of each region's clients (in region order of
+    /// name), as paper 004's Figure 6 gives the Europe clients'.
+    #[serde(default)]
+    pub regions: Vec<RegionLatency>,
     pub resubmissions: u64,
     /// Instances the coordinator decided in the window (smr), and commands per
     /// instance.
@@ -700,6 +708,18 @@ pub struct BenchReport {
     pub virtual_ns: u64,
     /// A core's invariant or the codec failed (the numbers are then meaningless).
     pub failure: Option<String>,
+}
+
+/// The clients of one region, measured like the whole run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RegionLatency {
+    pub region: String,
+    pub clients: u32,
+    pub commands: u64,
+    pub throughput_cmds_per_s: f64,
+    pub latency_ms_mean: f64,
+    pub latency_ms_p50: f64,
+    pub latency_ms_p95: f64,
 }
 
 /// P-SMR in the measured window (paper 002 §V): at one replica, commands run by one

@@ -19,11 +19,15 @@
 //! `bytes_per_s` shared by all its links, as a machine on a switched LAN has. A message
 //! occupies the sender's card for `wire bytes / bandwidth` after what the card was
 //! already sending, travels the link's latency, and finishes arriving no earlier than
-//! `wire bytes / bandwidth` after the previous message into the receiver's card (its
-//! switch port; cut-through: the two serializations overlap). Wire bytes add
-//! `overhead_bytes` per `mss_bytes` segment (TCP/IP/Ethernet headers). The receiving
-//! card is reserved at send time, in send order: a message sent later never finishes
-//! arriving before one sent earlier to the same card.
+//! `wire bytes / bandwidth` into the receiver's card (its switch port; cut-through: the
+//! two serializations overlap). Wire bytes add `overhead_bytes` per `mss_bytes`
+//! segment (TCP/IP/Ethernet headers). The receiving port is a timeline of the
+//! receptions reserved on it ([`Port`]): a message takes the first free stretch of its
+//! length that starts no earlier than its own propagation allows, so messages queue at
+//! a busy port in the order they reach it, and one still crossing an ocean reserves
+//! only its own future stretch, never holding up a message from next door that
+//! arrives first (a port that queued in send order made a client beside its replica
+//! wait for the replica's answer from another continent).
 //!
 //! **IP multicast** (optional, [`NicParams::multicast`], a what-if for experiments: paper
 //! 001's Ring Paxos sent each value to acceptors and learners by IP multicast): a message
@@ -170,6 +174,49 @@ impl DropReason {
     }
 }
 
+/// A receiving port: the receptions reserved on it that have not ended, as disjoint,
+/// non-touching `[start, end)` stretches (touching ones are merged, so a queue that
+/// backs up is one stretch and a reservation looks at a few at most).
+#[derive(Clone, Debug, Default)]
+struct Port {
+    busy: std::collections::BTreeMap<Time, Time>,
+}
+
+impl Port {
+    /// Reserve `len` nanoseconds starting no earlier than `earliest` (and forget what
+    /// ended by `now`); the reception's end.
+    fn reserve(&mut self, now: Time, earliest: Time, len: u64) -> Time {
+        while let Some((&s, &e)) = self.busy.first_key_value() {
+            if e > now {
+                break;
+            }
+            self.busy.remove(&s);
+        }
+        if len == 0 {
+            return earliest;
+        }
+        let mut s = earliest;
+        if let Some((_, &e)) = self.busy.range(..=s).next_back() {
+            s = s.max(e);
+        }
+        while let Some((_, &e)) = self.busy.range(s..s + len).next() {
+            s = e;
+        }
+        let (mut lo, mut hi) = (s, s + len);
+        if let Some((&ps, &pe)) = self.busy.range(..=lo).next_back() {
+            if pe == lo {
+                lo = ps;
+                self.busy.remove(&ps);
+            }
+        }
+        if let Some(e) = self.busy.remove(&hi) {
+            hi = e;
+        }
+        self.busy.insert(lo, hi);
+        s + len
+    }
+}
+
 pub struct Network {
     /// Node ids in index order; clients follow the nodes.
     nodes: Vec<NodeId>,
@@ -179,7 +226,7 @@ pub struct Network {
     /// With network cards: per endpoint index, when its card finishes sending, and
     /// when its port finishes receiving, what it was given so far.
     egress_free: Vec<Time>,
-    ingress_free: Vec<Time>,
+    ingress: Vec<Port>,
     /// Per endpoint index: nanoseconds its card spent sending.
     pub egress_busy_ns: Vec<u64>,
     /// Per endpoint index: (start, length) of its card's last transmission to a peer
@@ -236,7 +283,7 @@ impl Network {
                 .collect(),
             params,
             egress_free: vec![0; n],
-            ingress_free: vec![0; n],
+            ingress: vec![Port::default(); n],
             egress_busy_ns: vec![0; n],
             group_tx: vec![(0, 0); n],
         }
@@ -355,18 +402,18 @@ impl Network {
         };
         // Serialization: the message occupies the link (or the sender's card) after
         // what is queued on it.
-        let (start, tx_ns, ingress_ready) = match &self.params.nic {
+        let (start, tx_ns, port) = match &self.params.nic {
             None => {
                 let start = now.max(link.free_at);
                 let tx_ns =
                     (bytes as u128 * 1_000_000_000 / link.bandwidth_bytes_per_s as u128) as u64;
                 self.link(from, to).free_at = start + tx_ns;
-                (start, tx_ns, 0)
+                (start, tx_ns, false)
             }
             Some(nic) => {
                 let wire = nic.wire_bytes(bytes);
                 let tx_ns = (wire as u128 * 1_000_000_000 / nic.bytes_per_s.max(1) as u128) as u64;
-                let (f, t) = (self.index(from), self.index(to));
+                let f = self.index(from);
                 let start = if copy && nic.multicast {
                     // The datagram already left (or is leaving) the card.
                     self.group_tx[f].0
@@ -379,7 +426,7 @@ impl Network {
                     }
                     start
                 };
-                (start, tx_ns, self.ingress_free[t] + tx_ns)
+                (start, tx_ns, true)
             }
         };
         // Draw every random number whatever the outcome, so that turning one fault off
@@ -396,10 +443,10 @@ impl Network {
         if lost {
             return Fate::Dropped(DropReason::Loss);
         }
-        let mut at = (start + tx_ns + link.latency_ns + jitter).max(ingress_ready);
-        if self.params.nic.is_some() {
+        let mut at = start + tx_ns + link.latency_ns + jitter;
+        if port {
             let t = self.index(to);
-            self.ingress_free[t] = at;
+            at = self.ingress[t].reserve(now, at - tx_ns, tx_ns);
         }
         if reordered {
             at += extra;
@@ -659,6 +706,52 @@ mod tests {
         assert_eq!(g.wire_bytes(100), 166);
         assert_eq!(g.wire_bytes(2_896), 2_896 + 132);
         assert_eq!(g.wire_bytes(0), 66);
+    }
+
+    /// A port receives in the order messages reach it: a message still crossing an
+    /// ocean does not hold up one from next door that arrives first, and a later one
+    /// fills a gap left free between two reservations.
+    #[test]
+    fn a_port_receives_in_arrival_order_not_send_order() {
+        let (mut net, mut rng) = cards(3, false);
+        let wan = Wan::paper();
+        let r = |name| wan.region(name);
+        // Nodes 1 and 2 in California, node 3 in Europe (75 ms away).
+        net.apply_wan(&wan, &[r("California"), r("California"), r("Europe")]);
+        let (a, b, far) = (Endpoint::Node(1), Endpoint::Node(2), Endpoint::Node(3));
+        let ms = 1_000_000;
+        // 1 KB takes 1 µs on a card.
+        assert_eq!(
+            net.send(0, far, a, 1_000, false, &mut rng),
+            Fate::Arrives(75 * ms + 1_000, None)
+        );
+        // Sent later from next door: arrives after 100 µs, not behind the far one.
+        assert_eq!(
+            net.send(10, b, a, 1_000, false, &mut rng),
+            Fate::Arrives(10 + 1_000 + 100_000, None)
+        );
+        // Next door again, arriving while the far message is being received: it
+        // queues behind it.
+        assert_eq!(
+            net.send(75 * ms - 100_000, b, a, 1_000, false, &mut rng),
+            Fate::Arrives(75 * ms + 2_000, None)
+        );
+    }
+
+    #[test]
+    fn a_port_fills_gaps_and_merges_touching_receptions() {
+        let mut p = Port::default();
+        assert_eq!(p.reserve(0, 100, 10), 110);
+        assert_eq!(p.reserve(0, 200, 10), 210);
+        // Fits in the gap [110, 200).
+        assert_eq!(p.reserve(0, 105, 20), 130);
+        // Does not fit before 200 once [110, 130) is taken: queues behind [200, 210).
+        assert_eq!(p.reserve(0, 125, 80), 290);
+        // Touching receptions merged: [100, 130) and [200, 290).
+        assert_eq!(p.busy.len(), 2);
+        // What ended by `now` is forgotten.
+        assert_eq!(p.reserve(300, 300, 5), 305);
+        assert_eq!(p.busy.len(), 1);
     }
 
     #[test]

@@ -364,6 +364,8 @@ pub struct World {
     bench: Option<BenchState>,
     /// The cluster file's `[wan]` matrix in words (`None`: no regions).
     wan: Option<String>,
+    /// Per client, the name of its region (`[wan] clients`; empty without one).
+    client_regions: Vec<Option<Arc<str>>>,
 }
 
 impl World {
@@ -472,10 +474,11 @@ impl World {
             ..SimOptions::default()
         };
         let duration_ns = spec.duration_ns.max(1);
-        let trim = spec.trim.clamp(0.0, 0.49);
+        let trim = spec.trim.clamp(0.0, 0.99);
+        let trim_end = spec.trim_end.unwrap_or(spec.trim).clamp(0.0, 0.99 - trim);
         let window = (
             (duration_ns as f64 * trim) as Time,
-            (duration_ns as f64 * (1.0 - trim)) as Time,
+            (duration_ns as f64 * (1.0 - trim_end)) as Time,
         );
         let bench = BenchState {
             workload: spec.workload,
@@ -659,6 +662,12 @@ impl World {
             nodes,
             clients,
             net,
+            client_regions: (0..p.clients)
+                .map(|c| {
+                    let (w, r) = (wan.as_ref()?, cluster.client_region(u64::from(c))?);
+                    Some(Arc::from(w.name(r)))
+                })
+                .collect(),
             wan: wan.map(|w| w.describe()),
             trace: Trace::new(opts.trace_tail),
             agreement,
@@ -2470,12 +2479,21 @@ impl World {
         // opt-PSMR: latency of the commands resubmitted after a failed safety check,
         // and of the others.
         let (mut failed_ns, mut failed_n, mut passed_ns) = (0u128, 0u64, 0u128);
-        for c in &self.clients {
+        let mut by_region: BTreeMap<Arc<str>, (u32, Vec<u64>)> = BTreeMap::new();
+        for (i, c) in self.clients.iter().enumerate() {
+            let mut region = self.client_regions.get(i).cloned().flatten().map(|r| {
+                let e = by_region.entry(r).or_default();
+                e.0 += 1;
+                e
+            });
             for s in c.samples() {
                 if s.call_ns >= lo && s.ret_ns <= hi {
                     commands += 1;
                     ops += s.ops as u64;
                     lat.push(s.ret_ns - s.call_ns);
+                    if let Some((_, l)) = region.as_mut() {
+                        l.push(s.ret_ns - s.call_ns);
+                    }
                     if s.psmr_resubmitted {
                         failed_n += 1;
                         failed_ns += u128::from(s.ret_ns - s.call_ns);
@@ -2488,6 +2506,28 @@ impl World {
         lat.sort_unstable();
         let measured_s = (hi - lo) as f64 / 1e9;
         let ms = |ns: u64| ns as f64 / 1e6;
+        let mean_ms = |l: &[u64]| {
+            if l.is_empty() {
+                0.0
+            } else {
+                l.iter().map(|&x| x as f64).sum::<f64>() / l.len() as f64 / 1e6
+            }
+        };
+        let regions = by_region
+            .into_iter()
+            .map(|(region, (clients, mut l))| {
+                l.sort_unstable();
+                crate::bench::RegionLatency {
+                    region: region.to_string(),
+                    clients,
+                    commands: l.len() as u64,
+                    throughput_cmds_per_s: l.len() as f64 / measured_s.max(1e-9),
+                    latency_ms_mean: mean_ms(&l),
+                    latency_ms_p50: ms(bm::percentile(&l, 0.5)),
+                    latency_ms_p95: ms(bm::percentile(&l, 0.95)),
+                }
+            })
+            .collect();
         let window = (hi - lo).max(1) as f64;
         let (first, last) = match (b.marks.first(), b.marks.get(1)) {
             (Some(a), Some(z)) => (a.clone(), z.clone()),
@@ -2583,11 +2623,8 @@ impl World {
             latency_ms_p90: ms(bm::percentile(&lat, 0.9)),
             latency_ms_p99: ms(bm::percentile(&lat, 0.99)),
             latency_ms_max: ms(lat.last().copied().unwrap_or(0)),
-            latency_ms_mean: if lat.is_empty() {
-                0.0
-            } else {
-                lat.iter().map(|&l| l as f64).sum::<f64>() / lat.len() as f64 / 1e6
-            },
+            latency_ms_mean: mean_ms(&lat),
+            regions,
             resubmissions: self.clients.iter().map(|c| c.stats().resubmissions).sum(),
             instances,
             commands_per_instance: if instances > 0 {

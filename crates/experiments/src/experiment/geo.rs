@@ -1,104 +1,117 @@
 //! `partita experiment geo --sim` (paper 004 §VI-B, §VI-C; Figures 5, 6 and 7, and
-//! DBT_a against DBT_b): GeoPaxos+, GeoPaxos, Multi-Paxos and EPaxos in a
-//! discrete-event, virtual-time model at the paper's scale (3 to 9 replicas, up to
-//! 16,200 closed-loop clients), **simulated with an emulated WAN model**, never
-//! measured on real processes (`partita experiment geo` without `--sim` refuses: real
-//! processes are not yet supported by this experiment).
+//! DBT_a against DBT_b): GeoPaxos+, GeoPaxos, Multi-Paxos and EPaxos at the paper's
+//! scale (3 to 9 replicas, up to 16,200 closed-loop clients), **simulated with an
+//! emulated WAN**, in the one simulator every experiment uses (`partita_sim::bench`),
+//! never measured on real processes (`partita experiment geo` without `--sim` runs the
+//! real-process experiment, [`super::geo_real`]).
 //!
-//! # What is real and what is modelled
+//! # What runs
 //!
-//! Real (the project's cores, called in-process by the model): `GeoReplica` (psite,
-//! the timestamp merge of the serializers' logs, execution in timestamp order, the
-//! delivery decision and resubmission, the geo B+tree with its counters, the DOP with
-//! the optimizer), and `Epaxos` (PreAccept, fast and slow paths, dependencies, commit,
-//! recovery timers, SCC execution), executing on a geo B+tree.
+//! Every point is a `partita_sim::bench` run of a cluster file the real loader accepts:
+//! every node a real `NodeCore` (GeoPaxos+'s and GeoPaxos's serializers are real
+//! Multi-Paxos groups, with their acceptors' write-ahead logs; EPaxos its real core;
+//! Multi-Paxos the real protocol), every replica executing on the common replica,
+//! each node one CPU charged from the cost table, every endpoint a 1 Gbit/s card, the
+//! `[wan]` matrix's one-way delays between regions (RTT / 2 of the paper's 70, 90 and
+//! 150 ms) and 0.05 ms inside one. Clients enter at their region's replica.
 //!
-//! Modelled ([`model`]): the network (one-way delay = RTT / 2 between regions, the
-//! paper's 70 / 90 / 150 ms; 0.05 ms inside a region and in the LAN, where every RTT
-//! is 0.1 ms; no bandwidth limit, no loss); **each serializer's Paxos group**, which
-//! is not run: its leader appends to the decided log at once, sends Phase 2a to its two
-//! other acceptors and decides on the first Phase 2b, so an entry is decided after a
-//! round trip to its nearest acceptor (a majority of three with the leader), plus the
-//! CPU each hop costs; durability (every write is durable at once, for every system);
-//! and each replica's CPU ([`cpu`]): `cores` cores shared by a pool of worker threads
-//! (client requests), one Paxos thread and one learner thread per serializer (§V: "a
-//! learner for each Paxos instance is executed as an independent thread"), or for
-//! EPaxos one thread running the core and one executing commands. Throughput
-//! saturates when a thread or the cores are busy all the time (the report gives each
-//! replica's utilization and its busiest thread).
+//! # The systems
 //!
-//! Service times ([`model::CostMode`]): by default (`Measured`) every call into a core
-//! is charged its own CPU time, measured around the call with the thread's CPU clock
-//! while the model runs; socket sends and receives, replies and the serializers'
-//! Paxos Phase 2a / 2b come from this machine's `partita calibrate` table
-//! (`crates/sim/calibration/this-machine.toml`). [`calibrate::measure`] also times the
-//! cores on an uncontended workload before the sweep (the `costs` of the report):
-//! that table (`Table` mode, used by the tests) is deterministic but cannot see that
-//! both cores' work per call grows with contention, which decides the results: under
-//! load, `TimestampMerge::pop_ready` scans every complete operation each time it is
-//! asked (one scan per delivered entry, so a learner's work per entry grows with the
-//! operations waiting behind a multi-serializer one), and EPaxos's `on_persisted`
-//! retries execution over its dependency graph; each point reports the mean CPU time
-//! of every kind of core call (`core_calls`).
-//!
-//! The systems ([`model::System`]): GeoPaxos+ DBT_a (serializers from the optimizer
-//! after a warm-up window of the point's workload, then a DOP every second of the run),
-//! GeoPaxos+ DBT_b (random configurations, §VI-A), GeoPaxos (one random serializer per
-//! node, no optimizer), Multi-Paxos (every node serialized by replica 0's serializer:
-//! one Paxos log, whose timestamp order is its log order) and EPaxos.
+//! - **GeoPaxos+ DBT_a**: `protocol = "geopaxos+"`, `placement = "random"`, a DOP
+//!   every quarter of the run (the optimizer, hot+LRU, over the counters of the run's
+//!   own workload); the measured window (60% to 74% of the run, for every system) lies
+//!   between the first two DOPs, so what is measured is the optimized placement
+//!   (warm-up, DOP, measure).
+//! - **GeoPaxos+ DBT_b**: the same random placement, never a DOP (§VI-A).
+//! - **GeoPaxos**: `protocol = "geopaxos"` (one serializer per object, never moved).
+//! - **Multi-Paxos** (LAN only, as in the paper): `protocol = "multi-paxos"` over the
+//!   B+tree preloaded with the same number of keys, node 1 leading.
+//! - **EPaxos**: `protocol = "epaxos"` over the geo B+tree's key-value commands.
 //!
 //! # The sweeps
 //!
-//! - Figure 5 (LAN, 8 cores per replica as §VI-A's Xeon L5420): peak throughput with
-//!   `lan_clients_per_replica` clients per replica against 3 and 5 replicas for every
-//!   system (5(a)), and 3 to 9 replicas for GeoPaxos+ DBT_a (5(b)), for locality,
-//!   uniform and skewed access and 50%, 95% and 100% reads.
-//! - Figures 6 and 7 (WAN, the paper's three regions, 2 cores per replica as an EC2
-//!   m3.large): 54, 5,400 and 16,200 clients spread equally over the regions; the
-//!   Europe clients' mean and p95 latency (Figure 6) and the throughput, whose highest
-//!   value over the three loads is the peak (Figure 7), for 95% and 100% reads.
-//! - Rounds: every WAN point of the targets runs in `rounds` rounds with different
-//!   seeds, the systems interleaved within a round; the rest runs once (round 1).
-//! - Convergence: the points with the lightest load (`drain_clients_max`, 54 clients)
-//!   finish everything in flight after the window and compare every replica's digest
-//!   (GeoPaxos family: the full tree digest; EPaxos: the entries, since it orders only
-//!   interfering commands and its replicas may lay out leaves differently); a
-//!   disagreement fails the run. The heavier points stop at the window's end. The
-//!   tests (`tests/geo.rs`) also check linearizability.
+//! - Figure 5 (LAN): `lan_clients_per_replica` clients per replica against 3 and 5
+//!   replicas for every system (5(a)) and 3 to 9 replicas for DBT_a (5(b)), every node
+//!   an acceptor and a replica, for locality, uniform and skewed access and each read
+//!   share.
+//! - Figures 6 and 7 (WAN, the paper's three regions, one node each): 54, 5,400 and
+//!   16,200 clients spread equally over the regions; the Europe clients' mean and p95
+//!   latency (Figure 6) and the throughput, whose highest value over the loads is the
+//!   peak (Figure 7).
+//! - Rounds: the WAN points of the targets run in `rounds` rounds with different seeds,
+//!   the systems interleaved within a round; the rest run once (round 1).
 //!
 //! # Targets
 //!
 //! - GeoPaxos+ (DBT_a) ≥ 3× EPaxos's WAN peak throughput at 95% reads, skewed.
-//! - DBT_a ≥ 2× DBT_b WAN peak throughput, read-only, for each access pattern (§VI-E:
-//!   "more than twofold in read-only scenarios, no matter the workload").
+//! - DBT_a ≥ 2× DBT_b WAN peak throughput, read-only, for each access pattern (§VI-E).
 //!
-//! Each target is the median over the rounds of the per-round ratio, with every
-//! round's numbers. A target not met is reported as not met, with what was found.
-
-pub mod calibrate;
-pub mod cpu;
-pub mod model;
-pub mod workload;
+//! Each target is the median over the rounds of the per-round ratio, with every round's
+//! numbers. A target not met is reported as not met.
 
 use super::{line, panel};
 use crate::experiment_partition::Target;
 use crate::framework;
 use anyhow::Context;
-use model::{run_point, Bugs, CostMode, Costs, PointResult, PointSpec, System};
-use partita_geo::{Config, GeoBTree, Op, Topology};
-use rand::rngs::StdRng;
-use rand::SeedableRng;
+use partita_config::{ClusterConfig, EpaxosSection, GeoSection, OrderingSection, Role, WanSection};
+use partita_consensus::Protocol;
+use partita_geo::Placement;
+use partita_sim::bench::{self, BenchReport, BenchSpec, GeoKeys, Workload};
+use partita_sim::queue::MILLIS;
+use partita_sim::CostTable;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
-use workload::{Access, KeyGen, WorkloadSpec};
+
+/// A system of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum System {
+    /// GeoPaxos+ with the optimizer's placement (DBT_a).
+    GeoPaxosPlus,
+    /// GeoPaxos+ with its random initial placement and no DOP (DBT_b).
+    GeoPaxosPlusBefore,
+    GeoPaxos,
+    MultiPaxos,
+    Epaxos,
+}
+
+impl System {
+    pub fn label(self) -> &'static str {
+        match self {
+            System::GeoPaxosPlus => "GeoPaxos+ DBT_a",
+            System::GeoPaxosPlusBefore => "GeoPaxos+ DBT_b",
+            System::GeoPaxos => "GeoPaxos",
+            System::MultiPaxos => "Multi-Paxos",
+            System::Epaxos => "EPaxos",
+        }
+    }
+}
+
+/// The paper's access patterns (§VI-A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Access {
+    Locality,
+    Uniform,
+    Skewed,
+}
+
+impl Access {
+    pub const ALL: [Access; 3] = [Access::Locality, Access::Uniform, Access::Skewed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Locality => "locality",
+            Access::Uniform => "uniform",
+            Access::Skewed => "skewed",
+        }
+    }
+}
 
 /// The experiment's settings.
 #[derive(Clone, Debug, Serialize)]
 pub struct GeoSimOptions {
-    /// The key space; the tree is preloaded with its even keys (value = key).
+    /// Keys `0..keys` every replica starts with.
     pub keys: u64,
     /// Keys per tree node.
     pub order: usize,
@@ -107,45 +120,31 @@ pub struct GeoSimOptions {
     /// Figure 5(b): further replica counts run for GeoPaxos+ DBT_a only.
     pub lan_replicas_more: Vec<usize>,
     pub lan_read_percents: Vec<u32>,
-    /// Clients per replica in the LAN (enough to saturate a replica).
-    pub lan_clients_per_replica: usize,
-    pub lan_cores: u32,
-    pub lan_warmup_ms: u64,
-    pub lan_measure_ms: u64,
+    pub lan_clients_per_replica: u32,
+    /// Virtual duration of a LAN point (60% to 74% of it is measured).
+    pub lan_ms: u64,
     pub wan_read_percents: Vec<u32>,
     /// Client counts in the WAN (spread equally over the three regions).
-    pub wan_clients: Vec<usize>,
-    pub wan_cores: u32,
-    pub wan_warmup_ms: u64,
-    pub wan_measure_ms: u64,
-    /// Worker threads per replica (client requests).
-    pub workers: u32,
-    /// Locality: requests on the client's own key range, in percent.
+    pub wan_clients: Vec<u32>,
+    /// Virtual duration of a WAN point (60% to 74% of it is measured).
+    pub wan_ms: u64,
+    /// Locality: requests on the client's own region's key range, in percent.
     pub local_percent: u32,
-    pub zipf_s: f64,
-    /// DBT_a: requests of the warm-up window the optimizer sees before the run; 0
-    /// means 100 per leaf of the preloaded tree, so that every leaf's counters hold a
-    /// representative sample (with a sparse window, a leaf that happened to see a
-    /// remote read and no write gets that region as a serializer for free, Equation 1
-    /// charging nothing for it, and the run's writes to it then span serializers).
-    pub warmup_window_ops: u64,
-    /// DBT_a: a DOP every this often during a point (0: none; the reading aid's
-    /// procedure is warm-up, DOP, reset, measure).
-    pub dop_every_ms: u64,
+    /// Skew: the Zipf exponent, in hundredths.
+    pub zipf_s_percent: u32,
+    /// Instances in flight per Paxos group (each serializer's, Multi-Paxos's).
+    pub window_instances: usize,
     /// Rounds of the targets' points.
     pub rounds: u32,
-    /// Points with at most this many clients drain after the window and compare every
-    /// replica's digest (the others stop at the window's end).
-    pub drain_clients_max: usize,
     /// Systems in the WAN sweep (every system runs in the LAN).
     pub wan_systems: Vec<System>,
     pub seed: u64,
     /// Points simulated at once.
     pub jobs: usize,
-    /// Time the cores now for the table (true) or use the recorded one.
-    pub measure_costs: bool,
-    /// Charge the cores' measured CPU time per call, or the table's constants.
-    pub cost_mode: CostMode,
+    /// The CPU cost table and where it came from.
+    #[serde(skip)]
+    pub cost: CostTable,
+    pub cost_source: String,
     #[serde(skip)]
     pub progress: bool,
 }
@@ -155,26 +154,19 @@ impl GeoSimOptions {
     pub fn full() -> GeoSimOptions {
         GeoSimOptions {
             keys: 200_000,
-            order: partita_geo::ORDER_DEFAULT,
+            order: 32,
             lan_replicas: vec![3, 5],
             lan_replicas_more: vec![7, 9],
             lan_read_percents: vec![50, 95, 100],
             lan_clients_per_replica: 300,
-            lan_cores: 8,
-            lan_warmup_ms: 50,
-            lan_measure_ms: 100,
+            lan_ms: 1_600,
             wan_read_percents: vec![95, 100],
             wan_clients: vec![54, 5_400, 16_200],
-            wan_cores: 2,
-            wan_warmup_ms: 600,
-            wan_measure_ms: 700,
-            workers: 2,
+            wan_ms: 8_000,
             local_percent: 90,
-            zipf_s: 0.99,
-            warmup_window_ops: 0,
-            dop_every_ms: 0,
+            zipf_s_percent: 99,
+            window_instances: 256,
             rounds: 3,
-            drain_clients_max: 54,
             wan_systems: vec![
                 System::GeoPaxosPlus,
                 System::GeoPaxosPlusBefore,
@@ -182,26 +174,23 @@ impl GeoSimOptions {
             ],
             seed: 0x0000_46e0,
             jobs: 2,
-            measure_costs: true,
-            cost_mode: CostMode::Measured,
+            cost: CostTable::default(),
+            cost_source: "the simulator's default table (CostTable::default)".into(),
             progress: false,
         }
     }
 
-    /// A run of a minute or two: a smaller tree, fewer and shorter points, a tenth of
-    /// the WAN clients.
+    /// A run of a minute or two: a smaller tree, fewer points, a tenth of the WAN
+    /// clients.
     pub fn quick() -> GeoSimOptions {
         GeoSimOptions {
-            keys: 40_000,
+            keys: 30_000,
             lan_replicas: vec![3, 5],
             lan_replicas_more: vec![],
             lan_read_percents: vec![50, 100],
-            lan_clients_per_replica: 150,
-            lan_warmup_ms: 30,
-            lan_measure_ms: 50,
+            lan_clients_per_replica: 100,
             wan_clients: vec![54, 540, 1_620],
-            wan_warmup_ms: 500,
-            wan_measure_ms: 500,
+            rounds: 2,
             ..GeoSimOptions::full()
         }
     }
@@ -238,49 +227,71 @@ pub struct GeoPoint {
     pub replicas: usize,
     pub access: Access,
     pub read_percent: u32,
-    pub clients: usize,
+    pub clients: u32,
     pub round: u32,
     pub seed: u64,
-    pub result: PointResult,
+    /// The workload as `partita bench --workload` spells it.
+    pub workload: String,
+    pub throughput_ops_per_s: f64,
+    pub latency_ms_mean: f64,
+    pub latency_ms_p95: f64,
+    /// The Europe clients' (WAN), Figure 6's.
+    pub europe_ms_mean: Option<f64>,
+    pub europe_ms_p95: Option<f64>,
+    /// The node whose CPU was busiest in the window, and how busy.
+    pub busiest: String,
+    /// Wall-clock seconds this machine took to simulate the point.
+    pub wall_s: f64,
+    pub report: BenchReport,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct GeoSimReport {
     pub name: String,
-    /// Always true: these numbers come from a model, not from real processes.
+    /// Always true: these numbers come from the simulator, not from real processes.
     pub simulated: bool,
     pub note: String,
-    /// What is the real code, what is modelled, and how.
-    pub model: Vec<String>,
+    pub setup: Vec<String>,
     pub machine: String,
     pub options: GeoSimOptions,
-    pub costs: Costs,
-    pub costs_source: String,
     pub points: Vec<GeoPoint>,
     pub targets: Vec<Target>,
     pub wall_s: f64,
 }
 
-const NOTE: &str = "simulated with an emulated WAN model (virtual time; the real GeoReplica and Epaxos cores driven by a discrete-event model of the network, the serializers' Paxos groups and each replica's CPU); not measured on real processes";
+const NOTE: &str = "simulated with an emulated WAN (virtual time; every node a real NodeCore, GeoPaxos+'s serializers real Multi-Paxos groups, driven by the deterministic simulator); not measured on real processes";
 
-fn model_lines(o: &GeoSimOptions) -> Vec<String> {
+fn setup_lines(o: &GeoSimOptions) -> Vec<String> {
     vec![
-        "real: partita_geo::replica::GeoReplica (psite, TimestampMerge, delivery decision, resubmission, geo B+tree, DOP with the optimizer) for GeoPaxos+, GeoPaxos and Multi-Paxos; partita_consensus::epaxos::Epaxos (fast/slow path, dependencies, recovery timers, SCC execution) for EPaxos, executing on a geo B+tree".into(),
-        "modelled: each serializer's Paxos group (3 acceptors: the leader's replica and its two nearest; the leader appends at once, decides on the first Phase 2b: one round trip to its nearest acceptor, plus CPU per hop); no disk (every write durable at once, every system)".into(),
-        "modelled: network one-way delay = RTT/2 between regions (California-Virginia 70 ms, Virginia-Europe 90 ms, California-Europe 150 ms RTT), 0.05 ms between a client and its replica and in the LAN (0.1 ms RTT); no bandwidth limit, no loss".into(),
-        format!("modelled: per-replica CPU, {} cores in the LAN and {} in the WAN, shared by {} worker threads (client requests), one Paxos and one learner thread per serializer (GeoPaxos family), or one EPaxos core thread and one executor thread; service times calibrated on the real cores (see costs)", o.lan_cores, o.wan_cores, o.workers),
-        "Multi-Paxos: every node serialized by replica 0's serializer; a single Paxos log's timestamp order is its log order, so its replicas execute the log in order".into(),
+        "every node a real NodeCore: GeoPaxos+ and GeoPaxos (serializers: Multi-Paxos groups over the cluster's acceptors, the timestamp merge, the geo B+tree with its counters, DOPs with the optimizer), EPaxos, Multi-Paxos; execution on the common replica; write-ahead logs on a simulated disk with fsync".into(),
+        "network: one-way delay = RTT/2 between regions (California-Virginia 70 ms, Virginia-Europe 90 ms, California-Europe 150 ms RTT), 0.05 ms (+ up to 0.01 ms jitter) inside a region and in the LAN; a 1 Gbit/s card per endpoint; clients enter at their region's replica".into(),
+        format!("CPU: one per node, charged from {}", o.cost_source),
         format!(
-            "GeoPaxos+ DBT_a: serializers from a brute-force DOP over a warm-up window of {} requests of the point's own workload executed on the tree (the tree keeps the window's inserts); {}; DBT_b: random configurations; GeoPaxos: one random serializer per node, no DOP",
-            if o.warmup_window_ops == 0 { "100 per leaf".to_string() } else { o.warmup_window_ops.to_string() },
-            if o.dop_every_ms == 0 { "no DOP during the point (warm-up, DOP, reset, measure)".to_string() } else { format!("then a DOP every {} ms during the point", o.dop_every_ms) }
+            "DBT_a: random initial placement, a DOP (hot+LRU) every {} ms (LAN) / {} ms (WAN), measured between the first two; DBT_b: the same random placement, no DOP; GeoPaxos: one serializer per object; Multi-Paxos (LAN only): node 1 leads, the B+tree preloaded with {} keys",
+            lan_dop_ms(o), wan_dop_ms(o), o.keys
         ),
-        format!("CPU time of the core calls: {:?} ({})", o.cost_mode, match o.cost_mode {
-            CostMode::Measured => "each call's own thread CPU time, measured in this process during the run; socket and Paxos-acceptor costs from the table",
-            CostMode::Table => "the calibrated table's constants",
-        }),
-        format!("workload: READ or INSERT of a 100-byte value; key space {} (even keys preloaded); locality {}% local, skewed Zipf {}", o.keys, o.local_percent, o.zipf_s),
+        format!(
+            "workload: paper 004's READ (one in ten GET-NEXT, one in ten GET-PREV) and UPDATE (one in ten INSERT) over keys 0..{}; locality: {}% of a client's keys in its region's range; skewed: Zipf {:.2}; {} instances in flight per Paxos group",
+            o.keys, o.local_percent, o.zipf_s_percent as f64 / 100.0, o.window_instances
+        ),
     ]
+}
+
+/// The measured window of every point: from 60% of the run to 74% of it.
+const TRIM_START: f64 = 0.60;
+const TRIM_END: f64 = 0.26;
+
+/// A DOP every quarter of the run: the first replica takes its first look at the clock
+/// as the first interval ends and submits the first DOP one interval later, at half
+/// the run, and the second at three quarters, so the measured window starts a tenth of
+/// the run after the first DOP was submitted (time to order it at every serializer)
+/// and ends before the second.
+fn wan_dop_ms(o: &GeoSimOptions) -> u64 {
+    (o.wan_ms / 4).max(100)
+}
+
+fn lan_dop_ms(o: &GeoSimOptions) -> u64 {
+    (o.lan_ms / 4).max(100)
 }
 
 pub fn machine() -> String {
@@ -297,119 +308,93 @@ pub fn machine() -> String {
     )
 }
 
-// ------------------------------------------------------------------ topologies and trees
+// ------------------------------------------------------------------ clusters
 
-/// The WAN: the paper's three regions (0 California, 1 Europe, 2 Virginia).
-pub fn wan_topology() -> Topology {
-    Topology::paper_three_regions()
-}
+/// Cluster id of every simulated cluster of this experiment.
+const CLUSTER_ID: u64 = 0x6e0_0004;
 
-/// The LAN: `n` replicas, 0.1 ms between any two.
-pub fn lan_topology(n: usize) -> Topology {
-    let names = (0..n).map(|i| format!("r{i}")).collect();
-    let rtt = (0..n)
-        .map(|a| (0..n).map(|b| if a == b { 0 } else { 100 }).collect())
-        .collect();
-    Topology::from_rtt_us(names, rtt).expect("a valid LAN matrix")
-}
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-type TreeKey = (String, usize, System, Access, u32, u64);
-
-/// Trees already built (preloads and DBT_a's optimizations are the slow part).
-#[derive(Default)]
-pub struct Trees {
-    preloads: Mutex<BTreeMap<(String, usize, u64), Arc<GeoBTree>>>,
-    configured: Mutex<BTreeMap<TreeKey, Arc<GeoBTree>>>,
-}
-
-impl Trees {
-    fn preload(&self, net: &str, topology: &Topology, keys: u64, order: usize) -> Arc<GeoBTree> {
-        let k = (net.to_string(), topology.n(), keys);
-        if let Some(t) = self.preloads.lock().expect("tree lock").get(&k) {
-            return t.clone();
-        }
-        let t = Arc::new(calibrate::preloaded_tree(topology, keys, order, 7));
-        self.preloads
-            .lock()
-            .expect("tree lock")
-            .insert(k, t.clone());
-        t
-    }
-
-    /// The tree every replica of a point starts from.
-    #[allow(clippy::too_many_arguments)]
-    pub fn tree(
-        &self,
-        net: &str,
-        topology: &Topology,
-        system: System,
-        w: WorkloadSpec,
-        order: usize,
-        warmup_window_ops: u64,
-        seed: u64,
-    ) -> Arc<GeoBTree> {
-        let key = (
-            net.to_string(),
-            topology.n(),
-            system,
-            w.access,
-            w.read_percent,
+/// The ordering section of `system` (`dop_ms`: DBT_a's DOP interval).
+fn ordering(o: &GeoSimOptions, system: System, dop_ms: u64, seed: u64) -> OrderingSection {
+    let geo = |placement, dop_interval_ms| GeoSection {
+        keys: o.keys,
+        order: o.order,
+        placement,
+        dop_interval_ms,
+        seed,
+        ..GeoSection::default()
+    };
+    match system {
+        System::GeoPaxosPlus => OrderingSection::GeoPaxosPlus(geo(Placement::Random, dop_ms)),
+        System::GeoPaxosPlusBefore => OrderingSection::GeoPaxosPlus(geo(Placement::Random, 0)),
+        System::GeoPaxos => OrderingSection::GeoPaxos(GeoSection {
+            order: o.order,
             seed,
-        );
-        if let Some(t) = self.configured.lock().expect("tree lock").get(&key) {
-            return t.clone();
-        }
-        let n = topology.n();
-        let mut t = (*self.preload(net, topology, w.keys, order)).clone();
-        match system {
-            System::GeoPaxosPlusBefore => t.randomize_reps(seed),
-            System::GeoPaxosPlus => {
-                t.randomize_reps(seed);
-                // The warm-up window, executed on the tree (counts every access), then
-                // the DOP that computes DBT_a and resets the counters.
-                let gen = KeyGen::new(w, n);
-                let mut rng = StdRng::seed_from_u64(seed ^ 0x3a);
-                let window = if warmup_window_ops == 0 {
-                    100 * t.nodes().filter(|(_, x)| x.is_leaf()).count() as u64
-                } else {
-                    warmup_window_ops
-                };
-                for i in 0..window {
-                    let from = (i % n as u64) as usize;
-                    let key = gen.key(&mut rng, from);
-                    let op = if gen.is_read(&mut rng) {
-                        Op::Read { key }
-                    } else {
-                        Op::Insert {
-                            key,
-                            value: model::value_of(key),
-                        }
-                    };
-                    t.execute(&op, from).expect("100-byte values fit");
-                }
-                t.dop();
-            }
-            System::GeoPaxos => t.initialize_reps(|_, node| {
-                Config::single((splitmix(seed ^ node.uid()) % n as u64) as usize)
-            }),
-            System::MultiPaxos { leader } => t.initialize_reps(|_, _| Config::single(leader)),
-            System::Epaxos => {}
-        }
-        let t = Arc::new(t);
-        self.configured
-            .lock()
-            .expect("tree lock")
-            .insert(key, t.clone());
-        t
+            ..GeoSection::geopaxos(o.keys)
+        }),
+        System::MultiPaxos => OrderingSection::paxos(Protocol::MultiPaxos),
+        System::Epaxos => OrderingSection::Epaxos(EpaxosSection::with_keys(o.keys)),
     }
+}
+
+/// The cluster of one point: the paper's three regions with one node each (`wan`), or
+/// `replicas` nodes in one LAN; every node an acceptor and a replica, node 1
+/// coordinating where a protocol has a coordinator.
+pub fn cluster(
+    o: &GeoSimOptions,
+    system: System,
+    wan: bool,
+    replicas: usize,
+    seed: u64,
+) -> anyhow::Result<ClusterConfig> {
+    let mut c = ClusterConfig::paper_wan_local(7100, CLUSTER_ID);
+    if wan {
+        c.wan = Some(WanSection {
+            clients: partita_config::wan::PAPER_REGIONS
+                .iter()
+                .map(|r| r.to_string())
+                .collect(),
+            ..WanSection::paper()
+        });
+    } else {
+        c.wan = None;
+        let template = c.nodes[0].clone();
+        c.nodes.clear();
+        for id in 1..=replicas as u32 {
+            let mut n = template.clone();
+            n.id = id;
+            n.addr = format!("127.0.0.1:{}", 7100 + id);
+            n.region = None;
+            n.roles = vec![Role::Acceptor, Role::Replica];
+            c.nodes.push(n);
+        }
+    }
+    c.cluster.coordinator = Some(1);
+    c.cluster.service = if system == System::MultiPaxos {
+        "btree"
+    } else {
+        "geo-btree"
+    }
+    .into();
+    c.storage.checkpoint_instances = 0;
+    c.batching.window_instances_max = o.window_instances;
+    let dop = if wan { wan_dop_ms(o) } else { lan_dop_ms(o) };
+    c.ordering = ordering(o, system, dop, seed);
+    // Through the loader's checks, as a cluster file would go.
+    ClusterConfig::parse(&c.to_toml(), "geo experiment").map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn workload(o: &GeoSimOptions, access: Access, read_percent: u32) -> Workload {
+    let keys = match access {
+        Access::Locality => GeoKeys::Local {
+            percent: o.local_percent,
+            regions: 3,
+        },
+        Access::Uniform => GeoKeys::UNIFORM,
+        Access::Skewed => GeoKeys::Zipf {
+            s_percent: o.zipf_s_percent,
+        },
+    };
+    Workload::Geo { read_percent, keys }
 }
 
 // ------------------------------------------------------------------ the sweep
@@ -422,13 +407,20 @@ struct Job {
     replicas: usize,
     access: Access,
     read_percent: u32,
-    clients: usize,
+    clients: u32,
     round: u32,
 }
 
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 fn seed_of(o: &GeoSimOptions, j: &Job) -> u64 {
-    // The same seed for every system of a configuration in a round: the systems see
-    // the same client start times and key draws as far as their runs coincide.
+    // The same seed for every system of a configuration in a round.
     splitmix(
         o.seed
             ^ (j.round as u64) << 48
@@ -454,7 +446,7 @@ fn jobs(o: &GeoSimOptions) -> Vec<Job> {
         System::GeoPaxosPlus,
         System::GeoPaxosPlusBefore,
         System::GeoPaxos,
-        System::MultiPaxos { leader: 0 },
+        System::MultiPaxos,
         System::Epaxos,
     ];
     let mut v = Vec::new();
@@ -498,7 +490,7 @@ fn jobs(o: &GeoSimOptions) -> Vec<Job> {
                             replicas: n,
                             access,
                             read_percent,
-                            clients: o.lan_clients_per_replica * n,
+                            clients: o.lan_clients_per_replica * n as u32,
                             round,
                         });
                     }
@@ -509,75 +501,108 @@ fn jobs(o: &GeoSimOptions) -> Vec<Job> {
     v
 }
 
-/// The spec of one point.
+/// The bench spec of one point.
 #[allow(clippy::too_many_arguments)]
 pub fn point_spec(
     o: &GeoSimOptions,
-    trees: &Trees,
-    costs: &Costs,
     system: System,
     wan: bool,
     replicas: usize,
-    workload: WorkloadSpec,
-    clients: usize,
+    access: Access,
+    read_percent: u32,
+    clients: u32,
     seed: u64,
-) -> PointSpec {
-    let (net, topology) = if wan {
-        ("wan", wan_topology())
-    } else {
-        ("lan", lan_topology(replicas))
-    };
-    let tree = trees.tree(
-        net,
-        &topology,
+) -> anyhow::Result<BenchSpec> {
+    let c = cluster(o, system, wan, replicas, seed)?;
+    let mut s = BenchSpec::new(c, workload(o, access, read_percent), clients);
+    s.duration_ns = if wan { o.wan_ms } else { o.lan_ms } * MILLIS;
+    s.trim = TRIM_START;
+    s.trim_end = Some(TRIM_END);
+    s.seed = seed;
+    s.cost = o.cost.clone();
+    s.fsync = true;
+    if system == System::MultiPaxos {
+        // The B+tree with as many keys as the geo tree starts with (keys 0, 2, …).
+        s.preload = o.keys;
+        s.replica_image = Some(super::replica_image(o.keys, CLUSTER_ID)?);
+    }
+    Ok(s)
+}
+
+/// Runs one point.
+#[allow(clippy::too_many_arguments)]
+pub fn run_point(
+    o: &GeoSimOptions,
+    system: System,
+    wan: bool,
+    replicas: usize,
+    access: Access,
+    read_percent: u32,
+    clients: u32,
+    seed: u64,
+) -> anyhow::Result<(BenchReport, f64)> {
+    let spec = point_spec(
+        o,
         system,
-        workload,
-        o.order,
-        o.warmup_window_ops,
-        // Trees depend on the round's seed through the workload's warm-up only.
-        seed,
-    );
-    let (warmup_ms, measure_ms, cores) = if wan {
-        (o.wan_warmup_ms, o.wan_measure_ms, o.wan_cores)
-    } else {
-        (o.lan_warmup_ms, o.lan_measure_ms, o.lan_cores)
-    };
-    PointSpec {
-        system,
-        topology,
-        lan_one_way_ns: 50_000,
-        cores,
-        workers: o.workers,
+        wan,
+        replicas,
+        access,
+        read_percent,
         clients,
-        workload,
-        tree: (*tree).clone(),
-        start_spread_ns: (warmup_ms * 1_000_000 / 5).max(1_000_000),
-        warmup_ns: warmup_ms * 1_000_000,
-        measure_ns: measure_ms * 1_000_000,
-        // The lightest load of each configuration drains and compares the replicas'
-        // digests; the heavier ones stop at the window's end (draining thousands of
-        // requests through a saturated core costs minutes of this machine's time).
-        drain: clients <= o.drain_clients_max,
-        drain_max_ns: 60_000_000_000,
-        geo_tick_ns: if wan { 5_000_000 } else { 500_000 },
-        ep_tick_ns: 10_000_000,
-        dop_every_ns: (system == System::GeoPaxosPlus && o.dop_every_ms > 0)
-            .then_some(o.dop_every_ms * 1_000_000),
-        costs: costs.clone(),
-        cost_mode: o.cost_mode,
         seed,
-        record_history: false,
-        bugs: Bugs::default(),
+    )?;
+    let started = Instant::now();
+    let r = bench::run(spec);
+    if let Some(f) = &r.failure {
+        anyhow::bail!(
+            "{} {} {}% reads, {clients} clients: {f}",
+            system.label(),
+            access.name(),
+            read_percent
+        );
+    }
+    Ok((r, started.elapsed().as_secs_f64()))
+}
+
+fn point(j: &Job, seed: u64, r: BenchReport, wall_s: f64) -> GeoPoint {
+    let europe = r.regions.iter().find(|x| x.region == "Europe");
+    let busiest = r
+        .busiest()
+        .map(|n| format!("n{} {:.2}", n.node, n.cpu))
+        .unwrap_or_default();
+    GeoPoint {
+        figure: j.figure.into(),
+        network: if j.wan { "WAN" } else { "LAN" }.into(),
+        system: j.system.label().into(),
+        replicas: j.replicas,
+        access: j.access,
+        read_percent: j.read_percent,
+        clients: j.clients,
+        round: j.round,
+        seed,
+        workload: r.workload.name().to_string(),
+        throughput_ops_per_s: r.throughput_ops_per_s,
+        latency_ms_mean: r.latency_ms_mean,
+        latency_ms_p95: bench_p95(&r),
+        europe_ms_mean: europe.map(|e| e.latency_ms_mean),
+        europe_ms_p95: europe.map(|e| e.latency_ms_p95),
+        busiest,
+        wall_s,
+        report: r,
     }
 }
 
-fn workload(o: &GeoSimOptions, access: Access, read_percent: u32) -> WorkloadSpec {
-    WorkloadSpec {
-        access,
-        read_percent,
-        local_percent: o.local_percent,
-        zipf_s: o.zipf_s,
-        keys: o.keys,
+/// The whole run's p95: the regions' when there are regions (weighted by commands,
+/// an upper bound of the pooled one), else the p90/p99 midpoint is not a p95, so the
+/// p99 is reported.
+fn bench_p95(r: &BenchReport) -> f64 {
+    if r.regions.is_empty() {
+        r.latency_ms_p99
+    } else {
+        r.regions
+            .iter()
+            .map(|x| x.latency_ms_p95)
+            .fold(0.0, f64::max)
     }
 }
 
@@ -585,32 +610,11 @@ fn workload(o: &GeoSimOptions, access: Access, read_percent: u32) -> WorkloadSpe
 pub fn run(o: &GeoSimOptions) -> anyhow::Result<GeoSimReport> {
     o.validate()?;
     let started = Instant::now();
-    let (costs, costs_source) = if o.measure_costs {
-        if o.progress {
-            eprintln!("timing the real cores in this process (calibration)...");
-        }
-        (
-            calibrate::measure(o.keys, 20_000, o.seed),
-            format!(
-                "cores timed in this process just now ({} build, see calibrate.rs); socket and Paxos-acceptor costs from crates/sim/calibration/this-machine.toml (partita calibrate)",
-                if cfg!(debug_assertions) { "debug" } else { "release" }
-            ),
-        )
-    } else {
-        (
-            calibrate::recorded(),
-            "the recorded table (calibrate::recorded); socket and Paxos-acceptor costs from crates/sim/calibration/this-machine.toml".into(),
-        )
-    };
-    if o.progress {
-        eprintln!("costs (ns): {}", serde_json::to_string(&costs)?);
-    }
     let jobs = jobs(o);
     let total = jobs.len();
-    let trees = Trees::default();
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<GeoPoint>>> = Mutex::new(vec![None; total]);
-    let failure: Mutex<Option<String>> = Mutex::new(None);
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     std::thread::scope(|s| {
         for _ in 0..o.jobs.min(total.max(1)) {
             s.spawn(|| loop {
@@ -624,63 +628,47 @@ pub fn run(o: &GeoSimOptions) -> anyhow::Result<GeoSimReport> {
                 };
                 let j = &jobs[i];
                 let seed = seed_of(o, j);
-                let w = workload(o, j.access, j.read_percent);
-                let spec = point_spec(
-                    o, &trees, &costs, j.system, j.wan, j.replicas, w, j.clients, seed,
-                );
-                let out = run_point(spec);
-                let r = out.result;
-                if r.digests_equal == Some(false) || r.drained == Some(false) {
-                    *failure.lock().expect("failure lock") = Some(format!(
-                        "{} {} {} {}% reads, {} clients, round {}: digests equal {:?}, drained {:?}",
-                        if j.wan { "WAN" } else { "LAN" },
-                        j.system.label(),
-                        j.access.name(),
-                        j.read_percent,
-                        j.clients,
-                        j.round,
-                        r.digests_equal,
-                        r.drained
-                    ));
-                }
+                let (r, wall_s) = match run_point(
+                    o,
+                    j.system,
+                    j.wan,
+                    j.replicas,
+                    j.access,
+                    j.read_percent,
+                    j.clients,
+                    seed,
+                ) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        *failure.lock().expect("failure lock") = Some(e);
+                        return;
+                    }
+                };
+                let p = point(j, seed, r, wall_s);
                 if o.progress {
-                    let eu = r.regions.get(1).map(|x| x.mean_ms).unwrap_or(0.0);
                     eprintln!(
-                        "[{:>3}/{total}] round {} {} n={} {:<8} {:>3}% reads {:>6} clients {:<16} {:>9.0} ops/s  mean {:>7.1} ms{}  cpu max {:.2} ({} {:.2})  {:.1} s wall",
+                        "[{:>3}/{total}] round {} {} n={} {:<8} {:>3}% reads {:>6} clients {:<16} {:>9.0} ops/s  mean {:>7.1} ms{}  busiest {}  {:.1} s wall",
                         i + 1,
                         j.round,
-                        if j.wan { "WAN" } else { "LAN" },
+                        p.network,
                         j.replicas,
                         j.access.name(),
                         j.read_percent,
                         j.clients,
-                        j.system.label(),
-                        r.throughput_ops_per_s,
-                        r.latency_ms_mean,
-                        if j.wan { format!(" (Europe {eu:.1})") } else { String::new() },
-                        r.cpu_utilization.iter().cloned().fold(0.0, f64::max),
-                        r.busiest_thread.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map(|t| t.0.as_str()).unwrap_or(""),
-                        r.busiest_thread.iter().map(|t| t.1).fold(0.0, f64::max),
-                        r.wall_s
+                        p.system,
+                        p.throughput_ops_per_s,
+                        p.latency_ms_mean,
+                        p.europe_ms_mean.map(|e| format!(" (Europe {e:.1})")).unwrap_or_default(),
+                        p.busiest,
+                        wall_s
                     );
                 }
-                results.lock().expect("results lock")[i] = Some(GeoPoint {
-                    figure: j.figure.into(),
-                    network: if j.wan { "WAN" } else { "LAN" }.into(),
-                    system: j.system.label().into(),
-                    replicas: j.replicas,
-                    access: j.access,
-                    read_percent: j.read_percent,
-                    clients: j.clients,
-                    round: j.round,
-                    seed,
-                    result: r,
-                });
+                results.lock().expect("results lock")[i] = Some(p);
             });
         }
     });
-    if let Some(f) = failure.into_inner().expect("failure lock") {
-        anyhow::bail!("a point ended with replicas that disagree or work left over: {f}");
+    if let Some(e) = failure.into_inner().expect("failure lock") {
+        return Err(e.context("a point failed a core's check"));
     }
     let points: Vec<GeoPoint> = results
         .into_inner()
@@ -692,11 +680,9 @@ pub fn run(o: &GeoSimOptions) -> anyhow::Result<GeoSimReport> {
         name: "geo-sim".into(),
         simulated: true,
         note: NOTE.into(),
-        model: model_lines(o),
+        setup: setup_lines(o),
         machine: machine(),
         options: o.clone(),
-        costs,
-        costs_source,
         points,
         targets: Vec::new(),
         wall_s: 0.0,
@@ -705,7 +691,6 @@ pub fn run(o: &GeoSimOptions) -> anyhow::Result<GeoSimReport> {
     r.wall_s = started.elapsed().as_secs_f64();
     Ok(r)
 }
-
 // ------------------------------------------------------------------ targets
 
 /// The WAN peak throughput (the highest over the client counts) of `system` in `round`,
@@ -726,40 +711,22 @@ fn wan_peak<'a>(
                 && p.read_percent == reads
                 && p.round == round
         })
-        .max_by(|a, b| {
-            a.result
-                .throughput_ops_per_s
-                .total_cmp(&b.result.throughput_ops_per_s)
-        })
-        .map(|p| (p.result.throughput_ops_per_s, p))
+        .max_by(|a, b| a.throughput_ops_per_s.total_cmp(&b.throughput_ops_per_s))
+        .map(|p| (p.throughput_ops_per_s, p))
 }
 
 fn describe(p: &GeoPoint) -> String {
-    let r = &p.result;
-    let busiest = r
-        .busiest_thread
-        .iter()
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|t| format!("{} {:.2}", t.0, t.1))
-        .unwrap_or_default();
-    let mut s = format!(
-        "{} {:.0} ops/s at {} clients, mean {:.1} ms, p95 {:.1} ms, busiest thread {busiest}",
-        p.system, r.throughput_ops_per_s, p.clients, r.latency_ms_mean, r.latency_ms_p95
-    );
-    if let Some(e) = &r.epaxos {
-        s += &format!(
-            ", slow path {:.1}%, recoveries {}",
-            100.0 * e.slow_path_share,
-            e.recoveries_started
-        );
-    }
-    if let Some(g) = &r.geo {
-        s += &format!(
-            ", multi-serializer {} of {} executed",
-            g.executed_multi_serializer, g.executed
-        );
-    }
-    s
+    format!(
+        "{} {:.0} ops/s at {} clients, mean {:.1} ms, Europe mean {}, busiest CPU {}",
+        p.system,
+        p.throughput_ops_per_s,
+        p.clients,
+        p.latency_ms_mean,
+        p.europe_ms_mean
+            .map(|e| format!("{e:.1} ms"))
+            .unwrap_or_else(|| "-".into()),
+        p.busiest
+    )
 }
 
 fn ratio_target(
@@ -801,7 +768,7 @@ fn targets(r: &GeoSimReport) -> Vec<Target> {
     };
     v.extend(ratio_target(
         r,
-        format!("GeoPaxos+ (DBT_a) / EPaxos WAN peak throughput, skewed, 95% reads (simulated with an emulated WAN model; {scale}; median of the rounds)"),
+        format!("GeoPaxos+ (DBT_a) / EPaxos WAN peak throughput, skewed, 95% reads (simulated with an emulated WAN; {scale}; median of the rounds)"),
         System::GeoPaxosPlus.label(),
         System::Epaxos.label(),
         Access::Skewed,
@@ -812,7 +779,7 @@ fn targets(r: &GeoSimReport) -> Vec<Target> {
         v.extend(ratio_target(
             r,
             format!(
-                "DBT_a / DBT_b WAN peak throughput, read-only, {} (simulated with an emulated WAN model; {scale}; median of the rounds)",
+                "DBT_a / DBT_b WAN peak throughput, read-only, {} (simulated with an emulated WAN; {scale}; median of the rounds)",
                 access.name()
             ),
             System::GeoPaxosPlus.label(),
@@ -830,42 +797,15 @@ fn targets(r: &GeoSimReport) -> Vec<Target> {
 /// A readable table of every point and the targets.
 pub fn table(r: &GeoSimReport) -> String {
     let mut s = format!("{} ({})\n{}\n", r.name, r.note, r.machine);
-    s += &format!("costs: {}\n", r.costs_source);
-    s += &format!(
-        "{:<4} {:>2} {:>2} {:<8} {:>4} {:>6} {:<16} {:>10} {:>8} {:>8} {:>8} {:>8} {:>6} {:<22}\n",
-        "net",
-        "rd",
-        "n",
-        "access",
-        "read",
-        "client",
-        "system",
-        "ops/s",
-        "mean ms",
-        "p95 ms",
-        "EU mean",
-        "EU p95",
-        "cpu",
-        "busiest thread"
+    s +=
+        &format!(
+        "{:<4} {:>2} {:>2} {:<8} {:>4} {:>6} {:<16} {:>10} {:>8} {:>8} {:>8} {:>8} {:<10} {:>6}\n",
+        "net", "rd", "n", "access", "read", "client", "system", "ops/s", "mean ms", "p95 ms",
+        "EU mean", "EU p95", "busiest", "wall s"
     );
     for p in &r.points {
-        let x = &p.result;
-        let (eu_mean, eu_p95) = if p.network == "WAN" {
-            x.regions
-                .get(1)
-                .map(|e| (e.mean_ms, e.p95_ms))
-                .unwrap_or((0.0, 0.0))
-        } else {
-            (f64::NAN, f64::NAN)
-        };
-        let busiest = x
-            .busiest_thread
-            .iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|t| format!("{} {:.2}", t.0, t.1))
-            .unwrap_or_default();
         s += &format!(
-            "{:<4} {:>2} {:>2} {:<8} {:>3}% {:>6} {:<16} {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.2} {:<22}\n",
+            "{:<4} {:>2} {:>2} {:<8} {:>3}% {:>6} {:<16} {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:<10} {:>6.1}\n",
             p.network,
             p.round,
             p.replicas,
@@ -873,13 +813,13 @@ pub fn table(r: &GeoSimReport) -> String {
             p.read_percent,
             p.clients,
             p.system,
-            x.throughput_ops_per_s,
-            x.latency_ms_mean,
-            x.latency_ms_p95,
-            eu_mean,
-            eu_p95,
-            x.cpu_utilization.iter().cloned().fold(0.0, f64::max),
-            busiest
+            p.throughput_ops_per_s,
+            p.latency_ms_mean,
+            p.latency_ms_p95,
+            p.europe_ms_mean.unwrap_or(f64::NAN),
+            p.europe_ms_p95.unwrap_or(f64::NAN),
+            p.busiest,
+            p.wall_s
         );
     }
     for t in &r.targets {
@@ -916,8 +856,8 @@ fn systems_in(r: &GeoSimReport, network: &str) -> Vec<String> {
 
 /// Figures 5(a), 5(b), 6 and 7 (round 1's points).
 pub fn figures(r: &GeoSimReport) -> Vec<(String, partita_plot::Figure)> {
-    let kops = |p: &GeoPoint| p.result.throughput_ops_per_s / 1e3;
-    let foot = format!("{}. {}", NOTE, r.model.join(". "));
+    let kops = |p: &GeoPoint| p.throughput_ops_per_s / 1e3;
+    let foot = format!("{}. {}", NOTE, r.setup.join(". "));
     let mut figs = Vec::new();
     // Figure 5(a): LAN peak throughput against replicas, every system.
     let mut panels = Vec::new();
@@ -1014,8 +954,8 @@ pub fn figures(r: &GeoSimReport) -> Vec<(String, partita_plot::Figure)> {
                     curve(
                         r,
                         keep,
-                        |p| p.clients as f64,
-                        |p| p.result.regions[1].mean_ms,
+                        |p| f64::from(p.clients),
+                        |p| p.europe_ms_mean.unwrap_or(f64::NAN),
                     ),
                 ));
                 series.push(line(
@@ -1023,8 +963,8 @@ pub fn figures(r: &GeoSimReport) -> Vec<(String, partita_plot::Figure)> {
                     curve(
                         r,
                         keep,
-                        |p| p.clients as f64,
-                        |p| p.result.regions[1].p95_ms,
+                        |p| f64::from(p.clients),
+                        |p| p.europe_ms_p95.unwrap_or(f64::NAN),
                     ),
                 ));
             }
