@@ -2305,6 +2305,13 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     if let Some(r) = a.rounds {
         o.rounds = r;
     }
+    if let Some(c) = &a.clients {
+        anyhow::ensure!(
+            c.iter().all(|&n| (3..=100_000).contains(&n)),
+            "--clients: WAN client counts between 3 and 100000"
+        );
+        o.wan_clients = c.iter().map(|&n| n as u32).collect();
+    }
     if let Some((t, source)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = format!("the cost table {source}");

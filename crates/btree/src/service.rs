@@ -26,6 +26,43 @@ use std::ops::Bound;
 /// `StateMachine::access`); further apart, they conflict with everything.
 pub const NEIGHBOUR_SPAN_MAX: u64 = 64;
 
+/// Every key of `lo..=hi`, read; everything if that is more than [`NEIGHBOUR_SPAN_MAX`]
+/// keys apart.
+fn span(lo: u64, hi: u64) -> Access {
+    if hi - lo > NEIGHBOUR_SPAN_MAX {
+        return Access::everything();
+    }
+    let mut a = Access::default();
+    for k in lo..=hi {
+        a.add(k, false);
+    }
+    a
+}
+
+/// What a next of `key` reads, the tree's next key being `next`: every key from `key`
+/// to it (at most [`NEIGHBOUR_SPAN_MAX`] keys; beyond, or with no next key,
+/// everything). That is enough wherever it is proposed: only an insert inside that
+/// range or an update of the neighbour can change its answer, and such a command
+/// conflicts with it; a delete of the neighbour does too (it writes a key of the
+/// range). A command that only a later, larger range would cover cannot change the
+/// answer while the neighbour stands.
+pub fn next_access(key: u64, next: Option<u64>) -> Access {
+    match next {
+        Some(n) if n > key => span(key, n),
+        _ => Access::everything(),
+    }
+}
+
+/// What a prev of `key` reads, the tree's previous key being `prev`: as
+/// [`next_access`], downwards; with no previous key, every key from 0 to `key` (only an
+/// insert below it can change the answer), or everything if that is too many.
+pub fn prev_access(key: u64, prev: Option<u64>) -> Access {
+    match prev {
+        Some(p) if p < key => span(p, key),
+        _ => span(0, key),
+    }
+}
+
 impl StateMachine for BPlusTree {
     const NAME: &'static str = "btree";
     type Command = Op;
@@ -41,33 +78,11 @@ impl StateMachine for BPlusTree {
         !op.is_mutation()
     }
 
-    /// As `objects`, narrowed for next and prev: they read every key from theirs to the
-    /// neighbour this tree holds (at most [`NEIGHBOUR_SPAN_MAX`] keys; beyond, or with
-    /// no neighbour, everything). That is enough wherever they are proposed: only an
-    /// insert inside that range or an update of the neighbour can change their answer,
-    /// and such a command conflicts with them; a delete of the neighbour does too (it
-    /// writes a key of the range). A command that only a later, larger range would
-    /// cover cannot change the answer while the neighbour stands.
+    /// As `objects`, narrowed for next and prev ([`next_access`], [`prev_access`]).
     fn access(&self, op: &Op) -> Access {
-        let span = |lo: u64, hi: u64| -> Access {
-            if hi - lo > NEIGHBOUR_SPAN_MAX {
-                return Access::everything();
-            }
-            let mut a = Access::default();
-            for k in lo..=hi {
-                a.add(k, false);
-            }
-            a
-        };
         match *op {
-            Op::Next { key } => match self.get_next(key) {
-                Some((n, _)) if n > key => span(key, n),
-                _ => Access::everything(),
-            },
-            Op::Prev { key } => match self.get_prev(key) {
-                Some((p, _)) if p < key => span(p, key),
-                _ => Access::everything(),
-            },
+            Op::Next { key } => next_access(key, self.get_next(key).map(|(n, _)| n)),
+            Op::Prev { key } => prev_access(key, self.get_prev(key).map(|(p, _)| p)),
             _ => Access::of(&Self::objects(op), op.is_mutation()),
         }
     }
@@ -331,6 +346,35 @@ fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Next and prev read up to their neighbour; a prev with none reads every key down
+    /// to 0 (only an insert below can change its answer), so the smallest key's prev,
+    /// a hot one under skewed workloads, conflicts with an insert below it and with a
+    /// write of its own key, not with every command.
+    #[test]
+    fn next_and_prev_read_up_to_their_neighbour_and_prev_with_none_down_to_0() {
+        let mut t = BPlusTree::new();
+        for k in [10, 12, 200] {
+            t.insert(k, k);
+        }
+        let w = |k| Access::of(&Objects::key(k), true);
+        let next = t.access(&Op::Next { key: 10 });
+        assert!(!next.everything);
+        assert_eq!(next.objects, vec![(10, false), (11, false), (12, false)]);
+        assert!(next.conflicts(&w(11)) && !next.conflicts(&w(13)));
+        // 12 to 200 is more than NEIGHBOUR_SPAN_MAX keys; nothing above 200.
+        assert!(t.access(&Op::Next { key: 12 }).everything);
+        assert!(t.access(&Op::Next { key: 200 }).everything);
+        let prev = t.access(&Op::Prev { key: 12 });
+        assert_eq!(prev.objects, vec![(10, false), (11, false), (12, false)]);
+        let first = t.access(&Op::Prev { key: 10 });
+        assert!(!first.everything);
+        assert_eq!(first.objects.len(), 11);
+        assert!(first.conflicts(&w(0)) && first.conflicts(&w(10)) && !first.conflicts(&w(11)));
+        assert!(!first.conflicts(&t.access(&Op::Read { key: 10 })));
+        // Below the smallest key by more than the span: everything.
+        assert!(BPlusTree::new().access(&Op::Prev { key: 1_000 }).everything);
+    }
 
     fn map4() -> PartitionMap {
         PartitionMap::new(4, 400).unwrap()

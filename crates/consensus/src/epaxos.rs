@@ -1133,6 +1133,15 @@ pub struct Epaxos {
     /// Per replica: the highest slot known committed (here or by a peer's heartbeat).
     committed_max: Vec<Slot>,
     exec_dirty: bool,
+    /// Ready instances whose last walk reached an instance that is not effective yet
+    /// (directly or through another such instance), and that instance: walking them
+    /// again before it commits would stop at it again. Without this, every input under
+    /// contention walked every blocked instance's dependencies again (each a range of
+    /// slots per column): quadratic in the commands in flight.
+    exec_blocked: BTreeMap<InstanceId, InstanceId>,
+    /// The reverse: per instance not yet effective, the instances blocked on it (some
+    /// entries may be stale: released only if still blocked on it).
+    exec_waiters: BTreeMap<InstanceId, Vec<InstanceId>>,
     deferred: BTreeMap<PersistToken, Vec<Deferred>>,
     last_issued: PersistToken,
     last_durable: PersistToken,
@@ -1181,6 +1190,8 @@ impl Epaxos {
             log_truncated_below: 0,
             committed_max: vec![0; n],
             exec_dirty: false,
+            exec_blocked: BTreeMap::new(),
+            exec_waiters: BTreeMap::new(),
             deferred: BTreeMap::new(),
             last_issued: 0,
             last_durable: 0,
@@ -1345,6 +1356,7 @@ impl Epaxos {
                     self.committed_ever += 1;
                     self.committed_max[q] = self.committed_max[q].max(i.slot);
                     self.exec_dirty = true;
+                    self.unblock_all();
                     continue;
                 }
             }
@@ -1654,6 +1666,7 @@ impl Epaxos {
             self.need_state(&t);
         }
         self.exec_dirty = true;
+        self.unblock_all();
         self.stats.restores += 1;
         self.finish(out);
     }
@@ -2007,6 +2020,7 @@ impl Epaxos {
                         self.ready.insert(instance);
                     }
                     self.exec_dirty = true;
+                    self.unblock(instance);
                 }
                 self.waiting.remove(&instance);
                 if broadcast {
@@ -3066,14 +3080,33 @@ impl Epaxos {
             return;
         }
         self.exec_dirty = false;
-        let roots: Vec<InstanceId> = self.ready.iter().copied().collect();
-        let mut blocked = BTreeSet::new();
+        let roots: Vec<InstanceId> = self
+            .ready
+            .iter()
+            .filter(|r| !self.exec_blocked.contains_key(r))
+            .copied()
+            .collect();
         for root in roots {
-            if !self.ready.contains(&root) || blocked.contains(&root) {
+            if !self.ready.contains(&root) || self.exec_blocked.contains_key(&root) {
                 continue;
             }
-            self.tarjan(root, &mut blocked, out);
+            self.tarjan(root, out);
         }
+    }
+
+    /// `instance` became effective: what waited for it may run.
+    fn unblock(&mut self, instance: InstanceId) {
+        for w in self.exec_waiters.remove(&instance).unwrap_or_default() {
+            if self.exec_blocked.get(&w) == Some(&instance) {
+                self.exec_blocked.remove(&w);
+            }
+        }
+    }
+
+    /// Executed sets changed wholesale (a restored position): walk everything again.
+    fn unblock_all(&mut self) {
+        self.exec_blocked.clear();
+        self.exec_waiters.clear();
     }
 
     /// The next dependency of `node` to visit, from position (`q`, `next`) on.
@@ -3107,12 +3140,7 @@ impl Epaxos {
     /// Tarjan's strongly connected components from `root`, iteratively. Components
     /// complete in reverse topological order and execute as they complete. Reaching an
     /// instance not committed (or blocked) aborts: everything on the stack is blocked.
-    fn tarjan(
-        &mut self,
-        root: InstanceId,
-        blocked: &mut BTreeSet<InstanceId>,
-        out: &mut EpaxosOutbox,
-    ) {
+    fn tarjan(&mut self, root: InstanceId, out: &mut EpaxosOutbox) {
         struct Frame {
             node: InstanceId,
             q: usize,
@@ -3141,8 +3169,17 @@ impl Epaxos {
             match edge {
                 Some(w) => {
                     let ready = self.instances.get(&w).is_some_and(|x| x.effective);
-                    if !ready || blocked.contains(&w) {
-                        blocked.extend(stack.iter().copied());
+                    let on = if ready {
+                        self.exec_blocked.get(&w).copied()
+                    } else {
+                        Some(w)
+                    };
+                    if let Some(m) = on {
+                        let waiters = self.exec_waiters.entry(m).or_default();
+                        for &s in &stack {
+                            self.exec_blocked.insert(s, m);
+                            waiters.push(s);
+                        }
                         if !ready {
                             self.note_waiting(w);
                         }
@@ -3236,6 +3273,13 @@ impl Epaxos {
     pub fn invariants(&self) {
         let n = self.n();
         assert!(self.last_durable <= self.last_issued);
+        for (b, m) in &self.exec_blocked {
+            assert!(self.ready.contains(b), "{b} blocked but not ready");
+            assert!(
+                !self.instances.get(m).is_some_and(|x| x.effective),
+                "{b} blocked on {m}, which is effective"
+            );
+        }
         assert!(self.loopback.is_empty(), "loopback drained after a handler");
         if let Some((&t, _)) = self.deferred.first_key_value() {
             assert!(

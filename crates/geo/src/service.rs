@@ -56,8 +56,8 @@
 //! - `execute` (no origin: EPaxos, one stream) = [`GeoBTree::apply`], which counts
 //!   nothing.
 //! - `access` (EPaxos) = the keys, as the B+tree's: next and prev read every key up to
-//!   the neighbour this tree holds, at most `NEIGHBOUR_SPAN_MAX` keys, else everything;
-//!   a genesis touches everything.
+//!   the neighbour this tree holds (a prev with none, every key down to 0), at most
+//!   `NEIGHBOUR_SPAN_MAX` keys, else everything; a genesis touches everything.
 //!
 //! # Planted bugs
 //!
@@ -95,7 +95,7 @@ use crate::objects::Placement;
 use crate::optimizer::OptimizerOptions;
 use crate::set::Config;
 use crate::topology::Topology;
-use partita_btree::service::NEIGHBOUR_SPAN_MAX;
+use partita_btree::service::{next_access, prev_access};
 use partita_btree::{BPlusTree, Op, OpResult};
 use partita_service::{
     Access, ExecutionWork, MergeError, Objects, SplitError, StateMachine, WORK_KINDS,
@@ -536,29 +536,19 @@ impl StateMachine for GeoService {
         }
     }
 
-    /// The keys, as the B+tree's `access`: next and prev read every key up to the
-    /// neighbour this tree holds (at most `NEIGHBOUR_SPAN_MAX` keys, else everything).
+    /// The keys, as the B+tree's `access` (`partita_btree::service::{next_access,
+    /// prev_access}`): next and prev read every key up to the neighbour this tree holds
+    /// (at most `NEIGHBOUR_SPAN_MAX` keys, else everything), a prev with no neighbour
+    /// every key down to 0.
     fn access(&self, cmd: &GeoCommand) -> Access {
-        let span = |lo: u64, hi: u64| -> Access {
-            if hi - lo > NEIGHBOUR_SPAN_MAX {
-                return Access::everything();
-            }
-            let mut a = Access::default();
-            for k in lo..=hi {
-                a.add(k, false);
-            }
-            a
-        };
         match cmd {
             GeoCommand::Genesis(_) => Access::everything(),
-            GeoCommand::Op(Op::Next { key }) => match self.tree.next_entry(*key) {
-                Some((n, _)) if n > *key => span(*key, n),
-                _ => Access::everything(),
-            },
-            GeoCommand::Op(Op::Prev { key }) => match self.tree.prev_entry(*key) {
-                Some((p, _)) if p < *key => span(p, *key),
-                _ => Access::everything(),
-            },
+            GeoCommand::Op(Op::Next { key }) => {
+                next_access(*key, self.tree.next_entry(*key).map(|(n, _)| n))
+            }
+            GeoCommand::Op(Op::Prev { key }) => {
+                prev_access(*key, self.tree.prev_entry(*key).map(|(p, _)| p))
+            }
             GeoCommand::Op(op) => Access::of(&BPlusTree::objects(op), op.is_mutation()),
         }
     }
