@@ -2302,15 +2302,28 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     if let Some(j) = a.jobs {
         o.jobs = j;
     }
-    if let Some(r) = a.rounds {
-        o.rounds = r;
-    }
     if let Some(c) = &a.clients {
         anyhow::ensure!(
             c.iter().all(|&n| (3..=100_000).contains(&n)),
             "--clients: WAN client counts between 3 and 100000"
         );
         o.wan_clients = c.iter().map(|&n| n as u32).collect();
+    }
+    match a.replicas.as_deref() {
+        None => {}
+        // No LAN point: the WAN figures alone.
+        Some([0]) => {
+            o.lan_replicas.clear();
+            o.lan_replicas_more.clear();
+        }
+        Some(r) => {
+            anyhow::ensure!(
+                r.iter().all(|n| (3..=16).contains(n)),
+                "--replicas: LAN replica counts between 3 and 16, or 0 for no LAN point"
+            );
+            o.lan_replicas = r.to_vec();
+            o.lan_replicas_more.clear();
+        }
     }
     if let Some((t, source)) = a.sim_cost()? {
         o.cost = t;
