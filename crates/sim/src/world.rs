@@ -580,11 +580,14 @@ impl World {
         // The cluster file's regions: links between them take the matrix's one-way
         // delay, as the real processes' drivers delay them.
         let wan = cluster.wan();
+        let client_regions: Vec<_> = (0..p.clients)
+            .map(|c| cluster.client_region(u64::from(c)))
+            .collect();
         if let Some(w) = &wan {
             let regions: Vec<_> = ids
                 .iter()
                 .map(|&id| cluster.node_region(id))
-                .chain((0..p.clients).map(|c| cluster.client_region(c as u64)))
+                .chain(client_regions.iter().copied())
                 .collect();
             net.apply_wan(w, &regions);
         }
@@ -662,11 +665,9 @@ impl World {
             nodes,
             clients,
             net,
-            client_regions: (0..p.clients)
-                .map(|c| {
-                    let (w, r) = (wan.as_ref()?, cluster.client_region(u64::from(c))?);
-                    Some(Arc::from(w.name(r)))
-                })
+            client_regions: client_regions
+                .iter()
+                .map(|r| Some(Arc::from(wan.as_ref()?.name((*r)?))))
                 .collect(),
             wan: wan.map(|w| w.describe()),
             trace: Trace::new(opts.trace_tail),
