@@ -246,8 +246,9 @@ enum ExperimentName {
     /// CPU in this process; --keys, --iterations, --replicas, --rounds, --quick).
     Optimizer,
     /// Paper 004 §VI-B and §VI-C, Figures 5, 6 and 7 and DBT_a against DBT_b:
-    /// GeoPaxos+, GeoPaxos, Multi-Paxos and EPaxos at the paper's scale in a
-    /// virtual-time model with an emulated WAN (--sim only; --quick, --jobs).
+    /// GeoPaxos+, GeoPaxos, Multi-Paxos and EPaxos at the paper's scale, their real
+    /// cores in the deterministic simulator with an emulated WAN (--sim only; --quick,
+    /// --jobs, --clients, --replicas).
     Geo,
 }
 

@@ -202,6 +202,7 @@
 //! if it had never seen it, and a lagging replica's recovery replaces committed
 //! commands by no-ops.
 
+use crate::slot_set::SlotSet;
 use crate::{DropCounts, PersistToken, ROUND_MAX};
 use partita_types::{Ballot, Command, NodeId};
 use serde::{Deserialize, Serialize};
@@ -631,6 +632,10 @@ pub struct EpaxosBugs {
     /// Commit on the fast path once a fast quorum answered, even when the answers'
     /// attributes differ from the leader's.
     pub skip_slow_path_when_deps_differ: bool,
+    /// The executor's walk takes no lowlink from the instances it already visited that
+    /// are still on its stack: a cycle through them splits into components that
+    /// execute one by one, in whatever order the walk met them.
+    pub executor_forgets_the_stack: bool,
 }
 
 /// Why a configuration is refused.
@@ -1109,12 +1114,14 @@ pub struct Epaxos {
     waiting: BTreeMap<InstanceId, Wait>,
     /// Committed, effective, not executed yet.
     ready: BTreeSet<InstanceId>,
+    /// The ready instances not blocked (`exec_blocked`): where the next walks start.
+    runnable: BTreeSet<InstanceId>,
     /// Per replica: every slot up to this one is executed here.
     exec_prefix: Vec<Slot>,
-    /// Executed instances above their column's prefix. With `exec_prefix`, exactly
+    /// Per column, the slots executed above its prefix. With `exec_prefix`, exactly
     /// this replica's executed set ([`ExecPosition`]); instances a restored position
     /// lists here need not be in memory.
-    exec_above: BTreeSet<InstanceId>,
+    exec_above: Vec<SlotSet>,
     /// Per replica: every slot up to this one was executed and forgotten here; messages
     /// about them are dropped, and a `Prepare` or `CommitRequest` is answered
     /// `Truncated`. Only grows, and is durable (`EpaxosRecord::Truncated`) before the
@@ -1132,7 +1139,6 @@ pub struct Epaxos {
     log_truncated_below: PersistToken,
     /// Per replica: the highest slot known committed (here or by a peer's heartbeat).
     committed_max: Vec<Slot>,
-    exec_dirty: bool,
     /// Ready instances whose last walk reached an instance that is not effective yet
     /// (directly or through another such instance), and that instance: walking them
     /// again before it commits would stop at it again. Without this, every input under
@@ -1159,6 +1165,69 @@ pub struct Epaxos {
     bug_truncated_as_empty: bool,
 }
 
+/// An instance being walked by [`Epaxos::tarjan`]: its Tarjan index and lowlink, and
+/// where its scan of the dependency columns stands.
+#[derive(Clone, Copy)]
+struct Frame {
+    node: InstanceId,
+    index: u64,
+    low: u64,
+    /// The column being scanned, and the slot to scan from.
+    q: usize,
+    next: Slot,
+}
+
+/// One walk's bookkeeping. Every instance it visited is on `stack` or executed.
+struct Walk {
+    counter: u64,
+    stack: Vec<(usize, InstanceId)>,
+    /// Per column, the slots visited, and runs of executed slots the walk stepped over.
+    covered: Vec<SlotSet>,
+    /// Per column, the instances on the stack whose index is the smallest of every
+    /// one on the stack at or below their slot (the prefix minima): slots descending,
+    /// indices ascending. The stack pops the highest index first, so a pop removes the
+    /// last entry or none, and an instance pushed (the highest index yet) is a prefix
+    /// minimum exactly when its slot is below every one on the stack.
+    records: Vec<Vec<(Slot, u64)>>,
+}
+
+impl Walk {
+    fn push(&mut self, q: usize, w: InstanceId) -> Frame {
+        let index = self.counter;
+        self.counter += 1;
+        self.stack.push((q, w));
+        self.covered[q].insert(w.slot);
+        let r = &mut self.records[q];
+        if r.last().is_none_or(|&(s, _)| w.slot < s) {
+            r.push((w.slot, index));
+        }
+        Frame {
+            node: w,
+            index,
+            low: index,
+            q: 0,
+            next: 0,
+        }
+    }
+
+    fn pop(&mut self) -> InstanceId {
+        let (q, w) = self.stack.pop().expect("a component is on the stack");
+        let r = &mut self.records[q];
+        if r.last().is_some_and(|&(s, _)| s == w.slot) {
+            r.pop();
+        }
+        w
+    }
+
+    /// The smallest index on the stack among column `q`'s slots up to `d` (every
+    /// visited slot there is an edge of an instance whose `deps[q]` is `d`).
+    fn low_in(&self, q: usize, d: Slot) -> u64 {
+        let r = &self.records[q];
+        let k = r.partition_point(|&(s, _)| s > d);
+        r.get(k).map_or(u64::MAX, |&(_, i)| i)
+    }
+}
+
 impl Epaxos {
     /// A fresh replica. Panics on an invalid configuration or an `id` that is not a
     /// replica (both are the caller's bugs: validate the configuration first).
@@ -1180,8 +1249,9 @@ impl Epaxos {
             drives: BTreeMap::new(),
             waiting: BTreeMap::new(),
             ready: BTreeSet::new(),
+            runnable: BTreeSet::new(),
             exec_prefix: vec![0; n],
-            exec_above: BTreeSet::new(),
+            exec_above: vec![SlotSet::new(); n],
             truncated: vec![0; n],
             peers_truncated: vec![0; n],
             state_needed: None,
@@ -1189,7 +1259,6 @@ impl Epaxos {
             truncation_records: Tokens::default(),
             log_truncated_below: 0,
             committed_max: vec![0; n],
-            exec_dirty: false,
             exec_blocked: BTreeMap::new(),
             exec_waiters: BTreeMap::new(),
             deferred: BTreeMap::new(),
@@ -1254,9 +1323,8 @@ impl Epaxos {
                 p.is_well_formed(&e.config.replicas),
                 "a position of another cluster: {p:?}"
             );
-            e.exec_prefix = p.prefix;
-            e.exec_above = p.above.into_iter().collect();
-            e.normalize_exec();
+            e.exec_prefix = p.prefix.clone();
+            e.set_exec_above(&p);
         }
         // Records written before a truncation record may name instances it forgot.
         for q in 0..e.n() {
@@ -1350,13 +1418,11 @@ impl Epaxos {
                 if h.status == Status::Committed {
                     inst.effective = true;
                     if !executed {
-                        self.ready.insert(i);
+                        self.make_ready(i);
                     }
                     self.committed_count += 1;
                     self.committed_ever += 1;
                     self.committed_max[q] = self.committed_max[q].max(i.slot);
-                    self.exec_dirty = true;
-                    self.unblock_all();
                     continue;
                 }
             }
@@ -1432,7 +1498,7 @@ impl Epaxos {
     pub fn position(&self) -> ExecPosition {
         ExecPosition {
             prefix: self.exec_prefix.clone(),
-            above: self.exec_above.iter().copied().collect(),
+            above: self.above_list(),
         }
     }
 
@@ -1633,13 +1699,12 @@ impl Epaxos {
             .filter(|&i| self.is_executed(i) && !position.contains(replicas, i))
             .collect();
         self.exec_prefix = position.prefix.clone();
-        self.exec_above = position.above.iter().copied().collect();
-        self.normalize_exec();
+        self.set_exec_above(position);
         for i in unexecuted {
             debug_assert!(!self.is_executed(i));
             self.stats.restore_unexecuted += 1;
             if self.instances[&i].effective {
-                self.ready.insert(i);
+                self.make_ready(i);
             }
         }
         let now_executed: Vec<InstanceId> = self
@@ -1650,7 +1715,7 @@ impl Epaxos {
             .filter(|&i| self.is_executed(i))
             .collect();
         for i in now_executed {
-            self.ready.remove(&i);
+            self.unready(i);
             self.waiting.remove(&i);
         }
         let me = self.me;
@@ -1665,7 +1730,6 @@ impl Epaxos {
             let t = self.truncated.clone();
             self.need_state(&t);
         }
-        self.exec_dirty = true;
         self.unblock_all();
         self.stats.restores += 1;
         self.finish(out);
@@ -2017,9 +2081,8 @@ impl Epaxos {
                 if !inst.effective {
                     inst.effective = true;
                     if !executed {
-                        self.ready.insert(instance);
+                        self.make_ready(instance);
                     }
-                    self.exec_dirty = true;
                     self.unblock(instance);
                 }
                 self.waiting.remove(&instance);
@@ -2905,8 +2968,9 @@ impl Epaxos {
         for (&i, w) in self.waiting.iter_mut() {
             let inst = self.instances.get(&i);
             let q = self.config.replicas.iter().position(|&r| r == i.replica);
-            let executed =
-                q.is_some_and(|q| i.slot <= self.exec_prefix[q]) || self.exec_above.contains(&i);
+            let executed = q.is_some_and(|q| {
+                i.slot <= self.exec_prefix[q] || self.exec_above[q].contains(i.slot)
+            });
             if inst.is_some_and(|x| x.committed()) || executed {
                 done.push(i);
                 continue;
@@ -2989,7 +3053,7 @@ impl Epaxos {
 
     fn is_executed(&self, i: InstanceId) -> bool {
         let q = self.pos(i.replica).expect("instances are of replicas");
-        i.slot <= self.exec_prefix[q] || self.exec_above.contains(&i)
+        i.slot <= self.exec_prefix[q] || self.exec_above[q].contains(i.slot)
     }
 
     /// At or below this replica's truncation frontier: forgotten.
@@ -3001,32 +3065,47 @@ impl Epaxos {
     /// Move the exceptions just above each column's prefix into the prefix.
     fn normalize_exec(&mut self) {
         for q in 0..self.n() {
-            let r = self.config.replicas[q];
-            while self.exec_above.remove(&InstanceId {
-                replica: r,
-                slot: self.exec_prefix[q] + 1,
-            }) {
-                self.exec_prefix[q] += 1;
-            }
+            self.advance_prefix(q);
         }
+    }
+
+    /// Column `q`'s prefix absorbs the run of exceptions right above it.
+    fn advance_prefix(&mut self, q: usize) {
+        if let Some(e) = self.exec_above[q].take_run_at(self.exec_prefix[q] + 1) {
+            self.exec_prefix[q] = e;
+        }
+    }
+
+    /// The exceptions of a position (its prefix already in `exec_prefix`).
+    fn set_exec_above(&mut self, position: &ExecPosition) {
+        for set in &mut self.exec_above {
+            set.clear();
+        }
+        for i in &position.above {
+            let q = self.pos(i.replica).expect("a well-formed position");
+            self.exec_above[q].insert(i.slot);
+        }
+        self.normalize_exec();
+    }
+
+    /// The exceptions as a position lists them: sorted instances.
+    fn above_list(&self) -> Vec<InstanceId> {
+        let mut above: Vec<InstanceId> = self
+            .exec_above
+            .iter()
+            .enumerate()
+            .flat_map(|(q, set)| {
+                let replica = self.config.replicas[q];
+                set.iter().map(move |slot| InstanceId { replica, slot })
+            })
+            .collect();
+        above.sort_unstable();
+        above
     }
 
     /// The highest own slot among the executed exceptions (0: none).
     fn own_above_max(&self) -> Slot {
-        let (lo, hi) = (
-            InstanceId {
-                replica: self.id,
-                slot: 0,
-            },
-            InstanceId {
-                replica: self.id,
-                slot: SLOT_MAX,
-            },
-        );
-        self.exec_above
-            .range(lo..=hi)
-            .next_back()
-            .map_or(0, |i| i.slot)
+        self.exec_above[self.me].max().unwrap_or(0)
     }
 
     /// The instances in memory of column `q` at or below `slot`.
@@ -3075,23 +3154,27 @@ impl Epaxos {
         out.push(EpaxosAction::NeedState { frontier });
     }
 
+    /// Walk from every runnable instance: each walk executes its root or blocks it.
     fn try_execute(&mut self, out: &mut EpaxosOutbox) {
-        if !self.exec_dirty {
-            return;
-        }
-        self.exec_dirty = false;
-        let roots: Vec<InstanceId> = self
-            .ready
-            .iter()
-            .filter(|r| !self.exec_blocked.contains_key(r))
-            .copied()
-            .collect();
-        for root in roots {
-            if !self.ready.contains(&root) || self.exec_blocked.contains_key(&root) {
-                continue;
-            }
+        while let Some(&root) = self.runnable.first() {
             self.tarjan(root, out);
+            debug_assert!(!self.runnable.contains(&root), "a walk settles its root");
         }
+    }
+
+    /// `i` is committed, effective and not executed.
+    fn make_ready(&mut self, i: InstanceId) {
+        self.ready.insert(i);
+        if !self.exec_blocked.contains_key(&i) {
+            self.runnable.insert(i);
+        }
+    }
+
+    /// `i` is executed.
+    fn unready(&mut self, i: InstanceId) {
+        self.ready.remove(&i);
+        self.runnable.remove(&i);
+        self.exec_blocked.remove(&i);
     }
 
     /// `instance` became effective: what waited for it may run.
@@ -3099,40 +3182,58 @@ impl Epaxos {
         for w in self.exec_waiters.remove(&instance).unwrap_or_default() {
             if self.exec_blocked.get(&w) == Some(&instance) {
                 self.exec_blocked.remove(&w);
+                self.runnable.insert(w);
             }
         }
     }
 
     /// Executed sets changed wholesale (a restored position): walk everything again.
     fn unblock_all(&mut self) {
-        self.exec_blocked.clear();
+        for (b, _) in std::mem::take(&mut self.exec_blocked) {
+            self.runnable.insert(b);
+        }
         self.exec_waiters.clear();
     }
 
-    /// The next dependency of `node` to visit, from position (`q`, `next`) on.
-    fn next_edge(&self, node: InstanceId, q: &mut usize, next: &mut Slot) -> Option<InstanceId> {
-        let deps = &self.instances[&node]
+    /// The first slot of column `q` at or after `x` neither executed nor visited by
+    /// `walk`: every slot in between is an edge the walk may skip (an executed one
+    /// leads nowhere; a visited one is on the stack, which [`Walk::low_in`] answers
+    /// for, or executed).
+    fn next_unvisited(&self, walk: &mut Walk, q: usize, x: Slot) -> Slot {
+        loop {
+            let a = walk.covered[q].next_absent(x);
+            let b = self.exec_above[q].next_absent(a);
+            if b == a {
+                return a;
+            }
+            // Executed slots [a, b): remembered in `covered`, so that the walk steps
+            // over them and its visited slots on either side at once from now on.
+            walk.covered[q].insert_run(a, b - 1);
+        }
+    }
+
+    /// The next dependency of `frame`'s instance that the walk has not visited.
+    fn next_edge(&self, walk: &mut Walk, frame: &mut Frame) -> Option<InstanceId> {
+        let deps = &self.instances[&frame.node]
             .held
             .as_ref()
             .expect("visited instances are committed")
             .attrs
             .deps;
-        while *q < deps.len() {
-            let r = self.config.replicas[*q];
-            *next = (*next).max(self.exec_prefix[*q] + 1);
-            if *next > deps[*q] {
-                *q += 1;
-                *next = 0;
+        while frame.q < deps.len() {
+            let q = frame.q;
+            let from = frame.next.max(self.exec_prefix[q] + 1);
+            let x = self.next_unvisited(walk, q, from);
+            if x > deps[q] {
+                frame.q += 1;
+                frame.next = 0;
                 continue;
             }
-            let w = InstanceId {
-                replica: r,
-                slot: *next,
-            };
-            *next += 1;
-            if w != node && !self.is_executed(w) {
-                return Some(w);
-            }
+            frame.next = x + 1;
+            return Some(InstanceId {
+                replica: self.config.replicas[q],
+                slot: x,
+            });
         }
         None
     }
@@ -3140,32 +3241,28 @@ impl Epaxos {
     /// Tarjan's strongly connected components from `root`, iteratively. Components
     /// complete in reverse topological order and execute as they complete. Reaching an
     /// instance not committed (or blocked) aborts: everything on the stack is blocked.
+    ///
+    /// An instance's edges are whole ranges of slots (`deps[q]` names every slot of
+    /// column `q` up to it), and most of each range is executed or already visited.
+    /// The walk therefore steps only to unvisited slots ([`Epaxos::next_unvisited`]),
+    /// and takes the lowlink over the visited ones on the stack from a per-column
+    /// summary ([`Walk::low_in`]) when the instance finishes: each instance costs
+    /// O(replicas · log) plus its tree edges, not the length of its ranges.
     fn tarjan(&mut self, root: InstanceId, out: &mut EpaxosOutbox) {
-        struct Frame {
-            node: InstanceId,
-            q: usize,
-            next: Slot,
-        }
-        let mut number: BTreeMap<InstanceId, (u64, u64)> = BTreeMap::new();
-        let mut counter = 0u64;
-        let mut stack: Vec<InstanceId> = Vec::new();
-        let mut on_stack: BTreeSet<InstanceId> = BTreeSet::new();
+        let n = self.n();
+        let mut walk = Walk {
+            counter: 0,
+            stack: Vec::new(),
+            covered: vec![SlotSet::new(); n],
+            records: vec![Vec::new(); n],
+        };
         let mut calls: Vec<Frame> = Vec::new();
-        number.insert(root, (counter, counter));
-        counter += 1;
-        stack.push(root);
-        on_stack.insert(root);
-        calls.push(Frame {
-            node: root,
-            q: 0,
-            next: 0,
-        });
-        while let Some(top) = calls.last_mut() {
-            let v = top.node;
-            let (mut q, mut next) = (top.q, top.next);
-            let edge = self.next_edge(v, &mut q, &mut next);
-            top.q = q;
-            top.next = next;
+        let q = self.pos(root.replica).expect("instances are of replicas");
+        calls.push(walk.push(q, root));
+        while let Some(&top) = calls.last() {
+            let mut frame = top;
+            let edge = self.next_edge(&mut walk, &mut frame);
+            *calls.last_mut().expect("top") = frame;
             match edge {
                 Some(w) => {
                     let ready = self.instances.get(&w).is_some_and(|x| x.effective);
@@ -3176,8 +3273,9 @@ impl Epaxos {
                     };
                     if let Some(m) = on {
                         let waiters = self.exec_waiters.entry(m).or_default();
-                        for &s in &stack {
+                        for &(_, s) in &walk.stack {
                             self.exec_blocked.insert(s, m);
+                            self.runnable.remove(&s);
                             waiters.push(s);
                         }
                         if !ready {
@@ -3185,46 +3283,40 @@ impl Epaxos {
                         }
                         return;
                     }
-                    if let Some(&(wi, _)) = number.get(&w) {
-                        if on_stack.contains(&w) {
-                            let e = number.get_mut(&v).expect("numbered");
-                            e.1 = e.1.min(wi);
-                        }
-                    } else {
-                        number.insert(w, (counter, counter));
-                        counter += 1;
-                        stack.push(w);
-                        on_stack.insert(w);
-                        calls.push(Frame {
-                            node: w,
-                            q: 0,
-                            next: 0,
-                        });
-                    }
+                    let q = self.pos(w.replica).expect("instances are of replicas");
+                    calls.push(walk.push(q, w));
                 }
                 None => {
-                    calls.pop();
-                    let (vi, vl) = number[&v];
-                    if vi == vl {
+                    let mut done = calls.pop().expect("top");
+                    let deps = &self.instances[&done.node]
+                        .held
+                        .as_ref()
+                        .expect("visited instances are committed")
+                        .attrs
+                        .deps;
+                    if !self.bugs.executor_forgets_the_stack {
+                        for (q, &d) in deps.iter().enumerate() {
+                            done.low = done.low.min(walk.low_in(q, d));
+                        }
+                    }
+                    if done.low == done.index {
                         let mut scc = Vec::new();
                         loop {
-                            let w = stack.pop().expect("v is on the stack");
-                            on_stack.remove(&w);
+                            let w = walk.pop();
                             scc.push(w);
-                            if w == v {
+                            if w == done.node {
                                 break;
                             }
                         }
                         self.execute_scc(scc, out);
                     }
-                    if let Some(parent) = calls.last() {
-                        let e = number.get_mut(&parent.node).expect("numbered");
-                        e.1 = e.1.min(vl);
+                    if let Some(parent) = calls.last_mut() {
+                        parent.low = parent.low.min(done.low);
                     }
                 }
             }
         }
-        assert!(stack.is_empty(), "every visited instance executed");
+        assert!(walk.stack.is_empty(), "every visited instance executed");
     }
 
     fn execute_scc(&mut self, mut scc: Vec<InstanceId>, out: &mut EpaxosOutbox) {
@@ -3238,7 +3330,6 @@ impl Epaxos {
             assert!(!self.is_executed(i), "execute {i} once");
             let inst = &self.instances[&i];
             assert!(inst.effective, "{i} executed before its commit is durable");
-            self.ready.remove(&i);
             let h = inst.held.as_ref().expect("committed");
             barrier |= h.command.as_ref().is_some_and(|c| c.conflicts_all);
             out.push(EpaxosAction::Execute {
@@ -3246,15 +3337,10 @@ impl Epaxos {
                 command: h.command.clone(),
                 attrs: h.attrs.clone(),
             });
+            self.unready(i);
             self.stats.executed += 1;
-            self.exec_above.insert(i);
-            let r = self.config.replicas[q];
-            while self.exec_above.remove(&InstanceId {
-                replica: r,
-                slot: self.exec_prefix[q] + 1,
-            }) {
-                self.exec_prefix[q] += 1;
-            }
+            self.exec_above[q].insert(i.slot);
+            self.advance_prefix(q);
         }
         if barrier {
             // Every command interferes with the barrier, so every non-no-op instance
@@ -3273,13 +3359,11 @@ impl Epaxos {
     pub fn invariants(&self) {
         let n = self.n();
         assert!(self.last_durable <= self.last_issued);
-        for (b, m) in &self.exec_blocked {
-            assert!(self.ready.contains(b), "{b} blocked but not ready");
-            assert!(
-                !self.instances.get(m).is_some_and(|x| x.effective),
-                "{b} blocked on {m}, which is effective"
-            );
-        }
+        // Runnable and blocked split the ready instances (checked in full below).
+        assert_eq!(
+            self.runnable.len() + self.exec_blocked.len(),
+            self.ready.len()
+        );
         assert!(self.loopback.is_empty(), "loopback drained after a handler");
         if let Some((&t, _)) = self.deferred.first_key_value() {
             assert!(
@@ -3322,25 +3406,11 @@ impl Epaxos {
             let r = self.config.replicas[q];
             let (p, t) = (self.exec_prefix[q], self.truncated[q]);
             assert!(
-                !self.exec_above.contains(&InstanceId {
-                    replica: r,
-                    slot: p + 1
-                }),
+                !self.exec_above[q].contains(p + 1),
                 "execution prefix of {r} out of date"
             );
             assert!(
-                self.exec_above
-                    .range(
-                        InstanceId {
-                            replica: r,
-                            slot: 0
-                        }..=InstanceId {
-                            replica: r,
-                            slot: p
-                        }
-                    )
-                    .next()
-                    .is_none(),
+                self.exec_above[q].min().is_none_or(|m| m > p),
                 "an exception of {r} at or below the prefix"
             );
             // What this replica forgot it executed, unless it restarted from a
@@ -3434,12 +3504,25 @@ impl Epaxos {
         if self.log_truncated_below > 0 {
             assert!(self.truncation_records.durable(durable) >= self.log_truncated_below);
         }
-        for i in &self.exec_above {
-            let q = self.pos(i.replica).expect("exceptions are of replicas");
-            assert!(i.slot > self.exec_prefix[q] + 1);
+        for (q, set) in self.exec_above.iter().enumerate() {
+            assert!(set.min().is_none_or(|m| m > self.exec_prefix[q] + 1));
         }
         for i in &self.ready {
             assert!(self.instances.get(i).is_some_and(|x| x.effective));
+        }
+        for i in &self.runnable {
+            assert!(self.ready.contains(i), "{i} runnable but not ready");
+            assert!(
+                !self.exec_blocked.contains_key(i),
+                "{i} runnable and blocked"
+            );
+        }
+        for (b, m) in &self.exec_blocked {
+            assert!(self.ready.contains(b), "{b} blocked but not ready");
+            assert!(
+                !self.instances.get(m).is_some_and(|x| x.effective),
+                "{b} blocked on {m}, which is effective"
+            );
         }
     }
 }

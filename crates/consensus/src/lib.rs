@@ -59,6 +59,7 @@ pub mod epaxos;
 pub mod geopaxos;
 mod learner;
 pub mod multiring;
+mod slot_set;
 
 pub use acceptor::Acceptor;
 pub use batcher::{Batcher, BatcherConfig, BatcherStats};

@@ -192,6 +192,7 @@ impl EpaxosOrdering {
         let mut core = Epaxos::recover_at(id, config, from, records);
         core.set_bugs(EpaxosBugs {
             skip_slow_path_when_deps_differ: bugs.epaxos_skip_slow_path,
+            ..EpaxosBugs::default()
         });
         let mut o = EpaxosOrdering {
             id,
