@@ -400,6 +400,7 @@ impl Acceptor {
             | Msg::Epaxos(_)
             | Msg::PositionCheckpointed { .. }
             | Msg::Merged { .. }
+            | Msg::SkipRequest { .. }
             | Msg::OnRing { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }

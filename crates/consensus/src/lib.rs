@@ -726,6 +726,12 @@ pub enum Msg {
     /// receiver's partition (sent again while it waits): answer with your own, if
     /// your merge reached `name`. See `partita_node::multiring`.
     Merged { name: Instance, ask: bool },
+    /// Multi-Ring Paxos, learner → the ring's leader (on the ring): my merge waits for
+    /// this ring, whose next instance is not decided, while other rings' values are
+    /// queued behind it; they need this ring at logical position `to`. The leader
+    /// proposes a skip there at once instead of at the end of its pacing interval
+    /// (skips on demand; see `multiring`). Sent at most once a tick per ring.
+    SkipRequest { to: u64 },
 }
 
 /// `Vec<u8>` as one length-prefixed byte string (serde's default for `Vec<u8>` is a
@@ -940,7 +946,9 @@ impl Msg {
                     .then_some(())
                     .ok_or("a chunk outside its checkpoint"),
             ),
-            Msg::Exec { .. } | Msg::Epaxos(_) | Msg::Merged { .. } => Ok(()),
+            Msg::Exec { .. } | Msg::Epaxos(_) | Msg::Merged { .. } | Msg::SkipRequest { .. } => {
+                Ok(())
+            }
             Msg::OnRing { msg, .. } => match **msg {
                 Msg::OnRing { .. } => Err("a ring message inside a ring message"),
                 // State transfer and execution are between replicas, not of a ring.
@@ -991,6 +999,7 @@ impl Msg {
             Msg::Exec { .. } => "exec",
             Msg::Epaxos(_) => "epaxos",
             Msg::Merged { .. } => "merged",
+            Msg::SkipRequest { .. } => "skiprequest",
         }
     }
 }

@@ -15,6 +15,13 @@
 //!   consensus instance that counts as `n` logical instances in the merge and delivers
 //!   nothing; it costs one value however many instances it stands for (as in
 //!   URingPaxos).
+//! - **Skips on demand** (the papers pace idle rings with `λ` and `Δ` only): a merge
+//!   that waits for a ring that looks idle (its last two decided instances skips)
+//!   while other rings' values queue behind it names that ring and the position that
+//!   releases them ([`RingMerge::wanted`]); the learner asks the ring's leader
+//!   ([`crate::Msg::SkipRequest`]), which proposes at once the skip its pacer would
+//!   propose at the end of the interval. At 0% dependent commands P-SMR's g_all ring
+//!   is idle, and every thread ring's values waited for its skips, up to `Δ` each.
 //!
 //! Write-down of the merge rule (the papers leave it out): round `k` takes, for each
 //! subscribed ring in ascending id order, the next `M` logical instances of that ring.
@@ -58,6 +65,10 @@ impl RingItem<std::sync::Arc<crate::Value>> {
         }
     }
 }
+
+/// Skips in a row after which a ring looks idle to [`RingMerge::wanted`]: a ring with
+/// values between its pacer's skips is busy, and its values will move it.
+const IDLE_SKIPS: u8 = 2;
 
 /// A value the merge delivers ([`RingMerge::pop_merged`]): its ring, its consensus
 /// instance there, and its place in the round-robin: the turn of its ring in round
@@ -146,6 +157,12 @@ struct RingQueue<V> {
     logical_push: u64,
     /// Values and relative skips (`Skip(0)`: a skip to where the ring was already).
     queue: VecDeque<RingItem<V>>,
+    /// How many of `queue`'s items are values.
+    values: usize,
+    /// Skips pushed since the last value (capped; a ring nothing was pushed for
+    /// counts as idle): two or more in a row and the ring looks idle (a busy ring has
+    /// values between its pacer's skips).
+    skips_in_a_row: u8,
 }
 
 /// An item pushed out of order: the ring's learner must hand instances in order.
@@ -258,6 +275,8 @@ impl<V> RingMerge<V> {
                     logical_head: logical,
                     logical_push: logical,
                     queue: VecDeque::new(),
+                    values: 0,
+                    skips_in_a_row: IDLE_SKIPS,
                 })
                 .collect(),
             m,
@@ -302,9 +321,30 @@ impl<V> RingMerge<V> {
 
     /// Whether any ring's queue holds a value (not only skips) not merged yet.
     pub fn holds_values(&self) -> bool {
-        self.rings
+        self.rings.iter().any(|r| r.values > 0)
+    }
+
+    /// Skips on demand: while the merge waits for an idle ring (its last two decided
+    /// instances were skips) that has nothing queued although other rings hold values,
+    /// that ring and the logical position it must reach for every queued value to be
+    /// merged (the furthest such ring's position after what it pushed, rounded up to
+    /// a whole turn of `M`). What a learner asks that ring's coordinator to skip to,
+    /// rather than waiting for its pacing interval to end. `None` when the merge does
+    /// not wait, waits for a ring whose values are coming, or waits with nothing
+    /// queued behind it.
+    pub fn wanted(&self) -> Option<(RingId, u64)> {
+        let r = &self.rings[self.turn_index()];
+        if r.carried_skip > 0 || !r.queue.is_empty() || r.skips_in_a_row < IDLE_SKIPS {
+            return None;
+        }
+        let furthest = self
+            .rings
             .iter()
-            .any(|r| r.queue.iter().any(|i| matches!(i, RingItem::Value(_))))
+            .filter(|q| q.values > 0)
+            .map(|q| q.logical_push)
+            .max()?;
+        let to = furthest.div_ceil(self.m).saturating_mul(self.m);
+        (to > r.logical_push).then_some((r.id, to))
     }
 
     /// Where the round-robin stands: the ring whose turn it is, the round, and the
@@ -351,6 +391,10 @@ impl<V> RingMerge<V> {
                 got: instance,
             });
         }
+        r.skips_in_a_row = match item {
+            RingItem::Value(_) => 0,
+            _ => r.skips_in_a_row.saturating_add(1).min(IDLE_SKIPS),
+        };
         let item = match item {
             RingItem::Skip(0) => return Err(PushError::EmptySkip(ring)),
             RingItem::Skip(n) => {
@@ -364,6 +408,7 @@ impl<V> RingMerge<V> {
             }
             RingItem::Value(v) => {
                 r.logical_push = r.logical_push.saturating_add(1);
+                r.values += 1;
                 RingItem::Value(v)
             }
         };
@@ -463,6 +508,7 @@ impl<V> RingMerge<V> {
             match item {
                 RingItem::Value(v) => {
                     let id = r.id;
+                    r.values -= 1;
                     r.logical_head += 1;
                     self.stats.values_delivered += 1;
                     self.consume(1);
@@ -499,11 +545,17 @@ impl<V> RingMerge<V> {
         for (&(_, head, carried, logical), r) in pos.rings.iter().zip(self.rings.iter_mut()) {
             if head >= r.next_push {
                 r.queue.clear();
+                r.values = 0;
                 r.next_push = head;
                 r.logical_push = logical;
             } else {
                 let drop = (head - r.head) as usize;
-                r.queue.drain(..drop);
+                let dropped = r
+                    .queue
+                    .drain(..drop)
+                    .filter(|i| matches!(i, RingItem::Value(_)))
+                    .count();
+                r.values -= dropped;
             }
             r.head = head;
             r.carried_skip = carried;
@@ -591,6 +643,16 @@ impl<V> RingMerge<V> {
                 r.head + r.queue.len() as u64,
                 r.next_push,
                 "ring {}: the queue is the instances between head and next push",
+                r.id
+            );
+            // O(queue): in debug builds (the tests) only.
+            debug_assert_eq!(
+                r.values,
+                r.queue
+                    .iter()
+                    .filter(|i| matches!(i, RingItem::Value(_)))
+                    .count(),
+                "ring {}: the count of queued values",
                 r.id
             );
         }
@@ -744,6 +806,51 @@ mod tests {
             3,
             "the skip behind the ring counts too"
         );
+    }
+
+    /// Skips on demand: a merge that waits for an idle ring (its last two decided
+    /// instances skips, or none decided) while another ring's values are queued names that ring and the position that
+    /// releases them all (rounded up to a whole turn); a skip there releases them; a
+    /// merge that does not wait, waits for a ring whose last was a value, or waits
+    /// with nothing queued behind, wants nothing.
+    #[test]
+    fn a_waiting_merge_names_the_ring_and_position_it_needs() {
+        let mut m = RingMerge::<u64>::new(&[1, 2, 3], 2).unwrap();
+        assert_eq!(m.wanted(), None, "nothing queued");
+        m.push(2, 1, RingItem::SkipTo(4)).unwrap();
+        m.push(2, 2, RingItem::Value(20)).unwrap();
+        m.push(2, 3, RingItem::Value(21)).unwrap();
+        m.push(3, 1, RingItem::Value(30)).unwrap();
+        // Ring 2 stands at logical 6 after its pushes: ring 1 must reach 6.
+        assert_eq!(m.wanted(), Some((1, 6)));
+        assert_eq!(m.pop(), None);
+        m.push(2, 4, RingItem::Value(22)).unwrap();
+        assert_eq!(m.wanted(), Some((1, 8)), "7, rounded up to a turn of 2");
+        m.push(1, 1, RingItem::SkipTo(8)).unwrap();
+        assert_eq!(m.wanted(), None, "ring 1 has something to give");
+        // Ring 1's skip releases ring 3's first value, then the merge waits for ring
+        // 3 (nothing more queued there) while ring 2's values wait.
+        assert_eq!(drain(&mut m), vec![(3, 30)]);
+        assert_eq!(
+            m.wanted(),
+            None,
+            "ring 3's last was a value: more are coming"
+        );
+        m.push(3, 2, RingItem::SkipTo(4)).unwrap();
+        assert_eq!(drain(&mut m), vec![(2, 20), (2, 21)]);
+        assert_eq!(m.wanted(), None, "one skip after a value: not idle yet");
+        m.push(3, 3, RingItem::SkipTo(5)).unwrap();
+        assert_eq!(drain(&mut m), vec![]);
+        assert_eq!(
+            m.wanted(),
+            Some((3, 8)),
+            "two skips in a row: ring 3 idles at 5"
+        );
+        m.push(3, 4, RingItem::SkipTo(8)).unwrap();
+        assert_eq!(drain(&mut m), vec![(2, 22)]);
+        assert_eq!(m.wanted(), None, "nothing queued behind the wait");
+        assert!(!m.holds_values());
+        m.invariants();
     }
 
     /// Fuzzing finding 6: skips of more rounds than a u64 counts (a checkpoint's, or

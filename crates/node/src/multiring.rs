@@ -36,7 +36,9 @@
 //! - **The merge** ([`RingMerge`]): round-robin in ascending ring order, `M` logical
 //!   instances per ring per round; a coordinator whose ring falls short of `λ` logical
 //!   instances per second proposes skip instances (`SkipPacer`), so an idle ring never
-//!   stalls the merge. A replica numbers what its merge delivers 1, 2, … (skips deliver
+//!   stalls the merge; a replica whose merge waits for an idle ring while other rings'
+//!   values queue asks that ring's leader for its skip at once (skips on demand,
+//!   [`RingMerge::wanted`], `Msg::SkipRequest`). A replica numbers what its merge delivers 1, 2, … (skips deliver
 //!   nothing): that is the instance its replica executes and checkpoints, and it
 //!   differs between partitions, whose merges hold different rings.
 //! - **Execution names.** What clients and sessions need of an execution is a name that
@@ -272,6 +274,8 @@ pub struct MultiRingOrdering {
     time_ms: u64,
     /// Signals (see the module doc): what this replica waits for and tells.
     signals: Signals,
+    /// Skips on demand: per ring, the last position asked for and the tick.
+    skip_asks: BTreeMap<RingId, (u64, u64)>,
     tick: u64,
     counters: BTreeMap<&'static str, u64>,
 }
@@ -279,6 +283,10 @@ pub struct MultiRingOrdering {
 /// Ticks a replica waits at a value for other partitions' signals before it asks
 /// them again (and again, as long as it waits).
 pub const SIGNAL_ASK_TICKS: u64 = 20;
+
+/// Ticks a replica waits before it asks a ring's leader again for the same skip (the
+/// request or the skip may have been lost, or the leader changed).
+pub const SKIP_ASK_AGAIN_TICKS: u64 = 10;
 
 /// A replica's signals (see the module doc): per ring (ascending, as the cluster's),
 /// the other partitions it carries; the replicas of those partitions with their
@@ -386,6 +394,7 @@ impl MultiRingOrdering {
             named: 0,
             time_ms,
             signals: Signals::new(rings, &setup.membership, id),
+            skip_asks: BTreeMap::new(),
             tick: 0,
             counters: BTreeMap::new(),
         };
@@ -496,6 +505,7 @@ impl MultiRingOrdering {
         };
         let mut shared = false;
         let mut waiting = None;
+        let mut wanted = None;
         loop {
             let head = mg.pop_merged_if(|m| {
                 let others = others_of(m.ring);
@@ -510,7 +520,10 @@ impl MultiRingOrdering {
                     waiting = Some((setup.name(&at), others_of(at.ring)));
                     break;
                 }
-                Head::Waiting => break,
+                Head::Waiting => {
+                    wanted = mg.wanted();
+                    break;
+                }
             };
             let name = setup.name(&merged);
             // Names grow along the merge (the planted `merge-order` bug takes the
@@ -557,6 +570,40 @@ impl MultiRingOrdering {
         if shared {
             self.tell(out);
         }
+        if let Some((ring, to)) = wanted {
+            self.ask_skip(ring, to, out);
+        }
+    }
+
+    /// Skips on demand (see the module doc): the merge waits for `ring`, which has
+    /// nothing decided to give, while other rings' values wait behind it; ask the
+    /// ring's leader to skip to `to` now rather than at the end of its pacing interval.
+    /// At most once a tick per ring, and the same position again only after
+    /// [`SKIP_ASK_AGAIN_TICKS`].
+    fn ask_skip(&mut self, ring: RingId, to: u64, out: &mut Outbox) {
+        if let Some(&(last, at)) = self.skip_asks.get(&ring) {
+            let again = self.tick >= at + SKIP_ASK_AGAIN_TICKS;
+            let further = to > last && self.tick > at;
+            if !again && !further {
+                return;
+            }
+        }
+        let Some(i) = self.ring_index(ring) else {
+            return;
+        };
+        let Some(leader) = self.rings[i].ord.leader() else {
+            self.count("skip_asks_without_a_leader");
+            return;
+        };
+        self.skip_asks.insert(ring, (to, self.tick));
+        self.count("skip_asks_sent");
+        out.push(Action::Send {
+            to: leader,
+            msg: Msg::OnRing {
+                ring,
+                msg: Box::new(Msg::SkipRequest { to }),
+            },
+        });
     }
 
     /// How far this replica's merge reached (what signals say): every place of the

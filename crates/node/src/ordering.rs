@@ -610,7 +610,7 @@ impl AtomicMulticast for PaxosOrdering {
                     handled = true;
                 }
             }
-            Msg::Truncated { .. } => {
+            Msg::Truncated { .. } | Msg::SkipRequest { .. } => {
                 if let Some(c) = self.coordinator.as_mut() {
                     c.on_message(from, msg, out);
                     handled = true;
@@ -795,13 +795,14 @@ impl AtomicMulticast for PaxosOrdering {
         let mut s = Vec::new();
         if let Some(c) = &self.coordinator {
             s.push(format!(
-                "leads {}, decided {}, {} in flight, {} pending commands, {} skipped as truncated, {} skips",
+                "leads {}, decided {}, {} in flight, {} pending commands, {} skipped as truncated, {} skips ({} asked for)",
                 c.ballot(),
                 c.decided_up_to(),
                 c.in_flight(),
                 c.pending_commands(),
                 c.stats().instances_skipped,
-                c.stats().skips_proposed
+                c.stats().skips_proposed,
+                c.stats().skips_on_demand
             ));
         }
         if let Some(l) = &self.learner {

@@ -188,7 +188,7 @@ impl Rng {
 
     /// A random message of any kind, around ballot `b` and instance `at`.
     fn msg(&mut self, b: Ballot, at: Instance) -> Msg {
-        match self.below(22) {
+        match self.below(23) {
             0 => Msg::Phase1A {
                 ballot: self.ballot(b),
                 from: self.num(at),
@@ -286,6 +286,9 @@ impl Rng {
             19 => Msg::ForwardAck { seq: self.num(1) },
             20 => Msg::Exec {
                 data: (0..self.below(64)).map(|_| self.next() as u8).collect(),
+            },
+            21 => Msg::SkipRequest {
+                to: self.pick(&[0, 1, at, u64::MAX]),
             },
             _ => Msg::CheckpointChunk {
                 instance: self.num(at),

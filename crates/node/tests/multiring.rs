@@ -300,8 +300,9 @@ fn a_command_for_two_partitions_waits_until_both_merges_reached_it() {
             value: 70,
         },
     ]);
-    c.submit(21, command(3, 1, &both));
-    // Partition 1's own ring keeps deciding (a command of its own), and time passes.
+    // Partition 1's own ring keeps deciding (a command of its own, ordered before the
+    // command for both: anything of partition 1 merged after that waits behind it),
+    // and time passes.
     c.submit(
         11,
         command(
@@ -313,6 +314,8 @@ fn a_command_for_two_partitions_waits_until_both_merges_reached_it() {
             },
         ),
     );
+    c.tick(5);
+    c.submit(21, command(3, 1, &both));
     c.tick(60);
     assert_eq!(
         replies(&c, 2, 1).len(),
