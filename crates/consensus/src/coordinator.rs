@@ -2033,18 +2033,10 @@ mod tests {
             delta_ms: 5,
         };
         let skips_in = |out: &Outbox| -> Vec<(Instance, u64, Vid)> {
-            out.iter()
-                .filter_map(|a| match a {
-                    Action::Send {
-                        to: 1,
-                        msg:
-                            Msg::Phase2A {
-                                instance, value, ..
-                            },
-                        ..
-                    } if value.skip > 0 => Some((*instance, value.skip, value.vid)),
-                    _ => None,
-                })
+            phase2a_to_1(out)
+                .into_iter()
+                .filter(|(_, v)| v.skip > 0)
+                .map(|(i, v)| (i, v.skip, v.vid))
                 .collect()
         };
         let mut c = prepared_cfg(
@@ -2213,7 +2205,8 @@ mod tests {
     /// A Phase 2A as acceptor 1 sees it: instance, value id, (seq, reply_to) per command.
     type Proposal = (Instance, Vid, Vec<(u64, NodeId)>);
 
-    fn proposed(out: &[Action]) -> Vec<Proposal> {
+    /// Every Phase 2A acceptor 1 is sent: instance and value.
+    fn phase2a_to_1(out: &[Action]) -> Vec<(Instance, Arc<Value>)> {
         out.iter()
             .filter_map(|a| match a {
                 Action::Send {
@@ -2222,12 +2215,21 @@ mod tests {
                         Msg::Phase2A {
                             instance, value, ..
                         },
-                } => Some((
-                    *instance,
+                } => Some((*instance, value.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn proposed(out: &[Action]) -> Vec<Proposal> {
+        phase2a_to_1(out)
+            .into_iter()
+            .map(|(instance, value)| {
+                (
+                    instance,
                     value.vid,
                     value.commands.iter().map(|c| (c.seq, c.reply_to)).collect(),
-                )),
-                _ => None,
+                )
             })
             .collect()
     }
