@@ -297,10 +297,10 @@ struct ExperimentArgs {
     /// Workloads (default: the experiment's).
     #[arg(long, value_parser = choice::<Workload>(), value_delimiter = ',')]
     workloads: Option<Vec<Workload>>,
-    /// Client counts (default: the experiment's).
+    /// Client counts (default: the experiment's; geo: the WAN counts, 0 for no WAN point).
     #[arg(long, value_delimiter = ',')]
     clients: Option<Vec<usize>>,
-    /// Replica counts (default: the experiment's).
+    /// Replica counts (default: the experiment's; geo: the LAN counts, 0 for no LAN point).
     #[arg(long, value_delimiter = ',')]
     replicas: Option<Vec<usize>>,
     /// Think time: each client waits a uniform whole number of ms in 0..=N before each
@@ -2303,12 +2303,17 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     if let Some(j) = a.jobs {
         o.jobs = j;
     }
-    if let Some(c) = &a.clients {
-        anyhow::ensure!(
-            c.iter().all(|&n| (3..=100_000).contains(&n)),
-            "--clients: WAN client counts between 3 and 100000"
-        );
-        o.wan_clients = c.iter().map(|&n| n as u32).collect();
+    match a.clients.as_deref() {
+        None => {}
+        // No WAN point: Figure 5 alone.
+        Some([0]) => o.wan_clients.clear(),
+        Some(c) => {
+            anyhow::ensure!(
+                c.iter().all(|&n| (3..=100_000).contains(&n)),
+                "--clients: WAN client counts between 3 and 100000, or 0 for no WAN point"
+            );
+            o.wan_clients = c.iter().map(|&n| n as u32).collect();
+        }
     }
     match a.replicas.as_deref() {
         None => {}

@@ -233,3 +233,28 @@ async fn psmr_small_real_sweep() {
         "{outcomes:?}"
     );
 }
+
+/// The geo experiment's point selection: `--clients 0` leaves out the WAN points and
+/// `--replicas 0` the LAN points; both at once leave nothing, which is refused with a
+/// message that says so (and so is a WAN count no client set can have).
+#[test]
+fn geo_refuses_a_sweep_with_no_point() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_partita"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&exe)
+            .args(["experiment", "geo", "--sim", "--json", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("run partita");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["--clients", "0", "--replicas", "0"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no point to run"), "{err}");
+    let (code, err) = run(&["--clients", "0,54"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("or 0 for no WAN point"), "{err}");
+}

@@ -215,6 +215,12 @@ impl GeoSimOptions {
             "read shares are percentages"
         );
         anyhow::ensure!(self.jobs >= 1, "jobs: at least 1");
+        anyhow::ensure!(
+            !(self.lan_replicas.is_empty()
+                && self.lan_replicas_more.is_empty()
+                && self.wan_clients.is_empty()),
+            "no point to run: no LAN replica count and no WAN client count"
+        );
         Ok(())
     }
 }
