@@ -35,48 +35,25 @@ impl SlotSet {
 
     /// Adds `x`; false if it was there.
     pub(crate) fn insert(&mut self, x: Slot) -> bool {
-        if self.contains(x) {
-            return false;
+        let fresh = !self.contains(x);
+        if fresh {
+            self.insert_run(x, x);
         }
-        let left = x
-            .checked_sub(1)
-            .and_then(|p| self.run_of(p))
-            .map(|(s, _)| s);
-        let right = x.checked_add(1).and_then(|n| self.runs.remove(&n));
-        match (left, right) {
-            (Some(s), Some(e)) => {
-                self.runs.insert(s, e);
-            }
-            (Some(s), None) => {
-                self.runs.insert(s, x);
-            }
-            (None, Some(e)) => {
-                self.runs.insert(x, e);
-            }
-            (None, None) => {
-                self.runs.insert(x, x);
-            }
-        }
-        true
+        fresh
     }
 
-    /// Adds every slot of `a..=e`.
+    /// Adds every slot of `a..=e`: one run with the runs it overlaps or touches.
     pub(crate) fn insert_run(&mut self, a: Slot, e: Slot) {
         assert!(a <= e, "an empty run");
         let (mut lo, mut hi) = (a, e);
-        // A run touching `a` from the left.
+        // A run holding `a - 1` (and perhaps more of `a..=e`).
         if let Some((s, t)) = a.checked_sub(1).and_then(|p| self.run_of(p)) {
             self.runs.remove(&s);
             lo = s;
             hi = hi.max(t);
         }
         // Runs starting inside `a..=e + 1`.
-        let inside: Vec<(Slot, Slot)> = self
-            .runs
-            .range(a..=e.saturating_add(1))
-            .map(|(&s, &t)| (s, t))
-            .collect();
-        for (s, t) in inside {
+        while let Some((&s, &t)) = self.runs.range(a..=e.saturating_add(1)).next() {
             self.runs.remove(&s);
             hi = hi.max(t);
         }
