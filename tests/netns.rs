@@ -22,15 +22,16 @@ use partita_harness::launch::LocalCluster;
 use partita_harness::netns;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_partita"))
 }
 
-/// One cluster at a time: these runs are heavy for a 2-core machine.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// One run on namespaces at a time (this binary's, shared with the cluster tests'
+/// run on namespaces): these runs are heavy for a 2-core machine, and the process has
+/// one topology, which a run's teardown removes.
+use crate::NAMESPACES as SERIAL;
 
 fn tools() {
     netns::ensure_tools(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();

@@ -1,7 +1,7 @@
 //! Structure hooks: the opt-PSMR safety check (paper 002 §V-B) and the GeoPaxos+
 //! node identities, paths, metadata and split prediction (paper 004 §IV).
 
-mod common;
+use crate::common;
 
 use common::*;
 use partita_btree::{BPlusTree, NodeId, NodeMeta, SafetyCheck, StructureEvent};

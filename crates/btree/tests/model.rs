@@ -1,7 +1,7 @@
 //! Random operation sequences against a `BTreeMap` model, with small node capacities so
 //! that splits, borrows, merges and root changes all happen.
 
-mod common;
+use crate::common;
 
 use common::*;
 use partita_btree::BPlusTree;

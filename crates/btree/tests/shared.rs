@@ -199,8 +199,8 @@ fn what_a_thread_may_not_run_alone_changes_nothing() {
     tree.check_invariants().unwrap();
 }
 
-/// Small enough for Miri (`cargo +nightly miri test -p partita-btree --test shared
-/// small`), which checks the threads' memory accesses for data races and for breaking
+/// Small enough for Miri (`cargo +nightly miri test -p partita-btree --test it
+/// shared::small`), which checks the threads' memory accesses for data races and for breaking
 /// Rust's aliasing rules: three threads, every kind of command, a tree of a few levels.
 #[test]
 fn small_concurrent_run() {

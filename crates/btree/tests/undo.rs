@@ -1,7 +1,7 @@
 //! Logical rollback (paper 001 §IV): undoing a suffix of commands, newest first,
 //! restores exactly the contents (and digest) before the suffix.
 
-mod common;
+use crate::common;
 
 use common::*;
 use partita_btree::{BPlusTree, Undo, UndoRecord};

@@ -1,7 +1,7 @@
 //! Histories generated from a linearizable map with random concurrent clients must all
 //! pass; corrupting one result must be caught.
 
-mod common;
+use crate::common;
 
 use common::*;
 use partita_btree::{Op, OpResult};

@@ -3,8 +3,6 @@
 //! operations), whether the reference is the checker's model or the `partita-kv` store
 //! recorded through its own history writer; corrupting one result must be caught.
 
-mod kv_common;
-
 use partita_checker::history::Status;
 use partita_checker::kv::gen::{generate_kv, KvGenConfig, KvReference};
 use partita_checker::kv::{

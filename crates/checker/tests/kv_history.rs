@@ -2,7 +2,7 @@
 //! project's additions), refusing malformed ones by line, reading what `partita-kv`
 //! records, and choosing the checker by the `service` field.
 
-mod kv_common;
+use crate::kv_common;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! specific violation (stale reads, lost puts, wrong revisions), each beside its legal
 //! twin that must pass, so that every control can actually fail.
 
-mod kv_common;
+use crate::kv_common;
 
 use kv_common::*;
 use partita_checker::kv::{KvOp, KvResult, KvViolationKind};

@@ -1,7 +1,7 @@
 //! Hand-made histories with known answers: planted bugs that must be reported, and
 //! their legal twins that must pass (so that each control can actually fail).
 
-mod common;
+use crate::common;
 
 use common::*;
 use partita_btree::{BatchOp, OpResult};

@@ -1,6 +1,6 @@
 //! `check_file` and the verdict line `partita check` prints.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

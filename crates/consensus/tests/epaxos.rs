@@ -1742,7 +1742,7 @@ fn an_instance_nobody_holds_is_recovered_as_a_noop() {
 }
 
 /// Reproduce one swarm run and show what went wrong:
-/// `SEED=316 N=3 TRACE=1.29 cargo test -p partita-consensus --test epaxos debug_one_seed
+/// `SEED=316 N=3 TRACE=1.29 cargo test -p partita-consensus --test it epaxos::debug_one_seed
 /// -- --ignored --nocapture` (TRACE, optional, prints every message about an instance
 /// and the committed instances that depend on it).
 #[test]

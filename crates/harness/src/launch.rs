@@ -282,8 +282,12 @@ pub fn spawn_node(
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    // In a run on network namespaces (`--netns`), the node goes into its own.
-    let child = match crate::netns::current() {
+    // In a run on network namespaces (`--netns`), a node of a cluster placed on them
+    // (`netns::place`) goes into its own; any other cluster of this process stays here.
+    let placed = || {
+        partita_config::ClusterConfig::load(cluster_file).is_ok_and(|c| crate::netns::is_placed(&c))
+    };
+    let child = match crate::netns::current().filter(|_| placed()) {
         Some(t) => crate::netns::spawn_in(&mut cmd, &t.ensure_node(id)?),
         None => cmd.spawn().map_err(anyhow::Error::from),
     }

@@ -5,7 +5,7 @@
 //! the new leader (from its heartbeats, or their node's elector) and resend, so every
 //! command is still answered without any client resubmitting.
 
-mod common;
+use crate::common;
 
 use common::{res, setup, Cluster};
 use partita_btree::{Op, OpResult};

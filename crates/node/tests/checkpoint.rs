@@ -7,7 +7,7 @@
 //! up by fetching a peer's checkpoint in chunks. Exactly-once holds across all of it: a
 //! resubmission after a restore is answered from the cache.
 
-mod common;
+use crate::common;
 
 use common::{insert, res, setup, Cluster, ACCEPTORS};
 use partita_btree::OpResult;

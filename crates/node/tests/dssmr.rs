@@ -9,7 +9,7 @@
 //! right), with the replicas of each partition converged. Lost `Msg::Exec` messages
 //! are asked for again.
 
-mod common;
+use crate::common;
 
 use common::{Cluster, Got};
 use partita_consensus::{Msg, Protocol};

@@ -9,7 +9,7 @@
 //!   that received both, in any order and duplicated, returns the confirmed result.
 //! - The planted bug `unconfirmed-replies` sends speculative results as final.
 
-mod common;
+use crate::common;
 
 use common::{cmd, res, setup, Cluster, Got, ACCEPTORS};
 use partita_btree::{BPlusTree, Op, OpResult};

@@ -11,7 +11,7 @@
 //! truncation above what a majority holds; a checkpoint restored without its
 //! exceptions) caught.
 
-mod common;
+use crate::common;
 
 use common::{res, three_region_setup, Cluster, GEO_NODES as NODES};
 use partita_btree::{Op, OpResult};

@@ -4,7 +4,7 @@
 //! ring, and a restarted former leader follows instead of fighting. The simulator
 //! (crates/sim) covers the same ground under random faults; these show each step.
 
-mod common;
+use crate::common;
 
 use common::{insert, setup, Cluster};
 use partita_consensus::Protocol;

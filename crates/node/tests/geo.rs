@@ -10,7 +10,7 @@
 //! restart replaying only its log's tail, a replica that fell behind the truncation
 //! caught up by state transfer, and a serializer's leader crashed and restarted.
 
-mod common;
+use crate::common;
 
 use common::{res, three_region_setup, Cluster, GEO_NODES as NODES};
 use partita_btree::{Op, OpResult};

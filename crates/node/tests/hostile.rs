@@ -16,7 +16,7 @@
 //! replicas diverge in any Paxos. What a peer cannot do is crash a node. Among correct
 //! peers, hostile clients must not break convergence either (`client_barrage`).
 
-mod common;
+use crate::common;
 
 use common::{cmd, Cluster, ACCEPTORS};
 use partita_btree::{BPlusTree, BatchOp, Op};

@@ -15,7 +15,7 @@
 //!   checkpointed (the other partition, which never reports on the ring, holds
 //!   nothing back), and a replica restarted from its checkpoint resumes its merge.
 
-mod common;
+use crate::common;
 
 use common::{res, setup, Cluster};
 use partita_btree::{BPlusTree, BatchOp, Op, OpResult};

@@ -10,7 +10,7 @@
 //! script run without speculation. The planted bug `speculative-no-rollback` (confirm
 //! without checking the decided value id) must be caught.
 
-mod common;
+use crate::common;
 
 use common::{cmd, res, setup, Cluster, ACCEPTORS};
 use partita_btree::{Op, OpResult};

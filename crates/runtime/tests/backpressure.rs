@@ -3,7 +3,7 @@
 //! connection tasks wait for room (`inbox_full_waits`), reading nothing from their
 //! sockets meanwhile, and still every request is answered exactly once.
 
-mod common;
+use crate::common;
 
 use common::{counter, local_config, TestClient, TestCluster};
 use partita_btree::{Op, OpResult};

@@ -3,7 +3,7 @@
 //! in the data directory changes. A damaged newest checkpoint is skipped for the valid
 //! one before it (and left in place for inspection).
 
-mod common;
+use crate::common;
 
 use common::{local_config, TestCluster};
 use partita_btree::BPlusTree;

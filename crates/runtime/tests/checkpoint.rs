@@ -11,7 +11,7 @@
 //! - a replica whose data directory was lost catches up by state transfer from the
 //!   other replica, and answers a resubmitted command from the transferred cache.
 
-mod common;
+use crate::common;
 
 use common::{counter, local_config, TestClient, TestCluster};
 use partita_btree::{Op, OpResult};

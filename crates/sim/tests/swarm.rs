@@ -8,7 +8,7 @@
 //! default 2000):
 //!
 //! ```sh
-//! PARTITA_SIM_SEEDS=0..100000 cargo test --release -p partita-sim --test swarm soak -- --ignored --nocapture
+//! PARTITA_SIM_SEEDS=0..100000 cargo test --release -p partita-sim --test it swarm::soak -- --ignored --nocapture
 //! ```
 
 use partita_sim::{run_seed, RingsChoice, SimOptions};

@@ -1,6 +1,6 @@
 //! GroupCommit: batching, ordering, backpressure, shutdown, truncation.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::mpsc;

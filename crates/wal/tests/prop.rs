@@ -2,7 +2,7 @@
 //! returns exactly the records that are complete before the cut, which include every
 //! record synced before it; and damage anywhere before the last record is refused.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -1,6 +1,6 @@
 //! Wal: round trips, recovery rules, prefix truncation, durability modes.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

@@ -1,0 +1,12 @@
+//! Every integration test of this package in one test binary (`cargo test -p <package> --test it`;
+//! one module per file), so a test run links one binary per package, not one per file.
+
+mod bench;
+mod controls;
+mod determinism;
+mod dssmr_bench;
+mod dssmr_swarm;
+mod geo_swarm;
+mod matrix;
+mod swarm;
+mod wan;
