@@ -8,6 +8,7 @@ use partita_config::{
     ClusterConfig, Durability, EpaxosSection, Mode, OrderingProtocol, OrderingSection, Role,
 };
 use partita_consensus::{Protocol, RingDecision};
+use partita_experiments::reproduction::{self, Outcome};
 use partita_harness::bench::{self, BenchConfig, Workload};
 use partita_harness::launch::{self, LocalCluster};
 use partita_runtime::NodeOptions;
@@ -220,7 +221,7 @@ struct NemesisArgs {
     geo_keys: u64,
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum ExperimentName {
     /// Paper 001 §V-B, Figures 5 and 6: SMR versus client-server, 1 to 8 replicas.
     CostOfReplication,
@@ -250,6 +251,13 @@ enum ExperimentName {
     /// cores in the deterministic simulator with an emulated WAN (--sim only; --quick,
     /// --jobs, --clients, --replicas).
     Geo,
+    /// Every experiment above, one after the other, at their defaults (or --quick):
+    /// simulated at the papers' scale (--sim: only those, and the optimizer), and
+    /// without --sim on real processes here too; writes each report and its figures
+    /// to DIR/results/all[-sim][-quick]/ and the page that sets the papers' numbers
+    /// beside ours, each target with its verdict, to DIR/reproduction.md (--out DIR,
+    /// default docs).
+    All,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -269,7 +277,8 @@ struct ExperimentArgs {
     /// .png, FILE-moves.svg and .png). Only for dssmr.
     #[arg(long, value_name = "FILE")]
     replot: Option<PathBuf>,
-    /// Seconds of load per point (default: 6, or 1 with --quick).
+    /// Seconds of load per point (default: 6, or 1 with --quick; geo --sim: the LAN
+    /// points' virtual seconds, default 1.6).
     #[arg(long)]
     duration: Option<f64>,
     /// Entries preloaded per point (default: 1,000,000, or 2,000 with --quick).
@@ -378,7 +387,10 @@ struct ExperimentArgs {
     /// Real `partitioning` runs: measure the whole sweep N times, round after round
     /// (series interleaved, so drift of the machine hits them alike); ratios and the
     /// target are the median over rounds, with every round's ratio printed beside it.
-    #[arg(long, value_name = "N", conflicts_with = "sim", value_parser = clap::value_parser!(u32).range(1..=20))]
+    /// Also the real dssmr, geo and optimizer runs' rounds, and geo --sim's (the
+    /// targets' points, each round its own seed); other simulated runs are
+    /// deterministic and refuse it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: Option<u32>,
     /// Real runs: limit every node process to FRACTION of one core (a cgroup CPU quota
     /// of its own), emulating one machine per node; the bench clients are not limited.
@@ -393,6 +405,44 @@ struct ExperimentArgs {
     /// --quick); the last one is Figure 8's "LRU-100x".
     #[arg(long)]
     iterations: Option<u32>,
+    /// geo --sim: clients per replica of the LAN points (Figure 5; default 300, or
+    /// 100 with --quick).
+    #[arg(long, value_name = "N")]
+    lan_clients: Option<u32>,
+    /// all: the directory of reproduction.md, with the reports and figures in
+    /// results/all[-sim][-quick]/ below it (default: docs).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// `ExperimentArgs` alone, to parse an experiment's defaults.
+#[derive(clap::Parser)]
+struct ExperimentDefaults {
+    #[command(flatten)]
+    args: ExperimentArgs,
+}
+
+impl ExperimentArgs {
+    /// The arguments of `partita experiment NAME` given nothing else.
+    fn defaults(name: ExperimentName) -> ExperimentArgs {
+        use clap::ValueEnum;
+        let value = name
+            .to_possible_value()
+            .expect("every experiment has a name");
+        ExperimentDefaults::try_parse_from(["experiment", value.get_name()])
+            .expect("an experiment's name alone parses")
+            .args
+    }
+
+    /// The name on the command line.
+    fn name_str(&self) -> String {
+        use clap::ValueEnum;
+        self.name
+            .to_possible_value()
+            .expect("every experiment has a name")
+            .get_name()
+            .to_string()
+    }
 }
 
 impl ExperimentArgs {
@@ -2210,7 +2260,7 @@ fn refuse_partitioning_options(a: &ExperimentArgs) -> anyhow::Result<()> {
 
 /// `partita experiment optimizer`: paper 004's Figure 8, measured in this process.
 /// The report goes to docs/results/optimizer.json unless --json names another file.
-fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment::optimizer as fig8;
     if a.sim {
         bail!("the optimizer experiment is pure CPU in this process: --sim does not apply");
@@ -2240,9 +2290,9 @@ fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     };
     let r = tokio::task::block_in_place(|| fig8::run(&o))?;
     print!("{}", fig8::table(&r));
-    fig8::write(&r, &json)?;
-    println!("wrote {}", json.display());
-    Ok(0)
+    let files = fig8::write(&r, &json)?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_optimizer(&r, files))
 }
 
 /// `partita experiment geo --sim`: paper 004's Figures 5 to 7 and DBT_a against DBT_b,
@@ -2251,7 +2301,7 @@ fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
 /// `partita experiment geo` on real processes: GeoPaxos+, EPaxos and Multi-Paxos on
 /// the same three nodes in the paper's emulated regions, rounds interleaved
 /// (`partita_experiments::experiment::geo_real`).
-async fn geo_real_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+async fn geo_real_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment::geo_real;
     let mut o = if a.quick {
         geo_real::GeoRealOptions::quick()
@@ -2284,16 +2334,12 @@ async fn geo_real_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     } else {
         a.json.clone()
     };
-    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    std::fs::write(&json, serde_json::to_string_pretty(&r)?)
-        .with_context(|| format!("writing {}", json.display()))?;
-    println!("wrote {}", json.display());
-    Ok(0)
+    let files = geo_real::write(&r, &json)?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_geo_real(&r, files))
 }
 
-fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment::geo;
     let mut o = if a.quick {
         geo::GeoSimOptions::quick()
@@ -2331,6 +2377,19 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
             o.lan_replicas_more.clear();
         }
     }
+    if let Some(r) = a.rounds {
+        o.rounds = r;
+    }
+    if let Some(d) = a.duration()? {
+        o.lan_ms = (d.as_secs_f64() * 1000.0).round().max(100.0) as u64;
+    }
+    if let Some(n) = a.lan_clients {
+        anyhow::ensure!(
+            (1..=10_000).contains(&n),
+            "--lan-clients: clients per replica, 1 to 10000"
+        );
+        o.lan_clients_per_replica = n;
+    }
     if let Some((t, source)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = format!("the cost table {source}");
@@ -2351,15 +2410,14 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         r.points.len(),
         r.wall_s
     );
-    for f in geo::write(&r, &json, figures.as_deref())? {
-        println!("wrote {}", f.display());
-    }
-    Ok(0)
+    let files = geo::write(&r, &json, figures.as_deref())?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_geo(&r, files))
 }
 
 /// `partita experiment psmr [--sim]`: paper 002's Figures 2 to 5, in the simulator or
 /// on real processes here.
-async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     refuse_partitioning_options(&ExperimentArgs {
         batchers: 0,
         multicast: false,
@@ -2424,14 +2482,13 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         },
         started.elapsed().as_secs_f64()
     );
-    for f in partita_experiments::experiment::psmr::write_psmr(&r, &a.json)? {
-        println!("wrote {}", f.display());
-    }
-    Ok(0)
+    let files = partita_experiments::experiment::psmr::write_psmr(&r, &a.json)?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_psmr(&r, files))
 }
 
 /// `partita experiment dssmr --sim`: paper 003's Table 1, Figure 4 and moves.
-async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment::dssmr;
     if a.workloads.is_some() || a.replicas.is_some() || a.batchers > 0 || a.rings {
         bail!(
@@ -2441,10 +2498,12 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
     }
     if let Some(report) = &a.replot {
         let stem = a.json.with_extension("");
-        for f in dssmr::replot_dssmr(report, &stem)? {
-            println!("wrote {}", f.display());
-        }
-        return Ok(0);
+        let files = dssmr::replot_dssmr(report, &stem)?;
+        print_written(&files);
+        return Ok(Outcome {
+            files,
+            ..Outcome::default()
+        });
     }
     let started = std::time::Instant::now();
     let mut o = dssmr::DssmrOptions::full();
@@ -2524,10 +2583,12 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
                 .and_then(|s| s.to_str())
                 .unwrap_or("dssmr")
         ));
-        for f in dssmr::write_dssmr_real(&r, &path)? {
-            println!("wrote {}", f.display());
-        }
-        return Ok(0);
+        let files = dssmr::write_dssmr_real(&r, &path)?;
+        print_written(&files);
+        return Ok(reproduction::outcome_of_dssmr_real(&r, files));
+    }
+    if a.rounds.is_some() {
+        bail!("--rounds: the simulated dssmr sweep is deterministic (rounds are for real runs)");
     }
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
@@ -2540,13 +2601,12 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         r.points.len(),
         started.elapsed().as_secs_f64()
     );
-    for f in dssmr::write_dssmr(&r, &a.json)? {
-        println!("wrote {}", f.display());
-    }
-    Ok(0)
+    let files = dssmr::write_dssmr(&r, &a.json)?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_dssmr(&r, files))
 }
 
-fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
+fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     let started = std::time::Instant::now();
     let r = match a.name {
         ExperimentName::Partitioning
@@ -2555,6 +2615,7 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::Psmr
         | ExperimentName::Dssmr
         | ExperimentName::Optimizer
+        | ExperimentName::All
         | ExperimentName::Geo => unreachable!("dispatched earlier"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
@@ -2587,14 +2648,198 @@ fn sim_experiment(a: &ExperimentArgs) -> anyhow::Result<i32> {
         r.points.len(),
         started.elapsed().as_secs_f64()
     );
-    for f in partita_experiments::experiment::write(&r, &a.json)? {
-        println!("wrote {}", f.display());
-    }
-    Ok(0)
+    let files = partita_experiments::experiment::write(&r, &a.json)?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_experiment(&r, files))
 }
 
 async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
+    if let ExperimentName::All = a.name {
+        return all_experiments(&a).await;
+    }
+    if a.out.is_some() {
+        bail!("--out is for `partita experiment all` (other experiments write --json)");
+    }
+    one_experiment(&a).await.map(|_| 0)
+}
+
+/// `partita experiment all`: every experiment at its defaults (or `--quick`), one
+/// after the other; a failed one is reported on the page and the run goes on. Exit
+/// code 1 when any failed.
+async fn all_experiments(a: &ExperimentArgs) -> anyhow::Result<i32> {
+    // Only the options that mean the same to every experiment.
+    let mut plain = ExperimentArgs::defaults(ExperimentName::All);
+    plain.sim = a.sim;
+    plain.quick = a.quick;
+    plain.out = a.out.clone();
+    plain.jobs = a.jobs;
+    plain.cost_table = a.cost_table.clone();
+    plain.netns = a.netns;
+    if format!("{plain:?}") != format!("{a:?}") {
+        bail!(
+            "`partita experiment all` takes --sim, --quick, --out, --jobs, --cost-table and \
+             --netns only (run an experiment alone to set its own options)"
+        );
+    }
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from("docs"));
+    let tag = format!(
+        "all{}{}",
+        if a.sim { "-sim" } else { "" },
+        if a.quick { "-quick" } else { "" }
+    );
+    let dir = out.join("results").join(&tag);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    use ExperimentName as E;
+    let on_both = [
+        E::CostOfReplication,
+        E::Speculation,
+        E::Partitioning,
+        E::CrossPartition,
+        E::SpeculationPartitioning,
+        E::Psmr,
+        E::Dssmr,
+    ];
+    // (experiment, simulated), in the papers' order; the optimizer is this process's
+    // CPU either way, geo's real run is its own experiment (a Europe client's latency).
+    let mut plan: Vec<(E, bool)> = Vec::new();
+    for e in on_both {
+        plan.push((e, true));
+        if !a.sim {
+            plan.push((e, false));
+        }
+    }
+    plan.push((E::Optimizer, false));
+    plan.push((E::Geo, true));
+    if !a.sim {
+        plan.push((E::Geo, false));
+    }
+    let started_all = std::time::Instant::now();
+    let mut sections = Vec::new();
+    for (i, (name, sim)) in plan.iter().copied().enumerate() {
+        let key = ExperimentArgs::defaults(name).name_str();
+        let mode = match (name, sim) {
+            (E::Optimizer, _) => "this process's CPU",
+            (_, true) => "simulated",
+            (_, false) => "real processes",
+        };
+        let stem = match (name, sim) {
+            (E::Optimizer, _) => key.clone(),
+            // The real dssmr run names its report FILE-real.json.
+            (E::Dssmr, false) => key.clone(),
+            (_, true) => format!("{key}-sim"),
+            (_, false) => format!("{key}-real"),
+        };
+        // The experiment's own command line: what runs is what the page shows.
+        let mut argv: Vec<String> = vec![key.clone()];
+        let sim = sim && name != E::Optimizer;
+        if sim {
+            argv.push("--sim".into());
+        }
+        if a.quick {
+            argv.push("--quick".into());
+            argv.extend(smoke_options(name, sim).iter().map(|s| s.to_string()));
+        }
+        if sim {
+            if let Some(j) = a.jobs {
+                argv.extend(["--jobs".to_string(), j.to_string()]);
+            }
+            if let Some(t) = &a.cost_table {
+                argv.extend(["--cost-table".to_string(), t.display().to_string()]);
+            }
+        } else if a.netns && name != E::Optimizer {
+            argv.push("--netns".into());
+        }
+        argv.extend([
+            "--json".to_string(),
+            dir.join(format!("{stem}.json")).display().to_string(),
+        ]);
+        let command = format!("partita experiment {}", argv.join(" "));
+        let sub = ExperimentDefaults::try_parse_from(
+            std::iter::once("experiment".to_string()).chain(argv.iter().cloned()),
+        )
+        .with_context(|| format!("building `{command}`"))?
+        .args;
+        println!("\n== [{}/{}] {command}", i + 1, plan.len());
+        let started = std::time::Instant::now();
+        let outcome = one_experiment(&sub).await.map_err(|e| format!("{e:#}"));
+        if let Err(e) = &outcome {
+            println!("FAILED: {e}");
+        }
+        sections.push(reproduction::Section {
+            entry: reproduction::entry(&key).expect("every experiment has an entry"),
+            command,
+            mode: mode.to_string(),
+            wall_s: started.elapsed().as_secs_f64(),
+            outcome,
+        });
+    }
+    let invocation = std::env::args()
+        .enumerate()
+        .map(|(i, s)| if i == 0 { "partita".to_string() } else { s })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let host = format!(
+        "a machine of {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let page = reproduction::markdown(&sections, &out, &invocation, &host);
+    let path = out.join("reproduction.md");
+    std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+    let failed = sections.iter().filter(|s| s.outcome.is_err()).count();
+    println!(
+        "\n{} experiments in {:.0} s wall{}; wrote {}",
+        sections.len(),
+        started_all.elapsed().as_secs_f64(),
+        if failed > 0 {
+            format!(", {failed} FAILED")
+        } else {
+            String::new()
+        },
+        path.display()
+    );
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// What `all --quick` adds to an experiment's own `--quick` where that alone takes
+/// more than about half a minute: the smallest sweep that still draws every figure and
+/// computes every target (at 8 partitions for dssmr, every system for geo).
+fn smoke_options(name: ExperimentName, sim: bool) -> &'static [&'static str] {
+    match (name, sim) {
+        (ExperimentName::Dssmr, true) => &[
+            "--partition-counts",
+            "1,8",
+            "--users",
+            "1000",
+            "--duration",
+            "0.5",
+        ],
+        (ExperimentName::Geo, true) => &[
+            "--clients",
+            "54",
+            "--replicas",
+            "3",
+            "--rounds",
+            "1",
+            "--lan-clients",
+            "10",
+            "--duration",
+            "0.4",
+        ],
+        _ => &[],
+    }
+}
+
+/// Print the files an experiment wrote.
+fn print_written(files: &[PathBuf]) {
+    for f in files {
+        println!("wrote {}", f.display());
+    }
+}
+
+/// Run one experiment; what it produced.
+async fn one_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment_partition::PartExperiment as P;
+    let a = a.clone();
     if a.replot.is_some() && !matches!(a.name, ExperimentName::Dssmr) {
         bail!("--replot draws the figures of the dssmr experiment's reports only");
     }
@@ -2609,6 +2854,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         ExperimentName::Optimizer => return optimizer_experiment(&a),
         ExperimentName::Geo if !a.sim => return geo_real_experiment(&a).await,
         ExperimentName::Geo => return geo_experiment(&a),
+        ExperimentName::All => bail!("`all` runs the others; it is not one of them"),
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
     refuse_partitioning_options(&a)?;
@@ -2624,6 +2870,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         | ExperimentName::Psmr
         | ExperimentName::Dssmr
         | ExperimentName::Optimizer
+        | ExperimentName::All
         | ExperimentName::Geo => unreachable!("dispatched above"),
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
@@ -2690,10 +2937,9 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
         }
     };
     print!("{}", partita_experiments::experiment::table(&r));
-    for f in partita_experiments::experiment::write(&r, &a.json)? {
-        println!("wrote {}", f.display());
-    }
-    Ok(0)
+    let files = partita_experiments::experiment::write(&r, &a.json)?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_experiment(&r, files))
 }
 
 /// `partita experiment partitioning|cross-partition|speculation-partitioning`
@@ -2702,7 +2948,7 @@ async fn experiment(a: ExperimentArgs) -> anyhow::Result<i32> {
 async fn partition_experiment(
     a: &ExperimentArgs,
     e: partita_experiments::experiment_partition::PartExperiment,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment_partition as ep;
     let mut o = if a.sim && !a.quick {
         ep::PartOptions::sim_full()
@@ -2747,6 +2993,9 @@ async fn partition_experiment(
         if e != ep::PartExperiment::Partitioning {
             bail!("--rounds applies to the partitioning experiment only");
         }
+        if a.sim {
+            bail!("--rounds: a simulated sweep is deterministic (rounds are for real runs)");
+        }
         o.rounds = n;
     }
     if let Some(i) = a.value_interval_ms {
@@ -2787,8 +3036,7 @@ async fn partition_experiment(
         r.points.len(),
         started.elapsed().as_secs_f64()
     );
-    for f in ep::write(&r, &a.json)? {
-        println!("wrote {}", f.display());
-    }
-    Ok(0)
+    let files = ep::write(&r, &a.json)?;
+    print_written(&files);
+    Ok(reproduction::outcome_of_partitioning(&r, files))
 }

@@ -258,3 +258,139 @@ fn geo_refuses_a_sweep_with_no_point() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("or 0 for no WAN point"), "{err}");
 }
+
+/// `partita experiment all --sim --quick`: every experiment of the four papers runs
+/// (at the smallest sizes that still compute everything), and the page it writes has a
+/// section per experiment with the paper's findings, the command, a verdict for every
+/// target and links to every figure, each of which exists. Whether targets are met at
+/// these sizes is not the question here.
+#[test]
+fn all_quick_writes_every_figure_and_target_and_the_page() {
+    use partita_experiments::reproduction::ENTRIES;
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_partita"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(&exe)
+        .args(["experiment", "all", "--sim", "--quick", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("run partita");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(dir.path().join("reproduction.md")).unwrap();
+    // Every experiment has its section, with the paper's findings and its command.
+    for e in &ENTRIES {
+        assert!(
+            page.contains(&format!("\n### {} (", e.name)),
+            "no section for {}:\n{page}",
+            e.name
+        );
+        assert!(page.contains(e.paper_reports), "{}", e.name);
+        assert!(
+            page.contains(&format!("`partita experiment {} ", e.name)),
+            "{}",
+            e.name
+        );
+    }
+    assert!(!page.contains("**Failed:**"), "{page}");
+    // Every figure each experiment draws, linked from the page and on disk.
+    let results = dir.path().join("results/all-sim-quick");
+    let figures = [
+        "cost-of-replication-sim-fig5",
+        "cost-of-replication-sim-fig6",
+        "speculation-sim-spec-2-replicas",
+        "partitioning-sim-fig9",
+        "cross-partition-sim-fig10",
+        "cross-partition-sim-fig11",
+        "speculation-partitioning-sim-fig12",
+        "psmr-sim-fig2",
+        "psmr-sim-fig3",
+        "psmr-sim-fig4",
+        "psmr-sim-fig5",
+        "dssmr-sim-figure4",
+        "dssmr-sim-moves",
+        "optimizer-fig8",
+        "geo-sim-fig5a",
+        "geo-sim-fig5b",
+        "geo-sim-fig6",
+        "geo-sim-fig7",
+    ];
+    for f in figures {
+        for ext in ["svg", "png"] {
+            let path = results.join(format!("{f}.{ext}"));
+            assert!(
+                std::fs::metadata(&path).is_ok_and(|m| m.len() > 1000),
+                "{} missing or empty",
+                path.display()
+            );
+            assert!(
+                page.contains(&format!("(results/all-sim-quick/{f}.{ext})")),
+                "{f}.{ext} not linked"
+            );
+        }
+    }
+    // Every link on the page leads to a file.
+    for link in page.split("](").skip(1) {
+        let target = &link[..link.find(')').unwrap()];
+        if !target.starts_with('#') {
+            assert!(dir.path().join(target).exists(), "dead link {target}");
+        }
+    }
+    // The targets of every experiment that sets them, each with a verdict.
+    let section = |name: &str| {
+        let start = page.find(&format!("\n### {name} (")).unwrap();
+        let rest = &page[start + 1..];
+        rest[..rest.find("\n### ").unwrap_or(rest.len())].to_string()
+    };
+    for (name, at_least) in [
+        ("speculation", 2),
+        ("partitioning", 1),
+        ("psmr", 4),
+        ("dssmr", 3),
+        ("optimizer", 1),
+        ("geo", 4),
+    ] {
+        let s = section(name);
+        let verdicts = s
+            .lines()
+            .filter(|l| l.ends_with("| met |") || l.ends_with("| **not met** |"))
+            .count();
+        assert!(verdicts >= at_least, "{name}: {verdicts} verdicts\n{s}");
+    }
+    let total = page.matches("| met |").count() + page.matches("| **not met** |").count();
+    assert!(
+        page.contains(&format!(
+            "**{} of {total} targets met**",
+            page.matches("| met |").count()
+        )),
+        "the summary counts every verdict"
+    );
+}
+
+/// `all` takes only the options every experiment shares; an experiment's own options
+/// are refused before anything runs.
+#[test]
+fn all_refuses_an_experiments_own_options() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_partita"));
+    let out = std::process::Command::new(&exe)
+        .args(["experiment", "all", "--sim", "--quick", "--clients", "8"])
+        .args(["--out", "/nonexistent/never"])
+        .output()
+        .expect("run partita");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("takes --sim, --quick, --out"), "{err}");
+    let out = std::process::Command::new(&exe)
+        .args(["experiment", "psmr", "--out", "/tmp"])
+        .output()
+        .expect("run partita");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--out is for `partita experiment all`"),
+        "{err}"
+    );
+}

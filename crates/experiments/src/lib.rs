@@ -13,3 +13,4 @@ pub mod experiment;
 pub mod experiment_partition;
 pub mod framework;
 pub mod replica_bench;
+pub mod reproduction;

@@ -367,6 +367,66 @@ fn targets_of_means(o: &GeoRealOptions, means: impl Fn(GeoSystem) -> Vec<f64>) -
     out
 }
 
+/// The real run's figure: each system's mean and p99 latency of the Europe clients
+/// (left) and throughput (right), round by round.
+pub fn figures(r: &GeoRealReport) -> Vec<(String, partita_plot::Figure)> {
+    use partita_plot::{Figure, Panel, Series};
+    let series = |f: &dyn Fn(&BenchResult) -> f64, what: &str| -> Vec<Series> {
+        GeoSystem::ALL
+            .iter()
+            .filter(|s| r.points.iter().any(|p| p.system == **s))
+            .map(|s| Series {
+                label: format!("{}{what}", s.name()),
+                points: r
+                    .points
+                    .iter()
+                    .filter(|p| p.system == *s)
+                    .map(|p| (p.round as f64 + 1.0, f(&p.result)))
+                    .collect(),
+            })
+            .collect()
+    };
+    let mut latency = series(&|b| b.latency_ms_mean.unwrap_or(f64::NAN), " mean");
+    latency.extend(series(&|b| b.latency_ms_p99, " p99"));
+    let panels = vec![
+        Panel {
+            title: "latency of the Europe clients' operations".into(),
+            x_label: "round".into(),
+            y_label: "ms".into(),
+            log_x: false,
+            log_y: false,
+            series: latency,
+        },
+        Panel {
+            title: "throughput".into(),
+            x_label: "round".into(),
+            y_label: "ops/s".into(),
+            log_x: false,
+            log_y: false,
+            series: series(&|b| b.throughput_ops_per_s, ""),
+        },
+    ];
+    vec![(
+        "latency".into(),
+        Figure {
+            title: "Paper 004 on real processes: a Europe client's local operations".into(),
+            footnote: format!("{}\n{}", r.configuration, r.emulated),
+            panels,
+            cols: 2,
+        },
+    )]
+}
+
+/// Writes the report as JSON (creating the directory) and its figure beside it
+/// (`FILE-latency.svg` and `.png`). Returns every file written.
+pub fn write(r: &GeoRealReport, json: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context;
+    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    crate::framework::write_report(r, figures(r), json)
+}
+
 /// The report as text: a line per point, then the targets.
 pub fn geo_real_table(r: &GeoRealReport) -> String {
     let mut s = format!("# {}\n# {}\n", r.configuration, r.emulated);

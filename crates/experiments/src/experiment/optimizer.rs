@@ -98,7 +98,7 @@ use partita_geo::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The experiment's settings.
@@ -923,13 +923,86 @@ fn shown(it: u32, last: u32) -> bool {
     it <= 3 || it == last || [5, 10, 20, 30, 50, 75].contains(&it)
 }
 
-/// Writes the report as JSON (creating the directory).
-pub fn write(r: &Fig8Report, json: &Path) -> anyhow::Result<()> {
+/// Figure 8: (a) the DOP's median time per strategy against the replica count (one
+/// line per strategy label, logarithmic time, as the paper's bars on a log scale), and
+/// (b) the two cached strategies' own DOPs over the iterations, one line per strategy
+/// and replica count.
+pub fn figures(r: &Fig8Report) -> Vec<(String, partita_plot::Figure)> {
+    use partita_plot::{Figure, Panel, Series};
+    let mut labels: Vec<&str> = Vec::new();
+    for p in r.setups.iter().flat_map(|s| &s.points) {
+        if !labels.contains(&p.label.as_str()) {
+            labels.push(&p.label);
+        }
+    }
+    let a = Panel {
+        title: "(a) DOP time per strategy (median of the rounds)".into(),
+        x_label: "replicas".into(),
+        y_label: "ms (log)".into(),
+        log_x: false,
+        log_y: true,
+        series: labels
+            .iter()
+            .map(|l| Series {
+                label: (*l).to_string(),
+                // A strategy measured at several iterations: its last one.
+                points: r
+                    .setups
+                    .iter()
+                    .filter_map(|s| {
+                        s.points
+                            .iter()
+                            .filter(|p| p.label == *l)
+                            .max_by_key(|p| p.iteration)
+                    })
+                    .map(|p| (p.replicas as f64, p.dop_ms_median))
+                    .collect(),
+            })
+            .collect(),
+    };
+    let mut b_series = Vec::new();
+    for s in &r.setups {
+        let it = |f: fn(&IterationPoint) -> f64| -> Vec<(f64, f64)> {
+            s.iterations
+                .iter()
+                .map(|p| (p.iteration as f64, f(p)))
+                .collect()
+        };
+        b_series.push(Series {
+            label: format!("LRU, {} replicas", s.replicas),
+            points: it(|p| p.lru_ms),
+        });
+        b_series.push(Series {
+            label: format!("hot+LRU, {} replicas", s.replicas),
+            points: it(|p| p.hot_lru_ms),
+        });
+    }
+    let b = Panel {
+        title: "(b) the cached strategies' own DOPs over the iterations".into(),
+        x_label: "iteration".into(),
+        y_label: "ms (log)".into(),
+        log_x: false,
+        log_y: true,
+        series: b_series,
+    };
+    vec![(
+        "fig8".into(),
+        Figure {
+            title: "Paper 004, Figure 8: the optimizer's (DOP's) time".into(),
+            footnote: format!("{}\n{}; {}", r.configuration, r.machine, r.rtt_source),
+            panels: vec![a, b],
+            cols: 2,
+        },
+    )]
+}
+
+/// Writes the report as JSON (creating the directory) and Figure 8 beside it
+/// (`FILE-fig8.svg` and `.png`). Returns every file written.
+pub fn write(r: &Fig8Report, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    std::fs::write(json, serde_json::to_string_pretty(r)?)
-        .with_context(|| format!("writing {}", json.display()))
+    crate::framework::write_report(r, figures(r), json)
 }
 
 #[cfg(test)]
