@@ -69,9 +69,12 @@ pub const RUN_ENV: &str = "PARTITA_NETNS_RUN";
 
 static CURRENT: OnceLock<Topology> = OnceLock::new();
 
-/// The topology of this process, if [`create`] made one.
+/// The topology of this process, if [`create`] made one (or [`adopt_from_env`] took
+/// one over) and [`teardown`] has not removed it since.
 pub fn current() -> Option<&'static Topology> {
-    CURRENT.get()
+    CURRENT
+        .get()
+        .filter(|t| !*t.removed.lock().expect("netns lock"))
 }
 
 /// Create this process's hub and client namespaces (once per process), after deleting
@@ -239,6 +242,17 @@ impl Topology {
     /// The clients' namespace.
     pub fn client_ns(&self) -> String {
         format!("{}-c", self.prefix)
+    }
+
+    /// Whether the calling thread is in the run's client namespace ([`enter_client`],
+    /// or a thread started by one that was): the same namespace file as its own.
+    ///
+    /// [`enter_client`]: Topology::enter_client
+    pub fn is_client_thread(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let mine = id(Path::new("/proc/thread-self/ns/net"));
+        mine.is_some() && mine == id(&Self::ns_path(&self.client_ns()))
     }
 
     /// Node `id`'s namespace (created by [`Topology::ensure_node`]).
@@ -580,7 +594,9 @@ pub fn place_with(
 
 /// `cluster` as a run on this process's namespaces needs it: placed on them with
 /// mutual TLS (certificates written under `dir/certs`) when the process made them
-/// ([`current`], `--netns`) and the file is not placed yet; otherwise unchanged. The
+/// ([`current`], `--netns`), the calling thread is one of the run's clients (in its
+/// client namespace: a process may hold a run and other work, as tests do) and the
+/// file is not placed yet; otherwise unchanged. The
 /// experiments call it for every point, so that `partita experiment --netns` runs each
 /// node in a namespace of its own, as on separate machines.
 pub fn place_for_run(
@@ -588,7 +604,7 @@ pub fn place_for_run(
     dir: &Path,
 ) -> anyhow::Result<partita_config::ClusterConfig> {
     let mut c = cluster.clone();
-    if current().is_some() && !is_placed(&c) {
+    if current().is_some_and(|t| t.is_client_thread()) && !is_placed(&c) {
         place_with(&mut c, &dir.join("certs"), Wire::Tls)?;
     }
     Ok(c)
