@@ -2713,6 +2713,33 @@ async fn all_experiments(a: &ExperimentArgs) -> anyhow::Result<i32> {
     if !a.sim {
         plan.push((E::Geo, false));
     }
+    let invocation = std::env::args()
+        .enumerate()
+        .map(|(i, s)| if i == 0 { "partita".to_string() } else { s })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let host = format!(
+        "a machine of {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    // The page is rewritten after every experiment, so a long run that stops early
+    // leaves what it finished.
+    let write_page = |sections: &[reproduction::Section]| -> anyhow::Result<PathBuf> {
+        let mut page = reproduction::markdown(sections, &out, &invocation, &host);
+        if sections.len() < plan.len() {
+            page.insert_str(
+                0,
+                &format!(
+                    "> In progress: {} of {} experiments done.\n\n",
+                    sections.len(),
+                    plan.len()
+                ),
+            );
+        }
+        let path = out.join("reproduction.md");
+        std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
     let started_all = std::time::Instant::now();
     let mut sections = Vec::new();
     for (i, (name, sim)) in plan.iter().copied().enumerate() {
@@ -2772,19 +2799,9 @@ async fn all_experiments(a: &ExperimentArgs) -> anyhow::Result<i32> {
             wall_s: started.elapsed().as_secs_f64(),
             outcome,
         });
+        write_page(&sections)?;
     }
-    let invocation = std::env::args()
-        .enumerate()
-        .map(|(i, s)| if i == 0 { "partita".to_string() } else { s })
-        .collect::<Vec<_>>()
-        .join(" ");
-    let host = format!(
-        "a machine of {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    let page = reproduction::markdown(&sections, &out, &invocation, &host);
-    let path = out.join("reproduction.md");
-    std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+    let path = write_page(&sections)?;
     let failed = sections.iter().filter(|s| s.outcome.is_err()).count();
     println!(
         "\n{} experiments in {:.0} s wall{}; wrote {}",
