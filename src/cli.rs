@@ -2818,17 +2818,23 @@ async fn all_experiments(a: &ExperimentArgs) -> anyhow::Result<i32> {
 }
 
 /// What `all --quick` adds to an experiment's own `--quick` where that alone takes
-/// more than about half a minute: the smallest sweep that still draws every figure and
+/// more than a few seconds: the smallest sweep that still draws every figure and
 /// computes every target (at 8 partitions for dssmr, every system for geo).
 fn smoke_options(name: ExperimentName, sim: bool) -> &'static [&'static str] {
     match (name, sim) {
+        (
+            ExperimentName::Partitioning
+            | ExperimentName::CrossPartition
+            | ExperimentName::SpeculationPartitioning,
+            true,
+        ) => &["--duration", "0.5"],
         (ExperimentName::Dssmr, true) => &[
             "--partition-counts",
             "1,8",
             "--users",
             "1000",
             "--duration",
-            "0.5",
+            "0.3",
         ],
         (ExperimentName::Geo, true) => &[
             "--clients",

@@ -334,6 +334,9 @@ pub fn write_report<R: Serialize>(
     figures: Vec<(String, Figure)>,
     json: &Path,
 ) -> anyhow::Result<Vec<PathBuf>> {
+    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     std::fs::write(json, serde_json::to_string_pretty(report)?)
         .with_context(|| format!("writing {}", json.display()))?;
     let mut files = vec![json.to_path_buf()];

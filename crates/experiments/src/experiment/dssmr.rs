@@ -365,9 +365,6 @@ pub fn dssmr_table(r: &DssmrReport) -> String {
 /// Writes the report as JSON and its figures beside it (`STEM-figure4.svg/png`,
 /// `STEM-moves.svg/png`).
 pub fn write_dssmr(r: &DssmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
     framework::write_report(r, dssmr_figures(r), json)
 }
 
@@ -541,9 +538,6 @@ pub fn dssmr_real_figures(r: &DssmrRealReport) -> Vec<(String, partita_plot::Fig
 
 /// Writes a real-process report as JSON and its figure beside it.
 pub fn write_dssmr_real(r: &DssmrRealReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
     framework::write_report(r, dssmr_real_figures(r), json)
 }
 

@@ -417,13 +417,9 @@ pub fn figures(r: &GeoRealReport) -> Vec<(String, partita_plot::Figure)> {
     )]
 }
 
-/// Writes the report as JSON (creating the directory) and its figure beside it
+/// Writes the report as JSON and its figure beside it
 /// (`FILE-latency.svg` and `.png`). Returns every file written.
 pub fn write(r: &GeoRealReport, json: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
-    use anyhow::Context;
-    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     crate::framework::write_report(r, figures(r), json)
 }
 

@@ -996,12 +996,9 @@ pub fn figures(r: &Fig8Report) -> Vec<(String, partita_plot::Figure)> {
     )]
 }
 
-/// Writes the report as JSON (creating the directory) and Figure 8 beside it
+/// Writes the report as JSON and Figure 8 beside it
 /// (`FILE-fig8.svg` and `.png`). Returns every file written.
 pub fn write(r: &Fig8Report, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     crate::framework::write_report(r, figures(r), json)
 }
 

@@ -737,10 +737,6 @@ pub fn psmr_table(r: &PsmrReport) -> String {
 
 /// Write the report and its figures (`FILE-fig2.svg` to `FILE-fig5.svg`).
 pub fn write_psmr(r: &PsmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
-    }
     framework::write_report(r, psmr_figures(r), json)
 }
 
