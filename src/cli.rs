@@ -2862,28 +2862,27 @@ fn print_written(files: &[PathBuf]) {
 /// Run one experiment; what it produced.
 async fn one_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment_partition::PartExperiment as P;
-    let a = a.clone();
     if a.replot.is_some() && !matches!(a.name, ExperimentName::Dssmr) {
         bail!("--replot draws the figures of the dssmr experiment's reports only");
     }
     match a.name {
-        ExperimentName::Partitioning => return partition_experiment(&a, P::Partitioning).await,
-        ExperimentName::CrossPartition => return partition_experiment(&a, P::CrossPartition).await,
+        ExperimentName::Partitioning => return partition_experiment(a, P::Partitioning).await,
+        ExperimentName::CrossPartition => return partition_experiment(a, P::CrossPartition).await,
         ExperimentName::SpeculationPartitioning => {
-            return partition_experiment(&a, P::SpeculationPartitioning).await
+            return partition_experiment(a, P::SpeculationPartitioning).await
         }
-        ExperimentName::Psmr => return psmr_experiment(&a).await,
-        ExperimentName::Dssmr => return dssmr_experiment(&a).await,
-        ExperimentName::Optimizer => return optimizer_experiment(&a),
-        ExperimentName::Geo if !a.sim => return geo_real_experiment(&a).await,
-        ExperimentName::Geo => return geo_experiment(&a),
+        ExperimentName::Psmr => return psmr_experiment(a).await,
+        ExperimentName::Dssmr => return dssmr_experiment(a).await,
+        ExperimentName::Optimizer => return optimizer_experiment(a),
+        ExperimentName::Geo if !a.sim => return geo_real_experiment(a).await,
+        ExperimentName::Geo => return geo_experiment(a),
         ExperimentName::All => bail!("`all` runs the others; it is not one of them"),
         ExperimentName::CostOfReplication | ExperimentName::Speculation => {}
     }
-    refuse_partitioning_options(&a)?;
+    refuse_partitioning_options(a)?;
     if a.sim {
         // Compute-bound and multi-threaded on its own: off the async runtime.
-        return tokio::task::block_in_place(|| sim_experiment(&a));
+        return tokio::task::block_in_place(|| sim_experiment(a));
     }
     let exe = std::env::current_exe().context("locating the partita binary")?;
     let r = match a.name {
