@@ -243,21 +243,34 @@ pub struct KeyAccess {
     pub write: bool,
 }
 
-/// A command as EPaxos orders it: an opaque client command and what it conflicts with.
+/// What one instance orders: a batch of opaque client commands (one, or as many as
+/// the leader packed while its window was full), run in this order, and what they
+/// conflict with together.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpaxosCommand {
-    pub command: Command,
-    /// Sorted by key, each key once (a key read and written counts as written).
+    pub commands: Vec<Command>,
+    /// Sorted by key, each key once (a key read and written counts as written): the
+    /// union of every command's accesses.
     pub keys: Vec<KeyAccess>,
-    /// Interferes with every command (e.g. a reconfiguration).
+    /// Interferes with every command (e.g. a reconfiguration, or a batch holding one).
     pub conflicts_all: bool,
 }
 
 impl EpaxosCommand {
-    /// A command with its accesses normalized: sorted by key, a key read and written
+    /// One command with its accesses normalized: sorted by key, a key read and written
     /// becomes one write.
     pub fn new(
         command: Command,
+        keys: impl IntoIterator<Item = KeyAccess>,
+        conflicts_all: bool,
+    ) -> EpaxosCommand {
+        EpaxosCommand::batch(vec![command], keys, conflicts_all)
+    }
+
+    /// A batch: `commands` run in this order, `keys` (every command's accesses, in
+    /// any order and with repeats) normalized as [`EpaxosCommand::new`] does.
+    pub fn batch(
+        commands: Vec<Command>,
         keys: impl IntoIterator<Item = KeyAccess>,
         conflicts_all: bool,
     ) -> EpaxosCommand {
@@ -270,7 +283,7 @@ impl EpaxosCommand {
             .map(|(key, write)| KeyAccess { key, write })
             .collect();
         let c = EpaxosCommand {
-            command,
+            commands,
             keys,
             conflicts_all,
         };
@@ -1556,11 +1569,7 @@ impl Epaxos {
         if !command.is_normalized() {
             return Err(ProposeError::NotNormalized);
         }
-        let in_flight = self
-            .drives
-            .iter()
-            .filter(|(i, d)| i.replica == self.id && d.ballot == Ballot::ZERO)
-            .count();
+        let in_flight = self.own_in_flight();
         if in_flight >= self.config.proposals_in_flight_max {
             return Err(ProposeError::Busy(in_flight));
         }
@@ -1610,6 +1619,27 @@ impl Epaxos {
         self.stats.proposed += 1;
         self.finish(out);
         Ok(instance)
+    }
+
+    /// This replica's own proposals not committed yet (driven at ballot zero): what
+    /// [`EpaxosConfig::proposals_in_flight_max`] bounds.
+    pub fn own_in_flight(&self) -> usize {
+        let column = InstanceId {
+            replica: self.id,
+            slot: 0,
+        }..=InstanceId {
+            replica: self.id,
+            slot: Slot::MAX,
+        };
+        self.drives
+            .range(column)
+            .filter(|(_, d)| d.ballot == Ballot::ZERO)
+            .count()
+    }
+
+    /// Whether [`Epaxos::propose`] would take a command now (the window has room).
+    pub fn can_propose(&self) -> bool {
+        self.own_in_flight() < self.config.proposals_in_flight_max
     }
 
     /// A message from replica `from`.

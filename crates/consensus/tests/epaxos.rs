@@ -47,7 +47,7 @@ fn cmd(id: u64, keys: &[(u64, bool)], conflicts_all: bool) -> EpaxosCommand {
 }
 
 fn cmd_id(c: &Option<EpaxosCommand>) -> Option<u64> {
-    c.as_ref().map(|c| c.command.client)
+    c.as_ref().map(|c| c.commands[0].client)
 }
 
 fn config(n: usize) -> EpaxosConfig {

@@ -184,7 +184,7 @@ impl Cluster {
                     }
                     EpaxosAction::Execute {
                         instance, command, ..
-                    } => self.logs[k].push((instance, command.map(|c| c.command.client))),
+                    } => self.logs[k].push((instance, command.map(|c| c.commands[0].client))),
                     EpaxosAction::Cut { position } => {
                         self.cuts[k].push((self.logs[k].len(), position))
                     }

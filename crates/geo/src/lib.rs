@@ -268,7 +268,7 @@ pub use placed::{
 };
 pub use service::{
     geo_value, map_value, GeoCommand, GeoGenesis, GeoService, GeoUndo, GENESIS_KEYS_MAX,
-    GENESIS_MAGIC, VALUE_BYTES_DEFAULT, VALUE_BYTES_MIN,
+    GENESIS_MAGIC, SHAPE_OBJECT, VALUE_BYTES_DEFAULT, VALUE_BYTES_MIN,
 };
 pub use set::{Config, Replica};
 pub use stats::AccessStats;

@@ -118,6 +118,16 @@ pub const VALUE_BYTES_MIN: usize = 8;
 /// The value size of an unconfigured service (the paper's §VI inserts 100-byte values).
 pub const VALUE_BYTES_DEFAULT: usize = 100;
 
+/// The object id of the tree's shape in [`StateMachine::access`], which every insert
+/// writes. Where a split lands depends on the order of inserts into a full leaf, also
+/// of different keys, and the shape is replicated state (the digest covers it, and
+/// under GeoPaxos+ the tree's nodes are the placed objects): an ordering that orders
+/// only what conflicts (EPaxos) must order inserts among themselves, or replicas with
+/// the same entries hold different trees. Reads, updates, next and prev do not change
+/// the shape and do not touch it. (A key whose id collides with it only conflicts
+/// more.)
+pub const SHAPE_OBJECT: u64 = 0x7368_6170_6520_6f66;
+
 /// A `u64` as a value of the geo tree: its little-endian bytes, then zeros up to
 /// `bytes` (at least 8).
 pub fn geo_value(v: u64, bytes: usize) -> Vec<u8> {
@@ -536,7 +546,8 @@ impl StateMachine for GeoService {
         }
     }
 
-    /// The keys, as the B+tree's `access` (`partita_btree::service::{next_access,
+    /// The keys, as the B+tree's `access` (and an insert writes the tree's shape,
+    /// [`SHAPE_OBJECT`]) (`partita_btree::service::{next_access,
     /// prev_access}`): next and prev read every key up to the neighbour this tree holds
     /// (at most `NEIGHBOUR_SPAN_MAX` keys, else everything), a prev with no neighbour
     /// every key down to 0.
@@ -548,6 +559,11 @@ impl StateMachine for GeoService {
             }
             GeoCommand::Op(Op::Prev { key }) => {
                 prev_access(*key, self.tree.prev_entry(*key).map(|(p, _)| p))
+            }
+            GeoCommand::Op(op @ Op::Insert { .. }) => {
+                let mut a = Access::of(&BPlusTree::objects(op), true);
+                a.add(SHAPE_OBJECT, true);
+                a
             }
             GeoCommand::Op(op) => Access::of(&BPlusTree::objects(op), op.is_mutation()),
         }

@@ -9,7 +9,7 @@ use partita_consensus::geopaxos::{Entry, SerializerId, TimestampMerge};
 use partita_geo::replica::{GeoAction, GeoReplica, GeoValue, OpId};
 use partita_geo::{
     geo_value, map_value, Config, GeoBTree, GeoCommand, GeoGenesis, GeoService, Home, Op as GeoOp,
-    OptimizerOptions, Placement, Reply as GeoReply, Topology, GENESIS_MAGIC,
+    OptimizerOptions, Placement, Reply as GeoReply, Topology, GENESIS_MAGIC, SHAPE_OBJECT,
 };
 use partita_service::{envelope, Access, SplitError, StateMachine};
 use partita_types::PartitionMap;
@@ -683,6 +683,43 @@ fn snapshots_do_not_depend_on_the_order_splits_happened_in() {
 }
 
 #[test]
+fn inserts_of_different_keys_into_a_full_leaf_do_not_commute_so_they_conflict() {
+    // Leaves [0, 100] and [200, 300, 400, 500] (full) under a root of one key.
+    let mut base = GeoService::from_genesis(&genesis(0)).unwrap();
+    for k in 0..6 {
+        base.execute(&op(Op::Insert {
+            key: k * 100,
+            value: k,
+        }));
+    }
+    let t = base.tree();
+    assert_eq!(t.node(t.find_leaf(200)).size(), 4);
+    let run = |keys: [u64; 2]| {
+        let mut s = base.clone();
+        for k in keys {
+            s.execute(&op(Op::Insert { key: k, value: k }));
+        }
+        s
+    };
+    // The same entries, but the leaf split where the first insert left it: replicas
+    // that ran them in different orders would hold different trees.
+    let (a, b) = (run([250, 450]), run([450, 250]));
+    assert_eq!(a.len(), b.len());
+    assert_ne!(a.digest(), b.digest(), "the split depends on the order");
+    // So an ordering that orders only conflicting commands must order them: both
+    // write the shape.
+    let (x, y) = (
+        base.access(&op(Op::Insert { key: 250, value: 1 })),
+        base.access(&op(Op::Insert { key: 450, value: 1 })),
+    );
+    assert!(x.objects.contains(&(SHAPE_OBJECT, true)));
+    assert!(y.objects.contains(&(SHAPE_OBJECT, true)));
+    // An update changes no shape.
+    let u = base.access(&op(Op::Update { key: 300, value: 1 }));
+    assert!(!u.objects.iter().any(|&(o, _)| o == SHAPE_OBJECT));
+}
+
+#[test]
 fn undo_restores_the_state() {
     let mut s = GeoService::from_genesis(&genesis(30)).unwrap();
     let d0 = s.digest();
@@ -726,10 +763,14 @@ fn access_reads_up_to_the_neighbour_as_the_btree_does() {
         Op::Prev { key: 15 },
         Op::Read { key: 4 },
         Op::Update { key: 4, value: 1 },
-        Op::Insert { key: 11, value: 1 },
     ] {
         assert_eq!(s.access(&op(o.clone())), b.access(&o), "{o:?}");
     }
+    // An insert writes its key and the tree's shape.
+    let insert = Op::Insert { key: 11, value: 1 };
+    let mut expected = b.access(&insert);
+    expected.add(SHAPE_OBJECT, true);
+    assert_eq!(s.access(&op(insert)), expected);
     assert_eq!(
         s.access(&op(Op::Next { key: 9 })).objects.len(),
         12,

@@ -14,10 +14,17 @@
 //!   neighbour, the key-value store's keys and its store-wide revision), the client's
 //!   session for a mutation (so every replica runs one client's mutations in one
 //!   order: exactly-once), and everything for a session open.
-//! - **Delivery.** The core emits committed commands in its execution order
+//! - **Batches.** A replica has at most `[batching] window_instances_max` instances of
+//!   its own column in flight (proposed, not committed). A command that finds the
+//!   window full waits (at most `pending_commands_max` of them; more are refused, and
+//!   their clients retry), and what waits leaves packed into one instance when a
+//!   commit frees a place, up to `batch_bytes_max`: the batching of EPaxos's reference
+//!   implementation, and the same window and batch bounds the Paxos orderings have.
+//!   An instance's accesses are the union of its commands'; a barrier is always alone.
+//! - **Delivery.** The core emits committed instances in its execution order
 //!   (dependencies first, strongly connected components by `(seq, instance)`); each
-//!   client command is delivered to the replica as a value of its own, numbered 1, 2,
-//!   … here. No-ops are not delivered. Replicas execute conflicting commands in one
+//!   instance's batch is delivered to the replica as one value, numbered 1, 2, … here,
+//!   its commands run in the batch's order. No-ops are not delivered. Replicas execute conflicting commands in one
 //!   order and the others commute, so every replica reaches the same state once it has
 //!   run the same set; the numbering is the same at every replica only at a cut.
 //! - **Barriers and cuts.** A command that conflicts with everything is ordered with
@@ -55,7 +62,7 @@ use partita_consensus::{AcceptorRecord, Action, Msg, Outbox, PersistToken, Value
 use partita_smr::Access;
 use partita_types::{Ballot, Command, FieldError, Instance, NodeId, SystemOp};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::geo::GeoSetup;
@@ -112,6 +119,15 @@ pub struct EpaxosOrdering {
     needed: Option<Vec<Slot>>,
     /// The log's last token handed out (the core's own numbering).
     last_token: PersistToken,
+    /// Client commands waiting for room in this replica's window (its own instances
+    /// not committed yet, at most `[batching] window_instances_max`), oldest first,
+    /// with what they access; each time the window has room they leave packed into
+    /// one instance, up to `batch_bytes_max` (see [`EpaxosOrdering::flush`]).
+    pending: VecDeque<(Command, Access)>,
+    /// A barrier due here, proposed before any waiting client command.
+    barrier_due: Option<Command>,
+    batch_bytes_max: usize,
+    pending_commands_max: usize,
     /// Planted bugs (see [`UnsafeBugs`]).
     truncate_above_majority: bool,
     restore_wrong_frontier: bool,
@@ -149,7 +165,8 @@ impl EpaxosOrdering {
         let rank = geo.replicas.iter().position(|&r| r == id).ok_or_else(|| {
             FieldError::new("ordering", format!("node {id} is not an EPaxos replica"))
         })?;
-        let config = epaxos_config(geo);
+        let mut config = epaxos_config(geo);
+        config.proposals_in_flight_max = setup.coordinator_config.window_instances_max;
         config
             .validate()
             .map_err(|e| FieldError::new("ordering", format!("EPaxos: {e}")))?;
@@ -209,6 +226,10 @@ impl EpaxosOrdering {
             announced: BTreeMap::new(),
             needed: None,
             last_token,
+            pending: VecDeque::new(),
+            barrier_due: None,
+            batch_bytes_max: setup.coordinator_config.batch_bytes_max,
+            pending_commands_max: setup.coordinator_config.pending_commands_max,
             truncate_above_majority: bugs.truncate_above_majority,
             restore_wrong_frontier: bugs.restore_wrong_frontier,
             counters: BTreeMap::new(),
@@ -227,7 +248,7 @@ impl EpaxosOrdering {
 
     /// Nothing in flight here: no phase driven, no instance awaited or left to run.
     pub fn quiescent(&self) -> bool {
-        self.core.is_quiescent()
+        self.core.is_quiescent() && self.pending.is_empty() && self.barrier_due.is_none()
     }
 
     fn count(&mut self, what: &'static str) {
@@ -257,7 +278,7 @@ impl EpaxosOrdering {
                 EpaxosAction::Execute {
                     instance, command, ..
                 } => match command {
-                    Some(c) => self.deliver(instance, c.command, out),
+                    Some(c) => self.deliver(instance, c.commands, out),
                     None => self.count("epaxos_noops_executed"),
                 },
                 EpaxosAction::Cut { position } => {
@@ -282,27 +303,27 @@ impl EpaxosOrdering {
         }
     }
 
-    /// A committed command, in execution order: a barrier moves ordered time and is
-    /// delivered as an empty value (sessions expire there); a client's command goes to
-    /// the replica as a value of its own, at the newest barrier's time.
-    fn deliver(&mut self, instance: InstanceId, cmd: Command, out: &mut Outbox) {
+    /// A committed instance, in execution order: a barrier (always alone in its
+    /// instance) moves ordered time and is delivered as an empty value (sessions expire
+    /// there); a batch of client commands goes to the replica as one value, run in the
+    /// batch's order at the newest barrier's time.
+    fn deliver(&mut self, instance: InstanceId, mut commands: Vec<Command>, out: &mut Outbox) {
         self.delivered += 1;
         let vid = Vid {
             ballot: Ballot::new(0, instance.replica),
             seq: instance.slot,
         };
-        let commands = match barrier_time(&cmd) {
+        match commands.first().and_then(barrier_time) {
             Some(t) => {
                 self.time_ms = self.time_ms.max(t);
                 self.since_barrier = 0;
                 self.last_barrier_ms = self.clock_ms;
                 self.barrier_proposed_ms = None;
                 self.count("epaxos_barriers_run");
-                Vec::new()
+                commands.clear();
             }
             None => {
-                self.since_barrier += 1;
-                vec![cmd]
+                self.since_barrier += commands.len() as u64;
             }
         };
         out.push(Action::Deliver {
@@ -331,7 +352,7 @@ impl EpaxosOrdering {
         let waiting = self
             .barrier_proposed_ms
             .is_some_and(|t| self.clock_ms.saturating_sub(t) < interval);
-        if !due || waiting || self.clock_ms == 0 {
+        if !due || waiting || self.clock_ms == 0 || self.barrier_due.is_some() {
             return;
         }
         self.barrier_seq += 1;
@@ -343,16 +364,65 @@ impl EpaxosOrdering {
             BARRIER_KIND,
             self.barrier_seq,
         );
-        let mut acts = Vec::new();
-        if self
-            .core
-            .propose(EpaxosCommand::new(cmd, Vec::new(), true), &mut acts)
-            .is_ok()
-        {
-            self.barrier_proposed_ms = Some(self.clock_ms);
-            self.count("epaxos_barriers_proposed");
+        self.barrier_due = Some(cmd);
+        self.flush(out);
+    }
+
+    /// Propose what waits while the window has room: a due barrier first (alone: it
+    /// conflicts with everything and moves ordered time), then the waiting client
+    /// commands, as many per instance as fit in `batch_bytes_max` (one at least) and
+    /// the core's key bound. Under a light load every command leaves at once in an
+    /// instance of its own; once the window is full, what arrives meanwhile leaves
+    /// together when a commit frees a place (the batching of EPaxos's reference
+    /// implementation, which packs every proposal queued while it was busy).
+    fn flush(&mut self, out: &mut Outbox) {
+        while self.core.can_propose() {
+            let batch = if let Some(barrier) = self.barrier_due.take() {
+                EpaxosCommand::new(barrier, Vec::new(), true)
+            } else if self.pending.is_empty() {
+                return;
+            } else {
+                let keys_max = self.core.config().keys_per_command_max;
+                let (mut commands, mut keys, mut all, mut bytes) = (Vec::new(), 0, false, 0);
+                let mut access = Vec::new();
+                while let Some((c, a)) = self.pending.front() {
+                    let b = partita_consensus::command_bytes(c);
+                    if !commands.is_empty()
+                        && (bytes + b > self.batch_bytes_max || keys + a.objects.len() > keys_max)
+                    {
+                        break;
+                    }
+                    let (c, a) = self.pending.pop_front().expect("a front");
+                    bytes += b;
+                    keys += a.objects.len();
+                    all |= a.everything;
+                    access.extend(
+                        a.objects
+                            .iter()
+                            .map(|&(key, write)| KeyAccess { key, write }),
+                    );
+                    commands.push(c);
+                }
+                *self.counters.entry("epaxos_commands_proposed").or_default() +=
+                    commands.len() as u64;
+                self.count("epaxos_batches_proposed");
+                EpaxosCommand::batch(commands, access, all)
+            };
+            let barrier = batch.commands.first().and_then(barrier_time).is_some();
+            let mut acts = Vec::new();
+            match self.core.propose(batch, &mut acts) {
+                Ok(_) if barrier => {
+                    self.barrier_proposed_ms = Some(self.clock_ms);
+                    self.count("epaxos_barriers_proposed");
+                }
+                Ok(_) => {}
+                // Room was checked and every command's keys were at `multicast`: the
+                // core refuses nothing here. Were it to, the clients time out and
+                // resubmit; the barrier is tried again at a later tick.
+                Err(_) => self.count("epaxos_batches_refused"),
+            }
+            self.absorb(acts, out);
         }
-        self.absorb(acts, out);
     }
 
     /// Truncate at what one chosen majority of announced checkpoints covers.
@@ -424,25 +494,28 @@ impl AtomicMulticast for EpaxosOrdering {
             ));
         }
         let access = access.unwrap_or_else(Access::everything);
-        let keys = access
-            .objects
-            .iter()
-            .map(|&(key, write)| KeyAccess { key, write });
-        let ecmd = EpaxosCommand::new(cmd, keys, access.everything);
-        let mut acts = Vec::new();
-        match self.core.propose(ecmd, &mut acts) {
-            Ok(_) => {
-                if access.everything {
-                    self.count("epaxos_proposed_conflicting_all");
-                }
-                self.absorb(acts, out);
-                Ok(())
-            }
-            Err(e) => {
-                self.absorb(acts, out);
-                Err(format!("node {}: {e}; retry", self.id))
-            }
+        let keys_max = self.core.config().keys_per_command_max;
+        if access.objects.len() > keys_max {
+            return Err(format!(
+                "node {}: the command touches {} objects, more than EPaxos orders in one \
+                 instance ({keys_max})",
+                self.id,
+                access.objects.len()
+            ));
         }
+        if self.pending.len() >= self.pending_commands_max {
+            return Err(format!(
+                "node {}: {} commands wait for room in its window; retry",
+                self.id,
+                self.pending.len()
+            ));
+        }
+        if access.everything {
+            self.count("epaxos_proposed_conflicting_all");
+        }
+        self.pending.push_back((cmd, access));
+        self.flush(out);
+        Ok(())
     }
 
     fn wants_access(&self) -> bool {
@@ -476,6 +549,7 @@ impl AtomicMulticast for EpaxosOrdering {
                 let mut acts = Vec::new();
                 self.core.on_message(from, *msg, &mut acts);
                 self.absorb(acts, out);
+                self.flush(out);
                 true
             }
             Msg::PositionCheckpointed { instance, position } => {
@@ -512,6 +586,7 @@ impl AtomicMulticast for EpaxosOrdering {
         self.core.on_tick(tick, &mut acts);
         self.absorb(acts, out);
         self.maybe_barrier(out);
+        self.flush(out);
     }
 
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox) {
@@ -520,6 +595,7 @@ impl AtomicMulticast for EpaxosOrdering {
             let mut acts = Vec::new();
             self.core.on_persisted(last, &mut acts);
             self.absorb(acts, out);
+            self.flush(out);
         }
     }
 

@@ -459,3 +459,51 @@ fn control_truncation_above_what_a_majority_covers_loses_writes() {
         "the acknowledged insert lived only in the lost replica's checkpoint"
     );
 }
+
+/// Commands that find a replica's window full wait, and leave together in one
+/// instance when a commit frees a place: one value at every replica, its commands run
+/// in arrival order; beyond `pending_commands_max` waiting, a command is refused.
+#[test]
+fn a_full_window_packs_what_waits_into_one_instance() {
+    let mut s = three_region_setup(30, true);
+    s.coordinator_config.window_instances_max = 1;
+    s.coordinator_config.pending_commands_max = 8;
+    let mut c = Cluster::new(s, UnsafeBugs::default());
+    settle_ep(&mut c);
+    c.tick(5);
+    settle_ep(&mut c);
+    let (batches, commands) = (
+        c.counter(1, "epaxos_batches_proposed"),
+        c.counter(1, "epaxos_commands_proposed"),
+    );
+    // Ten updates of key 3 by ten clients at once: the first leaves alone, eight wait,
+    // the tenth finds the queue full.
+    for k in 0..10u64 {
+        let op = Op::Update {
+            key: 3,
+            value: 1000 + k,
+        };
+        c.request(1, cmd(500 + k, 1, 1, op));
+    }
+    assert_eq!(c.counter(1, "requests_refused"), 1, "the tenth is refused");
+    settle_ep(&mut c);
+    assert_eq!(c.counter(1, "epaxos_batches_proposed") - batches, 2);
+    assert_eq!(c.counter(1, "epaxos_commands_proposed") - commands, 9);
+    // Each update saw the one before it (the first, the key's own value).
+    for k in 0..9u64 {
+        let r = c.replies_of(500 + k);
+        assert_eq!(r.len(), 1, "client {} answered once", 500 + k);
+        let before = if k == 0 { 3 } else { 1000 + k - 1 };
+        assert_eq!(res(r[0]), OpResult::Old(Some(before)), "update {k}");
+    }
+    assert!(c.replies_of(509).is_empty(), "the refused one ran nowhere");
+    // The batch ran in arrival order everywhere: the last waiting update's value stays.
+    let read = Op::Read { key: 3 };
+    for &n in &NODES {
+        c.submit(n, cmd(900 + n as u64, 1, n, read.clone()));
+        settle_ep(&mut c);
+        let r = c.replies_of(900 + n as u64);
+        assert_eq!(res(r[0]), OpResult::Value(Some(1008)), "node {n}");
+    }
+    assert!(same(&digests(&c)), "replicas agree");
+}

@@ -9,9 +9,9 @@
 /// The only frame version this build speaks. 2: Ring Paxos Phase 2A messages and
 /// consensus values changed (parts of split values). 3: commands carry opaque
 /// payloads for destination groups, replies an outcome, and replies to clients a hint
-/// of who leads. Peers of different builds refuse each other's frames instead of
-/// misreading them.
-pub const FRAME_VERSION: u8 = 3;
+/// of who leads. 4: an EPaxos instance carries a batch of commands. Peers of
+/// different builds refuse each other's frames instead of misreading them.
+pub const FRAME_VERSION: u8 = 4;
 /// Upper bound of a frame (header excluded). A batch is 8 KiB by default, a snapshot
 /// chunk at most a few MiB; anything larger is a peer bug or an attack.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;

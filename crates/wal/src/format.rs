@@ -7,8 +7,10 @@ pub const MAGIC: [u8; 8] = *b"PARTWAL1";
 /// runtime writes changed (consensus values gained `parts`, the split form of state
 /// partitioning), so a log written by an older build is refused with this version in
 /// the message rather than misread. 3: commands became opaque payloads for
-/// destination groups with a session, and values carry their time.
-pub const FORMAT_VERSION: u32 = 3;
+/// destination groups with a session, and values carry their time. 4: an EPaxos
+/// instance's record holds a batch of commands (and every record change since 3:
+/// P-SMR's thread masks, GeoPaxos+'s routes and groups).
+pub const FORMAT_VERSION: u32 = 4;
 /// Size of the segment header: magic, version, node id, cluster id, first LSN, CRC.
 pub const SEGMENT_HEADER_LEN: usize = 8 + 4 + 4 + 8 + 8 + 4;
 /// Bytes before each record's payload: `len:u32 | crc32c:u32`.

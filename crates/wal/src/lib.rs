@@ -20,7 +20,7 @@
 //! | offset | size | field                                         |
 //! |-------:|-----:|-----------------------------------------------|
 //! |      0 |    8 | magic `b"PARTWAL1"`                           |
-//! |      8 |    4 | format version ([`FORMAT_VERSION`] = 3)       |
+//! |      8 |    4 | format version ([`FORMAT_VERSION`] = 4)       |
 //! |     12 |    4 | node id (u32)                                 |
 //! |     16 |    8 | cluster id (u64)                              |
 //! |     24 |    8 | first LSN (u64), equal to the one in the name |
