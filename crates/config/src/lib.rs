@@ -1599,6 +1599,12 @@ impl ClusterConfig {
                     format!("at most {} keys are loaded at the start", geo::GEO_KEYS_MAX),
                 ));
             }
+            if !(1..=1 << 20).contains(&e.window_instances_max) {
+                return Err(FieldError::new(
+                    "ordering.window_instances_max",
+                    "must be between 1 and 1048576".to_string(),
+                ));
+            }
         }
         if let Some(e) = self.ordering.epaxos() {
             if e.keys > 0 && !matches!(self.cluster.service.as_str(), "btree" | "geo-btree") {
@@ -1707,6 +1713,10 @@ impl ClusterConfig {
                 (_, Some(g)) => g.barrier_interval_ms,
                 _ => 1000,
             },
+            epaxos_window: self
+                .ordering
+                .epaxos()
+                .map_or(1024, |e| e.window_instances_max),
         })
     }
 
@@ -2982,6 +2992,39 @@ mod tests {
                 other => panic!("{want}: {other:?}"),
             }
         }
+    }
+
+    /// EPaxos's window is its own setting: read, round-tripped, and refused out of range
+    /// naming the field; a GeoPaxos+ section does not take it.
+    #[test]
+    fn epaxos_takes_its_own_window() {
+        let mut c = ClusterConfig::paper_geo_local(7100, 42, 100);
+        c.ordering = OrderingSection::Epaxos(EpaxosSection {
+            window_instances_max: 4,
+            ..EpaxosSection::with_keys(100)
+        });
+        let text = c.to_toml();
+        assert!(text.contains("window_instances_max = 4"), "{text}");
+        let back = ClusterConfig::parse(&text, "x").unwrap();
+        assert_eq!(back.geo_setup().unwrap().epaxos_window, 4);
+        let zero = text.replace("window_instances_max = 4", "window_instances_max = 0");
+        match ClusterConfig::parse(&zero, "x") {
+            Err(ConfigError::Field { field, .. }) => {
+                assert_eq!(field, "ordering.window_instances_max")
+            }
+            other => panic!("{other:?}"),
+        }
+        let geo = ClusterConfig::paper_geo_local(7100, 42, 100).to_toml();
+        let e = ClusterConfig::parse(
+            &geo.replace(
+                "protocol = \"geopaxos+\"",
+                "protocol = \"geopaxos+\"\nwindow_instances_max = 4",
+            ),
+            "x",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("window_instances_max"), "{e}");
     }
 
     /// `[ordering]` is one typed choice: each protocol round-trips, an unknown one and a

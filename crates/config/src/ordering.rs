@@ -154,10 +154,21 @@ pub struct EpaxosSection {
     /// every `[storage] checkpoint_instances` commands.
     #[serde(default = "default_barrier_interval_ms")]
     pub barrier_interval_ms: u64,
+    /// A replica's own instances proposed and not committed, at most; commands that
+    /// arrive while that many are in flight wait and leave packed into one instance
+    /// (up to `[batching] batch_bytes_max`) when a commit frees a place. EPaxos has no
+    /// leader whose pipeline `[batching] window_instances_max` would bound, so its
+    /// window is its own: the authors' code proposes every batch at once.
+    #[serde(default = "default_epaxos_window")]
+    pub window_instances_max: usize,
 }
 
 fn default_barrier_interval_ms() -> u64 {
     1000
+}
+
+fn default_epaxos_window() -> usize {
+    1024
 }
 
 impl EpaxosSection {
@@ -166,6 +177,7 @@ impl EpaxosSection {
         EpaxosSection {
             keys,
             barrier_interval_ms: default_barrier_interval_ms(),
+            window_instances_max: default_epaxos_window(),
         }
     }
 }

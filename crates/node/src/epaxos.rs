@@ -14,12 +14,12 @@
 //!   neighbour, the key-value store's keys and its store-wide revision), the client's
 //!   session for a mutation (so every replica runs one client's mutations in one
 //!   order: exactly-once), and everything for a session open.
-//! - **Batches.** A replica has at most `[batching] window_instances_max` instances of
-//!   its own column in flight (proposed, not committed). A command that finds the
-//!   window full waits (at most `pending_commands_max` of them; more are refused, and
-//!   their clients retry), and what waits leaves packed into one instance when a
-//!   commit frees a place, up to `batch_bytes_max`: the batching of EPaxos's reference
-//!   implementation, and the same window and batch bounds the Paxos orderings have.
+//! - **Batches.** A replica has at most `window_instances_max` (the EPaxos section's,
+//!   1,024 by default) instances of its own column in flight (proposed, not
+//!   committed). A command that finds the window full waits (at most `[batching]
+//!   pending_commands_max` of them; more are refused, and their clients retry), and
+//!   what waits leaves packed into one instance when a commit frees a place, up to
+//!   `[batching] batch_bytes_max`: the batching of EPaxos's reference implementation.
 //!   An instance's accesses are the union of its commands'; a barrier is always alone.
 //! - **Delivery.** The core emits committed instances in its execution order
 //!   (dependencies first, strongly connected components by `(seq, instance)`); each
@@ -120,7 +120,7 @@ pub struct EpaxosOrdering {
     /// The log's last token handed out (the core's own numbering).
     last_token: PersistToken,
     /// Client commands waiting for room in this replica's window (its own instances
-    /// not committed yet, at most `[batching] window_instances_max`), oldest first,
+    /// not committed yet, at most the EPaxos section's `window_instances_max`), oldest first,
     /// with what they access; each time the window has room they leave packed into
     /// one instance, up to `batch_bytes_max` (see [`EpaxosOrdering::flush`]).
     pending: VecDeque<(Command, Access)>,
@@ -166,7 +166,7 @@ impl EpaxosOrdering {
             FieldError::new("ordering", format!("node {id} is not an EPaxos replica"))
         })?;
         let mut config = epaxos_config(geo);
-        config.proposals_in_flight_max = setup.coordinator_config.window_instances_max;
+        config.proposals_in_flight_max = geo.epaxos_window;
         config
             .validate()
             .map_err(|e| FieldError::new("ordering", format!("EPaxos: {e}")))?;

@@ -108,6 +108,9 @@ pub struct GeoSetup {
     /// while commands run, in milliseconds, so ordered time moves; barriers for
     /// checkpoints come by the checkpoint interval ([`crate::ordering::BarrierPolicy`]).
     pub barrier_interval_ms: u64,
+    /// EPaxos: a replica's own instances uncommitted, at most (`[ordering]
+    /// window_instances_max` of EPaxos; see `crate::epaxos`). Unused by GeoPaxos+.
+    pub epaxos_window: usize,
 }
 
 impl GeoSetup {
@@ -1237,6 +1240,7 @@ mod tests {
             stall_check_ticks: 40,
             clock_retry_ticks: 10,
             barrier_interval_ms: 100,
+            epaxos_window: 1024,
         }
     }
 

@@ -466,7 +466,9 @@ fn control_truncation_above_what_a_majority_covers_loses_writes() {
 #[test]
 fn a_full_window_packs_what_waits_into_one_instance() {
     let mut s = three_region_setup(30, true);
-    s.coordinator_config.window_instances_max = 1;
+    if let partita_node::OrderingSetup::Epaxos(g) = &mut s.ordering {
+        g.epaxos_window = 1;
+    }
     s.coordinator_config.pending_commands_max = 8;
     let mut c = Cluster::new(s, UnsafeBugs::default());
     settle_ep(&mut c);

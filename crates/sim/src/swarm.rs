@@ -734,7 +734,12 @@ impl SeedParams {
         let keys = if kv { 0 } else { g.keys };
         match g.ordering {
             GeoOrdering::Epaxos => {
-                c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection::with_keys(keys))
+                // The seed's window, so that batches form (windows of 1 and 2 are
+                // drawn) as they do at the paper's loads.
+                c.ordering = OrderingSection::Epaxos(partita_config::EpaxosSection {
+                    window_instances_max: self.window_instances_max,
+                    ..partita_config::EpaxosSection::with_keys(keys)
+                })
             }
             GeoOrdering::GeoPaxos => {
                 c.ordering = OrderingSection::GeoPaxos(partita_config::GeoSection::geopaxos(keys))

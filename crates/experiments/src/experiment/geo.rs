@@ -349,7 +349,11 @@ fn ordering(o: &GeoSimOptions, system: System, dop_ms: u64, seed: u64) -> Orderi
             ..GeoSection::geopaxos(o.keys)
         }),
         System::MultiPaxos => OrderingSection::paxos(Protocol::MultiPaxos),
-        System::Epaxos => OrderingSection::Epaxos(EpaxosSection::with_keys(o.keys)),
+        // The serializers' window: EPaxos batches beyond as many instances in flight.
+        System::Epaxos => OrderingSection::Epaxos(EpaxosSection {
+            window_instances_max: o.window_instances,
+            ..EpaxosSection::with_keys(o.keys)
+        }),
     }
 }
 

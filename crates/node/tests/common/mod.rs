@@ -538,6 +538,7 @@ pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
         stall_check_ticks: 40,
         clock_retry_ticks: 10,
         barrier_interval_ms: 100,
+        epaxos_window: 1024,
     };
     // The common replica starts with keys 0..keys, each its own value.
     s.genesis = (0..keys)
