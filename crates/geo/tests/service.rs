@@ -650,9 +650,8 @@ fn snapshots_round_trip_and_are_functions_of_the_state() {
     assert_eq!(back.digest(), fresh.digest());
 }
 
-#[test]
-fn snapshots_do_not_depend_on_the_order_splits_happened_in() {
-    // Leaves [0, 100] and [200, 300, 400, 500] under a root of one key.
+/// A tree of leaves [0, 100] and [200, 300, 400, 500] (full) under a root of one key.
+fn two_leaves() -> GeoService {
     let mut base = GeoService::from_genesis(&genesis(0)).unwrap();
     for k in 0..6 {
         base.execute(&op(Op::Insert {
@@ -660,6 +659,21 @@ fn snapshots_do_not_depend_on_the_order_splits_happened_in() {
             value: k,
         }));
     }
+    base
+}
+
+/// `base` after inserting `keys` in this order.
+fn inserted(base: &GeoService, keys: [u64; 2]) -> GeoService {
+    let mut s = base.clone();
+    for k in keys {
+        s.execute(&op(Op::Insert { key: k, value: k }));
+    }
+    s
+}
+
+#[test]
+fn snapshots_do_not_depend_on_the_order_splits_happened_in() {
+    let mut base = two_leaves();
     // Fill the first leaf; the second is full.
     base.execute(&op(Op::Insert { key: 1, value: 1 }));
     base.execute(&op(Op::Insert { key: 2, value: 2 }));
@@ -669,14 +683,7 @@ fn snapshots_do_not_depend_on_the_order_splits_happened_in() {
     assert_eq!(t.node(t.find_leaf(200)).size(), 4);
     // Each leaf split by an insert, in both orders: the same tree, nodes numbered
     // differently.
-    let run = |keys: [u64; 2]| {
-        let mut s = base.clone();
-        for k in keys {
-            s.execute(&op(Op::Insert { key: k, value: k }));
-        }
-        s
-    };
-    let (a, b) = (run([3, 201]), run([201, 3]));
+    let (a, b) = (inserted(&base, [3, 201]), inserted(&base, [201, 3]));
     assert_ne!(a.tree(), b.tree(), "the uids differ");
     assert_eq!(a.digest(), b.digest());
     assert_eq!(a.snapshot(), b.snapshot());
@@ -684,26 +691,12 @@ fn snapshots_do_not_depend_on_the_order_splits_happened_in() {
 
 #[test]
 fn inserts_of_different_keys_into_a_full_leaf_do_not_commute_so_they_conflict() {
-    // Leaves [0, 100] and [200, 300, 400, 500] (full) under a root of one key.
-    let mut base = GeoService::from_genesis(&genesis(0)).unwrap();
-    for k in 0..6 {
-        base.execute(&op(Op::Insert {
-            key: k * 100,
-            value: k,
-        }));
-    }
+    let base = two_leaves();
     let t = base.tree();
     assert_eq!(t.node(t.find_leaf(200)).size(), 4);
-    let run = |keys: [u64; 2]| {
-        let mut s = base.clone();
-        for k in keys {
-            s.execute(&op(Op::Insert { key: k, value: k }));
-        }
-        s
-    };
     // The same entries, but the leaf split where the first insert left it: replicas
     // that ran them in different orders would hold different trees.
-    let (a, b) = (run([250, 450]), run([450, 250]));
+    let (a, b) = (inserted(&base, [250, 450]), inserted(&base, [450, 250]));
     assert_eq!(a.len(), b.len());
     assert_ne!(a.digest(), b.digest(), "the split depends on the order");
     // So an ordering that orders only conflicting commands must order them: both
