@@ -3402,12 +3402,7 @@ impl Epaxos {
             );
         }
         assert!(self.waiting.len() <= self.config.waiting_max);
-        let own = self
-            .drives
-            .iter()
-            .filter(|(i, d)| i.replica == self.id && d.ballot == Ballot::ZERO)
-            .count();
-        assert!(own <= self.config.proposals_in_flight_max);
+        assert!(self.own_in_flight() <= self.config.proposals_in_flight_max);
         for (i, d) in &self.drives {
             let inst = self.instances.get(i).expect("a driven instance is known");
             assert!(!inst.committed(), "instance {i} committed but still driven");

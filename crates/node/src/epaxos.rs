@@ -24,8 +24,8 @@
 //! - **Delivery.** The core emits committed instances in its execution order
 //!   (dependencies first, strongly connected components by `(seq, instance)`); each
 //!   instance's batch is delivered to the replica as one value, numbered 1, 2, … here,
-//!   its commands run in the batch's order. No-ops are not delivered. Replicas execute conflicting commands in one
-//!   order and the others commute, so every replica reaches the same state once it has
+//!   its commands run in the batch's order. No-ops are not delivered. Replicas
+//!   execute conflicting commands in one order and the others commute, so every replica reaches the same state once it has
 //!   run the same set; the numbering is the same at every replica only at a cut.
 //! - **Barriers and cuts.** A command that conflicts with everything is ordered with
 //!   every other one, so the set run before it is the same at every replica: a cut.
@@ -120,8 +120,8 @@ pub struct EpaxosOrdering {
     /// The log's last token handed out (the core's own numbering).
     last_token: PersistToken,
     /// Client commands waiting for room in this replica's window (its own instances
-    /// not committed yet, at most the EPaxos section's `window_instances_max`), oldest first,
-    /// with what they access; each time the window has room they leave packed into
+    /// not committed yet, at most the EPaxos section's `window_instances_max`), oldest
+    /// first, with what they access; each time the window has room they leave packed into
     /// one instance, up to `batch_bytes_max` (see [`EpaxosOrdering::flush`]).
     pending: VecDeque<(Command, Access)>,
     /// A barrier due here, proposed before any waiting client command.
@@ -375,12 +375,12 @@ impl EpaxosOrdering {
     /// instance of its own; once the window is full, what arrives meanwhile leaves
     /// together when a commit frees a place (the batching of EPaxos's reference
     /// implementation, which packs every proposal queued while it was busy).
+    /// Called after every handler: what waits is checked first, so a replica with
+    /// nothing waiting (the common case) does not count its window on every message.
     fn flush(&mut self, out: &mut Outbox) {
-        while self.core.can_propose() {
+        while (self.barrier_due.is_some() || !self.pending.is_empty()) && self.core.can_propose() {
             let batch = if let Some(barrier) = self.barrier_due.take() {
                 EpaxosCommand::new(barrier, Vec::new(), true)
-            } else if self.pending.is_empty() {
-                return;
             } else {
                 let keys_max = self.core.config().keys_per_command_max;
                 let (mut commands, mut keys, mut all, mut bytes) = (Vec::new(), 0, false, 0);
