@@ -365,6 +365,11 @@ struct ExperimentArgs {
     /// community) know nothing of who follows whom.
     #[arg(long)]
     scattered_interests: bool,
+    /// dssmr: S-SMR's static map and DS-SMR's initial placement: `hashed` (users hashed
+    /// to partitions, the paper's; S-SMR* beside them has the community map) or
+    /// `service` (Chirper's own placement, by community).
+    #[arg(long, value_name = "MAP", value_parser = ["hashed", "service"])]
+    placement: Option<String>,
     /// Partitioning experiments: the coordinator's batching delay in ms (how long a value
     /// that is not full waits for more commands while instances are in flight).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
@@ -2545,6 +2550,12 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     o.gather_where_most = a.gather_where_most;
     o.await_moves = a.await_moves;
     o.scattered_interests = a.scattered_interests;
+    if let Some(m) = &a.placement {
+        o.placement = partita_dssmr::StaticMap::parse(m).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(j) = a.jobs {
+        o.jobs = j;
+    }
     if !a.sim {
         // Real processes: the partition counts this machine holds, fewer users (the
         // nodes load the graph at start), a few clients per partition, interleaved

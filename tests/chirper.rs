@@ -8,6 +8,7 @@
 use partita_config::{ClusterConfig, DssmrSection, Durability};
 use partita_dssmr::chirper::{user_id, ChirperCommand as C, ChirperReply as R, Graph, Workload};
 use partita_dssmr::client::Outcome;
+use partita_dssmr::StaticMap;
 use partita_harness::chirper::{ChirperClient, ChirperLoad, ChirperMix};
 use partita_harness::launch::{pick_base_port, LocalCluster};
 use partita_harness::nemesis;
@@ -24,10 +25,13 @@ async fn start(dir: &std::path::Path, scheme: &str) -> (LocalCluster, ClusterCon
     let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
     cfg.cluster.service = "chirper".into();
     cfg.cluster.durability = Durability::Memory;
+    // Users hashed to partitions: every node and client must read the same map from
+    // the cluster file, or commands reach partitions that do not hold their users.
     cfg.dssmr = Some(DssmrSection {
         scheme: scheme.into(),
         users: 200,
         communities: 4,
+        placement: "hashed".into(),
         ..Default::default()
     });
     let partitions = if scheme == "dssmr" { 3 } else { 2 };
@@ -45,7 +49,7 @@ async fn client(cfg: &ClusterConfig, seed: u64) -> ChirperClient {
         ..Default::default()
     };
     let mut c = ChirperClient::connect(cfg, opts, seed).await.unwrap();
-    let (_, spec) = chirper_params(cfg).unwrap();
+    let (_, _, spec) = chirper_params(cfg).unwrap();
     c.prefetch(Graph::generate(&spec).users());
     c
 }
@@ -53,7 +57,12 @@ async fn client(cfg: &ClusterConfig, seed: u64) -> ChirperClient {
 async fn scenario(scheme: &str) {
     let dir = tempfile::tempdir().unwrap();
     let (mut lc, cfg) = start(dir.path(), scheme).await;
-    let (a, b) = (user_id(0, 1), user_id(1, 2));
+    // Two users of one community that the hash puts in different partitions (of 2).
+    let a = user_id(0, 1);
+    let b = (2..50)
+        .map(|i| user_id(0, i))
+        .find(|&b| StaticMap::hashed(b, 2) != StaticMap::hashed(a, 2))
+        .expect("the hash splits a community");
     let mut c = client(&cfg, 1).await;
     let followed = c.run(C::Follow { user: a, whom: b }).await.unwrap();
     assert!(
@@ -63,7 +72,7 @@ async fn scenario(scheme: &str) {
     if scheme == "dssmr" {
         assert!(
             c.stats().objects_moved > 0,
-            "a follow across communities moves a user"
+            "a follow across partitions moves a user"
         );
     }
     let posted = c
@@ -83,7 +92,7 @@ async fn scenario(scheme: &str) {
     };
     assert!(t.iter().any(|p| p.id == 42 && p.author == b), "{t:?}");
     // Concurrent clients on the Mix workload: every command finishes.
-    let (_, spec) = chirper_params(&cfg).unwrap();
+    let (_, _, spec) = chirper_params(&cfg).unwrap();
     let graph = std::sync::Arc::new(Graph::generate(&spec));
     let mut tasks = Vec::new();
     for i in 0..4u64 {

@@ -37,7 +37,11 @@ fn restore(data: &[u8]) {
     sequential::<partita_fuzz::bank::Bank>(data);
     let users = partita_fuzz::chirper_users();
     for scheme in [Scheme::Ssmr, Scheme::Dssmr] {
-        let f = partita_dssmr::replica::factory::<Chirper>(scheme, users.clone());
+        let f = partita_dssmr::replica::factory::<Chirper>(
+            scheme,
+            partita_dssmr::StaticMap::Service,
+            users.clone(),
+        );
         if let Ok(r) = f.restore(data, 1, 4) {
             r.invariants();
         }

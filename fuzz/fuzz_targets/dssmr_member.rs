@@ -31,10 +31,15 @@ fuzz_target!(|data: &[u8]| {
         Scheme::Dssmr
     };
     let partitions: u32 = if scheme == Scheme::Dssmr { 3 } else { 2 };
+    let map = if head & 8 == 0 {
+        partita_dssmr::StaticMap::Service
+    } else {
+        partita_dssmr::StaticMap::Hashed
+    };
     let layout = partita_fuzz::chirper_layout(partitions);
     let partition = u32::from((head >> 1) & 3) % partitions;
     let id: NodeId = layout.replicas[partition as usize][0];
-    let mut r = factory::<Chirper>(scheme, partita_fuzz::chirper_users()).fresh(id);
+    let mut r = factory::<Chirper>(scheme, map, partita_fuzz::chirper_users()).fresh(id);
     r.configure(&ReplicaOptions {
         cluster_id: 1,
         partition: Some((layout.clone(), partition)),

@@ -116,8 +116,13 @@ fn chirper(bytes: &[u8]) {
     };
     let _ = Chirper::kind(cmd);
     for partitions in 1..4 {
-        if let Some(d) = Chirper::static_partitions(cmd, partitions) {
-            assert!(d.valid(partitions), "placed in {d:?} of {partitions}");
+        for map in [
+            partita_dssmr::StaticMap::Service,
+            partita_dssmr::StaticMap::Hashed,
+        ] {
+            if let Some(d) = Chirper::static_partitions(cmd, partitions, map) {
+                assert!(d.valid(partitions), "placed in {d:?} of {partitions}");
+            }
         }
     }
     let mut world = Reference::<Chirper>::default();

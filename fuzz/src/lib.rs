@@ -130,6 +130,7 @@ pub fn chirper_setup(id: NodeId, protocol: Protocol) -> NodeSetup {
         protocol,
         partita_dssmr::replica::factory::<partita_dssmr::chirper::Chirper>(
             Scheme::Dssmr,
+            partita_dssmr::StaticMap::Service,
             chirper_users(),
         ),
     );

@@ -383,8 +383,18 @@ pub struct DssmrSection {
     /// (default `false`).
     #[serde(default)]
     pub gather_where_most: bool,
+    /// Where users start (DS-SMR) and stay (S-SMR's static map), and where a new one
+    /// is created: `"service"` (Chirper's own placement, by community: an optimised
+    /// static map, the default) or `"hashed"` (users hashed to partitions, knowing
+    /// nothing of who follows whom, as the paper's runs start). Every node and client
+    /// of a cluster reads the same file, so they all agree.
+    #[serde(default = "default_dssmr_placement")]
+    pub placement: String,
 }
 
+fn default_dssmr_placement() -> String {
+    "service".into()
+}
 fn default_dssmr_scheme() -> String {
     "dssmr".into()
 }
@@ -415,6 +425,7 @@ impl Default for DssmrSection {
             seed: default_dssmr_seed(),
             await_moves: false,
             gather_where_most: false,
+            placement: default_dssmr_placement(),
         }
     }
 }
@@ -973,6 +984,16 @@ impl ClusterConfig {
             return f(
                 "dssmr.scheme",
                 format!("`{}`: \"dssmr\" or \"ssmr\"", d.scheme),
+            );
+        }
+        if d.placement != "service" && d.placement != "hashed" {
+            return f(
+                "dssmr.placement",
+                format!(
+                    "`{}`: \"service\" (the service's own placement) or \"hashed\" (users \
+                     hashed to partitions)",
+                    d.placement
+                ),
             );
         }
         if d.communities == 0 || d.users < d.communities || d.users > 10_000_000 {
@@ -2363,6 +2384,14 @@ mod tests {
             field(&with(&|d| d.scheme = "dynamic".into())).0,
             "dssmr.scheme"
         );
+        let hashed = with(&|d| d.placement = "hashed".into());
+        assert_eq!(
+            ClusterConfig::parse(&hashed.to_toml(), "x").unwrap().dssmr,
+            hashed.dssmr
+        );
+        let (f, m) = field(&with(&|d| d.placement = "by-community".into()));
+        assert_eq!(f, "dssmr.placement");
+        assert!(m.contains("by-community") && m.contains("hashed"), "{m}");
         assert_eq!(field(&with(&|d| d.communities = 0)).0, "dssmr.users");
         assert_eq!(field(&with(&|d| d.users = 3)).0, "dssmr.users");
         assert_eq!(

@@ -6,8 +6,11 @@
 //!
 //! Choices where the paper is silent (also in docs/experiments.md):
 //! - a user id carries its community in its high 32 bits (`community << 32 | index`),
-//!   and the placement (the paper's interest-based `f`, and S-SMR's static map) is the
-//!   community modulo the partitions, so communities start whole in one partition;
+//!   and Chirper's own placement ([`crate::StaticMap::Service`]: the paper's
+//!   interest-based `f`, an optimised static map) is the community modulo the
+//!   partitions, so communities start whole in one partition; with
+//!   [`crate::StaticMap::Hashed`] (the paper's runs) users are hashed to partitions
+//!   and every community starts spread over all of them;
 //! - a user keeps its last [`POSTS_KEPT`] posts and a timeline of the last
 //!   [`TIMELINE_KEPT`] posts of its followees, in the order they reached it; a post's
 //!   text is at most 140 bytes;
@@ -127,11 +130,15 @@ impl ObjectService for Chirper {
         (community_of(id) as usize % partitions) as u16
     }
 
-    fn static_partitions(cmd: &ChirperCommand, partitions: usize) -> Option<Dests> {
+    fn static_partitions(
+        cmd: &ChirperCommand,
+        partitions: usize,
+        map: crate::StaticMap,
+    ) -> Option<Dests> {
         match cmd {
             // Its followers can be anywhere.
             ChirperCommand::Post { .. } => None,
-            _ => crate::placed::<Self>(cmd, partitions),
+            _ => crate::placed::<Self>(cmd, partitions, map),
         }
     }
 
@@ -536,6 +543,62 @@ mod tests {
             Graph::generate(&GraphSpec::new(10_000, 10)).follows,
             g.follows
         );
+    }
+
+    /// The paper's placement: users hashed to partitions, so every community starts
+    /// spread over all of them (about a 1/P share of follows inside a partition),
+    /// evenly; Chirper's own map keeps each community whole (almost every follow
+    /// inside one partition). The same ids always hash alike.
+    #[test]
+    fn a_hashed_map_spreads_every_community_and_the_service_map_keeps_it_whole() {
+        use crate::StaticMap;
+        let g = Graph::generate(&GraphSpec::new(10_000, 64));
+        let users: Vec<ObjectId> = g.users().collect();
+        let inside = |map: StaticMap| {
+            let n = g
+                .follows
+                .iter()
+                .filter(|(f, u)| map.place::<Chirper>(*f, 8) == map.place::<Chirper>(*u, 8))
+                .count();
+            n as f64 / g.follows.len() as f64
+        };
+        assert!(
+            inside(StaticMap::Service) > 0.85,
+            "{}",
+            inside(StaticMap::Service)
+        );
+        let hashed = inside(StaticMap::Hashed);
+        assert!((0.08..0.18).contains(&hashed), "{hashed} of follows inside");
+        for c in 0..64 {
+            let mut per = [0u32; 8];
+            for u in users.iter().filter(|u| community_of(**u) == c) {
+                per[usize::from(StaticMap::Hashed.place::<Chirper>(*u, 8))] += 1;
+            }
+            assert!(per.iter().all(|&n| n > 0), "community {c}: {per:?}");
+            let whole: std::collections::BTreeSet<u16> = users
+                .iter()
+                .filter(|u| community_of(**u) == c)
+                .map(|u| StaticMap::Service.place::<Chirper>(*u, 8))
+                .collect();
+            assert_eq!(whole.len(), 1, "community {c}");
+        }
+        let mut per = [0u32; 8];
+        for u in &users {
+            per[usize::from(StaticMap::hashed(*u, 8))] += 1;
+        }
+        assert!(
+            per.iter().all(|&n| (1_050..1_450).contains(&n)),
+            "10,000 users over 8 partitions: {per:?}"
+        );
+        assert!(users
+            .iter()
+            .all(|u| StaticMap::hashed(*u, 8) == StaticMap::hashed(*u, 8)
+                && StaticMap::hashed(*u, 1) == 0));
+        assert_eq!(StaticMap::parse("hashed"), Ok(StaticMap::Hashed));
+        assert_eq!(StaticMap::parse("service"), Ok(StaticMap::Service));
+        assert!(StaticMap::parse("community")
+            .unwrap_err()
+            .contains("hashed"));
     }
 
     /// Scattered interests: every follow inside one interest group (p_local = 1),

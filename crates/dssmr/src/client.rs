@@ -3,6 +3,7 @@
 
 use crate::{
     Dests, DsCommand, DsReply, Kind, Locations, Member, ObjectId, ObjectService, Prophecy,
+    StaticMap,
 };
 use partita_types::DetHashMap;
 use rand::{Rng, SeedableRng};
@@ -27,6 +28,9 @@ pub struct ProxyConfig {
     pub retries_max: u32,
     /// Use the location cache (§4.3).
     pub cache: bool,
+    /// The deployment's initial placement and S-SMR's static map (the cluster file's
+    /// `[dssmr] placement`; the service's own by default).
+    pub static_map: StaticMap,
 }
 
 impl ProxyConfig {
@@ -36,6 +40,7 @@ impl ProxyConfig {
             partitions,
             retries_max: 3,
             cache: true,
+            static_map: StaticMap::default(),
         }
     }
 }
@@ -166,6 +171,13 @@ impl<S: ObjectService> ClientProxy<S> {
     pub fn prefetch(&mut self, locations: impl IntoIterator<Item = (ObjectId, u16)>) {
         self.cache.extend(locations);
     }
+    /// Fill the cache with where the static map put `ids` (the objects a deployment
+    /// starts with).
+    pub fn prefetch_initial(&mut self, ids: impl IntoIterator<Item = ObjectId>) {
+        let (n, map) = (self.cfg.partitions, self.cfg.static_map);
+        self.cache
+            .extend(ids.into_iter().map(|id| (id, map.place::<S>(id, n))));
+    }
 
     /// Issue a command (one at a time).
     pub fn submit(&mut self, cmd: S::Command, out: &mut Vec<Multicast<S::Command>>) {
@@ -212,10 +224,10 @@ impl<S: ObjectService> ClientProxy<S> {
 
     fn ssmr(&mut self, out: &mut Vec<Multicast<S::Command>>) {
         let cur = self.current.as_ref().expect("current");
-        let n = self.cfg.partitions;
+        let (n, map) = (self.cfg.partitions, self.cfg.static_map);
         let dests = match S::kind(&cur.cmd) {
-            Kind::Create(v) | Kind::Delete(v) => Dests::partition(S::placement(v, n)),
-            Kind::Access(_) => S::static_partitions(&cur.cmd, n)
+            Kind::Create(v) | Kind::Delete(v) => Dests::partition(map.place::<S>(v, n)),
+            Kind::Access(_) => S::static_partitions(&cur.cmd, n, map)
                 .filter(|d| d.count() > 0)
                 .unwrap_or_else(|| Dests::all_partitions(n)),
         };

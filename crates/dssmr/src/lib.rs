@@ -4,8 +4,11 @@
 //! - A service implements [`ObjectService`]: objects with ids, commands that name the
 //!   objects they access ([`Kind`]), and `execute` over a [`View`] of objects that
 //!   does not know where the objects live (Eyrie's `StateMachine.executeCommand`),
-//!   with the oracle's hooks: the initial placement (`placement`, also S-SMR's static
-//!   map) and the partitions a command may touch under that map (`static_partitions`).
+//!   with the oracle's hooks: the service's own placement (`placement`) and the
+//!   partitions a command may touch under a static map (`static_partitions`).
+//! - [`StaticMap`] is the initial placement, also S-SMR's static map: objects hashed
+//!   to partitions (knowing nothing of the workload, as the paper's DS-SMR starts) or
+//!   the service's own placement (Chirper's: by community, an optimised static map).
 //! - [`server::Server`] is the proxy of one member: a data partition (Algorithm 3, and
 //!   S-SMR's Algorithm 1 for commands sent to several partitions) or the oracle
 //!   (Algorithm 4). Members exchange [`Exchange`] messages at execution; every
@@ -130,14 +133,17 @@ pub trait ObjectService: Send + 'static {
     type Reply: Clone + Debug + PartialEq + Send + Sync + Serialize + DeserializeOwned + 'static;
 
     fn kind(cmd: &Self::Command) -> Kind;
-    /// The initial placement (the paper's `f`, Chirper's `getObjectPlacement`): where
-    /// an object is created, and S-SMR's static map.
-    fn placement(id: ObjectId, partitions: usize) -> u16;
+    /// The service's own placement (Chirper's `getObjectPlacement`): what
+    /// [`StaticMap::Service`] puts where. A service that knows nothing of its workload
+    /// may leave it to [`StaticMap::hashed`].
+    fn placement(id: ObjectId, partitions: usize) -> u16 {
+        StaticMap::hashed(id, partitions)
+    }
     /// S-SMR's oracle: a superset of the partitions the command touches when every
-    /// object is where `placement` puts it; `None` when that cannot be known from the
+    /// object is where `map` puts it; `None` when that cannot be known from the
     /// command (Chirper's post: its followers), and the command goes to all.
-    fn static_partitions(cmd: &Self::Command, partitions: usize) -> Option<Dests> {
-        placed::<Self>(cmd, partitions)
+    fn static_partitions(cmd: &Self::Command, partitions: usize, map: StaticMap) -> Option<Dests> {
+        placed::<Self>(cmd, partitions, map)
     }
     /// The object a `Create` command makes.
     fn create(cmd: &Self::Command) -> Self::Object;
@@ -145,17 +151,77 @@ pub trait ObjectService: Send + 'static {
     fn execute(cmd: &Self::Command, view: &mut View<'_, Self::Object>) -> Self::Reply;
 }
 
-/// The partitions `placement` puts an access's objects in (S-SMR's default static
+/// The partitions `map` puts an access's objects in (S-SMR's default static
 /// oracle); `None` for creates and deletes.
-pub fn placed<S: ObjectService + ?Sized>(cmd: &S::Command, partitions: usize) -> Option<Dests> {
+pub fn placed<S: ObjectService + ?Sized>(
+    cmd: &S::Command,
+    partitions: usize,
+    map: StaticMap,
+) -> Option<Dests> {
     let Kind::Access(objects) = S::kind(cmd) else {
         return None;
     };
     let mut d = Dests::none();
     for o in objects {
-        d = d.with(Member::Partition(S::placement(o, partitions)));
+        d = d.with(Member::Partition(map.place::<S>(o, partitions)));
     }
     Some(d)
+}
+
+/// The initial placement of objects, which is also S-SMR's static map: where the
+/// objects a deployment starts with are loaded, where a new object is created, and
+/// where S-SMR's oracle sends a command. Every member and client of a deployment
+/// must use the same one (the cluster file's `[dssmr] placement`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StaticMap {
+    /// Each object hashed to a partition: knows nothing of which objects are used
+    /// together (paper 003 §1: DS-SMR "does not need any prior information about the
+    /// workload"; the map the paper's S-SMR and DS-SMR start from).
+    Hashed,
+    /// The service's own [`ObjectService::placement`] (Chirper: by community, so that
+    /// most follows stay in one partition; an optimised static map).
+    #[default]
+    Service,
+}
+
+impl StaticMap {
+    /// The partition `map` puts object `id` in.
+    pub fn place<S: ObjectService + ?Sized>(self, id: ObjectId, partitions: usize) -> u16 {
+        match self {
+            StaticMap::Hashed => StaticMap::hashed(id, partitions),
+            StaticMap::Service => S::placement(id, partitions),
+        }
+    }
+
+    /// `id` hashed to one of `partitions` (SplitMix64's finaliser, so that ids that
+    /// share bits, such as Chirper's community in the high ones, spread evenly).
+    pub fn hashed(id: ObjectId, partitions: usize) -> u16 {
+        let mut z = id.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z % partitions.max(1) as u64) as u16
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StaticMap::Hashed => "hashed",
+            StaticMap::Service => "service",
+        }
+    }
+
+    /// Parse a cluster file's or a command line's name.
+    pub fn parse(s: &str) -> Result<StaticMap, String> {
+        match s {
+            "hashed" => Ok(StaticMap::Hashed),
+            "service" => Ok(StaticMap::Service),
+            _ => Err(format!(
+                "`{s}` is not a placement: `hashed` (objects hashed to partitions) or \
+                 `service` (the service's own placement)"
+            )),
+        }
+    }
 }
 
 /// A delivered command, named the same at every member: the ordering's instance it

@@ -21,7 +21,9 @@
 
 use crate::client::Scheme;
 use crate::server::{Output, Server};
-use crate::{decode, encode, CmdRef, Dests, DsCommand, Exchange, Member, ObjectId, ObjectService};
+use crate::{
+    decode, encode, CmdRef, Dests, DsCommand, Exchange, Member, ObjectId, ObjectService, StaticMap,
+};
 use partita_consensus::Value;
 use partita_smr::sessions::{Admission, Sessions};
 use partita_smr::{
@@ -118,6 +120,7 @@ pub struct DsReplica<S: ObjectService> {
     id: NodeId,
     cluster_id: u64,
     scheme: Scheme,
+    static_map: StaticMap,
     layout: Option<PartitionLayout>,
     partition: PartitionId,
     initial: Initial<S::Object>,
@@ -137,14 +140,20 @@ pub struct DsReplica<S: ObjectService> {
 }
 
 impl<S: ObjectService> DsReplica<S> {
-    pub fn new(id: NodeId, scheme: Scheme, initial: Initial<S::Object>) -> DsReplica<S> {
+    pub fn new(
+        id: NodeId,
+        scheme: Scheme,
+        static_map: StaticMap,
+        initial: Initial<S::Object>,
+    ) -> DsReplica<S> {
         DsReplica {
             id,
             cluster_id: 0,
             scheme,
+            static_map,
             layout: None,
             partition: 0,
-            server: Server::new(Member::Partition(0), 1),
+            server: Server::new(Member::Partition(0), 1, static_map),
             initial,
             sessions: Sessions::new(None),
             last_instance: 0,
@@ -339,7 +348,7 @@ impl<S: ObjectService> Replica for DsReplica<S> {
             let member = member_of(*p, n, self.scheme);
             let data = data_partitions(n, self.scheme);
             if self.layout.is_none() && self.server.is_empty() && self.last_instance == 0 {
-                let mut s = Server::new(member, data);
+                let mut s = Server::new(member, data, self.static_map);
                 s.set_planted(self.planted);
                 s.load((self.initial)());
                 self.server = s;
@@ -502,6 +511,7 @@ impl<S: ObjectService> Replica for DsReplica<S> {
 /// (every replica loads the same).
 pub struct DsFactory<S: ObjectService> {
     scheme: Scheme,
+    static_map: StaticMap,
     initial: Initial<S::Object>,
     planted: crate::server::Planted,
     _s: PhantomData<fn() -> S>,
@@ -510,19 +520,27 @@ pub struct DsFactory<S: ObjectService> {
 /// The factory a node of an S-SMR or DS-SMR cluster of `S` is built with.
 pub fn factory<S: ObjectService>(
     scheme: Scheme,
+    static_map: StaticMap,
     initial: Initial<S::Object>,
 ) -> Arc<dyn ServiceFactory> {
-    factory_planted::<S>(scheme, initial, crate::server::Planted::default())
+    factory_planted::<S>(
+        scheme,
+        static_map,
+        initial,
+        crate::server::Planted::default(),
+    )
 }
 
 /// [`factory`] with deliberate bugs in every replica it builds (the checks' controls).
 pub fn factory_planted<S: ObjectService>(
     scheme: Scheme,
+    static_map: StaticMap,
     initial: Initial<S::Object>,
     planted: crate::server::Planted,
 ) -> Arc<dyn ServiceFactory> {
     Arc::new(DsFactory::<S> {
         scheme,
+        static_map,
         initial,
         planted,
         _s: PhantomData,
@@ -535,7 +553,8 @@ impl<S: ObjectService> ServiceFactory for DsFactory<S> {
     }
     fn fresh(&self, id: NodeId) -> Box<dyn Replica> {
         Box::new(
-            DsReplica::<S>::new(id, self.scheme, self.initial.clone()).with_planted(self.planted),
+            DsReplica::<S>::new(id, self.scheme, self.static_map, self.initial.clone())
+                .with_planted(self.planted),
         )
     }
     fn restore(
@@ -546,7 +565,8 @@ impl<S: ObjectService> ServiceFactory for DsFactory<S> {
     ) -> Result<Box<dyn Replica>, CheckpointError> {
         let info = verify_checkpoint_of(bytes, cluster_id)?;
         let (sessions, state) = read_checkpoint(bytes, &info, S::NAME)?;
-        let server = Server::<S>::restore(state).map_err(CheckpointError::State)?;
+        let server =
+            Server::<S>::restore(state, self.static_map).map_err(CheckpointError::State)?;
         if server.digest() != info.digest || server.len() != info.entries {
             return Err(CheckpointError::Contents {
                 header_entries: info.entries,
@@ -555,8 +575,9 @@ impl<S: ObjectService> ServiceFactory for DsFactory<S> {
                 digest: server.digest(),
             });
         }
-        let mut r = DsReplica::<S>::new(node_id, self.scheme, self.initial.clone())
-            .with_planted(self.planted);
+        let mut r =
+            DsReplica::<S>::new(node_id, self.scheme, self.static_map, self.initial.clone())
+                .with_planted(self.planted);
         r.cluster_id = info.cluster_id;
         r.last_instance = info.instance;
         r.last_name = info.name;

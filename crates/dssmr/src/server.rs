@@ -3,7 +3,7 @@
 use crate::view::View;
 use crate::{
     decode, encode, CmdRef, Dests, DsCommand, DsReply, Exchange, Kind, Locations, Member, ObjectId,
-    ObjectService, Prophecy,
+    ObjectService, Prophecy, StaticMap,
 };
 use partita_types::DetHashMap;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -79,6 +79,8 @@ pub const SENT_KEPT: usize = 1 << 14;
 pub struct Server<S: ObjectService> {
     member: Member,
     partitions: usize,
+    /// Where objects start and are created (every member of a deployment alike).
+    static_map: StaticMap,
     objects: DetHashMap<ObjectId, S::Object>,
     map: DetHashMap<ObjectId, u16>,
     queue: VecDeque<Pending<S::Command>>,
@@ -101,7 +103,7 @@ pub struct Server<S: ObjectService> {
 }
 
 impl<S: ObjectService> Server<S> {
-    pub fn new(member: Member, partitions: usize) -> Server<S> {
+    pub fn new(member: Member, partitions: usize, static_map: StaticMap) -> Server<S> {
         assert!((1..=crate::PARTITIONS_MAX).contains(&partitions));
         if let Member::Partition(p) = member {
             assert!(usize::from(p) < partitions, "partition {p} of {partitions}");
@@ -109,6 +111,7 @@ impl<S: ObjectService> Server<S> {
         Server {
             member,
             partitions,
+            static_map,
             objects: DetHashMap::default(),
             map: DetHashMap::default(),
             queue: VecDeque::new(),
@@ -128,11 +131,11 @@ impl<S: ObjectService> Server<S> {
         self.planted = p;
     }
 
-    /// Load the initial objects: a partition keeps those `placement` puts in it, the
+    /// Load the initial objects: a partition keeps those the static map puts in it, the
     /// oracle records where each is. Every member loads the same set.
     pub fn load(&mut self, objects: impl IntoIterator<Item = (ObjectId, S::Object)>) {
         for (id, o) in objects {
-            let p = S::placement(id, self.partitions);
+            let p = self.static_map.place::<S>(id, self.partitions);
             match self.member {
                 Member::Oracle => {
                     self.map.insert(id, p);
@@ -247,8 +250,9 @@ impl<S: ObjectService> Server<S> {
         ))
     }
 
-    /// A member restored from [`Server::snapshot`] bytes.
-    pub fn restore(bytes: &[u8]) -> Result<Server<S>, String> {
+    /// A member restored from [`Server::snapshot`] bytes, in a deployment whose static
+    /// map is `static_map` (the cluster file's, not the snapshot's).
+    pub fn restore(bytes: &[u8], static_map: StaticMap) -> Result<Server<S>, String> {
         type Snap<O> = (
             Member,
             u64,
@@ -275,7 +279,7 @@ impl<S: ObjectService> Server<S> {
                 return Err(format!("partition {p} of {partitions}"));
             }
         }
-        let mut s = Server::new(member, partitions);
+        let mut s = Server::new(member, partitions, static_map);
         s.objects = objects.into_iter().collect();
         s.map = map.into_iter().collect();
         s.last = last;
@@ -582,7 +586,7 @@ impl<S: ObjectService> Server<S> {
                     }
                 }
                 Kind::Create(v) => {
-                    let at_p = S::placement(v, self.partitions);
+                    let at_p = self.static_map.place::<S>(v, self.partitions);
                     self.create(at, dests, &cmd, v, at_p, &got, out);
                 }
                 Kind::Delete(v) => self.delete(at, dests, v, out),
@@ -620,7 +624,7 @@ impl<S: ObjectService> Server<S> {
             }
             Kind::Create(v) => match self.map.contains_key(&v) {
                 true => Prophecy::Nok,
-                false => Prophecy::CreateAt(S::placement(v, self.partitions)),
+                false => Prophecy::CreateAt(self.static_map.place::<S>(v, self.partitions)),
             },
             Kind::Delete(v) => match self.map.get(&v) {
                 None => Prophecy::Nok,

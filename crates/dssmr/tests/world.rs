@@ -54,6 +54,8 @@ struct Setup {
     creates: bool,
     /// Share of exchanges lost (then asked for again).
     loss: f64,
+    /// Where users start and are created (every member and client alike).
+    static_map: StaticMap,
 }
 
 struct World {
@@ -96,7 +98,7 @@ impl World {
         let mut replicas = Vec::new();
         for m in &members {
             for rank in 0..setup.replicas {
-                let mut server = Server::<Chirper>::new(*m, setup.partitions);
+                let mut server = Server::<Chirper>::new(*m, setup.partitions, setup.static_map);
                 server.set_planted(setup.planted);
                 server.load(objects.iter().cloned());
                 replicas.push(Replica {
@@ -111,13 +113,10 @@ impl World {
             .map(|c| {
                 let mut cfg = ProxyConfig::new(setup.scheme, setup.partitions);
                 cfg.retries_max = rng.gen_range(1..=3);
+                cfg.static_map = setup.static_map;
                 let mut proxy = ClientProxy::new(cfg, seed * 100 + c as u64);
                 if c % 2 == 0 {
-                    proxy.prefetch(
-                        objects
-                            .iter()
-                            .map(|(u, _)| (*u, Chirper::placement(*u, setup.partitions))),
-                    );
+                    proxy.prefetch_initial(objects.iter().map(|(u, _)| *u));
                 }
                 if c % 3 == 1 {
                     proxy.set_placement(Box::new(MostObjectsPlacement));
@@ -493,7 +492,7 @@ impl World {
                     .push(format!("replicas of {:?} diverged", r.member));
             }
             if r.server.waiting() == 0 {
-                match Server::<Chirper>::restore(&r.server.snapshot()) {
+                match Server::<Chirper>::restore(&r.server.snapshot(), self.setup.static_map) {
                     Ok(back) if back.digest() == r.server.digest() => {}
                     Ok(_) => self
                         .violations
@@ -540,6 +539,12 @@ fn setup(seed: u64, scheme: Scheme) -> Setup {
         planted: Planted::default(),
         creates: scheme == Scheme::Dssmr && rng.gen_bool(0.5),
         loss: if rng.gen_bool(0.3) { 0.1 } else { 0.0 },
+        // From the seed, not the stream (a draw would change every later one).
+        static_map: if seed & 2 == 0 {
+            StaticMap::Service
+        } else {
+            StaticMap::Hashed
+        },
     }
 }
 

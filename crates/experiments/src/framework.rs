@@ -229,48 +229,54 @@ impl SimDriver {
         points: &[PointSpec],
         progress: bool,
     ) -> anyhow::Result<Vec<Measured>> {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let results: Mutex<Vec<Option<anyhow::Result<Measured>>>> =
-            Mutex::new((0..points.len()).map(|_| None).collect());
-        let jobs = self.jobs.clamp(1, points.len().max(1));
         let bar = progress
             .then(|| partita_harness::progress::bar(points.len() as u64, "sweep"))
             .flatten();
-        std::thread::scope(|s| {
-            for _ in 0..jobs {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if i >= points.len() {
-                        break;
-                    }
-                    let p = &points[i];
-                    let r = self
-                        .run_now(p)
-                        .with_context(|| format!("simulated {}", p.name()));
-                    if progress {
-                        let text = match &r {
-                            Ok(m) => format!("  {}", progress_line(p, m)),
-                            Err(e) => format!("  {}: {e:#}", p.name()),
-                        };
-                        partita_harness::progress::line(bar.as_ref(), &text);
-                    }
-                    if let Some(b) = &bar {
-                        b.inc(1);
-                    }
-                    results.lock().expect("results lock")[i] = Some(r);
-                });
+        let results = map_jobs(points, self.jobs, |p| {
+            let r = self
+                .run_now(p)
+                .with_context(|| format!("simulated {}", p.name()));
+            if progress {
+                let text = match &r {
+                    Ok(m) => format!("  {}", progress_line(p, m)),
+                    Err(e) => format!("  {}: {e:#}", p.name()),
+                };
+                partita_harness::progress::line(bar.as_ref(), &text);
             }
+            if let Some(b) = &bar {
+                b.inc(1);
+            }
+            r
         });
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        results
-            .into_inner()
-            .expect("results lock")
-            .into_iter()
-            .map(|r| r.expect("every point ran"))
-            .collect()
+        results.into_iter().collect()
     }
+}
+
+/// `f` of every item, `jobs` items at once on threads (each takes the next item
+/// left), returned in the items' order: simulated points are independent and
+/// deterministic, so the results do not depend on `jobs`.
+pub fn map_jobs<T: Sync, R: Send>(items: &[T], jobs: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = f(item);
+                results.lock().expect("results lock")[i] = Some(r);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .expect("results lock")
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
 }
 
 impl Driver for SimDriver {

@@ -15,7 +15,6 @@ use partita_dssmr::chirper::{Chirper, ChirperCommand, ChirperReply, Graph, Workl
 use partita_dssmr::client::{ClientProxy, Outcome, ProxyConfig, ProxyStats, Scheme};
 use partita_dssmr::replica::data_partitions;
 use partita_dssmr::wire::{DsWire, WireCommand};
-use partita_dssmr::ObjectService;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -42,7 +41,7 @@ impl ChirperClient {
         opts: ClientOptions,
         seed: u64,
     ) -> Result<ChirperClient, ClientError> {
-        let (scheme, _) =
+        let (scheme, static_map, _) =
             chirper_params(cluster).map_err(|e| ClientError::Rejected(e.to_string()))?;
         let partitions = cluster.partitioning.partitions.max(1) as usize;
         let data = data_partitions(partitions, scheme) as u32;
@@ -63,7 +62,9 @@ impl ChirperClient {
             Some((tx, task.abort_handle()))
         };
         let client = Client::<DsWire<Chirper>>::connect(cluster.clone(), opts).await?;
-        let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), seed);
+        let mut cfg = ProxyConfig::new(scheme, data as usize);
+        cfg.static_map = static_map;
+        let mut proxy = ClientProxy::new(cfg, seed);
         if cluster.dssmr.as_ref().is_some_and(|d| d.gather_where_most) {
             proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
         }
@@ -77,9 +78,7 @@ impl ChirperClient {
 
     /// Fill the location cache with where `users` start (the paper's prefetch).
     pub fn prefetch(&mut self, users: impl IntoIterator<Item = u64>) {
-        let data = self.data as usize;
-        self.proxy
-            .prefetch(users.into_iter().map(|u| (u, Chirper::placement(u, data))));
+        self.proxy.prefetch_initial(users);
     }
 
     pub fn stats(&self) -> &ProxyStats {
@@ -254,7 +253,7 @@ pub async fn run_load(
     base: Instant,
 ) -> anyhow::Result<(ChirperLoadResult, Vec<ChirperEvent>)> {
     anyhow::ensure!(load.clients > 0, "a Chirper load needs clients");
-    let (scheme, spec) = chirper_params(cluster)?;
+    let (scheme, _, spec) = chirper_params(cluster)?;
     let graph = Arc::new(Graph::generate(&spec));
     let end = base + load.duration;
     let mut tasks = Vec::new();

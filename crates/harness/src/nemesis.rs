@@ -1086,7 +1086,7 @@ pub async fn run_chirper(
         bail!("no faults to inject");
     }
     let cluster = lc.cluster.clone();
-    let (_, spec) = crate::services::chirper_params(&cluster)?;
+    let (_, _, spec) = crate::services::chirper_params(&cluster)?;
     let graph = partita_dssmr::chirper::Graph::generate(&spec);
     let base = Instant::now();
     let task = {

@@ -28,7 +28,7 @@ pub fn for_cluster(
         return partita_config::services::factory(cluster)
             .map_or_else(|| resolve(&cluster.cluster.service), Ok);
     }
-    let (scheme, spec) = chirper_params(cluster)?;
+    let (scheme, static_map, spec) = chirper_params(cluster)?;
     let graph = Arc::new(partita_dssmr::chirper::Graph::generate(&spec));
     let on = |name: &str| unsafe_bugs.iter().any(|b| b == name);
     let planted = partita_dssmr::server::Planted {
@@ -38,14 +38,20 @@ pub fn for_cluster(
     };
     Ok(partita_dssmr::replica::factory_planted::<
         partita_dssmr::chirper::Chirper,
-    >(scheme, Arc::new(move || graph.objects()), planted))
+    >(
+        scheme,
+        static_map,
+        Arc::new(move || graph.objects()),
+        planted,
+    ))
 }
 
-/// A Chirper cluster's scheme and social graph (its `[dssmr]` section).
+/// A Chirper cluster's scheme, static map and social graph (its `[dssmr]` section).
 pub fn chirper_params(
     cluster: &partita_config::ClusterConfig,
 ) -> anyhow::Result<(
     partita_dssmr::client::Scheme,
+    partita_dssmr::StaticMap,
     partita_dssmr::chirper::GraphSpec,
 )> {
     use partita_dssmr::client::Scheme;
@@ -57,8 +63,10 @@ pub fn chirper_params(
         "ssmr" => Scheme::Ssmr,
         _ => Scheme::Dssmr,
     };
+    let static_map = partita_dssmr::StaticMap::parse(&d.placement).map_err(anyhow::Error::msg)?;
     Ok((
         scheme,
+        static_map,
         partita_dssmr::chirper::GraphSpec {
             users: d.users,
             communities: d.communities,

@@ -59,7 +59,11 @@ fn cluster_with(
     let replicas: Vec<NodeId> = (4..4 + (PER * partitions) as NodeId).collect();
     let mut setup = common::setup(protocol, &replicas);
     let objects = graph.objects();
-    setup.service = factory::<Chirper>(scheme, Arc::new(move || objects.clone()));
+    setup.service = factory::<Chirper>(
+        scheme,
+        partita_dssmr::StaticMap::Service,
+        Arc::new(move || objects.clone()),
+    );
     let layout: Vec<Vec<NodeId>> = replicas.chunks(PER).map(|r| r.to_vec()).collect();
     setup.membership.partitions = PartitionLayout {
         map: PartitionMap::new(partitions as u32, 1 << 20).expect("a valid map"),
@@ -126,7 +130,7 @@ fn run(
             cfg.retries_max = 2;
             let mut proxy = ClientProxy::new(cfg, seed * 10 + i);
             if i % 2 == 0 {
-                proxy.prefetch(graph.users().map(|u| (u, Chirper::placement(u, data))));
+                proxy.prefetch_initial(graph.users());
             }
             Client {
                 id: 1000 + i,

@@ -774,6 +774,9 @@ pub fn run(spec: BenchSpec) -> BenchReport {
 pub struct DsBenchStats {
     /// Move commands per second in each tenth of the run.
     pub moves_per_s: Vec<f64>,
+    /// Move commands in each whole second of the run (a last part second is left
+    /// out): how the paper plots them.
+    pub moves_each_second: Vec<u64>,
     pub move_commands: u64,
     pub objects_moved: u64,
     pub retries: u64,

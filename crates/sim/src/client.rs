@@ -45,7 +45,6 @@ use crate::queue::Time;
 use partita_dssmr::chirper::{Chirper, ChirperCommand, Graph, Workload as ChirperWorkload};
 use partita_dssmr::client::{ClientProxy, Multicast, ProxyConfig};
 use partita_dssmr::wire::{DsWire, WireCommand};
-use partita_dssmr::ObjectService;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -307,16 +306,14 @@ impl SimClient {
             give_up_ns: None,
             ..core_config(&params)
         };
-        let mut proxy = ClientProxy::new(ProxyConfig::new(scheme, data as usize), index as u64 + 1);
+        let mut pcfg = ProxyConfig::new(scheme, data as usize);
+        pcfg.static_map = ds.static_map;
+        let mut proxy = ClientProxy::new(pcfg, index as u64 + 1);
         // Clients start knowing the initial placement (the paper's cache, warm).
         if ds.gather_where_most {
             proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
         }
-        proxy.prefetch(
-            graph
-                .users()
-                .map(|u| (u, Chirper::placement(u, data as usize))),
-        );
+        proxy.prefetch_initial(graph.users());
         // The moves' session gives up on a move after `give_up_ns` (a lost move
         // costs a retry, not a wrong answer), so it never stalls behind one.
         let mover = (!ds.await_moves).then(|| Mover {

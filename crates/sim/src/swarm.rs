@@ -601,6 +601,10 @@ pub struct DsParams {
     /// own whose answers nobody waits for, and an access ordered before its moves is
     /// answered retry; see `crate::client::DsClient`).
     pub await_moves: bool,
+    /// Where users start (DS-SMR) and stay (S-SMR), and where new ones are created:
+    /// hashed to partitions (the paper's runs) or by community (Chirper's own
+    /// placement, an optimised static map).
+    pub static_map: partita_dssmr::StaticMap,
     /// Swarm seeds: clients draw the swarm's mix ([`crate::ds::swarm_command`]: every
     /// command kind, creates and deletes too, peers from anywhere half of the time)
     /// and record a history, instead of `workload`'s samples.
@@ -634,6 +638,7 @@ impl SeedParams {
                 seed: d.graph.seed & ((1 << 62) - 1),
                 await_moves: d.await_moves,
                 gather_where_most: d.gather_where_most,
+                placement: d.static_map.name().into(),
             });
         }
         c.ordering = OrderingSection::paxos(self.protocol);
@@ -1420,6 +1425,11 @@ fn draw_dssmr(seed: u64, opts: &SimOptions) -> Option<(DsParams, u32)> {
         // From the seed, not the stream: a draw here would change every later draw
         // of the seed's parameters.
         await_moves: (seed >> 7) & 1 == 1,
+        static_map: if (seed >> 1) & 1 == 1 {
+            partita_dssmr::StaticMap::Hashed
+        } else {
+            partita_dssmr::StaticMap::Service
+        },
         swarm: true,
     };
     Some((d, data))

@@ -532,6 +532,7 @@ impl World {
                 let g = g.clone();
                 partita_dssmr::replica::factory_planted::<partita_dssmr::chirper::Chirper>(
                     d.scheme,
+                    d.static_map,
                     Arc::new(move || g.objects()),
                     partita_dssmr::server::Planted {
                         locality_at_consult: p.bugs.ds_locality_at_consult,
@@ -2414,6 +2415,8 @@ impl World {
             ..Default::default()
         };
         let tenth = (duration / 10).max(1);
+        let seconds = (duration / 1_000_000_000) as usize;
+        s.moves_each_second = vec![0; seconds];
         for c in &self.clients {
             if let Some(p) = c.proxy_stats() {
                 s.objects_moved += p.objects_moved;
@@ -2427,6 +2430,9 @@ impl World {
             for &t in c.move_times() {
                 let i = ((t / tenth) as usize).min(9);
                 s.moves_per_s[i] += 1.0;
+                if let Some(n) = s.moves_each_second.get_mut((t / 1_000_000_000) as usize) {
+                    *n += 1;
+                }
             }
         }
         let secs = tenth as f64 / 1e9;

@@ -63,6 +63,7 @@ fn spec_with(scheme: Scheme, workload: Workload, await_moves: bool) -> BenchSpec
         workload,
         gather_where_most: false,
         await_moves,
+        static_map: partita_dssmr::StaticMap::Service,
         swarm: false,
     });
     s

@@ -357,7 +357,11 @@ fn main() {
     }
     write("checkpoint", "bank", &checkpoint(bank));
     let users = partita_fuzz::chirper_users();
-    let f = partita_dssmr::replica::factory::<Chirper>(partita_dssmr::client::Scheme::Dssmr, users);
+    let f = partita_dssmr::replica::factory::<Chirper>(
+        partita_dssmr::client::Scheme::Dssmr,
+        partita_dssmr::StaticMap::Service,
+        users,
+    );
     let mut r = f.fresh(4);
     r.configure(&partita_smr::ReplicaOptions {
         cluster_id: 1,

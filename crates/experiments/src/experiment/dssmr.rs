@@ -8,8 +8,14 @@
 //! partition and one for commands that span partitions (each ring 3 acceptors, fsync);
 //! closed-loop clients (the client proxy over the client core) with the initial
 //! placement in their caches. The social graph (`partita_dssmr::chirper::Graph`):
-//! `users` users in `communities` communities placed by community, mean
-//! `mean_followers` followers (Pareto, α = 1.5), 90% from the own community.
+//! `users` users in `communities` communities, mean `mean_followers` followers
+//! (Pareto, α = 1.5), `p_local` of them from the own community.
+//!
+//! As the paper ran it, S-SMR's static map and DS-SMR's initial placement are the same
+//! workload-blind one: users hashed to partitions (`StaticMap::Hashed`), so DS-SMR
+//! must find the communities by moving users. Beside them, a second baseline, S-SMR*:
+//! S-SMR with an optimised static map (Chirper's own placement, each community whole
+//! in one partition), which knows the communities from the start.
 
 use super::{line, panel};
 use crate::framework;
@@ -17,6 +23,7 @@ use partita_config::{ClusterConfig, Durability, Role};
 use partita_consensus::Protocol;
 use partita_dssmr::chirper::{GraphSpec, Workload as ChirperWorkload};
 use partita_dssmr::client::Scheme;
+use partita_dssmr::StaticMap;
 use partita_sim::bench::{self as simbench, BenchReport, BenchSpec};
 use partita_sim::swarm::DsParams;
 use partita_sim::CostTable;
@@ -44,6 +51,14 @@ pub struct DssmrOptions {
     /// (`GraphSpec::scattered`): S-SMR's static map and DS-SMR's initial placement
     /// know nothing of who follows whom.
     pub scattered_interests: bool,
+    /// S-SMR's static map and DS-SMR's initial placement: users hashed to partitions
+    /// (the paper's, the default) or Chirper's own by community.
+    pub placement: StaticMap,
+    /// With a hashed placement, also S-SMR with the community map (S-SMR*, the
+    /// optimised static map), as a second baseline.
+    pub optimised_baseline: bool,
+    /// Simulated points run at once, on threads (the results do not depend on it).
+    pub jobs: usize,
     pub duration: Duration,
     pub seed: u64,
     pub cost: CostTable,
@@ -65,6 +80,9 @@ impl DssmrOptions {
             gather_where_most: false,
             await_moves: false,
             scattered_interests: false,
+            placement: StaticMap::Hashed,
+            optimised_baseline: true,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             duration: Duration::from_secs(3),
             seed: 1,
             cost: CostTable::default(),
@@ -74,10 +92,13 @@ impl DssmrOptions {
     }
 }
 
-/// One point: a scheme at a partition count under a workload.
+/// One point: a scheme with a static map at a partition count under a workload.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DsPoint {
     pub scheme: Scheme,
+    /// The initial placement and static map (reports before it had the service's).
+    #[serde(default)]
+    pub static_map: StaticMap,
     pub partitions: u32,
     pub workload: ChirperWorkload,
     pub clients: u32,
@@ -86,6 +107,9 @@ pub struct DsPoint {
     pub latency_ms_p99: f64,
     /// Move commands per second, in tenths of the run (DS-SMR).
     pub moves_per_s: Vec<f64>,
+    /// Move commands in each whole second of the run (DS-SMR; older reports: none).
+    #[serde(default)]
+    pub moves_each_second: Vec<u64>,
     pub objects_moved: u64,
     pub retries: u64,
     pub fallbacks: u64,
@@ -106,6 +130,10 @@ pub struct DsTarget {
 pub struct DssmrReport {
     pub name: String,
     pub simulated: bool,
+    /// S-SMR's static map and DS-SMR's initial placement (S-SMR* is S-SMR with the
+    /// service's map beside a hashed one; reports before it had the service's).
+    #[serde(default)]
+    pub placement: StaticMap,
     pub configuration: String,
     pub targets: Vec<DsTarget>,
     pub points: Vec<DsPoint>,
@@ -113,7 +141,7 @@ pub struct DssmrReport {
 
 /// The cluster of a point: `data` partitions (and the oracle's with DS-SMR), 2
 /// replicas each, a ring per partition and one spanning ring.
-pub fn dssmr_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
+pub fn dssmr_cluster(scheme: Scheme, static_map: StaticMap, data: u32) -> ClusterConfig {
     let partitions = data + u32::from(scheme == Scheme::Dssmr);
     let replicas = 2 * partitions as usize;
     let mut c = super::sim_smr_cluster(replicas, Protocol::RingPaxos, Durability::Fsync);
@@ -125,6 +153,7 @@ pub fn dssmr_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
             Scheme::Ssmr => "ssmr",
         }
         .into(),
+        placement: static_map.name().into(),
         ..Default::default()
     });
     if partitions > 1 {
@@ -148,10 +177,59 @@ pub fn dssmr_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
     c
 }
 
-fn point(o: &DssmrOptions, scheme: Scheme, data: u32, workload: ChirperWorkload) -> DsPoint {
+/// A curve of the figures: a scheme with its static map.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Series {
+    pub scheme: Scheme,
+    pub static_map: StaticMap,
+}
+
+impl Series {
+    /// "S-SMR", "DS-SMR", or "S-SMR*" for S-SMR with the service's (optimised) map
+    /// beside a run whose placement is hashed.
+    pub fn name(self, placement: StaticMap) -> &'static str {
+        match (self.scheme, self.static_map != placement) {
+            (Scheme::Ssmr, false) => "S-SMR",
+            (Scheme::Ssmr, true) => "S-SMR*",
+            (Scheme::Dssmr, false) => "DS-SMR",
+            (Scheme::Dssmr, true) => "DS-SMR*",
+        }
+    }
+    fn of(p: &DsPoint) -> Series {
+        Series {
+            scheme: p.scheme,
+            static_map: p.static_map,
+        }
+    }
+}
+
+/// The curves a run measures: S-SMR and DS-SMR on the placement, and S-SMR* beside a
+/// hashed one.
+pub fn series(placement: StaticMap, optimised_baseline: bool) -> Vec<Series> {
+    let mut v = vec![
+        Series {
+            scheme: Scheme::Ssmr,
+            static_map: placement,
+        },
+        Series {
+            scheme: Scheme::Dssmr,
+            static_map: placement,
+        },
+    ];
+    if optimised_baseline && placement != StaticMap::Service {
+        v.push(Series {
+            scheme: Scheme::Ssmr,
+            static_map: StaticMap::Service,
+        });
+    }
+    v
+}
+
+fn point(o: &DssmrOptions, s: Series, data: u32, workload: ChirperWorkload) -> DsPoint {
+    let scheme = s.scheme;
     let clients = o.clients_per_partition * data;
     let mut spec = BenchSpec::new(
-        dssmr_cluster(scheme, data),
+        dssmr_cluster(scheme, s.static_map, data),
         simbench::Workload::Update,
         clients,
     );
@@ -171,11 +249,13 @@ fn point(o: &DssmrOptions, scheme: Scheme, data: u32, workload: ChirperWorkload)
         workload,
         gather_where_most: o.gather_where_most,
         await_moves: o.await_moves,
+        static_map: s.static_map,
         swarm: false,
     });
     let (bench, ds) = simbench::run_with_dssmr(spec);
     DsPoint {
         scheme,
+        static_map: s.static_map,
         partitions: data,
         workload,
         clients,
@@ -183,6 +263,7 @@ fn point(o: &DssmrOptions, scheme: Scheme, data: u32, workload: ChirperWorkload)
         latency_ms_mean: bench.latency_ms_mean,
         latency_ms_p99: bench.latency_ms_p99,
         moves_per_s: ds.moves_per_s,
+        moves_each_second: ds.moves_each_second,
         objects_moved: ds.objects_moved,
         retries: ds.retries,
         fallbacks: ds.fallbacks,
@@ -192,17 +273,26 @@ fn point(o: &DssmrOptions, scheme: Scheme, data: u32, workload: ChirperWorkload)
     }
 }
 
-fn find(pts: &[DsPoint], s: Scheme, p: u32, w: ChirperWorkload) -> Option<&DsPoint> {
+fn find(pts: &[DsPoint], s: Series, p: u32, w: ChirperWorkload) -> Option<&DsPoint> {
     pts.iter()
-        .find(|x| x.scheme == s && x.partitions == p && x.workload == w)
+        .find(|x| Series::of(x) == s && x.partitions == p && x.workload == w)
 }
 
-/// The issue's targets on this run's points.
-pub fn targets(pts: &[DsPoint]) -> Vec<DsTarget> {
+/// The issue's targets on this run's points: S-SMR and DS-SMR on `placement`, S-SMR*
+/// with the service's map.
+pub fn targets(pts: &[DsPoint], placement: StaticMap) -> Vec<DsTarget> {
     let mut t = Vec::new();
-    let ratio = |w, p| {
-        let d = find(pts, Scheme::Dssmr, p, w)?;
-        let s = find(pts, Scheme::Ssmr, p, w)?;
+    let ssmr = Series {
+        scheme: Scheme::Ssmr,
+        static_map: placement,
+    };
+    let dssmr = Series {
+        scheme: Scheme::Dssmr,
+        static_map: placement,
+    };
+    let ratio = |a: Series, b: Series, w, p| {
+        let d = find(pts, a, p, w)?;
+        let s = find(pts, b, p, w)?;
         Some(d.throughput_cps / s.throughput_cps.max(1e-9))
     };
     for (w, want) in [
@@ -210,7 +300,7 @@ pub fn targets(pts: &[DsPoint]) -> Vec<DsTarget> {
         (ChirperWorkload::Post, 45.0),
         (ChirperWorkload::FollowUnfollow, 25.0),
     ] {
-        if let Some(r) = ratio(w, 8) {
+        if let Some(r) = ratio(dssmr, ssmr, w, 8) {
             t.push(DsTarget {
                 name: format!("DS-SMR / S-SMR at 8 partitions, {}", w.name()),
                 wanted: format!(">= {want}x"),
@@ -219,11 +309,25 @@ pub fn targets(pts: &[DsPoint]) -> Vec<DsTarget> {
             });
         }
     }
-    if let (Some(d8), Some(d1)) = (
-        find(pts, Scheme::Dssmr, 8, ChirperWorkload::Mix),
-        find(pts, Scheme::Dssmr, 1, ChirperWorkload::Mix),
-    ) {
-        let r = d8.throughput_cps / d1.throughput_cps.max(1e-9);
+    if placement != StaticMap::Service {
+        let optimised = Series {
+            scheme: Scheme::Ssmr,
+            static_map: StaticMap::Service,
+        };
+        if let Some(r) = ratio(dssmr, optimised, ChirperWorkload::Mix, 8) {
+            t.push(DsTarget {
+                name: "DS-SMR / S-SMR* (the optimised static map) at 8 partitions, mix".into(),
+                wanted: "within 20% (>= 0.8x)".into(),
+                measured: format!("{r:.2}x"),
+                met: r >= 0.8,
+            });
+        }
+    }
+    if let Some(r) = (|| {
+        let d8 = find(pts, dssmr, 8, ChirperWorkload::Mix)?;
+        let d1 = find(pts, dssmr, 1, ChirperWorkload::Mix)?;
+        Some(d8.throughput_cps / d1.throughput_cps.max(1e-9))
+    })() {
         t.push(DsTarget {
             name: "DS-SMR at 8 partitions / at 1, mix".into(),
             wanted: ">= 2.5x".into(),
@@ -232,7 +336,7 @@ pub fn targets(pts: &[DsPoint]) -> Vec<DsTarget> {
         });
     }
     for p in [1, 2, 4, 8] {
-        if let Some(r) = ratio(ChirperWorkload::Timeline, p) {
+        if let Some(r) = ratio(dssmr, ssmr, ChirperWorkload::Timeline, p) {
             t.push(DsTarget {
                 name: format!("Timeline, DS-SMR / S-SMR at {p} partitions"),
                 wanted: "within 15% (0.85x to 1.15x)".into(),
@@ -241,49 +345,76 @@ pub fn targets(pts: &[DsPoint]) -> Vec<DsTarget> {
             });
         }
     }
-    if let Some(d) = find(pts, Scheme::Dssmr, 2, ChirperWorkload::Post) {
-        let m = &d.moves_per_s;
-        if m.len() >= 4 {
-            let first = m[0];
-            let last = m[m.len() - 1];
-            t.push(DsTarget {
-                name: "moves decay over time, post at 2 partitions".into(),
-                wanted: "the last tenth's rate below a tenth of the first's".into(),
-                measured: format!("{first:.0}/s first tenth, {last:.0}/s last"),
-                met: last < first / 10.0,
-            });
-        }
+    // Moves decay (Figure 4's bottom row): the paper's Post at 2 partitions, and every
+    // workload that moves at 8.
+    let mut decays = vec![(2, ChirperWorkload::Post)];
+    decays.extend(
+        [
+            ChirperWorkload::Post,
+            ChirperWorkload::FollowUnfollow,
+            ChirperWorkload::Mix,
+        ]
+        .map(|w| (8, w)),
+    );
+    for (p, w) in decays {
+        let Some(d) = find(pts, dssmr, p, w) else {
+            continue;
+        };
+        let m = &d.moves_each_second;
+        let (met, measured) =
+            match (m.first(), m.last()) {
+                (Some(&first), Some(&last)) if m.len() >= 2 => (
+                    (last as f64) < 0.05 * first as f64,
+                    format!(
+                    "{first}/s in the first second, {last}/s in the last ({:.1}%; each second: {})",
+                    100.0 * last as f64 / (first as f64).max(1.0),
+                    m.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                ),
+                _ => (false, "a run shorter than 2 s has no decay to show".into()),
+            };
+        t.push(DsTarget {
+            name: format!("moves decay, {} at {p} partitions", w.name()),
+            wanted: "the last second's moves under 5% of the first second's".into(),
+            measured,
+            met,
+        });
     }
     t
 }
 
 pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
-    let mut points = Vec::new();
-    let total = o.partitions.len() * o.workloads.len() * 2;
+    let curves = series(o.placement, o.optimised_baseline);
+    let mut todo = Vec::new();
     for &p in &o.partitions {
         for &w in &o.workloads {
-            for s in [Scheme::Ssmr, Scheme::Dssmr] {
-                let x = point(o, s, p, w);
-                if o.progress {
-                    eprintln!(
-                        "[{}/{total}] {:?} {p} partitions {}: {:.0} cps, {:.2} ms mean, {} moved, {} retries, {} fallbacks",
-                        points.len() + 1,
-                        s,
-                        w.name(),
-                        x.throughput_cps,
-                        x.latency_ms_mean,
-                        x.objects_moved,
-                        x.retries,
-                        x.fallbacks
-                    );
-                }
-                points.push(x);
+            for &s in &curves {
+                todo.push((p, w, s));
             }
         }
     }
+    let total = todo.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let points = framework::map_jobs(&todo, o.jobs, |&(p, w, s)| {
+        let x = point(o, s, p, w);
+        if o.progress {
+            eprintln!(
+                "[{}/{total}] {} {p} partitions {}: {:.0} cps, {:.2} ms mean, {} moved, {} retries, {} fallbacks",
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+                s.name(o.placement),
+                w.name(),
+                x.throughput_cps,
+                x.latency_ms_mean,
+                x.objects_moved,
+                x.retries,
+                x.fallbacks
+            );
+        }
+        x
+    });
     let configuration = format!(
         "SIMULATED ({}); Chirper, {} users in {} communities, mean {} followers, {}% from the own {}; \
-         2 replicas per partition (DS-SMR: plus an oracle partition of 2), Multi-Ring Paxos \
+         {}; 2 replicas per partition (DS-SMR: plus an oracle partition of 2), Multi-Ring Paxos \
          (a ring of 3 acceptors per partition and one spanning ring), fsync; {} closed-loop \
          clients per partition, no think time, caches warm with the initial placement; {}; {}; \
          {:.1} s virtual runs, seed {}",
@@ -298,6 +429,7 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
         } else {
             "community"
         },
+        placement_text(o),
         o.clients_per_partition,
         gathering(o),
         moves_sent(o),
@@ -307,10 +439,30 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
     Ok(DssmrReport {
         name: "dssmr".into(),
         simulated: true,
+        placement: o.placement,
         configuration,
-        targets: targets(&points),
+        targets: targets(&points, o.placement),
         points,
     })
+}
+
+/// S-SMR's static map and DS-SMR's initial placement, for a report's configuration.
+fn placement_text(o: &DssmrOptions) -> &'static str {
+    match (o.placement, o.optimised_baseline) {
+        (StaticMap::Hashed, true) => {
+            "users hashed to partitions (S-SMR's static map and DS-SMR's initial placement, \
+             the paper's); S-SMR* has the optimised static map, each community whole in one \
+             partition"
+        }
+        (StaticMap::Hashed, false) => {
+            "users hashed to partitions (S-SMR's static map and DS-SMR's initial placement, \
+             the paper's)"
+        }
+        (StaticMap::Service, _) => {
+            "users placed by community (S-SMR's static map and DS-SMR's initial placement: \
+             community c in partition c mod P)"
+        }
+    }
 }
 
 /// Where the proxies gather an access's objects, for a report's configuration.
@@ -342,7 +494,7 @@ pub fn dssmr_table(r: &DssmrReport) -> String {
         s.push_str(&format!(
             "{:<9} {:<7} {:>10} {:>17.0} {:>18.2} {:>14}\n",
             p.workload.name(),
-            format!("{:?}", p.scheme),
+            Series::of(p).name(r.placement),
             p.partitions,
             p.throughput_cps,
             p.latency_ms_mean,
@@ -368,11 +520,23 @@ pub fn write_dssmr(r: &DssmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>>
     framework::write_report(r, dssmr_figures(r), json)
 }
 
-fn scheme_name(s: Scheme) -> &'static str {
-    match s {
-        Scheme::Ssmr => "S-SMR",
-        Scheme::Dssmr => "DS-SMR",
+/// The curves present in `points`: S-SMR, DS-SMR, then S-SMR* (the service's map
+/// beside a hashed one).
+fn curves_of<'a>(points: impl Iterator<Item = &'a DsPoint>) -> Vec<Series> {
+    let mut v: Vec<Series> = Vec::new();
+    for p in points {
+        if !v.contains(&Series::of(p)) {
+            v.push(Series::of(p));
+        }
     }
+    let hashed = v.iter().any(|s| s.static_map == StaticMap::Hashed);
+    v.sort_by_key(|s| {
+        (
+            hashed && s.static_map == StaticMap::Service,
+            s.scheme == Scheme::Dssmr,
+        )
+    });
+    v
 }
 
 /// Paper 003 Figure 4 (throughput and latency against data partitions, one column per
@@ -385,11 +549,12 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
             workloads.push(p.workload);
         }
     }
-    let curve = |w: ChirperWorkload, s: Scheme, y: &dyn Fn(&DsPoint) -> f64| -> Vec<(f64, f64)> {
+    let curves = curves_of(r.points.iter());
+    let curve = |w: ChirperWorkload, s: Series, y: &dyn Fn(&DsPoint) -> f64| -> Vec<(f64, f64)> {
         let mut v: Vec<(f64, f64)> = r
             .points
             .iter()
-            .filter(|p| p.workload == w && p.scheme == s)
+            .filter(|p| p.workload == w && Series::of(p) == s)
             .map(|p| (p.partitions as f64, y(p)))
             .collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -401,9 +566,14 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
             &format!("{}: throughput", w.name()),
             "data partitions",
             "Kcps",
-            [Scheme::Ssmr, Scheme::Dssmr]
+            curves
                 .iter()
-                .map(|&s| line(scheme_name(s), curve(w, s, &|p| p.throughput_cps / 1000.0)))
+                .map(|&s| {
+                    line(
+                        s.name(r.placement),
+                        curve(w, s, &|p| p.throughput_cps / 1000.0),
+                    )
+                })
                 .collect(),
         ));
     }
@@ -412,9 +582,9 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
             &format!("{}: latency", w.name()),
             "data partitions",
             "mean (ms)",
-            [Scheme::Ssmr, Scheme::Dssmr]
+            curves
                 .iter()
-                .map(|&s| line(scheme_name(s), curve(w, s, &|p| p.latency_ms_mean)))
+                .map(|&s| line(s.name(r.placement), curve(w, s, &|p| p.latency_ms_mean)))
                 .collect(),
         ));
     }
@@ -435,28 +605,46 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
     let mut moves = Vec::new();
     for &w in &workloads {
         let mut lines = Vec::new();
-        for p in r
+        let dssmr = |p: &&DsPoint| {
+            p.workload == w && p.scheme == Scheme::Dssmr && p.static_map == r.placement
+        };
+        // By second where the report has them (the paper's axis), else by tenth.
+        let by_second = r
             .points
             .iter()
-            .filter(|p| p.workload == w && p.scheme == Scheme::Dssmr)
-        {
+            .filter(dssmr)
+            .all(|p| !p.moves_each_second.is_empty());
+        for p in r.points.iter().filter(dssmr) {
             let n = p.moves_per_s.len().max(1) as f64;
+            let pts: Vec<(f64, f64)> = if by_second {
+                p.moves_each_second
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| (i as f64 + 0.5, *m as f64))
+                    .collect()
+            } else {
+                p.moves_per_s
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| (100.0 * (i as f64 + 0.5) / n, *m))
+                    .collect()
+            };
             lines.push(line(
                 &format!(
                     "{} partition{}",
                     p.partitions,
                     if p.partitions == 1 { "" } else { "s" }
                 ),
-                p.moves_per_s
-                    .iter()
-                    .enumerate()
-                    .map(|(i, m)| (100.0 * (i as f64 + 0.5) / n, *m))
-                    .collect(),
+                pts,
             ));
         }
         moves.push(panel(
             &format!("{}: DS-SMR moves", w.name()),
-            "time (% of the run)",
+            if by_second {
+                "time (s)"
+            } else {
+                "time (% of the run)"
+            },
             "moves/s",
             lines,
         ));
@@ -484,18 +672,18 @@ pub fn dssmr_real_figures(r: &DssmrRealReport) -> Vec<(String, partita_plot::Fig
     for &w in &workloads {
         let mut t_lines = Vec::new();
         let mut l_lines = Vec::new();
-        for s in [Scheme::Ssmr, Scheme::Dssmr] {
+        for s in series(r.placement, true) {
             for round in 0..r.rounds {
                 let mut pts: Vec<&RealPoint> = r
                     .points
                     .iter()
-                    .filter(|p| p.workload == w && p.scheme == s && p.round == round)
+                    .filter(|p| p.workload == w && p.series() == s && p.round == round)
                     .collect();
                 pts.sort_by_key(|p| p.partitions);
                 if pts.is_empty() {
                     continue;
                 }
-                let label = format!("{} r{round}", scheme_name(s));
+                let label = format!("{} r{round}", s.name(r.placement));
                 t_lines.push(line(
                     &label,
                     pts.iter()
@@ -571,15 +759,30 @@ pub fn replot_dssmr(report: &Path, stem: &Path) -> anyhow::Result<Vec<PathBuf>> 
 pub struct RealPoint {
     pub round: u32,
     pub scheme: Scheme,
+    /// The initial placement and static map (reports before it had the service's).
+    #[serde(default)]
+    pub static_map: StaticMap,
     pub partitions: u32,
     pub workload: ChirperWorkload,
     pub load: partita_harness::chirper::ChirperLoadResult,
+}
+
+impl RealPoint {
+    fn series(&self) -> Series {
+        Series {
+            scheme: self.scheme,
+            static_map: self.static_map,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DssmrRealReport {
     pub name: String,
     pub simulated: bool,
+    /// As [`DssmrReport::placement`].
+    #[serde(default)]
+    pub placement: StaticMap,
     pub configuration: String,
     pub rounds: u32,
     /// DS-SMR / S-SMR throughput, per round, per (workload, partitions); and DS-SMR at
@@ -591,7 +794,8 @@ pub struct DssmrRealReport {
 
 /// The real cluster of a point: 3 acceptors (Ring Paxos, fsync), `data` partitions
 /// and with DS-SMR the oracle's, 2 replicas each, the social graph of `o`.
-pub fn dssmr_real_cluster(o: &DssmrOptions, scheme: Scheme, data: u32) -> ClusterConfig {
+pub fn dssmr_real_cluster(o: &DssmrOptions, s: Series, data: u32) -> ClusterConfig {
+    let scheme = s.scheme;
     let mut c = ClusterConfig::default_local(
         partita_harness::launch::pick_base_port(),
         rand::random::<u64>() >> 1,
@@ -611,6 +815,7 @@ pub fn dssmr_real_cluster(o: &DssmrOptions, scheme: Scheme, data: u32) -> Cluste
         seed: o.seed,
         await_moves: o.await_moves,
         gather_where_most: o.gather_where_most,
+        placement: s.static_map.name().into(),
     });
     let partitions = data + u32::from(scheme == Scheme::Dssmr);
     c.with_partitions(partitions, 2, 1 << 32)
@@ -629,11 +834,12 @@ pub async fn dssmr_real(
     use partita_harness::chirper::{run_load, ChirperLoad, ChirperMix};
     use partita_harness::launch::LocalCluster;
     let mut points = Vec::new();
-    let total = rounds as usize * o.partitions.len() * o.workloads.len() * 2;
+    let curves = series(o.placement, o.optimised_baseline);
+    let total = rounds as usize * o.partitions.len() * o.workloads.len() * curves.len();
     for round in 0..rounds {
         for &p in &o.partitions {
             for &w in &o.workloads {
-                for s in [Scheme::Ssmr, Scheme::Dssmr] {
+                for &s in &curves {
                     let dir = tempfile::tempdir()?;
                     let c = partita_harness::netns::place_for_run(
                         &dssmr_real_cluster(o, s, p),
@@ -657,8 +863,9 @@ pub async fn dssmr_real(
                     let (load, _) = res?;
                     if o.progress {
                         eprintln!(
-                            "[{}/{total}] round {round} {s:?} {p} partition(s) {}: {:.0} cps, p50 {:.2} ms, {} moves",
+                            "[{}/{total}] round {round} {} {p} partition(s) {}: {:.0} cps, p50 {:.2} ms, {} moves",
                             points.len() + 1,
+                            s.name(o.placement),
                             w.name(),
                             load.throughput_cmds_per_s,
                             load.latency_ms_p50,
@@ -667,7 +874,8 @@ pub async fn dssmr_real(
                     }
                     points.push(RealPoint {
                         round,
-                        scheme: s,
+                        scheme: s.scheme,
+                        static_map: s.static_map,
                         partitions: p,
                         workload: w,
                         load,
@@ -676,30 +884,33 @@ pub async fn dssmr_real(
             }
         }
     }
-    let cps = |r: u32, s: Scheme, p: u32, w: ChirperWorkload| {
+    let cps = |r: u32, s: Series, p: u32, w: ChirperWorkload| {
         points
             .iter()
-            .find(|x| x.round == r && x.scheme == s && x.partitions == p && x.workload == w)
+            .find(|x| x.round == r && x.series() == s && x.partitions == p && x.workload == w)
             .map(|x| x.load.throughput_cmds_per_s)
     };
+    let dssmr = curves[1];
     let mut ratios = Vec::new();
     for &w in &o.workloads {
         for &p in &o.partitions {
-            let v: Vec<f64> = (0..rounds)
-                .filter_map(|r| {
-                    Some(cps(r, Scheme::Dssmr, p, w)? / cps(r, Scheme::Ssmr, p, w)?.max(1e-9))
-                })
-                .collect();
-            ratios.push((
-                format!("{} DS-SMR / S-SMR at {p} partition(s)", w.name()),
-                v,
-            ));
+            for &base in curves.iter().filter(|c| c.scheme == Scheme::Ssmr) {
+                let v: Vec<f64> = (0..rounds)
+                    .filter_map(|r| Some(cps(r, dssmr, p, w)? / cps(r, base, p, w)?.max(1e-9)))
+                    .collect();
+                ratios.push((
+                    format!(
+                        "{} DS-SMR / {} at {p} partition(s)",
+                        w.name(),
+                        base.name(o.placement)
+                    ),
+                    v,
+                ));
+            }
         }
         if o.partitions.contains(&1) && o.partitions.contains(&2) {
             let v: Vec<f64> = (0..rounds)
-                .filter_map(|r| {
-                    Some(cps(r, Scheme::Dssmr, 2, w)? / cps(r, Scheme::Dssmr, 1, w)?.max(1e-9))
-                })
+                .filter_map(|r| Some(cps(r, dssmr, 2, w)? / cps(r, dssmr, 1, w)?.max(1e-9)))
                 .collect();
             ratios.push((format!("{} DS-SMR at 2 partitions / at 1", w.name()), v));
         }
@@ -707,17 +918,19 @@ pub async fn dssmr_real(
     Ok(DssmrRealReport {
         name: "dssmr".into(),
         simulated: false,
+        placement: o.placement,
         configuration: format!(
             "real processes on this machine (2 cores, all processes on 127.0.0.1): 3 acceptors \
              (Ring Paxos, fsync), 2 replicas per partition (DS-SMR: and 2 of the oracle), {} \
              closed-loop clients per data partition (think 0), {} users in {} communities \
-             (mean {} followers, {:.0}% local), {}, {}; {:.0} s per point (first and last \
+             (mean {} followers, {:.0}% local), {}; {}, {}; {:.0} s per point (first and last \
              10% cut), {rounds} round(s), points interleaved",
             o.clients_per_partition,
             o.users,
             o.communities,
             o.mean_followers,
             o.p_local * 100.0,
+            placement_text(o),
             gathering(o),
             moves_sent(o),
             o.duration.as_secs_f64()
@@ -737,7 +950,7 @@ pub fn dssmr_real_table(r: &DssmrRealReport) -> String {
             "{:>5} {:<9} {:<7} {:>10} {:>17.0} {:>9.2} {:>9.2} {:>6}\n",
             p.round,
             p.workload.name(),
-            format!("{:?}", p.scheme),
+            p.series().name(r.placement),
             p.partitions,
             p.load.throughput_cmds_per_s,
             p.load.latency_ms_p50,
@@ -757,9 +970,10 @@ pub fn dssmr_real_table(r: &DssmrRealReport) -> String {
 mod tests {
     use super::*;
 
-    /// A tiny simulated sweep end to end: both schemes at 1 and 2 partitions, the
-    /// targets computed, and Figure 4 and the moves figure written with a curve per
-    /// scheme holding a point per partition count.
+    /// A tiny simulated sweep end to end: S-SMR and DS-SMR on the hashed map and
+    /// S-SMR* on Chirper's at 1 and 2 partitions, the targets computed, and Figure 4
+    /// and the moves figure written with a curve per series holding a point per
+    /// partition count.
     #[test]
     fn a_tiny_sweep_writes_figure_4() {
         let mut o = DssmrOptions::full();
@@ -771,8 +985,65 @@ mod tests {
         o.duration = Duration::from_millis(300);
         o.progress = false;
         let r = dssmr_sim(&o).unwrap();
-        assert_eq!(r.points.len(), 4);
+        assert_eq!(r.points.len(), 6);
         assert!(r.points.iter().all(|p| p.throughput_cps > 0.0));
+        assert_eq!(r.placement, StaticMap::Hashed);
+        let maps: Vec<(Scheme, StaticMap)> = r
+            .points
+            .iter()
+            .filter(|p| p.partitions == 2)
+            .map(|p| (p.scheme, p.static_map))
+            .collect();
+        assert_eq!(
+            maps,
+            [
+                (Scheme::Ssmr, StaticMap::Hashed),
+                (Scheme::Dssmr, StaticMap::Hashed),
+                (Scheme::Ssmr, StaticMap::Service)
+            ]
+        );
+        assert!(r.configuration.contains("hashed"), "{}", r.configuration);
+        // The targets judge the right series: made-up numbers on the run's points,
+        // moved to 8 partitions.
+        let mut pts: Vec<DsPoint> = r
+            .points
+            .iter()
+            .filter(|p| p.partitions == 2)
+            .cloned()
+            .collect();
+        for p in &mut pts {
+            p.partitions = 8;
+            p.workload = ChirperWorkload::Mix;
+            p.throughput_cps = match (p.scheme, p.static_map) {
+                (Scheme::Ssmr, StaticMap::Hashed) => 10_000.0,
+                (Scheme::Dssmr, _) => 75_000.0,
+                (Scheme::Ssmr, StaticMap::Service) => 90_000.0,
+            };
+            p.moves_each_second = vec![3000, 400, 140];
+        }
+        let judged = |pts: &[DsPoint], name: &str| {
+            targets(pts, StaticMap::Hashed)
+                .into_iter()
+                .find(|t| t.name.starts_with(name))
+                .unwrap_or_else(|| panic!("no target {name}"))
+        };
+        let mix = judged(&pts, "DS-SMR / S-SMR at 8 partitions, mix");
+        assert!(mix.met && mix.measured == "7.50x", "{mix:?}");
+        let star = judged(&pts, "DS-SMR / S-SMR* (the optimised static map)");
+        assert!(star.met && star.measured == "0.83x", "{star:?}");
+        let decay = judged(&pts, "moves decay, mix at 8");
+        assert!(decay.met && decay.measured.contains("3000/s"), "{decay:?}");
+        for p in &mut pts {
+            p.moves_each_second = vec![3000, 400, 150];
+            if p.scheme == Scheme::Ssmr && p.static_map == StaticMap::Service {
+                p.throughput_cps = 95_000.0;
+            }
+        }
+        assert!(
+            !judged(&pts, "moves decay, mix at 8").met,
+            "150 is 5% of 3000"
+        );
+        assert!(!judged(&pts, "DS-SMR / S-SMR* (the optimised static map)").met);
         let figs = dssmr_figures(&r);
         let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["figure4", "moves"]);
@@ -784,7 +1055,7 @@ mod tests {
         );
         for panel in &fig4.panels {
             let labels: Vec<&str> = panel.series.iter().map(|s| s.label.as_str()).collect();
-            assert_eq!(labels, ["S-SMR", "DS-SMR"]);
+            assert_eq!(labels, ["S-SMR", "DS-SMR", "S-SMR*"]);
             for s in &panel.series {
                 let xs: Vec<f64> = s.points.iter().map(|p| p.0).collect();
                 assert_eq!(xs, [1.0, 2.0], "{}: {}", panel.title, s.label);
