@@ -2845,7 +2845,7 @@ fn smoke_options(name: ExperimentName, sim: bool) -> &'static [&'static str] {
             "--users",
             "1000",
             "--duration",
-            "0.3",
+            "0.2",
         ],
         (ExperimentName::Geo, true) => &[
             "--clients",

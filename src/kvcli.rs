@@ -175,7 +175,7 @@ fn show(bytes: &[u8], hex: bool) -> String {
     if hex {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     } else {
-        partita_kv::show_key(bytes)
+        partita_kv::show_bytes(bytes)
     }
 }
 
@@ -272,6 +272,34 @@ mod tests {
         }
         assert!(request_op("put a", false).is_err());
         assert!(request_op("scan a b", false).is_err());
+    }
+
+    /// Valid UTF-8 shows as text, whole, as etcdctl shows it; bytes that are not
+    /// (or hold control characters) as hex; `--hex` always as hex.
+    #[test]
+    fn values_show_as_text_when_they_are_text() {
+        let kv = KeyValue {
+            key: "clé".as_bytes().to_vec(),
+            value: "value é, 日本語".as_bytes().to_vec(),
+            create_revision: 2,
+            mod_revision: 3,
+            version: 2,
+        };
+        assert_eq!(
+            pair(&kv, false),
+            "\"clé\" = \"value é, 日本語\" (create 2, mod 3, version 2)"
+        );
+        let long = "ü".repeat(60);
+        assert_eq!(show(long.as_bytes(), false), format!("\"{long}\""));
+        assert_eq!(show(&[0xff, 0x00], false), "0xff00");
+        assert_eq!(show(b"a\nb", false), "0x610a62");
+        assert_eq!(show("é".as_bytes(), true), "c3a9");
+        // In messages keys are cut at 40 characters, never inside one.
+        let cut = partita_kv::show_key(long.as_bytes());
+        assert!(
+            cut.starts_with("\"üü") && cut.ends_with("... (120 bytes)"),
+            "{cut}"
+        );
     }
 
     #[test]

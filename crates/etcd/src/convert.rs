@@ -43,13 +43,39 @@ pub struct Sort {
     pub target: pb::range_request::SortTarget,
 }
 
-/// A range request: the store's request (with no limit when sorting, which needs every
-/// entry), the sort and the limit to apply afterwards.
+/// A range request: the store's request (with no limit when sorting or filtering,
+/// which need every entry), the filters, the sort and the limit to apply afterwards.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Range {
     pub req: kv::RangeRequest,
+    pub filter: Filter,
     pub sort: Option<Sort>,
     pub limit: u64,
+}
+
+/// `RangeRequest`'s revision filters (0: none), applied as etcd applies them: to the
+/// entries of the whole range, after it is read and before the sort and the limit;
+/// `count` stays the range's (etcd's `Count` is not filtered).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub min_mod_revision: u64,
+    pub max_mod_revision: u64,
+    pub min_create_revision: u64,
+    pub max_create_revision: u64,
+}
+
+impl Filter {
+    fn is_none(&self) -> bool {
+        *self == Filter::default()
+    }
+    fn keeps(&self, kv: &kv::KeyValue) -> bool {
+        let at_most = |v: u64, max: u64| max == 0 || v <= max;
+        let at_least = |v: u64, min: u64| min == 0 || v >= min;
+        at_most(kv.mod_revision, self.max_mod_revision)
+            && at_least(kv.mod_revision, self.min_mod_revision)
+            && at_most(kv.create_revision, self.max_create_revision)
+            && at_least(kv.create_revision, self.min_create_revision)
+    }
 }
 
 pub fn range_request(r: &pb::RangeRequest) -> Result<Range, Status> {
@@ -64,16 +90,12 @@ pub fn range_request(r: &pb::RangeRequest) -> Result<Range, Status> {
             r.revision
         )));
     }
-    for (name, v) in [
-        ("min_mod_revision", r.min_mod_revision),
-        ("max_mod_revision", r.max_mod_revision),
-        ("min_create_revision", r.min_create_revision),
-        ("max_create_revision", r.max_create_revision),
-    ] {
-        if v != 0 {
-            return Err(unsupported(&format!("the RangeRequest filter {name}")));
-        }
-    }
+    let filter = Filter {
+        min_mod_revision: non_negative("min_mod_revision", r.min_mod_revision)?,
+        max_mod_revision: non_negative("max_mod_revision", r.max_mod_revision)?,
+        min_create_revision: non_negative("min_create_revision", r.min_create_revision)?,
+        max_create_revision: non_negative("max_create_revision", r.max_create_revision)?,
+    };
     let limit = non_negative("limit", r.limit)?;
     let order = SortOrder::try_from(r.sort_order)
         .map_err(|_| Status::invalid_argument(format!("unknown sort order {}", r.sort_order)))?;
@@ -96,10 +118,15 @@ pub fn range_request(r: &pb::RangeRequest) -> Result<Range, Status> {
         req: kv::RangeRequest {
             key: r.key.clone(),
             end: r.range_end.clone(),
-            limit: if sort.is_some() { 0 } else { limit },
+            limit: if sort.is_some() || !filter.is_none() {
+                0
+            } else {
+                limit
+            },
             keys_only: r.keys_only,
             count_only: r.count_only,
         },
+        filter,
         sort,
         limit,
     })
@@ -128,6 +155,9 @@ pub fn range_response(range: &Range, r: kv::RangeResponse) -> pb::RangeResponse 
     use pb::range_request::SortTarget;
     let mut kvs = r.kvs;
     let mut more = r.more;
+    if !range.filter.is_none() {
+        kvs.retain(|kv| range.filter.keeps(kv));
+    }
     if let Some(sort) = range.sort {
         match sort.target {
             SortTarget::Key => {}
@@ -139,10 +169,11 @@ pub fn range_response(range: &Range, r: kv::RangeResponse) -> pb::RangeResponse 
         if sort.descend {
             kvs.reverse();
         }
-        if range.limit > 0 && kvs.len() as u64 > range.limit {
-            kvs.truncate(usize::try_from(range.limit).unwrap_or(usize::MAX));
-            more = true;
-        }
+    }
+    // The store applied the limit unless the range was read whole to sort or filter.
+    if range.req.limit == 0 && range.limit > 0 && kvs.len() as u64 > range.limit {
+        kvs.truncate(usize::try_from(range.limit).unwrap_or(usize::MAX));
+        more = true;
     }
     pb::RangeResponse {
         header: rev_header(r.revision),
@@ -342,6 +373,7 @@ pub fn txn_response(t: &Txn, r: kv::TxnResponse) -> pb::TxnResponse {
                 kv::ResponseOp::Range(q) => {
                     let range = ranges.next().cloned().unwrap_or_else(|| Range {
                         req: kv::RangeRequest::get(Vec::new()),
+                        filter: Filter::default(),
                         sort: None,
                         limit: 0,
                     });
@@ -507,6 +539,78 @@ mod tests {
         );
     }
 
+    /// etcd's Mutex waits for the last key created before its own
+    /// (`WithLastCreate()` and `WithMaxCreateRev`): the filters prune the whole range,
+    /// then the sort and the limit apply, and `count` stays the range's.
+    #[test]
+    fn revision_filters_prune_the_whole_range_then_sort_and_cut() {
+        use pb::range_request::{SortOrder, SortTarget};
+        let kvs = || {
+            vec![
+                kvp("l/a", "", 2, 8, 2),
+                kvp("l/b", "", 3, 3, 1),
+                kvp("l/c", "", 5, 6, 2),
+                kvp("l/d", "", 7, 7, 1),
+            ]
+        };
+        let read = |req: pb::RangeRequest| {
+            let r = range_request(&req).unwrap();
+            let resp = range_response(
+                &r,
+                kv::RangeResponse {
+                    kvs: kvs(),
+                    count: 4,
+                    more: false,
+                    revision: 9,
+                },
+            );
+            let keys: Vec<String> = resp
+                .kvs
+                .iter()
+                .map(|k| String::from_utf8(k.key.clone()).unwrap())
+                .collect();
+            (r.req.limit, keys, resp.more, resp.count)
+        };
+        let base = || pb::RangeRequest {
+            key: b"l/".to_vec(),
+            range_end: b"l0".to_vec(),
+            ..Default::default()
+        };
+        let (store_limit, keys, more, count) = read(pb::RangeRequest {
+            max_create_revision: 6,
+            sort_order: SortOrder::Descend as i32,
+            sort_target: SortTarget::Create as i32,
+            limit: 1,
+            ..base()
+        });
+        assert_eq!(store_limit, 0, "filtering needs the whole range");
+        assert_eq!((keys, more, count), (vec!["l/c".to_string()], true, 4));
+        let (_, keys, more, _) = read(pb::RangeRequest {
+            min_create_revision: 3,
+            max_create_revision: 5,
+            ..base()
+        });
+        assert_eq!((keys, more), (vec!["l/b".into(), "l/c".into()], false));
+        let (_, keys, _, _) = read(pb::RangeRequest {
+            min_mod_revision: 6,
+            max_mod_revision: 7,
+            ..base()
+        });
+        assert_eq!(keys, ["l/c", "l/d"]);
+        let (_, keys, more, _) = read(pb::RangeRequest {
+            min_mod_revision: 3,
+            limit: 2,
+            ..base()
+        });
+        assert_eq!((keys, more), (vec!["l/a".into(), "l/b".into()], true));
+        let (_, keys, _, count) = read(pb::RangeRequest {
+            max_create_revision: 1,
+            ..base()
+        });
+        assert!(keys.is_empty());
+        assert_eq!(count, 4, "etcd's count is the range's, not the filter's");
+    }
+
     #[test]
     fn sorted_ranges_read_everything_then_sort_and_cut() {
         use pb::range_request::{SortOrder, SortTarget};
@@ -580,25 +684,37 @@ mod tests {
             Code::Unimplemented,
             "past revision",
         );
-        for r in [
-            pb::RangeRequest {
-                min_mod_revision: 1,
-                ..base()
-            },
-            pb::RangeRequest {
-                max_mod_revision: 1,
-                ..base()
-            },
-            pb::RangeRequest {
-                min_create_revision: 1,
-                ..base()
-            },
-            pb::RangeRequest {
-                max_create_revision: 1,
-                ..base()
-            },
+        for (r, name) in [
+            (
+                pb::RangeRequest {
+                    min_mod_revision: -1,
+                    ..base()
+                },
+                "min_mod_revision",
+            ),
+            (
+                pb::RangeRequest {
+                    max_mod_revision: -1,
+                    ..base()
+                },
+                "max_mod_revision",
+            ),
+            (
+                pb::RangeRequest {
+                    min_create_revision: -1,
+                    ..base()
+                },
+                "min_create_revision",
+            ),
+            (
+                pb::RangeRequest {
+                    max_create_revision: -1,
+                    ..base()
+                },
+                "max_create_revision",
+            ),
         ] {
-            refused(r, Code::Unimplemented, "filter");
+            refused(r, Code::InvalidArgument, name);
         }
         refused(
             pb::RangeRequest {

@@ -437,17 +437,24 @@ impl<'a> KeyRange<'a> {
 /// characters.
 pub fn show_key(key: &[u8]) -> String {
     const SHOWN: usize = 40;
-    let printable = key.iter().all(|b| b.is_ascii_graphic() || *b == b' ');
-    let full = if printable {
-        format!("\"{}\"", String::from_utf8_lossy(key))
-    } else {
-        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        format!("0x{hex}")
-    };
-    if full.len() <= SHOWN {
+    let full = show_bytes(key);
+    if full.chars().count() <= SHOWN {
         full
     } else {
-        format!("{}... ({} bytes)", &full[..SHOWN], key.len())
+        let head: String = full.chars().take(SHOWN).collect();
+        format!("{head}... ({} bytes)", key.len())
+    }
+}
+
+/// Bytes for people, whole: valid UTF-8 without control characters as quoted text
+/// (as etcdctl shows it), anything else as `0x` and hex.
+pub fn show_bytes(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) if !s.chars().any(char::is_control) => format!("\"{s}\""),
+        _ => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            format!("0x{hex}")
+        }
     }
 }
 
