@@ -1389,7 +1389,7 @@ async fn event_loop(
             }
             _ = tick.tick() => {
                 node.submit_backlog();
-                node.core.on_tick(wall_clock_ms(), &mut node.out);
+                node.core.on_tick(ordered_clock_ms(), &mut node.out);
                 if !node.out.is_empty() { node.perform(); }
             }
             _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
@@ -1400,13 +1400,44 @@ async fn event_loop(
     Ok(())
 }
 
-/// Milliseconds since the Unix epoch: the clock values are stamped with (session
-/// leases). Nodes' clocks need to agree only roughly (a leader whose clock lags holds
-/// the ordered time still until it catches up; see `Value::time_ms`).
+/// Milliseconds since the Unix epoch, as the system clock says (for people: when a
+/// ballot was delivered).
 fn wall_clock_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The clock values are stamped with (ordered time: session leases): the wall clock
+/// read once when the process starts, then advanced by the monotonic clock, so it
+/// never jumps when the system clock is stepped (an NTP correction forward would
+/// expire leases early; backward, hold ordered time still). Nodes' clocks need to agree
+/// only roughly (a leader whose clock lags holds the ordered time still until it
+/// catches up; see `Value::time_ms`).
+fn ordered_clock_ms() -> u64 {
+    static CLOCK: std::sync::OnceLock<AnchoredClock> = std::sync::OnceLock::new();
+    CLOCK
+        .get_or_init(|| AnchoredClock::new(wall_clock_ms(), std::time::Instant::now()))
+        .at(std::time::Instant::now())
+}
+
+/// A wall-clock reading carried forward by a monotonic clock.
+#[derive(Clone, Copy, Debug)]
+struct AnchoredClock {
+    wall_ms: u64,
+    at: std::time::Instant,
+}
+
+impl AnchoredClock {
+    fn new(wall_ms: u64, at: std::time::Instant) -> AnchoredClock {
+        AnchoredClock { wall_ms, at }
+    }
+    /// Milliseconds at monotonic instant `now` (never before the anchor's reading).
+    fn at(&self, now: std::time::Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(self.at).as_millis();
+        self.wall_ms
+            .saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
+    }
 }
 
 impl Node {
@@ -1490,6 +1521,23 @@ mod tests {
     use super::*;
     use std::time::Duration;
     use tokio::time::Instant;
+
+    /// Ordered time follows the monotonic clock from the wall clock's reading at
+    /// start: wherever the system clock is stepped afterwards, it advances exactly as
+    /// much time as passed, and never goes back.
+    #[test]
+    fn ordered_time_follows_the_monotonic_clock_not_the_system_clock() {
+        let t0 = std::time::Instant::now();
+        let c = AnchoredClock::new(1_000_000, t0);
+        assert_eq!(c.at(t0), 1_000_000);
+        assert_eq!(c.at(t0 + Duration::from_millis(2_500)), 1_002_500);
+        // An instant before the anchor (another thread's reading) is not earlier time.
+        let before = t0.checked_sub(Duration::from_secs(1)).unwrap_or(t0);
+        assert_eq!(c.at(before), 1_000_000);
+        // The process's clock: never decreasing.
+        let (a, b) = (ordered_clock_ms(), ordered_clock_ms());
+        assert!(b >= a && a > 1_600_000_000_000, "{a} {b}");
+    }
 
     /// A peer that closes the link's connection (it died) and comes back: the link
     /// reconnects on its own, and the first frame sent after that arrives. Before links
