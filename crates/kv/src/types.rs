@@ -433,8 +433,7 @@ impl<'a> KeyRange<'a> {
 // ---------------------------------------------------------------------------------------
 // Checks.
 
-/// A key for messages: as text when it is printable ASCII, else as hex, cut to 40
-/// characters.
+/// A key for messages: [`show_bytes`] cut to 40 characters.
 pub fn show_key(key: &[u8]) -> String {
     const SHOWN: usize = 40;
     let full = show_bytes(key);

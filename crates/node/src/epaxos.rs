@@ -25,8 +25,9 @@
 //!   (dependencies first, strongly connected components by `(seq, instance)`); each
 //!   instance's batch is delivered to the replica as one value, numbered 1, 2, … here,
 //!   its commands run in the batch's order. No-ops are not delivered. Replicas
-//!   execute conflicting commands in one order and the others commute, so every replica reaches the same state once it has
-//!   run the same set; the numbering is the same at every replica only at a cut.
+//!   execute conflicting commands in one order and the others commute, so every
+//!   replica reaches the same state once it has run the same set; the numbering is
+//!   the same at every replica only at a cut.
 //! - **Barriers and cuts.** A command that conflicts with everything is ordered with
 //!   every other one, so the set run before it is the same at every replica: a cut.
 //!   This node proposes a barrier (an empty command carrying its clock) when one is

@@ -323,11 +323,11 @@ pub fn targets(pts: &[DsPoint], placement: StaticMap) -> Vec<DsTarget> {
             });
         }
     }
-    if let Some(r) = (|| {
-        let d8 = find(pts, dssmr, 8, ChirperWorkload::Mix)?;
-        let d1 = find(pts, dssmr, 1, ChirperWorkload::Mix)?;
-        Some(d8.throughput_cps / d1.throughput_cps.max(1e-9))
-    })() {
+    if let (Some(d8), Some(d1)) = (
+        find(pts, dssmr, 8, ChirperWorkload::Mix),
+        find(pts, dssmr, 1, ChirperWorkload::Mix),
+    ) {
+        let r = d8.throughput_cps / d1.throughput_cps.max(1e-9);
         t.push(DsTarget {
             name: "DS-SMR at 8 partitions / at 1, mix".into(),
             wanted: ">= 2.5x".into(),
@@ -360,19 +360,7 @@ pub fn targets(pts: &[DsPoint], placement: StaticMap) -> Vec<DsTarget> {
         let Some(d) = find(pts, dssmr, p, w) else {
             continue;
         };
-        let m = &d.moves_each_second;
-        let (met, measured) =
-            match (m.first(), m.last()) {
-                (Some(&first), Some(&last)) if m.len() >= 2 => (
-                    (last as f64) < 0.05 * first as f64,
-                    format!(
-                    "{first}/s in the first second, {last}/s in the last ({:.1}%; each second: {})",
-                    100.0 * last as f64 / (first as f64).max(1.0),
-                    m.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
-                ),
-                ),
-                _ => (false, "a run shorter than 2 s has no decay to show".into()),
-            };
+        let (met, measured) = decay(&d.moves_each_second);
         t.push(DsTarget {
             name: format!("moves decay, {} at {p} partitions", w.name()),
             wanted: "the last second's moves under 5% of the first second's".into(),
@@ -381,6 +369,23 @@ pub fn targets(pts: &[DsPoint], placement: StaticMap) -> Vec<DsTarget> {
         });
     }
     t
+}
+
+/// Whether moves decayed over a run (the last whole second's under 5% of the first
+/// second's), and what was measured.
+fn decay(each_second: &[u64]) -> (bool, String) {
+    let &[first, .., last] = each_second else {
+        return (false, "a run shorter than 2 s has no decay to show".into());
+    };
+    let seconds: Vec<String> = each_second.iter().map(|x| x.to_string()).collect();
+    (
+        (last as f64) < 0.05 * first as f64,
+        format!(
+            "{first}/s in the first second, {last}/s in the last ({:.1}%; each second: {})",
+            100.0 * last as f64 / (first as f64).max(1.0),
+            seconds.join(", ")
+        ),
+    )
 }
 
 pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
@@ -520,25 +525,6 @@ pub fn write_dssmr(r: &DssmrReport, json: &Path) -> anyhow::Result<Vec<PathBuf>>
     framework::write_report(r, dssmr_figures(r), json)
 }
 
-/// The curves present in `points`: S-SMR, DS-SMR, then S-SMR* (the service's map
-/// beside a hashed one).
-fn curves_of<'a>(points: impl Iterator<Item = &'a DsPoint>) -> Vec<Series> {
-    let mut v: Vec<Series> = Vec::new();
-    for p in points {
-        if !v.contains(&Series::of(p)) {
-            v.push(Series::of(p));
-        }
-    }
-    let hashed = v.iter().any(|s| s.static_map == StaticMap::Hashed);
-    v.sort_by_key(|s| {
-        (
-            hashed && s.static_map == StaticMap::Service,
-            s.scheme == Scheme::Dssmr,
-        )
-    });
-    v
-}
-
 /// Paper 003 Figure 4 (throughput and latency against data partitions, one column per
 /// workload, S-SMR against DS-SMR) and the moves of DS-SMR over the run (the rate
 /// that Figure 4's bottom row shows decaying), from a simulated report.
@@ -549,7 +535,10 @@ pub fn dssmr_figures(r: &DssmrReport) -> Vec<(String, partita_plot::Figure)> {
             workloads.push(p.workload);
         }
     }
-    let curves = curves_of(r.points.iter());
+    let curves: Vec<Series> = series(r.placement, true)
+        .into_iter()
+        .filter(|s| r.points.iter().any(|p| Series::of(p) == *s))
+        .collect();
     let curve = |w: ChirperWorkload, s: Series, y: &dyn Fn(&DsPoint) -> f64| -> Vec<(f64, f64)> {
         let mut v: Vec<(f64, f64)> = r
             .points
