@@ -871,6 +871,18 @@ enum KvOp {
         /// Print the pair as it was before.
         #[arg(long)]
         prev: bool,
+        /// Attach the key to this lease (hex, as etcdctl prints ids); its expiry or
+        /// revoke deletes the key.
+        #[arg(long, value_parser = crate::kvcli::lease_id)]
+        lease: Option<i64>,
+    },
+    /// Key-value service: leases (`grant TTL`, `revoke ID`, `keep-alive ID`,
+    /// `ttl ID`, `list`), ids in hex as etcdctl prints them.
+    Lease {
+        /// grant, revoke, keep-alive, ttl or list.
+        verb: String,
+        /// The TTL in seconds (grant) or the lease id in hex (the others).
+        arg: Option<String>,
     },
     /// Key-value service: the value of KEY, with its revisions and version.
     Get { key: String },
@@ -1168,8 +1180,14 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
                     .with_context(|| format!("node {}: binding etcd_addr {addr}", a.id))?;
                 tracing::info!("serving etcd's v3 API at {addr}");
                 let (cluster, id) = (cluster.clone(), a.id);
+                let planted = partita_etcd::Planted {
+                    ack_keepalives_unordered: a
+                        .unsafe_bugs
+                        .iter()
+                        .any(|b| b == "etcd-ack-keepalives-unordered"),
+                };
                 tokio::spawn(async move {
-                    if let Err(e) = partita_etcd::serve(listener, cluster, id).await {
+                    if let Err(e) = partita_etcd::serve(listener, cluster, id, planted).await {
                         tracing::error!("etcd gateway at {addr} stopped: {e:#}");
                     }
                 });
@@ -1539,7 +1557,19 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
     };
     let hex = a.hex;
     let kv_cmd = match &a.op {
-        KvOp::Put { key, value, prev } => Some(crate::kvcli::put(key, value, *prev, hex)?),
+        KvOp::Put {
+            key,
+            value,
+            prev,
+            lease,
+        } => Some(crate::kvcli::put(
+            key,
+            value,
+            *prev,
+            lease.unwrap_or(0),
+            hex,
+        )?),
+        KvOp::Lease { verb, arg } => Some(crate::kvcli::lease(verb, arg.as_deref())?),
         KvOp::Get { key } => Some(crate::kvcli::get(key, hex)?),
         KvOp::Range {
             start,
@@ -1581,7 +1611,8 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
         } else {
             println!("{}", crate::kvcli::describe(&reply, hex));
         }
-        return Ok(0);
+        // A request the store refused (a put naming a lease that is gone) fails.
+        return Ok(i32::from(matches!(reply, partita_kv::KvReply::Error(_))));
     }
     if service != "btree" {
         bail!(

@@ -30,13 +30,53 @@ pub fn bytes(what: &str, s: &str, hex: bool) -> anyhow::Result<Vec<u8>> {
         .collect()
 }
 
-/// `put KEY VALUE`.
-pub fn put(key: &str, value: &str, prev_kv: bool, hex: bool) -> anyhow::Result<KvCommand> {
+/// `put KEY VALUE [--lease ID]`.
+pub fn put(
+    key: &str,
+    value: &str,
+    prev_kv: bool,
+    lease: i64,
+    hex: bool,
+) -> anyhow::Result<KvCommand> {
     Ok(KvCommand::Put(PutRequest {
         key: bytes("key", key, hex)?,
         value: bytes("value", value, hex)?,
         prev_kv,
+        lease,
     }))
+}
+
+/// A lease id as etcdctl prints it: hex digits (without `0x`), positive.
+pub fn lease_id(s: &str) -> Result<i64, String> {
+    match i64::from_str_radix(s.trim_start_matches("0x"), 16) {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(format!(
+            "`{s}` is not a lease id (a positive number in hex, as etcdctl prints it)"
+        )),
+    }
+}
+
+/// `lease grant TTL | revoke ID | keep-alive ID | ttl ID | list`.
+pub fn lease(verb: &str, arg: Option<&str>) -> anyhow::Result<KvCommand> {
+    let id = || -> anyhow::Result<i64> {
+        let a = arg.ok_or_else(|| anyhow!("lease {verb} needs a lease id (hex)"))?;
+        lease_id(a).map_err(|e| anyhow!(e))
+    };
+    Ok(match verb {
+        "grant" => {
+            let a = arg.ok_or_else(|| anyhow!("lease grant needs a TTL in seconds"))?;
+            let ttl: i64 =
+                a.parse().ok().filter(|t| *t > 0).ok_or_else(|| {
+                    anyhow!("lease grant: `{a}` is not a TTL (whole seconds, > 0)")
+                })?;
+            KvCommand::lease_grant(0, ttl)
+        }
+        "revoke" => KvCommand::lease_revoke(id()?),
+        "keep-alive" => KvCommand::lease_keep_alive(id()?),
+        "ttl" => KvCommand::lease_time_to_live(id()?, true),
+        "list" => KvCommand::LeaseLeases,
+        other => bail!("unknown lease verb `{other}` (grant, revoke, keep-alive, ttl, list)"),
+    })
 }
 
 /// `get KEY`.
@@ -128,6 +168,7 @@ pub fn request_op(text: &str, hex: bool) -> anyhow::Result<RequestOp> {
             key: bytes("key", k, hex)?,
             value: bytes("value", v, hex)?,
             prev_kv: false,
+            lease: 0,
         })),
         ["get", k] => Ok(RequestOp::Range(RangeRequest::get(bytes("key", k, hex)?))),
         ["get", k, e] => Ok(RequestOp::Range(RangeRequest::new(
@@ -240,6 +281,29 @@ pub fn describe(reply: &KvReply, hex: bool) -> String {
             .map(|r| describe(r, hex))
             .collect::<Vec<_>>()
             .join("\n"),
+        KvReply::LeaseGrant(g) => format!("lease {:x} granted with TTL({}s)", g.id, g.ttl),
+        KvReply::LeaseRevoke(r) => format!("lease revoked; revision {}", r.revision),
+        KvReply::LeaseKeepAlive(k) if k.ttl > 0 => {
+            format!("lease {:x} keepalived with TTL({})", k.id, k.ttl)
+        }
+        KvReply::LeaseKeepAlive(k) => format!("lease {:x} expired or revoked", k.id),
+        KvReply::LeaseTimeToLive(t) if t.ttl < 0 => format!("lease {:x} already expired", t.id),
+        KvReply::LeaseTimeToLive(t) => {
+            let keys: Vec<String> = t.keys.iter().map(|k| show(k, hex)).collect();
+            format!(
+                "lease {:x} granted with TTL({}s), remaining({}s), attached keys([{}])",
+                t.id,
+                t.granted_ttl,
+                t.ttl,
+                keys.join(" ")
+            )
+        }
+        KvReply::LeaseLeases(l) => {
+            let mut s = vec![format!("found {} leases", l.ids.len())];
+            s.extend(l.ids.iter().map(|id| format!("{id:x}")));
+            s.join("\n")
+        }
+        KvReply::Error(e) => format!("refused: {} ({})", e.error, e.error.etcd_message()),
     }
 }
 
@@ -284,6 +348,7 @@ mod tests {
             create_revision: 2,
             mod_revision: 3,
             version: 2,
+            lease: 0,
         };
         assert_eq!(
             pair(&kv, false),

@@ -13,6 +13,7 @@ mod dashboard;
 mod disk_faults;
 mod disk_full;
 mod etcd;
+mod etcd_leases;
 mod experiment;
 mod experiment_partition;
 mod geo;

@@ -341,18 +341,16 @@ fn request(
             assert!(resp.members.iter().all(|m| !m.client_ur_ls.is_empty()));
             round_trip(&resp);
         }
-        // Everything the gateway refuses (leases, auth, maintenance but Status):
+        // Everything the gateway refuses (auth, maintenance but Status):
         // `etcdserverpb.Unsupported` bodies, answered UNIMPLEMENTED.
         _ => {
             let Some(u) = decode::<pb::Unsupported>(bytes) else {
                 return;
             };
             use pb::auth_server::Auth;
-            use pb::lease_server::Lease;
             use pb::maintenance_server::Maintenance;
             let svc = svc();
             for r in [
-                ready(svc.lease_grant(tonic::Request::new(u.clone()))),
                 ready(svc.auth_enable(tonic::Request::new(u.clone()))),
                 ready(svc.defragment(tonic::Request::new(u))),
             ] {
@@ -368,6 +366,14 @@ fn request(
 /// answer INTERNAL ("a reply of another kind than its command").
 fn reply_of(reply: Option<KvReply>, kind: &str) -> Option<KvReply> {
     let reply = reply?;
+    // Refused as executed (a put naming a lease that does not exist, a past revision
+    // compacted or in the future): the gateway answers etcd's status, and nothing
+    // changed.
+    if let KvReply::Error(e) = &reply {
+        let status = convert::kv_error(&e.error);
+        assert!(status.message().starts_with("etcdserver: ") || status.message().starts_with("mvcc: "));
+        return None;
+    }
     let same = matches!(
         (&reply, kind),
         (KvReply::Range(_), "Range")
@@ -482,7 +488,13 @@ fn etcd_compare(c: &pb::Compare, store: &KvStore) -> bool {
                 Some(TargetUnion::ModRevision(v)) => Some(*v),
                 _ => None,
             })),
-        CompareTarget::Lease => unreachable!("refused by convert"),
+        CompareTarget::Lease => stored
+            .as_ref()
+            .map_or(0, |e| e.lease as u64)
+            .cmp(&int(match u {
+                Some(TargetUnion::Lease(v)) => Some(*v),
+                _ => None,
+            })),
     };
     match CompareResult::try_from(c.result).expect("converted") {
         CompareResult::Equal => ord == Ordering::Equal,

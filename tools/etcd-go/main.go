@@ -15,6 +15,11 @@
 //	    the newest created key only: what concurrency.Mutex waits on) and print the
 //	    keys, one per line, then "count N more B".
 //
+//	etcd-go locks|elect|stm ...
+//	    etcd's concurrency package unchanged: mutexes guarding a counter (one JSON
+//	    line per critical section), an election's campaign, proclaim, observe and
+//	    resign, and STM transfers (see concurrency.go).
+//
 //	etcd-go bench -endpoints A,B,C -clients N -conns C -seconds S -warmup W -keys K -value-size V
 //	    N clients over C gRPC connections put random keys (etcd's own benchmark tool's
 //	    "put" does the same) for S seconds after W seconds of warm-up, and print one
@@ -40,7 +45,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: etcd-go history|bench|range [flags] (etcd-go MODE -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: etcd-go history|bench|range|locks|elect|stm [flags] (etcd-go MODE -h for the flags)")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -50,8 +55,14 @@ func main() {
 		bench(os.Args[2:])
 	case "range":
 		rangeMode(os.Args[2:])
+	case "locks":
+		locks(os.Args[2:])
+	case "elect":
+		elect(os.Args[2:])
+	case "stm":
+		stm(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "etcd-go: unknown mode %q (history, bench or range)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "etcd-go: unknown mode %q (history, bench, range, locks, elect or stm)\n", os.Args[1])
 		os.Exit(2)
 	}
 }

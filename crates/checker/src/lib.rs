@@ -88,6 +88,7 @@ pub mod gen;
 pub mod history;
 pub mod initial;
 pub mod kv;
+pub mod locks;
 pub mod model;
 pub mod report;
 mod search;

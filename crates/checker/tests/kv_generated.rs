@@ -119,6 +119,7 @@ fn request_of(op: &KvOp) -> RequestOp {
             key: key.clone(),
             value: value.clone(),
             prev_kv: *prev_kv,
+            lease: 0,
         }),
         KvOp::Get { key } => RequestOp::Range(RangeRequest::get(key.clone())),
         KvOp::Range {
@@ -133,6 +134,7 @@ fn request_of(op: &KvOp) -> RequestOp {
             limit: *limit,
             keys_only: *keys_only,
             count_only: *count_only,
+            revision: 0,
         }),
         KvOp::Del { key, end, prev_kv } => RequestOp::DeleteRange(DeleteRangeRequest {
             key: key.clone(),

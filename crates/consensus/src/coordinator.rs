@@ -68,6 +68,9 @@ pub struct CoordinatorStats {
     /// Multi-Ring Paxos: skip instances proposed, and the logical instances they stand
     /// for.
     pub skips_proposed: u64,
+    /// Values without commands proposed while idle, so that ordered time moves
+    /// ([`crate::CoordinatorConfig::idle_value_ms`]).
+    pub idle_values: u64,
     pub logical_skipped: u64,
     /// Multi-Ring Paxos: skips proposed because a learner asked (skips on demand), and
     /// requests for a position past λ times (the clock + Δ) (capped there).
@@ -151,6 +154,8 @@ pub struct Coordinator {
     last_stamp_ms: u64,
     /// The clock when this coordinator last stamped a value (`None`: not yet).
     stamped_clock_ms: Option<u64>,
+    /// The clock (ms) when the newest value was proposed.
+    proposed_clock_ms: u64,
     last_heartbeat_tick: u64,
     /// Recently decided values, for learners that ask the coordinator.
     recent: BTreeMap<Instance, Arc<Value>>,
@@ -235,6 +240,7 @@ impl Coordinator {
             clock_ms: 0,
             last_stamp_ms: 0,
             stamped_clock_ms: None,
+            proposed_clock_ms: 0,
             last_heartbeat_tick: 0,
             recent: BTreeMap::new(),
             recent_max: 4096,
@@ -526,6 +532,19 @@ impl Coordinator {
     }
 
     /// A skip learners asked for is due, and none asked for earlier is in flight.
+    /// Whether ordered time must move by a value without commands: the service keeps
+    /// time ([`crate::CoordinatorConfig::idle_value_ms`]), nothing is in flight or
+    /// waiting, and nothing was proposed for that long. (A ring of Multi-Ring Paxos
+    /// moves time with its skips instead.)
+    fn idle_value_due(&self) -> bool {
+        self.cfg.idle_value_ms.is_some_and(|t| {
+            self.cfg.skips.is_none()
+                && self.in_flight.is_empty()
+                && self.pending.is_empty()
+                && self.clock_ms.saturating_sub(self.proposed_clock_ms) >= t
+        })
+    }
+
     fn demand_skip_due(&self) -> bool {
         self.skip_asked > self.logical_proposed
             && self
@@ -877,6 +896,13 @@ impl Coordinator {
             } else if self.batch_ready() {
                 let v = self.take_batch();
                 Arc::new(v)
+            } else if self.idle_value_due() {
+                // Nothing to order for a while: a value without commands moves ordered
+                // time (a lease must expire in an idle cluster too).
+                let vid = self.fresh_vid();
+                let time_ms = self.stamp();
+                self.stats.idle_values += 1;
+                Arc::new(self.canonical(Value::new(vid, Vec::new()).at(time_ms)))
             } else if self.skip_due > 0 || self.demand_skip_due() {
                 // The ring's logical position is to be where λ says at this clock: a
                 // skip names that position, so a ring that fell behind (an outage, a
@@ -923,6 +949,7 @@ impl Coordinator {
             let instance = self.next_instance;
             self.next_instance += 1;
             self.stats.values_proposed += 1;
+            self.proposed_clock_ms = self.clock_ms;
             if self.cfg.observe {
                 let bytes = value.commands.iter().map(command_bytes).sum();
                 self.observe(Observation::Proposed {

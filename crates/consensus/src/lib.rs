@@ -1224,6 +1224,11 @@ pub struct CoordinatorConfig {
     /// expire every client session at once when ordering resumes. The cluster file
     /// sets it to a quarter of `[sessions] lease_ms`; unbounded without leases.
     pub time_step_max_ms: u64,
+    /// A leader that proposed nothing for this long proposes a value without commands,
+    /// so that ordered time moves while the cluster is idle (`None`: never). Set for a
+    /// service whose state keeps time (etcd's leases), with `time_step_max_ms` at most
+    /// twice it.
+    pub idle_value_ms: Option<u64>,
     /// Multi-Ring Paxos: a leader of a ring that proposed fewer than `λ·Δ` logical
     /// instances in an interval `Δ` proposes a skip instance worth the difference, so
     /// that learners merging this ring never wait on it for long ([`multiring`]).
@@ -1249,6 +1254,7 @@ impl Default for CoordinatorConfig {
             suspect_ticks: 150,
             pending_commands_max: 100_000,
             time_step_max_ms: u64::MAX,
+            idle_value_ms: None,
             skips: None,
             observe: false,
         }

@@ -2,11 +2,12 @@
 //! every mapping and every refusal is tested without a cluster.
 //!
 //! What a request may not carry (each refused with a gRPC status naming the field, never
-//! ignored): a lease (`PutRequest.lease`, `Compare` on `LEASE`), `ignore_value` and
-//! `ignore_lease`, a read at a past revision (`RangeRequest.revision > 0`), the
-//! min/max mod/create revision filters, compare ranges (`Compare.range_end`) and nested
-//! transactions. Sorting is done here, on the whole range (etcd also reads the whole
-//! range when asked to sort, then applies the limit).
+//! ignored): `ignore_value` and `ignore_lease`, compare ranges (`Compare.range_end`)
+//! and nested transactions. A read at a past revision goes to the store, which reads
+//! it from its event history. The revision filters are applied here (see [`Filter`]).
+//! Sorting is done here, on the whole range (etcd also reads the whole range when asked
+//! to sort, then applies the limit). docs/etcd-compatibility.md lists every RPC and
+//! field.
 
 use crate::pb::etcdserverpb as pb;
 use crate::pb::mvccpb;
@@ -17,7 +18,8 @@ use tonic::Status;
 pub fn unsupported(what: &str) -> Status {
     Status::unimplemented(format!(
         "Partita does not support {what} (its etcd gateway serves KV Range, Put, \
-         DeleteRange, Txn and Compact, Watch, Maintenance.Status and Cluster.MemberList)"
+         DeleteRange, Txn and Compact, Watch, Lease, Maintenance.Status and \
+         Cluster.MemberList)"
     ))
 }
 
@@ -83,13 +85,8 @@ pub fn range_request(r: &pb::RangeRequest) -> Result<Range, Status> {
     if r.key.is_empty() {
         return Err(empty_key());
     }
-    if r.revision > 0 {
-        return Err(unsupported(&format!(
-            "reads at a past revision (RangeRequest.revision = {}): it keeps only the \
-             newest value of each key",
-            r.revision
-        )));
-    }
+    // As etcd's mvcc: a revision of 0 or below reads the current one.
+    let revision = u64::try_from(r.revision).unwrap_or(0);
     let filter = Filter {
         min_mod_revision: non_negative("min_mod_revision", r.min_mod_revision)?,
         max_mod_revision: non_negative("max_mod_revision", r.max_mod_revision)?,
@@ -125,6 +122,7 @@ pub fn range_request(r: &pb::RangeRequest) -> Result<Range, Status> {
             },
             keys_only: r.keys_only,
             count_only: r.count_only,
+            revision,
         },
         filter,
         sort,
@@ -139,7 +137,19 @@ pub fn key_value(kv: &kv::KeyValue) -> mvccpb::KeyValue {
         mod_revision: i64_of(kv.mod_revision),
         version: i64_of(kv.version),
         value: kv.value.clone(),
-        lease: 0,
+        lease: kv.lease,
+    }
+}
+
+/// The status etcd answers for a request its apply path refused (`v3rpc/util.go`).
+pub fn kv_error(e: &kv::KvError) -> Status {
+    let m = e.etcd_message();
+    match e {
+        kv::KvError::LeaseNotFound(_) => Status::not_found(m),
+        kv::KvError::LeaseExists(_) => Status::failed_precondition(m),
+        kv::KvError::LeaseTtlTooLarge(_)
+        | kv::KvError::Compacted(_)
+        | kv::KvError::FutureRevision(_) => Status::out_of_range(m),
     }
 }
 
@@ -187,12 +197,6 @@ pub fn put_request(p: &pb::PutRequest) -> Result<kv::PutRequest, Status> {
     if p.key.is_empty() {
         return Err(empty_key());
     }
-    if p.lease != 0 {
-        return Err(unsupported(&format!(
-            "leases (PutRequest.lease = {})",
-            p.lease
-        )));
-    }
     if p.ignore_value {
         return Err(unsupported("PutRequest.ignore_value"));
     }
@@ -203,6 +207,7 @@ pub fn put_request(p: &pb::PutRequest) -> Result<kv::PutRequest, Status> {
         key: p.key.clone(),
         value: p.value.clone(),
         prev_kv: p.prev_kv,
+        lease: p.lease,
     })
 }
 
@@ -282,7 +287,13 @@ pub fn compare(c: &pb::Compare) -> Result<kv::Compare, Status> {
             Some(TargetUnion::Value(v)) => v.clone(),
             _ => Vec::new(),
         }),
-        Ok(CompareTarget::Lease) => return Err(unsupported("leases (a compare on LEASE)")),
+        Ok(CompareTarget::Lease) => kv::CompareTarget::Lease(int(
+            match u {
+                Some(TargetUnion::Lease(v)) => Some(*v),
+                _ => None,
+            },
+            "compare lease",
+        )? as i64),
         Err(_) => {
             return Err(Status::invalid_argument(format!(
                 "unknown compare target {}",
@@ -488,6 +499,7 @@ mod tests {
             create_revision: c,
             mod_revision: m,
             version: v,
+            lease: 0,
         }
     }
 
@@ -510,7 +522,8 @@ mod tests {
                 end: b"b".to_vec(),
                 limit: 3,
                 keys_only: true,
-                count_only: false
+                count_only: false,
+                revision: 0,
             }
         );
         assert_eq!(r.sort, None);
@@ -676,14 +689,14 @@ mod tests {
             key: b"a".to_vec(),
             ..Default::default()
         };
-        refused(
-            pb::RangeRequest {
-                revision: 3,
-                ..base()
-            },
-            Code::Unimplemented,
-            "past revision",
-        );
+        // A past revision is read from the history (the store refuses one below the
+        // compaction).
+        let past = range_request(&pb::RangeRequest {
+            revision: 3,
+            ..base()
+        })
+        .unwrap();
+        assert_eq!(past.req.revision, 3);
         for (r, name) in [
             (
                 pb::RangeRequest {
@@ -754,12 +767,12 @@ mod tests {
             put_request(&p)
         };
         assert!(put(|_| {}).is_ok());
+        assert_eq!(put(|p| p.lease = 7).unwrap().lease, 7);
         for (f, word) in [
             (
-                (|p: &mut pb::PutRequest| p.lease = 7) as fn(&mut pb::PutRequest),
-                "lease",
+                (|p: &mut pb::PutRequest| p.ignore_value = true) as fn(&mut pb::PutRequest),
+                "ignore_value",
             ),
-            (|p| p.ignore_value = true, "ignore_value"),
             (|p| p.ignore_lease = true, "ignore_lease"),
         ] {
             let e = put(f).unwrap_err();
@@ -831,9 +844,15 @@ mod tests {
         // No operand: zero (etcd's `version("k") = 0`, as etcdctl sends it).
         let c = compare(&cmp(CompareTarget::Version, CompareResult::Equal, None)).unwrap();
         assert_eq!(c.target, kv::CompareTarget::Version(0));
-        // Refused: leases, ranges, negative operands, unknown enums.
-        let e = compare(&cmp(CompareTarget::Lease, CompareResult::Equal, None)).unwrap_err();
-        assert_eq!(e.code(), Code::Unimplemented);
+        // A lease compare, as etcd's (0: no lease).
+        let c = compare(&cmp(
+            CompareTarget::Lease,
+            CompareResult::Equal,
+            Some(TargetUnion::Lease(0x2a)),
+        ))
+        .unwrap();
+        assert_eq!(c.target, kv::CompareTarget::Lease(0x2a));
+        // Refused: ranges, negative operands, unknown enums.
         let mut ranged = cmp(CompareTarget::Version, CompareResult::Equal, None);
         ranged.range_end = b"z".to_vec();
         assert_eq!(compare(&ranged).unwrap_err().code(), Code::Unimplemented);

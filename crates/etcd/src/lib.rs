@@ -23,13 +23,15 @@
 //! | `Watch.Watch` | per watcher, `KvCommand::Events` reads of the replicated event history from its next revision, every 5 ms backing off to 100 ms while idle |
 //! | `Maintenance.Status` | the store's revision (an ordered read), the node's newest delivered ballot round as `raftTerm` and its leader as `leader`, the replica's executed instance as `raftIndex` |
 //! | `Cluster.MemberList` | the nodes with an `etcd_addr` |
+//! | `Lease.*` | `KvCommand::LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` (each keep-alive of the stream ordered, batched with the requests in flight), `LeaseTimeToLive`, `LeaseLeases`: leases are replicated state, expired in ordered time |
 //!
 //! Response headers carry the cluster id, this node's id as `member_id`, the store's
-//! revision and the ballot round plus one as `raft_term`. Everything else (leases, auth,
-//! membership changes, defragment, snapshot, alarms, hashes, leader moves, reads at a
-//! past revision, revision filters, compare ranges, nested transactions) is refused
-//! with `UNIMPLEMENTED` and a message naming it; malformed requests get
-//! `INVALID_ARGUMENT` (see [`convert`]).
+//! revision and the ballot round plus one as `raft_term`. Everything else (auth,
+//! membership changes, defragment, snapshot, alarms, hashes, leader moves, compare
+//! ranges, nested transactions) is refused with `UNIMPLEMENTED` and a message naming
+//! it; malformed requests get `INVALID_ARGUMENT` (see [`convert`]); a request the
+//! store refuses as it executes it (a missing lease, a compacted revision) gets etcd's
+//! status. docs/etcd-compatibility.md lists every RPC and field.
 
 // tonic's `Status` (176 bytes) is the error of every handler and of the mappings that
 // feed them, once per request: boxing it would buy nothing.
@@ -54,7 +56,7 @@ use pb::etcdserverpb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
-pub use server::Gateway;
+pub use server::{Gateway, Planted};
 
 /// The connections `listener` accepts, with Nagle's algorithm off. tonic sets
 /// `TCP_NODELAY` only on connections it accepts itself; with our own listener it is
@@ -80,8 +82,10 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     cluster: partita_config::ClusterConfig,
     node: partita_types::NodeId,
+    planted: Planted,
 ) -> anyhow::Result<()> {
     let gw = Gateway::new(cluster, node);
+    gw.plant(planted);
     gw.start_batching();
     tokio::spawn(gw.clone().follow_status());
     let svc = server::Svc(gw);

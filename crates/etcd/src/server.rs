@@ -42,6 +42,15 @@ const BATCH_BYTES_MAX: usize = 256 << 10;
 /// the next batch takes them all.
 const BATCHES_IN_FLIGHT: usize = 8;
 
+/// Bugs planted in the gateway, for tests of the checks (`--unsafe NAME` of
+/// `partita node`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Planted {
+    /// `etcd-ack-keepalives-unordered`: a keep-alive is answered with the lease's TTL
+    /// read in order, and never renewed.
+    pub ack_keepalives_unordered: bool,
+}
+
 /// A request waiting for the batcher.
 struct Queued {
     cmd: KvCommand,
@@ -69,6 +78,7 @@ pub struct Gateway {
     /// Batches ordered and the requests they carried.
     batches: AtomicU64,
     batched: AtomicU64,
+    planted: std::sync::OnceLock<Planted>,
 }
 
 pub fn status_of(e: ClientError) -> Status {
@@ -102,7 +112,17 @@ impl Gateway {
             batcher: std::sync::OnceLock::new(),
             batches: AtomicU64::new(0),
             batched: AtomicU64::new(0),
+            planted: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Plant bugs (tests of the checks only); once, before serving.
+    pub fn plant(&self, planted: Planted) {
+        let _ = self.planted.set(planted);
+    }
+
+    fn planted(&self) -> Planted {
+        self.planted.get().copied().unwrap_or_default()
     }
 
     /// Order the requests in flight together as one command from now on (on a
@@ -210,12 +230,25 @@ impl Gateway {
     }
 
     /// Execute one request through the cluster (ordered, so linearizable): batched
-    /// with the others in flight when batching is on, else alone.
+    /// with the others in flight when batching is on, else alone. A request the store
+    /// refused as it executed it ([`KvReply::Error`]) is etcd's error status.
     pub async fn execute(&self, cmd: KvCommand) -> Result<KvReply, Status> {
+        match self.execute_raw(cmd).await? {
+            KvReply::Error(e) => Err(convert::kv_error(&e.error)),
+            r => Ok(r),
+        }
+    }
+
+    async fn execute_raw(&self, cmd: KvCommand) -> Result<KvReply, Status> {
         partita_kv::check(&cmd).map_err(Status::invalid_argument)?;
+        // Keep-alives ride in batches: many renewals, one ordered value and one fsync.
         let batchable = matches!(
             cmd,
-            KvCommand::Put(_) | KvCommand::Range(_) | KvCommand::DeleteRange(_) | KvCommand::Txn(_)
+            KvCommand::Put(_)
+                | KvCommand::Range(_)
+                | KvCommand::DeleteRange(_)
+                | KvCommand::Txn(_)
+                | KvCommand::LeaseKeepAlive(_)
         );
         if let (true, Some(batcher)) = (batchable, self.batcher.get()) {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -788,40 +821,145 @@ impl pb::cluster_server::Cluster for Svc {
     }
 }
 
+/// One keep-alive stream: each request renewed through the cluster, in order, each
+/// answered once its renewal is decided (so the holder's deadline, counted from when
+/// it sent the request, ends before the lease's in ordered time).
+async fn keep_alive_session(
+    gw: Arc<Gateway>,
+    mut inbound: Streaming<pb::LeaseKeepAliveRequest>,
+    out: mpsc::Sender<Result<pb::LeaseKeepAliveResponse, Status>>,
+) {
+    use tokio_stream::StreamExt;
+    while let Some(req) = inbound.next().await {
+        let resp = match req {
+            Ok(r) if r.id <= 0 => Err(Status::not_found(
+                partita_kv::KvError::LeaseNotFound(r.id).etcd_message(),
+            )),
+            Ok(r) if gw.planted().ack_keepalives_unordered => {
+                // Planted: the TTL read in order, nothing renewed.
+                match gw.execute(KvCommand::lease_time_to_live(r.id, false)).await {
+                    Ok(KvReply::LeaseTimeToLive(t)) => Ok(pb::LeaseKeepAliveResponse {
+                        header: gw.header(t.revision),
+                        id: t.id,
+                        ttl: t.granted_ttl,
+                    }),
+                    Ok(other) => Err(mismatch(&other)),
+                    Err(e) => Err(e),
+                }
+            }
+            Ok(r) => match gw.execute(KvCommand::lease_keep_alive(r.id)).await {
+                Ok(KvReply::LeaseKeepAlive(k)) => Ok(pb::LeaseKeepAliveResponse {
+                    header: gw.header(k.revision),
+                    id: k.id,
+                    ttl: k.ttl,
+                }),
+                Ok(other) => Err(mismatch(&other)),
+                Err(e) => Err(e),
+            },
+            Err(_) => return,
+        };
+        let failed = resp.is_err();
+        if out.send(resp).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl pb::lease_server::Lease for Svc {
     async fn lease_grant(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("leases (Lease.LeaseGrant)"))
-    }
-    async fn lease_revoke(
-        &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("leases (Lease.LeaseRevoke)"))
+        req: Request<pb::LeaseGrantRequest>,
+    ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        let r = req.get_ref();
+        if r.id < 0 {
+            return Err(Status::invalid_argument(format!(
+                "lease id {} is negative",
+                r.id
+            )));
+        }
+        match self.0.execute(KvCommand::lease_grant(r.id, r.ttl)).await? {
+            KvReply::LeaseGrant(g) => Ok(Response::new(pb::LeaseGrantResponse {
+                header: self.0.header(g.revision),
+                id: g.id,
+                ttl: g.ttl,
+                error: String::new(),
+            })),
+            other => Err(mismatch(&other)),
+        }
     }
 
-    type LeaseKeepAliveStream = ResponseStream<pb::Unsupported>;
+    async fn lease_revoke(
+        &self,
+        req: Request<pb::LeaseRevokeRequest>,
+    ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let id = req.get_ref().id;
+        if id <= 0 {
+            return Err(convert::kv_error(&partita_kv::KvError::LeaseNotFound(id)));
+        }
+        match self.0.execute(KvCommand::lease_revoke(id)).await? {
+            KvReply::LeaseRevoke(r) => Ok(Response::new(pb::LeaseRevokeResponse {
+                header: self.0.header(r.revision),
+            })),
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    type LeaseKeepAliveStream = ResponseStream<pb::LeaseKeepAliveResponse>;
 
     async fn lease_keep_alive(
         &self,
-        _: Request<Streaming<pb::Unsupported>>,
+        req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
-        Err(unsupported("leases (Lease.LeaseKeepAlive)"))
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(keep_alive_session(self.0.clone(), req.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
+
     async fn lease_time_to_live(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("leases (Lease.LeaseTimeToLive)"))
+        req: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let r = req.get_ref();
+        let reply = if r.id <= 0 {
+            // No such lease, as for any id never granted: TTL -1.
+            self.0.execute(KvCommand::LeaseLeases).await.map(|l| {
+                KvReply::LeaseTimeToLive(partita_kv::LeaseTimeToLiveResponse {
+                    id: r.id,
+                    ttl: -1,
+                    granted_ttl: 0,
+                    keys: Vec::new(),
+                    revision: l.revision(),
+                })
+            })?
+        } else {
+            self.0
+                .execute(KvCommand::lease_time_to_live(r.id, r.keys))
+                .await?
+        };
+        match reply {
+            KvReply::LeaseTimeToLive(t) => Ok(Response::new(pb::LeaseTimeToLiveResponse {
+                header: self.0.header(t.revision),
+                id: t.id,
+                ttl: t.ttl,
+                granted_ttl: t.granted_ttl,
+                keys: t.keys,
+            })),
+            other => Err(mismatch(&other)),
+        }
     }
+
     async fn lease_leases(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("leases (Lease.LeaseLeases)"))
+        _: Request<pb::LeaseLeasesRequest>,
+    ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        match self.0.execute(KvCommand::LeaseLeases).await? {
+            KvReply::LeaseLeases(l) => Ok(Response::new(pb::LeaseLeasesResponse {
+                header: self.0.header(l.revision),
+                leases: l.ids.into_iter().map(|id| pb::LeaseStatus { id }).collect(),
+            })),
+            other => Err(mismatch(&other)),
+        }
     }
 }
 

@@ -1064,6 +1064,27 @@ pub async fn run_kv(
     })
 }
 
+/// Inject `cfg.faults` into `lc`'s nodes for `duration` (as [`run`] does) while a
+/// load of the caller's own runs elsewhere (etcd's clients in a process of their own,
+/// say); the faults injected. `cfg.bench` and `cfg.history` are not used.
+pub async fn inject_for(
+    lc: &mut LocalCluster,
+    exe: &Path,
+    node_args: &[String],
+    cfg: &NemesisConfig,
+    duration: Duration,
+) -> anyhow::Result<Vec<Injected>> {
+    if cfg.faults.is_empty() {
+        bail!("no faults to inject");
+    }
+    let mut nem = Nemesis {
+        lc,
+        exe: exe.to_path_buf(),
+        node_args: node_args.to_vec(),
+    };
+    nem.schedule(cfg, duration).await
+}
+
 /// [`run`] for a Chirper cluster (S-SMR or DS-SMR, `partita up --service chirper`):
 /// `load` runs (the swarm's mix by default: moves, creates and deletes under way)
 /// while the faults are injected. The verdict:

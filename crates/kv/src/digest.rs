@@ -62,8 +62,12 @@ pub(crate) fn entry_hash(
     create_revision: u64,
     mod_revision: u64,
     version: u64,
+    lease: i64,
 ) -> u64 {
-    let meta = mix64(create_revision ^ mix64(mod_revision ^ mix64(version ^ 0x5851_f42d)));
+    let mut meta = mix64(create_revision ^ mix64(mod_revision ^ mix64(version ^ 0x5851_f42d)));
+    if lease != 0 {
+        meta = mix64(meta ^ mix64(lease as u64 ^ 0x1ea5_e000_0000_0001));
+    }
     mix64(hash_bytes(SEED_KEY, key) ^ mix64(hash_bytes(SEED_VALUE, value) ^ meta))
 }
 
@@ -88,12 +92,12 @@ mod tests {
         assert_ne!(hash_bytes(1, &long), hash_bytes(1, &other));
         assert_ne!(hash_bytes(1, &long), hash_bytes(2, &long));
         assert_ne!(
-            entry_hash(b"k", b"v", 2, 3, 1),
-            entry_hash(b"k", b"v", 3, 2, 1)
+            entry_hash(b"k", b"v", 2, 3, 1, 0),
+            entry_hash(b"k", b"v", 3, 2, 1, 0)
         );
         assert_ne!(
-            entry_hash(b"k", b"v", 2, 2, 1),
-            entry_hash(b"v", b"k", 2, 2, 1)
+            entry_hash(b"k", b"v", 2, 2, 1, 0),
+            entry_hash(b"v", b"k", 2, 2, 1, 0)
         );
     }
 }

@@ -122,6 +122,16 @@ enum OpJson<'a> {
         value: Bytes<'a>,
         #[serde(skip_serializing_if = "is_false")]
         prev_kv: bool,
+        #[serde(skip_serializing_if = "is_zero")]
+        lease: i64,
+    },
+    /// A lease command (`lease_grant`, `lease_revoke`, `lease_keep_alive`,
+    /// `lease_time_to_live`, `lease_leases`): recorded, not modelled by the checker.
+    Lease {
+        op: &'static str,
+        id: i64,
+        #[serde(skip_serializing_if = "is_zero")]
+        ttl: i64,
     },
     Get {
         op: &'static str,
@@ -190,6 +200,7 @@ fn compare_json(c: &Compare) -> CompareJson<'_> {
         CompareTarget::Version(n) => ("version", Operand::Number(*n)),
         CompareTarget::ModRevision(n) => ("mod", Operand::Number(*n)),
         CompareTarget::CreateRevision(n) => ("create", Operand::Number(*n)),
+        CompareTarget::Lease(n) => ("lease", Operand::Number(*n as u64)),
     };
     CompareJson {
         key: Bytes(&c.key),
@@ -199,12 +210,17 @@ fn compare_json(c: &Compare) -> CompareJson<'_> {
     }
 }
 
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
 fn put_json(p: &PutRequest) -> OpJson<'_> {
     OpJson::Put {
         op: "put",
         key: Bytes(&p.key),
         value: Bytes(&p.value),
         prev_kv: p.prev_kv,
+        lease: p.lease,
     }
 }
 
@@ -268,6 +284,23 @@ fn op_json(cmd: &KvCommand) -> OpJson<'_> {
             op: "batch",
             ops: cmds.iter().map(op_json).collect(),
         },
+        KvCommand::LeaseGrant(g) => OpJson::Lease {
+            op: cmd.name(),
+            id: g.id,
+            ttl: g.ttl,
+        },
+        KvCommand::LeaseRevoke(l)
+        | KvCommand::LeaseKeepAlive(l)
+        | KvCommand::LeaseTimeToLive(l) => OpJson::Lease {
+            op: cmd.name(),
+            id: l.id,
+            ttl: 0,
+        },
+        KvCommand::LeaseLeases => OpJson::Lease {
+            op: cmd.name(),
+            id: 0,
+            ttl: 0,
+        },
     }
 }
 
@@ -313,6 +346,19 @@ enum ResultJson<'a> {
     Events {
         events: u64,
         compacted: Option<u64>,
+        revision: u64,
+    },
+    Lease {
+        id: i64,
+        ttl: i64,
+        revision: u64,
+    },
+    Leases {
+        ids: Vec<i64>,
+        revision: u64,
+    },
+    Error {
+        error: &'static str,
         revision: u64,
     },
     /// A reply of another kind than its command: never produced by the store, recorded
@@ -405,6 +451,34 @@ fn result_of<'a>(cmd: &KvCommand, reply: &'a KvReply) -> ResultJson<'a> {
                 revision: r.revision,
             }
         }
+        (_, KvReply::Error(e)) => ResultJson::Error {
+            error: e.error.etcd_message(),
+            revision: e.revision,
+        },
+        (KvCommand::LeaseGrant(_), KvReply::LeaseGrant(r)) => ResultJson::Lease {
+            id: r.id,
+            ttl: r.ttl,
+            revision: r.revision,
+        },
+        (KvCommand::LeaseRevoke(l), KvReply::LeaseRevoke(r)) => ResultJson::Lease {
+            id: l.id,
+            ttl: 0,
+            revision: r.revision,
+        },
+        (KvCommand::LeaseKeepAlive(_), KvReply::LeaseKeepAlive(r)) => ResultJson::Lease {
+            id: r.id,
+            ttl: r.ttl,
+            revision: r.revision,
+        },
+        (KvCommand::LeaseTimeToLive(_), KvReply::LeaseTimeToLive(r)) => ResultJson::Lease {
+            id: r.id,
+            ttl: r.ttl,
+            revision: r.revision,
+        },
+        (KvCommand::LeaseLeases, KvReply::LeaseLeases(r)) => ResultJson::Leases {
+            ids: r.ids.clone(),
+            revision: r.revision,
+        },
         (KvCommand::Batch(cmds), KvReply::Batch(rs)) if cmds.len() == rs.len() => {
             ResultJson::Batch {
                 batch: cmds.iter().zip(rs).map(|(c, r)| result_of(c, r)).collect(),
@@ -517,6 +591,7 @@ fn request_from_json(v: &Value) -> Result<RequestOp, String> {
             key: bytes_field(v, "key", op)?,
             value: bytes_field(v, "value", op)?,
             prev_kv: flag(v, "prev_kv")?,
+            lease: 0,
         }),
         "get" => RequestOp::Range(RangeRequest::get(bytes_field(v, "key", op)?)),
         "range" => RequestOp::Range(RangeRequest {
@@ -530,6 +605,7 @@ fn request_from_json(v: &Value) -> Result<RequestOp, String> {
             },
             keys_only: flag(v, "keys_only")?,
             count_only: flag(v, "count_only")?,
+            revision: 0,
         }),
         "del" => RequestOp::DeleteRange(DeleteRangeRequest {
             key: bytes_field(v, "key", op)?,
@@ -672,6 +748,7 @@ mod tests {
                     key: b"k".to_vec(),
                     value: vec![0xc3],
                     prev_kv: true,
+                    lease: 0,
                 }),
                 RequestOp::Range(RangeRequest::get("k")),
             ],

@@ -2,7 +2,8 @@
 //! ([`partita_service::StateMachine`], `NAME = "kv"`).
 //!
 //! It follows etcd's v3 API (`etcdserverpb`) and its `mvcc` store, with one revision
-//! kept (no reads at older revisions, no watches, no leases, no compaction):
+//! of the keys kept (no reads at older revisions) and the event history of every
+//! revision since the last compaction (what watches read):
 //!
 //! * **Data.** Keys are 1 byte to 4 KiB ([`KEY_BYTES_MAX`]), values up to 1 MiB
 //!   ([`VALUE_BYTES_MAX`]), both arbitrary bytes, ordered lexicographically; a
@@ -22,6 +23,10 @@
 //!   deletes). [`check`] refuses what etcd refuses (empty keys, too many transaction
 //!   operations, a key written twice in one branch: "duplicate key given in txn
 //!   request") and what exceeds the size limits, naming the limit and the size found.
+//! * **Leases** (module [`lease`]): granted, renewed and revoked by commands, expired
+//!   in ordered time before each value's commands ([`KvStore::advance_time`]), the
+//!   same at every replica; a lease's expiry or revoke deletes its keys in one
+//!   revision.
 //! * **Undo** for speculative execution: [`KvUndo`] restores the revision and every
 //!   changed key's entry and metadata exactly.
 //! * **Snapshots** ([`KvStore::snapshot`], [`KvStore::restore`]): checksummed with
@@ -40,6 +45,7 @@
 
 mod digest;
 pub mod history;
+pub mod lease;
 pub mod mix;
 pub mod service;
 pub mod snapshot;

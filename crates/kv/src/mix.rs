@@ -34,6 +34,7 @@ pub fn overwrite_or_read(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> 
             key: key.clone(),
             value: value.into(),
             prev_kv: false,
+            lease: 0,
         })],
         failure: vec![RequestOp::Range(RangeRequest::get(key))],
     })

@@ -66,6 +66,25 @@ pub fn partitions_of(cmd: &KvCommand, map: &PartitionMap) -> Vec<PartitionId> {
     mask_partitions(mask(cmd, map))
 }
 
+/// How often ordered time moves while the cluster is idle (so that a lease expires
+/// within this much of its deadline), and half the largest step it takes between two
+/// values: with the shortest lease of [`LEASE_TTL_MIN`] seconds, a value after an
+/// outage moves time by at most 1 s, leaving a holder at least 1 s to renew.
+pub const LEASE_TICK_MS: u64 = 500;
+
+/// Whether `cmd` is a lease command (granted, renewed, revoked or read in every
+/// partition: each holds the whole lease table, and its own keys of each lease).
+pub fn is_lease_command(cmd: &KvCommand) -> bool {
+    matches!(
+        cmd,
+        KvCommand::LeaseGrant(_)
+            | KvCommand::LeaseRevoke(_)
+            | KvCommand::LeaseKeepAlive(_)
+            | KvCommand::LeaseTimeToLive(_)
+            | KvCommand::LeaseLeases
+    )
+}
+
 /// The object id of the store-wide revision in [`StateMachine::access`] (a key whose
 /// id collides with it only conflicts more).
 pub const REVISION_OBJECT: u64 = 0x7265_7669_7369_6f6e;
@@ -100,7 +119,18 @@ impl StateMachine for KvStore {
     /// ordering that orders only conflicting commands (EPaxos) thus orders every
     /// mutation with every other command, which etcd's one sequence of revisions
     /// requires; reads still commute with reads.
+    ///
+    /// A lease command conflicts with everything: a grant or keep-alive sets a
+    /// deadline from the ordered time where it runs, and a revoke deletes keys nobody
+    /// named.
     fn access(&self, cmd: &KvCommand) -> Access {
+        let leases = match cmd {
+            KvCommand::Batch(cmds) => cmds.iter().any(is_lease_command),
+            _ => is_lease_command(cmd),
+        };
+        if leases {
+            return Access::everything();
+        }
         let write = !Self::is_read_only(cmd);
         let mut a = Access::of(&Self::objects(cmd), write);
         a.add(REVISION_OBJECT, write);
@@ -109,6 +139,14 @@ impl StateMachine for KvStore {
 
     fn execute(&mut self, cmd: &KvCommand) -> KvReply {
         KvStore::execute(self, cmd).0
+    }
+
+    /// Leases expire in ordered time.
+    const TIMED: bool = true;
+    const TICK_MS: u64 = LEASE_TICK_MS;
+
+    fn advance_time(&mut self, now_ms: u64) -> Option<KvUndo> {
+        KvStore::advance_time(self, now_ms)
     }
 
     fn execute_undoable(&mut self, cmd: &KvCommand) -> (KvReply, KvUndo) {
@@ -236,8 +274,13 @@ fn command_objects(cmd: &KvCommand, out: &mut Objects<Vec<u8>>) {
             }
         }
         KvCommand::Events(e) => range_objects(&e.key, &e.end, out),
-        // Every partition compacts its own history.
-        KvCommand::Compact(_) => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
+        // Every partition compacts its own history, and holds every lease.
+        KvCommand::Compact(_)
+        | KvCommand::LeaseGrant(_)
+        | KvCommand::LeaseRevoke(_)
+        | KvCommand::LeaseKeepAlive(_)
+        | KvCommand::LeaseTimeToLive(_)
+        | KvCommand::LeaseLeases => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
         KvCommand::Batch(cmds) => {
             for c in cmds {
                 command_objects(c, out);
@@ -272,8 +315,26 @@ fn merge(
                 | (KvCommand::Compact(_), KvReply::Compact(_))
                 | (KvCommand::Events(_), KvReply::Events(_))
                 | (KvCommand::Batch(_), KvReply::Batch(_))
+                | (KvCommand::LeaseGrant(_), KvReply::LeaseGrant(_))
+                | (KvCommand::LeaseRevoke(_), KvReply::LeaseRevoke(_))
+                | (KvCommand::LeaseKeepAlive(_), KvReply::LeaseKeepAlive(_))
+                | (KvCommand::LeaseTimeToLive(_), KvReply::LeaseTimeToLive(_))
+                | (KvCommand::LeaseLeases, KvReply::LeaseLeases(_))
+                | (_, KvReply::Error(_))
         );
         return if fits { Ok(reply) } else { Err(kind(&reply)) };
+    }
+    // A refusal from any partition is the reply (every partition holds every lease,
+    // so they refuse alike).
+    if let Some(i) = parts
+        .iter()
+        .position(|(_, r)| matches!(r, KvReply::Error(_)))
+    {
+        return Ok(parts.swap_remove(i).1);
+    }
+    if is_lease_command(cmd) {
+        return merge_lease(cmd, parts)
+            .ok_or_else(|| format!("{} replies of several partitions do not agree", cmd.name()));
     }
     match cmd {
         KvCommand::Range(r) => {
@@ -367,6 +428,58 @@ fn merge(
     }
 }
 
+/// One reply for a lease command from every partition's: the lease's fields agree
+/// (each partition holds the same table, moved by the same ordered commands), its keys
+/// are the union, and the revision is the largest (see the module's limitation).
+fn merge_lease(cmd: &KvCommand, parts: Vec<(PartitionId, KvReply)>) -> Option<KvReply> {
+    let mut replies = parts.into_iter().map(|(_, r)| r);
+    let first = replies.next()?;
+    replies
+        .try_fold(first, |acc, r| {
+            Some(match (acc, r) {
+                (KvReply::LeaseGrant(a), KvReply::LeaseGrant(b))
+                    if (a.id, a.ttl) == (b.id, b.ttl) =>
+                {
+                    KvReply::LeaseGrant(LeaseGrantResponse {
+                        revision: a.revision.max(b.revision),
+                        ..a
+                    })
+                }
+                (KvReply::LeaseRevoke(a), KvReply::LeaseRevoke(b)) => {
+                    KvReply::LeaseRevoke(LeaseRevokeResponse {
+                        revision: a.revision.max(b.revision),
+                    })
+                }
+                (KvReply::LeaseKeepAlive(a), KvReply::LeaseKeepAlive(b)) if a.ttl == b.ttl => {
+                    KvReply::LeaseKeepAlive(LeaseKeepAliveResponse {
+                        revision: a.revision.max(b.revision),
+                        ..a
+                    })
+                }
+                (KvReply::LeaseTimeToLive(a), KvReply::LeaseTimeToLive(b))
+                    if (a.ttl, a.granted_ttl) == (b.ttl, b.granted_ttl) =>
+                {
+                    let mut keys = a.keys;
+                    keys.extend(b.keys);
+                    keys.sort();
+                    KvReply::LeaseTimeToLive(LeaseTimeToLiveResponse {
+                        keys,
+                        revision: a.revision.max(b.revision),
+                        ..a
+                    })
+                }
+                (KvReply::LeaseLeases(a), KvReply::LeaseLeases(b)) if a.ids == b.ids => {
+                    KvReply::LeaseLeases(LeaseLeasesResponse {
+                        revision: a.revision.max(b.revision),
+                        ..a
+                    })
+                }
+                _ => return None,
+            })
+        })
+        .filter(|_| is_lease_command(cmd))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +528,7 @@ mod tests {
                 key: vec![0xd0],
                 value: vec![],
                 prev_kv: false,
+                lease: 0,
             })],
             failure: vec![],
         });

@@ -1,16 +1,20 @@
 //! Snapshots: the store's revision and its entries in key order behind a small header,
 //! then the event history, checksummed with CRC32C like the B+tree's.
 //!
-//! Layout (version 2), little endian:
+//! Layout (version 3), little endian:
 //! `magic[8] | version:u32 | revision:u64 | count:u64 | digest:u64 |
 //!  (key_len:u32, value_len:u32, create_revision:u64, mod_revision:u64, version:u64,
-//!   key, value)[count] | compacted:u64 | event_count:u64 |
+//!   lease:i64, key, value)[count] | compacted:u64 | event_count:u64 |
 //!  (kind:u8 (0 put, 1 delete), has_prev:u8, kv, prev kv if has_prev)[event_count] |
-//!  crc32c:u32`, where each kv of an event is laid out as an entry above.
+//!  now_ms:u64 | leases_picked:u64 | lease_count:u64 |
+//!  (id:i64, ttl:i64, expiry_ms:u64)[lease_count] | crc32c:u32`, where each kv of an
+//! event is laid out as an entry above. A lease's keys are those whose entry names it.
 //!
-//! Version 1 (before the event history) has no `compacted` and no events; it is still
-//! read, as a store whose history is compacted up to its revision (a watch from an
-//! older revision is refused as compacted, as after etcd's compaction).
+//! Version 2 (before leases) has no `lease` in its pairs and no lease section; version
+//! 1 (before the event history) has no `compacted` and no events either. Both are
+//! still read: with no leases, and a version 1 store as one whose history is compacted
+//! up to its revision (a watch from an older revision is refused as compacted, as
+//! after etcd's compaction).
 //!
 //! The checksum covers everything before it and is verified before anything else is
 //! read, so a flipped bit anywhere is refused as such; a cut anywhere is refused too,
@@ -25,17 +29,33 @@ use std::collections::BTreeMap;
 
 use std::collections::VecDeque;
 
+use crate::lease::{LeaseMeta, Leases};
 use crate::store::{Entry, KvStore, INITIAL_REVISION};
-use crate::types::{Event, EventKind, KeyValue, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use crate::types::{
+    Event, EventKind, KeyValue, KEY_BYTES_MAX, LEASE_TTL_MAX, LEASE_TTL_MIN, VALUE_BYTES_MAX,
+};
 
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PKVSNAP\x01";
-/// The version written; [`SNAPSHOT_VERSION_V1`] is still read.
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// The version written; [`SNAPSHOT_VERSION_V1`] and [`SNAPSHOT_VERSION_V2`] are still
+/// read.
+pub const SNAPSHOT_VERSION: u32 = 3;
 /// Snapshots from before the event history.
 pub const SNAPSHOT_VERSION_V1: u32 = 1;
+/// Snapshots from before leases.
+pub const SNAPSHOT_VERSION_V2: u32 = 2;
 const HEADER: usize = 8 + 4 + 8 + 8 + 8;
-const ENTRY_HEADER: usize = 4 + 4 + 8 + 8 + 8;
+/// A pair's header (version 3; versions 1 and 2 have no lease, 8 bytes less).
+const ENTRY_HEADER: usize = 4 + 4 + 8 + 8 + 8 + 8;
 const TRAILER: usize = 4;
+
+/// A pair's header in a snapshot of `version`.
+fn entry_header(version: u32) -> usize {
+    if version >= SNAPSHOT_VERSION {
+        ENTRY_HEADER
+    } else {
+        ENTRY_HEADER - 8
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
@@ -44,10 +64,12 @@ pub enum SnapshotError {
     #[error("not a key-value snapshot (bad magic)")]
     Magic,
     #[error(
-        "key-value snapshot version {0} is not a supported version ({SNAPSHOT_VERSION_V1} or \
+        "key-value snapshot version {0} is not a supported version ({SNAPSHOT_VERSION_V1} to \
          {SNAPSHOT_VERSION})"
     )]
     Version(u32),
+    #[error("key-value snapshot lease {index}: {what}")]
+    Lease { index: u64, what: String },
     #[error(
         "key-value snapshot checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
     )]
@@ -94,6 +116,7 @@ impl KvStore {
             out.extend_from_slice(&e.create_revision.to_le_bytes());
             out.extend_from_slice(&e.mod_revision.to_le_bytes());
             out.extend_from_slice(&e.version.to_le_bytes());
+            out.extend_from_slice(&e.lease.to_le_bytes());
             out.extend_from_slice(k);
             out.extend_from_slice(&e.value);
         }
@@ -106,6 +129,7 @@ impl KvStore {
             out.extend_from_slice(&kv.create_revision.to_le_bytes());
             out.extend_from_slice(&kv.mod_revision.to_le_bytes());
             out.extend_from_slice(&kv.version.to_le_bytes());
+            out.extend_from_slice(&kv.lease.to_le_bytes());
             out.extend_from_slice(&kv.key);
             out.extend_from_slice(&kv.value);
         };
@@ -119,6 +143,15 @@ impl KvStore {
             if let Some(p) = &e.prev_kv {
                 put_kv(&mut out, p);
             }
+        }
+        let (leases, now_ms) = self.lease_parts();
+        out.extend_from_slice(&now_ms.to_le_bytes());
+        out.extend_from_slice(&leases.picked.to_le_bytes());
+        out.extend_from_slice(&(leases.len() as u64).to_le_bytes());
+        for (id, m) in leases.iter() {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&m.ttl.to_le_bytes());
+            out.extend_from_slice(&m.expiry_ms.to_le_bytes());
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -134,7 +167,7 @@ impl KvStore {
             return Err(SnapshotError::Magic);
         }
         let version = u32_at(bytes, 8);
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_V1 {
+        if !(SNAPSHOT_VERSION_V1..=SNAPSHOT_VERSION).contains(&version) {
             return Err(SnapshotError::Version(version));
         }
         let end = bytes.len() - TRAILER;
@@ -149,14 +182,16 @@ impl KvStore {
         }
         let count = u64_at(bytes, 20);
         let header_digest = u64_at(bytes, 28);
+        let format = version;
+        let entry_header = entry_header(format);
         let mut map: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
         let mut at = HEADER;
         let mut last: Option<&[u8]> = None;
         for index in 0..count {
             let bad = |what: String| SnapshotError::Entry { index, what };
-            if end - at < ENTRY_HEADER {
+            if end - at < entry_header {
                 return Err(bad(format!(
-                    "its header needs {ENTRY_HEADER} bytes, {} are left",
+                    "its header needs {entry_header} bytes, {} are left",
                     end - at
                 )));
             }
@@ -165,7 +200,11 @@ impl KvStore {
             let create = u64_at(bytes, at + 8);
             let modr = u64_at(bytes, at + 16);
             let version = u64_at(bytes, at + 24);
-            at += ENTRY_HEADER;
+            let lease = lease_at(bytes, at, format);
+            at += entry_header;
+            if lease < 0 {
+                return Err(bad(format!("negative lease id {lease}")));
+            }
             if !(1..=KEY_BYTES_MAX).contains(&key_len) {
                 return Err(bad(format!(
                     "key of {key_len} bytes (keys are 1 to {KEY_BYTES_MAX})"
@@ -203,27 +242,52 @@ impl KvStore {
             last = Some(key);
             map.insert(
                 key.to_vec(),
-                Entry::new(key, value.to_vec(), create, modr, version),
+                Entry::new(key, value.to_vec(), create, modr, version, lease),
             );
         }
-        let (events, compacted) = if version == SNAPSHOT_VERSION_V1 {
+        let (events, compacted) = if format == SNAPSHOT_VERSION_V1 {
             (VecDeque::new(), 0)
         } else {
-            read_events(bytes, &mut at, end, revision)?
+            read_events(bytes, &mut at, end, revision, format)?
+        };
+        let (leases, now_ms) = if format >= SNAPSHOT_VERSION {
+            read_leases(bytes, &mut at, end)?
+        } else {
+            (Leases::default(), 0)
         };
         if at != end {
             return Err(SnapshotError::Trailing(end - at));
         }
-        let mut store = KvStore::from_parts(map, revision, events, compacted);
+        if let Some((k, e)) = map
+            .iter()
+            .find(|(_, e)| e.lease != 0 && !leases.contains(e.lease))
+        {
+            return Err(SnapshotError::Lease {
+                index: 0,
+                what: format!(
+                    "key {} names lease {:x}, which the snapshot does not hold",
+                    crate::types::show_key(k),
+                    e.lease
+                ),
+            });
+        }
+        let mut store = KvStore::from_parts(map, revision, events, compacted, leases, now_ms);
         if store.digest() != header_digest {
             return Err(SnapshotError::Digest {
                 header: header_digest,
                 contents: store.digest(),
             });
         }
-        if version == SNAPSHOT_VERSION_V1 {
+        if format == SNAPSHOT_VERSION_V1 {
             // No history was kept: every revision up to the store's is gone.
-            store = KvStore::from_parts(store_map(store), revision, VecDeque::new(), revision + 1);
+            store = KvStore::from_parts(
+                store_map(store),
+                revision,
+                VecDeque::new(),
+                revision + 1,
+                Leases::default(),
+                0,
+            );
         }
         Ok(store)
     }
@@ -233,14 +297,62 @@ fn store_map(s: KvStore) -> std::collections::BTreeMap<Vec<u8>, Entry> {
     s.into_map()
 }
 
-/// The event section of a version 2 snapshot, validated: kinds, sizes, revisions in
-/// order within `[max(compacted, 2), revision]`, a previous pair on every delete.
+/// A pair's lease in a snapshot of `format` (0 before version 3).
+fn lease_at(bytes: &[u8], at: usize, format: u32) -> i64 {
+    if format >= SNAPSHOT_VERSION {
+        u64_at(bytes, at + 32) as i64
+    } else {
+        0
+    }
+}
+
+/// The lease section of a version 3 snapshot, validated: ids positive and increasing,
+/// TTLs within the limits.
+fn read_leases(bytes: &[u8], at: &mut usize, end: usize) -> Result<(Leases, u64), SnapshotError> {
+    let bad = |index: u64, what: String| SnapshotError::Lease { index, what };
+    if end - *at < 24 {
+        return Err(bad(0, "the lease section's header is cut".into()));
+    }
+    let now_ms = u64_at(bytes, *at);
+    let picked = u64_at(bytes, *at + 8);
+    let count = u64_at(bytes, *at + 16);
+    *at += 24;
+    let mut leases = Leases::default();
+    leases.picked = picked;
+    let mut last = 0i64;
+    for index in 0..count {
+        if end - *at < 24 {
+            return Err(bad(index, "cut".into()));
+        }
+        let id = u64_at(bytes, *at) as i64;
+        let ttl = u64_at(bytes, *at + 8) as i64;
+        let expiry_ms = u64_at(bytes, *at + 16);
+        *at += 24;
+        if id <= last {
+            return Err(bad(
+                index,
+                format!("id {id} is not positive and above {last}"),
+            ));
+        }
+        if !(LEASE_TTL_MIN..=LEASE_TTL_MAX).contains(&ttl) {
+            return Err(bad(index, format!("TTL of {ttl} s")));
+        }
+        last = id;
+        leases.set(id, Some(LeaseMeta { ttl, expiry_ms }));
+    }
+    Ok((leases, now_ms))
+}
+
+/// The event section of a version 2 or 3 snapshot, validated: kinds, sizes, revisions
+/// in order within `[max(compacted, 2), revision]`, a previous pair on every delete.
 fn read_events(
     bytes: &[u8],
     at: &mut usize,
     end: usize,
     revision: u64,
+    format: u32,
 ) -> Result<(VecDeque<Event>, u64), SnapshotError> {
+    let entry_header = entry_header(format);
     let bad = |index: u64, what: String| SnapshotError::Event { index, what };
     if end - *at < 16 {
         return Err(bad(0, "the event section's header is cut".into()));
@@ -255,7 +367,7 @@ fn read_events(
         ));
     }
     let read_kv = |index: u64, at: &mut usize| -> Result<KeyValue, SnapshotError> {
-        if end - *at < ENTRY_HEADER {
+        if end - *at < entry_header {
             return Err(bad(index, "a pair's header is cut".into()));
         }
         let key_len = u32_at(bytes, *at) as usize;
@@ -263,7 +375,8 @@ fn read_events(
         let create_revision = u64_at(bytes, *at + 8);
         let mod_revision = u64_at(bytes, *at + 16);
         let version = u64_at(bytes, *at + 24);
-        *at += ENTRY_HEADER;
+        let lease = lease_at(bytes, *at, format);
+        *at += entry_header;
         if !(1..=KEY_BYTES_MAX).contains(&key_len) || value_len > VALUE_BYTES_MAX {
             return Err(bad(
                 index,
@@ -279,6 +392,7 @@ fn read_events(
             create_revision,
             mod_revision,
             version,
+            lease,
         };
         *at += key_len + value_len;
         Ok(kv)
@@ -325,7 +439,7 @@ fn read_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::KvCommand;
+    use crate::types::{KvCommand, KvReply};
 
     fn sample() -> KvStore {
         let mut s = KvStore::new();
@@ -348,23 +462,62 @@ mod tests {
         assert_eq!(KvStore::restore(&empty.snapshot()).unwrap(), empty);
     }
 
+    /// A snapshot of `s` (which holds no lease) as version 1 or 2 wrote it: pairs
+    /// without a lease, no lease section, and for version 1 no history.
+    fn legacy(s: &KvStore, version: u32) -> Vec<u8> {
+        let put_kv = |out: &mut Vec<u8>, kv: &KeyValue| {
+            out.extend_from_slice(&(kv.key.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(kv.value.len() as u32).to_le_bytes());
+            out.extend_from_slice(&kv.create_revision.to_le_bytes());
+            out.extend_from_slice(&kv.mod_revision.to_le_bytes());
+            out.extend_from_slice(&kv.version.to_le_bytes());
+            out.extend_from_slice(&kv.key);
+            out.extend_from_slice(&kv.value);
+        };
+        let mut out = SNAPSHOT_MAGIC.to_vec();
+        out.extend_from_slice(&version.to_le_bytes());
+        out.extend_from_slice(&s.revision().to_le_bytes());
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        let digest = if version == SNAPSHOT_VERSION_V1 {
+            KvStore::from_parts(
+                s.clone().into_map(),
+                s.revision(),
+                VecDeque::new(),
+                0,
+                Leases::default(),
+                0,
+            )
+            .digest()
+        } else {
+            s.digest()
+        };
+        out.extend_from_slice(&digest.to_le_bytes());
+        for kv in s.iter() {
+            put_kv(&mut out, &kv);
+        }
+        if version == SNAPSHOT_VERSION_V2 {
+            out.extend_from_slice(&s.compacted().to_le_bytes());
+            out.extend_from_slice(&(s.events().count() as u64).to_le_bytes());
+            for e in s.events() {
+                out.push(u8::from(e.kind == EventKind::Delete));
+                out.push(u8::from(e.prev_kv.is_some()));
+                put_kv(&mut out, &e.kv);
+                if let Some(p) = &e.prev_kv {
+                    put_kv(&mut out, p);
+                }
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
     /// A snapshot from before the event history restores with its entries and a
     /// history compacted past its revision.
     #[test]
     fn version_1_snapshots_restore_as_compacted() {
         let s = sample();
-        let v2 = s.snapshot();
-        let body: usize = s
-            .entries()
-            .map(|(k, e)| ENTRY_HEADER + k.len() + e.value.len())
-            .sum();
-        let mut v1 = v2[..HEADER + body].to_vec();
-        v1[8..12].copy_from_slice(&SNAPSHOT_VERSION_V1.to_le_bytes());
-        let plain = KvStore::from_parts(s.clone().into_map(), s.revision(), VecDeque::new(), 0);
-        v1[28..36].copy_from_slice(&plain.digest().to_le_bytes());
-        let crc = crc32c::crc32c(&v1);
-        v1.extend_from_slice(&crc.to_le_bytes());
-        let back = KvStore::restore(&v1).unwrap();
+        let back = KvStore::restore(&legacy(&s, SNAPSHOT_VERSION_V1)).unwrap();
         assert_eq!(
             back.iter().collect::<Vec<_>>(),
             s.iter().collect::<Vec<_>>()
@@ -373,6 +526,45 @@ mod tests {
         assert_eq!(back.events().count(), 0);
         assert_eq!(back.compacted(), s.revision() + 1);
         assert!(s.events().count() > 0);
+    }
+
+    /// A snapshot from before leases restores as the store it was, with no lease.
+    #[test]
+    fn version_2_snapshots_restore_without_leases() {
+        let s = sample();
+        let back = KvStore::restore(&legacy(&s, SNAPSHOT_VERSION_V2)).unwrap();
+        assert_eq!(back, s);
+    }
+
+    /// Leases, their keys, the id allocator and ordered time survive a snapshot; a key
+    /// naming a lease the snapshot lacks is refused.
+    #[test]
+    fn leases_round_trip() {
+        let mut s = sample();
+        s.advance_time(5_000);
+        let KvReply::LeaseGrant(g) = s.execute(&KvCommand::lease_grant(0, 10)).0 else {
+            panic!()
+        };
+        s.execute(&KvCommand::lease_grant(77, 30));
+        s.execute(&KvCommand::put_leased("l1", "v", g.id));
+        s.execute(&KvCommand::put_leased("l2", "v", g.id));
+        s.execute(&KvCommand::put_leased("m", "v", 77));
+        let back = KvStore::restore(&s.snapshot()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.digest(), s.digest());
+        // The restored store picks the id the original would.
+        let (mut a, mut b) = (s.clone(), back);
+        assert_eq!(
+            a.execute(&KvCommand::lease_grant(0, 5)).0,
+            b.execute(&KvCommand::lease_grant(0, 5)).0
+        );
+        // Both expire the same lease at the same time, with its keys.
+        assert_eq!(
+            a.advance_time(15_000).is_some(),
+            b.advance_time(15_000).is_some()
+        );
+        assert_eq!(a, b);
+        assert!(a.get(b"l1").is_none() && a.get(b"m").is_some());
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 use crate::digest::{entry_hash, finish, mix64};
+use crate::lease::{LeaseMeta, Leases};
 use crate::types::*;
 
 /// The revision of an empty store (etcd's).
@@ -50,6 +51,7 @@ fn kv_hash(kv: &KeyValue) -> u64 {
         kv.create_revision,
         kv.mod_revision,
         kv.version,
+        kv.lease,
     )
 }
 
@@ -70,6 +72,8 @@ pub(crate) struct Entry {
     pub(crate) create_revision: u64,
     pub(crate) mod_revision: u64,
     pub(crate) version: u64,
+    /// The lease the key is attached to (0: none).
+    pub(crate) lease: i64,
     pub(crate) hash: u64,
 }
 
@@ -80,13 +84,15 @@ impl Entry {
         create_revision: u64,
         mod_revision: u64,
         version: u64,
+        lease: i64,
     ) -> Entry {
-        let hash = entry_hash(key, &value, create_revision, mod_revision, version);
+        let hash = entry_hash(key, &value, create_revision, mod_revision, version, lease);
         Entry {
             value,
             create_revision,
             mod_revision,
             version,
+            lease,
             hash,
         }
     }
@@ -102,6 +108,7 @@ impl Entry {
             create_revision: self.create_revision,
             mod_revision: self.mod_revision,
             version: self.version,
+            lease: self.lease,
         }
     }
 }
@@ -120,6 +127,28 @@ pub struct KvUndo {
     compacted: u64,
     /// A batch's requests' undos, in execution order (nothing else is set then).
     batch: Vec<KvUndo>,
+    /// Leases changed (granted, renewed, revoked, expired), with their fields before,
+    /// in the order of the changes.
+    leases: Vec<(i64, Option<LeaseMeta>)>,
+    /// The lease allocator's counter and the ordered time before, if they changed.
+    leases_picked: Option<u64>,
+    now_ms: Option<u64>,
+}
+
+impl KvUndo {
+    fn at(revision: u64, compacted: u64) -> KvUndo {
+        KvUndo {
+            revision,
+            changes: Vec::new(),
+            events_added: 0,
+            events_dropped: Vec::new(),
+            compacted,
+            batch: Vec::new(),
+            leases: Vec::new(),
+            leases_picked: None,
+            now_ms: None,
+        }
+    }
 }
 
 impl KvUndo {
@@ -146,6 +175,9 @@ pub struct KvStore {
     event_bytes: usize,
     /// Wrapping sum of the events' hashes.
     events_sum: u64,
+    leases: Leases,
+    /// Ordered time (ms) of the newest value executed ([`KvStore::advance_time`]).
+    now_ms: u64,
 }
 
 impl Default for KvStore {
@@ -172,16 +204,26 @@ impl KvStore {
             compacted: 0,
             event_bytes: 0,
             events_sum: 0,
+            leases: Leases::default(),
+            now_ms: 0,
         }
     }
 
-    /// A store from its parts (snapshot restore); the caller has validated them.
+    /// A store from its parts (snapshot restore); the caller has validated them, and
+    /// that every entry's lease is in `leases` (which has no keys yet).
     pub(crate) fn from_parts(
         map: BTreeMap<Vec<u8>, Entry>,
         revision: u64,
         events: VecDeque<Event>,
         compacted: u64,
+        mut leases: Leases,
+        now_ms: u64,
     ) -> KvStore {
+        for (k, e) in &map {
+            if e.lease != 0 {
+                leases.attach(e.lease, k);
+            }
+        }
         let digest_sum = map.values().fold(0u64, |s, e| s.wrapping_add(e.hash));
         let event_bytes = events.iter().map(event_bytes).sum();
         let events_sum = events
@@ -195,7 +237,151 @@ impl KvStore {
             compacted,
             event_bytes,
             events_sum,
+            leases,
+            now_ms,
         }
+    }
+
+    /// The lease table and the ordered time (snapshots).
+    pub(crate) fn lease_parts(&self) -> (&Leases, u64) {
+        (&self.leases, self.now_ms)
+    }
+
+    /// Ordered time (ms) of the newest value executed.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Leases held.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Ordered time moves to `now_ms` (never back): every lease whose expiry is at or
+    /// before it expires, in (expiry, id) order, each deleting its keys in a revision
+    /// of its own (see the `lease` module). `None` when nothing changed.
+    pub fn advance_time(&mut self, now_ms: u64) -> Option<KvUndo> {
+        if now_ms <= self.now_ms {
+            return None;
+        }
+        let mut undo = KvUndo::at(self.revision, self.compacted);
+        undo.now_ms = Some(self.now_ms);
+        self.now_ms = now_ms;
+        while let Some(id) = self.leases.due(now_ms) {
+            let mut w = Writes {
+                new_revision: self.revision + 1,
+                changed: false,
+                undo,
+            };
+            self.revoke(id, &mut w);
+            undo = w.undo;
+            if w.changed {
+                self.revision = w.new_revision;
+                self.trim_events(&mut undo);
+            }
+        }
+        Some(undo)
+    }
+
+    /// Revoke lease `id` (which exists): its keys deleted at `w`'s revision, in key
+    /// order, then the lease removed.
+    fn revoke(&mut self, id: i64, w: &mut Writes) {
+        let keys: Vec<Vec<u8>> = self.leases.keys(id).cloned().collect();
+        for k in keys {
+            self.delete_key(k, w);
+        }
+        let old = self.leases.set(id, None);
+        w.undo.leases.push((id, old));
+    }
+
+    fn grant(
+        &mut self,
+        g: &LeaseGrantRequest,
+        w: &mut Writes,
+    ) -> Result<LeaseGrantResponse, KvError> {
+        if g.ttl > LEASE_TTL_MAX {
+            return Err(KvError::LeaseTtlTooLarge(g.ttl));
+        }
+        if g.id != 0 && self.leases.contains(g.id) {
+            return Err(KvError::LeaseExists(g.id));
+        }
+        let id = match g.id {
+            0 => {
+                w.undo.leases_picked = Some(self.leases.picked);
+                self.leases.pick()
+            }
+            id => id,
+        };
+        let ttl = g.ttl.max(LEASE_TTL_MIN);
+        let meta = LeaseMeta {
+            ttl,
+            expiry_ms: self.expiry(ttl),
+        };
+        let old = self.leases.set(id, Some(meta));
+        w.undo.leases.push((id, old));
+        Ok(LeaseGrantResponse {
+            id,
+            ttl,
+            revision: self.revision,
+        })
+    }
+
+    /// The ordered time at which a lease of `ttl` seconds granted or renewed now ends.
+    fn expiry(&self, ttl: i64) -> u64 {
+        self.now_ms
+            .saturating_add(u64::try_from(ttl).unwrap_or(0).saturating_mul(1000))
+    }
+
+    fn keep_alive(&mut self, id: i64, w: &mut Writes) -> LeaseKeepAliveResponse {
+        let ttl = match self.leases.meta(id) {
+            Some(m) => {
+                let renewed = LeaseMeta {
+                    expiry_ms: self.expiry(m.ttl),
+                    ..m
+                };
+                let old = self.leases.set(id, Some(renewed));
+                w.undo.leases.push((id, old));
+                m.ttl
+            }
+            // Unknown (expired, revoked, never granted): TTL 0, as etcd answers.
+            None => 0,
+        };
+        LeaseKeepAliveResponse {
+            id,
+            ttl,
+            revision: self.revision,
+        }
+    }
+
+    fn time_to_live(&self, l: &LeaseRequest) -> LeaseTimeToLiveResponse {
+        match self.leases.meta(l.id) {
+            Some(m) => LeaseTimeToLiveResponse {
+                id: l.id,
+                ttl: (m.expiry_ms.saturating_sub(self.now_ms) / 1000) as i64,
+                granted_ttl: m.ttl,
+                keys: if l.keys {
+                    self.leases.keys(l.id).cloned().collect()
+                } else {
+                    Vec::new()
+                },
+                revision: self.revision,
+            },
+            None => LeaseTimeToLiveResponse {
+                id: l.id,
+                ttl: -1,
+                granted_ttl: 0,
+                keys: Vec::new(),
+                revision: self.revision,
+            },
+        }
+    }
+
+    /// The lease a put names must exist when it executes (0 names none).
+    fn check_put_lease(&self, p: &PutRequest) -> Result<(), KvError> {
+        if p.lease != 0 && !self.leases.contains(p.lease) {
+            return Err(KvError::LeaseNotFound(p.lease));
+        }
+        Ok(())
     }
 
     /// The entries (snapshot restore).
@@ -336,23 +522,36 @@ impl KvStore {
     /// The event history enters it too (zero for a store that never wrote, so a
     /// fresh store's digest is what it was before the history existed).
     pub fn digest(&self) -> u64 {
+        let leases = match self.leases.len() {
+            0 => 0,
+            _ => self.leases.digest(),
+        };
         finish(self.digest_sum, self.map.len() as u64, self.revision)
             ^ self.events_sum
             ^ self.compacted.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ leases
     }
 
     /// Set `key` to `entry` (or remove it), keeping the digest; returns the previous
     /// entry. Every change goes through here.
+    /// Keys attached to a lease are indexed by it here too.
     fn set(&mut self, key: Vec<u8>, entry: Option<Entry>) -> Option<Entry> {
+        let lease = entry.as_ref().map_or(0, |e| e.lease);
         if let Some(e) = &entry {
             self.digest_sum = self.digest_sum.wrapping_add(e.hash);
         }
+        if lease != 0 {
+            self.leases.attach(lease, &key);
+        }
         let old = match entry {
-            Some(e) => self.map.insert(key, e),
+            Some(e) => self.map.insert(key.clone(), e),
             None => self.map.remove(&key),
         };
         if let Some(o) = &old {
             self.digest_sum = self.digest_sum.wrapping_sub(o.hash);
+            if o.lease != 0 && o.lease != lease {
+                self.leases.detach(o.lease, &key);
+            }
         }
         old
     }
@@ -361,14 +560,8 @@ impl KvStore {
     pub fn execute(&mut self, cmd: &KvCommand) -> (KvReply, KvUndo) {
         if let KvCommand::Batch(cmds) = cmd {
             // Each request as if alone: its own revision when it changes something.
-            let mut undo = KvUndo {
-                revision: self.revision,
-                changes: Vec::new(),
-                events_added: 0,
-                events_dropped: Vec::new(),
-                compacted: self.compacted,
-                batch: Vec::with_capacity(cmds.len()),
-            };
+            let mut undo = KvUndo::at(self.revision, self.compacted);
+            undo.batch.reserve(cmds.len());
             let mut replies = Vec::with_capacity(cmds.len());
             for c in cmds {
                 let (r, u) = self.execute(c);
@@ -384,24 +577,47 @@ impl KvStore {
                 .checked_add(1)
                 .expect("the revision counter cannot overflow 64 bits"),
             changed: false,
-            undo: KvUndo {
-                revision: self.revision,
-                changes: Vec::new(),
-                events_added: 0,
-                events_dropped: Vec::new(),
-                compacted: self.compacted,
-                batch: Vec::new(),
-            },
+            undo: KvUndo::at(self.revision, self.compacted),
         };
-        let reply = match cmd {
-            KvCommand::Put(p) => KvReply::Put(self.put(p, &mut w)),
-            KvCommand::Range(r) => KvReply::Range(self.range(r, self.revision)),
-            KvCommand::DeleteRange(d) => KvReply::DeleteRange(self.delete_range(d, &mut w)),
-            KvCommand::Txn(t) => KvReply::Txn(self.txn(t, &mut w)),
-            KvCommand::Compact(c) => KvReply::Compact(self.compact(c, &mut w.undo)),
-            KvCommand::Events(e) => KvReply::Events(self.read_events(e)),
+        let result = match cmd {
+            KvCommand::Put(p) => self
+                .check_put_lease(p)
+                .map(|()| KvReply::Put(self.put(p, &mut w))),
+            KvCommand::Range(r) => self.range(r, self.revision).map(KvReply::Range),
+            KvCommand::DeleteRange(d) => Ok(KvReply::DeleteRange(self.delete_range(d, &mut w))),
+            KvCommand::Txn(t) => self.txn(t, &mut w).map(KvReply::Txn),
+            KvCommand::Compact(c) => Ok(KvReply::Compact(self.compact(c, &mut w.undo))),
+            KvCommand::Events(e) => Ok(KvReply::Events(self.read_events(e))),
+            KvCommand::LeaseGrant(g) => self.grant(g, &mut w).map(KvReply::LeaseGrant),
+            KvCommand::LeaseRevoke(l) => match self.leases.contains(l.id) {
+                true => {
+                    self.revoke(l.id, &mut w);
+                    Ok(KvReply::LeaseRevoke(LeaseRevokeResponse {
+                        revision: if w.changed {
+                            w.new_revision
+                        } else {
+                            self.revision
+                        },
+                    }))
+                }
+                false => Err(KvError::LeaseNotFound(l.id)),
+            },
+            KvCommand::LeaseKeepAlive(l) => {
+                Ok(KvReply::LeaseKeepAlive(self.keep_alive(l.id, &mut w)))
+            }
+            KvCommand::LeaseTimeToLive(l) => Ok(KvReply::LeaseTimeToLive(self.time_to_live(l))),
+            KvCommand::LeaseLeases => Ok(KvReply::LeaseLeases(LeaseLeasesResponse {
+                ids: self.leases.ids().collect(),
+                revision: self.revision,
+            })),
             KvCommand::Batch(_) => unreachable!("handled above"),
         };
+        let reply = result.unwrap_or_else(|error| {
+            KvReply::Error(ErrorResponse {
+                error,
+                revision: self.revision,
+            })
+        });
         if w.changed {
             self.revision = w.new_revision;
             self.trim_events(&mut w.undo);
@@ -429,6 +645,17 @@ impl KvStore {
             undo.revision,
             self.revision
         );
+        // Leases first: a key's entry before the change may name a lease the command
+        // removed, which must be back before the key is.
+        for (id, old) in undo.leases.into_iter().rev() {
+            self.leases.set(id, old);
+        }
+        if let Some(picked) = undo.leases_picked {
+            self.leases.picked = picked;
+        }
+        if let Some(now_ms) = undo.now_ms {
+            self.now_ms = now_ms;
+        }
         for (key, old) in undo.changes.into_iter().rev() {
             self.set(key, old);
         }
@@ -455,8 +682,9 @@ impl KvStore {
                 old.create_revision,
                 rev,
                 old.version + 1,
+                p.lease,
             ),
-            None => Entry::new(&p.key, p.value.clone(), rev, rev, 1),
+            None => Entry::new(&p.key, p.value.clone(), rev, rev, 1, p.lease),
         };
         let event = Event {
             kind: EventKind::Put,
@@ -496,30 +724,73 @@ impl KvStore {
         Box::new(self.map.range::<[u8], _>(bounds))
     }
 
-    /// A range read at the store's current contents, reporting `revision` (the store's,
-    /// or inside a transaction that wrote, the new one).
-    fn range(&self, r: &RangeRequest, revision: u64) -> RangeResponse {
+    /// A range read at the store's current contents, or at `r.revision` from the event
+    /// history, reporting `revision` (the store's, or inside a transaction that wrote,
+    /// the new one).
+    fn range(&self, r: &RangeRequest, revision: u64) -> Result<RangeResponse, KvError> {
         let limit = match r.limit {
             0 => usize::MAX,
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
         let mut kvs = Vec::new();
         let mut count = 0u64;
-        for (k, e) in self.entries_in(KeyRange::new(&r.key, &r.end)) {
-            count += 1;
-            if !r.count_only && kvs.len() < limit {
-                kvs.push(e.to_kv(k, r.keys_only));
+        let range = KeyRange::new(&r.key, &r.end);
+        if r.revision != 0 && r.revision != revision {
+            if r.revision > revision {
+                return Err(KvError::FutureRevision(revision));
+            }
+            if r.revision < self.compacted {
+                return Err(KvError::Compacted(self.compacted));
+            }
+            for mut kv in self.entries_at(range, r.revision) {
+                count += 1;
+                if !r.count_only && kvs.len() < limit {
+                    if r.keys_only {
+                        kv.value.clear();
+                    }
+                    kvs.push(kv);
+                }
+            }
+        } else {
+            for (k, e) in self.entries_in(range) {
+                count += 1;
+                if !r.count_only && kvs.len() < limit {
+                    kvs.push(e.to_kv(k, r.keys_only));
+                }
             }
         }
         // etcd: `more` when entries were left out by the limit (never with count_only,
         // which returns none by request).
         let more = !r.count_only && (kvs.len() as u64) < count;
-        RangeResponse {
+        Ok(RangeResponse {
             kvs,
             count,
             more,
             revision,
+        })
+    }
+
+    /// The pairs of `range` as they were at revision `rev` (at or above the
+    /// compaction): today's, with every change after `rev` undone from the event
+    /// history, newest first (each event holds the pair before it).
+    fn entries_at(&self, range: KeyRange<'_>, rev: u64) -> Vec<KeyValue> {
+        let mut at: BTreeMap<Vec<u8>, KeyValue> = self
+            .entries_in(range)
+            .map(|(k, e)| (k.clone(), e.to_kv(k, false)))
+            .collect();
+        for e in self.events.iter().rev() {
+            if e.revision() <= rev {
+                break;
+            }
+            if !range.contains(&e.kv.key) {
+                continue;
+            }
+            match &e.prev_kv {
+                Some(p) => at.insert(p.key.clone(), p.clone()),
+                None => at.remove(&e.kv.key),
+            };
         }
+        at.into_values().collect()
     }
 
     fn delete_range(&mut self, d: &DeleteRangeRequest, w: &mut Writes) -> DeleteRangeResponse {
@@ -528,28 +799,15 @@ impl KvStore {
             .map(|(k, _)| k.clone())
             .collect();
         let mut prev_kvs = Vec::new();
-        for k in &keys {
-            let old = self.set(k.clone(), None).expect("the key was just listed");
+        let deleted = keys.len() as u64;
+        for k in keys {
+            let old = self.delete_key(k, w);
             if d.prev_kv {
-                prev_kvs.push(old.to_kv(k, false));
+                prev_kvs.push(old);
             }
-            let event = Event {
-                kind: EventKind::Delete,
-                kv: KeyValue {
-                    key: k.clone(),
-                    value: Vec::new(),
-                    create_revision: 0,
-                    mod_revision: w.new_revision,
-                    version: 0,
-                },
-                prev_kv: Some(old.to_kv(k, false)),
-            };
-            self.push_event(event, &mut w.undo);
-            w.undo.changes.push((k.clone(), Some(old)));
         }
-        w.changed |= !keys.is_empty();
         DeleteRangeResponse {
-            deleted: keys.len() as u64,
+            deleted,
             prev_kvs,
             revision: if w.changed {
                 w.new_revision
@@ -559,11 +817,33 @@ impl KvStore {
         }
     }
 
+    /// Delete `key` (which exists) at `w`'s revision; returns the pair deleted.
+    fn delete_key(&mut self, k: Vec<u8>, w: &mut Writes) -> KeyValue {
+        let old = self.set(k.clone(), None).expect("the key exists");
+        let prev = old.to_kv(&k, false);
+        let event = Event {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                key: k.clone(),
+                value: Vec::new(),
+                create_revision: 0,
+                mod_revision: w.new_revision,
+                version: 0,
+                lease: 0,
+            },
+            prev_kv: Some(prev.clone()),
+        };
+        self.push_event(event, &mut w.undo);
+        w.undo.changes.push((k, Some(old)));
+        w.changed = true;
+        prev
+    }
+
     /// etcd's `applyCompare` for one key (compare ranges are not supported).
     fn compare(&self, c: &Compare) -> bool {
         let e = self.map.get(c.key.as_slice());
-        let (create, modr, version) = e.map_or((0, 0, 0), |e| {
-            (e.create_revision, e.mod_revision, e.version)
+        let (create, modr, version, lease) = e.map_or((0, 0, 0, 0), |e| {
+            (e.create_revision, e.mod_revision, e.version, e.lease)
         });
         match &c.target {
             CompareTarget::Value(v) => match e {
@@ -574,12 +854,27 @@ impl KvStore {
             CompareTarget::Version(v) => c.op.holds(version.cmp(v)),
             CompareTarget::CreateRevision(v) => c.op.holds(create.cmp(v)),
             CompareTarget::ModRevision(v) => c.op.holds(modr.cmp(v)),
+            CompareTarget::Lease(v) => c.op.holds(lease.cmp(v)),
         }
     }
 
-    fn txn(&mut self, t: &TxnRequest, w: &mut Writes) -> TxnResponse {
+    fn txn(&mut self, t: &TxnRequest, w: &mut Writes) -> Result<TxnResponse, KvError> {
         let succeeded = t.compare.iter().all(|c| self.compare(c));
         let ops = if succeeded { &t.success } else { &t.failure };
+        // As etcd: the branch's puts name leases that exist, and its ranges revisions
+        // that are kept and not in the future, or nothing runs.
+        for op in ops {
+            match op {
+                RequestOp::Put(p) => self.check_put_lease(p)?,
+                RequestOp::Range(r) if r.revision > self.revision => {
+                    return Err(KvError::FutureRevision(self.revision))
+                }
+                RequestOp::Range(r) if r.revision != 0 && r.revision < self.compacted => {
+                    return Err(KvError::Compacted(self.compacted))
+                }
+                _ => {}
+            }
+        }
         let mut responses = Vec::with_capacity(ops.len());
         for op in ops {
             responses.push(match op {
@@ -590,12 +885,12 @@ impl KvStore {
                     } else {
                         self.revision
                     };
-                    ResponseOp::Range(self.range(r, seen))
+                    ResponseOp::Range(self.range(r, seen)?)
                 }
                 RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete_range(d, w)),
             });
         }
-        TxnResponse {
+        Ok(TxnResponse {
             succeeded,
             responses,
             revision: if w.changed {
@@ -603,7 +898,7 @@ impl KvStore {
             } else {
                 self.revision
             },
-        }
+        })
     }
 }
 
@@ -618,6 +913,7 @@ mod tests {
             create_revision: c,
             mod_revision: m,
             version: v,
+            lease: 0,
         }
     }
 
@@ -657,6 +953,7 @@ mod tests {
                 key: b"k".to_vec(),
                 value: b"v".to_vec(),
                 prev_kv,
+                lease: 0,
             })
         };
         let KvReply::Put(p) = run(&mut s, put(true)) else {
@@ -737,11 +1034,13 @@ mod tests {
                         key: b"b".to_vec(),
                         value: b"x".to_vec(),
                         prev_kv: false,
+                        lease: 0,
                     }),
                     RequestOp::Put(PutRequest {
                         key: b"c".to_vec(),
                         value: b"y".to_vec(),
                         prev_kv: false,
+                        lease: 0,
                     }),
                     RequestOp::Range(RangeRequest::new("a", "\0")),
                 ],

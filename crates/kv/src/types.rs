@@ -3,9 +3,12 @@
 //! responses), and the checks that refuse impossible requests before they are ordered
 //! (etcd's `checkPutRequest`, `checkRangeRequest`, `checkTxnRequest`, `checkIntervals`).
 //!
-//! What is left out of etcd's messages: leases, `ignore_value`/`ignore_lease`, sorting,
-//! reads at an older revision (`RangeRequest.revision`), the min/max revision filters,
-//! compare ranges (`Compare.range_end`) and nested transactions.
+//! Leases (etcd's `LeaseGrantRequest` and the rest) are commands too: a lease is
+//! replicated state whose expiry is decided in ordered time (see the `lease` module).
+//!
+//! What is left out of etcd's messages: `ignore_value`/`ignore_lease`, sorting (the
+//! gateway sorts), the min/max revision filters (the gateway applies them), compare
+//! ranges (`Compare.range_end`) and nested transactions.
 
 use serde::{Deserialize, Serialize};
 
@@ -23,7 +26,7 @@ pub const BATCH_MAX: usize = 1024;
 /// `--max-request-bytes` (1.5 MiB). One put of the largest key and value fits.
 pub const REQUEST_BYTES_MAX: usize = 3 << 19;
 
-/// A key with its value and metadata (etcd's `mvccpb.KeyValue`, without the lease).
+/// A key with its value and metadata (etcd's `mvccpb.KeyValue`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
     pub key: Vec<u8>,
@@ -34,6 +37,8 @@ pub struct KeyValue {
     pub mod_revision: u64,
     /// Puts since creation: 1 on creation, +1 per put.
     pub version: u64,
+    /// The lease the key is attached to (0: none); its expiry deletes the key.
+    pub lease: i64,
 }
 
 /// Store `value` at `key`.
@@ -43,6 +48,10 @@ pub struct PutRequest {
     pub value: Vec<u8>,
     /// Return the pair as it was before the put.
     pub prev_kv: bool,
+    /// Attach the key to this lease (0: to none, detaching it from any lease it had).
+    /// The lease must exist when the put executes, else the put (and a transaction
+    /// holding it) fails with [`KvError::LeaseNotFound`] and changes nothing.
+    pub lease: i64,
 }
 
 /// Read the keys in a range. `end` follows etcd's `range_end`: empty for the single
@@ -57,6 +66,10 @@ pub struct RangeRequest {
     pub keys_only: bool,
     /// Return only the count.
     pub count_only: bool,
+    /// Read the keys as they were at this revision (0: now), from the event history:
+    /// refused with [`KvError::Compacted`] below the compaction, and with
+    /// [`KvError::FutureRevision`] above the store's revision, as etcd refuses them.
+    pub revision: u64,
 }
 
 /// Delete the keys in a range (`end` as in [`RangeRequest`]).
@@ -76,6 +89,8 @@ pub enum CompareTarget {
     Version(u64),
     CreateRevision(u64),
     ModRevision(u64),
+    /// The lease the key is attached to (0: none, and for an absent key).
+    Lease(i64),
 }
 
 /// etcd's `Compare.CompareResult`.
@@ -183,6 +198,75 @@ impl Event {
     }
 }
 
+/// The shortest lease, in seconds: a shorter TTL is raised to it, silently, as etcd
+/// raises it to its `minLeaseTTL` (2 s with its default election timeout).
+pub const LEASE_TTL_MIN: i64 = 2;
+/// The longest lease, in seconds (etcd's `MaxLeaseTTL`, 9,000,000,000).
+pub const LEASE_TTL_MAX: i64 = 9_000_000_000;
+
+/// Grant a lease of `ttl` seconds (etcd's `LeaseGrantRequest`). `id` 0: the store picks
+/// one, never used before; otherwise that id, which must be positive and not held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrantRequest {
+    pub id: i64,
+    pub ttl: i64,
+}
+
+/// A lease command naming one lease: revoke it (deleting its keys in one revision),
+/// renew it for its whole TTL from now (a keep-alive), or read its time to live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRequest {
+    pub id: i64,
+    /// Time to live only: list the keys attached to it.
+    pub keys: bool,
+}
+
+/// Why the store refused a request it executed (etcd's gRPC errors from the apply
+/// path). Nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvError {
+    /// `etcdserver: requested lease not found` (NotFound).
+    LeaseNotFound(i64),
+    /// `etcdserver: lease already exists` (FailedPrecondition).
+    LeaseExists(i64),
+    /// `etcdserver: too large lease TTL` (OutOfRange).
+    LeaseTtlTooLarge(i64),
+    /// `mvcc: required revision has been compacted` (OutOfRange): a read at a
+    /// revision below the compaction (which it names).
+    Compacted(u64),
+    /// `mvcc: required revision is a future revision` (OutOfRange): a read at a
+    /// revision above the store's (which it names).
+    FutureRevision(u64),
+}
+
+impl KvError {
+    /// etcd's message, word for word (clients match on it).
+    pub fn etcd_message(&self) -> &'static str {
+        match self {
+            KvError::LeaseNotFound(_) => "etcdserver: requested lease not found",
+            KvError::LeaseExists(_) => "etcdserver: lease already exists",
+            KvError::LeaseTtlTooLarge(_) => "etcdserver: too large lease TTL",
+            KvError::Compacted(_) => "mvcc: required revision has been compacted",
+            KvError::FutureRevision(_) => "mvcc: required revision is a future revision",
+        }
+    }
+}
+
+impl std::fmt::Display for KvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KvError::LeaseNotFound(id) => write!(f, "lease {id:x} not found"),
+            KvError::LeaseExists(id) => write!(f, "lease {id:x} already exists"),
+            KvError::LeaseTtlTooLarge(ttl) => write!(
+                f,
+                "lease TTL of {ttl} s exceeds the limit of {LEASE_TTL_MAX} s"
+            ),
+            KvError::Compacted(c) => write!(f, "revisions below {c} are compacted"),
+            KvError::FutureRevision(r) => write!(f, "the store is at revision {r}"),
+        }
+    }
+}
+
 /// A command of the key-value service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvCommand {
@@ -199,6 +283,13 @@ pub enum KvCommand {
     /// the requests it has in flight together. Puts, ranges, delete ranges and
     /// transactions only, at most [`BATCH_MAX`], never empty.
     Batch(Vec<KvCommand>),
+    LeaseGrant(LeaseGrantRequest),
+    LeaseRevoke(LeaseRequest),
+    LeaseKeepAlive(LeaseRequest),
+    /// Read-only.
+    LeaseTimeToLive(LeaseRequest),
+    /// Every lease held (read-only).
+    LeaseLeases,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -274,6 +365,57 @@ pub struct EventsResponse {
     pub revision: u64,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrantResponse {
+    pub id: i64,
+    /// The TTL granted, in seconds (raised to [`LEASE_TTL_MIN`] if below).
+    pub ttl: i64,
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRevokeResponse {
+    pub revision: u64,
+}
+
+/// A keep-alive's answer: the lease renewed for `ttl` seconds from the ordered time of
+/// the renewal, or `ttl` 0 when there is no such lease (expired, revoked, never
+/// granted), as etcd answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseKeepAliveResponse {
+    pub id: i64,
+    pub ttl: i64,
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTimeToLiveResponse {
+    pub id: i64,
+    /// Whole seconds left in ordered time (truncated: it expires in under `ttl + 1`
+    /// seconds), or -1 when there is no such lease.
+    pub ttl: i64,
+    /// The TTL it was granted (0 when there is no such lease).
+    pub granted_ttl: i64,
+    /// Its keys in key order, when asked for.
+    pub keys: Vec<Vec<u8>>,
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseLeasesResponse {
+    /// Every lease held, by id.
+    pub ids: Vec<i64>,
+    pub revision: u64,
+}
+
+/// A request the store refused as it executed it (see [`KvError`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: KvError,
+    /// The store's revision (unchanged).
+    pub revision: u64,
+}
+
 /// A reply of the key-value service, of the command's kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvReply {
@@ -285,6 +427,14 @@ pub enum KvReply {
     Events(EventsResponse),
     /// One reply per request of a [`KvCommand::Batch`], in order.
     Batch(Vec<KvReply>),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
+    LeaseKeepAlive(LeaseKeepAliveResponse),
+    LeaseTimeToLive(LeaseTimeToLiveResponse),
+    LeaseLeases(LeaseLeasesResponse),
+    /// Refused as executed, whatever the command (a put or transaction naming a lease
+    /// that does not exist, a grant of an id held): nothing changed.
+    Error(ErrorResponse),
 }
 
 impl KvReply {
@@ -297,6 +447,12 @@ impl KvReply {
             KvReply::Txn(r) => r.revision,
             KvReply::Compact(r) => r.revision,
             KvReply::Events(r) => r.revision,
+            KvReply::LeaseGrant(r) => r.revision,
+            KvReply::LeaseRevoke(r) => r.revision,
+            KvReply::LeaseKeepAlive(r) => r.revision,
+            KvReply::LeaseTimeToLive(r) => r.revision,
+            KvReply::LeaseLeases(r) => r.revision,
+            KvReply::Error(r) => r.revision,
             // The store's revision after the last request.
             KvReply::Batch(rs) => rs.last().map_or(0, KvReply::revision),
         }
@@ -312,7 +468,34 @@ impl KvCommand {
             key: key.into(),
             value: value.into(),
             prev_kv: false,
+            lease: 0,
         })
+    }
+
+    /// A put attaching the key to lease `lease`.
+    pub fn put_leased(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) -> KvCommand {
+        KvCommand::Put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            prev_kv: false,
+            lease,
+        })
+    }
+
+    pub fn lease_grant(id: i64, ttl: i64) -> KvCommand {
+        KvCommand::LeaseGrant(LeaseGrantRequest { id, ttl })
+    }
+
+    pub fn lease_revoke(id: i64) -> KvCommand {
+        KvCommand::LeaseRevoke(LeaseRequest { id, keys: false })
+    }
+
+    pub fn lease_keep_alive(id: i64) -> KvCommand {
+        KvCommand::LeaseKeepAlive(LeaseRequest { id, keys: false })
+    }
+
+    pub fn lease_time_to_live(id: i64, keys: bool) -> KvCommand {
+        KvCommand::LeaseTimeToLive(LeaseRequest { id, keys })
     }
 
     /// A single key.
@@ -349,7 +532,7 @@ impl KvCommand {
     }
 
     /// The command's name in messages (`put`, `range`, `delete_range`, `txn`,
-    /// `compact`, `events`).
+    /// `compact`, `events`, `batch`, `lease_grant`, ...).
     pub fn name(&self) -> &'static str {
         match self {
             KvCommand::Put(_) => "put",
@@ -359,6 +542,11 @@ impl KvCommand {
             KvCommand::Compact(_) => "compact",
             KvCommand::Events(_) => "events",
             KvCommand::Batch(_) => "batch",
+            KvCommand::LeaseGrant(_) => "lease_grant",
+            KvCommand::LeaseRevoke(_) => "lease_revoke",
+            KvCommand::LeaseKeepAlive(_) => "lease_keep_alive",
+            KvCommand::LeaseTimeToLive(_) => "lease_time_to_live",
+            KvCommand::LeaseLeases => "lease_leases",
         }
     }
 }
@@ -375,6 +563,7 @@ impl RangeRequest {
             limit: 0,
             keys_only: false,
             count_only: false,
+            revision: 0,
         }
     }
 }
@@ -492,11 +681,19 @@ fn check_value(what: &str, value: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+fn check_lease_id(what: &str, lease: i64) -> Result<(), String> {
+    if lease < 0 {
+        return Err(format!("{what}: lease id {lease} is negative"));
+    }
+    Ok(())
+}
+
 fn check_op(what: &str, op: &RequestOp) -> Result<(), String> {
     match op {
         RequestOp::Put(p) => {
             check_key(what, &p.key)?;
-            check_value(what, &p.value)
+            check_value(what, &p.value)?;
+            check_lease_id(what, p.lease)
         }
         RequestOp::Range(r) => {
             check_key(what, &r.key)?;
@@ -571,6 +768,7 @@ pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
         KvCommand::Put(p) => {
             check_key("put", &p.key)?;
             check_value("put", &p.value)?;
+            check_lease_id("put", p.lease)?;
             p.key.len() + p.value.len()
         }
         KvCommand::Range(r) => {
@@ -613,7 +811,25 @@ pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
             }
             bytes
         }
-        KvCommand::Compact(_) => 0,
+        KvCommand::Compact(_) | KvCommand::LeaseLeases => 0,
+        KvCommand::LeaseGrant(g) => {
+            if g.id < 0 {
+                return Err(format!(
+                    "lease_grant: lease id {} is negative (an id is positive, or 0 for \
+                     one the store picks)",
+                    g.id
+                ));
+            }
+            0
+        }
+        KvCommand::LeaseRevoke(l)
+        | KvCommand::LeaseKeepAlive(l)
+        | KvCommand::LeaseTimeToLive(l) => {
+            if l.id <= 0 {
+                return Err(format!("{}: lease id {} is not positive", cmd.name(), l.id));
+            }
+            0
+        }
         KvCommand::Events(e) => {
             check_key("events", &e.key)?;
             check_end("events", &e.end)?;
@@ -634,10 +850,11 @@ pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
                         | KvCommand::Range(_)
                         | KvCommand::DeleteRange(_)
                         | KvCommand::Txn(_)
+                        | KvCommand::LeaseKeepAlive(_)
                 ) {
                     return Err(format!(
                         "batch: request {i} is a {}; a batch holds puts, ranges, delete \
-                         ranges and transactions",
+                         ranges, transactions and lease keep-alives",
                         c.name()
                     ));
                 }
@@ -652,8 +869,16 @@ pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
 /// delete in either branch.
 pub fn is_read_only(cmd: &KvCommand) -> bool {
     match cmd {
-        KvCommand::Range(_) | KvCommand::Events(_) => true,
-        KvCommand::Put(_) | KvCommand::DeleteRange(_) | KvCommand::Compact(_) => false,
+        KvCommand::Range(_)
+        | KvCommand::Events(_)
+        | KvCommand::LeaseTimeToLive(_)
+        | KvCommand::LeaseLeases => true,
+        KvCommand::Put(_)
+        | KvCommand::DeleteRange(_)
+        | KvCommand::Compact(_)
+        | KvCommand::LeaseGrant(_)
+        | KvCommand::LeaseRevoke(_)
+        | KvCommand::LeaseKeepAlive(_) => false,
         KvCommand::Txn(t) => t
             .success
             .iter()
@@ -716,6 +941,7 @@ mod tests {
                 key: k.into(),
                 value: b"v".to_vec(),
                 prev_kv: false,
+                lease: 0,
             })
         };
         let del = |k: &str, e: &str| {
@@ -754,11 +980,13 @@ mod tests {
                     key: b"a".to_vec(),
                     value: vec![0; VALUE_BYTES_MAX],
                     prev_kv: false,
+                    lease: 0,
                 }),
                 RequestOp::Put(PutRequest {
                     key: b"b".to_vec(),
                     value: vec![0; VALUE_BYTES_MAX],
                     prev_kv: false,
+                    lease: 0,
                 }),
             ],
             vec![],

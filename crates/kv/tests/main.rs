@@ -2,4 +2,5 @@
 //! one module per file), so a test run links one binary per package, not one per file.
 
 mod batch;
+mod leases;
 mod model;

@@ -51,6 +51,7 @@ impl Reference {
             create_revision: *c,
             mod_revision: *m,
             version: *ver,
+            lease: 0,
         }
     }
 
@@ -116,6 +117,7 @@ impl Reference {
                     create_revision: 0,
                     mod_revision: rev,
                     version: 0,
+                    lease: 0,
                 },
                 prev_kv: Some(prev.clone()),
             });
@@ -131,6 +133,8 @@ impl Reference {
             (CompareTarget::Version(v), e) => e.map_or(0, |e| e.3).cmp(v),
             (CompareTarget::CreateRevision(v), e) => e.map_or(0, |e| e.1).cmp(v),
             (CompareTarget::ModRevision(v), e) => e.map_or(0, |e| e.2).cmp(v),
+            // The model draws no lease: every key's lease is 0.
+            (CompareTarget::Lease(v), _) => 0.cmp(v),
         };
         match c.op {
             CompareOp::Equal => ord.is_eq(),
@@ -195,6 +199,11 @@ impl Reference {
             KvCommand::Batch(cmds) => {
                 KvReply::Batch(cmds.iter().map(|c| self.execute(c)).collect())
             }
+            KvCommand::LeaseGrant(_)
+            | KvCommand::LeaseRevoke(_)
+            | KvCommand::LeaseKeepAlive(_)
+            | KvCommand::LeaseTimeToLive(_)
+            | KvCommand::LeaseLeases => unreachable!("the model draws no lease command"),
             KvCommand::Compact(c) => {
                 let error = if c.revision <= self.compacted {
                     Some("mvcc: required revision has been compacted".to_string())
@@ -286,6 +295,7 @@ fn put() -> impl Strategy<Value = PutRequest> {
         key,
         value,
         prev_kv,
+        lease: 0,
     })
 }
 
@@ -297,6 +307,7 @@ fn range() -> impl Strategy<Value = RangeRequest> {
             limit,
             keys_only: keys_only && limit % 2 == 0,
             count_only: count_only && limit == 3,
+            revision: 0,
         },
     )
 }
@@ -565,6 +576,7 @@ fn part_op() -> impl Strategy<Value = PartOp> {
                 limit,
                 keys_only,
                 count_only: count_only && keys_only,
+                revision: 0,
             })
         ),
         1 => (spread_key(), spread_end(), any::<bool>()).prop_map(|(key, end, prev_kv)| {
@@ -637,7 +649,7 @@ proptest! {
         let map = PartitionMap::new(4, u64::MAX).unwrap();
         let txn = KvCommand::Txn(TxnRequest {
             compare: vec![Compare { key: a.clone(), op: CompareOp::Equal, target: CompareTarget::Version(0) }],
-            success: vec![RequestOp::Put(PutRequest { key: b.clone(), value: vec![], prev_kv: false })],
+            success: vec![RequestOp::Put(PutRequest { key: b.clone(), value: vec![], prev_kv: false, lease: 0 })],
             failure: vec![],
         });
         let pa = map.of_key(partita_service::PartitionKey::position(&a));

@@ -312,10 +312,16 @@ pub struct UnsafeBugs {
     /// transfer) takes a frontier one command past the checkpoint's in every column:
     /// the command after the cut counts as run, though the state lacks it.
     pub restore_wrong_frontier: bool,
+    /// The etcd gateway answers a lease keep-alive without ordering a renewal (it
+    /// reads the lease's TTL and says it was renewed): the holder believes its lease
+    /// runs on while the cluster expires it (leases' pitfall: an acknowledgement
+    /// before the renewal is decided). The node core ignores it; `partita node`
+    /// hands it to its gateway.
+    pub etcd_ack_keepalives_unordered: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 25] = [
+    pub const NAMES: [&'static str; 26] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -341,6 +347,7 @@ impl UnsafeBugs {
         "epaxos-skip-slow-path",
         "truncate-above-majority",
         "restore-wrong-frontier",
+        "etcd-ack-keepalives-unordered",
     ];
 
     /// The flag of the bug called `name`.
@@ -371,6 +378,7 @@ impl UnsafeBugs {
             "epaxos-skip-slow-path" => &mut self.epaxos_skip_slow_path,
             "truncate-above-majority" => &mut self.truncate_above_majority,
             "restore-wrong-frontier" => &mut self.restore_wrong_frontier,
+            "etcd-ack-keepalives-unordered" => &mut self.etcd_ack_keepalives_unordered,
             _ => return None,
         })
     }
@@ -512,6 +520,14 @@ impl NodeCore {
         let id = setup.id;
         let mut setup = setup;
         setup.checkpoint.validate().map_err(RecoverError::Config)?;
+        if let Some(tick) = setup.service.tick_ms() {
+            // A service that keeps time (leases): ordered time moves while idle, and
+            // by small steps, so that the first value after an outage leaves a holder
+            // time to renew its shortest lease.
+            let c = &mut setup.coordinator_config;
+            c.idle_value_ms = Some(tick);
+            c.time_step_max_ms = c.time_step_max_ms.min(tick.saturating_mul(2));
+        }
         if let (OrderingSetup::GeoPaxosPlus(g), true) = (
             &setup.ordering,
             bugs.geo_write_one_serializer && setup.service.name() == "geo-btree",

@@ -909,16 +909,23 @@ pub struct BarrierPolicy {
     pub interval_ms: u64,
     pub every_commands: u64,
     pub timed: bool,
+    /// Timed barriers even when no command ran since the last one: the service keeps
+    /// time (a lease must expire in an idle cluster too).
+    pub idle: bool,
 }
 
 impl BarrierPolicy {
     /// The policy for a node: barriers for its checkpoint interval, and timed ones
     /// every `interval_ms` when sessions expire.
+    /// A service that keeps time gets timed barriers at least every tick of its, idle
+    /// or not.
     pub fn of(setup: &crate::NodeSetup, interval_ms: u64) -> BarrierPolicy {
+        let tick = setup.service.tick_ms();
         BarrierPolicy {
-            interval_ms: interval_ms.max(1),
+            interval_ms: tick.map_or(interval_ms, |t| interval_ms.min(t)).max(1),
             every_commands: setup.checkpoint.interval_instances,
-            timed: setup.session_lease_ms.is_some(),
+            timed: setup.session_lease_ms.is_some() || tick.is_some(),
+            idle: tick.is_some(),
         }
     }
 
@@ -930,7 +937,7 @@ impl BarrierPolicy {
         if time_ms == 0 {
             return true;
         }
-        if since == 0 {
+        if since == 0 && !self.idle {
             return false;
         }
         let turn = 1 + rank as u64;
@@ -951,6 +958,7 @@ mod barrier_tests {
             interval_ms: 1000,
             every_commands: 100,
             timed: false,
+            idle: false,
         };
         assert!(p.due(0, 0, 0, 0, 5), "no time yet: the first barrier");
         assert!(!p.due(0, 7, 0, 0, 60_000), "nothing ran since the last one");
@@ -975,5 +983,12 @@ mod barrier_tests {
         );
         assert!(timed.due(0, 7, 1, 0, 1000));
         assert!(!timed.due(2, 7, 1, 0, 2999) && timed.due(2, 7, 1, 0, 3000));
+        assert!(!timed.due(0, 7, 0, 0, 5000), "idle: nothing to time");
+        // A service that keeps time (leases): time moves while idle too.
+        let leases = BarrierPolicy {
+            idle: true,
+            ..timed
+        };
+        assert!(leases.due(0, 7, 0, 0, 1000) && !leases.due(0, 7, 0, 0, 999));
     }
 }

@@ -382,6 +382,27 @@ pub trait StateMachine: Sized + Send + 'static {
     /// Execute `cmd` deterministically.
     fn execute(&mut self, cmd: &Self::Command) -> Self::Reply;
 
+    /// Whether the state depends on ordered time ([`StateMachine::advance_time`]):
+    /// its orderings then move ordered time at least every
+    /// [`StateMachine::TICK_MS`] while idle, and P-SMR hands every value's time to the
+    /// state as a step of every thread.
+    const TIMED: bool = false;
+
+    /// How often ordered time must move while nothing is ordered, for a
+    /// [`StateMachine::TIMED`] service (a lease must expire in an idle cluster too);
+    /// the step between two values is capped at twice it.
+    const TICK_MS: u64 = 500;
+
+    /// Ordered time moves to `now_ms` (ms, the time the ordering stamped on the value
+    /// about to run; it never decreases): called before the commands of every value, at
+    /// every replica alike, decided or speculated. A service whose state depends on
+    /// time (etcd's leases) records it and does what it brings (a lease expires),
+    /// returning what undoes that; the default ignores it. Deterministic, like
+    /// [`StateMachine::execute`]: never read a local clock.
+    fn advance_time(&mut self, _now_ms: u64) -> Option<Self::Undo> {
+        None
+    }
+
     /// Apply a genesis command: the service's initial contents or configuration, the
     /// same at every replica, applied to [`StateMachine::new`]'s state before anything
     /// is ordered (`partita_smr::ServiceFactory::seeded`). The default executes it.

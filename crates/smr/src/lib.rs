@@ -574,6 +574,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             None => {
                 self.sessions.set_time(item.time_ms);
                 self.stats.sessions_expired += self.sessions.advance(item.time_ms, None);
+                self.advance_service_time(item.time_ms, None);
                 self.sessions.set_time(now);
             }
         }
@@ -854,13 +855,17 @@ impl<S: StateMachine> SequentialReplica<S> {
     fn deliver_to_threads(&mut self, instance: Instance, value: &Value) {
         let p = self.psmr.as_ref().expect("P-SMR");
         let t = value.time_ms.max(p.time_ms);
-        let may_expire = self.sessions.lease_ms().is_some()
-            && (p.opens_queued > 0 || self.sessions.would_expire(t));
+        // A timed service sees every value's time, as a step of every thread (so
+        // alike at every replica, however far its threads lag).
+        let may_expire = S::TIMED
+            || self.sessions.lease_ms().is_some()
+                && (p.opens_queued > 0 || self.sessions.would_expire(t));
         let p = self.psmr.as_mut().expect("P-SMR");
         p.time_ms = t;
         if p.items.is_empty() {
             // Nothing queued: this state is the delivery order's.
             self.stats.sessions_expired += self.sessions.advance(t, None);
+            self.advance_service_time(t, None);
         } else if may_expire {
             let d = p.next;
             p.next += 1;
@@ -1342,6 +1347,8 @@ impl<S: StateMachine> SequentialReplica<S> {
             log.as_deref_mut().map(|l| &mut l.session_log),
         );
         self.stats.sessions_expired += expired;
+        // The service's own time (leases expire), undone with the speculation.
+        self.advance_service_time(value.time_ms, log.as_deref_mut());
         for cmd in &value.commands {
             self.run_command(
                 instance,
@@ -1351,6 +1358,19 @@ impl<S: StateMachine> SequentialReplica<S> {
                 log.as_deref_mut(),
                 Gate::Any,
             );
+        }
+    }
+
+    /// Hand the service ordered time ([`StateMachine::advance_time`]); what it changed
+    /// is undone with the speculation it belongs to, if any.
+    fn advance_service_time(&mut self, time_ms: u64, log: Option<&mut Speculation<S::Undo>>) {
+        if !S::TIMED {
+            return;
+        }
+        if let Some(undo) = self.state.advance_time(time_ms) {
+            if let Some(l) = log {
+                l.undo.push(undo);
+            }
         }
     }
 
@@ -2033,6 +2053,12 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
 pub trait ServiceFactory: Send + Sync {
     /// The service's name ([`StateMachine::NAME`]).
     fn name(&self) -> &'static str;
+    /// For a service whose state keeps time ([`StateMachine::TIMED`]): how often
+    /// ordered time must move while idle ([`StateMachine::TICK_MS`]). `None`: it does
+    /// not keep time.
+    fn tick_ms(&self) -> Option<u64> {
+        None
+    }
     /// A replica with the empty state.
     fn fresh(&self, id: NodeId) -> Box<dyn Replica>;
     /// A replica whose state is the empty state with `genesis` applied, in order: the
@@ -2068,6 +2094,9 @@ struct Factory<S>(PhantomData<fn() -> S>);
 impl<S: StateMachine> ServiceFactory for Factory<S> {
     fn name(&self) -> &'static str {
         S::NAME
+    }
+    fn tick_ms(&self) -> Option<u64> {
+        S::TIMED.then_some(S::TICK_MS)
     }
     fn fresh(&self, id: NodeId) -> Box<dyn Replica> {
         Box::new(SequentialReplica::new(id, S::new()))

@@ -2,5 +2,6 @@
 //! one module per file), so a test run links one binary per package, not one per file.
 
 mod checkpoint;
+mod leases;
 mod psmr;
 mod speculation;

@@ -189,6 +189,7 @@ fn main() {
             key: b"a".to_vec(),
             value: b"1".to_vec(),
             prev_kv: true,
+            lease: 0,
         }),
         KvCommand::Range(RangeRequest {
             key: b"a".to_vec(),
@@ -196,6 +197,7 @@ fn main() {
             limit: 3,
             keys_only: false,
             count_only: false,
+            revision: 0,
         }),
     ];
     let kv: Vec<Vec<u8>> = kvs
