@@ -304,6 +304,18 @@ pub fn describe(reply: &KvReply, hex: bool) -> String {
             s.join("\n")
         }
         KvReply::Error(e) => format!("refused: {} ({})", e.error, e.error.etcd_message()),
+        KvReply::Hash(h) => format!(
+            "hash {:08x} at revision {} (compacted below {}); {} bytes",
+            h.hash, h.hash_revision, h.compact_revision, h.size
+        ),
+        KvReply::Snapshot(r) if r.too_large > 0 => {
+            format!("snapshot of {} bytes: too large for one reply", r.too_large)
+        }
+        KvReply::Snapshot(r) => format!(
+            "snapshot of {} bytes at revision {}",
+            r.bytes.len(),
+            r.revision
+        ),
     }
 }
 

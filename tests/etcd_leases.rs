@@ -30,7 +30,7 @@ fn granted(out: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcdctl_leases_locks_elections_and_past_revisions() {
+async fn etcdctl_leases_locks_elections_past_revisions_and_maintenance() {
     let dir = tempfile::tempdir().unwrap();
     let (mut lc, eps) = start(dir.path()).await;
     let (a, b) = (eps[0].as_str(), eps[1].as_str());
@@ -222,6 +222,43 @@ async fn etcdctl_leases_locks_elections_and_past_revisions() {
     assert_eq!(now, "bob", "bob leads once alice's session ended");
     let _ = bob.kill();
     let _ = bob.wait();
+
+    // Maintenance: HashKV equal on both replicas at one revision (and at a past one),
+    // sizes, no alarms, defragment, and a snapshot saved that restores to the store.
+    assert_eq!(ok(a, &["put", "m/1", "one"]), "OK\n");
+    let hashkv = |ep: &str, rev: i64| {
+        let j = json(&ok(
+            ep,
+            &["endpoint", "hashkv", &format!("--rev={rev}"), "-w", "json"],
+        ));
+        (
+            j[0]["HashKV"]["hash"].as_u64().unwrap(),
+            j[0]["HashKV"]["compact_revision"].as_i64().unwrap_or(0),
+        )
+    };
+    let now = revision_of(a);
+    let (ha, hb) = (hashkv(a, now), hashkv(b, now));
+    assert_eq!(ha, hb, "HashKV at revision {now} on both replicas");
+    assert_eq!(ha.1, expired_rev, "the compaction");
+    let before_put = hashkv(a, now - 1);
+    assert_ne!(before_put.0, ha.0, "the put changed the hash");
+    assert_eq!(ok(a, &["put", "m/2", "two"]), "OK\n");
+    assert_eq!(hashkv(b, now), ha, "a past revision hashes alike later");
+    let st = json(&ok(a, &["endpoint", "status", "-w", "json"]));
+    assert!(st[0]["Status"]["dbSize"].as_i64().unwrap() > 0, "{st}");
+    assert_eq!(ok(a, &["alarm", "list"]), "");
+    assert!(ok(b, &["defrag"]).contains("Finished defragmenting etcd member"));
+    let file = dir.path().join("backup.db");
+    let saved = ok(b, &["snapshot", "save", file.to_str().unwrap()]);
+    assert!(saved.contains("Snapshot saved at"), "{saved}");
+    let bytes = std::fs::read(&file).unwrap();
+    let body = partita_etcd::convert::snapshot_in_file(&bytes).unwrap();
+    let store = partita_kv::KvStore::restore(body).unwrap();
+    assert_eq!(
+        store.get(b"m/2").map(|kv| kv.value),
+        Some(b"two".to_vec()),
+        "the snapshot holds the newest put"
+    );
 
     for (id, c) in &mut lc.children {
         assert!(c.try_wait().unwrap().is_none(), "node {id} exited");

@@ -141,6 +141,52 @@ pub fn key_value(kv: &kv::KeyValue) -> mvccpb::KeyValue {
     }
 }
 
+/// The file `etcdctl snapshot save` writes from a store snapshot: the snapshot, zeros,
+/// the snapshot's length (u64, little endian) ending at a multiple of 512 bytes (etcdctl
+/// checks that what precedes the checksum is whole 512-byte sectors, as etcd's bolt
+/// database is), then the SHA-256 of all that, as etcd appends it.
+pub fn snapshot_file(snapshot: &[u8]) -> Vec<u8> {
+    let mut pad = 512 - (snapshot.len() + 8) % 512;
+    if pad == 512 {
+        pad = 0;
+    }
+    let mut out = Vec::with_capacity(snapshot.len() + pad + 8 + 32);
+    out.extend_from_slice(snapshot);
+    out.resize(snapshot.len() + pad, 0);
+    out.extend_from_slice(&(snapshot.len() as u64).to_le_bytes());
+    let sum = sha256(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// The store snapshot inside a [`snapshot_file`], its checksum and layout verified.
+pub fn snapshot_in_file(file: &[u8]) -> Result<&[u8], String> {
+    if file.len() < 40 || !(file.len() - 32).is_multiple_of(512) {
+        return Err(format!(
+            "a snapshot file of {} bytes is not whole 512-byte sectors and a checksum",
+            file.len()
+        ));
+    }
+    let (body, sum) = file.split_at(file.len() - 32);
+    if sum != sha256(body).as_slice() {
+        return Err("the snapshot file's SHA-256 does not match its contents".into());
+    }
+    let len = u64::from_le_bytes(body[body.len() - 8..].try_into().expect("8 bytes"));
+    match usize::try_from(len) {
+        Ok(n) if n <= body.len() - 8 => Ok(&body[..n]),
+        _ => Err(format!(
+            "the snapshot file names a length of {len} bytes beyond it"
+        )),
+    }
+}
+
+/// SHA-256 of `bytes`: what etcd appends to the snapshot it streams.
+pub fn sha256(bytes: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .to_vec()
+}
+
 /// The status etcd answers for a request its apply path refused (`v3rpc/util.go`).
 pub fn kv_error(e: &kv::KvError) -> Status {
     let m = e.etcd_message();
@@ -751,6 +797,14 @@ mod tests {
             "key is not provided",
         );
         // A newest-revision read (revision <= 0) is fine.
+        let snap = b"a store snapshot".repeat(40);
+        let file = snapshot_file(&snap);
+        assert_eq!((file.len() - 32) % 512, 0);
+        assert_eq!(snapshot_in_file(&file), Ok(&snap[..]));
+        let mut bad = file.clone();
+        bad[3] ^= 1;
+        assert!(snapshot_in_file(&bad).unwrap_err().contains("SHA-256"));
+        assert!(snapshot_in_file(&file[1..]).is_err());
         assert!(range_request(&pb::RangeRequest {
             revision: -1,
             ..base()

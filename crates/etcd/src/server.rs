@@ -331,6 +331,21 @@ impl Gateway {
         }
     }
 
+    /// A hash of the store ([`partita_kv::HashRequest`]), read in order.
+    pub async fn hash(
+        &self,
+        revision: u64,
+        store: bool,
+    ) -> Result<partita_kv::HashResponse, Status> {
+        match self
+            .execute(KvCommand::Hash(partita_kv::HashRequest { revision, store }))
+            .await?
+        {
+            KvReply::Hash(h) => Ok(h),
+            other => Err(mismatch(&other)),
+        }
+    }
+
     /// Refresh the term, leader and applied index from this node's status, every
     /// second, for as long as the gateway runs.
     pub async fn follow_status(self: Arc<Self>) {
@@ -723,51 +738,123 @@ impl pb::maintenance_server::Maintenance for Svc {
         &self,
         _: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let rev = self.0.revision().await?;
+        // The store's revision and size, read in order.
+        let h = self.0.hash(0, true).await?;
         let applied = self.0.applied.load(Ordering::Relaxed);
+        let size = convert::i64_of(h.size);
         Ok(Response::new(pb::StatusResponse {
-            header: self.0.header(rev),
+            header: self.0.header(h.revision),
             version: ETCD_VERSION.into(),
-            db_size: 0,
+            db_size: size,
             leader: self.0.leader.load(Ordering::Relaxed),
             raft_index: applied,
             raft_term: self.0.term.load(Ordering::Relaxed),
             raft_applied_index: applied,
             errors: vec![],
-            db_size_in_use: 0,
+            db_size_in_use: size,
             is_learner: false,
         }))
     }
 
-    type SnapshotStream = ResponseStream<pb::Unsupported>;
+    type SnapshotStream = ResponseStream<pb::SnapshotResponse>;
 
+    /// The store's snapshot at one position of the order as a snapshot file
+    /// ([`convert::snapshot_file`]: padded to 512-byte sectors, SHA-256 appended as
+    /// etcd appends it), in chunks of 1 MiB. The key-value store's snapshot format,
+    /// not etcd's bolt database: `etcdctl snapshot save` saves it, etcd cannot
+    /// restore it.
     async fn snapshot(
         &self,
-        _: Request<pb::Unsupported>,
+        _: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(unsupported("Maintenance.Snapshot"))
+        let r = match self.0.execute(KvCommand::Snapshot).await? {
+            KvReply::Snapshot(r) => r,
+            other => return Err(mismatch(&other)),
+        };
+        if r.too_large > 0 {
+            return Err(Status::resource_exhausted(format!(
+                "a snapshot of {} bytes exceeds what one reply carries ({} bytes)",
+                r.too_large,
+                partita_kv::SNAPSHOT_REPLY_BYTES_MAX
+            )));
+        }
+        let blob = convert::snapshot_file(&r.bytes);
+        let header = self.0.header(r.revision);
+        let total = blob.len();
+        let chunks: Vec<Result<pb::SnapshotResponse, Status>> = blob
+            .chunks(1 << 20)
+            .scan(total, |left, c| {
+                *left -= c.len();
+                Some(Ok(pb::SnapshotResponse {
+                    header,
+                    remaining_bytes: *left as u64,
+                    blob: c.to_vec(),
+                }))
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
+    /// No alarm is ever raised (a full disk stops a node's votes and checkpoints, see
+    /// the disk-full handling, without an etcd alarm yet): GET lists none, DEACTIVATE
+    /// has nothing to clear; ACTIVATE, which etcd keeps for its own server, is refused.
     async fn alarm(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("Maintenance.Alarm"))
+        req: Request<pb::AlarmRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        use pb::alarm_request::AlarmAction;
+        match AlarmAction::try_from(req.get_ref().action) {
+            Ok(AlarmAction::Get) | Ok(AlarmAction::Deactivate) => {
+                let rev = self.0.revision().await?;
+                Ok(Response::new(pb::AlarmResponse {
+                    header: self.0.header(rev),
+                    alarms: vec![],
+                }))
+            }
+            Ok(AlarmAction::Activate) => Err(unsupported("raising an alarm (Alarm ACTIVATE)")),
+            Err(_) => Err(Status::invalid_argument(format!(
+                "unknown alarm action {}",
+                req.get_ref().action
+            ))),
+        }
     }
+
+    /// Nothing to defragment: the store is in memory, its durable form the log and
+    /// checkpoints, which truncation keeps compact. Answered as etcd answers a
+    /// defragment that succeeded.
     async fn defragment(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("Maintenance.Defragment"))
+        _: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        let rev = self.0.revision().await?;
+        Ok(Response::new(pb::DefragmentResponse {
+            header: self.0.header(rev),
+        }))
     }
-    async fn hash(&self, _: Request<pb::Unsupported>) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("Maintenance.Hash"))
+
+    async fn hash(
+        &self,
+        _: Request<pb::HashRequest>,
+    ) -> Result<Response<pb::HashResponse>, Status> {
+        let h = self.0.hash(0, true).await?;
+        Ok(Response::new(pb::HashResponse {
+            header: self.0.header(h.revision),
+            hash: h.hash,
+        }))
     }
+
     async fn hash_kv(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("Maintenance.HashKV"))
+        req: Request<pb::HashKvRequest>,
+    ) -> Result<Response<pb::HashKvResponse>, Status> {
+        let rev = u64::try_from(req.get_ref().revision).unwrap_or(0);
+        let h = self.0.hash(rev, false).await?;
+        Ok(Response::new(pb::HashKvResponse {
+            header: self.0.header(h.revision),
+            hash: h.hash,
+            compact_revision: convert::i64_of(h.compact_revision),
+            hash_revision: convert::i64_of(h.hash_revision),
+        }))
     }
     async fn move_leader(
         &self,

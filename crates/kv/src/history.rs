@@ -301,6 +301,14 @@ fn op_json(cmd: &KvCommand) -> OpJson<'_> {
             id: 0,
             ttl: 0,
         },
+        KvCommand::Hash(h) => OpJson::Compact {
+            op: "hash",
+            revision: h.revision,
+        },
+        KvCommand::Snapshot => OpJson::Compact {
+            op: "snapshot",
+            revision: 0,
+        },
     }
 }
 
@@ -474,6 +482,16 @@ fn result_of<'a>(cmd: &KvCommand, reply: &'a KvReply) -> ResultJson<'a> {
             id: r.id,
             ttl: r.ttl,
             revision: r.revision,
+        },
+        (KvCommand::Snapshot, KvReply::Snapshot(r)) => ResultJson::Compact {
+            revision: r.revision,
+            compacted: 0,
+            error: None,
+        },
+        (KvCommand::Hash(_), KvReply::Hash(r)) => ResultJson::Compact {
+            revision: r.revision,
+            compacted: r.compact_revision,
+            error: None,
         },
         (KvCommand::LeaseLeases, KvReply::LeaseLeases(r)) => ResultJson::Leases {
             ids: r.ids.clone(),

@@ -280,7 +280,9 @@ fn command_objects(cmd: &KvCommand, out: &mut Objects<Vec<u8>>) {
         | KvCommand::LeaseRevoke(_)
         | KvCommand::LeaseKeepAlive(_)
         | KvCommand::LeaseTimeToLive(_)
-        | KvCommand::LeaseLeases => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
+        | KvCommand::LeaseLeases
+        | KvCommand::Hash(_)
+        | KvCommand::Snapshot => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
         KvCommand::Batch(cmds) => {
             for c in cmds {
                 command_objects(c, out);
@@ -320,6 +322,8 @@ fn merge(
                 | (KvCommand::LeaseKeepAlive(_), KvReply::LeaseKeepAlive(_))
                 | (KvCommand::LeaseTimeToLive(_), KvReply::LeaseTimeToLive(_))
                 | (KvCommand::LeaseLeases, KvReply::LeaseLeases(_))
+                | (KvCommand::Hash(_), KvReply::Hash(_))
+                | (KvCommand::Snapshot, KvReply::Snapshot(_))
                 | (_, KvReply::Error(_))
         );
         return if fits { Ok(reply) } else { Err(kind(&reply)) };
@@ -398,6 +402,30 @@ fn merge(
                 events: if compacted.is_some() { vec![] } else { events },
                 compacted,
                 more,
+                revision,
+            }))
+        }
+        // Each partition hashes its own keys: the hash of the (partition, hash) pairs,
+        // the sizes summed.
+        KvCommand::Hash(_) => {
+            let (mut hash, mut size, mut revision, mut compact_revision) = (0u32, 0, 0, 0);
+            let mut hash_revision = 0;
+            for (p, reply) in parts {
+                let KvReply::Hash(h) = reply else {
+                    return Err(kind(&reply));
+                };
+                hash = crc32c::crc32c_append(hash, &p.to_le_bytes());
+                hash = crc32c::crc32c_append(hash, &h.hash.to_le_bytes());
+                size += h.size;
+                revision = revision.max(h.revision);
+                hash_revision = hash_revision.max(h.hash_revision);
+                compact_revision = compact_revision.max(h.compact_revision);
+            }
+            Ok(KvReply::Hash(HashResponse {
+                hash,
+                hash_revision,
+                compact_revision,
+                size,
                 revision,
             }))
         }

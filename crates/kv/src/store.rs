@@ -606,6 +606,25 @@ impl KvStore {
                 Ok(KvReply::LeaseKeepAlive(self.keep_alive(l.id, &mut w)))
             }
             KvCommand::LeaseTimeToLive(l) => Ok(KvReply::LeaseTimeToLive(self.time_to_live(l))),
+            KvCommand::Hash(h) => self.hash(h).map(KvReply::Hash),
+            KvCommand::Snapshot => {
+                let bytes = self.snapshot();
+                Ok(KvReply::Snapshot(
+                    if bytes.len() > SNAPSHOT_REPLY_BYTES_MAX {
+                        SnapshotResponse {
+                            bytes: Vec::new(),
+                            too_large: bytes.len() as u64,
+                            revision: self.revision,
+                        }
+                    } else {
+                        SnapshotResponse {
+                            bytes,
+                            too_large: 0,
+                            revision: self.revision,
+                        }
+                    },
+                ))
+            }
             KvCommand::LeaseLeases => Ok(KvReply::LeaseLeases(LeaseLeasesResponse {
                 ids: self.leases.ids().collect(),
                 revision: self.revision,
@@ -767,6 +786,60 @@ impl KvStore {
             count,
             more,
             revision,
+        })
+    }
+
+    /// [`HashRequest`]: CRC-32C of the pairs as they were at the revision, then of the
+    /// events kept up to it and the compaction; or of the whole snapshot.
+    fn hash(&self, h: &HashRequest) -> Result<HashResponse, KvError> {
+        let rev = match h.revision {
+            0 => self.revision,
+            r => r,
+        };
+        if rev > self.revision {
+            return Err(KvError::FutureRevision(self.revision));
+        }
+        if rev < self.compacted {
+            return Err(KvError::Compacted(self.compacted));
+        }
+        let snapshot = self.snapshot();
+        let hash = if h.store {
+            crc32c::crc32c(&snapshot)
+        } else {
+            let kv_bytes = |c: u32, kv: &KeyValue| {
+                let mut c = crc32c::crc32c_append(c, &(kv.key.len() as u64).to_le_bytes());
+                c = crc32c::crc32c_append(c, &kv.key);
+                c = crc32c::crc32c_append(c, &(kv.value.len() as u64).to_le_bytes());
+                c = crc32c::crc32c_append(c, &kv.value);
+                for n in [
+                    kv.create_revision,
+                    kv.mod_revision,
+                    kv.version,
+                    kv.lease as u64,
+                ] {
+                    c = crc32c::crc32c_append(c, &n.to_le_bytes());
+                }
+                c
+            };
+            let mut c = 0;
+            for kv in self.entries_at(KeyRange::From(&[]), rev) {
+                c = kv_bytes(c, &kv);
+            }
+            for e in self.events.iter().take_while(|e| e.revision() <= rev) {
+                c = crc32c::crc32c_append(c, &[u8::from(e.kind == EventKind::Delete)]);
+                c = kv_bytes(c, &e.kv);
+                if let Some(p) = &e.prev_kv {
+                    c = kv_bytes(c, p);
+                }
+            }
+            crc32c::crc32c_append(c, &self.compacted.to_le_bytes())
+        };
+        Ok(HashResponse {
+            hash,
+            hash_revision: rev,
+            compact_revision: self.compacted,
+            size: snapshot.len() as u64,
+            revision: self.revision,
         })
     }
 

@@ -267,6 +267,16 @@ impl std::fmt::Display for KvError {
     }
 }
 
+/// A hash of the store, equal at every replica at one revision: etcd's `HashKV` (the
+/// keys as they were at `revision`, 0: now, with the event history the store keeps up
+/// to it), or with `store` etcd's `Hash` (the whole replicated state: keys, history,
+/// leases, ordered time; `revision` must be 0). Read-only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashRequest {
+    pub revision: u64,
+    pub store: bool,
+}
+
 /// A command of the key-value service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvCommand {
@@ -290,7 +300,15 @@ pub enum KvCommand {
     LeaseTimeToLive(LeaseRequest),
     /// Every lease held (read-only).
     LeaseLeases,
+    Hash(HashRequest),
+    /// The store's snapshot bytes ([`crate::KvStore::snapshot`]): its state at one
+    /// position of the order, what etcd's `Maintenance.Snapshot` streams. Read-only;
+    /// one reply carries it, so a store above [`SNAPSHOT_REPLY_BYTES_MAX`] refuses it.
+    Snapshot,
 }
+
+/// The largest snapshot one reply carries (a frame holds 64 MiB).
+pub const SNAPSHOT_REPLY_BYTES_MAX: usize = 60 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutResponse {
@@ -408,6 +426,52 @@ pub struct LeaseLeasesResponse {
     pub revision: u64,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashResponse {
+    /// CRC-32C of what was hashed (see [`HashRequest`]).
+    pub hash: u32,
+    /// The revision hashed.
+    pub hash_revision: u64,
+    /// Events below this revision are gone (the compaction).
+    pub compact_revision: u64,
+    /// The bytes of the store's snapshot (what `Status` reports as the database size).
+    pub size: u64,
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotResponse {
+    /// The snapshot, or empty with `too_large` set to its size.
+    #[serde(with = "serde_bytes_vec")]
+    pub bytes: Vec<u8>,
+    pub too_large: u64,
+    pub revision: u64,
+}
+
+/// Bytes as one serde byte string (bincode writes a `Vec<u8>` element by element
+/// otherwise, which is the same on the wire but slower).
+mod serde_bytes_vec {
+    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(V)
+    }
+}
+
 /// A request the store refused as it executed it (see [`KvError`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorResponse {
@@ -432,6 +496,8 @@ pub enum KvReply {
     LeaseKeepAlive(LeaseKeepAliveResponse),
     LeaseTimeToLive(LeaseTimeToLiveResponse),
     LeaseLeases(LeaseLeasesResponse),
+    Hash(HashResponse),
+    Snapshot(SnapshotResponse),
     /// Refused as executed, whatever the command (a put or transaction naming a lease
     /// that does not exist, a grant of an id held): nothing changed.
     Error(ErrorResponse),
@@ -452,6 +518,8 @@ impl KvReply {
             KvReply::LeaseKeepAlive(r) => r.revision,
             KvReply::LeaseTimeToLive(r) => r.revision,
             KvReply::LeaseLeases(r) => r.revision,
+            KvReply::Hash(r) => r.revision,
+            KvReply::Snapshot(r) => r.revision,
             KvReply::Error(r) => r.revision,
             // The store's revision after the last request.
             KvReply::Batch(rs) => rs.last().map_or(0, KvReply::revision),
@@ -547,6 +615,8 @@ impl KvCommand {
             KvCommand::LeaseKeepAlive(_) => "lease_keep_alive",
             KvCommand::LeaseTimeToLive(_) => "lease_time_to_live",
             KvCommand::LeaseLeases => "lease_leases",
+            KvCommand::Hash(_) => "hash",
+            KvCommand::Snapshot => "snapshot",
         }
     }
 }
@@ -811,7 +881,17 @@ pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
             }
             bytes
         }
-        KvCommand::Compact(_) | KvCommand::LeaseLeases => 0,
+        KvCommand::Compact(_) | KvCommand::LeaseLeases | KvCommand::Snapshot => 0,
+        KvCommand::Hash(h) => {
+            if h.store && h.revision != 0 {
+                return Err(format!(
+                    "hash: the whole store is hashed at its current revision (revision {} \
+                     asked)",
+                    h.revision
+                ));
+            }
+            0
+        }
         KvCommand::LeaseGrant(g) => {
             if g.id < 0 {
                 return Err(format!(
@@ -872,7 +952,9 @@ pub fn is_read_only(cmd: &KvCommand) -> bool {
         KvCommand::Range(_)
         | KvCommand::Events(_)
         | KvCommand::LeaseTimeToLive(_)
-        | KvCommand::LeaseLeases => true,
+        | KvCommand::LeaseLeases
+        | KvCommand::Hash(_)
+        | KvCommand::Snapshot => true,
         KvCommand::Put(_)
         | KvCommand::DeleteRange(_)
         | KvCommand::Compact(_)

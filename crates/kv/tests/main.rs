@@ -3,4 +3,5 @@
 
 mod batch;
 mod leases;
+mod maintenance;
 mod model;

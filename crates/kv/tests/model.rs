@@ -203,7 +203,9 @@ impl Reference {
             | KvCommand::LeaseRevoke(_)
             | KvCommand::LeaseKeepAlive(_)
             | KvCommand::LeaseTimeToLive(_)
-            | KvCommand::LeaseLeases => unreachable!("the model draws no lease command"),
+            | KvCommand::LeaseLeases
+            | KvCommand::Hash(_)
+            | KvCommand::Snapshot => unreachable!("the model draws no lease, hash or snapshot"),
             KvCommand::Compact(c) => {
                 let error = if c.revision <= self.compacted {
                     Some("mvcc: required revision has been compacted".to_string())
