@@ -503,3 +503,43 @@ async fn unordered_keepalive_acks_are_caught() {
     }
     panic!("the planted bug went unnoticed in three runs: {outcomes:?}");
 }
+
+/// etcd's `--auto-compaction-retention` as `[etcd] auto_compaction_retention = "2s"`:
+/// the history older than the retention is compacted by the gateways on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_compaction_keeps_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+    cfg.cluster.service = "kv".into();
+    cfg.cluster.durability = Durability::Memory;
+    cfg.etcd.auto_compaction_retention = "2s".into();
+    let eps = vec![format!("127.0.0.1:{}", base + 14)];
+    cfg.nodes[3].etcd_addr = Some(eps[0].clone());
+    let mut lc = launch(dir.path(), &cfg, &eps).await;
+    let a = eps[0].as_str();
+    assert_eq!(ok(a, &["put", "k", "1"]), "OK\n");
+    let old = revision_of(a);
+    assert_eq!(ok(a, &["put", "k", "2"]), "OK\n");
+    let t0 = Instant::now();
+    assert_eq!(ok(a, &["get", "k", &format!("--rev={old}")]), "k\n1\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        let o = ctl(a, &["get", "k", &format!("--rev={old}")], None);
+        if !o.status.success() {
+            break String::from_utf8_lossy(&o.stderr).into_owned();
+        }
+        assert!(Instant::now() < deadline, "nothing compacted in 10 s");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let after = t0.elapsed();
+    lc.stop(Duration::from_secs(10));
+    assert!(
+        err.contains("required revision has been compacted"),
+        "{err}"
+    );
+    assert!(
+        after >= Duration::from_secs(2),
+        "compacted {after:?} after the newer put, within the retention"
+    );
+}

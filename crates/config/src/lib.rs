@@ -128,6 +128,101 @@ pub struct ClusterSection {
     pub tick_ms: u64,
 }
 
+/// etcd's API (cluster file `[etcd]`, optional): settings of the gateways that serve it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdSection {
+    /// etcd's `--auto-compaction-mode`: `periodic` (keep `retention` of time) or
+    /// `revision` (keep the last `retention` revisions).
+    #[serde(default = "default_compaction_mode")]
+    pub auto_compaction_mode: String,
+    /// etcd's `--auto-compaction-retention`: `0` (the default) never compacts; in
+    /// periodic mode a duration (`90s`, `30m`, `1h`; a plain number is hours, as
+    /// etcd's), in revision mode a number of revisions.
+    #[serde(default = "default_compaction_retention")]
+    pub auto_compaction_retention: String,
+}
+
+impl Default for EtcdSection {
+    fn default() -> Self {
+        EtcdSection {
+            auto_compaction_mode: default_compaction_mode(),
+            auto_compaction_retention: default_compaction_retention(),
+        }
+    }
+}
+
+fn default_compaction_mode() -> String {
+    "periodic".into()
+}
+
+fn default_compaction_retention() -> String {
+    "0".into()
+}
+
+/// What the gateways compact on their own (`[etcd] auto_compaction_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoCompaction {
+    Off,
+    /// Keep this much time of history.
+    Periodic(std::time::Duration),
+    /// Keep this many revisions.
+    Revisions(u64),
+}
+
+impl EtcdSection {
+    pub fn is_default(&self) -> bool {
+        self.auto_compaction_mode == default_compaction_mode()
+            && self.auto_compaction_retention == default_compaction_retention()
+    }
+
+    /// The auto-compaction these settings ask for; a bad value is an error naming the
+    /// field.
+    pub fn auto_compaction(&self) -> Result<AutoCompaction, FieldError> {
+        let r = self.auto_compaction_retention.trim();
+        let bad = |m: String| FieldError::new("etcd.auto_compaction_retention", m);
+        match self.auto_compaction_mode.as_str() {
+            "periodic" => {
+                let (digits, unit) =
+                    r.split_at(r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len()));
+                let n: u64 = digits.parse().map_err(|_| {
+                    bad(format!(
+                        "`{r}` is not a duration (a number and s, m or h; a plain number is hours)"
+                    ))
+                })?;
+                let secs = match unit {
+                    "" | "h" => n.checked_mul(3600),
+                    "m" => n.checked_mul(60),
+                    "s" => Some(n),
+                    other => {
+                        return Err(bad(format!(
+                            "`{r}`: unknown unit `{other}` (s, m or h; a plain number is hours)"
+                        )))
+                    }
+                }
+                .ok_or_else(|| bad(format!("`{r}` is too long")))?;
+                Ok(match secs {
+                    0 => AutoCompaction::Off,
+                    s => AutoCompaction::Periodic(std::time::Duration::from_secs(s)),
+                })
+            }
+            "revision" => {
+                let n: u64 = r
+                    .parse()
+                    .map_err(|_| bad(format!("`{r}` is not a number of revisions")))?;
+                Ok(match n {
+                    0 => AutoCompaction::Off,
+                    n => AutoCompaction::Revisions(n),
+                })
+            }
+            other => Err(FieldError::new(
+                "etcd.auto_compaction_mode",
+                format!("`{other}` is not a compaction mode (periodic or revision)"),
+            )),
+        }
+    }
+}
+
 /// Client sessions (cluster file `[sessions]`, optional).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -469,6 +564,9 @@ pub struct ClusterConfig {
     /// Optional; left out of the written file while it holds the defaults.
     #[serde(default, skip_serializing_if = "SessionsSection::is_default")]
     pub sessions: SessionsSection,
+    /// Optional; left out of the written file while it holds the defaults.
+    #[serde(default, skip_serializing_if = "EtcdSection::is_default")]
+    pub etcd: EtcdSection,
     /// Which protocol orders commands, with its settings (see [`ordering`]); absent:
     /// Ring Paxos.
     #[serde(default)]
@@ -619,6 +717,7 @@ impl ClusterConfig {
             }
         }
         self.validate_etcd_addrs()?;
+        self.etcd.auto_compaction()?;
         self.validate_wan()?;
         if let Some(t) = &self.tls {
             let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
@@ -2095,6 +2194,7 @@ impl ClusterConfig {
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
+            etcd: EtcdSection::default(),
             ordering: OrderingSection::default(),
             legacy_multiring: None,
             dssmr: None,
@@ -2255,6 +2355,7 @@ impl ClusterConfig {
             partitioning: PartitioningSection::default(),
             runtime: RuntimeSection::default(),
             sessions: SessionsSection::default(),
+            etcd: EtcdSection::default(),
             ordering: OrderingSection::default(),
             legacy_multiring: None,
             dssmr: None,
@@ -2280,6 +2381,74 @@ mod tests {
 
     fn svc() -> std::sync::Arc<dyn partita_smr::ServiceFactory> {
         partita_smr::service::<partita_btree::BPlusTree>()
+    }
+
+    /// `[etcd]` auto-compaction: etcd's modes and retentions, round trips, and bad
+    /// values refused naming the field.
+    #[test]
+    fn etcd_auto_compaction_is_parsed_as_etcd_reads_its_flags() {
+        use std::time::Duration;
+        let with = |mode: &str, retention: &str| {
+            let mut c = ClusterConfig::default_local(7100, 42);
+            c.cluster.service = "kv".into();
+            c.etcd.auto_compaction_mode = mode.into();
+            c.etcd.auto_compaction_retention = retention.into();
+            c
+        };
+        let parsed = |mode: &str, retention: &str| {
+            ClusterConfig::parse(&with(mode, retention).to_toml(), "x")
+                .map(|c| c.etcd.auto_compaction().unwrap())
+        };
+        assert_eq!(
+            ClusterConfig::default_local(7100, 42)
+                .etcd
+                .auto_compaction(),
+            Ok(AutoCompaction::Off)
+        );
+        assert!(!ClusterConfig::default_local(7100, 42)
+            .to_toml()
+            .contains("[etcd]"));
+        for (mode, retention, want) in [
+            (
+                "periodic",
+                "1",
+                AutoCompaction::Periodic(Duration::from_secs(3600)),
+            ),
+            (
+                "periodic",
+                "30m",
+                AutoCompaction::Periodic(Duration::from_secs(1800)),
+            ),
+            (
+                "periodic",
+                "90s",
+                AutoCompaction::Periodic(Duration::from_secs(90)),
+            ),
+            ("periodic", "0", AutoCompaction::Off),
+            ("revision", "1000", AutoCompaction::Revisions(1000)),
+        ] {
+            assert_eq!(parsed(mode, retention).unwrap(), want, "{mode} {retention}");
+        }
+        for (mode, retention, field) in [
+            ("periodic", "1d", "etcd.auto_compaction_retention"),
+            ("periodic", "soon", "etcd.auto_compaction_retention"),
+            ("revision", "10m", "etcd.auto_compaction_retention"),
+            ("hourly", "1", "etcd.auto_compaction_mode"),
+        ] {
+            match ClusterConfig::parse(&with(mode, retention).to_toml(), "x") {
+                Err(ConfigError::Field {
+                    field: f, message, ..
+                }) => {
+                    assert_eq!(f, field, "{mode} {retention}: {message}");
+                    assert!(message.contains(if field.ends_with("mode") {
+                        mode
+                    } else {
+                        retention
+                    }));
+                }
+                other => panic!("{mode} {retention}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -84,10 +84,15 @@ pub async fn serve(
     node: partita_types::NodeId,
     planted: Planted,
 ) -> anyhow::Result<()> {
+    // Validated when the cluster file was read.
+    let compaction = cluster.etcd.auto_compaction();
     let gw = Gateway::new(cluster, node);
     gw.plant(planted);
     gw.start_batching();
     tokio::spawn(gw.clone().follow_status());
+    if let Ok(mode) = compaction {
+        tokio::spawn(gw.clone().auto_compact(mode));
+    }
     let svc = server::Svc(gw);
     tonic::transport::Server::builder()
         .add_service(KvServer::new(svc.clone()))

@@ -331,6 +331,63 @@ impl Gateway {
         }
     }
 
+    /// etcd's auto-compaction (`[etcd] auto_compaction_*`), for as long as the gateway
+    /// runs. Every gateway runs it; a compaction another already made is refused as
+    /// compacted and changes nothing. Periodic: the revision sampled every tenth of the
+    /// retention (at most every hour), and the history compacted to the newest sample
+    /// at least the retention old, as etcd's periodic compactor does. Revision: every
+    /// 5 minutes, compacted to the last `n` revisions.
+    pub async fn auto_compact(self: Arc<Self>, mode: partita_config::AutoCompaction) {
+        use partita_config::AutoCompaction;
+        match mode {
+            AutoCompaction::Off => {}
+            AutoCompaction::Periodic(keep) => {
+                let every = (keep / 10)
+                    .min(Duration::from_secs(3600))
+                    .max(Duration::from_millis(100));
+                let mut samples: std::collections::VecDeque<(Instant, u64)> =
+                    std::collections::VecDeque::new();
+                loop {
+                    if let Ok(rev) = self.revision().await {
+                        samples.push_back((Instant::now(), rev));
+                    }
+                    let mut due = None;
+                    while samples.front().is_some_and(|(t, _)| t.elapsed() >= keep) {
+                        due = samples.pop_front().map(|(_, r)| r);
+                    }
+                    if let Some(rev) = due {
+                        self.compact_to(rev).await;
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            }
+            AutoCompaction::Revisions(n) => loop {
+                tokio::time::sleep(Duration::from_secs(300)).await;
+                if let Ok(rev) = self.revision().await {
+                    self.compact_to(rev.saturating_sub(n)).await;
+                }
+            },
+        }
+    }
+
+    async fn compact_to(&self, revision: u64) {
+        if revision <= partita_kv::INITIAL_REVISION {
+            return;
+        }
+        match self
+            .execute(KvCommand::Compact(partita_kv::CompactRequest { revision }))
+            .await
+        {
+            Ok(KvReply::Compact(r)) if r.error.is_none() => {
+                tracing::info!(
+                    node = self.node,
+                    "etcd gateway: compacted below revision {revision}"
+                )
+            }
+            _ => {}
+        }
+    }
+
     /// A hash of the store ([`partita_kv::HashRequest`]), read in order.
     pub async fn hash(
         &self,
