@@ -371,7 +371,7 @@ fn reply_of(reply: Option<KvReply>, kind: &str) -> Option<KvReply> {
     // changed.
     if let KvReply::Error(e) = &reply {
         let status = convert::kv_error(&e.error);
-        assert!(status.message().starts_with("etcdserver: ") || status.message().starts_with("mvcc: "));
+        assert!(status.message().starts_with("etcdserver: "));
         return None;
     }
     let same = matches!(

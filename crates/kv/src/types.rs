@@ -231,10 +231,10 @@ pub enum KvError {
     LeaseExists(i64),
     /// `etcdserver: too large lease TTL` (OutOfRange).
     LeaseTtlTooLarge(i64),
-    /// `mvcc: required revision has been compacted` (OutOfRange): a read at a
+    /// `etcdserver: mvcc: required revision has been compacted` (OutOfRange): a read at a
     /// revision below the compaction (which it names).
     Compacted(u64),
-    /// `mvcc: required revision is a future revision` (OutOfRange): a read at a
+    /// `etcdserver: mvcc: required revision is a future revision` (OutOfRange): a read at a
     /// revision above the store's (which it names).
     FutureRevision(u64),
 }
@@ -246,8 +246,10 @@ impl KvError {
             KvError::LeaseNotFound(_) => "etcdserver: requested lease not found",
             KvError::LeaseExists(_) => "etcdserver: lease already exists",
             KvError::LeaseTtlTooLarge(_) => "etcdserver: too large lease TTL",
-            KvError::Compacted(_) => "mvcc: required revision has been compacted",
-            KvError::FutureRevision(_) => "mvcc: required revision is a future revision",
+            KvError::Compacted(_) => "etcdserver: mvcc: required revision has been compacted",
+            KvError::FutureRevision(_) => {
+                "etcdserver: mvcc: required revision is a future revision"
+            }
         }
     }
 }
