@@ -341,7 +341,7 @@ fn request(
             assert!(resp.members.iter().all(|m| !m.client_ur_ls.is_empty()));
             round_trip(&resp);
         }
-        // Everything the gateway refuses (auth, maintenance but Status):
+        // Everything the gateway refuses (auth, MoveLeader):
         // `etcdserverpb.Unsupported` bodies, answered UNIMPLEMENTED.
         _ => {
             let Some(u) = decode::<pb::Unsupported>(bytes) else {
@@ -352,7 +352,7 @@ fn request(
             let svc = svc();
             for r in [
                 ready(svc.auth_enable(tonic::Request::new(u.clone()))),
-                ready(svc.defragment(tonic::Request::new(u))),
+                ready(svc.move_leader(tonic::Request::new(u))),
             ] {
                 let e = r.expect_err("an unsupported method is refused");
                 assert_eq!(e.code(), Code::Unimplemented);
