@@ -310,3 +310,54 @@ async fn the_full_disk_check_catches_votes_that_are_not_durable() {
         "votes with a full disk went unnoticed: {found:?}"
     );
 }
+
+/// etcd's NOSPACE alarm: acceptor 3's disk fills under etcdctl puts, `etcdctl alarm
+/// list` names it (and `endpoint status` carries it) while the others go on; once the
+/// filler is removed the alarm clears by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_raises_etcds_nospace_alarm_until_space_returns() {
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+    cfg.cluster.service = "kv".into();
+    cfg.cluster.durability = Durability::Fsync;
+    // No preallocation: every record extends the log, so a full disk shows at once.
+    cfg.storage.wal_preallocate_bytes = 0;
+    let ep = format!("127.0.0.1:{}", base + 14);
+    cfg.nodes[3].etcd_addr = Some(ep.clone());
+    // Declared before the cluster: unmounted after its processes stopped.
+    let disk3 = Tmpfs::mount(&dir.path().join("node-3"), "4m");
+    let mut lc = crate::etcd::launch(dir.path(), &cfg, std::slice::from_ref(&ep)).await;
+    let alarms = || crate::etcd::ok(&ep, &["alarm", "list"]);
+    assert_eq!(alarms(), "");
+    let filler = disk3.fill();
+    let mut n = 0;
+    wait_for(
+        "the NOSPACE alarm of member 3",
+        Duration::from_secs(20),
+        async || {
+            n += 1;
+            crate::etcd::ok(&ep, &["put", &format!("k{n}"), "v"]);
+            // (etcdctl ends the line with a space.)
+            alarms().trim_end() == "memberID:3 alarm:NOSPACE"
+        },
+    )
+    .await;
+    let st = crate::etcd::ok(&ep, &["endpoint", "status", "-w", "json"]);
+    assert!(st.contains("NOSPACE"), "{st}");
+    // The majority goes on.
+    assert_eq!(crate::etcd::ok(&ep, &["put", "during", "v"]), "OK\n");
+    std::fs::remove_file(&filler).unwrap();
+    wait_for("the alarm to clear", Duration::from_secs(20), async || {
+        alarms().trim().is_empty()
+    })
+    .await;
+    assert_eq!(crate::etcd::ok(&ep, &["get", "during"]), "during\nv\n");
+    for (id, c) in &mut lc.children {
+        assert!(c.try_wait().unwrap().is_none(), "node {id} exited");
+    }
+    lc.stop(Duration::from_secs(10));
+}

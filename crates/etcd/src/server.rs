@@ -79,6 +79,9 @@ pub struct Gateway {
     batches: AtomicU64,
     batched: AtomicU64,
     planted: std::sync::OnceLock<Planted>,
+    /// NOSPACE alarms: (member, why), from the nodes' status (see
+    /// [`Gateway::follow_status`]).
+    alarms: Mutex<Vec<(u64, String)>>,
 }
 
 pub fn status_of(e: ClientError) -> Status {
@@ -113,6 +116,7 @@ impl Gateway {
             batches: AtomicU64::new(0),
             batched: AtomicU64::new(0),
             planted: std::sync::OnceLock::new(),
+            alarms: Mutex::new(Vec::new()),
         })
     }
 
@@ -388,6 +392,28 @@ impl Gateway {
         }
     }
 
+    /// etcd's NOSPACE alarms: the members whose status says their log writes nothing
+    /// because the disk is full (`NodeStatus::wal_stall`), polled with the status.
+    async fn poll_alarms(&self) {
+        let mut probes = tokio::task::JoinSet::new();
+        for n in &self.cluster.nodes {
+            let (cluster, id) = (self.cluster.clone(), n.id);
+            probes.spawn(async move {
+                let s =
+                    partita_client::node_status_of(&cluster, id, Duration::from_millis(500)).await;
+                (id, s.and_then(|s| s.wal_stall))
+            });
+        }
+        let mut alarms = Vec::new();
+        while let Some(r) = probes.join_next().await {
+            if let Ok((id, Some(why))) = r {
+                alarms.push((u64::from(id), why));
+            }
+        }
+        alarms.sort();
+        *self.alarms.lock().expect("alarms") = alarms;
+    }
+
     /// A hash of the store ([`partita_kv::HashRequest`]), read in order.
     pub async fn hash(
         &self,
@@ -423,6 +449,7 @@ impl Gateway {
                     self.applied.store(e, Ordering::Relaxed);
                 }
             }
+            self.poll_alarms().await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
@@ -807,7 +834,14 @@ impl pb::maintenance_server::Maintenance for Svc {
             raft_index: applied,
             raft_term: self.0.term.load(Ordering::Relaxed),
             raft_applied_index: applied,
-            errors: vec![],
+            errors: self
+                .0
+                .alarms
+                .lock()
+                .expect("alarms")
+                .iter()
+                .map(|(m, why)| format!("memberID:{m} alarm:NOSPACE ({why})"))
+                .collect(),
             db_size_in_use: size,
             is_learner: false,
         }))
@@ -852,20 +886,35 @@ impl pb::maintenance_server::Maintenance for Svc {
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
-    /// No alarm is ever raised (a full disk stops a node's votes and checkpoints, see
-    /// the disk-full handling, without an etcd alarm yet): GET lists none, DEACTIVATE
-    /// has nothing to clear; ACTIVATE, which etcd keeps for its own server, is refused.
+    /// NOSPACE for every member whose log writes nothing because its disk is full (it
+    /// stops voting until space returns, then the alarm clears by itself): GET lists
+    /// them; DEACTIVATE clears nothing (the alarm lasts as long as the full disk);
+    /// ACTIVATE, which etcd keeps for its own server, is refused.
     async fn alarm(
         &self,
         req: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
         use pb::alarm_request::AlarmAction;
         match AlarmAction::try_from(req.get_ref().action) {
-            Ok(AlarmAction::Get) | Ok(AlarmAction::Deactivate) => {
+            Ok(action @ (AlarmAction::Get | AlarmAction::Deactivate)) => {
                 let rev = self.0.revision().await?;
+                let alarms = match action {
+                    AlarmAction::Get => self
+                        .0
+                        .alarms
+                        .lock()
+                        .expect("alarms")
+                        .iter()
+                        .map(|(m, _)| pb::AlarmMember {
+                            member_id: *m,
+                            alarm: pb::AlarmType::Nospace as i32,
+                        })
+                        .collect(),
+                    _ => vec![],
+                };
                 Ok(Response::new(pb::AlarmResponse {
                     header: self.0.header(rev),
-                    alarms: vec![],
+                    alarms,
                 }))
             }
             Ok(AlarmAction::Activate) => Err(unsupported("raising an alarm (Alarm ACTIVATE)")),
