@@ -54,26 +54,45 @@ pub(crate) fn install(package: &str) {
 /// A kv cluster (3 acceptors, 2 replicas) whose replicas serve etcd's API; returns it
 /// with the two endpoints once etcdctl gets an answer from both.
 pub(crate) async fn start(dir: &Path) -> (LocalCluster, Vec<String>) {
+    start_kv(dir, Durability::Memory, &[]).await
+}
+
+/// [`start`] with `durability`, the nodes started with `node_args`.
+pub(crate) async fn start_kv(
+    dir: &Path,
+    durability: Durability,
+    node_args: &[String],
+) -> (LocalCluster, Vec<String>) {
     let base = pick_base_port();
     let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
     cfg.cluster.service = "kv".into();
-    cfg.cluster.durability = Durability::Memory;
+    cfg.cluster.durability = durability;
     let eps = vec![
         format!("127.0.0.1:{}", base + 14),
         format!("127.0.0.1:{}", base + 15),
     ];
     cfg.nodes[3].etcd_addr = Some(eps[0].clone());
     cfg.nodes[4].etcd_addr = Some(eps[1].clone());
-    let lc = launch(dir, &cfg, &eps).await;
+    let lc = launch_with(dir, &cfg, &eps, node_args).await;
     (lc, eps)
 }
 
 /// Start `cfg`'s nodes in `dir` and wait until etcdctl gets an answer from every
 /// endpoint of `eps`.
 pub(crate) async fn launch(dir: &Path, cfg: &ClusterConfig, eps: &[String]) -> LocalCluster {
+    launch_with(dir, cfg, eps, &[]).await
+}
+
+/// [`launch`], the nodes started with `node_args`.
+pub(crate) async fn launch_with(
+    dir: &Path,
+    cfg: &ClusterConfig,
+    eps: &[String],
+    node_args: &[String],
+) -> LocalCluster {
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
-    let mut lc = LocalCluster::start_with(&exe(), &file, cfg, dir, &[], None).unwrap();
+    let mut lc = LocalCluster::start_with(&exe(), &file, cfg, dir, node_args, None).unwrap();
     lc.wait_ready(Duration::from_secs(20)).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     for ep in eps {

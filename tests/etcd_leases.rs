@@ -9,10 +9,11 @@
 //! without ordering them must be caught.
 
 use crate::etcd::{
-    ctl, etcd_go, exe, install, json, launch, ok, refused, revision_of, start, watch_lines,
+    ctl, etcd_go, exe, install, json, launch, ok, refused, revision_of, start, start_kv,
+    watch_lines,
 };
 use partita_config::{ClusterConfig, Durability};
-use partita_harness::launch::{pick_base_port, LocalCluster};
+use partita_harness::launch::pick_base_port;
 use partita_harness::nemesis::{self, Fault, NemesisConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -370,38 +371,6 @@ print("after revoke", c.get("py/leased")[0])
     );
 }
 
-/// A fsync'd kv cluster serving etcd's API on both replicas, nodes started with
-/// `node_args`.
-async fn start_durable(dir: &Path, node_args: &[String]) -> (LocalCluster, Vec<String>) {
-    let base = pick_base_port();
-    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
-    cfg.cluster.service = "kv".into();
-    cfg.cluster.durability = Durability::Fsync;
-    let eps = vec![
-        format!("127.0.0.1:{}", base + 14),
-        format!("127.0.0.1:{}", base + 15),
-    ];
-    cfg.nodes[3].etcd_addr = Some(eps[0].clone());
-    cfg.nodes[4].etcd_addr = Some(eps[1].clone());
-    let lc = if node_args.is_empty() {
-        launch(dir, &cfg, &eps).await
-    } else {
-        let file = dir.join("cluster.toml");
-        std::fs::write(&file, cfg.to_toml()).unwrap();
-        let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir, node_args, None).unwrap();
-        lc.wait_ready(Duration::from_secs(20)).await.unwrap();
-        for ep in &eps {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !ctl(ep, &["endpoint", "status"], None).status.success() {
-                assert!(Instant::now() < deadline, "{ep} does not answer");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        lc
-    };
-    (lc, eps)
-}
-
 /// Lock holders (`etcd-go locks`: 3 workers, sessions of `ttl` s, 50 ms sections) for
 /// `secs`, with `faults` injected meanwhile; the checker's verdict on their sections.
 async fn lock_run(
@@ -412,7 +381,7 @@ async fn lock_run(
     ttl: u64,
 ) -> Result<partita_checker::locks::LockSummary, String> {
     let go = etcd_go(dir);
-    let (mut lc, eps) = start_durable(dir, node_args).await;
+    let (mut lc, eps) = start_kv(dir, Durability::Fsync, node_args).await;
     let holders = Command::new(&go)
         .args(["locks", "-endpoints", &eps.join(","), "-workers", "3"])
         .args(["-seconds", &secs.to_string(), "-ttl", &ttl.to_string()])

@@ -3,27 +3,13 @@
 //! own, the replies released, the digest and the checkpoint are exactly those of
 //! executing the decided sequence, leases expired at the same positions included.
 
-use partita_consensus::{Value, Vid};
+use crate::speculation::timed;
 use partita_kv::{KvCommand, KvStore};
 use partita_smr::SequentialReplica;
-use partita_types::{Ballot, Command, NodeId, PartitionMap, Reply};
+use partita_types::{Command, NodeId, PartitionMap, Reply};
 use proptest::prelude::*;
-use std::sync::Arc;
 
 const ME: NodeId = 1;
-
-fn timed(round: u32, seq: u64, cmds: Vec<Command>, time_ms: u64) -> Arc<Value> {
-    Arc::new(Value {
-        vid: Vid {
-            ballot: Ballot::new(round.into(), 1),
-            seq,
-        },
-        commands: cmds,
-        parts: Vec::new(),
-        time_ms,
-        skip: 0,
-    })
-}
 
 fn kv_op() -> impl Strategy<Value = KvCommand> {
     let key = (0u8..4).prop_map(|k| format!("k{k}"));

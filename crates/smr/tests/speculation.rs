@@ -18,7 +18,8 @@ fn value(round: u32, seq: u64, cmds: Vec<Command>) -> Arc<Value> {
     timed(round, seq, cmds, 0)
 }
 
-fn timed(round: u32, seq: u64, cmds: Vec<Command>, time_ms: u64) -> Arc<Value> {
+/// A value of ballot round `round` with ordered time `time_ms`.
+pub(crate) fn timed(round: u32, seq: u64, cmds: Vec<Command>, time_ms: u64) -> Arc<Value> {
     Arc::new(Value {
         vid: Vid {
             ballot: Ballot::new(round.into(), 1),
