@@ -391,9 +391,9 @@ fn header_revision(h: &Option<pb::ResponseHeader>) -> u64 {
     u64::try_from(h.as_ref().expect("a header").revision).expect("a revision")
 }
 
-/// The store's range reply as etcd's response: counted whole; unsorted, the store's
-/// entries as they are; sorted, every entry read (no limit asked of the store) sorted
-/// by the target and cut at the limit.
+/// The store's range reply as etcd's response: counted whole; neither sorted nor
+/// filtered, the store's entries as they are; otherwise every entry read (no limit
+/// asked of the store), the revision filters applied, sorted, then cut at the limit.
 fn range_response(range: &convert::Range, r: kv::RangeResponse) {
     use pb::range_request::SortTarget;
     let keys = kv::KeyRange::new(&range.req.key, &range.req.end);
@@ -404,23 +404,38 @@ fn range_response(range: &convert::Range, r: kv::RangeResponse) {
     let resp = convert::range_response(range, r.clone());
     assert_eq!(resp.count, convert::i64_of(r.count));
     assert_eq!(header_revision(&resp.header), r.revision);
-    match range.sort {
-        None => {
-            let kvs: Vec<mvccpb::KeyValue> = r.kvs.iter().map(convert::key_value).collect();
-            assert_eq!(resp.kvs, kvs);
-            assert_eq!(resp.more, r.more);
+    if range.sort.is_none() && range.filter.is_none() {
+        let kvs: Vec<mvccpb::KeyValue> = r.kvs.iter().map(convert::key_value).collect();
+        assert_eq!(resp.kvs, kvs);
+        assert_eq!(resp.more, r.more);
+    } else {
+        // Sorted or filtered: every entry read (no limit asked of the store), the
+        // filters applied, sorted, then cut at the limit.
+        assert_eq!(
+            range.req.limit, 0,
+            "sorting and filtering read the whole range"
+        );
+        assert!(!r.more, "a read without a limit has no more");
+        let n = r.kvs.iter().filter(|e| range.filter.keeps(e)).count() as u64;
+        let want = if range.limit > 0 {
+            n.min(range.limit)
+        } else {
+            n
+        };
+        assert_eq!(
+            resp.kvs.len() as u64,
+            want,
+            "filtered, then cut at the limit"
+        );
+        assert_eq!(resp.more, range.limit > 0 && n > range.limit);
+        for e in &resp.kvs {
+            let read = r.kvs.iter().find(|k| k.key == e.key);
+            assert!(
+                read.is_some_and(|k| range.filter.keeps(k)),
+                "an entry of the range that passes the filters"
+            );
         }
-        Some(sort) => {
-            assert_eq!(range.req.limit, 0, "sorting reads the whole range");
-            assert!(!r.more, "a read without a limit has no more");
-            let n = r.kvs.len() as u64;
-            let want = if range.limit > 0 {
-                n.min(range.limit)
-            } else {
-                n
-            };
-            assert_eq!(resp.kvs.len() as u64, want, "cut at the limit");
-            assert_eq!(resp.more, range.limit > 0 && n > range.limit);
+        if let Some(sort) = range.sort {
             for w in resp.kvs.windows(2) {
                 let (a, b) = (&w[0], &w[1]);
                 let ord = match sort.target {
@@ -436,12 +451,6 @@ fn range_response(range: &convert::Range, r: kv::RangeResponse) {
                     std::cmp::Ordering::Greater,
                     "sorted by {:?}",
                     sort.target
-                );
-            }
-            for e in &resp.kvs {
-                assert!(
-                    r.kvs.iter().any(|k| k.key == e.key),
-                    "an entry of the range"
                 );
             }
         }

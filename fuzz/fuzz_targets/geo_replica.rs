@@ -188,7 +188,9 @@ impl Driver {
                             "refused a command never taken"
                         );
                     }
-                    Output::SaveCheckpoint { .. } | Output::Early(_) | Output::TruncateLog { .. } => {}
+                    Output::SaveCheckpoint { .. }
+                    | Output::Early(_)
+                    | Output::TruncateLog { .. } => {}
                 }
             }
             self.node.invariants();

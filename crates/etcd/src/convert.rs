@@ -67,10 +67,12 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn is_none(&self) -> bool {
+    /// Whether no filter is set.
+    pub fn is_none(&self) -> bool {
         *self == Filter::default()
     }
-    fn keeps(&self, kv: &kv::KeyValue) -> bool {
+    /// Whether `kv` passes every filter set.
+    pub fn keeps(&self, kv: &kv::KeyValue) -> bool {
         let at_most = |v: u64, max: u64| max == 0 || v <= max;
         let at_least = |v: u64, min: u64| min == 0 || v >= min;
         at_most(kv.mod_revision, self.max_mod_revision)
