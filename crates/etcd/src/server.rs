@@ -392,28 +392,6 @@ impl Gateway {
         }
     }
 
-    /// etcd's NOSPACE alarms: the members whose status says their log writes nothing
-    /// because the disk is full (`NodeStatus::wal_stall`), polled with the status.
-    async fn poll_alarms(&self) {
-        let mut probes = tokio::task::JoinSet::new();
-        for n in &self.cluster.nodes {
-            let (cluster, id) = (self.cluster.clone(), n.id);
-            probes.spawn(async move {
-                let s =
-                    partita_client::node_status_of(&cluster, id, Duration::from_millis(500)).await;
-                (id, s.and_then(|s| s.wal_stall))
-            });
-        }
-        let mut alarms = Vec::new();
-        while let Some(r) = probes.join_next().await {
-            if let Ok((id, Some(why))) = r {
-                alarms.push((u64::from(id), why));
-            }
-        }
-        alarms.sort();
-        *self.alarms.lock().expect("alarms") = alarms;
-    }
-
     /// A hash of the store ([`partita_kv::HashRequest`]), read in order.
     pub async fn hash(
         &self,
@@ -431,13 +409,34 @@ impl Gateway {
 
     /// Refresh the term, leader and applied index from this node's status, every
     /// second, for as long as the gateway runs.
+    /// Every node's status is read, at once, for etcd's NOSPACE alarms too: the members
+    /// whose log writes nothing because the disk is full (`NodeStatus::wal_stall`).
     pub async fn follow_status(self: Arc<Self>) {
         loop {
-            // Over TLS when the cluster file has it (the client certificate).
-            if let Some(s) =
-                partita_client::node_status_of(&self.cluster, self.node, Duration::from_secs(1))
-                    .await
-            {
+            let mut probes = tokio::task::JoinSet::new();
+            for n in &self.cluster.nodes {
+                let (cluster, id) = (self.cluster.clone(), n.id);
+                // Over TLS when the cluster file has it (the client certificate).
+                probes.spawn(async move {
+                    let s =
+                        partita_client::node_status_of(&cluster, id, Duration::from_secs(1)).await;
+                    (id, s)
+                });
+            }
+            let mut mine = None;
+            let mut alarms = Vec::new();
+            while let Some(r) = probes.join_next().await {
+                let Ok((id, Some(s))) = r else { continue };
+                if let Some(why) = &s.wal_stall {
+                    alarms.push((u64::from(id), why.clone()));
+                }
+                if id == self.node {
+                    mine = Some(s);
+                }
+            }
+            alarms.sort();
+            *self.alarms.lock().expect("alarms") = alarms;
+            if let Some(s) = mine {
                 if let Some(b) = s.delivered_ballots.last() {
                     // Terms start at 1, as etcd's do: ballot zero (the first leader)
                     // is term 1, a ballot of round r is term r + 1.
@@ -449,7 +448,6 @@ impl Gateway {
                     self.applied.store(e, Ordering::Relaxed);
                 }
             }
-            self.poll_alarms().await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
@@ -822,8 +820,9 @@ impl pb::maintenance_server::Maintenance for Svc {
         &self,
         _: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        // The store's revision and size, read in order.
-        let h = self.0.hash(0, true).await?;
+        // The store's revision and size, read in order (the size comes with a hash of
+        // the keys, a pass over them without copying any).
+        let h = self.0.hash(0, false).await?;
         let applied = self.0.applied.load(Ordering::Relaxed);
         let size = convert::i64_of(h.size);
         Ok(Response::new(pb::StatusResponse {
@@ -1116,15 +1115,13 @@ impl pb::lease_server::Lease for Svc {
         let r = req.get_ref();
         let reply = if r.id <= 0 {
             // No such lease, as for any id never granted: TTL -1.
-            self.0.execute(KvCommand::LeaseLeases).await.map(|l| {
-                KvReply::LeaseTimeToLive(partita_kv::LeaseTimeToLiveResponse {
-                    id: r.id,
-                    ttl: -1,
-                    granted_ttl: 0,
-                    keys: Vec::new(),
-                    revision: l.revision(),
-                })
-            })?
+            KvReply::LeaseTimeToLive(partita_kv::LeaseTimeToLiveResponse {
+                id: r.id,
+                ttl: -1,
+                granted_ttl: 0,
+                keys: Vec::new(),
+                revision: self.0.revision().await?,
+            })
         } else {
             self.0
                 .execute(KvCommand::lease_time_to_live(r.id, r.keys))

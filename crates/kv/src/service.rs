@@ -337,7 +337,7 @@ fn merge(
         return Ok(parts.swap_remove(i).1);
     }
     if is_lease_command(cmd) {
-        return merge_lease(cmd, parts)
+        return merge_lease(parts)
             .ok_or_else(|| format!("{} replies of several partitions do not agree", cmd.name()));
     }
     match cmd {
@@ -459,53 +459,49 @@ fn merge(
 /// One reply for a lease command from every partition's: the lease's fields agree
 /// (each partition holds the same table, moved by the same ordered commands), its keys
 /// are the union, and the revision is the largest (see the module's limitation).
-fn merge_lease(cmd: &KvCommand, parts: Vec<(PartitionId, KvReply)>) -> Option<KvReply> {
+fn merge_lease(parts: Vec<(PartitionId, KvReply)>) -> Option<KvReply> {
     let mut replies = parts.into_iter().map(|(_, r)| r);
     let first = replies.next()?;
-    replies
-        .try_fold(first, |acc, r| {
-            Some(match (acc, r) {
-                (KvReply::LeaseGrant(a), KvReply::LeaseGrant(b))
-                    if (a.id, a.ttl) == (b.id, b.ttl) =>
-                {
-                    KvReply::LeaseGrant(LeaseGrantResponse {
-                        revision: a.revision.max(b.revision),
-                        ..a
-                    })
-                }
-                (KvReply::LeaseRevoke(a), KvReply::LeaseRevoke(b)) => {
-                    KvReply::LeaseRevoke(LeaseRevokeResponse {
-                        revision: a.revision.max(b.revision),
-                    })
-                }
-                (KvReply::LeaseKeepAlive(a), KvReply::LeaseKeepAlive(b)) if a.ttl == b.ttl => {
-                    KvReply::LeaseKeepAlive(LeaseKeepAliveResponse {
-                        revision: a.revision.max(b.revision),
-                        ..a
-                    })
-                }
-                (KvReply::LeaseTimeToLive(a), KvReply::LeaseTimeToLive(b))
-                    if (a.ttl, a.granted_ttl) == (b.ttl, b.granted_ttl) =>
-                {
-                    let mut keys = a.keys;
-                    keys.extend(b.keys);
-                    keys.sort();
-                    KvReply::LeaseTimeToLive(LeaseTimeToLiveResponse {
-                        keys,
-                        revision: a.revision.max(b.revision),
-                        ..a
-                    })
-                }
-                (KvReply::LeaseLeases(a), KvReply::LeaseLeases(b)) if a.ids == b.ids => {
-                    KvReply::LeaseLeases(LeaseLeasesResponse {
-                        revision: a.revision.max(b.revision),
-                        ..a
-                    })
-                }
-                _ => return None,
-            })
+    replies.try_fold(first, |acc, r| {
+        Some(match (acc, r) {
+            (KvReply::LeaseGrant(a), KvReply::LeaseGrant(b)) if (a.id, a.ttl) == (b.id, b.ttl) => {
+                KvReply::LeaseGrant(LeaseGrantResponse {
+                    revision: a.revision.max(b.revision),
+                    ..a
+                })
+            }
+            (KvReply::LeaseRevoke(a), KvReply::LeaseRevoke(b)) => {
+                KvReply::LeaseRevoke(LeaseRevokeResponse {
+                    revision: a.revision.max(b.revision),
+                })
+            }
+            (KvReply::LeaseKeepAlive(a), KvReply::LeaseKeepAlive(b)) if a.ttl == b.ttl => {
+                KvReply::LeaseKeepAlive(LeaseKeepAliveResponse {
+                    revision: a.revision.max(b.revision),
+                    ..a
+                })
+            }
+            (KvReply::LeaseTimeToLive(a), KvReply::LeaseTimeToLive(b))
+                if (a.ttl, a.granted_ttl) == (b.ttl, b.granted_ttl) =>
+            {
+                let mut keys = a.keys;
+                keys.extend(b.keys);
+                keys.sort();
+                KvReply::LeaseTimeToLive(LeaseTimeToLiveResponse {
+                    keys,
+                    revision: a.revision.max(b.revision),
+                    ..a
+                })
+            }
+            (KvReply::LeaseLeases(a), KvReply::LeaseLeases(b)) if a.ids == b.ids => {
+                KvReply::LeaseLeases(LeaseLeasesResponse {
+                    revision: a.revision.max(b.revision),
+                    ..a
+                })
+            }
+            _ => return None,
         })
-        .filter(|_| is_lease_command(cmd))
+    })
 }
 
 #[cfg(test)]

@@ -97,6 +97,21 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl KvStore {
+    /// The length of [`KvStore::snapshot`], counted without writing it.
+    pub fn snapshot_len(&self) -> usize {
+        let entries: usize = self
+            .entries()
+            .map(|(k, e)| ENTRY_HEADER + k.len() + e.value.len())
+            .sum();
+        let pair = |kv: &KeyValue| ENTRY_HEADER + kv.key.len() + kv.value.len();
+        let events: usize = self
+            .events()
+            .map(|e| 2 + pair(&e.kv) + e.prev_kv.as_ref().map_or(0, pair))
+            .sum();
+        let (leases, _) = self.lease_parts();
+        HEADER + entries + 16 + events + 24 + 24 * leases.len() + TRAILER
+    }
+
     /// Serialize the store (see the module documentation for the format).
     pub fn snapshot(&self) -> Vec<u8> {
         let body: usize = self
@@ -455,6 +470,11 @@ mod tests {
     #[test]
     fn round_trip() {
         let s = sample();
+        assert_eq!(s.snapshot_len(), s.snapshot().len());
+        assert_eq!(
+            KvStore::new().snapshot_len(),
+            KvStore::new().snapshot().len()
+        );
         let back = KvStore::restore(&s.snapshot()).unwrap();
         assert_eq!(back, s);
         assert_eq!(back.digest(), s.digest());
@@ -549,6 +569,7 @@ mod tests {
         s.execute(&KvCommand::put_leased("l1", "v", g.id));
         s.execute(&KvCommand::put_leased("l2", "v", g.id));
         s.execute(&KvCommand::put_leased("m", "v", 77));
+        assert_eq!(s.snapshot_len(), s.snapshot().len());
         let back = KvStore::restore(&s.snapshot()).unwrap();
         assert_eq!(back, s);
         assert_eq!(back.digest(), s.digest());

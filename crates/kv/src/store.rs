@@ -802,9 +802,9 @@ impl KvStore {
         if rev < self.compacted {
             return Err(KvError::Compacted(self.compacted));
         }
-        let snapshot = self.snapshot();
-        let hash = if h.store {
-            crc32c::crc32c(&snapshot)
+        let (hash, size) = if h.store {
+            let snapshot = self.snapshot();
+            (crc32c::crc32c(&snapshot), snapshot.len())
         } else {
             let kv_bytes = |c: u32, kv: &KeyValue| {
                 let mut c = crc32c::crc32c_append(c, &(kv.key.len() as u64).to_le_bytes());
@@ -822,8 +822,15 @@ impl KvStore {
                 c
             };
             let mut c = 0;
-            for kv in self.entries_at(KeyRange::From(&[]), rev) {
-                c = kv_bytes(c, &kv);
+            if rev == self.revision {
+                // Today's pairs, read in place.
+                for (k, e) in &self.map {
+                    c = kv_bytes(c, &e.to_kv(k, false));
+                }
+            } else {
+                for kv in self.entries_at(KeyRange::From(&[]), rev) {
+                    c = kv_bytes(c, &kv);
+                }
             }
             for e in self.events.iter().take_while(|e| e.revision() <= rev) {
                 c = crc32c::crc32c_append(c, &[u8::from(e.kind == EventKind::Delete)]);
@@ -832,13 +839,16 @@ impl KvStore {
                     c = kv_bytes(c, p);
                 }
             }
-            crc32c::crc32c_append(c, &self.compacted.to_le_bytes())
+            (
+                crc32c::crc32c_append(c, &self.compacted.to_le_bytes()),
+                self.snapshot_len(),
+            )
         };
         Ok(HashResponse {
             hash,
             hash_revision: rev,
             compact_revision: self.compacted,
-            size: snapshot.len() as u64,
+            size: size as u64,
             revision: self.revision,
         })
     }

@@ -53,6 +53,11 @@ fn hashkv_is_a_function_of_the_history_up_to_its_revision() {
     let (h, size) = hash(&mut a, 0, true).unwrap();
     let snap = a.snapshot();
     assert_eq!((h, size), (crc32c::crc32c(&snap), snap.len() as u64));
+    assert_eq!(
+        hash(&mut a, 0, false).unwrap().1,
+        snap.len() as u64,
+        "counted, not written"
+    );
     assert!(partita_kv::check(&KvCommand::Hash(HashRequest {
         revision: 3,
         store: true
