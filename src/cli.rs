@@ -533,6 +533,11 @@ struct UpArgs {
     /// --service kv node N's etcd endpoint is the region's (Europe: the third).
     #[arg(long, conflicts_with = "netns")]
     wan: bool,
+    /// etcd's layout: three nodes, each an acceptor and a replica (node 1 coordinates;
+    /// with --service kv each serves etcd's API), instead of 3 acceptors and 2
+    /// replicas. `scripts/etcd-bench` compares etcd's three members with these.
+    #[arg(long, conflicts_with_all = ["wan", "partitions", "rings", "batchers"])]
+    members: bool,
 }
 
 /// State partitioning of a new cluster (paper 001 §III-C).
@@ -1305,9 +1310,10 @@ fn load_target(cluster: &Option<PathBuf>) -> anyhow::Result<ClusterConfig> {
 async fn up(a: UpArgs) -> anyhow::Result<i32> {
     let (file, cluster) = launch::ensure_cluster_file(&a.data_dir, || {
         let id = rand::random::<u64>() >> 1;
-        let mut c = match a.wan {
-            true => ClusterConfig::paper_wan_local(a.base_port, id),
-            false => ClusterConfig::default_local(a.base_port, id),
+        let mut c = match (a.wan, a.members) {
+            (true, _) => ClusterConfig::paper_wan_local(a.base_port, id),
+            (false, true) => ClusterConfig::members_local(a.base_port, id),
+            (false, false) => ClusterConfig::default_local(a.base_port, id),
         };
         c.set_protocol(a.protocol);
         c.cluster.service = a.service.clone();

@@ -20,10 +20,15 @@
 //	    line per critical section), an election's campaign, proclaim, observe and
 //	    resign, and STM transfers (see concurrency.go).
 //
-//	etcd-go bench -endpoints A,B,C -clients N -conns C -seconds S -warmup W -keys K -value-size V
+//	etcd-go bench -endpoints A,B,C -clients N -conns C -seconds S -warmup W -keys K -value-size V [-op put|get]
 //	    N clients over C gRPC connections put random keys (etcd's own benchmark tool's
-//	    "put" does the same) for S seconds after W seconds of warm-up, and print one
-//	    JSON object: puts, throughput, latency percentiles in ms, errors.
+//	    "put" does the same), or with -op get read them with linearizable gets (its
+//	    "range" without --consistency=s; every key is put once before the clock
+//	    starts), for S seconds after W seconds of warm-up, and print one JSON object:
+//	    operations ("puts"), throughput, latency percentiles in ms, errors.
+//
+//	etcd-go ycsb -endpoints A,B,C -workload a..f -clients N -conns C -seconds S ...
+//	    YCSB's core workloads A-F (see ycsb.go).
 package main
 
 import (
@@ -53,6 +58,8 @@ func main() {
 		history(os.Args[2:])
 	case "bench":
 		bench(os.Args[2:])
+	case "ycsb":
+		ycsb(os.Args[2:])
 	case "range":
 		rangeMode(os.Args[2:])
 	case "locks":
@@ -184,9 +191,14 @@ func bench(args []string) {
 	warmup := fs.Float64("warmup", 2, "seconds before measuring")
 	keys := fs.Int("keys", 100000, "key space")
 	valueSize := fs.Int("value-size", 8, "value bytes")
+	op := fs.String("op", "put", "put, or get (linearizable)")
 	fs.Parse(args)
 	if *clients < 1 || *conns < 1 || *seconds <= 0 || *keys < 1 || *valueSize < 0 {
 		fmt.Fprintln(os.Stderr, "etcd-go bench: clients, conns, seconds and keys must be positive")
+		os.Exit(2)
+	}
+	if *op != "put" && *op != "get" {
+		fmt.Fprintf(os.Stderr, "etcd-go bench: -op %q: put or get\n", *op)
 		os.Exit(2)
 	}
 	endpoints := strings.Split(*eps, ",")
@@ -196,6 +208,9 @@ func bench(args []string) {
 		defer cs[i].Close()
 	}
 	value := strings.Repeat("v", *valueSize)
+	if *op == "get" {
+		preload(cs, *keys, func(i int) (string, string) { return fmt.Sprintf("key%08d", i), value })
+	}
 	start := time.Now()
 	measureFrom := start.Add(time.Duration(*warmup * float64(time.Second)))
 	end := measureFrom.Add(time.Duration(*seconds * float64(time.Second)))
@@ -216,7 +231,12 @@ func bench(args []string) {
 				}
 				k := fmt.Sprintf("key%08d", rng.Intn(*keys))
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := cli.Put(ctx, k, value)
+				var err error
+				if *op == "put" {
+					_, err = cli.Put(ctx, k, value)
+				} else {
+					_, err = cli.Get(ctx, k)
+				}
 				cancel()
 				t1 := time.Now()
 				if err != nil {
@@ -231,6 +251,18 @@ func bench(args []string) {
 		}(c)
 	}
 	wg.Wait()
+	r := result{Endpoints: endpoints, Clients: *clients, Conns: *conns, Seconds: *seconds, Keys: *keys,
+		ValueSize: *valueSize, Errors: errors.Load()}
+	r.summarize(lat, *seconds)
+	if e, ok := firstErr.Load().(string); ok {
+		r.FirstError = e
+	}
+	json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// summarize fills the count, throughput and latency fields from every client's
+// latencies.
+func (r *result) summarize(lat [][]time.Duration, seconds float64) {
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -248,17 +280,42 @@ func bench(args []string) {
 	for _, d := range all {
 		sum += d
 	}
-	r := result{Endpoints: endpoints, Clients: *clients, Conns: *conns, Seconds: *seconds, Keys: *keys,
-		ValueSize: *valueSize, Puts: len(all), Errors: errors.Load(),
-		Throughput: float64(len(all)) / *seconds, P50Ms: pct(0.5), P90Ms: pct(0.9), P99Ms: pct(0.99)}
+	r.Puts = len(all)
+	r.Throughput = float64(len(all)) / seconds
+	r.P50Ms, r.P90Ms, r.P99Ms = pct(0.5), pct(0.9), pct(0.99)
 	if len(all) > 0 {
 		r.MeanMs = ms(sum) / float64(len(all))
 		r.MaxMs = ms(all[len(all)-1])
 	}
-	if e, ok := firstErr.Load().(string); ok {
-		r.FirstError = e
+}
+
+// preload puts keys 0..n-1 (key and value of each from kv) over the clients, 64 at a
+// time, before a measurement starts; any failure ends the program.
+func preload(cs []*clientv3.Client, n int, kv func(int) (string, string)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			cli := cs[g%len(cs)]
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				k, v := kv(i)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := cli.Put(ctx, k, v)
+				cancel()
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "etcd-go: preload put %s: %v\n", k, err)
+					os.Exit(1)
+				}
+			}
+		}(g)
 	}
-	json.NewEncoder(os.Stdout).Encode(r)
+	wg.Wait()
 }
 
 func rangeMode(args []string) {

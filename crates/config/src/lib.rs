@@ -2212,6 +2212,19 @@ impl ClusterConfig {
         }
     }
 
+    /// etcd's layout on this machine: three members, each an acceptor and a replica
+    /// (node 1 coordinates), Ring Paxos, fsync on. A client of a member's replica
+    /// that is also the coordinator skips the hop from replica to leader, as a client
+    /// of etcd's leader does.
+    pub fn members_local(base_port: u16, cluster_id: u64) -> ClusterConfig {
+        let mut c = ClusterConfig::default_local(base_port, cluster_id);
+        c.nodes.truncate(3);
+        for n in &mut c.nodes {
+            n.roles = vec![Role::Acceptor, Role::Replica];
+        }
+        c
+    }
+
     /// The paper's wide-area deployment on one machine (paper 004 §VI-B): one node
     /// per region of the `[wan] preset = "paper"` matrix, node 1 in California, 2 in
     /// Virginia, 3 in Europe, each an acceptor and a replica; node 2 (Virginia)

@@ -24,14 +24,17 @@
 //! | `Maintenance.Status` | the store's revision (an ordered read), the node's newest delivered ballot round as `raftTerm` and its leader as `leader`, the replica's executed instance as `raftIndex` |
 //! | `Cluster.MemberList` | the nodes with an `etcd_addr` |
 //! | `Lease.*` | `KvCommand::LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` (each keep-alive of the stream ordered, batched with the requests in flight), `LeaseTimeToLive`, `LeaseLeases`: leases are replicated state, expired in ordered time |
+//! | `Maintenance.Hash`, `HashKV`, `Snapshot` | `KvCommand::Hash` and `KvCommand::Snapshot`, ordered reads of the store's digest and snapshot |
+//! | `Maintenance.Alarm` | NOSPACE for every member whose status says its log is stalled on a full disk ([`Gateway::follow_status`]) |
+//! | `Maintenance.Defragment` | nothing to do: answered as done |
 //!
 //! Response headers carry the cluster id, this node's id as `member_id`, the store's
-//! revision and the ballot round plus one as `raft_term`. Everything else (auth,
-//! membership changes, defragment, snapshot, alarms, hashes, leader moves, compare
-//! ranges, nested transactions) is refused with `UNIMPLEMENTED` and a message naming
-//! it; malformed requests get `INVALID_ARGUMENT` (see [`convert`]); a request the
-//! store refuses as it executes it (a missing lease, a compacted revision) gets etcd's
-//! status. docs/etcd-compatibility.md lists every RPC and field.
+//! revision and the ballot round plus one as `raft_term`. Auth, membership changes,
+//! leader moves, downgrades, compare ranges and nested transactions are refused with
+//! `UNIMPLEMENTED` and a message naming what is missing; malformed requests get
+//! `INVALID_ARGUMENT` (see [`convert`]); a request the store refuses as it executes it
+//! (a missing lease, a compacted revision) gets etcd's status.
+//! docs/etcd-compatibility.md lists every RPC and field.
 
 // tonic's `Status` (176 bytes) is the error of every handler and of the mappings that
 // feed them, once per request: boxing it would buy nothing.

@@ -44,9 +44,13 @@ pub(crate) fn hash_bytes(seed: u64, bytes: &[u8]) -> u64 {
         }
     }
     for (i, word) in blocks.remainder().chunks(8).enumerate() {
-        let mut w = [0u8; 8];
-        w[..word.len()].copy_from_slice(word);
-        lanes[i] = absorb(lanes[i], u64::from_le_bytes(w));
+        // Little-endian, zero-padded; byte by byte, since a copy of a length unknown
+        // at compile time is a call to memmove (most keys end in such a tail).
+        let w = word
+            .iter()
+            .enumerate()
+            .fold(0u64, |w, (j, &b)| w | u64::from(b) << (8 * j));
+        lanes[i] = absorb(lanes[i], w);
     }
     let h = lanes
         .iter()

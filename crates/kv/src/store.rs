@@ -535,25 +535,36 @@ impl KvStore {
     /// Set `key` to `entry` (or remove it), keeping the digest; returns the previous
     /// entry. Every change goes through here.
     /// Keys attached to a lease are indexed by it here too.
-    fn set(&mut self, key: Vec<u8>, entry: Option<Entry>) -> Option<Entry> {
-        let lease = entry.as_ref().map_or(0, |e| e.lease);
-        if let Some(e) = &entry {
-            self.digest_sum = self.digest_sum.wrapping_add(e.hash);
+    fn set(&mut self, key: &[u8], entry: Option<Entry>) -> Option<Entry> {
+        let new = entry.as_ref().map(|e| (e.hash, e.lease));
+        let old = match entry {
+            // One search of the map when the key is there (most puts), and no copy of it.
+            Some(e) => match self.map.get_mut(key) {
+                Some(slot) => Some(std::mem::replace(slot, e)),
+                None => self.map.insert(key.to_vec(), e),
+            },
+            None => self.map.remove(key),
+        };
+        self.account(key, new, old.as_ref());
+        old
+    }
+
+    /// The digest and the leases' key sets after `key`'s entry `old` became one with
+    /// hash and lease `new` (`None`: the key is gone).
+    fn account(&mut self, key: &[u8], new: Option<(u64, i64)>, old: Option<&Entry>) {
+        let lease = new.map_or(0, |(_, lease)| lease);
+        if let Some((hash, _)) = new {
+            self.digest_sum = self.digest_sum.wrapping_add(hash);
         }
         if lease != 0 {
-            self.leases.attach(lease, &key);
+            self.leases.attach(lease, key);
         }
-        let old = match entry {
-            Some(e) => self.map.insert(key.clone(), e),
-            None => self.map.remove(&key),
-        };
-        if let Some(o) = &old {
+        if let Some(o) = old {
             self.digest_sum = self.digest_sum.wrapping_sub(o.hash);
             if o.lease != 0 && o.lease != lease {
-                self.leases.detach(o.lease, &key);
+                self.leases.detach(o.lease, key);
             }
         }
-        old
     }
 
     /// Execute `cmd` (which [`check`] accepted) and return its reply and what undoes it.
@@ -676,7 +687,7 @@ impl KvStore {
             self.now_ms = now_ms;
         }
         for (key, old) in undo.changes.into_iter().rev() {
-            self.set(key, old);
+            self.set(&key, old);
         }
         for _ in 0..undo.events_added {
             let e = self.events.pop_back().expect("the undone command added it");
@@ -694,7 +705,7 @@ impl KvStore {
 
     fn put(&mut self, p: &PutRequest, w: &mut Writes) -> PutResponse {
         let rev = w.new_revision;
-        let entry = match self.map.get(p.key.as_slice()) {
+        let new = |old: Option<&Entry>| match old {
             Some(old) => Entry::new(
                 &p.key,
                 p.value.clone(),
@@ -705,21 +716,35 @@ impl KvStore {
             ),
             None => Entry::new(&p.key, p.value.clone(), rev, rev, 1, p.lease),
         };
-        let event = Event {
-            kind: EventKind::Put,
-            kv: entry.to_kv(&p.key, false),
-            prev_kv: None,
+        // One search of the map: the entry is replaced in place when the key is there.
+        let (kv, hash, old) = match self.map.get_mut(p.key.as_slice()) {
+            Some(slot) => {
+                let entry = new(Some(slot));
+                (
+                    entry.to_kv(&p.key, false),
+                    entry.hash,
+                    Some(std::mem::replace(slot, entry)),
+                )
+            }
+            None => {
+                let entry = new(None);
+                let kv = entry.to_kv(&p.key, false);
+                let hash = entry.hash;
+                self.map.insert(p.key.clone(), entry);
+                (kv, hash, None)
+            }
         };
-        let old = self.set(p.key.clone(), Some(entry));
-        let prev_kv = match (&old, p.prev_kv) {
-            (Some(o), true) => Some(o.to_kv(&p.key, false)),
-            _ => None,
-        };
-        let event = Event {
-            prev_kv: old.as_ref().map(|o| o.to_kv(&p.key, false)),
-            ..event
-        };
-        self.push_event(event, &mut w.undo);
+        self.account(&p.key, Some((hash, p.lease)), old.as_ref());
+        let prev = old.as_ref().map(|o| o.to_kv(&p.key, false));
+        let prev_kv = if p.prev_kv { prev.clone() } else { None };
+        self.push_event(
+            Event {
+                kind: EventKind::Put,
+                kv,
+                prev_kv: prev,
+            },
+            &mut w.undo,
+        );
         w.undo.changes.push((p.key.clone(), old));
         w.changed = true;
         PutResponse {
@@ -902,7 +927,7 @@ impl KvStore {
 
     /// Delete `key` (which exists) at `w`'s revision; returns the pair deleted.
     fn delete_key(&mut self, k: Vec<u8>, w: &mut Writes) -> KeyValue {
-        let old = self.set(k.clone(), None).expect("the key exists");
+        let old = self.set(&k, None).expect("the key exists");
         let prev = old.to_kv(&k, false);
         let event = Event {
             kind: EventKind::Delete,
