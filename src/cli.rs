@@ -59,6 +59,57 @@ enum Cmd {
     /// Write a cluster CA and, signed by it, a certificate and key for every node and
     /// for clients (mutual TLS); with --cluster, add the [tls] section to the file.
     Certs(CertsArgs),
+    /// Backups: save a running cluster's service state to a file, check one, or seed a
+    /// new cluster from one.
+    Snapshot(SnapshotArgs),
+}
+
+#[derive(Args, Debug)]
+struct SnapshotArgs {
+    #[command(subcommand)]
+    op: SnapshotOp,
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotOp {
+    /// Save a consistent snapshot (one replica's service state at one position, with
+    /// its checksum) of a running cluster to FILE.
+    Save {
+        file: PathBuf,
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Take it from this replica (default: the first replica that answers).
+        #[arg(long)]
+        node: Option<u32>,
+    },
+    /// Check a snapshot file and print what it holds.
+    Status {
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Seed a new cluster in --data-dir from a snapshot; `partita up --data-dir DIR`
+    /// then starts it with the snapshot's state.
+    Restore {
+        file: PathBuf,
+        /// Directory of the new cluster (must hold none yet).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// The new cluster's layout from this cluster file (its id is replaced);
+        /// default: `partita up`'s local cluster for the snapshot's service.
+        #[arg(long)]
+        cluster: Option<PathBuf>,
+        /// First port of the default layout (node N listens on BASE+N).
+        #[arg(long, default_value_t = 7100, conflicts_with = "cluster")]
+        base_port: u16,
+        /// The default layout with etcd's three members (see `partita up --members`).
+        #[arg(long, conflicts_with = "cluster")]
+        members: bool,
+        /// Key-value service: the first replica's etcd endpoint port, as `partita up`.
+        #[arg(long, default_value_t = 2379, conflicts_with = "cluster")]
+        etcd_port: u16,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -1209,6 +1260,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
             Ok(0)
         }
         Cmd::Status(t) => status(t).await,
+        Cmd::Snapshot(a) => snapshot(a).await,
         Cmd::Kv(a) => kv(a).await,
         Cmd::Chirper(a) => chirper(a).await,
         Cmd::Bench(a) => match a.target {
@@ -1448,6 +1500,38 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
     lc.stop(Duration::from_secs(10));
     println!("stopped; data kept in {}", a.data_dir.display());
     Ok(code)
+}
+
+async fn snapshot(a: SnapshotArgs) -> anyhow::Result<i32> {
+    match a.op {
+        SnapshotOp::Save { file, target, node } => {
+            let cluster = load_target(&target.cluster)?;
+            crate::backup::save(&cluster, node, &file).await?;
+        }
+        SnapshotOp::Status { file, json } => crate::backup::status(&file, json)?,
+        SnapshotOp::Restore {
+            file,
+            data_dir,
+            cluster,
+            base_port,
+            members,
+            etcd_port,
+        } => {
+            let template = cluster.as_deref().map(ClusterConfig::load).transpose()?;
+            crate::backup::restore(&file, &data_dir, template, |service, id| {
+                let mut c = match members {
+                    true => ClusterConfig::members_local(base_port, id),
+                    false => ClusterConfig::default_local(base_port, id),
+                };
+                c.cluster.service = service.to_string();
+                if service == "kv" {
+                    assign_etcd_addrs(&mut c, etcd_port);
+                }
+                c
+            })?;
+        }
+    }
+    Ok(0)
 }
 
 /// Give every replica of a new kv cluster an etcd endpoint: the first at

@@ -308,14 +308,6 @@ pub fn describe(reply: &KvReply, hex: bool) -> String {
             "hash {:08x} at revision {} (compacted below {}); {} bytes",
             h.hash, h.hash_revision, h.compact_revision, h.size
         ),
-        KvReply::Snapshot(r) if r.too_large > 0 => {
-            format!("snapshot of {} bytes: too large for one reply", r.too_large)
-        }
-        KvReply::Snapshot(r) => format!(
-            "snapshot of {} bytes at revision {}",
-            r.bytes.len(),
-            r.revision
-        ),
     }
 }
 

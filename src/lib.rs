@@ -3,6 +3,7 @@
 //! `partita-experiments`, the protocols in the other crates of the workspace; see
 //! ARCHITECTURE.md. What stays here is argument parsing and printing.
 
+pub mod backup;
 pub mod cli;
 pub mod kvcli;
 pub mod sim;

@@ -254,9 +254,9 @@ async fn etcdctl_leases_locks_elections_past_revisions_and_maintenance() {
     assert!(saved.contains("Snapshot saved at"), "{saved}");
     let bytes = std::fs::read(&file).unwrap();
     let body = partita_etcd::convert::snapshot_in_file(&bytes).unwrap();
-    let store = partita_kv::KvStore::restore(body).unwrap();
+    let replica = partita_smr::SequentialReplica::<partita_kv::KvStore>::restore(body).unwrap();
     assert_eq!(
-        store.get(b"m/2").map(|kv| kv.value),
+        replica.state().get(b"m/2").map(|kv| kv.value),
         Some(b"two".to_vec()),
         "the snapshot holds the newest put"
     );

@@ -42,6 +42,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -180,6 +181,35 @@ type result struct {
 	P99Ms      float64  `json:"p99_ms"`
 	MaxMs      float64  `json:"max_ms"`
 	FirstError string   `json:"first_error,omitempty"`
+	// With -cpu-pids: CPU microseconds per operation over the measured seconds, of
+	// the system's processes and of this client.
+	ServerCPU *float64 `json:"server_cpu_us_per_op,omitempty"`
+	ClientCPU *float64 `json:"client_cpu_us_per_op,omitempty"`
+}
+
+// cpuSeconds: the CPU time (user and system) the processes pids (comma-separated)
+// have used so far, and this process's own.
+func cpuSeconds(pids string) [2]float64 {
+	var out [2]float64
+	for _, p := range strings.Split(pids, ",") {
+		b, err := os.ReadFile("/proc/" + strings.TrimSpace(p) + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which ends with the last ')'.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 12 {
+			var u, s float64
+			fmt.Sscan(f[11], &u)
+			fmt.Sscan(f[12], &s)
+			out[0] += (u + s) / 100 // clock ticks (USER_HZ is 100 on Linux)
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		out[1] = float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+	}
+	return out
 }
 
 func bench(args []string) {
@@ -192,6 +222,7 @@ func bench(args []string) {
 	keys := fs.Int("keys", 100000, "key space")
 	valueSize := fs.Int("value-size", 8, "value bytes")
 	op := fs.String("op", "put", "put, or get (linearizable)")
+	cpuPids := fs.String("cpu-pids", "", "comma-separated pids of the system under test: report their CPU and ours per operation over the measured seconds")
 	fs.Parse(args)
 	if *clients < 1 || *conns < 1 || *seconds <= 0 || *keys < 1 || *valueSize < 0 {
 		fmt.Fprintln(os.Stderr, "etcd-go bench: clients, conns, seconds and keys must be positive")
@@ -217,6 +248,18 @@ func bench(args []string) {
 	var errors atomic.Int64
 	var firstErr atomic.Value
 	lat := make([][]time.Duration, *clients)
+	var cpu0, cpu1 [2]float64
+	var cpuDone sync.WaitGroup
+	if *cpuPids != "" {
+		cpuDone.Add(1)
+		go func() {
+			defer cpuDone.Done()
+			time.Sleep(time.Until(measureFrom))
+			cpu0 = cpuSeconds(*cpuPids)
+			time.Sleep(time.Until(end))
+			cpu1 = cpuSeconds(*cpuPids)
+		}()
+	}
 	var wg sync.WaitGroup
 	for c := 0; c < *clients; c++ {
 		wg.Add(1)
@@ -251,9 +294,15 @@ func bench(args []string) {
 		}(c)
 	}
 	wg.Wait()
+	cpuDone.Wait()
 	r := result{Endpoints: endpoints, Clients: *clients, Conns: *conns, Seconds: *seconds, Keys: *keys,
 		ValueSize: *valueSize, Errors: errors.Load()}
 	r.summarize(lat, *seconds)
+	if *cpuPids != "" && r.Puts > 0 {
+		server := (cpu1[0] - cpu0[0]) * 1e6 / float64(r.Puts)
+		client := (cpu1[1] - cpu0[1]) * 1e6 / float64(r.Puts)
+		r.ServerCPU, r.ClientCPU = &server, &client
+	}
 	if e, ok := firstErr.Load().(string); ok {
 		r.FirstError = e
 	}

@@ -699,6 +699,63 @@ pub async fn node_status(addr: SocketAddr, timeout: Duration) -> Option<partita_
     status_probe(addr, 0, None, timeout).await
 }
 
+/// A replica checkpoint of node `id` for a backup (`partita snapshot save`): the
+/// instance it covers and its bytes, exactly as the node holds them (verify them with
+/// `partita_smr::verify_checkpoint`). The node takes a fresh checkpoint when it can,
+/// else gives its newest. Errors say why: no connection, a refusal (the node has no
+/// replica), a broken stream, or `timeout` passing.
+pub async fn fetch_snapshot(
+    cluster: &ClusterConfig,
+    id: NodeId,
+    timeout: Duration,
+) -> Result<(u64, Vec<u8>), String> {
+    let tls = client_tls(cluster).map_err(|e| e.to_string())?;
+    let addr = cluster.addr(id);
+    let fut = async {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connecting to node {id} at {addr}: {e}"))?;
+        let (rd, wr) = split_stream(stream, id, tls.as_ref())
+            .await
+            .map_err(|e| format!("node {id}: {e}"))?;
+        let tx = spawn_writer(wr);
+        tx.send(Arc::new(partita_wire::to_frame(&Wire::SnapshotRequest)))
+            .await
+            .map_err(|_| format!("node {id} closed the connection"))?;
+        let mut reader = FrameReader::new(rd);
+        let mut out: Vec<u8> = Vec::new();
+        let mut at = None;
+        loop {
+            match reader.next().await {
+                Ok(Wire::SnapshotChunk {
+                    instance,
+                    total,
+                    offset,
+                    bytes,
+                }) => {
+                    if at.is_some_and(|a| a != instance) || offset != out.len() as u64 {
+                        return Err(format!("node {id} sent a chunk out of order"));
+                    }
+                    if out.is_empty() {
+                        out.reserve(usize::try_from(total).unwrap_or(0).min(1 << 30));
+                    }
+                    at = Some(instance);
+                    out.extend_from_slice(&bytes);
+                    if out.len() as u64 >= total {
+                        return Ok((instance, out));
+                    }
+                }
+                Ok(Wire::SnapshotRefused(why)) => return Err(format!("node {id}: {why}")),
+                Ok(_) => return Err(format!("node {id} answered something else")),
+                Err(e) => return Err(format!("node {id}: {e}")),
+            }
+        }
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| format!("node {id} sent no whole checkpoint within {timeout:?}"))?
+}
+
 async fn status_probe(
     addr: SocketAddr,
     id: NodeId,

@@ -143,7 +143,7 @@ pub fn key_value(kv: &kv::KeyValue) -> mvccpb::KeyValue {
     }
 }
 
-/// The file `etcdctl snapshot save` writes from a store snapshot: the snapshot, zeros,
+/// The file `etcdctl snapshot save` writes from a snapshot (a replica checkpoint): it, zeros,
 /// the snapshot's length (u64, little endian) ending at a multiple of 512 bytes (etcdctl
 /// checks that what precedes the checksum is whole 512-byte sectors, as etcd's bolt
 /// database is), then the SHA-256 of all that, as etcd appends it.
@@ -161,7 +161,7 @@ pub fn snapshot_file(snapshot: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The store snapshot inside a [`snapshot_file`], its checksum and layout verified.
+/// The snapshot inside a [`snapshot_file`], its checksum and layout verified.
 pub fn snapshot_in_file(file: &[u8]) -> Result<&[u8], String> {
     if file.len() < 40 || !(file.len() - 32).is_multiple_of(512) {
         return Err(format!(

@@ -24,7 +24,8 @@
 //! | `Maintenance.Status` | the store's revision (an ordered read), the node's newest delivered ballot round as `raftTerm` and its leader as `leader`, the replica's executed instance as `raftIndex` |
 //! | `Cluster.MemberList` | the nodes with an `etcd_addr` |
 //! | `Lease.*` | `KvCommand::LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` (each keep-alive of the stream ordered, batched with the requests in flight), `LeaseTimeToLive`, `LeaseLeases`: leases are replicated state, expired in ordered time |
-//! | `Maintenance.Hash`, `HashKV`, `Snapshot` | `KvCommand::Hash` and `KvCommand::Snapshot`, ordered reads of the store's digest and snapshot |
+//! | `Maintenance.Hash`, `HashKV` | `KvCommand::Hash`, an ordered read of the store's digest |
+//! | `Maintenance.Snapshot` | this member's replica checkpoint (`partita snapshot save`'s backup), in etcd's snapshot file layout |
 //! | `Maintenance.Alarm` | NOSPACE for every member whose status says its log is stalled on a full disk ([`Gateway::follow_status`]) |
 //! | `Maintenance.Defragment` | nothing to do: answered as done |
 //!

@@ -848,28 +848,23 @@ impl pb::maintenance_server::Maintenance for Svc {
 
     type SnapshotStream = ResponseStream<pb::SnapshotResponse>;
 
-    /// The store's snapshot at one position of the order as a snapshot file
+    /// This member's backup (`partita snapshot save`'s: its replica's checkpoint, one
+    /// state at one position with its checksum, taken now) as a snapshot file
     /// ([`convert::snapshot_file`]: padded to 512-byte sectors, SHA-256 appended as
-    /// etcd appends it), in chunks of 1 MiB. The key-value store's snapshot format,
-    /// not etcd's bolt database: `etcdctl snapshot save` saves it, etcd cannot
-    /// restore it.
+    /// etcd appends it), in chunks of 1 MiB. Partita's checkpoint format, not etcd's
+    /// bolt database: `etcdctl snapshot save` saves it and `partita snapshot restore`
+    /// seeds a new cluster from the file; etcd cannot restore it.
     async fn snapshot(
         &self,
         _: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        let r = match self.0.execute(KvCommand::Snapshot).await? {
-            KvReply::Snapshot(r) => r,
-            other => return Err(mismatch(&other)),
-        };
-        if r.too_large > 0 {
-            return Err(Status::resource_exhausted(format!(
-                "a snapshot of {} bytes exceeds what one reply carries ({} bytes)",
-                r.too_large,
-                partita_kv::SNAPSHOT_REPLY_BYTES_MAX
-            )));
-        }
-        let blob = convert::snapshot_file(&r.bytes);
-        let header = self.0.header(r.revision);
+        let gw = &self.0;
+        let (_, checkpoint) =
+            partita_client::fetch_snapshot(&gw.cluster, gw.node, Duration::from_secs(120))
+                .await
+                .map_err(|e| Status::unavailable(format!("etcdserver: snapshot: {e}")))?;
+        let blob = convert::snapshot_file(&checkpoint);
+        let header = gw.header(gw.revision().await?);
         let total = blob.len();
         let chunks: Vec<Result<pb::SnapshotResponse, Status>> = blob
             .chunks(1 << 20)

@@ -305,10 +305,6 @@ fn op_json(cmd: &KvCommand) -> OpJson<'_> {
             op: "hash",
             revision: h.revision,
         },
-        KvCommand::Snapshot => OpJson::Compact {
-            op: "snapshot",
-            revision: 0,
-        },
     }
 }
 
@@ -482,11 +478,6 @@ fn result_of<'a>(cmd: &KvCommand, reply: &'a KvReply) -> ResultJson<'a> {
             id: r.id,
             ttl: r.ttl,
             revision: r.revision,
-        },
-        (KvCommand::Snapshot, KvReply::Snapshot(r)) => ResultJson::Compact {
-            revision: r.revision,
-            compacted: 0,
-            error: None,
         },
         (KvCommand::Hash(_), KvReply::Hash(r)) => ResultJson::Compact {
             revision: r.revision,

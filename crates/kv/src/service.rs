@@ -281,8 +281,7 @@ fn command_objects(cmd: &KvCommand, out: &mut Objects<Vec<u8>>) {
         | KvCommand::LeaseKeepAlive(_)
         | KvCommand::LeaseTimeToLive(_)
         | KvCommand::LeaseLeases
-        | KvCommand::Hash(_)
-        | KvCommand::Snapshot => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
+        | KvCommand::Hash(_) => out.ranges.push((Bound::Unbounded, Bound::Unbounded)),
         KvCommand::Batch(cmds) => {
             for c in cmds {
                 command_objects(c, out);
@@ -323,7 +322,6 @@ fn merge(
                 | (KvCommand::LeaseTimeToLive(_), KvReply::LeaseTimeToLive(_))
                 | (KvCommand::LeaseLeases, KvReply::LeaseLeases(_))
                 | (KvCommand::Hash(_), KvReply::Hash(_))
-                | (KvCommand::Snapshot, KvReply::Snapshot(_))
                 | (_, KvReply::Error(_))
         );
         return if fits { Ok(reply) } else { Err(kind(&reply)) };

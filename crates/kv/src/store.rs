@@ -618,24 +618,6 @@ impl KvStore {
             }
             KvCommand::LeaseTimeToLive(l) => Ok(KvReply::LeaseTimeToLive(self.time_to_live(l))),
             KvCommand::Hash(h) => self.hash(h).map(KvReply::Hash),
-            KvCommand::Snapshot => {
-                let bytes = self.snapshot();
-                Ok(KvReply::Snapshot(
-                    if bytes.len() > SNAPSHOT_REPLY_BYTES_MAX {
-                        SnapshotResponse {
-                            bytes: Vec::new(),
-                            too_large: bytes.len() as u64,
-                            revision: self.revision,
-                        }
-                    } else {
-                        SnapshotResponse {
-                            bytes,
-                            too_large: 0,
-                            revision: self.revision,
-                        }
-                    },
-                ))
-            }
             KvCommand::LeaseLeases => Ok(KvReply::LeaseLeases(LeaseLeasesResponse {
                 ids: self.leases.ids().collect(),
                 revision: self.revision,

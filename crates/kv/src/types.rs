@@ -303,14 +303,7 @@ pub enum KvCommand {
     /// Every lease held (read-only).
     LeaseLeases,
     Hash(HashRequest),
-    /// The store's snapshot bytes ([`crate::KvStore::snapshot`]): its state at one
-    /// position of the order, what etcd's `Maintenance.Snapshot` streams. Read-only;
-    /// one reply carries it, so a store above [`SNAPSHOT_REPLY_BYTES_MAX`] refuses it.
-    Snapshot,
 }
-
-/// The largest snapshot one reply carries (a frame holds 64 MiB).
-pub const SNAPSHOT_REPLY_BYTES_MAX: usize = 60 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutResponse {
@@ -441,39 +434,6 @@ pub struct HashResponse {
     pub revision: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotResponse {
-    /// The snapshot, or empty with `too_large` set to its size.
-    #[serde(with = "serde_bytes_vec")]
-    pub bytes: Vec<u8>,
-    pub too_large: u64,
-    pub revision: u64,
-}
-
-/// Bytes as one serde byte string (bincode writes a `Vec<u8>` element by element
-/// otherwise, which is the same on the wire but slower).
-mod serde_bytes_vec {
-    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(v)
-    }
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("bytes")
-            }
-            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-        }
-        d.deserialize_byte_buf(V)
-    }
-}
-
 /// A request the store refused as it executed it (see [`KvError`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorResponse {
@@ -499,7 +459,6 @@ pub enum KvReply {
     LeaseTimeToLive(LeaseTimeToLiveResponse),
     LeaseLeases(LeaseLeasesResponse),
     Hash(HashResponse),
-    Snapshot(SnapshotResponse),
     /// Refused as executed, whatever the command (a put or transaction naming a lease
     /// that does not exist, a grant of an id held): nothing changed.
     Error(ErrorResponse),
@@ -521,7 +480,6 @@ impl KvReply {
             KvReply::LeaseTimeToLive(r) => r.revision,
             KvReply::LeaseLeases(r) => r.revision,
             KvReply::Hash(r) => r.revision,
-            KvReply::Snapshot(r) => r.revision,
             KvReply::Error(r) => r.revision,
             // The store's revision after the last request.
             KvReply::Batch(rs) => rs.last().map_or(0, KvReply::revision),
@@ -618,7 +576,6 @@ impl KvCommand {
             KvCommand::LeaseTimeToLive(_) => "lease_time_to_live",
             KvCommand::LeaseLeases => "lease_leases",
             KvCommand::Hash(_) => "hash",
-            KvCommand::Snapshot => "snapshot",
         }
     }
 }
@@ -883,7 +840,7 @@ pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
             }
             bytes
         }
-        KvCommand::Compact(_) | KvCommand::LeaseLeases | KvCommand::Snapshot => 0,
+        KvCommand::Compact(_) | KvCommand::LeaseLeases => 0,
         KvCommand::Hash(h) => {
             if h.store && h.revision != 0 {
                 return Err(format!(
@@ -955,8 +912,7 @@ pub fn is_read_only(cmd: &KvCommand) -> bool {
         | KvCommand::Events(_)
         | KvCommand::LeaseTimeToLive(_)
         | KvCommand::LeaseLeases
-        | KvCommand::Hash(_)
-        | KvCommand::Snapshot => true,
+        | KvCommand::Hash(_) => true,
         KvCommand::Put(_)
         | KvCommand::DeleteRange(_)
         | KvCommand::Compact(_)

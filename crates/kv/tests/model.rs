@@ -204,8 +204,7 @@ impl Reference {
             | KvCommand::LeaseKeepAlive(_)
             | KvCommand::LeaseTimeToLive(_)
             | KvCommand::LeaseLeases
-            | KvCommand::Hash(_)
-            | KvCommand::Snapshot => unreachable!("the model draws no lease, hash or snapshot"),
+            | KvCommand::Hash(_) => unreachable!("the model draws no lease or hash"),
             KvCommand::Compact(c) => {
                 let error = if c.revision <= self.compacted {
                     Some("mvcc: required revision has been compacted".to_string())

@@ -1339,6 +1339,35 @@ impl NodeCore {
         self.checkpoint_position = position;
     }
 
+    /// A checkpoint for a backup (`partita snapshot save`): one taken now if the
+    /// replica can take one here (every delivered command ran; an ordering that
+    /// checkpoints only at its cuts, EPaxos or GeoPaxos+, cannot), else the newest it
+    /// holds. Either is one state at one instance boundary, with its checksum; a new
+    /// one is saved and announced like a periodic one. `None`: this node has no
+    /// replicated replica.
+    pub fn backup_checkpoint(&mut self) -> Option<(Instance, CheckpointBytes)> {
+        if self.setup.mode != Mode::Smr || self.replica.is_none() {
+            return None;
+        }
+        let now = self.replica.as_ref().is_some_and(|r| r.quiescent())
+            && !self
+                .ordering
+                .as_ref()
+                .is_some_and(|o| o.checkpoints_at_cuts());
+        if now {
+            let position = self
+                .ordering
+                .as_ref()
+                .map(|o| o.position())
+                .unwrap_or_default();
+            // As for a periodic checkpoint: a position means nothing may be held back.
+            if position.is_empty() || self.held.is_empty() {
+                self.take_checkpoint(position);
+            }
+        }
+        self.checkpoint.as_ref().map(|(i, b, _)| (*i, b.clone()))
+    }
+
     /// Hand the newest checkpoint to the driver if it has not seen it and is idle.
     fn maybe_save(&mut self, out: &mut Vec<Output>) {
         if self.checkpoint_saving.is_some() || self.setup.checkpoint.interval_instances == 0 {

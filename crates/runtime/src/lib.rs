@@ -8,4 +8,4 @@ pub mod metrics;
 pub mod multicast;
 pub mod node;
 
-pub use node::{run_node, run_node_until, NodeOptions};
+pub use node::{run_node, run_node_until, seed_replica_dir, NodeOptions};

@@ -40,7 +40,7 @@ use partita_config::{ClusterConfig, Durability, Mode, Role};
 use partita_consensus::{AcceptorRecord, Msg};
 use partita_net::tls::{NodeTls, PeerIdentity};
 use partita_net::{spawn_writer, BoxWrite, FrameBytes, FrameReader};
-use partita_node::{NodeCore, Output, UnsafeBugs};
+use partita_node::{CheckpointBytes, NodeCore, Output, UnsafeBugs};
 use partita_types::{Ballot, ClientId, Command, NodeId};
 use partita_wire::{to_frame, NodeStatus, Wire};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -131,6 +131,10 @@ enum Event {
     Status {
         tx: mpsc::Sender<FrameBytes>,
     },
+    /// `partita snapshot save`: a checkpoint goes back on `tx` in chunks.
+    Snapshot {
+        tx: mpsc::Sender<FrameBytes>,
+    },
     Closed {
         conn: u64,
     },
@@ -154,10 +158,51 @@ enum Event {
     },
 }
 
+/// What the identity file of node `node` of cluster `cluster_id` says.
+fn identity_text(cluster_id: u64, node: NodeId) -> String {
+    format!("cluster_id = {cluster_id}\nnode_id = {node}\n")
+}
+
+/// Prepare replica `node`'s data directory under `data_dir` (`partita node
+/// --data-dir`) for a new cluster `cluster_id`, holding `checkpoint` (one of that
+/// node's, as `partita_smr::seed_checkpoint` writes them) as its newest: the node
+/// restores it when it starts. The directory must not exist yet, or be empty.
+pub fn seed_replica_dir(
+    data_dir: &Path,
+    cluster_id: u64,
+    node: NodeId,
+    checkpoint: &[u8],
+    fsync: bool,
+) -> anyhow::Result<PathBuf> {
+    let dir = data_dir.join(format!("node-{node}"));
+    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
+        bail!("{} already holds a node's data", dir.display());
+    }
+    let info = partita_smr::verify_checkpoint(checkpoint)?;
+    if (info.cluster_id, info.node_id) != (cluster_id, node) {
+        bail!(
+            "the checkpoint is node {} of cluster {}, not node {node} of cluster {cluster_id}",
+            info.node_id,
+            info.cluster_id
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    CheckpointStore::new(dir.join("checkpoint"), fsync).save(info.instance, checkpoint)?;
+    let path = dir.join("identity");
+    std::fs::write(&path, identity_text(cluster_id, node))
+        .with_context(|| format!("writing {}", path.display()))?;
+    if fsync {
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing {}", dir.display()))?;
+    }
+    Ok(dir)
+}
+
 /// The identity file that ties a data directory to one node of one cluster.
 fn check_identity(dir: &Path, cluster_id: u64, node: NodeId) -> anyhow::Result<()> {
     let path = dir.join("identity");
-    let expect = format!("cluster_id = {cluster_id}\nnode_id = {node}\n");
+    let expect = identity_text(cluster_id, node);
     match std::fs::read_to_string(&path) {
         Ok(text) if text == expect => Ok(()),
         Ok(text) => bail!(
@@ -985,7 +1030,42 @@ async fn serve_framed(
             let tx = spawn_writer(wr);
             let _ = events.send(Event::Status { tx }).await;
         }
+        Wire::SnapshotRequest => {
+            if identity == Some(PeerIdentity::Unnamed) {
+                events.count_refused();
+                warn!(?peer_addr, "snapshot request refused: the certificate names no node of this cluster and no client");
+                return;
+            }
+            let tx = spawn_writer(wr);
+            let _ = events.send(Event::Snapshot { tx }).await;
+        }
         _ => warn!(?peer_addr, "connection did not start with a hello; closing"),
+    }
+}
+
+/// Bytes of checkpoint per [`Wire::SnapshotChunk`].
+const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Send a checkpoint in chunks on a one-shot connection; the connection's writer
+/// closes it when the last is out.
+async fn send_snapshot(tx: mpsc::Sender<FrameBytes>, instance: u64, bytes: CheckpointBytes) {
+    let total = bytes.len();
+    let mut offset = 0;
+    loop {
+        let end = (offset + SNAPSHOT_CHUNK_BYTES).min(total);
+        let chunk = Wire::SnapshotChunk {
+            instance,
+            total: total as u64,
+            offset: offset as u64,
+            bytes: bytes[offset..end].to_vec(),
+        };
+        if tx.send(Arc::new(to_frame(&chunk))).await.is_err() {
+            return;
+        }
+        offset = end;
+        if offset >= total {
+            return;
+        }
     }
 }
 
@@ -1466,6 +1546,21 @@ impl Node {
                         let _ =
                             tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status())))));
                     }
+                    Event::Snapshot { tx } => match node.core.backup_checkpoint() {
+                        Some((instance, bytes)) => {
+                            info!(
+                                instance,
+                                bytes = bytes.len(),
+                                "sending a checkpoint for a backup"
+                            );
+                            tokio::spawn(send_snapshot(tx, instance, bytes));
+                        }
+                        None => {
+                            let why = "this node has no replica of the service (ask a replica)";
+                            let _ =
+                                tx.try_send(Arc::new(to_frame(&Wire::SnapshotRefused(why.into()))));
+                        }
+                    },
                     Event::Closed { conn } => node.clients.retain(|_, (c, _)| *c != conn),
                     Event::Metrics { tx } => {
                         let status = node.status();

@@ -328,22 +328,20 @@ pub fn write_checkpoint(parts: CheckpointParts<'_>, state: Vec<u8>) -> Vec<u8> {
     let total = front + tree_bytes + TRAILER_BYTES;
     out.resize(total, 0);
     out.copy_within(0..tree_bytes, front);
-    let mut header = Vec::with_capacity(HEADER_BYTES);
-    header.extend_from_slice(&CHECKPOINT_MAGIC);
-    header.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
-    header.extend_from_slice(&parts.node_id.to_le_bytes());
-    header.extend_from_slice(&parts.cluster_id.to_le_bytes());
-    header.extend_from_slice(&parts.instance.to_le_bytes());
-    header.extend_from_slice(&parts.digest.to_le_bytes());
-    header.extend_from_slice(&parts.entries.to_le_bytes());
-    header.extend_from_slice(&(clients.len() as u64).to_le_bytes());
-    header.extend_from_slice(&(replies.len() as u64).to_le_bytes());
-    header.extend_from_slice(&(tree_bytes as u64).to_le_bytes());
-    header.extend_from_slice(&service_id(parts.service).to_le_bytes());
-    header.extend_from_slice(&parts.sessions.now_ms().to_le_bytes());
-    header.extend_from_slice(&(ordering.len() as u64).to_le_bytes());
-    header.extend_from_slice(&parts.name.to_le_bytes());
-    assert_eq!(header.len(), HEADER_BYTES);
+    let header = header(&[
+        parts.node_id.into(),
+        parts.cluster_id,
+        parts.instance,
+        parts.digest,
+        parts.entries,
+        clients.len() as u64,
+        replies.len() as u64,
+        tree_bytes as u64,
+        service_id(parts.service),
+        parts.sessions.now_ms(),
+        ordering.len() as u64,
+        parts.name,
+    ]);
     out[..HEADER_BYTES].copy_from_slice(&header);
     let replies_end = HEADER_BYTES + replies.len();
     out[HEADER_BYTES..replies_end].copy_from_slice(&replies);
@@ -352,6 +350,55 @@ pub fn write_checkpoint(parts: CheckpointParts<'_>, state: Vec<u8>) -> Vec<u8> {
     let crc = crc32c::crc32c(&out[..body]);
     out[body..].copy_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// The header of the current format: magic, version, then the node id (4 bytes) and
+/// the other fields (8 bytes each) in the layout's order, from `fields[0]` (the node
+/// id) to `fields[11]` (the execution name).
+fn header(fields: &[u64; 12]) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HEADER_BYTES);
+    h.extend_from_slice(&CHECKPOINT_MAGIC);
+    h.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
+    let node = NodeId::try_from(fields[0]).expect("a node id");
+    h.extend_from_slice(&node.to_le_bytes());
+    for f in &fields[1..] {
+        h.extend_from_slice(&f.to_le_bytes());
+    }
+    assert_eq!(h.len(), HEADER_BYTES);
+    h
+}
+
+/// A checkpoint that seeds replica `node_id` of a new cluster `cluster_id` with the
+/// service state of the verified checkpoint `bytes` (`partita snapshot restore`): the
+/// same state, digest and ordered time, at instance 0 (the new cluster's first
+/// instance is the next), without the old cluster's client sessions or ordering
+/// position. Any format still read gives a current-format result.
+pub fn seed_checkpoint(
+    bytes: &[u8],
+    cluster_id: u64,
+    node_id: NodeId,
+) -> Result<Vec<u8>, CheckpointError> {
+    let info = verify_checkpoint(bytes)?;
+    let state = &bytes[info.ordering.end..bytes.len() - TRAILER_BYTES];
+    let mut out = header(&[
+        node_id.into(),
+        cluster_id,
+        0,
+        info.digest,
+        info.entries,
+        0,
+        0,
+        state.len() as u64,
+        info.service,
+        info.time_ms,
+        0,
+        0,
+    ]);
+    out.reserve(state.len() + TRAILER_BYTES);
+    out.extend_from_slice(state);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
 }
 
 /// The reply-cache section of a verified checkpoint of service `service` (each entry

@@ -7,8 +7,8 @@ use partita_btree::BPlusTree;
 use partita_btree::{BatchOp, Op, OpResult};
 use partita_consensus::{Value, Vid};
 use partita_smr::{
-    checkpoint_header, checkpoint_ordering, restamp_checkpoint, verify_checkpoint, CheckpointError,
-    SequentialReplica,
+    checkpoint_header, checkpoint_ordering, restamp_checkpoint, seed_checkpoint, verify_checkpoint,
+    CheckpointError, SequentialReplica,
 };
 use partita_types::{Ballot, Command, NodeId, Reply};
 use proptest::prelude::*;
@@ -48,6 +48,44 @@ fn run(r: &mut SequentialReplica<BPlusTree>, cmds: Vec<Command>) -> Vec<Reply> {
     r.invariants();
     out
 }
+
+/// A backup restored into a new cluster: the same state and digest at instance 0 of
+/// the new cluster, as the new node, without the old cluster's sessions; a command of
+/// the old client is executed afresh, not answered from a cache it no longer has.
+#[test]
+fn a_seeded_checkpoint_keeps_the_state_and_starts_a_new_cluster() {
+    let mut a = replica(1);
+    run(&mut a, vec![cmd(7, 1, 1, Op::Insert { key: 5, value: 50 })]);
+    run(&mut a, vec![cmd(8, 1, 1, Op::Insert { key: 6, value: 60 })]);
+    let bytes = a.checkpoint();
+    let seeded = seed_checkpoint(&bytes, 0xD2, 4).unwrap();
+    let info = verify_checkpoint(&seeded).unwrap();
+    assert_eq!(
+        (info.cluster_id, info.node_id, info.instance, info.name),
+        (0xD2, 4, 0, 0)
+    );
+    assert_eq!(info.clients, 0);
+    assert!(checkpoint_ordering(&seeded, &info).is_empty());
+    let old = verify_checkpoint(&bytes).unwrap();
+    assert_eq!(
+        (info.digest, info.entries, info.service),
+        (old.digest, old.entries, old.service)
+    );
+    let mut b = SequentialReplica::<BPlusTree>::restore(&seeded).unwrap();
+    assert_eq!(b.digest(), a.digest());
+    assert_eq!((b.id(), b.cluster_id(), b.last_instance()), (4, 0xD2, 0));
+    assert_eq!(b.cached_reply(7), None);
+    let again = run(&mut b, vec![cmd(7, 1, 4, Op::Insert { key: 5, value: 99 })]);
+    assert_eq!(res(&again[0]), OpResult::Inserted(false));
+    assert_eq!(b.stats().commands_executed, 1);
+    // Damage is refused, never seeded.
+    let mut bad = bytes.clone();
+    bad[HEADER_PROBE] ^= 1;
+    assert!(seed_checkpoint(&bad, 0xD2, 4).is_err());
+}
+
+/// A byte inside the header (the instance field).
+const HEADER_PROBE: usize = 24;
 
 #[test]
 fn resubmission_after_restore_is_answered_from_the_cache() {

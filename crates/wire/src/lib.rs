@@ -44,6 +44,19 @@ pub enum Wire {
     },
     StatusRequest,
     Status(Box<NodeStatus>),
+    /// First and only frame of a one-shot connection (`partita snapshot save`): send me
+    /// a replica checkpoint, one consistent service state at one position.
+    SnapshotRequest,
+    /// Node to the requester, in order: `bytes` of the checkpoint covering `instance`
+    /// from `offset`, of `total` bytes in all (the last chunk ends at `total`).
+    SnapshotChunk {
+        instance: u64,
+        total: u64,
+        offset: u64,
+        bytes: Vec<u8>,
+    },
+    /// The node has no checkpoint to give, and why.
+    SnapshotRefused(String),
     /// Early replies: a tentative reply or its confirmation (replica to client).
     Early(EarlyReply),
 }
