@@ -88,6 +88,16 @@ func connect(endpoints []string) *clientv3.Client {
 	return c
 }
 
+// connectN opens n clients (each its own gRPC connection) on the endpoints, kept
+// until the program ends.
+func connectN(endpoints []string, n int) []*clientv3.Client {
+	cs := make([]*clientv3.Client, n)
+	for i := range cs {
+		cs[i] = connect(endpoints)
+	}
+	return cs
+}
+
 type line struct {
 	Client uint64          `json:"client"`
 	Op     string          `json:"op"`
@@ -233,11 +243,7 @@ func bench(args []string) {
 		os.Exit(2)
 	}
 	endpoints := strings.Split(*eps, ",")
-	cs := make([]*clientv3.Client, *conns)
-	for i := range cs {
-		cs[i] = connect(endpoints)
-		defer cs[i].Close()
-	}
+	cs := connectN(endpoints, *conns)
 	value := strings.Repeat("v", *valueSize)
 	if *op == "get" {
 		preload(cs, *keys, func(i int) (string, string) { return fmt.Sprintf("key%08d", i), value })

@@ -156,12 +156,7 @@ func ycsb(args []string) {
 			os.Exit(2)
 		}
 	}
-	endpoints := strings.Split(*eps, ",")
-	cs := make([]*clientv3.Client, *conns)
-	for i := range cs {
-		cs[i] = connect(endpoints)
-		defer cs[i].Close()
-	}
+	cs := connectN(strings.Split(*eps, ","), *conns)
 	record := func(n int64, version int) string {
 		var b strings.Builder
 		for f := 0; f < *fields; f++ {

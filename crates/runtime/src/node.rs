@@ -1021,23 +1021,22 @@ async fn serve_framed(
             }
             let _ = events.send(Event::Closed { conn }).await;
         }
-        Wire::StatusRequest => {
+        // One-shot requests: answered on this connection, then it closes.
+        w @ (Wire::StatusRequest | Wire::SnapshotRequest) => {
+            let what = match w {
+                Wire::StatusRequest => "status",
+                _ => "snapshot",
+            };
             if identity == Some(PeerIdentity::Unnamed) {
                 events.count_refused();
-                warn!(?peer_addr, "status request refused: the certificate names no node of this cluster and no client");
+                warn!(?peer_addr, "{what} request refused: the certificate names no node of this cluster and no client");
                 return;
             }
             let tx = spawn_writer(wr);
-            let _ = events.send(Event::Status { tx }).await;
-        }
-        Wire::SnapshotRequest => {
-            if identity == Some(PeerIdentity::Unnamed) {
-                events.count_refused();
-                warn!(?peer_addr, "snapshot request refused: the certificate names no node of this cluster and no client");
-                return;
-            }
-            let tx = spawn_writer(wr);
-            let _ = events.send(Event::Snapshot { tx }).await;
+            let _ = match w {
+                Wire::StatusRequest => events.send(Event::Status { tx }).await,
+                _ => events.send(Event::Snapshot { tx }).await,
+            };
         }
         _ => warn!(?peer_addr, "connection did not start with a hello; closing"),
     }
