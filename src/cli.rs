@@ -1306,8 +1306,7 @@ fn certs(a: CertsArgs) -> anyhow::Result<i32> {
             if !(1..=1000).contains(&n) {
                 bail!("--nodes must be between 1 and 1000");
             }
-            let nodes: Vec<(u32, Option<std::net::IpAddr>)> =
-                (1..=n).map(|id| (id, None)).collect();
+            let nodes: Vec<(u32, Option<String>)> = (1..=n).map(|id| (id, None)).collect();
             (certs::write_certs(&a.out, &nodes, a.days, a.force)?, false)
         }
         (None, None) => bail!("give --nodes N or --cluster FILE"),

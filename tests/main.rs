@@ -21,6 +21,7 @@ mod geo;
 mod kv;
 mod layers;
 mod metrics;
+mod names;
 mod nemesis;
 mod netns;
 mod node_cpu;

@@ -324,8 +324,12 @@ impl<S: StateMachine> ClientGroup<S> {
         if self.conns.contains_key(&node) {
             return Ok(());
         }
-        let addr = self.cluster.addr(node);
-        let handshake = |reason: String| ClientError::Handshake { node, addr, reason };
+        let addr = self.cluster.dial_addr(node).to_string();
+        let handshake = |reason: String| ClientError::Handshake {
+            node,
+            addr: addr.clone(),
+            reason,
+        };
         let (rd, mut wr) = crate::open_connection(&self.cluster, node, self.tls.as_ref()).await?;
         let mut hellos = Vec::new();
         for c in &self.cores {

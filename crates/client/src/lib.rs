@@ -55,7 +55,8 @@ pub enum ClientError {
     )]
     Unreachable {
         node: NodeId,
-        addr: SocketAddr,
+        /// As the cluster file gives it (`ip:port` or `name:port`).
+        addr: String,
         error: std::io::Error,
     },
     #[error("no reply within {0:?}; the command may or may not have been applied")]
@@ -63,7 +64,7 @@ pub enum ClientError {
     #[error("node {node} at {addr} did not welcome this client: {reason}")]
     Handshake {
         node: NodeId,
-        addr: SocketAddr,
+        addr: String,
         reason: String,
     },
     /// The service refused the command (at the client, or every replica did): it was
@@ -356,8 +357,12 @@ impl<S: StateMachine> Client<S> {
         if self.conns.contains_key(&node) {
             return Ok(());
         }
-        let addr = self.cluster.addr(node);
-        let handshake = |reason: String| ClientError::Handshake { node, addr, reason };
+        let addr = self.cluster.dial_addr(node).to_string();
+        let handshake = |reason: String| ClientError::Handshake {
+            node,
+            addr: addr.clone(),
+            reason,
+        };
         let (rd, mut wr) = open_connection(&self.cluster, node, self.tls.as_ref()).await?;
         let hello = partita_wire::to_frame(&Wire::ClientHello {
             client: self.core.id(),
@@ -643,16 +648,20 @@ async fn open_connection(
     node: NodeId,
     tls: Option<&Arc<partita_net::tls::rustls::ClientConfig>>,
 ) -> Result<(partita_net::BoxRead, BoxWrite), ClientError> {
-    let addr = cluster.addr(node);
+    let addr = cluster.dial_addr(node);
     let stream = TcpStream::connect(addr)
         .await
-        .map_err(|error| ClientError::Unreachable { node, addr, error })?;
+        .map_err(|error| ClientError::Unreachable {
+            node,
+            addr: addr.to_string(),
+            error,
+        })?;
     let _ = stream.set_nodelay(true);
     split_stream(stream, node, tls)
         .await
         .map_err(|e| ClientError::Handshake {
             node,
-            addr,
+            addr: addr.to_string(),
             reason: format!("TLS: {e}"),
         })
 }
@@ -690,13 +699,13 @@ pub async fn node_status_of(
             return None;
         }
     };
-    status_probe(cluster.addr(id), id, tls.as_ref(), timeout).await
+    status_probe(cluster.dial_addr(id), id, tls.as_ref(), timeout).await
 }
 
 /// Ask one node for its status (one-shot connection, plain TCP; a cluster with TLS
 /// needs [`node_status_of`]).
 pub async fn node_status(addr: SocketAddr, timeout: Duration) -> Option<partita_wire::NodeStatus> {
-    status_probe(addr, 0, None, timeout).await
+    status_probe(&addr.to_string(), 0, None, timeout).await
 }
 
 /// A replica checkpoint of node `id` for a backup (`partita snapshot save`): the
@@ -710,7 +719,7 @@ pub async fn fetch_snapshot(
     timeout: Duration,
 ) -> Result<(u64, Vec<u8>), String> {
     let tls = client_tls(cluster).map_err(|e| e.to_string())?;
-    let addr = cluster.addr(id);
+    let addr = cluster.dial_addr(id);
     let fut = async {
         let stream = TcpStream::connect(addr)
             .await
@@ -757,7 +766,7 @@ pub async fn fetch_snapshot(
 }
 
 async fn status_probe(
-    addr: SocketAddr,
+    addr: &str,
     id: NodeId,
     tls: Option<&Arc<partita_net::tls::rustls::ClientConfig>>,
     timeout: Duration,

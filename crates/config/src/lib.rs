@@ -702,15 +702,32 @@ impl ClusterConfig {
                         ),
                     )
                 }
-                Err(e) => {
-                    return f(
-                        "node.addr",
-                        format!(
-                            "node {}: `{}` is not an ip:port address ({e})",
-                            n.id, n.addr
-                        ),
-                    )
-                }
+                // A name: resolved by whoever connects, each time.
+                Err(_) => match name_and_port(&n.addr) {
+                    Ok((host, _)) if host == "localhost" || self.tls.is_some() => {}
+                    Ok((host, _)) => {
+                        return f(
+                            "node.addr",
+                            format!(
+                                "node {}: the name `{host}` may resolve outside 127.0.0.0/8, \
+                                 and plain TCP may only be used on loopback: add a [tls] \
+                                 section (`partita certs --out DIR --cluster FILE` writes \
+                                 one), or `insecure = true` under [tls] for plain TCP on \
+                                 purpose",
+                                n.id
+                            ),
+                        )
+                    }
+                    Err(e) => {
+                        return f(
+                            "node.addr",
+                            format!(
+                                "node {}: `{}` is neither ip:port nor name:port ({e})",
+                                n.id, n.addr
+                            ),
+                        )
+                    }
+                },
             }
             if n.roles.is_empty() {
                 return f("node.roles", format!("node {} has no roles", n.id));
@@ -1893,12 +1910,41 @@ impl ClusterConfig {
         self.nodes.iter().find(|n| n.id == id)
     }
 
+    /// Node `id`'s socket address: its IP address, or its name resolved now
+    /// (blocking; see [`ClusterConfig::resolve`]). Panics on a name that does not
+    /// resolve: for tests and tools on clusters that give IP addresses. Nodes and
+    /// clients dial [`ClusterConfig::dial_addr`], and a node binds what `resolve` gives.
     pub fn addr(&self, id: NodeId) -> SocketAddr {
-        self.node(id)
-            .expect("known node")
-            .addr
-            .parse()
-            .expect("validated address")
+        self.resolve(id)
+            .unwrap_or_else(|e| panic!("node {id}'s address does not resolve: {e}"))
+    }
+
+    /// Node `id`'s address as the cluster file gives it (`ip:port` or `name:port`),
+    /// for connecting: a connection made to a name resolves it then, so a node that
+    /// comes back at another IP (a Kubernetes pod) is found at its next connection.
+    pub fn dial_addr(&self, id: NodeId) -> &str {
+        &self.node(id).expect("known node").addr
+    }
+
+    /// Node `id`'s socket address now: its IP address, or its name resolved (the
+    /// first IPv4 address, else the first).
+    pub fn resolve(&self, id: NodeId) -> std::io::Result<SocketAddr> {
+        let addr = &self.node(id).expect("known node").addr;
+        if let Ok(a) = addr.parse::<SocketAddr>() {
+            return Ok(a);
+        }
+        use std::net::ToSocketAddrs;
+        let all: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+        all.iter()
+            .find(|a| a.is_ipv4())
+            .or(all.first())
+            .copied()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("`{addr}` resolves to no address"),
+                )
+            })
     }
 
     pub fn with_role(&self, role: Role) -> Vec<NodeId> {
@@ -2388,6 +2434,39 @@ impl ClusterConfig {
     }
 }
 
+/// A `name:port` address: the DNS name (lowercase letters, digits, hyphens and dots;
+/// labels of 1 to 63 characters that neither start nor end with a hyphen; 253
+/// characters at most, not all digits) and a port other than 0.
+pub fn name_and_port(addr: &str) -> Result<(&str, u16), String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| "no `:port`".to_string())?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("`{port}` is not a port number"))?;
+    if port == 0 {
+        return Err("port 0".into());
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(label_ok)
+        && !host.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if !host_ok {
+        return Err(format!(
+            "`{host}` is not a DNS name (lowercase letters, digits, hyphens, dots)"
+        ));
+    }
+    Ok((host, port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2788,6 +2867,53 @@ mod tests {
         let insecure = format!("{plain}\n[tls]\ninsecure = true\n");
         let c = ClusterConfig::parse(&insecure, "x").unwrap();
         assert_eq!(c.addr(1).to_string(), "10.0.0.1:7101");
+    }
+
+    /// A node's address may be a DNS name: `localhost` always, another name only with
+    /// a [tls] section (it may resolve off loopback); malformed names and ports are
+    /// refused, each with the field and the reason. Connections dial the name as
+    /// written; `resolve` gives the address now.
+    #[test]
+    fn node_addresses_may_be_names() {
+        let named = |host: &str| {
+            ClusterConfig::default_local(7100, 42)
+                .to_toml()
+                .replace("\"127.0.0.1:7103\"", &format!("\"{host}\""))
+        };
+        let c = ClusterConfig::parse(&named("localhost:7103"), "x").unwrap();
+        assert_eq!(c.dial_addr(3), "localhost:7103");
+        assert!(c.resolve(3).unwrap().ip().is_loopback());
+        assert_eq!(c.resolve(3).unwrap().port(), 7103);
+        assert_eq!(c.dial_addr(1), "127.0.0.1:7101");
+
+        let e = ClusterConfig::parse(&named("db3.partita.svc:7103"), "x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("node.addr") && e.contains("`db3.partita.svc`") && e.contains("[tls]"),
+            "{e}"
+        );
+        let insecure = format!(
+            "{}\n[tls]\ninsecure = true\n",
+            named("db3.partita.svc:7103")
+        );
+        let c = ClusterConfig::parse(&insecure, "x").unwrap();
+        assert_eq!(c.dial_addr(3), "db3.partita.svc:7103");
+
+        for (bad, why) in [
+            ("db_3.svc:7103", "not a DNS name"),
+            ("-db3:7103", "not a DNS name"),
+            ("db3.:7103", "not a DNS name"),
+            ("Db3:7103", "not a DNS name"),
+            ("10.0.0.300:7103", "not a DNS name"),
+            ("db3:0", "port 0"),
+            ("db3:70000", "not a port number"),
+            ("db3", "no `:port`"),
+        ] {
+            let text = format!("{}\n[tls]\ninsecure = true\n", named(bad));
+            let e = ClusterConfig::parse(&text, "x").unwrap_err().to_string();
+            assert!(e.contains("node.addr") && e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

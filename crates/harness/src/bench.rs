@@ -196,8 +196,8 @@ pub async fn cluster_pids(cluster: &ClusterConfig) -> Vec<u32> {
     let own = std::process::id();
     let mut pids = Vec::new();
     for n in &cluster.nodes {
-        let addr = cluster.addr(n.id);
-        if !addr.ip().is_loopback() {
+        // Only nodes of this machine (a name that does not resolve is not).
+        if !cluster.resolve(n.id).is_ok_and(|a| a.ip().is_loopback()) {
             continue;
         }
         if let Some(s) = partita_client::node_status_of(cluster, n.id, Duration::from_secs(2)).await

@@ -85,6 +85,19 @@ impl Leaf {
         l
     }
 
+    /// The certificate of a node whose cluster file names it by `host` (an IP
+    /// address or a DNS name, which the certificate carries as well).
+    pub fn node_at(id: u32, host: &str, days: u64) -> Leaf {
+        match host.parse::<IpAddr>() {
+            Ok(ip) => Leaf::node(id, Some(ip), days),
+            Err(_) => {
+                let mut l = Leaf::node(id, None, days);
+                l.dns_names.push(host.to_string());
+                l
+            }
+        }
+    }
+
     /// The client certificate.
     pub fn client(days: u64) -> Leaf {
         Leaf::new(
@@ -252,10 +265,10 @@ pub struct Written {
 }
 
 /// Write a CA (or keep the one in `dir`), a certificate and key for each of `nodes`
-/// (id, IP of its address), and the client's.
+/// (id, the host of its address: an IP, a DNS name or none), and the client's.
 pub fn write_certs(
     dir: &Path,
-    nodes: &[(u32, Option<IpAddr>)],
+    nodes: &[(u32, Option<String>)],
     days: u64,
     force: bool,
 ) -> anyhow::Result<Written> {
@@ -270,8 +283,13 @@ pub fn write_certs(
         write_file(&dir.join("ca.key"), &ca.key_pem(), true, force)?;
         ca
     };
-    for &(id, ip) in nodes {
-        let (cert, key) = ca.issue(&Leaf::node(id, ip, days))?;
+    for (id, host) in nodes {
+        let id = *id;
+        let leaf = match host {
+            Some(h) => Leaf::node_at(id, h, days),
+            None => Leaf::node(id, None, days),
+        };
+        let (cert, key) = ca.issue(&leaf)?;
         write_file(&dir.join(format!("node-{id}.pem")), &cert, false, force)?;
         write_file(&dir.join(format!("node-{id}.key")), &key, true, force)?;
     }
@@ -325,10 +343,21 @@ pub fn certs_for_cluster_file(
             (c, false)
         }
     };
-    let nodes: Vec<(u32, Option<IpAddr>)> = cluster
+    // The host as the file gives it: a name goes into the certificate as a name.
+    let nodes: Vec<(u32, Option<String>)> = cluster
         .nodes
         .iter()
-        .map(|n| (n.id, Some(cluster.addr(n.id).ip())))
+        .map(|n| {
+            let host = match n.addr.parse::<std::net::SocketAddr>() {
+                Ok(a) => a.ip().to_string(),
+                Err(_) => n
+                    .addr
+                    .rsplit_once(':')
+                    .map_or(&n.addr[..], |(h, _)| h)
+                    .to_string(),
+            };
+            (n.id, Some(host))
+        })
         .collect();
     let w = write_certs(dir, &nodes, days, force)?;
     if has_section {

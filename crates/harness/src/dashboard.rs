@@ -465,7 +465,6 @@ pub type Shared = Arc<Mutex<State>>;
 /// Poll every node once per [`POLL`], forever.
 pub async fn poll_loop(state: Shared) {
     let cluster = state.lock().unwrap().cluster().clone();
-    let addrs: Vec<SocketAddr> = cluster.nodes.iter().map(|n| cluster.addr(n.id)).collect();
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -481,7 +480,7 @@ pub async fn poll_loop(state: Shared) {
                 )
             });
         }
-        let mut statuses = vec![None; addrs.len()];
+        let mut statuses = vec![None; cluster.nodes.len()];
         while let Some(r) = set.join_next().await {
             if let Ok((i, s)) = r {
                 statuses[i] = s;

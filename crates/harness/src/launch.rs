@@ -182,7 +182,7 @@ impl LocalCluster {
                     bail!(
                         "node {} does not answer at {} after {timeout:?}",
                         n.id,
-                        self.cluster.addr(n.id)
+                        self.cluster.dial_addr(n.id)
                     );
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -573,7 +573,7 @@ pub fn place_with(
         let ip = node_ip(n.id);
         n.addr = format!("{ip}:{port}");
         n.etcd_addr = None;
-        nodes.push((n.id, Some(std::net::IpAddr::V4(ip))));
+        nodes.push((n.id, Some(ip.to_string())));
     }
     if wire != Wire::Tls {
         cluster.tls = Some(partita_config::TlsSection {

@@ -635,7 +635,8 @@ fn spawn_peer_link(
     me: NodeId,
     cluster_id: u64,
     peer: NodeId,
-    addr: std::net::SocketAddr,
+    // ip:port or name:port: a name is resolved at every connection attempt.
+    addr: String,
     tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
     mut rx: mpsc::Receiver<Queued>,
 ) {
@@ -651,7 +652,7 @@ fn spawn_peer_link(
         // A frame taken from the queue before its release time: the head of the line.
         let mut held: Option<Queued> = None;
         loop {
-            let stream = match TcpStream::connect(addr).await {
+            let stream = match TcpStream::connect(addr.as_str()).await {
                 Ok(s) => s,
                 Err(_) => {
                     // Drop what queued up while the peer was unreachable: consensus
@@ -1166,14 +1167,21 @@ pub async fn run_node_until(
         }
         _ => None,
     };
-    if let Err(why) = partita_config::tls::check_plain_bind(cfg.addr(id), transport) {
+    // Our own address: a name is resolved once, here, to the address we listen on
+    // (peers resolve it again at every connection).
+    let bind_addr = cfg.resolve(id).with_context(|| {
+        format!(
+            "node {id}: resolving its own address `{}`; refusing to start",
+            cfg.dial_addr(id)
+        )
+    })?;
+    if let Err(why) = partita_config::tls::check_plain_bind(bind_addr, transport) {
         bail!("node {id}: {why}");
     }
     if transport == partita_config::Transport::Insecure {
         warn!(
             node = id,
-            "[tls] insecure = true: plain TCP, unauthenticated and unencrypted, on {}",
-            cfg.addr(id)
+            "[tls] insecure = true: plain TCP, unauthenticated and unencrypted, on {bind_addr}"
         );
     }
     let dir = opts.data_dir.join(format!("node-{id}"));
@@ -1345,7 +1353,8 @@ pub async fn run_node_until(
             let link_tls = tls.as_ref().map(|t| t.client.clone());
             {
                 let _on = io_handle.enter();
-                spawn_peer_link(id, cfg.cluster.id, n.id, cfg.addr(n.id), link_tls, rx);
+                let addr = cfg.dial_addr(n.id).to_string();
+                spawn_peer_link(id, cfg.cluster.id, n.id, addr, link_tls, rx);
             }
             let delay = cfg.node_delay(id, n.id);
             node.peers.insert(n.id, PeerQueue { tx, delay });
@@ -1372,13 +1381,12 @@ pub async fn run_node_until(
     }
 
     // Bound on the runtime that serves it (tokio's bind, with SO_REUSEADDR).
-    let addr = cfg.addr(id);
     let listener = io_handle
-        .spawn(async move { TcpListener::bind(addr).await })
+        .spawn(async move { TcpListener::bind(bind_addr).await })
         .await
         .context("the connections' runtime stopped")?
-        .with_context(|| format!("binding {addr}"))?;
-    info!(node = id, addr = %cfg.addr(id), ?transport, mode = ?cfg.cluster.mode, protocol = %cfg.ordering.protocol(), durability = %cfg.cluster.durability, io_thread = opts.io_thread, "node listening");
+        .with_context(|| format!("binding {bind_addr}"))?;
+    info!(node = id, addr = %cfg.dial_addr(id), %bind_addr, ?transport, mode = ?cfg.cluster.mode, protocol = %cfg.ordering.protocol(), durability = %cfg.cluster.durability, io_thread = opts.io_thread, "node listening");
     let accept_task = {
         let ev = inbox.clone();
         let cluster_id = cfg.cluster.id;
@@ -1642,7 +1650,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = mpsc::channel::<Queued>(64);
-        spawn_peer_link(1, 7, 2, addr, None, rx);
+        spawn_peer_link(1, 7, 2, addr.to_string(), None, rx);
         let (first, _) = listener.accept().await.unwrap();
         let mut reader = FrameReader::new(first);
         assert!(matches!(
@@ -1676,7 +1684,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = mpsc::channel::<Queued>(64);
-        spawn_peer_link(1, 7, 2, addr, None, rx);
+        spawn_peer_link(1, 7, 2, addr.to_string(), None, rx);
         let (stream, _) = listener.accept().await.unwrap();
         let (rd, _wr) = stream.into_split();
         let mut reader = FrameReader::new(rd);
