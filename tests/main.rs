@@ -11,6 +11,7 @@ mod bank_example;
 mod chirper;
 mod cluster;
 mod dashboard;
+mod deploy;
 mod disk_faults;
 mod disk_full;
 mod etcd;
