@@ -88,6 +88,17 @@ func connect(endpoints []string) *clientv3.Client {
 	return c
 }
 
+// loadFlags declares the flags every load mode takes: the endpoints, the clients, the
+// connections they share, and the measured and warm-up seconds.
+func loadFlags(fs *flag.FlagSet, measured string) (eps *string, clients, conns *int, seconds, warmup *float64) {
+	eps = fs.String("endpoints", "127.0.0.1:2379", "comma-separated endpoints")
+	clients = fs.Int("clients", 1, "concurrent clients")
+	conns = fs.Int("conns", 1, "gRPC connections the clients share")
+	seconds = fs.Float64("seconds", 10, measured)
+	warmup = fs.Float64("warmup", 2, "seconds before measuring")
+	return
+}
+
 // connectN opens n clients (each its own gRPC connection) on the endpoints, kept
 // until the program ends.
 func connectN(endpoints []string, n int) []*clientv3.Client {
@@ -224,11 +235,7 @@ func cpuSeconds(pids string) [2]float64 {
 
 func bench(args []string) {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
-	eps := fs.String("endpoints", "127.0.0.1:2379", "comma-separated endpoints")
-	clients := fs.Int("clients", 1, "concurrent clients")
-	conns := fs.Int("conns", 1, "gRPC connections the clients share")
-	seconds := fs.Float64("seconds", 10, "measured seconds")
-	warmup := fs.Float64("warmup", 2, "seconds before measuring")
+	eps, clients, conns, seconds, warmup := loadFlags(fs, "measured seconds")
 	keys := fs.Int("keys", 100000, "key space")
 	valueSize := fs.Int("value-size", 8, "value bytes")
 	op := fs.String("op", "put", "put, or get (linearizable)")

@@ -136,12 +136,8 @@ type ycsbResult struct {
 
 func ycsb(args []string) {
 	fs := flag.NewFlagSet("ycsb", flag.ExitOnError)
-	eps := fs.String("endpoints", "127.0.0.1:2379", "comma-separated endpoints")
+	eps, clients, conns, seconds, warmup := loadFlags(fs, "measured seconds per workload (each after its warm-up)")
 	workloads := fs.String("workloads", "abcfde", "the workloads, in order (letters a-f)")
-	clients := fs.Int("clients", 1, "concurrent clients")
-	conns := fs.Int("conns", 1, "gRPC connections the clients share")
-	seconds := fs.Float64("seconds", 10, "measured seconds per workload")
-	warmup := fs.Float64("warmup", 2, "seconds before measuring, per workload")
 	records := fs.Int64("records", 100000, "records loaded first")
 	fields := fs.Int("fields", 10, "fields per record")
 	fieldLength := fs.Int("field-length", 100, "bytes per field")
