@@ -255,44 +255,85 @@ func bench(args []string) {
 	if *op == "get" {
 		preload(cs, *keys, func(i int) (string, string) { return fmt.Sprintf("key%08d", i), value })
 	}
-	start := time.Now()
-	measureFrom := start.Add(time.Duration(*warmup * float64(time.Second)))
-	end := measureFrom.Add(time.Duration(*seconds * float64(time.Second)))
-	var errors atomic.Int64
-	var firstErr atomic.Value
-	lat := make([][]time.Duration, *clients)
 	var cpu0, cpu1 [2]float64
 	var cpuDone sync.WaitGroup
-	if *cpuPids != "" {
-		cpuDone.Add(1)
-		go func() {
-			defer cpuDone.Done()
-			time.Sleep(time.Until(measureFrom))
-			cpu0 = cpuSeconds(*cpuPids)
-			time.Sleep(time.Until(end))
-			cpu1 = cpuSeconds(*cpuPids)
-		}()
+	run := runLoad(cs, *clients, *warmup, *seconds, func(c int) int64 { return int64(c) + 1 },
+		func(measureFrom, end time.Time) {
+			if *cpuPids == "" {
+				return
+			}
+			cpuDone.Add(1)
+			go func() {
+				defer cpuDone.Done()
+				time.Sleep(time.Until(measureFrom))
+				cpu0 = cpuSeconds(*cpuPids)
+				time.Sleep(time.Until(end))
+				cpu1 = cpuSeconds(*cpuPids)
+			}()
+		},
+		func(_ int, rng *rand.Rand, cli *clientv3.Client, ctx context.Context) (string, error) {
+			k := fmt.Sprintf("key%08d", rng.Intn(*keys))
+			var err error
+			if *op == "put" {
+				_, err = cli.Put(ctx, k, value)
+			} else {
+				_, err = cli.Get(ctx, k)
+			}
+			return *op, err
+		})
+	cpuDone.Wait()
+	lat := make([][]time.Duration, *clients)
+	for c := range lat {
+		lat[c] = run.lat[c][*op]
 	}
+	r := result{Endpoints: endpoints, Clients: *clients, Conns: *conns, Seconds: *seconds, Keys: *keys,
+		ValueSize: *valueSize, Errors: run.errors, FirstError: run.firstError}
+	r.summarize(lat, *seconds)
+	if *cpuPids != "" && r.Puts > 0 {
+		server := (cpu1[0] - cpu0[0]) * 1e6 / float64(r.Puts)
+		client := (cpu1[1] - cpu0[1]) * 1e6 / float64(r.Puts)
+		r.ServerCPU, r.ClientCPU = &server, &client
+	}
+	json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// A load run's outcome: each client's latencies per operation name (of operations
+// inside the measured window), and the errors.
+type loadRun struct {
+	lat        []map[string][]time.Duration
+	errors     int64
+	firstError string
+}
+
+// runLoad runs `clients` closed-loop clients over the connections cs for warmup +
+// seconds: each calls step (with a random source seeded by seed(client), a
+// connection and a 10 s deadline) again and again, and an operation counts when it
+// succeeded and both began and ended inside the measured seconds. window is called
+// first with the measured window's bounds.
+func runLoad(cs []*clientv3.Client, clients int, warmup, seconds float64, seed func(int) int64,
+	window func(measureFrom, end time.Time),
+	step func(c int, rng *rand.Rand, cli *clientv3.Client, ctx context.Context) (string, error)) loadRun {
+	measureFrom := time.Now().Add(time.Duration(warmup * float64(time.Second)))
+	end := measureFrom.Add(time.Duration(seconds * float64(time.Second)))
+	window(measureFrom, end)
+	var errors atomic.Int64
+	var firstErr atomic.Value
+	lat := make([]map[string][]time.Duration, clients)
 	var wg sync.WaitGroup
-	for c := 0; c < *clients; c++ {
+	for c := 0; c < clients; c++ {
 		wg.Add(1)
+		lat[c] = map[string][]time.Duration{}
 		go func(c int) {
 			defer wg.Done()
 			cli := cs[c%len(cs)]
-			rng := rand.New(rand.NewSource(int64(c) + 1))
+			rng := rand.New(rand.NewSource(seed(c)))
 			for {
 				t0 := time.Now()
 				if !t0.Before(end) {
 					return
 				}
-				k := fmt.Sprintf("key%08d", rng.Intn(*keys))
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				var err error
-				if *op == "put" {
-					_, err = cli.Put(ctx, k, value)
-				} else {
-					_, err = cli.Get(ctx, k)
-				}
+				op, err := step(c, rng, cli, ctx)
 				cancel()
 				t1 := time.Now()
 				if err != nil {
@@ -301,25 +342,17 @@ func bench(args []string) {
 					continue
 				}
 				if !t0.Before(measureFrom) && !t1.After(end) {
-					lat[c] = append(lat[c], t1.Sub(t0))
+					lat[c][op] = append(lat[c][op], t1.Sub(t0))
 				}
 			}
 		}(c)
 	}
 	wg.Wait()
-	cpuDone.Wait()
-	r := result{Endpoints: endpoints, Clients: *clients, Conns: *conns, Seconds: *seconds, Keys: *keys,
-		ValueSize: *valueSize, Errors: errors.Load()}
-	r.summarize(lat, *seconds)
-	if *cpuPids != "" && r.Puts > 0 {
-		server := (cpu1[0] - cpu0[0]) * 1e6 / float64(r.Puts)
-		client := (cpu1[1] - cpu0[1]) * 1e6 / float64(r.Puts)
-		r.ServerCPU, r.ClientCPU = &server, &client
-	}
+	r := loadRun{lat: lat, errors: errors.Load()}
 	if e, ok := firstErr.Load().(string); ok {
-		r.FirstError = e
+		r.firstError = e
 	}
-	json.NewEncoder(os.Stdout).Encode(r)
+	return r
 }
 
 // summarize fills the count, throughput and latency fields from every client's

@@ -35,7 +35,6 @@ import (
 	"math/rand"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,6 +103,15 @@ type ycsbWorkload struct {
 	name                                     string
 	read, update, insert, scan, readModWrite float64
 	latest                                   bool
+}
+
+// choose: the record a read, update or scan names, of the n inserted so far (never
+// one not yet inserted).
+func (w ycsbWorkload) choose(rng *rand.Rand, n int64, scrambled, latest *zipfian) int64 {
+	if w.latest {
+		return max(n-1-latest.next(rng), 0)
+	}
+	return fnv64(scrambled.next(rng)) % n
 }
 
 var ycsbWorkloads = map[byte]ycsbWorkload{
@@ -177,81 +185,39 @@ func ycsb(args []string) {
 
 func runYcsb(w ycsbWorkload, cs []*clientv3.Client, clients int, seconds, warmup float64,
 	inserted *atomic.Int64, scrambled, latest *zipfian, record func(int64, int) string) ycsbResult {
-	start := time.Now()
-	measureFrom := start.Add(time.Duration(warmup * float64(time.Second)))
-	end := measureFrom.Add(time.Duration(seconds * float64(time.Second)))
-	var errors atomic.Int64
-	var firstErr atomic.Value
 	names := []string{"read", "update", "insert", "scan", "read-modify-write"}
-	lat := make([]map[string][]time.Duration, clients)
-	var wg sync.WaitGroup
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		lat[c] = map[string][]time.Duration{}
-		go func(c int) {
-			defer wg.Done()
-			cli := cs[c%len(cs)]
-			rng := rand.New(rand.NewSource(int64(c)*7919 + int64(w.name[0])))
-			// The record a read, update or scan names: never one not yet inserted.
-			choose := func() int64 {
-				n := inserted.Load()
-				if w.latest {
-					k := n - 1 - latest.next(rng)
-					if k < 0 {
-						k = 0
-					}
-					return k
-				}
-				return fnv64(scrambled.next(rng)) % n
-			}
-			for {
-				t0 := time.Now()
-				if !t0.Before(end) {
-					return
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				var op string
-				var err error
-				p := rng.Float64()
-				switch {
-				case p < w.read:
-					op = "read"
-					_, err = cli.Get(ctx, keyName(choose()))
-				case p < w.read+w.update:
-					op = "update"
-					k := choose()
+	seed := func(c int) int64 { return int64(c)*7919 + int64(w.name[0]) }
+	run := runLoad(cs, clients, warmup, seconds, seed, func(_, _ time.Time) {},
+		func(_ int, rng *rand.Rand, cli *clientv3.Client, ctx context.Context) (string, error) {
+			choose := func() int64 { return w.choose(rng, inserted.Load(), scrambled, latest) }
+			var err error
+			switch p := rng.Float64(); {
+			case p < w.read:
+				_, err = cli.Get(ctx, keyName(choose()))
+				return "read", err
+			case p < w.read+w.update:
+				k := choose()
+				_, err = cli.Put(ctx, keyName(k), record(k, rng.Intn(26)))
+				return "update", err
+			case p < w.read+w.update+w.insert:
+				k := inserted.Add(1) - 1
+				_, err = cli.Put(ctx, keyName(k), record(k, 0))
+				return "insert", err
+			case p < w.read+w.update+w.insert+w.scan:
+				_, err = cli.Get(ctx, keyName(choose()), clientv3.WithFromKey(),
+					clientv3.WithLimit(int64(1+rng.Intn(100))))
+				return "scan", err
+			default:
+				k := choose()
+				if _, err = cli.Get(ctx, keyName(k)); err == nil {
 					_, err = cli.Put(ctx, keyName(k), record(k, rng.Intn(26)))
-				case p < w.read+w.update+w.insert:
-					op = "insert"
-					k := inserted.Add(1) - 1
-					_, err = cli.Put(ctx, keyName(k), record(k, 0))
-				case p < w.read+w.update+w.insert+w.scan:
-					op = "scan"
-					_, err = cli.Get(ctx, keyName(choose()), clientv3.WithFromKey(),
-						clientv3.WithLimit(int64(1+rng.Intn(100))))
-				default:
-					op = "read-modify-write"
-					k := choose()
-					if _, err = cli.Get(ctx, keyName(k)); err == nil {
-						_, err = cli.Put(ctx, keyName(k), record(k, rng.Intn(26)))
-					}
 				}
-				cancel()
-				t1 := time.Now()
-				if err != nil {
-					errors.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				if !t0.Before(measureFrom) && !t1.After(end) {
-					lat[c][op] = append(lat[c][op], t1.Sub(t0))
-				}
+				return "read-modify-write", err
 			}
-		}(c)
-	}
-	wg.Wait()
+		})
+	lat := run.lat
 	r := ycsbResult{Workload: w.name, Clients: clients, Seconds: seconds, Ops: map[string]opStats{},
-		Errors: errors.Load()}
+		Errors: run.errors, FirstError: run.firstError}
 	total := 0
 	for _, name := range names {
 		per := make([][]time.Duration, clients)
@@ -266,8 +232,5 @@ func runYcsb(w ycsbWorkload, cs []*clientv3.Client, clients int, seconds, warmup
 		}
 	}
 	r.Throughput = float64(total) / seconds
-	if e, ok := firstErr.Load().(string); ok {
-		r.FirstError = e
-	}
 	return r
 }

@@ -719,19 +719,15 @@ pub async fn fetch_snapshot(
     timeout: Duration,
 ) -> Result<(u64, Vec<u8>), String> {
     let tls = client_tls(cluster).map_err(|e| e.to_string())?;
-    let addr = cluster.dial_addr(id);
     let fut = async {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connecting to node {id} at {addr}: {e}"))?;
-        let (rd, wr) = split_stream(stream, id, tls.as_ref())
-            .await
-            .map_err(|e| format!("node {id}: {e}"))?;
-        let tx = spawn_writer(wr);
-        tx.send(Arc::new(partita_wire::to_frame(&Wire::SnapshotRequest)))
-            .await
-            .map_err(|_| format!("node {id} closed the connection"))?;
-        let mut reader = FrameReader::new(rd);
+        let mut reader = one_shot(
+            cluster.dial_addr(id),
+            id,
+            tls.as_ref(),
+            &Wire::SnapshotRequest,
+        )
+        .await
+        .map_err(|e| format!("node {id}: {e}"))?;
         let mut out: Vec<u8> = Vec::new();
         let mut at = None;
         loop {
@@ -772,19 +768,34 @@ async fn status_probe(
     timeout: Duration,
 ) -> Option<partita_wire::NodeStatus> {
     let fut = async {
-        let stream = TcpStream::connect(addr).await.ok()?;
-        let (rd, wr) = split_stream(stream, id, tls).await.ok()?;
-        let tx = spawn_writer(wr);
-        tx.send(Arc::new(partita_wire::to_frame(&Wire::StatusRequest)))
-            .await
-            .ok()?;
-        let mut reader = FrameReader::new(rd);
+        let mut reader = one_shot(addr, id, tls, &Wire::StatusRequest).await.ok()?;
         match reader.next().await {
             Ok(Wire::Status(s)) => Some(*s),
             _ => None,
         }
     };
     tokio::time::timeout(timeout, fut).await.ok().flatten()
+}
+
+/// Open a one-shot connection to node `id` at `addr` (TLS when `tls`), send `request`
+/// as its first frame, and return what reads the answer.
+async fn one_shot(
+    addr: &str,
+    id: NodeId,
+    tls: Option<&Arc<partita_net::tls::rustls::ClientConfig>>,
+    request: &Wire,
+) -> Result<FrameReader, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let (rd, wr) = split_stream(stream, id, tls)
+        .await
+        .map_err(|e| e.to_string())?;
+    let tx = spawn_writer(wr);
+    tx.send(Arc::new(partita_wire::to_frame(request)))
+        .await
+        .map_err(|_| "the connection closed".to_string())?;
+    Ok(FrameReader::new(rd))
 }
 
 #[cfg(test)]

@@ -350,11 +350,9 @@ pub fn certs_for_cluster_file(
         .map(|n| {
             let host = match n.addr.parse::<std::net::SocketAddr>() {
                 Ok(a) => a.ip().to_string(),
-                Err(_) => n
-                    .addr
-                    .rsplit_once(':')
-                    .map_or(&n.addr[..], |(h, _)| h)
-                    .to_string(),
+                // Validated when the file was read: a name.
+                Err(_) => partita_config::name_and_port(&n.addr)
+                    .map_or_else(|_| n.addr.clone(), |(h, _)| h.to_string()),
             };
             (n.id, Some(host))
         })

@@ -1280,11 +1280,19 @@ impl NodeCore {
     /// command ran (P-SMR worker threads hold nothing). An ordering that delivers a
     /// partial order says where instead ([`Action::Cut`]).
     fn maybe_checkpoint(&mut self) {
-        if !self.checkpoint_due()
-            || self
-                .ordering
-                .as_ref()
-                .is_some_and(|o| o.checkpoints_at_cuts())
+        if self.checkpoint_due() {
+            self.checkpoint_here();
+        }
+    }
+
+    /// Checkpoint the replica here, between events, if it can be taken here: an
+    /// ordering that checkpoints only at its cuts waits for one, and worker threads
+    /// must have finished what they hold.
+    fn checkpoint_here(&mut self) {
+        if self
+            .ordering
+            .as_ref()
+            .is_some_and(|o| o.checkpoints_at_cuts())
             || !self.replica.as_ref().is_some_and(|r| r.quiescent())
         {
             return;
@@ -1349,22 +1357,7 @@ impl NodeCore {
         if self.setup.mode != Mode::Smr || self.replica.is_none() {
             return None;
         }
-        let now = self.replica.as_ref().is_some_and(|r| r.quiescent())
-            && !self
-                .ordering
-                .as_ref()
-                .is_some_and(|o| o.checkpoints_at_cuts());
-        if now {
-            let position = self
-                .ordering
-                .as_ref()
-                .map(|o| o.position())
-                .unwrap_or_default();
-            // As for a periodic checkpoint: a position means nothing may be held back.
-            if position.is_empty() || self.held.is_empty() {
-                self.take_checkpoint(position);
-            }
-        }
+        self.checkpoint_here();
         self.checkpoint.as_ref().map(|(i, b, _)| (*i, b.clone()))
     }
 
