@@ -601,7 +601,9 @@ struct PartitionArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     replicas_per_partition: u32,
     /// Keys 0..KEY_SPACE are split among the partitions (the last also takes every key
-    /// above). Default: 2^32 for `up`; the workload's key space for `bench`.
+    /// above). Default: 2^32 for `up` (for the key-value store 2^63 - 1, the largest a
+    /// cluster file holds, over keys' first eight bytes); the workload's key space for
+    /// `bench`.
     #[arg(long)]
     key_space: Option<u64>,
     /// Add N standalone batchers: clients send their commands to them, and they batch
@@ -1368,9 +1370,14 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         };
         c.set_protocol(a.protocol);
         c.cluster.service = a.service.clone();
-        // Byte-string keys fall in partitions by their first eight bytes (the whole
-        // 64-bit space); the B+tree's u64 keys by value over 0..2^32.
-        let key_space = if a.service == "kv" { u64::MAX } else { 1 << 32 };
+        // Byte-string keys fall in partitions by their first eight bytes (the 64-bit
+        // space, as much of it as a cluster file holds: positions above fall in the
+        // last partition); the B+tree's u64 keys by value over 0..2^32.
+        let key_space = if a.service == "kv" {
+            partita_config::INT_MAX
+        } else {
+            1 << 32
+        };
         let mut c = if a.service == "chirper" {
             a.partitioning.apply_chirper(c, &a.scheme)?
         } else {

@@ -62,11 +62,13 @@ pub struct SimArgs {
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=604_800_000))]
     session_lease_ms: Option<u64>,
     /// P-SMR (paper 002): N worker threads per replica in every seed without
-    /// speculation or partitioning (0: none). Default: a third of those seeds draw 1
-    /// to 4, half of them optimistic.
+    /// speculation (0: none); in a partitioned seed each partition's replicas split
+    /// its keys, without rings. Default: a third of those seeds draw 1 to 4, half of
+    /// the unpartitioned ones optimistic.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=64))]
     threads: Option<u64>,
-    /// With --threads: clients map commands optimistically (opt-PSMR).
+    /// With --threads: clients map commands optimistically (opt-PSMR; in
+    /// unpartitioned seeds).
     #[arg(long, requires = "threads")]
     optimistic: bool,
     /// Multi-Ring Paxos (paper 002): N rings in every seed (0: one stream; a

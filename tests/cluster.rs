@@ -629,10 +629,20 @@ fn bad_performance_options_are_refused_before_anything_starts() {
             "2 P-SMR worker threads take one ring each",
         ),
         (
-            &["up", "--threads", "2", "--partitions", "2"][..],
-            "do not combine with state partitioning",
+            &["up", "--threads", "2", "--partitions", "2", "--optimistic"][..],
+            "opt-PSMR inside partitions is not built",
         ),
         (&["up", "--optimistic"][..], "--threads"),
+        (
+            &[
+                "up",
+                "--partitions",
+                "2",
+                "--key-space",
+                "18446744073709551615",
+            ][..],
+            "partitioning.key_space",
+        ),
         (
             &[
                 "node",

@@ -4,7 +4,8 @@
 //! key-value format); the history must be linearizable under the key-value model with
 //! revisions, and the replicas must converge. The control: the same run on a cluster
 //! started with `--unsafe lose-acked-writes` must be reported as a violation by the
-//! checker (not merely fail).
+//! checker (not merely fail). A third run executes with P-SMR's worker threads (reads
+//! on the threads, writes with every thread stopped: see `partita_kv::service`).
 
 use partita_client::node_status;
 use partita_config::{ClusterConfig, Durability};
@@ -18,9 +19,16 @@ fn exe() -> PathBuf {
 }
 
 fn start(dir: &Path, args: &[String]) -> LocalCluster {
+    start_with(dir, args, 0)
+}
+
+fn start_with(dir: &Path, args: &[String], threads: usize) -> LocalCluster {
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
     cfg.cluster.service = "kv".into();
     cfg.cluster.durability = Durability::Memory;
+    if threads > 0 {
+        cfg = cfg.with_psmr(threads, false, u32::MAX.into()).unwrap();
+    }
     let file = dir.join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     LocalCluster::start_with(&exe(), &file, &cfg, dir, args, None).unwrap()
@@ -76,6 +84,39 @@ async fn kv_histories_on_a_real_cluster_are_linearizable() {
         matches!(report, partita_checker::ServiceReport::Kv(_)),
         "the history names its service"
     );
+    assert!(report.is_linearizable(), "{report}");
+    lc.stop(Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_histories_with_psmr_threads_are_linearizable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lc = start_with(dir.path(), &[], 2);
+    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let history = dir.path().join("kv.jsonl");
+    let ops = load(&lc.cluster, 6, 3.0, &history).await;
+    assert!(ops > 200, "only {ops} operations in 3 s");
+    let digests = converged(&lc.cluster).await;
+    assert_eq!(digests[0], digests[1], "replicas diverge");
+    for r in lc.cluster.with_role(partita_config::Role::Replica) {
+        let s = node_status(lc.cluster.addr(r), Duration::from_secs(1))
+            .await
+            .expect("a status");
+        let c = |name: &str| {
+            s.counters
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or(0, |(_, v)| *v)
+        };
+        let (alone, synchronous) = (c("psmr_parallel"), c("psmr_synchronous"));
+        eprintln!("replica {r}: P-SMR {alone} reads alone, {synchronous} synchronous");
+        assert!(
+            alone > 20 && synchronous > 20,
+            "replica {r}: {:?}",
+            s.counters
+        );
+    }
+    let report = partita_checker::check_history_file(&history, &Default::default()).unwrap();
     assert!(report.is_linearizable(), "{report}");
     lc.stop(Duration::from_secs(10));
 }

@@ -7,7 +7,9 @@
 //! execution with early replies: each partition's answerer replies tentatively and
 //! confirms later, and clients merge only confirmed sub-results of one instance. A
 //! fourth puts two standalone batchers in front of the leader: every client enters
-//! through one of them.
+//! through one of them. A fifth runs P-SMR inside the partitions (paper 002's worker
+//! threads at every replica of paper 001's partitions): each replica's two threads
+//! split its partition's keys, and both must have run commands alone.
 //!
 //! The checks' controls: `crates/checker` rejects paper 001's Figure 4 history, and the
 //! simulator's `independent-partitions` control shows that sub-commands ordered
@@ -27,6 +29,10 @@ fn exe() -> PathBuf {
 }
 
 async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
+    judge_with(protocol, early_replies, batchers, 0).await
+}
+
+async fn judge_with(protocol: Protocol, early_replies: bool, batchers: u32, threads: usize) {
     let dir = tempfile::tempdir().unwrap();
     let preload = 100;
     let key_space = 2 * preload;
@@ -39,6 +45,9 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
     cfg.cluster.durability = Durability::Fsync;
     cfg.execution.speculative = early_replies;
     cfg.execution.early_replies = early_replies;
+    if threads > 0 {
+        cfg = cfg.with_psmr(threads, false, key_space - 1).unwrap();
+    }
     let file = dir.path().join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     let cfg = ClusterConfig::load(&file).unwrap();
@@ -177,6 +186,28 @@ async fn judge(protocol: Protocol, early_replies: bool, batchers: u32) {
             );
         }
     }
+    if threads > 0 {
+        // Every replica ran commands on its threads alone (reads and updates of its
+        // partition's keys) and in synchronous mode (inserts, deletes, crossing ranges).
+        for r in layout.replicas.iter().flatten() {
+            let s = node_status(cfg.addr(*r), Duration::from_secs(1))
+                .await
+                .expect("a status");
+            let c = |name: &str| {
+                s.counters
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map_or(0, |(_, v)| *v)
+            };
+            let (parallel, synchronous) = (c("psmr_parallel"), c("psmr_synchronous"));
+            eprintln!("replica {r}: P-SMR {parallel} alone, {synchronous} synchronous");
+            assert!(
+                parallel > 20 && synchronous > 20,
+                "replica {r}: P-SMR threads unused: {:?}",
+                s.counters
+            );
+        }
+    }
     for b in cfg.membership().batchers {
         let s = node_status(cfg.addr(b), Duration::from_secs(1))
             .await
@@ -221,6 +252,11 @@ async fn partitioned_cluster_with_batchers_is_linearizable_and_converges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_cluster_with_early_replies_is_linearizable_and_converges() {
     judge(Protocol::RingPaxos, true, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_cluster_with_psmr_threads_is_linearizable_and_converges() {
+    judge_with(Protocol::RingPaxos, false, 0, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

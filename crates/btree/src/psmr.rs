@@ -6,7 +6,9 @@
 //! Threads t_0..t_{K-1} own contiguous key ranges: key `k` of the key space
 //! `0..=key_max` belongs to t_⌊k·K/(key_max+1)⌋ (the paper's ⌊kK/M⌋ with M+1, so that
 //! `key_max` itself maps to the last thread); keys above `key_max` belong to the last
-//! thread. Group g_i is delivered by t_i alone; [`Groups::All`] (g_all) by every
+//! thread. A replica of one partition splits its partition's keys
+//! `key_min..=key_max` alike, from `key_min` (keys below it belong to the first
+//! thread). Group g_i is delivered by t_i alone; [`Groups::All`] (g_all) by every
 //! thread, as a barrier.
 
 use crate::hooks::SafetyCheck;
@@ -28,25 +30,25 @@ pub enum Groups {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyPartition {
     threads: usize,
+    key_min: u64,
     key_max: u64,
 }
 
 impl KeyPartition {
     /// `threads` workers over the keys `0..=key_max`.
     pub fn new(threads: usize, key_max: u64) -> Result<KeyPartition, String> {
-        if threads == 0 {
-            return Err("a P-SMR replica needs at least one worker thread".into());
-        }
-        if threads > 1024 {
-            return Err(format!("{threads} worker threads: at most 1024"));
-        }
-        if (threads as u128) > key_max as u128 + 1 {
-            return Err(format!(
-                "{threads} worker threads over the {} keys 0..={key_max}: every thread needs a key",
-                key_max as u128 + 1
-            ));
-        }
-        Ok(KeyPartition { threads, key_max })
+        KeyPartition::of(&partita_service::ThreadLayout::new(threads, key_max)?)
+    }
+
+    /// The workers of a replica's layout.
+    pub fn of(layout: &partita_service::ThreadLayout) -> Result<KeyPartition, String> {
+        let l =
+            partita_service::ThreadLayout::within(layout.threads, layout.key_min, layout.key_max)?;
+        Ok(KeyPartition {
+            threads: l.threads,
+            key_min: l.key_min,
+            key_max: l.key_max,
+        })
     }
 
     pub fn threads(&self) -> usize {
@@ -57,24 +59,33 @@ impl KeyPartition {
         self.key_max
     }
 
+    /// The keys the threads split.
+    fn span(&self) -> u128 {
+        self.key_max as u128 - self.key_min as u128 + 1
+    }
+
     /// The thread whose range holds `key`.
     pub fn thread_of(&self, key: u64) -> usize {
         if key > self.key_max {
             return self.threads - 1;
         }
-        (key as u128 * self.threads as u128 / (self.key_max as u128 + 1)) as usize
+        let Some(k) = key.checked_sub(self.key_min) else {
+            return 0;
+        };
+        (k as u128 * self.threads as u128 / self.span()) as usize
     }
 
     /// The first key of thread `t` (`t` may be `threads`: one past the key space).
     fn first_key(&self, t: usize) -> u128 {
-        // Smallest k with ⌊k·K/(M+1)⌋ ≥ t, i.e. ⌈t·(M+1)/K⌉.
-        (t as u128 * (self.key_max as u128 + 1)).div_ceil(self.threads as u128)
+        // Smallest k with ⌊(k−m)·K/S⌋ ≥ t, i.e. m + ⌈t·S/K⌉.
+        self.key_min as u128 + (t as u128 * self.span()).div_ceil(self.threads as u128)
     }
 
-    /// The keys thread `t` owns (the last thread's range runs to `u64::MAX`).
+    /// The keys thread `t` owns (the first thread's range runs from 0, the last
+    /// thread's to `u64::MAX`).
     pub fn range(&self, t: usize) -> RangeInclusive<u64> {
         assert!(t < self.threads, "thread {t} of {}", self.threads);
-        let lo = self.first_key(t) as u64;
+        let lo = if t == 0 { 0 } else { self.first_key(t) as u64 };
         let hi = if t + 1 == self.threads {
             u64::MAX
         } else {
@@ -191,12 +202,24 @@ mod tests {
 
     #[test]
     fn ranges_tile_the_key_space_and_agree_with_thread_of() {
-        for (threads, key_max) in [(1, 0), (1, 99), (3, 9), (4, 99), (8, 9_999_999), (7, 6)] {
-            let p = KeyPartition::new(threads, key_max).unwrap();
+        for (threads, key_min, key_max) in [
+            (1, 0, 0),
+            (1, 0, 99),
+            (3, 0, 9),
+            (4, 0, 99),
+            (8, 0, 9_999_999),
+            (7, 0, 6),
+            // A partition's part of the key space.
+            (2, 50, 99),
+            (3, 1 << 31, (1 << 32) - 1),
+            (4, u64::MAX - 3, u64::MAX),
+        ] {
+            let layout = partita_service::ThreadLayout::within(threads, key_min, key_max);
+            let p = KeyPartition::of(&layout.unwrap()).unwrap();
             let mut next = 0u64;
             for t in 0..threads {
                 let r = p.range(t);
-                assert_eq!(*r.start(), next, "{threads} threads, key_max {key_max}");
+                assert_eq!(*r.start(), next, "{threads} threads, {key_min}..={key_max}");
                 assert!(r.start() <= r.end());
                 assert_eq!(p.thread_of(*r.start()), t);
                 if t + 1 < threads {
@@ -208,7 +231,23 @@ mod tests {
             }
             assert_eq!(p.thread_of(key_max), threads - 1);
             assert_eq!(p.thread_of(u64::MAX), threads - 1);
+            assert_eq!(p.thread_of(key_min), 0);
+            // Every thread owns as many of the partition's keys as another, to one.
+            let span = key_max as u128 - key_min as u128 + 1;
+            for t in 0..threads {
+                let r = p.range(t);
+                let (lo, hi) = ((*r.start()).max(key_min), (*r.end()).min(key_max));
+                let owned = hi as u128 - lo as u128 + 1;
+                assert!(owned * threads as u128 >= span - threads as u128);
+                assert!(owned * threads as u128 <= span + threads as u128);
+            }
         }
+        // Two partitions of 2^32 keys, two threads each: the second partition's threads
+        // split its half.
+        let second = partita_service::ThreadLayout::within(2, 1 << 31, (1 << 32) - 1).unwrap();
+        let p = KeyPartition::of(&second).unwrap();
+        assert_eq!(p.thread_of((1 << 31) + (1 << 30) - 1), 0);
+        assert_eq!(p.thread_of((1 << 31) + (1 << 30)), 1);
         // The paper's setting: 8 threads over 10 million keys, 1.25 million each.
         let p = KeyPartition::new(8, 9_999_999).unwrap();
         assert_eq!(p.range(1), 1_250_000..=2_499_999);

@@ -173,7 +173,7 @@ impl StateMachine for BPlusTree {
     }
 
     fn thread_group(op: &Op, layout: &ThreadLayout, optimistic: bool) -> Option<usize> {
-        let part = KeyPartition::new(layout.threads, layout.key_max).ok()?;
+        let part = KeyPartition::of(layout).ok()?;
         let groups = if optimistic {
             part.oc_g(op)
         } else {
@@ -186,7 +186,7 @@ impl StateMachine for BPlusTree {
     }
 
     fn thread_check(&self, op: &Op, t: usize, layout: &ThreadLayout) -> Result<(), String> {
-        let part = KeyPartition::new(layout.threads, layout.key_max)?;
+        let part = KeyPartition::of(layout)?;
         part.verdict(self, t, op).reason(t)
     }
 

@@ -356,6 +356,6 @@ pub(crate) fn shared<'a>(
     tree: &'a mut BPlusTree,
     layout: &ThreadLayout,
 ) -> Option<Box<dyn SharedExecution<BPlusTree> + 'a>> {
-    let part = KeyPartition::new(layout.threads, layout.key_max).ok()?;
+    let part = KeyPartition::of(layout).ok()?;
     Some(Box::new(SharedTree::new(tree, part)))
 }

@@ -73,7 +73,7 @@ use partita_consensus::{
 };
 use partita_smr::ThreadLayout;
 pub use partita_types::{Durability, Mode};
-use partita_types::{FieldError, NodeId, PartitionLayout, PartitionMap};
+use partita_types::{FieldError, NodeId, PartitionId, PartitionLayout, PartitionMap};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -393,6 +393,9 @@ pub struct ExecutionSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spin_us: Option<u64>,
 }
+
+/// The largest integer a cluster file holds (TOML's integers are 64-bit signed).
+pub const INT_MAX: u64 = i64::MAX as u64;
 
 /// [`ExecutionSection::spin_us`]'s default: right for this project's 2-core machines,
 /// where a whole cluster shares the cores.
@@ -825,6 +828,17 @@ impl ClusterConfig {
                 );
             }
         }
+        for (field, n) in [
+            ("partitioning.key_space", Some(self.partitioning.key_space)),
+            ("execution.key_max", self.execution.key_max),
+        ] {
+            if n.is_some_and(|n| n > INT_MAX) {
+                return f(
+                    field,
+                    format!("must be at most {INT_MAX} (the largest integer a cluster file holds)"),
+                );
+            }
+        }
         let map = PartitionMap::new(self.partitioning.partitions, self.partitioning.key_space)
             .map_err(|m| FieldError::new("partitioning", m))?;
         for n in &self.nodes {
@@ -878,10 +892,29 @@ impl ClusterConfig {
                 );
             }
             if map.is_partitioned() {
-                return f(
-                    "execution.threads",
-                    "P-SMR worker threads do not combine with state partitioning (yet)".into(),
-                );
+                // Each partition's replicas split their partition's keys.
+                for p in 0..map.count() {
+                    if let Err(m) = self.psmr_layout_within(p) {
+                        return f("execution.threads", format!("partition {p}: {m}"));
+                    }
+                }
+                if self.execution.optimistic {
+                    return f(
+                        "execution.optimistic",
+                        "opt-PSMR inside partitions is not built (its clients would map a \
+                         command spanning partitions by each partition's threads): use \
+                         P-SMR (optimistic = false) with partitions"
+                            .into(),
+                    );
+                }
+                if self.ordering.multiring().is_some() {
+                    return f(
+                        "execution.threads",
+                        "P-SMR worker threads inside partitions over Multi-Ring Paxos is not \
+                         built (rings serve either the partitions or the threads' groups)"
+                            .into(),
+                    );
+                }
             }
         } else if self.execution.optimistic {
             return f(
@@ -2022,11 +2055,34 @@ impl ClusterConfig {
             .unwrap_or(self.partitioning.key_space.saturating_sub(1))
     }
 
-    /// P-SMR's worker threads (`None`: sequential execution).
+    /// P-SMR's worker threads (`None`: sequential execution), over the whole key space
+    /// `0..=key_max`.
     pub fn psmr_layout(&self) -> Option<ThreadLayout> {
         (self.execution.threads > 0)
             .then(|| ThreadLayout::new(self.execution.threads, self.psmr_key_max()).ok())
             .flatten()
+    }
+
+    /// The worker threads of a replica of partition `p`: with state partitioning they
+    /// split the partition's part of `0..=key_max` (paper 001's partitions, each
+    /// replica running paper 002's threads), else the whole of it.
+    pub fn psmr_layout_of(&self, p: PartitionId) -> Option<ThreadLayout> {
+        let whole = self.psmr_layout()?;
+        match self.partition_map().is_partitioned() {
+            false => Some(whole),
+            true => self.psmr_layout_within(p).ok(),
+        }
+    }
+
+    fn psmr_layout_within(&self, p: PartitionId) -> Result<ThreadLayout, String> {
+        let (lo, hi) = self.partition_map().range(p);
+        let key_max = self.psmr_key_max();
+        if lo > key_max {
+            return Err(format!(
+                "its keys start at {lo}, past the threads' key_max {key_max}"
+            ));
+        }
+        ThreadLayout::within(self.execution.threads, lo, hi.min(key_max))
     }
 
     /// What a client needs of this cluster: where commands enter (in the order a
@@ -2119,7 +2175,7 @@ impl ClusterConfig {
             checkpoint: self.checkpoint_config(),
             early_replies: self.execution.early_replies,
             speculative: self.execution.speculative,
-            psmr: self.psmr_layout(),
+            psmr: self.psmr_layout_of(self.node(id).and_then(|n| n.partition).unwrap_or(0)),
             ordering: self.ordering_setup(),
             genesis: self.genesis(),
         }
@@ -2322,6 +2378,12 @@ impl ClusterConfig {
             return Err("every partition needs at least one replica".into());
         }
         PartitionMap::new(partitions, key_space)?;
+        if key_space > INT_MAX {
+            return Err(format!(
+                "partitioning.key_space must be at most {INT_MAX} (the largest integer a \
+                 cluster file holds)"
+            ));
+        }
         self.nodes.retain(|n| !n.roles.contains(&Role::Replica));
         for p in 0..partitions {
             for _ in 0..per_partition {

@@ -20,8 +20,25 @@
 //! carry the same mod revision, and a merged reply reports the largest revision of the
 //! partitions that answered. A store-wide revision across partitions (as etcd's) would
 //! need every write to be ordered with every partition.
+//!
+//! **P-SMR** (paper 002 §III-F): etcd's revisions make every write depend on every
+//! other command. A write takes the next store-wide revision only if it changes
+//! something (a delete of nothing takes none), so a write's revision depends on
+//! every write ordered before it, and every reply reports the store's revision,
+//! which depends on every write before it. CC-G therefore sends every write to g_all
+//! (it runs with every thread stopped, at its place in the order) and a read to one
+//! thread, chosen by a hash of its first key: reads commute with reads, and between
+//! two writes every thread reads the same store. Reads run at the same time on OS
+//! threads through [`KvStore::read`]. The lease reads go to g_all too, since they read
+//! ordered time, which under P-SMR reaches the store only where a lease may expire
+//! ([`StateMachine::time_changes`]). opt-PSMR has nothing to add: no check could let a
+//! write run beside another command, so OC-G maps as CC-G does and every safety check
+//! fails. A workload gains from threads in proportion to its reads.
 
-use partita_service::{Access, ExecutionWork, MergeError, Objects, SplitError, StateMachine};
+use partita_service::{
+    stable_hash, Access, ExecutionWork, MergeError, Objects, Shared, SharedExecution, SplitError,
+    StateMachine, ThreadLayout,
+};
 use partita_types::{mask_partitions, PartitionId, PartitionMap};
 use std::ops::Bound;
 
@@ -83,6 +100,50 @@ pub fn is_lease_command(cmd: &KvCommand) -> bool {
             | KvCommand::LeaseTimeToLive(_)
             | KvCommand::LeaseLeases
     )
+}
+
+/// Whether `cmd` reads keys, the history or the hash and nothing else
+/// ([`KvStore::read`] answers it): what P-SMR runs on one thread.
+fn reads_alone(cmd: &KvCommand) -> bool {
+    match cmd {
+        KvCommand::Range(_) | KvCommand::Events(_) | KvCommand::Hash(_) => true,
+        KvCommand::Txn(_) => is_read_only(cmd),
+        KvCommand::Batch(cmds) => cmds.iter().all(reads_alone),
+        _ => false,
+    }
+}
+
+/// The first key `cmd` names, if any.
+fn first_key(cmd: &KvCommand) -> Option<&[u8]> {
+    fn op_key(op: &RequestOp) -> &[u8] {
+        match op {
+            RequestOp::Put(p) => &p.key,
+            RequestOp::Range(r) => &r.key,
+            RequestOp::DeleteRange(d) => &d.key,
+        }
+    }
+    match cmd {
+        KvCommand::Put(p) => Some(&p.key),
+        KvCommand::Range(r) => Some(&r.key),
+        KvCommand::DeleteRange(d) => Some(&d.key),
+        KvCommand::Txn(t) => t
+            .compare
+            .first()
+            .map(|c| c.key.as_slice())
+            .or_else(|| t.success.iter().chain(&t.failure).next().map(op_key)),
+        KvCommand::Batch(cmds) => cmds.iter().find_map(first_key),
+        _ => None,
+    }
+}
+
+/// P-SMR on OS threads: the store as the worker threads share it, for reads only
+/// (every write runs with the threads stopped).
+struct Reads<'a>(&'a KvStore);
+
+impl SharedExecution<KvStore> for Reads<'_> {
+    fn execute(&self, _t: usize, cmd: &KvCommand, _check: bool) -> Shared<KvReply> {
+        self.0.read(cmd).map_or(Shared::Alone, Shared::Done)
+    }
 }
 
 /// The object id of the store-wide revision in [`StateMachine::access`] (a key whose
@@ -147,6 +208,36 @@ impl StateMachine for KvStore {
 
     fn advance_time(&mut self, now_ms: u64) -> Option<KvUndo> {
         KvStore::advance_time(self, now_ms)
+    }
+
+    /// Only a lease's expiry changes the store with time.
+    fn time_changes(&self, now_ms: u64) -> bool {
+        self.lease_due(now_ms)
+    }
+
+    /// P-SMR (see the module's section): a read to one thread, chosen by its first
+    /// key; everything that writes, and the lease reads, to g_all. The same for OC-G:
+    /// no check could let a write run beside anything (below).
+    fn thread_group(cmd: &KvCommand, layout: &ThreadLayout, _optimistic: bool) -> Option<usize> {
+        if !reads_alone(cmd) {
+            return None;
+        }
+        let key = first_key(cmd).unwrap_or_default();
+        Some((stable_hash(key) % layout.threads.max(1) as u64) as usize)
+    }
+
+    /// Never: every write takes the store-wide revision, which every other command
+    /// reads (see the module's section on P-SMR).
+    fn thread_check(&self, _cmd: &KvCommand, _t: usize, _l: &ThreadLayout) -> Result<(), String> {
+        Err(
+            "a write takes the next store-wide revision, which every command reads: it \
+             runs with every thread stopped"
+                .into(),
+        )
+    }
+
+    fn shared(&mut self, _layout: &ThreadLayout) -> Option<Box<dyn SharedExecution<Self> + '_>> {
+        Some(Box::new(Reads(self)))
     }
 
     fn execute_undoable(&mut self, cmd: &KvCommand) -> (KvReply, KvUndo) {

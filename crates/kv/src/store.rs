@@ -248,6 +248,11 @@ impl KvStore {
     }
 
     /// Ordered time (ms) of the newest value executed.
+    /// Whether a lease expires at or before `now_ms`.
+    pub fn lease_due(&self, now_ms: u64) -> bool {
+        self.leases.due(now_ms).is_some()
+    }
+
     pub fn now_ms(&self) -> u64 {
         self.now_ms
     }
@@ -567,8 +572,56 @@ impl KvStore {
         }
     }
 
+    /// A command that reads the keys, the history or the hash and nothing else, on the
+    /// store as it is: its reply, as [`KvStore::execute`] gives it (which answers such
+    /// commands here). `None` for every other command: writes, and the lease reads,
+    /// which read ordered time. P-SMR's worker threads run these at the same time
+    /// (see the service's `shared`).
+    pub fn read(&self, cmd: &KvCommand) -> Option<KvReply> {
+        let error = |error| {
+            KvReply::Error(ErrorResponse {
+                error,
+                revision: self.revision,
+            })
+        };
+        Some(match cmd {
+            KvCommand::Range(r) => self
+                .range(r, self.revision)
+                .map_or_else(error, KvReply::Range),
+            KvCommand::Events(e) => KvReply::Events(self.read_events(e)),
+            KvCommand::Hash(h) => self.hash(h).map_or_else(error, KvReply::Hash),
+            KvCommand::Txn(t) if is_read_only(cmd) => {
+                let read = || -> Result<TxnResponse, KvError> {
+                    let (succeeded, ops) = self.txn_branch(t)?;
+                    let mut responses = Vec::with_capacity(ops.len());
+                    for op in ops {
+                        let RequestOp::Range(r) = op else {
+                            unreachable!("a read-only transaction only reads")
+                        };
+                        responses.push(ResponseOp::Range(self.range(r, self.revision)?));
+                    }
+                    Ok(TxnResponse {
+                        succeeded,
+                        responses,
+                        revision: self.revision,
+                    })
+                };
+                read().map_or_else(error, KvReply::Txn)
+            }
+            KvCommand::Batch(cmds) => KvReply::Batch(
+                cmds.iter()
+                    .map(|c| self.read(c))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            _ => return None,
+        })
+    }
+
     /// Execute `cmd` (which [`check`] accepted) and return its reply and what undoes it.
     pub fn execute(&mut self, cmd: &KvCommand) -> (KvReply, KvUndo) {
+        if let Some(reply) = self.read(cmd) {
+            return (reply, KvUndo::at(self.revision, self.compacted));
+        }
         if let KvCommand::Batch(cmds) = cmd {
             // Each request as if alone: its own revision when it changes something.
             let mut undo = KvUndo::at(self.revision, self.compacted);
@@ -594,11 +647,9 @@ impl KvStore {
             KvCommand::Put(p) => self
                 .check_put_lease(p)
                 .map(|()| KvReply::Put(self.put(p, &mut w))),
-            KvCommand::Range(r) => self.range(r, self.revision).map(KvReply::Range),
             KvCommand::DeleteRange(d) => Ok(KvReply::DeleteRange(self.delete_range(d, &mut w))),
             KvCommand::Txn(t) => self.txn(t, &mut w).map(KvReply::Txn),
             KvCommand::Compact(c) => Ok(KvReply::Compact(self.compact(c, &mut w.undo))),
-            KvCommand::Events(e) => Ok(KvReply::Events(self.read_events(e))),
             KvCommand::LeaseGrant(g) => self.grant(g, &mut w).map(KvReply::LeaseGrant),
             KvCommand::LeaseRevoke(l) => match self.leases.contains(l.id) {
                 true => {
@@ -617,11 +668,13 @@ impl KvStore {
                 Ok(KvReply::LeaseKeepAlive(self.keep_alive(l.id, &mut w)))
             }
             KvCommand::LeaseTimeToLive(l) => Ok(KvReply::LeaseTimeToLive(self.time_to_live(l))),
-            KvCommand::Hash(h) => self.hash(h).map(KvReply::Hash),
             KvCommand::LeaseLeases => Ok(KvReply::LeaseLeases(LeaseLeasesResponse {
                 ids: self.leases.ids().collect(),
                 revision: self.revision,
             })),
+            KvCommand::Range(_) | KvCommand::Events(_) | KvCommand::Hash(_) => {
+                unreachable!("answered by read")
+            }
             KvCommand::Batch(_) => unreachable!("handled above"),
         };
         let reply = result.unwrap_or_else(|error| {
@@ -948,11 +1001,12 @@ impl KvStore {
         }
     }
 
-    fn txn(&mut self, t: &TxnRequest, w: &mut Writes) -> Result<TxnResponse, KvError> {
+    /// A transaction's compares, and the branch they choose, checked as etcd does: the
+    /// branch's puts name leases that exist, and its ranges revisions that are kept and
+    /// not in the future, or nothing runs.
+    fn txn_branch<'t>(&self, t: &'t TxnRequest) -> Result<(bool, &'t [RequestOp]), KvError> {
         let succeeded = t.compare.iter().all(|c| self.compare(c));
         let ops = if succeeded { &t.success } else { &t.failure };
-        // As etcd: the branch's puts name leases that exist, and its ranges revisions
-        // that are kept and not in the future, or nothing runs.
         for op in ops {
             match op {
                 RequestOp::Put(p) => self.check_put_lease(p)?,
@@ -965,6 +1019,11 @@ impl KvStore {
                 _ => {}
             }
         }
+        Ok((succeeded, ops))
+    }
+
+    fn txn(&mut self, t: &TxnRequest, w: &mut Writes) -> Result<TxnResponse, KvError> {
+        let (succeeded, ops) = self.txn_branch(t)?;
         let mut responses = Vec::with_capacity(ops.len());
         for op in ops {
             responses.push(match op {

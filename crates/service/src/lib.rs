@@ -384,8 +384,9 @@ pub trait StateMachine: Sized + Send + 'static {
 
     /// Whether the state depends on ordered time ([`StateMachine::advance_time`]):
     /// its orderings then move ordered time at least every
-    /// [`StateMachine::TICK_MS`] while idle, and P-SMR hands every value's time to the
-    /// state as a step of every thread.
+    /// [`StateMachine::TICK_MS`] while idle, and P-SMR hands a value's time to the
+    /// state as a step of every thread where [`StateMachine::time_changes`] says it
+    /// may change something.
     const TIMED: bool = false;
 
     /// How often ordered time must move while nothing is ordered, for a
@@ -401,6 +402,16 @@ pub trait StateMachine: Sized + Send + 'static {
     /// [`StateMachine::execute`]: never read a local clock.
     fn advance_time(&mut self, _now_ms: u64) -> Option<Self::Undo> {
         None
+    }
+
+    /// Whether moving ordered time to `now_ms` may change this state (a lease would
+    /// expire by then), for a [`StateMachine::TIMED`] service. P-SMR asks it when a
+    /// value arrives while commands of single threads are queued, and hands the value's
+    /// time to the state as a step of every thread only where the answer is `true`;
+    /// otherwise the state's time moves later, before the next command that runs with
+    /// every thread stopped. The default, always, is right for every timed service.
+    fn time_changes(&self, _now_ms: u64) -> bool {
+        true
     }
 
     /// Apply a genesis command: the service's initial contents or configuration, the
@@ -470,8 +481,11 @@ pub trait StateMachine: Sized + Send + 'static {
     /// (static dependencies only: commands that may change the state's shape go to one
     /// thread too, and must pass [`StateMachine::thread_check`]); otherwise CC-G. A
     /// single-thread answer of CC-G must be safe without any check: two commands CC-G
-    /// sends to different threads never touch the same data. The default sends every
-    /// command to g_all, which is always safe (and runs like SMR).
+    /// sends to different threads never touch the same data. For a
+    /// [`StateMachine::TIMED`] service, a command sent to one thread must neither read
+    /// ordered time nor change what [`StateMachine::time_changes`] answers (its time
+    /// reaches the state lazily under P-SMR). The default sends every command to g_all,
+    /// which is always safe (and runs like SMR).
     fn thread_group(
         _cmd: &Self::Command,
         _layout: &ThreadLayout,
@@ -565,11 +579,14 @@ pub trait ObjectPlacement: Send {
 }
 
 /// P-SMR: a replica's worker threads over the service's key space (paper 002
-/// §III-F): thread `t` owns the positions `⌊t·(key_max+1)/threads⌋ ..` up to the next
-/// thread's first (positions above `key_max` belong to the last thread).
+/// §III-F), or over its partition's part of it: thread `t` owns the positions from
+/// `key_min + ⌈t·(key_max−key_min+1)/threads⌉` up to the next thread's first
+/// (positions below `key_min` belong to the first thread, above `key_max` to the
+/// last).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ThreadLayout {
     pub threads: usize,
+    pub key_min: u64,
     pub key_max: u64,
 }
 
@@ -619,19 +636,32 @@ pub const THREADS_MAX: usize = 64;
 impl ThreadLayout {
     /// `threads` workers over the positions `0..=key_max`.
     pub fn new(threads: usize, key_max: u64) -> Result<ThreadLayout, String> {
+        ThreadLayout::within(threads, 0, key_max)
+    }
+
+    /// `threads` workers over the positions `key_min..=key_max` (a partition's).
+    pub fn within(threads: usize, key_min: u64, key_max: u64) -> Result<ThreadLayout, String> {
         if threads == 0 {
             return Err("a P-SMR replica needs at least one worker thread".into());
         }
         if threads > THREADS_MAX {
             return Err(format!("{threads} worker threads: at most {THREADS_MAX}"));
         }
-        if threads as u128 > key_max as u128 + 1 {
+        if key_min > key_max {
+            return Err(format!("no keys in {key_min}..={key_max}"));
+        }
+        let keys = key_max as u128 - key_min as u128 + 1;
+        if threads as u128 > keys {
             return Err(format!(
-                "{threads} worker threads over the {} keys 0..={key_max}: every thread needs a key",
-                key_max as u128 + 1
+                "{threads} worker threads over the {keys} keys {key_min}..={key_max}: every \
+                 thread needs a key"
             ));
         }
-        Ok(ThreadLayout { threads, key_max })
+        Ok(ThreadLayout {
+            threads,
+            key_min,
+            key_max,
+        })
     }
 
     /// Every thread's bit.

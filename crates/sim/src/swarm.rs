@@ -1099,13 +1099,17 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
     });
     // P-SMR: its own stream, so that seeds without it run as they did before.
     let mut trng = stream(seed, STREAM_PSMR);
-    let (psmr_threads, psmr_optimistic) = if speculative || partitions > 1 || ds.is_some() {
+    // Inside partitions: P-SMR (each partition's replicas split its keys), not
+    // opt-PSMR, and not with fixed rings (rings serve partitions or threads, not both).
+    let alone = partitions == 1;
+    let rings_fixed = matches!(opts.rings, RingsChoice::Fixed(n) if n > 0);
+    let (psmr_threads, psmr_optimistic) = if speculative || ds.is_some() || !alone && rings_fixed {
         (0, false)
     } else {
         match opts.psmr {
             PsmrChoice::Swarm => {
                 if trng.gen_bool(1.0 / 3.0) {
-                    (trng.gen_range(1..=4usize), trng.gen_bool(0.5))
+                    (trng.gen_range(1..=4usize), trng.gen_bool(0.5) && alone)
                 } else {
                     (0, false)
                 }
@@ -1113,18 +1117,18 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             PsmrChoice::Fixed {
                 threads,
                 optimistic,
-            } => (threads, optimistic && threads > 0),
+            } => (threads, optimistic && threads > 0 && alone),
         }
     };
     // With P-SMR, more keys than a B+tree node holds (30), so that inserts and deletes
-    // split and merge nodes, and leaves straddle the threads' ranges.
-    let client = if psmr_threads > 0 {
-        ClientParams {
-            keys: trng.gen_range(40..=120),
-            ..client
-        }
+    // split and merge nodes, and leaves straddle the threads' ranges (the partitions
+    // then cut the same keys).
+    let (client, key_space) = if psmr_threads > 0 {
+        let keys = trng.gen_range(40..=120);
+        let key_space = if alone { key_space } else { keys };
+        (ClientParams { keys, ..client }, key_space)
     } else {
-        client
+        (client, key_space)
     };
     // Multi-Ring Paxos: its own stream, so that seeds without it run as they did
     // before. Fixed rings turn off what does not combine with them.
@@ -1148,7 +1152,12 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             // Chirper seeds of more than 4 partitions run one stream (a ring per
             // partition would be dozens of acceptors).
             _ if ds.is_some() && partitions > 4 => (0, 1, 5),
-            RingsChoice::Swarm if ring_draw && !speculative && batchers == Batchers::None => {
+            RingsChoice::Swarm
+                if ring_draw
+                    && !speculative
+                    && batchers == Batchers::None
+                    && (alone || psmr_threads == 0) =>
+            {
                 (per_partition_or(rrng.gen_range(2..=3)), m, delta)
             }
             RingsChoice::Fixed(n) if n > 0 => (per_partition_or(n), m, delta),

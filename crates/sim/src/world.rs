@@ -2885,6 +2885,15 @@ impl World {
                 }
             }
         }
+        // P-SMR: commands run by one worker thread alone and with every thread
+        // stopped, summed over the replicas' running incarnations.
+        if self.p.psmr_threads > 0 {
+            for r in self.nodes.iter().filter_map(|n| n.core.as_ref()?.replica()) {
+                let st = r.stats();
+                *counters.entry("psmr_parallel".into()).or_default() += st.psmr_parallel;
+                *counters.entry("psmr_synchronous".into()).or_default() += st.psmr_synchronous;
+            }
+        }
         // GeoPaxos+ and EPaxos: the orderings' counters (EPaxos's recoveries among
         // them), summed over the nodes' running incarnations (a restart starts them
         // over).

@@ -337,6 +337,51 @@ fn psmr_no_barrier_is_caught() {
     eprintln!("psmr-no-barrier caught at seed {seed}: {what}");
 }
 
+/// The same inside partitions (paper 001's partitions, each replica running 3 worker
+/// threads over its partition's keys): the missing barrier is caught there too.
+#[test]
+fn psmr_no_barrier_inside_partitions_is_caught() {
+    let clean = SimOptions {
+        partitioning: PartitionChoice::Fixed(2),
+        ..psmr(false)
+    };
+    let (seed, what) = control_opts("psmr-no-barrier", clean, 0..20);
+    assert!(
+        what.starts_with("linearizability") || what.starts_with("convergence"),
+        "caught by another check: {what}"
+    );
+    eprintln!("psmr-no-barrier (2 partitions) caught at seed {seed}: {what}");
+}
+
+/// P-SMR inside partitions on the B+tree and the key-value store, with the swarm's
+/// faults: every seed passes every check, and the replicas' threads ran commands
+/// alone (reads and updates of their partition's keys; the store's reads) as well as
+/// with every thread stopped.
+#[test]
+fn psmr_inside_partitions_seeds_pass() {
+    for service in [ServiceChoice::Btree, ServiceChoice::Kv] {
+        let o = SimOptions {
+            ops: 400,
+            service,
+            partitioning: PartitionChoice::Fixed(2),
+            ..psmr(false)
+        };
+        let (mut alone, mut synchronous) = (0, 0);
+        for seed in 0..10 {
+            let r = run_seed(seed, &o);
+            assert!(r.passed, "{service:?} seed {seed}: {}", r.one_line());
+            assert_eq!(r.params.partitions, 2);
+            alone += r.counters.get("psmr_parallel").copied().unwrap_or(0);
+            synchronous += r.counters.get("psmr_synchronous").copied().unwrap_or(0);
+        }
+        eprintln!("{service:?}: P-SMR {alone} alone, {synchronous} synchronous");
+        assert!(
+            alone > 500 && synchronous > 100,
+            "{service:?}: {alone}, {synchronous}"
+        );
+    }
+}
+
 #[test]
 fn psmr_check_passes_is_caught() {
     // opt-PSMR with a safety check that always passes: a thread alone splits or merges

@@ -267,6 +267,8 @@ struct Psmr<C> {
     client_last: DetHashMap<ClientId, u64>,
     /// Session opens and renewals queued (they stamp sessions: see `deliver`).
     opens_queued: u64,
+    /// Items queued at every thread (g_all: synchronous mode), time steps included.
+    synchronous_queued: u64,
     /// The newest delivered value's time.
     time_ms: u64,
     /// What runs the worker threads at the same time, from the driver
@@ -340,6 +342,10 @@ impl<T> Slots<T> {
     }
 
     /// The newest queued item.
+    fn values(&self) -> impl Iterator<Item = &T> + '_ {
+        self.slots.iter().flatten()
+    }
+
     fn last(&self) -> Option<&T> {
         self.slots.iter().rev().find_map(Option::as_ref)
     }
@@ -510,6 +516,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             race: None,
             client_last: DetHashMap::default(),
             opens_queued: 0,
+            synchronous_queued: 0,
             time_ms: self.sessions.now_ms(),
             runner: None,
         });
@@ -560,7 +567,12 @@ impl<S: StateMachine> SequentialReplica<S> {
                 for q in &mut p.queues {
                     q.retain(|&d| d != head);
                 }
+                p.synchronous_queued -= 1;
                 self.stats.psmr_synchronous += 1;
+                // With every thread stopped here, the state takes the time of the
+                // value that ordered it, as the sequential replica's did before it
+                // (nothing expires: see `deliver_to_threads`).
+                self.advance_service_time(item.time_ms, None);
             }
         }
         match &item.cmd {
@@ -577,6 +589,18 @@ impl<S: StateMachine> SequentialReplica<S> {
                 self.advance_service_time(item.time_ms, None);
                 self.sessions.set_time(now);
             }
+        }
+        self.caught_up();
+    }
+
+    /// Once every delivered command ran, the state takes the newest value's time, as
+    /// the sequential replica's has (nothing expires then: see
+    /// [`SequentialReplica::deliver_to_threads`]), so that equal positions hold equal
+    /// states.
+    fn caught_up(&mut self) {
+        if let Some(p) = self.psmr.as_ref().filter(|p| p.items.is_empty()) {
+            let t = p.time_ms;
+            self.advance_service_time(t, None);
         }
     }
 
@@ -801,6 +825,7 @@ impl<S: StateMachine> SequentialReplica<S> {
                 self.sessions.set_time(now);
             }
         }
+        self.caught_up();
         true
     }
 
@@ -850,14 +875,23 @@ impl<S: StateMachine> SequentialReplica<S> {
 
     /// Deliver a decided value to the worker threads. Its time comes first: where it
     /// may expire sessions (judged from a state that may lag, see
-    /// [`sessions::Sessions::would_expire`]), it is a g_all step of its own, which
-    /// expires exactly what the sequential replica would at this point.
+    /// [`sessions::Sessions::would_expire`]) or change a timed service's state, it is a
+    /// g_all step of its own, which expires exactly what the sequential replica would
+    /// at this point.
+    ///
+    /// A timed service is asked ([`StateMachine::time_changes`]) only while no g_all
+    /// command waits: the commands queued then are each one thread's, which neither
+    /// read ordered time nor change what it would do (the contract of
+    /// [`StateMachine::thread_group`]), so the state answers as the sequential
+    /// replica's would here. Otherwise the step is taken whatever it brings. Where no
+    /// step is taken the state's time moves later, before the next g_all command or
+    /// once the threads caught up, and nothing expires then (it was asked). Replicas
+    /// may take different steps (their threads lag differently); a step that changes
+    /// nothing changes no result.
     fn deliver_to_threads(&mut self, instance: Instance, value: &Value) {
         let p = self.psmr.as_ref().expect("P-SMR");
         let t = value.time_ms.max(p.time_ms);
-        // A timed service sees every value's time, as a step of every thread (so
-        // alike at every replica, however far its threads lag).
-        let may_expire = S::TIMED
+        let may_expire = S::TIMED && (p.synchronous_queued > 0 || self.state.time_changes(t))
             || self.sessions.lease_ms().is_some()
                 && (p.opens_queued > 0 || self.sessions.would_expire(t));
         let p = self.psmr.as_mut().expect("P-SMR");
@@ -870,6 +904,7 @@ impl<S: StateMachine> SequentialReplica<S> {
             let d = p.next;
             p.next += 1;
             p.queues.iter_mut().for_each(|q| q.push_back(d));
+            p.synchronous_queued += 1;
             p.items.insert(
                 d,
                 PsmrItem {
@@ -902,7 +937,10 @@ impl<S: StateMachine> SequentialReplica<S> {
             };
             match thread {
                 Some(t) => p.queues[t].push_back(d),
-                None => p.queues.iter_mut().for_each(|q| q.push_back(d)),
+                None => {
+                    p.queues.iter_mut().for_each(|q| q.push_back(d));
+                    p.synchronous_queued += 1;
+                }
             }
             p.items.insert(
                 d,
@@ -1047,6 +1085,11 @@ impl<S: StateMachine> SequentialReplica<S> {
                 panic!("P-SMR race check: {race} ({} such commands)", p.races);
             }
             assert_eq!(p.queues.len(), p.layout.threads);
+            assert_eq!(
+                p.synchronous_queued,
+                p.items.values().filter(|i| i.thread.is_none()).count() as u64,
+                "g_all items miscounted"
+            );
             if let Some(last) = p.items.last() {
                 assert!(
                     last.instance <= self.last_instance.max(self.name_max),

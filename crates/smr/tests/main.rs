@@ -4,4 +4,5 @@
 mod checkpoint;
 mod leases;
 mod psmr;
+mod psmr_kv;
 mod speculation;
