@@ -5,7 +5,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use partita_btree::{Op, OpResult};
 use partita_config::{
-    ClusterConfig, Durability, EpaxosSection, Mode, OrderingProtocol, OrderingSection, Role,
+    ClusterConfig, Durability, EpaxosSection, ExecutionModel, ExecutionSection, Mode,
+    OrderingProtocol, OrderingSection, Role,
 };
 use partita_consensus::{Protocol, RingDecision};
 use partita_experiments::reproduction::{self, Outcome};
@@ -189,19 +190,8 @@ struct NemesisArgs {
     /// Inject this many faults together, on distinct nodes, at random times.
     #[arg(long, default_value_t = 1)]
     together: usize,
-    /// Replicas execute Ring Paxos proposals speculatively.
-    #[arg(long)]
-    speculative: bool,
-    /// Speculative replicas reply at once and confirm once decided (needs --speculative).
-    #[arg(long)]
-    early_replies: bool,
-    /// P-SMR (paper 002): this many worker threads per replica over the nemesis's key
-    /// space (on OS threads of their own over one shared B+tree).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=64))]
-    threads: u64,
-    /// opt-PSMR: clients map every command to one thread (needs --threads).
-    #[arg(long, requires = "threads")]
-    optimistic: bool,
+    #[command(flatten)]
+    exec: ExecutionArgs,
     /// Standalone batchers through which every client enters.
     #[arg(long, default_value_t = 0)]
     batchers: u32,
@@ -230,13 +220,10 @@ struct NemesisArgs {
     /// The service under faults: the B+tree, the key-value store (puts, gets,
     /// ranges, deletes and transactions on a few keys, judged under the key-value
     /// model with revisions; with --geo or --epaxos too), or Chirper (paper 003) over
-    /// --partitions data partitions with --scheme, its clients running the swarm's mix
-    /// (moves, creates and deletes under way).
+    /// --partitions data partitions with --execution ssmr or dssmr, its clients running
+    /// the swarm's mix (moves, creates and deletes under way).
     #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "chirper"])]
     service: String,
-    /// With --service chirper: S-SMR or DS-SMR.
-    #[arg(long, default_value = "dssmr", value_parser = ["ssmr", "dssmr"])]
-    scheme: String,
     /// Each node in a network namespace of its own, joined by a bridge, with mutual
     /// TLS, as on separate machines (root; the namespaces are removed at the end).
     /// Needed by the network faults (isolate-coordinator, split-cluster,
@@ -257,7 +244,7 @@ struct NemesisArgs {
     /// operations; a DOP every 2 s moves tree nodes between serializers. Every node
     /// fault may hit any node (each leads a serializer).
     #[arg(long, conflicts_with_all = [
-        "protocol", "ring_decision", "speculative", "early_replies", "threads",
+        "protocol", "ring_decision", "execution", "early_replies", "threads",
         "batchers", "partitions", "rings", "multicast"
     ])]
     geo: bool,
@@ -542,10 +529,6 @@ struct UpArgs {
     /// epaxos) or `chirper` (paper 003). An existing cluster file wins.
     #[arg(long, default_value = "btree", value_parser = ["btree", "kv", "geo-btree", "chirper"])]
     service: String,
-    /// Chirper (paper 003): `dssmr` (the oracle, moves, caches; the oracle gets a
-    /// partition of its own after --partitions data partitions) or `ssmr` (a static map).
-    #[arg(long, default_value = "dssmr", value_parser = ["dssmr", "ssmr"])]
-    scheme: String,
     /// Ordering protocol of a new cluster (an existing cluster file wins).
     #[arg(long, value_parser = choice::<Protocol>(), default_value = "ring-paxos")]
     protocol: Protocol,
@@ -632,16 +615,8 @@ struct PartitionArgs {
     /// Multi-Ring Paxos: instances of each ring per round of the merge (M).
     #[arg(long, default_value_t = 1, requires = "rings")]
     ring_m: u64,
-    /// P-SMR (paper 002): this many worker threads per replica, on OS threads over one
-    /// shared B+tree, each owning an equal range of the keys (0: sequential
-    /// execution). With --rings N, N must equal it: a ring per thread's group and one
-    /// for g_all.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
-    threads: u32,
-    /// opt-PSMR: clients map every command to one thread, which checks it may run it
-    /// alone (needs --threads).
-    #[arg(long, requires = "threads")]
-    optimistic: bool,
+    #[command(flatten)]
+    exec: ExecutionArgs,
     /// The ordering protocol of a new cluster (the cluster file's `[ordering]
     /// protocol`): ring-paxos, multi-paxos, multi-ring (a ring per partition and one
     /// across them, or two over one partition: see --rings), geopaxos+, geopaxos or epaxos (three
@@ -651,19 +626,77 @@ struct PartitionArgs {
     ordering: Option<OrderingProtocol>,
 }
 
-impl PartitionArgs {
-    /// A new Chirper cluster (paper 003) from `c`: `scheme` ("ssmr" or "dssmr", whose
-    /// oracle takes a partition after the data partitions), the `[dssmr]` section's
-    /// default social graph, and these arguments' partitions counted as data
-    /// partitions.
-    fn apply_chirper(&self, mut c: ClusterConfig, scheme: &str) -> anyhow::Result<ClusterConfig> {
-        c.cluster.service = "chirper".into();
-        c.dssmr = Some(partita_config::DssmrSection {
-            scheme: scheme.to_string(),
-            ..Default::default()
+/// How replicas execute, for a new cluster (the cluster file's `[execution]`).
+#[derive(Args, Debug, Clone, Default)]
+struct ExecutionArgs {
+    /// The execution model: sequential, speculative (Ring Paxos proposals executed
+    /// before they are decided: paper 001), psmr or opt-psmr (worker threads, see
+    /// --threads: paper 002), ssmr or dssmr (Chirper's partitions, with DS-SMR's
+    /// oracle taking a partition of its own after the data partitions: paper 003).
+    /// Unset: psmr with --threads, dssmr for Chirper, else sequential.
+    #[arg(long, value_parser = choice::<ExecutionModel>())]
+    execution: Option<ExecutionModel>,
+    /// P-SMR: this many worker threads per replica, on OS threads over the shared
+    /// state, each owning an equal range of the keys (inside partitions, of its
+    /// partition's keys); 2 with --execution psmr or opt-psmr when unset. With --rings
+    /// N, N must equal it: a ring per thread's group and one for g_all.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    threads: Option<u32>,
+    /// With --execution speculative: the chosen replica replies at once, tentatively,
+    /// and confirms once decided (paper 001 §VII).
+    #[arg(long)]
+    early_replies: bool,
+}
+
+impl ExecutionArgs {
+    /// The model for a new cluster of `service`, and its worker threads (0 unless
+    /// P-SMR).
+    fn model(&self, service: &str) -> anyhow::Result<(ExecutionModel, usize)> {
+        let model = self.execution.unwrap_or(match (self.threads, service) {
+            (Some(_), _) => ExecutionModel::Psmr,
+            (None, "chirper") => ExecutionModel::Dssmr,
+            (None, _) => ExecutionModel::Sequential,
         });
+        let psmr = matches!(model, ExecutionModel::Psmr | ExecutionModel::OptPsmr);
+        if self.threads.is_some() && !psmr {
+            bail!("--threads sets P-SMR's worker threads: it needs --execution psmr or opt-psmr, not {model}");
+        }
+        if self.early_replies && model != ExecutionModel::Speculative {
+            bail!("--early-replies needs --execution speculative, not {model}");
+        }
+        let threads = if psmr {
+            self.threads.unwrap_or(2) as usize
+        } else {
+            0
+        };
+        Ok((model, threads))
+    }
+
+    /// The `[execution]` section of a new cluster of `service` whose P-SMR threads
+    /// split `0..=key_max` (S-SMR and DS-SMR with their defaults).
+    fn section(&self, service: &str, key_max: u64) -> anyhow::Result<ExecutionSection> {
+        let (model, threads) = self.model(service)?;
+        Ok(match model {
+            ExecutionModel::Sequential => ExecutionSection::Sequential,
+            ExecutionModel::Speculative => ExecutionSection::speculative(self.early_replies),
+            ExecutionModel::Psmr | ExecutionModel::OptPsmr => {
+                ExecutionSection::psmr(threads, model == ExecutionModel::OptPsmr, Some(key_max))
+            }
+            ExecutionModel::Ssmr => ExecutionSection::Ssmr,
+            ExecutionModel::Dssmr => ExecutionSection::Dssmr(Default::default()),
+        })
+    }
+}
+
+impl PartitionArgs {
+    /// A new Chirper cluster (paper 003) from `c`: S-SMR or DS-SMR (whose oracle takes
+    /// a partition after the data partitions), the default social graph, and these
+    /// arguments' partitions counted as data partitions.
+    fn apply_chirper(&self, mut c: ClusterConfig) -> anyhow::Result<ClusterConfig> {
+        c.cluster.service = "chirper".into();
+        c.chirper = Some(partita_config::ChirperSection::default());
         let mut partitioning = self.clone();
-        if scheme == "dssmr" {
+        if self.exec.model("chirper")?.0 == ExecutionModel::Dssmr {
             partitioning.partitions += 1;
         }
         partitioning.apply(c, 1 << 32)
@@ -699,12 +732,10 @@ impl PartitionArgs {
                 .with_replicas_batching()
                 .map_err(|e| anyhow::anyhow!("--replicas-batch: {e}"))?;
         }
-        if self.threads > 0 {
-            let key_max = self.key_space.unwrap_or(default_key_space).max(1) - 1;
-            c = c
-                .with_psmr(self.threads as usize, self.optimistic, key_max)
-                .map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
-        }
+        let key_max = self.key_space.unwrap_or(default_key_space).max(1) - 1;
+        c.execution = self.exec.section(&c.cluster.service, key_max)?;
+        let c = ClusterConfig::parse(&c.to_toml(), "--execution")
+            .map_err(|e| anyhow::anyhow!("--execution {}: {e}", c.execution.model()))?;
         if let Some(o) = self.ordering {
             return c
                 .with_ordering(o, 3)
@@ -1092,10 +1123,6 @@ struct BenchRunArgs {
     /// data partitions): timeline, post, follow (follow/unfollow 50/50) or mix.
     #[arg(long, value_name = "WORKLOAD", value_parser = ["timeline", "post", "follow", "mix"])]
     chirper: Option<String>,
-    /// With --up and --chirper: S-SMR (static map, no moves) or DS-SMR (the oracle,
-    /// moves).
-    #[arg(long, default_value = "dssmr", value_parser = ["ssmr", "dssmr"])]
-    scheme: String,
     /// The emulated WAN: every bench client is in REGION of the cluster file's [wan]
     /// (default: as its `[wan] clients` places them); requests to and replies from
     /// other regions wait their one-way delay.
@@ -1379,7 +1406,7 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
             1 << 32
         };
         let mut c = if a.service == "chirper" {
-            a.partitioning.apply_chirper(c, &a.scheme)?
+            a.partitioning.apply_chirper(c)?
         } else {
             a.partitioning.apply(c, key_space)?
         };
@@ -1412,11 +1439,16 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         lc.stop(Duration::from_secs(5));
         return Err(e);
     }
+    let threads = match cluster.execution.threads() {
+        0 => String::new(),
+        n => format!(" ({n} threads)"),
+    };
     println!(
-        "Partita is up: {} nodes, service {}, {}, durability {}",
+        "Partita is up: {} nodes, service {}, {}, execution {}{threads}, durability {}",
         cluster.nodes.len(),
         cluster.cluster.service,
         cluster.ordering.protocol(),
+        cluster.execution.model(),
         cluster.cluster.durability
     );
     if let Some(c) = lc.cpu_label() {
@@ -1840,7 +1872,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
                 c.set_protocol(a.protocol);
                 c.cluster.durability = a.durability;
-                a.partitioning.apply_chirper(c, &a.scheme)
+                a.partitioning.apply_chirper(c)
             }
             // The same options as smr, so that what a cs server cannot have (partitions,
             // batchers, replicas that batch, rings) is refused by the cluster's own checks.
@@ -2106,9 +2138,12 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             "--faults, --duration (or --soak), --clients and --together must not be empty or zero"
         );
     }
-    if a.early_replies && !a.speculative {
-        bail!("--early-replies needs --speculative");
-    }
+    let service = if a.service == "chirper" {
+        "chirper"
+    } else {
+        "btree"
+    };
+    a.exec.model(service)?;
     if a.ring_decision.is_some() && a.protocol != Protocol::RingPaxos {
         bail!("--ring-decision needs --protocol ring-paxos");
     }
@@ -2169,24 +2204,17 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         if let Some(d) = a.ring_decision {
             c = c.with_ring_decision(d).map_err(anyhow::Error::msg)?;
         }
-        c.execution.speculative = a.speculative;
-        c.execution.early_replies = a.early_replies;
         let key_space = partita_harness::nemesis::default_bench(Duration::from_secs(1), 1, 0)
             .key_space
             .unwrap_or(400);
-        c.execution.threads = a.threads as usize;
-        c.execution.optimistic = a.optimistic;
-        if a.threads > 0 {
-            c.execution.key_max = Some(key_space - 1);
-        }
+        c.execution = a.exec.section(service, key_space - 1)?;
         let c = if a.service == "chirper" {
             let mut partitions = a.partitions;
-            if a.scheme == "dssmr" {
+            if c.execution.dssmr().is_some() {
                 partitions += 1;
             }
             c.cluster.service = "chirper".into();
-            c.dssmr = Some(partita_config::DssmrSection {
-                scheme: a.scheme.clone(),
+            c.chirper = Some(partita_config::ChirperSection {
                 // A small graph, so that commands contend and the checker judges it.
                 users: 48,
                 communities: 8,
@@ -2198,7 +2226,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         } else if a.service == "kv" {
             // Byte-string keys fall in partitions by their first eight bytes.
             c.cluster.service = "kv".into();
-            c.with_partitions(a.partitions, 2, u64::MAX)
+            c.with_partitions(a.partitions, 2, partita_config::INT_MAX)
         } else {
             c.with_partitions(a.partitions, 2, key_space)
         };

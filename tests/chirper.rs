@@ -5,7 +5,7 @@
 //! and concurrent clients running the Mix workload finish every command. Then the
 //! nemesis on DS-SMR at 2 partitions with moves under way (and its control).
 
-use partita_config::{ClusterConfig, DssmrSection, Durability};
+use partita_config::{ChirperSection, ClusterConfig, Durability, ExecutionSection};
 use partita_dssmr::chirper::{user_id, ChirperCommand as C, ChirperReply as R, Graph, Workload};
 use partita_dssmr::client::Outcome;
 use partita_dssmr::StaticMap;
@@ -20,6 +20,14 @@ fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_partita"))
 }
 
+/// `[execution]` for `"ssmr"` or `"dssmr"`.
+fn chirper_model(scheme: &str) -> ExecutionSection {
+    match scheme {
+        "ssmr" => ExecutionSection::Ssmr,
+        _ => ExecutionSection::Dssmr(Default::default()),
+    }
+}
+
 async fn start(dir: &std::path::Path, scheme: &str) -> (LocalCluster, ClusterConfig) {
     let base = pick_base_port();
     let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
@@ -27,8 +35,8 @@ async fn start(dir: &std::path::Path, scheme: &str) -> (LocalCluster, ClusterCon
     cfg.cluster.durability = Durability::Memory;
     // Users hashed to partitions: every node and client must read the same map from
     // the cluster file, or commands reach partitions that do not hold their users.
-    cfg.dssmr = Some(DssmrSection {
-        scheme: scheme.into(),
+    cfg.execution = chirper_model(scheme);
+    cfg.chirper = Some(ChirperSection {
         users: 200,
         communities: 4,
         placement: "hashed".into(),
@@ -137,8 +145,8 @@ fn nemesis_cluster(scheme: &str) -> ClusterConfig {
     let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
     cfg.cluster.service = "chirper".into();
     cfg.cluster.durability = Durability::Fsync;
-    cfg.dssmr = Some(DssmrSection {
-        scheme: scheme.into(),
+    cfg.execution = chirper_model(scheme);
+    cfg.chirper = Some(ChirperSection {
         users: 48,
         communities: 8,
         mean_followers: 3,

@@ -276,7 +276,7 @@ async fn run_and_judge_once(
     )
     .await;
     lc.stop(Duration::from_secs(5));
-    if cluster.execution.early_replies {
+    if cluster.execution.early_replies() {
         eprintln!("early replies (tentative, confirmations): {early:?}");
         assert!(
             early[0] > 100 && early[1] > 100,
@@ -349,8 +349,7 @@ async fn ring_paxos_cluster_is_linearizable_and_converges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ring_paxos_with_early_replies_is_linearizable_and_converges() {
     let early = |c: &mut ClusterConfig| {
-        c.execution.speculative = true;
-        c.execution.early_replies = true;
+        c.execution = partita_config::ExecutionSection::speculative(true);
     };
     if let Err(e) = run_and_judge_tweaked(Protocol::RingPaxos, &[], early).await {
         panic!("{e}");
@@ -629,10 +628,27 @@ fn bad_performance_options_are_refused_before_anything_starts() {
             "2 P-SMR worker threads take one ring each",
         ),
         (
-            &["up", "--threads", "2", "--partitions", "2", "--optimistic"][..],
+            &[
+                "up",
+                "--threads",
+                "2",
+                "--partitions",
+                "2",
+                "--execution",
+                "opt-psmr",
+            ][..],
             "opt-PSMR inside partitions is not built",
         ),
-        (&["up", "--optimistic"][..], "--threads"),
+        (
+            &["up", "--execution", "speculative", "--threads", "2"][..],
+            "--threads sets P-SMR's worker threads",
+        ),
+        (&["up", "--early-replies"][..], "--execution speculative"),
+        (&["up", "--execution", "fast"][..], "fast"),
+        (
+            &["up", "--execution", "dssmr"][..],
+            "S-SMR and DS-SMR serve Chirper only",
+        ),
         (
             &[
                 "up",

@@ -94,8 +94,7 @@ async fn multi_paxos_survives_coordinator_kills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_together_on_a_speculative_partitioned_cluster_with_batchers() {
     let tweak = |mut c: ClusterConfig| {
-        c.execution.speculative = true;
-        c.execution.early_replies = true;
+        c.execution = partita_config::ExecutionSection::speculative(true);
         let key_space = nemesis::default_bench(Duration::from_secs(1), 1, 0)
             .key_space
             .unwrap();
@@ -163,9 +162,7 @@ async fn opt_psmr_on_os_threads_survives_every_fault() {
         let key_space = nemesis::default_bench(Duration::from_secs(1), 1, 0)
             .key_space
             .unwrap();
-        c.execution.threads = 4;
-        c.execution.optimistic = true;
-        c.execution.key_max = Some(key_space - 1);
+        c.execution = partita_config::ExecutionSection::psmr(4, true, Some(key_space - 1));
         c
     };
     let r = run_tweaked(Protocol::RingPaxos, Fault::ALL.to_vec(), 12, &[], 1, tweak).await;
@@ -200,8 +197,7 @@ async fn psmr_on_multi_ring_paxos_survives_every_fault() {
         let key_space = nemesis::default_bench(Duration::from_secs(1), 1, 0)
             .key_space
             .unwrap();
-        c.execution.threads = 2;
-        c.execution.key_max = Some(key_space - 1);
+        c.execution = partita_config::ExecutionSection::psmr(2, false, Some(key_space - 1));
         c.with_multiring(2, 1).expect("a valid cluster")
     };
     let r = run_tweaked(Protocol::RingPaxos, Fault::ALL.to_vec(), 12, &[], 1, tweak).await;

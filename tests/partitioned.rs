@@ -43,8 +43,9 @@ async fn judge_with(protocol: Protocol, early_replies: bool, batchers: u32, thre
         .unwrap();
     cfg.set_protocol(protocol);
     cfg.cluster.durability = Durability::Fsync;
-    cfg.execution.speculative = early_replies;
-    cfg.execution.early_replies = early_replies;
+    if early_replies {
+        cfg.execution = partita_config::ExecutionSection::speculative(true);
+    }
     if threads > 0 {
         cfg = cfg.with_psmr(threads, false, key_space - 1).unwrap();
     }

@@ -87,7 +87,7 @@ impl<S: StateMachine> ClientGroup<S> {
                     .into(),
             ));
         }
-        if cluster.execution.early_replies {
+        if cluster.execution.early_replies() {
             return Err(ClientError::Rejected(
                 "sessions sharing connections do not take early replies; use one \
                  connection per client with early replies"

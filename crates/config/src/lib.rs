@@ -32,13 +32,13 @@
 //! [sessions]               # optional
 //! lease_ms = 60000           # a client idle this long is forgotten (0: never)
 //!
-//! [execution]              # optional
-//! speculative = false        # replicas execute Ring Paxos proposals before the decision
-//! early_replies = false      # with speculative: reply at once, confirm once decided
-//! threads = 0                # P-SMR (paper 002): worker threads per replica (0: sequential)
+//! [execution]              # optional; the default is sequential (see `execution`)
+//! model = "psmr"             # "sequential", "speculative" (Ring Paxos proposals run
+//!                            # before the decision), "psmr", "opt-psmr", "ssmr", "dssmr"
+//! threads = 2                # P-SMR (paper 002): worker threads per replica
 //! key_max = 4294967295       # P-SMR: the key space 0..=key_max the threads split
-//! optimistic = false         # opt-PSMR: clients map commands to one thread (OC-G)
 //! spin_us = 25               # P-SMR: how long idle worker threads spin before sleeping
+//! # early_replies = true     # speculative: reply at once, confirm once decided
 //!
 //! [partitioning]           # optional (paper 001 §III-C): the B+tree cut into key ranges
 //! partitions = 1             # equal ranges over 0..key_space; each has its own replicas
@@ -78,6 +78,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
 
+pub mod execution;
 pub mod geo;
 pub mod matrix;
 pub mod multicast;
@@ -85,6 +86,10 @@ pub mod ordering;
 pub mod services;
 pub mod tls;
 pub mod wan;
+pub use execution::{
+    DssmrSettings, ExecutionModel, ExecutionSection, PsmrSettings, SpeculativeSettings,
+    PSMR_SPIN_US_DEFAULT, PSMR_SPIN_US_MAX,
+};
 pub use geo::GeoSection;
 pub use ordering::{
     EpaxosSection, MultiPaxosSettings, MultiringSection, OrderingProtocol, OrderingSection,
@@ -357,66 +362,8 @@ fn default_wal_preallocate_bytes() -> u64 {
     partita_types::WAL_PREALLOCATE_BYTES_DEFAULT
 }
 
-/// How replicas execute (paper 001 §III-B).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecutionSection {
-    /// Replicas execute each Ring Paxos proposal as soon as it arrives (before its
-    /// decision), holding the replies until the decision confirms the value and rolling
-    /// back when another value is decided. Needs `protocol = "ring-paxos"` (only Ring
-    /// Paxos sends proposed values to learners).
-    #[serde(default)]
-    pub speculative: bool,
-    /// Early replies (paper 001 §VII): the chosen replica replies as soon as it
-    /// executes a command speculatively (a tentative reply) and sends a short
-    /// confirmation once the decision confirms the order; clients take a result only
-    /// once confirmed. Needs `speculative = true`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub early_replies: bool,
-    /// P-SMR (paper 002 §III-F): worker threads per replica, each owning a range of
-    /// the key space `0..=key_max`; 0 (the default): sequential execution.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub threads: usize,
-    /// P-SMR: the key space the worker threads split (default: the partitioning key
-    /// space's, `key_space - 1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_max: Option<u64>,
-    /// opt-PSMR (paper 002 §IV-B): clients map every command to one thread (OC-G);
-    /// a thread runs an insert or delete alone only if the B+tree's safety check
-    /// passes, otherwise the client resubmits it to every thread. Needs `threads`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub optimistic: bool,
-    /// P-SMR on OS threads: microseconds an idle worker thread spins after a round
-    /// before it sleeps (default [`PSMR_SPIN_US_DEFAULT`]). Longer suits replicas with
-    /// cores of their own (a sleeping thread costs a wake-up per round); shorter, nodes
-    /// that share their cores (spinning takes them). At most [`PSMR_SPIN_US_MAX`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spin_us: Option<u64>,
-}
-
 /// The largest integer a cluster file holds (TOML's integers are 64-bit signed).
 pub const INT_MAX: u64 = i64::MAX as u64;
-
-/// [`ExecutionSection::spin_us`]'s default: right for this project's 2-core machines,
-/// where a whole cluster shares the cores.
-pub const PSMR_SPIN_US_DEFAULT: u64 = 25;
-/// Most microseconds [`ExecutionSection::spin_us`] takes.
-pub const PSMR_SPIN_US_MAX: u64 = 100_000;
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-impl ExecutionSection {
-    fn is_default(&self) -> bool {
-        *self == ExecutionSection::default()
-    }
-
-    /// How long idle P-SMR worker threads spin.
-    pub fn spin(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.spin_us.unwrap_or(PSMR_SPIN_US_DEFAULT))
-    }
-}
 
 /// State partitioning (paper 001 §III-C): the key space `0..key_space` cut into
 /// `partitions` equal ranges, each replicated by the replicas that name it.
@@ -451,79 +398,62 @@ fn default_key_space() -> u64 {
     1 << 32
 }
 
-/// S-SMR or DS-SMR (paper 003, cluster file `[dssmr]`, with `service = "chirper"`): the
-/// scheme and the social graph every replica loads. With `scheme = "dssmr"` the last
-/// partition is the oracle's.
+/// Chirper's social graph (paper 003 §6, cluster file `[chirper]`, with
+/// `service = "chirper"`): the users, their communities and who follows whom, which
+/// every replica loads, and where users start. Chirper runs on S-SMR or DS-SMR
+/// (`[execution] model = "ssmr"` or `"dssmr"`; under DS-SMR the last partition is the
+/// oracle's).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DssmrSection {
-    /// `"dssmr"` (dynamic: the oracle, moves) or `"ssmr"` (the static map).
-    #[serde(default = "default_dssmr_scheme")]
-    pub scheme: String,
-    #[serde(default = "default_dssmr_users")]
+pub struct ChirperSection {
+    #[serde(default = "default_chirper_users")]
     pub users: u32,
-    #[serde(default = "default_dssmr_communities")]
+    #[serde(default = "default_chirper_communities")]
     pub communities: u32,
-    #[serde(default = "default_dssmr_mean_followers")]
+    #[serde(default = "default_chirper_mean_followers")]
     pub mean_followers: u32,
     /// Percent of followers from the user's own community.
-    #[serde(default = "default_dssmr_p_local")]
+    #[serde(default = "default_chirper_p_local")]
     pub p_local_percent: u32,
-    #[serde(default = "default_dssmr_seed")]
+    #[serde(default = "default_chirper_seed")]
     pub seed: u64,
-    /// Clients: wait for a command's moves before sending its access, on one session,
-    /// instead of sending the moves (on a session of their own) and the access at
-    /// once as the paper's client proxy does (default `false`).
-    #[serde(default)]
-    pub await_moves: bool,
-    /// Clients: gather an access's objects in the partition that holds most of them,
-    /// instead of one of the partitions involved at random, the paper's default
-    /// (default `false`).
-    #[serde(default)]
-    pub gather_where_most: bool,
     /// Where users start (DS-SMR) and stay (S-SMR's static map), and where a new one
     /// is created: `"service"` (Chirper's own placement, by community: an optimised
     /// static map, the default) or `"hashed"` (users hashed to partitions, knowing
     /// nothing of who follows whom, as the paper's runs start). Every node and client
     /// of a cluster reads the same file, so they all agree.
-    #[serde(default = "default_dssmr_placement")]
+    #[serde(default = "default_chirper_placement")]
     pub placement: String,
 }
 
-fn default_dssmr_placement() -> String {
+fn default_chirper_placement() -> String {
     "service".into()
 }
-fn default_dssmr_scheme() -> String {
-    "dssmr".into()
-}
-fn default_dssmr_users() -> u32 {
+fn default_chirper_users() -> u32 {
     1000
 }
-fn default_dssmr_communities() -> u32 {
+fn default_chirper_communities() -> u32 {
     16
 }
-fn default_dssmr_mean_followers() -> u32 {
+fn default_chirper_mean_followers() -> u32 {
     8
 }
-fn default_dssmr_p_local() -> u32 {
+fn default_chirper_p_local() -> u32 {
     99
 }
-fn default_dssmr_seed() -> u64 {
+fn default_chirper_seed() -> u64 {
     1
 }
 
-impl Default for DssmrSection {
+impl Default for ChirperSection {
     fn default() -> Self {
-        DssmrSection {
-            scheme: default_dssmr_scheme(),
-            users: default_dssmr_users(),
-            communities: default_dssmr_communities(),
-            mean_followers: default_dssmr_mean_followers(),
-            p_local_percent: default_dssmr_p_local(),
-            seed: default_dssmr_seed(),
-            await_moves: false,
-            gather_where_most: false,
-            placement: default_dssmr_placement(),
+        ChirperSection {
+            users: default_chirper_users(),
+            communities: default_chirper_communities(),
+            mean_followers: default_chirper_mean_followers(),
+            p_local_percent: default_chirper_p_local(),
+            seed: default_chirper_seed(),
+            placement: default_chirper_placement(),
         }
     }
 }
@@ -577,9 +507,13 @@ pub struct ClusterConfig {
     /// Written before `[ordering]` existed: refused, with what to write instead.
     #[serde(default, rename = "multiring", skip_serializing)]
     pub legacy_multiring: Option<toml::Value>,
-    /// S-SMR/DS-SMR (paper 003) for `service = "chirper"`; absent for other services.
+    /// Chirper's social graph (paper 003) for `service = "chirper"`; absent for other
+    /// services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dssmr: Option<DssmrSection>,
+    pub chirper: Option<ChirperSection>,
+    /// Written before `[execution] model` existed: refused, with what to write instead.
+    #[serde(default, rename = "dssmr", skip_serializing)]
+    pub legacy_dssmr: Option<toml::Value>,
     /// Written before `[ordering]` existed: refused, with what to write instead.
     #[serde(default, rename = "geopaxos", skip_serializing)]
     pub legacy_geopaxos: Option<toml::Value>,
@@ -810,16 +744,28 @@ impl ClusterConfig {
             );
         }
         self.validate_ordering()?;
-        if self.execution.speculative {
+        if let Some(d) = &self.legacy_dssmr {
+            let scheme = d.get("scheme").and_then(|s| s.as_str()).unwrap_or("dssmr");
+            return f(
+                "dssmr",
+                format!(
+                    "[dssmr] is gone: the execution model is [execution] model = \"{scheme}\" \
+                     (with DS-SMR's await_moves and gather_where_most beside it), and Chirper's \
+                     graph (users, communities, mean_followers, p_local_percent, seed, \
+                     placement) is [chirper]"
+                ),
+            );
+        }
+        if self.execution.is_speculative() {
             if self.cluster.mode != Mode::Smr {
                 return f(
-                    "execution.speculative",
+                    "execution.model",
                     "speculative execution needs mode = \"smr\"".into(),
                 );
             }
             if self.ordering.protocol() != OrderingProtocol::RingPaxos {
                 return f(
-                    "execution.speculative",
+                    "execution.model",
                     format!(
                         "speculative execution needs [ordering] protocol = \"ring-paxos\" \
                          (only Ring Paxos sends proposed values to learners), not \"{}\"",
@@ -830,7 +776,10 @@ impl ClusterConfig {
         }
         for (field, n) in [
             ("partitioning.key_space", Some(self.partitioning.key_space)),
-            ("execution.key_max", self.execution.key_max),
+            (
+                "execution.key_max",
+                self.execution.psmr_settings().and_then(|s| s.key_max),
+            ),
         ] {
             if n.is_some_and(|n| n > INT_MAX) {
                 return f(
@@ -881,14 +830,14 @@ impl ClusterConfig {
                 "state partitioning needs mode = \"smr\"".into(),
             );
         }
-        if self.execution.threads > 0 {
-            if let Err(m) = ThreadLayout::new(self.execution.threads, self.psmr_key_max()) {
+        if let Some(psmr) = self.execution.psmr_settings() {
+            if let Err(m) = ThreadLayout::new(psmr.threads, self.psmr_key_max()) {
                 return f("execution.threads", m);
             }
-            if self.execution.speculative {
+            if let Some(us) = psmr.spin_us.filter(|&us| us > PSMR_SPIN_US_MAX) {
                 return f(
-                    "execution.threads",
-                    "P-SMR worker threads do not combine with speculative execution".into(),
+                    "execution.spin_us",
+                    format!("{us} µs: at most {PSMR_SPIN_US_MAX}"),
                 );
             }
             if map.is_partitioned() {
@@ -898,12 +847,12 @@ impl ClusterConfig {
                         return f("execution.threads", format!("partition {p}: {m}"));
                     }
                 }
-                if self.execution.optimistic {
+                if self.execution.optimistic() {
                     return f(
-                        "execution.optimistic",
+                        "execution.model",
                         "opt-PSMR inside partitions is not built (its clients would map a \
                          command spanning partitions by each partition's threads): use \
-                         P-SMR (optimistic = false) with partitions"
+                         model = \"psmr\" with partitions"
                             .into(),
                     );
                 }
@@ -916,39 +865,12 @@ impl ClusterConfig {
                     );
                 }
             }
-        } else if self.execution.optimistic {
-            return f(
-                "execution.optimistic",
-                "opt-PSMR needs P-SMR worker threads (threads = 1 or more)".into(),
-            );
-        }
-        if let Some(us) = self.execution.spin_us {
-            if self.execution.threads == 0 {
-                return f(
-                    "execution.spin_us",
-                    "spin_us tunes P-SMR worker threads (threads = 1 or more)".into(),
-                );
-            }
-            if us > PSMR_SPIN_US_MAX {
-                return f(
-                    "execution.spin_us",
-                    format!("{us} µs: at most {PSMR_SPIN_US_MAX}"),
-                );
-            }
-        }
-        if self.execution.early_replies && !self.execution.speculative {
-            return f(
-                "execution.early_replies",
-                "early replies need speculative = true (a replica replies early only to \
-                 commands it executes speculatively)"
-                    .into(),
-            );
         }
         if self.ordering.multiring().is_some() {
             self.validate_multiring(&map)?;
         }
         self.validate_geo(&map)?;
-        self.validate_dssmr()?;
+        self.validate_chirper()?;
         match self.cluster.mode {
             Mode::Cs => {
                 if let Some(n) = self.nodes.iter().find(|n| n.roles.contains(&Role::Batcher)) {
@@ -1106,15 +1028,31 @@ impl ClusterConfig {
         }
     }
 
-    fn validate_dssmr(&self) -> Result<(), FieldError> {
+    fn validate_chirper(&self) -> Result<(), FieldError> {
         let f = |field: &'static str, msg: String| Err(FieldError::new(field, msg));
         let chirper = self.cluster.service == "chirper";
-        let Some(d) = &self.dssmr else {
+        if chirper && !self.execution.is_ssmr() {
+            return f(
+                "execution.model",
+                "service = \"chirper\" runs on S-SMR or DS-SMR: [execution] model = \"ssmr\" \
+                 or \"dssmr\""
+                    .into(),
+            );
+        }
+        if !chirper && self.execution.is_ssmr() {
+            return f(
+                "execution.model",
+                "S-SMR and DS-SMR serve Chirper only (yet): for other services they are not \
+                 built"
+                    .into(),
+            );
+        }
+        let Some(d) = &self.chirper else {
             if chirper {
                 return f(
-                    "dssmr",
-                    "service = \"chirper\" runs on S-SMR or DS-SMR: add a [dssmr] section \
-                     (scheme = \"dssmr\" or \"ssmr\")"
+                    "chirper",
+                    "service = \"chirper\" needs its [chirper] section (the social graph; \
+                     `[chirper]` alone takes the defaults)"
                         .into(),
                 );
             }
@@ -1122,22 +1060,16 @@ impl ClusterConfig {
         };
         if !chirper {
             return f(
-                "dssmr",
+                "chirper",
                 format!(
-                    "[dssmr] is for service = \"chirper\", this cluster runs `{}`",
+                    "[chirper] is for service = \"chirper\", this cluster runs `{}`",
                     self.cluster.service
                 ),
             );
         }
-        if d.scheme != "dssmr" && d.scheme != "ssmr" {
-            return f(
-                "dssmr.scheme",
-                format!("`{}`: \"dssmr\" or \"ssmr\"", d.scheme),
-            );
-        }
         if d.placement != "service" && d.placement != "hashed" {
             return f(
-                "dssmr.placement",
+                "chirper.placement",
                 format!(
                     "`{}`: \"service\" (the service's own placement) or \"hashed\" (users \
                      hashed to partitions)",
@@ -1147,7 +1079,7 @@ impl ClusterConfig {
         }
         if d.communities == 0 || d.users < d.communities || d.users > 10_000_000 {
             return f(
-                "dssmr.users",
+                "chirper.users",
                 format!(
                     "{} users in {} communities: at least one user per community, at most 10^7",
                     d.users, d.communities
@@ -1156,27 +1088,21 @@ impl ClusterConfig {
         }
         if d.mean_followers > 1000 {
             return f(
-                "dssmr.mean_followers",
+                "chirper.mean_followers",
                 format!("{}: at most 1000", d.mean_followers),
             );
         }
         if d.p_local_percent > 100 {
             return f(
-                "dssmr.p_local_percent",
+                "chirper.p_local_percent",
                 format!("{}: a percentage", d.p_local_percent),
             );
         }
-        if d.scheme == "dssmr" && self.partitioning.partitions < 2 {
+        if self.execution.dssmr().is_some() && self.partitioning.partitions < 2 {
             return f(
                 "partitioning.partitions",
                 "DS-SMR needs at least 2 partitions: the data partitions and the oracle's (the last)"
                     .into(),
-            );
-        }
-        if self.execution.speculative || self.execution.threads > 0 {
-            return f(
-                "execution",
-                "S-SMR/DS-SMR replicas neither speculate nor run P-SMR worker threads".into(),
             );
         }
         Ok(())
@@ -1189,7 +1115,7 @@ impl ClusterConfig {
         };
         let unsupported = if self.cluster.mode != Mode::Smr {
             Some("mode = \"cs\"")
-        } else if self.execution.speculative {
+        } else if self.execution.is_speculative() {
             Some("speculative execution")
         } else if !self.with_role(Role::Batcher).is_empty() {
             Some("batchers")
@@ -1447,11 +1373,7 @@ impl ClusterConfig {
         optimistic: bool,
         key_max: u64,
     ) -> Result<ClusterConfig, String> {
-        self.execution.threads = threads;
-        self.execution.optimistic = optimistic && threads > 0;
-        if threads > 0 {
-            self.execution.key_max = Some(key_max);
-        }
+        self.execution = ExecutionSection::psmr(threads, optimistic, Some(key_max));
         self.validate().map_err(|e| e.to_string())?;
         Ok(self)
     }
@@ -1788,7 +1710,7 @@ impl ClusterConfig {
         if self.cluster.mode != Mode::Smr {
             return f("cluster.mode", "GeoPaxos+ and EPaxos need mode = \"smr\"");
         }
-        if map.is_partitioned() || self.dssmr.is_some() {
+        if map.is_partitioned() || self.execution.is_ssmr() {
             return f(
                 "ordering.protocol",
                 "GeoPaxos+ and EPaxos do not combine with state partitioning or DS-SMR",
@@ -1796,9 +1718,9 @@ impl ClusterConfig {
         }
         if self.execution != ExecutionSection::default() {
             return f(
-                "execution",
-                "GeoPaxos, GeoPaxos+ and EPaxos replicas execute in their ordering's order: no \
-                 speculation, early replies or P-SMR threads",
+                "execution.model",
+                "GeoPaxos, GeoPaxos+ and EPaxos replicas execute in their ordering's order: \
+                 model = \"sequential\" (no speculation, early replies or P-SMR threads)",
             );
         }
         let replicas = self.with_role(Role::Replica);
@@ -2051,15 +1973,17 @@ impl ClusterConfig {
     /// The key space P-SMR's worker threads split: `0..=key_max`.
     pub fn psmr_key_max(&self) -> u64 {
         self.execution
-            .key_max
+            .psmr_settings()
+            .and_then(|s| s.key_max)
             .unwrap_or(self.partitioning.key_space.saturating_sub(1))
     }
 
     /// P-SMR's worker threads (`None`: sequential execution), over the whole key space
     /// `0..=key_max`.
     pub fn psmr_layout(&self) -> Option<ThreadLayout> {
-        (self.execution.threads > 0)
-            .then(|| ThreadLayout::new(self.execution.threads, self.psmr_key_max()).ok())
+        let threads = self.execution.threads();
+        (threads > 0)
+            .then(|| ThreadLayout::new(threads, self.psmr_key_max()).ok())
             .flatten()
     }
 
@@ -2082,7 +2006,7 @@ impl ClusterConfig {
                 "its keys start at {lo}, past the threads' key_max {key_max}"
             ));
         }
-        ThreadLayout::within(self.execution.threads, lo, hi.min(key_max))
+        ThreadLayout::within(self.execution.threads(), lo, hi.min(key_max))
     }
 
     /// What a client needs of this cluster: where commands enter (in the order a
@@ -2105,7 +2029,7 @@ impl ClusterConfig {
                 .psmr_layout()
                 .map(|layout| partita_client_core::PsmrClient {
                     layout,
-                    optimistic: self.execution.optimistic,
+                    optimistic: self.execution.optimistic(),
                 }),
             rings: self
                 .multiring_setup()
@@ -2173,8 +2097,8 @@ impl ClusterConfig {
             batcher_config: self.batcher_config(),
             learner_config: self.learner_config(),
             checkpoint: self.checkpoint_config(),
-            early_replies: self.execution.early_replies,
-            speculative: self.execution.speculative,
+            early_replies: self.execution.early_replies(),
+            speculative: self.execution.is_speculative(),
             psmr: self.psmr_layout_of(self.node(id).and_then(|n| n.partition).unwrap_or(0)),
             ordering: self.ordering_setup(),
             genesis: self.genesis(),
@@ -2299,7 +2223,8 @@ impl ClusterConfig {
             etcd: EtcdSection::default(),
             ordering: OrderingSection::default(),
             legacy_multiring: None,
-            dssmr: None,
+            chirper: None,
+            legacy_dssmr: None,
             wan: None,
             legacy_geopaxos: None,
             multicast: None,
@@ -2479,7 +2404,8 @@ impl ClusterConfig {
             etcd: EtcdSection::default(),
             ordering: OrderingSection::default(),
             legacy_multiring: None,
-            dssmr: None,
+            chirper: None,
+            legacy_dssmr: None,
             wan: None,
             legacy_geopaxos: None,
             multicast: None,
@@ -2680,7 +2606,7 @@ mod tests {
     }
 
     #[test]
-    fn dssmr_is_for_chirper_and_every_field_is_checked() {
+    fn chirper_runs_on_ssmr_or_dssmr_and_every_field_is_checked() {
         let field = |c: &ClusterConfig| match ClusterConfig::parse(&c.to_toml(), "x") {
             Err(ConfigError::Field { field, message, .. }) => (field, message),
             other => panic!("{other:?}"),
@@ -2689,62 +2615,99 @@ mod tests {
             .with_partitions(3, 2, 1 << 32)
             .unwrap();
         good.cluster.service = "chirper".into();
-        good.dssmr = Some(DssmrSection::default());
+        good.chirper = Some(ChirperSection::default());
+        good.execution = ExecutionSection::Dssmr(DssmrSettings {
+            await_moves: true,
+            gather_where_most: false,
+        });
         let back = ClusterConfig::parse(&good.to_toml(), "x").unwrap();
-        assert_eq!(back.dssmr, good.dssmr, "round trip");
+        assert_eq!(back, good, "round trip");
         let mut missing = good.clone();
-        missing.dssmr = None;
-        assert_eq!(field(&missing).0, "dssmr");
+        missing.chirper = None;
+        assert_eq!(field(&missing).0, "chirper");
         let mut btree = good.clone();
         btree.cluster.service = "btree".into();
-        assert!(field(&btree).1.contains("chirper"));
-        let with = |f: &dyn Fn(&mut DssmrSection)| {
+        let (f, m) = field(&btree);
+        assert_eq!(f, "execution.model");
+        assert!(m.contains("Chirper only"), "{m}");
+        btree.execution = ExecutionSection::Sequential;
+        assert_eq!(field(&btree).0, "chirper");
+        let mut sequential = good.clone();
+        sequential.execution = ExecutionSection::Sequential;
+        let (f, m) = field(&sequential);
+        assert_eq!(f, "execution.model");
+        assert!(m.contains("\"ssmr\" or \"dssmr\""), "{m}");
+        let with = |f: &dyn Fn(&mut ChirperSection)| {
             let mut c = good.clone();
-            f(c.dssmr.as_mut().unwrap());
+            f(c.chirper.as_mut().unwrap());
             c
         };
-        assert_eq!(
-            field(&with(&|d| d.scheme = "dynamic".into())).0,
-            "dssmr.scheme"
-        );
         let hashed = with(&|d| d.placement = "hashed".into());
         assert_eq!(
-            ClusterConfig::parse(&hashed.to_toml(), "x").unwrap().dssmr,
-            hashed.dssmr
+            ClusterConfig::parse(&hashed.to_toml(), "x")
+                .unwrap()
+                .chirper,
+            hashed.chirper
         );
         let (f, m) = field(&with(&|d| d.placement = "by-community".into()));
-        assert_eq!(f, "dssmr.placement");
+        assert_eq!(f, "chirper.placement");
         assert!(m.contains("by-community") && m.contains("hashed"), "{m}");
-        assert_eq!(field(&with(&|d| d.communities = 0)).0, "dssmr.users");
-        assert_eq!(field(&with(&|d| d.users = 3)).0, "dssmr.users");
+        assert_eq!(field(&with(&|d| d.communities = 0)).0, "chirper.users");
+        assert_eq!(field(&with(&|d| d.users = 3)).0, "chirper.users");
         assert_eq!(
             field(&with(&|d| d.mean_followers = 5000)).0,
-            "dssmr.mean_followers"
+            "chirper.mean_followers"
         );
         assert_eq!(
             field(&with(&|d| d.p_local_percent = 101)).0,
-            "dssmr.p_local_percent"
+            "chirper.p_local_percent"
         );
         let mut one = ClusterConfig::default_local(7100, 42);
         one.cluster.service = "chirper".into();
-        one.dssmr = Some(DssmrSection::default());
+        one.chirper = Some(ChirperSection::default());
+        one.execution = ExecutionSection::Dssmr(DssmrSettings::default());
         assert_eq!(
             field(&one).0,
             "partitioning.partitions",
             "DS-SMR needs the oracle's partition"
         );
-        one.dssmr.as_mut().unwrap().scheme = "ssmr".into();
+        one.execution = ExecutionSection::Ssmr;
         assert!(
             ClusterConfig::parse(&one.to_toml(), "x").is_ok(),
             "S-SMR on one partition"
         );
         let mut spec = good.clone();
-        spec.execution.speculative = true;
-        assert_eq!(field(&spec).0, "execution");
+        spec.execution = ExecutionSection::speculative(false);
+        assert_eq!(field(&spec).0, "execution.model");
     }
 
     #[test]
-    fn execution_is_optional_strict_and_needs_ring_paxos() {
+    fn files_with_a_dssmr_section_are_told_what_to_write() {
+        let mut c = ClusterConfig::default_local(7100, 42)
+            .with_partitions(3, 2, 1 << 32)
+            .unwrap();
+        c.cluster.service = "chirper".into();
+        c.chirper = Some(ChirperSection::default());
+        c.execution = ExecutionSection::Ssmr;
+        let old = c
+            .to_toml()
+            .replace("[execution]\nmodel = \"ssmr\"\n", "")
+            .replace("[chirper]", "[dssmr]\nscheme = \"ssmr\"");
+        assert!(old.contains("[dssmr]") && !old.contains("model"), "{old}");
+        match ClusterConfig::parse(&old, "old.toml") {
+            Err(ConfigError::Field { field, message, .. }) => {
+                assert_eq!(field, "dssmr");
+                assert!(
+                    message.contains("model = \"ssmr\"") && message.contains("[chirper]"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn execution_is_optional_strict_and_speculation_needs_ring_paxos() {
         let good = ClusterConfig::default_local(7100, 42).to_toml();
         assert!(
             !good.contains("[execution]"),
@@ -2758,31 +2721,35 @@ mod tests {
         );
         let on = good.replace(
             "[batching]",
-            "[execution]\nspeculative = true\n\n[batching]",
+            "[execution]\nmodel = \"speculative\"\n\n[batching]",
         );
         let c = ClusterConfig::parse(&on, "x").unwrap();
-        assert!(c.execution.speculative);
+        assert!(c.execution.is_speculative());
         assert!(c.node_setup(4, svc()).speculative);
         assert!(c.node_setup(1, svc()).speculative);
         assert_eq!(ClusterConfig::parse(&c.to_toml(), "x").unwrap(), c);
         let off = good.replace(
             "[batching]",
-            "[execution]\nspeculative = false\n\n[batching]",
+            "[execution]\nmodel = \"sequential\"\n\n[batching]",
         );
-        assert!(
-            !ClusterConfig::parse(&off, "x")
-                .unwrap()
-                .execution
-                .speculative
+        assert_eq!(
+            ClusterConfig::parse(&off, "x").unwrap().execution,
+            ExecutionSection::Sequential
         );
         let cases = [
             (
-                good.replace("[batching]", "[execution]\nspeculate = true\n\n[batching]"),
-                "speculate",
+                good.replace(
+                    "[batching]",
+                    "[execution]\nmodel = \"speculate\"\n\n[batching]",
+                ),
+                "execution.model",
             ),
             (
-                good.replace("[batching]", "[execution]\nspeculative = 1\n\n[batching]"),
-                "speculative",
+                good.replace(
+                    "[batching]",
+                    "[execution]\nspeculative = true\n\n[batching]",
+                ),
+                "model = \"speculative\"",
             ),
         ];
         for (text, field) in cases {
@@ -2796,19 +2763,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("execution.speculative") && e.contains("ring-paxos"),
+            e.contains("execution.model") && e.contains("ring-paxos"),
             "{e}"
         );
         let mut cs = ClusterConfig::client_server(7200, 42);
-        cs.execution.speculative = true;
+        cs.execution = ExecutionSection::speculative(false);
         let e = ClusterConfig::parse(&cs.to_toml(), "f.toml")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("execution.speculative"), "{e}");
+        assert!(e.contains("execution.model"), "{e}");
     }
 
     #[test]
-    fn early_replies_are_strict_and_need_speculation() {
+    fn early_replies_and_psmr_settings_are_strict() {
         let good = ClusterConfig::default_local(7100, 42).to_toml();
         assert!(
             !ClusterConfig::parse(&good, "x")
@@ -2818,25 +2785,29 @@ mod tests {
         );
         let on = good.replace(
             "[batching]",
-            "[execution]\nspeculative = true\nearly_replies = true\n\n[batching]",
+            "[execution]\nmodel = \"speculative\"\nearly_replies = true\n\n[batching]",
         );
         let c = ClusterConfig::parse(&on, "x").unwrap();
-        assert!(c.execution.early_replies && c.node_setup(4, svc()).early_replies);
+        assert!(c.execution.early_replies() && c.node_setup(4, svc()).early_replies);
         assert_eq!(ClusterConfig::parse(&c.to_toml(), "x").unwrap(), c);
         // Speculation alone writes no early_replies line.
-        let mut spec = c.clone();
-        spec.execution.early_replies = false;
+        let spec = ClusterConfig {
+            execution: ExecutionSection::speculative(false),
+            ..c.clone()
+        };
         assert!(!spec.to_toml().contains("early_replies"));
+        let psmr = |rest: &str| {
+            good.replace(
+                "[batching]",
+                &format!("[execution]\nmodel = \"psmr\"\n{rest}\n\n[batching]"),
+            )
+        };
         let cases = [
             (
                 good.replace(
                     "[batching]",
-                    "[execution]\nearly_replies = true\n\n[batching]",
+                    "[execution]\nmodel = \"sequential\"\nearly_replies = true\n\n[batching]",
                 ),
-                "execution.early_replies",
-            ),
-            (
-                on.replace("speculative = true", "speculative = false"),
                 "execution.early_replies",
             ),
             (
@@ -2848,33 +2819,29 @@ mod tests {
                 "early_reply",
             ),
             (
-                good.replace("[batching]", "[execution]\nspin_us = 50\n\n[batching]"),
-                "execution.spin_us",
-            ),
-            (
                 good.replace(
                     "[batching]",
-                    "[execution]\nthreads = 2\nspin_us = 100001\n\n[batching]",
+                    "[execution]\nmodel = \"speculative\"\nspin_us = 50\n\n[batching]",
                 ),
                 "execution.spin_us",
             ),
-            (
-                good.replace(
-                    "[batching]",
-                    "[execution]\nthreads = 2\nspin_us = -1\n\n[batching]",
-                ),
-                "spin_us",
-            ),
+            (psmr("threads = 2\nspin_us = 100001"), "execution.spin_us"),
+            (psmr("threads = 2\nspin_us = -1"), "spin_us"),
+            (psmr("threads = 0"), "execution.threads"),
+            (psmr("threads = 65"), "execution.threads"),
+            (psmr(""), "threads"),
         ];
         for (text, what) in cases {
             let e = ClusterConfig::parse(&text, "f.toml")
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(what), "error `{e}` does not name `{what}`");
-            if what == "execution.early_replies" {
-                assert!(e.contains("speculative = true"), "{e}");
-            }
         }
+        let c = ClusterConfig::parse(&psmr("threads = 2\nkey_max = 99"), "x").unwrap();
+        assert_eq!(
+            c.psmr_layout().map(|l| (l.threads, l.key_max)),
+            Some((2, 99))
+        );
     }
 
     #[test]
@@ -2986,7 +2953,7 @@ mod tests {
         assert!(!good.contains("spin_us"));
         let text = good.replace(
             "[batching]",
-            "[execution]\nthreads = 2\nspin_us = 400\n\n[batching]",
+            "[execution]\nmodel = \"psmr\"\nthreads = 2\nspin_us = 400\n\n[batching]",
         );
         let c = ClusterConfig::parse(&text, "x").unwrap();
         assert_eq!(c.execution.spin(), std::time::Duration::from_micros(400));
@@ -3346,7 +3313,7 @@ mod tests {
     #[test]
     fn psmr_threads_take_a_ring_per_group_and_one_for_g_all() {
         let mut base = ClusterConfig::default_local(7100, 42);
-        base.execution.threads = 2;
+        base.execution = ExecutionSection::psmr(2, false, None);
         base.validate().unwrap();
         assert!(base
             .clone()

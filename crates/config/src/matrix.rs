@@ -5,13 +5,13 @@
 //! of the cell.
 //!
 //! A cell's cluster file ([`cluster_of`]) is the default local cluster with the cell's
-//! service, then its execution model (`[execution]`: `speculative`, `threads`,
-//! `optimistic`; S-SMR and DS-SMR: a `[dssmr]` section and two data partitions, plus
-//! the oracle's for DS-SMR), then its ordering (`ClusterConfig::with_ordering`, as
+//! service (Chirper's with its `[chirper]` graph), then its execution model
+//! (`[execution] model`, P-SMR with 2 threads; S-SMR and DS-SMR with two data
+//! partitions, plus the oracle's for DS-SMR), then its ordering (`ClusterConfig::with_ordering`, as
 //! `partita up --ordering` does), read back through the cluster-file parser.
 
 use crate::ordering::OrderingProtocol;
-use crate::{ClusterConfig, ConfigError, DssmrSection};
+use crate::{ChirperSection, ClusterConfig, ConfigError, ExecutionSection};
 
 /// Every ordering protocol, in the cluster file's order.
 pub const ORDERINGS: [OrderingProtocol; 6] = [
@@ -23,55 +23,19 @@ pub const ORDERINGS: [OrderingProtocol; 6] = [
     OrderingProtocol::Epaxos,
 ];
 
-/// How replicas execute what the ordering delivers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ExecutionModel {
-    /// One command after the other as delivered (classic SMR).
-    Sequential,
-    /// Paper 001: proposals executed before they are decided, undone if another value
-    /// is.
-    Speculative,
-    /// Paper 002: worker threads, commands mapped to groups by the client (CC-G).
-    Psmr,
-    /// Paper 002: opt-PSMR, the optimistic mapping checked at the replica (OC-G).
-    OptPsmr,
-    /// Paper 003: S-SMR, a static map of objects to partitions.
-    Ssmr,
-    /// Paper 003: DS-SMR, an oracle and objects that move.
-    Dssmr,
-}
+pub use crate::execution::ExecutionModel;
 
 impl ExecutionModel {
-    pub const ALL: [ExecutionModel; 6] = [
-        ExecutionModel::Sequential,
-        ExecutionModel::Speculative,
-        ExecutionModel::Psmr,
-        ExecutionModel::OptPsmr,
-        ExecutionModel::Ssmr,
-        ExecutionModel::Dssmr,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ExecutionModel::Sequential => "sequential",
-            ExecutionModel::Speculative => "speculative",
-            ExecutionModel::Psmr => "psmr",
-            ExecutionModel::OptPsmr => "opt-psmr",
-            ExecutionModel::Ssmr => "ssmr",
-            ExecutionModel::Dssmr => "dssmr",
-        }
-    }
-
     /// The cluster-file fields that choose this model (a refusal of the cell names
     /// one of these, or one of the ordering's or the service's).
     pub fn fields(self) -> &'static [&'static str] {
         match self {
             ExecutionModel::Sequential => &[],
-            ExecutionModel::Speculative => &["execution", "execution.speculative"],
-            ExecutionModel::Psmr => &["execution", "execution.threads"],
-            ExecutionModel::OptPsmr => &["execution", "execution.threads", "execution.optimistic"],
+            ExecutionModel::Speculative => &["execution", "execution.model"],
+            ExecutionModel::Psmr => &["execution", "execution.model", "execution.threads"],
+            ExecutionModel::OptPsmr => &["execution", "execution.model", "execution.threads"],
             ExecutionModel::Ssmr | ExecutionModel::Dssmr => {
-                &["dssmr", "dssmr.scheme", "partitioning.partitions"]
+                &["execution", "execution.model", "partitioning.partitions"]
             }
         }
     }
@@ -111,8 +75,8 @@ impl Cell {
         let mut f = vec!["ordering.protocol", "cluster.service"];
         f.extend_from_slice(self.execution.fields());
         if self.service == "chirper" {
-            // Chirper runs on S-SMR or DS-SMR only: its section is part of the choice.
-            f.push("dssmr");
+            // Chirper runs on S-SMR or DS-SMR only: the model is part of its choice.
+            f.push("execution.model");
         }
         f
     }
@@ -147,16 +111,19 @@ impl std::fmt::Display for Refusal {
 pub fn cluster_of(cell: &Cell) -> Result<ClusterConfig, Refusal> {
     let mut c = ClusterConfig::default_local(7100, 0x4d41_5452);
     c.cluster.service = cell.service.to_string();
+    if cell.service == "chirper" {
+        c.chirper = Some(ChirperSection::default());
+    }
     let refused = |field: &str, message: String| Refusal {
         field: field.to_string(),
         message,
     };
     match cell.execution {
         ExecutionModel::Sequential => {}
-        ExecutionModel::Speculative => c.execution.speculative = true,
+        ExecutionModel::Speculative => c.execution = ExecutionSection::speculative(false),
         ExecutionModel::Psmr | ExecutionModel::OptPsmr => {
-            c.execution.threads = 2;
-            c.execution.optimistic = cell.execution == ExecutionModel::OptPsmr;
+            let optimistic = cell.execution == ExecutionModel::OptPsmr;
+            c.execution = ExecutionSection::psmr(2, optimistic, None);
         }
         ExecutionModel::Ssmr | ExecutionModel::Dssmr => {
             let dssmr = cell.execution == ExecutionModel::Dssmr;
@@ -165,10 +132,10 @@ pub fn cluster_of(cell: &Cell) -> Result<ClusterConfig, Refusal> {
             c = c
                 .with_partitions(partitions, 1, 1 << 32)
                 .map_err(|m| refused("partitioning.partitions", m))?;
-            c.dssmr = Some(DssmrSection {
-                scheme: cell.execution.name().to_string(),
-                ..DssmrSection::default()
-            });
+            c.execution = match dssmr {
+                true => ExecutionSection::Dssmr(Default::default()),
+                false => ExecutionSection::Ssmr,
+            };
         }
     }
     c = c.with_ordering(cell.ordering, 3).map_err(|e| Refusal {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::ClusterConfig;
 
-/// Every built-in service's name (Chirper's replicas come from its `[dssmr]`
+/// Every built-in service's name (Chirper's replicas come from its `[chirper]`
 /// section, elsewhere).
 pub const BUILTIN: [&str; 4] = ["btree", "kv", "geo-btree", "chirper"];
 

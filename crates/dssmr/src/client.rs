@@ -29,7 +29,7 @@ pub struct ProxyConfig {
     /// Use the location cache (§4.3).
     pub cache: bool,
     /// The deployment's initial placement and S-SMR's static map (the cluster file's
-    /// `[dssmr] placement`; the service's own by default).
+    /// `[chirper] placement`; the service's own by default).
     pub static_map: StaticMap,
 }
 

@@ -171,7 +171,7 @@ pub fn placed<S: ObjectService + ?Sized>(
 /// The initial placement of objects, which is also S-SMR's static map: where the
 /// objects a deployment starts with are loaded, where a new object is created, and
 /// where S-SMR's oracle sends a command. Every member and client of a deployment
-/// must use the same one (the cluster file's `[dssmr] placement`).
+/// must use the same one (the cluster file's `[chirper] placement`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StaticMap {

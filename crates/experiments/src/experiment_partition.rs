@@ -419,7 +419,9 @@ pub fn partition_cluster(c: ClusterConfig, cfg: &PartConfig, o: &PartOptions) ->
             .with_multiring(cfg.partitions, 1)
             .expect("a ring per partition (the rings series run without batchers)");
     }
-    c.execution.speculative = cfg.speculative;
+    if cfg.speculative {
+        c.execution = partita_config::ExecutionSection::speculative(false);
+    }
     c.batching.batch_delay_ms = o.batch_delay_ms;
     c.batching.batch_bytes_max = o.batch_bytes_max;
     c.batching.batcher_interval_ms = o.batcher_interval_ms;
@@ -1819,7 +1821,7 @@ mod tests {
         assert_eq!(l.map.count(), 4);
         assert_eq!(l.map.key_space(), 2000);
         assert!(l.replicas.iter().all(|r| r.len() == 2), "{l:?}");
-        assert!(c.execution.speculative);
+        assert!(c.execution.is_speculative());
         assert_eq!(c.membership().batchers, vec![12, 13]);
         assert_eq!(c.batching.batch_delay_ms, 5);
         assert_eq!(c.batching.batch_bytes_max, 32768);

@@ -483,7 +483,7 @@ pub async fn run_with(
         }
     }
     let mean_ms = |(ns, n): (u64, u64)| ns as f64 / n.max(1) as f64 / 1e6;
-    let psmr_outcomes = cluster.execution.optimistic.then(|| PsmrOutcomes {
+    let psmr_outcomes = cluster.execution.optimistic().then(|| PsmrOutcomes {
         commands_failed: by_outcome[1].1,
         latency_ms_failed: mean_ms(by_outcome[1]),
         latency_ms_passed: mean_ms(by_outcome[0]),

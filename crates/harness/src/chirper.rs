@@ -2,7 +2,7 @@
 //! Algorithm 2: consults, cache, moves, retries, fallback) over `partita-client`'s
 //! sessions: the answered multicasts one at a time on the client's session, the moves
 //! at once on a second session that nobody waits for (or, with the cluster file's
-//! `[dssmr] await_moves`, each on the first session before the access); and the
+//! `[execution] await_moves` (DS-SMR), each on the first session before the access); and the
 //! closed-loop Chirper load that `partita bench` and `partita nemesis` run with it
 //! ([`run_load`]).
 
@@ -45,7 +45,7 @@ impl ChirperClient {
             chirper_params(cluster).map_err(|e| ClientError::Rejected(e.to_string()))?;
         let partitions = cluster.partitioning.partitions.max(1) as usize;
         let data = data_partitions(partitions, scheme) as u32;
-        let await_moves = cluster.dssmr.as_ref().is_some_and(|d| d.await_moves);
+        let await_moves = cluster.execution.dssmr().is_some_and(|d| d.await_moves);
         let mover = if await_moves || scheme == Scheme::Ssmr {
             None
         } else {
@@ -65,7 +65,11 @@ impl ChirperClient {
         let mut cfg = ProxyConfig::new(scheme, data as usize);
         cfg.static_map = static_map;
         let mut proxy = ClientProxy::new(cfg, seed);
-        if cluster.dssmr.as_ref().is_some_and(|d| d.gather_where_most) {
+        if cluster
+            .execution
+            .dssmr()
+            .is_some_and(|d| d.gather_where_most)
+        {
             proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
         }
         Ok(ChirperClient {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 pub use partita_config::services::BUILTIN;
 
 /// The factory of the built-in service called `name`, as a cluster ordered by one
-/// Paxos stream runs it (Chirper's replicas need the cluster file's [dssmr] section,
+/// Paxos stream runs it (Chirper's replicas need the cluster file's [chirper] section and model,
 /// and every service's placement the cluster's ordering: `for_cluster`).
 pub fn builtin(name: &str) -> Option<Arc<dyn ServiceFactory>> {
     let mut c = partita_config::ClusterConfig::default_local(7100, 1);
@@ -17,7 +17,7 @@ pub fn builtin(name: &str) -> Option<Arc<dyn ServiceFactory>> {
 }
 
 /// The factory a node of `cluster` runs: [`builtin`], or for `service = "chirper"`
-/// the S-SMR/DS-SMR replicas of its `[dssmr]` section (every replica loads the same
+/// the S-SMR/DS-SMR replicas of its `[chirper]` section (every replica loads the same
 /// social graph), with the planted bugs among `unsafe_bugs` (`ds-...`, for the
 /// checks' controls) in them.
 pub fn for_cluster(
@@ -46,7 +46,7 @@ pub fn for_cluster(
     ))
 }
 
-/// A Chirper cluster's scheme, static map and social graph (its `[dssmr]` section).
+/// A Chirper cluster's scheme, static map and social graph (its `[execution] model` and `[chirper]` section).
 pub fn chirper_params(
     cluster: &partita_config::ClusterConfig,
 ) -> anyhow::Result<(
@@ -56,12 +56,13 @@ pub fn chirper_params(
 )> {
     use partita_dssmr::client::Scheme;
     let d = cluster
-        .dssmr
+        .chirper
         .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("a chirper cluster file needs a [dssmr] section"))?;
-    let scheme = match d.scheme.as_str() {
-        "ssmr" => Scheme::Ssmr,
-        _ => Scheme::Dssmr,
+        .ok_or_else(|| anyhow::anyhow!("a chirper cluster file needs a [chirper] section"))?;
+    let scheme = match cluster.execution.model() {
+        partita_config::ExecutionModel::Ssmr => Scheme::Ssmr,
+        partita_config::ExecutionModel::Dssmr => Scheme::Dssmr,
+        other => anyhow::bail!("Chirper runs on S-SMR or DS-SMR, not on {other}"),
     };
     let static_map = partita_dssmr::StaticMap::parse(&d.placement).map_err(anyhow::Error::msg)?;
     Ok((

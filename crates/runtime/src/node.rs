@@ -509,12 +509,12 @@ impl Node {
             let st = r.stats();
             counters.push(("commands_executed".into(), st.commands_executed));
             counters.push(("reply_cache_clients".into(), r.cached_clients() as u64));
-            if self.cfg.execution.speculative {
+            if self.cfg.execution.is_speculative() {
                 counters.push(("speculated".into(), st.speculated));
                 counters.push(("speculation_confirmed".into(), st.speculation_confirmed));
                 counters.push(("speculation_rolled_back".into(), st.speculation_rolled_back));
             }
-            if self.cfg.execution.threads > 0 {
+            if self.cfg.execution.threads() > 0 {
                 counters.push(("psmr_parallel".into(), st.psmr_parallel));
                 counters.push(("psmr_synchronous".into(), st.psmr_synchronous));
                 counters.push(("psmr_checks_passed".into(), st.psmr_passed));

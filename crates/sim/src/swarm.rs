@@ -30,7 +30,7 @@ use crate::disk::DiskParams;
 use crate::net::{LinkFaults, LinkTiming, NetParams};
 use crate::queue::{Time, MICROS, MILLIS, SECONDS};
 use partita_config::NodeSection;
-use partita_config::{ClusterConfig, OrderingSection, Role};
+use partita_config::{ClusterConfig, ExecutionSection, OrderingSection, Role};
 use partita_consensus::{Protocol, RingDecision};
 use partita_node::UnsafeBugs;
 use partita_types::NodeId;
@@ -623,23 +623,25 @@ impl SeedParams {
         let mut c = ClusterConfig::default_local(7100, 0x5151_0000 ^ self.seed);
         c.cluster.service = self.service.clone();
         if let Some(d) = &self.dssmr {
-            // Chirper's section as a cluster file states it (the simulated replicas
-            // and clients take the graph from the seed's parameters).
-            c.dssmr = Some(partita_config::DssmrSection {
-                scheme: match d.scheme {
-                    partita_dssmr::client::Scheme::Ssmr => "ssmr",
-                    partita_dssmr::client::Scheme::Dssmr => "dssmr",
-                }
-                .into(),
+            // Chirper's graph and the execution model as a cluster file states them
+            // (the simulated replicas and clients take them from the seed's parameters).
+            c.chirper = Some(partita_config::ChirperSection {
                 users: d.graph.users,
                 communities: d.graph.communities,
                 mean_followers: d.graph.mean_followers.round() as u32,
                 p_local_percent: (d.graph.p_local * 100.0).round() as u32,
                 seed: d.graph.seed & ((1 << 62) - 1),
-                await_moves: d.await_moves,
-                gather_where_most: d.gather_where_most,
                 placement: d.static_map.name().into(),
             });
+            c.execution = match d.scheme {
+                partita_dssmr::client::Scheme::Ssmr => ExecutionSection::Ssmr,
+                partita_dssmr::client::Scheme::Dssmr => {
+                    ExecutionSection::Dssmr(partita_config::DssmrSettings {
+                        await_moves: d.await_moves,
+                        gather_where_most: d.gather_where_most,
+                    })
+                }
+            };
         }
         c.ordering = OrderingSection::paxos(self.protocol);
         if let (OrderingSection::RingPaxos(r), Some(d)) = (&mut c.ordering, self.ring_decision) {
@@ -652,13 +654,13 @@ impl SeedParams {
         c.batching.value_interval_ms = self.value_interval_ms;
         c.storage.checkpoint_instances = self.checkpoint_instances;
         c.sessions.lease_ms = self.session_lease_ms;
-        c.execution.speculative = self.speculative;
-        c.execution.early_replies = self.early_replies;
-        c.execution.threads = self.psmr_threads;
-        c.execution.optimistic = self.psmr_optimistic;
-        if self.psmr_threads > 0 {
+        if self.speculative {
+            c.execution = ExecutionSection::speculative(self.early_replies);
+        } else if self.psmr_threads > 0 {
             // The threads split the keys the clients use.
-            c.execution.key_max = Some(self.client.keys.max(self.psmr_threads as u64) - 1);
+            let key_max = self.client.keys.max(self.psmr_threads as u64) - 1;
+            c.execution =
+                ExecutionSection::psmr(self.psmr_threads, self.psmr_optimistic, Some(key_max));
         }
         c.partitioning.partitions = self.partitions;
         c.partitioning.key_space = self.key_space;

@@ -16,15 +16,12 @@ fn cluster(scheme: Scheme, data: u32) -> ClusterConfig {
     let mut c = ClusterConfig::default_local(7100, 9);
     c.storage.checkpoint_instances = 0;
     c.cluster.service = "chirper".into();
-    c.dssmr = Some(partita_config::DssmrSection {
-        scheme: if scheme == Scheme::Dssmr {
-            "dssmr"
-        } else {
-            "ssmr"
-        }
-        .into(),
-        ..Default::default()
-    });
+    c.chirper = Some(partita_config::ChirperSection::default());
+    c.execution = if scheme == Scheme::Dssmr {
+        partita_config::ExecutionSection::Dssmr(Default::default())
+    } else {
+        partita_config::ExecutionSection::Ssmr
+    };
     let template = c
         .nodes
         .iter()

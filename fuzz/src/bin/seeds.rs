@@ -400,7 +400,7 @@ fn main() {
     let text = local.to_toml();
     files.push((
         "execution",
-        format!("{text}\n[execution]\nthreads = 3\nkey_max = 999\noptimistic = true\n"),
+        format!("{text}\n[execution]\nmodel = \"opt-psmr\"\nthreads = 3\nkey_max = 999\n"),
     ));
     files.push(("wan", {
         let mut t = String::new();

@@ -147,15 +147,14 @@ pub fn dssmr_cluster(scheme: Scheme, static_map: StaticMap, data: u32) -> Cluste
     let mut c = super::sim_smr_cluster(replicas, Protocol::RingPaxos, Durability::Fsync);
     c.cluster.service = "chirper".into();
     // The cluster file's section (the simulator takes the graph from the spec).
-    c.dssmr = Some(partita_config::DssmrSection {
-        scheme: match scheme {
-            Scheme::Dssmr => "dssmr",
-            Scheme::Ssmr => "ssmr",
-        }
-        .into(),
+    c.chirper = Some(partita_config::ChirperSection {
         placement: static_map.name().into(),
         ..Default::default()
     });
+    c.execution = match scheme {
+        Scheme::Dssmr => partita_config::ExecutionSection::Dssmr(Default::default()),
+        Scheme::Ssmr => partita_config::ExecutionSection::Ssmr,
+    };
     if partitions > 1 {
         c.partitioning.partitions = partitions;
         let mut i = 0u32;
@@ -791,21 +790,21 @@ pub fn dssmr_real_cluster(o: &DssmrOptions, s: Series, data: u32) -> ClusterConf
     );
     c.cluster.service = "chirper".into();
     c.cluster.durability = Durability::Fsync;
-    c.dssmr = Some(partita_config::DssmrSection {
-        scheme: match scheme {
-            Scheme::Dssmr => "dssmr",
-            Scheme::Ssmr => "ssmr",
-        }
-        .into(),
+    c.chirper = Some(partita_config::ChirperSection {
         users: o.users,
         communities: o.communities,
         mean_followers: o.mean_followers.round() as u32,
         p_local_percent: (o.p_local * 100.0).round() as u32,
         seed: o.seed,
-        await_moves: o.await_moves,
-        gather_where_most: o.gather_where_most,
         placement: s.static_map.name().into(),
     });
+    c.execution = match scheme {
+        Scheme::Dssmr => partita_config::ExecutionSection::Dssmr(partita_config::DssmrSettings {
+            await_moves: o.await_moves,
+            gather_where_most: o.gather_where_most,
+        }),
+        Scheme::Ssmr => partita_config::ExecutionSection::Ssmr,
+    };
     let partitions = data + u32::from(scheme == Scheme::Dssmr);
     c.with_partitions(partitions, 2, 1 << 32)
         .expect("partitions of a Chirper cluster")

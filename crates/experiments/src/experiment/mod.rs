@@ -63,7 +63,7 @@ pub struct Point {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimDetail>,
     /// How replicas executed (`speculation`): "classic" (after the decision) or
-    /// "speculative" (on the Ring Paxos proposal, `[execution] speculative = true`).
+    /// "speculative" (on the Ring Paxos proposal, `[execution] model = "speculative"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub execution: Option<String>,
     /// Mean response time in ms (`speculation`), and how it was obtained: "exact"

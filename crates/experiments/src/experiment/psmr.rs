@@ -160,7 +160,7 @@ fn with_rings(c: ClusterConfig, smr_threads: Option<usize>) -> ClusterConfig {
     let Some(k) = smr_threads else {
         return c;
     };
-    let rings = match c.execution.threads {
+    let rings = match c.execution.threads() {
         0 => k + 1,
         t => t,
     };

@@ -109,7 +109,9 @@ impl SpecOptions {
 /// A Ring Paxos cluster of 3 acceptors and `replicas` replicas, speculating or not.
 pub fn spec_cluster(replicas: usize, speculative: bool, durability: Durability) -> ClusterConfig {
     let mut c = smr_cluster(replicas, Protocol::RingPaxos, durability);
-    c.execution.speculative = speculative;
+    if speculative {
+        c.execution = partita_config::ExecutionSection::speculative(false);
+    }
     c
 }
 
@@ -353,7 +355,9 @@ pub fn sim_spec_cluster(
     durability: Durability,
 ) -> ClusterConfig {
     let mut c = sim_smr_cluster(replicas, Protocol::RingPaxos, durability);
-    c.execution.speculative = speculative;
+    if speculative {
+        c.execution = partita_config::ExecutionSection::speculative(false);
+    }
     c
 }
 
