@@ -380,7 +380,8 @@ struct ExperimentArgs {
     /// dssmr: the Chirper workloads (timeline, post, follow, mix; default all four).
     #[arg(long, value_delimiter = ',')]
     chirper_workloads: Option<Vec<String>>,
-    /// dssmr: the data partition counts (default 1,2,4,8).
+    /// dssmr: the data partition counts (default 1,2,4,8). psmr (with --sim): one
+    /// count P, P-SMR inside P partitions against the P partitions alone.
     #[arg(long, value_delimiter = ',')]
     partition_counts: Option<Vec<u32>>,
     /// dssmr: users of the social graph (default 10000).
@@ -2621,6 +2622,18 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     o.rings = a.rings;
     o.multicast = a.multicast;
     o.progress = true;
+    if let Some(counts) = &a.partition_counts {
+        let [p] = counts[..] else {
+            bail!("--partition-counts: the psmr experiment takes one partition count");
+        };
+        if !a.sim || a.rings || p < 2 {
+            bail!(
+                "--partition-counts P (P-SMR inside P partitions against the partitions alone) \
+                 needs --sim, P >= 2 and no --rings"
+            );
+        }
+        o.partitions = Some(p);
+    }
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = src;

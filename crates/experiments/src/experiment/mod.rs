@@ -493,6 +493,10 @@ pub fn sim_point(o: &SimParams, p: &SimPointSpec) -> anyhow::Result<Point> {
     }
     if !cs && o.preload > 0 {
         spec.replica_image = Some(match p.workload {
+            // Each partition's replicas hold only its keys.
+            _ if p.cluster.partitioning.partitions > 1 => {
+                crate::experiment_partition::partition_images(&p.cluster, o.preload)?
+            }
             // Paper 002's tree: filled in random order (see `replica_image_shuffled`).
             Workload::Dependent { .. } => replica_image_shuffled(o.preload, p.cluster.cluster.id)?,
             _ => replica_image(o.preload, p.cluster.cluster.id)?,

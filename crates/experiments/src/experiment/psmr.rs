@@ -20,6 +20,14 @@
 //!
 //! The report lists the issue's targets, each a ratio of this run's points with what it
 //! must reach and whether it does.
+//!
+//! With `partitions` (`partita experiment psmr --sim --partition-counts P`), the sweep
+//! is another one, which the papers did not run: paper 001's state partitioning and
+//! paper 002's threads combined. SMR is P partitions of 2 sequential replicas each,
+//! P-SMR the same partitions whose replicas run K threads over their partition's keys
+//! (CC-G; opt-PSMR is not built inside partitions), over Figure 2's dependent shares
+//! (keys uniform over every partition, so every command is one partition's). Only
+//! Figure 2 is drawn, and there are no paper targets.
 
 use super::*;
 use partita_sim::bench::PsmrLoad;
@@ -58,6 +66,9 @@ pub struct PsmrOptions {
     pub seed: u64,
     pub jobs: usize,
     pub progress: bool,
+    /// P-SMR inside this many partitions against the partitions alone (see the module
+    /// doc); `None`: paper 002's sweep.
+    pub partitions: Option<u32>,
 }
 
 impl PsmrOptions {
@@ -80,6 +91,7 @@ impl PsmrOptions {
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             progress: true,
+            partitions: None,
         }
     }
 
@@ -170,7 +182,59 @@ fn with_rings(c: ClusterConfig, smr_threads: Option<usize>) -> ClusterConfig {
 
 /// Every point, in report order.
 pub fn points(o: &PsmrOptions) -> Vec<PointSpec> {
-    points_with(o, psmr_cluster)
+    match o.partitions {
+        Some(parts) => partitioned_points(o, parts),
+        None => points_with(o, psmr_cluster),
+    }
+}
+
+/// The simulated cluster of a partitioned point: `partitions` partitions of 2
+/// replicas over the workload's keys, each replica sequential (`threads` 0) or with
+/// `threads` P-SMR worker threads over its partition's keys.
+pub fn psmr_partitioned_cluster(
+    threads: usize,
+    preload: u64,
+    batchers: u32,
+    partitions: u32,
+) -> ClusterConfig {
+    let key_space = bench::key_space(preload).max(partitions as u64 * threads.max(1) as u64);
+    // Partitions first: the simulator numbers nodes 1..=N, and the partitions' replicas
+    // replace the cluster's.
+    let c = sim_smr_cluster(2, Protocol::RingPaxos, Durability::Fsync)
+        .with_partitions(partitions, 2, key_space)
+        .and_then(|c| c.with_batchers(batchers))
+        .unwrap_or_else(|e| panic!("the experiment's partitions: {e}"));
+    c.with_psmr(threads, false, key_space - 1)
+        .unwrap_or_else(|e| panic!("the experiment's P-SMR inside partitions: {e}"))
+}
+
+/// P-SMR inside `partitions` partitions against the partitions alone, at every
+/// dependent share.
+fn partitioned_points(o: &PsmrOptions, partitions: u32) -> Vec<PointSpec> {
+    let mut v = Vec::new();
+    for &percent in &o.percents {
+        for (series, threads) in [(SMR, 0), (PSMR, o.threads)] {
+            v.push(PointSpec {
+                series: series.into(),
+                x_name: "dependent %".into(),
+                x: percent as f64,
+                cluster: psmr_partitioned_cluster(threads, o.preload, o.batchers, partitions),
+                bench: BenchConfig {
+                    give_up: None,
+                    workload: Workload::Dependent { percent },
+                    clients: o.clients,
+                    duration: o.duration,
+                    think_ms: o.think_ms,
+                    preload: o.preload,
+                    seed: o.seed,
+                    trim: 0.1,
+                    progress: false,
+                    key_space: None,
+                },
+            });
+        }
+    }
+    v
 }
 
 /// Every point, each cluster from `cluster(threads, optimistic, preload, batchers)`.
@@ -251,6 +315,10 @@ pub struct PsmrReport {
     pub configuration: String,
     pub points: Vec<Point>,
     pub targets: Vec<PsmrTarget>,
+    /// P-SMR inside this many partitions against the partitions alone (no paper
+    /// targets); absent: paper 002's sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
 }
 
 fn find<'a>(r: &'a [Point], series: &str, x_name: &str, x: f64) -> Option<&'a Point> {
@@ -411,6 +479,31 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
     let driver = o.driver();
     let measured = run_sim_sweep(&points(o), &driver, o.progress)?;
     let points = framework::points(measured);
+    if let Some(parts) = o.partitions {
+        let configuration = format!(
+            "SIMULATED ({}); 3 acceptors, {parts} partitions of 2 replicas, {}, fsync; \
+             SMR: sequential replicas, P-SMR: {} threads per replica over its partition's \
+             keys (CC-G); {} keys preloaded; {} clients, think time 0..={} ms; {:.1} s \
+             virtual runs; signal between threads {} ns",
+            driver.machine(),
+            ordering_words(o),
+            o.threads,
+            o.preload,
+            o.clients,
+            o.think_ms,
+            o.duration.as_secs_f64(),
+            o.cost.psmr_signal_ns
+        );
+        return Ok(PsmrReport {
+            name: "psmr".into(),
+            simulated: true,
+            machine: driver.machine(),
+            targets: Vec::new(),
+            configuration,
+            points,
+            partitions: Some(parts),
+        });
+    }
     let configuration = format!(
         "SIMULATED{} ({}); 3 acceptors, 2 replicas, {}, fsync; {} threads (Figures 2-4); \
          {} keys preloaded in random order; {} clients, think time 0..={} ms; {:.1} s virtual \
@@ -436,6 +529,7 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
         targets: targets(&points, o.threads),
         configuration,
         points,
+        partitions: None,
     })
 }
 
@@ -505,6 +599,7 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
         targets: targets(&points, o.threads),
         configuration,
         points,
+        partitions: None,
     })
 }
 
@@ -530,8 +625,15 @@ pub fn psmr_figures(r: &PsmrReport) -> Vec<(String, partita_plot::Figure)> {
         let l = psmr_of(p);
         100.0 * l.failed as f64 / (l.parallel + l.synchronous).max(1) as f64
     };
+    let title = match r.partitions {
+        Some(p) => format!(
+            "P-SMR inside {p} partitions against the {p} partitions alone, against dependent \
+             commands ({kind})"
+        ),
+        None => format!("Paper 002 Figure 2: P-SMR and SMR against dependent commands ({kind})"),
+    };
     let fig2 = framework::figure(
-        &format!("Paper 002 Figure 2: P-SMR and SMR against dependent commands ({kind})"),
+        &title,
         &r.configuration,
         &[panel(
             "throughput",
@@ -544,6 +646,9 @@ pub fn psmr_figures(r: &PsmrReport) -> Vec<(String, partita_plot::Figure)> {
         )],
         1,
     );
+    if r.partitions.is_some() {
+        return vec![("fig2".into(), fig2)];
+    }
     let fig3_points: Vec<&Point> = r
         .points
         .iter()
@@ -785,6 +890,44 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = write_psmr(&r, &dir.path().join("psmr.json")).unwrap();
         assert_eq!(files.len(), 1 + 4 * 2);
+    }
+
+    /// P-SMR inside partitions: every point has 2 partitions, P-SMR's replicas ran
+    /// commands on their threads alone (reads of their partition's keys), SMR's have no
+    /// threads, and only Figure 2 is drawn.
+    #[test]
+    fn a_tiny_partitioned_sweep_compares_psmr_inside_partitions_with_the_partitions() {
+        let o = PsmrOptions {
+            percents: vec![0, 50],
+            clients: 40,
+            threads: 2,
+            duration: Duration::from_millis(200),
+            preload: 2_000,
+            jobs: 2,
+            partitions: Some(2),
+            ..PsmrOptions::quick()
+        };
+        let specs = points(&o);
+        assert_eq!(specs.len(), 2 * 2);
+        assert!(specs.iter().all(|p| p.cluster.partitioning.partitions == 2));
+        let r = psmr_sim(&o).unwrap();
+        assert_eq!(r.partitions, Some(2));
+        assert!(r.targets.is_empty());
+        for p in &r.points {
+            assert!(tp(p) > 0.0, "{} {}: no throughput", p.series, p.x);
+        }
+        let psmr = psmr_of(find(&r.points, PSMR, "dependent %", 0.0).unwrap());
+        assert!(psmr.parallel > 0, "{psmr:?}");
+        assert!(find(&r.points, SMR, "dependent %", 0.0)
+            .unwrap()
+            .sim
+            .as_ref()
+            .unwrap()
+            .psmr
+            .is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_psmr(&r, &dir.path().join("psmr.json")).unwrap();
+        assert_eq!(files.len(), 1 + 2, "the report and Figure 2: {files:?}");
     }
 
     /// `--rings`: every point on Multi-Ring Paxos, P-SMR's on a ring per thread's
