@@ -86,11 +86,11 @@ fuzz_target!(|data: &[u8]| {
                 let value = Value::new(vid, vec![cmd]).at(1_000 + instance);
                 r.execute(instance, &value, &mut replies);
             }
-            1 => r.on_exec(from, bytes, &mut replies),
-            _ => r.exec_tick(),
+            1 => exchange(&mut r).on_exec(from, bytes, &mut replies),
+            _ => exchange(&mut r).exec_tick(),
         }
         r.invariants();
-        for (to, bytes) in r.take_exec() {
+        for (to, bytes) in exchange(&mut r).take_exec() {
             assert!(
                 layout.partition_of_replica(to).is_some(),
                 "sent to {to}, no replica"
@@ -104,3 +104,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// A DS-SMR member's exchanges with the other partitions.
+fn exchange(r: &mut Box<dyn partita_smr::Replica>) -> &mut dyn partita_smr::PartitionExchange {
+    r.exchange_mut()
+        .expect("a DS-SMR member exchanges with other partitions")
+}

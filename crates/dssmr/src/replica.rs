@@ -28,11 +28,10 @@ use partita_consensus::Value;
 use partita_smr::sessions::{Admission, Sessions};
 use partita_smr::{
     read_checkpoint, session_step, verify_checkpoint_of, write_checkpoint, CheckpointError,
-    CheckpointParts, Replica, ReplicaOptions, ReplicaStats, ServiceFactory,
+    CheckpointParts, PartitionExchange, Replica, ReplicaOptions, ReplicaStats, ServiceFactory,
 };
 use partita_types::{
-    early::EarlyReply, Body, Command, DetHashMap, Instance, NodeId, PartitionId, PartitionLayout,
-    Refusal, Reply,
+    Body, Command, DetHashMap, Instance, NodeId, PartitionId, PartitionLayout, Refusal, Reply,
 };
 use serde::{Deserialize, Serialize};
 use std::any::Any;
@@ -377,22 +376,6 @@ impl<S: ObjectService> Replica for DsReplica<S> {
             self.run_command(name, cmd, replies_out);
         }
     }
-    fn propose(&mut self, _instance: Instance, _value: Arc<Value>) {}
-    fn speculate(&mut self) {}
-    fn respeculate(&mut self, _n: u64) {}
-    fn rollback_speculation(&mut self) {}
-    fn speculation_ready(&self) -> bool {
-        false
-    }
-    fn speculated(&self) -> u64 {
-        0
-    }
-    fn take_early(&mut self) -> Vec<EarlyReply> {
-        Vec::new()
-    }
-    fn early_pending(&self) -> usize {
-        0
-    }
     fn checkpoint(&self, ordering: &[u8]) -> Vec<u8> {
         write_checkpoint(
             CheckpointParts {
@@ -432,9 +415,6 @@ impl<S: ObjectService> Replica for DsReplica<S> {
             "pending commands"
         );
     }
-    fn unsafe_read_unordered(&mut self, _cmd: &Command) -> Option<Reply> {
-        None
-    }
     /// S-SMR and DS-SMR run over totally ordered streams only (the cluster file
     /// refuses them with EPaxos and GeoPaxos+): every command conflicts.
     fn access(&self, _cmd: &Command) -> partita_smr::Access {
@@ -443,6 +423,15 @@ impl<S: ObjectService> Replica for DsReplica<S> {
     fn quiescent(&self) -> bool {
         self.server.waiting() == 0
     }
+    fn exchange_mut(&mut self) -> Option<&mut dyn PartitionExchange> {
+        Some(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<S: ObjectService> PartitionExchange for DsReplica<S> {
     fn on_exec(&mut self, from: NodeId, data: &[u8], replies_out: &mut Vec<Reply>) {
         let Some(layout) = &self.layout else {
             self.counters.exec_dropped += 1;
@@ -501,9 +490,6 @@ impl<S: ObjectService> Replica for DsReplica<S> {
                 self.send(from, &ExecMsg::Ask { at });
             }
         }
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -703,8 +703,8 @@ impl NodeCore {
                 _ => None,
             },
         });
-        if let Some(runner) = &self.thread_runner {
-            r.set_thread_runner(runner.clone());
+        if let (Some(runner), Some(w)) = (&self.thread_runner, r.worker_threads_mut()) {
+            w.set_thread_runner(runner.clone());
         }
         r
     }
@@ -713,8 +713,8 @@ impl NodeCore {
     /// the same time when the node runs them inline (`partita node`). The simulator,
     /// which gives each thread a simulated CPU of its own, gives none.
     pub fn set_thread_runner(&mut self, runner: Arc<dyn partita_smr::ThreadRunner>) {
-        if let Some(r) = self.replica.as_mut() {
-            r.set_thread_runner(runner.clone());
+        if let Some(w) = self.replica.as_mut().and_then(|r| r.worker_threads_mut()) {
+            w.set_thread_runner(runner.clone());
         }
         self.thread_runner = Some(runner);
     }
@@ -964,8 +964,8 @@ impl NodeCore {
             self.announce_checkpoint(&mut actions);
         }
         self.transfer_tick(&mut actions);
-        if let Some(r) = self.replica.as_mut() {
-            r.exec_tick();
+        if let Some(x) = self.replica.as_mut().and_then(|r| r.exchange_mut()) {
+            x.exec_tick();
         }
         if !actions.is_empty() {
             self.run(actions, out);
@@ -1025,7 +1025,10 @@ impl NodeCore {
     /// (and before taking the next one): proposals to execute speculatively. Only
     /// ever true with speculative execution.
     pub fn has_deferred_work(&self) -> bool {
-        self.replica.as_ref().is_some_and(|r| r.speculation_ready())
+        self.replica
+            .as_ref()
+            .and_then(|r| r.speculation())
+            .is_some_and(|s| s.speculation_ready())
     }
 
     /// Run the deferred work ([`NodeCore::has_deferred_work`]): execute speculatively
@@ -1036,13 +1039,13 @@ impl NodeCore {
     /// replies of what it speculated are among the outputs. Doing nothing when there
     /// is nothing deferred, it is always safe to call.
     pub fn on_continue(&mut self, out: &mut Vec<Output>) {
-        let Some(r) = self.replica.as_mut() else {
+        let Some(s) = self.replica.as_mut().and_then(|r| r.speculation_mut()) else {
             return;
         };
-        if !r.speculation_ready() {
+        if !s.speculation_ready() {
             return;
         }
-        r.speculate();
+        s.speculate();
         self.flush_replies(out);
     }
 
@@ -1071,7 +1074,11 @@ impl NodeCore {
         assert!(self.replies.is_empty(), "replies left unsent");
         if let Some(r) = &self.replica {
             r.invariants();
-            assert_eq!(r.early_pending(), 0, "early replies left unsent");
+            assert_eq!(
+                r.speculation().map_or(0, |s| s.early_pending()),
+                0,
+                "early replies left unsent"
+            );
             assert!(
                 self.checkpoint_instance() <= r.last_instance(),
                 "a checkpoint ahead of the replica"
@@ -1121,10 +1128,12 @@ impl NodeCore {
                     }
                     // Only a speculative learner reports proposals; the replica
                     // executes them ahead and holds the replies until the decision.
-                    Action::Propose { instance, value } => match self.replica.as_mut() {
-                        Some(r) => r.propose(instance, value),
-                        None => self.count("dropped_propose_without_replica"),
-                    },
+                    Action::Propose { instance, value } => {
+                        match self.replica.as_mut().and_then(|r| r.speculation_mut()) {
+                            Some(s) => s.propose(instance, value),
+                            None => self.count("dropped_propose_without_speculation"),
+                        }
+                    }
                     Action::TruncateLog { below_token } => {
                         out.push(Output::TruncateLog { below_token })
                     }
@@ -1194,8 +1203,8 @@ impl NodeCore {
     /// P-SMR, inline: run the worker threads until none can run (then every delivered
     /// command ran), on OS threads of their own (see `SequentialReplica::run_threads`).
     fn drain_workers(&mut self) {
-        if let Some(r) = self.replica.as_mut() {
-            r.run_threads(&mut self.replies);
+        if let Some(w) = self.replica.as_mut().and_then(|r| r.worker_threads_mut()) {
+            w.run_threads(&mut self.replies);
         }
     }
 
@@ -1254,22 +1263,29 @@ impl NodeCore {
 
     /// P-SMR worker threads of this node's replica (0: sequential execution).
     pub fn worker_threads(&self) -> usize {
-        self.replica.as_ref().map_or(0, |r| r.threads())
+        self.replica
+            .as_ref()
+            .and_then(|r| r.worker_threads())
+            .map_or(0, |w| w.threads())
     }
 
     /// Whether worker thread `t` can run its next command now.
     pub fn worker_runnable(&self, t: usize) -> bool {
-        self.replica.as_ref().is_some_and(|r| r.thread_runnable(t))
+        self.replica
+            .as_ref()
+            .and_then(|r| r.worker_threads())
+            .is_some_and(|w| w.thread_runnable(t))
     }
 
     /// Worker thread `t` runs its next command (only when
     /// [`NodeCore::worker_runnable`]); its replies are among the outputs.
     pub fn on_worker(&mut self, t: usize, out: &mut Vec<Output>) {
-        let r = self
+        let w = self
             .replica
             .as_mut()
-            .expect("a runnable worker has a replica");
-        r.run_thread(t, &mut self.replies);
+            .and_then(|r| r.worker_threads_mut())
+            .expect("a runnable worker has a replica with threads");
+        w.run_thread(t, &mut self.replies);
         self.release_held();
         self.maybe_checkpoint();
         self.maybe_save(out);
@@ -1332,13 +1348,13 @@ impl NodeCore {
         // A checkpoint holds decided state only: set the speculated suffix aside and
         // speculate it again afterwards (same values, same held replies; proposals
         // not yet speculated stay deferred).
-        let speculated = r.speculated();
-        if speculated > 0 {
-            r.rollback_speculation();
+        let speculated = r.speculation().map_or(0, |s| s.speculated());
+        if let Some(s) = r.speculation_mut().filter(|_| speculated > 0) {
+            s.rollback_speculation();
         }
         let bytes = r.checkpoint(&position);
-        if speculated > 0 {
-            r.respeculate(speculated);
+        if let Some(s) = r.speculation_mut().filter(|_| speculated > 0) {
+            s.respeculate(speculated);
         }
         let instance = r.last_instance();
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
@@ -1628,8 +1644,8 @@ impl NodeCore {
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
         out.extend(self.replies.drain(..).map(Output::Reply));
         self.flush_early(out);
-        if let Some(r) = self.replica.as_mut() {
-            for (to, data) in r.take_exec() {
+        if let Some(x) = self.replica.as_mut().and_then(|r| r.exchange_mut()) {
+            for (to, data) in x.take_exec() {
                 if to == self.setup.id {
                     continue;
                 }
@@ -1644,13 +1660,13 @@ impl NodeCore {
 
     /// Tentative replies and confirmations of the replica (early replies).
     fn flush_early(&mut self, out: &mut Vec<Output>) {
-        let Some(r) = self.replica.as_mut() else {
+        let Some(s) = self.replica.as_mut().and_then(|r| r.speculation_mut()) else {
             return;
         };
-        if r.early_pending() == 0 {
+        if s.early_pending() == 0 {
             return;
         }
-        for e in r.take_early() {
+        for e in s.take_early() {
             let what = match e {
                 EarlyReply::Tentative(_) => "early_tentative_replies",
                 EarlyReply::Confirm(_) => "early_confirmations",
@@ -1709,9 +1725,9 @@ impl NodeCore {
                 }
                 take
             }
-            Msg::Exec { data } => match self.replica.as_mut() {
-                Some(r) => {
-                    r.on_exec(from, &data, &mut self.replies);
+            Msg::Exec { data } => match self.replica.as_mut().and_then(|r| r.exchange_mut()) {
+                Some(x) => {
+                    x.on_exec(from, &data, &mut self.replies);
                     true
                 }
                 None => false,

@@ -1881,14 +1881,6 @@ pub trait Replica: Send {
     fn execute(&mut self, instance: Instance, value: &Value, replies_out: &mut Vec<Reply>) {
         self.execute_named(instance, instance, value, replies_out)
     }
-    fn propose(&mut self, instance: Instance, value: Arc<Value>);
-    fn speculate(&mut self);
-    fn respeculate(&mut self, n: u64);
-    fn rollback_speculation(&mut self);
-    fn speculation_ready(&self) -> bool;
-    fn speculated(&self) -> u64;
-    fn take_early(&mut self) -> Vec<EarlyReply>;
-    fn early_pending(&self) -> usize;
     /// A checkpoint of the decided state (panics while anything is speculated), with
     /// the ordering layer's position at this instance (opaque; may be empty).
     fn checkpoint(&self, ordering: &[u8]) -> Vec<u8>;
@@ -1902,7 +1894,16 @@ pub trait Replica: Send {
     fn stats(&self) -> &ReplicaStats;
     fn cached_clients(&self) -> usize;
     fn invariants(&self);
-    fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply>;
+    /// Whether every delivered command has run (checkpoints and digests wait for it):
+    /// P-SMR's threads may lag, and S-SMR's commands wait for other partitions.
+    fn quiescent(&self) -> bool {
+        true
+    }
+    /// The planted bug `unordered-query`: a read answered at once, unordered (`None`:
+    /// this replica cannot).
+    fn unsafe_read_unordered(&mut self, _cmd: &Command) -> Option<Reply> {
+        None
+    }
     /// What `cmd` touches (see [`SequentialReplica::access`]).
     fn access(&self, cmd: &Command) -> Access;
     /// GeoPaxos+: the serializers that must order `cmd` (see
@@ -1920,56 +1921,80 @@ pub trait Replica: Send {
     fn take_resubmits(&mut self) -> Vec<Command> {
         Vec::new()
     }
-    /// P-SMR worker threads (0: commands execute as their value is delivered, and the
-    /// three methods below have nothing to do).
-    fn threads(&self) -> usize {
-        0
+    /// Speculative execution and early replies, if this replica offers them (`None`:
+    /// it executes decided values only).
+    fn speculation(&self) -> Option<&dyn Speculative> {
+        None
     }
-    /// Whether worker thread `t` can run its next command now.
-    fn thread_runnable(&self, _t: usize) -> bool {
-        false
+    fn speculation_mut(&mut self) -> Option<&mut dyn Speculative> {
+        None
     }
-    /// Worker thread `t` runs its next command (only when runnable).
-    fn run_thread(&mut self, _t: usize, _replies_out: &mut Vec<Reply>) {
-        panic!("no worker threads")
+    /// P-SMR's worker threads, if this replica has them (`None`: commands execute as
+    /// their value is delivered).
+    fn worker_threads(&self) -> Option<&dyn WorkerThreads> {
+        None
     }
-    /// P-SMR on OS threads (see [`SequentialReplica::set_thread_runner`]).
-    fn set_thread_runner(&mut self, _runner: Arc<dyn ThreadRunner>) {}
-    /// Run the worker threads until none can run (on OS threads where the replica
-    /// has them: [`SequentialReplica::run_threads`]).
-    fn run_threads(&mut self, replies_out: &mut Vec<Reply>) {
-        loop {
-            let mut ran = false;
-            for t in 0..self.threads() {
-                while self.thread_runnable(t) {
-                    self.run_thread(t, replies_out);
-                    ran = true;
-                }
-            }
-            if !ran {
-                return;
-            }
-        }
+    fn worker_threads_mut(&mut self) -> Option<&mut dyn WorkerThreads> {
+        None
     }
-    /// Whether every delivered command has run (checkpoints and digests wait for it).
-    fn quiescent(&self) -> bool {
-        true
+    /// Exchanges with replicas of other partitions (S-SMR, DS-SMR), if this replica's
+    /// execution model has them.
+    fn exchange_mut(&mut self) -> Option<&mut dyn PartitionExchange> {
+        None
     }
-    /// S-SMR/DS-SMR: a message from replica `from` of another partition for the
-    /// execution model (exchanges of signals and objects); commands it unblocks reply
-    /// into `replies_out`. Bytes that do not decode or a sender that may not send them
-    /// are dropped and counted, never trusted.
-    fn on_exec(&mut self, _from: NodeId, _data: &[u8], _replies_out: &mut Vec<Reply>) {}
-    /// Messages the execution model has for other replicas: (to, bytes).
-    fn take_exec(&mut self) -> Vec<(NodeId, Vec<u8>)> {
-        Vec::new()
-    }
-    /// A tick of the driver's clock: an execution model that waits for other
-    /// partitions asks again after a while.
-    fn exec_tick(&mut self) {}
     /// The concrete replica, for tests and tools that know the service
     /// (`downcast_ref::<SequentialReplica<S>>()`).
     fn as_any(&self) -> &dyn Any;
+}
+
+/// A replica's speculative execution (paper 001 §III-B) and early replies (§VII): the
+/// node core hands it proposals ahead of their decisions, asks it to execute them,
+/// and rolls back what another decision contradicts.
+pub trait Speculative {
+    /// A proposal for `instance` arrived (Ring Paxos's Phase 2A).
+    fn propose(&mut self, instance: Instance, value: Arc<Value>);
+    /// Execute the proposals that follow what is executed, as far as they go.
+    fn speculate(&mut self);
+    /// Roll back and execute `n` proposals again (after a checkpoint).
+    fn respeculate(&mut self, n: u64);
+    fn rollback_speculation(&mut self);
+    /// Whether a proposal waits to be executed speculatively.
+    fn speculation_ready(&self) -> bool;
+    /// Instances executed ahead of their decision.
+    fn speculated(&self) -> u64;
+    /// Early replies to send (tentative replies, confirmations).
+    fn take_early(&mut self) -> Vec<EarlyReply>;
+    fn early_pending(&self) -> usize;
+}
+
+/// A replica's P-SMR worker threads (paper 002): delivered commands queue at their
+/// threads and run when the driver runs a thread.
+pub trait WorkerThreads {
+    /// Worker threads (0: commands execute as their value is delivered).
+    fn threads(&self) -> usize;
+    /// Whether worker thread `t` can run its next command now.
+    fn thread_runnable(&self, t: usize) -> bool;
+    /// Worker thread `t` runs its next command (only when runnable).
+    fn run_thread(&mut self, t: usize, replies_out: &mut Vec<Reply>);
+    /// Run the worker threads until none can run (on OS threads where the replica
+    /// has them: [`SequentialReplica::run_threads`]).
+    fn run_threads(&mut self, replies_out: &mut Vec<Reply>);
+    /// P-SMR on OS threads (see [`SequentialReplica::set_thread_runner`]).
+    fn set_thread_runner(&mut self, runner: Arc<dyn ThreadRunner>);
+}
+
+/// A replica's exchanges with replicas of other partitions (S-SMR and DS-SMR's
+/// signals and objects).
+pub trait PartitionExchange {
+    /// A message from replica `from` of another partition; commands it unblocks reply
+    /// into `replies_out`. Bytes that do not decode or a sender that may not send them
+    /// are dropped and counted, never trusted.
+    fn on_exec(&mut self, from: NodeId, data: &[u8], replies_out: &mut Vec<Reply>);
+    /// Messages for other replicas: (to, bytes).
+    fn take_exec(&mut self) -> Vec<(NodeId, Vec<u8>)>;
+    /// A tick of the driver's clock: an execution model that waits for other
+    /// partitions asks again after a while.
+    fn exec_tick(&mut self);
 }
 
 impl<S: StateMachine> Replica for SequentialReplica<S> {
@@ -2008,6 +2033,63 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     ) {
         SequentialReplica::execute_named(self, instance, name, value, replies_out)
     }
+    fn checkpoint(&self, ordering: &[u8]) -> Vec<u8> {
+        SequentialReplica::checkpoint_with(self, ordering)
+    }
+    fn last_instance(&self) -> Instance {
+        SequentialReplica::last_instance(self)
+    }
+    fn digest(&self) -> u64 {
+        SequentialReplica::digest(self)
+    }
+    fn len(&self) -> u64 {
+        self.state.len()
+    }
+    fn stats(&self) -> &ReplicaStats {
+        SequentialReplica::stats(self)
+    }
+    fn cached_clients(&self) -> usize {
+        SequentialReplica::cached_clients(self)
+    }
+    fn invariants(&self) {
+        SequentialReplica::invariants(self)
+    }
+    fn access(&self, cmd: &Command) -> Access {
+        SequentialReplica::access(self, cmd)
+    }
+    fn answered(&self, cmd: &Command) -> Option<Reply> {
+        SequentialReplica::answered(self, cmd)
+    }
+    fn route(&self, cmd: &Command) -> Option<u64> {
+        SequentialReplica::route(self, cmd)
+    }
+    fn take_resubmits(&mut self) -> Vec<Command> {
+        SequentialReplica::take_resubmits(self)
+    }
+    fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply> {
+        SequentialReplica::unsafe_read_unordered(self, cmd)
+    }
+    fn quiescent(&self) -> bool {
+        SequentialReplica::quiescent(self)
+    }
+    fn speculation(&self) -> Option<&dyn Speculative> {
+        Some(self)
+    }
+    fn speculation_mut(&mut self) -> Option<&mut dyn Speculative> {
+        Some(self)
+    }
+    fn worker_threads(&self) -> Option<&dyn WorkerThreads> {
+        Some(self)
+    }
+    fn worker_threads_mut(&mut self) -> Option<&mut dyn WorkerThreads> {
+        Some(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<S: StateMachine> Speculative for SequentialReplica<S> {
     fn propose(&mut self, instance: Instance, value: Arc<Value>) {
         SequentialReplica::propose(self, instance, value)
     }
@@ -2032,9 +2114,9 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     fn early_pending(&self) -> usize {
         SequentialReplica::early_pending(self)
     }
-    fn checkpoint(&self, ordering: &[u8]) -> Vec<u8> {
-        SequentialReplica::checkpoint_with(self, ordering)
-    }
+}
+
+impl<S: StateMachine> WorkerThreads for SequentialReplica<S> {
     fn threads(&self) -> usize {
         SequentialReplica::threads(self)
     }
@@ -2049,45 +2131,6 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
     }
     fn set_thread_runner(&mut self, runner: Arc<dyn ThreadRunner>) {
         SequentialReplica::set_thread_runner(self, runner)
-    }
-    fn quiescent(&self) -> bool {
-        SequentialReplica::quiescent(self)
-    }
-    fn last_instance(&self) -> Instance {
-        SequentialReplica::last_instance(self)
-    }
-    fn digest(&self) -> u64 {
-        SequentialReplica::digest(self)
-    }
-    fn len(&self) -> u64 {
-        self.state.len()
-    }
-    fn stats(&self) -> &ReplicaStats {
-        SequentialReplica::stats(self)
-    }
-    fn cached_clients(&self) -> usize {
-        SequentialReplica::cached_clients(self)
-    }
-    fn invariants(&self) {
-        SequentialReplica::invariants(self)
-    }
-    fn unsafe_read_unordered(&mut self, cmd: &Command) -> Option<Reply> {
-        SequentialReplica::unsafe_read_unordered(self, cmd)
-    }
-    fn access(&self, cmd: &Command) -> Access {
-        SequentialReplica::access(self, cmd)
-    }
-    fn answered(&self, cmd: &Command) -> Option<Reply> {
-        SequentialReplica::answered(self, cmd)
-    }
-    fn route(&self, cmd: &Command) -> Option<u64> {
-        SequentialReplica::route(self, cmd)
-    }
-    fn take_resubmits(&mut self) -> Vec<Command> {
-        SequentialReplica::take_resubmits(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
