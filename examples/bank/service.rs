@@ -1,6 +1,6 @@
 //! The bank: accounts with balances, deposits, and transfers that never overdraw.
 
-use partita_service::{Objects, StateMachine};
+use partita_service::{Objects, ServiceCodec, StateMachine};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -48,22 +48,14 @@ impl Bank {
     }
 }
 
-impl StateMachine for Bank {
+impl ServiceCodec for Bank {
     const NAME: &'static str = "bank";
     type Command = BankCmd;
     type Reply = BankReply;
-    /// The accounts a command changed, as they were before it.
-    type Undo = Vec<(String, Option<u64>)>;
     type Key = String;
-
-    fn new() -> Self {
-        Bank::default()
-    }
-
     fn is_read_only(cmd: &BankCmd) -> bool {
         matches!(cmd, BankCmd::Balance { .. })
     }
-
     fn objects(cmd: &BankCmd) -> Objects<String> {
         match cmd {
             BankCmd::Deposit { account, .. } | BankCmd::Balance { account } => {
@@ -74,6 +66,15 @@ impl StateMachine for Bank {
                 ranges: Vec::new(),
             },
         }
+    }
+}
+
+impl StateMachine for Bank {
+    /// The accounts a command changed, as they were before it.
+    type Undo = Vec<(String, Option<u64>)>;
+
+    fn new() -> Self {
+        Bank::default()
     }
 
     fn execute(&mut self, cmd: &BankCmd) -> BankReply {

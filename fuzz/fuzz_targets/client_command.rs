@@ -2,7 +2,7 @@
 //! body addressed to no group, split wrongly, or to partitions the cluster lacks),
 //! then, on the client-server baseline's server (which executes on receipt), the
 //! replica's path for a decided command: the service's decoder and
-//! `StateMachine::check`, the session and the execution; and on a Smr cluster's
+//! `ServiceCodec::check`, the session and the execution; and on a Smr cluster's
 //! coordinator, the multicast into the ordering. For the B+tree, the key-value store
 //! and the bank. No handler may panic, every invariant must hold, every reply's
 //! outcome decodes or is a refusal.

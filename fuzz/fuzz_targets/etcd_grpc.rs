@@ -32,7 +32,7 @@ use partita_etcd::convert;
 use partita_etcd::pb::etcdserverpb as pb;
 use partita_etcd::pb::mvccpb;
 use partita_kv::{self as kv, KvCommand, KvReply, KvStore};
-use partita_service::StateMachine;
+use partita_service::ServiceCodec;
 use prost::Message;
 use std::future::Future;
 use tonic::Code;
@@ -100,7 +100,7 @@ fn execute(
     if let Err(why) = kv::check(&cmd) {
         assert!(!why.is_empty(), "kv's check says why");
         assert!(
-            <KvStore as StateMachine>::check(&cmd).is_err(),
+            <KvStore as ServiceCodec>::check(&cmd).is_err(),
             "the replica refuses it too"
         );
         return None;
@@ -111,15 +111,15 @@ fn execute(
         kv::checked_bytes(&cmd).is_ok(),
         "a checked command has its bytes"
     );
-    let payload = <KvStore as StateMachine>::encode_command(&cmd);
-    let decoded = <KvStore as StateMachine>::decode_command(&payload)
+    let payload = <KvStore as ServiceCodec>::encode_command(&cmd);
+    let decoded = <KvStore as ServiceCodec>::decode_command(&payload)
         .expect("the gateway's command decodes at the replica");
     assert_eq!(decoded, cmd, "the command through the service's codec");
-    <KvStore as StateMachine>::check(&decoded).expect("the replica's check agrees");
+    <KvStore as ServiceCodec>::check(&decoded).expect("the replica's check agrees");
     let reply = store.execute(&decoded).0;
-    let bytes = <KvStore as StateMachine>::encode_reply(&reply);
+    let bytes = <KvStore as ServiceCodec>::encode_reply(&reply);
     assert_eq!(
-        <KvStore as StateMachine>::decode_reply(&bytes).as_ref(),
+        <KvStore as ServiceCodec>::decode_reply(&bytes).as_ref(),
         Ok(&reply),
         "the reply through the service's codec"
     );

@@ -11,7 +11,7 @@ use partita_dssmr::chirper::{Chirper, ChirperCommand};
 use partita_dssmr::wire::DsWire;
 use partita_dssmr::{Dests, DsCommand, ObjectService, Reference};
 use partita_fuzz::bank::Bank;
-use partita_service::StateMachine;
+use partita_service::{ServiceCodec, StateMachine};
 use partita_types::PartitionMap;
 
 fuzz_target!(|data: &[u8]| {

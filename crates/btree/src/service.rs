@@ -16,8 +16,8 @@ pub use crate::ops::{BatchOp, Op, OpResult};
 use crate::psmr::{Groups, KeyPartition};
 use crate::{BPlusTree, Undo};
 use partita_service::{
-    Access, ExecutionWork, MergeError, Objects, SharedExecution, SplitError, StateMachine,
-    ThreadLayout,
+    Access, ExecutionWork, MergeError, Objects, ServiceCodec, SharedExecution, SplitError,
+    StateMachine, ThreadLayout,
 };
 use partita_types::{mask_partitions, ClientId, Command, NodeId, PartitionId, PartitionMap};
 use std::ops::Bound;
@@ -63,30 +63,14 @@ pub fn prev_access(key: u64, prev: Option<u64>) -> Access {
     }
 }
 
-impl StateMachine for BPlusTree {
+impl ServiceCodec for BPlusTree {
     const NAME: &'static str = "btree";
     type Command = Op;
     type Reply = OpResult;
-    type Undo = Undo;
     type Key = u64;
-
-    fn new() -> Self {
-        BPlusTree::new()
-    }
-
     fn is_read_only(op: &Op) -> bool {
         !op.is_mutation()
     }
-
-    /// As `objects`, narrowed for next and prev ([`next_access`], [`prev_access`]).
-    fn access(&self, op: &Op) -> Access {
-        match *op {
-            Op::Next { key } => next_access(key, self.get_next(key).map(|(n, _)| n)),
-            Op::Prev { key } => prev_access(key, self.get_prev(key).map(|(p, _)| p)),
-            _ => Access::of(&Self::objects(op), op.is_mutation()),
-        }
-    }
-
     fn objects(op: &Op) -> Objects<u64> {
         match op {
             Op::Insert { key, .. }
@@ -110,6 +94,48 @@ impl StateMachine for BPlusTree {
                 keys: ops.iter().map(batch_key).collect(),
                 ranges: Vec::new(),
             },
+        }
+    }
+    fn split(op: &Op, map: &PartitionMap) -> Result<Vec<(PartitionId, Op)>, SplitError> {
+        Ok(partitions_of(op, map)
+            .into_iter()
+            .map(|p| (p, sub_op(op, map, p)))
+            .collect())
+    }
+    fn merge(
+        op: &Op,
+        parts: Vec<(PartitionId, OpResult)>,
+        map: &PartitionMap,
+    ) -> Result<OpResult, MergeError> {
+        merge(op, parts, map).map_err(MergeError)
+    }
+    fn thread_group(op: &Op, layout: &ThreadLayout, optimistic: bool) -> Option<usize> {
+        let part = KeyPartition::of(layout).ok()?;
+        let groups = if optimistic {
+            part.oc_g(op)
+        } else {
+            part.cc_g(op)
+        };
+        match groups {
+            Groups::One(t) => Some(t),
+            Groups::All => None,
+        }
+    }
+}
+
+impl StateMachine for BPlusTree {
+    type Undo = Undo;
+
+    fn new() -> Self {
+        BPlusTree::new()
+    }
+
+    /// As `objects`, narrowed for next and prev ([`next_access`], [`prev_access`]).
+    fn access(&self, op: &Op) -> Access {
+        match *op {
+            Op::Next { key } => next_access(key, self.get_next(key).map(|(n, _)| n)),
+            Op::Prev { key } => prev_access(key, self.get_prev(key).map(|(p, _)| p)),
+            _ => Access::of(&Self::objects(op), op.is_mutation()),
         }
     }
 
@@ -172,19 +198,6 @@ impl StateMachine for BPlusTree {
         }
     }
 
-    fn thread_group(op: &Op, layout: &ThreadLayout, optimistic: bool) -> Option<usize> {
-        let part = KeyPartition::of(layout).ok()?;
-        let groups = if optimistic {
-            part.oc_g(op)
-        } else {
-            part.cc_g(op)
-        };
-        match groups {
-            Groups::One(t) => Some(t),
-            Groups::All => None,
-        }
-    }
-
     fn thread_check(&self, op: &Op, t: usize, layout: &ThreadLayout) -> Result<(), String> {
         let part = KeyPartition::of(layout)?;
         part.verdict(self, t, op).reason(t)
@@ -196,21 +209,6 @@ impl StateMachine for BPlusTree {
 
     fn shared(&mut self, layout: &ThreadLayout) -> Option<Box<dyn SharedExecution<Self> + '_>> {
         crate::shared::shared(self, layout)
-    }
-
-    fn split(op: &Op, map: &PartitionMap) -> Result<Vec<(PartitionId, Op)>, SplitError> {
-        Ok(partitions_of(op, map)
-            .into_iter()
-            .map(|p| (p, sub_op(op, map, p)))
-            .collect())
-    }
-
-    fn merge(
-        op: &Op,
-        parts: Vec<(PartitionId, OpResult)>,
-        map: &PartitionMap,
-    ) -> Result<OpResult, MergeError> {
-        merge(op, parts, map).map_err(MergeError)
     }
 }
 
@@ -381,7 +379,7 @@ mod tests {
     }
 
     fn split(op: &Op, map: &PartitionMap) -> Vec<(PartitionId, Op)> {
-        <BPlusTree as StateMachine>::split(op, map).unwrap()
+        <BPlusTree as ServiceCodec>::split(op, map).unwrap()
     }
 
     fn merge(
@@ -389,7 +387,7 @@ mod tests {
         parts: &[(PartitionId, OpResult)],
         map: &PartitionMap,
     ) -> Result<OpResult, MergeError> {
-        <BPlusTree as StateMachine>::merge(op, parts.to_vec(), map)
+        <BPlusTree as ServiceCodec>::merge(op, parts.to_vec(), map)
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use partita_btree::psmr::KeyPartition;
 use partita_btree::{BPlusTree, BatchOp, Op, OpResult, SharedTree};
-use partita_service::{Shared, StateMachine, ThreadLayout};
+use partita_service::{ServiceCodec, Shared, StateMachine, ThreadLayout};
 use proptest::prelude::*;
 
 /// One thread's commands: `(op, check)`, `check` as the replica decides it (CC-G maps

@@ -10,7 +10,7 @@
 //! client-server mode. It then waits for the reply of the replica it chose (paper 001
 //! §IV: only that replica replies), or with state partitioning for the reply of that
 //! replica's rank in every addressed partition ([`PartitionLayout::answerer`]), and
-//! merges the sub-replies ([`StateMachine::merge`]) only when they come from one
+//! merges the sub-replies ([`ServiceCodec::merge`]) only when they come from one
 //! execution: a resubmission may be ordered again, and sub-replies of two executions
 //! would not merge into a linearizable result. A reply names its execution
 //! ([`Reply::instance`]): the instance that ordered it on one stream; with Multi-Ring
@@ -71,7 +71,7 @@
 //! Invariants ([`ClientCore::invariants`]): at most one command outstanding; a deadline
 //! exactly while one is; the sequence number never goes back.
 
-use partita_service::{envelope, MergeError, SplitError, StateMachine, ThreadLayout};
+use partita_service::{envelope, MergeError, ServiceCodec, SplitError, ThreadLayout};
 use partita_types::early::{EarlyReply, EarlyWait};
 use partita_types::{
     ClientId, Command, Instance, NodeId, PartitionId, PartitionLayout, Refusal, Reply,
@@ -222,7 +222,7 @@ pub enum Action {
 
 /// A command that ended.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Done<S: StateMachine> {
+pub struct Done<S: ServiceCodec> {
     pub cmd: S::Command,
     pub seq: u64,
     pub result: Result<S::Reply, ClientError>,
@@ -267,7 +267,7 @@ pub struct ClientStats {
     pub psmr_resubmitted: u64,
 }
 
-struct Outstanding<S: StateMachine> {
+struct Outstanding<S: ServiceCodec> {
     cmd: S::Command,
     seq: u64,
     /// opt-PSMR: resubmitted conservatively after a failed safety check.
@@ -303,7 +303,7 @@ struct Outstanding<S: StateMachine> {
     subs: Vec<(PartitionId, Command, Option<S::Reply>)>,
 }
 
-pub struct ClientCore<S: StateMachine> {
+pub struct ClientCore<S: ServiceCodec> {
     id: ClientId,
     seq: u64,
     /// The execution the current session was opened at (its name; `None`: not open).
@@ -325,7 +325,7 @@ pub struct ClientCore<S: StateMachine> {
     stats: ClientStats,
 }
 
-impl<S: StateMachine> ClientCore<S> {
+impl<S: ServiceCodec> ClientCore<S> {
     /// A session with id `id` entering at `entry` and answered by `replica` (one of
     /// the topology's).
     pub fn new(

@@ -21,7 +21,7 @@ use crate::{ClientError, ClientOptions};
 use partita_client_core::{Action, ClientCore, SubmitError};
 use partita_config::ClusterConfig;
 use partita_net::{spawn_writer, FrameBytes, FrameReader};
-use partita_service::StateMachine;
+use partita_service::ServiceCodec;
 use partita_types::{ClientId, NodeId};
 use partita_wire::Wire;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -44,7 +44,7 @@ struct Conn {
 }
 
 /// `n` sessions of service `S` over one connection per node (see the module docs).
-pub struct ClientGroup<S: StateMachine> {
+pub struct ClientGroup<S: ServiceCodec> {
     cores: Vec<ClientCore<S>>,
     by_id: HashMap<ClientId, usize>,
     cluster: ClusterConfig,
@@ -64,7 +64,7 @@ pub struct ClientGroup<S: StateMachine> {
     tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
 }
 
-impl<S: StateMachine> ClientGroup<S> {
+impl<S: ServiceCodec> ClientGroup<S> {
     /// Open `n` sessions; session `k` enters as a client of index `first_index + k`
     /// would ([`ClientOptions::entry_index`]). Connects to the sessions' first entry
     /// nodes before returning.

@@ -37,7 +37,7 @@ use futures_util::future::select_all;
 use partita_client_core::{Action, ClientCore, SubmitError};
 use partita_config::{ClusterConfig, Transport};
 use partita_net::{spawn_writer, BoxWrite, FrameReader};
-use partita_service::StateMachine;
+use partita_service::ServiceCodec;
 use partita_types::{ClientId, NodeId};
 use partita_wire::Wire;
 use std::collections::BTreeMap;
@@ -196,7 +196,7 @@ struct Conn {
 }
 
 /// One session of service `S`.
-pub struct Client<S: StateMachine> {
+pub struct Client<S: ServiceCodec> {
     core: ClientCore<S>,
     cluster: ClusterConfig,
     opts: ClientOptions,
@@ -217,7 +217,7 @@ pub struct Client<S: StateMachine> {
     tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
 }
 
-impl<S: StateMachine> Client<S> {
+impl<S: ServiceCodec> Client<S> {
     /// Open a session. Fails if the cluster file names another service, or if the
     /// first node cannot be reached.
     pub async fn connect(
@@ -580,7 +580,7 @@ pub fn client_tls(
 }
 
 /// Refuse a cluster that runs another service than `S`.
-fn check_service<S: StateMachine>(cluster: &ClusterConfig) -> Result<(), ClientError> {
+fn check_service<S: ServiceCodec>(cluster: &ClusterConfig) -> Result<(), ClientError> {
     if partita_config::services::speaks(&cluster.cluster.service) != S::NAME {
         return Err(ClientError::Rejected(format!(
             "the cluster runs service `{}`, this client speaks `{}`",

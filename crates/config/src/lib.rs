@@ -2113,7 +2113,7 @@ impl ClusterConfig {
     ///   (`partita_geo::Placed`), with the replicas' topology and the optimizer;
     /// - the B+tree under GeoPaxos+ or EPaxos: keys `0..keys`, each its own value.
     pub fn genesis(&self) -> Vec<partita_types::Payload> {
-        use partita_service::StateMachine;
+        use partita_service::ServiceCodec;
         let Some(geo) = self.geo_setup() else {
             return Vec::new();
         };

@@ -1,13 +1,13 @@
-//! The client side on Partita's client core: [`DsWire`] makes a member multicast a
-//! command of `partita_service::StateMachine`, so that `ClientCore<DsWire<S>>` (the
-//! simulator's clients, `partita-client`) carries it with sessions, sequence numbers,
-//! timeouts, resubmissions and leader hints, and hands back the answer once every
-//! destination replied from one instance. It is never executed: replicas of an S-SMR
-//! or DS-SMR cluster are [`crate::replica::DsReplica`]s.
+//! The client side on Partita's client core: [`DsWire`] is a member multicast as a
+//! `partita_service::ServiceCodec` (the client's half of a service, without execution),
+//! so that `ClientCore<DsWire<S>>` (the simulator's clients, `partita-client`) carries
+//! it with sessions, sequence numbers, timeouts, resubmissions and leader hints, and
+//! hands back the answer once every destination replied from one instance. Replicas of
+//! an S-SMR or DS-SMR cluster are [`crate::replica::DsReplica`]s.
 
 use crate::replica::dests_to_groups;
 use crate::{encode, Dests, DsCommand, DsReply, ObjectService};
-use partita_service::{MergeError, Objects, SplitError, StateMachine};
+use partita_service::{MergeError, Objects, ServiceCodec, SplitError};
 use partita_types::{DecodeError, PartitionId, PartitionMap, Payload};
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
@@ -30,16 +30,12 @@ impl<C> WireCommand<C> {
 /// The multicast wire of service `S` (client side only).
 pub struct DsWire<S>(PhantomData<fn() -> S>);
 
-impl<S: ObjectService> StateMachine for DsWire<S> {
+impl<S: ObjectService> ServiceCodec for DsWire<S> {
     const NAME: &'static str = S::NAME;
     type Command = WireCommand<S::Command>;
     type Reply = DsReply<S::Reply>;
-    type Undo = ();
     type Key = u64;
 
-    fn new() -> Self {
-        DsWire(PhantomData)
-    }
     /// What a destination receives: the destinations and the command (replicas see
     /// only their own partition's projection of the body).
     fn encode_command(c: &Self::Command) -> Payload {
@@ -69,22 +65,6 @@ impl<S: ObjectService> StateMachine for DsWire<S> {
     }
     fn objects(_c: &Self::Command) -> Objects<u64> {
         Objects::default()
-    }
-    fn execute(&mut self, _c: &Self::Command) -> Self::Reply {
-        DsReply::Invalid("a DS-SMR multicast is executed by DsReplica".into())
-    }
-    fn execute_undoable(&mut self, c: &Self::Command) -> (Self::Reply, ()) {
-        (self.execute(c), ())
-    }
-    fn undo(&mut self, _u: ()) {}
-    fn snapshot(&self) -> Vec<u8> {
-        Vec::new()
-    }
-    fn restore(_bytes: &[u8]) -> Result<Self, String> {
-        Ok(DsWire(PhantomData))
-    }
-    fn digest(&self) -> u64 {
-        0
     }
     /// The same command for every destination.
     fn split(

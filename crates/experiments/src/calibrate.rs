@@ -201,7 +201,7 @@ fn with_op(c: Command, op: Op) -> Command {
 
 /// A reply to client 12 carrying `result`.
 fn encoded(result: &OpResult) -> partita_types::Outcome {
-    Ok(<partita_btree::BPlusTree as partita_service::StateMachine>::encode_reply(result))
+    Ok(<partita_btree::BPlusTree as partita_service::ServiceCodec>::encode_reply(result))
 }
 
 fn value(commands: u64) -> Arc<Value> {

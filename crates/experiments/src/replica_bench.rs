@@ -19,7 +19,7 @@
 
 use partita_btree::{BPlusTree, Op};
 use partita_consensus::{Value, Vid};
-use partita_service::{StateMachine, ThreadLayout};
+use partita_service::{ServiceCodec, ThreadLayout};
 use partita_smr::{PsmrOptions, SequentialReplica};
 use partita_types::{Ballot, Command, NodeId, Refusal, Reply};
 use rand::{Rng, SeedableRng};

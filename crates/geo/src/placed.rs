@@ -21,7 +21,9 @@
 
 use crate::objects::{ObjectMap, ObjectMapOptions};
 use crate::topology::Topology;
-use partita_service::{Access, ExecutionWork, MergeError, Objects, SplitError, StateMachine};
+use partita_service::{
+    Access, ExecutionWork, MergeError, Objects, ServiceCodec, SplitError, StateMachine,
+};
 use partita_types::{DecodeError, PartitionId, PartitionMap, Payload};
 use serde::{Deserialize, Serialize};
 use std::ops::Bound;
@@ -101,27 +103,17 @@ struct Snapshot {
     map: Option<(Vec<u8>, PlacedGenesis)>,
 }
 
-impl<S: StateMachine> StateMachine for Placed<S> {
+impl<S: StateMachine> ServiceCodec for Placed<S> {
     const NAME: &'static str = S::NAME;
     type Command = PlacedCommand<S::Command>;
     type Reply = S::Reply;
-    type Undo = S::Undo;
     type Key = S::Key;
-
-    fn new() -> Self {
-        Placed {
-            inner: S::new(),
-            map: None,
-        }
-    }
-
     fn encode_command(cmd: &Self::Command) -> Payload {
         match cmd {
             PlacedCommand::Op(c) => S::encode_command(c),
             PlacedCommand::Genesis(g) => Self::genesis(g),
         }
     }
-
     /// `S`'s encoding; a genesis only when that fails and the bytes say so.
     fn decode_command(bytes: &[u8]) -> Result<Self::Command, DecodeError> {
         match S::decode_command(bytes) {
@@ -132,15 +124,12 @@ impl<S: StateMachine> StateMachine for Placed<S> {
             )?))),
         }
     }
-
     fn encode_reply(reply: &Self::Reply) -> Payload {
         S::encode_reply(reply)
     }
-
     fn decode_reply(bytes: &[u8]) -> Result<Self::Reply, DecodeError> {
         S::decode_reply(bytes)
     }
-
     fn check(cmd: &Self::Command) -> Result<(), String> {
         match cmd {
             PlacedCommand::Op(c) => S::check(c),
@@ -151,14 +140,12 @@ impl<S: StateMachine> StateMachine for Placed<S> {
             )),
         }
     }
-
     fn is_read_only(cmd: &Self::Command) -> bool {
         match cmd {
             PlacedCommand::Op(c) => S::is_read_only(c),
             PlacedCommand::Genesis(_) => false,
         }
     }
-
     fn objects(cmd: &Self::Command) -> Objects<Self::Key> {
         match cmd {
             PlacedCommand::Op(c) => S::objects(c),
@@ -166,6 +153,41 @@ impl<S: StateMachine> StateMachine for Placed<S> {
                 keys: Vec::new(),
                 ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
             },
+        }
+    }
+    fn split(
+        cmd: &Self::Command,
+        map: &PartitionMap,
+    ) -> Result<Vec<(PartitionId, Self::Command)>, SplitError> {
+        match cmd {
+            PlacedCommand::Op(c) => Ok(S::split(c, map)?
+                .into_iter()
+                .map(|(p, c)| (p, PlacedCommand::Op(c)))
+                .collect()),
+            PlacedCommand::Genesis(_) => Err(SplitError::Refused(
+                "a genesis is not split across partitions".into(),
+            )),
+        }
+    }
+    fn merge(
+        cmd: &Self::Command,
+        parts: Vec<(PartitionId, Self::Reply)>,
+        map: &PartitionMap,
+    ) -> Result<Self::Reply, MergeError> {
+        match cmd {
+            PlacedCommand::Op(c) => S::merge(c, parts, map),
+            PlacedCommand::Genesis(_) => Err(MergeError("a genesis has no reply".into())),
+        }
+    }
+}
+
+impl<S: StateMachine> StateMachine for Placed<S> {
+    type Undo = S::Undo;
+
+    fn new() -> Self {
+        Placed {
+            inner: S::new(),
+            map: None,
         }
     }
 
@@ -277,32 +299,6 @@ impl<S: StateMachine> StateMachine for Placed<S> {
     fn reconfigure(&mut self) {
         if let Some((m, _)) = self.map.as_mut() {
             m.reconfigure();
-        }
-    }
-
-    fn split(
-        cmd: &Self::Command,
-        map: &PartitionMap,
-    ) -> Result<Vec<(PartitionId, Self::Command)>, SplitError> {
-        match cmd {
-            PlacedCommand::Op(c) => Ok(S::split(c, map)?
-                .into_iter()
-                .map(|(p, c)| (p, PlacedCommand::Op(c)))
-                .collect()),
-            PlacedCommand::Genesis(_) => Err(SplitError::Refused(
-                "a genesis is not split across partitions".into(),
-            )),
-        }
-    }
-
-    fn merge(
-        cmd: &Self::Command,
-        parts: Vec<(PartitionId, Self::Reply)>,
-        map: &PartitionMap,
-    ) -> Result<Self::Reply, MergeError> {
-        match cmd {
-            PlacedCommand::Op(c) => S::merge(c, parts, map),
-            PlacedCommand::Genesis(_) => Err(MergeError("a genesis has no reply".into())),
         }
     }
 }

@@ -11,7 +11,7 @@
 //! the first 8 bytes, little endian, of a `value_bytes`-byte value ([`geo_value`]; 100
 //! bytes in the paper's §VI) and read back from them ([`map_value`]). The geo tree has
 //! read, next, prev, update and insert; delete, range queries and batches are refused
-//! by [`StateMachine::check`] with the reason (as GeoPaxos+ answered them before).
+//! by [`ServiceCodec::check`] with the reason (as GeoPaxos+ answered them before).
 //!
 //! # The genesis: how a replica's tree is configured
 //!
@@ -31,7 +31,7 @@
 //!   variant, so a genesis never decodes as a client command. Decoding tries the btree
 //!   encoding first and the genesis only when that fails; a genesis that does not
 //!   validate ([`GeoGenesis::validate`]) does not decode, so the factory reports it.
-//! - **Clients cannot send one.** [`StateMachine::check`] refuses every genesis
+//! - **Clients cannot send one.** [`ServiceCodec::check`] refuses every genesis
 //!   (clients check before sending; replicas check again what was ordered), and
 //!   executing a genesis on a configured service changes nothing (its reply is
 //!   `Inserted(false)`; `Inserted(true)` when it configured the service).
@@ -98,7 +98,7 @@ use crate::topology::Topology;
 use partita_btree::service::{next_access, prev_access};
 use partita_btree::{BPlusTree, Op, OpResult};
 use partita_service::{
-    Access, ExecutionWork, MergeError, Objects, SplitError, StateMachine, WORK_KINDS,
+    Access, ExecutionWork, MergeError, Objects, ServiceCodec, SplitError, StateMachine, WORK_KINDS,
 };
 use partita_types::{DecodeError, PartitionId, PartitionMap, Payload};
 use serde::{Deserialize, Serialize};
@@ -460,30 +460,11 @@ fn decode_unbounded<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, Str
         .map_err(|e| e.to_string())
 }
 
-impl StateMachine for GeoService {
+impl ServiceCodec for GeoService {
     const NAME: &'static str = "geo-btree";
     type Command = GeoCommand;
     type Reply = OpResult;
-    type Undo = GeoUndo;
     type Key = u64;
-
-    /// An unconfigured service: an empty geo tree of one region that places nothing.
-    fn new() -> Self {
-        let topology = Topology::from_rtt_us(vec!["local".into()], vec![vec![0]])
-            .expect("one region is a topology");
-        let options = GbTreeOptions {
-            order: ORDER_DEFAULT,
-            seed: 0,
-            value_bytes_max: VALUE_BYTES_DEFAULT,
-            optimizer: OptimizerOptions::brute_force(),
-        };
-        GeoService {
-            tree: GeoBTree::new(topology, options).expect("the defaults are valid"),
-            configured: false,
-            unsafe_write_ordered_by_one_serializer: false,
-        }
-    }
-
     fn encode_command(cmd: &GeoCommand) -> Payload {
         match cmd {
             GeoCommand::Op(op) => BPlusTree::encode_command(op),
@@ -494,7 +475,6 @@ impl StateMachine for GeoService {
             }
         }
     }
-
     /// The btree service's encoding first; a genesis only when that fails.
     fn decode_command(bytes: &[u8]) -> Result<GeoCommand, DecodeError> {
         let client = match BPlusTree::decode_command(bytes) {
@@ -510,7 +490,6 @@ impl StateMachine for GeoService {
             .map_err(|e| DecodeError(format!("a geo-btree genesis refused: {e}")))?;
         Ok(GeoCommand::Genesis(Box::new(g)))
     }
-
     fn check(cmd: &GeoCommand) -> Result<(), String> {
         match cmd {
             GeoCommand::Genesis(_) => Err(
@@ -528,14 +507,12 @@ impl StateMachine for GeoService {
             GeoCommand::Op(_) => Ok(()),
         }
     }
-
     fn is_read_only(cmd: &GeoCommand) -> bool {
         match cmd {
             GeoCommand::Op(op) => !op.is_mutation(),
             GeoCommand::Genesis(_) => false,
         }
     }
-
     fn objects(cmd: &GeoCommand) -> Objects<u64> {
         match cmd {
             GeoCommand::Op(op) => BPlusTree::objects(op),
@@ -543,6 +520,53 @@ impl StateMachine for GeoService {
                 keys: Vec::new(),
                 ranges: vec![(Bound::Unbounded, Bound::Unbounded)],
             },
+        }
+    }
+    fn split(
+        cmd: &GeoCommand,
+        map: &PartitionMap,
+    ) -> Result<Vec<(PartitionId, GeoCommand)>, SplitError> {
+        match cmd {
+            GeoCommand::Op(op) => Ok(BPlusTree::split(op, map)?
+                .into_iter()
+                .map(|(p, o)| (p, GeoCommand::Op(o)))
+                .collect()),
+            GeoCommand::Genesis(_) => Ok(vec![(0, cmd.clone())]),
+        }
+    }
+    fn merge(
+        cmd: &GeoCommand,
+        mut parts: Vec<(PartitionId, OpResult)>,
+        map: &PartitionMap,
+    ) -> Result<OpResult, MergeError> {
+        match cmd {
+            GeoCommand::Op(op) => BPlusTree::merge(op, parts, map),
+            GeoCommand::Genesis(_) if parts.len() == 1 => Ok(parts.pop().expect("one").1),
+            GeoCommand::Genesis(_) => Err(MergeError(format!(
+                "{} sub-replies for a genesis",
+                parts.len()
+            ))),
+        }
+    }
+}
+
+impl StateMachine for GeoService {
+    type Undo = GeoUndo;
+
+    /// An unconfigured service: an empty geo tree of one region that places nothing.
+    fn new() -> Self {
+        let topology = Topology::from_rtt_us(vec!["local".into()], vec![vec![0]])
+            .expect("one region is a topology");
+        let options = GbTreeOptions {
+            order: ORDER_DEFAULT,
+            seed: 0,
+            value_bytes_max: VALUE_BYTES_DEFAULT,
+            optimizer: OptimizerOptions::brute_force(),
+        };
+        GeoService {
+            tree: GeoBTree::new(topology, options).expect("the defaults are valid"),
+            configured: false,
+            unsafe_write_ordered_by_one_serializer: false,
         }
     }
 
@@ -717,34 +741,6 @@ impl StateMachine for GeoService {
         };
         if let Some(k) = kind {
             work.by_kind[k] += 1;
-        }
-    }
-
-    fn split(
-        cmd: &GeoCommand,
-        map: &PartitionMap,
-    ) -> Result<Vec<(PartitionId, GeoCommand)>, SplitError> {
-        match cmd {
-            GeoCommand::Op(op) => Ok(BPlusTree::split(op, map)?
-                .into_iter()
-                .map(|(p, o)| (p, GeoCommand::Op(o)))
-                .collect()),
-            GeoCommand::Genesis(_) => Ok(vec![(0, cmd.clone())]),
-        }
-    }
-
-    fn merge(
-        cmd: &GeoCommand,
-        mut parts: Vec<(PartitionId, OpResult)>,
-        map: &PartitionMap,
-    ) -> Result<OpResult, MergeError> {
-        match cmd {
-            GeoCommand::Op(op) => BPlusTree::merge(op, parts, map),
-            GeoCommand::Genesis(_) if parts.len() == 1 => Ok(parts.pop().expect("one").1),
-            GeoCommand::Genesis(_) => Err(MergeError(format!(
-                "{} sub-replies for a genesis",
-                parts.len()
-            ))),
         }
     }
 }

@@ -11,7 +11,7 @@ use partita_geo::{
     geo_value, map_value, Config, GeoBTree, GeoCommand, GeoGenesis, GeoService, Home, Op as GeoOp,
     OptimizerOptions, Placement, Reply as GeoReply, Topology, GENESIS_MAGIC, SHAPE_OBJECT,
 };
-use partita_service::{envelope, Access, SplitError, StateMachine};
+use partita_service::{envelope, Access, ServiceCodec, SplitError, StateMachine};
 use partita_types::PartitionMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

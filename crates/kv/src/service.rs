@@ -36,8 +36,8 @@
 //! fails. A workload gains from threads in proportion to its reads.
 
 use partita_service::{
-    stable_hash, Access, ExecutionWork, MergeError, Objects, Shared, SharedExecution, SplitError,
-    StateMachine, ThreadLayout,
+    stable_hash, Access, ExecutionWork, MergeError, Objects, ServiceCodec, Shared, SharedExecution,
+    SplitError, StateMachine, ThreadLayout,
 };
 use partita_types::{mask_partitions, PartitionId, PartitionMap};
 use std::ops::Bound;
@@ -150,29 +150,59 @@ impl SharedExecution<KvStore> for Reads<'_> {
 /// id collides with it only conflicts more).
 pub const REVISION_OBJECT: u64 = 0x7265_7669_7369_6f6e;
 
-impl StateMachine for KvStore {
+impl ServiceCodec for KvStore {
     const NAME: &'static str = "kv";
     type Command = KvCommand;
     type Reply = KvReply;
-    type Undo = KvUndo;
     type Key = Vec<u8>;
-
-    fn new() -> Self {
-        KvStore::new()
-    }
-
     fn check(cmd: &KvCommand) -> Result<(), String> {
         check(cmd)
     }
-
     fn is_read_only(cmd: &KvCommand) -> bool {
         is_read_only(cmd)
     }
-
     fn objects(cmd: &KvCommand) -> Objects<Vec<u8>> {
         let mut out = Objects::default();
         command_objects(cmd, &mut out);
         out
+    }
+    fn split(
+        cmd: &KvCommand,
+        map: &PartitionMap,
+    ) -> Result<Vec<(PartitionId, KvCommand)>, SplitError> {
+        let parts = partitions_of(cmd, map);
+        // A put names one key; a range or delete range runs in every partition it
+        // overlaps; a transaction would have to be atomic across partitions.
+        if parts.len() > 1 && matches!(cmd, KvCommand::Txn(_) | KvCommand::Batch(_)) {
+            return Err(SplitError::Spans { partitions: parts });
+        }
+        // Each partition holds only its own keys, so a range needs no clipping.
+        Ok(parts.into_iter().map(|p| (p, cmd.clone())).collect())
+    }
+    fn merge(
+        cmd: &KvCommand,
+        parts: Vec<(PartitionId, KvReply)>,
+        map: &PartitionMap,
+    ) -> Result<KvReply, MergeError> {
+        merge(cmd, parts, map).map_err(MergeError)
+    }
+    /// P-SMR (see the module's section): a read to one thread, chosen by its first
+    /// key; everything that writes, and the lease reads, to g_all. The same for OC-G:
+    /// no check could let a write run beside anything (below).
+    fn thread_group(cmd: &KvCommand, layout: &ThreadLayout, _optimistic: bool) -> Option<usize> {
+        if !reads_alone(cmd) {
+            return None;
+        }
+        let key = first_key(cmd).unwrap_or_default();
+        Some((stable_hash(key) % layout.threads.max(1) as u64) as usize)
+    }
+}
+
+impl StateMachine for KvStore {
+    type Undo = KvUndo;
+
+    fn new() -> Self {
+        KvStore::new()
     }
 
     /// The keys, and the store-wide revision: every reply reports it, and every change
@@ -213,17 +243,6 @@ impl StateMachine for KvStore {
     /// Only a lease's expiry changes the store with time.
     fn time_changes(&self, now_ms: u64) -> bool {
         self.lease_due(now_ms)
-    }
-
-    /// P-SMR (see the module's section): a read to one thread, chosen by its first
-    /// key; everything that writes, and the lease reads, to g_all. The same for OC-G:
-    /// no check could let a write run beside anything (below).
-    fn thread_group(cmd: &KvCommand, layout: &ThreadLayout, _optimistic: bool) -> Option<usize> {
-        if !reads_alone(cmd) {
-            return None;
-        }
-        let key = first_key(cmd).unwrap_or_default();
-        Some((stable_hash(key) % layout.threads.max(1) as u64) as usize)
     }
 
     /// Never: every write takes the store-wide revision, which every other command
@@ -327,28 +346,6 @@ impl StateMachine for KvStore {
             // A reply of another kind than the command cannot come from `execute`.
             _ => {}
         }
-    }
-
-    fn split(
-        cmd: &KvCommand,
-        map: &PartitionMap,
-    ) -> Result<Vec<(PartitionId, KvCommand)>, SplitError> {
-        let parts = partitions_of(cmd, map);
-        // A put names one key; a range or delete range runs in every partition it
-        // overlaps; a transaction would have to be atomic across partitions.
-        if parts.len() > 1 && matches!(cmd, KvCommand::Txn(_) | KvCommand::Batch(_)) {
-            return Err(SplitError::Spans { partitions: parts });
-        }
-        // Each partition holds only its own keys, so a range needs no clipping.
-        Ok(parts.into_iter().map(|p| (p, cmd.clone())).collect())
-    }
-
-    fn merge(
-        cmd: &KvCommand,
-        parts: Vec<(PartitionId, KvReply)>,
-        map: &PartitionMap,
-    ) -> Result<KvReply, MergeError> {
-        merge(cmd, parts, map).map_err(MergeError)
     }
 }
 
@@ -616,7 +613,7 @@ mod tests {
     fn ranges_go_to_every_partition_they_overlap() {
         let m = map4();
         let r = KvCommand::range(vec![0x30], vec![0x90]);
-        let split = <KvStore as StateMachine>::split(&r, &m).unwrap();
+        let split = <KvStore as ServiceCodec>::split(&r, &m).unwrap();
         assert_eq!(
             split.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
             vec![0, 1, 2]
@@ -645,7 +642,7 @@ mod tests {
             })],
             failure: vec![],
         });
-        let err = <KvStore as StateMachine>::split(&t, &m).unwrap_err();
+        let err = <KvStore as ServiceCodec>::split(&t, &m).unwrap_err();
         assert_eq!(
             err,
             SplitError::Spans {

@@ -236,10 +236,10 @@ fn expiry_and_lease_commands_undo_exactly() {
 
 #[test]
 fn lease_commands_are_one_per_partition_and_merge() {
-    use partita_service::StateMachine;
+    use partita_service::ServiceCodec;
     use partita_types::PartitionMap;
     let map = PartitionMap::new(2, u64::MAX).unwrap();
-    let parts = <KvStore as StateMachine>::split(&KvCommand::lease_grant(0, 5), &map).unwrap();
+    let parts = <KvStore as ServiceCodec>::split(&KvCommand::lease_grant(0, 5), &map).unwrap();
     assert_eq!(parts.len(), 2, "every partition holds every lease");
     let mut stores = [KvStore::new(), KvStore::new()];
     let replies: Vec<_> = stores
@@ -248,7 +248,7 @@ fn lease_commands_are_one_per_partition_and_merge() {
         .map(|(p, s)| (p as u32, s.execute(&KvCommand::lease_grant(0, 5)).0))
         .collect();
     let merged =
-        <KvStore as StateMachine>::merge(&KvCommand::lease_grant(0, 5), replies, &map).unwrap();
+        <KvStore as ServiceCodec>::merge(&KvCommand::lease_grant(0, 5), replies, &map).unwrap();
     let KvReply::LeaseGrant(g) = merged else {
         panic!()
     };
@@ -262,7 +262,7 @@ fn lease_commands_are_one_per_partition_and_merge() {
         .map(|(p, s)| (p as u32, s.execute(&ttl).0))
         .collect();
     let KvReply::LeaseTimeToLive(t) =
-        <KvStore as StateMachine>::merge(&ttl, replies, &map).unwrap()
+        <KvStore as ServiceCodec>::merge(&ttl, replies, &map).unwrap()
     else {
         panic!()
     };

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use partita_kv::history::{command_from_json, event_json, event_line, Outcome};
 use partita_kv::*;
-use partita_service::StateMachine;
+use partita_service::{ServiceCodec, StateMachine};
 use partita_types::PartitionMap;
 use proptest::prelude::*;
 
@@ -594,12 +594,12 @@ fn strip(kvs: &[KeyValue]) -> Vec<(Vec<u8>, Vec<u8>, u64)> {
 }
 
 fn run_split(parts: &mut [KvStore], cmd: &KvCommand, map: &PartitionMap) -> KvReply {
-    let subs = <KvStore as StateMachine>::split(cmd, map).unwrap();
+    let subs = <KvStore as ServiceCodec>::split(cmd, map).unwrap();
     let replies = subs
         .iter()
         .map(|(p, c)| (*p, parts[*p as usize].execute(c).0))
         .collect();
-    <KvStore as StateMachine>::merge(cmd, replies, map).unwrap()
+    <KvStore as ServiceCodec>::merge(cmd, replies, map).unwrap()
 }
 
 proptest! {
@@ -655,7 +655,7 @@ proptest! {
         });
         let pa = map.of_key(partita_service::PartitionKey::position(&a));
         let pb = map.of_key(partita_service::PartitionKey::position(&b));
-        let split = <KvStore as StateMachine>::split(&txn, &map);
+        let split = <KvStore as ServiceCodec>::split(&txn, &map);
         if pa == pb {
             prop_assert_eq!(split.unwrap(), vec![(pa, txn.clone())]);
         } else {

@@ -1219,7 +1219,7 @@ impl AtomicMulticast for GeoOrdering {
 mod tests {
     use super::*;
     use partita_geo::GeoService;
-    use partita_service::StateMachine;
+    use partita_service::{ServiceCodec, StateMachine};
 
     fn setup(keys: u64, brute_force: bool) -> GeoSetup {
         GeoSetup {

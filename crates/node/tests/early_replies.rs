@@ -46,7 +46,7 @@ fn client_result(got: &[Got]) -> Option<OpResult> {
 
 /// The outcome of a B+tree result, as a reply carries it.
 fn outcome(r: &OpResult) -> partita_types::Outcome {
-    Ok(<BPlusTree as partita_service::StateMachine>::encode_reply(
+    Ok(<BPlusTree as partita_service::ServiceCodec>::encode_reply(
         r,
     ))
 }

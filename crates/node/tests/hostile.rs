@@ -22,7 +22,7 @@ use common::{cmd, Cluster, ACCEPTORS};
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_consensus::{Msg, Protocol, Value, Vid, INSTANCE_MAX};
 use partita_node::UnsafeBugs;
-use partita_service::StateMachine;
+use partita_service::ServiceCodec;
 use partita_types::{
     Ballot, Body, Command, Instance, NodeId, PartitionLayout, PartitionMap, Payload,
 };

@@ -1,10 +1,12 @@
 //! The state-machine API: what a service implements to be replicated by Partita.
 //!
 //! In the spirit of Eyrie (paper 003 §5.1), openraft's state machine and BFT-SMaRt's
-//! `Executable`, a service is one trait, [`StateMachine`]: its command and reply types
-//! and their encoding; a deterministic [`StateMachine::execute`]; whether a command
-//! only reads; the objects (keys) a command touches ([`StateMachine::objects`]); undo
-//! records for speculative execution; snapshot and restore; a digest of its state.
+//! `Executable`, a service is two traits. [`ServiceCodec`] is what its clients need:
+//! its command and reply types and their encoding, whether a command only reads, the
+//! objects (keys) a command touches ([`ServiceCodec::objects`]), how it splits over
+//! partitions and worker threads and how replies merge. [`StateMachine`] adds what
+//! replicas need: a deterministic [`StateMachine::execute`], undo records for
+//! speculative execution, snapshot and restore, a digest of its state.
 //! The execution models (`partita-smr`: the sequential replica with speculation, early
 //! replies, checkpoints and state transfer) are generic over it, and ordering never
 //! sees a command other than as bytes ([`partita_types::Payload`]).
@@ -14,8 +16,8 @@
 //! With state partitioning (paper 001 §III-C) each partition holds the objects whose
 //! keys fall in its range ([`PartitionMap`]). A key type says where it falls with
 //! [`PartitionKey::position`], an order-preserving map into `0..=u64::MAX`, so that a
-//! range of keys is a range of partitions. [`StateMachine::split`] cuts a command into
-//! the sub-command each addressed partition executes, and [`StateMachine::merge`] puts
+//! range of keys is a range of partitions. [`ServiceCodec::split`] cuts a command into
+//! the sub-command each addressed partition executes, and [`ServiceCodec::merge`] puts
 //! their replies back together. The defaults send a command whose objects all lie in
 //! one partition there, and refuse one that spans several ([`SplitError::Spans`]): a
 //! service that can split such commands (the B+tree's range queries and batches, the
@@ -32,7 +34,7 @@
 //!
 //! # Errors
 //!
-//! A command that does not decode, or that [`StateMachine::check`] refuses, is not
+//! A command that does not decode, or that [`ServiceCodec::check`] refuses, is not
 //! executed: the replica the client chose answers with the refusal's text
 //! ([`partita_types::Outcome`]), every replica decides the same, and nothing changes.
 
@@ -290,20 +292,19 @@ impl ExecutionWork {
     }
 }
 
-/// A replicated service. See the crate doc for what each part is for.
-pub trait StateMachine: Sized + Send + 'static {
+/// A service as its clients see it: its name, its commands and replies as bytes, the
+/// objects a command names and the partitions and worker-thread groups it goes to,
+/// and how the partitions' replies merge. Clients need only this
+/// (`partita_client_core::ClientCore<S: ServiceCodec>`), so a client's wire needs no
+/// state machine that could execute (DS-SMR's `DsWire`); a replicated service is a
+/// [`StateMachine`], which adds execution.
+pub trait ServiceCodec: Sized + Send + 'static {
     /// The service's name in cluster files, checkpoints and histories (`"btree"`,
     /// `"kv"`): a checkpoint of one service is never restored into another.
     const NAME: &'static str;
     type Command: Clone + Debug + Send + Sync + Serialize + DeserializeOwned + 'static;
     type Reply: Clone + Debug + PartialEq + Send + Sync + Serialize + DeserializeOwned + 'static;
-    /// What undoes one command's effects (speculative execution, paper 001 §III-B).
-    type Undo: Send + 'static;
     type Key: PartitionKey + Clone + Debug;
-
-    /// The empty state every replica starts from.
-    fn new() -> Self;
-
     /// The command's bytes (the project's codec by default).
     fn encode_command(cmd: &Self::Command) -> Payload {
         Payload::from(encode(cmd))
@@ -317,23 +318,80 @@ pub trait StateMachine: Sized + Send + 'static {
     fn decode_reply(bytes: &[u8]) -> Result<Self::Reply, DecodeError> {
         partita_types::decode(bytes)
     }
-
     /// Refuse an impossible command (an oversized key, say) with a reason, before it
     /// is executed. Clients check it before sending; replicas check it again on what
     /// was ordered (a client may be broken).
     fn check(_cmd: &Self::Command) -> Result<(), String> {
         Ok(())
     }
-
     /// Whether executing `cmd` cannot change the state. Read-only commands are
     /// executed only by the replica the client chose (paper 001 §IV).
     fn is_read_only(cmd: &Self::Command) -> bool;
-
     /// The objects `cmd` touches.
     fn objects(cmd: &Self::Command) -> Objects<Self::Key>;
+    /// The sub-command each addressed partition executes, in partition order. The
+    /// default: the partition of every object, if they share one (partition 0 for a
+    /// command that touches nothing); several is an error.
+    fn split(
+        cmd: &Self::Command,
+        map: &PartitionMap,
+    ) -> Result<Vec<(PartitionId, Self::Command)>, SplitError> {
+        let mask = Self::objects(cmd).partitions(map);
+        match mask.count_ones() {
+            0 => Ok(vec![(0, cmd.clone())]),
+            1 => Ok(vec![(mask.trailing_zeros(), cmd.clone())]),
+            _ => Err(SplitError::Spans {
+                partitions: mask_partitions(mask),
+            }),
+        }
+    }
+    /// P-SMR's command-to-thread mapping (paper 002 §III-F, §IV): the one worker
+    /// thread that may run `cmd` alone, in parallel with the others, or `None` for
+    /// g_all (every thread; synchronous mode). `optimistic` asks for opt-PSMR's OC-G
+    /// (static dependencies only: commands that may change the state's shape go to one
+    /// thread too, and must pass [`StateMachine::thread_check`]); otherwise CC-G. A
+    /// single-thread answer of CC-G must be safe without any check: two commands CC-G
+    /// sends to different threads never touch the same data. For a
+    /// [`StateMachine::TIMED`] service, a command sent to one thread must neither read
+    /// ordered time nor change what [`StateMachine::time_changes`] answers (its time
+    /// reaches the state lazily under P-SMR). The default sends every command to g_all,
+    /// which is always safe (and runs like SMR).
+    fn thread_group(
+        _cmd: &Self::Command,
+        _layout: &ThreadLayout,
+        _optimistic: bool,
+    ) -> Option<usize> {
+        None
+    }
+    /// The reply of the whole command from its partitions' sub-replies (any order).
+    /// The default takes the only one.
+    fn merge(
+        _cmd: &Self::Command,
+        mut parts: Vec<(PartitionId, Self::Reply)>,
+        _map: &PartitionMap,
+    ) -> Result<Self::Reply, MergeError> {
+        if parts.len() == 1 {
+            Ok(parts.pop().expect("one").1)
+        } else {
+            Err(MergeError(format!(
+                "{} sub-replies for a command of one partition",
+                parts.len()
+            )))
+        }
+    }
+}
+
+/// A replicated service: its [`ServiceCodec`], and how replicas execute it. See the crate
+/// doc for what each part is for.
+pub trait StateMachine: ServiceCodec {
+    /// What undoes one command's effects (speculative execution, paper 001 §III-B).
+    type Undo: Send + 'static;
+
+    /// The empty state every replica starts from.
+    fn new() -> Self;
 
     /// What `cmd` touches, with the state as it is now, for orderings that order only
-    /// conflicting commands (EPaxos): the default is [`StateMachine::objects`], all
+    /// conflicting commands (EPaxos): the default is [`ServiceCodec::objects`], all
     /// written unless the command only reads, and everything for a range. A service
     /// may narrow it from its state (the B+tree's next and prev read up to the
     /// neighbour they would find) or add objects every command of a kind shares (the
@@ -458,42 +516,6 @@ pub trait StateMachine: Sized + Send + 'static {
         work.ops += Self::op_count(cmd);
     }
 
-    /// The sub-command each addressed partition executes, in partition order. The
-    /// default: the partition of every object, if they share one (partition 0 for a
-    /// command that touches nothing); several is an error.
-    fn split(
-        cmd: &Self::Command,
-        map: &PartitionMap,
-    ) -> Result<Vec<(PartitionId, Self::Command)>, SplitError> {
-        let mask = Self::objects(cmd).partitions(map);
-        match mask.count_ones() {
-            0 => Ok(vec![(0, cmd.clone())]),
-            1 => Ok(vec![(mask.trailing_zeros(), cmd.clone())]),
-            _ => Err(SplitError::Spans {
-                partitions: mask_partitions(mask),
-            }),
-        }
-    }
-
-    /// P-SMR's command-to-thread mapping (paper 002 §III-F, §IV): the one worker
-    /// thread that may run `cmd` alone, in parallel with the others, or `None` for
-    /// g_all (every thread; synchronous mode). `optimistic` asks for opt-PSMR's OC-G
-    /// (static dependencies only: commands that may change the state's shape go to one
-    /// thread too, and must pass [`StateMachine::thread_check`]); otherwise CC-G. A
-    /// single-thread answer of CC-G must be safe without any check: two commands CC-G
-    /// sends to different threads never touch the same data. For a
-    /// [`StateMachine::TIMED`] service, a command sent to one thread must neither read
-    /// ordered time nor change what [`StateMachine::time_changes`] answers (its time
-    /// reaches the state lazily under P-SMR). The default sends every command to g_all,
-    /// which is always safe (and runs like SMR).
-    fn thread_group(
-        _cmd: &Self::Command,
-        _layout: &ThreadLayout,
-        _optimistic: bool,
-    ) -> Option<usize> {
-        None
-    }
-
     /// opt-PSMR's safety check (paper 002 §IV-B, Algorithm 1): whether thread `t` may
     /// execute `cmd` alone now, with the state as it is, although CC-G would send it to
     /// g_all. `Err` says why not; the command then has no effect and is resubmitted
@@ -526,23 +548,6 @@ pub trait StateMachine: Sized + Send + 'static {
     /// structure at the same time. The default (0) checks nothing.
     fn shape_changes(&self) -> u64 {
         0
-    }
-
-    /// The reply of the whole command from its partitions' sub-replies (any order).
-    /// The default takes the only one.
-    fn merge(
-        _cmd: &Self::Command,
-        mut parts: Vec<(PartitionId, Self::Reply)>,
-        _map: &PartitionMap,
-    ) -> Result<Self::Reply, MergeError> {
-        if parts.len() == 1 {
-            Ok(parts.pop().expect("one").1)
-        } else {
-            Err(MergeError(format!(
-                "{} sub-replies for a command of one partition",
-                parts.len()
-            )))
-        }
     }
 }
 
@@ -677,7 +682,7 @@ impl ThreadLayout {
 /// The envelope a client multicasts for `cmd`: its session and sequence number, the
 /// replica that must answer, and what each addressed partition executes (one payload
 /// for one partition; one per partition otherwise).
-pub fn envelope<S: StateMachine>(
+pub fn envelope<S: ServiceCodec>(
     client: ClientId,
     seq: u64,
     reply_to: NodeId,
@@ -719,7 +724,7 @@ pub fn envelope<S: StateMachine>(
 }
 
 /// The partitions a command's envelope addresses, in order.
-pub fn partitions_of<S: StateMachine>(
+pub fn partitions_of<S: ServiceCodec>(
     cmd: &S::Command,
     map: &PartitionMap,
 ) -> Result<Vec<PartitionId>, SplitError> {
@@ -728,7 +733,7 @@ pub fn partitions_of<S: StateMachine>(
 
 /// Decode a reply's outcome into the service's reply (a refusal stays one; bytes
 /// that do not decode become one too, naming the service).
-pub fn decode_outcome<S: StateMachine>(
+pub fn decode_outcome<S: ServiceCodec>(
     outcome: &partita_types::Outcome,
 ) -> Result<S::Reply, String> {
     match outcome {
@@ -753,15 +758,11 @@ mod tests {
         Swap(u64, u64),
     }
 
-    impl StateMachine for Registers {
+    impl ServiceCodec for Registers {
         const NAME: &'static str = "registers";
         type Command = Cmd;
         type Reply = Option<u64>;
-        type Undo = (u64, Option<u64>);
         type Key = u64;
-        fn new() -> Self {
-            Registers(Default::default())
-        }
         fn is_read_only(cmd: &Cmd) -> bool {
             matches!(cmd, Cmd::Get(_))
         }
@@ -773,6 +774,13 @@ mod tests {
                     ranges: vec![],
                 },
             }
+        }
+    }
+
+    impl StateMachine for Registers {
+        type Undo = (u64, Option<u64>);
+        fn new() -> Self {
+            Registers(Default::default())
         }
         fn execute(&mut self, cmd: &Cmd) -> Option<u64> {
             self.execute_undoable(cmd).0

@@ -1039,7 +1039,7 @@ pub fn random_op(rng: &mut impl Rng, keys: u64) -> Op {
 mod tests {
     use super::*;
     use partita_btree::OpResult;
-    use partita_service::StateMachine;
+    use partita_service::ServiceCodec;
     use partita_types::PartitionLayout;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;

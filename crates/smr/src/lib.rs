@@ -75,7 +75,8 @@ pub use checkpoint::{
 };
 
 pub use partita_service::{
-    Access, ExecutionWork, Shared, StateMachine, ThreadLayout, ThreadRunner, WORK_KINDS as OP_KINDS,
+    Access, ExecutionWork, ServiceCodec, Shared, StateMachine, ThreadLayout, ThreadRunner,
+    WORK_KINDS as OP_KINDS,
 };
 
 use partita_consensus::Value;
@@ -882,7 +883,7 @@ impl<S: StateMachine> SequentialReplica<S> {
     /// A timed service is asked ([`StateMachine::time_changes`]) only while no g_all
     /// command waits: the commands queued then are each one thread's, which neither
     /// read ordered time nor change what it would do (the contract of
-    /// [`StateMachine::thread_group`]), so the state answers as the sequential
+    /// [`ServiceCodec::thread_group`]), so the state answers as the sequential
     /// replica's would here. Otherwise the step is taken whatever it brings. Where no
     /// step is taken the state's time moves later, before the next g_all command or
     /// once the threads caught up, and nothing expires then (it was asked). Replicas
@@ -1864,7 +1865,7 @@ pub fn session_object(client: ClientId) -> u64 {
 }
 
 pub trait Replica: Send {
-    /// The service's name ([`StateMachine::NAME`]).
+    /// The service's name ([`ServiceCodec::NAME`]).
     fn service(&self) -> &'static str;
     fn id(&self) -> NodeId;
     fn configure(&mut self, options: &ReplicaOptions);
@@ -2137,7 +2138,7 @@ impl<S: StateMachine> WorkerThreads for SequentialReplica<S> {
 /// Builds replicas of one service: the node core holds one and never names the
 /// service's type.
 pub trait ServiceFactory: Send + Sync {
-    /// The service's name ([`StateMachine::NAME`]).
+    /// The service's name ([`ServiceCodec::NAME`]).
     fn name(&self) -> &'static str;
     /// For a service whose state keeps time ([`StateMachine::TIMED`]): how often
     /// ordered time must move while idle ([`StateMachine::TICK_MS`]). `None`: it does

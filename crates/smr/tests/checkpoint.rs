@@ -450,20 +450,23 @@ proptest! {
 /// never restored into another.
 struct Counter(u64);
 
-impl partita_smr::StateMachine for Counter {
+impl partita_smr::ServiceCodec for Counter {
     const NAME: &'static str = "counter";
     type Command = u64;
     type Reply = u64;
-    type Undo = u64;
     type Key = u64;
-    fn new() -> Self {
-        Counter(0)
-    }
     fn is_read_only(add: &u64) -> bool {
         *add == 0
     }
     fn objects(_: &u64) -> partita_service::Objects<u64> {
         partita_service::Objects::key(0)
+    }
+}
+
+impl partita_smr::StateMachine for Counter {
+    type Undo = u64;
+    fn new() -> Self {
+        Counter(0)
     }
     fn execute(&mut self, add: &u64) -> u64 {
         self.0 = self.0.wrapping_add(*add);
@@ -507,7 +510,7 @@ fn a_checkpoint_of_another_service_is_refused() {
             1,
             1,
             1,
-            <Counter as partita_smr::StateMachine>::encode_command(&5),
+            <Counter as partita_smr::ServiceCodec>::encode_command(&5),
         )]),
         &mut out,
     );

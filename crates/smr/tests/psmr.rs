@@ -132,7 +132,7 @@ fn build_leased(
                 Mapping::Open(_) => unreachable!(),
                 Mapping::Replica => 0,
                 Mapping::Optimistic => {
-                    use partita_service::StateMachine;
+                    use partita_service::ServiceCodec;
                     BPlusTree::thread_group(op, &layout, true).map_or(layout.all(), |t| 1 << t)
                 }
                 Mapping::Thread(t) => 1 << (*t as usize % threads),
@@ -435,7 +435,7 @@ fn optimistic_commands_pass_or_fail_and_failures_change_nothing() {
                 value: 1000 + k,
             };
             let mut c = partita_btree::service::command(100 + k, 1, ME, &op);
-            use partita_service::StateMachine;
+            use partita_service::ServiceCodec;
             c.route = 1 << BPlusTree::thread_group(&op, &layout, true).unwrap();
             c
         })

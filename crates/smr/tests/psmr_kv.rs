@@ -10,7 +10,7 @@
 use crate::speculation::timed;
 use partita_consensus::Value;
 use partita_kv::{KvCommand, KvStore, TxnRequest};
-use partita_service::StateMachine;
+use partita_service::{ServiceCodec, StateMachine};
 use partita_smr::{PsmrOptions, ReplicaStats, SequentialReplica, ThreadLayout};
 use partita_types::{Command, NodeId, PartitionMap, Reply};
 use proptest::prelude::*;

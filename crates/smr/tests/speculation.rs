@@ -266,7 +266,7 @@ fn another_decided_value_rolls_back_and_respeculates() {
             client: 9,
             seq: 1,
             instance: 1,
-            result: Ok(<BPlusTree as partita_smr::StateMachine>::encode_reply(
+            result: Ok(<BPlusTree as partita_smr::ServiceCodec>::encode_reply(
                 &OpResult::Inserted(true)
             ))
         }]

@@ -3,7 +3,7 @@
 //!
 //! Which partitions a command addresses, what each executes of it (its sub-command)
 //! and how the sub-results merge is the service's business (`partita-service`:
-//! `StateMachine::split` and `merge`), computed from the same [`PartitionMap`], which
+//! `ServiceCodec::split` and `merge`), computed from the same [`PartitionMap`], which
 //! every node and client reads from the cluster file. The map knows only positions:
 //! a service maps each key to a position in `0..=u64::MAX` that keeps the keys' order
 //! (the B+tree: the key itself; byte-string keys: their first eight bytes), and the map

@@ -11,7 +11,7 @@ use partita_dssmr::replica::ExecMsg;
 use partita_dssmr::{CmdRef, Dests, DsCommand, Exchange, Member};
 use partita_fuzz::bank::{Bank, BankCmd};
 use partita_kv::{KvCommand, KvStore, PutRequest, RangeRequest};
-use partita_service::StateMachine;
+use partita_service::{ServiceCodec, StateMachine};
 use partita_smr::SequentialReplica;
 use partita_types::{Ballot, Command, Reply};
 use partita_wire::Wire;

@@ -543,7 +543,7 @@ pub fn three_region_setup(keys: u64, epaxos: bool) -> NodeSetup {
     // The common replica starts with keys 0..keys, each its own value.
     s.genesis = (0..keys)
         .map(|key| {
-            <BPlusTree as partita_service::StateMachine>::encode_command(&Op::Insert {
+            <BPlusTree as partita_service::ServiceCodec>::encode_command(&Op::Insert {
                 key,
                 value: key,
             })
