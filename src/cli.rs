@@ -900,7 +900,7 @@ async fn chirper(a: ChirperArgs) -> anyhow::Result<i32> {
         give_up: Duration::from_secs(10),
         ..Default::default()
     };
-    let mut c = partita_harness::chirper::ChirperClient::connect(&cluster, opts, rand::random())
+    let mut c = partita_harness::chirper::chirper_client(&cluster, opts, rand::random())
         .await
         .map_err(|e| anyhow::anyhow!("connecting: {e}"))?;
     let out = c.run(cmd).await.map_err(|e| anyhow::anyhow!("{e}"))?;

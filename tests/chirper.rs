@@ -9,7 +9,7 @@ use partita_config::{ChirperSection, ClusterConfig, Durability, ExecutionSection
 use partita_dssmr::chirper::{user_id, ChirperCommand as C, ChirperReply as R, Graph, Workload};
 use partita_dssmr::client::Outcome;
 use partita_dssmr::StaticMap;
-use partita_harness::chirper::{ChirperClient, ChirperLoad, ChirperMix};
+use partita_harness::chirper::{chirper_client, ChirperClient, ChirperLoad, ChirperMix};
 use partita_harness::launch::{pick_base_port, LocalCluster};
 use partita_harness::nemesis;
 use partita_harness::services::chirper_params;
@@ -56,7 +56,7 @@ async fn client(cfg: &ClusterConfig, seed: u64) -> ChirperClient {
         give_up: Duration::from_secs(20),
         ..Default::default()
     };
-    let mut c = ChirperClient::connect(cfg, opts, seed).await.unwrap();
+    let mut c = chirper_client(cfg, opts, seed).await.unwrap();
     let (_, _, spec) = chirper_params(cfg).unwrap();
     c.prefetch(Graph::generate(&spec).users());
     c

@@ -645,10 +645,7 @@ fn bad_performance_options_are_refused_before_anything_starts() {
         ),
         (&["up", "--early-replies"][..], "--execution speculative"),
         (&["up", "--execution", "fast"][..], "fast"),
-        (
-            &["up", "--execution", "dssmr"][..],
-            "S-SMR and DS-SMR serve Chirper only",
-        ),
+        (&["up", "--execution", "dssmr"][..], "objects that move"),
         (
             &[
                 "up",

@@ -6,6 +6,7 @@
 /// teardown removes it under any other test using it.
 pub static NAMESPACES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+mod accounts_example;
 mod backup;
 mod bank_example;
 mod chirper;

@@ -1039,12 +1039,16 @@ impl ClusterConfig {
                     .into(),
             );
         }
-        if !chirper && self.execution.is_ssmr() {
+        let builtin = crate::services::BUILTIN.contains(&self.cluster.service.as_str());
+        if !chirper && builtin && self.execution.is_ssmr() {
             return f(
                 "execution.model",
-                "S-SMR and DS-SMR serve Chirper only (yet): for other services they are not \
-                 built"
-                    .into(),
+                format!(
+                    "S-SMR and DS-SMR serve services whose state is objects that move (Chirper, \
+                     or one's own implementing partita_dssmr::ObjectService: see \
+                     examples/accounts); the built-in `{}` is not one (yet)",
+                    self.cluster.service
+                ),
             );
         }
         let Some(d) = &self.chirper else {
@@ -2629,7 +2633,15 @@ mod tests {
         btree.cluster.service = "btree".into();
         let (f, m) = field(&btree);
         assert_eq!(f, "execution.model");
-        assert!(m.contains("Chirper only"), "{m}");
+        assert!(
+            m.contains("objects that move") && m.contains("btree"),
+            "{m}"
+        );
+        // A service of one's own may be an object service.
+        let mut own = btree.clone();
+        own.cluster.service = "accounts".into();
+        own.chirper = None;
+        assert!(ClusterConfig::parse(&own.to_toml(), "x").is_ok());
         btree.execution = ExecutionSection::Sequential;
         assert_eq!(field(&btree).0, "chirper");
         let mut sequential = good.clone();

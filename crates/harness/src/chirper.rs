@@ -1,139 +1,35 @@
-//! A Chirper client of a real S-SMR/DS-SMR cluster: the client proxy (paper 003
-//! Algorithm 2: consults, cache, moves, retries, fallback) over `partita-client`'s
-//! sessions: the answered multicasts one at a time on the client's session, the moves
-//! at once on a second session that nobody waits for (or, with the cluster file's
-//! `[execution] await_moves` (DS-SMR), each on the first session before the access); and the
-//! closed-loop Chirper load that `partita bench` and `partita nemesis` run with it
-//! ([`run_load`]).
+//! Chirper clients of a real S-SMR/DS-SMR cluster (`partita_client::objects::ObjectClient`
+//! on Chirper, its users starting where the cluster file's `[chirper]` puts them), and
+//! the closed-loop Chirper load that `partita bench` and `partita nemesis` run with
+//! them ([`run_load`]).
 
 use crate::services::chirper_params;
 use anyhow::Context;
 use partita_checker::chirper::ChirperEvent;
-use partita_client::{Client, ClientError, ClientOptions};
+use partita_client::objects::ObjectClient;
+use partita_client::{ClientError, ClientOptions};
 use partita_config::ClusterConfig;
-use partita_dssmr::chirper::{Chirper, ChirperCommand, ChirperReply, Graph, Workload};
-use partita_dssmr::client::{ClientProxy, Outcome, ProxyConfig, ProxyStats, Scheme};
+use partita_dssmr::chirper::{Chirper, ChirperCommand, Graph, Workload};
+use partita_dssmr::client::{ProxyStats, Scheme};
 use partita_dssmr::replica::data_partitions;
-use partita_dssmr::wire::{DsWire, WireCommand};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub struct ChirperClient {
-    client: Client<DsWire<Chirper>>,
-    /// The moves' session, run by a task of its own: moves are sent to it and not
-    /// waited for (`None`: `await_moves`). The task is aborted with the client, moves
-    /// still queued or in flight with it.
-    mover: Option<(
-        tokio::sync::mpsc::UnboundedSender<WireCommand<ChirperCommand>>,
-        tokio::task::AbortHandle,
-    )>,
-    proxy: ClientProxy<Chirper>,
-    data: u32,
-}
+/// A client of a Chirper cluster: the generic object client on Chirper.
+pub type ChirperClient = ObjectClient<Chirper>;
 
-impl ChirperClient {
-    /// A client of the Chirper cluster `cluster`, its cache warm with the initial
-    /// placement of `users` (none: it learns from the oracle).
-    pub async fn connect(
-        cluster: &ClusterConfig,
-        opts: ClientOptions,
-        seed: u64,
-    ) -> Result<ChirperClient, ClientError> {
-        let (scheme, static_map, _) =
-            chirper_params(cluster).map_err(|e| ClientError::Rejected(e.to_string()))?;
-        let partitions = cluster.partitioning.partitions.max(1) as usize;
-        let data = data_partitions(partitions, scheme) as u32;
-        let await_moves = cluster.execution.dssmr().is_some_and(|d| d.await_moves);
-        let mover = if await_moves || scheme == Scheme::Ssmr {
-            None
-        } else {
-            // A session of its own: one move at a time, each given up after the
-            // load's give-up time at most (a lost move costs a retry, nothing more).
-            let mut moves =
-                Client::<DsWire<Chirper>>::connect(cluster.clone(), opts.clone()).await?;
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            let task = tokio::spawn(async move {
-                while let Some(m) = rx.recv().await {
-                    let _ = moves.execute(m).await;
-                }
-            });
-            Some((tx, task.abort_handle()))
-        };
-        let client = Client::<DsWire<Chirper>>::connect(cluster.clone(), opts).await?;
-        let mut cfg = ProxyConfig::new(scheme, data as usize);
-        cfg.static_map = static_map;
-        let mut proxy = ClientProxy::new(cfg, seed);
-        if cluster
-            .execution
-            .dssmr()
-            .is_some_and(|d| d.gather_where_most)
-        {
-            proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
-        }
-        Ok(ChirperClient {
-            client,
-            mover,
-            proxy,
-            data,
-        })
-    }
-
-    /// Fill the location cache with where `users` start (the paper's prefetch).
-    pub fn prefetch(&mut self, users: impl IntoIterator<Item = u64>) {
-        self.proxy.prefetch_initial(users);
-    }
-
-    pub fn stats(&self) -> &ProxyStats {
-        self.proxy.stats()
-    }
-
-    /// Run one Chirper command to its end.
-    pub async fn run(&mut self, cmd: ChirperCommand) -> Result<Outcome<ChirperReply>, ClientError> {
-        let mut queue = Vec::new();
-        self.proxy.submit(cmd, &mut queue);
-        let mut queue: std::collections::VecDeque<_> = queue.into();
-        while let Some(m) = queue.pop_front() {
-            let w = WireCommand {
-                dests: m.dests,
-                data: self.data,
-                cmd: m.cmd,
-            };
-            if let (false, Some((mover, _))) = (m.answered, &self.mover) {
-                // The moves' task lives as long as this client.
-                let _ = mover.send(w);
-                continue;
-            }
-            let reply = match self.client.execute(w).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.proxy.abandon();
-                    return Err(e);
-                }
-            };
-            if !m.answered {
-                continue;
-            }
-            let mut more = Vec::new();
-            if let Some(outcome) = self.proxy.on_reply(reply, &mut more) {
-                return Ok(outcome);
-            }
-            queue.extend(more);
-        }
-        self.proxy.abandon();
-        Err(ClientError::BadReply(
-            "the client proxy stopped without an outcome".into(),
-        ))
-    }
-}
-
-impl Drop for ChirperClient {
-    fn drop(&mut self) {
-        if let Some((_, task)) = &self.mover {
-            task.abort();
-        }
-    }
+/// A client of the Chirper cluster `cluster`, its users starting where the cluster
+/// file's `[chirper] placement` puts them.
+pub async fn chirper_client(
+    cluster: &ClusterConfig,
+    opts: ClientOptions,
+    seed: u64,
+) -> Result<ChirperClient, ClientError> {
+    let (_, static_map, _) =
+        chirper_params(cluster).map_err(|e| ClientError::Rejected(e.to_string()))?;
+    ObjectClient::connect(cluster, opts, static_map, seed).await
 }
 
 /// What a Chirper load's clients run.
@@ -273,7 +169,7 @@ pub async fn run_load(
                 give_up: load.give_up,
                 ..ClientOptions::default()
             };
-            let mut client = ChirperClient::connect(&cluster, opts, seed).await?;
+            let mut client = chirper_client(&cluster, opts, seed).await?;
             client.prefetch(graph.users());
             let mut events = Vec::new();
             let mut moves_at = Vec::new();
@@ -393,7 +289,7 @@ pub async fn read_timelines(
         give_up: Duration::from_secs(30),
         ..ClientOptions::default()
     };
-    let mut c = ChirperClient::connect(cluster, opts, client_id).await?;
+    let mut c = chirper_client(cluster, opts, client_id).await?;
     let mut out = Vec::new();
     for &user in users {
         let cmd = ChirperCommand::GetTimeline { user };
