@@ -1646,7 +1646,7 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
 /// A batcher's counters in one line ("batcher: 120 batches of 3400 commands (28.3 per
 /// batch), 2 resends, 0 abandoned, 0 refused"), if the node batches.
 fn batcher_line(s: &partita_wire::NodeStatus) -> Option<String> {
-    let c = |k: &str| s.counters.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let c = |k: &str| s.counter(k);
     let batches = c("batcher_batches_sent")?;
     Some(format!(
         "batcher: {batches} batches of {} commands ({:.1} per batch), {} resends, {} abandoned, {} refused, {} buffered",

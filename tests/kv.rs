@@ -102,12 +102,7 @@ async fn kv_histories_with_psmr_threads_are_linearizable() {
         let s = node_status(lc.cluster.addr(r), Duration::from_secs(1))
             .await
             .expect("a status");
-        let c = |name: &str| {
-            s.counters
-                .iter()
-                .find(|(k, _)| k == name)
-                .map_or(0, |(_, v)| *v)
-        };
+        let c = |name: &str| s.counter(name).unwrap_or(0);
         let (alone, synchronous) = (c("psmr_parallel"), c("psmr_synchronous"));
         eprintln!("replica {r}: P-SMR {alone} reads alone, {synchronous} synchronous");
         assert!(

@@ -194,12 +194,7 @@ async fn judge_with(protocol: Protocol, early_replies: bool, batchers: u32, thre
             let s = node_status(cfg.addr(*r), Duration::from_secs(1))
                 .await
                 .expect("a status");
-            let c = |name: &str| {
-                s.counters
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map_or(0, |(_, v)| *v)
-            };
+            let c = |name: &str| s.counter(name).unwrap_or(0);
             let (parallel, synchronous) = (c("psmr_parallel"), c("psmr_synchronous"));
             eprintln!("replica {r}: P-SMR {parallel} alone, {synchronous} synchronous");
             assert!(

@@ -151,10 +151,6 @@ pub struct State {
     probe: ProbeStats,
 }
 
-fn counter(s: &NodeStatus, name: &str) -> Option<u64> {
-    s.counters.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
-}
-
 /// The node part of a ballot written `round.node` (`None` for the zero ballot).
 fn ballot_node(b: &str) -> Option<NodeId> {
     let (round, node) = b.split_once('.')?;
@@ -266,7 +262,7 @@ impl State {
                     point.alive = true;
                     point.executed_up_to = s.executed_up_to;
                     point.decided_up_to = s.decided_up_to;
-                    if let Some(c) = counter(&s, "commands_executed") {
+                    if let Some(c) = s.counter("commands_executed") {
                         match track.prev {
                             Some((t0, c0, pid0)) if pid0 == s.pid && c >= c0 && t_ms > t0 => {
                                 point.rate = Some((c - c0) as f64 * 1000.0 / (t_ms - t0) as f64);
@@ -364,7 +360,7 @@ impl State {
                     "decided_up_to": s.and_then(|s| s.decided_up_to),
                     "executed_up_to": s.and_then(|s| s.executed_up_to),
                     "accepted_max_instance": s.and_then(|s| s.accepted_max_instance),
-                    "commands_executed": s.and_then(|s| counter(s, "commands_executed")),
+                    "commands_executed": s.and_then(|s| s.counter("commands_executed")),
                     "throughput": last.and_then(|r| r.nodes.get(i)).and_then(|p| p.rate),
                     "restarts": t.restarts,
                     "wal_stall": s.and_then(|s| s.wal_stall.clone()),

@@ -788,7 +788,7 @@ pub async fn converged(cluster: &ClusterConfig, limit: Duration) -> Result<Strin
             // P-SMR: what the first replica's worker threads did (the run exercised
             // them, or says it did not).
             let psmr = reps.first().and_then(|r| {
-                let c = |name: &str| r.counters.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+                let c = |name: &str| r.counter(name);
                 Some(format!(
                     "; P-SMR at node {}: {} commands run by one thread, {} synchronous, \
                      {} safety checks passed, {} failed, {} run alone",

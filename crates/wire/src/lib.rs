@@ -99,6 +99,16 @@ pub struct NodeStatus {
     pub wal_stall: Option<String>,
 }
 
+impl NodeStatus {
+    /// The counter called `name`, if the node reports it.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        self.counters
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
+}
+
 /// A new ballot seen in a replica's decided stream (see
 /// [`NodeStatus::delivered_ballots`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -555,11 +555,10 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
             let before =
                 first.and_then(|f| m.replica_status_before.iter().find(|b| b.node == f.node));
             let counter = |s: Option<&partita_wire::NodeStatus>, name: &str| {
-                s.and_then(|s| s.counters.iter().find(|(k, _)| k == name))
-                    .map_or(0, |(_, v)| *v)
+                s.and_then(|s| s.counter(name)).unwrap_or(0)
             };
             let c = |name: &str| counter(first, name).saturating_sub(counter(before, name));
-            if first.is_some_and(|s| s.counters.iter().any(|(k, _)| k == "psmr_parallel")) {
+            if first.is_some_and(|s| s.counter("psmr_parallel").is_some()) {
                 // Latency by outcome from the clients (opt-PSMR only).
                 let outcomes = p.result.psmr_outcomes.clone();
                 p.psmr = Some(PsmrLoad {
