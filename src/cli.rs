@@ -2139,12 +2139,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             "--faults, --duration (or --soak), --clients and --together must not be empty or zero"
         );
     }
-    let service = if a.service == "chirper" {
-        "chirper"
-    } else {
-        "btree"
-    };
-    a.exec.model(service)?;
+    a.exec.model(&a.service)?;
     if a.ring_decision.is_some() && a.protocol != Protocol::RingPaxos {
         bail!("--ring-decision needs --protocol ring-paxos");
     }
@@ -2208,7 +2203,7 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
         let key_space = partita_harness::nemesis::default_bench(Duration::from_secs(1), 1, 0)
             .key_space
             .unwrap_or(400);
-        c.execution = a.exec.section(service, key_space - 1)?;
+        c.execution = a.exec.section(&a.service, key_space - 1)?;
         let c = if a.service == "chirper" {
             let mut partitions = a.partitions;
             if c.execution.dssmr().is_some() {

@@ -70,18 +70,6 @@ impl ExecutionModel {
         ExecutionModel::Ssmr,
         ExecutionModel::Dssmr,
     ];
-
-    /// The model's name in the cluster file.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExecutionModel::Sequential => "sequential",
-            ExecutionModel::Speculative => "speculative",
-            ExecutionModel::Psmr => "psmr",
-            ExecutionModel::OptPsmr => "opt-psmr",
-            ExecutionModel::Ssmr => "ssmr",
-            ExecutionModel::Dssmr => "dssmr",
-        }
-    }
 }
 
 /// `[execution]` with no settings (`"sequential"`, `"ssmr"`).

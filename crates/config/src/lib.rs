@@ -365,6 +365,17 @@ fn default_wal_preallocate_bytes() -> u64 {
 /// The largest integer a cluster file holds (TOML's integers are 64-bit signed).
 pub const INT_MAX: u64 = i64::MAX as u64;
 
+/// `n` as the value of `field`, refused if a cluster file cannot hold it.
+fn fits_in_file(field: &str, n: u64) -> Result<(), FieldError> {
+    if n > INT_MAX {
+        return Err(FieldError::new(
+            field,
+            format!("must be at most {INT_MAX} (the largest integer a cluster file holds)"),
+        ));
+    }
+    Ok(())
+}
+
 /// State partitioning (paper 001 §III-C): the key space `0..key_space` cut into
 /// `partitions` equal ranges, each replicated by the replicas that name it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -781,11 +792,8 @@ impl ClusterConfig {
                 self.execution.psmr_settings().and_then(|s| s.key_max),
             ),
         ] {
-            if n.is_some_and(|n| n > INT_MAX) {
-                return f(
-                    field,
-                    format!("must be at most {INT_MAX} (the largest integer a cluster file holds)"),
-                );
+            if let Some(n) = n {
+                fits_in_file(field, n)?;
             }
         }
         let map = PartitionMap::new(self.partitioning.partitions, self.partitioning.key_space)
@@ -2307,12 +2315,7 @@ impl ClusterConfig {
             return Err("every partition needs at least one replica".into());
         }
         PartitionMap::new(partitions, key_space)?;
-        if key_space > INT_MAX {
-            return Err(format!(
-                "partitioning.key_space must be at most {INT_MAX} (the largest integer a \
-                 cluster file holds)"
-            ));
-        }
+        fits_in_file("partitioning.key_space", key_space).map_err(|e| e.to_string())?;
         self.nodes.retain(|n| !n.roles.contains(&Role::Replica));
         for p in 0..partitions {
             for _ in 0..per_partition {

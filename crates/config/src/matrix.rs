@@ -87,9 +87,7 @@ impl std::fmt::Display for Cell {
         write!(
             f,
             "{} × {} × {}",
-            self.ordering,
-            self.execution.name(),
-            self.service
+            self.ordering, self.execution, self.service
         )
     }
 }
@@ -165,7 +163,7 @@ pub fn markdown() -> String {
     let mut reasons: Vec<Refusal> = Vec::new();
     for ordering in ORDERINGS {
         for execution in ExecutionModel::ALL {
-            out += &format!("| {ordering} | {} |", execution.name());
+            out += &format!("| {ordering} | {execution} |");
             for service in SERVICES {
                 let cell = Cell {
                     ordering,

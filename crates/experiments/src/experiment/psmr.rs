@@ -188,6 +188,22 @@ pub fn points(o: &PsmrOptions) -> Vec<PointSpec> {
     }
 }
 
+/// The `dependent-percent` workload of every point, with `clients` clients.
+fn dependent_load(o: &PsmrOptions, percent: u32, clients: usize) -> BenchConfig {
+    BenchConfig {
+        give_up: None,
+        workload: Workload::Dependent { percent },
+        clients,
+        duration: o.duration,
+        think_ms: o.think_ms,
+        preload: o.preload,
+        seed: o.seed,
+        trim: 0.1,
+        progress: false,
+        key_space: None,
+    }
+}
+
 /// The simulated cluster of a partitioned point: `partitions` partitions of 2
 /// replicas over the workload's keys, each replica sequential (`threads` 0) or with
 /// `threads` P-SMR worker threads over its partition's keys.
@@ -219,18 +235,7 @@ fn partitioned_points(o: &PsmrOptions, partitions: u32) -> Vec<PointSpec> {
                 x_name: "dependent %".into(),
                 x: percent as f64,
                 cluster: psmr_partitioned_cluster(threads, o.preload, o.batchers, partitions),
-                bench: BenchConfig {
-                    give_up: None,
-                    workload: Workload::Dependent { percent },
-                    clients: o.clients,
-                    duration: o.duration,
-                    think_ms: o.think_ms,
-                    preload: o.preload,
-                    seed: o.seed,
-                    trim: 0.1,
-                    progress: false,
-                    key_space: None,
-                },
+                bench: dependent_load(o, percent, o.clients),
             });
         }
     }
@@ -242,18 +247,7 @@ fn points_with(
     o: &PsmrOptions,
     cluster: fn(usize, bool, u64, u32) -> ClusterConfig,
 ) -> Vec<PointSpec> {
-    let load = |percent: u32, clients: usize| BenchConfig {
-        give_up: None,
-        workload: Workload::Dependent { percent },
-        clients,
-        duration: o.duration,
-        think_ms: o.think_ms,
-        preload: o.preload,
-        seed: o.seed,
-        trim: 0.1,
-        progress: false,
-        key_space: None,
-    };
+    let load = |percent: u32, clients: usize| dependent_load(o, percent, clients);
     // A point of a model (SMR with 0 threads; P-SMR; opt-PSMR when optimistic).
     let point =
         |(series, threads, optimistic): (&str, usize, bool), x_name: &str, x, bench| PointSpec {
@@ -479,35 +473,27 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
     let driver = o.driver();
     let measured = run_sim_sweep(&points(o), &driver, o.progress)?;
     let points = framework::points(measured);
-    if let Some(parts) = o.partitions {
-        let configuration = format!(
-            "SIMULATED ({}); 3 acceptors, {parts} partitions of 2 replicas, {}, fsync; \
-             SMR: sequential replicas, P-SMR: {} threads per replica over its partition's \
-             keys (CC-G); {} keys preloaded; {} clients, think time 0..={} ms; {:.1} s \
-             virtual runs; signal between threads {} ns",
-            driver.machine(),
-            ordering_words(o),
-            o.threads,
-            o.preload,
-            o.clients,
-            o.think_ms,
-            o.duration.as_secs_f64(),
-            o.cost.psmr_signal_ns
-        );
-        return Ok(PsmrReport {
-            name: "psmr".into(),
-            simulated: true,
-            machine: driver.machine(),
-            targets: Vec::new(),
-            configuration,
-            points,
-            partitions: Some(parts),
-        });
-    }
+    // Paper 002's sweep, or P-SMR inside partitions (see the module doc).
+    let (replicas, threads, fill) = match o.partitions {
+        Some(p) => (
+            format!("{p} partitions of 2 replicas"),
+            format!(
+                "SMR: sequential replicas, P-SMR: {} threads per replica over its partition's \
+                 keys (CC-G)",
+                o.threads
+            ),
+            "",
+        ),
+        None => (
+            "2 replicas".to_string(),
+            format!("{} threads (Figures 2-4)", o.threads),
+            " in random order",
+        ),
+    };
     let configuration = format!(
-        "SIMULATED{} ({}); 3 acceptors, 2 replicas, {}, fsync; {} threads (Figures 2-4); \
-         {} keys preloaded in random order; {} clients, think time 0..={} ms; {:.1} s virtual \
-         runs; signal between threads {} ns",
+        "SIMULATED{} ({}); 3 acceptors, {replicas}, {}, fsync; {threads}; {} keys preloaded\
+         {fill}; {} clients, think time 0..={} ms; {:.1} s virtual runs; signal between \
+         threads {} ns",
         if o.multicast {
             " with IP multicast (what-if: group sends leave a card once)"
         } else {
@@ -515,7 +501,6 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
         },
         driver.machine(),
         ordering_words(o),
-        o.threads,
         o.preload,
         o.clients,
         o.think_ms,
@@ -526,10 +511,14 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
         name: "psmr".into(),
         simulated: true,
         machine: driver.machine(),
-        targets: targets(&points, o.threads),
+        // The papers ran no partitioned sweep: no targets for one.
+        targets: match o.partitions {
+            Some(_) => Vec::new(),
+            None => targets(&points, o.threads),
+        },
         configuration,
         points,
-        partitions: None,
+        partitions: o.partitions,
     })
 }
 
