@@ -63,6 +63,38 @@ enum Cmd {
     /// Backups: save a running cluster's service state to a file, check one, or seed a
     /// new cluster from one.
     Snapshot(SnapshotArgs),
+    /// The replicas of a running cluster: list them, add one (it joins as a learner and
+    /// serves once caught up), remove one, promote a learner.
+    Member(MemberArgs),
+}
+
+#[derive(Args, Debug)]
+struct MemberArgs {
+    #[command(subcommand)]
+    op: MemberOp,
+    #[command(flatten)]
+    target: TargetArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum MemberOp {
+    /// Every node: id, address, roles, whether it answers and how far it executed.
+    List,
+    /// Add replica ID: start its process first (`partita node --id ID` with its entry in
+    /// the cluster file marked `join = true`), then add it.
+    Add {
+        id: u32,
+        /// Where the cluster reaches it (default: its entry in the cluster file).
+        #[arg(long)]
+        addr: Option<String>,
+        /// Keep it a learner once caught up, until `partita member promote`.
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove replica ID for good: it stops, and its id is never used again.
+    Remove { id: u32 },
+    /// Promote learner ID (refused while it is behind).
+    Promote { id: u32 },
 }
 
 #[derive(Args, Debug)]
@@ -827,8 +859,9 @@ fn parse_failpoint(spec: &str) -> Result<String, String> {
 
 #[derive(Args, Debug, Clone)]
 struct TargetArgs {
-    /// Cluster file (default: the one `partita up` wrote in ./partita-data).
-    #[arg(long)]
+    /// Cluster file (default: the one `partita up` wrote in ./partita-data; accepted
+    /// anywhere on the command line).
+    #[arg(long, global = true)]
     cluster: Option<PathBuf>,
     /// Print JSON (accepted anywhere on the command line).
     #[arg(long, global = true)]
@@ -1291,6 +1324,18 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         }
         Cmd::Status(t) => status(t).await,
         Cmd::Snapshot(a) => snapshot(a).await,
+        Cmd::Member(a) => {
+            let cluster = load_target(&a.target.cluster)?;
+            match a.op {
+                MemberOp::List => crate::member::list(&cluster, a.target.json).await?,
+                MemberOp::Add { id, addr, learner } => {
+                    crate::member::add(&cluster, id, addr, learner).await?
+                }
+                MemberOp::Remove { id } => crate::member::remove(&cluster, id).await?,
+                MemberOp::Promote { id } => crate::member::promote(&cluster, id).await?,
+            }
+            Ok(0)
+        }
         Cmd::Kv(a) => kv(a).await,
         Cmd::Chirper(a) => chirper(a).await,
         Cmd::Bench(a) => match a.target {

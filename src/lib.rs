@@ -6,4 +6,5 @@
 pub mod backup;
 pub mod cli;
 pub mod kvcli;
+pub mod member;
 pub mod sim;

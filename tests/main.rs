@@ -22,6 +22,7 @@ mod experiment_partition;
 mod geo;
 mod kv;
 mod layers;
+mod members;
 mod metrics;
 mod names;
 mod nemesis;

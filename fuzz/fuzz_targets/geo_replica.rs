@@ -188,6 +188,9 @@ impl Driver {
                             "refused a command never taken"
                         );
                     }
+                    Output::MemberDone { .. } => {
+                        panic!("a membership answer nobody asked for")
+                    }
                     Output::SaveCheckpoint { .. }
                     | Output::Early(_)
                     | Output::TruncateLog { .. } => {}

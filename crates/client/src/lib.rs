@@ -709,6 +709,32 @@ pub async fn node_status(addr: SocketAddr, timeout: Duration) -> Option<partita_
     status_probe(&addr.to_string(), 0, None, timeout).await
 }
 
+/// Ask node `id` (at `addr`) to order a change of the replicas (`partita member`):
+/// the replicas after it, or why it was refused (by the node, or by the replicas where
+/// it was ordered), or why no answer came within `timeout`.
+pub async fn member_request(
+    cluster: &ClusterConfig,
+    id: NodeId,
+    addr: &str,
+    change: partita_types::members::MemberChange,
+    timeout: Duration,
+) -> Result<partita_types::members::Members, String> {
+    let tls = client_tls(cluster).map_err(|e| e.to_string())?;
+    let fut = async {
+        let mut reader = one_shot(addr, id, tls.as_ref(), &Wire::MemberRequest(change))
+            .await
+            .map_err(|e| format!("node {id}: {e}"))?;
+        match reader.next().await {
+            Ok(Wire::MemberReply(r)) => r,
+            Ok(_) => Err(format!("node {id} answered something else")),
+            Err(e) => Err(format!("node {id}: {e}")),
+        }
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| format!("node {id} did not answer within {timeout:?}"))?
+}
+
 /// A replica checkpoint of node `id` for a backup (`partita snapshot save`): the
 /// instance it covers and its bytes, exactly as the node holds them (verify them with
 /// `partita_smr::verify_checkpoint`). The node takes a fresh checkpoint when it can,

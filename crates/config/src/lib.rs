@@ -486,6 +486,11 @@ pub struct NodeSection {
     /// file has a `[wan]` section, refused without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// A replica that joins a running cluster (`partita member add`): it is not one of
+    /// the initial replicas, and nobody sends it anything until the change that adds
+    /// it is ordered. Only a `replica` of an unpartitioned cluster.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -680,6 +685,45 @@ impl ClusterConfig {
             if n.roles.is_empty() {
                 return f("node.roles", format!("node {} has no roles", n.id));
             }
+            if n.join {
+                if n.roles != [Role::Replica] {
+                    return f(
+                        "node.join",
+                        format!(
+                            "node {}: only a replica joins a running cluster (roles = \
+                             [\"replica\"]); acceptors and batchers are fixed by the file",
+                            n.id
+                        ),
+                    );
+                }
+                if self.partitioning.partitions > 1
+                    || !matches!(
+                        self.ordering,
+                        OrderingSection::RingPaxos(_) | OrderingSection::MultiPaxos(_)
+                    )
+                {
+                    return f(
+                        "node.join",
+                        format!(
+                            "node {}: replicas join only unpartitioned clusters ordered by Ring \
+                             Paxos or Multi-Paxos (not built for the others yet)",
+                            n.id
+                        ),
+                    );
+                }
+            }
+        }
+        if !self
+            .nodes
+            .iter()
+            .any(|n| !n.join && n.roles.contains(&Role::Replica))
+            && self.cluster.mode == Mode::Smr
+            && self.nodes.iter().any(|n| n.join)
+        {
+            return f(
+                "node.join",
+                "a cluster needs at least one initial replica (one without `join`)".into(),
+            );
         }
         self.validate_etcd_addrs()?;
         self.etcd.auto_compaction()?;
@@ -1474,6 +1518,7 @@ impl ClusterConfig {
                         partition: None,
                         etcd_addr: None,
                         region: regions.get(id as usize - 1).cloned().flatten(),
+                        join: false,
                     })
                     .collect();
                 self.cluster.coordinator = Some(1);
@@ -1914,10 +1959,11 @@ impl ClusterConfig {
             })
     }
 
+    /// The nodes with `role` at the start (nodes that `join` later left out).
     pub fn with_role(&self, role: Role) -> Vec<NodeId> {
         self.nodes
             .iter()
-            .filter(|n| n.roles.contains(&role))
+            .filter(|n| n.roles.contains(&role) && !n.join)
             .map(|n| n.id)
             .collect()
     }
@@ -1948,7 +1994,7 @@ impl ClusterConfig {
         }
         let mut replicas = vec![Vec::new(); map.count() as usize];
         for n in &self.nodes {
-            if let (Some(p), true) = (n.partition, n.roles.contains(&Role::Replica)) {
+            if let (Some(p), true) = (n.partition, n.roles.contains(&Role::Replica) && !n.join) {
                 if let Some(r) = replicas.get_mut(p as usize) {
                     r.push(n.id);
                 }
@@ -2214,6 +2260,7 @@ impl ClusterConfig {
             partition: None,
             etcd_addr: None,
             region: None,
+            join: false,
         };
         ClusterConfig {
             cluster: ClusterSection {
@@ -2385,6 +2432,7 @@ impl ClusterConfig {
             partition,
             etcd_addr: None,
             region: None,
+            join: false,
         });
         id
     }
@@ -2424,6 +2472,7 @@ impl ClusterConfig {
                 partition: None,
                 etcd_addr: None,
                 region: None,
+                join: false,
             }],
         }
     }
@@ -2468,6 +2517,40 @@ mod tests {
 
     fn svc() -> std::sync::Arc<dyn partita_smr::ServiceFactory> {
         partita_smr::service::<partita_btree::BPlusTree>()
+    }
+
+    /// A replica that joins later (`join = true`) is in no initial role and survives
+    /// a round trip; a joining acceptor, or a joining replica of a partitioned
+    /// cluster, is refused naming `node.join`.
+    #[test]
+    fn joining_replicas_are_outside_the_initial_membership_and_only_replicas_join() {
+        let with_join = |roles: Vec<Role>| {
+            let mut c = ClusterConfig::default_local(7100, 42);
+            c.nodes.push(NodeSection {
+                id: 9,
+                addr: "127.0.0.1:7109".into(),
+                roles,
+                partition: None,
+                etcd_addr: None,
+                region: None,
+                join: true,
+            });
+            c
+        };
+        let c = with_join(vec![Role::Replica]);
+        let back = ClusterConfig::parse(&c.to_toml(), "test").unwrap();
+        assert!(back.node(9).unwrap().join);
+        assert!(!back.membership().learners.contains(&9));
+        assert!(!back.with_role(Role::Replica).contains(&9));
+        let e = ClusterConfig::parse(&with_join(vec![Role::Acceptor]).to_toml(), "t").unwrap_err();
+        assert!(e.to_string().contains("node.join"), "{e}");
+        let mut p = with_join(vec![Role::Replica]);
+        p.partitioning.partitions = 2;
+        for n in p.nodes.iter_mut().filter(|n| n.roles == [Role::Replica]) {
+            n.partition = Some(n.id % 2);
+        }
+        let e = ClusterConfig::parse(&p.to_toml(), "t").unwrap_err();
+        assert!(e.to_string().contains("node.join"), "{e}");
     }
 
     /// `[etcd]` auto-compaction: etcd's modes and retentions, round trips, and bad

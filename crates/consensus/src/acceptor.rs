@@ -401,6 +401,7 @@ impl Acceptor {
             | Msg::PositionCheckpointed { .. }
             | Msg::Merged { .. }
             | Msg::SkipRequest { .. }
+            | Msg::Members(_)
             | Msg::OnRing { .. } => self.drops.count(Drop::NotForThisRole),
             Msg::Phase1B { .. }
             | Msg::Nack { .. }
@@ -1021,6 +1022,12 @@ impl Acceptor {
             out,
         );
         self.pending.insert(token, PendingWrite::Truncate);
+    }
+
+    /// The replicas changed at run time (`partita member`; see
+    /// `Membership::with_members`): the learners whose checkpoints count for truncation from now on.
+    pub fn set_learners(&mut self, learners: Vec<NodeId>) {
+        self.membership.learners = learners;
     }
 
     /// Forget accepted values and decisions below `instance`: they are decided (a

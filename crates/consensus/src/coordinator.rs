@@ -185,6 +185,12 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
+    /// The replicas changed at run time (`partita member`; see
+    /// `Membership::with_members`): the learners decisions and heartbeats go to from now on.
+    pub fn set_learners(&mut self, learners: Vec<NodeId>) {
+        self.membership.learners = learners;
+    }
+
     /// A coordinator that will lead with a ballot above `highest_seen` (for a fresh
     /// cluster `Ballot::ZERO`; after a restart or a failover the highest ballot the
     /// node has seen), proposing from `first_undecided` on (1 for a fresh cluster;

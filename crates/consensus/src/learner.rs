@@ -90,6 +90,12 @@ fn membership_partition(m: &Membership, id: NodeId) -> Option<(PartitionMap, Par
 }
 
 impl Learner {
+    /// The replicas changed at run time (`partita member`; see
+    /// `Membership::with_members`): the learners (this learner's view of the membership) from now on.
+    pub fn set_learners(&mut self, learners: Vec<NodeId>) {
+        self.membership.learners = learners;
+    }
+
     /// A learner that will deliver from instance `next_deliver` on (1 for a fresh
     /// replica, the instance after its checkpoint for a recovering one).
     pub fn new(

@@ -142,7 +142,19 @@ pub struct Membership {
     pub batchers: Vec<NodeId>,
 }
 
+/// Replicas added or removed at run time that a [`Msg::Members`] may list, at most.
+pub const MEMBERS_MAX: usize = 4096;
+
 impl Membership {
+    /// This membership (the cluster file's) with the replicas changed at run time:
+    /// removed replicas left out, added ones (learners too: decisions must reach them)
+    /// in. Acceptors, batchers and partitions stay as they are.
+    pub fn with_members(&self, members: &partita_types::members::Members) -> Membership {
+        let mut m = self.clone();
+        m.learners = members.replicas(&self.learners);
+        m
+    }
+
     pub fn majority(&self) -> usize {
         self.acceptors.len() / 2 + 1
     }
@@ -662,6 +674,10 @@ pub enum Msg {
     /// durable checkpoint covers every instance up to `instance`. Acceptors truncate
     /// below what a majority of replicas have checkpointed.
     Checkpointed { instance: Instance },
+    /// Replica → every other node, when a change of the replicas is applied and
+    /// periodically after one: the replicas at its newest change (`partita member`).
+    /// A node that executes nothing takes the highest epoch it hears.
+    Members(Box<partita_types::members::Members>),
     /// Replica → replica, for an ordering that delivers a partial order (EPaxos,
     /// GeoPaxos+), after each checkpoint and periodically: my newest durable
     /// checkpoint, taken at a cut where `instance` commands had run, stands at
@@ -918,6 +934,10 @@ impl Msg {
                 accepted: a,
             } => range(*from, *to).and(accepted(a)),
             Msg::Checkpointed { instance } => inst(*instance),
+            Msg::Members(m) => (m.replicas.len() + m.removed.len() <= MEMBERS_MAX
+                && m.added().all(|(_, addr)| addr.len() <= 256))
+            .then_some(())
+            .ok_or("a member list too large"),
             Msg::PositionCheckpointed { instance, position } => inst(*instance).and(
                 (position.len() <= POSITION_BYTES_MAX)
                     .then_some(())
@@ -991,6 +1011,7 @@ impl Msg {
             Msg::ReadAccepted { .. } => "readaccepted",
             Msg::AcceptedValues { .. } => "acceptedvalues",
             Msg::Checkpointed { .. } => "checkpointed",
+            Msg::Members(_) => "members",
             Msg::PositionCheckpointed { .. } => "positioncheckpointed",
             Msg::Truncated { .. } => "truncated",
             Msg::CheckpointRequest { .. } => "checkpointrequest",

@@ -53,6 +53,7 @@
 
 pub mod epaxos;
 pub mod geo;
+pub mod members;
 pub mod multiring;
 pub mod ordering;
 mod transfer;
@@ -421,6 +422,12 @@ pub enum Output {
     Reply(Reply),
     /// Send to the client: a tentative reply or a confirmation (early replies only).
     Early(EarlyReply),
+    /// The answer to an operator's membership request
+    /// ([`NodeCore::on_member_request`]): the replicas after the change, or why not.
+    MemberDone {
+        request: u64,
+        result: members::MemberResult,
+    },
     /// Tell the client its request was not taken.
     Refused {
         client: ClientId,
@@ -489,6 +496,10 @@ pub struct NodeCore {
     /// to finish what they hold (a checkpoint is taken at a point where every
     /// delivered command ran); handed to the replica right after it.
     held: VecDeque<(Instance, Instance, Arc<Value>)>,
+    /// Replicas added and removed at run time (see [`members`]).
+    member: members::MemberState,
+    /// Answers to membership requests, sent with the replies.
+    member_done: Vec<Output>,
 }
 
 impl NodeCore {
@@ -553,8 +564,9 @@ impl NodeCore {
                     .into());
                 }
                 let replica = setup.service.restore(&bytes, setup.cluster_id, id)?;
-                let position = partita_smr::checkpoint_ordering(&bytes, &info).to_vec();
-                Some((replica, info, bytes, position))
+                let section = partita_smr::checkpoint_ordering(&bytes, &info);
+                let (position, members) = members::split_section(section);
+                Some((replica, info, bytes, position, members))
             }
         };
         let mut core = NodeCore {
@@ -581,6 +593,8 @@ impl NodeCore {
             inline_workers: true,
             thread_runner: None,
             held: VecDeque::new(),
+            member: members::MemberState::default(),
+            member_done: Vec::new(),
             setup,
         };
         let setup = core.setup.clone();
@@ -592,7 +606,8 @@ impl NodeCore {
                 let mut position = Vec::new();
                 if setup.replica {
                     let replica = match restored {
-                        Some((replica, info, bytes, pos)) => {
+                        Some((replica, info, bytes, pos, members)) => {
+                            core.member.applied = members;
                             core.checkpoint_position = pos.clone();
                             core.durable_position = pos.clone();
                             position = pos;
@@ -660,6 +675,10 @@ impl NodeCore {
         }
         if let Some(r) = core.replica.take() {
             core.replica = Some(core.prepare_replica(r));
+        }
+        let members = core.member.applied.clone();
+        if let Some(o) = core.ordering.as_mut() {
+            o.adopt_members(&members);
         }
         core.run(start, out);
         Ok(core)
@@ -826,11 +845,14 @@ impl NodeCore {
     /// a range that ends before it starts: [`Msg::check`]) is counted and dropped here,
     /// before any role sees it: a node never dies from what a peer sent.
     pub fn on_peer(&mut self, from: NodeId, msg: Msg, out: &mut Vec<Output>) {
-        let m = &self.setup.membership;
-        let stranger = from == self.setup.id
-            || !(m.acceptors.contains(&from)
-                || m.learners.contains(&from)
-                || m.batchers.contains(&from));
+        if self.member.removed.is_some() {
+            return;
+        }
+        // A replica added at run time that this node has not heard of yet (it
+        // restarted from a log that predates the change) is known by the replicas it
+        // says there are.
+        let introduced = matches!(&msg, Msg::Members(m) if m.replicas.contains_key(&from));
+        let stranger = from == self.setup.id || !(self.is_member(from) || introduced);
         if stranger && !self.bugs.unchecked_peer_input {
             self.count("dropped_peer_not_a_member");
             return;
@@ -849,6 +871,31 @@ impl NodeCore {
     pub fn on_request(&mut self, cmd: Command, out: &mut Vec<Output>) {
         if let Err(reason) = self.check_request(&cmd) {
             self.count("requests_malformed");
+            out.push(Output::Refused {
+                client: cmd.client,
+                seq: cmd.seq,
+                reason,
+            });
+            return;
+        }
+        if self.setup.mode == Mode::Smr && self.setup.replica && !self.serves() {
+            self.count("requests_refused_not_serving");
+            let members = self.members();
+            let reason = match (self.member.removed, members.is_learner(self.setup.id)) {
+                (Some(at), _) => format!(
+                    "node {} was removed from the cluster at instance {at}",
+                    self.setup.id
+                ),
+                (None, true) => format!(
+                    "node {} is a learner catching up; it answers clients once promoted",
+                    self.setup.id
+                ),
+                (None, false) => format!(
+                    "node {} is not a replica of this cluster (yet): it joins through \
+                     `partita member add`",
+                    self.setup.id
+                ),
+            };
             out.push(Output::Refused {
                 client: cmd.client,
                 seq: cmd.seq,
@@ -951,6 +998,9 @@ impl NodeCore {
     /// milliseconds (the wall clock; virtual time in the simulator): the time values
     /// are stamped with, which replicas use for session leases.
     pub fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        if self.member.removed.is_some() {
+            return;
+        }
         self.tick += 1;
         self.clock_ms = self.clock_ms.max(now_ms);
         let mut actions = Vec::new();
@@ -964,6 +1014,7 @@ impl NodeCore {
             self.announce_checkpoint(&mut actions);
         }
         self.transfer_tick(&mut actions);
+        self.member_tick(&mut actions);
         if let Some(x) = self.replica.as_mut().and_then(|r| r.exchange_mut()) {
             x.exec_tick();
         }
@@ -1008,6 +1059,7 @@ impl NodeCore {
         if let Some(o) = self.ordering.as_mut() {
             o.announce_checkpoint(self.checkpoint_durable, &self.durable_position, actions);
         }
+        self.tell_members(actions);
     }
 
     /// Writes with these tokens are durable (in order).
@@ -1193,6 +1245,15 @@ impl NodeCore {
             self.held.push_back((instance, name, value));
             return;
         }
+        if value.commands.iter().any(|c| c.is_system()) {
+            let mut sends = Vec::new();
+            self.apply_members(instance, &value, &mut sends);
+            for a in sends {
+                if let Action::Send { to, msg } = a {
+                    self.member_done.push(Output::Send { to, msg });
+                }
+            }
+        }
         let r = self.replica.as_mut().expect("the caller checked");
         r.execute_named(instance, name, &value, &mut self.replies);
         if self.inline_workers {
@@ -1352,7 +1413,10 @@ impl NodeCore {
         if let Some(s) = r.speculation_mut().filter(|_| speculated > 0) {
             s.rollback_speculation();
         }
-        let bytes = r.checkpoint(&position);
+        let bytes = r.checkpoint(&members::join_section(
+            position.clone(),
+            &self.member.applied,
+        ));
         if let Some(s) = r.speculation_mut().filter(|_| speculated > 0) {
             s.respeculate(speculated);
         }
@@ -1449,13 +1513,14 @@ impl NodeCore {
     /// The other replicas, in turn.
     fn next_transfer_peer(&mut self) -> Option<NodeId> {
         let me = self.setup.id;
-        // Only replicas of this replica's partition hold its state.
-        let peers: Vec<NodeId> = self
-            .setup
-            .membership
-            .learners_of(self.setup.membership.partition_of(me))
+        // Only replicas of this replica's partition hold its state (learners still
+        // catching up may hold none).
+        let members = self.members();
+        let m = self.setup.membership.with_members(&members);
+        let peers: Vec<NodeId> = m
+            .learners_of(m.partition_of(me))
             .into_iter()
-            .filter(|&p| p != me)
+            .filter(|&p| p != me && !members.is_learner(p))
             .collect();
         if peers.is_empty() {
             return None;
@@ -1595,8 +1660,8 @@ impl NodeCore {
             self.count("state_transfer_obsolete");
             return;
         }
-        let position = partita_smr::verify_checkpoint(&bytes)
-            .map(|info| partita_smr::checkpoint_ordering(&bytes, &info).to_vec())
+        let (position, members) = partita_smr::verify_checkpoint(&bytes)
+            .map(|info| members::split_section(partita_smr::checkpoint_ordering(&bytes, &info)))
             .unwrap_or_default();
         if let Some(Err(_)) = self.ordering.as_ref().map(|o| o.check_position(&position)) {
             // A checkpoint of this cluster whose ordering position this node cannot
@@ -1609,6 +1674,12 @@ impl NodeCore {
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
         self.replica = Some(self.prepare_replica(r));
         self.held.retain(|(i, _, _)| *i > instance);
+        // The replicas at the checkpoint's position: what this replica applies the
+        // suffix's changes to.
+        self.member.applied = members;
+        if let Some(o) = self.ordering.as_mut() {
+            o.adopt_members(&self.member.applied);
+        }
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
         self.count("state_transfers_completed");
         // The ordering may have delivered beyond the checkpoint already: P-SMR holds
@@ -1643,6 +1714,7 @@ impl NodeCore {
 
     fn flush_replies(&mut self, out: &mut Vec<Output>) {
         out.extend(self.replies.drain(..).map(Output::Reply));
+        out.append(&mut self.member_done);
         self.flush_early(out);
         if let Some(x) = self.replica.as_mut().and_then(|r| r.exchange_mut()) {
             for (to, data) in x.take_exec() {

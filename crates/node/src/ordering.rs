@@ -27,6 +27,7 @@ use partita_consensus::{
     PersistToken,
 };
 use partita_smr::Access;
+use partita_types::members::Members;
 use partita_types::{Ballot, Command, Instance, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -74,6 +75,25 @@ pub trait AtomicMulticast: Send {
     /// step, everything delivered being a prefix of one total order.
     fn checkpoints_at_cuts(&self) -> bool {
         false
+    }
+    /// Whether replicas can be added and removed at run time (`partita member`); `Err`
+    /// says why not, for the operator.
+    fn member_changes(&self) -> Result<(), String> {
+        Err(
+            "membership change runs on Ring Paxos and Multi-Paxos; this ordering \
+             (Multi-Ring Paxos, EPaxos or GeoPaxos+) does not support it yet"
+                .to_string(),
+        )
+    }
+    /// The replicas at `members` (the newest this node knows, from its replica or a
+    /// peer's [`Msg::Members`]): decisions, heartbeats and truncation follow them from
+    /// now on. Whether they were newer than what the ordering had.
+    fn adopt_members(&mut self, _members: &Members) -> bool {
+        false
+    }
+    /// The replicas this ordering follows (`None`: it does not support changes).
+    fn members(&self) -> Option<&Members> {
+        None
     }
     /// A peer message of the ordering protocol. Returns whether a role here took it.
     fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool;
@@ -203,6 +223,8 @@ pub struct PaxosOrdering {
     tick: u64,
     clock_ms: u64,
     counters: BTreeMap<&'static str, u64>,
+    /// The replicas changed at run time, newest known (epoch 0: the cluster file's).
+    members: Members,
 }
 
 /// Recently forwarded commands kept for a new leader, at most.
@@ -237,6 +259,7 @@ impl PaxosOrdering {
             tick: 0,
             clock_ms: 0,
             counters: BTreeMap::new(),
+            members: Members::default(),
         };
         assert_eq!(setup.mode, Mode::Smr, "a cs server orders nothing");
         if setup.acceptor {
@@ -301,7 +324,7 @@ impl PaxosOrdering {
         };
         let mut l = Learner::new(
             self.setup.id,
-            self.setup.membership.clone(),
+            self.membership(),
             self.setup.learner_config.clone(),
             next,
         );
@@ -334,6 +357,11 @@ impl PaxosOrdering {
         self.count_n(what, 1);
     }
 
+    /// The cluster file's membership with the replicas changed since.
+    pub fn membership(&self) -> partita_consensus::Membership {
+        self.setup.membership.with_members(&self.members)
+    }
+
     fn count_n(&mut self, what: &'static str, n: u64) {
         if n > 0 {
             *self.counters.entry(what).or_default() += n;
@@ -363,7 +391,7 @@ impl PaxosOrdering {
         let floor = floor.max(a.promised());
         let mut c = Coordinator::new(
             self.setup.id,
-            self.setup.membership.clone(),
+            self.membership(),
             self.setup.coordinator_config.clone(),
             floor,
             a.first_undecided(),
@@ -610,6 +638,13 @@ impl AtomicMulticast for PaxosOrdering {
                     handled = true;
                 }
             }
+            Msg::Members(m) => {
+                handled = true;
+                let m = (**m).clone();
+                if self.adopt_members(&m) {
+                    self.count("members_adopted_from_peers");
+                }
+            }
             Msg::Truncated { .. } | Msg::SkipRequest { .. } => {
                 if let Some(c) = self.coordinator.as_mut() {
                     c.on_message(from, msg, out);
@@ -703,6 +738,40 @@ impl AtomicMulticast for PaxosOrdering {
 
     fn leads(&self) -> Option<Ballot> {
         self.coordinator.as_ref().map(|c| c.ballot())
+    }
+
+    fn member_changes(&self) -> Result<(), String> {
+        match self.setup.membership.is_partitioned() {
+            true => Err(
+                "membership change of a partitioned cluster is not built yet \
+                         (a replica would join one partition's answerers); the cluster \
+                         file's replicas stay"
+                    .to_string(),
+            ),
+            false => Ok(()),
+        }
+    }
+
+    fn adopt_members(&mut self, members: &Members) -> bool {
+        if members.epoch <= self.members.epoch {
+            return false;
+        }
+        self.members = members.clone();
+        let learners = self.membership().learners;
+        if let Some(a) = self.acceptor.as_mut() {
+            a.set_learners(learners.clone());
+        }
+        if let Some(c) = self.coordinator.as_mut() {
+            c.set_learners(learners.clone());
+        }
+        if let Some(l) = self.learner.as_mut() {
+            l.set_learners(learners);
+        }
+        true
+    }
+
+    fn members(&self) -> Option<&Members> {
+        Some(&self.members)
     }
 
     fn paxos_roles(&self) -> Option<&PaxosOrdering> {

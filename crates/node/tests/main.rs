@@ -10,5 +10,6 @@ mod epaxos;
 mod failover;
 mod geo;
 mod hostile;
+mod members;
 mod multiring;
 mod speculation;

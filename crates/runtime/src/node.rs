@@ -135,6 +135,11 @@ enum Event {
     Snapshot {
         tx: mpsc::Sender<FrameBytes>,
     },
+    /// `partita member`: the change's outcome goes back on `tx`.
+    Member {
+        change: partita_types::members::MemberChange,
+        tx: mpsc::Sender<FrameBytes>,
+    },
     Closed {
         conn: u64,
     },
@@ -258,6 +263,15 @@ struct Node {
     /// While the event loop drains the connections' inbox, requests are stepped
     /// without carrying out their outputs; one [`Node::perform`] follows the drain.
     deferring: bool,
+    /// Membership requests waiting for their outcome, by request number.
+    member_requests: HashMap<u64, mpsc::Sender<FrameBytes>>,
+    member_request_seq: u64,
+    /// What a link to a replica added at run time needs: TLS, and the runtime the
+    /// connections run on.
+    link_tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
+    io_handle: tokio::runtime::Handle,
+    /// The membership epoch the peer links were last brought up to.
+    links_epoch: u64,
 }
 
 /// At most this many more events taken from the connections' inbox after the one the
@@ -311,8 +325,44 @@ impl Node {
         }
     }
 
+    /// Links to the replicas added at run time that have none yet (their addresses
+    /// come with the change), and the stop of a node that was removed.
+    fn sync_members(&mut self) {
+        let epoch = self.core.members_epoch();
+        if epoch == self.links_epoch {
+            return;
+        }
+        self.links_epoch = epoch;
+        for (peer, addr) in self.core.added_addresses() {
+            if peer == self.id || self.peers.contains_key(&peer) {
+                continue;
+            }
+            info!(peer, %addr, "a replica joined: linking to it");
+            let (tx, rx) = mpsc::channel(partita_net::SEND_QUEUE_FRAMES_MAX);
+            {
+                let _on = self.io_handle.enter();
+                spawn_peer_link(
+                    self.id,
+                    self.cfg.cluster.id,
+                    peer,
+                    addr,
+                    self.link_tls.clone(),
+                    rx,
+                );
+            }
+            self.peers.insert(
+                peer,
+                PeerQueue {
+                    tx,
+                    delay: std::time::Duration::ZERO,
+                },
+            );
+        }
+    }
+
     /// Carry out what the core asked for, in order.
     fn perform(&mut self) {
+        self.sync_members();
         let mut out = std::mem::take(&mut self.out);
         // Encode each distinct message once even when it goes to several peers.
         let mut prev: Option<(Msg, FrameBytes)> = None;
@@ -415,6 +465,15 @@ impl Node {
                         }
                         let _ = events.send(Event::CheckpointSaved { instance, result });
                     });
+                }
+                Output::MemberDone { request, result } => {
+                    match &result {
+                        Ok(m) => info!(epoch = m.epoch, at = m.at, "membership change applied"),
+                        Err(why) => warn!(%why, "membership change refused"),
+                    }
+                    if let Some(tx) = self.member_requests.remove(&request) {
+                        let _ = tx.try_send(Arc::new(to_frame(&Wire::MemberReply(result))));
+                    }
                 }
                 Output::TruncateLog { below_token } => {
                     let what = match (&self.wal, self.lsn_offset) {
@@ -560,6 +619,21 @@ impl Node {
             pid: std::process::id(),
             delivered_ballots: self.delivered_ballots.iter().copied().collect(),
             wal_stall: self.wal.as_ref().and_then(|w| w.stalled()),
+            members: self
+                .core
+                .ordering()
+                .and_then(|o| o.members())
+                .map(|_| self.core.members()),
+            replica_state: replica.map(|_| {
+                let members = self.core.members();
+                match () {
+                    _ if self.core.removed().is_some() => "removed",
+                    _ if self.core.serves() => "serving",
+                    _ if members.is_learner(self.id) => "learner",
+                    _ => "joining",
+                }
+                .to_string()
+            }),
         }
     }
 }
@@ -1023,10 +1097,11 @@ async fn serve_framed(
             let _ = events.send(Event::Closed { conn }).await;
         }
         // One-shot requests: answered on this connection, then it closes.
-        w @ (Wire::StatusRequest | Wire::SnapshotRequest) => {
+        w @ (Wire::StatusRequest | Wire::SnapshotRequest | Wire::MemberRequest(_)) => {
             let what = match w {
                 Wire::StatusRequest => "status",
-                _ => "snapshot",
+                Wire::SnapshotRequest => "snapshot",
+                _ => "membership",
             };
             if identity == Some(PeerIdentity::Unnamed) {
                 events.count_refused();
@@ -1036,6 +1111,7 @@ async fn serve_framed(
             let tx = spawn_writer(wr);
             let _ = match w {
                 Wire::StatusRequest => events.send(Event::Status { tx }).await,
+                Wire::MemberRequest(change) => events.send(Event::Member { change, tx }).await,
                 _ => events.send(Event::Snapshot { tx }).await,
             };
         }
@@ -1321,6 +1397,11 @@ pub async fn run_node_until(
         observed: Vec::new(),
         mcast: None,
         deferring: false,
+        member_requests: HashMap::new(),
+        member_request_seq: 0,
+        link_tls: tls.as_ref().map(|t| t.client.clone()),
+        io_handle: tokio::runtime::Handle::current(),
+        links_epoch: 0,
     };
     if cfg.cluster.mode == Mode::Smr {
         // Datagrams join the connections' inbox; one that finds it full is dropped
@@ -1344,6 +1425,7 @@ pub async fn run_node_until(
     let io_handle = io
         .as_ref()
         .map_or_else(tokio::runtime::Handle::current, |t| t.handle.clone());
+    node.io_handle = io_handle.clone();
     if cfg.cluster.mode == Mode::Smr {
         for n in &cfg.nodes {
             if n.id == id {
@@ -1442,6 +1524,13 @@ async fn event_loop(
         // (this runtime is single-threaded) write what that step sent, so that the
         // replies a decision released do not wait for the speculation.
         node.note_delivered_ballot();
+        if let Some(at) = node.core.removed() {
+            info!(
+                instance = at,
+                "this node was permanently removed from the cluster at instance {at}; stopping"
+            );
+            break;
+        }
         if node.core.has_deferred_work() {
             tokio::task::yield_now().await;
             node.core.on_continue(&mut node.out);
@@ -1552,6 +1641,14 @@ impl Node {
                     Event::Status { tx } => {
                         let _ =
                             tx.try_send(Arc::new(to_frame(&Wire::Status(Box::new(node.status())))));
+                    }
+                    Event::Member { change, tx } => {
+                        node.member_request_seq += 1;
+                        let request = node.member_request_seq;
+                        info!(%change, "membership change requested");
+                        node.member_requests.insert(request, tx);
+                        node.core.on_member_request(request, change, &mut node.out);
+                        node.perform();
                     }
                     Event::Snapshot { tx } => match node.core.backup_checkpoint() {
                         Some((instance, bytes)) => {

@@ -683,6 +683,7 @@ impl SeedParams {
                         .then(|| ((id as usize - acceptors - 1) * partitions / replicas) as u32),
                     etcd_addr: None,
                     region: None,
+                    join: false,
                 }
             })
             .collect();

@@ -1371,6 +1371,8 @@ impl World {
                     Ok(Emit::Checkpoint { instance, bytes })
                 }
                 Output::TruncateLog { below_token } => Ok(Emit::Truncate { below_token }),
+                // Nobody asks the simulator's nodes for membership changes (yet).
+                Output::MemberDone { .. } => continue,
             };
             match r {
                 Ok(e) => emits.push(e),

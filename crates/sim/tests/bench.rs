@@ -17,6 +17,7 @@ fn smr(replicas: u32) -> ClusterConfig {
             partition: None,
             etcd_addr: None,
             region: None,
+            join: false,
         });
     }
     c.storage.checkpoint_instances = 0;

@@ -20,6 +20,7 @@
 pub mod choice;
 pub mod early;
 pub mod frame;
+pub mod members;
 pub mod partition;
 
 /// The size of a WAL segment when the cluster file says nothing (`[storage]
@@ -338,7 +339,7 @@ pub const SYSTEM_CLIENT_MIN: ClientId = 1 << 63;
 
 /// What an ordering asks every replica to do at one point of the order, beside the
 /// clients' commands (a command from a client id at or above [`SYSTEM_CLIENT_MIN`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SystemOp {
     /// Nothing but a point every replica reaches alike (a barrier), stamped with its
     /// proposer's clock: ordered time moves to it there.
@@ -348,6 +349,9 @@ pub enum SystemOp {
     /// barrier too (stamped with its proposer's clock), so that no extra barrier goes
     /// round while DOPs do.
     Reconfigure { time_ms: u64 },
+    /// A change of the replicas (`partita member`; see [`members`]): every replica
+    /// applies it where it is delivered, and nothing else executes it.
+    Member(members::MemberChange),
 }
 
 impl Command {

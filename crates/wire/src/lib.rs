@@ -59,6 +59,11 @@ pub enum Wire {
     SnapshotRefused(String),
     /// Early replies: a tentative reply or its confirmation (replica to client).
     Early(EarlyReply),
+    /// First and only frame of a one-shot connection (`partita member`): order this
+    /// change of the replicas (to a replica; a promotion to the learner itself).
+    MemberRequest(partita_types::members::MemberChange),
+    /// Node to the requester: the replicas after the change, or why it was refused.
+    MemberReply(Result<partita_types::members::Members, String>),
 }
 
 /// What `partita status` shows for a node.
@@ -97,6 +102,12 @@ pub struct NodeStatus {
     /// Acceptor: why its WAL writes nothing (a full disk), so it does not vote;
     /// `None` while it writes normally.
     pub wal_stall: Option<String>,
+    /// The replicas changed at run time, newest this node knows (`partita member`);
+    /// `None` under an ordering that cannot change them.
+    pub members: Option<partita_types::members::Members>,
+    /// Replica: "serving", "learner" (catching up, answering no client), "joining"
+    /// (not added yet) or "removed".
+    pub replica_state: Option<String>,
 }
 
 impl NodeStatus {

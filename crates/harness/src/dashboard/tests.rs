@@ -25,6 +25,8 @@ fn status(node: NodeId, pid: u32, executed: Option<u64>) -> NodeStatus {
         pid,
         delivered_ballots: Vec::new(),
         wal_stall: None,
+        members: None,
+        replica_state: None,
     }
 }
 

@@ -142,6 +142,12 @@ pub struct Cluster {
     pub stalled_checkpoints: BTreeSet<NodeId>,
     /// Ticks so far (each one a millisecond of the nodes' clock).
     pub ticks: u64,
+    /// Replicas started before any change adds them (`partita member add`).
+    pub joining: BTreeSet<NodeId>,
+    /// Answers to membership requests: (node, request, outcome).
+    pub member_done: Vec<(NodeId, u64, partita_node::members::MemberResult)>,
+    /// Client commands refused: (node, client, seq, reason).
+    pub refused: Vec<(NodeId, u64, u64, String)>,
     lose_sent: Option<Filter>,
     lose_delivered: Option<Filter>,
 }
@@ -168,6 +174,9 @@ impl Cluster {
             nodes: BTreeMap::new(),
             down: BTreeSet::new(),
             ticks: 0,
+            joining: BTreeSet::new(),
+            member_done: Vec::new(),
+            refused: Vec::new(),
             msgs: VecDeque::new(),
             persists: VecDeque::new(),
             saves: VecDeque::new(),
@@ -191,7 +200,7 @@ impl Cluster {
         NodeSetup {
             id,
             acceptor: self.setup.membership.acceptors.contains(&id),
-            replica: self.setup.membership.learners.contains(&id),
+            replica: self.setup.membership.learners.contains(&id) || self.joining.contains(&id),
             batcher: self.setup.membership.batchers.contains(&id),
             ..self.setup.clone()
         }
@@ -274,7 +283,14 @@ impl Cluster {
                 Output::Persist { token, record } => self.persists.push_back((from, token, record)),
                 Output::Reply(r) => self.got.push((from, Got::Final(r))),
                 Output::Early(e) => self.got.push((from, Got::Early(e))),
-                Output::Refused { .. } => {}
+                Output::Refused {
+                    client,
+                    seq,
+                    reason,
+                } => self.refused.push((from, client, seq, reason)),
+                Output::MemberDone { request, result } => {
+                    self.member_done.push((from, request, result))
+                }
                 Output::SaveCheckpoint { instance, bytes } => {
                     assert!(self.checkpointing, "no checkpoints in these scenarios");
                     if !self.stalled_checkpoints.contains(&from) {

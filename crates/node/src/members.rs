@@ -1,0 +1,370 @@
+//! Replicas added and removed at run time (`partita member`), in the node core.
+//!
+//! A change is an ordered command ([`SystemOp::Member`]). The node an operator asks
+//! ([`NodeCore::on_member_request`]) multicasts it like a client command; every replica
+//! applies it to its [`Members`] when it executes the value that holds it, so all
+//! replicas agree on the replicas (and on a refusal) at every position. Checkpoints
+//! carry the [`Members`] (in their ordering section, [`join_section`]), so a restarted
+//! or state-transferred replica never takes them from the cluster file. After applying
+//! one, a replica tells every other node ([`Msg::Members`], again with every
+//! checkpoint announcement); nodes that execute nothing (acceptors, batchers) take the
+//! highest epoch they hear, and their ordering sends decisions to the new replicas and
+//! counts their checkpoints for truncation.
+//!
+//! A new replica starts as a learner: decisions reach it, it restores a peer's
+//! checkpoint and learns the suffix, and it refuses clients. Once it has executed its
+//! own `Add` and knows of at most [`PROMOTE_LAG_MAX`] decided instances beyond what it
+//! executed, it proposes its own promotion (if the `Add` asked for it, or when an
+//! operator asks it to); from that position on it serves. A removed replica stops at
+//! the position of its removal ([`NodeCore::removed`]).
+
+use crate::{NodeCore, Output};
+use partita_consensus::{Msg, Outbox, Value};
+use partita_types::members::{MemberChange, Members};
+use partita_types::{Command, Instance, NodeId, SystemOp};
+use std::collections::BTreeSet;
+
+/// The system command kind of membership changes (keeps their sequence numbers apart
+/// from other system commands of the same node).
+pub const MEMBER_KIND: u8 = 7;
+
+/// A learner proposes its promotion once it knows of at most this many decided
+/// instances it has not executed.
+pub const PROMOTE_LAG_MAX: u64 = 64;
+
+/// A checkpoint ordering section that carries [`Members`] starts with this.
+const SECTION_TAG: &[u8; 8] = b"PTMEMBR1";
+
+/// The ordering section of a checkpoint: the ordering's `position`, with the replicas
+/// changed at run time when there were any (exactly `position` otherwise, so
+/// checkpoints of clusters that never changed read as before).
+pub fn join_section(position: Vec<u8>, members: &Members) -> Vec<u8> {
+    if members.epoch == 0 {
+        return position;
+    }
+    let mut out = SECTION_TAG.to_vec();
+    out.extend(partita_types::encode(&(position, members)));
+    out
+}
+
+/// The ordering's position and the replicas' [`Members`] of a checkpoint's ordering
+/// section (see [`join_section`]).
+pub fn split_section(section: &[u8]) -> (Vec<u8>, Members) {
+    if let Some(rest) = section.strip_prefix(SECTION_TAG) {
+        if let Ok((position, members)) = partita_types::decode::<(Vec<u8>, Members)>(rest) {
+            return (position, members);
+        }
+    }
+    (section.to_vec(), Members::default())
+}
+
+/// State of run-time membership at a node.
+#[derive(Debug, Default)]
+pub(crate) struct MemberState {
+    /// What this node's replica executed (replicas only; epoch 0 elsewhere).
+    pub applied: Members,
+    /// Operator requests this node proposed: (sequence number, request id).
+    pub requests: Vec<(u64, u64)>,
+    /// Sequence numbers of this node's membership commands.
+    pub seq: u64,
+    /// The position at which this node was removed.
+    pub removed: Option<Instance>,
+    /// The tick of the last promotion this learner proposed.
+    pub promote_tick: Option<u64>,
+    /// An operator asked this learner to promote itself.
+    pub promote_asked: bool,
+}
+
+/// What a membership request got: the replicas after the change, or why not.
+pub type MemberResult = Result<Members, String>;
+
+impl NodeCore {
+    /// The cluster file's replicas.
+    fn initial_replicas(&self) -> &[NodeId] {
+        &self.setup.membership.learners
+    }
+
+    /// ... with their partitions.
+    fn initial_partitions(&self) -> Vec<(NodeId, partita_types::PartitionId)> {
+        let m = &self.setup.membership;
+        m.learners.iter().map(|&n| (n, m.partition_of(n))).collect()
+    }
+
+    /// Every node of the cluster file that is not a replica (their ids are taken).
+    fn other_nodes(&self) -> Vec<NodeId> {
+        let m = &self.setup.membership;
+        let mut ids: BTreeSet<NodeId> = m.acceptors.iter().copied().collect();
+        ids.extend(&m.batchers);
+        ids.retain(|n| !m.learners.contains(n));
+        ids.into_iter().collect()
+    }
+
+    /// The replicas changed at run time, newest known to this node (applied by its
+    /// replica, or heard from one).
+    pub fn members(&self) -> Members {
+        match self.ordering.as_ref().and_then(|o| o.members()) {
+            Some(known) if known.epoch > self.member.applied.epoch => known.clone(),
+            _ => self.member.applied.clone(),
+        }
+    }
+
+    /// Whether this node's replica answers clients: one of the replicas, and not a
+    /// learner (a joining replica serves only once promoted).
+    pub fn serves(&self) -> bool {
+        self.setup.replica
+            && self
+                .members()
+                .serves(self.initial_replicas(), self.setup.id)
+    }
+
+    /// The position at which this node was removed from the cluster: it has stopped
+    /// taking part, and its driver should stop it.
+    pub fn removed(&self) -> Option<Instance> {
+        self.member.removed
+    }
+
+    /// How many membership changes this node knows of (its links follow).
+    pub fn members_epoch(&self) -> u64 {
+        let known = self.ordering.as_ref().and_then(|o| o.members());
+        known.map_or(0, |k| k.epoch).max(self.member.applied.epoch)
+    }
+
+    /// Addresses of the replicas added at run time, for the driver's links.
+    pub fn added_addresses(&self) -> Vec<(NodeId, String)> {
+        self.members()
+            .added()
+            .map(|(n, a)| (n, a.to_string()))
+            .collect()
+    }
+
+    /// Whether a peer is a member: in the cluster file, or added at run time.
+    pub(crate) fn is_member(&self, node: NodeId) -> bool {
+        let m = &self.setup.membership;
+        m.acceptors.contains(&node)
+            || m.learners.contains(&node)
+            || m.batchers.contains(&node)
+            || self.members().replicas.contains_key(&node)
+    }
+
+    /// An operator's request (`partita member`), answered with
+    /// [`Output::MemberDone`] carrying `request` once the change is applied here (or
+    /// refused). A promotion goes to the learner itself, which proposes it once caught
+    /// up; every other change is ordered from here.
+    pub fn on_member_request(&mut self, request: u64, change: MemberChange, out: &mut Vec<Output>) {
+        let refuse = |why: String, out: &mut Vec<Output>| {
+            out.push(Output::MemberDone {
+                request,
+                result: Err(why),
+            })
+        };
+        if let Some(why) = self.member_refusal(&change) {
+            return refuse(why, out);
+        }
+        if let MemberChange::Promote { node } = change {
+            if node != self.setup.id {
+                return refuse(
+                    format!(
+                        "ask node {node} itself: a learner proposes its own promotion once caught up"
+                    ),
+                    out,
+                );
+            }
+            if !self.members().is_learner(node) {
+                return refuse(
+                    format!("can only promote a learner member; node {node} is not one"),
+                    out,
+                );
+            }
+            if let Some(lag) = self.learner_lag() {
+                if lag > PROMOTE_LAG_MAX {
+                    return refuse(
+                        format!(
+                            "can only promote a learner member which is in sync with leader: \
+                             node {node} knows of {lag} decided instances it has not executed"
+                        ),
+                        out,
+                    );
+                }
+            }
+            self.member.promote_asked = true;
+        }
+        let mut actions = Vec::new();
+        match self.propose_member(change, &mut actions) {
+            Ok(seq) => {
+                self.member.requests.push((seq, request));
+                self.run(actions, out);
+            }
+            Err(why) => refuse(why, out),
+        }
+    }
+
+    /// Why `change` cannot be asked of this node at all (`None`: it can).
+    fn member_refusal(&self, change: &MemberChange) -> Option<String> {
+        if let Err(why) = self
+            .ordering
+            .as_ref()
+            .map_or(Err("a cs server has no replicas to change".into()), |o| {
+                o.member_changes()
+            })
+        {
+            return Some(why);
+        }
+        if !self.setup.replica {
+            return Some(format!(
+                "node {} is not a replica; send membership changes to a replica",
+                self.setup.id
+            ));
+        }
+        if self.member.removed.is_some() {
+            return Some(format!(
+                "node {} was removed from the cluster",
+                self.setup.id
+            ));
+        }
+        if let MemberChange::Add { partition, .. } = change {
+            if *partition != 0 {
+                return Some(format!(
+                    "partition {partition}: this cluster is not partitioned"
+                ));
+            }
+        }
+        let node = change.node();
+        let m = &self.setup.membership;
+        if !matches!(change, MemberChange::Add { .. })
+            && (m.acceptors.contains(&node) || m.batchers.contains(&node))
+        {
+            return Some(format!(
+                "node {node} is an acceptor or a batcher: changing acceptors needs every \
+                 instance's configuration fixed a window ahead (not built yet); only \
+                 replicas that play no other role change"
+            ));
+        }
+        None
+    }
+
+    /// Multicast `change` as this node's next membership command.
+    fn propose_member(
+        &mut self,
+        change: MemberChange,
+        actions: &mut Outbox,
+    ) -> Result<u64, String> {
+        self.member.seq += 1;
+        let seq = self.member.seq;
+        let groups = self.setup.membership.partitions.map.all();
+        let mut cmd = Command::system(SystemOp::Member(change), self.setup.id, MEMBER_KIND, seq);
+        cmd.body = match cmd.body {
+            partita_types::Body::Whole { payload, .. } => {
+                partita_types::Body::Whole { groups, payload }
+            }
+            other => other,
+        };
+        let o = self.ordering.as_mut().expect("checked by member_refusal");
+        o.multicast(cmd, None, actions).map(|()| seq)
+    }
+
+    /// How many decided instances this node knows of beyond what it executed (`None`:
+    /// it learns nothing).
+    fn learner_lag(&self) -> Option<u64> {
+        let l = self.ordering.as_ref()?.paxos_roles()?.learner()?;
+        Some(l.known_decided().saturating_sub(l.delivered_up_to()))
+    }
+
+    /// Apply the membership commands of `value` (at `instance`, about to execute):
+    /// every replica does so at the same position, in the same order.
+    pub(crate) fn apply_members(&mut self, instance: Instance, value: &Value, out: &mut Outbox) {
+        let mut changed = false;
+        for cmd in &value.commands {
+            let Some(SystemOp::Member(change)) = cmd.system_op() else {
+                continue;
+            };
+            let initial = self.initial_partitions();
+            let others = self.other_nodes();
+            let result = self
+                .member
+                .applied
+                .apply(&initial, &others, &change, instance);
+            match &result {
+                Ok(()) => {
+                    changed = true;
+                    self.count("member_changes_applied");
+                    if let MemberChange::Remove { node } = change {
+                        if node == self.setup.id {
+                            self.member.removed = Some(instance);
+                        }
+                    }
+                }
+                Err(_) => self.count("member_changes_refused"),
+            }
+            // The answer to the operator, at the node that proposed it.
+            let from = (cmd.client & 0xffff_ffff) as NodeId;
+            let kind = ((cmd.client >> 48) & 0xff) as u8;
+            if from == self.setup.id && kind == MEMBER_KIND {
+                if let Some(i) = self.member.requests.iter().position(|(s, _)| *s == cmd.seq) {
+                    let (_, request) = self.member.requests.remove(i);
+                    self.member_done.push(Output::MemberDone {
+                        request,
+                        result: result.map(|()| self.member.applied.clone()),
+                    });
+                }
+            }
+        }
+        if changed {
+            let members = self.member.applied.clone();
+            if let Some(o) = self.ordering.as_mut() {
+                o.adopt_members(&members);
+            }
+            self.tell_members(out);
+        }
+    }
+
+    /// Tell every other node the replicas this replica applied (after a change, and
+    /// with every checkpoint announcement once there was one).
+    pub(crate) fn tell_members(&mut self, out: &mut Outbox) {
+        let members = &self.member.applied;
+        if members.epoch == 0 || !self.setup.replica {
+            return;
+        }
+        let m = self.setup.membership.with_members(members);
+        let mut to: BTreeSet<NodeId> = m.acceptors.iter().copied().collect();
+        to.extend(&m.learners);
+        to.extend(&m.batchers);
+        to.remove(&self.setup.id);
+        let msg = Msg::Members(Box::new(members.clone()));
+        for to in to {
+            out.push(partita_consensus::Action::Send {
+                to,
+                msg: msg.clone(),
+            });
+        }
+    }
+
+    /// A learner that caught up proposes its promotion (every election timeout until
+    /// it is applied).
+    pub(crate) fn member_tick(&mut self, actions: &mut Outbox) {
+        let me = self.setup.id;
+        let Some(added) = self.member.applied.replicas.get(&me) else {
+            return;
+        };
+        if !added.learner || !(added.promote || self.member.promote_asked) {
+            return;
+        }
+        if self.transfer.is_some() || self.learner_lag().is_none_or(|lag| lag > PROMOTE_LAG_MAX) {
+            return;
+        }
+        let every = self.setup.coordinator_config.election_timeout_ticks.max(1);
+        if self
+            .member
+            .promote_tick
+            .is_some_and(|t| self.tick.saturating_sub(t) < every)
+        {
+            return;
+        }
+        self.member.promote_tick = Some(self.tick);
+        if self
+            .propose_member(MemberChange::Promote { node: me }, actions)
+            .is_ok()
+        {
+            self.count("member_promotions_proposed");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Replicas added and removed at run time (`partita member`), scripted on node cores
+//! wired by the in-memory network and disk of `common`: a replica joins a cluster
+//! whose acceptors truncated their logs, catches up by state transfer as a learner
+//! that refuses clients, promotes itself once caught up and then serves; a replica is
+//! removed and stops, and truncation goes on without it; changes that cannot be are
+//! refused with etcd's reasons; a restarted replica takes the replicas from its
+//! checkpoint, not from its setup.
+
+use crate::common;
+
+use common::{insert, setup, Cluster};
+use partita_consensus::Protocol;
+use partita_node::{CheckpointConfig, UnsafeBugs};
+use partita_types::members::MemberChange;
+use partita_types::NodeId;
+
+const INTERVAL: u64 = 10;
+
+fn cluster(protocol: Protocol) -> Cluster {
+    let mut s = setup(protocol, &[4, 5]);
+    s.coordinator_config.phase1_range_instances = 40;
+    s.learner_config.learn_batch_instances_max = 8;
+    s.checkpoint = CheckpointConfig {
+        interval_instances: INTERVAL,
+        announce_ticks: 5,
+        chunk_bytes: 256,
+        transfer_window_chunks: 3,
+        transfer_timeout_ticks: 10,
+        ..CheckpointConfig::default()
+    };
+    let mut c = Cluster::new(s, UnsafeBugs::default());
+    c.checkpointing = true;
+    c.tick(3);
+    c
+}
+
+/// Inserts `seqs`, answered by `reply_to`, each through the leader, then a few ticks.
+fn load(c: &mut Cluster, seqs: std::ops::RangeInclusive<u64>, reply_to: NodeId) {
+    for seq in seqs {
+        c.submit(1, insert(seq, reply_to));
+    }
+    c.tick(12);
+}
+
+/// Ask `via` for `change`; tick until it answers. Returns the outcome.
+fn member(c: &mut Cluster, via: NodeId, change: MemberChange) -> Result<u64, String> {
+    let request = c.member_done.len() as u64 + 1000;
+    let mut out = Vec::new();
+    c.nodes
+        .get_mut(&via)
+        .unwrap()
+        .on_member_request(request, change, &mut out);
+    c.take(via, out);
+    for _ in 0..200 {
+        c.settle();
+        if let Some((_, _, r)) = c.member_done.iter().find(|(_, q, _)| *q == request) {
+            return r.clone().map(|m| m.epoch);
+        }
+        c.tick(1);
+    }
+    panic!("node {via} never answered membership request {request}");
+}
+
+fn truncated_below(c: &Cluster, acceptor: NodeId) -> u64 {
+    c.node(acceptor)
+        .ordering_report()
+        .acceptor
+        .expect("an acceptor")
+        .truncated_below
+}
+
+fn add(node: NodeId) -> MemberChange {
+    MemberChange::Add {
+        node,
+        addr: format!("127.0.0.1:{}", 7100 + node),
+        partition: 0,
+        promote: true,
+    }
+}
+
+fn join_serve_and_leave(protocol: Protocol) {
+    let mut c = cluster(protocol);
+    load(&mut c, 1..=40, 4);
+    assert!(
+        truncated_below(&c, 2) > 1,
+        "{protocol}: acceptors truncated (so the new replica needs a state transfer)"
+    );
+
+    // Node 6 runs before anything adds it: nobody talks to it, and it refuses clients.
+    c.joining.insert(6);
+    c.start(6);
+    c.tick(10);
+    c.request(6, insert(41, 6));
+    c.settle();
+    let (_, _, _, why) = c.refused.last().expect("refused");
+    assert!(why.contains("not a replica of this cluster"), "{why}");
+    assert_eq!(c.replica(6).last_instance(), 0);
+
+    assert_eq!(
+        member(&mut c, 4, add(6)),
+        Ok(1),
+        "{protocol}: the add applied"
+    );
+    // While it catches up the cluster keeps taking commands.
+    load(&mut c, 42..=60, 4);
+    let mut ticks = 0;
+    while !c.node(6).serves() {
+        c.tick(1);
+        ticks += 1;
+        assert!(ticks < 400, "{protocol}: node 6 never promoted itself");
+    }
+    assert!(
+        c.counter(6, "state_transfers_completed") >= 1,
+        "{protocol}: node 6 caught up by state transfer"
+    );
+    assert_eq!(c.counter(6, "member_promotions_proposed"), 1);
+    assert_eq!(c.node(4).members().epoch, 2, "add, then promote");
+
+    // Node 6 serves: it answers its own clients, and holds what the others hold.
+    load(&mut c, 61..=70, 6);
+    assert!(
+        (61..=70).all(|s| c.replies_to(s).iter().any(|r| r.client == 77)),
+        "{protocol}: node 6 answered its clients"
+    );
+    assert!(c.got.iter().any(|(n, _)| *n == 6));
+    c.converge(100);
+    let d4 = c.replica(4).digest();
+    assert_eq!(
+        c.replica(6).digest(),
+        d4,
+        "{protocol}: node 6 holds the state"
+    );
+    assert_eq!(c.replica(6).last_instance(), c.replica(4).last_instance());
+
+    // Changes that cannot be are refused, the same at every replica.
+    let e = member(&mut c, 4, add(6)).unwrap_err();
+    assert!(e.contains("already exists"), "{e}");
+    let e = member(&mut c, 4, MemberChange::Remove { node: 2 }).unwrap_err();
+    assert!(e.contains("is an acceptor or a batcher"), "{e}");
+    let e = member(&mut c, 5, MemberChange::Promote { node: 6 }).unwrap_err();
+    assert!(e.contains("ask node 6 itself"), "{e}");
+
+    // Node 5 leaves: it stops at its removal, and truncation goes on without it.
+    assert_eq!(
+        member(&mut c, 4, MemberChange::Remove { node: 5 }),
+        Ok(3),
+        "{protocol}"
+    );
+    c.tick(2);
+    let at = c.node(5).removed().expect("node 5 knows it was removed");
+    c.crash(5);
+    let before = truncated_below(&c, 2);
+    load(&mut c, 71..=110, 6);
+    c.tick(20);
+    assert!(
+        truncated_below(&c, 2) > before.max(at),
+        "{protocol}: acceptors truncate below what replicas 4 and 6 checkpointed \
+         ({before} before, {} after)",
+        truncated_below(&c, 2)
+    );
+    let e = member(&mut c, 4, add(5)).unwrap_err();
+    assert!(e.contains("removed before"), "{e}");
+
+    // A restarted replica takes the replicas from its checkpoint, not its setup.
+    c.crash(4);
+    c.start(4);
+    c.tick(30);
+    let m = c.node(4).members();
+    assert_eq!(
+        m.epoch,
+        5 - 2,
+        "{protocol}: add, promote, remove (refusals change nothing)"
+    );
+    assert!(m.serves(&[4, 5], 6) && !m.is_replica(&[4, 5], 5));
+    load(&mut c, 111..=115, 4);
+    c.converge(100);
+    assert_eq!(c.replica(4).digest(), c.replica(6).digest());
+}
+
+#[test]
+fn multipaxos_replica_joins_serves_and_another_leaves() {
+    join_serve_and_leave(Protocol::MultiPaxos);
+}
+
+#[test]
+fn ringpaxos_replica_joins_serves_and_another_leaves() {
+    join_serve_and_leave(Protocol::RingPaxos);
+}

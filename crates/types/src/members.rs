@@ -1,0 +1,314 @@
+//! The replicas of a running cluster: what `partita member add|promote|remove`
+//! changes, as commands in the order.
+//!
+//! The cluster file names the initial replicas. A change is a command like any other
+//! ([`crate::SystemOp::Member`]): every replica applies it when it delivers it, at the
+//! same position of the order, to the same [`Members`] (which its checkpoints carry),
+//! so every replica agrees on who the replicas are at every position, and on whether a
+//! change was refused (a refusal depends only on the changes before it). Nodes that do
+//! not execute (acceptors, batchers) take the newest [`Members`] a replica tells them
+//! (the highest [`Members::epoch`]).
+//!
+//! Replicas do not vote: who they are decides where decisions are sent, whose
+//! checkpoints acceptors wait for before truncating, and who answers clients, never
+//! which values are chosen. So a change of replicas takes effect at the position it was
+//! decided at, with no window. Changes of acceptors, which would need one, are not
+//! here.
+
+use crate::{Instance, NodeId, PartitionId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One change of the replicas.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberChange {
+    /// A new replica `node`, reached at `addr`, of partition `partition` (0 when the
+    /// state is not partitioned). It joins as a learner: decisions reach it and it
+    /// catches up (state transfer, then the suffix), but it answers no client until it
+    /// is promoted. With `promote`, it proposes its own promotion once caught up;
+    /// otherwise it waits for `partita member promote`.
+    Add {
+        node: NodeId,
+        addr: String,
+        partition: PartitionId,
+        promote: bool,
+    },
+    /// A learner becomes a replica that serves. Only the learner itself proposes it,
+    /// once caught up (a learner that is behind refuses to).
+    Promote { node: NodeId },
+    /// A replica (serving or learner) leaves for good: it stops at this position and
+    /// its id is never used again.
+    Remove { node: NodeId },
+}
+
+impl MemberChange {
+    /// The node the change is about.
+    pub fn node(&self) -> NodeId {
+        match self {
+            MemberChange::Add { node, .. }
+            | MemberChange::Promote { node }
+            | MemberChange::Remove { node } => *node,
+        }
+    }
+}
+
+impl std::fmt::Display for MemberChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemberChange::Add {
+                node,
+                addr,
+                partition,
+                promote,
+            } => write!(
+                f,
+                "add replica {node} at {addr} (partition {partition}{})",
+                if *promote {
+                    ", promoted once caught up"
+                } else {
+                    ", a learner until promoted"
+                }
+            ),
+            MemberChange::Promote { node } => write!(f, "promote learner {node}"),
+            MemberChange::Remove { node } => write!(f, "remove replica {node}"),
+        }
+    }
+}
+
+/// A replica, as the changes left it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica {
+    /// Where it is reached, for one added at run time (`None`: the cluster file says).
+    pub addr: Option<String>,
+    pub partition: PartitionId,
+    /// Still a learner: catching up, answering no client.
+    pub learner: bool,
+    /// Proposes its own promotion once caught up.
+    pub promote: bool,
+    /// The position of its `Add` (0: one of the cluster file's).
+    pub at: Instance,
+}
+
+/// The replicas after the changes applied so far. Before the first change (epoch 0)
+/// they are the cluster file's; the first change copies those in, and from then on
+/// the file's replicas are never consulted again (a node whose file was edited since
+/// still applies every later change the same way).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Members {
+    /// How many changes were applied (0: the cluster file's replicas).
+    pub epoch: u64,
+    /// The position of the newest change (0: none).
+    pub at: Instance,
+    /// Every replica, learners included (empty at epoch 0).
+    pub replicas: BTreeMap<NodeId, Replica>,
+    /// Ids removed, never to be used again.
+    pub removed: BTreeSet<NodeId>,
+}
+
+/// A change refused (the same at every replica, since it depends only on the changes
+/// ordered before it).
+pub type MemberRefusal = String;
+
+impl Members {
+    /// Every replica at this point (learners included), in id order; `initial` are
+    /// the cluster file's (with their partitions), used until the first change.
+    pub fn replicas(&self, initial: &[NodeId]) -> Vec<NodeId> {
+        match self.epoch {
+            0 => initial.to_vec(),
+            _ => self.replicas.keys().copied().collect(),
+        }
+    }
+
+    /// Whether `node` is a replica at this point (learners included).
+    pub fn is_replica(&self, initial: &[NodeId], node: NodeId) -> bool {
+        match self.epoch {
+            0 => initial.contains(&node),
+            _ => self.replicas.contains_key(&node),
+        }
+    }
+
+    /// Whether `node` is a learner still catching up.
+    pub fn is_learner(&self, node: NodeId) -> bool {
+        self.replicas.get(&node).is_some_and(|r| r.learner)
+    }
+
+    /// Whether `node` answers clients: a replica that is not a learner.
+    pub fn serves(&self, initial: &[NodeId], node: NodeId) -> bool {
+        self.is_replica(initial, node) && !self.is_learner(node)
+    }
+
+    /// The replicas that serve (learners left out), in id order.
+    pub fn serving(&self, initial: &[NodeId]) -> Vec<NodeId> {
+        self.replicas(initial)
+            .into_iter()
+            .filter(|&n| !self.is_learner(n))
+            .collect()
+    }
+
+    /// Replicas added at run time, with their addresses.
+    pub fn added(&self) -> impl Iterator<Item = (NodeId, &str)> {
+        self.replicas
+            .iter()
+            .filter_map(|(&n, r)| r.addr.as_deref().map(|a| (n, a)))
+    }
+
+    /// Apply `change`, decided at `at`, to the replicas of a cluster whose file names
+    /// `initial` replicas (with their partitions) and `others` other nodes (acceptors,
+    /// batchers: ids that are taken). A refusal leaves everything as it was.
+    pub fn apply(
+        &mut self,
+        initial: &[(NodeId, PartitionId)],
+        others: &[NodeId],
+        change: &MemberChange,
+        at: Instance,
+    ) -> Result<(), MemberRefusal> {
+        let mut next = self.clone();
+        if next.epoch == 0 {
+            next.replicas = initial
+                .iter()
+                .map(|&(n, partition)| {
+                    let r = Replica {
+                        addr: None,
+                        partition,
+                        learner: false,
+                        promote: false,
+                        at: 0,
+                    };
+                    (n, r)
+                })
+                .collect();
+        }
+        match change {
+            MemberChange::Add {
+                node,
+                addr,
+                partition,
+                promote,
+            } => {
+                if next.removed.contains(node) {
+                    return Err(format!(
+                        "member id {node} was removed before; a removed id is never used again"
+                    ));
+                }
+                if next.replicas.contains_key(node) {
+                    return Err(format!("member id {node} already exists"));
+                }
+                if others.contains(node) {
+                    return Err(format!(
+                        "node id {node} is taken by another node of the cluster file"
+                    ));
+                }
+                if let Some((pending, _)) = next.replicas.iter().find(|(_, r)| r.learner) {
+                    return Err(format!(
+                        "too many learner members in cluster: node {pending} is still a \
+                         learner; wait for its promotion or remove it first"
+                    ));
+                }
+                next.replicas.insert(
+                    *node,
+                    Replica {
+                        addr: Some(addr.clone()),
+                        partition: *partition,
+                        learner: true,
+                        promote: *promote,
+                        at,
+                    },
+                );
+            }
+            MemberChange::Promote { node } => match next.replicas.get_mut(node) {
+                Some(r) if r.learner => r.learner = false,
+                _ => {
+                    return Err(format!(
+                        "can only promote a learner member; node {node} is not one"
+                    ))
+                }
+            },
+            MemberChange::Remove { node } => {
+                let Some(gone) = next.replicas.remove(node) else {
+                    return Err(format!("member not found: node {node} is not a replica"));
+                };
+                let left = next
+                    .replicas
+                    .values()
+                    .filter(|r| !r.learner && r.partition == gone.partition)
+                    .count();
+                if !gone.learner && left == 0 {
+                    return Err(format!(
+                        "node {node} is the last replica that serves partition {}; add \
+                         another first",
+                        gone.partition
+                    ));
+                }
+                next.removed.insert(*node);
+            }
+        }
+        next.epoch += 1;
+        next.at = at;
+        *self = next;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(node: NodeId) -> MemberChange {
+        MemberChange::Add {
+            node,
+            addr: format!("127.0.0.1:{}", 7100 + node),
+            partition: 0,
+            promote: true,
+        }
+    }
+
+    #[test]
+    fn a_replica_joins_as_a_learner_serves_once_promoted_and_its_id_is_never_reused() {
+        let initial = [(4, 0), (5, 0)];
+        let ids = [4, 5];
+        let others = [1, 2, 3];
+        let mut m = Members::default();
+        m.apply(&initial, &others, &add(6), 10).unwrap();
+        assert_eq!((m.epoch, m.at), (1, 10));
+        assert!(m.is_replica(&ids, 6) && m.is_learner(6) && !m.serves(&ids, 6));
+        assert_eq!(m.replicas(&ids), vec![4, 5, 6]);
+        assert_eq!(m.serving(&ids), vec![4, 5]);
+        assert_eq!(m.added().collect::<Vec<_>>(), vec![(6, "127.0.0.1:7106")]);
+        // From the first change on, the file's replicas are never consulted again.
+        assert_eq!(m.replicas(&[4, 5, 9]), vec![4, 5, 6]);
+        // One learner at a time, as etcd's default.
+        let e = m.apply(&initial, &others, &add(7), 11).unwrap_err();
+        assert!(e.contains("too many learner members"), "{e}");
+        m.apply(&initial, &others, &MemberChange::Promote { node: 6 }, 12)
+            .unwrap();
+        assert!(m.serves(&ids, 6));
+        let e = m
+            .apply(&initial, &others, &MemberChange::Promote { node: 6 }, 13)
+            .unwrap_err();
+        assert!(e.contains("can only promote a learner"), "{e}");
+        m.apply(&initial, &others, &MemberChange::Remove { node: 4 }, 14)
+            .unwrap();
+        assert_eq!(m.serving(&ids), vec![5, 6]);
+        for id in [4, 5, 6] {
+            assert!(m.apply(&initial, &others, &add(id), 15).is_err());
+        }
+        let e = m.apply(&initial, &others, &add(2), 15).unwrap_err();
+        assert!(e.contains("taken by another node"), "{e}");
+        assert_eq!(m.epoch, 3, "refusals change nothing");
+    }
+
+    #[test]
+    fn the_last_serving_replica_cannot_be_removed() {
+        let initial = [(4, 0)];
+        let mut m = Members::default();
+        let e = m
+            .apply(&initial, &[], &MemberChange::Remove { node: 4 }, 3)
+            .unwrap_err();
+        assert!(e.contains("last replica"), "{e}");
+        let e = m
+            .apply(&initial, &[], &MemberChange::Remove { node: 9 }, 3)
+            .unwrap_err();
+        assert!(e.contains("member not found"), "{e}");
+        assert_eq!(m, Members::default());
+    }
+}

@@ -1,0 +1,258 @@
+//! `partita member list|add|remove|promote`: the replicas of a running cluster.
+//!
+//! A change goes to a replica over a one-shot connection (`Wire::MemberRequest`),
+//! which orders it; the answer comes once the change is applied there (or refused, with
+//! etcd's reasons). A new replica's node entry is in the operator's copy of the cluster
+//! file with `join = true` (where its process reads it: `partita node --id N`); `add`
+//! takes its address from there unless `--addr` says. A joining replica catches up as
+//! a learner and promotes itself once caught up (unless added with `--learner`; then
+//! `promote` asks it to).
+
+use anyhow::{anyhow, bail};
+use partita_config::{ClusterConfig, Role};
+use partita_types::members::{MemberChange, Members};
+use partita_types::NodeId;
+use partita_wire::NodeStatus;
+use std::time::Duration;
+
+/// How long a change may take to be ordered and applied.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(15);
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What one node says, or that it did not answer.
+async fn statuses(cluster: &ClusterConfig, extra: &Members) -> Vec<(NodeId, Option<NodeStatus>)> {
+    let mut ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
+    ids.extend(extra.added().map(|(n, _)| n));
+    ids.sort_unstable();
+    ids.dedup();
+    let mut out = Vec::new();
+    for id in ids {
+        let status = match cluster.node(id) {
+            Some(_) => partita_client::node_status_of(cluster, id, STATUS_TIMEOUT).await,
+            None => None,
+        };
+        out.push((id, status));
+    }
+    out
+}
+
+/// The newest replicas any node of the cluster file knows.
+async fn newest_members(cluster: &ClusterConfig) -> anyhow::Result<Members> {
+    let mut newest: Option<Members> = None;
+    let mut answered = 0;
+    for n in &cluster.nodes {
+        if let Some(s) = partita_client::node_status_of(cluster, n.id, STATUS_TIMEOUT).await {
+            answered += 1;
+            if let Some(m) = s.members {
+                if newest.as_ref().is_none_or(|b| m.epoch > b.epoch) {
+                    newest = Some(m);
+                }
+            }
+        }
+    }
+    if answered == 0 {
+        bail!("no node of the cluster file answered");
+    }
+    newest.ok_or_else(|| {
+        anyhow!(
+            "this cluster's ordering cannot change its replicas (Ring Paxos and Multi-Paxos can)"
+        )
+    })
+}
+
+/// `partita member list`.
+pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
+    let members = newest_members(cluster).await?;
+    let initial: Vec<NodeId> = cluster.with_role(Role::Replica);
+    let mut rows = Vec::new();
+    for (id, status) in statuses(cluster, &members).await {
+        let file = cluster.node(id);
+        let addr = members
+            .replicas
+            .get(&id)
+            .and_then(|r| r.addr.clone())
+            .or_else(|| file.map(|n| n.addr.clone()))
+            .unwrap_or_default();
+        let mut roles: Vec<String> = file
+            .map(|n| {
+                n.roles
+                    .iter()
+                    .filter(|r| **r != Role::Replica)
+                    .map(|r| format!("{r:?}").to_lowercase())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let replica = if members.removed.contains(&id) {
+            Some("removed")
+        } else if members.is_learner(id) {
+            Some("learner")
+        } else if members.is_replica(&initial, id) {
+            Some("replica")
+        } else if file.is_some_and(|n| n.join) {
+            Some("joining (not added)")
+        } else {
+            None
+        };
+        if let Some(r) = replica {
+            roles.push(r.to_string());
+        }
+        rows.push(serde_json::json!({
+            "id": id,
+            "addr": addr,
+            "roles": roles,
+            "answers": status.is_some(),
+            "executed_up_to": status.as_ref().and_then(|s| s.executed_up_to),
+        }));
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "epoch": members.epoch,
+                "changed_at": members.at,
+                "members": rows,
+            }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "configuration epoch {} (last change at instance {})",
+        members.epoch, members.at
+    );
+    println!(
+        "{:>4}  {:<24} {:<30} {:>8}  executed",
+        "id", "address", "roles", "answers"
+    );
+    for r in rows {
+        let roles: Vec<&str> = r["roles"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        println!(
+            "{:>4}  {:<24} {:<30} {:>8}  {}",
+            r["id"],
+            r["addr"].as_str().unwrap_or(""),
+            roles.join(","),
+            if r["answers"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "no"
+            },
+            r["executed_up_to"]
+                .as_u64()
+                .map_or("-".to_string(), |e| e.to_string())
+        );
+    }
+    Ok(())
+}
+
+/// Send `change` to the replicas in turn until one orders it. Returns the replicas
+/// after it.
+async fn order(cluster: &ClusterConfig, change: MemberChange) -> anyhow::Result<Members> {
+    let members = newest_members(cluster).await?;
+    let initial = cluster.with_role(Role::Replica);
+    let targets: Vec<(NodeId, String)> = members
+        .serving(&initial)
+        .into_iter()
+        .filter(|&n| n != change.node())
+        .filter_map(|n| {
+            let addr = members
+                .replicas
+                .get(&n)
+                .and_then(|r| r.addr.clone())
+                .or_else(|| cluster.node(n).map(|_| cluster.dial_addr(n).to_string()))?;
+            Some((n, addr))
+        })
+        .collect();
+    let mut errors = Vec::new();
+    for (id, addr) in targets {
+        match partita_client::member_request(cluster, id, &addr, change.clone(), CHANGE_TIMEOUT)
+            .await
+        {
+            Ok(m) => return Ok(m),
+            // Refused where it was ordered: the same everywhere, so final.
+            Err(why) if !why.starts_with(&format!("node {id}")) => bail!("{why}"),
+            Err(why) => errors.push(why),
+        }
+    }
+    bail!("no replica ordered the change: {}", errors.join("; "))
+}
+
+/// `partita member add`.
+pub async fn add(
+    cluster: &ClusterConfig,
+    node: NodeId,
+    addr: Option<String>,
+    learner: bool,
+) -> anyhow::Result<()> {
+    if cluster.partitioning.partitions > 1 {
+        bail!("membership change of a partitioned cluster is not built yet");
+    }
+    let addr = match (addr, cluster.node(node)) {
+        (Some(a), _) => a,
+        (None, Some(n)) if n.join => n.addr.clone(),
+        (None, Some(_)) => bail!(
+            "node {node} is one of the cluster file's initial nodes; a new replica needs a \
+             new id (its entry in the file with `join = true`, or --addr)"
+        ),
+        (None, None) => bail!(
+            "the cluster file has no node {node}: give its address with --addr, or add its \
+             entry with `join = true`"
+        ),
+    };
+    let m = order(
+        cluster,
+        MemberChange::Add {
+            node,
+            addr: addr.clone(),
+            partition: 0,
+            promote: !learner,
+        },
+    )
+    .await?;
+    println!(
+        "added node {node} at {addr} as a learner (configuration epoch {}, instance {}); {}",
+        m.epoch,
+        m.at,
+        if learner {
+            "promote it with `partita member promote` once it caught up"
+        } else {
+            "it serves once it caught up"
+        }
+    );
+    Ok(())
+}
+
+/// `partita member remove`.
+pub async fn remove(cluster: &ClusterConfig, node: NodeId) -> anyhow::Result<()> {
+    let m = order(cluster, MemberChange::Remove { node }).await?;
+    println!(
+        "removed node {node} (configuration epoch {}, instance {}); it stops by itself",
+        m.epoch, m.at
+    );
+    Ok(())
+}
+
+/// `partita member promote`: asks the learner itself, which refuses while behind.
+pub async fn promote(cluster: &ClusterConfig, node: NodeId) -> anyhow::Result<()> {
+    let members = newest_members(cluster).await?;
+    let addr = members
+        .replicas
+        .get(&node)
+        .and_then(|r| r.addr.clone())
+        .ok_or_else(|| anyhow!("can only promote a learner member; node {node} is not one"))?;
+    let m = partita_client::member_request(
+        cluster,
+        node,
+        &addr,
+        MemberChange::Promote { node },
+        CHANGE_TIMEOUT,
+    )
+    .await
+    .map_err(|e| anyhow!(e))?;
+    println!(
+        "promoted node {node}: it serves (configuration epoch {}, instance {})",
+        m.epoch, m.at
+    );
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! Membership change on real processes (`partita member`): the default local cluster
+//! (3 acceptors, replicas 4 and 5, Ring Paxos, fsync) with a sixth node in its file
+//! marked `join = true`, running from the start but part of nothing. Under load:
+//! `member add 6` (the acceptors truncated, so it catches up by state transfer), and
+//! it promotes itself and serves; `member remove 5`, and node 5's process stops by
+//! itself. Every acknowledged insert is then present, read through node 6; replicas 4
+//! and 6 hold the same state; `member list` says who is what; impossible changes are
+//! refused with the reason.
+
+use partita_btree::{BPlusTree, Op, OpResult};
+use partita_client::{node_status_of, Client, ClientOptions};
+use partita_config::{ClusterConfig, NodeSection, Role};
+use partita_harness::launch::{pick_base_port, LocalCluster};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_partita"))
+}
+
+fn partita(args: &[&str]) -> (bool, String) {
+    let o = Command::new(exe()).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), text)
+}
+
+async fn replica_state(cfg: &ClusterConfig, id: u32) -> Option<String> {
+    node_status_of(cfg, id, Duration::from_secs(1))
+        .await
+        .and_then(|s| s.replica_state)
+}
+
+async fn wait_for(cfg: &ClusterConfig, id: u32, state: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = replica_state(cfg, id).await;
+        if now.as_deref() == Some(state) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {id} is {now:?}, not {state}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_joins_under_load_serves_and_another_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+    cfg.storage.checkpoint_instances = 50;
+    cfg.nodes.push(NodeSection {
+        id: 6,
+        addr: format!("127.0.0.1:{}", base + 6),
+        roles: vec![Role::Replica],
+        partition: None,
+        etcd_addr: None,
+        region: None,
+        join: true,
+    });
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    let file_arg = file.to_str().unwrap().to_string();
+    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
+    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(replica_state(&cfg, 6).await.as_deref(), Some("joining"));
+
+    // Load: two clients inserting distinct keys, answered by replica 4; every
+    // acknowledged key is remembered.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let mut load = Vec::new();
+    for w in 0..2u64 {
+        let (cfg, stop, acked) = (cfg.clone(), stop.clone(), acked.clone());
+        load.push(tokio::spawn(async move {
+            let opts = ClientOptions {
+                replica: Some(4),
+                give_up: Duration::from_secs(30),
+                ..ClientOptions::default()
+            };
+            let mut c = Client::<BPlusTree>::connect(cfg, opts).await.unwrap();
+            let mut key = w << 32;
+            while !stop.load(Ordering::Relaxed) {
+                key += 1;
+                match c.execute(Op::Insert { key, value: key }).await {
+                    Ok(OpResult::Inserted(true)) => {}
+                    other => panic!("insert {key}: {other:?}"),
+                }
+                acked.lock().unwrap().push(key);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Changes that cannot be: refused, with the reason.
+    let (ok, text) = partita(&["member", "add", "4", "--cluster", &file_arg]);
+    assert!(!ok && text.contains("initial nodes"), "{text}");
+    let (ok, text) = partita(&["member", "remove", "2", "--cluster", &file_arg]);
+    assert!(
+        !ok && text.contains("is an acceptor or a batcher"),
+        "{text}"
+    );
+
+    let t0 = Instant::now();
+    let (ok, text) = partita(&["member", "add", "6", "--cluster", &file_arg]);
+    assert!(ok, "{text}");
+    wait_for(&cfg, 6, "serving", Duration::from_secs(60)).await;
+    let joined = t0.elapsed();
+    let s6 = node_status_of(&cfg, 6, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(
+        s6.counter("state_transfers_completed").unwrap_or(0) >= 1,
+        "node 6 caught up by state transfer: {:?}",
+        s6.counters
+    );
+
+    let (ok, text) = partita(&["member", "remove", "5", "--cluster", &file_arg]);
+    assert!(ok, "{text}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, child) = lc.children.iter_mut().find(|(n, _)| *n == 5).unwrap();
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 5 did not stop after its removal"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (ok, text) = partita(&[
+        "member",
+        "add",
+        "5",
+        "--addr",
+        "127.0.0.1:1",
+        "--cluster",
+        &file_arg,
+    ]);
+    assert!(
+        !ok && (text.contains("initial nodes") || text.contains("removed before")),
+        "{text}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+
+    // Everything acknowledged is there, read through node 6.
+    let mut via6 = cfg.clone();
+    via6.nodes.iter_mut().find(|n| n.id == 6).unwrap().join = false;
+    let opts = ClientOptions {
+        replica: Some(6),
+        give_up: Duration::from_secs(30),
+        ..ClientOptions::default()
+    };
+    let mut c = Client::<BPlusTree>::connect(via6, opts).await.unwrap();
+    let all = c
+        .execute(Op::Query {
+            min: 0,
+            max: u64::MAX,
+        })
+        .await
+        .unwrap();
+    let OpResult::Entries(entries) = all else {
+        panic!("a query answers entries: {all:?}")
+    };
+    let present: std::collections::BTreeSet<u64> = entries.iter().map(|(k, _)| *k).collect();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 50, "the load ran: {} inserts", acked.len());
+    let missing: Vec<_> = acked.iter().filter(|k| !present.contains(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged inserts missing: {missing:?}"
+    );
+
+    // Replicas 4 and 6 agree; `member list` tells who is what.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s4 = node_status_of(&cfg, 4, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let s6 = node_status_of(&cfg, 6, Duration::from_secs(1))
+            .await
+            .unwrap();
+        if s4.executed_up_to == s6.executed_up_to && s4.digest == s6.digest {
+            break;
+        }
+        assert!(Instant::now() < deadline, "4 and 6 differ: {s4:?} {s6:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (ok, text) = partita(&["member", "list", "--json", "--cluster", &file_arg]);
+    assert!(ok, "{text}");
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(j["epoch"], 3, "add, promote, remove: {j}");
+    let roles = |id: u64| -> Vec<String> {
+        j["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap()["roles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(roles(6), vec!["replica"]);
+    assert_eq!(roles(5), vec!["removed"]);
+    assert_eq!(roles(1), vec!["acceptor"]);
+    eprintln!("node 6 served {joined:?} after `member add`");
+    lc.stop(Duration::from_secs(10));
+}
