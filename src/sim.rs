@@ -9,8 +9,8 @@
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args};
 use partita_sim::{
-    BatcherChoice, DssmrChoice, EarlyRepliesChoice, GeoChoice, PsmrChoice, RingsChoice,
-    ServiceChoice,
+    BatcherChoice, DssmrChoice, EarlyRepliesChoice, GeoChoice, MembersChoice, PsmrChoice,
+    RingsChoice, ServiceChoice,
 };
 use partita_sim::{
     CostTable, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SeedReport, SimOptions,
@@ -71,6 +71,12 @@ pub struct SimArgs {
     /// unpartitioned seeds).
     #[arg(long, requires = "threads")]
     optimistic: bool,
+    /// Replicas added and removed while a seed runs (`partita member`): in seeds
+    /// that can (Ring Paxos or Multi-Paxos, one stream, unpartitioned), a node marked
+    /// `join = true` is added under load and promoted once caught up, then an initial
+    /// replica is removed. `swarm`: a quarter of those seeds; `on`: all; `off`: none.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "swarm")]
+    members: SimSpeculation,
     /// Multi-Ring Paxos (paper 002): N rings in every seed (0: one stream; a
     /// partitioned seed takes a ring per partition and one across them, a P-SMR seed
     /// a ring per thread and one for g_all), with speculation and batchers off.
@@ -289,6 +295,11 @@ impl SimArgs {
             rings: match self.rings {
                 Some(n) => RingsChoice::Fixed(n),
                 None => RingsChoice::Swarm,
+            },
+            members: match self.members {
+                SimSpeculation::Swarm => MembersChoice::Swarm,
+                SimSpeculation::On => MembersChoice::On,
+                SimSpeculation::Off => MembersChoice::Off,
             },
             dssmr: match self.dssmr {
                 None => DssmrChoice::Off,

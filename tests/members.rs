@@ -223,3 +223,96 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
     eprintln!("node 6 served {joined:?} after `member add`");
     lc.stop(Duration::from_secs(10));
 }
+
+/// etcd's Cluster API on a key-value cluster, with etcdctl: `member add` of node 6
+/// (its `join = true` entry's peer address) as a learner, `member list` flags it,
+/// `member promote` succeeds once it caught up (retried until then), its own endpoint
+/// serves what was written before it joined, `member remove` of replica 5, and the
+/// refusals: an acceptor, an unknown id, `member update`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_adds_promotes_and_removes_members() {
+    use crate::etcd::{ctl, json, launch, ok, refused};
+    let dir = tempfile::tempdir().unwrap();
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+    cfg.cluster.service = "kv".into();
+    cfg.cluster.durability = partita_config::Durability::Memory;
+    let eps = [
+        format!("127.0.0.1:{}", base + 14),
+        format!("127.0.0.1:{}", base + 15),
+    ];
+    cfg.nodes[3].etcd_addr = Some(eps[0].clone());
+    cfg.nodes[4].etcd_addr = Some(eps[1].clone());
+    let peer6 = format!("127.0.0.1:{}", base + 6);
+    let ep6 = format!("127.0.0.1:{}", base + 16);
+    cfg.nodes.push(NodeSection {
+        id: 6,
+        addr: peer6.clone(),
+        roles: vec![Role::Replica],
+        partition: None,
+        etcd_addr: Some(ep6.clone()),
+        region: None,
+        join: true,
+    });
+    let mut lc = launch(dir.path(), &cfg, &eps).await;
+    let ep = eps[0].as_str();
+    ok(ep, &["put", "before", "joining"]);
+    let members = || -> Vec<serde_json::Value> {
+        json(&ok(ep, &["member", "list", "-w", "json"]))["members"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let find = |ms: &[serde_json::Value], id: u64| ms.iter().find(|m| m["ID"] == id).cloned();
+    assert_eq!(members().len(), 2, "the two replicas that serve the API");
+
+    let url = format!("--peer-urls=http://{peer6}");
+    ok(ep, &["member", "add", "node-6", &url, "--learner"]);
+    let m6 = find(&members(), 6).expect("node 6 listed");
+    assert_eq!(m6["isLearner"], true, "{m6}");
+    let url7 = format!("--peer-urls=http://127.0.0.1:{}", base + 7);
+    let e = refused(ep, &["member", "add", "node-7", &url7]);
+    assert!(e.contains("too many learner members"), "{e}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = ctl(ep, &["member", "promote", "6"], None);
+        if o.status.success() {
+            break;
+        }
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains("in sync with leader") && Instant::now() < deadline,
+            "promote: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let m6 = find(&members(), 6).expect("node 6 listed");
+    assert_ne!(m6["isLearner"], true, "promoted: {m6}");
+    // Node 6's own endpoint serves what was written before it joined.
+    let got = json(&ok(&ep6, &["get", "before", "-w", "json"]));
+    assert_eq!(got["count"], 1, "{got}");
+
+    ok(ep, &["member", "remove", "5"]);
+    assert!(find(&members(), 5).is_none(), "node 5 removed");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, child) = lc.children.iter_mut().find(|(n, _)| *n == 5).unwrap();
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 5 did not stop after its removal"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let e = refused(ep, &["member", "remove", "2"]);
+    assert!(e.contains("is an acceptor"), "{e}");
+    let e = refused(ep, &["member", "remove", "9"]);
+    assert!(e.contains("member not found"), "{e}");
+    let e = refused(ep, &["member", "update", "4", &url]);
+    assert!(e.contains("MemberUpdate"), "{e}");
+    ok(ep, &["put", "after", "removal"]);
+    lc.stop(Duration::from_secs(10));
+}

@@ -18,8 +18,8 @@ use tonic::Status;
 pub fn unsupported(what: &str) -> Status {
     Status::unimplemented(format!(
         "Partita does not support {what} (its etcd gateway serves KV Range, Put, \
-         DeleteRange, Txn and Compact, Watch, Lease, Maintenance.Status and \
-         Cluster.MemberList)"
+         DeleteRange, Txn and Compact, Watch, Lease, Maintenance and Cluster's \
+         MemberList, MemberAdd, MemberRemove and MemberPromote)"
     ))
 }
 

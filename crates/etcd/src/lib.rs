@@ -22,7 +22,8 @@
 //! | `KV.Compact` | `KvCommand::Compact`: drops the replicated event history below the revision |
 //! | `Watch.Watch` | per watcher, `KvCommand::Events` reads of the replicated event history from its next revision, every 5 ms backing off to 100 ms while idle |
 //! | `Maintenance.Status` | the store's revision (an ordered read), the node's newest delivered ballot round as `raftTerm` and its leader as `leader`, the replica's executed instance as `raftIndex` |
-//! | `Cluster.MemberList` | the nodes with an `etcd_addr` |
+//! | `Cluster.MemberList` | the replicas with an `etcd_addr`, and those added at run time (learners flagged), less the removed ones, from this node's status |
+//! | `Cluster.MemberAdd`, `MemberRemove`, `MemberPromote` | `partita member add`, `remove`, `promote` (`MemberChange` ordered through this node; a promotion asked of the learner itself): the new member's id is that of its `join = true` entry in the cluster file at the peer URL's address, else one above every id used; it joins as a learner and, unless `isLearner`, promotes itself once caught up; refusals carry etcd's messages |
 //! | `Lease.*` | `KvCommand::LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` (each keep-alive of the stream ordered, batched with the requests in flight), `LeaseTimeToLive`, `LeaseLeases`: leases are replicated state, expired in ordered time |
 //! | `Maintenance.Hash`, `HashKV` | `KvCommand::Hash`, an ordered read of the store's digest |
 //! | `Maintenance.Snapshot` | this member's replica checkpoint (`partita snapshot save`'s backup), in etcd's snapshot file layout |

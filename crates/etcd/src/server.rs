@@ -5,6 +5,7 @@ use crate::pb::etcdserverpb as pb;
 use partita_client::{Client, ClientError, ClientOptions};
 use partita_config::ClusterConfig;
 use partita_kv::{KvCommand, KvReply, KvStore};
+use partita_types::members::{MemberChange, Members};
 use partita_types::NodeId;
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -453,6 +454,17 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// The replicas as this gateway's node knows them now (its status; the cluster
+    /// file's while it does not answer).
+    async fn replicas_now(&self) -> Members {
+        partita_client::node_status_of(&self.cluster, self.node, Duration::from_secs(2))
+            .await
+            .and_then(|s| s.members)
+            .unwrap_or_default()
+    }
+}
+
 fn mismatch(r: &KvReply) -> Status {
     Status::internal(format!(
         "partita: a reply of another kind than its command: {r:?}"
@@ -797,21 +809,95 @@ impl pb::watch_server::Watch for Svc {
 }
 
 impl Svc {
-    fn members(&self) -> Vec<pb::Member> {
-        self.0
-            .cluster
+    /// etcd's members: the replicas that serve the API (an `etcd_addr` in the cluster
+    /// file) and every replica added at run time (learners flagged), less the removed
+    /// ones, as this node's status says now.
+    async fn members(&self) -> Vec<pb::Member> {
+        let m = self.0.replicas_now().await;
+        let cluster = &self.0.cluster;
+        let initial = cluster.with_role(partita_config::Role::Replica);
+        let mut out: Vec<pb::Member> = cluster
             .nodes
             .iter()
-            .filter(|n| n.etcd_addr.is_some())
+            .filter(|n| n.etcd_addr.is_some() && m.is_replica(&initial, n.id))
             .map(|n| pb::Member {
                 id: u64::from(n.id),
                 name: format!("node-{}", n.id),
                 peer_ur_ls: vec![format!("http://{}", n.addr)],
                 client_ur_ls: n.etcd_addr.iter().map(|a| format!("http://{a}")).collect(),
-                is_learner: false,
+                is_learner: m.is_learner(n.id),
             })
-            .collect()
+            .collect();
+        for (id, addr) in m.added() {
+            if out.iter().any(|o| o.id == u64::from(id)) {
+                continue;
+            }
+            out.push(pb::Member {
+                id: u64::from(id),
+                name: format!("node-{id}"),
+                peer_ur_ls: vec![format!("http://{addr}")],
+                client_ur_ls: cluster
+                    .node(id)
+                    .and_then(|n| n.etcd_addr.clone())
+                    .map(|a| format!("http://{a}"))
+                    .into_iter()
+                    .collect(),
+                is_learner: m.is_learner(id),
+            });
+        }
+        out.sort_by_key(|o| o.id);
+        out
     }
+
+    /// Order `change` through this gateway's node (`partita member`), with etcd's
+    /// errors for its refusals.
+    async fn change_members(&self, change: MemberChange) -> Result<(), Status> {
+        let (id, addr) = match &change {
+            // A learner promotes itself: ask it.
+            MemberChange::Promote { node } => {
+                let m = self.0.replicas_now().await;
+                let Some(addr) = m.replicas.get(node).and_then(|r| r.addr.clone()) else {
+                    return Err(Status::failed_precondition(
+                        "etcdserver: can only promote a learner member",
+                    ));
+                };
+                (*node, addr)
+            }
+            _ => (
+                self.0.node,
+                self.0.cluster.dial_addr(self.0.node).to_string(),
+            ),
+        };
+        partita_client::member_request(&self.0.cluster, id, &addr, change, MEMBER_TIMEOUT)
+            .await
+            .map(|_| ())
+            .map_err(|why| member_error(&why))
+    }
+}
+
+/// How long a membership change may take to be ordered and applied.
+const MEMBER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// etcd's status for a refused membership change (`api/v3rpc/rpctypes/error.go`).
+fn member_error(why: &str) -> Status {
+    let msg = format!("etcdserver: {why}");
+    if why.contains("member not found") {
+        Status::not_found(msg)
+    } else if why.contains("did not answer") || why.contains("connecting") {
+        Status::unavailable(msg)
+    } else {
+        Status::failed_precondition(msg)
+    }
+}
+
+/// The host:port of an etcd peer URL (`http://host:port`).
+fn peer_addr(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or(url);
+    let rest = rest.trim_end_matches('/');
+    (!rest.is_empty() && rest.contains(':')).then_some(rest)
 }
 
 #[tonic::async_trait]
@@ -978,33 +1064,95 @@ impl pb::cluster_server::Cluster for Svc {
     ) -> Result<Response<pb::MemberListResponse>, Status> {
         Ok(Response::new(pb::MemberListResponse {
             header: self.0.header(0),
-            members: self.members(),
+            members: self.members().await,
         }))
     }
 
+    /// A new replica at the request's peer URL: the id of its `join = true` entry in
+    /// the cluster file, else one above every id ever used. It joins as a learner and,
+    /// unless `isLearner`, promotes itself once caught up (etcd adds a voter at once;
+    /// Partita's replicas do not vote, and serve only once caught up).
     async fn member_add(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("membership changes (Cluster.MemberAdd)"))
+        req: Request<pb::MemberAddRequest>,
+    ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        let req = req.into_inner();
+        let [url] = req.peer_ur_ls.as_slice() else {
+            return Err(Status::invalid_argument(
+                "etcdserver: a new member needs exactly one peer URL (its partita address)",
+            ));
+        };
+        let Some(addr) = peer_addr(url) else {
+            return Err(Status::invalid_argument(format!(
+                "etcdserver: `{url}` is not a peer URL (http://host:port)"
+            )));
+        };
+        let cluster = &self.0.cluster;
+        let m = self.0.replicas_now().await;
+        let id = match cluster.nodes.iter().find(|n| n.join && n.addr == addr) {
+            Some(n) => n.id,
+            None => cluster
+                .nodes
+                .iter()
+                .map(|n| n.id)
+                .chain(m.replicas.keys().copied())
+                .chain(m.removed.iter().copied())
+                .max()
+                .unwrap_or(0)
+                .saturating_add(1),
+        };
+        self.change_members(MemberChange::Add {
+            node: id,
+            addr: addr.to_string(),
+            partition: 0,
+            promote: !req.is_learner,
+        })
+        .await?;
+        let members = self.members().await;
+        let member = members.iter().find(|x| x.id == u64::from(id)).cloned();
+        Ok(Response::new(pb::MemberAddResponse {
+            header: self.0.header(0),
+            member,
+            members,
+        }))
     }
+
     async fn member_remove(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("membership changes (Cluster.MemberRemove)"))
+        req: Request<pb::MemberRemoveRequest>,
+    ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        let id = NodeId::try_from(req.get_ref().id)
+            .map_err(|_| Status::not_found("etcdserver: member not found"))?;
+        self.change_members(MemberChange::Remove { node: id })
+            .await?;
+        Ok(Response::new(pb::MemberRemoveResponse {
+            header: self.0.header(0),
+            members: self.members().await,
+        }))
     }
+
     async fn member_update(
         &self,
         _: Request<pb::Unsupported>,
     ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("membership changes (Cluster.MemberUpdate)"))
+        Err(unsupported(
+            "Cluster.MemberUpdate (a replica's address changes by remove and add, or under \
+             its DNS name)",
+        ))
     }
+
     async fn member_promote(
         &self,
-        _: Request<pb::Unsupported>,
-    ) -> Result<Response<pb::Unsupported>, Status> {
-        Err(unsupported("membership changes (Cluster.MemberPromote)"))
+        req: Request<pb::MemberPromoteRequest>,
+    ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        let id = NodeId::try_from(req.get_ref().id)
+            .map_err(|_| Status::not_found("etcdserver: member not found"))?;
+        self.change_members(MemberChange::Promote { node: id })
+            .await?;
+        Ok(Response::new(pb::MemberPromoteResponse {
+            header: self.0.header(0),
+            members: self.members().await,
+        }))
     }
 }
 

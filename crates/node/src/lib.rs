@@ -319,10 +319,18 @@ pub struct UnsafeBugs {
     /// before the renewal is decided). The node core ignores it; `partita node`
     /// hands it to its gateway.
     pub etcd_ack_keepalives_unordered: bool,
+    /// Membership: replicas with odd node ids apply a change of the replicas one value
+    /// late (at the next value they execute), so replicas disagree on where it took
+    /// effect.
+    pub member_apply_late: bool,
+    /// Membership: a joining replica that finds the acceptors truncated skips to where
+    /// they kept the log, with its empty state, instead of restoring a peer's
+    /// checkpoint (it serves before it caught up).
+    pub member_join_without_transfer: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 26] = [
+    pub const NAMES: [&'static str; 28] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -349,6 +357,8 @@ impl UnsafeBugs {
         "truncate-above-majority",
         "restore-wrong-frontier",
         "etcd-ack-keepalives-unordered",
+        "member-apply-late",
+        "member-join-without-transfer",
     ];
 
     /// The flag of the bug called `name`.
@@ -380,6 +390,8 @@ impl UnsafeBugs {
             "truncate-above-majority" => &mut self.truncate_above_majority,
             "restore-wrong-frontier" => &mut self.restore_wrong_frontier,
             "etcd-ack-keepalives-unordered" => &mut self.etcd_ack_keepalives_unordered,
+            "member-apply-late" => &mut self.member_apply_late,
+            "member-join-without-transfer" => &mut self.member_join_without_transfer,
             _ => return None,
         })
     }
@@ -861,8 +873,12 @@ impl NodeCore {
             self.count("dropped_peer_malformed");
             return;
         }
+        let members = matches!(msg, Msg::Members(_));
         let actions = self.dispatch(from, msg);
         self.run(actions, out);
+        if members {
+            self.heard_members();
+        }
     }
 
     /// A client's command. One that is malformed (addressed to no group, split
@@ -1059,7 +1075,6 @@ impl NodeCore {
         if let Some(o) = self.ordering.as_mut() {
             o.announce_checkpoint(self.checkpoint_durable, &self.durable_position, actions);
         }
-        self.tell_members(actions);
     }
 
     /// Writes with these tokens are durable (in order).
@@ -1245,7 +1260,7 @@ impl NodeCore {
             self.held.push_back((instance, name, value));
             return;
         }
-        if value.commands.iter().any(|c| c.is_system()) {
+        if value.commands.iter().any(|c| c.is_system()) || !self.member.late.is_empty() {
             let mut sends = Vec::new();
             self.apply_members(instance, &value, &mut sends);
             for a in sends {
@@ -1474,6 +1489,31 @@ impl NodeCore {
         if self.transfer.is_some() {
             // Already fetching. Should that checkpoint not reach `below`, the learner
             // asks again after restoring it and a second transfer covers the rest.
+            return;
+        }
+        if self.bugs.member_join_without_transfer
+            && !self.setup.membership.learners.contains(&self.setup.id)
+            && self
+                .replica
+                .as_ref()
+                .is_some_and(|r| r.last_instance() == 0)
+        {
+            // Planted bug: a joining replica skips what it lacks, with its empty state.
+            let r = self.replica.as_ref().expect("checked above");
+            let mut bytes = r.checkpoint(&members::join_section(Vec::new(), &self.member.applied));
+            let restored = partita_smr::unsafe_move_checkpoint(&mut bytes, below - 1)
+                .ok()
+                .and_then(|()| {
+                    let s = &self.setup;
+                    s.service.restore(&bytes, s.cluster_id, s.id).ok()
+                });
+            if let Some(r) = restored {
+                self.count("unsafe_join_skipped_transfer");
+                self.replica = Some(self.prepare_replica(r));
+                if let Some(o) = self.ordering.as_mut() {
+                    o.skip_to(below, &[], actions);
+                }
+            }
             return;
         }
         let Some(peer) = self.next_transfer_peer() else {

@@ -6,8 +6,8 @@
 //! replicas agree on the replicas (and on a refusal) at every position. Checkpoints
 //! carry the [`Members`] (in their ordering section, [`join_section`]), so a restarted
 //! or state-transferred replica never takes them from the cluster file. After applying
-//! one, a replica tells every other node ([`Msg::Members`], again with every
-//! checkpoint announcement); nodes that execute nothing (acceptors, batchers) take the
+//! one, a replica tells every other node ([`Msg::Members`], and again every
+//! `announce_ticks`); nodes that execute nothing (acceptors, batchers) take the
 //! highest epoch they hear, and their ordering sends decisions to the new replicas and
 //! counts their checkpoints for truncation.
 //!
@@ -31,6 +31,9 @@ pub const MEMBER_KIND: u8 = 7;
 /// A learner proposes its promotion once it knows of at most this many decided
 /// instances it has not executed.
 pub const PROMOTE_LAG_MAX: u64 = 64;
+
+/// Removed replicas are told the replicas once in this many rounds of telling.
+const REMOVED_TOLD_EVERY: u64 = 10;
 
 /// A checkpoint ordering section that carries [`Members`] starts with this.
 const SECTION_TAG: &[u8; 8] = b"PTMEMBR1";
@@ -73,6 +76,12 @@ pub(crate) struct MemberState {
     pub promote_tick: Option<u64>,
     /// An operator asked this learner to promote itself.
     pub promote_asked: bool,
+    /// Planted bug `member-apply-late`: changes held for the next value.
+    pub late: Vec<Command>,
+    /// The tick the replicas were last told to every node.
+    pub told_tick: u64,
+    /// How many times they were told.
+    pub told_rounds: u64,
 }
 
 /// What a membership request got: the replicas after the change, or why not.
@@ -106,6 +115,12 @@ impl NodeCore {
             Some(known) if known.epoch > self.member.applied.epoch => known.clone(),
             _ => self.member.applied.clone(),
         }
+    }
+
+    /// The replicas as this node's replica applied them (at the position it executed
+    /// up to; epoch 0 at a node without a replica).
+    pub fn applied_members(&self) -> Members {
+        self.member.applied.clone()
     }
 
     /// Whether this node's replica answers clients: one of the replicas, and not a
@@ -269,11 +284,34 @@ impl NodeCore {
         Some(l.known_decided().saturating_sub(l.delivered_up_to()))
     }
 
+    /// After a peer's [`Msg::Members`]: a replica that learns it was removed (it was
+    /// down when the removal was ordered, so it never executed it) stops.
+    pub(crate) fn heard_members(&mut self) {
+        let members = self.members();
+        if self.setup.replica
+            && self.member.removed.is_none()
+            && members.removed.contains(&self.setup.id)
+        {
+            self.count("member_learned_removed");
+            self.member.removed = Some(members.at);
+        }
+    }
+
     /// Apply the membership commands of `value` (at `instance`, about to execute):
     /// every replica does so at the same position, in the same order.
     pub(crate) fn apply_members(&mut self, instance: Instance, value: &Value, out: &mut Outbox) {
         let mut changed = false;
-        for cmd in &value.commands {
+        let late = self.bugs.member_apply_late && self.setup.id % 2 == 1;
+        let mut commands: Vec<Command> = std::mem::take(&mut self.member.late);
+        for cmd in value.commands.iter().filter(|c| c.is_system()) {
+            if late {
+                // Planted bug: applied at the next value instead.
+                self.member.late.push(cmd.clone());
+            } else {
+                commands.push(cmd.clone());
+            }
+        }
+        for cmd in &commands {
             let Some(SystemOp::Member(change)) = cmd.system_op() else {
                 continue;
             };
@@ -318,7 +356,7 @@ impl NodeCore {
     }
 
     /// Tell every other node the replicas this replica applied (after a change, and
-    /// with every checkpoint announcement once there was one).
+    /// every `announce_ticks` once there was one).
     pub(crate) fn tell_members(&mut self, out: &mut Outbox) {
         let members = &self.member.applied;
         if members.epoch == 0 || !self.setup.replica {
@@ -338,9 +376,29 @@ impl NodeCore {
         }
     }
 
-    /// A learner that caught up proposes its promotion (every election timeout until
-    /// it is applied).
+    /// Every `announce_ticks` once there was a change, the replicas go to every node
+    /// again (one that was down or cut off when they changed learns them so); a
+    /// learner that caught up proposes its promotion (every election timeout until it
+    /// is applied).
     pub(crate) fn member_tick(&mut self, actions: &mut Outbox) {
+        let every = self.setup.checkpoint.announce_ticks.max(1);
+        if self.member.applied.epoch > 0 && self.tick.saturating_sub(self.member.told_tick) >= every
+        {
+            self.member.told_tick = self.tick;
+            self.tell_members(actions);
+            // A removed replica that was down when it was removed hears nothing else
+            // (nobody sends it decisions): told every tenth time, it stops.
+            self.member.told_rounds += 1;
+            if self.member.told_rounds.is_multiple_of(REMOVED_TOLD_EVERY) {
+                let msg = Msg::Members(Box::new(self.member.applied.clone()));
+                for &to in &self.member.applied.removed {
+                    actions.push(partita_consensus::Action::Send {
+                        to,
+                        msg: msg.clone(),
+                    });
+                }
+            }
+        }
         let me = self.setup.id;
         let Some(added) = self.member.applied.replicas.get(&me) else {
             return;

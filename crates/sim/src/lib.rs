@@ -112,7 +112,7 @@ pub use swarm::{
     SpeculationChoice,
 };
 pub use swarm::{BatcherChoice, Batchers};
-pub use swarm::{DssmrChoice, PsmrChoice, RingsChoice};
+pub use swarm::{DssmrChoice, MembersChoice, PsmrChoice, RingsChoice};
 pub use swarm::{GeoChoice, GeoOrdering, GeoParams, ServiceChoice};
 
 /// Run one seed: draw its parameters, simulate, check.

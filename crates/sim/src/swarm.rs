@@ -137,6 +137,21 @@ pub enum PsmrChoice {
     Fixed { threads: usize, optimistic: bool },
 }
 
+/// Whether a seed changes its replicas while it runs (`partita member`): a node
+/// marked `join = true` is added under load, catches up and is promoted, then one of
+/// the initial replicas is removed. Only seeds that can (Ring Paxos or Multi-Paxos, one
+/// stream, unpartitioned, the swarm's B+tree or key-value store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MembersChoice {
+    /// No seed changes its replicas (and none draws from the members stream).
+    Off,
+    /// A quarter of the seeds that can, drawn from a stream of their own.
+    Swarm,
+    /// Every seed that can.
+    On,
+}
+
 /// Whether a seed is ordered by Multi-Ring Paxos (paper 002 §V-B, `[ordering] protocol = "multi-ring"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -351,6 +366,8 @@ pub struct SimOptions {
     pub session_lease_ms: Option<u64>,
     /// P-SMR worker threads.
     pub psmr: PsmrChoice,
+    /// Replicas added and removed while the seed runs.
+    pub members: MembersChoice,
     /// Multi-Ring Paxos.
     pub rings: RingsChoice,
     /// S-SMR/DS-SMR Chirper seeds.
@@ -418,6 +435,11 @@ impl SimOptions {
         if let RingsChoice::Fixed(n) = self.rings {
             f += &format!(" --rings {n}");
         }
+        match self.members {
+            MembersChoice::Off => {}
+            MembersChoice::Swarm => f += " --members swarm",
+            MembersChoice::On => f += " --members on",
+        }
         match self.dssmr {
             DssmrChoice::Off => {}
             DssmrChoice::Swarm => f += " --dssmr swarm",
@@ -469,6 +491,7 @@ impl Default for SimOptions {
             batchers: BatcherChoice::Swarm,
             session_lease_ms: None,
             psmr: PsmrChoice::Swarm,
+            members: MembersChoice::Off,
             rings: RingsChoice::Swarm,
             dssmr: DssmrChoice::Off,
             geo: GeoChoice::Off,
@@ -540,6 +563,10 @@ pub struct SeedParams {
     /// seeds without speculation or partitioning.
     pub psmr_threads: usize,
     pub psmr_optimistic: bool,
+    /// Replicas change while it runs: one more node, marked `join = true` (the last
+    /// id), is added under load, then one of the initial replicas is removed
+    /// (`crate::world`'s membership script). Drawn from a stream of its own.
+    pub member_changes: bool,
     /// Multi-Ring Paxos: rings (0: one stream; partitioned: one per partition, plus
     /// one across them; P-SMR: one per thread, plus one for g_all), `M`, and Δ of the
     /// skip rule.
@@ -713,6 +740,20 @@ impl SeedParams {
                 mr.delta_ms = self.ring_delta_ms;
             }
         }
+        if self.member_changes {
+            // The node that joins: after every other one, outside the initial
+            // membership until the membership script adds it.
+            let id = c.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
+            c.nodes.push(NodeSection {
+                id,
+                addr: format!("127.0.0.1:{}", 7100 + id),
+                roles: vec![Role::Replica],
+                partition: None,
+                etcd_addr: None,
+                region: None,
+                join: true,
+            });
+        }
         // Round-trip through the cluster-file parser so that a simulated cluster is
         // always one the real loader accepts.
         ClusterConfig::parse(&c.to_toml(), "simulated cluster")
@@ -843,6 +884,13 @@ impl SeedParams {
                 }
             ));
         }
+        if self.member_changes {
+            layout.push(
+                "membership changes: a replica joins under load (added, caught up, \
+                 promoted), then an initial replica is removed"
+                    .to_string(),
+            );
+        }
         if self.rings > 0 {
             let extra = self.partitions > 1 || self.psmr_threads > 0;
             layout.push(format!(
@@ -887,6 +935,7 @@ pub const STREAM_DSSMR: u64 = 16;
 pub const STREAM_RING_DECISION: u64 = 17;
 pub const STREAM_GEO: u64 = 18;
 pub const STREAM_SERVICE: u64 = 19;
+pub const STREAM_MEMBERS: u64 = 20;
 
 fn log_uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
     (rng.gen_range(lo.ln()..=hi.ln())).exp()
@@ -1209,6 +1258,20 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             RingDecision::Coordinator
         }
     });
+    // Membership changes: their own stream, so that seeds without them run as before.
+    let member_changes = partitions == 1
+        && rings == 0
+        && ds.is_none()
+        && match opts.members {
+            MembersChoice::Off => false,
+            MembersChoice::On => true,
+            MembersChoice::Swarm => stream(seed, STREAM_MEMBERS).gen_bool(0.25),
+        };
+    if member_changes {
+        // The joining node's clock, after every other node's.
+        let skew = stream(seed, STREAM_MEMBERS).gen_range(-skew_max..=skew_max);
+        clock_skew.push(skew);
+    }
     let params = SeedParams {
         seed,
         protocol,
@@ -1223,6 +1286,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         session_lease_ms,
         psmr_threads,
         psmr_optimistic,
+        member_changes,
         rings,
         ring_m,
         ring_delta_ms,
@@ -1380,6 +1444,7 @@ fn geo_seed(p: SeedParams, geo: GeoParams, clients: u32, timeout_ns: Time) -> Se
         session_lease_ms: partita_config::SessionsSection::default().lease_ms,
         psmr_threads: 0,
         psmr_optimistic: false,
+        member_changes: false,
         rings: 0,
         ring_m: 1,
         ring_delta_ms: 5,

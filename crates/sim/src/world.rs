@@ -46,6 +46,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+mod members;
+
 /// What travels on the simulated network.
 #[derive(Clone, Debug)]
 enum Payload {
@@ -91,6 +93,11 @@ enum Input {
     Tick,
     Persisted(Vec<PersistToken>),
     CheckpointSaved(Instance),
+    /// An operator's membership request (the membership script).
+    Member {
+        request: u64,
+        change: partita_types::members::MemberChange,
+    },
 }
 
 /// An output of a finished handler, encoded and decoded back, ready to leave.
@@ -119,6 +126,11 @@ enum Emit {
     },
     Truncate {
         below_token: PersistToken,
+    },
+    /// The answer to a membership request.
+    Member {
+        request: u64,
+        result: Result<partita_types::members::Members, String>,
     },
 }
 
@@ -179,6 +191,8 @@ enum Ev {
         id: u64,
     },
     Heal,
+    /// The membership script's next step.
+    MemberStep,
     Probe,
     Deadline,
     /// Experiment mode: the measured window starts or ends (a snapshot of the load).
@@ -225,6 +239,10 @@ pub enum Phase {
 /// One node of the cluster and the machine around it.
 pub struct SimNode {
     pub id: NodeId,
+    /// Marked `join = true`: outside the initial membership.
+    pub joining: bool,
+    /// Removed from the cluster: stopped for good.
+    pub gone: bool,
     setup: NodeSetup,
     core: Option<NodeCore>,
     inc: u32,
@@ -366,6 +384,8 @@ pub struct World {
     wan: Option<String>,
     /// Per client, the name of its region (`[wan] clients`; empty without one).
     client_regions: Vec<Option<Arc<str>>>,
+    /// Seeds that change their replicas: the operator's script.
+    script: Option<members::MemberScript>,
 }
 
 impl World {
@@ -401,6 +421,7 @@ impl World {
             session_lease_ms: cluster.sessions.lease_ms,
             psmr_threads: cluster.execution.threads(),
             psmr_optimistic: cluster.execution.optimistic(),
+            member_changes: false,
             // The bench world runs the spec's cluster file as it is (rings included).
             rings: 0,
             ring_m: 1,
@@ -551,6 +572,8 @@ impl World {
                 let setup = cluster.node_setup(id, service.clone());
                 SimNode {
                     id,
+                    joining: cluster.node(id).is_some_and(|n| n.join),
+                    gone: false,
                     acceptor: setup.acceptor,
                     replica: setup.replica,
                     coordinator: setup.is_coordinator(),
@@ -687,6 +710,7 @@ impl World {
             counters: BTreeMap::new(),
             out_buf: Vec::new(),
             actions_buf: Vec::new(),
+            script: None,
             bench,
             p,
         }
@@ -776,6 +800,11 @@ impl World {
                 self.q.push(end, Ev::BenchEnd);
             }
             None => self.q.push(self.p.safety_ns_max, Ev::Heal),
+        }
+        if let Some(joiner) = self.nodes.iter().find(|n| n.joining).map(|n| n.id) {
+            let (script, first) = members::MemberScript::new(self.p.seed, joiner);
+            self.script = Some(script);
+            self.q.push(first, Ev::MemberStep);
         }
     }
 
@@ -947,6 +976,7 @@ impl World {
                 }
             }
             Ev::Heal => self.heal(),
+            Ev::MemberStep => self.member_step(),
             Ev::Probe => {
                 self.trace
                     .record(now, Endpoint::Node(0), "probe", Detail::None);
@@ -981,6 +1011,9 @@ impl World {
 
     /// Start (or restart) node `ni` from its durable records.
     fn boot(&mut self, ni: usize, first: bool) {
+        if self.nodes[ni].gone {
+            return;
+        }
         let now = self.now();
         let n = &mut self.nodes[ni];
         debug_assert!(!n.up());
@@ -1118,6 +1151,7 @@ impl World {
             Some(Input::Tick) => ("tick", 0),
             Some(Input::Persisted(_)) => ("persisted", 0),
             Some(Input::CheckpointSaved(_)) => ("checkpoint-saved", 0),
+            Some(Input::Member { .. }) => ("member", 0),
         };
         let mut persisted = 0;
         if matches!(input, Some(Input::Tick)) {
@@ -1139,6 +1173,9 @@ impl World {
                 }
                 Some(Input::CheckpointSaved(instance)) => {
                     core.on_checkpoint_saved(instance, &mut out)
+                }
+                Some(Input::Member { request, change }) => {
+                    core.on_member_request(request, change, &mut out)
                 }
             }
             if check {
@@ -1193,7 +1230,8 @@ impl World {
         };
         self.out_buf = out;
         let kind = match what {
-            "request" if server => InputKind::ServerRequest,
+            "request" | "member" if server => InputKind::ServerRequest,
+            "member" => InputKind::Request,
             "request" if batching => InputKind::BatcherRequest,
             "request" => InputKind::Request,
             "tick" => InputKind::Tick,
@@ -1371,8 +1409,13 @@ impl World {
                     Ok(Emit::Checkpoint { instance, bytes })
                 }
                 Output::TruncateLog { below_token } => Ok(Emit::Truncate { below_token }),
-                // Nobody asks the simulator's nodes for membership changes (yet).
-                Output::MemberDone { .. } => continue,
+                Output::MemberDone { request, result } => {
+                    match roundtrip(&Wire::MemberReply(result)) {
+                        Ok((Wire::MemberReply(result), _)) => Ok(members::emit_of(request, result)),
+                        Ok(_) => Err("a membership answer decoded as another wire message".into()),
+                        Err(e) => Err(e),
+                    }
+                }
             };
             match r {
                 Ok(e) => emits.push(e),
@@ -1466,6 +1509,16 @@ impl World {
         if !self.emit(ni, inc, emits) {
             return;
         }
+        if let Some(at) = self.nodes[ni].core.as_ref().and_then(|c| c.removed()) {
+            // Removed from the cluster: it stops for good, as `partita node` does.
+            let id = self.nodes[ni].id;
+            self.trace
+                .record(self.now(), Endpoint::Node(id), "removed", Detail::Num(at));
+            self.count("replicas_stopped_removed");
+            self.crash(ni, SECONDS);
+            self.nodes[ni].gone = true;
+            return;
+        }
         self.start_workers(ni);
         self.start_next(ni);
     }
@@ -1516,6 +1569,7 @@ impl World {
                     bytes,
                     false,
                 ),
+                Emit::Member { request, result } => self.member_answer(request, result),
                 Emit::Truncate { below_token } => {
                     self.nodes[ni].disk.truncate_below(below_token);
                     self.count("log_truncations");
@@ -2077,15 +2131,17 @@ impl World {
     /// two of them.)
     fn quiescent(&self) -> bool {
         let mut reports = Vec::with_capacity(self.nodes.len());
-        for n in &self.nodes {
+        for (i, n) in self.nodes.iter().enumerate() {
+            // A removed replica is gone, and one that joins counts once it was added.
+            let replica = self.counts_as_replica(i);
             match n.core.as_ref() {
                 Some(c) if n.paused.is_none() => {
-                    if n.replica && !c.quiescent() {
+                    if replica && !c.quiescent() {
                         return false;
                     }
-                    reports.push((n.replica, c.ordering_report()));
+                    reports.push((replica, c.ordering_report()));
                 }
-                _ if n.replica => return false,
+                _ if replica => return false,
                 _ => {}
             }
         }
@@ -2152,7 +2208,8 @@ impl World {
             return None;
         }
         let mut delivered: BTreeMap<u32, Vec<(NodeId, Instance)>> = BTreeMap::new();
-        for n in self.nodes.iter().filter(|n| n.replica) {
+        let replicas = (0..self.nodes.len()).filter(|&i| self.counts_as_replica(i));
+        for n in replicas.map(|i| &self.nodes[i]) {
             let c = n.core.as_ref().filter(|_| n.paused.is_none())?;
             let r = c.ordering_report();
             if !c.quiescent() || !r.idle {
@@ -2268,8 +2325,9 @@ impl World {
     fn replica_ends(&self) -> Vec<ReplicaEnd> {
         self.nodes
             .iter()
-            .filter(|n| n.replica)
-            .filter_map(|n| {
+            .enumerate()
+            .filter(|&(i, _)| self.counts_as_replica(i))
+            .filter_map(|(_, n)| {
                 let r = n.core.as_ref()?.replica()?;
                 Some(ReplicaEnd {
                     node: n.id,
@@ -2797,6 +2855,11 @@ impl World {
                     ),
                     None => m,
                 };
+                self.fail(Check::Convergence, m);
+            }
+        }
+        if self.failure.is_none() {
+            if let Err(m) = self.members_agree() {
                 self.fail(Check::Convergence, m);
             }
         }

@@ -48,7 +48,7 @@ use partita_sim::{
     run_seed, FaultClass, FaultSelection, PartitionChoice, ProtocolChoice, SimOptions,
     SpeculationChoice,
 };
-use partita_sim::{EarlyRepliesChoice, PsmrChoice, RingsChoice, ServiceChoice};
+use partita_sim::{EarlyRepliesChoice, MembersChoice, PsmrChoice, RingsChoice, ServiceChoice};
 
 /// Scan `seeds` with `bug` planted; return the first seed that fails a safety check
 /// with the bug and passes without it, with the failed check and message.
@@ -566,4 +566,65 @@ fn lose_acked_writes_on_key_value_seeds_is_caught() {
             seen.join("\n")
         ),
     }
+}
+
+/// Seeds that change their replicas (`--members on`: a replica joins under load,
+/// catches up and is promoted, then an initial replica is removed) with every fault:
+/// they pass, the joiner was added and a replica removed in most of them, and the
+/// replicas agree on the replicas.
+fn members(ops: u64) -> SimOptions {
+    SimOptions {
+        ops,
+        members: MembersChoice::On,
+        partitioning: PartitionChoice::Fixed(1),
+        rings: RingsChoice::Fixed(0),
+        trace_tail: 0,
+        ..SimOptions::default()
+    }
+}
+
+#[test]
+fn membership_change_seeds_pass() {
+    let o = members(1200);
+    let (mut added, mut removed) = (0, 0);
+    for seed in 0..10 {
+        let r = run_seed(seed, &o);
+        assert!(r.params.member_changes, "seed {seed} changes its replicas");
+        assert!(r.passed, "seed {seed}: {}", r.one_line());
+        added += r.counters.get("member_added").copied().unwrap_or(0);
+        removed += r
+            .counters
+            .get("replicas_stopped_removed")
+            .copied()
+            .unwrap_or(0);
+    }
+    assert!(added >= 7, "the joiner was added in {added} of 10 seeds");
+    assert!(
+        removed >= 5,
+        "a replica was removed in {removed} of 10 seeds"
+    );
+}
+
+/// `member-apply-late` (replicas with odd ids apply a change one value late): the
+/// replicas end at the same position disagreeing on where the changes took effect.
+#[test]
+fn member_apply_late_is_caught() {
+    let (seed, what) = control_opts("member-apply-late", members(1200), 0..20);
+    assert!(
+        what.contains("disagree on the replicas"),
+        "member-apply-late caught for another reason: {what}"
+    );
+    eprintln!("member-apply-late caught at seed {seed}: {what}");
+}
+
+/// `member-join-without-transfer` (a joining replica that finds the log truncated
+/// skips ahead with its empty state): it ends with a state no other replica has.
+#[test]
+fn member_join_without_transfer_is_caught() {
+    let (seed, what) = control_opts("member-join-without-transfer", members(1200), 0..30);
+    assert!(
+        what.contains("replicas diverged") || what.contains("different prefixes"),
+        "member-join-without-transfer caught for another reason: {what}"
+    );
+    eprintln!("member-join-without-transfer caught at seed {seed}: {what}");
 }

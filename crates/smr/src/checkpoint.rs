@@ -291,6 +291,17 @@ pub fn restamp_checkpoint(bytes: &mut [u8], node_id: NodeId) -> Result<(), Check
     Ok(())
 }
 
+/// Planted bugs only (`member-join-without-transfer`): the same checkpoint, claiming
+/// to cover every instance up to `instance`.
+pub fn unsafe_move_checkpoint(bytes: &mut [u8], instance: Instance) -> Result<(), CheckpointError> {
+    verify_checkpoint(bytes)?;
+    bytes[24..32].copy_from_slice(&instance.to_le_bytes());
+    let body = bytes.len() - TRAILER_BYTES;
+    let crc = crc32c::crc32c(&bytes[..body]);
+    bytes[body..].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
 /// What a checkpoint holds besides the service's state section: written by any
 /// execution model that keeps its sessions in [`Sessions`] (the sequential replica, the
 /// S-SMR/DS-SMR member replicas).

@@ -69,9 +69,9 @@ pub mod sessions;
 
 pub use checkpoint::{
     checkpoint_header, checkpoint_identity, checkpoint_ordering, read_checkpoint,
-    restamp_checkpoint, seed_checkpoint, service_id, verify_checkpoint, verify_checkpoint_of,
-    write_checkpoint, CheckpointError, CheckpointInfo, CheckpointParts, CHECKPOINT_IDENTITY_BYTES,
-    CHECKPOINT_MAGIC, CHECKPOINT_VERSION, INSTANCE_MAX,
+    restamp_checkpoint, seed_checkpoint, service_id, unsafe_move_checkpoint, verify_checkpoint,
+    verify_checkpoint_of, write_checkpoint, CheckpointError, CheckpointInfo, CheckpointParts,
+    CHECKPOINT_IDENTITY_BYTES, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, INSTANCE_MAX,
 };
 
 pub use partita_service::{

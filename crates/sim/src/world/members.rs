@@ -1,0 +1,220 @@
+//! The membership script of a seed that changes its replicas
+//! ([`crate::swarm::SeedParams::member_changes`]), played as an operator would with
+//! `partita member`: add the node marked `join = true` through a replica, wait until
+//! it serves, then remove one of the initial replicas through another. A request whose
+//! answer does not come (its replica crashed, the command was dropped by a deposed
+//! leader) is asked again, and an answer that says it was done already (`already
+//! exists`, `member not found`) counts as done, as for a real operator. Faults go on
+//! meanwhile; every check of the run judges it, and at the end the replicas must agree
+//! on the replicas too ([`World::members_agree`]).
+
+use super::{Emit, Ev, Input, World};
+use crate::swarm;
+use partita_types::members::{MemberChange, Members};
+use partita_types::NodeId;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::queue::{Time, MILLIS};
+
+/// Where the script stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Add,
+    WaitServing,
+    Remove,
+    Done,
+}
+
+pub(super) struct MemberScript {
+    joiner: NodeId,
+    stage: Stage,
+    /// The request in flight (0: none) and when it left.
+    request: u64,
+    sent_at: Time,
+    next_request: u64,
+    victim: Option<NodeId>,
+    rng: ChaCha8Rng,
+    /// The joiner was added (it counts as a replica from then on).
+    pub joined: bool,
+}
+
+impl MemberScript {
+    /// The script of seed `seed`, for the joining node `joiner`; its first step comes
+    /// at the returned time.
+    pub fn new(seed: u64, joiner: NodeId) -> (MemberScript, Time) {
+        let mut rng = swarm::stream(seed, swarm::STREAM_MEMBERS);
+        let first = rng.gen_range(100..=500) * MILLIS;
+        let s = MemberScript {
+            joiner,
+            stage: Stage::Add,
+            request: 0,
+            sent_at: 0,
+            next_request: 1,
+            victim: None,
+            rng,
+            joined: false,
+        };
+        (s, first)
+    }
+}
+
+/// How long an unanswered request waits before it is asked again.
+const ASK_AGAIN: Time = 1_000 * MILLIS;
+
+impl World {
+    /// Whether node `ni` counts as a replica now: not removed, and a joining node only
+    /// once it was added.
+    pub(super) fn counts_as_replica(&self, ni: usize) -> bool {
+        let n = &self.nodes[ni];
+        n.replica && !n.gone && (!n.joining || self.script.as_ref().is_some_and(|s| s.joined))
+    }
+
+    /// One step of the script.
+    pub(super) fn member_step(&mut self) {
+        let now = self.now();
+        let Some(s) = self.script.as_mut() else {
+            return;
+        };
+        let again = now + 100 * MILLIS;
+        match s.stage {
+            Stage::Done => return,
+            Stage::WaitServing => {
+                let ji = s.joiner as usize - 1;
+                if self.nodes[ji].core.as_ref().is_some_and(|c| c.serves()) {
+                    s.stage = Stage::Remove;
+                }
+            }
+            Stage::Add | Stage::Remove => {
+                if s.request != 0 && now.saturating_sub(s.sent_at) < ASK_AGAIN {
+                    self.q.push(again, Ev::MemberStep);
+                    return;
+                }
+                let change = match s.stage {
+                    Stage::Add => MemberChange::Add {
+                        node: s.joiner,
+                        addr: format!("127.0.0.1:{}", 7100 + s.joiner),
+                        partition: 0,
+                        promote: true,
+                    },
+                    _ => {
+                        // One of the initial replicas, chosen once.
+                        let initial: Vec<NodeId> = self
+                            .nodes
+                            .iter()
+                            .filter(|n| n.replica && !n.joining)
+                            .map(|n| n.id)
+                            .collect();
+                        let s = self.script.as_mut().expect("a script");
+                        let victim = *s
+                            .victim
+                            .get_or_insert_with(|| initial[s.rng.gen_range(0..initial.len())]);
+                        MemberChange::Remove { node: victim }
+                    }
+                };
+                // Through a replica that is up and serves (never the one it is about).
+                let via: Vec<usize> = (0..self.nodes.len())
+                    .filter(|&i| {
+                        let n = &self.nodes[i];
+                        n.id != change.node()
+                            && n.paused.is_none()
+                            && n.core.as_ref().is_some_and(|c| c.serves())
+                    })
+                    .collect();
+                let s = self.script.as_mut().expect("a script");
+                if via.is_empty() {
+                    self.q.push(again, Ev::MemberStep);
+                    return;
+                }
+                let ni = via[s.rng.gen_range(0..via.len())];
+                s.request = s.next_request;
+                s.next_request += 1;
+                s.sent_at = now;
+                let request = s.request;
+                let id = self.nodes[ni].id;
+                self.count("member_requests");
+                self.trace.record(
+                    now,
+                    crate::net::Endpoint::Node(id),
+                    "member-request",
+                    crate::trace::Detail::Text(change.to_string()),
+                );
+                self.nodes[ni]
+                    .inbox
+                    .push_back(Input::Member { request, change });
+                self.start_next(ni);
+            }
+        }
+        self.q.push(again, Ev::MemberStep);
+    }
+
+    /// Node `ni` answered membership request `request`.
+    pub(super) fn member_answer(&mut self, request: u64, result: Result<Members, String>) {
+        let Some(s) = self.script.as_mut() else {
+            return;
+        };
+        if request != s.request {
+            return;
+        }
+        s.request = 0;
+        let done = match (&result, s.stage) {
+            (Ok(_), _) => true,
+            (Err(e), Stage::Add) => e.contains("already exists"),
+            (Err(e), Stage::Remove) => {
+                e.contains("member not found") || e.contains("removed before")
+            }
+            _ => false,
+        };
+        if !done {
+            self.count("member_requests_refused");
+            return;
+        }
+        match s.stage {
+            Stage::Add => {
+                s.joined = true;
+                s.stage = Stage::WaitServing;
+                self.count("member_added");
+            }
+            Stage::Remove => {
+                s.stage = Stage::Done;
+                self.count("member_removed");
+            }
+            _ => {}
+        }
+    }
+
+    /// At the end: every replica that executed as far as the others holds the same
+    /// replicas (epoch, the position of every change, who is what).
+    pub(super) fn members_agree(&self) -> Result<(), String> {
+        let ends: Vec<(NodeId, u64, Members)> = (0..self.nodes.len())
+            .filter(|&i| self.counts_as_replica(i))
+            .filter_map(|i| {
+                let c = self.nodes[i].core.as_ref()?;
+                Some((
+                    self.nodes[i].id,
+                    c.replica()?.last_instance(),
+                    c.applied_members(),
+                ))
+            })
+            .collect();
+        let Some(last) = ends.iter().map(|e| e.1).max() else {
+            return Ok(());
+        };
+        let at_end: Vec<&(NodeId, u64, Members)> = ends.iter().filter(|e| e.1 == last).collect();
+        for w in at_end.windows(2) {
+            if w[0].2 != w[1].2 {
+                return Err(format!(
+                    "replicas {} and {} executed up to {last} but disagree on the replicas: \
+                     {:?} against {:?}",
+                    w[0].0, w[1].0, w[0].2, w[1].2
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A membership answer that survived the wire.
+pub(super) fn emit_of(request: u64, result: Result<Members, String>) -> Emit {
+    Emit::Member { request, result }
+}
