@@ -1078,6 +1078,11 @@ enum BenchTarget {
     /// ordering, network or disk): SMR, P-SMR with its threads on one OS thread, P-SMR
     /// and opt-PSMR on OS threads, in turns, over the dependent-P workload.
     Psmr(partita_experiments::replica_bench::ReplicaBenchOptions),
+    /// Adding a replica on real processes: for each state size, in interleaved
+    /// rounds, a fresh fsync'd local cluster preloaded and under load gets `member
+    /// add` of a sixth node; the time to it serving, and throughput before, during
+    /// and after.
+    Join(partita_harness::join_bench::JoinBenchOptions),
 }
 
 #[derive(Args, Debug)]
@@ -1344,6 +1349,12 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
                 use partita_experiments::replica_bench as rb;
                 println!("configuration: {}", rb::describe(&o));
                 tokio::task::block_in_place(|| rb::run(&o, |p| println!("{}", rb::line(p))))?;
+                Ok(0)
+            }
+            Some(BenchTarget::Join(o)) => {
+                use partita_harness::join_bench as jb;
+                let exe = std::env::current_exe()?;
+                jb::run(&exe, &o, |r| println!("{}", r.line())).await?;
                 Ok(0)
             }
             None => bench_cluster(a.run).await,

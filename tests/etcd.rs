@@ -325,7 +325,7 @@ async fn etcdctl_works_against_a_partita_cluster() {
     // Refused, with Partita's message, never ignored.
     for args in [
         &["user", "list"][..],
-        &["member", "add", "n9", "--peer-urls", "http://127.0.0.1:1"],
+        &["member", "update", "4", "--peer-urls", "http://127.0.0.1:1"],
     ] {
         let err = refused(a, args);
         assert!(err.contains("Partita does not support"), "{args:?}: {err}");

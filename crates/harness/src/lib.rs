@@ -14,6 +14,7 @@ pub mod chirper;
 pub mod cpu;
 pub mod dashboard;
 pub mod history;
+pub mod join_bench;
 pub mod kvload;
 pub mod launch;
 pub mod nemesis;

@@ -62,6 +62,12 @@ pub enum Fault {
     CutCoordinatorOut,
     /// Network (`--netns`): every node loses a fifth of the packets it receives.
     LossyNetwork,
+    /// Membership (Jepsen's etcd `member` nemesis, as a replacement): a new replica
+    /// (a fresh id, its own copy of the cluster file with it marked `join = true`)
+    /// starts and is added (`partita member add`), serves once caught up, then one of
+    /// the current replicas is removed (`partita member remove`) and stops. Ring Paxos
+    /// and Multi-Paxos, unpartitioned; not in the default set.
+    Member,
 }
 
 impl Fault {
@@ -390,7 +396,12 @@ struct Nemesis<'a> {
     lc: &'a mut LocalCluster,
     exe: PathBuf,
     node_args: Vec<String>,
+    /// Replicas a [`Fault::Member`] added, with their own cluster files.
+    joined: Vec<(NodeId, PathBuf)>,
 }
+
+/// How long a membership change of [`Fault::Member`] may take.
+const MEMBER_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Nemesis<'_> {
     fn pid(&self, id: NodeId) -> Option<u32> {
@@ -409,7 +420,140 @@ impl Nemesis<'_> {
     }
 
     fn restart(&mut self, id: NodeId) -> anyhow::Result<()> {
-        self.lc.spawn(&self.exe, id, &self.node_args)
+        let Some((_, file)) = self.joined.iter().find(|(n, _)| *n == id) else {
+            return self.lc.spawn(&self.exe, id, &self.node_args);
+        };
+        let child =
+            crate::launch::spawn_node(&self.exe, file, id, &self.lc.data_dir, &self.node_args)?;
+        match self.lc.children.iter_mut().find(|(n, _)| *n == id) {
+            Some(slot) => slot.1 = child,
+            None => self.lc.children.push((id, child)),
+        }
+        Ok(())
+    }
+
+    /// [`Fault::Member`]: a new replica joins (started on a copy of the cluster file
+    /// naming it `join = true`, added, serving once caught up), then `victim` is
+    /// removed and its process stops by itself. `lc.cluster` follows: the new node in,
+    /// the victim out (the cluster file itself stays as it is).
+    async fn replace(&mut self, victim: NodeId) -> anyhow::Result<()> {
+        let live = self.lc.cluster.clone();
+        let file_cfg = ClusterConfig::load(&self.lc.cluster_file)?;
+        let used = live
+            .nodes
+            .iter()
+            .chain(&file_cfg.nodes)
+            .map(|n| n.id)
+            .chain(self.joined.iter().map(|(n, _)| *n))
+            .max()
+            .unwrap_or(0);
+        let id = used + 1;
+        // `partita up`'s layout: node N on the first node's port block, at BASE + N.
+        let first = file_cfg.dial_addr(1).to_string();
+        let (host, port) = first
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_string(), p.parse::<u32>().ok()?)))
+            .context("the first node's address")?;
+        let port = port - 1 + id;
+        anyhow::ensure!(port <= u32::from(u16::MAX), "no port left for node {id}");
+        let node = partita_config::NodeSection {
+            id,
+            addr: format!("{host}:{port}"),
+            roles: vec![Role::Replica],
+            partition: None,
+            etcd_addr: None,
+            region: None,
+            join: true,
+        };
+        let mut own = file_cfg.clone();
+        own.nodes.push(node.clone());
+        let file = self.lc.data_dir.join(format!("cluster-join-{id}.toml"));
+        std::fs::write(&file, own.to_toml())?;
+        self.joined.push((id, file));
+        self.restart(id)?;
+        let addr = node.addr.clone();
+        let serving: Vec<NodeId> = live
+            .executors()
+            .into_iter()
+            .filter(|&n| n != victim)
+            .collect();
+        let ask = |change: partita_types::members::MemberChange| {
+            let live = live.clone();
+            let serving = serving.clone();
+            async move {
+                let t0 = Instant::now();
+                loop {
+                    for &via in &serving {
+                        let a = live.dial_addr(via).to_string();
+                        match partita_client::member_request(
+                            &live,
+                            via,
+                            &a,
+                            change.clone(),
+                            Duration::from_secs(10),
+                        )
+                        .await
+                        {
+                            Ok(_) => return Ok(()),
+                            Err(e)
+                                if e.contains("already exists")
+                                    || e.contains("member not found") =>
+                            {
+                                return Ok(())
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    if t0.elapsed() > MEMBER_TIMEOUT {
+                        bail!("{change}: no replica ordered it within {MEMBER_TIMEOUT:?}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        ask(partita_types::members::MemberChange::Add {
+            node: id,
+            addr: addr.clone(),
+            partition: 0,
+            promote: true,
+        })
+        .await?;
+        let mut with = live.clone();
+        let mut joined = node;
+        joined.join = false;
+        with.nodes.push(joined);
+        let t0 = Instant::now();
+        loop {
+            let s = partita_client::node_status_of(&with, id, Duration::from_secs(1)).await;
+            if s.and_then(|s| s.replica_state).as_deref() == Some("serving") {
+                break;
+            }
+            anyhow::ensure!(
+                t0.elapsed() < MEMBER_TIMEOUT,
+                "node {id} did not serve within {MEMBER_TIMEOUT:?} of its addition"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ask(partita_types::members::MemberChange::Remove { node: victim }).await?;
+        let t0 = Instant::now();
+        loop {
+            let gone = match self.lc.children.iter_mut().find(|(n, _)| *n == victim) {
+                Some((_, c)) => c.try_wait()?.is_some(),
+                None => true,
+            };
+            if gone {
+                break;
+            }
+            anyhow::ensure!(
+                t0.elapsed() < MEMBER_TIMEOUT,
+                "node {victim} did not stop after its removal"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.lc.children.retain(|(n, _)| *n != victim);
+        with.nodes.retain(|n| n.id != victim);
+        self.lc.cluster = with;
+        Ok(())
     }
 
     /// The faults of a run of `duration`: `cfg.together` at a time, with random pauses
@@ -423,6 +567,19 @@ impl Nemesis<'_> {
         cfg: &NemesisConfig,
         duration: Duration,
     ) -> anyhow::Result<Vec<Injected>> {
+        if cfg.faults.contains(&Fault::Member) {
+            let c = &self.lc.cluster;
+            anyhow::ensure!(
+                c.partitioning.partitions <= 1
+                    && matches!(
+                        c.ordering,
+                        partita_config::OrderingSection::RingPaxos(_)
+                            | partita_config::OrderingSection::MultiPaxos(_)
+                    ),
+                "the member fault needs an unpartitioned cluster on Ring Paxos or Multi-Paxos \
+                 (membership change is not built for the others yet)"
+            );
+        }
         let t0 = Instant::now();
         let mut injected = Vec::new();
         let stop_at = duration.saturating_sub(cfg.down_for);
@@ -505,6 +662,20 @@ impl Nemesis<'_> {
                 | Fault::CutCoordinatorOut => vec![leader],
                 Fault::KillAcceptor => acceptors.iter().copied().filter(|&a| a != leader).collect(),
                 Fault::KillReplica => replicas.clone(),
+                // The replica to replace (not another fault's node). Clients find
+                // replicas in the cluster file, so one of the file's stays.
+                Fault::Member => {
+                    let file: Vec<NodeId> = ClusterConfig::load(&self.lc.cluster_file)?
+                        .executors()
+                        .into_iter()
+                        .filter(|r| replicas.contains(r))
+                        .collect();
+                    replicas
+                        .iter()
+                        .copied()
+                        .filter(|r| file.len() > 1 || !file.contains(r))
+                        .collect()
+                }
                 // Every node; recorded as node 0.
                 Fault::LossyNetwork => {
                     if chosen.iter().all(|(f, _)| *f != Fault::LossyNetwork) {
@@ -581,6 +752,8 @@ impl Nemesis<'_> {
                 Fault::KillCoordinator | Fault::KillAcceptor | Fault::KillReplica => {
                     self.kill(node)
                 }
+                // After the others heal, below.
+                Fault::Member => {}
             }
         }
         if let Some(net) = net {
@@ -614,6 +787,11 @@ impl Nemesis<'_> {
                 Fault::KillCoordinator | Fault::KillAcceptor | Fault::KillReplica
             ) {
                 self.restart(node)?;
+            }
+        }
+        for &(fault, node) in &chosen {
+            if fault == Fault::Member {
+                self.replace(node).await?;
             }
         }
         Ok(chosen
@@ -923,6 +1101,7 @@ pub async fn run(
         lc,
         exe: exe.to_path_buf(),
         node_args: node_args.to_vec(),
+        joined: Vec::new(),
     };
     let injected = nem.schedule(cfg, cfg.bench.duration).await?;
     let (bench_result, records) = load.await.context("load task")??;
@@ -934,7 +1113,9 @@ pub async fn run(
     let final_entries = final_contents(&cluster, &cfg.bench)
         .await
         .context("reading the final contents")?;
-    let converged = converged(&cluster, Duration::from_secs(60)).await;
+    // The replicas now (a `member` fault replaced some).
+    let live = nem.lc.cluster.clone();
+    let converged = converged(&live, Duration::from_secs(60)).await;
     let unknown = records.iter().filter(|r| r.result.is_none()).count();
     let initial = match geo_keys {
         // The geo B+tree starts with keys 0..keys, each its own value.
@@ -1016,6 +1197,7 @@ pub async fn run_kv(
         lc,
         exe: exe.to_path_buf(),
         node_args: node_args.to_vec(),
+        joined: Vec::new(),
     };
     let injected = nem.schedule(cfg, load.duration).await?;
     let result = task.await.context("load task")??;
@@ -1034,7 +1216,9 @@ pub async fn run_kv(
     let before = crate::kvload::contents(&cluster)
         .await
         .context("reading every key at the end")?;
-    let converged = converged(&cluster, Duration::from_secs(60)).await;
+    // The replicas now (a `member` fault replaced some).
+    let live = nem.lc.cluster.clone();
+    let converged = converged(&live, Duration::from_secs(60)).await;
     nem.restart_all().await?;
     let survived_restart = match crate::kvload::contents(&cluster).await {
         Ok(after) if after == before => Ok(format!(
@@ -1081,6 +1265,7 @@ pub async fn inject_for(
         lc,
         exe: exe.to_path_buf(),
         node_args: node_args.to_vec(),
+        joined: Vec::new(),
     };
     nem.schedule(cfg, duration).await
 }
@@ -1119,6 +1304,7 @@ pub async fn run_chirper(
         lc,
         exe: exe.to_path_buf(),
         node_args: node_args.to_vec(),
+        joined: Vec::new(),
     };
     let injected = nem.schedule(cfg, load.duration).await?;
     let (result, mut events) = task.await.context("load task")??;
@@ -1134,7 +1320,9 @@ pub async fn run_chirper(
     if let Some(p) = &cfg.history {
         crate::chirper::write_history(p, &events)?;
     }
-    let converged = converged(&cluster, Duration::from_secs(60)).await;
+    // The replicas now (a `member` fault replaced some).
+    let live = nem.lc.cluster.clone();
+    let converged = converged(&live, Duration::from_secs(60)).await;
     let opts = ChirperCheckOptions::default();
     let linearizable = match check_chirper(&events, &partita_sim::ds::initial_of(&graph), &opts) {
         Ok(s) => Ok(format!(

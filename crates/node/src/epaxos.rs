@@ -89,7 +89,7 @@ fn decode_position(bytes: &[u8]) -> Result<Position, String> {
 fn barrier_time(cmd: &Command) -> Option<u64> {
     match cmd.system_op()? {
         SystemOp::Barrier { time_ms } => Some(time_ms),
-        SystemOp::Reconfigure { .. } | SystemOp::Member(_) => None,
+        SystemOp::Reconfigure { .. } | SystemOp::Member { .. } => None,
     }
 }
 

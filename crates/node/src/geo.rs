@@ -663,7 +663,7 @@ impl GeoOrdering {
                 }
                 // Membership changes are refused under GeoPaxos+ before they are
                 // proposed; one that got here anyway runs nowhere (replicas skip it).
-                Some(SystemOp::Member(_)) | None => {
+                Some(SystemOp::Member { .. }) | None => {
                     self.since_barrier += 1;
                     vec![cmd]
                 }

@@ -1720,6 +1720,7 @@ impl NodeCore {
         if let Some(o) = self.ordering.as_mut() {
             o.adopt_members(&self.member.applied);
         }
+        self.count_n("state_transfer_bytes_restored", bytes.len() as u64);
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
         self.count("state_transfers_completed");
         // The ordering may have delivered beyond the checkpoint already: P-SMR holds

@@ -266,7 +266,9 @@ impl NodeCore {
         self.member.seq += 1;
         let seq = self.member.seq;
         let groups = self.setup.membership.partitions.map.all();
-        let mut cmd = Command::system(SystemOp::Member(change), self.setup.id, MEMBER_KIND, seq);
+        let initial = self.initial_partitions();
+        let op = SystemOp::Member { change, initial };
+        let mut cmd = Command::system(op, self.setup.id, MEMBER_KIND, seq);
         cmd.body = match cmd.body {
             partita_types::Body::Whole { payload, .. } => {
                 partita_types::Body::Whole { groups, payload }
@@ -312,10 +314,15 @@ impl NodeCore {
             }
         }
         for cmd in &commands {
-            let Some(SystemOp::Member(change)) = cmd.system_op() else {
+            let Some(SystemOp::Member { change, initial }) = cmd.system_op() else {
                 continue;
             };
-            let initial = self.initial_partitions();
+            // The first change applies to the replicas its proposer's file started
+            // from (the same at every replica, whatever its own file says now).
+            let initial = match initial.is_empty() {
+                true => self.initial_partitions(),
+                false => initial,
+            };
             let others = self.other_nodes();
             let result = self
                 .member

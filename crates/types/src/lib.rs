@@ -350,8 +350,14 @@ pub enum SystemOp {
     /// round while DOPs do.
     Reconfigure { time_ms: u64 },
     /// A change of the replicas (`partita member`; see [`members`]): every replica
-    /// applies it where it is delivered, and nothing else executes it.
-    Member(members::MemberChange),
+    /// applies it where it is delivered, and nothing else executes it. `initial`: the
+    /// replicas (with their partitions) the proposer's cluster file starts from, which
+    /// the first change of a cluster applies to (so that a replica whose file was
+    /// edited since replays the changes alike).
+    Member {
+        change: members::MemberChange,
+        initial: Vec<(NodeId, PartitionId)>,
+    },
 }
 
 impl Command {
