@@ -90,7 +90,8 @@ fn the_manifests_cluster_file_names_the_statefulsets_pods() {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(c.nodes.len(), replicas, "a node per pod");
+    let initial: Vec<_> = c.nodes.iter().filter(|n| !n.join).collect();
+    assert_eq!(initial.len(), replicas, "a node per pod");
     for n in &c.nodes {
         assert_eq!(
             c.dial_addr(n.id),
@@ -99,7 +100,14 @@ fn the_manifests_cluster_file_names_the_statefulsets_pods() {
                 n.id - 1
             )
         );
-        assert!(n.roles.contains(&Role::Acceptor) && n.roles.contains(&Role::Replica));
+        match n.join {
+            false => {
+                assert!(n.roles.contains(&Role::Acceptor) && n.roles.contains(&Role::Replica))
+            }
+            // Scale-out: the next pods' nodes, replicas that join with `member add`.
+            true => assert!(n.roles == [Role::Replica] && n.id as usize > replicas),
+        }
     }
+    assert!(c.nodes.iter().any(|n| n.join), "room to scale out");
     assert!(c.tls.is_some(), "mutual TLS between pods");
 }
