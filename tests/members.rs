@@ -9,7 +9,7 @@
 
 use partita_btree::{BPlusTree, Op, OpResult};
 use partita_client::{node_status_of, Client, ClientOptions};
-use partita_config::{ClusterConfig, NodeSection, Role};
+use partita_config::{ClusterConfig, NodeSection};
 use partita_harness::launch::{pick_base_port, LocalCluster};
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,6 +29,22 @@ fn partita(args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&o.stderr)
     );
     (o.status.success(), text)
+}
+
+/// Node `id`'s process exits by itself (it was removed) within 20 s.
+async fn stops_by_itself(lc: &mut LocalCluster, id: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, child) = lc.children.iter_mut().find(|(n, _)| *n == id).unwrap();
+        if child.try_wait().unwrap().is_some() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {id} did not stop after its removal"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn replica_state(cfg: &ClusterConfig, id: u32) -> Option<String> {
@@ -58,15 +74,10 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
     let base = pick_base_port();
     let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
     cfg.storage.checkpoint_instances = 50;
-    cfg.nodes.push(NodeSection {
-        id: 6,
-        addr: format!("127.0.0.1:{}", base + 6),
-        roles: vec![Role::Replica],
-        partition: None,
-        etcd_addr: None,
-        region: None,
-        join: true,
-    });
+    cfg.nodes.push(NodeSection::joining_replica(
+        6,
+        format!("127.0.0.1:{}", base + 6),
+    ));
     let file = dir.path().join("cluster.toml");
     std::fs::write(&file, cfg.to_toml()).unwrap();
     let file_arg = file.to_str().unwrap().to_string();
@@ -126,18 +137,7 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
 
     let (ok, text) = partita(&["member", "remove", "5", "--cluster", &file_arg]);
     assert!(ok, "{text}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, child) = lc.children.iter_mut().find(|(n, _)| *n == 5).unwrap();
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node 5 did not stop after its removal"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    stops_by_itself(&mut lc, 5).await;
     let (ok, text) = partita(&[
         "member",
         "add",
@@ -246,13 +246,8 @@ async fn etcdctl_adds_promotes_and_removes_members() {
     let peer6 = format!("127.0.0.1:{}", base + 6);
     let ep6 = format!("127.0.0.1:{}", base + 16);
     cfg.nodes.push(NodeSection {
-        id: 6,
-        addr: peer6.clone(),
-        roles: vec![Role::Replica],
-        partition: None,
         etcd_addr: Some(ep6.clone()),
-        region: None,
-        join: true,
+        ..NodeSection::joining_replica(6, peer6.clone())
     });
     let mut lc = launch(dir.path(), &cfg, &eps).await;
     let ep = eps[0].as_str();
@@ -295,18 +290,7 @@ async fn etcdctl_adds_promotes_and_removes_members() {
 
     ok(ep, &["member", "remove", "5"]);
     assert!(find(&members(), 5).is_none(), "node 5 removed");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, child) = lc.children.iter_mut().find(|(n, _)| *n == 5).unwrap();
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node 5 did not stop after its removal"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    stops_by_itself(&mut lc, 5).await;
     let e = refused(ep, &["member", "remove", "2"]);
     assert!(e.contains("is an acceptor"), "{e}");
     let e = refused(ep, &["member", "remove", "9"]);

@@ -493,6 +493,22 @@ pub struct NodeSection {
     pub join: bool,
 }
 
+impl NodeSection {
+    /// Replica `id` at `addr` that joins a running cluster (`join = true`; added with
+    /// `partita member add`).
+    pub fn joining_replica(id: NodeId, addr: String) -> NodeSection {
+        NodeSection {
+            id,
+            addr,
+            roles: vec![Role::Replica],
+            partition: None,
+            etcd_addr: None,
+            region: None,
+            join: true,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
@@ -2527,13 +2543,8 @@ mod tests {
         let with_join = |roles: Vec<Role>| {
             let mut c = ClusterConfig::default_local(7100, 42);
             c.nodes.push(NodeSection {
-                id: 9,
-                addr: "127.0.0.1:7109".into(),
                 roles,
-                partition: None,
-                etcd_addr: None,
-                region: None,
-                join: true,
+                ..NodeSection::joining_replica(9, "127.0.0.1:7109".into())
             });
             c
         };

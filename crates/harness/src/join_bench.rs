@@ -10,7 +10,7 @@
 use crate::bench::{self, BenchConfig, Workload};
 use crate::launch::{pick_base_port, LocalCluster};
 use anyhow::Context;
-use partita_config::{ClusterConfig, Durability, NodeSection, Role};
+use partita_config::{ClusterConfig, Durability, NodeSection};
 use partita_types::members::MemberChange;
 use serde::Serialize;
 use std::path::Path;
@@ -104,15 +104,10 @@ async fn one(
     let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
     cfg.cluster.durability = Durability::Fsync;
     cfg.storage.checkpoint_instances = 2_000;
-    cfg.nodes.push(NodeSection {
-        id: 6,
-        addr: format!("127.0.0.1:{}", base + 6),
-        roles: vec![Role::Replica],
-        partition: None,
-        etcd_addr: None,
-        region: None,
-        join: true,
-    });
+    cfg.nodes.push(NodeSection::joining_replica(
+        6,
+        format!("127.0.0.1:{}", base + 6),
+    ));
     let file = dir.path().join("cluster.toml");
     std::fs::write(&file, cfg.to_toml())?;
     let mut lc = LocalCluster::start_with(exe, &file, &cfg, dir.path(), &[], None)?;

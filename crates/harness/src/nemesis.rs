@@ -456,15 +456,7 @@ impl Nemesis<'_> {
             .context("the first node's address")?;
         let port = port - 1 + id;
         anyhow::ensure!(port <= u32::from(u16::MAX), "no port left for node {id}");
-        let node = partita_config::NodeSection {
-            id,
-            addr: format!("{host}:{port}"),
-            roles: vec![Role::Replica],
-            partition: None,
-            etcd_addr: None,
-            region: None,
-            join: true,
-        };
+        let node = partita_config::NodeSection::joining_replica(id, format!("{host}:{port}"));
         let mut own = file_cfg.clone();
         own.nodes.push(node.clone());
         let file = self.lc.data_dir.join(format!("cluster-join-{id}.toml"));

@@ -744,15 +744,10 @@ impl SeedParams {
             // The node that joins: after every other one, outside the initial
             // membership until the membership script adds it.
             let id = c.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
-            c.nodes.push(NodeSection {
+            c.nodes.push(NodeSection::joining_replica(
                 id,
-                addr: format!("127.0.0.1:{}", 7100 + id),
-                roles: vec![Role::Replica],
-                partition: None,
-                etcd_addr: None,
-                region: None,
-                join: true,
-            });
+                format!("127.0.0.1:{}", 7100 + id),
+            ));
         }
         // Round-trip through the cluster-file parser so that a simulated cluster is
         // always one the real loader accepts.
