@@ -1658,7 +1658,15 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
         let s = partita_client::node_status_of(&cluster, n.id, Duration::from_secs(1)).await;
         rows.push((n.clone(), s));
     }
-    let all_up = rows.iter().all(|(_, s)| s.is_some());
+    // The replicas as the node that knows most of their changes says (`partita
+    // member`): a removed node is expected not to answer.
+    let members = rows
+        .iter()
+        .filter_map(|(_, s)| s.as_ref()?.members.clone())
+        .max_by_key(|m| m.epoch)
+        .filter(|m| m.epoch > 0);
+    let removed = |id: u32| members.as_ref().is_some_and(|m| m.removed.contains(&id));
+    let all_up = rows.iter().all(|(n, s)| s.is_some() || removed(n.id));
     if t.json {
         let v: Vec<serde_json::Value> = rows
             .iter()
@@ -1686,7 +1694,20 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
                         .map(|d| format!("{d:016x} ({} entries)", s.entries.unwrap_or(0)))
                         .unwrap_or("-".into())
                 ),
+                None if removed(n.id) => {
+                    println!("{:<5} {:<22} {:<22} {:<8}", n.id, n.addr, "removed", "no")
+                }
                 None => println!("{:<5} {:<22} {:<22} {:<8}", n.id, n.addr, "?", "no"),
+            }
+            match s.as_ref().and_then(|s| s.replica_state.as_deref()) {
+                Some("learner") => {
+                    println!("      a learner, catching up: it answers no client yet")
+                }
+                Some("joining") => println!(
+                    "      joining: not added yet (`partita member add {}`)",
+                    n.id
+                ),
+                _ => {}
             }
             if let Some(why) = s.as_ref().and_then(|s| s.wal_stall.as_ref()) {
                 println!("      NOT VOTING: {why}");
@@ -1694,6 +1715,29 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
             if let Some(line) = s.as_ref().and_then(batcher_line) {
                 println!("      {line}");
             }
+        }
+        if let Some(m) = &members {
+            let learners: Vec<String> = m
+                .replicas
+                .iter()
+                .filter(|(_, r)| r.learner)
+                .map(|(id, _)| id.to_string())
+                .collect();
+            let ids = |v: Vec<&u32>| v.iter().map(|i| i.to_string()).collect::<Vec<_>>();
+            println!(
+                "configuration epoch {} (last change at instance {}): replicas {}{}{}",
+                m.epoch,
+                m.at,
+                ids(m.replicas.keys().collect()).join(", "),
+                match learners.is_empty() {
+                    true => String::new(),
+                    false => format!("; learners {}", learners.join(", ")),
+                },
+                match m.removed.is_empty() {
+                    true => String::new(),
+                    false => format!("; removed {}", ids(m.removed.iter().collect()).join(", ")),
+                }
+            );
         }
     }
     Ok(if all_up { 0 } else { 1 })

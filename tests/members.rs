@@ -200,6 +200,14 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
         assert!(Instant::now() < deadline, "4 and 6 differ: {s4:?} {s6:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // `partita status` says which configuration runs, and a removed node not
+    // answering is no failure.
+    let (ok, text) = partita(&["status", "--cluster", &file_arg]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("configuration epoch 3") && text.contains("replicas 4, 6; removed 5"),
+        "{text}"
+    );
     let (ok, text) = partita(&["member", "list", "--json", "--cluster", &file_arg]);
     assert!(ok, "{text}");
     let j: serde_json::Value = serde_json::from_str(&text).unwrap();
