@@ -1660,11 +1660,8 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
     }
     // The replicas as the node that knows most of their changes says (`partita
     // member`): a removed node is expected not to answer.
-    let members = rows
-        .iter()
-        .filter_map(|(_, s)| s.as_ref()?.members.clone())
-        .max_by_key(|m| m.epoch)
-        .filter(|m| m.epoch > 0);
+    let members =
+        crate::member::newest(rows.iter().filter_map(|(_, s)| s.as_ref())).filter(|m| m.epoch > 0);
     let removed = |id: u32| members.as_ref().is_some_and(|m| m.removed.contains(&id));
     let all_up = rows.iter().all(|(n, s)| s.is_some() || removed(n.id));
     if t.json {

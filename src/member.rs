@@ -19,53 +19,65 @@ use std::time::Duration;
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(15);
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What one node says, or that it did not answer.
-async fn statuses(cluster: &ClusterConfig, extra: &Members) -> Vec<(NodeId, Option<NodeStatus>)> {
-    let mut ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
-    ids.extend(extra.added().map(|(n, _)| n));
-    ids.sort_unstable();
-    ids.dedup();
+/// The newest replicas among nodes' statuses (the highest epoch; `None` when none
+/// reports them: an ordering that cannot change its replicas).
+pub fn newest<'a>(statuses: impl IntoIterator<Item = &'a NodeStatus>) -> Option<Members> {
+    statuses
+        .into_iter()
+        .filter_map(|s| s.members.as_ref())
+        .max_by_key(|m| m.epoch)
+        .cloned()
+}
+
+/// Every node of the cluster file's status (`None`: it did not answer).
+async fn file_statuses(cluster: &ClusterConfig) -> Vec<(NodeId, Option<NodeStatus>)> {
     let mut out = Vec::new();
-    for id in ids {
-        let status = match cluster.node(id) {
-            Some(_) => partita_client::node_status_of(cluster, id, STATUS_TIMEOUT).await,
-            None => None,
-        };
-        out.push((id, status));
+    for n in &cluster.nodes {
+        let s = partita_client::node_status_of(cluster, n.id, STATUS_TIMEOUT).await;
+        out.push((n.id, s));
     }
     out
 }
 
-/// The newest replicas any node of the cluster file knows.
-async fn newest_members(cluster: &ClusterConfig) -> anyhow::Result<Members> {
-    let mut newest: Option<Members> = None;
-    let mut answered = 0;
-    for n in &cluster.nodes {
-        if let Some(s) = partita_client::node_status_of(cluster, n.id, STATUS_TIMEOUT).await {
-            answered += 1;
-            if let Some(m) = s.members {
-                if newest.as_ref().is_none_or(|b| m.epoch > b.epoch) {
-                    newest = Some(m);
-                }
-            }
-        }
-    }
-    if answered == 0 {
+/// The newest replicas the nodes say, from their statuses.
+fn newest_of(statuses: &[(NodeId, Option<NodeStatus>)]) -> anyhow::Result<Members> {
+    if statuses.iter().all(|(_, s)| s.is_none()) {
         bail!("no node of the cluster file answered");
     }
-    newest.ok_or_else(|| {
+    newest(statuses.iter().filter_map(|(_, s)| s.as_ref())).ok_or_else(|| {
         anyhow!(
             "this cluster's ordering cannot change its replicas (Ring Paxos and Multi-Paxos can)"
         )
     })
 }
 
+/// The newest replicas any node of the cluster file knows.
+async fn newest_members(cluster: &ClusterConfig) -> anyhow::Result<Members> {
+    newest_of(&file_statuses(cluster).await)
+}
+
 /// `partita member list`.
 pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
-    let members = newest_members(cluster).await?;
+    let mut all = file_statuses(cluster).await;
+    let members = newest_of(&all)?;
+    // Replicas added at run time that the file does not name, reached at the address
+    // their change carried.
+    let mut with = cluster.clone();
+    for (id, addr) in members.added() {
+        if cluster.node(id).is_none() {
+            with.nodes
+                .push(partita_config::NodeSection::joining_replica(
+                    id,
+                    addr.to_string(),
+                ));
+            let s = partita_client::node_status_of(&with, id, STATUS_TIMEOUT).await;
+            all.push((id, s));
+        }
+    }
+    all.sort_by_key(|(id, _)| *id);
     let initial: Vec<NodeId> = cluster.with_role(Role::Replica);
     let mut rows = Vec::new();
-    for (id, status) in statuses(cluster, &members).await {
+    for (id, status) in all {
         let file = cluster.node(id);
         let addr = members
             .replicas
@@ -185,8 +197,8 @@ pub async fn add(
     addr: Option<String>,
     learner: bool,
 ) -> anyhow::Result<()> {
-    if cluster.partitioning.partitions > 1 {
-        bail!("membership change of a partitioned cluster is not built yet");
+    if let Err(why) = cluster.member_changes() {
+        bail!("{why}");
     }
     let addr = match (addr, cluster.node(node)) {
         (Some(a), _) => a,

@@ -712,20 +712,8 @@ impl ClusterConfig {
                         ),
                     );
                 }
-                if self.partitioning.partitions > 1
-                    || !matches!(
-                        self.ordering,
-                        OrderingSection::RingPaxos(_) | OrderingSection::MultiPaxos(_)
-                    )
-                {
-                    return f(
-                        "node.join",
-                        format!(
-                            "node {}: replicas join only unpartitioned clusters ordered by Ring \
-                             Paxos or Multi-Paxos (not built for the others yet)",
-                            n.id
-                        ),
-                    );
+                if let Err(why) = self.member_changes() {
+                    return f("node.join", format!("node {}: {why}", n.id));
                 }
             }
         }
@@ -1973,6 +1961,24 @@ impl ClusterConfig {
                     format!("`{addr}` resolves to no address"),
                 )
             })
+    }
+
+    /// Whether this cluster's replicas can change at run time (`partita member`), as
+    /// its ordering's `member_changes` will answer: unpartitioned, on Ring Paxos or
+    /// Multi-Paxos.
+    pub fn member_changes(&self) -> Result<(), String> {
+        let paxos = matches!(
+            self.ordering,
+            OrderingSection::RingPaxos(_) | OrderingSection::MultiPaxos(_)
+        );
+        match paxos && self.partitioning.partitions <= 1 {
+            true => Ok(()),
+            false => Err(
+                "replicas change only in unpartitioned clusters ordered by Ring \
+                          Paxos or Multi-Paxos (not built for the others yet)"
+                    .to_string(),
+            ),
+        }
     }
 
     /// The nodes with `role` at the start (nodes that `join` later left out).

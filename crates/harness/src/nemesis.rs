@@ -560,17 +560,9 @@ impl Nemesis<'_> {
         duration: Duration,
     ) -> anyhow::Result<Vec<Injected>> {
         if cfg.faults.contains(&Fault::Member) {
-            let c = &self.lc.cluster;
-            anyhow::ensure!(
-                c.partitioning.partitions <= 1
-                    && matches!(
-                        c.ordering,
-                        partita_config::OrderingSection::RingPaxos(_)
-                            | partita_config::OrderingSection::MultiPaxos(_)
-                    ),
-                "the member fault needs an unpartitioned cluster on Ring Paxos or Multi-Paxos \
-                 (membership change is not built for the others yet)"
-            );
+            if let Err(why) = self.lc.cluster.member_changes() {
+                bail!("the member fault: {why}");
+            }
         }
         let t0 = Instant::now();
         let mut injected = Vec::new();

@@ -896,8 +896,8 @@ impl NodeCore {
         }
         if self.setup.mode == Mode::Smr && self.setup.replica && !self.serves() {
             self.count("requests_refused_not_serving");
-            let members = self.members();
-            let reason = match (self.member.removed, members.is_learner(self.setup.id)) {
+            let learner = self.members().is_learner(self.setup.id);
+            let reason = match (self.member.removed, learner) {
                 (Some(at), _) => format!(
                     "node {} was removed from the cluster at instance {at}",
                     self.setup.id
@@ -1556,7 +1556,7 @@ impl NodeCore {
         // Only replicas of this replica's partition hold its state (learners still
         // catching up may hold none).
         let members = self.members();
-        let m = self.setup.membership.with_members(&members);
+        let m = self.setup.membership.with_members(members);
         let peers: Vec<NodeId> = m
             .learners_of(m.partition_of(me))
             .into_iter()

@@ -109,18 +109,19 @@ impl NodeCore {
     }
 
     /// The replicas changed at run time, newest known to this node (applied by its
-    /// replica, or heard from one).
-    pub fn members(&self) -> Members {
+    /// replica, or heard from one). Borrowed: it is read on every peer message and
+    /// client request.
+    pub fn members(&self) -> &Members {
         match self.ordering.as_ref().and_then(|o| o.members()) {
-            Some(known) if known.epoch > self.member.applied.epoch => known.clone(),
-            _ => self.member.applied.clone(),
+            Some(known) if known.epoch > self.member.applied.epoch => known,
+            _ => &self.member.applied,
         }
     }
 
     /// The replicas as this node's replica applied them (at the position it executed
     /// up to; epoch 0 at a node without a replica).
-    pub fn applied_members(&self) -> Members {
-        self.member.applied.clone()
+    pub fn applied_members(&self) -> &Members {
+        &self.member.applied
     }
 
     /// Whether this node's replica answers clients: one of the replicas, and not a
@@ -140,8 +141,7 @@ impl NodeCore {
 
     /// How many membership changes this node knows of (its links follow).
     pub fn members_epoch(&self) -> u64 {
-        let known = self.ordering.as_ref().and_then(|o| o.members());
-        known.map_or(0, |k| k.epoch).max(self.member.applied.epoch)
+        self.members().epoch
     }
 
     /// Addresses of the replicas added at run time, for the driver's links.
@@ -294,8 +294,9 @@ impl NodeCore {
             && self.member.removed.is_none()
             && members.removed.contains(&self.setup.id)
         {
+            let at = members.at;
             self.count("member_learned_removed");
-            self.member.removed = Some(members.at);
+            self.member.removed = Some(at);
         }
     }
 

@@ -623,7 +623,7 @@ impl Node {
                 .core
                 .ordering()
                 .and_then(|o| o.members())
-                .map(|_| self.core.members()),
+                .map(|_| self.core.members().clone()),
             replica_state: replica.map(|_| {
                 let members = self.core.members();
                 match () {

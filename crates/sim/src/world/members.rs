@@ -186,7 +186,7 @@ impl World {
     /// At the end: every replica that executed as far as the others holds the same
     /// replicas (epoch, the position of every change, who is what).
     pub(super) fn members_agree(&self) -> Result<(), String> {
-        let ends: Vec<(NodeId, u64, Members)> = (0..self.nodes.len())
+        let ends: Vec<(NodeId, u64, &Members)> = (0..self.nodes.len())
             .filter(|&i| self.counts_as_replica(i))
             .filter_map(|i| {
                 let c = self.nodes[i].core.as_ref()?;
@@ -200,7 +200,7 @@ impl World {
         let Some(last) = ends.iter().map(|e| e.1).max() else {
             return Ok(());
         };
-        let at_end: Vec<&(NodeId, u64, Members)> = ends.iter().filter(|e| e.1 == last).collect();
+        let at_end: Vec<&(NodeId, u64, &Members)> = ends.iter().filter(|e| e.1 == last).collect();
         for w in at_end.windows(2) {
             if w[0].2 != w[1].2 {
                 return Err(format!(
