@@ -63,8 +63,9 @@ enum Cmd {
     /// Backups: save a running cluster's service state to a file, check one, or seed a
     /// new cluster from one.
     Snapshot(SnapshotArgs),
-    /// The replicas of a running cluster: list them, add one (it joins as a learner and
-    /// serves once caught up), remove one, promote a learner.
+    /// The replicas and acceptors of a running cluster: list them, add a replica (it
+    /// joins as a learner and serves once caught up) or an acceptor (it votes from the
+    /// next ordering epoch), remove one, promote a learner.
     Member(MemberArgs),
 }
 
@@ -88,11 +89,21 @@ enum MemberOp {
         #[arg(long)]
         addr: Option<String>,
         /// Keep it a learner once caught up, until `partita member promote`.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "acceptor")]
         learner: bool,
+        /// Add ID as an acceptor instead: it votes from the instance after the change
+        /// on (a new ordering epoch), with no history to copy.
+        #[arg(long)]
+        acceptor: bool,
     },
     /// Remove replica ID for good: it stops, and its id is never used again.
-    Remove { id: u32 },
+    Remove {
+        id: u32,
+        /// Remove ID's acceptor role instead (a new ordering epoch without it); a node
+        /// that is only an acceptor then stops.
+        #[arg(long)]
+        acceptor: bool,
+    },
     /// Promote learner ID (refused while it is behind).
     Promote { id: u32 },
 }
@@ -1333,10 +1344,15 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
             let cluster = load_target(&a.target.cluster)?;
             match a.op {
                 MemberOp::List => crate::member::list(&cluster, a.target.json).await?,
-                MemberOp::Add { id, addr, learner } => {
-                    crate::member::add(&cluster, id, addr, learner).await?
+                MemberOp::Add {
+                    id,
+                    addr,
+                    learner,
+                    acceptor,
+                } => crate::member::add(&cluster, id, addr, learner, acceptor).await?,
+                MemberOp::Remove { id, acceptor } => {
+                    crate::member::remove(&cluster, id, acceptor).await?
                 }
-                MemberOp::Remove { id } => crate::member::remove(&cluster, id).await?,
                 MemberOp::Promote { id } => crate::member::promote(&cluster, id).await?,
             }
             Ok(0)

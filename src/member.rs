@@ -1,4 +1,5 @@
-//! `partita member list|add|remove|promote`: the replicas of a running cluster.
+//! `partita member list|add|remove|promote`: the replicas and acceptors of a running
+//! cluster.
 //!
 //! A change goes to a replica over a one-shot connection (`Wire::MemberRequest`),
 //! which orders it; the answer comes once the change is applied there (or refused, with
@@ -6,7 +7,9 @@
 //! file with `join = true` (where its process reads it: `partita node --id N`); `add`
 //! takes its address from there unless `--addr` says. A joining replica catches up as
 //! a learner and promotes itself once caught up (unless added with `--learner`; then
-//! `promote` asks it to).
+//! `promote` asks it to). `add --acceptor` and `remove --acceptor` change the acceptors:
+//! each change starts a new ordering epoch at the instance after it (see
+//! `partita_types::members`), and a new acceptor needs no history.
 
 use anyhow::{anyhow, bail};
 use partita_config::{ClusterConfig, Role};
@@ -63,8 +66,13 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
     // Replicas added at run time that the file does not name, reached at the address
     // their change carried.
     let mut with = cluster.clone();
-    for (id, addr) in members.added() {
-        if cluster.node(id).is_none() {
+    let added: Vec<(NodeId, String)> = members
+        .added()
+        .map(|(n, a)| (n, a.to_string()))
+        .chain(members.acceptor_addrs.iter().map(|(&n, a)| (n, a.clone())))
+        .collect();
+    for (id, addr) in added {
+        if cluster.node(id).is_none() && !all.iter().any(|(n, _)| *n == id) {
             with.nodes
                 .push(partita_config::NodeSection::joining_replica(
                     id,
@@ -76,6 +84,7 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
     }
     all.sort_by_key(|(id, _)| *id);
     let initial: Vec<NodeId> = cluster.with_role(Role::Replica);
+    let acceptors = members.acceptors(&cluster.with_role(Role::Acceptor));
     let mut rows = Vec::new();
     for (id, status) in all {
         let file = cluster.node(id);
@@ -83,17 +92,26 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
             .replicas
             .get(&id)
             .and_then(|r| r.addr.clone())
+            .or_else(|| members.acceptor_addrs.get(&id).cloned())
             .or_else(|| file.map(|n| n.addr.clone()))
             .unwrap_or_default();
         let mut roles: Vec<String> = file
             .map(|n| {
                 n.roles
                     .iter()
-                    .filter(|r| **r != Role::Replica)
+                    .filter(|r| !matches!(r, Role::Replica | Role::Acceptor))
                     .map(|r| format!("{r:?}").to_lowercase())
                     .collect()
             })
             .unwrap_or_default();
+        let file_acceptor = file.is_some_and(|n| n.roles.contains(&Role::Acceptor));
+        if acceptors.contains(&id) {
+            roles.push("acceptor".into());
+        } else if members.acceptors_removed.contains(&id) {
+            roles.push("acceptor (removed)".into());
+        } else if file_acceptor && file.is_some_and(|n| n.join) {
+            roles.push("acceptor (not added)".into());
+        }
         let replica = if members.removed.contains(&id) {
             Some("removed")
         } else if members.is_learner(id) {
@@ -122,14 +140,22 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&serde_json::json!({
                 "epoch": members.epoch,
                 "changed_at": members.at,
+                "ordering_epoch": members.ordering_epoch,
+                "acceptors": acceptors,
+                "acceptors_from": members.ordering_from(),
                 "members": rows,
             }))?
         );
         return Ok(());
     }
     println!(
-        "configuration epoch {} (last change at instance {})",
-        members.epoch, members.at
+        "configuration epoch {} (last change at instance {}); ordering epoch {}: \
+         acceptors {:?} from instance {}",
+        members.epoch,
+        members.at,
+        members.ordering_epoch,
+        acceptors,
+        members.ordering_from()
     );
     println!(
         "{:>4}  {:<24} {:<30} {:>8}  executed",
@@ -196,6 +222,7 @@ pub async fn add(
     node: NodeId,
     addr: Option<String>,
     learner: bool,
+    acceptor: bool,
 ) -> anyhow::Result<()> {
     if let Err(why) = cluster.member_changes() {
         bail!("{why}");
@@ -204,14 +231,33 @@ pub async fn add(
         (Some(a), _) => a,
         (None, Some(n)) if n.join => n.addr.clone(),
         (None, Some(_)) => bail!(
-            "node {node} is one of the cluster file's initial nodes; a new replica needs a \
-             new id (its entry in the file with `join = true`, or --addr)"
+            "node {node} is one of the cluster file's initial nodes; a new {} needs a \
+             new id (its entry in the file with `join = true`, or --addr)",
+            if acceptor { "acceptor" } else { "replica" }
         ),
         (None, None) => bail!(
             "the cluster file has no node {node}: give its address with --addr, or add its \
              entry with `join = true`"
         ),
     };
+    if acceptor {
+        let m = order(
+            cluster,
+            MemberChange::AddAcceptor {
+                node,
+                addr: addr.clone(),
+            },
+        )
+        .await?;
+        println!(
+            "added node {node} at {addr} as an acceptor: ordering epoch {} from instance {} \
+             (acceptors {:?})",
+            m.ordering_epoch,
+            m.ordering_from(),
+            m.acceptors
+        );
+        return Ok(());
+    }
     let m = order(
         cluster,
         MemberChange::Add {
@@ -236,7 +282,18 @@ pub async fn add(
 }
 
 /// `partita member remove`.
-pub async fn remove(cluster: &ClusterConfig, node: NodeId) -> anyhow::Result<()> {
+pub async fn remove(cluster: &ClusterConfig, node: NodeId, acceptor: bool) -> anyhow::Result<()> {
+    if acceptor {
+        let m = order(cluster, MemberChange::RemoveAcceptor { node }).await?;
+        println!(
+            "removed acceptor {node}: ordering epoch {} from instance {} (acceptors {:?}); \
+             a node that only accepts stops by itself",
+            m.ordering_epoch,
+            m.ordering_from(),
+            m.acceptors
+        );
+        return Ok(());
+    }
     let m = order(cluster, MemberChange::Remove { node }).await?;
     println!(
         "removed node {node} (configuration epoch {}, instance {}); it stops by itself",

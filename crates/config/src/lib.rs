@@ -486,9 +486,10 @@ pub struct NodeSection {
     /// file has a `[wan]` section, refused without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-    /// A replica that joins a running cluster (`partita member add`): it is not one of
-    /// the initial replicas, and nobody sends it anything until the change that adds
-    /// it is ordered. Only a `replica` of an unpartitioned cluster.
+    /// A node that joins a running cluster (`partita member add`): it is not one of
+    /// the initial replicas or acceptors, and nobody sends it anything until the change
+    /// that adds it is ordered. A `replica`, an `acceptor` or both, of an unpartitioned
+    /// cluster.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub join: bool,
 }
@@ -653,6 +654,12 @@ impl ClusterConfig {
         if ids.len() != self.nodes.len() {
             return f("node.id", "node ids must be unique".into());
         }
+        if ids.first() == Some(&0) {
+            return f(
+                "node.id",
+                "node ids start at 1 (0 stands for no node: nobody owns ballot zero)".into(),
+            );
+        }
         for n in &self.nodes {
             match n.addr.parse::<SocketAddr>() {
                 // Off loopback only with a [tls] section (TLS, or plain TCP said on
@@ -702,12 +709,16 @@ impl ClusterConfig {
                 return f("node.roles", format!("node {} has no roles", n.id));
             }
             if n.join {
-                if n.roles != [Role::Replica] {
+                if n.roles
+                    .iter()
+                    .any(|r| !matches!(r, Role::Replica | Role::Acceptor))
+                {
                     return f(
                         "node.join",
                         format!(
-                            "node {}: only a replica joins a running cluster (roles = \
-                             [\"replica\"]); acceptors and batchers are fixed by the file",
+                            "node {}: only replicas and acceptors join a running cluster \
+                             (roles = [\"replica\"], [\"acceptor\"] or both); batchers \
+                             are fixed by the file",
                             n.id
                         ),
                     );
@@ -1974,8 +1985,8 @@ impl ClusterConfig {
         match paxos && self.partitioning.partitions <= 1 {
             true => Ok(()),
             false => Err(
-                "replicas change only in unpartitioned clusters ordered by Ring \
-                          Paxos or Multi-Paxos (not built for the others yet)"
+                "replicas and acceptors change only in unpartitioned clusters ordered \
+                          by Ring Paxos or Multi-Paxos (not built for the others yet)"
                     .to_string(),
             ),
         }
@@ -1999,6 +2010,8 @@ impl ClusterConfig {
             learners: self.with_role(Role::Replica),
             partitions: self.partition_layout(),
             batchers: self.with_role(Role::Batcher),
+            epoch: 0,
+            epoch_from: 1,
         }
     }
 
@@ -2541,8 +2554,8 @@ mod tests {
         partita_smr::service::<partita_btree::BPlusTree>()
     }
 
-    /// A replica that joins later (`join = true`) is in no initial role and survives
-    /// a round trip; a joining acceptor, or a joining replica of a partitioned
+    /// A replica or acceptor that joins later (`join = true`) is in no initial role and
+    /// survives a round trip; a joining batcher, or a joining replica of a partitioned
     /// cluster, is refused naming `node.join`.
     #[test]
     fn joining_replicas_are_outside_the_initial_membership_and_only_replicas_join() {
@@ -2559,7 +2572,9 @@ mod tests {
         assert!(back.node(9).unwrap().join);
         assert!(!back.membership().learners.contains(&9));
         assert!(!back.with_role(Role::Replica).contains(&9));
-        let e = ClusterConfig::parse(&with_join(vec![Role::Acceptor]).to_toml(), "t").unwrap_err();
+        let a = ClusterConfig::parse(&with_join(vec![Role::Acceptor]).to_toml(), "t").unwrap();
+        assert!(!a.membership().acceptors.contains(&9));
+        let e = ClusterConfig::parse(&with_join(vec![Role::Batcher]).to_toml(), "t").unwrap_err();
         assert!(e.to_string().contains("node.join"), "{e}");
         let mut p = with_join(vec![Role::Replica]);
         p.partitioning.partitions = 2;

@@ -299,7 +299,97 @@ impl Acceptor {
         &self.drops
     }
 
+    /// Whether a message of `ballot` is for another ordering epoch than this
+    /// acceptor's configuration (counted): one of a newer epoch it cannot read yet
+    /// (its vote bits index other acceptors), or of an older one after the change
+    /// (answered with a `Nack`, so its coordinator steps down).
+    fn other_epoch(&mut self, from: NodeId, ballot: Ballot, out: &mut Outbox) -> bool {
+        if self.membership.owns_ballot(ballot) {
+            return false;
+        }
+        self.drops.count(Drop::OtherEpoch);
+        if ballot.epoch() < self.membership.epoch {
+            out.push(Action::Send {
+                to: from,
+                msg: Msg::Nack {
+                    ballot,
+                    promised: self.promised,
+                },
+            });
+        }
+        true
+    }
+
+    /// Whether a decision is of an epoch that no longer orders `instance` (a value an
+    /// older configuration decided above the change that ended it: never executed).
+    fn dead_decision(&self, instance: Instance, vid: Vid) -> bool {
+        instance >= self.membership.epoch_from && vid.ballot.epoch() < self.membership.epoch
+    }
+
+    /// The acceptors changed (a new ordering epoch, see `partita_types::members`),
+    /// learned once the change that ended the old epoch is decided along with every
+    /// instance before it. From `membership.epoch_from` on this acceptor votes only in
+    /// ballots of the new epoch, forgets what older epochs accepted or decided there
+    /// (never executed), and refuses every older ballot. Below it, it keeps what it
+    /// holds (decided values for learners). The same epoch again only updates the
+    /// learners.
+    pub fn reconfigure(&mut self, membership: Membership) {
+        assert!(
+            membership.epoch >= self.membership.epoch,
+            "epochs only grow"
+        );
+        let index = membership
+            .acceptor_index(self.id)
+            .expect("an acceptor of the new configuration");
+        if membership.epoch == self.membership.epoch {
+            self.membership.learners = membership.learners;
+            return;
+        }
+        self.index = index;
+        self.membership = membership;
+        self.forget_older_epochs();
+    }
+
+    /// Forget what epochs before this acceptor's configuration accepted or decided
+    /// from its first instance on (never executed), and refuse their ballots from now
+    /// on. Also for an acceptor recovered from its log straight into a later epoch.
+    pub fn forget_older_epochs(&mut self) {
+        let from = self.membership.epoch_from;
+        let epoch = self.membership.epoch;
+        let dead = |i: Instance, vid: Vid| i >= from && vid.ballot.epoch() < epoch;
+        self.accepted.retain(|&i, a| {
+            // A vote of an older epoch is not one of this epoch's (a decided value
+            // kept without a vote, ballot zero, goes by its id).
+            let old_vote = a.ballot != Ballot::ZERO && a.ballot.epoch() < epoch;
+            !(dead(i, a.value.vid) || i >= from && old_vote)
+        });
+        self.decided.retain(|&i, &mut vid| !dead(i, vid));
+        self.held_votes.retain(|&i, h| !dead(i, h.vid));
+        self.assembling.retain(|&i, a| !dead(i, a.vid));
+        self.decided_prefix = self.decided_prefix.min(from).max(self.truncated_below);
+        while self.decided.contains_key(&self.decided_prefix) {
+            self.decided_prefix += 1;
+        }
+        self.announced_decided = self.announced_decided.min(from - 1);
+        self.promised = self.promised.max(Ballot::epoch_floor(epoch));
+    }
+
+    /// The configuration this acceptor votes in.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
     pub fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) {
+        let ballot = match &msg {
+            Msg::Phase1A { ballot, .. }
+            | Msg::Phase2A { ballot, .. }
+            | Msg::RingVote { ballot, .. }
+            | Msg::Heartbeat { ballot, .. } => Some(*ballot),
+            _ => None,
+        };
+        if ballot.is_some_and(|b| self.other_epoch(from, b, out)) {
+            return;
+        }
         match msg {
             Msg::Phase1A {
                 ballot,
@@ -333,6 +423,10 @@ impl Acceptor {
             Msg::DecideValue { instance, value } => {
                 if instance < self.truncated_below {
                     self.drops.count(Drop::Truncated);
+                    return;
+                }
+                if self.dead_decision(instance, value.vid) {
+                    self.drops.count(Drop::OtherEpoch);
                     return;
                 }
                 self.learn_decisions(&[(instance, value.vid)]);
@@ -671,7 +765,7 @@ impl Acceptor {
             } => {
                 let Some(a) = self.accepted.get_mut(&instance) else {
                     assert!(
-                        instance < self.truncated_below,
+                        instance < self.truncated_below || ballot.epoch() < self.membership.epoch,
                         "accepted entry for instance {instance} vanished before its write completed"
                     );
                     // Truncated while the write was in flight: decided and checkpointed
@@ -865,7 +959,7 @@ impl Acceptor {
 
     fn learn_decisions(&mut self, decided: &[(Instance, Vid)]) {
         for &(i, vid) in decided {
-            if i < self.truncated_below {
+            if i < self.truncated_below || self.dead_decision(i, vid) {
                 continue;
             }
             self.decided.insert(i, vid);
@@ -884,7 +978,9 @@ impl Acceptor {
     /// heartbeat bound, a leader elected on a node that restarted recently would
     /// re-propose the whole log since the last truncation before deciding anything new.
     pub fn first_undecided(&self) -> Instance {
-        self.decided_prefix.max(self.announced_decided + 1)
+        self.decided_prefix
+            .max(self.announced_decided + 1)
+            .max(self.membership.epoch_from)
     }
 
     /// The ordered time of the newest value it accepted (0: none).
@@ -912,7 +1008,10 @@ impl Acceptor {
         let held = self
             .accepted
             .range(from..to)
-            .filter(|(_, a)| a.durable && a.ballot > Ballot::ZERO);
+            .filter(|(_, a)| a.durable && a.ballot > Ballot::ZERO)
+            // A vote of an older epoch there was never a vote of this one (see
+            // `reconfigure`; a restarted acceptor may hold some until it learns).
+            .filter(|(_, a)| a.ballot.epoch() == ballot.epoch());
         for (&i, a) in held {
             if bytes >= PHASE1B_PAGE_BYTES_MAX {
                 // Close the page just below this instance.
@@ -1104,6 +1203,8 @@ mod tests {
             learners: vec![4],
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         }
     }
 
@@ -1917,6 +2018,8 @@ mod tests {
                 learners: vec![4],
                 partitions: Default::default(),
                 batchers: Vec::new(),
+                epoch: 0,
+                epoch_from: 1,
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -1944,6 +2047,8 @@ mod tests {
                 learners: vec![4],
                 partitions: Default::default(),
                 batchers: Vec::new(),
+                epoch: 0,
+                epoch_from: 1,
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -2019,6 +2124,8 @@ mod tests {
                 learners: vec![4],
                 partitions: Default::default(),
                 batchers: Vec::new(),
+                epoch: 0,
+                epoch_from: 1,
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -2055,6 +2162,8 @@ mod parts_tests {
                 replicas: vec![vec![4], vec![5]],
             },
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         }
     }
 

@@ -220,11 +220,20 @@ impl Coordinator {
         let n_acceptors = membership.acceptors.len();
         let all = membership.all_acceptors_mask();
         let queued_gc_at = queued_gc_min(&cfg);
+        // A ballot of the configuration's epoch: above every ballot of the epochs
+        // before, and the caller never passes one seen from a later epoch.
+        let ballot = highest_seen.max(membership.epoch_floor()).next_for(id);
+        assert!(
+            membership.owns_ballot(ballot),
+            "a coordinator of epoch {} cannot lead above ballot {highest_seen}",
+            membership.epoch
+        );
+        let first_undecided = first_undecided.max(membership.epoch_from);
         Coordinator {
             id,
             membership,
             cfg,
-            ballot: highest_seen.next_for(id),
+            ballot,
             prepared_up_to: first_undecided,
             phase1: None,
             forced: BTreeMap::new(),
@@ -316,6 +325,21 @@ impl Coordinator {
     pub fn deposed_by(&self) -> Option<Ballot> {
         self.deposed_by
     }
+    /// The client commands this coordinator still holds, for the coordinator of the
+    /// next ordering epoch: the queued ones, and those of values in flight at or above
+    /// `from` (the first instance of the new epoch: what the old one decides there is
+    /// never executed). A command also decided below `from` runs once all the same
+    /// (replicas answer a repeat from their reply cache).
+    pub fn into_commands(self, from: Instance) -> Vec<Command> {
+        let mut cmds: Vec<Command> = self
+            .in_flight
+            .range(from..)
+            .flat_map(|(_, f)| f.value.commands.iter().cloned())
+            .collect();
+        cmds.extend(self.pending);
+        cmds
+    }
+
     /// The ring mask proposals go out with (Ring Paxos).
     pub fn ring_mask(&self) -> u64 {
         self.ring_mask
@@ -1203,6 +1227,8 @@ mod tests {
             learners: vec![4, 5],
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         }
     }
 

@@ -50,7 +50,10 @@ impl Elector {
 
     /// The node this elector believes leads.
     pub fn leader(&self) -> NodeId {
-        if self.highest == Ballot::ZERO {
+        // Nobody owns ballot zero, nor an epoch's lowest ballot (an acceptor's promise
+        // right after a change of the acceptors): the configuration's coordinator
+        // then counts as leader.
+        if self.highest.node == 0 {
             self.membership.coordinator
         } else {
             self.highest.node
@@ -125,6 +128,8 @@ mod tests {
             learners: vec![4],
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         }
     }
 

@@ -81,6 +81,15 @@ pub struct Learner {
     /// ([`Value::project`]): the coordinator sends only those, but values recovered from
     /// acceptors or the coordinator (learning, majority reads) are whole.
     partition: Option<(PartitionMap, PartitionId)>,
+    /// The ordering epoch of the instances from `next_deliver` on, as the delivered
+    /// prefix fixes it (`partita_types::members`): a decision of an older epoch there
+    /// was made above the change that ended that epoch, and is never delivered.
+    epoch: u64,
+    /// Stop after delivering a value holding a membership change, until the node
+    /// applied it ([`Learner::resume`]): an acceptor change moves the epoch of every
+    /// instance after it, which only the applied change tells.
+    pause_at_members: bool,
+    paused: bool,
 }
 
 /// The partition learner `id` holds, when the state is partitioned.
@@ -123,8 +132,76 @@ impl Learner {
             drops: DropCounts::default(),
             speculative: false,
             partition: membership_partition(&membership, id),
+            epoch: membership.epoch,
+            pause_at_members: false,
+            paused: false,
             membership,
         }
+    }
+
+    /// Pause after each value that holds a membership change, until [`Learner::resume`]
+    /// (Ring Paxos and Multi-Paxos, whose acceptors can change).
+    pub fn set_pause_at_members(&mut self, on: bool) {
+        self.pause_at_members = on;
+    }
+
+    /// The configuration it learns from.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// Whether delivery waits for [`Learner::resume`].
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The ordering epoch of the next instance to deliver.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The membership change the learner paused after was applied: go on with
+    /// `membership` (of a new epoch when the change was an acceptor's; the same one
+    /// otherwise). Decisions of older epochs held for the instances ahead are dropped.
+    pub fn resume(&mut self, membership: Membership, out: &mut Outbox) {
+        self.reconfigure(membership);
+        self.paused = false;
+        self.deliver(out);
+    }
+
+    /// Learn with `membership` from now on (its epoch orders the instances this
+    /// learner has yet to deliver: a restored checkpoint's), delivering nothing now.
+    pub fn reconfigure(&mut self, membership: Membership) {
+        assert!(membership.epoch >= self.epoch, "epochs only grow");
+        if membership.epoch > self.epoch {
+            let epoch = membership.epoch;
+            let stale = |v: &Arc<Value>| v.vid.ballot.epoch() < epoch;
+            let before = self.ready.len() + self.decided_ids.len();
+            self.ready.retain(|_, v| !stale(v));
+            self.decided_ids
+                .retain(|_, vid| vid.ballot.epoch() >= epoch);
+            for props in self.proposals.values_mut() {
+                props.retain(|v| !stale(v));
+            }
+            self.proposals.retain(|_, p| !p.is_empty());
+            for _ in self.ready.len() + self.decided_ids.len()..before {
+                self.drops.count(Drop::OtherEpoch);
+            }
+            self.read = None;
+            self.epoch = epoch;
+        }
+        self.partition = membership_partition(&membership, self.id);
+        self.membership = membership;
+    }
+
+    /// Whether `vid` was decided in an epoch older than the one ordering the
+    /// instances this learner has yet to deliver (never delivered: counted).
+    fn stale_epoch(&mut self, vid: Vid) -> bool {
+        let stale = vid.ballot.epoch() < self.epoch;
+        if stale {
+            self.drops.count(Drop::OtherEpoch);
+        }
+        stale
     }
 
     /// This learner's part of `value` (all of it when the state is not partitioned).
@@ -197,14 +274,17 @@ impl Learner {
                 // new proposal: the replica releases the replies of a decided
                 // instance before it speculates on the next one.
                 self.deliver(out);
-                if instance < self.next_deliver || self.ready.contains_key(&instance) {
+                if self.stale_epoch(value.vid) {
+                    // Proposed above the change that ended its epoch: counted, dropped.
+                } else if instance < self.next_deliver || self.ready.contains_key(&instance) {
                     self.drops.count(Drop::AlreadyDecided);
                 } else if instance >= self.next_deliver + self.cfg.buffered_instances_max {
                     self.drops.count(Drop::QueueFull);
                 } else {
                     let props = self.proposals.entry(instance).or_default();
                     if !props.iter().any(|p| p.vid == value.vid) {
-                        if self.speculative {
+                        // No speculation past a membership change not yet applied.
+                        if self.speculative && !self.paused {
                             out.push(Action::Propose {
                                 instance,
                                 value: value.clone(),
@@ -251,9 +331,10 @@ impl Learner {
 
     fn on_decided_id(&mut self, instance: Instance, vid: Vid) {
         self.known_decided = self.known_decided.max(instance);
-        if instance < self.next_deliver {
+        if instance < self.next_deliver || self.stale_epoch(vid) {
             return;
         }
+        self.drop_older_epoch(instance, vid);
         if let Some(v) = self.ready.get(&instance) {
             if v.vid != vid {
                 self.drops.count(Drop::ConflictingDecision);
@@ -271,11 +352,36 @@ impl Learner {
         self.resolve(instance);
     }
 
+    /// A decision of a newer epoch than the one held for `instance` replaces it: the
+    /// older one was made above the change that ended its epoch (a learner that has
+    /// not delivered the change yet cannot tell, but the newer epoch can only order
+    /// instances after a change). Decisions of one epoch never differ.
+    fn drop_older_epoch(&mut self, instance: Instance, vid: Vid) {
+        let epoch = vid.ballot.epoch();
+        if self
+            .ready
+            .get(&instance)
+            .is_some_and(|v| v.vid.ballot.epoch() < epoch)
+        {
+            self.ready.remove(&instance);
+            self.drops.count(Drop::OtherEpoch);
+        }
+        if self
+            .decided_ids
+            .get(&instance)
+            .is_some_and(|v| v.ballot.epoch() < epoch)
+        {
+            self.decided_ids.remove(&instance);
+            self.drops.count(Drop::OtherEpoch);
+        }
+    }
+
     fn on_decided_value(&mut self, instance: Instance, value: Arc<Value>) {
         self.known_decided = self.known_decided.max(instance);
-        if instance < self.next_deliver {
+        if instance < self.next_deliver || self.stale_epoch(value.vid) {
             return;
         }
+        self.drop_older_epoch(instance, value.vid);
         let known = self
             .decided_ids
             .get(&instance)
@@ -310,7 +416,14 @@ impl Learner {
     }
 
     fn deliver(&mut self, out: &mut Outbox) {
-        while let Some(v) = self.ready.remove(&self.next_deliver) {
+        while !self.paused {
+            let Some(v) = self.ready.remove(&self.next_deliver) else {
+                break;
+            };
+            let pause = self.pause_at_members
+                && v.commands
+                    .iter()
+                    .any(partita_types::members::is_member_command);
             // One stream: the instance names the execution at every learner.
             out.push(Action::Deliver {
                 instance: self.next_deliver,
@@ -320,6 +433,7 @@ impl Learner {
             self.next_deliver += 1;
             self.stats.delivered += 1;
             self.attempts = 0;
+            self.paused = pause;
         }
         // Forget proposals for instances already delivered.
         while let Some((&i, _)) = self.proposals.first_key_value() {
@@ -355,6 +469,12 @@ impl Learner {
             self.drops.count(Drop::FromNonMember);
             return;
         }
+        // Votes of an older epoch than the instances' own were never votes there.
+        let epoch = self.epoch;
+        let accepted = accepted
+            .into_iter()
+            .filter(|(_, _, v)| v.vid.ballot.epoch() >= epoch)
+            .collect();
         read.replies.insert(acceptor, accepted);
         if read.replies.len() < self.membership.majority() {
             return;
@@ -399,13 +519,15 @@ impl Learner {
         self.attempts = 0;
         self.gap_since_tick = None;
         self.read = None;
+        // A membership change it paused after is in the checkpoint now.
+        self.paused = false;
         self.decided_prefix = self.decided_prefix.max(next_deliver - 1);
         self.deliver(out);
     }
 
     pub fn on_tick(&mut self, now_tick: u64, out: &mut Outbox) {
         self.now_tick = now_tick;
-        let Some(since) = self.gap_since_tick else {
+        let Some(since) = self.gap_since_tick.filter(|_| !self.paused) else {
             return;
         };
         if now_tick.saturating_sub(since) < self.cfg.gap_ticks {
@@ -505,6 +627,8 @@ mod tests {
             learners: vec![4, 5],
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         }
     }
 

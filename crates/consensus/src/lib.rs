@@ -140,6 +140,11 @@ pub struct Membership {
     /// batches ([`Batcher`]). A batcher may also be an acceptor or a replica, or run
     /// alone (a standalone batcher).
     pub batchers: Vec<NodeId>,
+    /// The ordering epoch these acceptors order in (0: the cluster file's; see
+    /// `partita_types::members`): every ballot used with them is of this epoch
+    /// ([`Ballot::epoch`]), and they order every instance from `epoch_from` on.
+    pub epoch: u64,
+    pub epoch_from: Instance,
 }
 
 /// Replicas added or removed at run time that a [`Msg::Members`] may list, at most.
@@ -152,7 +157,25 @@ impl Membership {
     pub fn with_members(&self, members: &partita_types::members::Members) -> Membership {
         let mut m = self.clone();
         m.learners = members.replicas(&self.learners);
+        if members.ordering_epoch > 0 {
+            m.acceptors = members.acceptors(&self.acceptors);
+            if !m.acceptors.contains(&m.coordinator) {
+                m.coordinator = m.acceptors[0];
+            }
+            m.epoch = members.ordering_epoch;
+            m.epoch_from = members.ordering_from();
+        }
         m
+    }
+
+    /// The lowest ballot of this configuration's epoch.
+    pub fn epoch_floor(&self) -> Ballot {
+        Ballot::epoch_floor(self.epoch)
+    }
+
+    /// Whether `ballot` belongs to this configuration (its epoch).
+    pub fn owns_ballot(&self, ballot: Ballot) -> bool {
+        ballot.epoch() == self.epoch
     }
 
     pub fn majority(&self) -> usize {
@@ -1172,6 +1195,10 @@ pub enum Drop {
     /// for several heartbeats with none completed), so that the leader lays out its
     /// Ring Paxos ring without it.
     DiskLagging,
+    /// A message of another ordering epoch than the configuration this node knows
+    /// (an older one's, stale; a newer one's, which it cannot read until it learns
+    /// the change).
+    OtherEpoch,
 }
 
 /// The [`DropCounts`] name of [`Drop::ConflictingDecision`].
@@ -1193,6 +1220,7 @@ impl DropCounts {
 fn drop_name(d: Drop) -> &'static str {
     match d {
         Drop::StaleBallot => "stale_ballot",
+        Drop::OtherEpoch => "other_epoch",
         Drop::NotForThisRole => "not_for_this_role",
         Drop::UnknownInstance => "unknown_instance",
         Drop::AlreadyDecided => "already_decided",
@@ -1316,6 +1344,8 @@ mod tests {
             learners: vec![4, 5],
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         }
     }
 

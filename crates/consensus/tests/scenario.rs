@@ -32,6 +32,8 @@ impl Cluster {
             learners: vec![4, 5],
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         };
         let acceptors = membership
             .acceptors

@@ -914,6 +914,8 @@ fn group_setup(setup: &NodeSetup, geo: &GeoSetup, g: usize) -> NodeSetup {
             learners: geo.replicas.clone(),
             partitions: m.partitions.clone(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         },
         acceptor: m.acceptors.contains(&setup.id),
         replica: geo.replicas.contains(&setup.id),

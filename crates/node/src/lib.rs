@@ -508,6 +508,9 @@ pub struct NodeCore {
     /// to finish what they hold (a checkpoint is taken at a point where every
     /// delivered command ran); handed to the replica right after it.
     held: VecDeque<(Instance, Instance, Arc<Value>)>,
+    /// What the learner did on resuming after a value that held a membership change
+    /// (delivered on, asked for more): run next, as if a handler had returned it.
+    resumed: Outbox,
     /// Replicas added and removed at run time (see [`members`]).
     member: members::MemberState,
     /// Answers to membership requests, sent with the replies.
@@ -605,6 +608,7 @@ impl NodeCore {
             inline_workers: true,
             thread_runner: None,
             held: VecDeque::new(),
+            resumed: Vec::new(),
             member: members::MemberState::default(),
             member_done: Vec::new(),
             setup,
@@ -690,7 +694,8 @@ impl NodeCore {
         }
         let members = core.member.applied.clone();
         if let Some(o) = core.ordering.as_mut() {
-            o.adopt_members(&members);
+            o.adopt_members(&members, &mut start);
+            o.replica_members(&members, true, &mut start);
         }
         core.run(start, out);
         Ok(core)
@@ -1239,12 +1244,21 @@ impl NodeCore {
                 self.count_n("resubmits_refused", refused);
                 continue;
             }
+            if !self.resumed.is_empty() {
+                actions = std::mem::take(&mut self.resumed);
+                continue;
+            }
             let Some((from, msg)) = self.local.pop_front() else {
-                break;
+                // Values released now may hold membership changes the learner waits
+                // on: what it does on resuming runs in this loop too.
+                self.release_held();
+                if self.resumed.is_empty() {
+                    break;
+                }
+                continue;
             };
             actions = self.dispatch(from, msg);
         }
-        self.release_held();
         self.maybe_save(out);
         self.flush_replies(out);
     }
@@ -1267,6 +1281,18 @@ impl NodeCore {
                 if let Action::Send { to, msg } = a {
                     self.member_done.push(Output::Send { to, msg });
                 }
+            }
+        }
+        if value
+            .commands
+            .iter()
+            .any(partita_types::members::is_member_command)
+        {
+            // The learner paused after this value: it delivers on in the epoch the
+            // change left (an acceptor change starts one at the next instance).
+            let members = self.member.applied.clone();
+            if let Some(o) = self.ordering.as_mut() {
+                o.replica_members(&members, true, &mut self.resumed);
             }
         }
         let r = self.replica.as_mut().expect("the caller checked");
@@ -1363,6 +1389,10 @@ impl NodeCore {
             .expect("a runnable worker has a replica with threads");
         w.run_thread(t, &mut self.replies);
         self.release_held();
+        if !self.resumed.is_empty() {
+            let resumed = std::mem::take(&mut self.resumed);
+            return self.run(resumed, out);
+        }
         self.maybe_checkpoint();
         self.maybe_save(out);
         self.flush_replies(out);
@@ -1718,7 +1748,7 @@ impl NodeCore {
         // suffix's changes to.
         self.member.applied = members;
         if let Some(o) = self.ordering.as_mut() {
-            o.adopt_members(&self.member.applied);
+            o.adopt_members(&self.member.applied, actions);
         }
         self.count_n("state_transfer_bytes_restored", bytes.len() as u64);
         self.checkpoint = Some((instance, CheckpointBytes(Arc::new(bytes)), crc));
@@ -1735,6 +1765,8 @@ impl NodeCore {
         let delivered = self.ordering.as_ref().and_then(|o| o.delivered_up_to());
         if let Some(o) = self.ordering.as_mut() {
             if o.checkpoints_at_cuts() || delivered.is_none_or(|d| instance > d) {
+                // The learner goes on in the checkpoint's ordering epoch.
+                o.replica_members(&self.member.applied, false, actions);
                 o.skip_to(instance + 1, &position, actions);
             } else {
                 self.count("state_transfer_behind_delivery");
@@ -1889,6 +1921,8 @@ mod tests {
                 learners: vec![4],
                 partitions: Default::default(),
                 batchers: Vec::new(),
+                epoch: 0,
+                epoch_from: 1,
             },
             acceptor,
             replica,

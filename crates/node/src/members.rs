@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 
 /// The system command kind of membership changes (keeps their sequence numbers apart
 /// from other system commands of the same node).
-pub const MEMBER_KIND: u8 = 7;
+pub use partita_types::members::MEMBER_KIND;
 
 /// A learner proposes its promotion once it knows of at most this many decided
 /// instances it has not executed.
@@ -36,7 +36,18 @@ pub const PROMOTE_LAG_MAX: u64 = 64;
 const REMOVED_TOLD_EVERY: u64 = 10;
 
 /// A checkpoint ordering section that carries [`Members`] starts with this.
-const SECTION_TAG: &[u8; 8] = b"PTMEMBR1";
+const SECTION_TAG: &[u8; 8] = b"PTMEMBR2";
+/// ... and one written before acceptors could change (replicas only).
+const SECTION_TAG_V1: &[u8; 8] = b"PTMEMBR1";
+
+/// [`Members`] as version 1 of the section wrote them.
+#[derive(serde::Deserialize)]
+struct MembersV1 {
+    epoch: u64,
+    at: Instance,
+    replicas: std::collections::BTreeMap<NodeId, partita_types::members::Replica>,
+    removed: BTreeSet<NodeId>,
+}
 
 /// The ordering section of a checkpoint: the ordering's `position`, with the replicas
 /// changed at run time when there were any (exactly `position` otherwise, so
@@ -55,6 +66,18 @@ pub fn join_section(position: Vec<u8>, members: &Members) -> Vec<u8> {
 pub fn split_section(section: &[u8]) -> (Vec<u8>, Members) {
     if let Some(rest) = section.strip_prefix(SECTION_TAG) {
         if let Ok((position, members)) = partita_types::decode::<(Vec<u8>, Members)>(rest) {
+            return (position, members);
+        }
+    }
+    if let Some(rest) = section.strip_prefix(SECTION_TAG_V1) {
+        if let Ok((position, m)) = partita_types::decode::<(Vec<u8>, MembersV1)>(rest) {
+            let members = Members {
+                epoch: m.epoch,
+                at: m.at,
+                replicas: m.replicas,
+                removed: m.removed,
+                ..Members::default()
+            };
             return (position, members);
         }
     }
@@ -134,9 +157,24 @@ impl NodeCore {
     }
 
     /// The position at which this node was removed from the cluster: it has stopped
-    /// taking part, and its driver should stop it.
+    /// taking part, and its driver should stop it. A replica is removed by its own
+    /// change (it can be removed only once it is no acceptor); a node that is only an
+    /// acceptor, once it is no acceptor any more.
     pub fn removed(&self) -> Option<Instance> {
-        self.member.removed
+        if self.member.removed.is_some() {
+            return self.member.removed;
+        }
+        let members = self.members();
+        let acceptor_only = self.setup.acceptor && !self.setup.replica && !self.setup.batcher;
+        (acceptor_only && members.acceptors_removed.contains(&self.setup.id))
+            .then(|| members.ordering_from() - 1)
+    }
+
+    /// Whether `node` is an acceptor now (the cluster file's, or as changed since).
+    pub fn is_acceptor(&self, node: NodeId) -> bool {
+        self.members()
+            .acceptors(&self.setup.membership.acceptors)
+            .contains(&node)
     }
 
     /// How many membership changes this node knows of (its links follow).
@@ -144,12 +182,18 @@ impl NodeCore {
         self.members().epoch
     }
 
-    /// Addresses of the replicas added at run time, for the driver's links.
+    /// Addresses of the replicas and acceptors added at run time, for the driver's
+    /// links.
     pub fn added_addresses(&self) -> Vec<(NodeId, String)> {
-        self.members()
-            .added()
-            .map(|(n, a)| (n, a.to_string()))
-            .collect()
+        let members = self.members();
+        let mut added: Vec<(NodeId, String)> =
+            members.added().map(|(n, a)| (n, a.to_string())).collect();
+        for (&n, a) in &members.acceptor_addrs {
+            if !added.iter().any(|(m, _)| *m == n) {
+                added.push((n, a.clone()));
+            }
+        }
+        added
     }
 
     /// Whether a peer is a member: in the cluster file, or added at run time.
@@ -159,6 +203,7 @@ impl NodeCore {
             || m.learners.contains(&node)
             || m.batchers.contains(&node)
             || self.members().replicas.contains_key(&node)
+            || self.members().acceptors.contains(&node)
     }
 
     /// An operator's request (`partita member`), answered with
@@ -245,16 +290,21 @@ impl NodeCore {
         }
         let node = change.node();
         let m = &self.setup.membership;
-        if !matches!(change, MemberChange::Add { .. })
-            && (m.acceptors.contains(&node) || m.batchers.contains(&node))
-        {
-            return Some(format!(
-                "node {node} is an acceptor or a batcher: changing acceptors needs every \
-                 instance's configuration fixed a window ahead (not built yet); only \
-                 replicas that play no other role change"
-            ));
+        match change {
+            MemberChange::Remove { .. } | MemberChange::Promote { .. }
+                if m.batchers.contains(&node) =>
+            {
+                Some(format!(
+                    "node {node} is a batcher: batchers are fixed by the cluster file; only \
+                     replicas and acceptors change"
+                ))
+            }
+            MemberChange::Remove { .. } if self.is_acceptor(node) => Some(format!(
+                "node {node} is an acceptor too: remove its acceptor role first \
+                 (partita member remove --acceptor {node}), then the replica"
+            )),
+            _ => None,
         }
-        None
     }
 
     /// Multicast `change` as this node's next membership command.
@@ -267,7 +317,12 @@ impl NodeCore {
         let seq = self.member.seq;
         let groups = self.setup.membership.partitions.map.all();
         let initial = self.initial_partitions();
-        let op = SystemOp::Member { change, initial };
+        let acceptors = self.setup.membership.acceptors.clone();
+        let op = SystemOp::Member {
+            change,
+            initial,
+            acceptors,
+        };
         let mut cmd = Command::system(op, self.setup.id, MEMBER_KIND, seq);
         cmd.body = match cmd.body {
             partita_types::Body::Whole { payload, .. } => {
@@ -315,7 +370,12 @@ impl NodeCore {
             }
         }
         for cmd in &commands {
-            let Some(SystemOp::Member { change, initial }) = cmd.system_op() else {
+            let Some(SystemOp::Member {
+                change,
+                initial,
+                acceptors,
+            }) = cmd.system_op()
+            else {
                 continue;
             };
             // The first change applies to the replicas its proposer's file started
@@ -324,11 +384,17 @@ impl NodeCore {
                 true => self.initial_partitions(),
                 false => initial,
             };
+            let acceptors = match acceptors.is_empty() {
+                true => self.setup.membership.acceptors.clone(),
+                false => acceptors,
+            };
             let others = self.other_nodes();
-            let result = self
-                .member
-                .applied
-                .apply(&initial, &others, &change, instance);
+            let start = partita_types::members::Initial {
+                replicas: &initial,
+                acceptors: &acceptors,
+                others: &others,
+            };
+            let result = self.member.applied.apply(start, &change, instance);
             match &result {
                 Ok(()) => {
                     changed = true;
@@ -337,6 +403,9 @@ impl NodeCore {
                         if node == self.setup.id {
                             self.member.removed = Some(instance);
                         }
+                    }
+                    if change.changes_acceptors() {
+                        self.count("acceptor_changes_applied");
                     }
                 }
                 Err(_) => self.count("member_changes_refused"),
@@ -357,7 +426,7 @@ impl NodeCore {
         if changed {
             let members = self.member.applied.clone();
             if let Some(o) = self.ordering.as_mut() {
-                o.adopt_members(&members);
+                o.adopt_members(&members, out);
             }
             self.tell_members(out);
         }
@@ -375,6 +444,8 @@ impl NodeCore {
         to.extend(&m.learners);
         to.extend(&m.batchers);
         to.remove(&self.setup.id);
+        // Removed acceptors hear it too: one that only accepts stops.
+        to.extend(&members.acceptors_removed);
         let msg = Msg::Members(Box::new(members.clone()));
         for to in to {
             out.push(partita_consensus::Action::Send {

@@ -756,6 +756,8 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
             learners: learners.clone(),
             partitions,
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         },
         acceptor: spec.acceptors.contains(&setup.id),
         replica: learners.contains(&setup.id),

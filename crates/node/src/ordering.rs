@@ -85,12 +85,20 @@ pub trait AtomicMulticast: Send {
                 .to_string(),
         )
     }
-    /// The replicas at `members` (the newest this node knows, from its replica or a
+    /// The members at `members` (the newest this node knows, from its replica or a
     /// peer's [`Msg::Members`]): decisions, heartbeats and truncation follow them from
-    /// now on. Whether they were newer than what the ordering had.
-    fn adopt_members(&mut self, _members: &Members) -> bool {
+    /// now on, and an acceptor change moves the acceptors, coordinator and elector
+    /// here to the new ordering epoch. Whether they were newer than what the ordering
+    /// had.
+    fn adopt_members(&mut self, _members: &Members, _out: &mut Outbox) -> bool {
         false
     }
+    /// The members as this node's replica applied them, at the position it executed
+    /// up to (after a checkpoint was restored, or a value holding a membership change
+    /// was applied): the learner delivers on in their ordering epoch (with `resume`:
+    /// it paused after the value holding the change; without, it only takes the
+    /// epoch, before it skips to a restored checkpoint).
+    fn replica_members(&mut self, _members: &Members, _resume: bool, _out: &mut Outbox) {}
     /// The replicas this ordering follows (`None`: it does not support changes).
     fn members(&self) -> Option<&Members> {
         None
@@ -225,6 +233,9 @@ pub struct PaxosOrdering {
     counters: BTreeMap<&'static str, u64>,
     /// The replicas changed at run time, newest known (epoch 0: the cluster file's).
     members: Members,
+    /// The acceptor's durable records, kept until this node becomes an acceptor (one
+    /// that joins: the cluster file names it `join = true`).
+    recovered: Option<Vec<AcceptorRecord>>,
 }
 
 /// Recently forwarded commands kept for a new leader, at most.
@@ -260,9 +271,13 @@ impl PaxosOrdering {
             clock_ms: 0,
             counters: BTreeMap::new(),
             members: Members::default(),
+            recovered: None,
         };
         assert_eq!(setup.mode, Mode::Smr, "a cs server orders nothing");
-        if setup.acceptor {
+        if setup.acceptor && setup.membership.acceptor_index(id).is_none() {
+            // An acceptor that joins: it votes once a change adds it.
+            o.recovered = Some(recovered);
+        } else if setup.acceptor {
             let mut a = Acceptor::recover(id, setup.membership.clone(), recovered);
             if bugs.forget_promise {
                 a.unsafe_forget_promise();
@@ -297,6 +312,7 @@ impl PaxosOrdering {
                 next_deliver,
             );
             learner.set_speculative(setup.speculative);
+            learner.set_pause_at_members(true);
             o.learner = Some(learner);
         }
         if setup.batcher {
@@ -329,6 +345,7 @@ impl PaxosOrdering {
             next,
         );
         l.set_speculative(old.is_speculative());
+        l.set_pause_at_members(true);
         let mut ignored = Vec::new();
         // What the old learner knew of decisions beyond, the new one asks for again.
         l.on_tick(self.tick, &mut ignored);
@@ -389,9 +406,17 @@ impl PaxosOrdering {
             return;
         };
         let floor = floor.max(a.promised());
+        let membership = self.membership();
+        if floor.epoch() > membership.epoch {
+            // A ballot of a later ordering epoch was seen: the acceptors changed and
+            // this node does not know them yet (a replica tells it soon). It cannot
+            // lead with acceptors it does not know.
+            self.count("campaigns_refused_later_epoch");
+            return;
+        }
         let mut c = Coordinator::new(
             self.setup.id,
-            self.membership(),
+            membership,
             self.setup.coordinator_config.clone(),
             floor,
             a.first_undecided(),
@@ -435,6 +460,68 @@ impl PaxosOrdering {
 }
 
 impl PaxosOrdering {
+    /// The acceptors changed: a new ordering epoch (`partita_types::members`) orders
+    /// from `m.epoch_from` on, with `m.acceptors`. Every instance before is decided
+    /// (a replica executed the change). This node's acceptor moves to it (or starts:
+    /// a joining acceptor; or stops: a removed one), its coordinator of the old epoch
+    /// stops, and the leader of the old epoch leads the new one if it is still an
+    /// acceptor (else the new configuration's coordinator), taking along the commands
+    /// the old epoch had not decided before the change.
+    fn new_epoch(&mut self, m: partita_consensus::Membership, out: &mut Outbox) {
+        let id = self.setup.id;
+        self.count("ordering_epochs");
+        let old_leader = self.leader();
+        let commands = self
+            .coordinator
+            .take()
+            .map(|c| c.into_commands(m.epoch_from))
+            .unwrap_or_default();
+        if m.acceptor_index(id).is_none() {
+            if self.acceptor.take().is_some() {
+                self.count("acceptor_removed");
+            }
+            self.elector = None;
+            self.count_n("dropped_commands_epoch_change", commands.len() as u64);
+            return;
+        }
+        match self.acceptor.as_mut() {
+            Some(a) => a.reconfigure(m.clone()),
+            None => {
+                let records = self.recovered.take().unwrap_or_default();
+                let mut a = Acceptor::recover(id, m.clone(), records);
+                a.forget_older_epochs();
+                a.set_unsafe_vote_before_durable(self.bugs.vote_before_durable);
+                self.acceptor = Some(a);
+                self.count("acceptor_joined");
+            }
+        }
+        let promised = self.acceptor.as_ref().expect("just set").promised();
+        self.elector = Some(Elector::new(
+            id,
+            m.clone(),
+            self.setup.coordinator_config.election_timeout_ticks,
+            promised,
+        ));
+        let leads = match old_leader {
+            Some(l) if m.acceptor_index(l).is_some() => l == id,
+            _ => m.coordinator == id,
+        };
+        if leads {
+            self.campaign(Ballot::ZERO, out);
+            if let Some(c) = self.coordinator.as_mut() {
+                let n = commands.len() as u64;
+                let refused = commands
+                    .into_iter()
+                    .filter(|cmd| !c.on_command(cmd.clone(), out))
+                    .count() as u64;
+                self.count_n("commands_carried_to_new_epoch", n - refused);
+                self.count_n("dropped_commands_epoch_change", refused);
+            }
+        } else {
+            self.count_n("dropped_commands_epoch_change", commands.len() as u64);
+        }
+    }
+
     /// A message both the learner and the acceptor take: each role this node has gets
     /// it (cloned only when it has both). Whether any did.
     fn give_learner_and_acceptor(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool {
@@ -641,7 +728,7 @@ impl AtomicMulticast for PaxosOrdering {
             Msg::Members(m) => {
                 handled = true;
                 let m = (**m).clone();
-                if self.adopt_members(&m) {
+                if self.adopt_members(&m, out) {
                     self.count("members_adopted_from_peers");
                 }
             }
@@ -708,10 +795,11 @@ impl AtomicMulticast for PaxosOrdering {
     }
 
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox) {
-        let a = self
-            .acceptor
-            .as_mut()
-            .expect("persist completions go to the acceptor");
+        let Some(a) = self.acceptor.as_mut() else {
+            // Writes of an acceptor that a change removed since.
+            self.count_n("persisted_after_acceptor_removed", tokens.len() as u64);
+            return;
+        };
         for &t in tokens {
             a.on_persisted(t, out);
         }
@@ -728,7 +816,7 @@ impl AtomicMulticast for PaxosOrdering {
     }
 
     fn announce_checkpoint(&mut self, instance: Instance, _position: &[u8], out: &mut Outbox) {
-        for &a in &self.setup.membership.acceptors {
+        for &a in &self.membership().acceptors {
             out.push(Action::Send {
                 to: a,
                 msg: Msg::Checkpointed { instance },
@@ -752,12 +840,17 @@ impl AtomicMulticast for PaxosOrdering {
         }
     }
 
-    fn adopt_members(&mut self, members: &Members) -> bool {
+    fn adopt_members(&mut self, members: &Members, out: &mut Outbox) -> bool {
         if members.epoch <= self.members.epoch {
             return false;
         }
+        let epoch = self.members.ordering_epoch;
         self.members = members.clone();
-        let learners = self.membership().learners;
+        let m = self.membership();
+        if m.epoch > epoch {
+            self.new_epoch(m.clone(), out);
+        }
+        let learners = m.learners;
         if let Some(a) = self.acceptor.as_mut() {
             a.set_learners(learners.clone());
         }
@@ -768,6 +861,18 @@ impl AtomicMulticast for PaxosOrdering {
             l.set_learners(learners);
         }
         true
+    }
+
+    fn replica_members(&mut self, members: &Members, resume: bool, out: &mut Outbox) {
+        let m = self.setup.membership.with_members(members);
+        if let Some(l) = self.learner.as_mut() {
+            match (resume, m.epoch >= l.epoch()) {
+                (true, true) => l.resume(m, out),
+                (false, true) => l.reconfigure(m),
+                (true, false) => l.resume(l.membership().clone(), out),
+                (false, false) => {}
+            }
+        }
     }
 
     fn members(&self) -> Option<&Members> {

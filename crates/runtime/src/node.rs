@@ -325,8 +325,8 @@ impl Node {
         }
     }
 
-    /// Links to the replicas added at run time that have none yet (their addresses
-    /// come with the change), and the stop of a node that was removed.
+    /// Links to the replicas and acceptors added at run time that have none yet (their
+    /// addresses come with the change), and the stop of a node that was removed.
     fn sync_members(&mut self) {
         let epoch = self.core.members_epoch();
         if epoch == self.links_epoch {
@@ -337,7 +337,7 @@ impl Node {
             if peer == self.id || self.peers.contains_key(&peer) {
                 continue;
             }
-            info!(peer, %addr, "a replica joined: linking to it");
+            info!(peer, %addr, "a node joined: linking to it");
             let (tx, rx) = mpsc::channel(partita_net::SEND_QUEUE_FRAMES_MAX);
             {
                 let _on = self.io_handle.enter();

@@ -144,12 +144,16 @@ pub fn fingerprint(v: &Value) -> u64 {
 
 /// The agreement oracle. Input: every message a node sends ([`Agreement::observe`]).
 /// Output: the first contradiction. Invariant: once an instance is announced decided
-/// with value id `v`, every later announcement for it names `v`; a value id always
-/// carries the same commands.
+/// with value id `v` in an ordering epoch (`v`'s ballot's, see
+/// `partita_types::members`), every later announcement for it in that epoch names `v`;
+/// a value id always carries the same commands. A later epoch decides again the
+/// instances an earlier one decided above the change that ended it: those were never
+/// executed (the replicas' prefixes, checked apart, judge what runs).
 #[derive(Default)]
 pub struct Agreement {
-    /// Per ring (0: the one stream without Multi-Ring Paxos) and instance.
-    decided: BTreeMap<(u32, Instance), (Vid, NodeId)>,
+    /// Per ring (0: the one stream without Multi-Ring Paxos), instance and ordering
+    /// epoch.
+    decided: BTreeMap<(u32, Instance, u64), (Vid, NodeId)>,
     /// The ring of the message being observed.
     ring: u32,
     /// Fingerprint per ring and value id, of the whole value (`None`) and, with state
@@ -166,14 +170,15 @@ pub struct Agreement {
 impl Agreement {
     fn decision(&mut self, from: NodeId, i: Instance, vid: Vid) -> Result<(), String> {
         self.decisions_seen += 1;
-        match self.decided.get(&(self.ring, i)) {
+        let key = (self.ring, i, vid.ballot.epoch());
+        match self.decided.get(&key) {
             Some(&(old, by)) if old != vid => Err(format!(
                 "ring {} instance {i} decided twice: value {}/{} announced by node {by}, then value {}/{} announced by node {from}",
                 self.ring, old.ballot, old.seq, vid.ballot, vid.seq
             )),
             Some(_) => Ok(()),
             None => {
-                self.decided.insert((self.ring, i), (vid, from));
+                self.decided.insert(key, (vid, from));
                 Ok(())
             }
         }

@@ -743,11 +743,11 @@ impl SeedParams {
         if self.member_changes {
             // The node that joins: after every other one, outside the initial
             // membership until the membership script adds it.
+            // It joins as a replica, then as an acceptor too.
             let id = c.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
-            c.nodes.push(NodeSection::joining_replica(
-                id,
-                format!("127.0.0.1:{}", 7100 + id),
-            ));
+            let mut joiner = NodeSection::joining_replica(id, format!("127.0.0.1:{}", 7100 + id));
+            joiner.roles.push(Role::Acceptor);
+            c.nodes.push(joiner);
         }
         // Round-trip through the cluster-file parser so that a simulated cluster is
         // always one the real loader accepts.

@@ -1946,9 +1946,16 @@ impl World {
 
     fn crash_some(&mut self) {
         let f = &self.p.faults;
-        let acceptors = self.nodes.iter().filter(|n| n.acceptor).count();
+        // Over the acceptors of the current configuration (the membership script
+        // changes them).
+        let now: Vec<bool> = (0..self.nodes.len())
+            .map(|i| self.acceptor_now(i))
+            .collect();
+        let acceptors = now.iter().filter(|&&a| a).count();
         let minority = (acceptors - 1) / 2;
-        let acceptors_down = self.nodes.iter().filter(|n| n.acceptor && !n.up()).count();
+        let acceptors_down = (0..self.nodes.len())
+            .filter(|&i| now[i] && !self.nodes[i].up())
+            .count();
         let replicas_up = self.nodes.iter().filter(|n| n.replica && n.up()).count();
         let eligible: Vec<usize> = self
             .nodes
@@ -1966,6 +1973,8 @@ impl World {
                     (n.replica || n.batcher) && f.has(FaultClass::CrashReplica)
                 };
                 let acceptor_ok = !n.acceptor || acceptors_down < minority;
+                // Crashes end: a configuration a change makes meanwhile with fewer
+                // of its acceptors up waits for them.
                 let replica_ok = !n.replica || replicas_up > 1;
                 class_on && acceptor_ok && replica_ok
             })

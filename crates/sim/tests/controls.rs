@@ -587,21 +587,25 @@ fn members(ops: u64) -> SimOptions {
 fn membership_change_seeds_pass() {
     let o = members(1200);
     let (mut added, mut removed) = (0, 0);
+    let (mut acceptor_added, mut acceptor_removed) = (0, 0);
     for seed in 0..10 {
         let r = run_seed(seed, &o);
         assert!(r.params.member_changes, "seed {seed} changes its replicas");
         assert!(r.passed, "seed {seed}: {}", r.one_line());
-        added += r.counters.get("member_added").copied().unwrap_or(0);
-        removed += r
-            .counters
-            .get("replicas_stopped_removed")
-            .copied()
-            .unwrap_or(0);
+        let n = |k: &str| r.counters.get(k).copied().unwrap_or(0);
+        added += n("member_added");
+        removed += n("replicas_stopped_removed");
+        acceptor_added += n("acceptor_added");
+        acceptor_removed += n("acceptor_removed");
     }
     assert!(added >= 7, "the joiner was added in {added} of 10 seeds");
     assert!(
         removed >= 5,
         "a replica was removed in {removed} of 10 seeds"
+    );
+    assert!(
+        acceptor_added >= 5 && acceptor_removed >= 5,
+        "acceptors added in {acceptor_added}, removed in {acceptor_removed} of 10 seeds"
     );
 }
 

@@ -87,6 +87,25 @@ impl Ballot {
         Ballot { round, node }
     }
 
+    /// Bits of `round` below the ordering epoch ([`Ballot::epoch`]).
+    pub const EPOCH_SHIFT: u32 = 40;
+
+    /// The ordering epoch the ballot belongs to: how many changes of the acceptors
+    /// were applied before the instances it proposes in (`members`). Every ballot of
+    /// epoch `e + 1` is above every ballot of epoch `e`, so a message of an older
+    /// configuration is stale by its ballot alone.
+    pub fn epoch(self) -> u64 {
+        self.round >> Self::EPOCH_SHIFT
+    }
+
+    /// The lowest ballot of epoch `epoch` (owned by nobody).
+    pub fn epoch_floor(epoch: u64) -> Ballot {
+        Ballot {
+            round: epoch << Self::EPOCH_SHIFT,
+            node: 0,
+        }
+    }
+
     /// The smallest ballot owned by `node` that is above `self`.
     pub fn next_for(self, node: NodeId) -> Ballot {
         let candidate = Ballot {
@@ -106,7 +125,15 @@ impl Ballot {
 
 impl std::fmt::Display for Ballot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.round, self.node)
+        match self.epoch() {
+            0 => write!(f, "{}.{}", self.round, self.node),
+            e => write!(
+                f,
+                "e{e}:{}.{}",
+                self.round & ((1 << Self::EPOCH_SHIFT) - 1),
+                self.node
+            ),
+        }
     }
 }
 
@@ -353,10 +380,12 @@ pub enum SystemOp {
     /// applies it where it is delivered, and nothing else executes it. `initial`: the
     /// replicas (with their partitions) the proposer's cluster file starts from, which
     /// the first change of a cluster applies to (so that a replica whose file was
-    /// edited since replays the changes alike).
+    /// edited since replays the changes alike); `acceptors`: its file's acceptors in
+    /// ring order, for the first acceptor change alike.
     Member {
         change: members::MemberChange,
         initial: Vec<(NodeId, PartitionId)>,
+        acceptors: Vec<NodeId>,
     },
 }
 

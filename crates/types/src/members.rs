@@ -12,8 +12,17 @@
 //! Replicas do not vote: who they are decides where decisions are sent, whose
 //! checkpoints acceptors wait for before truncating, and who answers clients, never
 //! which values are chosen. So a change of replicas takes effect at the position it was
-//! decided at, with no window. Changes of acceptors, which would need one, are not
-//! here.
+//! decided at, with no window.
+//!
+//! Acceptors vote, so a change of them ends an *ordering epoch* (stop and restart, as
+//! in "Reconfiguring a State Machine"): the change decided at instance `i` makes
+//! epoch `e + 1` ([`Members::ordering_epoch`]) order every instance from `i + 1`
+//! ([`Members::ordering_from`]) with the new acceptors and ballots of its own
+//! ([`crate::Ballot::epoch`]); whatever epoch `e` decides above `i` is never executed
+//! (its commands are proposed again). Each epoch is plain Paxos over one fixed set of
+//! acceptors, and the hand-off is the decided prefix up to `i`, which every node
+//! agrees on; so no two configurations decide an instance that is executed. The rule,
+//! and what each role does with it, is in `ARCHITECTURE.md` ("Membership").
 
 use crate::{Instance, NodeId, PartitionId};
 use serde::{Deserialize, Serialize};
@@ -39,6 +48,13 @@ pub enum MemberChange {
     /// A replica (serving or learner) leaves for good: it stops at this position and
     /// its id is never used again.
     Remove { node: NodeId },
+    /// A new acceptor `node`, reached at `addr`, last in the ring order. It votes from
+    /// the instance after the change on (a new ordering epoch), with no history: the
+    /// instances before are decided by the acceptors of the epochs before.
+    AddAcceptor { node: NodeId, addr: String },
+    /// An acceptor votes on nothing after the change (a new ordering epoch); its id
+    /// is never an acceptor again.
+    RemoveAcceptor { node: NodeId },
 }
 
 impl MemberChange {
@@ -47,8 +63,18 @@ impl MemberChange {
         match self {
             MemberChange::Add { node, .. }
             | MemberChange::Promote { node }
-            | MemberChange::Remove { node } => *node,
+            | MemberChange::Remove { node }
+            | MemberChange::AddAcceptor { node, .. }
+            | MemberChange::RemoveAcceptor { node } => *node,
         }
+    }
+
+    /// Whether it changes the acceptors (and so starts an ordering epoch).
+    pub fn changes_acceptors(&self) -> bool {
+        matches!(
+            self,
+            MemberChange::AddAcceptor { .. } | MemberChange::RemoveAcceptor { .. }
+        )
     }
 }
 
@@ -71,6 +97,8 @@ impl std::fmt::Display for MemberChange {
             ),
             MemberChange::Promote { node } => write!(f, "promote learner {node}"),
             MemberChange::Remove { node } => write!(f, "remove replica {node}"),
+            MemberChange::AddAcceptor { node, addr } => write!(f, "add acceptor {node} at {addr}"),
+            MemberChange::RemoveAcceptor { node } => write!(f, "remove acceptor {node}"),
         }
     }
 }
@@ -103,7 +131,44 @@ pub struct Members {
     pub replicas: BTreeMap<NodeId, Replica>,
     /// Ids removed, never to be used again.
     pub removed: BTreeSet<NodeId>,
+    /// The acceptors in ring order once any was changed (empty until then: the
+    /// cluster file's).
+    pub acceptors: Vec<NodeId>,
+    /// Where the acceptors added at run time are reached.
+    pub acceptor_addrs: BTreeMap<NodeId, String>,
+    /// Acceptor ids removed, never to be acceptors again.
+    pub acceptors_removed: BTreeSet<NodeId>,
+    /// The ordering epoch: how many acceptor changes were applied (0: the cluster
+    /// file's acceptors). Ballots carry it ([`crate::Ballot::epoch`]).
+    pub ordering_epoch: u64,
+    /// The first instance the current acceptors order: the one after the newest
+    /// acceptor change (1 before any).
+    pub ordering_from: Instance,
 }
+
+/// What the cluster file that the first change of a cluster applies to starts from
+/// (its proposer's file, carried by the change, so that a node whose file was edited
+/// since replays the changes alike).
+#[derive(Clone, Copy, Debug)]
+pub struct Initial<'a> {
+    /// The replicas, with their partitions.
+    pub replicas: &'a [(NodeId, PartitionId)],
+    /// The acceptors, in ring order.
+    pub acceptors: &'a [NodeId],
+    /// Every other node's id (batchers, acceptors that are not replicas): taken.
+    pub others: &'a [NodeId],
+}
+
+/// The system-command kind of membership changes ([`crate::Command::system`]).
+pub const MEMBER_KIND: u8 = 7;
+
+/// Whether `cmd` is a membership change (by its client id alone: nothing decoded).
+pub fn is_member_command(cmd: &crate::Command) -> bool {
+    cmd.is_system() && ((cmd.client >> 48) & 0xff) as u8 == MEMBER_KIND
+}
+
+/// Acceptors at most: a vote mask has one bit per acceptor.
+pub const ACCEPTORS_MAX: usize = 64;
 
 /// A change refused (the same at every replica, since it depends only on the changes
 /// ordered before it).
@@ -145,6 +210,20 @@ impl Members {
             .collect()
     }
 
+    /// The acceptors in ring order at this point; `initial` are the cluster file's,
+    /// used until the first acceptor change.
+    pub fn acceptors(&self, initial: &[NodeId]) -> Vec<NodeId> {
+        match self.ordering_epoch {
+            0 => initial.to_vec(),
+            _ => self.acceptors.clone(),
+        }
+    }
+
+    /// The first instance the current acceptors order (1 before any change).
+    pub fn ordering_from(&self) -> Instance {
+        self.ordering_from.max(1)
+    }
+
     /// Replicas added at run time, with their addresses.
     pub fn added(&self) -> impl Iterator<Item = (NodeId, &str)> {
         self.replicas
@@ -152,19 +231,22 @@ impl Members {
             .filter_map(|(&n, r)| r.addr.as_deref().map(|a| (n, a)))
     }
 
-    /// Apply `change`, decided at `at`, to the replicas of a cluster whose file names
-    /// `initial` replicas (with their partitions) and `others` other nodes (acceptors,
-    /// batchers: ids that are taken). A refusal leaves everything as it was.
+    /// Apply `change`, decided at `at`, to the members of a cluster whose file starts
+    /// from `initial`. A refusal leaves everything as it was.
     pub fn apply(
         &mut self,
-        initial: &[(NodeId, PartitionId)],
-        others: &[NodeId],
+        initial: Initial<'_>,
         change: &MemberChange,
         at: Instance,
     ) -> Result<(), MemberRefusal> {
+        let others = initial.others;
         let mut next = self.clone();
+        if next.ordering_epoch == 0 {
+            next.acceptors = initial.acceptors.to_vec();
+        }
         if next.epoch == 0 {
             next.replicas = initial
+                .replicas
                 .iter()
                 .map(|&(n, partition)| {
                     let r = Replica {
@@ -241,6 +323,41 @@ impl Members {
                 }
                 next.removed.insert(*node);
             }
+            MemberChange::AddAcceptor { node, addr } => {
+                if next.acceptors_removed.contains(node) {
+                    return Err(format!(
+                        "acceptor id {node} was removed before; a removed id is never an \
+                         acceptor again"
+                    ));
+                }
+                if next.acceptors.contains(node) {
+                    return Err(format!("acceptor id {node} already exists"));
+                }
+                if next.acceptors.len() >= ACCEPTORS_MAX {
+                    return Err(format!(
+                        "a cluster has at most {ACCEPTORS_MAX} acceptors (a vote mask's bits)"
+                    ));
+                }
+                next.acceptors.push(*node);
+                next.acceptor_addrs.insert(*node, addr.clone());
+            }
+            MemberChange::RemoveAcceptor { node } => {
+                let Some(i) = next.acceptors.iter().position(|a| a == node) else {
+                    return Err(format!("member not found: node {node} is not an acceptor"));
+                };
+                if next.acceptors.len() == 1 {
+                    return Err(format!(
+                        "node {node} is the last acceptor; add another first"
+                    ));
+                }
+                next.acceptors.remove(i);
+                next.acceptor_addrs.remove(node);
+                next.acceptors_removed.insert(*node);
+            }
+        }
+        if change.changes_acceptors() {
+            next.ordering_epoch += 1;
+            next.ordering_from = at + 1;
         }
         next.epoch += 1;
         next.at = at;
@@ -267,8 +384,13 @@ mod tests {
         let initial = [(4, 0), (5, 0)];
         let ids = [4, 5];
         let others = [1, 2, 3];
+        let ini = Initial {
+            replicas: &initial,
+            acceptors: &others,
+            others: &others,
+        };
         let mut m = Members::default();
-        m.apply(&initial, &others, &add(6), 10).unwrap();
+        m.apply(ini, &add(6), 10).unwrap();
         assert_eq!((m.epoch, m.at), (1, 10));
         assert!(m.is_replica(&ids, 6) && m.is_learner(6) && !m.serves(&ids, 6));
         assert_eq!(m.replicas(&ids), vec![4, 5, 6]);
@@ -277,22 +399,21 @@ mod tests {
         // From the first change on, the file's replicas are never consulted again.
         assert_eq!(m.replicas(&[4, 5, 9]), vec![4, 5, 6]);
         // One learner at a time, as etcd's default.
-        let e = m.apply(&initial, &others, &add(7), 11).unwrap_err();
+        let e = m.apply(ini, &add(7), 11).unwrap_err();
         assert!(e.contains("too many learner members"), "{e}");
-        m.apply(&initial, &others, &MemberChange::Promote { node: 6 }, 12)
+        m.apply(ini, &MemberChange::Promote { node: 6 }, 12)
             .unwrap();
         assert!(m.serves(&ids, 6));
         let e = m
-            .apply(&initial, &others, &MemberChange::Promote { node: 6 }, 13)
+            .apply(ini, &MemberChange::Promote { node: 6 }, 13)
             .unwrap_err();
         assert!(e.contains("can only promote a learner"), "{e}");
-        m.apply(&initial, &others, &MemberChange::Remove { node: 4 }, 14)
-            .unwrap();
+        m.apply(ini, &MemberChange::Remove { node: 4 }, 14).unwrap();
         assert_eq!(m.serving(&ids), vec![5, 6]);
         for id in [4, 5, 6] {
-            assert!(m.apply(&initial, &others, &add(id), 15).is_err());
+            assert!(m.apply(ini, &add(id), 15).is_err());
         }
-        let e = m.apply(&initial, &others, &add(2), 15).unwrap_err();
+        let e = m.apply(ini, &add(2), 15).unwrap_err();
         assert!(e.contains("taken by another node"), "{e}");
         assert_eq!(m.epoch, 3, "refusals change nothing");
     }
@@ -300,15 +421,70 @@ mod tests {
     #[test]
     fn the_last_serving_replica_cannot_be_removed() {
         let initial = [(4, 0)];
+        let ini = Initial {
+            replicas: &initial,
+            acceptors: &[],
+            others: &[],
+        };
         let mut m = Members::default();
         let e = m
-            .apply(&initial, &[], &MemberChange::Remove { node: 4 }, 3)
+            .apply(ini, &MemberChange::Remove { node: 4 }, 3)
             .unwrap_err();
         assert!(e.contains("last replica"), "{e}");
         let e = m
-            .apply(&initial, &[], &MemberChange::Remove { node: 9 }, 3)
+            .apply(ini, &MemberChange::Remove { node: 9 }, 3)
             .unwrap_err();
         assert!(e.contains("member not found"), "{e}");
         assert_eq!(m, Members::default());
+    }
+
+    #[test]
+    fn an_acceptor_change_starts_an_ordering_epoch_at_the_next_instance() {
+        let initial = [(1, 0), (2, 0), (3, 0)];
+        let ini = Initial {
+            replicas: &initial,
+            acceptors: &[1, 2, 3],
+            others: &[],
+        };
+        let mut m = Members::default();
+        assert_eq!(
+            (m.acceptors(&[1, 2, 3]), m.ordering_from()),
+            (vec![1, 2, 3], 1)
+        );
+        let add = |node| MemberChange::AddAcceptor {
+            node,
+            addr: format!("127.0.0.1:{}", 7100 + node),
+        };
+        m.apply(ini, &add(4), 20).unwrap();
+        assert_eq!((m.ordering_epoch, m.ordering_from(), m.epoch), (1, 21, 1));
+        assert_eq!(
+            m.acceptors(&[9]),
+            vec![1, 2, 3, 4],
+            "the file is not read again"
+        );
+        // Replica changes leave the ordering epoch alone.
+        m.apply(ini, &MemberChange::Remove { node: 3 }, 22).unwrap();
+        assert_eq!((m.ordering_epoch, m.ordering_from(), m.epoch), (1, 21, 2));
+        let e = m.apply(ini, &add(4), 23).unwrap_err();
+        assert!(e.contains("already exists"), "{e}");
+        m.apply(ini, &MemberChange::RemoveAcceptor { node: 1 }, 24)
+            .unwrap();
+        assert_eq!(m.acceptors(&[]), vec![2, 3, 4]);
+        assert_eq!((m.ordering_epoch, m.ordering_from()), (2, 25));
+        let e = m.apply(ini, &add(1), 26).unwrap_err();
+        assert!(e.contains("removed before"), "{e}");
+        let e = m
+            .apply(ini, &MemberChange::RemoveAcceptor { node: 7 }, 26)
+            .unwrap_err();
+        assert!(e.contains("member not found"), "{e}");
+        for node in [2, 3] {
+            m.apply(ini, &MemberChange::RemoveAcceptor { node }, 27)
+                .unwrap();
+        }
+        let e = m
+            .apply(ini, &MemberChange::RemoveAcceptor { node: 4 }, 28)
+            .unwrap_err();
+        assert!(e.contains("last acceptor"), "{e}");
+        assert_eq!((m.ordering_epoch, m.ordering_from()), (4, 28));
     }
 }

@@ -45,6 +45,8 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
             learners: replicas.to_vec(),
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         },
         acceptor: false,
         replica: false,
@@ -144,6 +146,8 @@ pub struct Cluster {
     pub ticks: u64,
     /// Replicas started before any change adds them (`partita member add`).
     pub joining: BTreeSet<NodeId>,
+    /// ... and acceptors (`partita member add --acceptor`).
+    pub joining_acceptors: BTreeSet<NodeId>,
     /// Answers to membership requests: (node, request, outcome).
     pub member_done: Vec<(NodeId, u64, partita_node::members::MemberResult)>,
     /// Client commands refused: (node, client, seq, reason).
@@ -175,6 +179,7 @@ impl Cluster {
             down: BTreeSet::new(),
             ticks: 0,
             joining: BTreeSet::new(),
+            joining_acceptors: BTreeSet::new(),
             member_done: Vec::new(),
             refused: Vec::new(),
             msgs: VecDeque::new(),
@@ -199,7 +204,8 @@ impl Cluster {
     pub fn node_setup(&self, id: NodeId) -> NodeSetup {
         NodeSetup {
             id,
-            acceptor: self.setup.membership.acceptors.contains(&id),
+            acceptor: self.setup.membership.acceptors.contains(&id)
+                || self.joining_acceptors.contains(&id),
             replica: self.setup.membership.learners.contains(&id) || self.joining.contains(&id),
             batcher: self.setup.membership.batchers.contains(&id),
             ..self.setup.clone()

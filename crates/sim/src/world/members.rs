@@ -1,7 +1,9 @@
 //! The membership script of a seed that changes its replicas
 //! ([`crate::swarm::SeedParams::member_changes`]), played as an operator would with
 //! `partita member`: add the node marked `join = true` through a replica, wait until
-//! it serves, then remove one of the initial replicas through another. A request whose
+//! it serves, add it as an acceptor too (a new ordering epoch), remove one of the
+//! initial acceptors (another epoch; the victim replica's own acceptor role when it
+//! has one), then remove one of the initial replicas. A request whose
 //! answer does not come (its replica crashed, the command was dropped by a deposed
 //! leader) is asked again, and an answer that says it was done already (`already
 //! exists`, `member not found`) counts as done, as for a real operator. Faults go on
@@ -22,6 +24,8 @@ use crate::queue::{Time, MILLIS};
 enum Stage {
     Add,
     WaitServing,
+    AddAcceptor,
+    RemoveAcceptor,
     Remove,
     Done,
 }
@@ -34,9 +38,13 @@ pub(super) struct MemberScript {
     sent_at: Time,
     next_request: u64,
     victim: Option<NodeId>,
+    acceptor_victim: Option<NodeId>,
     rng: ChaCha8Rng,
     /// The joiner was added (it counts as a replica from then on).
     pub joined: bool,
+    /// The joiner was added as an acceptor, and the acceptor removed (if yet).
+    pub acceptor_joined: bool,
+    pub acceptor_removed: Option<NodeId>,
 }
 
 impl MemberScript {
@@ -52,8 +60,11 @@ impl MemberScript {
             sent_at: 0,
             next_request: 1,
             victim: None,
+            acceptor_victim: None,
             rng,
             joined: false,
+            acceptor_joined: false,
+            acceptor_removed: None,
         };
         (s, first)
     }
@@ -70,6 +81,19 @@ impl World {
         n.replica && !n.gone && (!n.joining || self.script.as_ref().is_some_and(|s| s.joined))
     }
 
+    /// Whether node `ni` is an acceptor of the current configuration as the script
+    /// changed it (its crashes must leave a majority of those up).
+    pub(super) fn acceptor_now(&self, ni: usize) -> bool {
+        let n = &self.nodes[ni];
+        let Some(s) = self.script.as_ref() else {
+            return n.acceptor;
+        };
+        n.acceptor
+            && !n.gone
+            && (!n.joining || s.acceptor_joined)
+            && s.acceptor_removed != Some(n.id)
+    }
+
     /// One step of the script.
     pub(super) fn member_step(&mut self) {
         let now = self.now();
@@ -82,35 +106,54 @@ impl World {
             Stage::WaitServing => {
                 let ji = s.joiner as usize - 1;
                 if self.nodes[ji].core.as_ref().is_some_and(|c| c.serves()) {
-                    s.stage = Stage::Remove;
+                    s.stage = Stage::AddAcceptor;
                 }
             }
-            Stage::Add | Stage::Remove => {
+            Stage::Add | Stage::AddAcceptor | Stage::RemoveAcceptor | Stage::Remove => {
                 if s.request != 0 && now.saturating_sub(s.sent_at) < ASK_AGAIN {
                     self.q.push(again, Ev::MemberStep);
                     return;
                 }
+                // One of the initial replicas, chosen once; and the acceptor to
+                // remove: its own acceptor role, or else one of the initial acceptors.
+                let initial: Vec<NodeId> = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.replica && !n.joining)
+                    .map(|n| n.id)
+                    .collect();
+                let acceptors: Vec<NodeId> = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.acceptor && !n.joining)
+                    .map(|n| n.id)
+                    .collect();
+                let s = self.script.as_mut().expect("a script");
+                let victim = *s
+                    .victim
+                    .get_or_insert_with(|| initial[s.rng.gen_range(0..initial.len())]);
+                let acceptor_victim =
+                    *s.acceptor_victim
+                        .get_or_insert_with(|| match acceptors.contains(&victim) {
+                            true => victim,
+                            false => acceptors[s.rng.gen_range(0..acceptors.len())],
+                        });
+                let addr = format!("127.0.0.1:{}", 7100 + s.joiner);
                 let change = match s.stage {
                     Stage::Add => MemberChange::Add {
                         node: s.joiner,
-                        addr: format!("127.0.0.1:{}", 7100 + s.joiner),
+                        addr,
                         partition: 0,
                         promote: true,
                     },
-                    _ => {
-                        // One of the initial replicas, chosen once.
-                        let initial: Vec<NodeId> = self
-                            .nodes
-                            .iter()
-                            .filter(|n| n.replica && !n.joining)
-                            .map(|n| n.id)
-                            .collect();
-                        let s = self.script.as_mut().expect("a script");
-                        let victim = *s
-                            .victim
-                            .get_or_insert_with(|| initial[s.rng.gen_range(0..initial.len())]);
-                        MemberChange::Remove { node: victim }
-                    }
+                    Stage::AddAcceptor => MemberChange::AddAcceptor {
+                        node: s.joiner,
+                        addr,
+                    },
+                    Stage::RemoveAcceptor => MemberChange::RemoveAcceptor {
+                        node: acceptor_victim,
+                    },
+                    _ => MemberChange::Remove { node: victim },
                 };
                 // Through a replica that is up and serves (never the one it is about).
                 let via: Vec<usize> = (0..self.nodes.len())
@@ -159,8 +202,8 @@ impl World {
         s.request = 0;
         let done = match (&result, s.stage) {
             (Ok(_), _) => true,
-            (Err(e), Stage::Add) => e.contains("already exists"),
-            (Err(e), Stage::Remove) => {
+            (Err(e), Stage::Add | Stage::AddAcceptor) => e.contains("already exists"),
+            (Err(e), Stage::Remove | Stage::RemoveAcceptor) => {
                 e.contains("member not found") || e.contains("removed before")
             }
             _ => false,
@@ -174,6 +217,16 @@ impl World {
                 s.joined = true;
                 s.stage = Stage::WaitServing;
                 self.count("member_added");
+            }
+            Stage::AddAcceptor => {
+                s.acceptor_joined = true;
+                s.stage = Stage::RemoveAcceptor;
+                self.count("acceptor_added");
+            }
+            Stage::RemoveAcceptor => {
+                s.acceptor_removed = s.acceptor_victim;
+                s.stage = Stage::Remove;
+                self.count("acceptor_removed");
             }
             Stage::Remove => {
                 s.stage = Stage::Done;
