@@ -307,10 +307,12 @@ async fn etcdctl_adds_promotes_and_removes_members() {
     lc.stop(Duration::from_secs(10));
 }
 
-/// Two clients insert distinct keys through replica 4 until `stop`; every acknowledged
-/// key is remembered.
+/// Two clients insert distinct keys through `replica` until `stop` (keys of load
+/// `phase`); every acknowledged key is remembered.
 fn start_load(
     cfg: &ClusterConfig,
+    replica: u32,
+    phase: u64,
     stop: &Arc<AtomicBool>,
     acked: &Arc<Mutex<Vec<u64>>>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -319,12 +321,12 @@ fn start_load(
             let (cfg, stop, acked) = (cfg.clone(), stop.clone(), acked.clone());
             tokio::spawn(async move {
                 let opts = ClientOptions {
-                    replica: Some(4),
+                    replica: Some(replica),
                     give_up: Duration::from_secs(30),
                     ..ClientOptions::default()
                 };
                 let mut c = Client::<BPlusTree>::connect(cfg, opts).await.unwrap();
-                let mut key = w << 32;
+                let mut key = phase << 40 | w << 32;
                 while !stop.load(Ordering::Relaxed) {
                     key += 1;
                     match c.execute(Op::Insert { key, value: key }).await {
@@ -336,6 +338,65 @@ fn start_load(
             })
         })
         .collect()
+}
+
+/// A client's copy of the cluster file once `gone` left: every other node an ordinary
+/// member (clients learn neither new acceptors nor new replicas; they enter at the
+/// first acceptor their file names).
+fn client_file(cfg: &ClusterConfig, gone: &[u32]) -> ClusterConfig {
+    let mut c = cfg.clone();
+    c.nodes.retain(|n| !gone.contains(&n.id));
+    for n in &mut c.nodes {
+        n.join = false;
+    }
+    c.cluster.coordinator = c
+        .nodes
+        .iter()
+        .find(|n| n.roles.contains(&Role::Acceptor))
+        .map(|n| n.id);
+    c
+}
+
+/// Stop the load, wait for its clients; the count of keys acknowledged so far.
+async fn stop_load(
+    stop: &Arc<AtomicBool>,
+    load: Vec<tokio::task::JoinHandle<()>>,
+    acked: &Arc<Mutex<Vec<u64>>>,
+) -> usize {
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    stop.store(false, Ordering::Relaxed);
+    acked.lock().unwrap().len()
+}
+
+/// Every key in `acked` is present, read through `replica` with client file `cfg`.
+async fn all_present(cfg: &ClusterConfig, replica: u32, acked: &[u64]) {
+    let opts = ClientOptions {
+        replica: Some(replica),
+        give_up: Duration::from_secs(30),
+        ..ClientOptions::default()
+    };
+    let mut c = Client::<BPlusTree>::connect(cfg.clone(), opts)
+        .await
+        .unwrap();
+    let all = c
+        .execute(Op::Query {
+            min: 0,
+            max: u64::MAX,
+        })
+        .await
+        .unwrap();
+    let OpResult::Entries(entries) = all else {
+        panic!("a query answers entries: {all:?}")
+    };
+    let present: std::collections::BTreeSet<u64> = entries.iter().map(|(k, _)| *k).collect();
+    let missing: Vec<_> = acked.iter().filter(|k| !present.contains(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged inserts missing: {missing:?}"
+    );
 }
 
 /// The default cluster's acceptors (1, 2, 3) grow to five (nodes 6 and 7, running
@@ -361,7 +422,7 @@ async fn acceptors_grow_to_five_and_a_dead_one_is_replaced_under_load() {
     lc.wait_ready(Duration::from_secs(30)).await.unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let load = start_load(&cfg, &stop, &acked);
+    let load = start_load(&cfg, 4, 0, &stop, &acked);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     for id in ["6", "7"] {
@@ -428,37 +489,9 @@ async fn acceptors_grow_to_five_and_a_dead_one_is_replaced_under_load() {
     assert_eq!(j["ordering_epoch"], 4, "{j}");
     assert_eq!(j["acceptors"], serde_json::json!([3, 6, 7]), "{j}");
 
-    // Every acknowledged insert is there, and the replicas agree.
-    // A client does not learn new acceptors: it enters at one its file names, so its
-    // file is edited to the acceptors now (3, 6, 7; entering at 3).
-    let mut now = cfg.clone();
-    now.nodes.retain(|n| n.id != 1 && n.id != 2);
-    for n in &mut now.nodes {
-        n.join = false;
-    }
-    now.cluster.coordinator = Some(3);
-    let opts = ClientOptions {
-        replica: Some(5),
-        give_up: Duration::from_secs(30),
-        ..ClientOptions::default()
-    };
-    let mut c = Client::<BPlusTree>::connect(now, opts).await.unwrap();
-    let all = c
-        .execute(Op::Query {
-            min: 0,
-            max: u64::MAX,
-        })
-        .await
-        .unwrap();
-    let OpResult::Entries(entries) = all else {
-        panic!("a query answers entries: {all:?}")
-    };
-    let present: std::collections::BTreeSet<u64> = entries.iter().map(|(k, _)| *k).collect();
-    let missing: Vec<_> = acked.iter().filter(|k| !present.contains(k)).collect();
-    assert!(
-        missing.is_empty(),
-        "acknowledged inserts missing: {missing:?}"
-    );
+    // Every acknowledged insert is there (a client does not learn new acceptors: its
+    // file lists the acceptors now), and the replicas agree.
+    all_present(&client_file(&cfg, &[1, 2]), 5, &acked).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s4 = node_status_of(&cfg, 4, Duration::from_secs(1))
@@ -475,6 +508,114 @@ async fn acceptors_grow_to_five_and_a_dead_one_is_replaced_under_load() {
     }
     eprintln!(
         "{} inserts acknowledged across four ordering epochs",
+        acked.len()
+    );
+    lc.stop(Duration::from_secs(10));
+}
+
+/// Every node of the default cluster (acceptors 1, 2, 3; replicas 4, 5) is replaced,
+/// one at a time, under load: acceptors 6, 7, 8 are added and 1, 2, 3 removed in turn
+/// (each stops by itself), then replicas 9 and 10 added (each serves after a state
+/// transfer or the suffix) and 4 and 5 removed. Clients follow with copies of the file
+/// as an operator would hand them out. Every acknowledged insert is present at the
+/// end, read through node 10, and replicas 9 and 10 agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_of_the_default_cluster_is_replaced_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+    cfg.storage.checkpoint_instances = 50;
+    for id in [6u32, 7, 8, 9, 10] {
+        let mut n = NodeSection::joining_replica(id, format!("127.0.0.1:{}", base + id as u16));
+        if id <= 8 {
+            n.roles = vec![Role::Acceptor];
+        }
+        cfg.nodes.push(n);
+    }
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    let f = file.to_str().unwrap().to_string();
+    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
+    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+
+    // The acceptors, one at a time; clients enter at the acceptors of their file (the
+    // old ones, then the new ones as the old ones stop).
+    let load = start_load(&client_file(&cfg, &[9, 10]), 4, 0, &stop, &acked);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (new, old) in [(6, 1), (7, 2), (8, 3)] {
+        let (ok, text) = partita(&[
+            "member",
+            "add",
+            &new.to_string(),
+            "--acceptor",
+            "--cluster",
+            &f,
+        ]);
+        assert!(ok, "{text}");
+        let (ok, text) = partita(&[
+            "member",
+            "remove",
+            &old.to_string(),
+            "--acceptor",
+            "--cluster",
+            &f,
+        ]);
+        assert!(ok, "{text}");
+        stops_by_itself(&mut lc, old).await;
+    }
+    let before = acked.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let n = stop_load(&stop, load, &acked).await;
+    assert!(n > before, "inserts went on with acceptors 6, 7, 8 alone");
+
+    // The replicas, one at a time: clients of the replica that stays.
+    let mut now = client_file(&cfg, &[1, 2, 3, 9, 10]);
+    let load = start_load(&now, 5, 1, &stop, &acked);
+    let (ok, text) = partita(&["member", "add", "9", "--cluster", &f]);
+    assert!(ok, "{text}");
+    wait_for(&cfg, 9, "serving", Duration::from_secs(60)).await;
+    let (ok, text) = partita(&["member", "remove", "4", "--cluster", &f]);
+    assert!(ok, "{text}");
+    stops_by_itself(&mut lc, 4).await;
+    stop_load(&stop, load, &acked).await;
+    now = client_file(&cfg, &[1, 2, 3, 4, 10]);
+    let load = start_load(&now, 9, 2, &stop, &acked);
+    let (ok, text) = partita(&["member", "add", "10", "--cluster", &f]);
+    assert!(ok, "{text}");
+    wait_for(&cfg, 10, "serving", Duration::from_secs(60)).await;
+    let (ok, text) = partita(&["member", "remove", "5", "--cluster", &f]);
+    assert!(ok, "{text}");
+    stops_by_itself(&mut lc, 5).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_load(&stop, load, &acked).await;
+
+    // Nothing of the first cluster runs, and nothing acknowledged was lost.
+    let (ok, text) = partita(&["member", "list", "--json", "--cluster", &f]);
+    assert!(ok, "{text}");
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(j["acceptors"], serde_json::json!([6, 7, 8]), "{j}");
+    let last = client_file(&cfg, &[1, 2, 3, 4, 5]);
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 100, "the load ran: {} inserts", acked.len());
+    all_present(&last, 10, &acked).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s9 = node_status_of(&cfg, 9, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let s10 = node_status_of(&cfg, 10, Duration::from_secs(1))
+            .await
+            .unwrap();
+        if s9.executed_up_to == s10.executed_up_to && s9.digest == s10.digest {
+            break;
+        }
+        assert!(Instant::now() < deadline, "9 and 10 differ: {s9:?} {s10:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "{} inserts acknowledged while every node was replaced",
         acked.len()
     );
     lc.stop(Duration::from_secs(10));

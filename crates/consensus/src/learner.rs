@@ -90,6 +90,9 @@ pub struct Learner {
     /// instance after it, which only the applied change tells.
     pause_at_members: bool,
     paused: bool,
+    /// Planted bug (simulator controls only): take decisions of any epoch and never
+    /// pause.
+    unsafe_ignore_epochs: bool,
 }
 
 /// The partition learner `id` holds, when the state is partitioned.
@@ -135,6 +138,7 @@ impl Learner {
             epoch: membership.epoch,
             pause_at_members: false,
             paused: false,
+            unsafe_ignore_epochs: false,
             membership,
         }
     }
@@ -148,6 +152,12 @@ impl Learner {
     /// The configuration it learns from.
     pub fn membership(&self) -> &Membership {
         &self.membership
+    }
+
+    /// Plant the "decisions of any epoch" bug (simulator controls only): an older
+    /// epoch's decision is delivered like any, and delivery never pauses.
+    pub fn set_unsafe_ignore_epochs(&mut self, on: bool) {
+        self.unsafe_ignore_epochs = on;
     }
 
     /// Whether delivery waits for [`Learner::resume`].
@@ -197,7 +207,7 @@ impl Learner {
     /// Whether `vid` was decided in an epoch older than the one ordering the
     /// instances this learner has yet to deliver (never delivered: counted).
     fn stale_epoch(&mut self, vid: Vid) -> bool {
-        let stale = vid.ballot.epoch() < self.epoch;
+        let stale = vid.ballot.epoch() < self.epoch && !self.unsafe_ignore_epochs;
         if stale {
             self.drops.count(Drop::OtherEpoch);
         }
@@ -357,6 +367,9 @@ impl Learner {
     /// not delivered the change yet cannot tell, but the newer epoch can only order
     /// instances after a change). Decisions of one epoch never differ.
     fn drop_older_epoch(&mut self, instance: Instance, vid: Vid) {
+        if self.unsafe_ignore_epochs {
+            return;
+        }
         let epoch = vid.ballot.epoch();
         if self
             .ready
@@ -421,6 +434,7 @@ impl Learner {
                 break;
             };
             let pause = self.pause_at_members
+                && !self.unsafe_ignore_epochs
                 && v.commands
                     .iter()
                     .any(partita_types::members::is_member_command);

@@ -6,6 +6,12 @@
 //! Measured: the time from the add to node 6 serving (it restores a peer's checkpoint,
 //! learns the suffix and promotes itself), the checkpoint it transferred, and the
 //! clients' throughput before the add, while node 6 catches up, and after it serves.
+//!
+//! With `--acceptor`, node 6 joins as a fourth acceptor instead (`partita member add
+//! --acceptor`): a new ordering epoch. Measured: the time from the request to the
+//! change applied at replica 4 (the old epoch decides it, the old leader runs Phase 1
+//! of the new one and carries its commands over), and the throughput before, during
+//! the change and the half second after it, and after.
 
 use crate::bench::{self, BenchConfig, Workload};
 use crate::launch::{pick_base_port, LocalCluster};
@@ -32,14 +38,23 @@ pub struct JoinBenchOptions {
     /// Write every run as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Add node 6 as an acceptor instead of a replica.
+    #[arg(long)]
+    pub acceptor: bool,
 }
+
+/// With `--acceptor`: the window after the change applied that counts as "during" (the
+/// new epoch's Phase 1 and the commands carried over).
+const ACCEPTOR_SETTLE: Duration = Duration::from_millis(500);
 
 /// One run.
 #[derive(Clone, Debug, Serialize)]
 pub struct JoinRun {
     pub round: usize,
     pub entries: u64,
-    /// From `member add` to node 6 serving.
+    /// Node 6 joined as an acceptor (else as a replica).
+    pub acceptor: bool,
+    /// From `member add` to node 6 serving (an acceptor: to the change applied).
     pub join_s: f64,
     /// The checkpoint node 6 restored (bytes), and how many state transfers it made.
     pub transferred_bytes: u64,
@@ -55,10 +70,11 @@ pub struct JoinRun {
 impl JoinRun {
     pub fn line(&self) -> String {
         format!(
-            "round {} entries {:>9}: node 6 served {:>6.2} s after `member add` ({} transfer(s), {:.1} MiB); \
+            "round {} entries {:>9}: node 6 {} {:>6.2} s after `member add` ({} transfer(s), {:.1} MiB); \
              throughput before {:.0}, during {:.0} ({:.2}x), after {:.0} ({:.2}x) cmd/s; digests {}",
             self.round,
             self.entries,
+            if self.acceptor { "voted" } else { "served" },
             self.join_s,
             self.transfers,
             self.transferred_bytes as f64 / (1 << 20) as f64,
@@ -104,10 +120,11 @@ async fn one(
     let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
     cfg.cluster.durability = Durability::Fsync;
     cfg.storage.checkpoint_instances = 2_000;
-    cfg.nodes.push(NodeSection::joining_replica(
-        6,
-        format!("127.0.0.1:{}", base + 6),
-    ));
+    let mut joiner = NodeSection::joining_replica(6, format!("127.0.0.1:{}", base + 6));
+    if o.acceptor {
+        joiner.roles = vec![partita_config::Role::Acceptor];
+    }
+    cfg.nodes.push(joiner);
     let file = dir.path().join("cluster.toml");
     std::fs::write(&file, cfg.to_toml())?;
     let mut lc = LocalCluster::start_with(exe, &file, &cfg, dir.path(), &[], None)?;
@@ -134,17 +151,25 @@ async fn one(
         };
         tokio::time::sleep(duration / 3).await;
         let added_at = start.elapsed();
-        let add = MemberChange::Add {
-            node: 6,
-            addr: cfg.dial_addr(6).to_string(),
-            partition: 0,
-            promote: true,
+        let addr = cfg.dial_addr(6).to_string();
+        let add = match o.acceptor {
+            true => MemberChange::AddAcceptor { node: 6, addr },
+            false => MemberChange::Add {
+                node: 6,
+                addr,
+                partition: 0,
+                promote: true,
+            },
         };
         let addr4 = cfg.dial_addr(4).to_string();
         partita_client::member_request(&cfg, 4, &addr4, add, Duration::from_secs(30))
             .await
             .map_err(|e| anyhow::anyhow!("member add: {e}"))?;
+        let applied_at = start.elapsed();
         let served_at = loop {
+            if o.acceptor {
+                break applied_at;
+            }
             let s = partita_client::node_status_of(&cfg, 6, Duration::from_secs(1)).await;
             if s.and_then(|s| s.replica_state).as_deref() == Some("serving") {
                 break start.elapsed();
@@ -164,15 +189,22 @@ async fn one(
                 .count();
             n as f64 / ((hi.saturating_sub(lo)) as f64 / 1e9).max(1e-9)
         };
-        let end = duration.max(served_at);
+        // An acceptor's change settles for a moment after it applied.
+        let settled = match o.acceptor {
+            true => served_at + ACCEPTOR_SETTLE,
+            false => served_at,
+        };
+        let end = duration.max(settled);
         let s6 = partita_client::node_status_of(&cfg, 6, Duration::from_secs(2))
             .await
             .context("node 6's status")?;
-        // Both replicas at one instance, then compare.
+        // Both replicas at one instance, then compare (node 6's with replica 4's; an
+        // acceptor's: replica 5's).
+        let other = if o.acceptor { 5 } else { 6 };
         let mut digest_equal = false;
         for _ in 0..100 {
             let a = partita_client::node_status_of(&cfg, 4, Duration::from_secs(2)).await;
-            let b = partita_client::node_status_of(&cfg, 6, Duration::from_secs(2)).await;
+            let b = partita_client::node_status_of(&cfg, other, Duration::from_secs(2)).await;
             if let (Some(a), Some(b)) = (a, b) {
                 if a.executed_up_to == b.executed_up_to {
                     digest_equal = a.digest == b.digest;
@@ -184,13 +216,14 @@ async fn one(
         anyhow::Ok(JoinRun {
             round,
             entries,
+            acceptor: o.acceptor,
             join_s: (served_at - added_at).as_secs_f64(),
             transferred_bytes: s6.counter("state_transfer_bytes_restored").unwrap_or(0),
             transfers: s6.counter("state_transfers_completed").unwrap_or(0),
             before_cmds_per_s: rate(Duration::ZERO, added_at),
-            during_cmds_per_s: rate(added_at, served_at.min(duration)),
-            after_cmds_per_s: if served_at < duration {
-                rate(served_at, end)
+            during_cmds_per_s: rate(added_at, settled.min(duration)),
+            after_cmds_per_s: if settled < duration {
+                rate(settled, end)
             } else {
                 0.0
             },

@@ -327,10 +327,15 @@ pub struct UnsafeBugs {
     /// they kept the log, with its empty state, instead of restoring a peer's
     /// checkpoint (it serves before it caught up).
     pub member_join_without_transfer: bool,
+    /// Membership: learners take decisions of any ordering epoch (they neither drop
+    /// what an older configuration decided above the change that ended it, nor wait
+    /// for a change to be applied before delivering on), so a replica may execute
+    /// what an old configuration decided after its acceptors were replaced.
+    pub member_old_epoch_decisions: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 28] = [
+    pub const NAMES: [&'static str; 29] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -359,6 +364,7 @@ impl UnsafeBugs {
         "etcd-ack-keepalives-unordered",
         "member-apply-late",
         "member-join-without-transfer",
+        "member-old-epoch-decisions",
     ];
 
     /// The flag of the bug called `name`.
@@ -392,6 +398,7 @@ impl UnsafeBugs {
             "etcd-ack-keepalives-unordered" => &mut self.etcd_ack_keepalives_unordered,
             "member-apply-late" => &mut self.member_apply_late,
             "member-join-without-transfer" => &mut self.member_join_without_transfer,
+            "member-old-epoch-decisions" => &mut self.member_old_epoch_decisions,
             _ => return None,
         })
     }

@@ -313,6 +313,7 @@ impl PaxosOrdering {
             );
             learner.set_speculative(setup.speculative);
             learner.set_pause_at_members(true);
+            learner.set_unsafe_ignore_epochs(bugs.member_old_epoch_decisions);
             o.learner = Some(learner);
         }
         if setup.batcher {
@@ -346,6 +347,7 @@ impl PaxosOrdering {
         );
         l.set_speculative(old.is_speculative());
         l.set_pause_at_members(true);
+        l.set_unsafe_ignore_epochs(self.bugs.member_old_epoch_decisions);
         let mut ignored = Vec::new();
         // What the old learner knew of decisions beyond, the new one asks for again.
         l.on_tick(self.tick, &mut ignored);

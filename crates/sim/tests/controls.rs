@@ -621,6 +621,22 @@ fn member_apply_late_is_caught() {
     eprintln!("member-apply-late caught at seed {seed}: {what}");
 }
 
+/// `member-old-epoch-decisions` (learners take an old configuration's decisions
+/// above the change that replaced its acceptors): a learner holds two decisions for
+/// one instance, the old epoch's and the new one's, or replicas execute different
+/// values there.
+#[test]
+fn member_old_epoch_decisions_is_caught() {
+    let (seed, what) = control_opts("member-old-epoch-decisions", members(1200), 0..30);
+    assert!(
+        what.contains("two different decisions for one instance")
+            || what.contains("different prefixes")
+            || what.contains("diverged"),
+        "member-old-epoch-decisions caught for another reason: {what}"
+    );
+    eprintln!("member-old-epoch-decisions caught at seed {seed}: {what}");
+}
+
 /// `member-join-without-transfer` (a joining replica that finds the log truncated
 /// skips ahead with its empty state): it ends with a state no other replica has.
 #[test]
