@@ -68,6 +68,8 @@ enum PendingWrite {
     },
     /// The truncation record: once durable, older records may go.
     Truncate,
+    /// A members record.
+    Members,
 }
 
 /// The parts of a split value received so far for one instance (Ring Paxos with state
@@ -140,6 +142,8 @@ pub struct Acceptor {
     /// Per replica: the newest durable checkpoint it reported (memory only: replicas
     /// report again periodically).
     replica_checkpoints: BTreeMap<NodeId, Instance>,
+    /// The newest members recorded in the log ([`AcceptorRecord::Members`]).
+    members: Option<Box<partita_types::members::Members>>,
 }
 
 impl Acceptor {
@@ -169,6 +173,7 @@ impl Acceptor {
             unsafe_vote_before_durable: false,
             truncated_below: 1,
             replica_checkpoints: BTreeMap::new(),
+            members: None,
         }
     }
 
@@ -204,6 +209,7 @@ impl Acceptor {
                 AcceptorRecord::Group { .. }
                 | AcceptorRecord::Boot { .. }
                 | AcceptorRecord::Epaxos(_) => {}
+                AcceptorRecord::Members(m) => a.members = Some(m),
                 AcceptorRecord::Truncated { below, promised } => {
                     a.promised = a.promised.max(promised);
                     a.truncate_below(below);
@@ -372,6 +378,29 @@ impl Acceptor {
         }
         self.announced_decided = self.announced_decided.min(from - 1);
         self.promised = self.promised.max(Ballot::epoch_floor(epoch));
+    }
+
+    /// The members its log records (the newest it took; see
+    /// [`Acceptor::record_members`]).
+    pub fn recorded_members(&self) -> Option<&partita_types::members::Members> {
+        self.members.as_deref()
+    }
+
+    /// Record `members` in the log (when they differ from the ones recorded): a
+    /// restart takes the ordering epoch and the nodes added from there.
+    pub fn record_members(&mut self, members: &partita_types::members::Members, out: &mut Outbox) {
+        if self.members.as_deref() == Some(members) {
+            return;
+        }
+        self.members = Some(Box::new(members.clone()));
+        self.write_members(out);
+    }
+
+    fn write_members(&mut self, out: &mut Outbox) {
+        if let Some(m) = self.members.clone() {
+            let token = self.persist(AcceptorRecord::Members(m), out);
+            self.pending.insert(token, PendingWrite::Members);
+        }
     }
 
     /// The configuration this acceptor votes in.
@@ -743,6 +772,7 @@ impl Acceptor {
                 }
                 self.send_promise(ballot, from, to, reply_to, out);
             }
+            PendingWrite::Members => {}
             PendingWrite::Truncate => {
                 // Everything the log must still hold starts at the truncation record
                 // (the promise) or at the oldest record of a value still kept,
@@ -1121,6 +1151,8 @@ impl Acceptor {
             out,
         );
         self.pending.insert(token, PendingWrite::Truncate);
+        // After the truncation record, so the log cut below it keeps the members.
+        self.write_members(out);
     }
 
     /// The replicas changed at run time (`partita member`; see

@@ -326,16 +326,21 @@ impl Coordinator {
         self.deposed_by
     }
     /// The client commands this coordinator still holds, for the coordinator of the
-    /// next ordering epoch: the queued ones, and those of values in flight at or above
-    /// `from` (the first instance of the new epoch: what the old one decides there is
-    /// never executed). A command also decided below `from` runs once all the same
-    /// (replicas answer a repeat from their reply cache).
+    /// next ordering epoch: the queued ones, and those of values it decided or has in
+    /// flight at or above `from` (the first instance of the new epoch: what the old
+    /// one decides there is never executed). A command also decided below `from` runs
+    /// once all the same (replicas answer a repeat from their reply cache).
     pub fn into_commands(self, from: Instance) -> Vec<Command> {
         let mut cmds: Vec<Command> = self
-            .in_flight
+            .recent
             .range(from..)
-            .flat_map(|(_, f)| f.value.commands.iter().cloned())
+            .flat_map(|(_, v)| v.commands.iter().cloned())
             .collect();
+        cmds.extend(
+            self.in_flight
+                .range(from..)
+                .flat_map(|(_, f)| f.value.commands.iter().cloned()),
+        );
         cmds.extend(self.pending);
         cmds
     }

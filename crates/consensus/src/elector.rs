@@ -48,6 +48,14 @@ impl Elector {
         }
     }
 
+    /// Start the election timeout afresh at tick `now` (an elector built while the
+    /// node runs, for a new configuration: it gives the leader a full timeout, as if
+    /// it had just heard from it).
+    pub fn start_at(&mut self, now: u64) {
+        self.now = now;
+        self.last_heard_tick = now;
+    }
+
     /// The node this elector believes leads.
     pub fn leader(&self) -> NodeId {
         // Nobody owns ballot zero, nor an epoch's lowest ballot (an acceptor's promise

@@ -341,10 +341,12 @@ impl Learner {
 
     fn on_decided_id(&mut self, instance: Instance, vid: Vid) {
         self.known_decided = self.known_decided.max(instance);
-        if instance < self.next_deliver || self.stale_epoch(vid) {
+        if instance < self.next_deliver
+            || self.stale_epoch(vid)
+            || self.drop_older_epoch(instance, vid)
+        {
             return;
         }
-        self.drop_older_epoch(instance, vid);
         if let Some(v) = self.ready.get(&instance) {
             if v.vid != vid {
                 self.drops.count(Drop::ConflictingDecision);
@@ -366,11 +368,22 @@ impl Learner {
     /// older one was made above the change that ended its epoch (a learner that has
     /// not delivered the change yet cannot tell, but the newer epoch can only order
     /// instances after a change). Decisions of one epoch never differ.
-    fn drop_older_epoch(&mut self, instance: Instance, vid: Vid) {
+    /// Returns whether the decision is itself older than one held there (then it is
+    /// the one dropped).
+    fn drop_older_epoch(&mut self, instance: Instance, vid: Vid) -> bool {
         if self.unsafe_ignore_epochs {
-            return;
+            return false;
         }
         let epoch = vid.ballot.epoch();
+        let held = self
+            .ready
+            .get(&instance)
+            .map(|v| v.vid)
+            .or_else(|| self.decided_ids.get(&instance).copied());
+        if held.is_some_and(|h| h.ballot.epoch() > epoch) {
+            self.drops.count(Drop::OtherEpoch);
+            return true;
+        }
         if self
             .ready
             .get(&instance)
@@ -387,14 +400,17 @@ impl Learner {
             self.decided_ids.remove(&instance);
             self.drops.count(Drop::OtherEpoch);
         }
+        false
     }
 
     fn on_decided_value(&mut self, instance: Instance, value: Arc<Value>) {
         self.known_decided = self.known_decided.max(instance);
-        if instance < self.next_deliver || self.stale_epoch(value.vid) {
+        if instance < self.next_deliver
+            || self.stale_epoch(value.vid)
+            || self.drop_older_epoch(instance, value.vid)
+        {
             return;
         }
-        self.drop_older_epoch(instance, value.vid);
         let known = self
             .decided_ids
             .get(&instance)

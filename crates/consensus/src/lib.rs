@@ -1086,6 +1086,11 @@ pub enum AcceptorRecord {
     /// A record of this node's EPaxos core (`partita_node::epaxos`): EPaxos replicas
     /// keep their instances in the node's log.
     Epaxos(Box<epaxos::EpaxosRecord>),
+    /// The members as this acceptor last took them (`partita member`): after a
+    /// restart it votes in the ordering epoch they say, and knows the nodes they add,
+    /// before any replica tells it (the replicas may all have lost what they
+    /// executed). Written again after every truncation record, so it is never cut.
+    Members(Box<partita_types::members::Members>),
 }
 
 /// Token identifying a persist request; the driver hands it back on completion.

@@ -42,12 +42,17 @@
 //!   "now_ms":    Unix ms of the last poll (0 before the first),
 //!   "poll_ms":   poll interval, "window_s": how far back the series go,
 //!   "leader":    {"node", "ballot"} or null (no answering node coordinates),
+//!   "configuration": the newest members any answering node reports (`partita
+//!                member`), or null before any change: {"epoch", "changed_at",
+//!                "replicas", "learners", "removed", "ordering_epoch", "acceptors",
+//!                "acceptors_from"},
 //!   "nodes":     [{"id", "addr", "roles" (reported, or the cluster file's while down),
 //!                  "partition" (null: unpartitioned or not a replica), "alive",
 //!                  "coordinator", "believed_leader", "leader_ballot", "leader_source",
 //!                  "decided_up_to", "executed_up_to", "accepted_max_instance",
 //!                  "commands_executed", "throughput" (last rate, commands/s, or null),
-//!                  "restarts" (seen by this dashboard), "wal_stall", "last_seen_ms"}],
+//!                  "restarts" (seen by this dashboard), "wal_stall", "last_seen_ms",
+//!                  "replica_state" ("serving", "learner", "joining", "removed" or null)}],
 //!   "partitions":[{"id", "lo", "hi" (keys, inclusive, decimal strings: a u64 is not
 //!                  exact as a JavaScript number), "replicas": [ids],
 //!                  "believed_leaders": [ids], "throughput"}],
@@ -365,6 +370,7 @@ impl State {
                     "restarts": t.restarts,
                     "wal_stall": s.and_then(|s| s.wal_stall.clone()),
                     "last_seen_ms": t.last_seen_ms,
+                    "replica_state": s.and_then(|s| s.replica_state.clone()),
                 })
             })
             .collect();
@@ -422,6 +428,27 @@ impl State {
                 }),
             );
         }
+        // The newest configuration any node reports (the highest epoch).
+        let configuration = self
+            .nodes
+            .iter()
+            .filter(|t| t.alive)
+            .filter_map(|t| t.last.as_ref()?.members.as_ref())
+            .filter(|m| m.epoch > 0)
+            .max_by_key(|m| m.epoch)
+            .map(|m| {
+                let initial = c.with_role(partita_config::Role::Replica);
+                json!({
+                    "epoch": m.epoch,
+                    "changed_at": m.at,
+                    "replicas": m.serving(&initial),
+                    "learners": m.replicas.iter().filter(|(_, r)| r.learner).map(|(n, _)| *n).collect::<Vec<_>>(),
+                    "removed": m.removed,
+                    "ordering_epoch": m.ordering_epoch,
+                    "acceptors": m.acceptors(&c.with_role(partita_config::Role::Acceptor)),
+                    "acceptors_from": m.ordering_from(),
+                })
+            });
         json!({
             "cluster": {
                 "id": c.cluster.id.to_string(),
@@ -436,6 +463,7 @@ impl State {
             "poll_ms": POLL.as_millis() as u64,
             "window_s": WINDOW.as_secs(),
             "leader": self.leader().map(|(n, b)| json!({"node": n, "ballot": b})),
+            "configuration": configuration,
             "nodes": nodes,
             "partitions": partitions,
             "series": {

@@ -70,7 +70,7 @@ pub struct JoinRun {
 impl JoinRun {
     pub fn line(&self) -> String {
         format!(
-            "round {} entries {:>9}: node 6 {} {:>6.2} s after `member add` ({} transfer(s), {:.1} MiB); \
+            "round {} entries {:>9}: node 6 {} {:>7.3} s after `member add` ({} transfer(s), {:.1} MiB); \
              throughput before {:.0}, during {:.0} ({:.2}x), after {:.0} ({:.2}x) cmd/s; digests {}",
             self.round,
             self.entries,

@@ -872,10 +872,11 @@ impl NodeCore {
         if self.member.removed.is_some() {
             return;
         }
-        // A replica added at run time that this node has not heard of yet (it
-        // restarted from a log that predates the change) is known by the replicas it
-        // says there are.
-        let introduced = matches!(&msg, Msg::Members(m) if m.replicas.contains_key(&from));
+        // A replica or acceptor added at run time that this node has not heard of yet
+        // (it restarted from a log that predates the change) is known by the members
+        // it says there are.
+        let introduced = matches!(&msg, Msg::Members(m)
+            if m.replicas.contains_key(&from) || m.acceptors.contains(&from));
         let stranger = from == self.setup.id || !(self.is_member(from) || introduced);
         if stranger && !self.bugs.unchecked_peer_input {
             self.count("dropped_peer_not_a_member");
@@ -1282,13 +1283,11 @@ impl NodeCore {
             return;
         }
         if value.commands.iter().any(|c| c.is_system()) || !self.member.late.is_empty() {
-            let mut sends = Vec::new();
-            self.apply_members(instance, &value, &mut sends);
-            for a in sends {
-                if let Action::Send { to, msg } = a {
-                    self.member_done.push(Output::Send { to, msg });
-                }
-            }
+            // What applying them asks (telling the other nodes; an acceptor here
+            // recording them, a new epoch's Phase 1) runs next, like a handler's.
+            let mut actions = Vec::new();
+            self.apply_members(instance, &value, &mut actions);
+            self.resumed.extend(actions);
         }
         if value
             .commands

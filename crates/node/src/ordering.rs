@@ -274,18 +274,30 @@ impl PaxosOrdering {
             recovered: None,
         };
         assert_eq!(setup.mode, Mode::Smr, "a cs server orders nothing");
-        if setup.acceptor && setup.membership.acceptor_index(id).is_none() {
-            // An acceptor that joins: it votes once a change adds it.
+        // The members an acceptor's log recorded: its configuration, before any
+        // replica tells it (all of them may have lost what they executed).
+        let recorded = recovered.iter().rev().find_map(|r| match r {
+            AcceptorRecord::Members(m) => Some((**m).clone()),
+            _ => None,
+        });
+        if let Some(m) = recorded.filter(|_| setup.acceptor) {
+            o.members = m;
+        }
+        let membership = o.membership();
+        if setup.acceptor && membership.acceptor_index(id).is_none() {
+            // An acceptor that joins: it votes once a change adds it (or one that
+            // was removed: it stops).
             o.recovered = Some(recovered);
         } else if setup.acceptor {
-            let mut a = Acceptor::recover(id, setup.membership.clone(), recovered);
+            let mut a = Acceptor::recover(id, membership.clone(), recovered);
+            a.forget_older_epochs();
             if bugs.forget_promise {
                 a.unsafe_forget_promise();
             }
             a.set_unsafe_vote_before_durable(bugs.vote_before_durable);
             let elector = Elector::new(
                 id,
-                setup.membership.clone(),
+                membership.clone(),
                 setup.coordinator_config.election_timeout_ticks,
                 a.promised(),
             );
@@ -498,17 +510,28 @@ impl PaxosOrdering {
             }
         }
         let promised = self.acceptor.as_ref().expect("just set").promised();
-        self.elector = Some(Elector::new(
+        let mut elector = Elector::new(
             id,
             m.clone(),
             self.setup.coordinator_config.election_timeout_ticks,
             promised,
-        ));
+        );
+        elector.start_at(self.tick);
+        self.elector = Some(elector);
         let leads = match old_leader {
             Some(l) if m.acceptor_index(l).is_some() => l == id,
             _ => m.coordinator == id,
         };
         if leads {
+            // The new acceptors hear the change from here first (links keep their
+            // order), so none drops this Phase 1 as of an epoch it does not know yet.
+            let members = Msg::Members(Box::new(self.members.clone()));
+            for &a in m.acceptors.iter().filter(|&&a| a != id) {
+                out.push(Action::Send {
+                    to: a,
+                    msg: members.clone(),
+                });
+            }
             self.campaign(Ballot::ZERO, out);
             if let Some(c) = self.coordinator.as_mut() {
                 let n = commands.len() as u64;
@@ -861,6 +884,9 @@ impl AtomicMulticast for PaxosOrdering {
         }
         if let Some(l) = self.learner.as_mut() {
             l.set_learners(learners);
+        }
+        if let Some(a) = self.acceptor.as_mut() {
+            a.record_members(&self.members, out);
         }
         true
     }

@@ -219,7 +219,8 @@ fn all_answered(c: &mut Cluster, seqs: std::ops::RangeInclusive<u64>, what: &str
 }
 
 /// Acceptors grow from 3 to 5 under load, two of the old ones crash and are replaced
-/// (removed), a survivor restarts and learns the epoch from the replicas, and a
+/// (removed), a survivor restarts and learns the epoch from the replicas, every node
+/// stops and the acceptors restart alone (they take the epoch from their logs), and a
 /// removed acceptor that restarts learns it was removed and stops. Every command is
 /// answered, the replicas agree, and no decision conflicts.
 fn acceptors_grow_and_replace(protocol: Protocol) {
@@ -250,6 +251,17 @@ fn acceptors_grow_and_replace(protocol: Protocol) {
             "{protocol}: node {id} knows epoch 2"
         );
     }
+    // The old leader led the new epochs on (one start per epoch): no other acceptor
+    // campaigned.
+    let campaigns: u64 = [2, 3, 6, 7]
+        .iter()
+        .map(|&n| c.counter(n, "campaigns"))
+        .sum();
+    assert_eq!(
+        campaigns, 0,
+        "{protocol}: an acceptor change is no election"
+    );
+    assert_eq!(c.counter(1, "campaigns"), 2, "{protocol}");
     let leaders: Vec<_> = c.nodes.values().filter_map(|n| n.leads()).collect();
     assert!(
         leaders.len() == 1 && leaders[0].epoch() == 2,
@@ -301,6 +313,38 @@ fn acceptors_grow_and_replace(protocol: Protocol) {
     via(&mut c, 61..=70, 4);
     all_answered(&mut c, 61..=70, "with node 3 restarted and node 7 down");
     c.start(7);
+
+    // Every node stops; the acceptors restart while the replicas are down, so nobody
+    // can tell them the configuration: they take it from their own logs, and elect a
+    // leader of epoch 4 among themselves.
+    for id in [3, 4, 5, 6, 7] {
+        c.crash(id);
+    }
+    for id in [3, 6, 7] {
+        c.start(id);
+        assert_eq!(
+            ordering_epoch(&c, id),
+            4,
+            "{protocol}: node {id} recorded the configuration in its log"
+        );
+    }
+    let mut ticks = 0;
+    while !c
+        .nodes
+        .values()
+        .any(|n| n.leads().is_some_and(|b| b.epoch() == 4))
+    {
+        c.tick(1);
+        ticks += 1;
+        assert!(
+            ticks < 300,
+            "{protocol}: no leader of epoch 4 among 3, 6, 7"
+        );
+    }
+    c.start(4);
+    c.start(5);
+    via(&mut c, 71..=80, 4);
+    all_answered(&mut c, 71..=80, "after a restart of everything");
 
     // A removed acceptor that restarts learns it was removed, and stops.
     c.start(1);

@@ -323,3 +323,41 @@ async fn bad_requests_get_400_and_the_server_keeps_serving() {
     );
     server.abort();
 }
+
+/// The configuration a node reports (after `partita member` changes) is in the state:
+/// the newest epoch among the answering nodes, with the acceptors and their epoch.
+#[test]
+fn the_newest_configuration_is_shown() {
+    use partita_types::members::{Initial, MemberChange, Members};
+    let mut st = State::new(cluster(), 10);
+    assert_eq!(st.to_json()["configuration"], json!(null));
+    let mut m = Members::default();
+    let ini = Initial {
+        replicas: &[(4, 0), (5, 0)],
+        acceptors: &[1, 2, 3],
+        others: &[1, 2, 3],
+    };
+    m.apply(ini, &MemberChange::Remove { node: 5 }, 30).unwrap();
+    let older = m.clone();
+    let add = MemberChange::AddAcceptor {
+        node: 6,
+        addr: "127.0.0.1:27006".into(),
+    };
+    m.apply(ini, &add, 40).unwrap();
+    let mut s4 = status(4, 44, Some(100));
+    s4.members = Some(m);
+    s4.replica_state = Some("serving".into());
+    let mut s5 = status(5, 55, Some(100));
+    s5.members = Some(older);
+    st.record(1_000, all(Some(s4), Some(s5)));
+    let j = st.to_json();
+    let c = &j["configuration"];
+    assert_eq!(c["epoch"], json!(2), "{c}");
+    assert_eq!(c["changed_at"], json!(40));
+    assert_eq!(c["replicas"], json!([4]));
+    assert_eq!(c["removed"], json!([5]));
+    assert_eq!(c["ordering_epoch"], json!(1));
+    assert_eq!(c["acceptors"], json!([1, 2, 3, 6]));
+    assert_eq!(c["acceptors_from"], json!(41));
+    assert_eq!(j["nodes"][3]["replica_state"], json!("serving"));
+}
