@@ -37,6 +37,8 @@ pub fn setup(id: NodeId, protocol: Protocol, service: Arc<dyn ServiceFactory>) -
             learners: REPLICAS.to_vec(),
             partitions: Default::default(),
             batchers: Vec::new(),
+            epoch: 0,
+            epoch_from: 1,
         },
         acceptor: ACCEPTORS.contains(&id),
         replica: REPLICAS.contains(&id),
