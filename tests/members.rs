@@ -90,27 +90,7 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
     // acknowledged key is remembered.
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let mut load = Vec::new();
-    for w in 0..2u64 {
-        let (cfg, stop, acked) = (cfg.clone(), stop.clone(), acked.clone());
-        load.push(tokio::spawn(async move {
-            let opts = ClientOptions {
-                replica: Some(4),
-                give_up: Duration::from_secs(30),
-                ..ClientOptions::default()
-            };
-            let mut c = Client::<BPlusTree>::connect(cfg, opts).await.unwrap();
-            let mut key = w << 32;
-            while !stop.load(Ordering::Relaxed) {
-                key += 1;
-                match c.execute(Op::Insert { key, value: key }).await {
-                    Ok(OpResult::Inserted(true)) => {}
-                    other => panic!("insert {key}: {other:?}"),
-                }
-                acked.lock().unwrap().push(key);
-            }
-        }));
-    }
+    let load = start_load(&cfg, 4, 0, &stop, &acked);
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Changes that cannot be: refused, with the reason.
@@ -150,54 +130,17 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
         "{text}"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    for l in load {
-        l.await.unwrap();
-    }
+    stop_load(&stop, load, &acked).await;
 
     // Everything acknowledged is there, read through node 6.
     let mut via6 = cfg.clone();
     via6.nodes.iter_mut().find(|n| n.id == 6).unwrap().join = false;
-    let opts = ClientOptions {
-        replica: Some(6),
-        give_up: Duration::from_secs(30),
-        ..ClientOptions::default()
-    };
-    let mut c = Client::<BPlusTree>::connect(via6, opts).await.unwrap();
-    let all = c
-        .execute(Op::Query {
-            min: 0,
-            max: u64::MAX,
-        })
-        .await
-        .unwrap();
-    let OpResult::Entries(entries) = all else {
-        panic!("a query answers entries: {all:?}")
-    };
-    let present: std::collections::BTreeSet<u64> = entries.iter().map(|(k, _)| *k).collect();
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() > 50, "the load ran: {} inserts", acked.len());
-    let missing: Vec<_> = acked.iter().filter(|k| !present.contains(k)).collect();
-    assert!(
-        missing.is_empty(),
-        "acknowledged inserts missing: {missing:?}"
-    );
+    all_present(&via6, 6, &acked).await;
 
     // Replicas 4 and 6 agree; `member list` tells who is what.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s4 = node_status_of(&cfg, 4, Duration::from_secs(1))
-            .await
-            .unwrap();
-        let s6 = node_status_of(&cfg, 6, Duration::from_secs(1))
-            .await
-            .unwrap();
-        if s4.executed_up_to == s6.executed_up_to && s4.digest == s6.digest {
-            break;
-        }
-        assert!(Instant::now() < deadline, "4 and 6 differ: {s4:?} {s6:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    replicas_agree(&cfg, 4, 6).await;
     // `partita status` says which configuration runs, and a removed node not
     // answering is no failure.
     let (ok, text) = partita(&["status", "--cluster", &file_arg]);
@@ -472,10 +415,7 @@ async fn acceptors_grow_to_five_and_a_dead_one_is_replaced_under_load() {
     ]);
     assert!(!ok && text.contains("removed before"), "{text}");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    for l in load {
-        l.await.unwrap();
-    }
+    stop_load(&stop, load, &acked).await;
     let acked = acked.lock().unwrap().clone();
     assert!(
         acked.len() > acked_five + 20,
@@ -492,20 +432,7 @@ async fn acceptors_grow_to_five_and_a_dead_one_is_replaced_under_load() {
     // Every acknowledged insert is there (a client does not learn new acceptors: its
     // file lists the acceptors now), and the replicas agree.
     all_present(&client_file(&cfg, &[1, 2]), 5, &acked).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s4 = node_status_of(&cfg, 4, Duration::from_secs(1))
-            .await
-            .unwrap();
-        let s5 = node_status_of(&cfg, 5, Duration::from_secs(1))
-            .await
-            .unwrap();
-        if s4.executed_up_to == s5.executed_up_to && s4.digest == s5.digest {
-            break;
-        }
-        assert!(Instant::now() < deadline, "4 and 5 differ: {s4:?} {s5:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    replicas_agree(&cfg, 4, 5).await;
     eprintln!(
         "{} inserts acknowledged across four ordering epochs",
         acked.len()
@@ -600,23 +527,31 @@ async fn every_node_of_the_default_cluster_is_replaced_under_load() {
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() > 100, "the load ran: {} inserts", acked.len());
     all_present(&last, 10, &acked).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s9 = node_status_of(&cfg, 9, Duration::from_secs(1))
-            .await
-            .unwrap();
-        let s10 = node_status_of(&cfg, 10, Duration::from_secs(1))
-            .await
-            .unwrap();
-        if s9.executed_up_to == s10.executed_up_to && s9.digest == s10.digest {
-            break;
-        }
-        assert!(Instant::now() < deadline, "9 and 10 differ: {s9:?} {s10:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    replicas_agree(&cfg, 9, 10).await;
     eprintln!(
         "{} inserts acknowledged while every node was replaced",
         acked.len()
     );
     lc.stop(Duration::from_secs(10));
+}
+
+/// Replicas `a` and `b` reach the same instance with the same digest within 20 s.
+async fn replicas_agree(cfg: &ClusterConfig, a: u32, b: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sa = node_status_of(cfg, a, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let sb = node_status_of(cfg, b, Duration::from_secs(1))
+            .await
+            .unwrap();
+        if sa.executed_up_to == sb.executed_up_to && sa.digest == sb.digest {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{a} and {b} differ: {sa:?} {sb:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
