@@ -380,12 +380,6 @@ impl Acceptor {
         self.promised = self.promised.max(Ballot::epoch_floor(epoch));
     }
 
-    /// The members its log records (the newest it took; see
-    /// [`Acceptor::record_members`]).
-    pub fn recorded_members(&self) -> Option<&partita_types::members::Members> {
-        self.members.as_deref()
-    }
-
     /// Record `members` in the log (when they differ from the ones recorded): a
     /// restart takes the ordering epoch and the nodes added from there.
     pub fn record_members(&mut self, members: &partita_types::members::Members, out: &mut Outbox) {
@@ -401,11 +395,6 @@ impl Acceptor {
             let token = self.persist(AcceptorRecord::Members(m), out);
             self.pending.insert(token, PendingWrite::Members);
         }
-    }
-
-    /// The configuration this acceptor votes in.
-    pub fn membership(&self) -> &Membership {
-        &self.membership
     }
 
     pub fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) {

@@ -149,20 +149,10 @@ impl Learner {
         self.pause_at_members = on;
     }
 
-    /// The configuration it learns from.
-    pub fn membership(&self) -> &Membership {
-        &self.membership
-    }
-
     /// Plant the "decisions of any epoch" bug (simulator controls only): an older
     /// epoch's decision is delivered like any, and delivery never pauses.
     pub fn set_unsafe_ignore_epochs(&mut self, on: bool) {
         self.unsafe_ignore_epochs = on;
-    }
-
-    /// Whether delivery waits for [`Learner::resume`].
-    pub fn paused(&self) -> bool {
-        self.paused
     }
 
     /// The ordering epoch of the next instance to deliver.
@@ -170,17 +160,17 @@ impl Learner {
         self.epoch
     }
 
-    /// The membership change the learner paused after was applied: go on with
-    /// `membership` (of a new epoch when the change was an acceptor's; the same one
-    /// otherwise). Decisions of older epochs held for the instances ahead are dropped.
-    pub fn resume(&mut self, membership: Membership, out: &mut Outbox) {
-        self.reconfigure(membership);
+    /// The membership change the learner paused after was applied (and the learner
+    /// [`Learner::reconfigure`]d when it moved the epoch): deliver on.
+    pub fn resume(&mut self, out: &mut Outbox) {
         self.paused = false;
         self.deliver(out);
     }
 
     /// Learn with `membership` from now on (its epoch orders the instances this
-    /// learner has yet to deliver: a restored checkpoint's), delivering nothing now.
+    /// learner has yet to deliver: after an acceptor change it applied, or a restored
+    /// checkpoint's), delivering nothing now. Decisions of older epochs held for the
+    /// instances ahead are dropped.
     pub fn reconfigure(&mut self, membership: Membership) {
         assert!(membership.epoch >= self.epoch, "epochs only grow");
         if membership.epoch > self.epoch {
@@ -194,9 +184,9 @@ impl Learner {
                 props.retain(|v| !stale(v));
             }
             self.proposals.retain(|_, p| !p.is_empty());
-            for _ in self.ready.len() + self.decided_ids.len()..before {
-                self.drops.count(Drop::OtherEpoch);
-            }
+            let after = self.ready.len() + self.decided_ids.len();
+            self.drops
+                .count_n(Drop::OtherEpoch, (before - after) as u64);
             self.read = None;
             self.epoch = epoch;
         }
@@ -374,33 +364,24 @@ impl Learner {
         if self.unsafe_ignore_epochs {
             return false;
         }
-        let epoch = vid.ballot.epoch();
+        // An instance's decision is in `ready` or in `decided_ids`, never both.
         let held = self
             .ready
             .get(&instance)
             .map(|v| v.vid)
             .or_else(|| self.decided_ids.get(&instance).copied());
-        if held.is_some_and(|h| h.ballot.epoch() > epoch) {
+        let Some(held) = held else {
+            return false;
+        };
+        let (epoch, theirs) = (vid.ballot.epoch(), held.ballot.epoch());
+        if theirs != epoch {
             self.drops.count(Drop::OtherEpoch);
-            return true;
         }
-        if self
-            .ready
-            .get(&instance)
-            .is_some_and(|v| v.vid.ballot.epoch() < epoch)
-        {
+        if theirs < epoch {
             self.ready.remove(&instance);
-            self.drops.count(Drop::OtherEpoch);
-        }
-        if self
-            .decided_ids
-            .get(&instance)
-            .is_some_and(|v| v.ballot.epoch() < epoch)
-        {
             self.decided_ids.remove(&instance);
-            self.drops.count(Drop::OtherEpoch);
         }
-        false
+        theirs > epoch
     }
 
     fn on_decided_value(&mut self, instance: Instance, value: Arc<Value>) {

@@ -1215,7 +1215,12 @@ pub struct DropCounts(pub std::collections::BTreeMap<&'static str, u64>);
 
 impl DropCounts {
     pub fn count(&mut self, why: Drop) {
-        *self.0.entry(drop_name(why)).or_default() += 1;
+        self.count_n(why, 1);
+    }
+    pub fn count_n(&mut self, why: Drop, n: u64) {
+        if n > 0 {
+            *self.0.entry(drop_name(why)).or_default() += n;
+        }
     }
     pub fn total(&self) -> u64 {
         self.0.values().sum()

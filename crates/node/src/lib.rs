@@ -1282,17 +1282,19 @@ impl NodeCore {
             self.held.push_back((instance, name, value));
             return;
         }
-        if value.commands.iter().any(|c| c.is_system()) || !self.member.late.is_empty() {
+        let system = value.commands.iter().any(|c| c.is_system());
+        if system || !self.member.late.is_empty() {
             // What applying them asks (telling the other nodes; an acceptor here
             // recording them, a new epoch's Phase 1) runs next, like a handler's.
             let mut actions = Vec::new();
             self.apply_members(instance, &value, &mut actions);
             self.resumed.extend(actions);
         }
-        if value
-            .commands
-            .iter()
-            .any(partita_types::members::is_member_command)
+        if system
+            && value
+                .commands
+                .iter()
+                .any(partita_types::members::is_member_command)
         {
             // The learner paused after this value: it delivers on in the epoch the
             // change left (an acceptor change starts one at the next instance).

@@ -894,11 +894,11 @@ impl AtomicMulticast for PaxosOrdering {
     fn replica_members(&mut self, members: &Members, resume: bool, out: &mut Outbox) {
         let m = self.setup.membership.with_members(members);
         if let Some(l) = self.learner.as_mut() {
-            match (resume, m.epoch >= l.epoch()) {
-                (true, true) => l.resume(m, out),
-                (false, true) => l.reconfigure(m),
-                (true, false) => l.resume(l.membership().clone(), out),
-                (false, false) => {}
+            if m.epoch >= l.epoch() {
+                l.reconfigure(m);
+            }
+            if resume {
+                l.resume(out);
             }
         }
     }
