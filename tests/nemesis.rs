@@ -438,23 +438,33 @@ async fn nemesis_catches_geo_execution_before_safe() {
 }
 
 /// `partita nemesis --faults member` (Jepsen's etcd member nemesis, as replacements)
-/// with coordinator kills: replicas are replaced one at a time (a new one
-/// joins, catches up, serves; an old one is removed and stops) while nodes die and
-/// come back. The history is linearizable, the replicas (the new ones included)
-/// converge, and every acknowledged write survives a full restart (the new replicas
-/// restarting on their own copies of the cluster file).
+/// with acceptor and coordinator kills: replicas and acceptors are replaced in turn,
+/// one at a time (a new replica joins, catches up, serves; a new acceptor starts an
+/// ordering epoch; an old node is removed and stops) while nodes die and come back,
+/// the acceptor kills choosing among the acceptors of the moment. The history is
+/// linearizable, the replicas (the new ones included) converge, and every
+/// acknowledged write survives a full restart (the new nodes restarting on their own
+/// copies of the cluster file, the old ones on the original, from their logs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_replaced_one_at_a_time_under_kills() {
-    let faults = vec![Fault::Member, Fault::KillCoordinator, Fault::Member];
-    let r = run(Protocol::MultiPaxos, faults, 12, &[]).await;
+async fn replicas_and_acceptors_replaced_one_at_a_time_under_kills() {
+    let faults = vec![
+        Fault::Member,
+        Fault::KillAcceptor,
+        Fault::Member,
+        Fault::KillCoordinator,
+    ];
+    let r = run(Protocol::MultiPaxos, faults, 14, &[]).await;
     assert!(r.passed(), "{r}");
-    let replaced = r
-        .injected
-        .iter()
-        .filter(|i| i.fault == Fault::Member)
-        .count();
+    let replaced = |acceptor: bool| {
+        r.injected
+            .iter()
+            .filter(|i| i.replaced_by.is_some_and(|b| b.acceptor == acceptor))
+            .count()
+    };
     assert!(
-        replaced >= 2,
-        "replicas were replaced {replaced} times: {r}"
+        replaced(false) >= 1 && replaced(true) >= 1,
+        "replicas were replaced {} times, acceptors {}: {r}",
+        replaced(false),
+        replaced(true)
     );
 }

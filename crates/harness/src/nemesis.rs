@@ -62,11 +62,15 @@ pub enum Fault {
     CutCoordinatorOut,
     /// Network (`--netns`): every node loses a fifth of the packets it receives.
     LossyNetwork,
-    /// Membership (Jepsen's etcd `member` nemesis, as a replacement): a new replica
-    /// (a fresh id, its own copy of the cluster file with it marked `join = true`)
-    /// starts and is added (`partita member add`), serves once caught up, then one of
-    /// the current replicas is removed (`partita member remove`) and stops. Ring Paxos
-    /// and Multi-Paxos, unpartitioned; not in the default set.
+    /// Membership (Jepsen's etcd `member` nemesis, as a replacement), replicas and
+    /// acceptors in turn. A new node (a fresh id, its own copy of the cluster file
+    /// with it marked `join = true`) starts and is added (`partita member add`, or
+    /// `member add --acceptor`, which starts an ordering epoch); a replica serves once
+    /// caught up. Then one of the current nodes of that kind is removed (`partita
+    /// member remove [--acceptor]`) and stops by itself. Other faults' victims follow
+    /// the configuration as it is now (an acceptor kill keeps a majority of the
+    /// current acceptors). Ring Paxos and Multi-Paxos, unpartitioned; not in the
+    /// default set.
     Member,
 }
 
@@ -135,6 +139,16 @@ pub struct Injected {
     /// the replicas' decided streams stamp it (`NodeStatus::delivered_ballots`); a node
     /// that only campaigns does not count. `None`: none within the limit.
     pub next_decision_ms: Option<f64>,
+    /// [`Fault::Member`]: the node that replaced `node`, and whether as an acceptor
+    /// (else as a replica).
+    pub replaced_by: Option<Replacement>,
+}
+
+/// What a [`Fault::Member`] did: `node` joined in place of the fault's node.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Replacement {
+    pub node: NodeId,
+    pub acceptor: bool,
 }
 
 /// A check that did not pass, and whether it found something wrong.
@@ -275,6 +289,10 @@ impl std::fmt::Display for NemesisReport {
                 )?,
                 _ => write!(f, "  {:7.2} s  {:?} node {}", i.at_s, i.fault, i.node)?,
             }
+            if let Some(r) = i.replaced_by {
+                let kind = if r.acceptor { "acceptor" } else { "replica" };
+                write!(f, " replaced by {kind} {}", r.node)?;
+            }
             match i.next_decision_ms {
                 Some(ms) => writeln!(f, "  next decision after {ms:.0} ms")?,
                 None => writeln!(f)?,
@@ -396,14 +414,27 @@ struct Nemesis<'a> {
     lc: &'a mut LocalCluster,
     exe: PathBuf,
     node_args: Vec<String>,
-    /// Replicas a [`Fault::Member`] added, with their own cluster files.
+    /// Nodes a [`Fault::Member`] added, with their own cluster files.
     joined: Vec<(NodeId, PathBuf)>,
+    /// How many [`Fault::Member`] replacements were made: even ones replace a
+    /// replica, odd ones an acceptor (either, when there is none of the other kind).
+    replaced: usize,
 }
 
 /// How long a membership change of [`Fault::Member`] may take.
 const MEMBER_TIMEOUT: Duration = Duration::from_secs(60);
 
-impl Nemesis<'_> {
+impl<'a> Nemesis<'a> {
+    fn new(lc: &'a mut LocalCluster, exe: &Path, node_args: &[String]) -> Nemesis<'a> {
+        Nemesis {
+            lc,
+            exe: exe.to_path_buf(),
+            node_args: node_args.to_vec(),
+            joined: Vec::new(),
+            replaced: 0,
+        }
+    }
+
     fn pid(&self, id: NodeId) -> Option<u32> {
         self.lc
             .children
@@ -432,11 +463,13 @@ impl Nemesis<'_> {
         Ok(())
     }
 
-    /// [`Fault::Member`]: a new replica joins (started on a copy of the cluster file
-    /// naming it `join = true`, added, serving once caught up), then `victim` is
-    /// removed and its process stops by itself. `lc.cluster` follows: the new node in,
-    /// the victim out (the cluster file itself stays as it is).
-    async fn replace(&mut self, victim: NodeId) -> anyhow::Result<()> {
+    /// [`Fault::Member`]: a new node of `victim`'s kind joins (started on a copy of
+    /// the cluster file naming it `join = true`, added; a replica serves once caught
+    /// up), then `victim` is removed and its process stops by itself; the new node's id. An acceptor is
+    /// replaced when `acceptor` (the victim is then only an acceptor: a node that
+    /// stays a replica would not stop), a replica otherwise. `lc.cluster` follows: the
+    /// new node in, the victim out (the cluster file itself stays as it is).
+    async fn replace(&mut self, victim: NodeId, acceptor: bool) -> anyhow::Result<NodeId> {
         let live = self.lc.cluster.clone();
         let file_cfg = ClusterConfig::load(&self.lc.cluster_file)?;
         let used = live
@@ -456,7 +489,10 @@ impl Nemesis<'_> {
             .context("the first node's address")?;
         let port = port - 1 + id;
         anyhow::ensure!(port <= u32::from(u16::MAX), "no port left for node {id}");
-        let node = partita_config::NodeSection::joining_replica(id, format!("{host}:{port}"));
+        let mut node = partita_config::NodeSection::joining_replica(id, format!("{host}:{port}"));
+        if acceptor {
+            node.roles = vec![Role::Acceptor];
+        }
         let mut own = file_cfg.clone();
         own.nodes.push(node.clone());
         let file = self.lc.data_dir.join(format!("cluster-join-{id}.toml"));
@@ -503,11 +539,15 @@ impl Nemesis<'_> {
                 }
             }
         };
-        ask(partita_types::members::MemberChange::Add {
-            node: id,
-            addr: addr.clone(),
-            partition: 0,
-            promote: true,
+        use partita_types::members::MemberChange;
+        ask(match acceptor {
+            true => MemberChange::AddAcceptor { node: id, addr },
+            false => MemberChange::Add {
+                node: id,
+                addr,
+                partition: 0,
+                promote: true,
+            },
         })
         .await?;
         let mut with = live.clone();
@@ -515,18 +555,29 @@ impl Nemesis<'_> {
         joined.join = false;
         with.nodes.push(joined);
         let t0 = Instant::now();
+        // An acceptor takes part once it knows the epoch its addition starts (it has
+        // an acceptor role, and a promise); a replica once caught up.
         loop {
             let s = partita_client::node_status_of(&with, id, Duration::from_secs(1)).await;
-            if s.and_then(|s| s.replica_state).as_deref() == Some("serving") {
+            let ready = match acceptor {
+                true => s.is_some_and(|s| s.promised.is_some()),
+                false => s.and_then(|s| s.replica_state).as_deref() == Some("serving"),
+            };
+            if ready {
                 break;
             }
+            let what = if acceptor { "vote" } else { "serve" };
             anyhow::ensure!(
                 t0.elapsed() < MEMBER_TIMEOUT,
-                "node {id} did not serve within {MEMBER_TIMEOUT:?} of its addition"
+                "node {id} did not {what} within {MEMBER_TIMEOUT:?} of its addition"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        ask(partita_types::members::MemberChange::Remove { node: victim }).await?;
+        ask(match acceptor {
+            true => MemberChange::RemoveAcceptor { node: victim },
+            false => MemberChange::Remove { node: victim },
+        })
+        .await?;
         let t0 = Instant::now();
         loop {
             let gone = match self.lc.children.iter_mut().find(|(n, _)| *n == victim) {
@@ -545,7 +596,7 @@ impl Nemesis<'_> {
         self.lc.children.retain(|(n, _)| *n != victim);
         with.nodes.retain(|n| n.id != victim);
         self.lc.cluster = with;
-        Ok(())
+        Ok(id)
     }
 
     /// The faults of a run of `duration`: `cfg.together` at a time, with random pauses
@@ -646,19 +697,33 @@ impl Nemesis<'_> {
                 | Fault::CutCoordinatorOut => vec![leader],
                 Fault::KillAcceptor => acceptors.iter().copied().filter(|&a| a != leader).collect(),
                 Fault::KillReplica => replicas.clone(),
-                // The replica to replace (not another fault's node). Clients find
-                // replicas in the cluster file, so one of the file's stays.
+                // The node to replace (not another fault's node): a replica or a
+                // node that is only an acceptor, in turn. Clients find replicas and
+                // acceptors in the cluster file (they learn no new ones), so one of
+                // the file's of each kind stays.
                 Fault::Member => {
-                    let file: Vec<NodeId> = ClusterConfig::load(&self.lc.cluster_file)?
-                        .executors()
-                        .into_iter()
-                        .filter(|r| replicas.contains(r))
-                        .collect();
-                    replicas
+                    let file = ClusterConfig::load(&self.lc.cluster_file)?;
+                    let keep_one = |now: &[NodeId], in_file: Vec<NodeId>| -> Vec<NodeId> {
+                        let in_file: Vec<NodeId> =
+                            in_file.into_iter().filter(|n| now.contains(n)).collect();
+                        now.iter()
+                            .copied()
+                            .filter(|n| in_file.len() > 1 || !in_file.contains(n))
+                            .collect()
+                    };
+                    let only_acceptors: Vec<NodeId> = cluster
+                        .nodes
                         .iter()
-                        .copied()
-                        .filter(|r| file.len() > 1 || !file.contains(r))
-                        .collect()
+                        .filter(|n| n.roles == [Role::Acceptor])
+                        .map(|n| n.id)
+                        .collect();
+                    let r = keep_one(&replicas, file.executors());
+                    let a = keep_one(&only_acceptors, file.with_role(Role::Acceptor));
+                    match self.replaced % 2 {
+                        0 if !r.is_empty() => r,
+                        _ if !a.is_empty() => a,
+                        _ => r,
+                    }
                 }
                 // Every node; recorded as node 0.
                 Fault::LossyNetwork => {
@@ -773,9 +838,15 @@ impl Nemesis<'_> {
                 self.restart(node)?;
             }
         }
+        let mut replacements = Vec::new();
         for &(fault, node) in &chosen {
             if fault == Fault::Member {
-                self.replace(node).await?;
+                let acceptor = cluster
+                    .node(node)
+                    .is_some_and(|n| n.roles == [Role::Acceptor]);
+                let by = self.replace(node, acceptor).await?;
+                self.replaced += 1;
+                replacements.push((node, Replacement { node: by, acceptor }));
             }
         }
         Ok(chosen
@@ -785,6 +856,10 @@ impl Nemesis<'_> {
                 fault,
                 node,
                 next_decision_ms: fault.hits_coordinator().then_some(failover_ms).flatten(),
+                replaced_by: replacements
+                    .iter()
+                    .find(|(n, _)| fault == Fault::Member && *n == node)
+                    .map(|(_, r)| *r),
             })
             .collect())
     }
@@ -1081,12 +1156,7 @@ pub async fn run(
         let bcfg = cfg.bench.clone();
         tokio::spawn(async move { bench::run(&cluster, &bcfg).await })
     };
-    let mut nem = Nemesis {
-        lc,
-        exe: exe.to_path_buf(),
-        node_args: node_args.to_vec(),
-        joined: Vec::new(),
-    };
+    let mut nem = Nemesis::new(lc, exe, node_args);
     let injected = nem.schedule(cfg, cfg.bench.duration).await?;
     let (bench_result, records) = load.await.context("load task")??;
     if let Some(p) = &cfg.history {
@@ -1177,12 +1247,7 @@ pub async fn run_kv(
         Some(p) => p.clone(),
         None => lc.data_dir.join("kv-history.jsonl"),
     };
-    let mut nem = Nemesis {
-        lc,
-        exe: exe.to_path_buf(),
-        node_args: node_args.to_vec(),
-        joined: Vec::new(),
-    };
+    let mut nem = Nemesis::new(lc, exe, node_args);
     let injected = nem.schedule(cfg, load.duration).await?;
     let result = task.await.context("load task")??;
     crate::kvload::write_history(&history, &result)?;
@@ -1245,12 +1310,7 @@ pub async fn inject_for(
     if cfg.faults.is_empty() {
         bail!("no faults to inject");
     }
-    let mut nem = Nemesis {
-        lc,
-        exe: exe.to_path_buf(),
-        node_args: node_args.to_vec(),
-        joined: Vec::new(),
-    };
+    let mut nem = Nemesis::new(lc, exe, node_args);
     nem.schedule(cfg, duration).await
 }
 
@@ -1284,12 +1344,7 @@ pub async fn run_chirper(
         let load = load.clone();
         tokio::spawn(async move { run_load(&cluster, &load, base).await })
     };
-    let mut nem = Nemesis {
-        lc,
-        exe: exe.to_path_buf(),
-        node_args: node_args.to_vec(),
-        joined: Vec::new(),
-    };
+    let mut nem = Nemesis::new(lc, exe, node_args);
     let injected = nem.schedule(cfg, load.duration).await?;
     let (result, mut events) = task.await.context("load task")??;
     let operations = events.len();

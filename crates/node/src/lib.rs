@@ -1318,17 +1318,22 @@ impl NodeCore {
         }
     }
 
-    /// Whether `interval_instances` passed since the last checkpoint and the driver is
-    /// not busy writing one.
+    /// Whether `interval_instances` passed since the last checkpoint, or the replica
+    /// executed an acceptor change that no checkpoint covers yet, and the driver is not
+    /// busy writing one. (The acceptors an acceptor change removes hold the only copies
+    /// of the decisions below it besides the acceptors that stay: they stop once a
+    /// checkpoint covers it, see [`members::Members`] and `tell_members`.)
     fn checkpoint_due(&self) -> bool {
         let interval = self.setup.checkpoint.interval_instances;
+        let change = self.member.applied.acceptor_change_at();
         interval > 0
             && self.setup.mode == Mode::Smr
             && self.checkpoint_saving.is_none()
-            && self
-                .replica
-                .as_ref()
-                .is_some_and(|r| r.last_instance() >= self.checkpoint_instance() + interval)
+            && self.replica.as_ref().is_some_and(|r| {
+                let done = r.last_instance();
+                let at = self.checkpoint_instance();
+                done >= at + interval || (change > at && done >= change)
+            })
     }
 
     /// Whether a checkpoint is due and can be taken as soon as the worker threads

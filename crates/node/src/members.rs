@@ -8,8 +8,12 @@
 //! or state-transferred replica never takes them from the cluster file. After applying
 //! one, a replica tells every other node ([`Msg::Members`], and again every
 //! `announce_ticks`); nodes that execute nothing (acceptors, batchers) take the
-//! highest epoch they hear, and their ordering sends decisions to the new replicas and
-//! counts their checkpoints for truncation.
+//! highest epoch they hear, pass it on in turn (a replica that restarted behind the
+//! change learns the new nodes from them), and their ordering sends decisions to the
+//! new replicas and counts their checkpoints for truncation. Replicas checkpoint at
+//! every acceptor change, and removed acceptors hear of their removal (and stop) only
+//! once a checkpoint covers it: until then they may hold the only copies of the
+//! decisions below it.
 //!
 //! A new replica starts as a learner: decisions reach it, it restores a peer's
 //! checkpoint and learns the suffix, and it refuses clients. Once it has executed its
@@ -432,20 +436,33 @@ impl NodeCore {
         }
     }
 
-    /// Tell every other node the replicas this replica applied (after a change, and
-    /// every `announce_ticks` once there was one).
+    /// Tell every other node the configuration this node knows (after its replica
+    /// applied a change, and every `announce_ticks` once there was one). Every node
+    /// that knows of a change tells, acceptors and batchers too (what they recorded or
+    /// heard): a replica that restarted from nothing, or from a checkpoint older than
+    /// the change, knows none of the nodes added since and would drop what they send,
+    /// so it learns them from any node its own configuration names.
+    ///
+    /// Removed acceptors hear it only from a replica whose durable checkpoint covers
+    /// the newest acceptor change. An acceptor that only accepts stops once it hears
+    /// of its removal, and until a checkpoint covers the change, the removed
+    /// acceptors (with those that stay) hold the only copies of the decisions below
+    /// it: a new acceptor has none, and a replica restarting without a checkpoint
+    /// replays them from the acceptors. (Replicas checkpoint at every acceptor change
+    /// for this; with checkpoints off, removed acceptors keep running.)
     pub(crate) fn tell_members(&mut self, out: &mut Outbox) {
-        let members = &self.member.applied;
-        if members.epoch == 0 || !self.setup.replica {
+        let members = self.members();
+        if members.epoch == 0 {
             return;
         }
         let m = self.setup.membership.with_members(members);
         let mut to: BTreeSet<NodeId> = m.acceptors.iter().copied().collect();
         to.extend(&m.learners);
         to.extend(&m.batchers);
+        if self.setup.replica && self.checkpoint_durable >= members.acceptor_change_at() {
+            to.extend(&members.acceptors_removed);
+        }
         to.remove(&self.setup.id);
-        // Removed acceptors hear it too: one that only accepts stops.
-        to.extend(&members.acceptors_removed);
         let msg = Msg::Members(Box::new(members.clone()));
         for to in to {
             out.push(partita_consensus::Action::Send {
@@ -461,16 +478,16 @@ impl NodeCore {
     /// is applied).
     pub(crate) fn member_tick(&mut self, actions: &mut Outbox) {
         let every = self.setup.checkpoint.announce_ticks.max(1);
-        if self.member.applied.epoch > 0 && self.tick.saturating_sub(self.member.told_tick) >= every
-        {
+        if self.members().epoch > 0 && self.tick.saturating_sub(self.member.told_tick) >= every {
             self.member.told_tick = self.tick;
             self.tell_members(actions);
             // A removed replica that was down when it was removed hears nothing else
             // (nobody sends it decisions): told every tenth time, it stops.
             self.member.told_rounds += 1;
             if self.member.told_rounds.is_multiple_of(REMOVED_TOLD_EVERY) {
-                let msg = Msg::Members(Box::new(self.member.applied.clone()));
-                for &to in &self.member.applied.removed {
+                let members = self.members();
+                let msg = Msg::Members(Box::new(members.clone()));
+                for &to in &members.removed {
                     actions.push(partita_consensus::Action::Send {
                         to,
                         msg: msg.clone(),

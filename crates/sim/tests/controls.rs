@@ -610,12 +610,15 @@ fn membership_change_seeds_pass() {
 }
 
 /// `member-apply-late` (replicas with odd ids apply a change one value late): the
-/// replicas end at the same position disagreeing on where the changes took effect.
+/// replicas end at the same position disagreeing on where the changes took effect,
+/// or, when the change was of acceptors, a late replica executed a decision of the
+/// old epoch above the change that the others never execute, and a client read what
+/// no linearization allows.
 #[test]
 fn member_apply_late_is_caught() {
     let (seed, what) = control_opts("member-apply-late", members(1200), 0..20);
     assert!(
-        what.contains("disagree on the replicas"),
+        what.contains("disagree on the replicas") || what.contains("no linearization allows"),
         "member-apply-late caught for another reason: {what}"
     );
     eprintln!("member-apply-late caught at seed {seed}: {what}");

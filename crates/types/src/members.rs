@@ -219,6 +219,14 @@ impl Members {
         }
     }
 
+    /// The position of the newest acceptor change (0: none).
+    pub fn acceptor_change_at(&self) -> Instance {
+        match self.ordering_epoch {
+            0 => 0,
+            _ => self.ordering_from - 1,
+        }
+    }
+
     /// The first instance the current acceptors order (1 before any change).
     pub fn ordering_from(&self) -> Instance {
         self.ordering_from.max(1)
