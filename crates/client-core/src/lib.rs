@@ -265,6 +265,8 @@ pub struct ClientStats {
     /// opt-PSMR: commands a replica answered "resubmit conservatively" (the optimistic
     /// thread's safety check failed), each resubmitted through g_all.
     pub psmr_resubmitted: u64,
+    /// Membership changes followed ([`ClientCore::set_topology`]).
+    pub topologies_followed: u64,
 }
 
 struct Outstanding<S: ServiceCodec> {
@@ -368,6 +370,26 @@ impl<S: ServiceCodec> ClientCore<S> {
     pub fn id(&self) -> ClientId {
         self.id
     }
+
+    /// The cluster's membership changed (the client learned the nodes it has now):
+    /// enter and be answered where `topology` says from the next send on, keeping the
+    /// session and any command under way (its resubmissions go to the new nodes). An
+    /// entry or replica that is gone is replaced by the first entry, and by a replica
+    /// chosen by the client id.
+    pub fn set_topology(&mut self, topology: Topology) {
+        assert!(!topology.entries.is_empty(), "a cluster has an entry node");
+        assert!(!topology.replicas.is_empty(), "a cluster has a replica");
+        if !topology.entries.contains(&self.entry) {
+            self.entry = topology.entries[0];
+        }
+        if !topology.replicas.contains(&self.replica) {
+            let r = &topology.replicas;
+            self.replica = r[(self.id % r.len() as u64) as usize];
+        }
+        self.topology = topology;
+        self.stats.topologies_followed += 1;
+    }
+
     pub fn entry(&self) -> NodeId {
         self.entry
     }

@@ -866,3 +866,30 @@ fn a_refused_session_open_is_retried_at_the_same_node() {
     assert!(cmd.is_open());
     assert_eq!(to, 1, "retried at the node that refused it");
 }
+
+/// A membership change followed while a command is under way: its resubmission enters
+/// at an entry of the new topology and names a replica of it as the one to answer,
+/// in the same session; the reply from there ends it.
+#[test]
+fn a_new_topology_takes_effect_at_the_next_send() {
+    let mut c = client();
+    let mut out = Vec::new();
+    submit_opened(&mut c, Op::Read { key: 3 }, 10, &[4], &mut out);
+    assert_eq!(sends(&out), vec![(1, 1, 4, false)]);
+    // Acceptors 1-3 and replica 4 were replaced by 6-8 and 9.
+    c.set_topology(Topology {
+        entries: vec![6, 7, 8],
+        replicas: vec![5, 9],
+        ..topology()
+    });
+    assert_eq!((c.entry(), c.stats().topologies_followed), (6, 1));
+    assert!([5, 9].contains(&c.replica()));
+    let r = c.replica();
+    out.clear();
+    c.on_timer(110, &mut out);
+    // (A timeout moves to the next entry of the rotation: the new one's second.)
+    assert_eq!(sends(&out), vec![(7, 1, r, false)]);
+    c.on_reply(r, &reply(1, 7, &OpResult::Value(None)), None, 120, &mut out);
+    let done = c.take_done().expect("the command ended");
+    assert!(done.result.is_ok());
+}

@@ -39,6 +39,7 @@ use partita_client_core::{Action, ClientCore, SubmitError};
 use partita_config::{ClusterConfig, Transport};
 use partita_net::{spawn_writer, BoxWrite, FrameReader};
 use partita_service::ServiceCodec;
+use partita_types::members::Members;
 use partita_types::{ClientId, NodeId};
 use partita_wire::Wire;
 use std::collections::BTreeMap;
@@ -216,7 +217,19 @@ pub struct Client<S: ServiceCodec> {
     held_replies: Held<Wire>,
     /// With `[tls]`: what this client presents and trusts.
     tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
+    /// Membership: the configuration epoch this client follows (0: its file's), when
+    /// it last asked the nodes, and its resubmissions then (see
+    /// [`Client::follow_members`]).
+    members_epoch: u64,
+    followed_at: Option<Instant>,
+    followed_resubmissions: u64,
+    /// The nodes being asked in the background, while commands go on.
+    following: Option<tokio::task::JoinHandle<Option<Members>>>,
 }
+
+/// How often a client in trouble (resubmitting) asks the nodes for the configuration,
+/// at most.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 impl<S: ServiceCodec> Client<S> {
     /// Open a session. Fails if the cluster file names another service, or if the
@@ -270,9 +283,93 @@ impl<S: ServiceCodec> Client<S> {
             held_requests: Held::default(),
             held_replies: Held::default(),
             tls,
+            members_epoch: 0,
+            followed_at: None,
+            followed_resubmissions: 0,
+            following: None,
         };
-        c.ensure(entry).await?;
+        if let Err(e) = c.ensure(entry).await {
+            // Its file may name nodes removed since: ask the others for the nodes now.
+            if !c.follow_members().await {
+                return Err(e);
+            }
+            let entry = c.core.entry();
+            c.ensure(entry).await?;
+        }
         Ok(c)
+    }
+
+    /// Membership changes (`partita member`): ask every node this client knows for the
+    /// configuration, and follow the newest one reported (new acceptors to enter at, new
+    /// replicas to be answered by, removed nodes left). A client learns of changes so
+    /// when its entry node cannot be reached at connect time (here, waiting for the
+    /// answers), and when its commands need resubmitting (in the background, at most
+    /// every [`FOLLOW_EVERY`]), so a long-lived client outlives every node its file
+    /// named, as long as one it knows answers. Returns whether the configuration
+    /// changed.
+    pub async fn follow_members(&mut self) -> bool {
+        self.followed_at = Some(Instant::now());
+        self.followed_resubmissions = self.core.stats().resubmissions;
+        if self.cluster.member_changes().is_err() {
+            return false;
+        }
+        let newest = newest_members(&self.cluster, self.opts.timeout).await;
+        self.follow(newest)
+    }
+
+    /// Start asking the nodes in the background (unless that is under way, or this
+    /// cluster's membership cannot change).
+    fn start_following(&mut self) {
+        self.followed_at = Some(Instant::now());
+        self.followed_resubmissions = self.core.stats().resubmissions;
+        if self.following.is_some() || self.cluster.member_changes().is_err() {
+            return;
+        }
+        let cluster = self.cluster.clone();
+        let timeout = self.opts.timeout;
+        self.following = Some(tokio::spawn(async move {
+            newest_members(&cluster, timeout).await
+        }));
+    }
+
+    /// If the background question was answered, follow the answer.
+    fn finish_following(&mut self) {
+        use futures_util::FutureExt;
+        if !self.following.as_ref().is_some_and(|h| h.is_finished()) {
+            return;
+        }
+        let Some(h) = self.following.take() else {
+            return;
+        };
+        if let Some(Ok(newest)) = h.now_or_never() {
+            self.follow(newest);
+        }
+    }
+
+    /// Follow `newest` if it is newer than what this client follows.
+    fn follow(&mut self, newest: Option<Members>) -> bool {
+        let Some(m) = newest.filter(|m| m.epoch > self.members_epoch) else {
+            return false;
+        };
+        self.members_epoch = m.epoch;
+        if !self.cluster.follow_members(&m) {
+            return false;
+        }
+        let topology = self.cluster.client_topology();
+        if topology.entries.is_empty() || topology.replicas.is_empty() {
+            return false;
+        }
+        tracing::debug!(
+            "client {}: following configuration epoch {}: entries {:?}, replicas {:?}",
+            self.core.id(),
+            m.epoch,
+            topology.entries,
+            topology.replicas
+        );
+        self.conns
+            .retain(|n, _| topology.entries.contains(n) || topology.replicas.contains(n));
+        self.core.set_topology(topology);
+        true
     }
 
     pub fn id(&self) -> ClientId {
@@ -358,7 +455,15 @@ impl<S: ServiceCodec> Client<S> {
         if self.conns.contains_key(&node) {
             return Ok(());
         }
-        let addr = self.cluster.dial_addr(node).to_string();
+        let Some(addr) = self.cluster.node(node).map(|n| n.addr.clone()) else {
+            // Left the cluster since the core chose it (it follows the new nodes from
+            // its next send on).
+            return Err(ClientError::Handshake {
+                node,
+                addr: String::new(),
+                reason: "no longer a member of the cluster".into(),
+            });
+        };
         let handshake = |reason: String| ClientError::Handshake {
             node,
             addr: addr.clone(),
@@ -524,6 +629,13 @@ impl<S: ServiceCodec> Client<S> {
                 }
             }
             self.core.on_timer(now, &mut actions);
+            // Resubmitting: the nodes it knows may have been replaced.
+            self.finish_following();
+            if self.core.stats().resubmissions >= self.followed_resubmissions + 2
+                && self.followed_at.is_none_or(|t| t.elapsed() >= FOLLOW_EVERY)
+            {
+                self.start_following();
+            }
         }
     }
 }
@@ -701,6 +813,21 @@ pub async fn node_status_of(
         }
     };
     status_probe(cluster.dial_addr(id), id, tls.as_ref(), timeout).await
+}
+
+/// The newest configuration any node of `cluster` reports (every node asked at once,
+/// each given at most `timeout`, and half a second at most).
+async fn newest_members(cluster: &ClusterConfig, timeout: Duration) -> Option<Members> {
+    let ask = timeout.min(Duration::from_millis(500));
+    let asks = cluster
+        .nodes
+        .iter()
+        .map(|n| node_status_of(cluster, n.id, ask));
+    futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter_map(|s| s?.members)
+        .max_by_key(|m| m.epoch)
 }
 
 /// Ask one node for its status (one-shot connection, plain TCP; a cluster with TLS

@@ -1993,6 +1993,83 @@ impl ClusterConfig {
     }
 
     /// The nodes with `role` at the start (nodes that `join` later left out).
+    /// A client's view of the cluster after membership changes (`members`, as a node
+    /// reports them): the acceptors and the serving replicas are the ones `members`
+    /// names, at the addresses the file or the changes give; a node left with no role
+    /// is dropped; batchers stay as the file says. Learners are left out (they answer
+    /// no client). Returns whether anything changed. A configuration of epoch 0 is the
+    /// file's own: nothing to follow.
+    pub fn follow_members(&mut self, members: &partita_types::members::Members) -> bool {
+        if members.epoch == 0 {
+            return false;
+        }
+        let acceptors = members.acceptors(&self.with_role(Role::Acceptor));
+        let serving: Vec<NodeId> = members
+            .replicas
+            .iter()
+            .filter(|(_, r)| !r.learner)
+            .map(|(&n, _)| n)
+            .collect();
+        let mut ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+        ids.extend(acceptors.iter().chain(&serving));
+        ids.sort_unstable();
+        ids.dedup();
+        let mut nodes = Vec::new();
+        for id in ids {
+            let file = self.node(id);
+            let mut roles: Vec<Role> = file
+                .map(|n| {
+                    n.roles
+                        .iter()
+                        .copied()
+                        .filter(|r| !matches!(r, Role::Acceptor | Role::Replica))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if acceptors.contains(&id) {
+                roles.push(Role::Acceptor);
+            }
+            let replica = members.replicas.get(&id).filter(|r| !r.learner);
+            if replica.is_some() {
+                roles.push(Role::Replica);
+            }
+            if roles.is_empty() {
+                continue;
+            }
+            let addr = file.map(|n| n.addr.clone()).or_else(|| {
+                members
+                    .acceptor_addrs
+                    .get(&id)
+                    .cloned()
+                    .or_else(|| replica.and_then(|r| r.addr.clone()))
+            });
+            let Some(addr) = addr else { continue };
+            nodes.push(NodeSection {
+                id,
+                addr,
+                roles,
+                // (Membership changes are for unpartitioned clusters.)
+                partition: file.and_then(|n| n.partition),
+                join: false,
+                ..file
+                    .cloned()
+                    .unwrap_or_else(|| NodeSection::joining_replica(id, String::new()))
+            });
+        }
+        if nodes == self.nodes {
+            return false;
+        }
+        self.nodes = nodes;
+        if self
+            .cluster
+            .coordinator
+            .is_some_and(|c| !acceptors.contains(&c))
+        {
+            self.cluster.coordinator = acceptors.first().copied();
+        }
+        true
+    }
+
     pub fn with_role(&self, role: Role) -> Vec<NodeId> {
         self.nodes
             .iter()
@@ -2557,6 +2634,57 @@ mod tests {
     /// A replica or acceptor that joins later (`join = true`) is in no initial role and
     /// survives a round trip; a joining batcher, or a joining replica of a partitioned
     /// cluster, is refused naming `node.join`.
+    #[test]
+    fn a_client_follows_the_members_a_node_reports() {
+        use partita_types::members::{Initial, MemberChange, Members};
+        let mut file = ClusterConfig::default_local(7100, 42);
+        let replicas: Vec<(NodeId, u32)> = vec![(4, 0), (5, 0)];
+        let start = Initial {
+            replicas: &replicas,
+            acceptors: &[1, 2, 3],
+            others: &[],
+        };
+        let mut m = Members::default();
+        assert!(
+            !file.clone().follow_members(&m),
+            "epoch 0 is the file's own"
+        );
+        let changes = [
+            MemberChange::AddAcceptor {
+                node: 6,
+                addr: "127.0.0.1:7106".into(),
+            },
+            MemberChange::RemoveAcceptor { node: 1 },
+            MemberChange::Add {
+                node: 7,
+                addr: "127.0.0.1:7107".into(),
+                partition: 0,
+                promote: true,
+            },
+            MemberChange::Remove { node: 4 },
+        ];
+        for (i, c) in changes.iter().enumerate() {
+            m.apply(start, c, 10 * (i as u64 + 1)).unwrap();
+        }
+        assert!(file.follow_members(&m));
+        let ids = |c: &ClusterConfig, r: Role| c.with_role(r);
+        assert_eq!(ids(&file, Role::Acceptor), vec![2, 3, 6]);
+        // Replica 7 is still a learner: clients are not sent to it yet.
+        assert_eq!(ids(&file, Role::Replica), vec![5]);
+        assert_eq!(file.node(6).unwrap().addr, "127.0.0.1:7106");
+        assert!(file.node(1).is_none() && file.node(4).is_none());
+        assert_eq!(file.cluster.coordinator, Some(2));
+        assert!(!file.clone().follow_members(&m), "nothing new");
+        m.apply(start, &MemberChange::Promote { node: 7 }, 60)
+            .unwrap();
+        assert!(file.follow_members(&m));
+        assert_eq!(ids(&file, Role::Replica), vec![5, 7]);
+        assert_eq!(file.node(7).unwrap().addr, "127.0.0.1:7107");
+        let topo = file.client_topology();
+        assert_eq!(topo.replicas, vec![5, 7]);
+        assert!(topo.entries.contains(&6) && !topo.entries.contains(&1));
+    }
+
     #[test]
     fn joining_replicas_are_outside_the_initial_membership_and_only_replicas_join() {
         let with_join = |roles: Vec<Role>| {
