@@ -766,6 +766,7 @@ pub fn percentile(sorted: &[u64], q: f64) -> u64 {
 
 /// Run one experiment point.
 pub fn run(spec: BenchSpec) -> BenchReport {
+    let _core = crate::CoreGate::enter();
     crate::world::World::new_bench(spec).run_bench()
 }
 
@@ -791,6 +792,7 @@ pub struct DsBenchStats {
 /// [`run`] for a spec with `dssmr`.
 pub fn run_with_dssmr(spec: BenchSpec) -> (BenchReport, DsBenchStats) {
     assert!(spec.dssmr.is_some(), "an S-SMR/DS-SMR spec");
+    let _core = crate::CoreGate::enter();
     crate::world::World::new_bench(spec).run_bench_dssmr()
 }
 
