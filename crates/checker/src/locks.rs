@@ -22,7 +22,8 @@
 //!    did not know its lease was gone means the cluster dropped the lock inside the
 //!    lease as the holder saw it.
 //! 3. **Fencing.** The guarded writes that succeeded, in revision order, read 0, 1, 2,
-//!    ... (no increment lost, none applied twice), and their lock revisions increase.
+//!    ... (no increment lost, none applied twice), and their lock revisions increase
+//!    (or repeat, for one holder that took its own key back after an unlock failed).
 //!
 //! The first two judge the cluster against each holder's own view of its lease; etcd's
 //! Go client notices an ended lease up to half a second late, so a run keeps the TTL
@@ -159,7 +160,13 @@ pub fn check(sections: &[Section]) -> Result<LockSummary, String> {
             ));
         }
     }
-    if let Some(p) = writes.windows(2).find(|p| p[1].lock_rev <= p[0].lock_rev) {
+    // A holder whose unlock failed (a timeout across a leader change) still holds its
+    // key, and etcd's Mutex takes the same key back on its next Lock (the key is the
+    // session's lease): its token repeats, which is no other holder's.
+    let same_key = |a: &Section, b: &Section| a.key == b.key && a.lease == b.lease;
+    if let Some(p) = writes.windows(2).find(|p| {
+        p[1].lock_rev < p[0].lock_rev || (p[1].lock_rev == p[0].lock_rev && !same_key(p[0], p[1]))
+    }) {
         return Err(format!(
             "guarded writes at revisions {} and {} hold lock revisions {} and {}: the \
              fencing token went back",
@@ -241,6 +248,17 @@ mod tests {
         let back = [s(0, 12, 100, 200, 0, 11), s(1, 10, 250, 300, 1, 13)];
         let err = check(&back).unwrap_err();
         assert!(err.contains("fencing token went back"), "{err}");
+        // Two holders with one token: caught too.
+        let mut same = [s(0, 10, 100, 200, 0, 11), s(1, 10, 250, 300, 1, 13)];
+        same[1].key = "/l/other".into();
+        let err = check(&same).unwrap_err();
+        assert!(err.contains("fencing token went back"), "{err}");
+        // One holder taking its own key back (its unlock failed): the same token.
+        let mut again = same.clone();
+        again[1].key = again[0].key.clone();
+        again[1].lease = again[0].lease;
+        again[1].worker = again[0].worker;
+        assert_eq!(check(&again).unwrap().guarded_writes, 2);
     }
 
     #[test]
