@@ -308,9 +308,7 @@ impl<S: ServiceCodec> Client<S> {
     /// named, as long as one it knows answers. Returns whether the configuration
     /// changed.
     pub async fn follow_members(&mut self) -> bool {
-        self.followed_at = Some(Instant::now());
-        self.followed_resubmissions = self.core.stats().resubmissions;
-        if self.cluster.member_changes().is_err() {
+        if !self.ask_now() {
             return false;
         }
         let newest = newest_members(&self.cluster, self.opts.timeout).await;
@@ -320,9 +318,7 @@ impl<S: ServiceCodec> Client<S> {
     /// Start asking the nodes in the background (unless that is under way, or this
     /// cluster's membership cannot change).
     fn start_following(&mut self) {
-        self.followed_at = Some(Instant::now());
-        self.followed_resubmissions = self.core.stats().resubmissions;
-        if self.following.is_some() || self.cluster.member_changes().is_err() {
+        if self.following.is_some() || !self.ask_now() {
             return;
         }
         let cluster = self.cluster.clone();
@@ -330,6 +326,14 @@ impl<S: ServiceCodec> Client<S> {
         self.following = Some(tokio::spawn(async move {
             newest_members(&cluster, timeout).await
         }));
+    }
+
+    /// Note that the nodes are asked now; whether this cluster's membership can change
+    /// at all (else there is nothing to ask).
+    fn ask_now(&mut self) -> bool {
+        self.followed_at = Some(Instant::now());
+        self.followed_resubmissions = self.core.stats().resubmissions;
+        self.cluster.member_changes().is_ok()
     }
 
     /// If the background question was answered, follow the answer.

@@ -2050,10 +2050,9 @@ impl ClusterConfig {
                 roles,
                 // (Membership changes are for unpartitioned clusters.)
                 partition: file.and_then(|n| n.partition),
+                etcd_addr: file.and_then(|n| n.etcd_addr.clone()),
+                region: file.and_then(|n| n.region.clone()),
                 join: false,
-                ..file
-                    .cloned()
-                    .unwrap_or_else(|| NodeSection::joining_replica(id, String::new()))
             });
         }
         if nodes == self.nodes {

@@ -103,12 +103,9 @@ fn join_serve_and_leave(protocol: Protocol) {
     );
     // While it catches up the cluster keeps taking commands.
     load(&mut c, 42..=60, 4);
-    let mut ticks = 0;
-    while !c.node(6).serves() {
-        c.tick(1);
-        ticks += 1;
-        assert!(ticks < 400, "{protocol}: node 6 never promoted itself");
-    }
+    tick_until(&mut c, 400, "node 6 never promoted itself", |c| {
+        c.node(6).serves()
+    });
     assert!(
         c.counter(6, "state_transfers_completed") >= 1,
         "{protocol}: node 6 caught up by state transfer"
@@ -205,6 +202,16 @@ fn via(c: &mut Cluster, seqs: std::ops::RangeInclusive<u64>, node: NodeId) {
         c.submit(node, insert(seq, node));
     }
     c.tick(12);
+}
+
+/// Tick until `done`; fail with `what` after `ticks_max` ticks.
+fn tick_until(c: &mut Cluster, ticks_max: usize, what: &str, done: impl Fn(&Cluster) -> bool) {
+    let mut ticks = 0;
+    while !done(c) {
+        c.tick(1);
+        ticks += 1;
+        assert!(ticks < ticks_max, "{}: {what}", c.protocol());
+    }
 }
 
 /// Every one of `seqs` answered once at least, and replicas 4 and 5 agree.
@@ -332,19 +339,11 @@ fn acceptors_grow_and_replace(protocol: Protocol) {
             "{protocol}: node {id} recorded the configuration in its log"
         );
     }
-    let mut ticks = 0;
-    while !c
-        .nodes
-        .values()
-        .any(|n| n.leads().is_some_and(|b| b.epoch() == 4))
-    {
-        c.tick(1);
-        ticks += 1;
-        assert!(
-            ticks < 300,
-            "{protocol}: no leader of epoch 4 among 3, 6, 7"
-        );
-    }
+    tick_until(&mut c, 300, "no leader of epoch 4 among 3, 6, 7", |c| {
+        c.nodes
+            .values()
+            .any(|n| n.leads().is_some_and(|b| b.epoch() == 4))
+    });
     c.start(4);
     c.start(5);
     via(&mut c, 71..=80, 4);
@@ -420,15 +419,12 @@ fn acceptors_keep_the_history_until_a_checkpoint_covers_their_removal(protocol: 
     for id in [4, 5] {
         c.start(id);
     }
-    let mut ticks = 0;
-    while [4, 5].iter().any(|&r| ordering_epoch(&c, r) < 6) || c.replica(4).last_instance() == 0 {
-        c.tick(1);
-        ticks += 1;
-        assert!(
-            ticks < 600,
-            "{protocol}: the restarted replicas never learned the acceptors"
-        );
-    }
+    tick_until(
+        &mut c,
+        600,
+        "the restarted replicas never learned the acceptors",
+        |c| [4, 5].iter().all(|&r| ordering_epoch(c, r) >= 6) && c.replica(4).last_instance() > 0,
+    );
     c.converge(600);
     via(&mut c, 31..=40, 4);
     all_answered(&mut c, 31..=40, "after the replicas replayed everything");

@@ -135,7 +135,9 @@ static GATE_FREED: std::sync::Condvar = std::sync::Condvar::new();
 
 impl CoreGate {
     pub(crate) fn enter() -> CoreGate {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cores =
+            *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let mut running = GATE.lock().unwrap_or_else(|e| e.into_inner());
         while *running >= cores {
             running = GATE_FREED.wait(running).unwrap_or_else(|e| e.into_inner());
