@@ -5,7 +5,9 @@
 //! - **Nodes, roles, progress, ballots**: every node's [`NodeStatus`], fetched through
 //!   the same one-shot status probe as `partita status`
 //!   ([`partita_client::node_status`]), once per poll interval (1 s). A node that does
-//!   not answer within 800 ms is shown as down for that round.
+//!   not answer within 800 ms is shown as down for that round. Nodes that `partita
+//!   member` adds at run time are polled too, from the round after a node first
+//!   reports a configuration naming them (with the address their change carried).
 //! - **Who leads**: the coordinator reports its own ballot; an acceptor the ballot it
 //!   promised; a replica the last ballot it saw in its decided stream
 //!   (`delivered_ballots`). A ballot `round.node` names its leader, so each node's
@@ -113,7 +115,8 @@ pub struct NodePoint {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Round {
     pub t_ms: u64,
-    /// In the cluster file's node order.
+    /// In the cluster file's node order, then the nodes added at run time in the
+    /// order they were first seen (a round before that has no point for them).
     pub nodes: Vec<NodePoint>,
     pub throughput: Option<f64>,
     pub probe_latency_ms: Option<f64>,
@@ -184,36 +187,42 @@ fn believed_leader(s: &NodeStatus) -> Option<(NodeId, String, &'static str)> {
     })
 }
 
+impl NodeTrack {
+    fn of(n: &partita_config::NodeSection, executes: bool) -> NodeTrack {
+        NodeTrack {
+            id: n.id,
+            addr: n.addr.clone(),
+            config_roles: n
+                .roles
+                .iter()
+                .map(|r| {
+                    match r {
+                        Role::Acceptor => "acceptor",
+                        Role::Replica => "replica",
+                        Role::Server => "server",
+                        Role::Batcher => "batcher",
+                    }
+                    .to_string()
+                })
+                .collect(),
+            partition: n.partition,
+            executes,
+            last: None,
+            alive: false,
+            last_seen_ms: None,
+            prev: None,
+            restarts: 0,
+        }
+    }
+}
+
 impl State {
     pub fn new(cluster: ClusterConfig, capacity: usize) -> State {
         let executors = cluster.executors();
         let nodes = cluster
             .nodes
             .iter()
-            .map(|n| NodeTrack {
-                id: n.id,
-                addr: n.addr.clone(),
-                config_roles: n
-                    .roles
-                    .iter()
-                    .map(|r| {
-                        match r {
-                            Role::Acceptor => "acceptor",
-                            Role::Replica => "replica",
-                            Role::Server => "server",
-                            Role::Batcher => "batcher",
-                        }
-                        .to_string()
-                    })
-                    .collect(),
-                partition: n.partition,
-                executes: executors.contains(&n.id),
-                last: None,
-                alive: false,
-                last_seen_ms: None,
-                prev: None,
-                restarts: 0,
-            })
+            .map(|n| NodeTrack::of(n, executors.contains(&n.id)))
             .collect();
         State {
             cluster,
@@ -305,6 +314,66 @@ impl State {
             throughput,
             probe_latency_ms,
         });
+        self.track_added();
+    }
+
+    /// Nodes that `partita member` added at run time (the newest configuration any
+    /// answering node reports names them, with their addresses) are polled from the
+    /// next round on, like the file's (earlier rounds have no point for them).
+    fn track_added(&mut self) {
+        let Some(m) = self
+            .nodes
+            .iter()
+            .filter(|t| t.alive)
+            .filter_map(|t| t.last.as_ref()?.members.as_ref())
+            .max_by_key(|m| m.epoch)
+            .cloned()
+        else {
+            return;
+        };
+        let partitioned = self.cluster.partitioning.partitions > 1;
+        let replicas = m
+            .added()
+            .map(|(n, a)| (n, a.to_string(), Role::Replica))
+            .chain(
+                m.acceptor_addrs
+                    .iter()
+                    .map(|(&n, a)| (n, a.clone(), Role::Acceptor)),
+            );
+        for (id, addr, role) in replicas.collect::<Vec<_>>() {
+            if let Some(n) = self.cluster.nodes.iter_mut().find(|n| n.id == id) {
+                // Known already (a file entry marked `join = true`, or added as the
+                // other role before): it has this role too now.
+                if !n.roles.contains(&role) {
+                    n.roles.push(role);
+                }
+                if let Some(t) = self.nodes.iter_mut().find(|t| t.id == id) {
+                    let name = if role == Role::Replica {
+                        "replica"
+                    } else {
+                        "acceptor"
+                    };
+                    if !t.config_roles.iter().any(|r| r == name) {
+                        t.config_roles.push(name.to_string());
+                    }
+                    t.executes |= role == Role::Replica;
+                    if role == Role::Replica && partitioned {
+                        t.partition = m.replicas.get(&id).map(|r| r.partition);
+                    }
+                }
+                continue;
+            }
+            let mut n = partita_config::NodeSection::joining_replica(id, addr);
+            n.join = false;
+            n.roles = vec![role];
+            n.partition = m
+                .replicas
+                .get(&id)
+                .map(|r| r.partition)
+                .filter(|_| partitioned && role == Role::Replica);
+            self.nodes.push(NodeTrack::of(&n, role == Role::Replica));
+            self.cluster.nodes.push(n);
+        }
     }
 
     /// Per partition the fastest replica with a rate, summed (`None`: no replica has
@@ -488,11 +557,12 @@ pub type Shared = Arc<Mutex<State>>;
 
 /// Poll every node once per [`POLL`], forever.
 pub async fn poll_loop(state: Shared) {
-    let cluster = state.lock().unwrap().cluster().clone();
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // Nodes added at run time join the poll (`State::track_added`).
+        let cluster = state.lock().unwrap().cluster().clone();
         let mut set = tokio::task::JoinSet::new();
         for (i, n) in cluster.nodes.iter().enumerate() {
             // Over TLS when the cluster file has it (the client certificate).

@@ -361,3 +361,61 @@ fn the_newest_configuration_is_shown() {
     assert_eq!(c["acceptors_from"], json!(41));
     assert_eq!(j["nodes"][3]["replica_state"], json!("serving"));
 }
+
+/// Nodes added at run time (a replica and an acceptor the newest configuration names,
+/// with their addresses) are polled from the next round on: the state's cluster lists
+/// them, a round answers one status per node including theirs, and their rates come
+/// from their counters like any replica's.
+#[test]
+fn nodes_added_at_run_time_are_tracked_from_the_next_round() {
+    use partita_types::members::{Initial, MemberChange, Members};
+    let mut st = State::new(cluster(), 10);
+    let ini = Initial {
+        replicas: &[(4, 0), (5, 0)],
+        acceptors: &[1, 2, 3],
+        others: &[1, 2, 3],
+    };
+    let mut m = Members::default();
+    let add = MemberChange::Add {
+        node: 7,
+        addr: "127.0.0.1:27007".into(),
+        partition: 0,
+        promote: true,
+    };
+    m.apply(ini, &add, 30).unwrap();
+    let acceptor6 = MemberChange::AddAcceptor {
+        node: 6,
+        addr: "127.0.0.1:27006".into(),
+    };
+    m.apply(ini, &acceptor6, 40).unwrap();
+    let mut s4 = status(4, 44, Some(100));
+    s4.members = Some(m);
+    st.record(1_000, all(Some(s4.clone()), Some(status(5, 55, Some(100)))));
+    let ids: Vec<NodeId> = st.cluster().nodes.iter().map(|n| n.id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5, 7, 6]);
+    assert_eq!(st.cluster().node(7).unwrap().addr, "127.0.0.1:27007");
+    assert_eq!(st.cluster().node(6).unwrap().roles, vec![Role::Acceptor]);
+    // The next round polls seven nodes; replica 7's counter gives it a rate.
+    let mut next = all(Some(s4.clone()), Some(status(5, 55, Some(200))));
+    next.push(Some(status(7, 77, Some(50))));
+    next.push(Some(acceptor(6, false)));
+    st.record(2_000, next);
+    let mut third = all(Some(s4), Some(status(5, 55, Some(300))));
+    third.push(Some(status(7, 77, Some(150))));
+    third.push(None);
+    st.record(3_000, third);
+    let j = st.to_json();
+    let node = |id: u64| {
+        j["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(node(7)["throughput"], json!(100.0), "{j}");
+    assert_eq!(node(7)["alive"], json!(true));
+    assert_eq!(node(6)["alive"], json!(false));
+    assert_eq!(node(6)["roles"], json!(["acceptor"]), "{j}");
+}
