@@ -245,6 +245,11 @@ impl StateMachine for KvStore {
         self.lease_due(now_ms)
     }
 
+    /// Every lease gets its whole TTL again, from the new cluster's first value.
+    fn on_seeded(&mut self) {
+        KvStore::rearm_leases(self)
+    }
+
     /// Never: every write takes the store-wide revision, which every other command
     /// reads (see the module's section on P-SMR).
     fn thread_check(&self, _cmd: &KvCommand, _t: usize, _l: &ThreadLayout) -> Result<(), String> {

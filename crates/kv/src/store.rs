@@ -133,6 +133,8 @@ pub struct KvUndo {
     /// The lease allocator's counter and the ordered time before, if they changed.
     leases_picked: Option<u64>,
     now_ms: Option<u64>,
+    /// The leases were re-armed ([`KvStore::rearm_leases`]): undone, they wait again.
+    rearmed: bool,
 }
 
 impl KvUndo {
@@ -147,6 +149,7 @@ impl KvUndo {
             leases: Vec::new(),
             leases_picked: None,
             now_ms: None,
+            rearmed: false,
         }
     }
 }
@@ -178,6 +181,10 @@ pub struct KvStore {
     leases: Leases,
     /// Ordered time (ms) of the newest value executed ([`KvStore::advance_time`]).
     now_ms: u64,
+    /// Every lease starts its whole TTL over at the next ordered time
+    /// ([`KvStore::rearm_leases`]). Not in snapshots: only a restored backup sets it,
+    /// and the first value clears it.
+    rearm: bool,
 }
 
 impl Default for KvStore {
@@ -206,6 +213,7 @@ impl KvStore {
             events_sum: 0,
             leases: Leases::default(),
             now_ms: 0,
+            rearm: false,
         }
     }
 
@@ -239,6 +247,7 @@ impl KvStore {
             events_sum,
             leases,
             now_ms,
+            rearm: false,
         }
     }
 
@@ -248,9 +257,18 @@ impl KvStore {
     }
 
     /// Ordered time (ms) of the newest value executed.
-    /// Whether a lease expires at or before `now_ms`.
+    /// This store starts a new cluster (a restored backup): at the next ordered time
+    /// every lease gets its whole TTL again, from that time. The old cluster's
+    /// deadlines are in its own ordered time, which the new cluster's does not
+    /// continue; etcd's leader likewise re-arms every lease after a restore.
+    pub fn rearm_leases(&mut self) {
+        self.rearm = true;
+    }
+
+    /// Whether a lease expires at or before `now_ms`, or the leases wait to be
+    /// re-armed ([`KvStore::rearm_leases`]).
     pub fn lease_due(&self, now_ms: u64) -> bool {
-        self.leases.due(now_ms).is_some()
+        self.rearm || self.leases.due(now_ms).is_some()
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -266,12 +284,24 @@ impl KvStore {
     /// before it expires, in (expiry, id) order, each deleting its keys in a revision
     /// of its own (see the `lease` module). `None` when nothing changed.
     pub fn advance_time(&mut self, now_ms: u64) -> Option<KvUndo> {
-        if now_ms <= self.now_ms {
+        if now_ms <= self.now_ms && !self.rearm {
             return None;
         }
         let mut undo = KvUndo::at(self.revision, self.compacted);
         undo.now_ms = Some(self.now_ms);
-        self.now_ms = now_ms;
+        self.now_ms = self.now_ms.max(now_ms);
+        if std::mem::take(&mut self.rearm) {
+            undo.rearmed = true;
+            let all: Vec<(i64, LeaseMeta)> = self.leases.iter().collect();
+            for (id, m) in all {
+                let meta = LeaseMeta {
+                    ttl: m.ttl,
+                    expiry_ms: self.expiry(m.ttl),
+                };
+                let old = self.leases.set(id, Some(meta));
+                undo.leases.push((id, old));
+            }
+        }
         while let Some(id) = self.leases.due(now_ms) {
             let mut w = Writes {
                 new_revision: self.revision + 1,
@@ -720,6 +750,9 @@ impl KvStore {
         }
         if let Some(now_ms) = undo.now_ms {
             self.now_ms = now_ms;
+        }
+        if undo.rearmed {
+            self.rearm = true;
         }
         for (key, old) in undo.changes.into_iter().rev() {
             self.set(&key, old);

@@ -472,6 +472,14 @@ pub trait StateMachine: ServiceCodec {
         true
     }
 
+    /// A new cluster starts from this state: a backup seeded at instance 0 (`partita
+    /// snapshot restore`, `partita_smr::seed_checkpoint`), restored by every replica
+    /// alike before anything is ordered. The new cluster's ordered time has nothing to
+    /// do with the old one's, so a service that keeps deadlines in ordered time starts
+    /// them over at the first value (the key-value store gives every lease its whole
+    /// TTL again, as etcd's leader does after a restore). The default does nothing.
+    fn on_seeded(&mut self) {}
+
     /// Apply a genesis command: the service's initial contents or configuration, the
     /// same at every replica, applied to [`StateMachine::new`]'s state before anything
     /// is ordered (`partita_smr::ServiceFactory::seeded`). The default executes it.

@@ -563,7 +563,7 @@ impl<S: StateMachine> SequentialReplica<S> {
         node_id: NodeId,
     ) -> Result<SequentialReplica<S>, CheckpointError> {
         let (sessions, state) = read_checkpoint(bytes, info, S::NAME)?;
-        let state = S::restore(state).map_err(CheckpointError::State)?;
+        let mut state = S::restore(state).map_err(CheckpointError::State)?;
         if state.digest() != info.digest || state.len() != info.entries {
             return Err(CheckpointError::Contents {
                 header_entries: info.entries,
@@ -571,6 +571,11 @@ impl<S: StateMachine> SequentialReplica<S> {
                 entries: state.len(),
                 digest: state.digest(),
             });
+        }
+        if info.instance == 0 {
+            // A seeded checkpoint (no checkpoint of a running cluster is at instance
+            // 0): the state starts a new cluster.
+            state.on_seeded();
         }
         let mut r = SequentialReplica::new(node_id, state);
         r.cluster_id = info.cluster_id;

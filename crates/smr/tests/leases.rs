@@ -117,3 +117,47 @@ fn a_restored_replica_expires_leases_alike() {
     }
     assert_eq!(a.digest(), b.digest());
 }
+
+/// A backup restored into a new cluster (a checkpoint seeded at instance 0) gives every
+/// lease its whole TTL again from the new cluster's first value: the old deadlines are
+/// in the old cluster's ordered time, which the new one does not continue. The same
+/// checkpoint restored in its own cluster keeps them. Speculation over the first value
+/// undoes the re-arming with the rest.
+#[test]
+fn a_restored_backup_gives_every_lease_its_whole_ttl_again() {
+    use partita_smr::seed_checkpoint;
+    let cmd = |seq: u64, c: &KvCommand| {
+        partita_service::envelope::<KvStore>(7, seq, ME, c, &PartitionMap::single()).unwrap()
+    };
+    let mut a = SequentialReplica::<KvStore>::new(ME, KvStore::new());
+    a.set_cluster_id(0xC1);
+    let mut out = Vec::new();
+    a.execute(
+        1,
+        &timed(0, 1, vec![cmd(1, &KvCommand::lease_grant(42, 10))], 1_000),
+        &mut out,
+    );
+    let put = KvCommand::put_leased("k", "v", 42);
+    a.execute(2, &timed(0, 2, vec![cmd(2, &put)], 2_000), &mut out);
+    let bytes = a.checkpoint();
+    let has_k = |r: &SequentialReplica<KvStore>| r.state().get(b"k").is_some();
+
+    // The new cluster's ordered time starts an hour later.
+    let later = 3_600_000;
+    let seeded = seed_checkpoint(&bytes, 0xD2, 4).unwrap();
+    let mut b = SequentialReplica::<KvStore>::restore(&seeded).unwrap();
+    // A wrong proposal for instance 1 (much later) speculated, then undone.
+    b.propose(1, timed(0, 99, Vec::new(), later + 60_000));
+    b.execute(1, &timed(0, 1, Vec::new(), later), &mut out);
+    assert!(has_k(&b), "the lease starts over at the first value");
+    b.execute(2, &timed(0, 2, Vec::new(), later + 9_999), &mut out);
+    assert!(has_k(&b), "its whole TTL of 10 s");
+    b.execute(3, &timed(0, 3, Vec::new(), later + 10_000), &mut out);
+    assert!(!has_k(&b), "and no more");
+    b.invariants();
+
+    // In its own cluster the deadline (11,000 ms) stands: the next value expires it.
+    let mut c = SequentialReplica::<KvStore>::restore(&bytes).unwrap();
+    c.execute(3, &timed(0, 3, Vec::new(), later), &mut out);
+    assert!(!has_k(&c), "the old deadline passed");
+}
