@@ -91,6 +91,10 @@ enum MemberOp {
         /// Keep it a learner once caught up, until `partita member promote`.
         #[arg(long, conflicts_with = "acceptor")]
         learner: bool,
+        /// The partition it replicates, in a partitioned cluster (default: its entry
+        /// in the cluster file).
+        #[arg(long, conflicts_with = "acceptor")]
+        partition: Option<u32>,
         /// Add ID as an acceptor instead: it votes from the instance after the change
         /// on (a new ordering epoch), with no history to copy.
         #[arg(long)]
@@ -1348,8 +1352,12 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
                     id,
                     addr,
                     learner,
+                    partition,
                     acceptor,
-                } => crate::member::add(&cluster, id, addr, learner, acceptor).await?,
+                } => {
+                    let replica = crate::member::NewReplica { learner, partition };
+                    crate::member::add(&cluster, id, addr, replica, acceptor).await?
+                }
                 MemberOp::Remove { id, acceptor } => {
                     crate::member::remove(&cluster, id, acceptor).await?
                 }

@@ -126,10 +126,18 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
         if let Some(r) = replica {
             roles.push(r.to_string());
         }
+        // Partitioned: the partition a replica holds (as added, or the file's).
+        let partition = members
+            .replicas
+            .get(&id)
+            .map(|r| r.partition)
+            .or_else(|| file.and_then(|n| n.partition))
+            .filter(|_| replica.is_some() && cluster.partitioning.partitions > 1);
         rows.push(serde_json::json!({
             "id": id,
             "addr": addr,
             "roles": roles,
+            "partition": partition,
             "answers": status.is_some(),
             "executed_up_to": status.as_ref().and_then(|s| s.executed_up_to),
         }));
@@ -162,10 +170,17 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
         "id", "address", "roles", "answers"
     );
     for r in rows {
-        let roles: Vec<&str> = r["roles"]
+        let mut roles: Vec<String> = r["roles"]
             .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
+        if let Some(p) = r["partition"].as_u64() {
+            roles.push(format!("partition {p}"));
+        }
         println!(
             "{:>4}  {:<24} {:<30} {:>8}  {}",
             r["id"],
@@ -216,14 +231,24 @@ async fn order(cluster: &ClusterConfig, change: MemberChange) -> anyhow::Result<
     bail!("no replica ordered the change: {}", errors.join("; "))
 }
 
+/// How `partita member add` adds a replica.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NewReplica {
+    /// Keep it a learner once caught up (until `promote`).
+    pub learner: bool,
+    /// The partition it replicates (default: its entry in the cluster file's).
+    pub partition: Option<u32>,
+}
+
 /// `partita member add`.
 pub async fn add(
     cluster: &ClusterConfig,
     node: NodeId,
     addr: Option<String>,
-    learner: bool,
+    replica: NewReplica,
     acceptor: bool,
 ) -> anyhow::Result<()> {
+    let NewReplica { learner, partition } = replica;
     if let Err(why) = cluster.member_changes() {
         bail!("{why}");
     }
@@ -258,12 +283,36 @@ pub async fn add(
         );
         return Ok(());
     }
+    let partitions = cluster.partitioning.partitions;
+    let in_file = cluster.node(node).and_then(|n| n.partition);
+    if let (Some(p), Some(f)) = (partition, in_file.filter(|_| partitions > 1)) {
+        if p != f {
+            bail!(
+                "node {node}'s entry in the cluster file says partition {f}, which its \
+                 process replicates: it cannot join partition {p}"
+            );
+        }
+    }
+    let partition = match partition.or(in_file) {
+        Some(p) if p >= partitions.max(1) => bail!(
+            "partition {p}: the cluster has {}",
+            match partitions > 1 {
+                true => format!("partitions 0 to {}", partitions - 1),
+                false => "no partitions".to_string(),
+            }
+        ),
+        Some(p) => p,
+        None if partitions > 1 => bail!(
+            "the cluster has {partitions} partitions: say which one node {node} replicates              (--partition, or `partition` in its entry of the cluster file)"
+        ),
+        None => 0,
+    };
     let m = order(
         cluster,
         MemberChange::Add {
             node,
             addr: addr.clone(),
-            partition: 0,
+            partition,
             promote: !learner,
         },
     )

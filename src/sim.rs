@@ -114,7 +114,8 @@ pub struct SimArgs {
     /// ds-oracle-ignores-moves, ds-no-signals; with --geo: geo-execute-before-safe,
     /// geo-dop-not-ordered, geo-write-one-serializer (GeoPaxos+ seeds),
     /// epaxos-skip-slow-path, truncate-above-majority, restore-wrong-frontier (EPaxos
-    /// seeds).
+    /// seeds); with --members on: member-apply-late, member-join-without-transfer,
+    /// member-old-epoch-decisions, member-mixed-quorum.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).

@@ -173,6 +173,103 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
     lc.stop(Duration::from_secs(10));
 }
 
+/// A partitioned cluster (replica 4 holds partition 0, replica 5 partition 1) gains
+/// replica 6 in partition 1 under load (its file entry says so; it catches up on
+/// partition 1's state by state transfer), and replica 5 leaves. The clients, whose
+/// file names 5 as partition 1's replica, follow the change and go on being answered
+/// for both partitions; every acknowledged insert is present at the end, read across
+/// both partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_joins_a_partition_under_load_and_another_of_it_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1)
+        .with_partitions(2, 1, 1 << 32)
+        .unwrap();
+    cfg.storage.checkpoint_instances = 50;
+    cfg.nodes.push(NodeSection {
+        partition: Some(1),
+        ..NodeSection::joining_replica(6, format!("127.0.0.1:{}", base + 6))
+    });
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    let file_arg = file.to_str().unwrap().to_string();
+    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
+    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+
+    // Worker 0 inserts keys of partition 0 (below 2^31), worker 1 keys of partition 1
+    // (from 2^32 on: the last partition takes every key above the key space).
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let load = start_load(&cfg, Some(4), 0, &stop, &acked);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let (ok, text) = partita(&[
+        "member",
+        "add",
+        "6",
+        "--partition",
+        "2",
+        "--cluster",
+        &file_arg,
+    ]);
+    assert!(!ok && text.contains("partition 1"), "{text}");
+    let (ok, text) = partita(&["member", "add", "6", "--cluster", &file_arg]);
+    assert!(ok, "{text}");
+    wait_for(&cfg, 6, "serving", Duration::from_secs(60)).await;
+    let s6 = node_status_of(&cfg, 6, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(
+        s6.counter("state_transfers_completed").unwrap_or(0) >= 1,
+        "node 6 caught up by state transfer: {:?}",
+        s6.counters
+    );
+    let (ok, text) = partita(&["member", "remove", "4", "--cluster", &file_arg]);
+    assert!(!ok && text.contains("last replica"), "{text}");
+    let (ok, text) = partita(&["member", "remove", "5", "--cluster", &file_arg]);
+    assert!(ok, "{text}");
+    stops_by_itself(&mut lc, 5).await;
+    // Partition 1's inserts go on, answered by replica 6 (the clients followed).
+    let high = |acked: &[u64]| acked.iter().filter(|&&k| k >= 1 << 32).count();
+    let before = high(&acked.lock().unwrap());
+    let t0 = Instant::now();
+    while high(&acked.lock().unwrap()) < before + 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "partition 1's inserts stopped with replica 5"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_load(&stop, load, &acked).await;
+
+    let acked = acked.lock().unwrap().clone();
+    let high = high(&acked);
+    assert!(
+        high > 20 && acked.len() - high > 20,
+        "both partitions took inserts: {} and {high}",
+        acked.len() - high
+    );
+    all_present(&client_file(&cfg, &[5]), 4, &acked).await;
+    let (ok, text) = partita(&["member", "list", "--json", "--cluster", &file_arg]);
+    assert!(ok, "{text}");
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let member = |id: u64| {
+        j["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(member(6)["roles"], serde_json::json!(["replica"]), "{j}");
+    assert_eq!(member(6)["partition"], 1, "{j}");
+    assert_eq!(member(4)["partition"], 0, "{j}");
+    assert_eq!(member(5)["roles"], serde_json::json!(["removed"]), "{j}");
+    lc.stop(Duration::from_secs(10));
+}
+
 /// etcd's Cluster API on a key-value cluster, with etcdctl: `member add` of node 6
 /// (its `join = true` entry's peer address) as a learner, `member list` flags it,
 /// `member promote` succeeds once it caught up (retried until then), its own endpoint

@@ -39,9 +39,11 @@ pub fn setup(id: NodeId, protocol: Protocol, service: Arc<dyn ServiceFactory>) -
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         },
         acceptor: ACCEPTORS.contains(&id),
         replica: REPLICAS.contains(&id),
+        partition: 0,
         batcher: false,
         coordinator_config: CoordinatorConfig {
             election_timeout_ticks: 20,

@@ -1982,11 +1982,11 @@ impl ClusterConfig {
             self.ordering,
             OrderingSection::RingPaxos(_) | OrderingSection::MultiPaxos(_)
         );
-        match paxos && self.partitioning.partitions <= 1 {
+        match paxos {
             true => Ok(()),
             false => Err(
-                "replicas and acceptors change only in unpartitioned clusters ordered \
-                          by Ring Paxos or Multi-Paxos (not built for the others yet)"
+                "replicas and acceptors change only in clusters ordered by Ring Paxos or \
+                 Multi-Paxos (not built for Multi-Ring Paxos, EPaxos and GeoPaxos+ yet)"
                     .to_string(),
             ),
         }
@@ -2048,8 +2048,10 @@ impl ClusterConfig {
                 id,
                 addr,
                 roles,
-                // (Membership changes are for unpartitioned clusters.)
-                partition: file.and_then(|n| n.partition),
+                partition: replica
+                    .map(|r| r.partition)
+                    .filter(|_| self.partitioning.partitions > 1)
+                    .or_else(|| file.and_then(|n| n.partition)),
                 etcd_addr: file.and_then(|n| n.etcd_addr.clone()),
                 region: file.and_then(|n| n.region.clone()),
                 join: false,
@@ -2088,6 +2090,7 @@ impl ClusterConfig {
             batchers: self.with_role(Role::Batcher),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         }
     }
 
@@ -2261,6 +2264,7 @@ impl ClusterConfig {
             membership: self.membership(),
             acceptor: roles.contains(&Role::Acceptor),
             replica: roles.contains(&Role::Replica) || roles.contains(&Role::Server),
+            partition: self.node(id).and_then(|n| n.partition).unwrap_or(0),
             batcher: roles.contains(&Role::Batcher),
             coordinator_config: self.coordinator_config(),
             batcher_config: self.batcher_config(),
@@ -2703,13 +2707,28 @@ mod tests {
         assert!(!a.membership().acceptors.contains(&9));
         let e = ClusterConfig::parse(&with_join(vec![Role::Batcher]).to_toml(), "t").unwrap_err();
         assert!(e.to_string().contains("node.join"), "{e}");
+        // A partitioned cluster's joining replica names its partition, as every
+        // replica there does.
         let mut p = with_join(vec![Role::Replica]);
         p.partitioning.partitions = 2;
         for n in p.nodes.iter_mut().filter(|n| n.roles == [Role::Replica]) {
             n.partition = Some(n.id % 2);
         }
+        let back = ClusterConfig::parse(&p.to_toml(), "t").unwrap();
+        assert_eq!(back.node_setup(9, svc()).partition, 1);
+        assert_eq!(
+            back.membership().partitions.replicas,
+            vec![vec![4], vec![5]]
+        );
+        for n in p.nodes.iter_mut().filter(|n| n.id == 9) {
+            n.partition = None;
+        }
         let e = ClusterConfig::parse(&p.to_toml(), "t").unwrap_err();
-        assert!(e.to_string().contains("node.join"), "{e}");
+        assert!(e.to_string().contains("node.partition"), "{e}");
+        // Orderings whose membership does not change say so.
+        let mut r = with_join(vec![Role::Replica]);
+        r.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(0));
+        assert!(r.member_changes().unwrap_err().contains("EPaxos"));
     }
 
     /// `[etcd]` auto-compaction: etcd's modes and retentions, round trips, and bad

@@ -1146,8 +1146,9 @@ impl Acceptor {
 
     /// The replicas changed at run time (`partita member`; see
     /// `Membership::with_members`): the learners whose checkpoints count for truncation from now on.
-    pub fn set_learners(&mut self, learners: Vec<NodeId>) {
-        self.membership.learners = learners;
+    pub fn set_learners(&mut self, m: &Membership) {
+        self.membership.learners = m.learners.clone();
+        self.membership.partitions = m.partitions.clone();
     }
 
     /// Forget accepted values and decisions below `instance`: they are decided (a
@@ -1226,6 +1227,7 @@ mod tests {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         }
     }
 
@@ -2041,6 +2043,7 @@ mod tests {
                 batchers: Vec::new(),
                 epoch: 0,
                 epoch_from: 1,
+                unsafe_quorum: None,
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -2070,6 +2073,7 @@ mod tests {
                 batchers: Vec::new(),
                 epoch: 0,
                 epoch_from: 1,
+                unsafe_quorum: None,
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -2147,6 +2151,7 @@ mod tests {
                 batchers: Vec::new(),
                 epoch: 0,
                 epoch_from: 1,
+                unsafe_quorum: None,
                 ..membership(Protocol::MultiPaxos)
             },
         );
@@ -2185,6 +2190,7 @@ mod parts_tests {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         }
     }
 

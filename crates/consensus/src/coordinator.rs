@@ -187,8 +187,9 @@ pub struct Coordinator {
 impl Coordinator {
     /// The replicas changed at run time (`partita member`; see
     /// `Membership::with_members`): the learners decisions and heartbeats go to from now on.
-    pub fn set_learners(&mut self, learners: Vec<NodeId>) {
-        self.membership.learners = learners;
+    pub fn set_learners(&mut self, m: &Membership) {
+        self.membership.learners = m.learners.clone();
+        self.membership.partitions = m.partitions.clone();
     }
 
     /// A coordinator that will lead with a ballot above `highest_seen` (for a fresh
@@ -329,17 +330,18 @@ impl Coordinator {
     /// next ordering epoch: the queued ones, and those of values it decided or has in
     /// flight at or above `from` (the first instance of the new epoch: what the old
     /// one decides there is never executed). A command also decided below `from` runs
-    /// once all the same (replicas answer a repeat from their reply cache).
+    /// once all the same (replicas answer a repeat from their reply cache). Split
+    /// values give their commands whole ([`Value::whole_commands`]).
     pub fn into_commands(self, from: Instance) -> Vec<Command> {
         let mut cmds: Vec<Command> = self
             .recent
             .range(from..)
-            .flat_map(|(_, v)| v.commands.iter().cloned())
+            .flat_map(|(_, v)| v.whole_commands())
             .collect();
         cmds.extend(
             self.in_flight
                 .range(from..)
-                .flat_map(|(_, f)| f.value.commands.iter().cloned()),
+                .flat_map(|(_, f)| f.value.whole_commands()),
         );
         cmds.extend(self.pending);
         cmds
@@ -789,6 +791,14 @@ impl Coordinator {
             }
         }
         if self.membership.protocol == Protocol::MultiPaxos {
+            let both = self.learner_acceptors();
+            if !both.is_empty() {
+                let msg = Msg::DecideValue {
+                    instance,
+                    value: value.clone(),
+                };
+                send_all(out, &both, msg);
+            }
             for (learners, value) in self.for_learners(&value) {
                 send_all(out, &learners, Msg::DecideValue { instance, value });
             }
@@ -1105,11 +1115,17 @@ impl Coordinator {
     /// §III-C: one dissemination group per partition; a command for several partitions
     /// goes once to each). A partition no command addresses still gets the (empty)
     /// value, so that its learners deliver every instance in order without asking.
+    ///
+    /// Partitioned, learners that are acceptors too are left out: an acceptor keeps
+    /// exactly the value chosen (it serves it to learners and reports it in Phase 1),
+    /// so such a node takes the whole value, as an acceptor
+    /// ([`Coordinator::learner_acceptors`]), and its learner keeps its own part.
     fn for_learners(&self, value: &Arc<Value>) -> Vec<(Vec<NodeId>, Arc<Value>)> {
         if !self.membership.is_partitioned() {
             return vec![(self.membership.learners.clone(), value.clone())];
         }
         let map = self.membership.partitions.map;
+        let acceptors = &self.membership.acceptors;
         (0..map.count())
             .map(|p| {
                 let part = if value.only_for(&map, p) {
@@ -1117,10 +1133,27 @@ impl Coordinator {
                 } else {
                     Arc::new(value.project(&map, p))
                 };
-                (self.membership.learners_of(p), part)
+                let mut learners = self.membership.learners_of(p);
+                learners.retain(|l| !acceptors.contains(l));
+                (learners, part)
             })
             .filter(|(l, _)| !l.is_empty())
             .collect()
+    }
+
+    /// Partitioned: the learners that are acceptors too (they take whole values).
+    fn learner_acceptors(&self) -> Vec<NodeId> {
+        if !self.membership.is_partitioned() {
+            return Vec::new();
+        }
+        let acceptors = &self.membership.acceptors;
+        let mut both: Vec<NodeId> = (0..self.membership.partitions.map.count())
+            .flat_map(|p| self.membership.learners_of(p))
+            .filter(|l| acceptors.contains(l))
+            .collect();
+        both.sort_unstable();
+        both.dedup();
+        both
     }
 
     fn send_phase2a(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {
@@ -1234,6 +1267,7 @@ mod tests {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         }
     }
 

@@ -138,6 +138,7 @@ mod tests {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         }
     }
 

@@ -81,6 +81,9 @@ pub struct Learner {
     /// ([`Value::project`]): the coordinator sends only those, but values recovered from
     /// acceptors or the coordinator (learning, majority reads) are whole.
     partition: Option<(PartitionMap, PartitionId)>,
+    /// The partition this learner's replica holds, as its node was told
+    /// ([`Learner::set_partition`]); else the membership's layout says.
+    own_partition: Option<PartitionId>,
     /// The ordering epoch of the instances from `next_deliver` on, as the delivered
     /// prefix fixes it (`partita_types::members`): a decision of an older epoch there
     /// was made above the change that ended that epoch, and is never delivered.
@@ -95,17 +98,23 @@ pub struct Learner {
     unsafe_ignore_epochs: bool,
 }
 
-/// The partition learner `id` holds, when the state is partitioned.
-fn membership_partition(m: &Membership, id: NodeId) -> Option<(PartitionMap, PartitionId)> {
+/// The partition learner `id` holds (`own`, else as `m` lays it out), when the state
+/// is partitioned.
+fn membership_partition(
+    m: &Membership,
+    id: NodeId,
+    own: Option<PartitionId>,
+) -> Option<(PartitionMap, PartitionId)> {
     m.is_partitioned()
-        .then(|| (m.partitions.map, m.partition_of(id)))
+        .then(|| (m.partitions.map, own.unwrap_or_else(|| m.partition_of(id))))
 }
 
 impl Learner {
     /// The replicas changed at run time (`partita member`; see
     /// `Membership::with_members`): the learners (this learner's view of the membership) from now on.
-    pub fn set_learners(&mut self, learners: Vec<NodeId>) {
-        self.membership.learners = learners;
+    pub fn set_learners(&mut self, m: &Membership) {
+        self.membership.learners = m.learners.clone();
+        self.membership.partitions = m.partitions.clone();
     }
 
     /// A learner that will deliver from instance `next_deliver` on (1 for a fresh
@@ -134,13 +143,22 @@ impl Learner {
             stats: LearnerStats::default(),
             drops: DropCounts::default(),
             speculative: false,
-            partition: membership_partition(&membership, id),
+            partition: membership_partition(&membership, id, None),
+            own_partition: None,
             epoch: membership.epoch,
             pause_at_members: false,
             paused: false,
             unsafe_ignore_epochs: false,
             membership,
         }
+    }
+
+    /// State partitioning: this learner's replica holds partition `p`, whatever the
+    /// membership lays out (a replica that joins at run time is in no partition of
+    /// the cluster file's, and learns before its addition reaches it).
+    pub fn set_partition(&mut self, p: PartitionId) {
+        self.own_partition = Some(p);
+        self.partition = membership_partition(&self.membership, self.id, Some(p));
     }
 
     /// Pause after each value that holds a membership change, until [`Learner::resume`]
@@ -190,7 +208,7 @@ impl Learner {
             self.read = None;
             self.epoch = epoch;
         }
-        self.partition = membership_partition(&membership, self.id);
+        self.partition = membership_partition(&membership, self.id, self.own_partition);
         self.membership = membership;
     }
 
@@ -640,6 +658,7 @@ mod tests {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         }
     }
 

@@ -68,9 +68,11 @@ pub use elector::Elector;
 pub use learner::{Learner, LearnerStats};
 
 use partita_types::{
-    Ballot, Command, FieldError, Instance, NodeId, PartitionId, PartitionLayout, PartitionMap,
+    Ballot, Body, ClientId, Command, FieldError, Instance, NodeId, PartitionId, PartitionLayout,
+    PartitionMap, Payload,
 };
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The largest batch (value) a coordinator or batcher builds, by default: the cluster
@@ -145,18 +147,24 @@ pub struct Membership {
     /// ([`Ballot::epoch`]), and they order every instance from `epoch_from` on.
     pub epoch: u64,
     pub epoch_from: Instance,
+    /// A planted bug's quorum size (`member-mixed-quorum`: the cluster file's
+    /// majority kept after the acceptors changed), `None` in every correct run: a
+    /// quorum is then a majority of `acceptors`.
+    pub unsafe_quorum: Option<usize>,
 }
 
 /// Replicas added or removed at run time that a [`Msg::Members`] may list, at most.
 pub const MEMBERS_MAX: usize = 4096;
 
 impl Membership {
-    /// This membership (the cluster file's) with the replicas changed at run time:
-    /// removed replicas left out, added ones (learners too: decisions must reach them)
-    /// in. Acceptors, batchers and partitions stay as they are.
+    /// This membership (the cluster file's) with the replicas and acceptors changed at
+    /// run time: removed replicas left out, added ones (learners too: decisions must
+    /// reach them) in, each in its partition. Batchers and the key ranges stay as
+    /// they are.
     pub fn with_members(&self, members: &partita_types::members::Members) -> Membership {
         let mut m = self.clone();
         m.learners = members.replicas(&self.learners);
+        m.partitions = members.layout(&self.partitions, false);
         if members.ordering_epoch > 0 {
             m.acceptors = members.acceptors(&self.acceptors);
             if !m.acceptors.contains(&m.coordinator) {
@@ -178,8 +186,9 @@ impl Membership {
         ballot.epoch() == self.epoch
     }
 
+    /// How many acceptors make a quorum: a majority of `acceptors`.
     pub fn majority(&self) -> usize {
-        self.acceptors.len() / 2 + 1
+        self.unsafe_quorum.unwrap_or(self.acceptors.len() / 2 + 1)
     }
 
     /// Position of an acceptor in `acceptors` (its bit in a vote mask).
@@ -528,6 +537,53 @@ impl Value {
             skip: self.skip,
             ..Value::new(self.vid, self.commands[start..end].to_vec()).at(self.time_ms)
         })
+    }
+
+    /// The commands of this value as clients sent them: a split value's sub-commands
+    /// of one command (one per part it addresses) joined back into one command whose
+    /// body carries each partition's payload (`Body::Split`; one partition's alone is
+    /// `Body::Whole`), in the order each first appears. A value that is not split:
+    /// its commands. What is carried to another value (a new ordering epoch) must be
+    /// whole: a sub-command alone would run at its partition and nowhere else.
+    pub fn whole_commands(&self) -> Vec<Command> {
+        if !self.is_split() || !self.parts_consistent() {
+            return self.commands.clone();
+        }
+        // (client, seq, session) → (the command, its payloads by partition)
+        let mut order: Vec<(Command, Vec<(PartitionId, Payload)>)> = Vec::new();
+        let mut at: BTreeMap<(ClientId, u64, Instance), usize> = BTreeMap::new();
+        for p in 0..self.parts.len() as PartitionId {
+            let Some(part) = self.part(p) else { continue };
+            for c in part.commands {
+                let Some(payload) = c.body.payload_for(p).cloned() else {
+                    continue;
+                };
+                match at.get(&(c.client, c.seq, c.session)) {
+                    Some(&i) => order[i].1.push((p, payload)),
+                    None => {
+                        at.insert((c.client, c.seq, c.session), order.len());
+                        order.push((c, vec![(p, payload)]));
+                    }
+                }
+            }
+        }
+        order
+            .into_iter()
+            .map(|(mut c, payloads)| {
+                let groups = payloads.iter().fold(0u64, |m, (p, _)| m | (1u64 << p));
+                c.body = match payloads.len() {
+                    1 => Body::Whole {
+                        groups,
+                        payload: payloads.into_iter().next().expect("one").1,
+                    },
+                    _ => Body::Split {
+                        groups,
+                        payloads: payloads.into_iter().map(|(_, b)| b).collect(),
+                    },
+                };
+                c
+            })
+            .collect()
     }
 
     /// Split this value into one part per partition of `map` (a split value of that
@@ -1356,7 +1412,75 @@ mod tests {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         }
+    }
+
+    /// A split value's commands, taken whole again (what a new ordering epoch carries
+    /// over), are the commands it was split from: each partition gets the payload it
+    /// had, a command spanning partitions stays one command, and none is lost or
+    /// doubled.
+    #[test]
+    fn a_split_value_gives_its_commands_whole() {
+        let map = PartitionMap::new(4, 400).unwrap();
+        let cmd = |client: u64, body: Body| Command {
+            client,
+            seq: 1,
+            session: 0,
+            reply_to: 5,
+            body,
+            route: 0,
+        };
+        let b = |s: &'static str| Payload::from_static(s.as_bytes());
+        let original = vec![
+            cmd(
+                1,
+                Body::Whole {
+                    groups: 0b0010,
+                    payload: b("one"),
+                },
+            ),
+            cmd(
+                2,
+                Body::Split {
+                    groups: 0b1010,
+                    payloads: vec![b("p1"), b("p3")],
+                },
+            ),
+            cmd(
+                3,
+                Body::Whole {
+                    groups: 0b0101,
+                    payload: b("both"),
+                },
+            ),
+        ];
+        let vid = Vid {
+            ballot: Ballot::new(1, 1),
+            seq: 7,
+        };
+        let whole = Value::new(vid, original.clone());
+        let split = whole.split(&map);
+        assert!(split.is_split());
+        assert!(
+            split.commands.len() > original.len(),
+            "sub-commands, one per part"
+        );
+        let back = split.whole_commands();
+        assert_eq!(back.len(), original.len(), "{back:?}");
+        for c in &original {
+            let b = back.iter().find(|b| b.client == c.client).expect("carried");
+            assert_eq!(b.body.groups(), c.body.groups());
+            for p in 0..4 {
+                assert_eq!(
+                    b.body.payload_for(p),
+                    c.body.payload_for(p),
+                    "client {} p{p}",
+                    c.client
+                );
+            }
+        }
+        assert_eq!(whole.whole_commands(), original, "a whole value: as it is");
     }
 
     #[test]

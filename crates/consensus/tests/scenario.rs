@@ -34,6 +34,7 @@ impl Cluster {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         };
         let acceptors = membership
             .acceptors

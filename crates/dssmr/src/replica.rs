@@ -356,6 +356,16 @@ impl<S: ObjectService> Replica for DsReplica<S> {
             self.partition = *p;
         }
     }
+
+    /// The members' replicas changed: who answers and who exchanges with whom follow
+    /// (the partitions stay).
+    fn set_answerers(&mut self, layout: PartitionLayout) {
+        if let Some(l) = self.layout.as_mut() {
+            if l.replicas.len() == layout.replicas.len() {
+                *l = layout;
+            }
+        }
+    }
     /// Commands are named by the execution's `name`, not the instance: members of
     /// different partitions of a Multi-Ring Paxos cluster merge different rings and
     /// number their deliveries differently, but name each value alike, and names grow

@@ -1089,7 +1089,17 @@ impl pb::cluster_server::Cluster for Svc {
         };
         let cluster = &self.0.cluster;
         let m = self.0.replicas_now().await;
-        let id = match cluster.nodes.iter().find(|n| n.join && n.addr == addr) {
+        let entry = cluster.nodes.iter().find(|n| n.join && n.addr == addr);
+        // etcd's API names no partition: a partitioned cluster's new replica joins the
+        // one its cluster-file entry says (which its process replicates).
+        let partition = entry.and_then(|n| n.partition).unwrap_or(0);
+        if cluster.partitioning.partitions > 1 && entry.and_then(|n| n.partition).is_none() {
+            return Err(Status::invalid_argument(format!(
+                "etcdserver: this cluster is partitioned: give the new member an entry with \
+                 `join = true` and its `partition` at {addr} in the cluster file"
+            )));
+        }
+        let id = match entry {
             Some(n) => n.id,
             None => cluster
                 .nodes
@@ -1104,7 +1114,7 @@ impl pb::cluster_server::Cluster for Svc {
         self.change_members(MemberChange::Add {
             node: id,
             addr: addr.to_string(),
-            partition: 0,
+            partition,
             promote: !req.is_learner,
         })
         .await?;

@@ -69,8 +69,8 @@ pub enum Fault {
     /// caught up. Then one of the current nodes of that kind is removed (`partita
     /// member remove [--acceptor]`) and stops by itself. Other faults' victims follow
     /// the configuration as it is now (an acceptor kill keeps a majority of the
-    /// current acceptors). Ring Paxos and Multi-Paxos, unpartitioned; not in the
-    /// default set.
+    /// current acceptors). Ring Paxos and Multi-Paxos, partitioned or not (a replica
+    /// is replaced within its partition); not in the default set.
     Member,
 }
 
@@ -493,6 +493,12 @@ impl<'a> Nemesis<'a> {
         if acceptor {
             node.roles = vec![Role::Acceptor];
         }
+        // Partitioned: a replica is replaced within its partition.
+        let partition = live
+            .node(victim)
+            .and_then(|n| n.partition)
+            .filter(|_| !acceptor);
+        node.partition = partition;
         let mut own = file_cfg.clone();
         own.nodes.push(node.clone());
         let file = self.lc.data_dir.join(format!("cluster-join-{id}.toml"));
@@ -545,7 +551,7 @@ impl<'a> Nemesis<'a> {
             false => MemberChange::Add {
                 node: id,
                 addr,
-                partition: 0,
+                partition: partition.unwrap_or(0),
                 promote: true,
             },
         })
@@ -698,27 +704,17 @@ impl<'a> Nemesis<'a> {
                 Fault::KillAcceptor => acceptors.iter().copied().filter(|&a| a != leader).collect(),
                 Fault::KillReplica => replicas.clone(),
                 // The node to replace (not another fault's node): a replica or a
-                // node that is only an acceptor, in turn. Clients find replicas and
-                // acceptors in the cluster file (they learn no new ones), so one of
-                // the file's of each kind stays.
+                // node that is only an acceptor, in turn, any of them (the file's
+                // too: clients follow the configuration, and the final checks read
+                // through the nodes of the moment).
                 Fault::Member => {
-                    let file = ClusterConfig::load(&self.lc.cluster_file)?;
-                    let keep_one = |now: &[NodeId], in_file: Vec<NodeId>| -> Vec<NodeId> {
-                        let in_file: Vec<NodeId> =
-                            in_file.into_iter().filter(|n| now.contains(n)).collect();
-                        now.iter()
-                            .copied()
-                            .filter(|n| in_file.len() > 1 || !in_file.contains(n))
-                            .collect()
-                    };
                     let only_acceptors: Vec<NodeId> = cluster
                         .nodes
                         .iter()
                         .filter(|n| n.roles == [Role::Acceptor])
                         .map(|n| n.id)
                         .collect();
-                    let r = keep_one(&replicas, file.executors());
-                    let a = keep_one(&only_acceptors, file.with_role(Role::Acceptor));
+                    let (r, a) = (replicas.clone(), only_acceptors);
                     match self.replaced % 2 {
                         0 if !r.is_empty() => r,
                         _ if !a.is_empty() => a,
@@ -1163,12 +1159,13 @@ pub async fn run(
         crate::history::write_history(p, &records)?;
     }
 
-    // The verdict: final contents, convergence, linearizability, then a full restart.
-    let final_entries = final_contents(&cluster, &cfg.bench)
+    // The verdict: final contents, convergence, linearizability, then a full restart,
+    // each through the nodes of the moment (a `member` fault replaced some, perhaps
+    // every one of the file's).
+    let live = nem.lc.cluster.clone();
+    let final_entries = final_contents(&live, &cfg.bench)
         .await
         .context("reading the final contents")?;
-    // The replicas now (a `member` fault replaced some).
-    let live = nem.lc.cluster.clone();
     let converged = converged(&live, Duration::from_secs(60)).await;
     let unknown = records.iter().filter(|r| r.result.is_none()).count();
     let initial = match geo_keys {
@@ -1189,7 +1186,7 @@ pub async fn run(
     };
 
     nem.restart_all().await?;
-    let survived_restart = match final_contents(&cluster, &cfg.bench).await {
+    let survived_restart = match final_contents(&live, &cfg.bench).await {
         Ok(after) if after == final_entries => Ok(format!(
             "{} entries identical after restarting every node",
             after.len()

@@ -90,6 +90,10 @@ pub struct NodeSetup {
     pub membership: Membership,
     pub acceptor: bool,
     pub replica: bool,
+    /// The partition this node's replica holds (its cluster-file entry's; 0 when the
+    /// state is not partitioned). A replica that joins at run time holds it from its
+    /// first command on, before its own addition reaches it.
+    pub partition: partita_types::PartitionId,
     /// The batcher role: client commands that reach this node while it does not lead
     /// are batched to the leader. Alone (neither acceptor nor replica): a standalone
     /// batcher, with nothing durable.
@@ -332,10 +336,16 @@ pub struct UnsafeBugs {
     /// for a change to be applied before delivering on), so a replica may execute
     /// what an old configuration decided after its acceptors were replaced.
     pub member_old_epoch_decisions: bool,
+    /// Membership: quorums are counted with the cluster file's majority after the
+    /// acceptors changed (a quorum size cached at start and never recomputed: the
+    /// old configuration's count over the new configuration's acceptors). Grown from
+    /// 3 acceptors to 4, two acceptors make a quorum, and two disjoint pairs can
+    /// each choose a value for one instance.
+    pub member_mixed_quorum: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 29] = [
+    pub const NAMES: [&'static str; 30] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -365,6 +375,7 @@ impl UnsafeBugs {
         "member-apply-late",
         "member-join-without-transfer",
         "member-old-epoch-decisions",
+        "member-mixed-quorum",
     ];
 
     /// The flag of the bug called `name`.
@@ -399,6 +410,7 @@ impl UnsafeBugs {
             "member-apply-late" => &mut self.member_apply_late,
             "member-join-without-transfer" => &mut self.member_join_without_transfer,
             "member-old-epoch-decisions" => &mut self.member_old_epoch_decisions,
+            "member-mixed-quorum" => &mut self.member_mixed_quorum,
             _ => return None,
         })
     }
@@ -722,10 +734,9 @@ impl NodeCore {
 
     /// Cluster id and planted bugs of a replica this node is about to use.
     fn prepare_replica(&self, mut r: Box<dyn Replica>) -> Box<dyn Replica> {
-        let m = &self.setup.membership;
         r.configure(&ReplicaOptions {
             cluster_id: self.setup.cluster_id,
-            partition: Some((m.partitions.clone(), m.partition_of(self.setup.id))),
+            partition: Some((self.answerers(), self.setup.partition)),
             early_replies: self.setup.early_replies && self.setup.speculative,
             // Speculative work waits for `on_continue`, after the driver sent what
             // the current input released.
@@ -1601,7 +1612,7 @@ impl NodeCore {
         let members = self.members();
         let m = self.setup.membership.with_members(members);
         let peers: Vec<NodeId> = m
-            .learners_of(m.partition_of(me))
+            .learners_of(self.setup.partition)
             .into_iter()
             .filter(|&p| p != me && !members.is_learner(p))
             .collect();
@@ -1699,9 +1710,11 @@ impl NodeCore {
             ChunkOutcome::Ignored(why) => self.count(why),
             ChunkOutcome::PeerLacks => {
                 self.count("state_transfer_peer_lacks");
-                let m = &self.setup.membership;
-                let n_peers = m
-                    .learners_of(m.partition_of(self.setup.id))
+                let n_peers = self
+                    .setup
+                    .membership
+                    .with_members(self.members())
+                    .learners_of(self.setup.partition)
                     .len()
                     .saturating_sub(1);
                 if tried < n_peers {
@@ -1755,11 +1768,11 @@ impl NodeCore {
         partita_smr::restamp_checkpoint(&mut bytes, self.setup.id)
             .expect("a checkpoint that was just restored verifies");
         let crc = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
+        // The replicas at the checkpoint's position: what this replica applies the
+        // suffix's changes to (and who answers which partition's commands).
+        self.member.applied = members;
         self.replica = Some(self.prepare_replica(r));
         self.held.retain(|(i, _, _)| *i > instance);
-        // The replicas at the checkpoint's position: what this replica applies the
-        // suffix's changes to.
-        self.member.applied = members;
         if let Some(o) = self.ordering.as_mut() {
             o.adopt_members(&self.member.applied, actions);
         }
@@ -1936,9 +1949,11 @@ mod tests {
                 batchers: Vec::new(),
                 epoch: 0,
                 epoch_from: 1,
+                unsafe_quorum: None,
             },
             acceptor,
             replica,
+            partition: 0,
             batcher: false,
             coordinator_config: CoordinatorConfig::default(),
             batcher_config: BatcherConfig::default(),

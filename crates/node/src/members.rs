@@ -151,6 +151,15 @@ impl NodeCore {
         &self.member.applied
     }
 
+    /// State partitioning: the replicas that answer each partition's commands, as
+    /// this node's replica applied the changes (the cluster file's layout until the
+    /// first change; learners answer nothing).
+    pub(crate) fn answerers(&self) -> partita_types::PartitionLayout {
+        self.member
+            .applied
+            .layout(&self.setup.membership.partitions, true)
+    }
+
     /// Whether this node's replica answers clients: one of the replicas, and not a
     /// learner (a joining replica serves only once promoted).
     pub fn serves(&self) -> bool {
@@ -286,10 +295,15 @@ impl NodeCore {
             ));
         }
         if let MemberChange::Add { partition, .. } = change {
-            if *partition != 0 {
-                return Some(format!(
-                    "partition {partition}: this cluster is not partitioned"
-                ));
+            let count = self.setup.membership.partitions.map.count();
+            if *partition >= count.max(1) {
+                return Some(match count > 1 {
+                    true => format!(
+                        "partition {partition}: this cluster has partitions 0 to {}",
+                        count - 1
+                    ),
+                    false => format!("partition {partition}: this cluster is not partitioned"),
+                });
             }
         }
         let node = change.node();
@@ -428,6 +442,12 @@ impl NodeCore {
             }
         }
         if changed {
+            if self.setup.membership.is_partitioned() {
+                let layout = self.answerers();
+                if let Some(r) = self.replica.as_mut() {
+                    r.set_answerers(layout);
+                }
+            }
             let members = self.member.applied.clone();
             if let Some(o) = self.ordering.as_mut() {
                 o.adopt_members(&members, out);

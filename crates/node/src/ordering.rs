@@ -324,6 +324,7 @@ impl PaxosOrdering {
                 next_deliver,
             );
             learner.set_speculative(setup.speculative);
+            learner.set_partition(setup.partition);
             learner.set_pause_at_members(true);
             learner.set_unsafe_ignore_epochs(bugs.member_old_epoch_decisions);
             o.learner = Some(learner);
@@ -358,6 +359,7 @@ impl PaxosOrdering {
             next,
         );
         l.set_speculative(old.is_speculative());
+        l.set_partition(self.setup.partition);
         l.set_pause_at_members(true);
         l.set_unsafe_ignore_epochs(self.bugs.member_old_epoch_decisions);
         let mut ignored = Vec::new();
@@ -390,7 +392,17 @@ impl PaxosOrdering {
 
     /// The cluster file's membership with the replicas changed since.
     pub fn membership(&self) -> partita_consensus::Membership {
-        self.setup.membership.with_members(&self.members)
+        self.membership_of(&self.members)
+    }
+
+    /// The cluster file's membership with `members`' changes (and, planted, the
+    /// file's quorum size kept: `member-mixed-quorum`).
+    fn membership_of(&self, members: &Members) -> partita_consensus::Membership {
+        let mut m = self.setup.membership.with_members(members);
+        if self.bugs.member_mixed_quorum && m.epoch > 0 {
+            m.unsafe_quorum = Some(self.setup.membership.majority());
+        }
+        m
     }
 
     fn count_n(&mut self, what: &'static str, n: u64) {
@@ -854,15 +866,7 @@ impl AtomicMulticast for PaxosOrdering {
     }
 
     fn member_changes(&self) -> Result<(), String> {
-        match self.setup.membership.is_partitioned() {
-            true => Err(
-                "membership change of a partitioned cluster is not built yet \
-                         (a replica would join one partition's answerers); the cluster \
-                         file's replicas stay"
-                    .to_string(),
-            ),
-            false => Ok(()),
-        }
+        Ok(())
     }
 
     fn adopt_members(&mut self, members: &Members, out: &mut Outbox) -> bool {
@@ -875,15 +879,14 @@ impl AtomicMulticast for PaxosOrdering {
         if m.epoch > epoch {
             self.new_epoch(m.clone(), out);
         }
-        let learners = m.learners;
         if let Some(a) = self.acceptor.as_mut() {
-            a.set_learners(learners.clone());
+            a.set_learners(&m);
         }
         if let Some(c) = self.coordinator.as_mut() {
-            c.set_learners(learners.clone());
+            c.set_learners(&m);
         }
         if let Some(l) = self.learner.as_mut() {
-            l.set_learners(learners);
+            l.set_learners(&m);
         }
         if let Some(a) = self.acceptor.as_mut() {
             a.record_members(&self.members, out);
@@ -892,7 +895,7 @@ impl AtomicMulticast for PaxosOrdering {
     }
 
     fn replica_members(&mut self, members: &Members, resume: bool, out: &mut Outbox) {
-        let m = self.setup.membership.with_members(members);
+        let m = self.membership_of(members);
         if let Some(l) = self.learner.as_mut() {
             if m.epoch >= l.epoch() {
                 l.reconfigure(m);

@@ -408,6 +408,12 @@ impl SimClient {
         with_core!(self, c => c.stats())
     }
 
+    /// The cluster's membership changed: enter and be answered where `topology` says
+    /// from the next send on (`ClientCore::set_topology`).
+    pub fn follow(&mut self, topology: partita_client_core::Topology) {
+        with_core!(mut self, c => c.set_topology(topology))
+    }
+
     /// The replica that answers now.
     pub fn replica(&self) -> NodeId {
         with_core!(self, c => c.replica())

@@ -564,8 +564,10 @@ pub struct SeedParams {
     pub psmr_threads: usize,
     pub psmr_optimistic: bool,
     /// Replicas change while it runs: one more node, marked `join = true` (the last
-    /// id), is added under load, then one of the initial replicas is removed
-    /// (`crate::world`'s membership script). Drawn from a stream of its own.
+    /// id; partitioned, of partition `seed % partitions`), is added under load, then
+    /// one of the initial replicas (of its partition) is removed (`crate::world`'s
+    /// membership script). Drawn from a stream of its own, for seeds on one stream
+    /// without DS-SMR.
     pub member_changes: bool,
     /// Multi-Ring Paxos: rings (0: one stream; partitioned: one per partition, plus
     /// one across them; P-SMR: one per thread, plus one for g_all), `M`, and Δ of the
@@ -747,6 +749,9 @@ impl SeedParams {
             let id = c.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
             let mut joiner = NodeSection::joining_replica(id, format!("127.0.0.1:{}", 7100 + id));
             joiner.roles.push(Role::Acceptor);
+            // Partitioned: it joins one of the partitions, by the seed.
+            joiner.partition =
+                (self.partitions > 1).then(|| (self.seed % u64::from(self.partitions)) as u32);
             c.nodes.push(joiner);
         }
         // Round-trip through the cluster-file parser so that a simulated cluster is
@@ -1254,8 +1259,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         }
     });
     // Membership changes: their own stream, so that seeds without them run as before.
-    let member_changes = partitions == 1
-        && rings == 0
+    let member_changes = rings == 0
         && ds.is_none()
         && match opts.members {
             MembersChoice::Off => false,

@@ -534,11 +534,24 @@ impl World {
         let membership = cluster.membership();
         let replicas = cluster.executors();
         let acceptors = membership.acceptors.clone();
-        let layout = cluster.partition_layout();
+        // Partitioned, a replica that joins is in no partition of the file's: the
+        // checks place it in the one it joins.
+        let mut layout = cluster.partition_layout();
+        for n in cluster.nodes.iter().filter(|n| n.join) {
+            let part = n
+                .partition
+                .and_then(|p| layout.replicas.get_mut(p as usize));
+            if let (Some(r), true) = (part, n.roles.contains(&partita_config::Role::Replica)) {
+                r.push(n.id);
+                r.sort_unstable();
+            }
+        }
         let agreement = Agreement::partitioned(
             layout.map,
-            replicas
+            layout
+                .replicas
                 .iter()
+                .flatten()
                 .filter(|r| !acceptors.contains(r))
                 .filter_map(|&r| Some((r, layout.partition_of_replica(r)?)))
                 .collect(),
@@ -802,7 +815,9 @@ impl World {
             None => self.q.push(self.p.safety_ns_max, Ev::Heal),
         }
         if let Some(joiner) = self.nodes.iter().find(|n| n.joining).map(|n| n.id) {
-            let (script, first) = members::MemberScript::new(self.p.seed, joiner);
+            let file = self.p.cluster();
+            let clients = self.clients.len();
+            let (script, first) = members::MemberScript::new(self.p.seed, joiner, file, clients);
             self.script = Some(script);
             self.q.push(first, Ev::MemberStep);
         }
@@ -944,6 +959,7 @@ impl World {
                 let mut out = std::mem::take(&mut self.actions_buf);
                 self.clients[client as usize].on_timer(now, gen, &mut self.rng_clients, &mut out);
                 self.client_actions(client, out);
+                self.client_follows(client as usize);
             }
             Ev::Fault(kind) => {
                 if self.phase != Phase::Safety {
@@ -2357,12 +2373,34 @@ impl World {
 
     /// What node `ni` truncated is held by the durable checkpoints of a majority of
     /// the replicas (checked whenever a node cuts its log, and at the end).
+    ///
+    /// Partitioned on one stream, a replica holds only its partition's state: a
+    /// majority of each partition's replicas, as the truncating node knows them
+    /// (replicas join and leave partitions at run time).
     fn durability_of(&self, ni: usize) -> Result<(), String> {
-        let replicas: Vec<&SimNode> = self.nodes.iter().filter(|n| n.replica).collect();
-        let majority = replicas.len() / 2 + 1;
-        {
-            let n = &self.nodes[ni];
-            let Some(o) = n.core.as_ref().and_then(|c| c.ordering()) else {
+        let n = &self.nodes[ni];
+        let Some(core) = n.core.as_ref() else {
+            return Ok(());
+        };
+        // (Multi-Ring Paxos: rings carry some partitions, as the whole check does.)
+        let by_partition = self.layout.map.is_partitioned() && self.p.rings == 0;
+        let groups: Vec<Vec<&SimNode>> = match by_partition {
+            false => vec![self.nodes.iter().filter(|n| n.replica).collect()],
+            true => core
+                .members()
+                .layout(&core.setup().membership.partitions, false)
+                .replicas
+                .iter()
+                .map(|ids| {
+                    ids.iter()
+                        .filter_map(|&id| self.nodes.iter().find(|n| n.id == id))
+                        .collect()
+                })
+                .collect(),
+        };
+        for replicas in groups.iter().filter(|g| !g.is_empty()) {
+            let majority = replicas.len() / 2 + 1;
+            let Some(o) = core.ordering() else {
                 return Ok(());
             };
             let Some(t) = o.truncation() else {

@@ -609,6 +609,37 @@ fn membership_change_seeds_pass() {
     );
 }
 
+/// Partitioned seeds change their replicas too: the joiner joins one partition (by the
+/// seed), catches up on that partition's state and answers its commands, and one of
+/// that partition's initial replicas is removed; clients that time out follow the new
+/// configuration. They pass, and the changes happened in most of them.
+#[test]
+fn membership_change_partitioned_seeds_pass() {
+    let (mut added, mut removed, mut followed) = (0, 0, 0);
+    for seed in 0..8 {
+        let o = SimOptions {
+            partitioning: PartitionChoice::Fixed(2 + (seed as u32 % 2)),
+            ..members(1200)
+        };
+        let r = run_seed(seed, &o);
+        assert!(r.params.member_changes, "seed {seed} changes its replicas");
+        assert!(r.passed, "seed {seed}: {}", r.one_line());
+        let n = |k: &str| r.counters.get(k).copied().unwrap_or(0);
+        added += n("member_added");
+        removed += n("member_removed");
+        followed += n("clients_followed").min(1);
+    }
+    assert!(added >= 6, "the joiner was added in {added} of 8 seeds");
+    assert!(
+        removed >= 4,
+        "a replica was removed in {removed} of 8 seeds"
+    );
+    assert!(
+        followed >= 4,
+        "clients followed a change in {followed} of 8 seeds"
+    );
+}
+
 /// `member-apply-late` (replicas with odd ids apply a change one value late): the
 /// replicas end at the same position disagreeing on where the changes took effect,
 /// or, when the change was of acceptors, a late replica executed a decision of the
@@ -638,6 +669,23 @@ fn member_old_epoch_decisions_is_caught() {
         "member-old-epoch-decisions caught for another reason: {what}"
     );
     eprintln!("member-old-epoch-decisions caught at seed {seed}: {what}");
+}
+
+/// `member-mixed-quorum` (quorums counted with the cluster file's majority after the
+/// acceptors changed): while the joiner makes four acceptors, two of them are a
+/// quorum, and two leaders on either side of a partition each get a value chosen for
+/// one instance of one ordering epoch (the agreement oracle sees it decided twice).
+#[test]
+fn member_mixed_quorum_is_caught() {
+    let (seed, what) = control_opts("member-mixed-quorum", members(1200), 0..60);
+    assert!(
+        what.contains("decided twice")
+            || what.contains("two different decisions for one instance")
+            || what.contains("different prefixes")
+            || what.contains("diverged"),
+        "member-mixed-quorum caught for another reason: {what}"
+    );
+    eprintln!("member-mixed-quorum caught at seed {seed}: {what}");
 }
 
 /// `member-join-without-transfer` (a joining replica that finds the log truncated

@@ -1869,6 +1869,10 @@ pub trait Replica: Send {
     fn service(&self) -> &'static str;
     fn id(&self) -> NodeId;
     fn configure(&mut self, options: &ReplicaOptions);
+    /// State partitioning: the replicas that answer each partition's commands changed
+    /// (a membership change executed before the next command); this replica's own
+    /// partition stays. Every replica of a partition calls it at the same position.
+    fn set_answerers(&mut self, layout: PartitionLayout);
     /// Execute the value delivered at `instance`, which replies and session opens call
     /// `name` (see [`SequentialReplica::execute_named`]).
     fn execute_named(
@@ -2025,6 +2029,13 @@ impl<S: StateMachine> Replica for SequentialReplica<S> {
         }
         self.set_placement(o.placement.clone());
     }
+
+    fn set_answerers(&mut self, layout: PartitionLayout) {
+        if self.answers.is_some() {
+            self.answers = Some(layout);
+        }
+    }
+
     fn execute_named(
         &mut self,
         instance: Instance,

@@ -24,7 +24,7 @@
 //! agrees on; so no two configurations decide an instance that is executed. The rule,
 //! and what each role does with it, is in `ARCHITECTURE.md` ("Membership").
 
-use crate::{Instance, NodeId, PartitionId};
+use crate::{Instance, NodeId, PartitionId, PartitionLayout};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -208,6 +208,29 @@ impl Members {
             .into_iter()
             .filter(|&n| !self.is_learner(n))
             .collect()
+    }
+
+    /// State partitioning: `file` (the cluster file's layout) with the replicas at this
+    /// point, each in the partition it was added to: every replica (learners included:
+    /// decisions of their partition must reach them) or, with `serving_only`, the
+    /// ones that answer clients. An unpartitioned layout, or epoch 0, is `file`.
+    pub fn layout(&self, file: &PartitionLayout, serving_only: bool) -> PartitionLayout {
+        if self.epoch == 0 || !file.map.is_partitioned() {
+            return file.clone();
+        }
+        let mut replicas = vec![Vec::new(); file.replicas.len()];
+        for (&n, r) in &self.replicas {
+            if serving_only && r.learner {
+                continue;
+            }
+            if let Some(p) = replicas.get_mut(r.partition as usize) {
+                p.push(n);
+            }
+        }
+        PartitionLayout {
+            map: file.map,
+            replicas,
+        }
     }
 
     /// The acceptors in ring order at this point; `initial` are the cluster file's,

@@ -21,7 +21,7 @@ pub fn res(r: &Reply) -> OpResult {
 }
 use partita_btree::{BPlusTree, Op, OpResult};
 use partita_types::early::EarlyReply;
-use partita_types::{Command, NodeId, Reply};
+use partita_types::{Command, NodeId, PartitionId, Reply};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub const ACCEPTORS: [NodeId; 3] = [1, 2, 3];
@@ -47,9 +47,11 @@ pub fn setup(protocol: Protocol, replicas: &[NodeId]) -> NodeSetup {
             batchers: Vec::new(),
             epoch: 0,
             epoch_from: 1,
+            unsafe_quorum: None,
         },
         acceptor: false,
         replica: false,
+        partition: 0,
         batcher: false,
         coordinator_config: CoordinatorConfig {
             election_timeout_ticks: 20,
@@ -148,6 +150,8 @@ pub struct Cluster {
     pub joining: BTreeSet<NodeId>,
     /// ... and acceptors (`partita member add --acceptor`).
     pub joining_acceptors: BTreeSet<NodeId>,
+    /// The partition of each joining replica of a partitioned cluster (0 if absent).
+    pub joining_partitions: BTreeMap<NodeId, PartitionId>,
     /// Answers to membership requests: (node, request, outcome).
     pub member_done: Vec<(NodeId, u64, partita_node::members::MemberResult)>,
     /// Client commands refused: (node, client, seq, reason).
@@ -180,6 +184,7 @@ impl Cluster {
             ticks: 0,
             joining: BTreeSet::new(),
             joining_acceptors: BTreeSet::new(),
+            joining_partitions: BTreeMap::new(),
             member_done: Vec::new(),
             refused: Vec::new(),
             msgs: VecDeque::new(),
@@ -208,6 +213,11 @@ impl Cluster {
                 || self.joining_acceptors.contains(&id),
             replica: self.setup.membership.learners.contains(&id) || self.joining.contains(&id),
             batcher: self.setup.membership.batchers.contains(&id),
+            partition: self
+                .joining_partitions
+                .get(&id)
+                .copied()
+                .unwrap_or_else(|| self.setup.membership.partition_of(id)),
             ..self.setup.clone()
         }
     }

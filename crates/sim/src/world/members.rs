@@ -1,9 +1,11 @@
 //! The membership script of a seed that changes its replicas
 //! ([`crate::swarm::SeedParams::member_changes`]), played as an operator would with
 //! `partita member`: add the node marked `join = true` through a replica, wait until
-//! it serves, add it as an acceptor too (a new ordering epoch), remove one of the
-//! initial acceptors (another epoch; the victim replica's own acceptor role when it
-//! has one), then remove one of the initial replicas. A request whose
+//! it serves, add it as an acceptor too (a new ordering epoch), let the grown set of
+//! acceptors order for up to two seconds, remove one of the initial acceptors (another epoch;
+//! the victim replica's own acceptor role when it has one), then remove one of the
+//! initial replicas (partitioned: the joiner joins partition `seed % partitions`, and
+//! the replica removed is of that partition). A request whose
 //! answer does not come (its replica crashed, the command was dropped by a deposed
 //! leader) is asked again, and an answer that says it was done already (`already
 //! exists`, `member not found`) counts as done, as for a real operator. Faults go on
@@ -12,6 +14,7 @@
 
 use super::{Emit, Ev, Input, World};
 use crate::swarm;
+use partita_config::ClusterConfig;
 use partita_types::members::{MemberChange, Members};
 use partita_types::NodeId;
 use rand::Rng;
@@ -30,8 +33,20 @@ enum Stage {
     Done,
 }
 
+/// How far a client followed the membership changes (as `partita_client::Client`
+/// does: its own copy of the cluster file, edited by each configuration it follows).
+#[derive(Default)]
+struct Following {
+    file: Option<ClusterConfig>,
+    epoch: u64,
+    resubmissions: u64,
+}
+
 pub(super) struct MemberScript {
     joiner: NodeId,
+    /// The cluster file, and each client's following of the changes.
+    file: ClusterConfig,
+    following: Vec<Following>,
     stage: Stage,
     /// The request in flight (0: none) and when it left.
     request: u64,
@@ -42,6 +57,9 @@ pub(super) struct MemberScript {
     rng: ChaCha8Rng,
     /// The joiner was added (it counts as a replica from then on).
     pub joined: bool,
+    /// Not before this time: the next request (the acceptors grown by the joiner
+    /// order for a while under faults before one of the initial ones is removed).
+    hold_until: Time,
     /// The joiner was added as an acceptor, and the acceptor removed (if yet).
     pub acceptor_joined: bool,
     pub acceptor_removed: Option<NodeId>,
@@ -50,11 +68,18 @@ pub(super) struct MemberScript {
 impl MemberScript {
     /// The script of seed `seed`, for the joining node `joiner`; its first step comes
     /// at the returned time.
-    pub fn new(seed: u64, joiner: NodeId) -> (MemberScript, Time) {
+    pub fn new(
+        seed: u64,
+        joiner: NodeId,
+        file: ClusterConfig,
+        clients: usize,
+    ) -> (MemberScript, Time) {
         let mut rng = swarm::stream(seed, swarm::STREAM_MEMBERS);
         let first = rng.gen_range(100..=500) * MILLIS;
         let s = MemberScript {
             joiner,
+            file,
+            following: (0..clients).map(|_| Following::default()).collect(),
             stage: Stage::Add,
             request: 0,
             sent_at: 0,
@@ -62,6 +87,7 @@ impl MemberScript {
             victim: None,
             acceptor_victim: None,
             rng,
+            hold_until: 0,
             joined: false,
             acceptor_joined: false,
             acceptor_removed: None,
@@ -72,6 +98,10 @@ impl MemberScript {
 
 /// How long an unanswered request waits before it is asked again.
 const ASK_AGAIN: Time = 1_000 * MILLIS;
+
+/// The longest the acceptors grown by the joiner stay before one of the initial ones
+/// is removed, in milliseconds (drawn uniformly from 0).
+const ACCEPTORS_HELD_MS: u64 = 2_000;
 
 impl World {
     /// Whether node `ni` counts as a replica now: not removed, and a joining node only
@@ -110,16 +140,20 @@ impl World {
                 }
             }
             Stage::Add | Stage::AddAcceptor | Stage::RemoveAcceptor | Stage::Remove => {
-                if s.request != 0 && now.saturating_sub(s.sent_at) < ASK_AGAIN {
+                let waits = s.request != 0 && now.saturating_sub(s.sent_at) < ASK_AGAIN;
+                if waits || now < s.hold_until {
                     self.q.push(again, Ev::MemberStep);
                     return;
                 }
-                // One of the initial replicas, chosen once; and the acceptor to
-                // remove: its own acceptor role, or else one of the initial acceptors.
+                // One of the initial replicas (of the joiner's partition, which the
+                // joiner keeps served), chosen once; and the acceptor to remove: its
+                // own acceptor role, or else one of the initial acceptors.
+                let partition = self.layout.partition_of_replica(s.joiner).unwrap_or(0);
                 let initial: Vec<NodeId> = self
                     .nodes
                     .iter()
                     .filter(|n| n.replica && !n.joining)
+                    .filter(|n| self.layout.partition_of_replica(n.id).unwrap_or(0) == partition)
                     .map(|n| n.id)
                     .collect();
                 let acceptors: Vec<NodeId> = self
@@ -143,7 +177,7 @@ impl World {
                     Stage::Add => MemberChange::Add {
                         node: s.joiner,
                         addr,
-                        partition: 0,
+                        partition,
                         promote: true,
                     },
                     Stage::AddAcceptor => MemberChange::AddAcceptor {
@@ -191,8 +225,48 @@ impl World {
         self.q.push(again, Ev::MemberStep);
     }
 
+    /// Client `c` timed out: like `partita_client::Client`, two resubmissions after
+    /// it last looked, it asks the nodes for their configuration and follows the
+    /// newest (here at once, from every node up): entries, and who answers each
+    /// partition, from its next send on.
+    pub(super) fn client_follows(&mut self, c: usize) {
+        let Some(s) = self.script.as_ref() else {
+            return;
+        };
+        let resubmissions = self.clients[c].stats().resubmissions;
+        if resubmissions < s.following[c].resubmissions + 2 {
+            return;
+        }
+        let newest = self
+            .nodes
+            .iter()
+            .filter(|n| n.paused.is_none())
+            .filter_map(|n| n.core.as_ref())
+            .map(|core| core.members())
+            .max_by_key(|m| m.epoch)
+            .cloned();
+        let s = self.script.as_mut().expect("checked");
+        let f = &mut s.following[c];
+        f.resubmissions = resubmissions;
+        let Some(m) = newest.filter(|m| m.epoch > f.epoch) else {
+            return;
+        };
+        f.epoch = m.epoch;
+        let file = f.file.get_or_insert_with(|| s.file.clone());
+        if !file.follow_members(&m) {
+            return;
+        }
+        let topology = file.client_topology();
+        if topology.entries.is_empty() || topology.replicas.is_empty() {
+            return;
+        }
+        self.count("clients_followed");
+        self.clients[c].follow(topology);
+    }
+
     /// Node `ni` answered membership request `request`.
     pub(super) fn member_answer(&mut self, request: u64, result: Result<Members, String>) {
+        let now = self.now();
         let Some(s) = self.script.as_mut() else {
             return;
         };
@@ -221,6 +295,7 @@ impl World {
             Stage::AddAcceptor => {
                 s.acceptor_joined = true;
                 s.stage = Stage::RemoveAcceptor;
+                s.hold_until = now + s.rng.gen_range(0..=ACCEPTORS_HELD_MS) * MILLIS;
                 self.count("acceptor_added");
             }
             Stage::RemoveAcceptor => {
