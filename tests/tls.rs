@@ -11,7 +11,9 @@
 //!   commands; controls show that the same paths accept good credentials (a full
 //!   intermediate chain, the real node and client certificates);
 //! - a node refuses to start on unusable transport settings: plain TCP off loopback,
-//!   a certificate file that is missing, a key that is not its certificate's.
+//!   a certificate file that is missing, a key that is not its certificate's;
+//! - a node added at run time (named by `partita member add --addr` alone) is known by
+//!   its certificate once the change names it, and serves.
 
 use partita_btree::{Op, OpResult};
 use partita_client::{node_status, node_status_of, Client, ClientOptions};
@@ -683,4 +685,91 @@ fn a_node_refuses_to_start_on_unusable_transport_settings() {
         log.contains("node-4.pem") && log.contains("no PEM certificate"),
         "{log}"
     );
+}
+
+/// A node added at run time under mutual TLS, named only by `partita member add
+/// --addr` (the other nodes' cluster file does not list it; its own copy does, with
+/// `join = true`): its certificate, from the cluster's CA, is taken as node 6's once
+/// the change names it, so its requests reach the others, it catches up (from the
+/// acceptors' log or a peer's checkpoint) and serves, and a client reading through it
+/// sees what was written before. (Controlled: with only the cluster file's nodes
+/// recognised, node 6 stays a learner that executed nothing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_at_run_time_under_tls_is_recognised_by_its_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
+    cfg.cluster.durability = Durability::Memory;
+    cfg.storage.checkpoint_instances = 20;
+    let addr6 = format!("127.0.0.1:{}", cfg.addr(1).port() + 5);
+    cfg.nodes.push(partita_config::NodeSection::joining_replica(
+        6,
+        addr6.clone(),
+    ));
+    // Certificates for nodes 1 to 6 from one CA; node 6's own file lists it, the
+    // others' does not.
+    let own6 = dir.path().join("cluster-6.toml");
+    std::fs::write(&own6, cfg.to_toml()).unwrap();
+    certs::certs_for_cluster_file(&dir.path().join("certs"), &own6, 2, false).unwrap();
+    let with6 = ClusterConfig::load(&own6).unwrap();
+    let mut others = with6.clone();
+    others.nodes.retain(|n| n.id != 6);
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, others.to_toml()).unwrap();
+    let mut lc = LocalCluster::start_with(&exe(), &file, &others, dir.path(), &[], None).unwrap();
+    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let child = spawn_node(&exe(), &own6, 6, dir.path(), &[]).unwrap();
+    lc.children.push((6, child));
+
+    // Writes before node 6 joins, past a few checkpoints.
+    let mut client = Client::<partita_btree::BPlusTree>::connect(
+        others.clone(),
+        ClientOptions {
+            give_up: Duration::from_secs(30),
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    for key in 0..100 {
+        client
+            .execute(Op::Insert { key, value: key })
+            .await
+            .unwrap();
+    }
+    let o = std::process::Command::new(exe())
+        .args(["member", "add", "6", "--addr", &addr6, "--cluster"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = node_status_of(&with6, 6, Duration::from_secs(1)).await;
+        if s.as_ref().and_then(|s| s.replica_state.as_deref()) == Some("serving") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 6 does not serve: {:?}",
+            s.map(|s| (s.replica_state, s.executed_up_to, s.counters))
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut via6 = with6.clone();
+    via6.nodes.iter_mut().for_each(|n| n.join = false);
+    let mut reader = Client::<partita_btree::BPlusTree>::connect(
+        via6,
+        ClientOptions {
+            replica: Some(6),
+            give_up: Duration::from_secs(30),
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        reader.execute(Op::Read { key: 42 }).await.unwrap(),
+        OpResult::Value(Some(42))
+    );
+    lc.stop(Duration::from_secs(5));
 }

@@ -27,7 +27,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
@@ -123,8 +123,10 @@ fn key_error(files: &TlsFiles, e: rustls::Error) -> TlsError {
 pub struct NodeTls {
     pub server: Arc<ServerConfig>,
     pub client: Arc<ClientConfig>,
-    /// Every node of the cluster (to say whose certificate a wrong one is).
-    pub nodes: Vec<NodeId>,
+    /// Every node of the cluster: the cluster file's, then those added at run time
+    /// ([`NodeTls::add_node`]). A certificate of the cluster's CA that names none of
+    /// them is refused (and said whose it is not).
+    nodes: Arc<RwLock<Vec<NodeId>>>,
 }
 
 impl NodeTls {
@@ -144,8 +146,23 @@ impl NodeTls {
         Ok(NodeTls {
             server: Arc::new(server),
             client: client_config(files)?,
-            nodes,
+            nodes: Arc::new(RwLock::new(nodes)),
         })
+    }
+
+    /// Node `id` joined the cluster at run time (a membership change names it): its
+    /// certificate identifies it from now on, on every connection accepted after.
+    pub fn add_node(&self, id: NodeId) {
+        let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+        if !nodes.contains(&id) {
+            nodes.push(id);
+        }
+    }
+
+    /// The identity the peer of a server stream proved, among this cluster's nodes.
+    pub fn peer_identity(&self, stream: &ServerStream) -> PeerIdentity {
+        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        peer_identity(stream, &nodes)
     }
 }
 

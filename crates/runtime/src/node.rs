@@ -269,6 +269,9 @@ struct Node {
     /// What a link to a replica added at run time needs: TLS, and the runtime the
     /// connections run on.
     link_tls: Option<Arc<partita_net::tls::rustls::ClientConfig>>,
+    /// With TLS, the nodes whose certificates identify them (the ones added at run
+    /// time join as their addresses arrive).
+    node_tls: Option<Arc<NodeTls>>,
     io_handle: tokio::runtime::Handle,
     /// The membership epoch the peer links were last brought up to.
     links_epoch: u64,
@@ -334,6 +337,11 @@ impl Node {
         }
         self.links_epoch = epoch;
         for (peer, addr) in self.core.added_addresses() {
+            if let Some(t) = &self.node_tls {
+                // Its certificate names a node of the cluster now: its connections
+                // are taken as node `peer`'s.
+                t.add_node(peer);
+            }
             if peer == self.id || self.peers.contains_key(&peer) {
                 continue;
             }
@@ -923,7 +931,7 @@ async fn serve_conn(
             return;
         }
     };
-    let identity = partita_net::tls::peer_identity(&stream, &tls.nodes);
+    let identity = tls.peer_identity(&stream);
     // What the connection is, from its first bytes (read, not peeked: they are
     // inside TLS), then handed on with the rest.
     let mut head = [0u8; 4];
@@ -1400,6 +1408,7 @@ pub async fn run_node_until(
         member_requests: HashMap::new(),
         member_request_seq: 0,
         link_tls: tls.as_ref().map(|t| t.client.clone()),
+        node_tls: tls.clone(),
         io_handle: tokio::runtime::Handle::current(),
         links_epoch: 0,
     };
