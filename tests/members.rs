@@ -32,6 +32,16 @@ fn partita(args: &[&str]) -> (bool, String) {
     (o.status.success(), text)
 }
 
+/// Write `cfg` to `dir/cluster.toml` and start every node of it (those marked `join =
+/// true` too: they run, part of nothing); the file's path, for `--cluster`.
+async fn start(dir: &std::path::Path, cfg: &ClusterConfig) -> (LocalCluster, String) {
+    let file = dir.join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    let mut lc = LocalCluster::start_with(&exe(), &file, cfg, dir, &[], None).unwrap();
+    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    (lc, file.to_str().unwrap().to_string())
+}
+
 /// Node `id`'s process exits by itself (it was removed) within 20 s.
 async fn stops_by_itself(lc: &mut LocalCluster, id: u32) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -79,11 +89,7 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
         6,
         format!("127.0.0.1:{}", base + 6),
     ));
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, cfg.to_toml()).unwrap();
-    let file_arg = file.to_str().unwrap().to_string();
-    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
-    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let (mut lc, file_arg) = start(dir.path(), &cfg).await;
     assert_eq!(replica_state(&cfg, 6).await.as_deref(), Some("joining"));
 
     // Load: two clients inserting distinct keys, answered by replica 4; every
@@ -191,11 +197,7 @@ async fn a_replica_joins_a_partition_under_load_and_another_of_it_leaves() {
         partition: Some(1),
         ..NodeSection::joining_replica(6, format!("127.0.0.1:{}", base + 6))
     });
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, cfg.to_toml()).unwrap();
-    let file_arg = file.to_str().unwrap().to_string();
-    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
-    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let (mut lc, file_arg) = start(dir.path(), &cfg).await;
 
     // Worker 0 inserts keys of partition 0 (below 2^31), worker 1 keys of partition 1
     // (from 2^32 on: the last partition takes every key above the key space).
@@ -454,11 +456,7 @@ async fn acceptors_grow_to_five_and_a_dead_one_is_replaced_under_load() {
             ..NodeSection::joining_replica(id, format!("127.0.0.1:{}", base + id as u16))
         });
     }
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, cfg.to_toml()).unwrap();
-    let file_arg = file.to_str().unwrap().to_string();
-    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
-    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let (mut lc, file_arg) = start(dir.path(), &cfg).await;
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
     let load = start_load(&cfg, Some(4), 0, &stop, &acked);
@@ -558,11 +556,7 @@ async fn every_node_of_the_default_cluster_is_replaced_under_load() {
         }
         cfg.nodes.push(n);
     }
-    let file = dir.path().join("cluster.toml");
-    std::fs::write(&file, cfg.to_toml()).unwrap();
-    let f = file.to_str().unwrap().to_string();
-    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), &[], None).unwrap();
-    lc.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let (mut lc, f) = start(dir.path(), &cfg).await;
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
 
