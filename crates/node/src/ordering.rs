@@ -742,6 +742,25 @@ impl AtomicMulticast for PaxosOrdering {
                     handled = true;
                 }
             }
+            Msg::DecideValue { instance, value }
+                if self.setup.membership.is_partitioned()
+                    && self.learner.is_some()
+                    && self.acceptor.is_some() =>
+            {
+                // A partition's learner may be sent its partition's projection of a
+                // decided value (by a leader that does not know yet that this node is
+                // an acceptor too): the acceptor takes the decision, never the value,
+                // which it would keep and serve as the chosen one.
+                let (instance, value) = (*instance, value.clone());
+                let decided = vec![(instance, value.vid)];
+                if let Some(a) = self.acceptor.as_mut() {
+                    a.on_message(from, Msg::Decide { decided }, out);
+                }
+                if let Some(l) = self.learner.as_mut() {
+                    l.on_message(from, Msg::DecideValue { instance, value }, out);
+                }
+                handled = true;
+            }
             Msg::Phase2A { .. } | Msg::Decide { .. } | Msg::DecideValue { .. } => {
                 handled |= self.give_learner_and_acceptor(from, msg, out);
             }
