@@ -293,17 +293,13 @@ pub async fn add(
             );
         }
     }
+    // (A partition the cluster does not have is refused by the replica that orders
+    // the change, with the partitions it has.)
     let partition = match partition.or(in_file) {
-        Some(p) if p >= partitions.max(1) => bail!(
-            "partition {p}: the cluster has {}",
-            match partitions > 1 {
-                true => format!("partitions 0 to {}", partitions - 1),
-                false => "no partitions".to_string(),
-            }
-        ),
         Some(p) => p,
         None if partitions > 1 => bail!(
-            "the cluster has {partitions} partitions: say which one node {node} replicates              (--partition, or `partition` in its entry of the cluster file)"
+            "the cluster has {partitions} partitions: say which one node {node} replicates \
+             (--partition, or `partition` in its entry of the cluster file)"
         ),
         None => 0,
     };

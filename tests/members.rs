@@ -58,6 +58,22 @@ async fn stops_by_itself(lc: &mut LocalCluster, id: u32) {
     }
 }
 
+/// `partita member add ID` succeeds, and node `id` serves within 60 s after catching
+/// up by state transfer (the acceptors truncated what it lacks).
+async fn added_and_transferred(cfg: &ClusterConfig, file_arg: &str, id: u32) {
+    let (ok, text) = partita(&["member", "add", &id.to_string(), "--cluster", file_arg]);
+    assert!(ok, "{text}");
+    wait_for(cfg, id, "serving", Duration::from_secs(60)).await;
+    let s = node_status_of(cfg, id, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(
+        s.counter("state_transfers_completed").unwrap_or(0) >= 1,
+        "node {id} caught up by state transfer: {:?}",
+        s.counters
+    );
+}
+
 async fn replica_state(cfg: &ClusterConfig, id: u32) -> Option<String> {
     node_status_of(cfg, id, Duration::from_secs(1))
         .await
@@ -106,18 +122,8 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
     assert!(!ok && text.contains("is an acceptor too"), "{text}");
 
     let t0 = Instant::now();
-    let (ok, text) = partita(&["member", "add", "6", "--cluster", &file_arg]);
-    assert!(ok, "{text}");
-    wait_for(&cfg, 6, "serving", Duration::from_secs(60)).await;
+    added_and_transferred(&cfg, &file_arg, 6).await;
     let joined = t0.elapsed();
-    let s6 = node_status_of(&cfg, 6, Duration::from_secs(1))
-        .await
-        .unwrap();
-    assert!(
-        s6.counter("state_transfers_completed").unwrap_or(0) >= 1,
-        "node 6 caught up by state transfer: {:?}",
-        s6.counters
-    );
 
     let (ok, text) = partita(&["member", "remove", "5", "--cluster", &file_arg]);
     assert!(ok, "{text}");
@@ -216,17 +222,7 @@ async fn a_replica_joins_a_partition_under_load_and_another_of_it_leaves() {
         &file_arg,
     ]);
     assert!(!ok && text.contains("partition 1"), "{text}");
-    let (ok, text) = partita(&["member", "add", "6", "--cluster", &file_arg]);
-    assert!(ok, "{text}");
-    wait_for(&cfg, 6, "serving", Duration::from_secs(60)).await;
-    let s6 = node_status_of(&cfg, 6, Duration::from_secs(1))
-        .await
-        .unwrap();
-    assert!(
-        s6.counter("state_transfers_completed").unwrap_or(0) >= 1,
-        "node 6 caught up by state transfer: {:?}",
-        s6.counters
-    );
+    added_and_transferred(&cfg, &file_arg, 6).await;
     let (ok, text) = partita(&["member", "remove", "4", "--cluster", &file_arg]);
     assert!(!ok && text.contains("last replica"), "{text}");
     let (ok, text) = partita(&["member", "remove", "5", "--cluster", &file_arg]);

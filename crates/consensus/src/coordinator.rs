@@ -1147,13 +1147,12 @@ impl Coordinator {
             return Vec::new();
         }
         let acceptors = &self.membership.acceptors;
-        let mut both: Vec<NodeId> = (0..self.membership.partitions.map.count())
-            .flat_map(|p| self.membership.learners_of(p))
+        self.membership
+            .learners
+            .iter()
+            .copied()
             .filter(|l| acceptors.contains(l))
-            .collect();
-        both.sort_unstable();
-        both.dedup();
-        both
+            .collect()
     }
 
     fn send_phase2a(&mut self, instance: Instance, value: Arc<Value>, out: &mut Outbox) {

@@ -556,6 +556,12 @@ impl World {
                 .filter_map(|&r| Some((r, layout.partition_of_replica(r)?)))
                 .collect(),
         );
+        // Seeds that change their replicas: the operator's script, for the node
+        // marked `join = true`.
+        let script =
+            cluster.nodes.iter().find(|n| n.join).map(|n| {
+                members::MemberScript::new(p.seed, n.id, cluster.clone(), p.clients as usize)
+            });
         let tick_ns = cluster.cluster.tick_ms * MILLIS;
         let graph = p
             .dssmr
@@ -723,7 +729,7 @@ impl World {
             counters: BTreeMap::new(),
             out_buf: Vec::new(),
             actions_buf: Vec::new(),
-            script: None,
+            script,
             bench,
             p,
         }
@@ -814,11 +820,7 @@ impl World {
             }
             None => self.q.push(self.p.safety_ns_max, Ev::Heal),
         }
-        if let Some(joiner) = self.nodes.iter().find(|n| n.joining).map(|n| n.id) {
-            let file = self.p.cluster();
-            let clients = self.clients.len();
-            let (script, first) = members::MemberScript::new(self.p.seed, joiner, file, clients);
-            self.script = Some(script);
+        if let Some(first) = self.script.as_ref().map(|s| s.first) {
             self.q.push(first, Ev::MemberStep);
         }
     }

@@ -43,6 +43,8 @@ struct Following {
 }
 
 pub(super) struct MemberScript {
+    /// When its first step comes.
+    pub first: Time,
     joiner: NodeId,
     /// The cluster file, and each client's following of the changes.
     file: ClusterConfig,
@@ -66,17 +68,13 @@ pub(super) struct MemberScript {
 }
 
 impl MemberScript {
-    /// The script of seed `seed`, for the joining node `joiner`; its first step comes
-    /// at the returned time.
-    pub fn new(
-        seed: u64,
-        joiner: NodeId,
-        file: ClusterConfig,
-        clients: usize,
-    ) -> (MemberScript, Time) {
+    /// The script of seed `seed`, for the joining node `joiner` of cluster file `file`
+    /// and its `clients`; its first step comes at [`MemberScript::first`].
+    pub fn new(seed: u64, joiner: NodeId, file: ClusterConfig, clients: usize) -> MemberScript {
         let mut rng = swarm::stream(seed, swarm::STREAM_MEMBERS);
         let first = rng.gen_range(100..=500) * MILLIS;
-        let s = MemberScript {
+        MemberScript {
+            first,
             joiner,
             file,
             following: (0..clients).map(|_| Following::default()).collect(),
@@ -91,8 +89,7 @@ impl MemberScript {
             joined: false,
             acceptor_joined: false,
             acceptor_removed: None,
-        };
-        (s, first)
+        }
     }
 }
 
