@@ -252,6 +252,11 @@ pub async fn add(
     if let Err(why) = cluster.member_changes() {
         bail!("{why}");
     }
+    if acceptor {
+        if let Err(why) = cluster.acceptor_changes() {
+            bail!("{why}");
+        }
+    }
     let addr = match (addr, cluster.node(node)) {
         (Some(a), _) => a,
         (None, Some(n)) if n.join => n.addr.clone(),
@@ -329,6 +334,9 @@ pub async fn add(
 /// `partita member remove`.
 pub async fn remove(cluster: &ClusterConfig, node: NodeId, acceptor: bool) -> anyhow::Result<()> {
     if acceptor {
+        if let Err(why) = cluster.acceptor_changes() {
+            bail!("{why}");
+        }
         let m = order(cluster, MemberChange::RemoveAcceptor { node }).await?;
         println!(
             "removed acceptor {node}: ordering epoch {} from instance {} (acceptors {:?}); \

@@ -193,6 +193,18 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
 /// both partitions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_joins_a_partition_under_load_and_another_of_it_leaves() {
+    replica_joins_a_partition(false).await;
+}
+
+/// The same over Multi-Ring Paxos (a ring per partition and one across them): the
+/// changes are ordered on the ring across, and node 6 learns partition 1's rings
+/// only. Acceptor changes are refused, naming Multi-Ring Paxos.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_multi_ring_paxos_a_replica_joins_a_partition_and_another_of_it_leaves() {
+    replica_joins_a_partition(true).await;
+}
+
+async fn replica_joins_a_partition(multiring: bool) {
     let dir = tempfile::tempdir().unwrap();
     let base = pick_base_port();
     let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1)
@@ -203,7 +215,24 @@ async fn a_replica_joins_a_partition_under_load_and_another_of_it_leaves() {
         partition: Some(1),
         ..NodeSection::joining_replica(6, format!("127.0.0.1:{}", base + 6))
     });
+    if multiring {
+        cfg = cfg.with_multiring(2, 1).unwrap();
+    }
     let (mut lc, file_arg) = start(dir.path(), &cfg).await;
+    if multiring {
+        let addr = format!("127.0.0.1:{}", base + 30);
+        let (ok, text) = partita(&[
+            "member",
+            "add",
+            "30",
+            "--acceptor",
+            "--addr",
+            &addr,
+            "--cluster",
+            &file_arg,
+        ]);
+        assert!(!ok && text.contains("Multi-Ring Paxos"), "{text}");
+    }
 
     // Worker 0 inserts keys of partition 0 (below 2^31), worker 1 keys of partition 1
     // (from 2^32 on: the last partition takes every key above the key space).

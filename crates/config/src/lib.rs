@@ -726,6 +726,11 @@ impl ClusterConfig {
                 if let Err(why) = self.member_changes() {
                     return f("node.join", format!("node {}: {why}", n.id));
                 }
+                if n.roles.contains(&Role::Acceptor) {
+                    if let Err(why) = self.acceptor_changes() {
+                        return f("node.join", format!("node {}: {why}", n.id));
+                    }
+                }
             }
         }
         if !self
@@ -1975,20 +1980,39 @@ impl ClusterConfig {
     }
 
     /// Whether this cluster's replicas can change at run time (`partita member`), as
-    /// its ordering's `member_changes` will answer: unpartitioned, on Ring Paxos or
-    /// Multi-Paxos.
+    /// its ordering's `member_changes` will answer: on Ring Paxos, Multi-Paxos or
+    /// Multi-Ring Paxos.
     pub fn member_changes(&self) -> Result<(), String> {
         let paxos = matches!(
             self.ordering,
-            OrderingSection::RingPaxos(_) | OrderingSection::MultiPaxos(_)
+            OrderingSection::RingPaxos(_)
+                | OrderingSection::MultiPaxos(_)
+                | OrderingSection::MultiRing(_)
         );
         match paxos {
             true => Ok(()),
             false => Err(
-                "replicas and acceptors change only in clusters ordered by Ring Paxos or \
-                 Multi-Paxos (not built for Multi-Ring Paxos, EPaxos and GeoPaxos+ yet)"
+                "replicas and acceptors change only in clusters ordered by Ring Paxos, \
+                 Multi-Paxos or Multi-Ring Paxos (not built for EPaxos and GeoPaxos+ yet: \
+                 their leaders would need a barrier that stops them all at one point)"
                     .to_string(),
             ),
+        }
+    }
+
+    /// Whether this cluster's acceptors can change at run time too, as its ordering's
+    /// `acceptor_changes` will answer: not under Multi-Ring Paxos, whose rings would
+    /// each need an ordering epoch of their own.
+    pub fn acceptor_changes(&self) -> Result<(), String> {
+        self.member_changes()?;
+        match self.ordering {
+            OrderingSection::MultiRing(_) => Err(
+                "the acceptors of Multi-Ring Paxos rings do not change at run time yet (each \
+                 ring would need an ordering epoch of its own, and the merge a rule for a \
+                 ring whose epoch changes); replicas can be added and removed"
+                    .to_string(),
+            ),
+            _ => Ok(()),
         }
     }
 
@@ -2729,6 +2753,21 @@ mod tests {
         let mut r = with_join(vec![Role::Replica]);
         r.ordering = OrderingSection::Epaxos(EpaxosSection::with_keys(0));
         assert!(r.member_changes().unwrap_err().contains("EPaxos"));
+        // Multi-Ring Paxos changes its replicas, not its rings' acceptors.
+        let m = with_join(vec![Role::Replica]).with_multiring(2, 1).unwrap();
+        let m = ClusterConfig::parse(&m.to_toml(), "t").unwrap();
+        assert!(m.member_changes().is_ok());
+        assert!(m
+            .acceptor_changes()
+            .unwrap_err()
+            .contains("Multi-Ring Paxos"));
+        let e = with_join(vec![Role::Replica, Role::Acceptor])
+            .with_multiring(2, 1)
+            .unwrap_err();
+        assert!(
+            e.field == "node.join" && e.message.contains("Multi-Ring"),
+            "{e:?}"
+        );
     }
 
     /// `[etcd]` auto-compaction: etcd's modes and retentions, round trips, and bad

@@ -714,7 +714,11 @@ impl<'a> Nemesis<'a> {
                         .filter(|n| n.roles == [Role::Acceptor])
                         .map(|n| n.id)
                         .collect();
-                    let (r, a) = (replicas.clone(), only_acceptors);
+                    let (r, mut a) = (replicas.clone(), only_acceptors);
+                    // Multi-Ring Paxos: the rings' acceptors stay (replicas only).
+                    if cluster.acceptor_changes().is_err() {
+                        a.clear();
+                    }
                     match self.replaced % 2 {
                         0 if !r.is_empty() => r,
                         _ if !a.is_empty() => a,

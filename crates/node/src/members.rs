@@ -282,6 +282,12 @@ impl NodeCore {
         {
             return Some(why);
         }
+        if change.changes_acceptors() {
+            let o = self.ordering.as_ref().expect("member_changes passed");
+            if let Err(why) = o.acceptor_changes() {
+                return Some(why);
+            }
+        }
         if !self.setup.replica {
             return Some(format!(
                 "node {} is not a replica; send membership changes to a replica",
@@ -355,8 +361,7 @@ impl NodeCore {
     /// How many decided instances this node knows of beyond what it executed (`None`:
     /// it learns nothing).
     fn learner_lag(&self) -> Option<u64> {
-        let l = self.ordering.as_ref()?.paxos_roles()?.learner()?;
-        Some(l.known_decided().saturating_sub(l.delivered_up_to()))
+        self.ordering.as_ref()?.learner_lag()
     }
 
     /// After a peer's [`Msg::Members`]: a replica that learns it was removed (it was
@@ -373,9 +378,19 @@ impl NodeCore {
         }
     }
 
-    /// Apply the membership commands of `value` (at `instance`, about to execute):
-    /// every replica does so at the same position, in the same order.
-    pub(crate) fn apply_members(&mut self, instance: Instance, value: &Value, out: &mut Outbox) {
+    /// Apply the membership commands of `value` (at `instance`, about to execute; its
+    /// execution name `name`): every replica does so at the same position, in the
+    /// same order. The changes record the name as their position: on one stream it is
+    /// the instance, and over Multi-Ring Paxos, whose partitions number their merged
+    /// sequences differently, it is the same at every partition, so every replica
+    /// holds the same [`Members`].
+    pub(crate) fn apply_members(
+        &mut self,
+        instance: Instance,
+        name: Instance,
+        value: &Value,
+        out: &mut Outbox,
+    ) {
         let mut changed = false;
         let late = self.bugs.member_apply_late && self.setup.id % 2 == 1;
         let mut commands: Vec<Command> = std::mem::take(&mut self.member.late);
@@ -412,7 +427,19 @@ impl NodeCore {
                 acceptors: &acceptors,
                 others: &others,
             };
-            let result = self.member.applied.apply(start, &change, instance);
+            // An ordering whose acceptors cannot change refuses such a change alike at
+            // every replica (the node that took it should have refused it already).
+            let acceptors_fixed = match change.changes_acceptors() {
+                true => self
+                    .ordering
+                    .as_ref()
+                    .and_then(|o| o.acceptor_changes().err()),
+                false => None,
+            };
+            let result = match acceptors_fixed {
+                Some(why) => Err(why),
+                None => self.member.applied.apply(start, &change, name),
+            };
             match &result {
                 Ok(()) => {
                     changed = true;

@@ -109,6 +109,13 @@
 //!   threads could merge their own rings only with exactly-once records per thread
 //!   group, a change to the P-SMR replica not made here.
 //!
+//! - **Membership.** Replicas are added and removed at run time as on one stream (see
+//!   `crate::members`): a change goes to the ring that spans every partition, which
+//!   every replica merges, and records its execution name, the same at every
+//!   partition. Each ring's learners follow the replicas of the partitions it carries
+//!   (`PaxosOrdering::carrying`), and the signal peers are rebuilt from the same
+//!   members. The rings' acceptors do not change ([`AtomicMulticast::acceptor_changes`]).
+//!
 //! Not yet (refused by the cluster file's checks): speculative execution and
 //! batchers over Multi-Ring Paxos.
 
@@ -117,6 +124,7 @@ use partita_consensus::multiring::{
 };
 use partita_consensus::{AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value};
 use partita_types::choice::FieldError;
+use partita_types::members::Members;
 use partita_types::{Command, Instance, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -185,10 +193,15 @@ impl MultiRingSetup {
     /// The groups replica `node` learns for: its partition's, or with P-SMR worker
     /// threads every thread's (it hosts them all).
     pub fn groups_of(&self, membership: &Membership, node: NodeId) -> u64 {
+        self.groups_of_partition(membership.partition_of(node))
+    }
+
+    /// The groups a replica of partition `p` learns for (see
+    /// [`MultiRingSetup::groups_of`]).
+    pub fn groups_of_partition(&self, p: partita_types::PartitionId) -> u64 {
         if self.psmr_threads > 0 {
             return self.all_groups();
         }
-        let p = membership.partition_of(node);
         assert!(p < 64, "partition {p}: a group mask has 64 bits");
         1u64 << p
     }
@@ -196,12 +209,23 @@ impl MultiRingSetup {
     /// The rings replica `node` merges, ascending: those that carry one of its groups
     /// (see the module doc).
     pub fn subscribed(&self, membership: &Membership, node: NodeId) -> Vec<RingId> {
-        let groups = self.groups_of(membership, node);
+        self.subscribed_by(membership.partition_of(node))
+    }
+
+    /// The rings a replica of partition `p` merges, ascending.
+    pub fn subscribed_by(&self, p: partita_types::PartitionId) -> Vec<RingId> {
+        let groups = self.groups_of_partition(p);
         self.rings
             .iter()
             .filter(|r| r.groups & groups != 0)
             .map(|r| r.id)
             .collect()
+    }
+
+    /// The partitions whose replicas learn ring `spec` (one bit each; `None`: every
+    /// replica, under P-SMR worker threads).
+    fn carried(&self, spec: &RingSpec) -> Option<u64> {
+        (self.psmr_threads == 0).then_some(spec.groups)
     }
 
     /// The learners of ring `spec`: the replicas that subscribe to it, in the order of
@@ -252,6 +276,8 @@ struct Ring {
     spec: RingSpec,
     /// This node's roles in the ring (possibly none).
     ord: PaxosOrdering,
+    /// The ring's learners now: its subscribers, as the membership changes left them.
+    learners: Vec<NodeId>,
 }
 
 /// Multi-Ring Paxos: this node's part in every ring, and the merge of the rings its
@@ -278,6 +304,13 @@ pub struct MultiRingOrdering {
     skip_asks: BTreeMap<RingId, (u64, u64)>,
     tick: u64,
     counters: BTreeMap<&'static str, u64>,
+    /// The cluster file's membership (every ring's acceptors, every replica).
+    file: Membership,
+    /// The replicas changed at run time, newest known (epoch 0: the cluster file's).
+    /// Changes are ordered on a ring that every replica merges; each ring's learners
+    /// follow the replicas of the partitions it carries, and signals go to the
+    /// replicas of the partitions a replica shares rings with as they are now.
+    members: Members,
 }
 
 /// Ticks a replica waits at a value for other partitions' signals before it asks
@@ -307,13 +340,17 @@ struct Signals {
 impl Signals {
     /// What replica `node` of partition-ring layout `rings` exchanges signals about:
     /// nothing unpartitioned or under P-SMR (one replica hosts every group).
-    fn new(rings: &MultiRingSetup, membership: &Membership, node: NodeId) -> Signals {
+    fn new(
+        rings: &MultiRingSetup,
+        membership: &Membership,
+        partition: partita_types::PartitionId,
+    ) -> Signals {
         let mut s = Signals::default();
         if rings.psmr_threads > 0 || !membership.is_partitioned() {
             s.others = vec![0; rings.rings.len()];
             return s;
         }
-        let mine = rings.groups_of(membership, node);
+        let mine = rings.groups_of_partition(partition);
         s.others = rings
             .rings
             .iter()
@@ -325,13 +362,20 @@ impl Signals {
                 }
             })
             .collect();
-        let all = s.others.iter().fold(0, |a, o| a | o);
+        s.set_peers(membership);
+        s
+    }
+
+    /// The replicas of the partitions this one exchanges signals with, as `membership`
+    /// places them (learners included: what they say of their merge is as true).
+    fn set_peers(&mut self, membership: &Membership) {
+        let all = self.others.iter().fold(0, |a, o| a | o);
+        self.peers.clear();
         for q in partita_types::mask_partitions(all) {
             for l in membership.learners_of(q) {
-                s.peers.insert(l, q);
+                self.peers.insert(l, q);
             }
         }
-        s
     }
 
     /// Whether every partition of `others` said its merge reached `name`.
@@ -366,7 +410,7 @@ impl MultiRingOrdering {
         let mut merge = None;
         let mut time_ms = 0;
         if setup.replica {
-            let subscribed = rings.subscribed(&setup.membership, id);
+            let subscribed = rings.subscribed_by(setup.partition);
             let mut mg = if position.is_empty() {
                 RingMerge::new(&subscribed, rings.m)?
             } else {
@@ -389,14 +433,16 @@ impl MultiRingOrdering {
             setup: rings.clone(),
             rings: Vec::new(),
             merge,
-            stream: MultiRingSetup::merged_stream(setup.membership.partition_of(id)),
+            stream: MultiRingSetup::merged_stream(setup.partition),
             delivered: next_deliver - 1,
             named: 0,
             time_ms,
-            signals: Signals::new(rings, &setup.membership, id),
+            signals: Signals::new(rings, &setup.membership, setup.partition),
             skip_asks: BTreeMap::new(),
             tick: 0,
             counters: BTreeMap::new(),
+            file: setup.membership.clone(),
+            members: Members::default(),
         };
         for spec in &rings.rings {
             let ring_setup = ring_setup(setup, rings, spec);
@@ -411,12 +457,23 @@ impl MultiRingOrdering {
                 .and_then(|mg| mg.next_instance(spec.id))
                 .unwrap_or(1);
             let mut inner = Vec::new();
-            let ord = PaxosOrdering::new(&ring_setup, records, next, bugs, &mut inner);
+            let carried = rings.carried(spec);
+            let ord =
+                PaxosOrdering::carrying(&ring_setup, carried, records, next, bugs, &mut inner);
+            // The members this node's acceptor recorded (before any replica tells it).
+            if ord.members().is_some_and(|m| m.epoch > o.members.epoch) {
+                o.members = ord.members().cloned().unwrap_or_default();
+            }
             o.rings.push(Ring {
                 spec: spec.clone(),
+                learners: ord.membership().learners,
                 ord,
             });
             o.absorb(spec.id, inner, out);
+        }
+        if o.members.epoch > 0 {
+            let members = std::mem::take(&mut o.members);
+            o.adopt_members(&members, out);
         }
         Ok(o)
     }
@@ -761,7 +818,10 @@ fn ring_setup(setup: &NodeSetup, rings: &MultiRingSetup, spec: &RingSpec) -> Nod
             unsafe_quorum: None,
         },
         acceptor: spec.acceptors.contains(&setup.id),
-        replica: learners.contains(&setup.id),
+        // Its subscribers, and a replica that joins at run time (in no list of the
+        // file) to a partition it carries.
+        replica: learners.contains(&setup.id)
+            || (setup.replica && spec.groups & rings.groups_of_partition(setup.partition) != 0),
         partition: setup.partition,
         batcher: false,
         coordinator_config,
@@ -817,6 +877,12 @@ impl AtomicMulticast for MultiRingOrdering {
         if let Msg::Merged { name, ask } = msg {
             return self.on_signal(from, name, ask, out);
         }
+        if let Msg::Members(m) = msg {
+            if self.adopt_members(&m, out) {
+                self.count("members_adopted_from_peers");
+            }
+            return true;
+        }
         let Msg::OnRing { ring, msg } = msg else {
             self.count("dropped_not_on_a_ring");
             return false;
@@ -828,7 +894,7 @@ impl AtomicMulticast for MultiRingOrdering {
         // A ring's roles hear from its acceptors and learners; a command from anyone.
         let r = &self.rings[i];
         let member = r.spec.acceptors.contains(&from)
-            || r.ord.setup_learners().contains(&from)
+            || r.learners.contains(&from)
             || matches!(*msg, Msg::Forward { .. } | Msg::ForwardBatch { .. });
         if !member {
             self.count("dropped_ring_not_a_member");
@@ -975,6 +1041,65 @@ impl AtomicMulticast for MultiRingOrdering {
 
     fn paxos_roles(&self) -> Option<&PaxosOrdering> {
         self.accepting_ring().map(|(_, o)| o)
+    }
+
+    fn member_changes(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn acceptor_changes(&self) -> Result<(), String> {
+        Err(
+            "the acceptors of Multi-Ring Paxos rings do not change at run time yet (each \
+             ring would need an ordering epoch of its own, and the merge a rule for a \
+             ring whose epoch changes); replicas can be added and removed"
+                .to_string(),
+        )
+    }
+
+    fn learner_lag(&self) -> Option<u64> {
+        self.merge.as_ref()?;
+        let lags = self.rings.iter().filter_map(|r| r.ord.learner_lag());
+        Some(lags.sum())
+    }
+
+    /// Every ring's roles take the replicas of the partitions it carries (its
+    /// learners: decisions, heartbeats and truncation follow them), and signals go to
+    /// the replicas of the partitions this one shares rings with.
+    fn adopt_members(&mut self, members: &Members, out: &mut Outbox) -> bool {
+        if members.epoch <= self.members.epoch {
+            return false;
+        }
+        self.members = members.clone();
+        for i in 0..self.rings.len() {
+            let mut inner = Vec::new();
+            self.rings[i].ord.adopt_members(members, &mut inner);
+            self.rings[i].learners = self.rings[i].ord.membership().learners;
+            let ring = self.rings[i].spec.id;
+            self.absorb(ring, inner, out);
+        }
+        let now = self.file.with_members(members);
+        self.signals.set_peers(&now);
+        true
+    }
+
+    /// Each ring's learner goes on in the replicas as this node's replica applied them
+    /// (with `resume`: the ring whose value held the change paused after it).
+    fn replica_members(&mut self, members: &Members, resume: bool, out: &mut Outbox) {
+        for i in 0..self.rings.len() {
+            if self.rings[i].ord.learner().is_none() {
+                continue;
+            }
+            let mut inner = Vec::new();
+            self.rings[i]
+                .ord
+                .replica_members(members, resume, &mut inner);
+            let ring = self.rings[i].spec.id;
+            self.absorb(ring, inner, out);
+        }
+    }
+
+    fn members(&self) -> Option<&Members> {
+        Some(&self.members)
     }
 
     /// Each ring this node leads (with what it decided: idle rings keep proposing

@@ -80,10 +80,21 @@ pub trait AtomicMulticast: Send {
     /// says why not, for the operator.
     fn member_changes(&self) -> Result<(), String> {
         Err(
-            "membership change runs on Ring Paxos and Multi-Paxos; this ordering \
-             (Multi-Ring Paxos, EPaxos or GeoPaxos+) does not support it yet"
+            "membership change runs on Ring Paxos, Multi-Paxos and Multi-Ring Paxos; this \
+             ordering (EPaxos or GeoPaxos+) does not support it yet"
                 .to_string(),
         )
+    }
+    /// Whether acceptors can be added and removed at run time too (given
+    /// [`AtomicMulticast::member_changes`]); `Err` says why not, for the operator.
+    fn acceptor_changes(&self) -> Result<(), String> {
+        self.member_changes()
+    }
+    /// How many decided positions this node knows of beyond what it delivered
+    /// (`None`: it learns nothing): a joining replica proposes its promotion once this
+    /// is small.
+    fn learner_lag(&self) -> Option<u64> {
+        None
     }
     /// The members at `members` (the newest this node knows, from its replica or a
     /// peer's [`Msg::Members`]): decisions, heartbeats and truncation follow them from
@@ -236,6 +247,10 @@ pub struct PaxosOrdering {
     /// The acceptor's durable records, kept until this node becomes an acceptor (one
     /// that joins: the cluster file names it `join = true`).
     recovered: Option<Vec<AcceptorRecord>>,
+    /// A ring of Multi-Ring Paxos that carries only these partitions (one bit each):
+    /// its learners are the replicas of those, as the changes left them (`None`:
+    /// every replica learns the stream).
+    carried: Option<u64>,
 }
 
 /// Recently forwarded commands kept for a new leader, at most.
@@ -250,6 +265,20 @@ impl PaxosOrdering {
     /// actions of starting (a fresh cluster's first coordinator runs Phase 1).
     pub fn new(
         setup: &NodeSetup,
+        recovered: Vec<AcceptorRecord>,
+        next_deliver: Instance,
+        bugs: &UnsafeBugs,
+        out: &mut Outbox,
+    ) -> PaxosOrdering {
+        Self::carrying(setup, None, recovered, next_deliver, bugs, out)
+    }
+
+    /// [`PaxosOrdering::new`] for a ring of Multi-Ring Paxos that carries only the
+    /// partitions of `carried` (one bit each; `None`: all): replicas added at run time
+    /// to other partitions are none of its learners.
+    pub fn carrying(
+        setup: &NodeSetup,
+        carried: Option<u64>,
         recovered: Vec<AcceptorRecord>,
         next_deliver: Instance,
         bugs: &UnsafeBugs,
@@ -272,6 +301,7 @@ impl PaxosOrdering {
             counters: BTreeMap::new(),
             members: Members::default(),
             recovered: None,
+            carried,
         };
         assert_eq!(setup.mode, Mode::Smr, "a cs server orders nothing");
         // The members an acceptor's log recorded: its configuration, before any
@@ -398,7 +428,15 @@ impl PaxosOrdering {
     /// The cluster file's membership with `members`' changes (and, planted, the
     /// file's quorum size kept: `member-mixed-quorum`).
     fn membership_of(&self, members: &Members) -> partita_consensus::Membership {
-        let mut m = self.setup.membership.with_members(members);
+        let mut m = match self.carried {
+            Some(groups) if members.epoch > 0 => {
+                let mut mine = members.clone();
+                mine.replicas
+                    .retain(|_, r| r.partition < 64 && groups & (1u64 << r.partition) != 0);
+                self.setup.membership.with_members(&mine)
+            }
+            _ => self.setup.membership.with_members(members),
+        };
         if self.bugs.member_mixed_quorum && m.epoch > 0 {
             m.unsafe_quorum = Some(self.setup.membership.majority());
         }
@@ -886,6 +924,11 @@ impl AtomicMulticast for PaxosOrdering {
 
     fn member_changes(&self) -> Result<(), String> {
         Ok(())
+    }
+
+    fn learner_lag(&self) -> Option<u64> {
+        let l = self.learner.as_ref()?;
+        Some(l.known_decided().saturating_sub(l.delivered_up_to()))
     }
 
     fn adopt_members(&mut self, members: &Members, out: &mut Outbox) -> bool {

@@ -44,21 +44,7 @@ fn load(c: &mut Cluster, seqs: std::ops::RangeInclusive<u64>, reply_to: NodeId) 
 
 /// Ask `via` for `change`; tick until it answers. Returns the outcome.
 fn member(c: &mut Cluster, via: NodeId, change: MemberChange) -> Result<u64, String> {
-    let request = c.member_done.len() as u64 + 1000;
-    let mut out = Vec::new();
-    c.nodes
-        .get_mut(&via)
-        .unwrap()
-        .on_member_request(request, change, &mut out);
-    c.take(via, out);
-    for _ in 0..200 {
-        c.settle();
-        if let Some((_, _, r)) = c.member_done.iter().find(|(_, q, _)| *q == request) {
-            return r.clone().map(|m| m.epoch);
-        }
-        c.tick(1);
-    }
-    panic!("node {via} never answered membership request {request}");
+    c.member(via, change)
 }
 
 fn truncated_below(c: &Cluster, acceptor: NodeId) -> u64 {

@@ -14,6 +14,10 @@
 //! - Each ring's acceptors truncate below what a majority of the ring's own learners
 //!   checkpointed (the other partition, which never reports on the ring, holds
 //!   nothing back), and a replica restarted from its checkpoint resumes its merge.
+//! - A replica joins a partition at run time (the change ordered on the spanning
+//!   ring), catches up by state transfer, learns only its partition's rings, serves,
+//!   and signals with the other partition; another replica of it leaves; acceptor
+//!   changes are refused.
 
 use crate::common;
 
@@ -359,4 +363,140 @@ impl PartitionedCluster for Cluster {
 
 trait PartitionedCluster {
     fn converge_partitions(&mut self);
+}
+
+/// Membership change over Multi-Ring Paxos: node 8 joins partition 1 while the rings
+/// have truncated (so it needs a state transfer), learns only rings 2 and 3, promotes
+/// itself and serves; replica 7 leaves; ring 2 then truncates by replicas 6 and 8;
+/// with 6 down too, a command for both partitions runs at partition 0 only once node
+/// 8 said its merge reached it, and node 8 runs it once partition 0 said so: the
+/// signal peers follow the change at both partitions.
+#[test]
+fn a_replica_joins_a_partition_signals_and_another_leaves() {
+    let mut c = cluster();
+    let seen = watch(&mut c);
+    for seq in 1..=12 {
+        c.submit(1, command(1, seq, &Op::Insert { key: seq, value: 1 }));
+        let key = KEY_SPLIT + seq;
+        c.submit(11, command(2, seq, &Op::Insert { key, value: 1 }));
+        c.tick(2);
+    }
+    c.tick(40);
+    let truncated = |c: &Cluster, a: NodeId| {
+        c.node(a)
+            .ordering_report()
+            .acceptor
+            .unwrap()
+            .truncated_below
+    };
+    assert!(
+        truncated(&c, 11) > 1 && truncated(&c, 21) > 1,
+        "rings 2 and 3 truncated"
+    );
+
+    let add = |node| partita_types::members::MemberChange::Add {
+        node,
+        addr: format!("127.0.0.1:{}", 7100 + node),
+        partition: 1,
+        promote: true,
+    };
+    c.joining.insert(8);
+    c.joining_partitions.insert(8, 1);
+    c.start(8);
+    c.tick(5);
+    assert_eq!(c.member(4, add(8)), Ok(1), "the add applied");
+    for seq in 13..=20 {
+        let key = KEY_SPLIT + seq;
+        c.submit(11, command(2, seq, &Op::Insert { key, value: 1 }));
+        c.tick(2);
+    }
+    for _ in 0..400 {
+        if c.node(8).serves() {
+            break;
+        }
+        c.tick(1);
+    }
+    assert!(c.node(8).serves(), "node 8 never promoted itself");
+    assert!(
+        c.counter(8, "state_transfers_completed") >= 1,
+        "node 8 caught up by state transfer"
+    );
+    assert_eq!(
+        c.node(6).members().epoch,
+        2,
+        "add, then promote, at partition 1"
+    );
+    assert_eq!(
+        c.node(4).members(),
+        c.node(6).members(),
+        "both partitions hold the same members"
+    );
+    assert!(
+        seen.borrow().iter().all(|&(ring, to)| to != 8 || ring != 1),
+        "node 8 was sent something of partition 0's ring"
+    );
+
+    // Acceptors of a ring do not change; a replica of partition 1 leaves.
+    let e = c
+        .member(
+            4,
+            partita_types::members::MemberChange::AddAcceptor {
+                node: 9,
+                addr: "127.0.0.1:7109".into(),
+            },
+        )
+        .unwrap_err();
+    assert!(e.contains("Multi-Ring Paxos"), "{e}");
+    assert_eq!(
+        c.member(4, partita_types::members::MemberChange::Remove { node: 7 }),
+        Ok(3)
+    );
+    c.tick(2);
+    assert!(c.node(7).removed().is_some(), "node 7 knows it was removed");
+    c.crash(7);
+    let before = truncated(&c, 11);
+    for seq in 21..=40 {
+        let key = KEY_SPLIT + seq;
+        c.submit(11, command(2, seq, &Op::Insert { key, value: 1 }));
+        c.tick(2);
+    }
+    c.tick(40);
+    assert!(
+        truncated(&c, 11) > before,
+        "ring 2 truncates by replicas 6 and 8 ({before} before, {} after)",
+        truncated(&c, 11)
+    );
+
+    // Partition 1 is node 8 alone now: signals go both ways with it.
+    c.crash(6);
+    let both = Op::Batch(vec![
+        BatchOp::Insert { key: 8, value: 80 },
+        BatchOp::Insert {
+            key: KEY_SPLIT + 8,
+            value: 80,
+        },
+    ]);
+    let at8 = c.replica(8).last_instance();
+    c.submit(21, command(3, 1, &both));
+    c.tick(80);
+    assert_eq!(
+        replies(&c, 3, 1).len(),
+        1,
+        "partition 0 ran the command for both: {:?}",
+        replies(&c, 3, 1)
+    );
+    assert!(c.replica(8).last_instance() > at8, "node 8 ran it");
+    c.start(6);
+    c.tick(40);
+    for _ in 0..200 {
+        if c.replica(6).last_instance() == c.replica(8).last_instance() {
+            break;
+        }
+        c.tick(1);
+    }
+    assert_eq!(
+        (c.replica(6).last_instance(), c.replica(6).digest()),
+        (c.replica(8).last_instance(), c.replica(8).digest()),
+        "partition 1's replicas converge"
+    );
 }

@@ -748,7 +748,10 @@ impl SeedParams {
             // It joins as a replica, then as an acceptor too.
             let id = c.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
             let mut joiner = NodeSection::joining_replica(id, format!("127.0.0.1:{}", 7100 + id));
-            joiner.roles.push(Role::Acceptor);
+            // (The acceptors of Multi-Ring Paxos's rings stay.)
+            if self.rings == 0 {
+                joiner.roles.push(Role::Acceptor);
+            }
             // Partitioned: it joins one of the partitions, by the seed.
             joiner.partition =
                 (self.partitions > 1).then(|| (self.seed % u64::from(self.partitions)) as u32);
@@ -1259,8 +1262,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
         }
     });
     // Membership changes: their own stream, so that seeds without them run as before.
-    let member_changes = rings == 0
-        && ds.is_none()
+    let member_changes = ds.is_none()
         && match opts.members {
             MembersChoice::Off => false,
             MembersChoice::On => true,

@@ -640,6 +640,49 @@ fn membership_change_partitioned_seeds_pass() {
     );
 }
 
+/// Multi-Ring Paxos seeds change their replicas (never the rings' acceptors): the
+/// change is ordered on the ring across every partition, the joiner learns its
+/// partition's rings and signals with the others, and one of its partition's initial
+/// replicas leaves. Seeds 186 and 262 (unpartitioned, two rings) are regressions: a
+/// joiner restored a checkpoint whose merge position counted two values its state
+/// lacked (taken while the values a resumed ring let through waited to run).
+#[test]
+fn membership_change_multiring_seeds_pass() {
+    let (mut added, mut removed) = (0, 0);
+    let runs = [
+        (186, None),
+        (262, None),
+        (0, Some(2)),
+        (1, Some(3)),
+        (2, Some(2)),
+    ];
+    for (seed, partitions) in runs {
+        let o = SimOptions {
+            ops: 2000,
+            members: MembersChoice::On,
+            rings: RingsChoice::Fixed(2),
+            partitioning: partitions.map_or(PartitionChoice::Swarm, PartitionChoice::Fixed),
+            trace_tail: 0,
+            ..SimOptions::default()
+        };
+        let r = run_seed(seed, &o);
+        assert!(r.params.member_changes && r.params.rings > 0, "seed {seed}");
+        assert!(r.passed, "seed {seed}: {}", r.one_line());
+        let n = |k: &str| r.counters.get(k).copied().unwrap_or(0);
+        assert_eq!(
+            n("acceptor_added") + n("acceptor_removed"),
+            0,
+            "seed {seed}"
+        );
+        added += n("member_added");
+        removed += n("member_removed");
+    }
+    assert!(
+        added >= 4 && removed >= 3,
+        "added in {added}, removed in {removed} of 5"
+    );
+}
+
 /// `member-apply-late` (replicas with odd ids apply a change one value late): the
 /// replicas end at the same position disagreeing on where the changes took effect,
 /// or, when the change was of acceptors, a late replica executed a decision of the

@@ -161,6 +161,30 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Ask `via` for a membership `change`; tick until it answers. Returns the
+    /// configuration epoch it left, or the refusal.
+    pub fn member(
+        &mut self,
+        via: NodeId,
+        change: partita_types::members::MemberChange,
+    ) -> Result<u64, String> {
+        let request = self.member_done.len() as u64 + 1000;
+        let mut out = Vec::new();
+        self.nodes
+            .get_mut(&via)
+            .unwrap()
+            .on_member_request(request, change, &mut out);
+        self.take(via, out);
+        for _ in 0..200 {
+            self.settle();
+            if let Some((_, _, r)) = self.member_done.iter().find(|(_, q, _)| *q == request) {
+                return r.clone().map(|m| m.epoch);
+            }
+            self.tick(1);
+        }
+        panic!("node {via} never answered membership request {request}");
+    }
+
     /// Build and start every node (acceptors, replicas, then standalone batchers), with
     /// empty disks.
     pub fn new(setup: NodeSetup, bugs: UnsafeBugs) -> Cluster {

@@ -65,6 +65,9 @@ pub(super) struct MemberScript {
     /// The joiner was added as an acceptor, and the acceptor removed (if yet).
     pub acceptor_joined: bool,
     pub acceptor_removed: Option<NodeId>,
+    /// The acceptors cannot change (Multi-Ring Paxos): the script adds and removes
+    /// replicas only.
+    acceptors_fixed: bool,
 }
 
 impl MemberScript {
@@ -73,7 +76,9 @@ impl MemberScript {
     pub fn new(seed: u64, joiner: NodeId, file: ClusterConfig, clients: usize) -> MemberScript {
         let mut rng = swarm::stream(seed, swarm::STREAM_MEMBERS);
         let first = rng.gen_range(100..=500) * MILLIS;
+        let acceptors_fixed = file.acceptor_changes().is_err();
         MemberScript {
+            acceptors_fixed,
             first,
             joiner,
             file,
@@ -133,7 +138,10 @@ impl World {
             Stage::WaitServing => {
                 let ji = s.joiner as usize - 1;
                 if self.nodes[ji].core.as_ref().is_some_and(|c| c.serves()) {
-                    s.stage = Stage::AddAcceptor;
+                    s.stage = match s.acceptors_fixed {
+                        true => Stage::Remove,
+                        false => Stage::AddAcceptor,
+                    };
                 }
             }
             Stage::Add | Stage::AddAcceptor | Stage::RemoveAcceptor | Stage::Remove => {
@@ -309,9 +317,23 @@ impl World {
     }
 
     /// At the end: every replica that executed as far as the others holds the same
-    /// replicas (epoch, the position of every change, who is what).
+    /// replicas (epoch, the position of every change, who is what). Over Multi-Ring
+    /// Paxos, whose partitions number their merged sequences apart, within each
+    /// partition.
     pub(super) fn members_agree(&self) -> Result<(), String> {
+        if self.p.rings == 0 {
+            return self.members_agree_among(|_| true);
+        }
+        for p in 0..self.layout.map.count().max(1) {
+            let layout = &self.layout;
+            self.members_agree_among(|id| layout.partition_of_replica(id).unwrap_or(0) == p)?;
+        }
+        Ok(())
+    }
+
+    fn members_agree_among(&self, among: impl Fn(NodeId) -> bool) -> Result<(), String> {
         let ends: Vec<(NodeId, u64, &Members)> = (0..self.nodes.len())
+            .filter(|&i| among(self.nodes[i].id))
             .filter(|&i| self.counts_as_replica(i))
             .filter_map(|i| {
                 let c = self.nodes[i].core.as_ref()?;
