@@ -99,6 +99,10 @@ pub(crate) struct MemberState {
     pub seq: u64,
     /// The position at which this node was removed.
     pub removed: Option<Instance>,
+    /// This replica was added to a partition other than its file entry's (the
+    /// partition its learner and state transfer follow): it stops instead of
+    /// serving, with this as the reason.
+    pub misplaced: Option<String>,
     /// The tick of the last promotion this learner proposed.
     pub promote_tick: Option<u64>,
     /// An operator asked this learner to promote itself.
@@ -181,6 +185,12 @@ impl NodeCore {
         let acceptor_only = self.setup.acceptor && !self.setup.replica && !self.setup.batcher;
         (acceptor_only && members.acceptors_removed.contains(&self.setup.id))
             .then(|| members.ordering_from() - 1)
+    }
+
+    /// Why this node stopped when it was not removed but cannot serve what it was
+    /// added for (`None`: it runs, or was removed).
+    pub fn stop_reason(&self) -> Option<&str> {
+        self.member.misplaced.as_deref()
     }
 
     /// Whether `node` is an acceptor now (the cluster file's, or as changed since).
@@ -364,9 +374,42 @@ impl NodeCore {
         self.ordering.as_ref()?.learner_lag()
     }
 
+    /// This replica was added to partition `partition` (at `at`): if that is not its
+    /// file entry's, it stops with the reason. Its learner takes its entry's
+    /// partition's part of every value and its state transfer asks that partition's
+    /// replicas, so it could never hold the partition it was added to (one stream: it
+    /// would run the other partition's commands on its partition's state, and serve
+    /// once caught up).
+    fn check_own_partition(&mut self, partition: partita_types::PartitionId, at: Instance) {
+        let (node, mine) = (self.setup.id, self.setup.partition);
+        if !self.setup.membership.is_partitioned() || partition == mine {
+            return;
+        }
+        if self.member.misplaced.is_none() {
+            self.count("member_added_to_another_partition");
+        }
+        self.member.misplaced = Some(format!(
+            "node {node} was added to partition {partition}, but its cluster-file entry \
+             says partition {mine}, which it holds: remove it (partita member remove \
+             {node}) and add it again with an entry that names the partition"
+        ));
+        self.member.removed = Some(at);
+    }
+
     /// After a peer's [`Msg::Members`]: a replica that learns it was removed (it was
-    /// down when the removal was ordered, so it never executed it) stops.
+    /// down when the removal was ordered, so it never executed it) stops, and so does
+    /// one that learns it was added to another partition than its own (before it
+    /// executes its addition, which over Multi-Ring Paxos it may never reach: it
+    /// merges its own partition's rings, and the other partition's learners are sent
+    /// their values).
     pub(crate) fn heard_members(&mut self) {
+        if self.setup.replica && self.member.removed.is_none() {
+            let me = self.setup.id;
+            if let Some(r) = self.members().replicas.get(&me) {
+                let (partition, at) = (r.partition, r.at);
+                self.check_own_partition(partition, at);
+            }
+        }
         let members = self.members();
         if self.setup.replica
             && self.member.removed.is_none()
@@ -447,6 +490,14 @@ impl NodeCore {
                     if let MemberChange::Remove { node } = change {
                         if node == self.setup.id {
                             self.member.removed = Some(instance);
+                        }
+                    }
+                    if let MemberChange::Add {
+                        node, partition, ..
+                    } = change
+                    {
+                        if node == self.setup.id {
+                            self.check_own_partition(partition, instance);
                         }
                     }
                     if change.changes_acceptors() {

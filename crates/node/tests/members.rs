@@ -453,3 +453,39 @@ fn multipaxos_acceptors_keep_the_history_until_a_checkpoint_covers_their_removal
 fn ringpaxos_acceptors_keep_the_history_until_a_checkpoint_covers_their_removal() {
     acceptors_keep_the_history_until_a_checkpoint_covers_their_removal(Protocol::RingPaxos);
 }
+
+/// A partitioned cluster on one stream: node 6, whose file entry says partition 0, is
+/// added to partition 1 by an `Add` that skipped the operator tools' check. It stops
+/// with the reason (it would otherwise learn partition 1's commands onto partition
+/// 0's state and serve once caught up); the other replicas go on, and it is removed.
+#[test]
+fn a_replica_added_to_another_partition_than_its_entry_stops() {
+    let mut s = setup(Protocol::RingPaxos, &[4, 5]);
+    s.membership.partitions = partita_types::PartitionLayout {
+        map: partita_types::PartitionMap::new(2, 99).expect("a valid map"),
+        replicas: vec![vec![4], vec![5]],
+    };
+    let mut c = Cluster::new(s, UnsafeBugs::default());
+    c.tick(3);
+    c.joining.insert(6);
+    c.joining_partitions.insert(6, 0);
+    c.start(6);
+    c.tick(5);
+    let add = MemberChange::Add {
+        node: 6,
+        addr: "127.0.0.1:7106".into(),
+        partition: 1,
+        promote: true,
+    };
+    assert_eq!(member(&mut c, 4, add), Ok(1));
+    c.tick(20);
+    assert!(c.node(6).removed().is_some(), "node 6 stopped");
+    let why = c.node(6).stop_reason().expect("a reason").to_string();
+    assert!(
+        why.contains("added to partition 1") && why.contains("says partition 0"),
+        "{why}"
+    );
+    assert!(!c.node(6).serves());
+    assert!(c.node(5).members().is_learner(6));
+    assert_eq!(member(&mut c, 5, MemberChange::Remove { node: 6 }), Ok(2));
+}

@@ -500,3 +500,36 @@ fn a_replica_joins_a_partition_signals_and_another_leaves() {
         "partition 1's replicas converge"
     );
 }
+
+/// A replica added to a partition other than its file entry's (an `Add` sent by
+/// something other than `partita member add` or etcd's MemberAdd, which refuse it)
+/// stops with the reason instead of learning one partition's values onto another's
+/// state; it never serves, and removing it works.
+#[test]
+fn a_replica_added_to_another_partition_than_its_entry_stops_with_the_reason() {
+    use partita_types::members::MemberChange;
+    let mut c = cluster();
+    c.joining.insert(9);
+    c.joining_partitions.insert(9, 0);
+    c.start(9);
+    c.tick(5);
+    let add = MemberChange::Add {
+        node: 9,
+        addr: "127.0.0.1:7109".into(),
+        partition: 1,
+        promote: true,
+    };
+    assert_eq!(c.member(4, add), Ok(1));
+    c.tick(20);
+    assert!(c.node(9).removed().is_some(), "node 9 stopped");
+    let why = c.node(9).stop_reason().expect("a reason").to_string();
+    assert!(
+        why.contains("added to partition 1") && why.contains("says partition 0"),
+        "{why}"
+    );
+    assert!(!c.node(9).serves());
+    assert_eq!(c.counter(9, "member_added_to_another_partition"), 1);
+    assert_eq!(c.counter(4, "member_added_to_another_partition"), 0);
+    assert!(c.node(6).members().is_learner(9));
+    assert_eq!(c.member(6, MemberChange::Remove { node: 9 }), Ok(2));
+}

@@ -1534,6 +1534,9 @@ async fn event_loop(
         // replies a decision released do not wait for the speculation.
         node.note_delivered_ballot();
         if let Some(at) = node.core.removed() {
+            if let Some(why) = node.core.stop_reason() {
+                bail!("stopping at instance {at}: {why}");
+            }
             info!(
                 instance = at,
                 "this node was permanently removed from the cluster at instance {at}; stopping"
