@@ -712,9 +712,11 @@ impl NodeCore {
             core.replica = Some(core.prepare_replica(r));
         }
         let members = core.member.applied.clone();
+        let durable = core.checkpoint_durable;
         if let Some(o) = core.ordering.as_mut() {
             o.adopt_members(&members, &mut start);
             o.replica_members(&members, true, &mut start);
+            o.retire_acceptor(durable);
         }
         core.run(start, out);
         Ok(core)
@@ -880,7 +882,7 @@ impl NodeCore {
     /// a range that ends before it starts: [`Msg::check`]) is counted and dropped here,
     /// before any role sees it: a node never dies from what a peer sent.
     pub fn on_peer(&mut self, from: NodeId, msg: Msg, out: &mut Vec<Output>) {
-        if self.member.removed.is_some() {
+        if self.removed().is_some() {
             return;
         }
         // A replica or acceptor added at run time that this node has not heard of yet
@@ -898,10 +900,11 @@ impl NodeCore {
             return;
         }
         let members = matches!(msg, Msg::Members(_));
+        let told_removed = matches!(&msg, Msg::Members(m) if m.removed.contains(&self.setup.id));
         let actions = self.dispatch(from, msg);
         self.run(actions, out);
         if members {
-            self.heard_members();
+            self.heard_members(told_removed);
         }
     }
 
@@ -1038,7 +1041,7 @@ impl NodeCore {
     /// milliseconds (the wall clock; virtual time in the simulator): the time values
     /// are stamped with, which replicas use for session leases.
     pub fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
-        if self.member.removed.is_some() {
+        if self.removed().is_some() {
             return;
         }
         self.tick += 1;
@@ -1078,6 +1081,9 @@ impl NodeCore {
             self.checkpoint_durable = instance;
             self.durable_position = position;
             self.announce_checkpoint(&mut actions);
+            if let Some(o) = self.ordering.as_mut() {
+                o.retire_acceptor(instance);
+            }
         }
         self.run(actions, out);
     }

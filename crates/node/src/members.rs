@@ -179,6 +179,16 @@ impl NodeCore {
     /// acceptor, once it is no acceptor any more.
     pub fn removed(&self) -> Option<Instance> {
         if self.member.removed.is_some() {
+            // Not while an acceptor here still serves the decisions below its removal
+            // (until this replica's durable checkpoint covers it), unless it cannot
+            // serve its partition at all.
+            let retiring = self
+                .ordering
+                .as_ref()
+                .is_some_and(|o| o.acceptor_retiring());
+            if retiring && self.member.misplaced.is_none() {
+                return None;
+            }
             return self.member.removed;
         }
         let members = self.members();
@@ -402,7 +412,7 @@ impl NodeCore {
     /// executes its addition, which over Multi-Ring Paxos it may never reach: it
     /// merges its own partition's rings, and the other partition's learners are sent
     /// their values).
-    pub(crate) fn heard_members(&mut self) {
+    pub(crate) fn heard_members(&mut self, told_removed: bool) {
         if self.setup.replica && self.member.removed.is_none() {
             let me = self.setup.id;
             if let Some(r) = self.members().replicas.get(&me) {
@@ -411,13 +421,21 @@ impl NodeCore {
             }
         }
         let members = self.members();
-        if self.setup.replica
-            && self.member.removed.is_none()
-            && members.removed.contains(&self.setup.id)
-        {
-            let at = members.at;
-            self.count("member_learned_removed");
-            self.member.removed = Some(at);
+        if self.setup.replica && members.removed.contains(&self.setup.id) {
+            if self.member.removed.is_none() {
+                let at = members.at;
+                self.count("member_learned_removed");
+                self.member.removed = Some(at);
+            }
+            // Told so by a replica whose durable checkpoint covers the newest acceptor
+            // change (only those tell removed nodes: see `member_tick` and
+            // `tell_members`): an acceptor here that was removed holds nothing that
+            // checkpoint does not.
+            if told_removed {
+                if let Some(o) = self.ordering.as_mut() {
+                    o.retire_acceptor(Instance::MAX);
+                }
+            }
         }
     }
 
@@ -580,9 +598,14 @@ impl NodeCore {
             self.member.told_tick = self.tick;
             self.tell_members(actions);
             // A removed replica that was down when it was removed hears nothing else
-            // (nobody sends it decisions): told every tenth time, it stops.
+            // (nobody sends it decisions): told every tenth time, it stops. Only by a
+            // replica whose durable checkpoint covers the newest acceptor change: a
+            // removed replica whose acceptor was removed too keeps that acceptor's
+            // log serving until then.
             self.member.told_rounds += 1;
-            if self.member.told_rounds.is_multiple_of(REMOVED_TOLD_EVERY) {
+            let covered = self.setup.replica
+                && self.checkpoint_durable >= self.members().acceptor_change_at();
+            if covered && self.member.told_rounds.is_multiple_of(REMOVED_TOLD_EVERY) {
                 let members = self.members();
                 let msg = Msg::Members(Box::new(members.clone()));
                 for &to in &members.removed {

@@ -114,6 +114,15 @@ pub trait AtomicMulticast: Send {
     fn members(&self) -> Option<&Members> {
         None
     }
+    /// This node's replica holds a durable checkpoint up to `covered`: an acceptor
+    /// here that a change removed at or below it stops (see
+    /// [`AtomicMulticast::acceptor_retiring`]).
+    fn retire_acceptor(&mut self, _covered: Instance) {}
+    /// Whether an acceptor here was removed but still serves what it holds, until
+    /// this node's replica checkpoints past its removal.
+    fn acceptor_retiring(&self) -> bool {
+        false
+    }
     /// A peer message of the ordering protocol. Returns whether a role here took it.
     fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool;
     /// A clock tick (`tick` counts them; `now_ms` is the driver's clock).
@@ -251,6 +260,12 @@ pub struct PaxosOrdering {
     /// its learners are the replicas of those, as the changes left them (`None`:
     /// every replica learns the stream).
     carried: Option<u64>,
+    /// This node's acceptor was removed by the change at this position, and its
+    /// replica has no durable checkpoint covering it yet: the acceptor stays, in the
+    /// epoch before, serving learners what it holds (the decisions below the change,
+    /// which the new acceptors do not have), until one does
+    /// ([`AtomicMulticast::retire_acceptor`]).
+    retiring: Option<Instance>,
 }
 
 /// Recently forwarded commands kept for a new leader, at most.
@@ -302,6 +317,7 @@ impl PaxosOrdering {
             members: Members::default(),
             recovered: None,
             carried,
+            retiring: None,
         };
         assert_eq!(setup.mode, Mode::Smr, "a cs server orders nothing");
         // The members an acceptor's log recorded: its configuration, before any
@@ -541,7 +557,15 @@ impl PaxosOrdering {
             .map(|c| c.into_commands(m.epoch_from))
             .unwrap_or_default();
         if m.acceptor_index(id).is_none() {
-            if self.acceptor.take().is_some() {
+            if self.learner.is_some() && self.acceptor.is_some() {
+                // A replica's acceptor: its log may hold the only copies of the
+                // decisions below the change until a checkpoint covers it (as a node
+                // that only accepts hears of its removal only then).
+                if self.retiring.is_none() {
+                    self.retiring = Some(m.epoch_from.saturating_sub(1));
+                    self.count("acceptor_retiring");
+                }
+            } else if self.acceptor.take().is_some() {
                 self.count("acceptor_removed");
             }
             self.elector = None;
@@ -950,10 +974,25 @@ impl AtomicMulticast for PaxosOrdering {
         if let Some(l) = self.learner.as_mut() {
             l.set_learners(&m);
         }
-        if let Some(a) = self.acceptor.as_mut() {
+        // A retiring acceptor keeps the epoch before in its log: restarted before a
+        // checkpoint covers its removal, it serves the decisions below it again.
+        if let Some(a) = self.acceptor.as_mut().filter(|_| self.retiring.is_none()) {
             a.record_members(&self.members, out);
         }
         true
+    }
+
+    fn retire_acceptor(&mut self, covered: Instance) {
+        if self.retiring.is_some_and(|at| covered >= at) {
+            self.retiring = None;
+            if self.acceptor.take().is_some() {
+                self.count("acceptor_retired");
+            }
+        }
+    }
+
+    fn acceptor_retiring(&self) -> bool {
+        self.retiring.is_some()
     }
 
     fn replica_members(&mut self, members: &Members, resume: bool, out: &mut Outbox) {

@@ -489,3 +489,97 @@ fn a_replica_added_to_another_partition_than_its_entry_stops() {
     assert!(c.node(5).members().is_learner(6));
     assert_eq!(member(&mut c, 5, MemberChange::Remove { node: 6 }), Ok(2));
 }
+
+/// A node that is a replica and an acceptor (node 3) keeps its acceptor, in the epoch
+/// before, after a change removes it, until its replica's durable checkpoint covers
+/// the change: its log may hold the only copies of the decisions below it. Here the
+/// acceptors are all replaced while both replicas' checkpoint writes stall, the other
+/// removed acceptors' logs are lost, and replica 4 restarts from nothing: it replays
+/// everything from node 3's retiring acceptor. Node 3, removed as a replica too,
+/// keeps running until its checkpoint is written, then stops.
+fn a_replicas_acceptor_retires_once_a_checkpoint_covers_its_removal(protocol: Protocol) {
+    let mut s = setup(protocol, &[3, 4]);
+    s.checkpoint = CheckpointConfig {
+        interval_instances: INTERVAL,
+        announce_ticks: 5,
+        ..CheckpointConfig::default()
+    };
+    let mut c = Cluster::new(s, UnsafeBugs::default());
+    c.checkpointing = true;
+    c.tick(3);
+    c.stalled_checkpoints.extend([3, 4]);
+    via(&mut c, 1..=20, 4);
+    all_answered(&mut c, 1..=20, "the first inserts");
+    for id in [6, 7, 8] {
+        c.joining_acceptors.insert(id);
+        c.start(id);
+        assert!(member(&mut c, 4, add_acceptor(id)).is_ok(), "{protocol}");
+    }
+    for node in [1, 2, 3] {
+        assert!(
+            member(&mut c, 4, MemberChange::RemoveAcceptor { node }).is_ok(),
+            "{protocol}: remove acceptor {node}"
+        );
+    }
+    assert_eq!(c.counter(3, "acceptor_retiring"), 1, "{protocol}");
+    assert!(c.node(3).paxos_roles().unwrap().acceptor().is_some());
+    assert!(member(&mut c, 4, MemberChange::Remove { node: 3 }).is_ok());
+    via(&mut c, 21..=30, 4);
+    all_answered(&mut c, 21..=30, "acceptors 6, 7 and 8");
+    c.tick(20);
+    assert!(
+        c.node(3).removed().is_none(),
+        "{protocol}: node 3 stopped while no checkpoint covers its acceptor's removal"
+    );
+
+    // Acceptors 1 and 2 are lost with their logs; replica 4 loses everything.
+    for id in [1, 2, 4] {
+        c.crash(id);
+        c.logs.remove(&id);
+        c.checkpoints.remove(&id);
+    }
+    c.start(4);
+    tick_until(&mut c, 600, "replica 4 never replayed the history", |c| {
+        c.replica(4).last_instance() > 0 && ordering_epoch(c, 4) >= 6
+    });
+    via(&mut c, 31..=35, 4);
+    all_answered(&mut c, 31..=35, "after replica 4 replayed everything");
+    let tree = c.replica(4).state();
+    for seq in 1..=35 {
+        assert_eq!(tree.read(seq), Some(seq * 10), "{protocol}: key {seq}");
+    }
+
+    // Replica 4's disk works again (a stalled write never completes: it restarts,
+    // and replays from node 3 again). It writes a checkpoint that covers the changes
+    // and tells node 3, whose own checkpoint write still stalls, that it was removed:
+    // node 3's acceptor retires and it stops.
+    c.stalled_checkpoints.remove(&4);
+    c.crash(4);
+    c.start(4);
+    assert!(
+        c.node(3).removed().is_none(),
+        "node 3 stopped before it was told"
+    );
+    tick_until(
+        &mut c,
+        600,
+        "replica 4 never replayed the history again",
+        |c| c.replica(4).last_instance() > 0 && ordering_epoch(c, 4) >= 6,
+    );
+    via(&mut c, 36..=50, 4);
+    all_answered(&mut c, 36..=50, "with checkpoints again");
+    tick_until(&mut c, 600, "node 3 never stopped", |c| {
+        c.node(3).removed().is_some()
+    });
+    assert_eq!(c.counter(3, "acceptor_retired"), 1, "{protocol}");
+}
+
+#[test]
+fn multipaxos_a_replicas_acceptor_retires_once_a_checkpoint_covers_its_removal() {
+    a_replicas_acceptor_retires_once_a_checkpoint_covers_its_removal(Protocol::MultiPaxos);
+}
+
+#[test]
+fn ringpaxos_a_replicas_acceptor_retires_once_a_checkpoint_covers_its_removal() {
+    a_replicas_acceptor_retires_once_a_checkpoint_covers_its_removal(Protocol::RingPaxos);
+}
