@@ -74,6 +74,15 @@ async fn added_and_transferred(cfg: &ClusterConfig, file_arg: &str, id: u32) {
     );
 }
 
+/// Until `n` inserts were acknowledged, at most 3 s: enough for checkpoints and
+/// truncation, so that a replica added then needs a state transfer.
+async fn until_acked(acked: &Mutex<Vec<u64>>, n: usize) {
+    let t0 = Instant::now();
+    while acked.lock().unwrap().len() < n && t0.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn replica_state(cfg: &ClusterConfig, id: u32) -> Option<String> {
     node_status_of(cfg, id, Duration::from_secs(1))
         .await
@@ -113,7 +122,7 @@ async fn a_replica_joins_under_load_serves_and_another_leaves() {
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
     let load = start_load(&cfg, Some(4), 0, &stop, &acked);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    until_acked(&acked, 400).await;
 
     // Changes that cannot be: refused, with the reason.
     let (ok, text) = partita(&["member", "add", "4", "--cluster", &file_arg]);
@@ -239,7 +248,7 @@ async fn replica_joins_a_partition(multiring: bool) {
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
     let load = start_load(&cfg, Some(4), 0, &stop, &acked);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    until_acked(&acked, 400).await;
 
     let (ok, text) = partita(&[
         "member",

@@ -363,6 +363,21 @@ fn ringpaxos_acceptors_grow_from_three_to_five_and_dead_ones_are_replaced() {
     acceptors_grow_and_replace(Protocol::RingPaxos);
 }
 
+/// Acceptors 6, 7 and 8 join and are added, then 1, 2 and 3 removed, through replica 4.
+fn replace_every_acceptor(c: &mut Cluster, protocol: Protocol) {
+    for id in [6, 7, 8] {
+        c.joining_acceptors.insert(id);
+        c.start(id);
+        assert!(member(c, 4, add_acceptor(id)).is_ok(), "{protocol}");
+    }
+    for node in [1, 2, 3] {
+        assert!(
+            member(c, 4, MemberChange::RemoveAcceptor { node }).is_ok(),
+            "{protocol}: remove acceptor {node}"
+        );
+    }
+}
+
 /// Every acceptor is replaced (6, 7 and 8 added, 1, 2 and 3 removed) while no replica
 /// checkpoint is durable (both replicas' disks stall them). The removed acceptors hold
 /// the only copies of the decisions before the changes, so they keep running (no
@@ -375,17 +390,7 @@ fn acceptors_keep_the_history_until_a_checkpoint_covers_their_removal(protocol: 
     let mut c = cluster(protocol);
     c.stalled_checkpoints.extend([4, 5]);
     load(&mut c, 1..=20, 4);
-    for id in [6, 7, 8] {
-        c.joining_acceptors.insert(id);
-        c.start(id);
-        assert!(member(&mut c, 4, add_acceptor(id)).is_ok(), "{protocol}");
-    }
-    for node in [1, 2, 3] {
-        assert!(
-            member(&mut c, 4, MemberChange::RemoveAcceptor { node }).is_ok(),
-            "{protocol}: remove acceptor {node}"
-        );
-    }
+    replace_every_acceptor(&mut c, protocol);
     via(&mut c, 21..=30, 4);
     all_answered(&mut c, 21..=30, "acceptors 6, 7 and 8");
     c.tick(30);
@@ -510,17 +515,7 @@ fn a_replicas_acceptor_retires_once_a_checkpoint_covers_its_removal(protocol: Pr
     c.stalled_checkpoints.extend([3, 4]);
     via(&mut c, 1..=20, 4);
     all_answered(&mut c, 1..=20, "the first inserts");
-    for id in [6, 7, 8] {
-        c.joining_acceptors.insert(id);
-        c.start(id);
-        assert!(member(&mut c, 4, add_acceptor(id)).is_ok(), "{protocol}");
-    }
-    for node in [1, 2, 3] {
-        assert!(
-            member(&mut c, 4, MemberChange::RemoveAcceptor { node }).is_ok(),
-            "{protocol}: remove acceptor {node}"
-        );
-    }
+    replace_every_acceptor(&mut c, protocol);
     assert_eq!(c.counter(3, "acceptor_retiring"), 1, "{protocol}");
     assert!(c.node(3).paxos_roles().unwrap().acceptor().is_some());
     assert!(member(&mut c, 4, MemberChange::Remove { node: 3 }).is_ok());

@@ -247,16 +247,22 @@ fn a_session_opens_under_one_name_and_time_moves_with_the_spanning_ring() {
     }
 }
 
-#[test]
-fn rings_truncate_by_their_own_learners_and_restarts_resume_the_merge() {
-    let mut c = cluster();
-    for seq in 1..=12 {
+/// Inserts `seqs` at each partition (clients 1 and 2, through each partition's ring
+/// leader), then ticks until the rings have truncated.
+fn insert_at_both(c: &mut Cluster, seqs: std::ops::RangeInclusive<u64>) {
+    for seq in seqs {
         c.submit(1, command(1, seq, &Op::Insert { key: seq, value: 1 }));
         let key = KEY_SPLIT + seq;
         c.submit(11, command(2, seq, &Op::Insert { key, value: 1 }));
         c.tick(2);
     }
     c.tick(40);
+}
+
+#[test]
+fn rings_truncate_by_their_own_learners_and_restarts_resume_the_merge() {
+    let mut c = cluster();
+    insert_at_both(&mut c, 1..=12);
     // Ring 1 (partition 0's) truncated below what partition 0's replicas hold, ring 2
     // below partition 1's: the replicas of one partition never tell the other's ring
     // anything. The spanning ring, below what both hold.
@@ -375,13 +381,7 @@ trait PartitionedCluster {
 fn a_replica_joins_a_partition_signals_and_another_leaves() {
     let mut c = cluster();
     let seen = watch(&mut c);
-    for seq in 1..=12 {
-        c.submit(1, command(1, seq, &Op::Insert { key: seq, value: 1 }));
-        let key = KEY_SPLIT + seq;
-        c.submit(11, command(2, seq, &Op::Insert { key, value: 1 }));
-        c.tick(2);
-    }
-    c.tick(40);
+    insert_at_both(&mut c, 1..=12);
     let truncated = |c: &Cluster, a: NodeId| {
         c.node(a)
             .ordering_report()
