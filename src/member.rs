@@ -142,18 +142,37 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
             "executed_up_to": status.as_ref().and_then(|s| s.executed_up_to),
         }));
     }
+    // Multi-Ring Paxos: each ring's acceptors (fixed by the file) and the partitions
+    // it carries (`None`: every one).
+    let rings: Vec<serde_json::Value> = cluster
+        .ordering
+        .multiring()
+        .map(|m| {
+            m.rings
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "id": r.id,
+                        "acceptors": r.acceptors,
+                        "partitions": r.groups,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "epoch": members.epoch,
-                "changed_at": members.at,
-                "ordering_epoch": members.ordering_epoch,
-                "acceptors": acceptors,
-                "acceptors_from": members.ordering_from(),
-                "members": rows,
-            }))?
-        );
+        let mut out = serde_json::json!({
+            "epoch": members.epoch,
+            "changed_at": members.at,
+            "ordering_epoch": members.ordering_epoch,
+            "acceptors": acceptors,
+            "acceptors_from": members.ordering_from(),
+            "members": rows,
+        });
+        if !rings.is_empty() {
+            out["rings"] = serde_json::Value::Array(rings);
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     println!(
@@ -165,6 +184,16 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
         acceptors,
         members.ordering_from()
     );
+    for r in &rings {
+        let partitions = match r["partitions"].as_array() {
+            Some(p) => format!("partitions {}", serde_json::to_string(p)?),
+            None => "every partition".to_string(),
+        };
+        println!(
+            "ring {}: acceptors {} (fixed by the cluster file), {partitions}",
+            r["id"], r["acceptors"]
+        );
+    }
     println!(
         "{:>4}  {:<24} {:<30} {:>8}  executed",
         "id", "address", "roles", "answers"

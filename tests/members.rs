@@ -303,6 +303,13 @@ async fn replica_joins_a_partition(multiring: bool) {
     assert_eq!(member(6)["partition"], 1, "{j}");
     assert_eq!(member(4)["partition"], 0, "{j}");
     assert_eq!(member(5)["roles"], serde_json::json!(["removed"]), "{j}");
+    // Over Multi-Ring Paxos the list shows each ring's acceptors and partitions.
+    let rings = j["rings"].as_array().map_or(0, |r| r.len());
+    assert_eq!(rings, if multiring { 3 } else { 0 }, "{j}");
+    if multiring {
+        let (ok, text) = partita(&["member", "list", "--cluster", &file_arg]);
+        assert!(ok && text.contains("ring 3: acceptors"), "{text}");
+    }
     lc.stop(Duration::from_secs(10));
 }
 
