@@ -1746,7 +1746,7 @@ async fn status(t: TargetArgs) -> anyhow::Result<i32> {
                 .collect();
             let ids = |v: Vec<&u32>| v.iter().map(|i| i.to_string()).collect::<Vec<_>>();
             println!(
-                "configuration epoch {} (last change at instance {}): replicas {}{}{}",
+                "configuration epoch {} (last change at position {}): replicas {}{}{}",
                 m.epoch,
                 m.at,
                 ids(m.replicas.keys().collect()).join(", "),

@@ -176,7 +176,7 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "configuration epoch {} (last change at instance {}); ordering epoch {}: \
+        "configuration epoch {} (last change at position {}); ordering epoch {}: \
          acceptors {:?} from instance {}",
         members.epoch,
         members.at,
@@ -348,7 +348,7 @@ pub async fn add(
     )
     .await?;
     println!(
-        "added node {node} at {addr} as a learner (configuration epoch {}, instance {}); {}",
+        "added node {node} at {addr} as a learner (configuration epoch {}, position {}); {}",
         m.epoch,
         m.at,
         if learner {
@@ -378,7 +378,7 @@ pub async fn remove(cluster: &ClusterConfig, node: NodeId, acceptor: bool) -> an
     }
     let m = order(cluster, MemberChange::Remove { node }).await?;
     println!(
-        "removed node {node} (configuration epoch {}, instance {}); it stops by itself",
+        "removed node {node} (configuration epoch {}, position {}); it stops by itself",
         m.epoch, m.at
     );
     Ok(())
@@ -402,7 +402,7 @@ pub async fn promote(cluster: &ClusterConfig, node: NodeId) -> anyhow::Result<()
     .await
     .map_err(|e| anyhow!(e))?;
     println!(
-        "promoted node {node}: it serves (configuration epoch {}, instance {})",
+        "promoted node {node}: it serves (configuration epoch {}, position {})",
         m.epoch, m.at
     );
     Ok(())
