@@ -278,13 +278,12 @@ pub async fn add(
     acceptor: bool,
 ) -> anyhow::Result<()> {
     let NewReplica { learner, partition } = replica;
-    if let Err(why) = cluster.member_changes() {
+    let allowed = match acceptor {
+        true => cluster.acceptor_changes(),
+        false => cluster.member_changes(),
+    };
+    if let Err(why) = allowed {
         bail!("{why}");
-    }
-    if acceptor {
-        if let Err(why) = cluster.acceptor_changes() {
-            bail!("{why}");
-        }
     }
     let addr = match (addr, cluster.node(node)) {
         (Some(a), _) => a,

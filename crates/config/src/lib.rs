@@ -1991,12 +1991,7 @@ impl ClusterConfig {
         );
         match paxos {
             true => Ok(()),
-            false => Err(
-                "replicas and acceptors change only in clusters ordered by Ring Paxos, \
-                 Multi-Paxos or Multi-Ring Paxos (not built for EPaxos and GeoPaxos+ yet: \
-                 their leaders would need a barrier that stops them all at one point)"
-                    .to_string(),
-            ),
+            false => Err(partita_types::members::NO_MEMBER_CHANGES.to_string()),
         }
     }
 
@@ -2006,12 +2001,9 @@ impl ClusterConfig {
     pub fn acceptor_changes(&self) -> Result<(), String> {
         self.member_changes()?;
         match self.ordering {
-            OrderingSection::MultiRing(_) => Err(
-                "the acceptors of Multi-Ring Paxos rings do not change at run time yet (each \
-                 ring would need an ordering epoch of its own, and the merge a rule for a \
-                 ring whose epoch changes); replicas can be added and removed"
-                    .to_string(),
-            ),
+            OrderingSection::MultiRing(_) => {
+                Err(partita_types::members::RING_ACCEPTORS_FIXED.to_string())
+            }
             _ => Ok(()),
         }
     }

@@ -70,7 +70,8 @@ pub enum Fault {
     /// member remove [--acceptor]`) and stops by itself. Other faults' victims follow
     /// the configuration as it is now (an acceptor kill keeps a majority of the
     /// current acceptors). Ring Paxos and Multi-Paxos, partitioned or not (a replica
-    /// is replaced within its partition); not in the default set.
+    /// is replaced within its partition), and Multi-Ring Paxos (replicas only: its
+    /// rings' acceptors stay); not in the default set.
     Member,
 }
 

@@ -1048,12 +1048,7 @@ impl AtomicMulticast for MultiRingOrdering {
     }
 
     fn acceptor_changes(&self) -> Result<(), String> {
-        Err(
-            "the acceptors of Multi-Ring Paxos rings do not change at run time yet (each \
-             ring would need an ordering epoch of its own, and the merge a rule for a \
-             ring whose epoch changes); replicas can be added and removed"
-                .to_string(),
-        )
+        Err(partita_types::members::RING_ACCEPTORS_FIXED.to_string())
     }
 
     fn learner_lag(&self) -> Option<u64> {

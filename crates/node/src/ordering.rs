@@ -79,11 +79,7 @@ pub trait AtomicMulticast: Send {
     /// Whether replicas can be added and removed at run time (`partita member`); `Err`
     /// says why not, for the operator.
     fn member_changes(&self) -> Result<(), String> {
-        Err(
-            "membership change runs on Ring Paxos, Multi-Paxos and Multi-Ring Paxos; this \
-             ordering (EPaxos or GeoPaxos+) does not support it yet"
-                .to_string(),
-        )
+        Err(partita_types::members::NO_MEMBER_CHANGES.to_string())
     }
     /// Whether acceptors can be added and removed at run time too (given
     /// [`AtomicMulticast::member_changes`]); `Err` says why not, for the operator.
@@ -427,11 +423,6 @@ impl PaxosOrdering {
     pub fn batcher(&self) -> Option<&Batcher> {
         self.batcher.as_ref()
     }
-    /// The learners of this ordering's membership.
-    pub fn setup_learners(&self) -> &[NodeId] {
-        &self.setup.membership.learners
-    }
-
     fn count(&mut self, what: &'static str) {
         self.count_n(what, 1);
     }

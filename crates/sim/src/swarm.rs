@@ -566,8 +566,8 @@ pub struct SeedParams {
     /// Replicas change while it runs: one more node, marked `join = true` (the last
     /// id; partitioned, of partition `seed % partitions`), is added under load, then
     /// one of the initial replicas (of its partition) is removed (`crate::world`'s
-    /// membership script). Drawn from a stream of its own, for seeds on one stream
-    /// without DS-SMR.
+    /// membership script; over Multi-Ring Paxos, whose rings' acceptors stay, it joins
+    /// as a replica only). Drawn from a stream of its own, for seeds without DS-SMR.
     pub member_changes: bool,
     /// Multi-Ring Paxos: rings (0: one stream; partitioned: one per partition, plus
     /// one across them; P-SMR: one per thread, plus one for g_all), `M`, and Δ of the
@@ -745,10 +745,10 @@ impl SeedParams {
         if self.member_changes {
             // The node that joins: after every other one, outside the initial
             // membership until the membership script adds it.
-            // It joins as a replica, then as an acceptor too.
+            // It joins as a replica, then as an acceptor too (not over Multi-Ring
+            // Paxos, whose rings' acceptors stay).
             let id = c.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
             let mut joiner = NodeSection::joining_replica(id, format!("127.0.0.1:{}", 7100 + id));
-            // (The acceptors of Multi-Ring Paxos's rings stay.)
             if self.rings == 0 {
                 joiner.roles.push(Role::Acceptor);
             }

@@ -162,6 +162,17 @@ pub struct Initial<'a> {
 /// The system-command kind of membership changes ([`crate::Command::system`]).
 pub const MEMBER_KIND: u8 = 7;
 
+/// Why an ordering's members do not change at run time (EPaxos, GeoPaxos+), for the
+/// operator: the node and the cluster-file check say the same.
+pub const NO_MEMBER_CHANGES: &str = "replicas and acceptors change only in clusters ordered \
+     by Ring Paxos, Multi-Paxos or Multi-Ring Paxos (not built for EPaxos and GeoPaxos+ \
+     yet: their leaders would need a barrier that stops them all at one point)";
+
+/// Why Multi-Ring Paxos's acceptors do not change at run time, for the operator.
+pub const RING_ACCEPTORS_FIXED: &str = "the acceptors of Multi-Ring Paxos rings do not \
+     change at run time yet (each ring would need an ordering epoch of its own, and the \
+     merge a rule for a ring whose epoch changes); replicas can be added and removed";
+
 /// Whether `cmd` is a membership change (by its client id alone: nothing decoded).
 pub fn is_member_command(cmd: &crate::Command) -> bool {
     cmd.is_system() && ((cmd.client >> 48) & 0xff) as u8 == MEMBER_KIND
