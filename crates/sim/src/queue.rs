@@ -6,6 +6,11 @@
 //! total and independent of how the heap breaks ties, so a run is a pure function of its
 //! seed. Invariant: time never goes backwards (`pop` never returns an event earlier than
 //! the previous one, and `push` refuses the past).
+//!
+//! Timers (`set_timer(slot, time, event)`) are events kept beside the heap, one per
+//! slot, a new one replacing the slot's pending one: a node's next tick, by far the
+//! most frequent event, costs a scan of a few slots instead of a heap push and pop.
+//! They take sequence numbers like any event, so the order stays (time, sequence).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -14,6 +19,8 @@ use std::collections::BinaryHeap;
 pub type Time = u64;
 
 pub const MICROS: Time = 1_000;
+/// A timer slot with nothing pending (after every real key).
+const NO_TIMER: (Time, u64) = (Time::MAX, u64::MAX);
 pub const MILLIS: Time = 1_000_000;
 pub const SECONDS: Time = 1_000_000_000;
 
@@ -55,6 +62,12 @@ pub struct EventQueue<E> {
     free: Vec<u32>,
     next_seq: u64,
     now: Time,
+    /// Timer slots' (time, sequence), `NO_TIMER` where none is pending, apart from
+    /// their events so that finding the earliest scans a few words.
+    timer_keys: Vec<(Time, u64)>,
+    timer_events: Vec<Option<E>>,
+    /// The slot of the earliest pending timer.
+    timer_min: Option<usize>,
 }
 
 impl<E> Default for EventQueue<E> {
@@ -65,6 +78,9 @@ impl<E> Default for EventQueue<E> {
             free: Vec::new(),
             next_seq: 0,
             now: 0,
+            timer_keys: Vec::new(),
+            timer_events: Vec::new(),
+            timer_min: None,
         }
     }
 }
@@ -101,8 +117,53 @@ impl<E> EventQueue<E> {
         self.heap.push(Key { time, seq, slot });
     }
 
+    /// Schedule `event` at `time` in timer `slot`, dropping the slot's pending event
+    /// if it has one.
+    pub fn set_timer(&mut self, slot: usize, time: Time, event: E) {
+        assert!(
+            time >= self.now,
+            "timer set in the past ({time} < {})",
+            self.now
+        );
+        if self.timer_keys.len() <= slot {
+            self.timer_keys.resize(slot + 1, NO_TIMER);
+            self.timer_events.resize_with(slot + 1, || None);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.timer_keys[slot] = (time, seq);
+        self.timer_events[slot] = Some(event);
+        self.find_timer_min();
+    }
+
+    fn find_timer_min(&mut self) {
+        let mut min = NO_TIMER;
+        self.timer_min = None;
+        for (i, &k) in self.timer_keys.iter().enumerate() {
+            if k < min {
+                min = k;
+                self.timer_min = Some(i);
+            }
+        }
+    }
+
     /// The earliest event and its time; advances `now`.
     pub fn pop(&mut self) -> Option<(Time, E)> {
+        if let Some(i) = self.timer_min {
+            let (time, seq) = self.timer_keys[i];
+            let heap_first = self
+                .heap
+                .peek()
+                .is_some_and(|k| (k.time, k.seq) < (time, seq));
+            if !heap_first {
+                self.timer_keys[i] = NO_TIMER;
+                let event = self.timer_events[i].take().expect("the earliest timer");
+                self.find_timer_min();
+                debug_assert!(time >= self.now, "time went backwards");
+                self.now = time;
+                return Some((time, event));
+            }
+        }
         let k = self.heap.pop()?;
         debug_assert!(k.time >= self.now, "time went backwards");
         self.now = k.time;
@@ -113,12 +174,13 @@ impl<E> EventQueue<E> {
         Some((k.time, event))
     }
 
+    /// Events pending, timers included.
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.heap.len() + self.timer_keys.iter().filter(|&&k| k != NO_TIMER).count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len() == 0
     }
 
     /// Events pushed so far (the next sequence number).
@@ -184,6 +246,26 @@ mod tests {
         pending.sort();
         expected.extend(pending.into_iter().map(|p| p.2));
         assert_eq!(got, expected);
+    }
+
+    /// Timers and heap events pop in one (time, sequence) order, and a timer set
+    /// again replaces its slot's pending event.
+    #[test]
+    fn timers_interleave_with_events_and_replace() {
+        let mut q = EventQueue::new();
+        q.push(5, "e5");
+        q.set_timer(0, 5, "t5");
+        q.set_timer(1, 3, "stale");
+        q.set_timer(1, 4, "t4");
+        q.push(4, "e4");
+        q.set_timer(2, 9, "t9");
+        assert_eq!(q.len(), 5);
+        let order: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(
+            order,
+            vec![(4, "t4"), (4, "e4"), (5, "e5"), (5, "t5"), (9, "t9")]
+        );
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -249,6 +249,11 @@ pub struct SimNode {
     paused: Option<u64>,
     /// A handler is in progress (its `NodeDone` is scheduled).
     busy: bool,
+    /// A handler that emitted nothing and left nothing to follow it runs until this
+    /// time, without a `NodeDone` event of its own (most handlers are such ticks):
+    /// an input that arrives before then waits for it as for any handler (see
+    /// [`World::start_next`]).
+    quiet_until: Option<Time>,
     /// The handler finished while the node was paused: emit on resume.
     stalled: bool,
     emits: Vec<Emit>,
@@ -606,6 +611,7 @@ impl World {
                     inc: 0,
                     paused: None,
                     busy: false,
+                    quiet_until: None,
                     stalled: false,
                     emits: Vec::new(),
                     inbox: VecDeque::new(),
@@ -891,7 +897,7 @@ impl World {
                 self.trace
                     .record(now, Endpoint::Node(n.id), "tick", Detail::None);
                 let at = now + n.tick_ns;
-                self.q.push(at, Ev::Tick { node, inc });
+                self.q.set_timer(node, at, Ev::Tick { node, inc });
                 let n = &mut self.nodes[node];
                 if !n.tick_queued {
                     n.tick_queued = true;
@@ -1103,7 +1109,8 @@ impl World {
         // Ticks start at a random phase of the period.
         let tick_ns = self.nodes[ni].tick_ns;
         let phase = self.rng_faults.gen_range(0..tick_ns);
-        self.q.push(now + phase + 1, Ev::Tick { node: ni, inc });
+        self.q
+            .set_timer(ni, now + phase + 1, Ev::Tick { node: ni, inc });
         let mut work = Work::default();
         let leader = self.nodes[ni].core.as_ref().and_then(|c| c.leader());
         let Some(emits) = self.prepare(id, leader, &mut out, &mut work) else {
@@ -1125,6 +1132,21 @@ impl World {
     fn start_next(&mut self, ni: usize) {
         if !self.nodes[ni].idle() || self.failure.is_some() {
             return;
+        }
+        if let Some(until) = self.nodes[ni].quiet_until {
+            let now = self.now();
+            let n = &mut self.nodes[ni];
+            if now < until {
+                // The quiet handler still runs: the next input starts when it ends.
+                if !n.inbox.is_empty() {
+                    n.quiet_until = None;
+                    n.busy = true;
+                    let inc = n.inc;
+                    self.q.push(until, Ev::NodeDone { node: ni, inc });
+                }
+                return;
+            }
+            n.quiet_until = None;
         }
         let deferred = self.nodes[ni]
             .core
@@ -1260,9 +1282,21 @@ impl World {
         };
         let cost = self.cost.cost(kind, &work).max(1);
         let n = &mut self.nodes[ni];
+        n.busy_ns += cost;
+        // A handler that emitted nothing, with nothing queued or deferred behind it, no
+        // worker threads to start and no removal to act on, needs no `NodeDone`: the
+        // node stays busy until `now + cost` all the same (`quiet_until`).
+        let quiet = emits.is_empty()
+            && n.inbox.is_empty()
+            && n.core.as_ref().is_some_and(|c| {
+                !c.has_deferred_work() && c.worker_threads() == 0 && c.removed().is_none()
+            });
+        if quiet {
+            n.quiet_until = Some(now + cost);
+            return;
+        }
         n.emits = emits;
         n.busy = true;
-        n.busy_ns += cost;
         self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
     }
 
@@ -1554,7 +1588,7 @@ impl World {
                     bytes,
                     copy,
                 } => {
-                    if self.bench.is_none() {
+                    if self.bench.is_none() && (!copy || self.agreement.observes_copies()) {
                         if let Err(m) = self.agreement.observe(id, to, &msg) {
                             self.fail(Check::Agreement, m);
                             return false;
@@ -2017,6 +2051,7 @@ impl World {
         n.inc += 1;
         n.paused = None;
         n.busy = false;
+        n.quiet_until = None;
         n.stalled = false;
         n.emits.clear();
         n.inbox.clear();
