@@ -102,8 +102,9 @@ pub struct SimArgs {
     /// placed key by key by an object map), `geo-btree` (paper 004's tree, placing its
     /// own nodes; --geo seeds only) or `kv` (etcd's data model: puts, gets, ranges,
     /// deletes and transactions on a few keys, checked by the key-value checker).
-    /// Default: the swarm's (the B+tree; on --geo seeds the geo B+tree, and the
-    /// key-value store in a third of them). Not with --dssmr (Chirper).
+    /// Default: the swarm's (the key-value store in a quarter of the seeds, the B+tree
+    /// in the others; on --geo seeds the key-value store in a third, the geo B+tree in
+    /// the others). Not with --dssmr (Chirper).
     #[arg(long, value_enum, value_name = "SERVICE", conflicts_with = "dssmr")]
     service: Option<SimService>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,

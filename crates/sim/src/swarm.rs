@@ -259,9 +259,10 @@ pub enum DssmrChoice {
 /// The service the clients use (S-SMR/DS-SMR seeds always run Chirper).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ServiceChoice {
-    /// The swarm's: the B+tree on the swarm's clusters; on GeoPaxos+ and EPaxos seeds
-    /// the key-value store in a third of the seeds (a stream of its own), the geo
-    /// B+tree in the others.
+    /// The swarm's: on the swarm's clusters the key-value store in a quarter of the
+    /// seeds (a stream of its own, so the rest of a seed's draw is the same whichever
+    /// service it runs), the B+tree in the others; on GeoPaxos+ and EPaxos seeds the
+    /// key-value store in a third of the seeds, the geo B+tree in the others.
     #[default]
     Swarm,
     /// The B+tree (on GeoPaxos+ seeds placed by an object map, key by key).
@@ -873,6 +874,9 @@ impl SeedParams {
         if self.dssmr.is_some() {
             layout.push("Chirper (S-SMR/DS-SMR)".to_string());
         }
+        if self.service == "kv" {
+            layout.push("the key-value store".to_string());
+        }
         if self.partitions > 1 {
             layout.push(format!("{} partitions", self.partitions));
         }
@@ -1328,6 +1332,7 @@ pub fn draw(seed: u64, opts: &SimOptions) -> SeedParams {
             (Some(_), _) => "chirper",
             (None, ServiceChoice::Kv) => "kv",
             (None, ServiceChoice::GeoBtree) => "geo-btree",
+            (None, ServiceChoice::Swarm) if stream(seed, STREAM_SERVICE).gen_bool(0.25) => "kv",
             (None, _) => "btree",
         }
         .into(),

@@ -72,9 +72,10 @@ fn control_ops(
         ops,
         faults,
         coordinator_crashes,
-        // The seed ranges below were found without partitioning; partitioned seeds
-        // have their own controls.
+        // The seed ranges below were found without partitioning, on the B+tree;
+        // partitioned seeds and the key-value store have their own controls.
         partitioning: PartitionChoice::Fixed(1),
+        service: ServiceChoice::Btree,
         trace_tail: 0,
         ..SimOptions::default()
     };
@@ -235,8 +236,9 @@ fn keep_session_after_give_up_is_caught() {
     // nothing gives up there, and this configuration, which the soak's seed 7457 drew,
     // caught it in 5 of 1,000 seeds (222, 396, 911, 918, 945). Skips on demand changed
     // every multi-ring run's timing: the first of seeds 0..1,000 that catches it now is
-    // 496, which passes without the bug (`first_caught` checks).
+    // 496, which passes without the bug (`first_caught` checks), on the B+tree.
     let clean = SimOptions {
+        service: ServiceChoice::Btree,
         partitioning: PartitionChoice::Fixed(2),
         rings: RingsChoice::Fixed(2),
         faults: FaultSelection::Only(vec![

@@ -3,7 +3,8 @@
 //! agreement, liveness after healing, convergence, linearizability and final state).
 //!
 //! `cargo test --workspace` runs 320 seeds of 1,000 commands (about 40 s in the dev
-//! profile on 2 cores, split over four tests so that the harness runs them in parallel).
+//! profile on 2 cores, split over four tests so that the harness runs them in parallel);
+//! a quarter of them run the key-value store, judged by the key-value checker.
 //! The soak runs a range given by `PARTITA_SIM_SEEDS=A..B` (with `PARTITA_SIM_OPS`,
 //! default 2000):
 //!
@@ -23,15 +24,24 @@ fn swarm(seeds: std::ops::Range<u64>, ops: u64) {
     };
     let mut failures = Vec::new();
     let mut ok_ops = 0;
+    // Seeds on the key-value store (a quarter, drawn apart), and those of them with
+    // P-SMR's worker threads.
+    let (mut kv, mut kv_psmr) = (0, 0);
     for seed in seeds.clone() {
         let r = run_seed(seed, &opts);
         ok_ops += r.ops_ok;
+        if r.params.service == "kv" {
+            kv += 1;
+            kv_psmr += u32::from(r.params.psmr_threads > 0);
+        }
         if !r.passed {
             eprintln!("{r}\n");
             failures.push(r.one_line());
         }
     }
     assert!(ok_ops > 0, "no command completed in seeds {seeds:?}");
+    eprintln!("seeds {seeds:?}: {kv} on the key-value store, {kv_psmr} of them with P-SMR threads");
+    assert!(kv > 0, "no seed of {seeds:?} ran the key-value store");
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed:\n{}",
