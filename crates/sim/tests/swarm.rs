@@ -2,8 +2,8 @@
 //! protocols; every run must pass every check (invariants after every handler,
 //! agreement, liveness after healing, convergence, linearizability and final state).
 //!
-//! `cargo test --workspace` runs 320 seeds of 1,000 commands (about 40 s in the dev
-//! profile on 2 cores, split over four tests so that the harness runs them in parallel);
+//! `cargo test --workspace` runs 320 seeds of 1,000 commands (split over four tests so
+//! that the harness runs them in parallel: 25–66 s each in the dev profile on 2 cores);
 //! a quarter of them run the key-value store, judged by the key-value checker.
 //! The soak runs a range given by `PARTITA_SIM_SEEDS=A..B` (with `PARTITA_SIM_OPS`,
 //! default 2000):
