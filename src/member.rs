@@ -144,22 +144,10 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
     }
     // Multi-Ring Paxos: each ring's acceptors (fixed by the file) and the partitions
     // it carries (`None`: every one).
-    let rings: Vec<serde_json::Value> = cluster
+    let rings = cluster
         .ordering
         .multiring()
-        .map(|m| {
-            m.rings
-                .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "id": r.id,
-                        "acceptors": r.acceptors,
-                        "partitions": r.groups,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+        .map_or(&[][..], |m| &m.rings[..]);
     if json {
         let mut out = serde_json::json!({
             "epoch": members.epoch,
@@ -170,7 +158,16 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
             "members": rows,
         });
         if !rings.is_empty() {
-            out["rings"] = serde_json::Value::Array(rings);
+            out["rings"] = rings
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "id": r.id,
+                        "acceptors": r.acceptors,
+                        "partitions": r.groups,
+                    })
+                })
+                .collect();
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -184,14 +181,14 @@ pub async fn list(cluster: &ClusterConfig, json: bool) -> anyhow::Result<()> {
         acceptors,
         members.ordering_from()
     );
-    for r in &rings {
-        let partitions = match r["partitions"].as_array() {
-            Some(p) => format!("partitions {}", serde_json::to_string(p)?),
+    for r in rings {
+        let partitions = match &r.groups {
+            Some(p) => format!("partitions {p:?}"),
             None => "every partition".to_string(),
         };
         println!(
-            "ring {}: acceptors {} (fixed by the cluster file), {partitions}",
-            r["id"], r["acceptors"]
+            "ring {}: acceptors {:?} (fixed by the cluster file), {partitions}",
+            r.id, r.acceptors
         );
     }
     println!(

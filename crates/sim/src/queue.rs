@@ -19,10 +19,11 @@ use std::collections::BinaryHeap;
 pub type Time = u64;
 
 pub const MICROS: Time = 1_000;
-/// A timer slot with nothing pending (after every real key).
-const NO_TIMER: (Time, u64) = (Time::MAX, u64::MAX);
 pub const MILLIS: Time = 1_000_000;
 pub const SECONDS: Time = 1_000_000_000;
+
+/// A timer slot with nothing pending (after every real key).
+const NO_TIMER: (Time, u64) = (Time::MAX, u64::MAX);
 
 /// A heap entry: the event's key and the slot that holds it. Events stay in their
 /// slots while the heap moves only these 24-byte keys (an event, with the message it
