@@ -737,14 +737,16 @@ impl ExecutionArgs {
 }
 
 impl PartitionArgs {
-    /// A new Chirper cluster (paper 003) from `c`: S-SMR or DS-SMR (whose oracle takes
-    /// a partition after the data partitions), the default social graph, and these
-    /// arguments' partitions counted as data partitions.
-    fn apply_chirper(&self, mut c: ClusterConfig) -> anyhow::Result<ClusterConfig> {
-        c.cluster.service = "chirper".into();
-        c.chirper = Some(partita_config::ChirperSection::default());
+    /// A new cluster of `service` on S-SMR or DS-SMR (paper 003) from `c`: Chirper
+    /// with the default social graph, or the key-value store; DS-SMR's oracle takes a
+    /// partition after the data partitions, these arguments' partitions.
+    fn apply_objects(&self, mut c: ClusterConfig, service: &str) -> anyhow::Result<ClusterConfig> {
+        c.cluster.service = service.into();
+        if service == "chirper" {
+            c.chirper = Some(partita_config::ChirperSection::default());
+        }
         let mut partitioning = self.clone();
-        if self.exec.model("chirper")?.0 == ExecutionModel::Dssmr {
+        if self.exec.model(service)?.0 == ExecutionModel::Dssmr {
             partitioning.partitions += 1;
         }
         partitioning.apply(c, 1 << 32)
@@ -1486,13 +1488,19 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         } else {
             1 << 32
         };
-        let mut c = if a.service == "chirper" {
-            a.partitioning.apply_chirper(c)?
+        let objects = a.service == "chirper"
+            || (a.service == "kv"
+                && matches!(
+                    a.partitioning.exec.model("kv")?.0,
+                    ExecutionModel::Ssmr | ExecutionModel::Dssmr
+                ));
+        let mut c = if objects {
+            a.partitioning.apply_objects(c, &a.service)?
         } else {
             a.partitioning.apply(c, key_space)?
         };
         c.cluster.durability = a.durability;
-        if a.service == "kv" && c.partitioning.partitions == 1 && !a.netns {
+        if a.service == "kv" && c.partitioning.partitions == 1 && !objects && !a.netns {
             assign_etcd_addrs(&mut c, a.etcd_port);
         }
         if a.netns {
@@ -1850,9 +1858,13 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
                  query, next, prev)"
             );
         }
-        let mut client =
-            partita_client::Client::<partita_kv::KvStore>::connect(cluster, opts).await?;
-        let reply = client.execute(cmd.clone()).await?;
+        let reply = if cluster.execution.is_ssmr() {
+            kv_objects(&cluster, opts, &cmd).await?
+        } else {
+            let mut client =
+                partita_client::Client::<partita_kv::KvStore>::connect(cluster, opts).await?;
+            client.execute(cmd.clone()).await?
+        };
         if a.target.json {
             println!(
                 "{}",
@@ -1914,6 +1926,35 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
         println!("{}", describe(&result));
     }
     Ok(0)
+}
+
+/// One key-value command on an S-SMR or DS-SMR cluster (`partita_dssmr::kv`): what
+/// it cannot serve is refused here, before anything is sent.
+async fn kv_objects(
+    cluster: &ClusterConfig,
+    opts: partita_client::ClientOptions,
+    cmd: &partita_kv::KvCommand,
+) -> anyhow::Result<partita_kv::KvReply> {
+    use partita_dssmr::client::Outcome;
+    partita_kv::check(cmd).map_err(anyhow::Error::msg)?;
+    partita_dssmr::kv::supported(cmd).map_err(|why| {
+        anyhow::anyhow!(
+            "this cluster runs the key-value store on {}: {why}",
+            cluster.execution.model()
+        )
+    })?;
+    let mut client =
+        partita_client::objects::ObjectClient::<partita_dssmr::kv::KvObjects>::connect(
+            cluster,
+            opts,
+            partita_dssmr::StaticMap::Hashed,
+            rand::random(),
+        )
+        .await?;
+    match client.run(cmd.clone()).await? {
+        Outcome::Done(reply) => Ok(reply),
+        other => bail!("the cluster did not run the command: {other:?}"),
+    }
 }
 
 fn describe(r: &OpResult) -> String {
@@ -1994,7 +2035,7 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
                 c.set_protocol(a.protocol);
                 c.cluster.durability = a.durability;
-                a.partitioning.apply_chirper(c)
+                a.partitioning.apply_objects(c, "chirper")
             }
             // The same options as smr, so that what a cs server cannot have (partitions,
             // batchers, replicas that batch, rings) is refused by the cluster's own checks.

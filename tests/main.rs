@@ -21,6 +21,7 @@ mod experiment;
 mod experiment_partition;
 mod geo;
 mod kv;
+mod kv_objects;
 mod layers;
 mod members;
 mod metrics;

@@ -1112,13 +1112,15 @@ impl ClusterConfig {
             );
         }
         let builtin = crate::services::BUILTIN.contains(&self.cluster.service.as_str());
-        if !chirper && builtin && self.execution.is_ssmr() {
+        let objects = chirper || self.cluster.service == "kv";
+        if !objects && builtin && self.execution.is_ssmr() {
             return f(
                 "execution.model",
                 format!(
                     "S-SMR and DS-SMR serve services whose state is objects that move (Chirper, \
-                     or one's own implementing partita_dssmr::ObjectService: see \
-                     examples/accounts); the built-in `{}` is not one (yet)",
+                     the key-value store, or one's own implementing \
+                     partita_dssmr::ObjectService: see examples/accounts); the built-in `{}` \
+                     is not one (yet)",
                     self.cluster.service
                 ),
             );
@@ -1674,6 +1676,13 @@ impl ClusterConfig {
                 return f(format!(
                     "node {}: etcd's API needs one store-wide revision, and a partitioned \
                      cluster counts revisions per partition",
+                    n.id
+                ));
+            }
+            if self.execution.is_ssmr() {
+                return f(format!(
+                    "node {}: etcd's API is not served on S-SMR or DS-SMR (yet): its gateway \
+                     speaks to one unpartitioned store; use `partita kv`",
                     n.id
                 ));
             }

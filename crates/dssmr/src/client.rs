@@ -198,6 +198,18 @@ impl<S: ObjectService> ClientProxy<S> {
             self.ssmr(out);
             return;
         }
+        if S::scans(&self.current.as_ref().expect("current").cmd) {
+            // Objects it cannot name: every partition runs it (S-SMR's execution),
+            // and no move can gather what it reads.
+            out.push(Multicast {
+                dests: Dests::all_partitions(self.cfg.partitions),
+                cmd: DsCommand::Global {
+                    cmd: self.current.as_ref().expect("current").cmd.clone(),
+                },
+                answered: true,
+            });
+            return;
+        }
         let cached: Option<Locations> = match (&kind, self.cfg.cache) {
             (Kind::Access(_), true) => {
                 let cur = self.current.as_ref().expect("current");

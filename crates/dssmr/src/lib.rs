@@ -24,6 +24,7 @@
 
 pub mod chirper;
 pub mod client;
+pub mod kv;
 pub mod replica;
 pub mod server;
 mod view;
@@ -141,12 +142,31 @@ pub trait ObjectService: Send + 'static {
     }
     /// S-SMR's oracle: a superset of the partitions the command touches when every
     /// object is where `map` puts it; `None` when that cannot be known from the
-    /// command (Chirper's post: its followers), and the command goes to all.
+    /// command (Chirper's post: its followers; a scan), and the command goes to all.
     fn static_partitions(cmd: &Self::Command, partitions: usize, map: StaticMap) -> Option<Dests> {
         placed::<Self>(cmd, partitions, map)
     }
     /// The object a `Create` command makes.
     fn create(cmd: &Self::Command) -> Self::Object;
+    /// `Some(value)`: every id names an object from the start, holding `value`, in
+    /// the partition the static map puts it in, until a move takes it elsewhere; such
+    /// a service never creates or deletes (a key-value store: a key that holds
+    /// nothing is an empty object, written by the first put). `None` (the default):
+    /// objects exist once loaded or created.
+    fn implicit() -> Option<Self::Object> {
+        None
+    }
+    /// Whether the command reads objects it cannot name (a range over keys): it runs
+    /// at every data partition (S-SMR's execution, under DS-SMR too), each sending the
+    /// others its objects that [`ObjectService::scanned`] picks, and
+    /// [`View::scan`] gives the execution all of them.
+    fn scans(_cmd: &Self::Command) -> bool {
+        false
+    }
+    /// Whether a scanning command reads object `id` (holding `obj`).
+    fn scanned(_cmd: &Self::Command, _id: ObjectId, _obj: &Self::Object) -> bool {
+        false
+    }
     /// Execute an access over the objects the view gives.
     fn execute(cmd: &Self::Command, view: &mut View<'_, Self::Object>) -> Self::Reply;
 }
@@ -161,6 +181,9 @@ pub fn placed<S: ObjectService + ?Sized>(
     let Kind::Access(objects) = S::kind(cmd) else {
         return None;
     };
+    if S::scans(cmd) {
+        return None;
+    }
     let mut d = Dests::none();
     for o in objects {
         d = d.with(Member::Partition(map.place::<S>(o, partitions)));
@@ -345,8 +368,18 @@ impl<S: ObjectService> Reference<S> {
 
     /// Execute an access.
     pub fn execute(&mut self, cmd: &S::Command) -> S::Reply {
+        self.execute_at(cmd, 0)
+    }
+
+    /// Execute an access at `position` of the order ([`View::position`]).
+    pub fn execute_at(&mut self, cmd: &S::Command, position: u64) -> S::Reply {
         let empty = std::collections::BTreeMap::new();
-        let mut view = View::new(&self.objects, &empty, false);
+        if let (Some(v), Kind::Access(named)) = (S::implicit(), S::kind(cmd)) {
+            for id in named {
+                self.objects.entry(id).or_insert_with(|| v.clone());
+            }
+        }
+        let mut view = View::new(&self.objects, &empty, false, position, S::scans(cmd));
         let r = S::execute(cmd, &mut view);
         let (writes, _, _) = view.finish();
         self.objects.extend(writes);

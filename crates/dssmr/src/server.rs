@@ -24,6 +24,8 @@ pub struct Planted {
 /// One delivered command waiting for its turn.
 struct Pending<C> {
     at: CmdRef,
+    /// Its position in the order ([`View::position`]).
+    position: u64,
     dests: Dests,
     cmd: DsCommand<C>,
     contributed: bool,
@@ -82,6 +84,9 @@ pub struct Server<S: ObjectService> {
     /// Where objects start and are created (every member of a deployment alike).
     static_map: StaticMap,
     objects: DetHashMap<ObjectId, S::Object>,
+    /// Implicit objects ([`ObjectService::implicit`]) the static map puts here that
+    /// moved away (an implicit object of this partition is here unless it is listed).
+    departed: BTreeSet<ObjectId>,
     map: DetHashMap<ObjectId, u16>,
     queue: VecDeque<Pending<S::Command>>,
     held: BTreeMap<CmdRef, BTreeMap<Member, Exchange>>,
@@ -113,6 +118,7 @@ impl<S: ObjectService> Server<S> {
             partitions,
             static_map,
             objects: DetHashMap::default(),
+            departed: BTreeSet::new(),
             map: DetHashMap::default(),
             queue: VecDeque::new(),
             held: BTreeMap::new(),
@@ -247,6 +253,7 @@ impl<S: ObjectService> Server<S> {
             map,
             sent,
             self.sent_floor,
+            &self.departed,
         ))
     }
 
@@ -261,8 +268,9 @@ impl<S: ObjectService> Server<S> {
             Vec<(ObjectId, u16)>,
             Vec<(CmdRef, (Dests, Exchange))>,
             u64,
+            BTreeSet<ObjectId>,
         );
-        let (member, partitions, last, objects, map, sent, sent_floor): Snap<S::Object> =
+        let (member, partitions, last, objects, map, sent, sent_floor, departed): Snap<S::Object> =
             decode(bytes).ok_or("a member snapshot that does not decode")?;
         if sent.len() > SENT_KEPT {
             return Err(format!(
@@ -281,6 +289,7 @@ impl<S: ObjectService> Server<S> {
         }
         let mut s = Server::new(member, partitions, static_map);
         s.objects = objects.into_iter().collect();
+        s.departed = departed;
         s.map = map.into_iter().collect();
         s.last = last;
         s.sent = sent.into_iter().collect();
@@ -310,6 +319,9 @@ impl<S: ObjectService> Server<S> {
             h.write(&id.to_le_bytes());
             h.write(&encode(&self.objects[&id]));
         }
+        for id in &self.departed {
+            h.write(&id.to_le_bytes());
+        }
         let mut m: Vec<_> = self.map.iter().map(|(k, v)| (*k, *v)).collect();
         m.sort_unstable();
         for (k, v) in m {
@@ -320,10 +332,24 @@ impl<S: ObjectService> Server<S> {
     }
 
     /// A command delivered to this member at `at` (positions increase along the
-    /// member's delivery sequence), multicast to `dests`.
+    /// member's delivery sequence), multicast to `dests`; the only command of its
+    /// instance (see [`Server::deliver_at`]).
     pub fn deliver(
         &mut self,
         at: CmdRef,
+        dests: Dests,
+        cmd: DsCommand<S::Command>,
+        out: &mut Vec<Output<S::Reply>>,
+    ) {
+        self.deliver_at(at, position(at.instance, 0), dests, cmd, out)
+    }
+
+    /// [`Server::deliver`] with the command's position in the order ([`position`]
+    /// of its instance's name and its index among the instance's commands).
+    pub fn deliver_at(
+        &mut self,
+        at: CmdRef,
+        position: u64,
         dests: Dests,
         cmd: DsCommand<S::Command>,
         out: &mut Vec<Output<S::Reply>>,
@@ -355,6 +381,7 @@ impl<S: ObjectService> Server<S> {
         }
         self.queue.push_back(Pending {
             at,
+            position,
             dests,
             cmd,
             contributed: false,
@@ -389,6 +416,8 @@ impl<S: ObjectService> Server<S> {
             let at = head.at;
             let dests = head.dests;
             if !head.contributed {
+                let ids = self.named_here(&self.queue[0].cmd);
+                self.materialize(ids);
                 let values_verdict = self.contribution(&self.queue[0].cmd, dests);
                 self.queue[0].contributed = true;
                 let others = Dests(dests.0 & !Dests::of(self.member).0);
@@ -486,7 +515,22 @@ impl<S: ObjectService> Server<S> {
             },
             (Member::Oracle, _) => (vec![], true),
             (Member::Partition(_), DsCommand::Global { cmd }) => match S::kind(cmd) {
-                Kind::Access(named) => (mine(&mut named.into_iter()), true),
+                Kind::Access(named) => {
+                    let mut values = mine(&mut named.into_iter());
+                    if S::scans(cmd) {
+                        let mut scanned: Vec<(ObjectId, Vec<u8>)> = self
+                            .objects
+                            .iter()
+                            .filter(|(id, o)| {
+                                S::scanned(cmd, **id, o) && !values.iter().any(|(v, _)| v == *id)
+                            })
+                            .map(|(id, o)| (*id, encode(o)))
+                            .collect();
+                        scanned.sort_unstable_by_key(|(id, _)| *id);
+                        values.extend(scanned);
+                    }
+                    (values, true)
+                }
                 Kind::Create(v) | Kind::Delete(v) => (vec![], self.objects.contains_key(&v)),
             },
             (Member::Partition(me), DsCommand::Move { moves, to }) if me != *to => (
@@ -566,7 +610,7 @@ impl<S: ObjectService> Server<S> {
                     out.push(Output::Reply { at, reply });
                     return;
                 };
-                let reply = self.access(&cmd, &omega, &got);
+                let reply = self.access(&cmd, p.position, &omega, &got);
                 if self.answers(dests, false) {
                     out.push(Output::Reply { at, reply });
                 }
@@ -577,7 +621,7 @@ impl<S: ObjectService> Server<S> {
                         return;
                     }
                     let remote = remote_values::<S>(&got);
-                    let reply = self.run_view(&cmd, &remote, false).0;
+                    let reply = self.run_view(&cmd, p.position, &remote, false).0;
                     if self.answers(dests, false) {
                         out.push(Output::Reply {
                             at,
@@ -603,13 +647,68 @@ impl<S: ObjectService> Server<S> {
         }
     }
 
+    /// Where the oracle knows object `id` to be: its map, or for an implicit object
+    /// that never moved, where the static map put it.
+    fn locate(&self, id: ObjectId) -> Option<u16> {
+        match self.map.get(&id) {
+            Some(p) => Some(*p),
+            None if S::implicit().is_some() => {
+                Some(self.static_map.place::<S>(id, self.partitions))
+            }
+            None => None,
+        }
+    }
+
+    /// The objects a command names that this partition may hold: what it reads, and
+    /// a move's objects from here.
+    fn named_here(&self, cmd: &DsCommand<S::Command>) -> Vec<ObjectId> {
+        if S::implicit().is_none() {
+            return Vec::new();
+        }
+        let Member::Partition(me) = self.member else {
+            return Vec::new();
+        };
+        match cmd {
+            DsCommand::Access { cmd, omega } => match S::kind(cmd) {
+                Kind::Access(named) => named.into_iter().chain(omega.iter().copied()).collect(),
+                _ => omega.clone(),
+            },
+            DsCommand::Global { cmd } | DsCommand::Consult { cmd, .. } => match S::kind(cmd) {
+                Kind::Access(named) => named,
+                _ => Vec::new(),
+            },
+            DsCommand::Move { moves, .. } => moves
+                .iter()
+                .filter(|(_, src)| *src == me)
+                .map(|(id, _)| *id)
+                .collect(),
+            DsCommand::Create { .. } | DsCommand::Delete { .. } => Vec::new(),
+        }
+    }
+
+    /// Give implicit objects that are here and were never written a value of their
+    /// own, so that executions and moves find them like any other.
+    fn materialize(&mut self, ids: Vec<ObjectId>) {
+        let (Some(value), Member::Partition(me)) = (S::implicit(), self.member) else {
+            return;
+        };
+        for id in ids {
+            if !self.objects.contains_key(&id)
+                && !self.departed.contains(&id)
+                && self.static_map.place::<S>(id, self.partitions) == me
+            {
+                self.objects.insert(id, value.clone());
+            }
+        }
+    }
+
     /// The oracle's prophecy for a consult (Algorithm 4): `Nok` when an object the
     /// command names does not exist; otherwise where each object is that exists (an
     /// object found through another, `extra`, may have been deleted: it is left out).
     fn prophecy(&self, cmd: &S::Command, extra: &[ObjectId]) -> Prophecy {
         match S::kind(cmd) {
             Kind::Access(named) => {
-                if named.iter().any(|id| !self.map.contains_key(id)) {
+                if named.iter().any(|id| self.locate(*id).is_none()) {
                     return Prophecy::Nok;
                 }
                 let mut ids: Vec<ObjectId> =
@@ -618,7 +717,7 @@ impl<S: ObjectService> Server<S> {
                 ids.dedup();
                 let at: Locations = ids
                     .into_iter()
-                    .filter_map(|id| Some((id, *self.map.get(&id)?)))
+                    .filter_map(|id| Some((id, self.locate(id)?)))
                     .collect();
                 Prophecy::At(at)
             }
@@ -638,10 +737,12 @@ impl<S: ObjectService> Server<S> {
     fn run_view(
         &mut self,
         cmd: &S::Command,
+        position: u64,
         remote: &BTreeMap<ObjectId, S::Object>,
         strict: bool,
     ) -> (S::Reply, BTreeSet<ObjectId>, BTreeSet<ObjectId>) {
-        let mut view = View::new(&self.objects, remote, strict);
+        let scanning = !strict && S::scans(cmd);
+        let mut view = View::new(&self.objects, remote, strict, position, scanning);
         let reply = S::execute(cmd, &mut view);
         let (writes, touched, missing) = view.finish();
         self.stats.objects_touched += touched.len() as u64;
@@ -657,13 +758,15 @@ impl<S: ObjectService> Server<S> {
     fn access(
         &mut self,
         cmd: &S::Command,
+        position: u64,
         omega: &[ObjectId],
         got: &BTreeMap<Member, Exchange>,
     ) -> DsReply<S::Reply> {
         let empty = BTreeMap::new();
         if self.planted.locality_at_consult {
             let remote = remote_values::<S>(got);
-            let r = self.run_view(cmd, if got.is_empty() { &empty } else { &remote }, false);
+            let remote = if got.is_empty() { &empty } else { &remote };
+            let r = self.run_view(cmd, position, remote, false);
             return DsReply::Done(r.0);
         }
         let Kind::Access(named) = S::kind(cmd) else {
@@ -676,7 +779,7 @@ impl<S: ObjectService> Server<S> {
             self.stats.retries += 1;
             return DsReply::Retry(need.into_iter().collect());
         }
-        let (reply, touched, missing) = self.run_view(cmd, &empty, true);
+        let (reply, touched, missing) = self.run_view(cmd, position, &empty, true);
         if missing.is_empty() {
             DsReply::Done(reply)
         } else {
@@ -693,11 +796,13 @@ impl<S: ObjectService> Server<S> {
                     return;
                 }
                 for (id, src) in moves {
-                    if let Some(p) = self.map.get_mut(id) {
-                        if *p == *src && *src != to {
-                            *p = to;
-                            self.stats.moved_in += 1;
-                        }
+                    if self.locate(*id) == Some(*src) && *src != to {
+                        let home = self.static_map.place::<S>(*id, self.partitions);
+                        match S::implicit().is_some() && to == home {
+                            true => self.map.remove(id),
+                            false => self.map.insert(*id, to),
+                        };
+                        self.stats.moved_in += 1;
                     }
                 }
             }
@@ -712,6 +817,7 @@ impl<S: ObjectService> Server<S> {
                         match decode::<S::Object>(bytes) {
                             Some(o) => {
                                 self.objects.insert(*id, o);
+                                self.departed.remove(id);
                                 self.stats.moved_in += 1;
                             }
                             None => self.stats.malformed += 1,
@@ -721,8 +827,13 @@ impl<S: ObjectService> Server<S> {
             }
             Member::Partition(me) => {
                 for (id, src) in moves {
-                    if *src == me {
-                        self.objects.remove(id);
+                    // An implicit object leaving its own partition is listed there.
+                    if *src == me
+                        && self.objects.remove(id).is_some()
+                        && S::implicit().is_some()
+                        && self.static_map.place::<S>(*id, self.partitions) == me
+                    {
+                        self.departed.insert(*id);
                     }
                 }
             }
@@ -855,4 +966,15 @@ impl Fnv {
             self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
     }
+}
+
+/// A command's position in the order (what [`View::position`] gives): its instance's
+/// name, then its index among the instance's commands. Names grow along every
+/// member's delivery and name each instance alike at every member, so positions do
+/// too; an instance holds far fewer than 2^20 commands (a value's bytes are bounded),
+/// and names stay below 2^43 (saturates past it).
+pub fn position(name: u64, index: usize) -> u64 {
+    const INDEX_BITS: u32 = 20;
+    let index = (index as u64).min((1 << INDEX_BITS) - 1);
+    name.saturating_mul(1 << INDEX_BITS).saturating_add(index)
 }

@@ -19,6 +19,8 @@ pub struct View<'a, O> {
     touched: BTreeSet<ObjectId>,
     missing: BTreeSet<ObjectId>,
     strict: bool,
+    position: u64,
+    scanning: bool,
 }
 
 impl<'a, O: Clone> View<'a, O> {
@@ -26,6 +28,8 @@ impl<'a, O: Clone> View<'a, O> {
         local: &'a DetHashMap<ObjectId, O>,
         remote: &'a BTreeMap<ObjectId, O>,
         strict: bool,
+        position: u64,
+        scanning: bool,
     ) -> View<'a, O> {
         View {
             local,
@@ -34,7 +38,41 @@ impl<'a, O: Clone> View<'a, O> {
             touched: BTreeSet::new(),
             missing: BTreeSet::new(),
             strict,
+            position,
+            scanning,
         }
+    }
+
+    /// The command's position in the order: the same at every member that executes
+    /// it, larger for every command delivered after it anywhere (a command that starts
+    /// after another finished comes later), and unique to it. Not dense. A key-value
+    /// store's revisions are these.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// A scanning command's objects that `pick` chooses, ascending by id: this
+    /// member's (as this execution left them) and those the other destinations sent
+    /// (every data partition's, since a scan runs at all). Empty for a command that
+    /// does not scan ([`crate::ObjectService::scans`]).
+    pub fn scan(&mut self, pick: impl Fn(ObjectId, &O) -> bool) -> Vec<(ObjectId, O)> {
+        if !self.scanning {
+            return Vec::new();
+        }
+        let mut found = BTreeMap::new();
+        for (id, o) in self.remote {
+            if !self.local.contains_key(id) && pick(*id, o) {
+                found.insert(*id, o.clone());
+            }
+        }
+        for (id, o) in self.local {
+            let o = self.writes.get(id).unwrap_or(o);
+            if pick(*id, o) {
+                found.insert(*id, o.clone());
+            }
+        }
+        self.touched.extend(found.keys().copied());
+        found.into_iter().collect()
     }
 
     /// Read an object: this member's, or a copy another destination sent.

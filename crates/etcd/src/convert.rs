@@ -198,6 +198,7 @@ pub fn kv_error(e: &kv::KvError) -> Status {
         kv::KvError::LeaseTtlTooLarge(_)
         | kv::KvError::Compacted(_)
         | kv::KvError::FutureRevision(_) => Status::out_of_range(m),
+        kv::KvError::Unsupported(why) => Status::unimplemented(format!("{m}: {why}")),
     }
 }
 

@@ -18,24 +18,36 @@ pub fn builtin(name: &str) -> Option<Arc<dyn ServiceFactory>> {
 
 /// The factory a node of `cluster` runs: [`builtin`], or for `service = "chirper"`
 /// the S-SMR/DS-SMR replicas of its `[chirper]` section (every replica loads the same
-/// social graph), with the planted bugs among `unsafe_bugs` (`ds-...`, for the
+/// social graph), or for `service = "kv"` on S-SMR/DS-SMR the key-value store's
+/// (`partita_dssmr::kv`), with the planted bugs among `unsafe_bugs` (`ds-...`, for the
 /// checks' controls) in them.
 pub fn for_cluster(
     cluster: &partita_config::ClusterConfig,
     unsafe_bugs: &[String],
 ) -> anyhow::Result<Arc<dyn ServiceFactory>> {
-    if cluster.cluster.service != "chirper" {
-        return partita_config::services::factory(cluster)
-            .map_or_else(|| resolve(&cluster.cluster.service), Ok);
-    }
-    let (scheme, static_map, spec) = chirper_params(cluster)?;
-    let graph = Arc::new(partita_dssmr::chirper::Graph::generate(&spec));
     let on = |name: &str| unsafe_bugs.iter().any(|b| b == name);
     let planted = partita_dssmr::server::Planted {
         locality_at_consult: on("ds-locality-at-consult"),
         oracle_ignores_moves: on("ds-oracle-ignores-moves"),
         no_signals: on("ds-no-signals"),
     };
+    if cluster.cluster.service == "kv" && cluster.execution.is_ssmr() {
+        // Keys hashed to partitions, none loaded (`partita_dssmr::kv`).
+        return Ok(partita_dssmr::replica::factory_planted::<
+            partita_dssmr::kv::KvObjects,
+        >(
+            scheme_of(cluster)?,
+            partita_dssmr::StaticMap::Hashed,
+            Arc::new(Vec::new),
+            planted,
+        ));
+    }
+    if cluster.cluster.service != "chirper" {
+        return partita_config::services::factory(cluster)
+            .map_or_else(|| resolve(&cluster.cluster.service), Ok);
+    }
+    let (scheme, static_map, spec) = chirper_params(cluster)?;
+    let graph = Arc::new(partita_dssmr::chirper::Graph::generate(&spec));
     Ok(partita_dssmr::replica::factory_planted::<
         partita_dssmr::chirper::Chirper,
     >(
@@ -54,16 +66,11 @@ pub fn chirper_params(
     partita_dssmr::StaticMap,
     partita_dssmr::chirper::GraphSpec,
 )> {
-    use partita_dssmr::client::Scheme;
     let d = cluster
         .chirper
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("a chirper cluster file needs a [chirper] section"))?;
-    let scheme = match cluster.execution.model() {
-        partita_config::ExecutionModel::Ssmr => Scheme::Ssmr,
-        partita_config::ExecutionModel::Dssmr => Scheme::Dssmr,
-        other => anyhow::bail!("Chirper runs on S-SMR or DS-SMR, not on {other}"),
-    };
+    let scheme = scheme_of(cluster)?;
     let static_map = partita_dssmr::StaticMap::parse(&d.placement).map_err(anyhow::Error::msg)?;
     Ok((
         scheme,
@@ -77,6 +84,21 @@ pub fn chirper_params(
             scattered: false,
         },
     ))
+}
+
+/// The partitioning scheme of an S-SMR or DS-SMR cluster.
+fn scheme_of(
+    cluster: &partita_config::ClusterConfig,
+) -> anyhow::Result<partita_dssmr::client::Scheme> {
+    use partita_dssmr::client::Scheme;
+    match cluster.execution.model() {
+        partita_config::ExecutionModel::Ssmr => Ok(Scheme::Ssmr),
+        partita_config::ExecutionModel::Dssmr => Ok(Scheme::Dssmr),
+        other => anyhow::bail!(
+            "`{}` runs on S-SMR or DS-SMR here, not on {other}",
+            cluster.cluster.service
+        ),
+    }
 }
 
 /// [`builtin`], or an error naming the known services.

@@ -251,6 +251,28 @@ impl KvStore {
         }
     }
 
+    /// A store of `kvs` at `revision`, with no history and no leases (a key's lease is
+    /// dropped): what S-SMR and DS-SMR execute one command over, built from the
+    /// objects that hold its keys (`partita_dssmr::kv`). A key given twice keeps its
+    /// last pair.
+    pub fn with_entries(kvs: impl IntoIterator<Item = KeyValue>, revision: u64) -> KvStore {
+        let map = kvs
+            .into_iter()
+            .map(|kv| {
+                let e = Entry::new(
+                    &kv.key,
+                    kv.value,
+                    kv.create_revision,
+                    kv.mod_revision,
+                    kv.version,
+                    0,
+                );
+                (kv.key, e)
+            })
+            .collect();
+        KvStore::from_parts(map, revision, VecDeque::new(), 0, Leases::default(), 0)
+    }
+
     /// The lease table and the ordered time (snapshots).
     pub(crate) fn lease_parts(&self) -> (&Leases, u64) {
         (&self.leases, self.now_ms)

@@ -237,6 +237,10 @@ pub enum KvError {
     /// `etcdserver: mvcc: required revision is a future revision` (OutOfRange): a read at a
     /// revision above the store's (which it names).
     FutureRevision(u64),
+    /// Not served by this cluster's execution model (Unimplemented), and why: S-SMR and
+    /// DS-SMR keep no store-wide history, lease table or revision counter (see
+    /// `partita_dssmr::kv`).
+    Unsupported(String),
 }
 
 impl KvError {
@@ -249,6 +253,9 @@ impl KvError {
             KvError::Compacted(_) => "etcdserver: mvcc: required revision has been compacted",
             KvError::FutureRevision(_) => {
                 "etcdserver: mvcc: required revision is a future revision"
+            }
+            KvError::Unsupported(_) => {
+                "partita: not supported by this cluster's execution model (S-SMR or DS-SMR)"
             }
         }
     }
@@ -265,6 +272,7 @@ impl std::fmt::Display for KvError {
             ),
             KvError::Compacted(c) => write!(f, "revisions below {c} are compacted"),
             KvError::FutureRevision(r) => write!(f, "the store is at revision {r}"),
+            KvError::Unsupported(why) => write!(f, "not supported: {why}"),
         }
     }
 }
