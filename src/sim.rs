@@ -86,7 +86,9 @@ pub struct SimArgs {
     /// S-SMR/DS-SMR (paper 003): every seed runs Chirper over 1 to 8 data partitions
     /// (`--partitions` fixes them; DS-SMR adds the oracle's), under `ssmr`, `dssmr`,
     /// or `swarm` (drawn per seed, DS-SMR three times in four), with the swarm's mix
-    /// of commands (creates and deletes too) judged by the checker's Chirper model.
+    /// of commands (creates and deletes too) judged by the checker's Chirper model;
+    /// or with `--service kv` (and in a quarter of the seeds without --service) the
+    /// key-value store's mix, judged by the key-value checker.
     #[arg(long, value_enum, value_name = "SCHEME")]
     dssmr: Option<SimDssmr>,
     /// GeoPaxos+ and EPaxos (paper 004): every seed runs `geopaxos+`, `epaxos`,
@@ -104,8 +106,8 @@ pub struct SimArgs {
     /// deletes and transactions on a few keys, checked by the key-value checker).
     /// Default: the swarm's (the key-value store in a quarter of the seeds, the B+tree
     /// in the others; on --geo seeds the key-value store in a third, the geo B+tree in
-    /// the others). Not with --dssmr (Chirper).
-    #[arg(long, value_enum, value_name = "SERVICE", conflicts_with = "dssmr")]
+    /// the others). With --dssmr: `kv` only (Chirper otherwise).
+    #[arg(long, value_enum, value_name = "SERVICE")]
     service: Option<SimService>,
     /// Plant a known bug (the checks must catch it): lose-acked-writes,
     /// reexecute-duplicates, vote-before-durable, forget-promise, unordered-query,
@@ -232,6 +234,14 @@ fn parse_fault(s: &str) -> Result<FaultClass, String> {
 
 impl SimArgs {
     fn options(&self) -> anyhow::Result<SimOptions> {
+        if self.dssmr.is_some()
+            && matches!(self.service, Some(SimService::Btree | SimService::GeoBtree))
+        {
+            anyhow::bail!(
+                "--dssmr runs Chirper, or with --service kv the key-value store; the B+trees \
+                 are not object services"
+            );
+        }
         let mut bugs = UnsafeBugs::default();
         for b in &self.unsafe_bugs {
             bugs.enable(b).map_err(anyhow::Error::msg)?;

@@ -1112,7 +1112,21 @@ impl ClusterConfig {
             );
         }
         let builtin = crate::services::BUILTIN.contains(&self.cluster.service.as_str());
-        let objects = chirper || self.cluster.service == "kv";
+        let kv = self.cluster.service == "kv";
+        if kv
+            && self.execution.is_ssmr()
+            && self.ordering.protocol() == crate::ordering::OrderingProtocol::MultiRing
+        {
+            return f(
+                "ordering.protocol",
+                "the key-value store on S-SMR or DS-SMR takes its revisions from positions in \
+                 one ordered stream (ring-paxos or multi-paxos); Multi-Ring Paxos orders the \
+                 rings of different partitions only where a learner merges them, so a write \
+                 could take a smaller revision than one that finished before it started"
+                    .into(),
+            );
+        }
+        let objects = chirper || kv;
         if !objects && builtin && self.execution.is_ssmr() {
             return f(
                 "execution.model",

@@ -337,6 +337,10 @@ pub struct Exchange {
     /// (object, encoded value).
     pub values: Vec<(ObjectId, Vec<u8>)>,
     pub verdict: bool,
+    /// The sender's place for the command among its commands of the instance (see
+    /// `server::position`): every destination takes the largest, so that a command
+    /// has one position everywhere.
+    pub clock: u64,
 }
 
 pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {

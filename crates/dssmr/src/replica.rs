@@ -256,13 +256,7 @@ impl<S: ObjectService> DsReplica<S> {
         }
     }
 
-    fn run_command(
-        &mut self,
-        instance: Instance,
-        index: usize,
-        cmd: &Command,
-        replies_out: &mut Vec<Reply>,
-    ) {
+    fn run_command(&mut self, instance: Instance, cmd: &Command, replies_out: &mut Vec<Reply>) {
         let Some(payload) = cmd.body.payload_for(self.partition) else {
             return;
         };
@@ -333,8 +327,7 @@ impl<S: ObjectService> DsReplica<S> {
         self.pending
             .insert((cmd.client, cmd.seq), (cmd.reply_to, at));
         let mut outs = Vec::new();
-        let position = crate::server::position(instance, index);
-        self.server.deliver_at(at, position, dests, dcmd, &mut outs);
+        self.server.deliver(at, dests, dcmd, &mut outs);
         self.outputs(outs, replies_out);
     }
 }
@@ -389,8 +382,8 @@ impl<S: ObjectService> Replica for DsReplica<S> {
         self.last_instance = instance;
         self.last_name = self.last_name.max(name);
         self.stats.sessions_expired += self.sessions.advance(value.time_ms, None);
-        for (index, cmd) in value.commands.iter().enumerate() {
-            self.run_command(name, index, cmd, replies_out);
+        for cmd in &value.commands {
+            self.run_command(name, cmd, replies_out);
         }
     }
     fn checkpoint(&self, ordering: &[u8]) -> Vec<u8> {

@@ -24,8 +24,9 @@ pub struct Planted {
 /// One delivered command waiting for its turn.
 struct Pending<C> {
     at: CmdRef,
-    /// Its position in the order ([`View::position`]).
-    position: u64,
+    /// This member's place for it among its commands of the instance, once it
+    /// reached the head of the queue.
+    clock: u64,
     dests: Dests,
     cmd: DsCommand<C>,
     contributed: bool,
@@ -103,6 +104,8 @@ pub struct Server<S: ObjectService> {
     ran: (u64, BTreeSet<CmdRef>),
     /// The last command delivered.
     last: Option<CmdRef>,
+    /// The instance of the last command run and the next place in it ([`position`]).
+    clock: (u64, u64),
     planted: Planted,
     stats: ServerStats,
 }
@@ -128,6 +131,7 @@ impl<S: ObjectService> Server<S> {
             refused: BTreeSet::new(),
             ran: (0, BTreeSet::new()),
             last: None,
+            clock: (0, 0),
             planted: Planted::default(),
             stats: ServerStats::default(),
         }
@@ -254,6 +258,7 @@ impl<S: ObjectService> Server<S> {
             sent,
             self.sent_floor,
             &self.departed,
+            self.clock,
         ))
     }
 
@@ -269,9 +274,11 @@ impl<S: ObjectService> Server<S> {
             Vec<(CmdRef, (Dests, Exchange))>,
             u64,
             BTreeSet<ObjectId>,
+            (u64, u64),
         );
-        let (member, partitions, last, objects, map, sent, sent_floor, departed): Snap<S::Object> =
-            decode(bytes).ok_or("a member snapshot that does not decode")?;
+        let (member, partitions, last, objects, map, sent, sent_floor, departed, clock): Snap<
+            S::Object,
+        > = decode(bytes).ok_or("a member snapshot that does not decode")?;
         if sent.len() > SENT_KEPT {
             return Err(format!(
                 "a member snapshot with {} exchanges sent (at most {SENT_KEPT} are kept)",
@@ -290,6 +297,7 @@ impl<S: ObjectService> Server<S> {
         let mut s = Server::new(member, partitions, static_map);
         s.objects = objects.into_iter().collect();
         s.departed = departed;
+        s.clock = clock;
         s.map = map.into_iter().collect();
         s.last = last;
         s.sent = sent.into_iter().collect();
@@ -332,24 +340,10 @@ impl<S: ObjectService> Server<S> {
     }
 
     /// A command delivered to this member at `at` (positions increase along the
-    /// member's delivery sequence), multicast to `dests`; the only command of its
-    /// instance (see [`Server::deliver_at`]).
+    /// member's delivery sequence), multicast to `dests`.
     pub fn deliver(
         &mut self,
         at: CmdRef,
-        dests: Dests,
-        cmd: DsCommand<S::Command>,
-        out: &mut Vec<Output<S::Reply>>,
-    ) {
-        self.deliver_at(at, position(at.instance, 0), dests, cmd, out)
-    }
-
-    /// [`Server::deliver`] with the command's position in the order ([`position`]
-    /// of its instance's name and its index among the instance's commands).
-    pub fn deliver_at(
-        &mut self,
-        at: CmdRef,
-        position: u64,
         dests: Dests,
         cmd: DsCommand<S::Command>,
         out: &mut Vec<Output<S::Reply>>,
@@ -381,7 +375,7 @@ impl<S: ObjectService> Server<S> {
         }
         self.queue.push_back(Pending {
             at,
-            position,
+            clock: 0,
             dests,
             cmd,
             contributed: false,
@@ -419,6 +413,11 @@ impl<S: ObjectService> Server<S> {
                 let ids = self.named_here(&self.queue[0].cmd);
                 self.materialize(ids);
                 let values_verdict = self.contribution(&self.queue[0].cmd, dests);
+                let clock = match self.clock {
+                    (name, next) if name == at.instance => next,
+                    _ => 0,
+                };
+                self.queue[0].clock = clock;
                 self.queue[0].contributed = true;
                 let others = Dests(dests.0 & !Dests::of(self.member).0);
                 if others.count() > 0 {
@@ -429,6 +428,7 @@ impl<S: ObjectService> Server<S> {
                         from: self.member,
                         values,
                         verdict,
+                        clock,
                     };
                     self.sent.insert(at, (others, msg.clone()));
                     if self.sent.len() > SENT_KEPT {
@@ -457,6 +457,20 @@ impl<S: ObjectService> Server<S> {
             }
             self.execute(p, got, out);
         }
+    }
+
+    /// The position of the command at the head, as it runs (every destination
+    /// computes the same from the exchanges), and this member's clock past it.
+    fn place(&mut self, p: &Pending<S::Command>, got: &BTreeMap<Member, Exchange>) -> u64 {
+        let place = got
+            .values()
+            .map(|x| (x.clock, x.from))
+            .chain([(p.clock, self.member)])
+            .map(|(c, m)| position_in_instance(c, m))
+            .max()
+            .unwrap_or(0);
+        self.clock = (p.at.instance, (place >> MEMBER_BITS) + 1);
+        position(p.at.instance, place)
     }
 
     /// Whether every other destination has signalled (or, planted, whether the values
@@ -589,6 +603,7 @@ impl<S: ObjectService> Server<S> {
         out: &mut Vec<Output<S::Reply>>,
     ) {
         self.stats.executed += 1;
+        let position = self.place(&p, &got);
         let at = p.at;
         let dests = p.dests;
         match p.cmd {
@@ -610,7 +625,7 @@ impl<S: ObjectService> Server<S> {
                     out.push(Output::Reply { at, reply });
                     return;
                 };
-                let reply = self.access(&cmd, p.position, &omega, &got);
+                let reply = self.access(&cmd, position, &omega, &got);
                 if self.answers(dests, false) {
                     out.push(Output::Reply { at, reply });
                 }
@@ -621,7 +636,7 @@ impl<S: ObjectService> Server<S> {
                         return;
                     }
                     let remote = remote_values::<S>(&got);
-                    let reply = self.run_view(&cmd, p.position, &remote, false).0;
+                    let reply = self.run_view(&cmd, position, &remote, false).0;
                     if self.answers(dests, false) {
                         out.push(Output::Reply {
                             at,
@@ -968,13 +983,33 @@ impl Fnv {
     }
 }
 
+/// Bits of a place in an instance that name the member (partitions below 63, the
+/// oracle 63).
+const MEMBER_BITS: u32 = 6;
+/// Bits of a position below the instance's name.
+const PLACE_BITS: u32 = 24;
+
+/// A member's place `clock` among its commands of an instance, with the member, as one
+/// number: places of different members never collide.
+fn position_in_instance(clock: u64, m: Member) -> u64 {
+    let member = match m {
+        Member::Partition(p) => u64::from(p),
+        Member::Oracle => 63,
+    };
+    let clock = clock.min((1 << (PLACE_BITS - MEMBER_BITS)) - 1);
+    (clock << MEMBER_BITS) | member
+}
+
 /// A command's position in the order (what [`View::position`] gives): its instance's
-/// name, then its index among the instance's commands. Names grow along every
-/// member's delivery and name each instance alike at every member, so positions do
-/// too; an instance holds far fewer than 2^20 commands (a value's bytes are bounded),
-/// and names stay below 2^43 (saturates past it).
-pub fn position(name: u64, index: usize) -> u64 {
-    const INDEX_BITS: u32 = 20;
-    let index = (index as u64).min((1 << INDEX_BITS) - 1);
-    name.saturating_mul(1 << INDEX_BITS).saturating_add(index)
+/// name, then its place in the instance. Every member numbers the commands it runs of
+/// one instance 0, 1, 2, ... (its clock); a command of several destinations takes the
+/// largest of their numbers (with the member, so that two members' numbers differ)
+/// and each of them continues past it, as a Lamport clock does. So every destination
+/// of a command gives it the same position, positions grow along every member's
+/// delivery, and two commands never share one. Names stay below 2^39, and a member
+/// runs fewer than 2^18 commands of one instance (a value's bytes are bounded);
+/// saturates past them.
+pub fn position(name: u64, place: u64) -> u64 {
+    name.saturating_mul(1 << PLACE_BITS)
+        .saturating_add(place.min((1 << PLACE_BITS) - 1))
 }

@@ -33,8 +33,9 @@ struct Client {
 
 /// What one run gives the checks.
 struct Run {
-    /// (position, command, reply) of every command that took effect.
-    done: Vec<(u64, KvCommand, KvReply)>,
+    /// (place in the sequence, instance, command, reply) of every command that took
+    /// effect (an instance holds one command or several).
+    done: Vec<(u64, u64, KvCommand, KvReply)>,
     servers: Vec<Server<KvObjects>>,
     partitions: usize,
     scheme: Scheme,
@@ -147,7 +148,7 @@ fn run(
             }
         })
         .collect();
-    let (mut issued, mut instance) = (0u64, 0u64);
+    let (mut issued, mut instance, mut order) = (0u64, 0u64, 0u64);
     let mut done = Vec::new();
     let mut scans = 0;
     // Which client and whether answered, by (client, seq) of each multicast ordered.
@@ -170,7 +171,11 @@ fn run(
             continue;
         };
         // Order it: every destination delivers it now; exchanges go at once.
-        instance += 1;
+        // Half of the multicasts share the instance of the one before (a batch).
+        if instance == 0 || rng.gen_bool(0.5) {
+            instance += 1;
+        }
+        order += 1;
         cs[c].seq += 1;
         let at = CmdRef {
             instance,
@@ -208,7 +213,7 @@ fn run(
         }
         let reply = answer.expect("an answered multicast is answered");
         if let DsReply::Done(r) = &reply {
-            done.push((position(instance, 0), cs[c].cmd.clone().unwrap(), r.clone()));
+            done.push((order, instance, cs[c].cmd.clone().unwrap(), r.clone()));
         }
         let mut out = Vec::new();
         let outcome = cs[c].proxy.on_reply(reply, &mut out);
@@ -272,30 +277,56 @@ fn normalized(reply: &KvReply, f: &dyn Fn(u64) -> u64) -> KvReply {
     }
 }
 
+/// Whether `reply` says its command changed something (and so took its position as
+/// its revision).
+fn wrote(reply: &KvReply) -> bool {
+    match reply {
+        KvReply::Put(_) => true,
+        KvReply::DeleteRange(d) => d.deleted > 0,
+        KvReply::Txn(t) => t.responses.iter().any(|r| match r {
+            ResponseOp::Put(_) => true,
+            ResponseOp::DeleteRange(d) => d.deleted > 0,
+            ResponseOp::Range(_) => false,
+        }),
+        _ => false,
+    }
+}
+
 /// The first violation of a run, if any.
 fn violation(r: &Run) -> Option<String> {
     let mut done = r.done.clone();
-    done.sort_by_key(|(p, _, _)| *p);
+    // Replayed in the order of their positions: a write's revision, one past a read's.
+    // Commands of one instance at different partitions may take positions in another
+    // order than the sequence's (they commute); at any one member, positions follow
+    // its delivery.
+    done.sort_by_key(|(_, _, _, r)| r.revision() + u64::from(!wrote(r)));
+    if let Some(w) = done.windows(2).find(|w| {
+        w[0].3.revision() + u64::from(!wrote(&w[0].3))
+            == w[1].3.revision() + u64::from(!wrote(&w[1].3))
+    }) {
+        return Some(format!("{:?} and {:?} have one position", w[0].2, w[1].2));
+    }
     let mut store = KvStore::new();
     // The store's dense revision → the position of the write that made it.
     let mut revisions: BTreeMap<u64, u64> = BTreeMap::new();
-    for (p, cmd, got) in &done {
+    for (_, p, cmd, got) in &done {
         let before = store.revision();
         let (want, _) = store.execute(cmd);
         if store.revision() != before {
-            revisions.insert(store.revision(), *p);
-        }
-        if store.revision() != before && got.revision() != *p {
-            return Some(format!(
-                "{cmd:?} wrote at position {p} but reported revision {}",
-                got.revision()
-            ));
+            // A write's revision is its position: its instance's name, then its place.
+            if got.revision() >> 24 != *p {
+                return Some(format!(
+                    "{cmd:?} wrote in instance {p} but reported revision {}",
+                    got.revision()
+                ));
+            }
+            revisions.insert(store.revision(), got.revision());
         }
         let f = |rev: u64| revisions.get(&rev).copied().unwrap_or(u64::MAX);
         let (want, got) = (normalized(&want, &f), normalized(got, &|rev| rev));
         if want != got {
             return Some(format!(
-                "{cmd:?} at position {p}: replied {got:?}, the unpartitioned store {want:?}"
+                "{cmd:?} in instance {p}: replied {got:?}, the unpartitioned store {want:?}"
             ));
         }
     }

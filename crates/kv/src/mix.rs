@@ -21,6 +21,45 @@ pub fn random_command(rng: &mut impl Rng, keys: u64, client: u64, n: u64) -> KvC
     }
 }
 
+/// Command `n` of client `client` on keys that S-SMR and DS-SMR partition: the mix
+/// of [`random_command`] with a quarter of the commands [`both_or_read`] on two keys,
+/// so that commands span partitions (and DS-SMR moves keys together).
+pub fn random_command_pairs(rng: &mut impl Rng, keys: u64, client: u64, n: u64) -> KvCommand {
+    if rng.gen_bool(0.25) {
+        let a = rng.gen_range(0..keys.max(2));
+        let b = (a + rng.gen_range(1..keys.max(2))) % keys.max(2);
+        return both_or_read(format!("k{a}"), format!("k{b}"), format!("c{client}-{n}"));
+    }
+    random_command(rng, keys, client, n)
+}
+
+/// If `a` exists, put `value` at `a` and at `b` (distinct keys) in one revision;
+/// otherwise read `b`.
+pub fn both_or_read(
+    a: impl Into<Vec<u8>>,
+    b: impl Into<Vec<u8>>,
+    value: impl Into<Vec<u8>>,
+) -> KvCommand {
+    let (a, b, value) = (a.into(), b.into(), value.into());
+    let put = |key: &Vec<u8>| {
+        RequestOp::Put(PutRequest {
+            key: key.clone(),
+            value: value.clone(),
+            prev_kv: true,
+            lease: 0,
+        })
+    };
+    KvCommand::Txn(TxnRequest {
+        compare: vec![Compare {
+            key: a.clone(),
+            op: CompareOp::Greater,
+            target: CompareTarget::Version(0),
+        }],
+        success: vec![put(&a), put(&b)],
+        failure: vec![RequestOp::Range(RangeRequest::get(b))],
+    })
+}
+
 /// If `key` exists (version > 0), put `value` there; otherwise read it.
 pub fn overwrite_or_read(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> KvCommand {
     let key = key.into();

@@ -486,6 +486,7 @@ fn hostile_exec_messages_do_not_crash_members() {
                         vec![next() as u8; (next() % 9) as usize],
                     )],
                     verdict: next() % 2 == 0,
+                    clock: next(),
                 })),
             };
             let to = layout

@@ -44,7 +44,10 @@
 use crate::queue::Time;
 use partita_dssmr::chirper::{Chirper, ChirperCommand, Graph, Workload as ChirperWorkload};
 use partita_dssmr::client::{ClientProxy, Multicast, ProxyConfig};
+use partita_dssmr::kv::KvObjects;
 use partita_dssmr::wire::{DsWire, WireCommand};
+use partita_dssmr::ObjectService;
+use partita_kv::{KvCommand, KvReply};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -120,7 +123,141 @@ enum Core {
     /// The key-value store's (etcd's data model): its history is recorded in the
     /// key-value format and checked by the key-value checker.
     Kv(ClientCore<KvStore>),
-    Ds(Box<DsClient>),
+    Ds(Box<DsClient<Chirper>>),
+    /// The key-value store on S-SMR/DS-SMR (`partita_dssmr::kv`).
+    DsKv(Box<DsClient<KvObjects>>),
+}
+
+/// Run `$e` with `$d` bound to the S-SMR/DS-SMR client, whichever service it runs;
+/// `$other` for the other cores.
+macro_rules! with_ds {
+    ($core:expr, $d:ident => $e:expr, $other:expr) => {
+        match $core {
+            Core::Ds($d) => $e,
+            Core::DsKv($d) => $e,
+            Core::Btree(_) | Core::Kv(_) => $other,
+        }
+    };
+}
+
+/// A service that simulated S-SMR/DS-SMR clients run: what they issue and how they
+/// record what came back.
+pub trait DsService: ObjectService {
+    /// The application's part of a client: its workload and history.
+    type App: Send;
+    /// Command `n` of client `id` (`swarm`: the swarm's mix, with a history).
+    fn next<R: Rng>(
+        app: &mut Self::App,
+        id: ClientId,
+        n: u64,
+        swarm: bool,
+        rng: &mut R,
+    ) -> Self::Command;
+    /// A swarm seed's command ended with `outcome` (`None`: unknown); what no correct
+    /// run shows goes to `failures`.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        app: &mut Self::App,
+        client: ClientId,
+        cmd: Self::Command,
+        invoked: Time,
+        now: Time,
+        outcome: Option<&partita_dssmr::client::Outcome<Self::Reply>>,
+        failures: &mut Vec<String>,
+    );
+}
+
+/// A Chirper client's workload and history.
+pub struct ChirperApp {
+    graph: Arc<Graph>,
+    workload: ChirperWorkload,
+    history: Vec<partita_checker::chirper::ChirperEvent>,
+}
+
+impl DsService for Chirper {
+    type App = ChirperApp;
+    fn next<R: Rng>(
+        app: &mut ChirperApp,
+        id: ClientId,
+        n: u64,
+        swarm: bool,
+        rng: &mut R,
+    ) -> ChirperCommand {
+        let post_id = (id << 32) | n;
+        if swarm {
+            crate::ds::swarm_command(&app.graph, post_id, rng)
+        } else {
+            app.workload.next(&app.graph, post_id, rng)
+        }
+    }
+    fn record(
+        app: &mut ChirperApp,
+        client: ClientId,
+        cmd: ChirperCommand,
+        invoked: Time,
+        now: Time,
+        outcome: Option<&partita_dssmr::client::Outcome<partita_dssmr::chirper::ChirperReply>>,
+        failures: &mut Vec<String>,
+    ) {
+        let result = match outcome.map(|o| crate::ds::result_of(&cmd, o)) {
+            Some(Ok(r)) => Some(r),
+            Some(Err(why)) => {
+                failures.push(format!("{cmd:?} failed: a member refused it: {why}"));
+                None
+            }
+            None => None,
+        };
+        app.history.push(partita_checker::chirper::ChirperEvent {
+            client,
+            op: crate::ds::op_of(&cmd),
+            invoked,
+            returned: result.as_ref().map(|_| now),
+            result,
+        });
+    }
+}
+
+/// A key-value client's keys and history on S-SMR/DS-SMR.
+pub struct KvApp {
+    keys: u64,
+    events: Vec<crate::ds::KvEvent>,
+}
+
+impl DsService for KvObjects {
+    type App = KvApp;
+    fn next<R: Rng>(app: &mut KvApp, id: ClientId, n: u64, _swarm: bool, rng: &mut R) -> KvCommand {
+        partita_kv::mix::random_command_pairs(rng, app.keys, id, n)
+    }
+    fn record(
+        app: &mut KvApp,
+        client: ClientId,
+        cmd: KvCommand,
+        invoked: Time,
+        now: Time,
+        outcome: Option<&partita_dssmr::client::Outcome<KvReply>>,
+        failures: &mut Vec<String>,
+    ) {
+        use partita_dssmr::client::Outcome;
+        let reply = match outcome {
+            Some(Outcome::Done(KvReply::Error(e))) => {
+                failures.push(format!("{cmd:?} was refused: {}", e.error));
+                None
+            }
+            Some(Outcome::Done(r)) => Some(r.clone()),
+            Some(other) => {
+                failures.push(format!("{cmd:?} ended {other:?}"));
+                None
+            }
+            None => None,
+        };
+        app.events.push(crate::ds::KvEvent {
+            client,
+            returned: reply.as_ref().map(|_| now),
+            cmd,
+            invoked,
+            reply,
+        });
+    }
 }
 
 /// A Chirper client of an S-SMR or DS-SMR cluster: the client proxy (paper 003
@@ -129,19 +266,19 @@ enum Core {
 /// client's session; moves go at once on a session of their own ([`Mover`]), as the
 /// paper's proxy sends them, or, with `DsParams::await_moves`, on the main session
 /// each waited for before the access.
-pub struct DsClient {
-    core: ClientCore<DsWire<Chirper>>,
+pub struct DsClient<S: DsService> {
+    core: ClientCore<DsWire<S>>,
     /// The moves' session (`None`: moves are awaited on the main session).
-    mover: Option<Mover>,
-    proxy: ClientProxy<Chirper>,
-    graph: Arc<Graph>,
-    workload: ChirperWorkload,
+    mover: Option<Mover<S>>,
+    proxy: ClientProxy<S>,
+    app: S::App,
     data: u32,
-    queue: VecDeque<Multicast<ChirperCommand>>,
+    queue: VecDeque<Multicast<S::Command>>,
     /// Whether the multicast in flight is answered (a move is not).
     answered: bool,
     call_ns: Time,
-    posts: u64,
+    /// Commands issued.
+    issued: u64,
     /// When each move command went out.
     move_times: Vec<Time>,
     /// Multicasts sent on the main session while moves were queued or in flight on
@@ -149,8 +286,7 @@ pub struct DsClient {
     ahead_of_moves: u64,
     /// Swarm seeds: the swarm's mix, and the history of the application commands.
     swarm: bool,
-    current: Option<ChirperCommand>,
-    history: Vec<partita_checker::chirper::ChirperEvent>,
+    current: Option<S::Command>,
     /// What went wrong that no correct run shows (a member refused a multicast, the
     /// proxy stopped without an outcome).
     failures: Vec<String>,
@@ -159,9 +295,9 @@ pub struct DsClient {
 /// The session a DS-SMR client's moves go out on, one at a time, answers ignored: the
 /// application command does not wait for them. Its id is the client's with
 /// [`MOVER_BIT`]; its timers are the client's with `MOVER_TIMER_BIT`.
-struct Mover {
-    core: ClientCore<DsWire<Chirper>>,
-    queue: VecDeque<Multicast<ChirperCommand>>,
+struct Mover<S: DsService> {
+    core: ClientCore<DsWire<S>>,
+    queue: VecDeque<Multicast<S::Command>>,
     gen: u64,
     timer_at: Option<Time>,
 }
@@ -176,6 +312,10 @@ macro_rules! with_core {
                 let $c = &d.core;
                 $e
             }
+            Core::DsKv(d) => {
+                let $c = &d.core;
+                $e
+            }
         }
     };
     (mut $self:expr, $c:ident => $e:expr) => {
@@ -183,6 +323,10 @@ macro_rules! with_core {
             Core::Btree($c) => $e,
             Core::Kv($c) => $e,
             Core::Ds(d) => {
+                let $c = &mut d.core;
+                $e
+            }
+            Core::DsKv(d) => {
                 let $c = &mut d.core;
                 $e
             }
@@ -299,53 +443,16 @@ impl SimClient {
         graph: Arc<Graph>,
         ops: u64,
     ) -> SimClient {
-        let (scheme, workload) = (ds.scheme, ds.workload);
-        let id = index as ClientId + 1;
-        // Never giving up (see `set_give_up_allowed`).
-        let cfg = ClientConfig {
-            give_up_ns: None,
-            ..core_config(&params)
-        };
-        let mut pcfg = ProxyConfig::new(scheme, data as usize);
-        pcfg.static_map = ds.static_map;
-        let mut proxy = ClientProxy::new(pcfg, index as u64 + 1);
-        // Clients start knowing the initial placement (the paper's cache, warm).
-        if ds.gather_where_most {
-            proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
-        }
-        proxy.prefetch_initial(graph.users());
-        // The moves' session gives up on a move after `give_up_ns` (a lost move
-        // costs a retry, not a wrong answer), so it never stalls behind one.
-        let mover = (!ds.await_moves).then(|| Mover {
-            core: ClientCore::new(
-                id | MOVER_BIT,
-                topology.clone(),
-                core_config(&params),
-                entry,
-                replica,
-            ),
-            queue: VecDeque::new(),
-            gen: 0,
-            timer_at: None,
-        });
-        let core = Core::Ds(Box::new(DsClient {
-            core: ClientCore::new(id, topology, cfg, entry, replica),
-            mover,
-            proxy,
+        let users: Vec<_> = graph.users().collect();
+        let app = ChirperApp {
             graph,
-            workload,
-            data,
-            queue: VecDeque::new(),
-            answered: false,
-            call_ns: 0,
-            posts: 0,
-            move_times: Vec::new(),
-            ahead_of_moves: 0,
-            swarm: ds.swarm,
-            current: None,
+            workload: ds.workload,
             history: Vec::new(),
-            failures: Vec::new(),
-        }));
+        };
+        let mut d = ds_client::<Chirper>(index, entry, topology, replica, &params, ds, data, app);
+        // Clients start knowing the initial placement (the paper's cache, warm).
+        d.proxy.prefetch_initial(users);
+        let core = Core::Ds(Box::new(d));
         if ds.swarm {
             // A quota and a history, like the B+tree's swarm clients.
             return SimClient::with_core(index, core, params, ops);
@@ -357,45 +464,62 @@ impl SimClient {
         c
     }
 
+    /// A key-value client of an S-SMR/DS-SMR cluster (`partita_dssmr::kv`): the
+    /// key-value mix on `params.keys` keys, `ops` commands, with a history.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_ds_kv(
+        index: u32,
+        entry: NodeId,
+        topology: Topology,
+        replica: NodeId,
+        params: ClientParams,
+        ds: &crate::swarm::DsParams,
+        data: u32,
+        ops: u64,
+    ) -> SimClient {
+        let app = KvApp {
+            keys: params.keys.clamp(2, KV_KEYS_MAX),
+            events: Vec::new(),
+        };
+        let d = ds_client::<KvObjects>(index, entry, topology, replica, &params, ds, data, app);
+        SimClient::with_core(index, Core::DsKv(Box::new(d)), params, ops)
+    }
+
+    /// A key-value S-SMR/DS-SMR client's history (swarm seeds).
+    pub fn ds_kv_events(&self) -> &[crate::ds::KvEvent] {
+        match &self.core {
+            Core::DsKv(d) => &d.app.events,
+            _ => &[],
+        }
+    }
+
     /// The Chirper history of a swarm seed's client (S-SMR/DS-SMR).
     pub fn ds_history(&self) -> &[partita_checker::chirper::ChirperEvent] {
         match &self.core {
-            Core::Ds(d) => &d.history,
-            Core::Btree(_) | Core::Kv(_) => &[],
+            Core::Ds(d) => &d.app.history,
+            _ => &[],
         }
     }
 
     /// What went wrong in an S-SMR/DS-SMR client that no correct run shows.
     pub fn ds_failures(&self) -> &[String] {
-        match &self.core {
-            Core::Ds(d) => &d.failures,
-            Core::Btree(_) | Core::Kv(_) => &[],
-        }
+        with_ds!(&self.core, d => &d.failures, &[])
     }
 
     /// Multicasts this client sent while its moves were queued or in flight
     /// (DS-SMR clients that do not await moves; 0 for the others).
     pub fn ahead_of_moves(&self) -> u64 {
-        match &self.core {
-            Core::Ds(d) => d.ahead_of_moves,
-            Core::Btree(_) | Core::Kv(_) => 0,
-        }
+        with_ds!(&self.core, d => d.ahead_of_moves, 0)
     }
 
     /// When this client sent each move command (S-SMR/DS-SMR clients).
     pub fn move_times(&self) -> &[Time] {
-        match &self.core {
-            Core::Ds(d) => &d.move_times,
-            Core::Btree(_) | Core::Kv(_) => &[],
-        }
+        with_ds!(&self.core, d => &d.move_times, &[])
     }
 
     /// The client proxy's counters (S-SMR/DS-SMR clients).
     pub fn proxy_stats(&self) -> Option<&partita_dssmr::client::ProxyStats> {
-        match &self.core {
-            Core::Ds(d) => Some(d.proxy.stats()),
-            Core::Btree(_) | Core::Kv(_) => None,
-        }
+        with_ds!(&self.core, d => Some(d.proxy.stats()), None)
     }
 
     /// Completed operations (experiment mode).
@@ -455,7 +579,7 @@ impl SimClient {
             Core::Kv(c) => c
                 .outstanding()
                 .map(|(seq, cmd, at, sends)| (seq, format!("{cmd:?}"), at, sends)),
-            Core::Ds(_) => None,
+            Core::Ds(_) | Core::DsKv(_) => None,
         }
     }
 
@@ -518,26 +642,8 @@ impl SimClient {
                     "the key-value store splits every command, and one is outstanding at a time",
                 );
             }
-            Core::Ds(d) => {
-                d.posts += 1;
-                let post_id = ((self.id) << 32) | d.posts;
-                let cmd = if d.swarm {
-                    crate::ds::swarm_command(&d.graph, post_id, rng)
-                } else {
-                    d.workload.next(&d.graph, post_id, rng)
-                };
-                if d.swarm {
-                    d.current = Some(cmd.clone());
-                }
-                let mut ms = Vec::new();
-                d.proxy.submit(cmd, &mut ms);
-                d.queue.extend(ms);
-                d.call_ns = now;
-                if !d.send_next(now, &mut actions) {
-                    d.failures
-                        .push("the client proxy sent nothing for a command".into());
-                }
-            }
+            Core::Ds(d) => d.invoke(self.id, now, rng, &mut actions),
+            Core::DsKv(d) => d.invoke(self.id, now, rng, &mut actions),
         }
         self.after(now, actions, rng, out);
     }
@@ -557,60 +663,14 @@ impl SimClient {
 
     /// After an input to the moves session (or a move queued): its sends, the next
     /// move, its timer. Finished moves are dropped: nobody waits for them.
-    fn after_mover(&mut self, now: Time, mut actions: Vec<Action>, out: &mut Vec<ClientAction>) {
-        let Core::Ds(d) = &mut self.core else {
-            return;
-        };
-        let data = d.data;
-        let Some(mv) = d.mover.as_mut() else {
-            return;
-        };
-        loop {
-            let _ = mv.core.take_done();
-            if mv.core.is_busy() {
-                break;
-            }
-            let Some(m) = mv.queue.pop_front() else {
-                break;
-            };
-            let w = WireCommand {
-                dests: m.dests,
-                data,
-                cmd: m.cmd,
-            };
-            mv.core
-                .submit(w, now, &mut actions)
-                .expect("one move at a time, to the cluster's partitions");
-        }
-        for Action::Send { to, cmd, first } in actions.drain(..) {
-            out.push(ClientAction::Send { to, cmd, first });
-        }
-        if let Some(at) = mv.core.deadline() {
-            if mv.timer_at != Some(at) {
-                mv.gen += 1;
-                mv.timer_at = Some(at);
-                out.push(ClientAction::Timer {
-                    at,
-                    gen: MOVER_TIMER_BIT | mv.gen,
-                });
-            }
-        }
-        mv.core.invariants();
+    fn after_mover(&mut self, now: Time, actions: Vec<Action>, out: &mut Vec<ClientAction>) {
+        with_ds!(&mut self.core, d => d.after_mover(now, actions, out), ())
     }
 
     /// Whether `client` is this client's moves session (and so the input is its).
     fn is_mover(&self, client: ClientId) -> bool {
         client & MOVER_BIT != 0
-            && matches!(&self.core, Core::Ds(d) if d.mover.as_ref().is_some_and(|m| m.core.id() == client))
-    }
-
-    fn mover_core(&mut self) -> &mut ClientCore<DsWire<Chirper>> {
-        match &mut self.core {
-            Core::Ds(d) => &mut d.mover.as_mut().expect("a moves session").core,
-            Core::Btree(_) | Core::Kv(_) => {
-                unreachable!("only DS-SMR clients have a moves session")
-            }
-        }
+            && with_ds!(&self.core, d => d.mover.as_ref().is_some_and(|m| m.core.id() == client), false)
     }
 
     /// The main session's part of [`SimClient::after`].
@@ -653,6 +713,27 @@ impl SimClient {
                     }
                 }
                 Core::Ds(d) => {
+                    if let Some(done) = d.core.take_done() {
+                        match d.step(done, now, &mut actions) {
+                            Some(ok) => {
+                                if ok {
+                                    self.samples.push(Sample {
+                                        call_ns: d.call_ns,
+                                        ret_ns: now,
+                                        ops: 1,
+                                        tentative_ns: None,
+                                        psmr_resubmitted: false,
+                                    });
+                                }
+                                self.think(now, rng, out);
+                                return;
+                            }
+                            // The next multicast went out: send it.
+                            None => continue,
+                        }
+                    }
+                }
+                Core::DsKv(d) => {
                     if let Some(done) = d.core.take_done() {
                         match d.step(done, now, &mut actions) {
                             Some(ok) => {
@@ -722,12 +803,12 @@ impl SimClient {
     ) {
         if gen & MOVER_TIMER_BIT != 0 {
             let mut actions = Vec::new();
-            if let Core::Ds(d) = &mut self.core {
+            with_ds!(&mut self.core, d => {
                 if let Some(mv) = d.mover.as_mut().filter(|m| MOVER_TIMER_BIT | m.gen == gen) {
                     mv.timer_at = None;
                     mv.core.on_timer(now, &mut actions);
                 }
-            }
+            }, ());
             self.after_mover(now, actions, out);
             return;
         }
@@ -759,8 +840,7 @@ impl SimClient {
     ) {
         let mut actions = Vec::new();
         if self.is_mover(reply.client) {
-            self.mover_core()
-                .on_reply(from, reply, leader, now, &mut actions);
+            with_ds!(&mut self.core, d => d.mover_core().on_reply(from, reply, leader, now, &mut actions), ());
             self.after_mover(now, actions, out);
             return;
         }
@@ -781,7 +861,7 @@ impl SimClient {
     ) {
         let mut actions = Vec::new();
         if self.is_mover(e.client()) {
-            self.mover_core().on_early(from, e, now, &mut actions);
+            with_ds!(&mut self.core, d => d.mover_core().on_early(from, e, now, &mut actions), ());
             self.after_mover(now, actions, out);
             return;
         }
@@ -802,7 +882,7 @@ impl SimClient {
         out: &mut Vec<ClientAction>,
     ) {
         if self.is_mover(client) {
-            self.mover_core().on_refused(seq, leader, now);
+            with_ds!(&mut self.core, d => d.mover_core().on_refused(seq, leader, now), ());
             self.after_mover(now, Vec::new(), out);
             return;
         }
@@ -813,7 +893,69 @@ impl SimClient {
     }
 }
 
-impl DsClient {
+impl<S: DsService> DsClient<S> {
+    /// Issue the client's next command.
+    fn invoke<R: Rng>(&mut self, id: ClientId, now: Time, rng: &mut R, actions: &mut Vec<Action>) {
+        self.issued += 1;
+        let cmd = S::next(&mut self.app, id, self.issued, self.swarm, rng);
+        if self.swarm {
+            self.current = Some(cmd.clone());
+        }
+        let mut ms = Vec::new();
+        self.proxy.submit(cmd, &mut ms);
+        self.queue.extend(ms);
+        self.call_ns = now;
+        if !self.send_next(now, actions) {
+            self.failures
+                .push("the client proxy sent nothing for a command".into());
+        }
+    }
+
+    /// After an input to the moves session (or a move queued): its sends, the next
+    /// move, its timer. Finished moves are dropped: nobody waits for them.
+    fn after_mover(&mut self, now: Time, mut actions: Vec<Action>, out: &mut Vec<ClientAction>) {
+        let data = self.data;
+        let d = self;
+        let Some(mv) = d.mover.as_mut() else {
+            return;
+        };
+        loop {
+            let _ = mv.core.take_done();
+            if mv.core.is_busy() {
+                break;
+            }
+            let Some(m) = mv.queue.pop_front() else {
+                break;
+            };
+            let w = WireCommand {
+                dests: m.dests,
+                data,
+                cmd: m.cmd,
+            };
+            mv.core
+                .submit(w, now, &mut actions)
+                .expect("one move at a time, to the cluster's partitions");
+        }
+        for Action::Send { to, cmd, first } in actions.drain(..) {
+            out.push(ClientAction::Send { to, cmd, first });
+        }
+        if let Some(at) = mv.core.deadline() {
+            if mv.timer_at != Some(at) {
+                mv.gen += 1;
+                mv.timer_at = Some(at);
+                out.push(ClientAction::Timer {
+                    at,
+                    gen: MOVER_TIMER_BIT | mv.gen,
+                });
+            }
+        }
+        mv.core.invariants();
+    }
+
+    fn mover_core(&mut self) -> &mut ClientCore<DsWire<S>> {
+        &mut self.mover.as_mut().expect("a moves session").core
+    }
+
     /// Hand the next queued multicast to the client core, and the moves before it to
     /// the moves session when it has one. Whether a multicast went to the client core.
     fn send_next(&mut self, now: Time, actions: &mut Vec<Action>) -> bool {
@@ -854,7 +996,7 @@ impl DsClient {
     /// an answer (an error of the client core); `None`: another multicast went out.
     fn step(
         &mut self,
-        done: Done<DsWire<Chirper>>,
+        done: Done<DsWire<S>>,
         now: Time,
         actions: &mut Vec<Action>,
     ) -> Option<bool> {
@@ -891,30 +1033,77 @@ impl DsClient {
     }
 
     /// Swarm seeds: the command in flight ended with `outcome` (`None`: unknown).
-    fn record(
-        &mut self,
-        now: Time,
-        outcome: Option<&partita_dssmr::client::Outcome<partita_dssmr::chirper::ChirperReply>>,
-    ) {
+    fn record(&mut self, now: Time, outcome: Option<&partita_dssmr::client::Outcome<S::Reply>>) {
         let Some(cmd) = self.current.take() else {
             return;
         };
-        let result = match outcome.map(|o| crate::ds::result_of(&cmd, o)) {
-            Some(Ok(r)) => Some(r),
-            Some(Err(why)) => {
-                self.failures
-                    .push(format!("{cmd:?} failed: a member refused it: {why}"));
-                None
-            }
-            None => None,
-        };
-        self.history.push(partita_checker::chirper::ChirperEvent {
-            client: self.core.id(),
-            op: crate::ds::op_of(&cmd),
-            invoked: self.call_ns,
-            returned: result.as_ref().map(|_| now),
-            result,
-        });
+        let client = self.core.id();
+        S::record(
+            &mut self.app,
+            client,
+            cmd,
+            self.call_ns,
+            now,
+            outcome,
+            &mut self.failures,
+        );
+    }
+}
+
+/// A simulated S-SMR/DS-SMR client of service `S`, before its application's part is
+/// filled in (see [`SimClient::new_ds`]).
+#[allow(clippy::too_many_arguments)]
+fn ds_client<S: DsService>(
+    index: u32,
+    entry: NodeId,
+    topology: Topology,
+    replica: NodeId,
+    params: &ClientParams,
+    ds: &crate::swarm::DsParams,
+    data: u32,
+    app: S::App,
+) -> DsClient<S> {
+    let id = index as ClientId + 1;
+    // Never giving up (see `set_give_up_allowed`).
+    let cfg = ClientConfig {
+        give_up_ns: None,
+        ..core_config(params)
+    };
+    let mut pcfg = ProxyConfig::new(ds.scheme, data as usize);
+    pcfg.static_map = ds.static_map;
+    let mut proxy = ClientProxy::new(pcfg, index as u64 + 1);
+    if ds.gather_where_most {
+        proxy.set_placement(Box::new(partita_dssmr::client::MostObjectsPlacement));
+    }
+    // The moves' session gives up on a move after `give_up_ns` (a lost move costs a
+    // retry, not a wrong answer), so it never stalls behind one.
+    let mover = (!ds.await_moves).then(|| Mover {
+        core: ClientCore::new(
+            id | MOVER_BIT,
+            topology.clone(),
+            core_config(params),
+            entry,
+            replica,
+        ),
+        queue: VecDeque::new(),
+        gen: 0,
+        timer_at: None,
+    });
+    DsClient {
+        core: ClientCore::new(id, topology, cfg, entry, replica),
+        mover,
+        proxy,
+        app,
+        data,
+        queue: VecDeque::new(),
+        answered: false,
+        call_ns: 0,
+        issued: 0,
+        move_times: Vec::new(),
+        ahead_of_moves: 0,
+        swarm: ds.swarm,
+        current: None,
+        failures: Vec::new(),
     }
 }
 

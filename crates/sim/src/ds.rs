@@ -10,7 +10,12 @@ use partita_checker::chirper::{ChirperEvent, ChirperInitial, ChirperOp, ChirperR
 use partita_dssmr::chirper::{user_id, Chirper, ChirperCommand, ChirperReply, Graph};
 use partita_dssmr::client::Outcome;
 use partita_dssmr::server::Server;
-use partita_dssmr::ObjectId;
+use partita_dssmr::{ObjectId, ObjectService, StaticMap};
+use partita_kv::history::{event_line, Outcome as KvOutcome};
+use partita_kv::{
+    DeleteRangeResponse, KeyValue, KvCommand, KvReply, PutResponse, RangeRequest, RangeResponse,
+    ResponseOp, TxnResponse,
+};
 use rand::Rng;
 use std::collections::BTreeMap;
 
@@ -132,20 +137,33 @@ pub fn swarm_command(graph: &Graph, post_id: u64, rng: &mut impl Rng) -> Chirper
 /// The state at the end: `partitions` (one server per data partition) and the
 /// oracle's, if any. Every user must be in at most one partition, and the oracle's
 /// map must say where each one is and name no other.
-pub fn check_placement(
-    partitions: &[(u16, &Server<Chirper>)],
-    oracle: Option<&Server<Chirper>>,
+///
+/// For a service of implicit objects (the key-value store's), the oracle lists only
+/// the objects away from where `static_map` puts them (among `data` partitions).
+pub fn check_placement<S: ObjectService>(
+    partitions: &[(u16, &Server<S>)],
+    oracle: Option<&Server<S>>,
+    static_map: StaticMap,
+    data: usize,
 ) -> Result<BTreeMap<ObjectId, u16>, String> {
     let mut located: BTreeMap<ObjectId, u16> = BTreeMap::new();
     for (p, s) in partitions {
         for id in s.objects().keys() {
             if let Some(q) = located.insert(*id, *p) {
-                return Err(format!("user {id:#x} is in partitions {q} and {p}"));
+                return Err(format!("object {id:#x} is in partitions {q} and {p}"));
             }
         }
     }
     if let Some(o) = oracle {
         let map: BTreeMap<ObjectId, u16> = o.map().iter().map(|(k, v)| (*k, *v)).collect();
+        let located: BTreeMap<ObjectId, u16> = match S::implicit() {
+            Some(_) => located
+                .iter()
+                .filter(|(id, p)| static_map.place::<S>(**id, data) != **p)
+                .map(|(id, p)| (*id, *p))
+                .collect(),
+            None => located.clone(),
+        };
         if map != located {
             let wrong: Vec<String> = map
                 .iter()
@@ -160,7 +178,7 @@ pub fn check_placement(
                 .take(5)
                 .collect();
             return Err(format!(
-                "the oracle's map is wrong about {} users: {}",
+                "the oracle's map is wrong about {} objects: {}",
                 map.iter()
                     .filter(|(k, v)| located.get(k) != Some(v))
                     .count()
@@ -204,4 +222,193 @@ pub fn final_reads(
             }
         })
         .collect()
+}
+
+/// One command of a key-value S-SMR/DS-SMR client: its reply, `None` when unknown.
+#[derive(Clone, Debug)]
+pub struct KvEvent {
+    pub client: u64,
+    pub cmd: KvCommand,
+    pub invoked: u64,
+    pub returned: Option<u64>,
+    pub reply: Option<KvReply>,
+}
+
+/// Every pair a reply shows (read, or before a change).
+fn reply_kvs(reply: &KvReply) -> Vec<&KeyValue> {
+    fn op(r: &ResponseOp) -> Vec<&KeyValue> {
+        match r {
+            ResponseOp::Put(p) => p.prev_kv.iter().collect(),
+            ResponseOp::Range(q) => q.kvs.iter().collect(),
+            ResponseOp::DeleteRange(d) => d.prev_kvs.iter().collect(),
+        }
+    }
+    match reply {
+        KvReply::Put(p) => p.prev_kv.iter().collect(),
+        KvReply::Range(q) => q.kvs.iter().collect(),
+        KvReply::DeleteRange(d) => d.prev_kvs.iter().collect(),
+        KvReply::Txn(t) => t.responses.iter().flat_map(op).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `reply` says its command changed something (and so made its revision).
+fn wrote(reply: &KvReply) -> bool {
+    match reply {
+        KvReply::Put(_) => true,
+        KvReply::DeleteRange(d) => d.deleted > 0,
+        KvReply::Txn(t) => t.responses.iter().any(|r| match r {
+            ResponseOp::Put(_) => true,
+            ResponseOp::DeleteRange(d) => d.deleted > 0,
+            ResponseOp::Range(_) => false,
+        }),
+        _ => false,
+    }
+}
+
+/// A key-value S-SMR/DS-SMR history in the key-value checker's format, with a read of
+/// every key of the final state (`keys`, from the partitions) appended at time `at`.
+///
+/// The store's revisions there are positions in the order (`partita_dssmr::kv`):
+/// unique, growing with real time, not dense; the checker's model counts one
+/// revision per change. So they are renumbered: the writes acknowledged, in revision
+/// order, take 2, 3, ..., and a revision `r` that a read reports becomes one more
+/// than the number of writes at or below it. That is exact when every command's
+/// outcome is known (these clients never give up), keeps every order the checker
+/// judges, and a key that shows a revision no acknowledged write made is a violation
+/// by itself.
+///
+/// When some outcomes are unknown, a revision that keys show and no acknowledged
+/// write made is kept too (for the checker to give to one of them); one they made
+/// that nothing shows gets no revision, which the checker can only take for one that
+/// never happened (or after everything): then a delete of unknown outcome seen only
+/// as a key's absence may be judged a violation. The simulator's seeds avoid unknown
+/// outcomes there (no short session leases).
+pub fn kv_lines(events: &[KvEvent], keys: Vec<KeyValue>, at: u64) -> Result<Vec<String>, String> {
+    let mut writes: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e.reply.as_ref().filter(|r| wrote(r)).map(|r| r.revision()))
+        .collect();
+    writes.sort_unstable();
+    if let Some(d) = writes.windows(2).find(|w| w[0] == w[1]) {
+        let both: Vec<String> = events
+            .iter()
+            .filter(|e| {
+                e.reply
+                    .as_ref()
+                    .is_some_and(|r| wrote(r) && r.revision() == d[0])
+            })
+            .map(|e| format!("client {} {:?} -> {:?}", e.client, e.cmd, e.reply))
+            .collect();
+        return Err(format!(
+            "two acknowledged writes report revision {}: {}",
+            d[0],
+            both.join("; ")
+        ));
+    }
+    if events.iter().any(|e| e.reply.is_none()) {
+        let mut shown: Vec<u64> = keys
+            .iter()
+            .chain(
+                events
+                    .iter()
+                    .filter_map(|e| e.reply.as_ref())
+                    .flat_map(reply_kvs),
+            )
+            .flat_map(|k| [k.create_revision, k.mod_revision])
+            .filter(|r| writes.binary_search(r).is_err())
+            .collect();
+        shown.sort_unstable();
+        shown.dedup();
+        writes.extend(shown);
+        writes.sort_unstable();
+    }
+    let writes = writes;
+    let dense = |r: u64| 1 + writes.partition_point(|w| *w <= r) as u64;
+    let made = |r: u64| -> Result<u64, String> {
+        match writes.binary_search(&r) {
+            Ok(i) => Ok(2 + i as u64),
+            Err(_) => Err(format!(
+                "a key shows revision {r}, which no acknowledged write made"
+            )),
+        }
+    };
+    let kv = |k: &KeyValue| -> Result<KeyValue, String> {
+        Ok(KeyValue {
+            create_revision: made(k.create_revision)?,
+            mod_revision: made(k.mod_revision)?,
+            ..k.clone()
+        })
+    };
+    let range = |r: &RangeResponse| -> Result<RangeResponse, String> {
+        Ok(RangeResponse {
+            kvs: r.kvs.iter().map(kv).collect::<Result<_, _>>()?,
+            revision: dense(r.revision),
+            ..r.clone()
+        })
+    };
+    let delete = |d: &DeleteRangeResponse| -> Result<DeleteRangeResponse, String> {
+        Ok(DeleteRangeResponse {
+            prev_kvs: d.prev_kvs.iter().map(kv).collect::<Result<_, _>>()?,
+            revision: dense(d.revision),
+            ..d.clone()
+        })
+    };
+    let put = |p: &PutResponse| -> Result<PutResponse, String> {
+        Ok(PutResponse {
+            prev_kv: p.prev_kv.as_ref().map(kv).transpose()?,
+            revision: dense(p.revision),
+        })
+    };
+    let renumber = |r: &KvReply| -> Result<KvReply, String> {
+        Ok(match r {
+            KvReply::Put(p) => KvReply::Put(put(p)?),
+            KvReply::Range(q) => KvReply::Range(range(q)?),
+            KvReply::DeleteRange(d) => KvReply::DeleteRange(delete(d)?),
+            KvReply::Txn(t) => KvReply::Txn(TxnResponse {
+                succeeded: t.succeeded,
+                responses: t
+                    .responses
+                    .iter()
+                    .map(|o| {
+                        Ok(match o {
+                            ResponseOp::Put(p) => ResponseOp::Put(put(p)?),
+                            ResponseOp::Range(q) => ResponseOp::Range(range(q)?),
+                            ResponseOp::DeleteRange(d) => ResponseOp::DeleteRange(delete(d)?),
+                        })
+                    })
+                    .collect::<Result<_, String>>()?,
+                revision: dense(t.revision),
+            }),
+            other => return Err(format!("a reply of no kind the mix sends: {other:?}")),
+        })
+    };
+    let mut lines = Vec::with_capacity(events.len() + 1);
+    for e in events {
+        let line = match (&e.reply, e.returned) {
+            (Some(r), Some(ret)) => {
+                let r = renumber(r).map_err(|m| format!("{:?}: {m}", e.cmd))?;
+                event_line(e.client, &e.cmd, e.invoked, ret, KvOutcome::Ok(&r))
+            }
+            _ => event_line(e.client, &e.cmd, e.invoked, e.invoked, KvOutcome::Info),
+        };
+        lines.push(line);
+    }
+    let all = KvCommand::Range(RangeRequest::new(vec![0], vec![0]));
+    let last = writes.last().copied().unwrap_or(0);
+    let finals = KvReply::Range(RangeResponse {
+        count: keys.len() as u64,
+        kvs: keys,
+        more: false,
+        revision: last,
+    });
+    let finals = renumber(&finals).map_err(|m| format!("the final state: {m}"))?;
+    lines.push(event_line(
+        u64::MAX / 2,
+        &all,
+        at,
+        at + 1,
+        KvOutcome::Ok(&finals),
+    ));
+    Ok(lines)
 }

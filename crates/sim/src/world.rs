@@ -571,19 +571,25 @@ impl World {
         let graph = p
             .dssmr
             .as_ref()
+            .filter(|_| p.service == "chirper")
             .map(|d| Arc::new(partita_dssmr::chirper::Graph::generate(&d.graph)));
+        let planted = partita_dssmr::server::Planted {
+            locality_at_consult: p.bugs.ds_locality_at_consult,
+            oracle_ignores_moves: p.bugs.ds_oracle_ignores_moves,
+            no_signals: p.bugs.ds_no_signals,
+        };
         let service = match (&p.dssmr, &graph) {
+            // The key-value store: keys hashed to partitions, none loaded.
+            (Some(d), None) => partita_dssmr::replica::factory_planted::<
+                partita_dssmr::kv::KvObjects,
+            >(d.scheme, d.static_map, Arc::new(Vec::new), planted),
             (Some(d), Some(g)) => {
                 let g = g.clone();
                 partita_dssmr::replica::factory_planted::<partita_dssmr::chirper::Chirper>(
                     d.scheme,
                     d.static_map,
                     Arc::new(move || g.objects()),
-                    partita_dssmr::server::Planted {
-                        locality_at_consult: p.bugs.ds_locality_at_consult,
-                        oracle_ignores_moves: p.bugs.ds_oracle_ignores_moves,
-                        no_signals: p.bugs.ds_no_signals,
-                    },
+                    planted,
                 )
             }
             _ => partita_config::services::factory(&cluster)
@@ -658,6 +664,20 @@ impl World {
                 // batchers (at their own replica if it batches, as real clients do),
                 // and rotate over the batchers, then the acceptors.
                 let topology = cluster.client_topology();
+                if let (Some(d), None) = (&p.dssmr, &graph) {
+                    let n = layout.replicas.len().max(1);
+                    let data = partita_dssmr::replica::data_partitions(n, d.scheme) as u32;
+                    return SimClient::new_ds_kv(
+                        c,
+                        entry,
+                        topology,
+                        replica,
+                        p.client.clone(),
+                        d,
+                        data,
+                        ops,
+                    );
+                }
                 if let (Some(d), Some(g)) = (&p.dssmr, &graph) {
                     let n = layout.replicas.len().max(1);
                     let data = partita_dssmr::replica::data_partitions(n, d.scheme) as u32;
@@ -2356,22 +2376,9 @@ impl World {
                     if !drops.is_empty() {
                         s += &format!("; drops: {}", drops.join(", "));
                     }
-                    let ds = core.replica().and_then(|r| {
-                        r.as_any()
-                            .downcast_ref::<partita_dssmr::replica::DsReplica<
-                                partita_dssmr::chirper::Chirper,
-                            >>()
-                    });
-                    if let Some(d) = ds {
-                        s += &format!(
-                            "; {:?} executed up to {}, {} waiting, head {:?}, missing {:?}, {:?}",
-                            d.server().member(),
-                            partita_smr::Replica::last_instance(d),
-                            d.server().waiting(),
-                            d.server().blocked_on(),
-                            d.server().missing(),
-                            d.counters()
-                        );
+                    if let Some(r) = core.replica() {
+                        s += &ds_state::<partita_dssmr::chirper::Chirper>(r);
+                        s += &ds_state::<partita_dssmr::kv::KvObjects>(r);
                     }
                     if n.paused.is_some() {
                         s += ", paused";
@@ -2803,8 +2810,6 @@ impl World {
     /// history judged.
     fn check_dssmr(&mut self) -> ((u64, u64, u64), Vec<partita_checker::chirper::ChirperEvent>) {
         use partita_dssmr::chirper::Chirper;
-        use partita_dssmr::replica::DsReplica;
-        use partita_dssmr::Member;
         let mut events: Vec<partita_checker::chirper::ChirperEvent> = self
             .clients
             .iter()
@@ -2812,7 +2817,16 @@ impl World {
             .collect();
         events.sort_by_key(|e| (e.invoked, e.client));
         let ok = events.iter().filter(|e| e.result.is_some()).count() as u64;
-        let counts = (events.len() as u64, ok, events.len() as u64 - ok);
+        let mut counts = (events.len() as u64, ok, events.len() as u64 - ok);
+        if self.p.service == "kv" {
+            let kv: Vec<bool> = self
+                .clients
+                .iter()
+                .flat_map(|c| c.ds_kv_events().iter().map(|e| e.reply.is_some()))
+                .collect();
+            let ok = kv.iter().filter(|k| **k).count() as u64;
+            counts = (kv.len() as u64, ok, kv.len() as u64 - ok);
+        }
         let mut totals = partita_dssmr::client::ProxyStats::default();
         for s in self.clients.iter().filter_map(|c| c.proxy_stats()) {
             totals += s;
@@ -2838,37 +2852,13 @@ impl World {
             self.fail(Check::Invariants, format!("client {c}: {f}"));
             return (counts, events);
         }
-        // One replica per member: the one that executed most (they converged).
-        let mut best: BTreeMap<u32, (u64, usize)> = BTreeMap::new();
-        for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| n.replica) {
-            let Some(r) = n.core.as_ref().and_then(|c| c.replica()) else {
-                continue;
-            };
-            let p = self.layout.partition_of_replica(n.id).unwrap_or(0);
-            let e = best.entry(p).or_insert((r.last_instance(), i));
-            if r.last_instance() > e.0 {
-                *e = (r.last_instance(), i);
-            }
+        if self.p.service == "kv" {
+            self.check_ds_kv();
+            return (counts, events);
         }
-        let mut data = Vec::new();
-        let mut oracle = None;
-        for (_, i) in best.values() {
-            let r = self.nodes[*i]
-                .core
-                .as_ref()
-                .and_then(|c| c.replica())
-                .expect("a replica");
-            let r = r
-                .as_any()
-                .downcast_ref::<DsReplica<Chirper>>()
-                .expect("the simulator runs Chirper on S-SMR/DS-SMR replicas");
-            match r.server().member() {
-                Member::Partition(p) => data.push((p, r.server())),
-                Member::Oracle => oracle = Some(r.server()),
-            }
-        }
-        data.sort_by_key(|(p, _)| *p);
-        let placement = crate::ds::check_placement(&data, oracle);
+        let (data, oracle) = self.ds_servers::<Chirper>();
+        let d = self.p.dssmr.as_ref().expect("an S-SMR/DS-SMR seed");
+        let placement = crate::ds::check_placement(&data, oracle, d.static_map, data.len());
         let graph = partita_dssmr::chirper::Graph::generate(
             &self.p.dssmr.as_ref().expect("a Chirper seed").graph,
         );
@@ -2904,6 +2894,94 @@ impl World {
             ),
         }
         (counts, events)
+    }
+
+    /// One server per member of an S-SMR/DS-SMR seed running `S`, each from the
+    /// replica that executed most (they converged): the data partitions in order,
+    /// and the oracle's.
+    #[allow(clippy::type_complexity)]
+    fn ds_servers<S: partita_dssmr::ObjectService>(
+        &self,
+    ) -> (
+        Vec<(u16, &partita_dssmr::server::Server<S>)>,
+        Option<&partita_dssmr::server::Server<S>>,
+    ) {
+        use partita_dssmr::replica::DsReplica;
+        use partita_dssmr::Member;
+        let mut best: BTreeMap<u32, (u64, usize)> = BTreeMap::new();
+        for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| n.replica) {
+            let Some(r) = n.core.as_ref().and_then(|c| c.replica()) else {
+                continue;
+            };
+            let p = self.layout.partition_of_replica(n.id).unwrap_or(0);
+            let e = best.entry(p).or_insert((r.last_instance(), i));
+            if r.last_instance() > e.0 {
+                *e = (r.last_instance(), i);
+            }
+        }
+        let mut data = Vec::new();
+        let mut oracle = None;
+        for (_, i) in best.values() {
+            let r = self.nodes[*i]
+                .core
+                .as_ref()
+                .and_then(|c| c.replica())
+                .expect("a replica");
+            let r = r
+                .as_any()
+                .downcast_ref::<DsReplica<S>>()
+                .expect("the seed's service on S-SMR/DS-SMR replicas");
+            match r.server().member() {
+                Member::Partition(p) => data.push((p, r.server())),
+                Member::Oracle => oracle = Some(r.server()),
+            }
+        }
+        data.sort_by_key(|(p, _)| *p);
+        (data, oracle)
+    }
+
+    /// The key-value store on S-SMR/DS-SMR (`check_dssmr` did the clients' part): where
+    /// the keys are (one partition each, the oracle's map right), and the history,
+    /// with a read of every key of the final state, judged by the key-value checker
+    /// (revisions renumbered: see [`crate::ds::kv_lines`]).
+    fn check_ds_kv(&mut self) {
+        use partita_dssmr::kv::KvObjects;
+        let d = self.p.dssmr.as_ref().expect("an S-SMR/DS-SMR seed");
+        let static_map = d.static_map;
+        let (data, oracle) = self.ds_servers::<KvObjects>();
+        let placement = crate::ds::check_placement(&data, oracle, static_map, data.len());
+        let keys: Vec<partita_kv::KeyValue> = {
+            let mut k: Vec<_> = data
+                .iter()
+                .flat_map(|(_, s)| s.objects().values().flatten().cloned())
+                .collect();
+            k.sort_by(|a, b| a.key.cmp(&b.key));
+            k
+        };
+        if let Err(m) = placement {
+            self.fail(Check::FinalState, m);
+            return;
+        }
+        let mut events: Vec<crate::ds::KvEvent> = self
+            .clients
+            .iter()
+            .flat_map(|c| c.ds_kv_events().iter().cloned())
+            .collect();
+        events.sort_by_key(|e| (e.invoked, e.client));
+        let lines = match crate::ds::kv_lines(&events, keys, self.q.now() + 1) {
+            Ok(l) => l,
+            Err(m) => {
+                self.fail(Check::Linearizability, m);
+                return;
+            }
+        };
+        match check::kv_history(&lines, self.check_max_states) {
+            Ok(s) => {
+                self.counters.insert("kv_checked_ops", s.events as u64);
+                self.counters.insert("kv_checked_writes", s.writes as u64);
+            }
+            Err((c, m)) => self.fail(c, m),
+        }
     }
 
     fn finish(mut self) -> SeedReport {
@@ -3121,4 +3199,24 @@ impl World {
 fn kv_with_status(lines: &[String], status: &str) -> u64 {
     let field = format!("\"status\":\"{status}\"");
     lines.iter().filter(|l| l.contains(&field)).count() as u64
+}
+
+/// What an S-SMR/DS-SMR replica of service `S` is doing, for liveness reports (empty
+/// for any other replica).
+fn ds_state<S: partita_dssmr::ObjectService>(r: &dyn partita_smr::Replica) -> String {
+    let Some(d) = r
+        .as_any()
+        .downcast_ref::<partita_dssmr::replica::DsReplica<S>>()
+    else {
+        return String::new();
+    };
+    format!(
+        "; {:?} executed up to {}, {} waiting, head {:?}, missing {:?}, {:?}",
+        d.server().member(),
+        partita_smr::Replica::last_instance(d),
+        d.server().waiting(),
+        d.server().blocked_on(),
+        d.server().missing(),
+        d.counters()
+    )
 }

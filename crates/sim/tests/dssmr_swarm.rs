@@ -1,4 +1,5 @@
-//! S-SMR and DS-SMR (paper 003) in the swarm: every seed runs Chirper over 1 to 8
+//! S-SMR and DS-SMR (paper 003) in the swarm: every seed runs Chirper (or, in a
+//! quarter of the seeds, the key-value store, `partita_dssmr::kv`) over 1 to 8
 //! data partitions (DS-SMR adds the oracle's partition) on whole simulated nodes, with
 //! the swarm's faults (crashes and restarts of acceptors, partition replicas and oracle
 //! replicas, pauses, network partitions, loss, duplication, reordering, disk stalls),
@@ -6,7 +7,9 @@
 //! creates and deletes. Every run must pass every check: invariants, agreement,
 //! liveness after healing, replicas of every member converging, every user in one
 //! partition with the oracle's map right, and the history — with a read of every
-//! timeline of the final state — linearizable under the checker's Chirper model.
+//! timeline (every key) of the final state — linearizable under the checker's Chirper
+//! model (the key-value checker, with the store's revisions renumbered: see
+//! `partita_sim::ds::kv_lines`).
 //!
 //! The planted bugs of the server proxies must each be caught by the check they
 //! break, in a seed that passes without them:
@@ -14,6 +17,12 @@
 //!   answering retry): a command sent from a stale cache, or placed by a consult that
 //!   a move overtook, answers "no such user" or misses followers: linearizability;
 //! - `ds-oracle-ignores-moves`: the oracle's map goes stale: the final-state check.
+//!
+//! Both are caught on the key-value store too (its mix has transactions over two
+//! keys, which DS-SMR moves together), and so is `ds-no-signals` there: a destination
+//! that runs a command before every other destination's signal takes the command's
+//! position (its revision) without their clocks, so the keys it writes show a
+//! revision that the command's answer did not report.
 //!
 //! `ds-no-signals` (a command with several destinations runs once the values it needs
 //! are in, without every destination's signal) is not visible in histories here: a
@@ -29,7 +38,7 @@
 //! swarm`.
 
 use partita_sim::check::Check;
-use partita_sim::{run_seed, DssmrChoice, SimOptions, UnsafeBugs};
+use partita_sim::{run_seed, DssmrChoice, ServiceChoice, SimOptions, UnsafeBugs};
 
 const OPS: u64 = 400;
 
@@ -45,10 +54,11 @@ fn opts(ops: u64) -> SimOptions {
 fn swarm(seeds: std::ops::Range<u64>, ops: u64) {
     let o = opts(ops);
     let mut failures = Vec::new();
-    let (mut ok_ops, mut moved, mut multi) = (0, 0u64, 0u64);
+    let (mut ok_ops, mut moved, mut multi, mut kv) = (0, 0u64, 0u64, 0u64);
     for seed in seeds.clone() {
         let r = run_seed(seed, &o);
         ok_ops += r.ops_ok;
+        kv += u64::from(r.params.service == "kv");
         let d = r.params.dssmr.as_ref().expect("a Chirper seed");
         let data =
             r.params.partitions - u32::from(d.scheme == partita_dssmr::client::Scheme::Dssmr);
@@ -71,6 +81,10 @@ fn swarm(seeds: std::ops::Range<u64>, ops: u64) {
         "no seed with several data partitions in {seeds:?}"
     );
     assert!(moved > 0, "no move in seeds {seeds:?}");
+    assert!(kv > 0, "no key-value seed in {seeds:?}");
+    eprintln!(
+        "seeds {seeds:?}: {kv} on the key-value store, the others Chirper; {moved} move commands"
+    );
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed:\n{}",
@@ -109,10 +123,28 @@ fn soak() {
 /// The first seed in `seeds` whose run with `bug` fails `wanted` with a message
 /// containing `says`, and which passes without the bug.
 fn caught(bug: &str, wanted: Check, says: &str, seeds: std::ops::Range<u64>) -> (u64, String) {
+    caught_on(ServiceChoice::Swarm, bug, wanted, says, seeds)
+}
+
+/// [`caught`] with every seed's service `service`.
+fn caught_on(
+    service: ServiceChoice,
+    bug: &str,
+    wanted: Check,
+    says: &str,
+    seeds: std::ops::Range<u64>,
+) -> (u64, String) {
     let mut bugs = UnsafeBugs::default();
     bugs.enable(bug).unwrap();
-    let planted = SimOptions { bugs, ..opts(OPS) };
-    let clean = opts(OPS);
+    let planted = SimOptions {
+        bugs,
+        service,
+        ..opts(OPS)
+    };
+    let clean = SimOptions {
+        service,
+        ..opts(OPS)
+    };
     let mut seen = Vec::new();
     for seed in seeds.clone() {
         let r = run_seed(seed, &planted);
@@ -148,4 +180,20 @@ fn a_move_the_oracle_never_learns_is_caught() {
         0..60,
     );
     eprintln!("seed {seed}: {m}");
+}
+
+#[test]
+fn the_planted_bugs_are_caught_on_the_key_value_store() {
+    for (bug, wanted, says) in [
+        ("ds-locality-at-consult", Check::Linearizability, ""),
+        (
+            "ds-oracle-ignores-moves",
+            Check::FinalState,
+            "the oracle's map is wrong",
+        ),
+        ("ds-no-signals", Check::Linearizability, ""),
+    ] {
+        let (seed, m) = caught_on(ServiceChoice::Kv, bug, wanted, says, 0..30);
+        eprintln!("{bug}: seed {seed}: {m}");
+    }
 }

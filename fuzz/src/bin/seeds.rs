@@ -79,6 +79,7 @@ fn main() {
             partita_types::encode(&partita_dssmr::chirper::User::default()),
         )],
         verdict: true,
+        clock: 0,
     });
     let msgs = [
         Msg::Phase1A {
