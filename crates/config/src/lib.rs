@@ -1686,17 +1686,17 @@ impl ClusterConfig {
                     n.id, n.roles
                 ));
             }
-            if self.partitioning.partitions > 1 {
-                return f(format!(
-                    "node {}: etcd's API needs one store-wide revision, and a partitioned \
-                     cluster counts revisions per partition",
-                    n.id
-                ));
-            }
             if self.execution.is_ssmr() {
                 return f(format!(
                     "node {}: etcd's API is not served on S-SMR or DS-SMR (yet): its gateway \
                      speaks to one unpartitioned store; use `partita kv`",
+                    n.id
+                ));
+            }
+            if self.partitioning.partitions > 1 {
+                return f(format!(
+                    "node {}: etcd's API needs one store-wide revision, and a partitioned \
+                     cluster counts revisions per partition",
                     n.id
                 ));
             }
@@ -2851,6 +2851,31 @@ mod tests {
                 other => panic!("{mode} {retention}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_key_value_store_on_ssmr_needs_one_stream_and_no_etcd_gateway() {
+        let mut c = ClusterConfig::default_local(7100, 42)
+            .with_partitions(3, 2, 1 << 32)
+            .unwrap();
+        c.cluster.service = "kv".into();
+        c.execution = ExecutionSection::Dssmr(Default::default());
+        let c = ClusterConfig::parse(&c.to_toml(), "t").expect("kv on DS-SMR");
+        let refused = |c: &ClusterConfig| match ClusterConfig::parse(&c.to_toml(), "t") {
+            Err(ConfigError::Field { field, message, .. }) => (field, message),
+            other => panic!("{other:?}"),
+        };
+        let rings = c.clone().with_multiring(3, 1).unwrap_err().to_string();
+        assert!(rings.contains("Multi-Ring Paxos"), "{rings}");
+        let mut etcd = c.clone();
+        etcd.nodes
+            .iter_mut()
+            .find(|n| n.roles.contains(&Role::Replica))
+            .unwrap()
+            .etcd_addr = Some("127.0.0.1:2399".into());
+        let (field, message) = refused(&etcd);
+        assert_eq!(field, "node.etcd_addr");
+        assert!(message.contains("S-SMR or DS-SMR"), "{message}");
     }
 
     #[test]

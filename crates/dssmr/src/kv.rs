@@ -19,11 +19,14 @@
 //!   an unpartitioned store.
 //! - **Revisions.** A store-wide counter would be an object every write touches, in
 //!   one partition: no scaling. Instead a command's revision is its position in the
-//!   order ([`View::position`]): the ordering's instance name, then the command's
-//!   index in it. Every partition that runs a command gives it the same revision;
-//!   revisions are unique to a command and grow along the one order every partition
-//!   delivers a projection of, so a write that starts after another finished has a
-//!   larger revision, whichever partitions they ran in (etcd's guarantee); a
+//!   order ([`View::position`], [`crate::server::position`]): the ordering's instance
+//!   name, then the command's place in the instance (a Lamport clock of the members
+//!   inside the instance). Every partition that runs a command gives it the same
+//!   revision; revisions are unique to a command and grow along every partition's
+//!   delivery; on one ordered stream (Ring Paxos, Multi-Paxos) a write that starts
+//!   after another finished has a larger revision, whichever partitions they ran in
+//!   (etcd's guarantee; Multi-Ring Paxos orders rings with each other only where a
+//!   learner merges them, so the cluster-file check refuses it here); a
 //!   transaction's changes share one. A write's reply reports its revision; a read's
 //!   the revision just before its own, which is larger than every write it sees and
 //!   smaller than every write it does not. Unlike etcd's, revisions are not dense

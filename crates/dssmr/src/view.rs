@@ -43,10 +43,11 @@ impl<'a, O: Clone> View<'a, O> {
         }
     }
 
-    /// The command's position in the order: the same at every member that executes
-    /// it, larger for every command delivered after it anywhere (a command that starts
-    /// after another finished comes later), and unique to it. Not dense. A key-value
-    /// store's revisions are these.
+    /// The command's position in the order ([`crate::server::position`]): the same at
+    /// every member that executes it, larger than every command's its member ran
+    /// before, unique to it, and on one ordered stream larger than every command's
+    /// that finished before it started. Not dense. The key-value store's revisions are
+    /// these.
     pub fn position(&self) -> u64 {
         self.position
     }
