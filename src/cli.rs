@@ -427,6 +427,11 @@ struct ExperimentArgs {
     /// dssmr: the Chirper workloads (timeline, post, follow, mix; default all four).
     #[arg(long, value_delimiter = ',')]
     chirper_workloads: Option<Vec<String>>,
+    /// dssmr, with --sim: the key-value store instead of Chirper, S-SMR against DS-SMR
+    /// under transactions that each put both keys of one of N pairs (as `partita bench
+    /// --kv-pairs N`), on one Ring Paxos stream (default partition counts: 8).
+    #[arg(long, value_name = "N", requires = "sim", conflicts_with = "chirper_workloads", value_parser = clap::value_parser!(u64).range(1..))]
+    kv_pairs: Option<u64>,
     /// dssmr: the data partition counts (default 1,2,4,8). psmr (with --sim): one
     /// count P, P-SMR inside P partitions against the P partitions alone.
     #[arg(long, value_delimiter = ',')]
@@ -1179,6 +1184,13 @@ struct BenchRunArgs {
     /// data partitions): timeline, post, follow (follow/unfollow 50/50) or mix.
     #[arg(long, value_name = "WORKLOAD", value_parser = ["timeline", "post", "follow", "mix"])]
     chirper: Option<String>,
+    /// The key-value store on S-SMR or DS-SMR (paper 003): transactions that each put
+    /// both keys of one of N pairs (`pair/I/a`, `pair/I/b`, hashed to partitions, so
+    /// that pairs start split), on a kv cluster with [execution] model "ssmr" or
+    /// "dssmr" (with --up, a fresh one: give --execution ssmr|dssmr; --partitions
+    /// counts data partitions).
+    #[arg(long, value_name = "N", conflicts_with = "chirper", value_parser = clap::value_parser!(u64).range(1..))]
+    kv_pairs: Option<u64>,
     /// The emulated WAN: every bench client is in REGION of the cluster file's [wan]
     /// (default: as its `[wan] clients` places them); requests to and replies from
     /// other regions wait their one-way delay.
@@ -2031,6 +2043,19 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
         let base = launch::pick_base_port();
         let (file, c) = launch::ensure_cluster_file(&dir, || match a.mode {
             Mode::Cs if a.chirper.is_some() => bail!("--chirper needs --mode smr"),
+            Mode::Cs if a.kv_pairs.is_some() => bail!("--kv-pairs needs --mode smr"),
+            Mode::Smr if a.kv_pairs.is_some() => {
+                if !matches!(
+                    a.partitioning.exec.model("kv")?.0,
+                    ExecutionModel::Ssmr | ExecutionModel::Dssmr
+                ) {
+                    bail!("--kv-pairs runs on S-SMR or DS-SMR: give --execution ssmr or dssmr");
+                }
+                let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+                c.set_protocol(a.protocol);
+                c.cluster.durability = a.durability;
+                a.partitioning.apply_objects(c, "kv")
+            }
             Mode::Smr if a.chirper.is_some() => {
                 let mut c = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
                 c.set_protocol(a.protocol);
@@ -2156,6 +2181,67 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
             bail!("this cluster runs chirper: give its workload with --chirper timeline|post|follow|mix")
         }
         (None, _) => {}
+    }
+    let objects_kv = cluster.cluster.service == "kv" && cluster.execution.is_ssmr();
+    match (a.kv_pairs, objects_kv) {
+        (Some(pairs), true) => {
+            let shape = partita_harness::objects::LoadShape {
+                clients: a.clients,
+                duration: Duration::from_secs_f64(a.duration),
+                think_ms: a.think_ms,
+                seed: a.seed,
+                trim: 0.1,
+                give_up: Duration::from_secs(30),
+            };
+            if !a.quiet {
+                eprintln!(
+                    "kv pairs ({pairs}): {} clients for {} s...",
+                    a.clients, a.duration
+                );
+            }
+            let (summary, ran) =
+                partita_harness::objects::run_kv_pairs(&cluster, &shape, pairs).await?;
+            if let Some(r) = ran.iter().find(|r| {
+                !matches!(
+                    r.outcome,
+                    Some(partita_dssmr::client::Outcome::Done(
+                        partita_kv::KvReply::Txn(_)
+                    )) | None
+                )
+            }) {
+                bail!("{:?} ended {:?}", r.cmd, r.outcome);
+            }
+            println!(
+                "kv pairs ({pairs} pairs) on {} ({} data partition(s)), {}, durability {}; \
+                 {} clients, think 0..={} ms, {:.0} s ({:.1} s measured)\n{}",
+                summary.scheme,
+                summary.data_partitions,
+                summary.ordering,
+                summary.durability,
+                summary.clients,
+                summary.think_ms,
+                summary.duration_s,
+                summary.measured_s,
+                summary.lines()
+            );
+            if let Some(p) = &a.json {
+                let v =
+                    serde_json::json!({ "workload": "kv-pairs", "pairs": pairs, "load": summary });
+                std::fs::write(p, serde_json::to_string_pretty(&v)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            return Ok(0);
+        }
+        (Some(_), false) => bail!(
+            "--kv-pairs needs a key-value cluster on S-SMR or DS-SMR; this one runs `{}` on {}",
+            cluster.cluster.service,
+            cluster.execution.model()
+        ),
+        (None, true) => bail!(
+            "this cluster runs the key-value store on {}: give its workload with --kv-pairs N",
+            cluster.execution.model()
+        ),
+        (None, false) => {}
     }
     // GeoPaxos+: the tree starts with its keys (the cluster file's); no preload.
     // GeoPaxos+ and EPaxos with keys: the tree starts with them (no preload).
@@ -2929,6 +3015,35 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
         o.cost_source = src;
+    }
+    if let Some(pairs) = a.kv_pairs {
+        if a.partition_counts.is_none() {
+            o.partitions = vec![8];
+        }
+        let r = tokio::task::block_in_place(|| dssmr::kv_pairs_sim(&o, pairs))?;
+        print!("{}", dssmr::kv_pairs_table(&r));
+        println!(
+            "{} points simulated in {:.0} s wall",
+            r.points.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let path = a.json.with_file_name(format!(
+            "{}-kv-pairs.json",
+            a.json
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("dssmr")
+        ));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&r)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        print_written(std::slice::from_ref(&path));
+        return Ok(Outcome {
+            files: vec![path],
+            ..Outcome::default()
+        });
     }
     let r = tokio::task::block_in_place(|| dssmr::dssmr_sim(&o))?;
     print!("{}", dssmr::dssmr_table(&r));

@@ -201,7 +201,7 @@ async fn dssmr_survives_the_nemesis_with_moves_under_way() {
     let nemesis::LoadResult::Chirper(load) = &r.load else {
         panic!("a Chirper load")
     };
-    assert!(load.move_commands > 0, "no move under way: {load}");
+    assert!(load.summary.move_commands > 0, "no move under way: {load}");
     assert!(r.injected.len() >= 3, "{r}");
 }
 

@@ -191,3 +191,48 @@ async fn kv_transfers_on_dssmr_real_processes() {
 async fn kv_transfers_on_ssmr_real_processes() {
     scenario("ssmr").await;
 }
+
+/// `partita bench --up --kv-pairs` on DS-SMR: every command completes, keys move, and
+/// the JSON says so.
+#[test]
+fn bench_runs_the_pairs_on_dssmr() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("pairs.json");
+    let out = std::process::Command::new(exe())
+        .args([
+            "bench",
+            "--up",
+            "--kv-pairs",
+            "100",
+            "--execution",
+            "dssmr",
+            "--partitions",
+            "2",
+            "--clients",
+            "4",
+            "--think-ms",
+            "0",
+            "--duration",
+            "2",
+            "--quiet",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let load = &v["load"];
+    assert_eq!(load["scheme"], "DS-SMR", "{v}");
+    assert!(load["commands"].as_u64().unwrap() > 0, "{v}");
+    assert!(load["objects_moved"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(load["unknown"].as_u64().unwrap(), 0, "{v}");
+    // Refused where it does not apply, with the reason.
+    let out = std::process::Command::new(exe())
+        .args(["bench", "--up", "--kv-pairs", "10", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--execution ssmr or dssmr"), "{err}");
+}

@@ -3,6 +3,7 @@
 //! the closed-loop Chirper load that `partita bench` and `partita nemesis` run with
 //! them ([`run_load`]).
 
+use crate::objects::LoadSummary;
 use crate::services::chirper_params;
 use anyhow::Context;
 use partita_checker::chirper::ChirperEvent;
@@ -10,9 +11,6 @@ use partita_client::objects::ObjectClient;
 use partita_client::{ClientError, ClientOptions};
 use partita_config::ClusterConfig;
 use partita_dssmr::chirper::{Chirper, ChirperCommand, Graph, Workload};
-use partita_dssmr::client::{ProxyStats, Scheme};
-use partita_dssmr::replica::data_partitions;
-use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,74 +70,30 @@ pub struct ChirperLoad {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChirperLoadResult {
     pub workload: String,
-    pub scheme: String,
-    pub data_partitions: u32,
     pub users: u32,
-    pub ordering: String,
-    pub durability: String,
-    pub clients: usize,
-    pub think_ms: u64,
-    pub duration_s: f64,
-    pub measured_s: f64,
-    /// Commands that ended with an outcome inside the measured window.
-    pub commands: u64,
-    pub throughput_cmds_per_s: f64,
-    pub latency_ms_p50: f64,
-    pub latency_ms_p90: f64,
-    pub latency_ms_p99: f64,
-    pub latency_ms_max: f64,
-    /// Commands whose outcome stayed unknown (the session gave up).
-    pub unknown: u64,
-    /// The client proxies' counters, summed.
-    pub consults: u64,
-    pub cache_hits: u64,
-    pub move_commands: u64,
-    pub objects_moved: u64,
-    pub retries: u64,
-    pub fallbacks: u64,
-    /// Move commands sent in each second of the run.
-    pub moves_per_s: Vec<u64>,
+    #[serde(flatten)]
+    pub summary: LoadSummary,
 }
 
 impl std::fmt::Display for ChirperLoadResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.summary;
         writeln!(
             f,
             "chirper {} on {} ({} data partition(s), {} users), {}, durability {}; \
              {} clients, think 0..={} ms, {:.0} s ({:.1} s measured)",
             self.workload,
-            self.scheme,
-            self.data_partitions,
+            s.scheme,
+            s.data_partitions,
             self.users,
-            self.ordering,
-            self.durability,
-            self.clients,
-            self.think_ms,
-            self.duration_s,
-            self.measured_s
+            s.ordering,
+            s.durability,
+            s.clients,
+            s.think_ms,
+            s.duration_s,
+            s.measured_s
         )?;
-        writeln!(
-            f,
-            "  {:.0} commands/s ({} commands); latency ms p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}; {} unknown",
-            self.throughput_cmds_per_s,
-            self.commands,
-            self.latency_ms_p50,
-            self.latency_ms_p90,
-            self.latency_ms_p99,
-            self.latency_ms_max,
-            self.unknown
-        )?;
-        write!(
-            f,
-            "  proxies: {} consults, {} cache hits, {} moves ({} objects), {} retries, {} fallbacks; moves per second {:?}",
-            self.consults,
-            self.cache_hits,
-            self.move_commands,
-            self.objects_moved,
-            self.retries,
-            self.fallbacks,
-            self.moves_per_s
-        )
+        write!(f, "{}", s.lines())
     }
 }
 
@@ -153,126 +107,49 @@ pub async fn run_load(
     base: Instant,
 ) -> anyhow::Result<(ChirperLoadResult, Vec<ChirperEvent>)> {
     anyhow::ensure!(load.clients > 0, "a Chirper load needs clients");
-    let (scheme, _, spec) = chirper_params(cluster)?;
+    let (_, static_map, spec) = chirper_params(cluster)?;
     let graph = Arc::new(Graph::generate(&spec));
-    let end = base + load.duration;
-    let mut tasks = Vec::new();
-    for i in 0..load.clients {
-        let cluster = cluster.clone();
-        let load = load.clone();
-        let graph = graph.clone();
-        tasks.push(tokio::spawn(async move {
-            let seed = load.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
-            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let opts = ClientOptions {
-                entry_index: Some(i as u64),
-                give_up: load.give_up,
-                ..ClientOptions::default()
-            };
-            let mut client = chirper_client(&cluster, opts, seed).await?;
-            client.prefetch(graph.users());
-            let mut events = Vec::new();
-            let mut moves_at = Vec::new();
-            let mut n = 0u64;
-            while Instant::now() < end {
-                if load.think_ms > 0 {
-                    let ms = rng.gen_range(0..=load.think_ms);
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                }
-                n += 1;
-                let post_id = ((i as u64 + 1) << 32) | n;
-                let cmd = match load.mix {
-                    ChirperMix::Workload(w) => w.next(&graph, post_id, &mut rng),
-                    ChirperMix::Swarm => partita_sim::ds::swarm_command(&graph, post_id, &mut rng),
-                };
-                let moves_before = client.stats().move_commands;
-                let invoked = base.elapsed().as_nanos() as u64;
-                let res = client.run(cmd.clone()).await;
-                let returned = base.elapsed().as_nanos() as u64;
-                for _ in moves_before..client.stats().move_commands {
-                    moves_at.push(invoked);
-                }
-                let result =
-                    match res {
-                        Ok(o) => Some(partita_sim::ds::result_of(&cmd, &o).map_err(|why| {
-                            anyhow::anyhow!("{cmd:?}: a member refused it: {why}")
-                        })?),
-                        Err(_) => None,
-                    };
-                events.push(ChirperEvent {
-                    client: i as u64 + 1,
-                    op: partita_sim::ds::op_of(&cmd),
-                    invoked,
-                    returned: result.as_ref().map(|_| returned),
-                    result,
-                });
-            }
-            anyhow::Ok((events, client.stats().clone(), moves_at))
-        }));
-    }
-    let mut events = Vec::new();
-    let mut stats = ProxyStats::default();
-    let mut moves_at = Vec::new();
-    for t in tasks {
-        let (e, s, m) = t.await??;
-        events.extend(e);
-        moves_at.extend(m);
-        stats += &s;
-    }
-    events.sort_by_key(|e| (e.invoked, e.client));
-    let total = base.elapsed();
-    let lo = load.duration.mul_f64(load.trim).as_nanos() as u64;
-    let hi = load.duration.mul_f64(1.0 - load.trim).as_nanos() as u64;
-    let mut lat: Vec<u64> = events
-        .iter()
-        .filter_map(|e| {
-            let r = e.returned?;
-            (e.invoked >= lo && r <= hi).then_some(r - e.invoked)
-        })
-        .collect();
-    lat.sort_unstable();
-    let at = |q: f64| {
-        lat.get(((lat.len().max(1) - 1) as f64 * q) as usize)
-            .map_or(0.0, |&ns| ns as f64 / 1e6)
+    let shape = crate::objects::LoadShape {
+        clients: load.clients,
+        duration: load.duration,
+        think_ms: load.think_ms,
+        seed: load.seed,
+        trim: load.trim,
+        give_up: load.give_up,
     };
-    let measured_s = (hi.saturating_sub(lo)) as f64 / 1e9;
-    let seconds = total.as_secs() as usize + 1;
-    let mut moves_per_s = vec![0u64; seconds];
-    for t in moves_at {
-        moves_per_s[((t / 1_000_000_000) as usize).min(seconds - 1)] += 1;
+    let (mix, g) = (load.mix, graph.clone());
+    let next = move |i: usize, n: u64, rng: &mut rand::rngs::StdRng| {
+        let post_id = ((i as u64 + 1) << 32) | n;
+        match mix {
+            ChirperMix::Workload(w) => w.next(&g, post_id, rng),
+            ChirperMix::Swarm => partita_sim::ds::swarm_command(&g, post_id, rng),
+        }
+    };
+    let users: Vec<_> = graph.users().collect();
+    let (summary, ran) =
+        crate::objects::run_load::<Chirper, _>(cluster, &shape, static_map, users, next, base)
+            .await?;
+    let mut events = Vec::with_capacity(ran.len());
+    for r in ran {
+        let result = match &r.outcome {
+            Some(o) => Some(
+                partita_sim::ds::result_of(&r.cmd, o)
+                    .map_err(|why| anyhow::anyhow!("{:?}: a member refused it: {why}", r.cmd))?,
+            ),
+            None => None,
+        };
+        events.push(ChirperEvent {
+            client: r.client,
+            op: partita_sim::ds::op_of(&r.cmd),
+            invoked: r.invoked,
+            returned: result.as_ref().map(|_| r.returned),
+            result,
+        });
     }
-    let data = data_partitions(cluster.partitioning.partitions.max(1) as usize, scheme) as u32;
     let result = ChirperLoadResult {
         workload: load.mix.name().into(),
-        scheme: match scheme {
-            Scheme::Ssmr => "S-SMR".into(),
-            Scheme::Dssmr => "DS-SMR".into(),
-        },
-        data_partitions: data,
         users: spec.users,
-        ordering: match cluster.ordering.multiring() {
-            Some(m) => format!("multi-ring paxos ({} rings)", m.rings.len()),
-            None => cluster.ordering.protocol().to_string(),
-        },
-        durability: cluster.cluster.durability.to_string(),
-        clients: load.clients,
-        think_ms: load.think_ms,
-        duration_s: total.as_secs_f64(),
-        measured_s,
-        commands: lat.len() as u64,
-        throughput_cmds_per_s: lat.len() as f64 / measured_s.max(1e-9),
-        latency_ms_p50: at(0.5),
-        latency_ms_p90: at(0.9),
-        latency_ms_p99: at(0.99),
-        latency_ms_max: at(1.0),
-        unknown: events.iter().filter(|e| e.result.is_none()).count() as u64,
-        consults: stats.consults,
-        cache_hits: stats.cache_hits,
-        move_commands: stats.move_commands,
-        objects_moved: stats.objects_moved,
-        retries: stats.retries,
-        fallbacks: stats.fallbacks,
-        moves_per_s,
+        summary,
     };
     Ok((result, events))
 }

@@ -20,5 +20,6 @@ pub mod launch;
 pub mod nemesis;
 pub mod netns;
 pub mod node_cpu;
+pub mod objects;
 pub mod progress;
 pub mod services;

@@ -33,6 +33,35 @@ pub fn random_command_pairs(rng: &mut impl Rng, keys: u64, client: u64, n: u64) 
     random_command(rng, keys, client, n)
 }
 
+/// Pair `p`'s keys, `pair/{p}/a` and `pair/{p}/b`.
+pub fn pair_keys(p: u64) -> [Vec<u8>; 2] {
+    [
+        format!("pair/{p}/a").into_bytes(),
+        format!("pair/{p}/b").into_bytes(),
+    ]
+}
+
+/// A transaction that puts `value` at both keys of pair `p` (the pairs workload of
+/// the key-value store on S-SMR and DS-SMR: `partita bench --kv-pairs`).
+pub fn pair_puts(p: u64, value: impl Into<Vec<u8>>) -> KvCommand {
+    let value = value.into();
+    KvCommand::Txn(TxnRequest {
+        compare: vec![],
+        success: pair_keys(p)
+            .into_iter()
+            .map(|key| {
+                RequestOp::Put(PutRequest {
+                    key,
+                    value: value.clone(),
+                    prev_kv: false,
+                    lease: 0,
+                })
+            })
+            .collect(),
+        failure: vec![],
+    })
+}
+
 /// If `a` exists, put `value` at `a` and at `b` (distinct keys) in one revision;
 /// otherwise read `b`.
 pub fn both_or_read(

@@ -220,13 +220,18 @@ impl DsService for Chirper {
 /// A key-value client's keys and history on S-SMR/DS-SMR.
 pub struct KvApp {
     keys: u64,
+    /// The pairs workload's pairs (0: the swarm's mix).
+    pairs: u64,
     events: Vec<crate::ds::KvEvent>,
 }
 
 impl DsService for KvObjects {
     type App = KvApp;
     fn next<R: Rng>(app: &mut KvApp, id: ClientId, n: u64, _swarm: bool, rng: &mut R) -> KvCommand {
-        partita_kv::mix::random_command_pairs(rng, app.keys, id, n)
+        match app.pairs {
+            0 => partita_kv::mix::random_command_pairs(rng, app.keys, id, n),
+            pairs => partita_kv::mix::pair_puts(rng.gen_range(0..pairs), format!("c{id}-{n}")),
+        }
     }
     fn record(
         app: &mut KvApp,
@@ -464,8 +469,9 @@ impl SimClient {
         c
     }
 
-    /// A key-value client of an S-SMR/DS-SMR cluster (`partita_dssmr::kv`): the
-    /// key-value mix on `params.keys` keys, `ops` commands, with a history.
+    /// A key-value client of an S-SMR/DS-SMR cluster (`partita_dssmr::kv`): on swarm
+    /// seeds the key-value mix on `params.keys` keys, `ops` commands, with a history;
+    /// in the experiment mode the pairs workload (`ds.kv_pairs`) with no quota.
     #[allow(clippy::too_many_arguments)]
     pub fn new_ds_kv(
         index: u32,
@@ -479,10 +485,23 @@ impl SimClient {
     ) -> SimClient {
         let app = KvApp {
             keys: params.keys.clamp(2, KV_KEYS_MAX),
+            pairs: ds.kv_pairs,
             events: Vec::new(),
         };
-        let d = ds_client::<KvObjects>(index, entry, topology, replica, &params, ds, data, app);
-        SimClient::with_core(index, Core::DsKv(Box::new(d)), params, ops)
+        let mut d = ds_client::<KvObjects>(index, entry, topology, replica, &params, ds, data, app);
+        let core = |d| Core::DsKv(Box::new(d));
+        if ds.swarm {
+            return SimClient::with_core(index, core(d), params, ops);
+        }
+        // Clients start knowing where the pairs' keys are hashed (the cache, warm).
+        d.proxy.prefetch_initial(
+            (0..ds.kv_pairs)
+                .flat_map(partita_kv::mix::pair_keys)
+                .map(|k| partita_dssmr::kv::key_object(&k)),
+        );
+        let mut c = SimClient::with_core(index, core(d), params, u64::MAX);
+        c.think_step_ns = MILLIS_NS;
+        c
     }
 
     /// A key-value S-SMR/DS-SMR client's history (swarm seeds).

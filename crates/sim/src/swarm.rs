@@ -635,6 +635,10 @@ pub struct DsParams {
     /// hashed to partitions (the paper's runs) or by community (Chirper's own
     /// placement, an optimised static map).
     pub static_map: partita_dssmr::StaticMap,
+    /// The key-value store's clients (`service = "kv"`): 0 for the swarm's mix, else
+    /// transactions over this many pairs of keys (`partita_kv::mix::pair_puts`, the
+    /// workload of `partita bench --kv-pairs`).
+    pub kv_pairs: u64,
     /// Swarm seeds: clients draw the swarm's mix ([`crate::ds::swarm_command`]: every
     /// command kind, creates and deletes too, peers from anywhere half of the time)
     /// and record a history, instead of `workload`'s samples.
@@ -1536,6 +1540,7 @@ fn draw_dssmr(seed: u64, opts: &SimOptions) -> Option<(DsParams, u32)> {
         } else {
             partita_dssmr::StaticMap::Service
         },
+        kv_pairs: 0,
         swarm: true,
     };
     Some((d, data))

@@ -61,6 +61,7 @@ fn spec_with(scheme: Scheme, workload: Workload, await_moves: bool) -> BenchSpec
         gather_where_most: false,
         await_moves,
         static_map: partita_dssmr::StaticMap::Service,
+        kv_pairs: 0,
         swarm: false,
     });
     s

@@ -249,6 +249,7 @@ fn point(o: &DssmrOptions, s: Series, data: u32, workload: ChirperWorkload) -> D
         gather_where_most: o.gather_where_most,
         await_moves: o.await_moves,
         static_map: s.static_map,
+        kv_pairs: 0,
         swarm: false,
     });
     let (bench, ds) = simbench::run_with_dssmr(spec);
@@ -448,6 +449,175 @@ pub fn dssmr_sim(o: &DssmrOptions) -> anyhow::Result<DssmrReport> {
         targets: targets(&points, o.placement),
         points,
     })
+}
+
+/// One point of the key-value store's pairs workload (`experiment dssmr --sim
+/// --kv-pairs N`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KvPairsPoint {
+    pub scheme: Scheme,
+    pub partitions: u32,
+    pub clients: u32,
+    pub throughput_cps: f64,
+    pub latency_ms_mean: f64,
+    pub latency_ms_p99: f64,
+    pub objects_moved: u64,
+    pub retries: u64,
+    pub fallbacks: u64,
+}
+
+/// The key-value store on S-SMR and DS-SMR, simulated, under the pairs workload.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KvPairsReport {
+    pub name: String,
+    pub simulated: bool,
+    pub pairs: u64,
+    pub configuration: String,
+    pub points: Vec<KvPairsPoint>,
+}
+
+/// A simulated key-value cluster on `scheme` with `data` data partitions: one Ring
+/// Paxos stream (the store's revisions are its positions; Multi-Ring Paxos is refused
+/// there), 2 replicas per partition (DS-SMR: and 2 for the oracle).
+pub fn kv_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
+    let partitions = data + u32::from(scheme == Scheme::Dssmr);
+    let replicas = 2 * partitions as usize;
+    let mut c = super::sim_smr_cluster(replicas, Protocol::RingPaxos, Durability::Fsync);
+    c.cluster.service = "kv".into();
+    c.execution = match scheme {
+        Scheme::Dssmr => partita_config::ExecutionSection::Dssmr(Default::default()),
+        Scheme::Ssmr => partita_config::ExecutionSection::Ssmr,
+    };
+    if partitions > 1 {
+        c.partitioning.partitions = partitions;
+        let mut i = 0u32;
+        for n in &mut c.nodes {
+            if n.roles.contains(&Role::Replica) {
+                n.partition = Some(i / 2);
+                i += 1;
+            }
+        }
+    }
+    c
+}
+
+/// The key-value store's pairs workload (each command a transaction putting both keys
+/// of one of `pairs` pairs, hashed to partitions) on S-SMR and DS-SMR at each of
+/// `o.partitions`, simulated: one deterministic run per point.
+pub fn kv_pairs_sim(o: &DssmrOptions, pairs: u64) -> anyhow::Result<KvPairsReport> {
+    anyhow::ensure!(pairs > 0, "--kv-pairs: at least one pair");
+    let mut todo = Vec::new();
+    for &p in &o.partitions {
+        for s in [Scheme::Ssmr, Scheme::Dssmr] {
+            todo.push((p, s));
+        }
+    }
+    let points = framework::map_jobs(&todo, o.jobs, |&(data, scheme)| {
+        let clients = o.clients_per_partition * data;
+        let mut spec = BenchSpec::new(
+            kv_cluster(scheme, data),
+            simbench::Workload::Update,
+            clients,
+        );
+        spec.duration_ns = o.duration.as_nanos() as u64;
+        spec.seed = o.seed;
+        spec.cost = o.cost.clone();
+        spec.dssmr = Some(DsParams {
+            scheme,
+            graph: GraphSpec {
+                users: 1,
+                communities: 1,
+                mean_followers: 1.0,
+                p_local: 1.0,
+                seed: o.seed,
+                scattered: false,
+            },
+            workload: ChirperWorkload::Mix,
+            gather_where_most: o.gather_where_most,
+            await_moves: o.await_moves,
+            static_map: StaticMap::Hashed,
+            kv_pairs: pairs,
+            swarm: false,
+        });
+        let (bench, ds) = simbench::run_with_dssmr(spec);
+        if o.progress {
+            eprintln!(
+                "{scheme:?} {data} partitions: {:.0} cps, {:.2} ms mean, {} moved",
+                bench.throughput_cmds_per_s, bench.latency_ms_mean, ds.objects_moved
+            );
+        }
+        KvPairsPoint {
+            scheme,
+            partitions: data,
+            clients,
+            throughput_cps: bench.throughput_cmds_per_s,
+            latency_ms_mean: bench.latency_ms_mean,
+            latency_ms_p99: bench.latency_ms_p99,
+            objects_moved: ds.objects_moved,
+            retries: ds.retries,
+            fallbacks: ds.fallbacks,
+        }
+    });
+    let configuration = format!(
+        "SIMULATED ({}); the key-value store, {pairs} pairs of keys hashed to partitions, each \
+         command a transaction putting both keys of a pair drawn uniformly; 2 replicas per \
+         partition (DS-SMR: plus an oracle partition of 2), one Ring Paxos stream of 3 \
+         acceptors, fsync; {} closed-loop clients per partition, no think time, caches warm \
+         with the initial placement; {}; {}; {:.1} s virtual runs, seed {}",
+        super::sim_machine(&o.cost_source),
+        o.clients_per_partition,
+        gathering(o),
+        moves_sent(o),
+        o.duration.as_secs_f64(),
+        o.seed
+    );
+    Ok(KvPairsReport {
+        name: "dssmr-kv-pairs".into(),
+        simulated: true,
+        pairs,
+        configuration,
+        points,
+    })
+}
+
+/// The pairs report as a table, with DS-SMR / S-SMR at each partition count.
+pub fn kv_pairs_table(r: &KvPairsReport) -> String {
+    let mut out = format!("{}\n\n", r.configuration);
+    out += "scheme   partitions  clients  commands/s  mean ms  p99 ms  moved  retries  fallbacks\n";
+    for p in &r.points {
+        out += &format!(
+            "{:<8} {:>10}  {:>7}  {:>10.0}  {:>7.2}  {:>6.2}  {:>5}  {:>7}  {:>9}\n",
+            match p.scheme {
+                Scheme::Ssmr => "S-SMR",
+                Scheme::Dssmr => "DS-SMR",
+            },
+            p.partitions,
+            p.clients,
+            p.throughput_cps,
+            p.latency_ms_mean,
+            p.latency_ms_p99,
+            p.objects_moved,
+            p.retries,
+            p.fallbacks
+        );
+    }
+    let mut parts: Vec<u32> = r.points.iter().map(|p| p.partitions).collect();
+    parts.dedup();
+    for n in parts {
+        let at = |s| {
+            r.points
+                .iter()
+                .find(|p| p.partitions == n && p.scheme == s)
+                .map(|p| p.throughput_cps)
+        };
+        if let (Some(d), Some(s)) = (at(Scheme::Dssmr), at(Scheme::Ssmr)) {
+            out += &format!(
+                "DS-SMR / S-SMR at {n} partitions: {:.2}x\n",
+                d / s.max(1e-9)
+            );
+        }
+    }
+    out
 }
 
 /// S-SMR's static map and DS-SMR's initial placement, for a report's configuration.
@@ -675,13 +845,18 @@ pub fn dssmr_real_figures(r: &DssmrRealReport) -> Vec<(String, partita_plot::Fig
                 t_lines.push(line(
                     &label,
                     pts.iter()
-                        .map(|p| (p.partitions as f64, p.load.throughput_cmds_per_s / 1000.0))
+                        .map(|p| {
+                            (
+                                p.partitions as f64,
+                                p.load.summary.throughput_cmds_per_s / 1000.0,
+                            )
+                        })
                         .collect(),
                 ));
                 l_lines.push(line(
                     &label,
                     pts.iter()
-                        .map(|p| (p.partitions as f64, p.load.latency_ms_p50))
+                        .map(|p| (p.partitions as f64, p.load.summary.latency_ms_p50))
                         .collect(),
                 ));
             }
@@ -855,9 +1030,9 @@ pub async fn dssmr_real(
                             points.len() + 1,
                             s.name(o.placement),
                             w.name(),
-                            load.throughput_cmds_per_s,
-                            load.latency_ms_p50,
-                            load.move_commands
+                            load.summary.throughput_cmds_per_s,
+                            load.summary.latency_ms_p50,
+                            load.summary.move_commands
                         );
                     }
                     points.push(RealPoint {
@@ -876,7 +1051,7 @@ pub async fn dssmr_real(
         points
             .iter()
             .find(|x| x.round == r && x.series() == s && x.partitions == p && x.workload == w)
-            .map(|x| x.load.throughput_cmds_per_s)
+            .map(|x| x.load.summary.throughput_cmds_per_s)
     };
     let dssmr = curves[1];
     let mut ratios = Vec::new();
@@ -940,10 +1115,10 @@ pub fn dssmr_real_table(r: &DssmrRealReport) -> String {
             p.workload.name(),
             p.series().name(r.placement),
             p.partitions,
-            p.load.throughput_cmds_per_s,
-            p.load.latency_ms_p50,
-            p.load.latency_ms_p99,
-            p.load.move_commands
+            p.load.summary.throughput_cmds_per_s,
+            p.load.summary.latency_ms_p50,
+            p.load.summary.latency_ms_p99,
+            p.load.summary.move_commands
         ));
     }
     s.push_str("ratios (per round):\n");
@@ -957,6 +1132,25 @@ pub fn dssmr_real_table(r: &DssmrRealReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key-value store's pairs, simulated at 2 partitions: both schemes complete
+    /// commands, DS-SMR moves keys together and S-SMR never does, and the table
+    /// reports the ratio.
+    #[test]
+    fn kv_pairs_run_on_both_schemes() {
+        let mut o = DssmrOptions::full();
+        o.partitions = vec![2];
+        o.clients_per_partition = 8;
+        o.duration = Duration::from_millis(400);
+        o.progress = false;
+        let r = kv_pairs_sim(&o, 50).unwrap();
+        assert_eq!(r.points.len(), 2);
+        for p in &r.points {
+            assert!(p.throughput_cps > 0.0, "{p:?}");
+            assert_eq!(p.objects_moved > 0, p.scheme == Scheme::Dssmr, "{p:?}");
+        }
+        assert!(kv_pairs_table(&r).contains("DS-SMR / S-SMR at 2 partitions"));
+    }
 
     /// A tiny simulated sweep end to end: S-SMR and DS-SMR on the hashed map and
     /// S-SMR* on Chirper's at 1 and 2 partitions, the targets computed, and Figure 4
