@@ -41,7 +41,7 @@
 use crate::{Kind, ObjectId, ObjectService, View};
 use partita_kv::{
     check, is_read_only, ErrorResponse, KeyRange, KeyValue, KvCommand, KvError, KvReply, KvStore,
-    RequestOp,
+    RequestOp, ResponseOp,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,6 +51,22 @@ pub struct KvObjects;
 /// The object that holds `key`.
 pub fn key_object(key: &[u8]) -> ObjectId {
     partita_service::stable_hash(key)
+}
+
+/// Whether `reply` says its command changed something, and so took its position as
+/// its revision (a read, a delete of nothing or a transaction that wrote nothing
+/// reports the position before its own).
+pub fn changed(reply: &KvReply) -> bool {
+    match reply {
+        KvReply::Put(_) => true,
+        KvReply::DeleteRange(d) => d.deleted > 0,
+        KvReply::Txn(t) => t.responses.iter().any(|r| match r {
+            ResponseOp::Put(_) => true,
+            ResponseOp::DeleteRange(d) => d.deleted > 0,
+            ResponseOp::Range(_) => false,
+        }),
+        _ => false,
+    }
 }
 
 /// Whether S-SMR and DS-SMR serve `cmd` (the reason when not): the client refuses it

@@ -15,7 +15,7 @@
 //! The DS-SMR planted bugs are caught by the check they break.
 
 use partita_dssmr::client::*;
-use partita_dssmr::kv::{key_object, KvObjects};
+use partita_dssmr::kv::{changed, key_object, KvObjects};
 use partita_dssmr::server::*;
 use partita_dssmr::*;
 use partita_kv::*;
@@ -277,21 +277,6 @@ fn normalized(reply: &KvReply, f: &dyn Fn(u64) -> u64) -> KvReply {
     }
 }
 
-/// Whether `reply` says its command changed something (and so took its position as
-/// its revision).
-fn wrote(reply: &KvReply) -> bool {
-    match reply {
-        KvReply::Put(_) => true,
-        KvReply::DeleteRange(d) => d.deleted > 0,
-        KvReply::Txn(t) => t.responses.iter().any(|r| match r {
-            ResponseOp::Put(_) => true,
-            ResponseOp::DeleteRange(d) => d.deleted > 0,
-            ResponseOp::Range(_) => false,
-        }),
-        _ => false,
-    }
-}
-
 /// The first violation of a run, if any.
 fn violation(r: &Run) -> Option<String> {
     let mut done = r.done.clone();
@@ -299,10 +284,10 @@ fn violation(r: &Run) -> Option<String> {
     // Commands of one instance at different partitions may take positions in another
     // order than the sequence's (they commute); at any one member, positions follow
     // its delivery.
-    done.sort_by_key(|(_, _, _, r)| r.revision() + u64::from(!wrote(r)));
+    done.sort_by_key(|(_, _, _, r)| r.revision() + u64::from(!changed(r)));
     if let Some(w) = done.windows(2).find(|w| {
-        w[0].3.revision() + u64::from(!wrote(&w[0].3))
-            == w[1].3.revision() + u64::from(!wrote(&w[1].3))
+        w[0].3.revision() + u64::from(!changed(&w[0].3))
+            == w[1].3.revision() + u64::from(!changed(&w[1].3))
     }) {
         return Some(format!("{:?} and {:?} have one position", w[0].2, w[1].2));
     }

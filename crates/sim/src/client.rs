@@ -457,13 +457,23 @@ impl SimClient {
         let mut d = ds_client::<Chirper>(index, entry, topology, replica, &params, ds, data, app);
         // Clients start knowing the initial placement (the paper's cache, warm).
         d.proxy.prefetch_initial(users);
-        let core = Core::Ds(Box::new(d));
-        if ds.swarm {
-            // A quota and a history, like the B+tree's swarm clients.
+        SimClient::with_ds_core(index, Core::Ds(Box::new(d)), params, ds.swarm, ops)
+    }
+
+    /// An S-SMR/DS-SMR client around `core`: on swarm seeds a quota of `ops` commands
+    /// and a history, like the B+tree's swarm clients; in the experiment mode no quota
+    /// (the run ends at a fixed virtual time), thinking in whole milliseconds as the
+    /// bench does.
+    fn with_ds_core(
+        index: u32,
+        core: Core,
+        params: ClientParams,
+        swarm: bool,
+        ops: u64,
+    ) -> SimClient {
+        if swarm {
             return SimClient::with_core(index, core, params, ops);
         }
-        // No quota: the run ends at a fixed virtual time; thinks in whole milliseconds
-        // as the bench does.
         let mut c = SimClient::with_core(index, core, params, u64::MAX);
         c.think_step_ns = MILLIS_NS;
         c
@@ -489,19 +499,13 @@ impl SimClient {
             events: Vec::new(),
         };
         let mut d = ds_client::<KvObjects>(index, entry, topology, replica, &params, ds, data, app);
-        let core = |d| Core::DsKv(Box::new(d));
-        if ds.swarm {
-            return SimClient::with_core(index, core(d), params, ops);
-        }
         // Clients start knowing where the pairs' keys are hashed (the cache, warm).
         d.proxy.prefetch_initial(
             (0..ds.kv_pairs)
                 .flat_map(partita_kv::mix::pair_keys)
                 .map(|k| partita_dssmr::kv::key_object(&k)),
         );
-        let mut c = SimClient::with_core(index, core(d), params, u64::MAX);
-        c.think_step_ns = MILLIS_NS;
-        c
+        SimClient::with_ds_core(index, Core::DsKv(Box::new(d)), params, ds.swarm, ops)
     }
 
     /// A key-value S-SMR/DS-SMR client's history (swarm seeds).
@@ -731,46 +735,30 @@ impl SimClient {
                         return;
                     }
                 }
-                Core::Ds(d) => {
-                    if let Some(done) = d.core.take_done() {
-                        match d.step(done, now, &mut actions) {
-                            Some(ok) => {
-                                if ok {
-                                    self.samples.push(Sample {
-                                        call_ns: d.call_ns,
-                                        ret_ns: now,
-                                        ops: 1,
-                                        tentative_ns: None,
-                                        psmr_resubmitted: false,
-                                    });
-                                }
-                                self.think(now, rng, out);
-                                return;
+                Core::Ds(_) | Core::DsKv(_) => {
+                    // `Some(Some(call))`: the command ended (`call`: when it was invoked,
+                    // if it was answered); `Some(None)`: the next multicast went out;
+                    // `None`: nothing finished.
+                    let step = with_ds!(&mut self.core, d => d.core.take_done().map(|done| {
+                        d.step(done, now, &mut actions).map(|ok| ok.then_some(d.call_ns))
+                    }), None);
+                    match step {
+                        Some(Some(finished)) => {
+                            if let Some(call_ns) = finished {
+                                self.samples.push(Sample {
+                                    call_ns,
+                                    ret_ns: now,
+                                    ops: 1,
+                                    tentative_ns: None,
+                                    psmr_resubmitted: false,
+                                });
                             }
-                            // The next multicast went out: send it.
-                            None => continue,
+                            self.think(now, rng, out);
+                            return;
                         }
-                    }
-                }
-                Core::DsKv(d) => {
-                    if let Some(done) = d.core.take_done() {
-                        match d.step(done, now, &mut actions) {
-                            Some(ok) => {
-                                if ok {
-                                    self.samples.push(Sample {
-                                        call_ns: d.call_ns,
-                                        ret_ns: now,
-                                        ops: 1,
-                                        tentative_ns: None,
-                                        psmr_resubmitted: false,
-                                    });
-                                }
-                                self.think(now, rng, out);
-                                return;
-                            }
-                            // The next multicast went out: send it.
-                            None => continue,
-                        }
+                        // The next multicast went out: send it.
+                        Some(None) => continue,
+                        None => {}
                     }
                 }
             }

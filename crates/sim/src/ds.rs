@@ -9,6 +9,7 @@
 use partita_checker::chirper::{ChirperEvent, ChirperInitial, ChirperOp, ChirperResult};
 use partita_dssmr::chirper::{user_id, Chirper, ChirperCommand, ChirperReply, Graph};
 use partita_dssmr::client::Outcome;
+use partita_dssmr::kv::changed;
 use partita_dssmr::server::Server;
 use partita_dssmr::{ObjectId, ObjectService, StaticMap};
 use partita_kv::history::{event_line, Outcome as KvOutcome};
@@ -252,20 +253,6 @@ fn reply_kvs(reply: &KvReply) -> Vec<&KeyValue> {
     }
 }
 
-/// Whether `reply` says its command changed something (and so made its revision).
-fn wrote(reply: &KvReply) -> bool {
-    match reply {
-        KvReply::Put(_) => true,
-        KvReply::DeleteRange(d) => d.deleted > 0,
-        KvReply::Txn(t) => t.responses.iter().any(|r| match r {
-            ResponseOp::Put(_) => true,
-            ResponseOp::DeleteRange(d) => d.deleted > 0,
-            ResponseOp::Range(_) => false,
-        }),
-        _ => false,
-    }
-}
-
 /// A key-value S-SMR/DS-SMR history in the key-value checker's format, with a read of
 /// every key of the final state (`keys`, from the partitions) appended at time `at`.
 ///
@@ -287,7 +274,12 @@ fn wrote(reply: &KvReply) -> bool {
 pub fn kv_lines(events: &[KvEvent], keys: Vec<KeyValue>, at: u64) -> Result<Vec<String>, String> {
     let mut writes: Vec<u64> = events
         .iter()
-        .filter_map(|e| e.reply.as_ref().filter(|r| wrote(r)).map(|r| r.revision()))
+        .filter_map(|e| {
+            e.reply
+                .as_ref()
+                .filter(|r| changed(r))
+                .map(|r| r.revision())
+        })
         .collect();
     writes.sort_unstable();
     if let Some(d) = writes.windows(2).find(|w| w[0] == w[1]) {
@@ -296,7 +288,7 @@ pub fn kv_lines(events: &[KvEvent], keys: Vec<KeyValue>, at: u64) -> Result<Vec<
             .filter(|e| {
                 e.reply
                     .as_ref()
-                    .is_some_and(|r| wrote(r) && r.revision() == d[0])
+                    .is_some_and(|r| changed(r) && r.revision() == d[0])
             })
             .map(|e| format!("client {} {:?} -> {:?}", e.client, e.cmd, e.reply))
             .collect();

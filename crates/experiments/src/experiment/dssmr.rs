@@ -156,14 +156,7 @@ pub fn dssmr_cluster(scheme: Scheme, static_map: StaticMap, data: u32) -> Cluste
         Scheme::Ssmr => partita_config::ExecutionSection::Ssmr,
     };
     if partitions > 1 {
-        c.partitioning.partitions = partitions;
-        let mut i = 0u32;
-        for n in &mut c.nodes {
-            if n.roles.contains(&Role::Replica) {
-                n.partition = Some(i / 2);
-                i += 1;
-            }
-        }
+        pair_replicas(&mut c, partitions);
         c = c
             .with_multiring(partitions, 1)
             .expect("a ring per partition and one spanning them");
@@ -224,34 +217,42 @@ pub fn series(placement: StaticMap, optimised_baseline: bool) -> Vec<Series> {
     v
 }
 
-fn point(o: &DssmrOptions, s: Series, data: u32, workload: ChirperWorkload) -> DsPoint {
-    let scheme = s.scheme;
-    let clients = o.clients_per_partition * data;
-    let mut spec = BenchSpec::new(
-        dssmr_cluster(scheme, s.static_map, data),
-        simbench::Workload::Update,
-        clients,
-    );
+/// A simulated S-SMR/DS-SMR run of `cluster` with `clients` closed-loop clients and
+/// `ds`, for the options' duration, seed and cost table.
+fn ds_spec(o: &DssmrOptions, cluster: ClusterConfig, clients: u32, ds: DsParams) -> BenchSpec {
+    let mut spec = BenchSpec::new(cluster, simbench::Workload::Update, clients);
     spec.duration_ns = o.duration.as_nanos() as u64;
     spec.seed = o.seed;
     spec.cost = o.cost.clone();
-    spec.dssmr = Some(DsParams {
-        scheme,
-        graph: GraphSpec {
-            users: o.users,
-            communities: o.communities,
-            mean_followers: o.mean_followers,
-            p_local: o.p_local,
-            seed: o.seed,
-            scattered: o.scattered_interests,
+    spec.dssmr = Some(ds);
+    spec
+}
+
+fn point(o: &DssmrOptions, s: Series, data: u32, workload: ChirperWorkload) -> DsPoint {
+    let scheme = s.scheme;
+    let clients = o.clients_per_partition * data;
+    let spec = ds_spec(
+        o,
+        dssmr_cluster(scheme, s.static_map, data),
+        clients,
+        DsParams {
+            scheme,
+            graph: GraphSpec {
+                users: o.users,
+                communities: o.communities,
+                mean_followers: o.mean_followers,
+                p_local: o.p_local,
+                seed: o.seed,
+                scattered: o.scattered_interests,
+            },
+            workload,
+            gather_where_most: o.gather_where_most,
+            await_moves: o.await_moves,
+            static_map: s.static_map,
+            kv_pairs: 0,
+            swarm: false,
         },
-        workload,
-        gather_where_most: o.gather_where_most,
-        await_moves: o.await_moves,
-        static_map: s.static_map,
-        kv_pairs: 0,
-        swarm: false,
-    });
+    );
     let (bench, ds) = simbench::run_with_dssmr(spec);
     DsPoint {
         scheme,
@@ -489,16 +490,21 @@ pub fn kv_cluster(scheme: Scheme, data: u32) -> ClusterConfig {
         Scheme::Ssmr => partita_config::ExecutionSection::Ssmr,
     };
     if partitions > 1 {
-        c.partitioning.partitions = partitions;
-        let mut i = 0u32;
-        for n in &mut c.nodes {
-            if n.roles.contains(&Role::Replica) {
-                n.partition = Some(i / 2);
-                i += 1;
-            }
-        }
+        pair_replicas(&mut c, partitions);
     }
     c
+}
+
+/// Cut `c`'s replicas into `partitions` partitions of two, in node order.
+fn pair_replicas(c: &mut ClusterConfig, partitions: u32) {
+    c.partitioning.partitions = partitions;
+    let mut i = 0u32;
+    for n in &mut c.nodes {
+        if n.roles.contains(&Role::Replica) {
+            n.partition = Some(i / 2);
+            i += 1;
+        }
+    }
 }
 
 /// The key-value store's pairs workload (each command a transaction putting both keys
@@ -514,31 +520,28 @@ pub fn kv_pairs_sim(o: &DssmrOptions, pairs: u64) -> anyhow::Result<KvPairsRepor
     }
     let points = framework::map_jobs(&todo, o.jobs, |&(data, scheme)| {
         let clients = o.clients_per_partition * data;
-        let mut spec = BenchSpec::new(
+        let spec = ds_spec(
+            o,
             kv_cluster(scheme, data),
-            simbench::Workload::Update,
             clients,
-        );
-        spec.duration_ns = o.duration.as_nanos() as u64;
-        spec.seed = o.seed;
-        spec.cost = o.cost.clone();
-        spec.dssmr = Some(DsParams {
-            scheme,
-            graph: GraphSpec {
-                users: 1,
-                communities: 1,
-                mean_followers: 1.0,
-                p_local: 1.0,
-                seed: o.seed,
-                scattered: false,
+            DsParams {
+                scheme,
+                graph: GraphSpec {
+                    users: 1,
+                    communities: 1,
+                    mean_followers: 1.0,
+                    p_local: 1.0,
+                    seed: o.seed,
+                    scattered: false,
+                },
+                workload: ChirperWorkload::Mix,
+                gather_where_most: o.gather_where_most,
+                await_moves: o.await_moves,
+                static_map: StaticMap::Hashed,
+                kv_pairs: pairs,
+                swarm: false,
             },
-            workload: ChirperWorkload::Mix,
-            gather_where_most: o.gather_where_most,
-            await_moves: o.await_moves,
-            static_map: StaticMap::Hashed,
-            kv_pairs: pairs,
-            swarm: false,
-        });
+        );
         let (bench, ds) = simbench::run_with_dssmr(spec);
         if o.progress {
             eprintln!(
