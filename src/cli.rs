@@ -2467,6 +2467,12 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
                 ..Default::default()
             });
             c.with_partitions(partitions, 2, 1 << 32)
+        } else if a.service == "kv" && c.execution.is_ssmr() {
+            // S-SMR/DS-SMR: keys hashed to the data partitions (DS-SMR adds the
+            // oracle's).
+            c.cluster.service = "kv".into();
+            let oracle = u32::from(c.execution.dssmr().is_some());
+            c.with_partitions(a.partitions + oracle, 2, 1 << 32)
         } else if a.service == "kv" {
             // Byte-string keys fall in partitions by their first eight bytes.
             c.cluster.service = "kv".into();
@@ -2567,6 +2573,18 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
             give_up: Duration::from_secs(10),
         };
         partita_harness::nemesis::run_chirper(&mut lc, &exe, &node_args, &cfg, &load).await?
+    } else if a.service == "kv" && lc.cluster.execution.is_ssmr() {
+        // Sessions that outlast every fault: the key-value checker judges these
+        // histories exactly when every outcome is known.
+        let shape = partita_harness::objects::LoadShape {
+            clients: a.clients,
+            duration: Duration::from_secs(duration),
+            think_ms: 2,
+            seed: a.seed,
+            trim: 0.1,
+            give_up: Duration::from_secs(60),
+        };
+        partita_harness::nemesis::run_kv_objects(&mut lc, &exe, &node_args, &cfg, &shape).await?
     } else if a.service == "kv" {
         let load = partita_harness::kvload::KvLoad::new(
             a.clients as u64,

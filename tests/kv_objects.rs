@@ -236,3 +236,70 @@ fn bench_runs_the_pairs_on_dssmr() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--execution ssmr or dssmr"), "{err}");
 }
+
+/// The nemesis on the key-value store on DS-SMR at 2 partitions (kills and restarts of
+/// the coordinator, acceptors and replicas of the partitions and the oracle, pauses)
+/// with moves under way: the history with a final read of every key linearizable
+/// under the key-value checker, the replicas converged, every key the same after a
+/// full restart; and its control, partitions that run an access over whatever is
+/// local, caught by the linearizability check itself.
+async fn nemesis_run(args: &[String], secs: u64) -> partita_harness::nemesis::NemesisReport {
+    use partita_harness::nemesis;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ClusterConfig::default_local(pick_base_port(), rand::random::<u64>() >> 1);
+    cfg.cluster.service = "kv".into();
+    cfg.cluster.durability = Durability::Fsync;
+    cfg.execution = ExecutionSection::Dssmr(Default::default());
+    let cfg = cfg.with_partitions(3, 2, 1 << 32).unwrap();
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, cfg.to_toml()).unwrap();
+    let mut lc = LocalCluster::start_with(&exe(), &file, &cfg, dir.path(), args, None).unwrap();
+    lc.wait_ready(Duration::from_secs(20)).await.unwrap();
+    let ncfg = nemesis::NemesisConfig {
+        faults: nemesis::Fault::ALL.to_vec(),
+        interval: Duration::from_millis(800),
+        down_for: Duration::from_millis(1200),
+        bench: nemesis::default_bench(Duration::from_secs(secs), 4, 5),
+        history: Some(dir.path().join("history.jsonl")),
+        together: 1,
+        seed: 5,
+    };
+    let shape = partita_harness::objects::LoadShape {
+        clients: 4,
+        duration: Duration::from_secs(secs),
+        think_ms: 2,
+        seed: 5,
+        trim: 0.1,
+        give_up: Duration::from_secs(60),
+    };
+    let report = nemesis::run_kv_objects(&mut lc, &exe(), args, &ncfg, &shape)
+        .await
+        .unwrap();
+    lc.stop(Duration::from_secs(5));
+    eprintln!("{report}");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_on_dssmr_survives_the_nemesis_with_moves_under_way() {
+    let r = nemesis_run(&[], 10).await;
+    assert!(r.passed(), "{r}");
+    let partita_harness::nemesis::LoadResult::Objects(load) = &r.load else {
+        panic!("an object load")
+    };
+    assert!(load.move_commands > 0, "no move under way: {r}");
+    assert!(r.injected.len() >= 3, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nemesis_catches_locality_judged_at_consult_time_on_kv() {
+    let args = vec!["--unsafe".to_string(), "ds-locality-at-consult".to_string()];
+    let r = nemesis_run(&args, 8).await;
+    assert!(
+        matches!(
+            r.linearizable,
+            Err(partita_harness::nemesis::Failed::Violation(_))
+        ),
+        "the linearizability check did not find the bug: {r}"
+    );
+}

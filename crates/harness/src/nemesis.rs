@@ -199,6 +199,8 @@ pub enum LoadResult {
     Btree(Box<BenchResult>),
     Chirper(Box<crate::chirper::ChirperLoadResult>),
     Kv(Box<crate::kvload::KvLoadResult>),
+    /// The key-value store on S-SMR or DS-SMR.
+    Objects(Box<crate::objects::LoadSummary>),
 }
 
 impl std::fmt::Display for LoadResult {
@@ -207,6 +209,15 @@ impl std::fmt::Display for LoadResult {
             LoadResult::Btree(b) => write!(f, "{b}"),
             LoadResult::Chirper(c) => write!(f, "{c}"),
             LoadResult::Kv(k) => write!(f, "{k}"),
+            LoadResult::Objects(o) => write!(
+                f,
+                "the key-value store on {} ({} data partition(s)), {}, {} clients\n{}",
+                o.scheme,
+                o.data_partitions,
+                o.ordering,
+                o.clients,
+                o.lines()
+            ),
         }
     }
 }
@@ -1405,6 +1416,117 @@ pub async fn run_chirper(
     Ok(NemesisReport {
         injected,
         load: LoadResult::Chirper(Box::new(result)),
+        operations,
+        unknown_outcomes: unknown,
+        failover,
+        linearizable,
+        converged,
+        survived_restart,
+    })
+}
+
+/// [`run`] for the key-value store on S-SMR or DS-SMR (`partita up --service kv
+/// --execution ssmr|dssmr`): the key-value mix with two-key transactions (moves under
+/// way on DS-SMR) while the faults are injected. The verdict:
+///
+/// 1. the history, with a read of every key at the end (a range that runs at every
+///    partition), is linearizable under the key-value checker, the store's position
+///    revisions renumbered (`partita_sim::ds::kv_lines`; exact when every outcome is
+///    known, which `shape.give_up` longer than any fault makes likely);
+/// 2. the replicas of every partition (and of the oracle) converge;
+/// 3. after every node was stopped and started again on its data directory, every key
+///    reads as before.
+pub async fn run_kv_objects(
+    lc: &mut LocalCluster,
+    exe: &Path,
+    node_args: &[String],
+    cfg: &NemesisConfig,
+    shape: &crate::objects::LoadShape,
+) -> anyhow::Result<NemesisReport> {
+    use partita_dssmr::client::Outcome;
+    if cfg.faults.is_empty() {
+        bail!("no faults to inject");
+    }
+    let cluster = lc.cluster.clone();
+    let base = Instant::now();
+    let task = {
+        let (cluster, shape) = (cluster.clone(), shape.clone());
+        tokio::spawn(async move { crate::objects::run_kv_mix(&cluster, &shape, base).await })
+    };
+    let mut nem = Nemesis::new(lc, exe, node_args);
+    let injected = nem.schedule(cfg, shape.duration).await?;
+    let (summary, ran) = task.await.context("load task")??;
+    let operations = ran.len();
+    let unknown = ran.iter().filter(|r| r.outcome.is_none()).count();
+    let refused: Vec<String> = ran
+        .iter()
+        .filter(|r| !matches!(r.outcome, None | Some(Outcome::Done(_))))
+        .map(|r| format!("{:?} ended {:?}", r.cmd, r.outcome))
+        .take(3)
+        .collect();
+    let events: Vec<partita_sim::ds::KvEvent> = ran
+        .into_iter()
+        .map(|r| {
+            let reply = match r.outcome {
+                Some(Outcome::Done(reply)) => Some(reply),
+                _ => None,
+            };
+            partita_sim::ds::KvEvent {
+                client: r.client,
+                cmd: r.cmd,
+                invoked: r.invoked,
+                returned: reply.as_ref().map(|_| r.returned),
+                reply,
+            }
+        })
+        .collect();
+    let finals = crate::objects::read_all_kv(&cluster)
+        .await
+        .context("reading every key")?;
+    let at = base.elapsed().as_nanos() as u64;
+    let linearizable = match partita_sim::ds::kv_lines(&events, finals.clone(), at) {
+        _ if !refused.is_empty() => Err(Failed::Violation(format!(
+            "commands refused: {}",
+            refused.join("; ")
+        ))),
+        Err(m) => Err(Failed::Violation(m)),
+        Ok(lines) => {
+            if let Some(p) = &cfg.history {
+                std::fs::write(p, lines.join("\n") + "\n")
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            match partita_sim::check::kv_history(&lines, 2_000_000) {
+                Ok(s) => Ok(format!(
+                    "{operations} operations and a final read of {} keys ({} writes checked)",
+                    finals.len(),
+                    s.writes
+                )),
+                Err((partita_sim::check::Check::Linearizability, m)) => Err(Failed::Violation(m)),
+                Err((_, m)) => Err(Failed::Undecided(m)),
+            }
+        }
+    };
+    let live = nem.lc.cluster.clone();
+    let converged = converged(&live, Duration::from_secs(60)).await;
+    nem.restart_all().await?;
+    let survived_restart = match crate::objects::read_all_kv(&cluster).await {
+        Ok(after) if after == finals => Ok(format!(
+            "{} keys identical after restarting every node",
+            after.len()
+        )),
+        Ok(after) => Err(Failed::Violation(format!(
+            "keys changed by a restart: {} before, {} after",
+            finals.len(),
+            after.len()
+        ))),
+        Err(e) => Err(Failed::Undecided(format!(
+            "no answer after the restart: {e:#}"
+        ))),
+    };
+    let failover = FailoverSummary::of_injected(&injected);
+    Ok(NemesisReport {
+        injected,
+        load: LoadResult::Objects(Box::new(summary)),
         operations,
         unknown_outcomes: unknown,
         failover,

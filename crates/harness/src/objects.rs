@@ -250,3 +250,40 @@ pub async fn run_kv_pairs(
     )
     .await
 }
+
+/// The key-value mix with two-key transactions (`partita_kv::mix::random_command_pairs`
+/// on keys `k0`..`k7`) on an S-SMR/DS-SMR cluster: what the nemesis runs there.
+pub async fn run_kv_mix(
+    cluster: &ClusterConfig,
+    shape: &LoadShape,
+    base: Instant,
+) -> anyhow::Result<(LoadSummary, Vec<Ran<partita_dssmr::kv::KvObjects>>)> {
+    let next = |i: usize, n: u64, rng: &mut StdRng| {
+        partita_kv::mix::random_command_pairs(rng, 8, i as u64 + 1, n)
+    };
+    run_load(cluster, shape, StaticMap::Hashed, Vec::new(), next, base).await
+}
+
+/// Every key of a key-value S-SMR/DS-SMR cluster, read by one range that runs at every
+/// data partition (through the replicated path), in key order.
+pub async fn read_all_kv(cluster: &ClusterConfig) -> anyhow::Result<Vec<partita_kv::KeyValue>> {
+    use partita_kv::{KvCommand, KvReply, RangeRequest};
+    let opts = ClientOptions {
+        give_up: Duration::from_secs(30),
+        ..ClientOptions::default()
+    };
+    let mut c = ObjectClient::<partita_dssmr::kv::KvObjects>::connect(
+        cluster,
+        opts,
+        StaticMap::Hashed,
+        rand::random(),
+    )
+    .await?;
+    match c
+        .run(KvCommand::Range(RangeRequest::new(vec![0], vec![0])))
+        .await?
+    {
+        Outcome::Done(KvReply::Range(r)) => Ok(r.kvs),
+        other => anyhow::bail!("reading every key: {other:?}"),
+    }
+}
