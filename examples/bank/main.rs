@@ -1,5 +1,6 @@
 //! Replicate your own state machine: a bank on a real Partita cluster. `service.rs` is
-//! the whole service; `bank node ...` runs one node of a cluster of it, and
+//! the whole service; `bank node ...` runs one node of a cluster of it (on S-SMR or
+//! DS-SMR too, when the cluster file's `[execution] model` says so), and
 //! `cargo run --example bank -- demo` starts five nodes and moves some money.
 
 mod service;
@@ -21,11 +22,28 @@ async fn main() -> anyhow::Result<()> {
     };
     if args.first().is_some_and(|a| a == "node") {
         // As a local cluster starts its nodes: node --cluster FILE --id N --data-dir DIR.
+        let cluster = ClusterConfig::load(arg("--cluster").as_ref())?;
+        // The cluster file's execution model: any of the common replica's, or S-SMR and
+        // DS-SMR over the bank's accounts as objects (`service.rs`).
+        let service = match cluster.execution.model() {
+            partita_config::ExecutionModel::Ssmr | partita_config::ExecutionModel::Dssmr => {
+                let scheme = match cluster.execution.model() {
+                    partita_config::ExecutionModel::Ssmr => partita_dssmr::client::Scheme::Ssmr,
+                    _ => partita_dssmr::client::Scheme::Dssmr,
+                };
+                partita_dssmr::replica::factory::<Bank>(
+                    scheme,
+                    partita_dssmr::StaticMap::Hashed,
+                    std::sync::Arc::new(Vec::new),
+                )
+            }
+            _ => partita_smr::service::<Bank>(),
+        };
         return partita_runtime::run_node(partita_runtime::NodeOptions {
-            cluster: ClusterConfig::load(arg("--cluster").as_ref())?,
+            cluster,
             id: arg("--id").parse()?,
             data_dir: arg("--data-dir").into(),
-            service: partita_smr::service::<Bank>(),
+            service,
             unsafe_bugs: Vec::new(),
             io_thread: false,
         })

@@ -128,3 +128,77 @@ impl StateMachine for Bank {
             .fold(h, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3))
     }
 }
+
+/// The bank on S-SMR or DS-SMR (paper 003): an account is an object (its id a hash of
+/// its name; the object holds the balances of every name of that hash), implicit:
+/// every account exists from the start with nothing in it, so a deposit opens one as
+/// the bank above does. A transfer names two accounts: DS-SMR moves them into one
+/// partition before it runs there; S-SMR runs it at both partitions.
+impl partita_dssmr::ObjectService for Bank {
+    const NAME: &'static str = "bank";
+    type Object = BTreeMap<String, u64>;
+    type Command = BankCmd;
+    type Reply = BankReply;
+
+    fn kind(cmd: &BankCmd) -> partita_dssmr::Kind {
+        let mut ids: Vec<u64> = match cmd {
+            BankCmd::Deposit { account, .. } | BankCmd::Balance { account } => {
+                vec![account_object(account)]
+            }
+            BankCmd::Transfer { from, to, .. } => vec![account_object(from), account_object(to)],
+        };
+        ids.sort_unstable();
+        ids.dedup();
+        partita_dssmr::Kind::Access(ids)
+    }
+
+    fn implicit() -> Option<BTreeMap<String, u64>> {
+        Some(BTreeMap::new())
+    }
+
+    fn create(_cmd: &BankCmd) -> BTreeMap<String, u64> {
+        BTreeMap::new()
+    }
+
+    /// The bank's rules over the accounts the view gives; each partition writes its
+    /// own (under S-SMR a transfer's two accounts may be in two).
+    fn execute(cmd: &BankCmd, view: &mut partita_dssmr::View<'_, Self::Object>) -> BankReply {
+        fn balance(view: &mut partita_dssmr::View<'_, BTreeMap<String, u64>>, a: &str) -> u64 {
+            view.get(account_object(a))
+                .and_then(|o| o.get(a).copied())
+                .unwrap_or(0)
+        }
+        fn set(view: &mut partita_dssmr::View<'_, BTreeMap<String, u64>>, a: &str, b: u64) {
+            if let Some(o) = view.get_mut(account_object(a)) {
+                o.insert(a.to_string(), b);
+            }
+        }
+        match cmd {
+            BankCmd::Deposit { account, amount } => {
+                let b = balance(view, account).saturating_add(*amount);
+                set(view, account, b);
+                BankReply::Balance(b)
+            }
+            BankCmd::Transfer { from, amount, .. } if balance(view, from) < *amount => {
+                BankReply::Insufficient
+            }
+            BankCmd::Transfer { from, to, .. } if from == to => {
+                BankReply::Balance(balance(view, from))
+            }
+            BankCmd::Transfer { from, to, amount } => {
+                let (f, t) = (balance(view, from), balance(view, to));
+                set(view, from, f - amount);
+                set(view, to, t.saturating_add(*amount));
+                BankReply::Balance(f - amount)
+            }
+            BankCmd::Balance { account } => BankReply::Balance(balance(view, account)),
+        }
+    }
+}
+
+/// The object that holds `account` (FNV-1a of its name).
+pub fn account_object(account: &str) -> u64 {
+    account.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
