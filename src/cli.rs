@@ -2147,18 +2147,22 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
             }
         );
     }
+    // The object services' loads (Chirper, the key-value store on S-SMR/DS-SMR).
+    let shape = partita_harness::objects::LoadShape {
+        clients: a.clients,
+        duration: Duration::from_secs_f64(a.duration),
+        think_ms: a.think_ms,
+        seed: a.seed,
+        trim: 0.1,
+        give_up: Duration::from_secs(30),
+    };
     match (&a.chirper, cluster.cluster.service.as_str()) {
         (Some(w), "chirper") => {
             let load = partita_harness::chirper::ChirperLoad {
                 mix: partita_harness::chirper::ChirperMix::Workload(
                     partita_dssmr::chirper::Workload::parse(w).map_err(anyhow::Error::msg)?,
                 ),
-                clients: a.clients,
-                duration: Duration::from_secs_f64(a.duration),
-                think_ms: a.think_ms,
-                seed: a.seed,
-                trim: 0.1,
-                give_up: Duration::from_secs(30),
+                shape,
             };
             if !a.quiet {
                 eprintln!("chirper {w}: {} clients for {} s...", a.clients, a.duration);
@@ -2185,14 +2189,6 @@ async fn bench_cluster(a: BenchRunArgs) -> anyhow::Result<i32> {
     let objects_kv = cluster.cluster.service == "kv" && cluster.execution.is_ssmr();
     match (a.kv_pairs, objects_kv) {
         (Some(pairs), true) => {
-            let shape = partita_harness::objects::LoadShape {
-                clients: a.clients,
-                duration: Duration::from_secs_f64(a.duration),
-                think_ms: a.think_ms,
-                seed: a.seed,
-                trim: 0.1,
-                give_up: Duration::from_secs(30),
-            };
             if !a.quiet {
                 eprintln!(
                     "kv pairs ({pairs}): {} clients for {} s...",
@@ -2565,12 +2561,14 @@ async fn nemesis(a: NemesisArgs) -> anyhow::Result<i32> {
     let report = if a.service == "chirper" {
         let load = partita_harness::chirper::ChirperLoad {
             mix: partita_harness::chirper::ChirperMix::Swarm,
-            clients: a.clients,
-            duration: Duration::from_secs(duration),
-            think_ms: 2,
-            seed: a.seed,
-            trim: 0.1,
-            give_up: Duration::from_secs(10),
+            shape: partita_harness::objects::LoadShape {
+                clients: a.clients,
+                duration: Duration::from_secs(duration),
+                think_ms: 2,
+                seed: a.seed,
+                trim: 0.1,
+                give_up: Duration::from_secs(10),
+            },
         };
         partita_harness::nemesis::run_chirper(&mut lc, &exe, &node_args, &cfg, &load).await?
     } else if a.service == "kv" && lc.cluster.execution.is_ssmr() {

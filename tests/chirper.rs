@@ -175,12 +175,14 @@ async fn nemesis_run(scheme: &str, args: &[String], secs: u64) -> nemesis::Nemes
     };
     let load = ChirperLoad {
         mix: ChirperMix::Swarm,
-        clients: 4,
-        duration: Duration::from_secs(secs),
-        think_ms: 2,
-        seed: 5,
-        trim: 0.1,
-        give_up: Duration::from_secs(10),
+        shape: partita_harness::objects::LoadShape {
+            clients: 4,
+            duration: Duration::from_secs(secs),
+            think_ms: 2,
+            seed: 5,
+            trim: 0.1,
+            give_up: Duration::from_secs(10),
+        },
     };
     let report = nemesis::run_chirper(&mut lc, &exe(), args, &ncfg, &load)
         .await

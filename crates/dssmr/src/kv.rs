@@ -38,7 +38,7 @@
 //!   hash, leases (a lease's expiry deletes keys in every partition at one ordered
 //!   time), and batches (each request of one takes a revision of its own).
 
-use crate::{Kind, ObjectId, ObjectService, View};
+use crate::{Kind, ObjectId, ObjectService, Scanner, View};
 use partita_kv::{
     check, is_read_only, ErrorResponse, KeyRange, KeyValue, KvCommand, KvError, KvReply, KvStore,
     RequestOp, ResponseOp,
@@ -162,9 +162,10 @@ impl ObjectService for KvObjects {
         !ranges(cmd).is_empty()
     }
 
-    fn scanned(cmd: &KvCommand, _id: ObjectId, obj: &Vec<KeyValue>) -> bool {
+    /// The objects holding a key in one of the command's ranges.
+    fn scanner<'c>(cmd: &'c KvCommand) -> Scanner<'c, Vec<KeyValue>> {
         let rs = ranges(cmd);
-        obj.iter().any(|kv| rs.iter().any(|r| r.contains(&kv.key)))
+        Box::new(move |_, obj| obj.iter().any(|kv| rs.iter().any(|r| r.contains(&kv.key))))
     }
 
     fn create(_cmd: &KvCommand) -> Vec<KeyValue> {
@@ -189,13 +190,8 @@ impl ObjectService for KvObjects {
                 }
             }
         }
-        let rs = ranges(cmd);
-        if !rs.is_empty() {
-            let picked =
-                view.scan(|_, o| o.iter().any(|kv| rs.iter().any(|r| r.contains(&kv.key))));
-            for (id, o) in picked {
-                seen.entry(id).or_insert(o);
-            }
+        for (id, o) in view.scan(Self::scanner(cmd)) {
+            seen.entry(id).or_insert(o);
         }
         let mut store = KvStore::with_entries(seen.values().flatten().cloned(), revision);
         let (reply, _) = store.execute(cmd);

@@ -39,6 +39,9 @@ use std::fmt::Debug;
 /// An object's id (Chirper: a user id).
 pub type ObjectId = u64;
 
+/// Which objects a scanning command reads ([`ObjectService::scanner`]).
+pub type Scanner<'c, O> = Box<dyn Fn(ObjectId, &O) -> bool + 'c>;
+
 /// Data partitions a deployment may have (the oracle is a member beside them).
 pub const PARTITIONS_MAX: usize = 63;
 
@@ -158,14 +161,15 @@ pub trait ObjectService: Send + 'static {
     }
     /// Whether the command reads objects it cannot name (a range over keys): it runs
     /// at every data partition (S-SMR's execution, under DS-SMR too), each sending the
-    /// others its objects that [`ObjectService::scanned`] picks, and
+    /// others its objects that [`ObjectService::scanner`] picks, and
     /// [`View::scan`] gives the execution all of them.
     fn scans(_cmd: &Self::Command) -> bool {
         false
     }
-    /// Whether a scanning command reads object `id` (holding `obj`).
-    fn scanned(_cmd: &Self::Command, _id: ObjectId, _obj: &Self::Object) -> bool {
-        false
+    /// Which objects a scanning command reads (called once per command, then for each
+    /// object of the partition).
+    fn scanner<'c>(_cmd: &'c Self::Command) -> Scanner<'c, Self::Object> {
+        Box::new(|_, _| false)
     }
     /// Execute an access over the objects the view gives.
     fn execute(cmd: &Self::Command, view: &mut View<'_, Self::Object>) -> Self::Reply;

@@ -532,11 +532,12 @@ impl<S: ObjectService> Server<S> {
                 Kind::Access(named) => {
                     let mut values = mine(&mut named.into_iter());
                     if S::scans(cmd) {
+                        let pick = S::scanner(cmd);
                         let mut scanned: Vec<(ObjectId, Vec<u8>)> = self
                             .objects
                             .iter()
                             .filter(|(id, o)| {
-                                S::scanned(cmd, **id, o) && !values.iter().any(|(v, _)| v == *id)
+                                pick(**id, o) && !values.iter().any(|(v, _)| v == *id)
                             })
                             .map(|(id, o)| (*id, encode(o)))
                             .collect();

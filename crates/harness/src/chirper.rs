@@ -3,7 +3,7 @@
 //! the closed-loop Chirper load that `partita bench` and `partita nemesis` run with
 //! them ([`run_load`]).
 
-use crate::objects::LoadSummary;
+use crate::objects::{LoadShape, LoadSummary};
 use crate::services::chirper_params;
 use anyhow::Context;
 use partita_checker::chirper::ChirperEvent;
@@ -54,16 +54,8 @@ impl ChirperMix {
 #[derive(Clone, Debug)]
 pub struct ChirperLoad {
     pub mix: ChirperMix,
-    pub clients: usize,
-    pub duration: Duration,
-    /// Each client thinks a uniform 0..=think_ms between commands.
-    pub think_ms: u64,
-    pub seed: u64,
-    /// Share of the run cut at each end before throughput and latency are taken.
-    pub trim: f64,
-    /// Each command's client session gives up after this long (its outcome is then
-    /// unknown).
-    pub give_up: Duration,
+    /// Clients, duration, think time, seed, trim and give-up.
+    pub shape: LoadShape,
 }
 
 /// What a Chirper load measured.
@@ -106,17 +98,8 @@ pub async fn run_load(
     load: &ChirperLoad,
     base: Instant,
 ) -> anyhow::Result<(ChirperLoadResult, Vec<ChirperEvent>)> {
-    anyhow::ensure!(load.clients > 0, "a Chirper load needs clients");
     let (_, static_map, spec) = chirper_params(cluster)?;
     let graph = Arc::new(Graph::generate(&spec));
-    let shape = crate::objects::LoadShape {
-        clients: load.clients,
-        duration: load.duration,
-        think_ms: load.think_ms,
-        seed: load.seed,
-        trim: load.trim,
-        give_up: load.give_up,
-    };
     let (mix, g) = (load.mix, graph.clone());
     let next = move |i: usize, n: u64, rng: &mut rand::rngs::StdRng| {
         let post_id = ((i as u64 + 1) << 32) | n;
@@ -127,7 +110,7 @@ pub async fn run_load(
     };
     let users: Vec<_> = graph.users().collect();
     let (summary, ran) =
-        crate::objects::run_load::<Chirper, _>(cluster, &shape, static_map, users, next, base)
+        crate::objects::run_load::<Chirper, _>(cluster, &load.shape, static_map, users, next, base)
             .await?;
     let mut events = Vec::with_capacity(ran.len());
     for r in ran {

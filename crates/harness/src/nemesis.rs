@@ -1358,7 +1358,7 @@ pub async fn run_chirper(
         tokio::spawn(async move { run_load(&cluster, &load, base).await })
     };
     let mut nem = Nemesis::new(lc, exe, node_args);
-    let injected = nem.schedule(cfg, load.duration).await?;
+    let injected = nem.schedule(cfg, load.shape.duration).await?;
     let (result, mut events) = task.await.context("load task")??;
     let operations = events.len();
     let unknown = events.iter().filter(|e| e.result.is_none()).count();

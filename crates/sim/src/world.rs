@@ -580,9 +580,14 @@ impl World {
         };
         let service = match (&p.dssmr, &graph) {
             // The key-value store: keys hashed to partitions, none loaded.
-            (Some(d), None) => partita_dssmr::replica::factory_planted::<
-                partita_dssmr::kv::KvObjects,
-            >(d.scheme, d.static_map, Arc::new(Vec::new), planted),
+            (Some(d), _) if p.service == "kv" => {
+                partita_dssmr::replica::factory_planted::<partita_dssmr::kv::KvObjects>(
+                    d.scheme,
+                    d.static_map,
+                    Arc::new(Vec::new),
+                    planted,
+                )
+            }
             (Some(d), Some(g)) => {
                 let g = g.clone();
                 partita_dssmr::replica::factory_planted::<partita_dssmr::chirper::Chirper>(
@@ -664,7 +669,7 @@ impl World {
                 // batchers (at their own replica if it batches, as real clients do),
                 // and rotate over the batchers, then the acceptors.
                 let topology = cluster.client_topology();
-                if let (Some(d), None) = (&p.dssmr, &graph) {
+                if let (Some(d), "kv") = (&p.dssmr, p.service.as_str()) {
                     let n = layout.replicas.len().max(1);
                     let data = partita_dssmr::replica::data_partitions(n, d.scheme) as u32;
                     return SimClient::new_ds_kv(

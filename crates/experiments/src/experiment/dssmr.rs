@@ -1017,12 +1017,14 @@ pub async fn dssmr_real(
                     lc.wait_ready(Duration::from_secs(30)).await?;
                     let load = ChirperLoad {
                         mix: ChirperMix::Workload(w),
-                        clients: (o.clients_per_partition * p) as usize,
-                        duration: o.duration,
-                        think_ms: 0,
-                        seed: o.seed + u64::from(round),
-                        trim: 0.1,
-                        give_up: Duration::from_secs(30),
+                        shape: partita_harness::objects::LoadShape {
+                            clients: (o.clients_per_partition * p) as usize,
+                            duration: o.duration,
+                            think_ms: 0,
+                            seed: o.seed + u64::from(round),
+                            trim: 0.1,
+                            give_up: Duration::from_secs(30),
+                        },
                     };
                     let res = run_load(&c, &load, std::time::Instant::now()).await;
                     lc.stop(Duration::from_secs(10));
