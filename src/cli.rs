@@ -1512,7 +1512,8 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
             a.partitioning.apply(c, key_space)?
         };
         c.cluster.durability = a.durability;
-        if a.service == "kv" && c.partitioning.partitions == 1 && !objects && !a.netns {
+        // etcd's API: on one store, or on the keys as objects of S-SMR/DS-SMR.
+        if a.service == "kv" && (c.partitioning.partitions == 1 || objects) && !a.netns {
             assign_etcd_addrs(&mut c, a.etcd_port);
         }
         if a.netns {
@@ -1606,18 +1607,21 @@ async fn up(a: UpArgs) -> anyhow::Result<i32> {
         println!("try:  {run}cargo run --release -- chirper{prefix} follow 0:1 0:0");
         println!("      {run}cargo run --release -- chirper{prefix} post 0:0 hello");
         println!("      {run}cargo run --release -- chirper{prefix} timeline 0:1");
-        println!("      {run}cargo run --release -- status{prefix}");
-        println!(
-            "      {run}cargo run --release -- bench{prefix} --chirper mix --clients 8 --think-ms 0"
-        );
     } else {
         println!("try:  {run}cargo run --release -- kv{prefix} insert 1 100");
         println!("      {run}cargo run --release -- kv{prefix} query 0 1000");
     }
     println!("      {run}cargo run --release -- status{prefix}");
-    println!(
-        "      {run}cargo run --release -- bench{prefix} --workload batch --clients 8 --think-ms 0"
-    );
+    // The load that fits the service and its execution model.
+    let load = match (
+        cluster.cluster.service.as_str(),
+        cluster.execution.is_ssmr(),
+    ) {
+        ("chirper", _) => "--chirper mix",
+        ("kv", true) => "--kv-pairs 1000",
+        _ => "--workload batch",
+    };
+    println!("      {run}cargo run --release -- bench{prefix} {load} --clients 8 --think-ms 0");
     println!("Ctrl-C stops the cluster.");
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let code = loop {

@@ -398,7 +398,7 @@ fn range_reply(v: &Value) -> RangeResponse {
 
 /// One random etcdctl operation on keys k0..k3: the arguments and stdin, the command
 /// it is, and how to read its JSON output as the store's reply.
-fn random_op(
+pub(crate) fn random_op(
     rng: &mut impl rand::Rng,
     client: u64,
     n: u64,
@@ -424,7 +424,7 @@ fn random_op(
     }
 }
 
-fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
+pub(crate) fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
     let revision = num(&v["header"]["revision"]);
     match cmd {
         KvCommand::Put(_) => KvReply::Put(PutResponse {

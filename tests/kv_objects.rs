@@ -303,3 +303,176 @@ async fn the_nemesis_catches_locality_judged_at_consult_time_on_kv() {
         "the linearizability check did not find the bug: {r}"
     );
 }
+
+/// etcd's API on the key-value store on DS-SMR (2 data partitions, an etcd endpoint on
+/// a replica of each): `etcdctl` puts, reads a prefix whose keys the hash spreads over
+/// both partitions, runs a transaction across two keys and deletes; what DS-SMR does
+/// not serve (watches, leases, reads at a past revision, compaction, hashes,
+/// snapshots) is refused with the reason, and the gateway carries on. Then 3
+/// concurrent etcdctl clients record a history that, with a final read of every key
+/// and the revisions renumbered (`partita_sim::ds::kv_lines`), the key-value checker
+/// must judge linearizable; the control: one read changed to a value nobody wrote is
+/// caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_works_on_the_store_on_dssmr() {
+    use crate::etcd::{launch, ok, ok_in, refused};
+    let dir = tempfile::tempdir().unwrap();
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+    cfg.cluster.service = "kv".into();
+    cfg.cluster.durability = Durability::Memory;
+    cfg.execution = ExecutionSection::Dssmr(Default::default());
+    let mut cfg = cfg.with_partitions(3, 2, 1 << 32).unwrap();
+    let mut eps = Vec::new();
+    for p in 0..2 {
+        let ep = format!("127.0.0.1:{}", base + 18 + p);
+        let n = cfg
+            .nodes
+            .iter_mut()
+            .find(|n| n.partition == Some(p as u32))
+            .unwrap();
+        n.etcd_addr = Some(ep.clone());
+        eps.push(ep);
+    }
+    let mut lc = launch(dir.path(), &cfg, &eps).await;
+    let (a, b) = (eps[0].as_str(), eps[1].as_str());
+
+    let keys: Vec<String> = (0..6).map(|i| format!("acct/{i}")).collect();
+    let homes: std::collections::BTreeSet<u64> = keys
+        .iter()
+        .map(|k| partita_dssmr::kv::key_object(k.as_bytes()) % 2)
+        .collect();
+    assert_eq!(homes.len(), 2, "the keys start in both partitions");
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(ok([a, b][i % 2], &["put", k, &format!("{i}")]), "OK\n");
+    }
+    let all: String = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("{k}\n{i}\n"))
+        .collect();
+    assert_eq!(ok(b, &["get", "--prefix", "acct/"]), all);
+    assert_eq!(
+        ok(a, &["get", "--prefix", "acct/", "--limit", "2"]),
+        "acct/0\n0\nacct/1\n1\n"
+    );
+    let j = crate::etcd::json(&ok(a, &["get", "acct/0", "-w", "json"]));
+    let created = j["kvs"][0]["create_revision"].as_i64().unwrap();
+    assert_eq!(j["kvs"][0]["mod_revision"], created);
+    assert!(j["header"]["revision"].as_i64().unwrap() >= created);
+    // A transaction over two keys (moved together by DS-SMR): both branches.
+    let txn = "value(\"acct/0\") = \"0\"\nvalue(\"acct/1\") = \"1\"\n\nput acct/0 10\nput acct/1 11\n\nget acct/0\n\n";
+    assert_eq!(ok_in(a, &["txn"], Some(txn)), "SUCCESS\n\nOK\n\nOK\n");
+    assert_eq!(ok_in(b, &["txn"], Some(txn)), "FAILURE\n\nacct/0\n10\n");
+    let j = crate::etcd::json(&ok(b, &["get", "acct/0", "-w", "json"]));
+    assert_eq!(j["kvs"][0]["version"], 2);
+    assert!(j["kvs"][0]["mod_revision"].as_i64().unwrap() > created);
+    assert_eq!(ok(b, &["del", "--prefix", "acct/"]), "6\n");
+    assert_eq!(ok(a, &["get", "--prefix", "acct/"]), "");
+    let st = ok(a, &["endpoint", "status"]);
+    assert!(st.starts_with(&format!("{a}, ")), "{st}");
+
+    // Refused with the reason, never ignored; the gateway carries on.
+    let from = created.to_string();
+    for args in [
+        &["lease", "grant", "10"][..],
+        &["put", "k", "v", "--lease", "1234"],
+        &["get", "acct/0", "--rev", &from],
+        &["compaction", &from],
+        &["endpoint", "hashkv"],
+        &["snapshot", "save", "/dev/null"],
+    ] {
+        let err = refused(a, args);
+        assert!(
+            err.contains("runs the key-value store on S-SMR/DS-SMR"),
+            "{args:?}: {err}"
+        );
+    }
+    let watch = crate::etcd::command(a, &["watch", "w"]).output().unwrap();
+    let text = String::from_utf8_lossy(&watch.stdout).to_string()
+        + &String::from_utf8_lossy(&watch.stderr);
+    assert!(text.contains("no store-wide event history"), "{text}");
+
+    // Concurrent clients, judged by the checker.
+    let events = etcdctl_events(&eps, 3, 3.0);
+    let finals = partita_harness::objects::read_all_kv(&cfg).await.unwrap();
+    for (id, c) in &mut lc.children {
+        assert!(c.try_wait().unwrap().is_none(), "node {id} exited");
+    }
+    lc.stop(Duration::from_secs(10));
+    let acked = events.iter().filter(|e| e.reply.is_some()).count();
+    eprintln!("{} etcdctl operations, {acked} acknowledged", events.len());
+    assert!(
+        acked > 20,
+        "only {acked} etcdctl operations acknowledged in 3 s"
+    );
+    // The final read after everything (the etcdctl clients' clock starts at zero).
+    let at = events
+        .iter()
+        .map(|e| e.returned.unwrap_or(e.invoked))
+        .max()
+        .unwrap()
+        + 1_000_000_000;
+    let lines = partita_sim::ds::kv_lines(&events, finals.clone(), at).unwrap();
+    if let Err((check, e)) = partita_sim::check::kv_history(&lines, 2_000_000) {
+        panic!("{check:?}: {e}");
+    }
+    // The control: a read that saw a value nobody wrote.
+    let mut tampered = events.clone();
+    let read = tampered
+        .iter_mut()
+        .find_map(|e| match &mut e.reply {
+            Some(KvReply::Range(r)) if !r.kvs.is_empty() => Some(r),
+            _ => None,
+        })
+        .expect("a read that found its key");
+    read.kvs[0].value = b"nobody wrote this".to_vec();
+    let lines = partita_sim::ds::kv_lines(&tampered, finals, at).unwrap();
+    let (check, err) = partita_sim::check::kv_history(&lines, 2_000_000).unwrap_err();
+    assert_eq!(check, partita_sim::check::Check::Linearizability, "{err}");
+}
+
+/// `clients` threads running random etcdctl operations (`crate::etcd::random_op`) for
+/// `secs` seconds, each endpoint in turn, as the simulator's S-SMR/DS-SMR key-value
+/// events (an etcdctl that failed: outcome unknown).
+fn etcdctl_events(eps: &[String], clients: u64, secs: f64) -> Vec<partita_sim::ds::KvEvent> {
+    use rand::SeedableRng;
+    let base = Instant::now();
+    let workers: Vec<_> = (0..clients)
+        .map(|c| {
+            let ep = eps[c as usize % eps.len()].clone();
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(c);
+                let mut events = Vec::new();
+                let mut n = 0;
+                while base.elapsed().as_secs_f64() < secs {
+                    n += 1;
+                    let (args, stdin, cmd) = crate::etcd::random_op(&mut rng, c, n);
+                    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    args.extend(["-w", "json"]);
+                    let invoked = base.elapsed().as_nanos() as u64;
+                    let o = crate::etcd::ctl(&ep, &args, stdin.as_deref());
+                    let returned = base.elapsed().as_nanos() as u64;
+                    let reply = o
+                        .status
+                        .success()
+                        .then(|| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+                        .flatten()
+                        .map(|v| crate::etcd::reply_of(&cmd, &v));
+                    events.push(partita_sim::ds::KvEvent {
+                        client: c + 1,
+                        cmd,
+                        invoked,
+                        returned: reply.as_ref().map(|_| returned),
+                        reply,
+                    });
+                }
+                events
+            })
+        })
+        .collect();
+    workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect()
+}

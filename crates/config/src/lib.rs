@@ -479,7 +479,8 @@ pub struct NodeSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<u32>,
     /// Where this replica serves etcd's v3 gRPC API (`partita-etcd`): an ip:port on
-    /// loopback. Only replicas of an unpartitioned `service = "kv"` cluster.
+    /// loopback. Only replicas of a `service = "kv"` cluster that is unpartitioned
+    /// or runs S-SMR/DS-SMR.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_addr: Option<String>,
     /// The node's region: one of `[wan]`'s, required on every node when the cluster
@@ -1644,8 +1645,9 @@ impl ClusterConfig {
         Ok(())
     }
 
-    /// `etcd_addr`: a loopback ip:port, on a replica of an unpartitioned kv cluster,
-    /// distinct from every other address of the file.
+    /// `etcd_addr`: a loopback ip:port, on a replica of a kv cluster that is
+    /// unpartitioned or runs S-SMR/DS-SMR (without auto-compaction there), distinct
+    /// from every other address of the file.
     fn validate_etcd_addrs(&self) -> Result<(), FieldError> {
         let f = |m: String| Err(FieldError::new("node.etcd_addr", m));
         let mut taken: Vec<SocketAddr> = self
@@ -1687,13 +1689,17 @@ impl ClusterConfig {
                 ));
             }
             if self.execution.is_ssmr() {
-                return f(format!(
-                    "node {}: etcd's API is not served on S-SMR or DS-SMR (yet): its gateway \
-                     speaks to one unpartitioned store; use `partita kv`",
-                    n.id
-                ));
-            }
-            if self.partitioning.partitions > 1 {
+                if matches!(self.etcd.auto_compaction(), Ok(m) if m != AutoCompaction::Off) {
+                    return Err(FieldError::new(
+                        "etcd.auto_compaction_mode",
+                        format!(
+                            "the key-value store on {} keeps no event history to compact: \
+                             leave auto-compaction off (retention \"0\")",
+                            self.execution.model()
+                        ),
+                    ));
+                }
+            } else if self.partitioning.partitions > 1 {
                 return f(format!(
                     "node {}: etcd's API needs one store-wide revision, and a partitioned \
                      cluster counts revisions per partition",
@@ -2854,7 +2860,7 @@ mod tests {
     }
 
     #[test]
-    fn the_key_value_store_on_ssmr_needs_one_stream_and_no_etcd_gateway() {
+    fn the_key_value_store_on_ssmr_needs_one_stream_and_no_compaction() {
         let mut c = ClusterConfig::default_local(7100, 42)
             .with_partitions(3, 2, 1 << 32)
             .unwrap();
@@ -2873,9 +2879,11 @@ mod tests {
             .find(|n| n.roles.contains(&Role::Replica))
             .unwrap()
             .etcd_addr = Some("127.0.0.1:2399".into());
+        ClusterConfig::parse(&etcd.to_toml(), "t").expect("etcd's API on DS-SMR");
+        etcd.etcd.auto_compaction_retention = "1h".into();
         let (field, message) = refused(&etcd);
-        assert_eq!(field, "node.etcd_addr");
-        assert!(message.contains("S-SMR or DS-SMR"), "{message}");
+        assert_eq!(field, "etcd.auto_compaction_mode");
+        assert!(message.contains("no event history"), "{message}");
     }
 
     #[test]

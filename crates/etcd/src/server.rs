@@ -2,8 +2,11 @@
 
 use crate::convert::{self, unsupported};
 use crate::pb::etcdserverpb as pb;
+use partita_client::objects::ObjectClient;
 use partita_client::{Client, ClientError, ClientOptions};
 use partita_config::ClusterConfig;
+use partita_dssmr::client::Outcome;
+use partita_dssmr::kv::KvObjects;
 use partita_kv::{KvCommand, KvReply, KvStore};
 use partita_types::members::{MemberChange, Members};
 use partita_types::NodeId;
@@ -59,12 +62,60 @@ struct Queued {
     reply: tokio::sync::oneshot::Sender<Result<KvReply, Status>>,
 }
 
+/// A client session of the gateway's pool: of the one store, or of the store's keys
+/// as objects that S-SMR or DS-SMR partitions (`partita_dssmr::kv`).
+enum Session {
+    Store(Box<Client<KvStore>>),
+    Objects(Box<ObjectClient<KvObjects>>),
+}
+
+impl Session {
+    async fn connect(cluster: &ClusterConfig, opts: ClientOptions) -> Result<Session, Status> {
+        if !cluster.execution.is_ssmr() {
+            return Client::<KvStore>::connect(cluster.clone(), opts)
+                .await
+                .map(|c| Session::Store(Box::new(c)))
+                .map_err(status_of);
+        }
+        ObjectClient::connect(
+            cluster,
+            opts,
+            partita_dssmr::StaticMap::Hashed,
+            rand::random(),
+        )
+        .await
+        .map(|c| Session::Objects(Box::new(c)))
+        .map_err(status_of)
+    }
+
+    /// Run `cmd`; `Ok` with the session still usable for the next command (a reply,
+    /// or a refusal that changed nothing).
+    async fn execute(&mut self, cmd: KvCommand) -> (Result<KvReply, Status>, bool) {
+        let r = match self {
+            Session::Store(c) => c.execute(cmd).await,
+            Session::Objects(c) => match c.run(cmd).await {
+                Ok(Outcome::Done(r)) => Ok(r),
+                Ok(Outcome::Failed(why)) => Err(ClientError::Rejected(why)),
+                Ok(other) => Err(ClientError::BadReply(format!(
+                    "the store's keys are implicit objects, yet the cluster answered {other:?}"
+                ))),
+                Err(e) => Err(e),
+            },
+        };
+        let reusable = matches!(r, Ok(_) | Err(ClientError::Rejected(_)));
+        (r.map_err(status_of), reusable)
+    }
+}
+
 /// The state shared by every service of one gateway.
 pub struct Gateway {
     cluster: ClusterConfig,
     node: NodeId,
+    /// The cluster runs the store on S-SMR or DS-SMR: its keys are objects of several
+    /// partitions, with no store-wide event history, lease table or digest.
+    objects: bool,
     /// Idle sessions, with when each was last used.
-    pool: Mutex<Vec<(Instant, Client<KvStore>)>>,
+    pool: Mutex<Vec<(Instant, Session)>>,
     /// A pooled session idle this long is dropped rather than reused: the cluster
     /// forgets sessions idle for its lease, and a command on a forgotten session ends
     /// with an unknown outcome.
@@ -106,6 +157,7 @@ impl Gateway {
             ms => Duration::from_millis(ms / 2),
         };
         Arc::new(Gateway {
+            objects: cluster.execution.is_ssmr(),
             cluster,
             node,
             pool: Mutex::new(Vec::new()),
@@ -131,10 +183,10 @@ impl Gateway {
     }
 
     /// Order the requests in flight together as one command from now on (on a
-    /// partitioned cluster a batch could span partitions, so it stays off there).
-    /// Returns whether batching is on.
+    /// partitioned cluster a batch could span partitions, so it stays off there, and
+    /// on S-SMR/DS-SMR, where a batch is refused). Returns whether batching is on.
     pub fn start_batching(self: &Arc<Self>) -> bool {
-        if self.cluster.partitioning.partitions > 1 {
+        if self.cluster.partitioning.partitions > 1 || self.objects {
             return false;
         }
         let (tx, rx) = mpsc::unbounded_channel();
@@ -246,6 +298,9 @@ impl Gateway {
 
     async fn execute_raw(&self, cmd: KvCommand) -> Result<KvReply, Status> {
         partita_kv::check(&cmd).map_err(Status::invalid_argument)?;
+        if self.objects {
+            partita_dssmr::kv::supported(&cmd).map_err(|why| self.refused_on_objects(&why))?;
+        }
         // Keep-alives ride in batches: many renewals, one ordered value and one fsync.
         let batchable = matches!(
             cmd,
@@ -287,28 +342,34 @@ impl Gateway {
             Some(c) => c,
             None => {
                 let opts = ClientOptions {
-                    // This node's replica answers, when it is a replica.
-                    replica: self
-                        .cluster
-                        .client_topology()
-                        .replicas
-                        .contains(&self.node)
-                        .then_some(self.node),
+                    // This node's replica answers, when it is a replica (on S-SMR and
+                    // DS-SMR a replica of each partition the command reaches does).
+                    replica: (!self.objects
+                        && self.cluster.client_topology().replicas.contains(&self.node))
+                    .then_some(self.node),
                     ..ClientOptions::default()
                 };
-                Client::<KvStore>::connect(self.cluster.clone(), opts)
-                    .await
-                    .map_err(status_of)?
+                Session::connect(&self.cluster, opts).await?
             }
         };
-        let r = client.execute(cmd).await;
-        if matches!(r, Ok(_) | Err(ClientError::Rejected(_))) {
+        let (r, reusable) = client.execute(cmd).await;
+        if reusable {
             let mut pool = self.pool.lock().expect("pool");
             if pool.len() < POOL_MAX {
                 pool.push((Instant::now(), client));
             }
         }
-        r.map_err(status_of)
+        r
+    }
+
+    /// etcd's `UNIMPLEMENTED`, for what the store on S-SMR/DS-SMR does not serve
+    /// (`why`, from `partita_dssmr::kv::supported`).
+    fn refused_on_objects(&self, why: &str) -> Status {
+        Status::unimplemented(format!(
+            "partita: this cluster runs the key-value store on S-SMR/DS-SMR ([execution] \
+             model = \"{}\"), which refuses {why}",
+            self.cluster.execution.model()
+        ))
     }
 
     pub fn header(&self, revision: u64) -> Option<pb::ResponseHeader> {
@@ -320,8 +381,22 @@ impl Gateway {
         })
     }
 
-    /// The store's current revision (an ordered read of no events).
+    /// The store's current revision (an ordered read of no events). On S-SMR/DS-SMR,
+    /// where revisions are positions in the order, the revision of an ordered read of
+    /// one key: later than every write that finished before it.
     pub async fn revision(&self) -> Result<u64, Status> {
+        if self.objects {
+            return match self
+                .execute(KvCommand::Range(partita_kv::RangeRequest::new(
+                    vec![0],
+                    Vec::new(),
+                )))
+                .await?
+            {
+                KvReply::Range(r) => Ok(r.revision),
+                other => Err(mismatch(&other)),
+            };
+        }
         match self
             .execute(KvCommand::Events(partita_kv::EventsRequest {
                 key: vec![0],
@@ -722,6 +797,13 @@ async fn watch_session(gw: Arc<Gateway>, mut inbound: Streaming<pb::WatchRequest
                         .await;
                     continue;
                 }
+                if gw.objects {
+                    let why = "a watch: S-SMR and DS-SMR partition the keys and keep no \
+                               store-wide event history";
+                    let reason = gw.refused_on_objects(why).message().to_string();
+                    let _ = out.send(Ok(refuse(reason))).await;
+                    continue;
+                }
                 match convert::watch_spec(&c) {
                     Err(reason) => {
                         let _ = out.send(Ok(refuse(reason))).await;
@@ -907,12 +989,18 @@ impl pb::maintenance_server::Maintenance for Svc {
         _: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         // The store's revision and size, read in order (the size comes with a hash of
-        // the keys, a pass over them without copying any).
-        let h = self.0.hash(0, false).await?;
+        // the keys, a pass over them without copying any). On S-SMR/DS-SMR the keys
+        // are spread over partitions with no store-wide digest: the size is not known
+        // there, and reported as zero.
+        let (revision, size) = if self.0.objects {
+            (self.0.revision().await?, 0)
+        } else {
+            let h = self.0.hash(0, false).await?;
+            (h.revision, convert::i64_of(h.size))
+        };
         let applied = self.0.applied.load(Ordering::Relaxed);
-        let size = convert::i64_of(h.size);
         Ok(Response::new(pb::StatusResponse {
-            header: self.0.header(h.revision),
+            header: self.0.header(revision),
             version: ETCD_VERSION.into(),
             db_size: size,
             leader: self.0.leader.load(Ordering::Relaxed),
@@ -945,6 +1033,11 @@ impl pb::maintenance_server::Maintenance for Svc {
         _: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         let gw = &self.0;
+        if gw.objects {
+            return Err(gw.refused_on_objects(
+                "a snapshot: a replica's checkpoint holds its partition's keys, not the store",
+            ));
+        }
         let (_, checkpoint) =
             partita_client::fetch_snapshot(&gw.cluster, gw.node, Duration::from_secs(120))
                 .await
