@@ -210,12 +210,20 @@ impl<S: ObjectService> ClientProxy<S> {
             });
             return;
         }
+        // An implicit object the cache does not know is taken to be at its home (the
+        // static map's partition: where it is unless it moved), as if prefetched; if
+        // it moved, its home says so and the oracle is consulted then.
+        let implicit = S::implicit().is_some();
+        let (n, map) = (self.cfg.partitions, self.cfg.static_map);
         let cached: Option<Locations> = match (&kind, self.cfg.cache) {
             (Kind::Access(_), true) => {
                 let cur = self.current.as_ref().expect("current");
                 cur.omega
                     .iter()
-                    .map(|o| self.cache.get(o).map(|p| (*o, *p)))
+                    .map(|o| {
+                        let home = || implicit.then(|| map.place::<S>(*o, n));
+                        self.cache.get(o).copied().or_else(home).map(|p| (*o, p))
+                    })
                     .collect()
             }
             _ => None,
@@ -456,5 +464,27 @@ mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].dests, Dests::partition(1));
         assert_eq!(p.stats().move_commands, 0);
+    }
+
+    /// An implicit object the cache does not know is sent to its home partition at
+    /// once, with no consult; if it moved away, the home's retry brings the oracle in.
+    #[test]
+    fn implicit_objects_start_at_home() {
+        use crate::kv::{key_object, KvObjects};
+        let mut p = ClientProxy::<KvObjects>::new(ProxyConfig::new(Scheme::Dssmr, 4), 1);
+        let put = partita_kv::KvCommand::put("k", "v");
+        let id = key_object(b"k");
+        let home = StaticMap::default().place::<KvObjects>(id, 4);
+        let mut out = Vec::new();
+        p.submit(put, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].dests, Dests::partition(home));
+        assert!(matches!(out[0].cmd, DsCommand::Access { .. }));
+        assert_eq!((p.stats().cache_hits, p.stats().consults), (1, 0));
+        let mut out = Vec::new();
+        assert!(p.on_reply(DsReply::Retry(vec![id]), &mut out).is_none());
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].dests, Dests::oracle());
+        assert_eq!(p.stats().consults, 1);
     }
 }
