@@ -33,17 +33,77 @@
 //!   (the next write's revision is not this one plus one) and they are large.
 //!   Compares on `mod_revision`, `create_revision` and `version`, and the lock and
 //!   election recipes that order keys by `create_revision`, work as on etcd.
-//! - **Refused** ([`supported`]), because they need what no partition keeps: reads
-//!   at a past revision, watches and the event history, compaction, the store's
-//!   hash, leases (a lease's expiry deletes keys in every partition at one ordered
-//!   time), and batches (each request of one takes a revision of its own).
+//! - **History.** Each object keeps the newest changes of its keys ([`KvObject`]: at
+//!   most [`EVENTS_PER_OBJECT`], each with the pair before it), so watches (event
+//!   reads, `KvCommand::Events`) and reads at past revisions work: the execution
+//!   merges the histories of the objects it sees by revision. A change older than
+//!   what an object kept is compacted for that object alone: a watch or read from
+//!   before it is refused as compacted (etcd's answer after a compaction). An event
+//!   read over a range runs at every partition like a range read; its revision is
+//!   the command's, and every change below it in every partition has executed, so a
+//!   watcher that goes on from there misses none.
+//! - **Refused** ([`supported`]), because they need what no partition keeps: an
+//!   explicit compaction (it would touch every object), the store's hash, leases (a
+//!   lease's expiry deletes keys in every partition at one ordered time), and batches
+//!   (each request of one takes a revision of its own).
 
 use crate::{Kind, ObjectId, ObjectService, Scanner, View};
 use partita_kv::{
-    check, is_read_only, ErrorResponse, KeyRange, KeyValue, KvCommand, KvError, KvReply, KvStore,
-    RequestOp, ResponseOp,
+    check, is_read_only, ErrorResponse, Event, KeyRange, KeyValue, KvCommand, KvError, KvReply,
+    KvStore, RequestOp, ResponseOp,
 };
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Most changes an object keeps in its history ([`KvObject::events`]): beyond, its
+/// oldest revisions are dropped, as by a compaction of that object alone ...
+pub const EVENTS_PER_OBJECT: usize = 32;
+/// ... and most key and value bytes (before and after) they hold; the newest revision
+/// is kept whatever its size.
+pub const EVENT_BYTES_PER_OBJECT: usize = 1 << 20;
+
+/// One object: the keys of one hash, with their newest changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvObject {
+    /// The keys, in key order.
+    pub keys: Vec<KeyValue>,
+    /// The newest changes of these keys (deletes too), oldest first, each with the
+    /// pair before it: what watches and reads at past revisions read. At most
+    /// [`EVENTS_PER_OBJECT`] and [`EVENT_BYTES_PER_OBJECT`], whole revisions.
+    pub events: Vec<Event>,
+    /// Changes below this revision are gone from `events` (0: none was dropped).
+    pub compacted: u64,
+}
+
+impl KvObject {
+    /// Keep the history within its bounds, dropping whole revisions, never the
+    /// newest.
+    fn trim(&mut self) {
+        let bytes = |es: &[Event]| -> usize {
+            es.iter()
+                .map(|e| {
+                    e.kv.key.len()
+                        + e.kv.value.len()
+                        + e.prev_kv.as_ref().map_or(0, |p| p.value.len())
+                })
+                .sum()
+        };
+        while self.events.len() > EVENTS_PER_OBJECT || bytes(&self.events) > EVENT_BYTES_PER_OBJECT
+        {
+            let oldest = self.events[0].revision();
+            if self.events.last().map(Event::revision) == Some(oldest) {
+                break;
+            }
+            let n = self
+                .events
+                .iter()
+                .take_while(|e| e.revision() == oldest)
+                .count();
+            self.events.drain(..n);
+            self.compacted = oldest + 1;
+        }
+    }
+}
 
 /// The key-value store partitioned by S-SMR or DS-SMR.
 pub struct KvObjects;
@@ -74,19 +134,21 @@ pub fn changed(reply: &KvReply) -> bool {
 /// [`KvError::Unsupported`].
 pub fn supported(cmd: &KvCommand) -> Result<(), String> {
     const WHY: &str = "S-SMR and DS-SMR partition the keys and keep no store-wide \
-                       history, lease table or revision counter";
+                       lease table, digest or counter";
     let op = |op: &RequestOp| match op {
         RequestOp::Put(p) if p.lease != 0 => Err(format!("a put with a lease: {WHY}")),
-        RequestOp::Range(r) if r.revision != 0 => Err(format!("a read at a past revision: {WHY}")),
         _ => Ok(()),
     };
     match cmd {
         KvCommand::Put(p) => op(&RequestOp::Put(p.clone())),
-        KvCommand::Range(r) => op(&RequestOp::Range(r.clone())),
-        KvCommand::DeleteRange(_) => Ok(()),
+        KvCommand::Range(_) | KvCommand::DeleteRange(_) | KvCommand::Events(_) => Ok(()),
         KvCommand::Txn(t) => t.success.iter().chain(&t.failure).try_for_each(op),
         KvCommand::Batch(_) => Err(format!(
             "a batch (each request takes a revision of its own; send them one by one): {WHY}"
+        )),
+        KvCommand::Compact(_) => Err(format!(
+            "compact: {WHY}; each key's object keeps its newest {EVENTS_PER_OBJECT} changes \
+             and compacts the older ones itself"
         )),
         other => Err(format!("{}: {WHY}", other.name())),
     }
@@ -104,6 +166,7 @@ fn ranges(cmd: &KvCommand) -> Vec<KeyRange<'_>> {
     match cmd {
         KvCommand::Range(r) => push(&r.key, &r.end, &mut out),
         KvCommand::DeleteRange(d) => push(&d.key, &d.end, &mut out),
+        KvCommand::Events(e) => push(&e.key, &e.end, &mut out),
         KvCommand::Txn(t) => {
             for o in t.success.iter().chain(&t.failure) {
                 match o {
@@ -118,6 +181,27 @@ fn ranges(cmd: &KvCommand) -> Vec<KeyRange<'_>> {
     out
 }
 
+/// The oldest revision `cmd` reads at (a read at a past revision, or the start of an
+/// event read), if any: an object that compacted changes above it must be seen, for
+/// its compaction to be known, whatever keys it holds now.
+fn floor(cmd: &KvCommand) -> Option<u64> {
+    let past = |r: u64| (r != 0).then_some(r);
+    match cmd {
+        KvCommand::Range(r) => past(r.revision),
+        KvCommand::Events(e) => past(e.start_revision),
+        KvCommand::Txn(t) => t
+            .success
+            .iter()
+            .chain(&t.failure)
+            .filter_map(|o| match o {
+                RequestOp::Range(r) => past(r.revision),
+                _ => None,
+            })
+            .min(),
+        _ => None,
+    }
+}
+
 /// The single keys `cmd` names (puts, compares, single-key reads and deletes).
 fn keys(cmd: &KvCommand) -> Vec<&[u8]> {
     let single = |key: &[u8], end: &[u8]| matches!(KeyRange::new(key, end), KeyRange::Single(_));
@@ -126,6 +210,7 @@ fn keys(cmd: &KvCommand) -> Vec<&[u8]> {
         KvCommand::Put(p) => out.push(&p.key),
         KvCommand::Range(r) if single(&r.key, &r.end) => out.push(&r.key),
         KvCommand::DeleteRange(d) if single(&d.key, &d.end) => out.push(&d.key),
+        KvCommand::Events(e) if single(&e.key, &e.end) => out.push(&e.key),
         KvCommand::Txn(t) => {
             out.extend(t.compare.iter().map(|c| c.key.as_slice()));
             for o in t.success.iter().chain(&t.failure) {
@@ -144,8 +229,7 @@ fn keys(cmd: &KvCommand) -> Vec<&[u8]> {
 
 impl ObjectService for KvObjects {
     const NAME: &'static str = "kv";
-    /// The keys of one hash, in key order.
-    type Object = Vec<KeyValue>;
+    type Object = KvObject;
     type Command = KvCommand;
     type Reply = KvReply;
 
@@ -154,35 +238,54 @@ impl ObjectService for KvObjects {
         Kind::Access(ids.into_iter().collect())
     }
 
-    fn implicit() -> Option<Vec<KeyValue>> {
-        Some(Vec::new())
+    fn implicit() -> Option<KvObject> {
+        Some(KvObject::default())
     }
 
     fn scans(cmd: &KvCommand) -> bool {
         !ranges(cmd).is_empty()
     }
 
-    /// The objects holding a key in one of the command's ranges.
-    fn scanner<'c>(cmd: &'c KvCommand) -> Scanner<'c, Vec<KeyValue>> {
+    /// The objects holding a key in one of the command's ranges, or a change of one
+    /// in their history, or that compacted changes the command reads.
+    fn scanner<'c>(cmd: &'c KvCommand) -> Scanner<'c, KvObject> {
         let rs = ranges(cmd);
-        Box::new(move |_, obj| obj.iter().any(|kv| rs.iter().any(|r| r.contains(&kv.key))))
+        let floor = floor(cmd);
+        Box::new(move |_, obj| {
+            let ours = |key: &[u8]| rs.iter().any(|r| r.contains(key));
+            obj.keys.iter().any(|kv| ours(&kv.key))
+                || obj.events.iter().any(|e| ours(&e.kv.key))
+                || floor.is_some_and(|f| obj.compacted > f)
+        })
     }
 
-    fn create(_cmd: &KvCommand) -> Vec<KeyValue> {
-        Vec::new()
+    /// Keys only, unless the command reads the history (a read at a past revision, an
+    /// event read from one): another destination's changes of its own keys are its
+    /// own to record.
+    fn exchanged(cmd: &KvCommand, obj: &KvObject) -> Option<KvObject> {
+        floor(cmd).is_none().then(|| KvObject {
+            keys: obj.keys.clone(),
+            events: Vec::new(),
+            compacted: 0,
+        })
     }
 
-    fn execute(cmd: &KvCommand, view: &mut View<'_, Vec<KeyValue>>) -> KvReply {
+    fn create(_cmd: &KvCommand) -> KvObject {
+        KvObject::default()
+    }
+
+    fn execute(cmd: &KvCommand, view: &mut View<'_, KvObject>) -> KvReply {
         // Reads report the revision before their own: every write they see is at or
         // below it.
-        let revision = view.position().saturating_sub(1);
+        let position = view.position();
+        let revision = position.saturating_sub(1);
         if let Err(why) = check(cmd).and_then(|()| supported(cmd)) {
             return KvReply::Error(ErrorResponse {
                 error: KvError::Unsupported(why),
                 revision,
             });
         }
-        let mut seen: BTreeMap<ObjectId, Vec<KeyValue>> = BTreeMap::new();
+        let mut seen: BTreeMap<ObjectId, KvObject> = BTreeMap::new();
         if let Kind::Access(named) = Self::kind(cmd) {
             for id in named {
                 if let Some(o) = view.get(id) {
@@ -193,28 +296,146 @@ impl ObjectService for KvObjects {
         for (id, o) in view.scan(Self::scanner(cmd)) {
             seen.entry(id).or_insert(o);
         }
-        let mut store = KvStore::with_entries(seen.values().flatten().cloned(), revision);
+        // The histories merged by revision (objects in id order within one, the same
+        // at every destination); compacted up to the newest object's compaction.
+        let mut events: Vec<Event> = seen.values().flat_map(|o| o.events.clone()).collect();
+        events.sort_by_key(Event::revision);
+        let compacted = seen.values().map(|o| o.compacted).max().unwrap_or(0);
+        let mut store = KvStore::with_history(
+            seen.values().flat_map(|o| o.keys.iter().cloned()),
+            events,
+            compacted,
+            revision,
+        );
         let (reply, _) = store.execute(cmd);
         if is_read_only(cmd) {
             return reply;
         }
-        // Write back every object whose keys changed (only this member's: another
-        // destination writes its own).
-        let mut after: BTreeMap<ObjectId, Vec<KeyValue>> =
-            seen.keys().map(|id| (*id, Vec::new())).collect();
+        // Write back every object whose keys changed, with the command's changes of
+        // them in its history (only this member's: another destination writes its
+        // own).
+        let mut after: BTreeMap<ObjectId, KvObject> = seen
+            .iter()
+            .map(|(id, o)| {
+                let mut a = KvObject {
+                    keys: Vec::new(),
+                    events: o.events.clone(),
+                    compacted: o.compacted,
+                };
+                a.events.extend(
+                    store
+                        .events()
+                        .filter(|e| e.revision() == position && key_object(&e.kv.key) == *id)
+                        .cloned(),
+                );
+                (*id, a)
+            })
+            .collect();
         for kv in store.iter() {
-            after.entry(key_object(&kv.key)).or_default().push(kv);
+            after.entry(key_object(&kv.key)).or_default().keys.push(kv);
         }
-        for (id, keys) in after {
-            if seen
-                .get(&id)
-                .map_or(!keys.is_empty(), |before| *before != keys)
-            {
+        for (id, mut obj) in after {
+            obj.trim();
+            if seen.get(&id) != Some(&obj) {
                 if let Some(o) = view.get_mut(id) {
-                    *o = keys;
+                    *o = obj;
                 }
             }
         }
         reply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use partita_kv::{EventKind, EventsRequest, KvError, RangeRequest};
+    use partita_types::DetHashMap;
+
+    /// Run `cmd` at `position` over one member holding every object, its writes
+    /// applied.
+    fn run(objects: &mut DetHashMap<ObjectId, KvObject>, position: u64, cmd: KvCommand) -> KvReply {
+        for k in keys(&cmd) {
+            objects.entry(key_object(k)).or_default();
+        }
+        let remote = BTreeMap::new();
+        let mut view = View::new(&*objects, &remote, false, position, KvObjects::scans(&cmd));
+        let reply = KvObjects::execute(&cmd, &mut view);
+        let (writes, _, _) = view.finish();
+        objects.extend(writes);
+        reply
+    }
+
+    fn events(key: &str, end: &str, start: u64) -> KvCommand {
+        KvCommand::Events(EventsRequest {
+            key: key.into(),
+            end: end.into(),
+            start_revision: start,
+            limit: 0,
+        })
+    }
+
+    /// Watches and past reads over the objects' histories, across objects; an
+    /// object's history keeps its newest changes, and a read from before what it
+    /// kept is refused as compacted even once the object holds no key in the range.
+    #[test]
+    fn histories_serve_watches_and_past_reads_until_compacted() {
+        let mut objects = DetHashMap::default();
+        run(&mut objects, 10, KvCommand::put("a", "1"));
+        run(&mut objects, 20, KvCommand::put("b", "2"));
+        run(&mut objects, 30, KvCommand::put("a", "3"));
+        run(&mut objects, 40, KvCommand::delete("b"));
+        let KvReply::Events(e) = run(&mut objects, 50, events("a", "c", 15)) else {
+            panic!("an events reply")
+        };
+        let seen: Vec<(EventKind, u64)> = e.events.iter().map(|e| (e.kind, e.revision())).collect();
+        assert_eq!(
+            seen,
+            [
+                (EventKind::Put, 20),
+                (EventKind::Put, 30),
+                (EventKind::Delete, 40)
+            ],
+            "{e:?}"
+        );
+        assert_eq!(e.revision, 49);
+        assert_eq!(e.events[1].prev_kv.as_ref().unwrap().value, b"1");
+        // The range at revision 25: a at 10, b at 20 (deleted since).
+        let mut at = RangeRequest::new(b"a".to_vec(), b"c".to_vec());
+        at.revision = 25;
+        let KvReply::Range(r) = run(&mut objects, 51, KvCommand::Range(at.clone())) else {
+            panic!("a range reply")
+        };
+        let kvs: Vec<(&[u8], &[u8])> = r.kvs.iter().map(|k| (&k.key[..], &k.value[..])).collect();
+        assert_eq!(kvs, [(&b"a"[..], &b"1"[..]), (&b"b"[..], &b"2"[..])]);
+        // b's object alone changes past its bound: its oldest changes go.
+        for i in 0..EVENTS_PER_OBJECT as u64 {
+            run(&mut objects, 100 + i, KvCommand::put("b", "x"));
+        }
+        let b = &objects[&key_object(b"b")];
+        assert_eq!(b.events.len(), EVENTS_PER_OBJECT);
+        assert_eq!(b.compacted, 41, "revisions 20 and 40 dropped");
+        let KvReply::Error(e) = run(&mut objects, 200, KvCommand::Range(at)) else {
+            panic!("compacted")
+        };
+        assert_eq!(e.error, KvError::Compacted(41));
+        // Deleted, b's object holds no key: a read at 35 still finds its history and
+        // its compaction, rather than answering without b.
+        run(&mut objects, 201, KvCommand::delete("b"));
+        let mut old = RangeRequest::new(b"a".to_vec(), b"b\0".to_vec());
+        old.revision = 35;
+        let KvReply::Error(e) = run(&mut objects, 400, KvCommand::Range(old)) else {
+            panic!("compacted")
+        };
+        assert!(matches!(e.error, KvError::Compacted(_)), "{e:?}");
+        // Unsupported: explicit compaction.
+        let KvReply::Error(e) = run(
+            &mut objects,
+            401,
+            KvCommand::Compact(partita_kv::CompactRequest { revision: 30 }),
+        ) else {
+            panic!("refused")
+        };
+        assert!(matches!(e.error, KvError::Unsupported(_)), "{e:?}");
     }
 }

@@ -171,6 +171,14 @@ pub trait ObjectService: Send + 'static {
     fn scanner<'c>(_cmd: &'c Self::Command) -> Scanner<'c, Self::Object> {
         Box::new(|_, _| false)
     }
+    /// What a destination sends the others of its object `obj` for `cmd` (the
+    /// objects a command spanning partitions names, and a scan's): `None`, the whole
+    /// object (the default); a service may leave out what the execution of `cmd`
+    /// does not read at another partition, which writes only its own objects. Moves
+    /// always carry whole objects.
+    fn exchanged(_cmd: &Self::Command, _obj: &Self::Object) -> Option<Self::Object> {
+        None
+    }
     /// Execute an access over the objects the view gives.
     fn execute(cmd: &Self::Command, view: &mut View<'_, Self::Object>) -> Self::Reply;
 }

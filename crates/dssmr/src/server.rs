@@ -516,6 +516,10 @@ impl<S: ObjectService> Server<S> {
                 .filter_map(|id| self.objects.get(&id).map(|o| (id, encode(o))))
                 .collect()
         };
+        // An object as a command reads it at another destination.
+        let exchanged = |cmd: &S::Command, o: &S::Object| -> Vec<u8> {
+            S::exchanged(cmd, o).map_or_else(|| encode(o), |part| encode(&part))
+        };
         match (self.member, cmd) {
             (Member::Oracle, DsCommand::Create { cmd, .. }) => {
                 let Kind::Create(v) = S::kind(cmd) else {
@@ -530,7 +534,12 @@ impl<S: ObjectService> Server<S> {
             (Member::Oracle, _) => (vec![], true),
             (Member::Partition(_), DsCommand::Global { cmd }) => match S::kind(cmd) {
                 Kind::Access(named) => {
-                    let mut values = mine(&mut named.into_iter());
+                    let mut seen = BTreeSet::new();
+                    let mut values: Vec<(ObjectId, Vec<u8>)> = named
+                        .into_iter()
+                        .filter(|id| seen.insert(*id))
+                        .filter_map(|id| self.objects.get(&id).map(|o| (id, exchanged(cmd, o))))
+                        .collect();
                     if S::scans(cmd) {
                         let pick = S::scanner(cmd);
                         let mut scanned: Vec<(ObjectId, Vec<u8>)> = self
@@ -539,7 +548,7 @@ impl<S: ObjectService> Server<S> {
                             .filter(|(id, o)| {
                                 pick(**id, o) && !values.iter().any(|(v, _)| v == *id)
                             })
-                            .map(|(id, o)| (*id, encode(o)))
+                            .map(|(id, o)| (*id, exchanged(cmd, o)))
                             .collect();
                         scanned.sort_unstable_by_key(|(id, _)| *id);
                         values.extend(scanned);

@@ -323,13 +323,13 @@ fn violation(r: &Run) -> Option<String> {
             continue;
         };
         for (id, o) in s.objects() {
-            if o.is_empty() {
+            if o.keys.is_empty() {
                 continue;
             }
             if let Some(q) = held.insert(*id, p) {
                 return Some(format!("object {id:x} in partitions {q} and {p}"));
             }
-            for kv in o {
+            for kv in &o.keys {
                 if key_object(&kv.key) != *id {
                     return Some(format!("key {:?} in object {id:x}", kv.key));
                 }

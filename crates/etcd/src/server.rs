@@ -797,13 +797,6 @@ async fn watch_session(gw: Arc<Gateway>, mut inbound: Streaming<pb::WatchRequest
                         .await;
                     continue;
                 }
-                if gw.objects {
-                    let why = "a watch: S-SMR and DS-SMR partition the keys and keep no \
-                               store-wide event history";
-                    let reason = gw.refused_on_objects(why).message().to_string();
-                    let _ = out.send(Ok(refuse(reason))).await;
-                    continue;
-                }
                 match convert::watch_spec(&c) {
                     Err(reason) => {
                         let _ = out.send(Ok(refuse(reason))).await;

@@ -256,6 +256,18 @@ impl KvStore {
     /// objects that hold its keys (`partita_dssmr::kv`). A key given twice keeps its
     /// last pair.
     pub fn with_entries(kvs: impl IntoIterator<Item = KeyValue>, revision: u64) -> KvStore {
+        KvStore::with_history(kvs, Vec::new(), 0, revision)
+    }
+
+    /// [`KvStore::with_entries`] with an event history: `events` (every change of
+    /// these keys from `compacted` on, sorted by revision, each at or below
+    /// `revision`), so that reads at past revisions and event reads work over it.
+    pub fn with_history(
+        kvs: impl IntoIterator<Item = KeyValue>,
+        events: Vec<Event>,
+        compacted: u64,
+        revision: u64,
+    ) -> KvStore {
         let map = kvs
             .into_iter()
             .map(|kv| {
@@ -270,7 +282,14 @@ impl KvStore {
                 (kv.key, e)
             })
             .collect();
-        KvStore::from_parts(map, revision, VecDeque::new(), 0, Leases::default(), 0)
+        KvStore::from_parts(
+            map,
+            revision,
+            events.into(),
+            compacted,
+            Leases::default(),
+            0,
+        )
     }
 
     /// The lease table and the ordered time (snapshots).

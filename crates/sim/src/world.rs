@@ -2958,7 +2958,7 @@ impl World {
         let keys: Vec<partita_kv::KeyValue> = {
             let mut k: Vec<_> = data
                 .iter()
-                .flat_map(|(_, s)| s.objects().values().flatten().cloned())
+                .flat_map(|(_, s)| s.objects().values().flat_map(|o| o.keys.iter().cloned()))
                 .collect();
             k.sort_by(|a, b| a.key.cmp(&b.key));
             k
