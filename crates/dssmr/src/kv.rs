@@ -285,20 +285,34 @@ impl ObjectService for KvObjects {
                 revision,
             });
         }
+        // The objects as this execution reads them: with their histories only when it
+        // reads history (a read at a past revision, an event read from one).
+        let history = floor(cmd).is_some();
+        let copy = |o: &KvObject| match history {
+            true => o.clone(),
+            false => KvObject {
+                keys: o.keys.clone(),
+                events: Vec::new(),
+                compacted: o.compacted,
+            },
+        };
         let mut seen: BTreeMap<ObjectId, KvObject> = BTreeMap::new();
         if let Kind::Access(named) = Self::kind(cmd) {
             for id in named {
                 if let Some(o) = view.get(id) {
-                    seen.insert(id, o.clone());
+                    seen.insert(id, copy(o));
                 }
             }
         }
         for (id, o) in view.scan(Self::scanner(cmd)) {
-            seen.entry(id).or_insert(o);
+            seen.entry(id).or_insert_with(|| copy(&o));
         }
         // The histories merged by revision (objects in id order within one, the same
         // at every destination); compacted up to the newest object's compaction.
-        let mut events: Vec<Event> = seen.values().flat_map(|o| o.events.clone()).collect();
+        let mut events: Vec<Event> = seen
+            .values_mut()
+            .flat_map(|o| std::mem::take(&mut o.events))
+            .collect();
         events.sort_by_key(Event::revision);
         let compacted = seen.values().map(|o| o.compacted).max().unwrap_or(0);
         let mut store = KvStore::with_history(
@@ -311,35 +325,28 @@ impl ObjectService for KvObjects {
         if is_read_only(cmd) {
             return reply;
         }
-        // Write back every object whose keys changed, with the command's changes of
-        // them in its history (only this member's: another destination writes its
-        // own).
-        let mut after: BTreeMap<ObjectId, KvObject> = seen
-            .iter()
-            .map(|(id, o)| {
-                let mut a = KvObject {
-                    keys: Vec::new(),
-                    events: o.events.clone(),
-                    compacted: o.compacted,
-                };
-                a.events.extend(
-                    store
-                        .events()
-                        .filter(|e| e.revision() == position && key_object(&e.kv.key) == *id)
-                        .cloned(),
-                );
-                (*id, a)
-            })
-            .collect();
-        for kv in store.iter() {
-            after.entry(key_object(&kv.key)).or_default().keys.push(kv);
+        // Write back every object whose keys the command changed, its changes joining
+        // the object's history (only this member's objects: another destination
+        // writes its own).
+        let mut changes: BTreeMap<ObjectId, Vec<Event>> = BTreeMap::new();
+        for e in store.events().filter(|e| e.revision() == position) {
+            changes
+                .entry(key_object(&e.kv.key))
+                .or_default()
+                .push(e.clone());
         }
-        for (id, mut obj) in after {
-            obj.trim();
-            if seen.get(&id) != Some(&obj) {
-                if let Some(o) = view.get_mut(id) {
-                    *o = obj;
-                }
+        let mut after: BTreeMap<ObjectId, Vec<KeyValue>> =
+            changes.keys().map(|id| (*id, Vec::new())).collect();
+        for kv in store.iter() {
+            if let Some(keys) = after.get_mut(&key_object(&kv.key)) {
+                keys.push(kv);
+            }
+        }
+        for (id, keys) in after {
+            if let Some(o) = view.get_mut(id) {
+                o.keys = keys;
+                o.events.extend(changes.remove(&id).unwrap_or_default());
+                o.trim();
             }
         }
         reply

@@ -5,9 +5,9 @@
 //! cluster whose `[[node]]` entry has an `etcd_addr` ([`serve`]): the one store, or
 //! the store's keys as objects of S-SMR/DS-SMR (`partita_dssmr::kv`, through
 //! `partita_client::objects::ObjectClient`), where the gateway serves the KV RPCs and
-//! refuses what that store keeps no store-wide state for (watches, leases, past
-//! revisions, compaction, hashes, snapshots) with `UNIMPLEMENTED` and the reason. The gateway is a
-//! client of the cluster like any other: it executes requests as Partita commands
+//! watches and refuses what that store keeps no store-wide state for (leases,
+//! compaction, hashes, snapshots) with `UNIMPLEMENTED` and the reason. The gateway is
+//! a client of the cluster like any other: it executes requests as Partita commands
 //! through [`partita_client::Client`] sessions (a pool), preferring its own node as the
 //! replica that answers. Requests in flight together are ordered as one
 //! `KvCommand::Batch` (up to 256 requests or 256 KiB, at most 8 batches in flight:
