@@ -306,9 +306,10 @@ async fn the_nemesis_catches_locality_judged_at_consult_time_on_kv() {
 
 /// etcd's API on the key-value store on DS-SMR (2 data partitions, an etcd endpoint on
 /// a replica of each): `etcdctl` puts, reads a prefix whose keys the hash spreads over
-/// both partitions, runs a transaction across two keys and deletes; what DS-SMR does
-/// not serve (watches, leases, reads at a past revision, compaction, hashes,
-/// snapshots) is refused with the reason, and the gateway carries on. Then 3
+/// both partitions, runs a transaction across two keys, reads at past revisions and
+/// watches from a past revision and from now (the objects' histories), and deletes;
+/// what DS-SMR does not serve (leases, compaction, hashes, snapshots) is refused with
+/// the reason, and the gateway carries on. Then 3
 /// concurrent etcdctl clients record a history that, with a final read of every key
 /// and the revisions renumbered (`partita_sim::ds::kv_lines`), the key-value checker
 /// must judge linearizable; the control: one read changed to a value nobody wrote is
