@@ -398,7 +398,7 @@ fn range_reply(v: &Value) -> RangeResponse {
 
 /// One random etcdctl operation on keys k0..k3: the arguments and stdin, the command
 /// it is, and how to read its JSON output as the store's reply.
-pub(crate) fn random_op(
+fn random_op(
     rng: &mut impl rand::Rng,
     client: u64,
     n: u64,
@@ -424,7 +424,7 @@ pub(crate) fn random_op(
     }
 }
 
-pub(crate) fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
+fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
     let revision = num(&v["header"]["revision"]);
     match cmd {
         KvCommand::Put(_) => KvReply::Put(PutResponse {
@@ -471,9 +471,20 @@ pub(crate) fn reply_of(cmd: &KvCommand, v: &Value) -> KvReply {
     }
 }
 
-/// `clients` threads, each running etcdctl operations one after the other for `secs`
-/// seconds, recorded as a history in `path`.
-fn load(eps: &[String], clients: u64, secs: f64, path: &Path) -> usize {
+/// One etcdctl operation of [`etcdctl_ops`]: its client (from 1), command, times (ns
+/// from the load's start) and reply (`None`: etcdctl failed, so the outcome is
+/// unknown).
+pub(crate) struct EtcdctlOp {
+    pub client: u64,
+    pub cmd: KvCommand,
+    pub invoked: u64,
+    pub returned: u64,
+    pub reply: Option<KvReply>,
+}
+
+/// `clients` threads, each running random etcdctl operations ([`random_op`]) one
+/// after the other for `secs` seconds, at the endpoints in turn.
+pub(crate) fn etcdctl_ops(eps: &[String], clients: u64, secs: f64) -> Vec<EtcdctlOp> {
     use rand::SeedableRng;
     let base = Instant::now();
     let workers: Vec<_> = (0..clients)
@@ -481,48 +492,55 @@ fn load(eps: &[String], clients: u64, secs: f64, path: &Path) -> usize {
             let ep = eps[c as usize % eps.len()].clone();
             std::thread::spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(c);
-                let mut lines = Vec::new();
+                let mut ops = Vec::new();
                 let mut n = 0;
                 while base.elapsed().as_secs_f64() < secs {
                     n += 1;
                     let (args, stdin, cmd) = random_op(&mut rng, c, n);
                     let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
                     args.extend(["-w", "json"]);
-                    let call = base.elapsed().as_nanos() as u64;
+                    let invoked = base.elapsed().as_nanos() as u64;
                     let o = ctl(&ep, &args, stdin.as_deref());
-                    let ret = base.elapsed().as_nanos() as u64;
-                    let parsed = o
+                    let returned = base.elapsed().as_nanos() as u64;
+                    let reply = o
                         .status
                         .success()
                         .then(|| serde_json::from_slice::<Value>(&o.stdout).ok())
-                        .flatten();
-                    let reply = parsed.as_ref().map(|v| reply_of(&cmd, v));
-                    // A failed etcdctl may or may not have applied its command.
-                    let outcome = match &reply {
-                        Some(r) => Outcome::Ok(r),
-                        None => Outcome::Info,
-                    };
-                    lines.push(partita_kv::history::event_line(
-                        c + 1,
-                        &cmd,
-                        call,
-                        ret,
-                        outcome,
-                    ));
+                        .flatten()
+                        .map(|v| reply_of(&cmd, &v));
+                    ops.push(EtcdctlOp {
+                        client: c + 1,
+                        cmd,
+                        invoked,
+                        returned,
+                        reply,
+                    });
                 }
-                lines
+                ops
             })
         })
         .collect();
+    workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect()
+}
+
+/// [`etcdctl_ops`] recorded as a history in `path`; the number of operations.
+fn load(eps: &[String], clients: u64, secs: f64, path: &Path) -> usize {
+    let ops = etcdctl_ops(eps, clients, secs);
     let mut f = std::fs::File::create(path).unwrap();
-    let mut ops = 0;
-    for w in workers {
-        for line in w.join().unwrap() {
-            writeln!(f, "{line}").unwrap();
-            ops += 1;
-        }
+    for op in &ops {
+        // A failed etcdctl may or may not have applied its command.
+        let outcome = match &op.reply {
+            Some(r) => Outcome::Ok(r),
+            None => Outcome::Info,
+        };
+        let line =
+            partita_kv::history::event_line(op.client, &op.cmd, op.invoked, op.returned, outcome);
+        writeln!(f, "{line}").unwrap();
     }
-    ops
+    ops.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -460,47 +460,16 @@ async fn etcdctl_works_on_the_store_on_dssmr() {
     assert_eq!(check, partita_sim::check::Check::Linearizability, "{err}");
 }
 
-/// `clients` threads running random etcdctl operations (`crate::etcd::random_op`) for
-/// `secs` seconds, each endpoint in turn, as the simulator's S-SMR/DS-SMR key-value
-/// events (an etcdctl that failed: outcome unknown).
+/// [`crate::etcd::etcdctl_ops`] as the simulator's S-SMR/DS-SMR key-value events.
 fn etcdctl_events(eps: &[String], clients: u64, secs: f64) -> Vec<partita_sim::ds::KvEvent> {
-    use rand::SeedableRng;
-    let base = Instant::now();
-    let workers: Vec<_> = (0..clients)
-        .map(|c| {
-            let ep = eps[c as usize % eps.len()].clone();
-            std::thread::spawn(move || {
-                let mut rng = rand::rngs::StdRng::seed_from_u64(c);
-                let mut events = Vec::new();
-                let mut n = 0;
-                while base.elapsed().as_secs_f64() < secs {
-                    n += 1;
-                    let (args, stdin, cmd) = crate::etcd::random_op(&mut rng, c, n);
-                    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
-                    args.extend(["-w", "json"]);
-                    let invoked = base.elapsed().as_nanos() as u64;
-                    let o = crate::etcd::ctl(&ep, &args, stdin.as_deref());
-                    let returned = base.elapsed().as_nanos() as u64;
-                    let reply = o
-                        .status
-                        .success()
-                        .then(|| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
-                        .flatten()
-                        .map(|v| crate::etcd::reply_of(&cmd, &v));
-                    events.push(partita_sim::ds::KvEvent {
-                        client: c + 1,
-                        cmd,
-                        invoked,
-                        returned: reply.as_ref().map(|_| returned),
-                        reply,
-                    });
-                }
-                events
-            })
-        })
-        .collect();
-    workers
+    crate::etcd::etcdctl_ops(eps, clients, secs)
         .into_iter()
-        .flat_map(|w| w.join().unwrap())
+        .map(|op| partita_sim::ds::KvEvent {
+            client: op.client,
+            cmd: op.cmd,
+            invoked: op.invoked,
+            returned: op.reply.as_ref().map(|_| op.returned),
+            reply: op.reply,
+        })
         .collect()
 }
