@@ -2,7 +2,8 @@
 //! deterministic world: one atomic-multicast sequence that every member delivers its
 //! part of, clients whose commands interleave at random (puts, reads, deletes,
 //! transactions over pairs of keys in different partitions, ranges and delete
-//! ranges), moves, retries and fallbacks. Every run is judged against one
+//! ranges, reads at the revision of a write acknowledged before and event reads
+//! from one, over the objects' histories), moves, retries and fallbacks. Every run is judged against one
 //! unpartitioned `KvStore` that executes the commands that took effect in the order
 //! of their positions:
 //!
@@ -41,6 +42,8 @@ struct Run {
     scheme: Scheme,
     moves: u64,
     scans: u64,
+    /// Commands that read history (at a past revision, or events from one).
+    history: u64,
 }
 
 fn key(rng: &mut ChaCha8Rng) -> Vec<u8> {
@@ -110,6 +113,26 @@ fn command(rng: &mut ChaCha8Rng) -> KvCommand {
     }
 }
 
+/// A command that reads history: a range or one key at revision `at` (a write's
+/// position), or the events of a range or a key from `at` on.
+fn history_command(rng: &mut ChaCha8Rng, at: u64) -> KvCommand {
+    let (a, b) = (key(rng), key(rng));
+    let (a, b) = if a <= b { (a, b) } else { (b, a) };
+    let end = if rng.gen_bool(0.5) { b } else { Vec::new() };
+    if rng.gen_bool(0.5) {
+        let mut r = RangeRequest::new(a, end);
+        r.revision = at;
+        KvCommand::Range(r)
+    } else {
+        KvCommand::Events(EventsRequest {
+            key: a,
+            end,
+            start_revision: at,
+            limit: 0,
+        })
+    }
+}
+
 fn run(
     scheme: Scheme,
     partitions: usize,
@@ -151,6 +174,13 @@ fn run(
     let (mut issued, mut instance, mut order) = (0u64, 0u64, 0u64);
     let mut done = Vec::new();
     let mut scans = 0;
+    // The writes acknowledged so far: (instance, position). A history command reads
+    // at one of an instance before the newest: this world delivers a multicast as it
+    // orders it, so a later command may join the instance of a write that already
+    // answered, which no real ordering does (an instance is decided whole before any
+    // of it is delivered), and there its position may be below the write's.
+    let mut written: Vec<(u64, u64)> = Vec::new();
+    let mut history = 0;
     // Which client and whether answered, by (client, seq) of each multicast ordered.
     while issued < commands || cs.iter().any(|c| c.cmd.is_some()) {
         let c = rng.gen_range(0..clients);
@@ -159,7 +189,15 @@ fn run(
                 continue;
             }
             issued += 1;
-            let cmd = command(&mut rng);
+            let before = written.partition_point(|(i, _)| *i < instance);
+            let cmd = match before {
+                n if n > 0 && rng.gen_bool(0.1) => {
+                    let at = written[rng.gen_range(0..n)].1;
+                    history += 1;
+                    history_command(&mut rng, at)
+                }
+                _ => command(&mut rng),
+            };
             scans += u64::from(KvObjects::scans(&cmd));
             let mut out = Vec::new();
             cs[c].proxy.submit(cmd.clone(), &mut out);
@@ -213,6 +251,9 @@ fn run(
         }
         let reply = answer.expect("an answered multicast is answered");
         if let DsReply::Done(r) = &reply {
+            if changed(r) {
+                written.push((instance, r.revision()));
+            }
             done.push((order, instance, cs[c].cmd.clone().unwrap(), r.clone()));
         }
         let mut out = Vec::new();
@@ -231,11 +272,14 @@ fn run(
         scheme,
         moves,
         scans,
+        history,
     }
 }
 
 /// `reply` with every revision of a key translated by `f`, and the header revisions
-/// (a read's differs by definition: see `partita_dssmr::kv`) set to 0.
+/// (a read's differs by definition: see `partita_dssmr::kv`) set to 0; events sorted
+/// by key within one revision (a transaction's come in the order of its operations
+/// from one store, of their objects from the objects' histories).
 fn normalized(reply: &KvReply, f: &dyn Fn(u64) -> u64) -> KvReply {
     let kv = |k: &KeyValue| KeyValue {
         create_revision: f(k.create_revision),
@@ -273,6 +317,40 @@ fn normalized(reply: &KvReply, f: &dyn Fn(u64) -> u64) -> KvReply {
                 .collect(),
             revision: 0,
         }),
+        KvReply::Events(e) => {
+            let mut events: Vec<Event> = e
+                .events
+                .iter()
+                .map(|ev| Event {
+                    kind: ev.kind,
+                    kv: kv(&ev.kv),
+                    prev_kv: ev.prev_kv.as_ref().map(kv),
+                })
+                .collect();
+            events.sort_by(|a, b| {
+                (a.kv.mod_revision, &a.kv.key).cmp(&(b.kv.mod_revision, &b.kv.key))
+            });
+            KvReply::Events(EventsResponse {
+                events,
+                revision: 0,
+                ..e.clone()
+            })
+        }
+        other => other.clone(),
+    }
+}
+
+/// `cmd` with the revisions it reads at (positions) translated by `f`.
+fn at_revisions(cmd: &KvCommand, f: &dyn Fn(u64) -> u64) -> KvCommand {
+    match cmd {
+        KvCommand::Range(r) if r.revision != 0 => KvCommand::Range(RangeRequest {
+            revision: f(r.revision),
+            ..r.clone()
+        }),
+        KvCommand::Events(e) if e.start_revision != 0 => KvCommand::Events(EventsRequest {
+            start_revision: f(e.start_revision),
+            ..e.clone()
+        }),
         other => other.clone(),
     }
 }
@@ -294,9 +372,18 @@ fn violation(r: &Run) -> Option<String> {
     let mut store = KvStore::new();
     // The store's dense revision → the position of the write that made it.
     let mut revisions: BTreeMap<u64, u64> = BTreeMap::new();
+    // ... and back.
+    let mut dense: BTreeMap<u64, u64> = BTreeMap::new();
     for (_, p, cmd, got) in &done {
+        if let KvReply::Events(e) = got {
+            if !e.events.is_sorted_by_key(|ev| ev.kv.mod_revision) {
+                return Some(format!("{cmd:?}: events out of revision order: {e:?}"));
+            }
+        }
         let before = store.revision();
-        let (want, _) = store.execute(cmd);
+        let (want, _) = store.execute(&at_revisions(cmd, &|pos| {
+            dense.get(&pos).copied().unwrap_or(u64::MAX)
+        }));
         if store.revision() != before {
             // A write's revision is its position: its instance's name, then its place.
             if got.revision() >> 24 != *p {
@@ -306,8 +393,13 @@ fn violation(r: &Run) -> Option<String> {
                 ));
             }
             revisions.insert(store.revision(), got.revision());
+            dense.insert(got.revision(), store.revision());
         }
-        let f = |rev: u64| revisions.get(&rev).copied().unwrap_or(u64::MAX);
+        // Zero (a deleted key's create revision in its event) stays zero.
+        let f = |rev: u64| match rev {
+            0 => 0,
+            r => revisions.get(&r).copied().unwrap_or(u64::MAX),
+        };
         let (want, got) = (normalized(&want, &f), normalized(got, &|rev| rev));
         if want != got {
             return Some(format!(
@@ -391,6 +483,7 @@ fn kv_on_ssmr_and_dssmr_equals_one_store() {
                 assert!(r.moves > 0, "DS-SMR moved keys");
             }
             assert!(r.scans > 0, "ranges ran");
+            assert!(r.history > 10, "reads of history ran: {}", r.history);
         }
     }
 }
