@@ -48,6 +48,7 @@
 //!   (each request of one takes a revision of its own).
 
 use crate::{Kind, ObjectId, ObjectService, Scanner, View};
+use partita_kv::store::event_bytes;
 use partita_kv::{
     check, is_read_only, ErrorResponse, Event, KeyRange, KeyValue, KvCommand, KvError, KvReply,
     KvStore, RequestOp, ResponseOp,
@@ -76,20 +77,20 @@ pub struct KvObject {
 }
 
 impl KvObject {
+    /// The object without its history (for a command that does not read it).
+    fn keys_only(&self) -> KvObject {
+        KvObject {
+            keys: self.keys.clone(),
+            events: Vec::new(),
+            compacted: self.compacted,
+        }
+    }
+
     /// Keep the history within its bounds, dropping whole revisions, never the
     /// newest.
     fn trim(&mut self) {
-        let bytes = |es: &[Event]| -> usize {
-            es.iter()
-                .map(|e| {
-                    e.kv.key.len()
-                        + e.kv.value.len()
-                        + e.prev_kv.as_ref().map_or(0, |p| p.value.len())
-                })
-                .sum()
-        };
-        while self.events.len() > EVENTS_PER_OBJECT || bytes(&self.events) > EVENT_BYTES_PER_OBJECT
-        {
+        let mut bytes: usize = self.events.iter().map(event_bytes).sum();
+        while self.events.len() > EVENTS_PER_OBJECT || bytes > EVENT_BYTES_PER_OBJECT {
             let oldest = self.events[0].revision();
             if self.events.last().map(Event::revision) == Some(oldest) {
                 break;
@@ -99,7 +100,11 @@ impl KvObject {
                 .iter()
                 .take_while(|e| e.revision() == oldest)
                 .count();
-            self.events.drain(..n);
+            bytes -= self
+                .events
+                .drain(..n)
+                .map(|e| event_bytes(&e))
+                .sum::<usize>();
             self.compacted = oldest + 1;
         }
     }
@@ -263,11 +268,7 @@ impl ObjectService for KvObjects {
     /// event read from one): another destination's changes of its own keys are its
     /// own to record.
     fn exchanged(cmd: &KvCommand, obj: &KvObject) -> Option<KvObject> {
-        floor(cmd).is_none().then(|| KvObject {
-            keys: obj.keys.clone(),
-            events: Vec::new(),
-            compacted: 0,
-        })
+        floor(cmd).is_none().then(|| obj.keys_only())
     }
 
     fn create(_cmd: &KvCommand) -> KvObject {
@@ -290,11 +291,7 @@ impl ObjectService for KvObjects {
         let history = floor(cmd).is_some();
         let copy = |o: &KvObject| match history {
             true => o.clone(),
-            false => KvObject {
-                keys: o.keys.clone(),
-                events: Vec::new(),
-                compacted: o.compacted,
-            },
+            false => o.keys_only(),
         };
         let mut seen: BTreeMap<ObjectId, KvObject> = BTreeMap::new();
         if let Kind::Access(named) = Self::kind(cmd) {
@@ -304,8 +301,11 @@ impl ObjectService for KvObjects {
                 }
             }
         }
-        for (id, o) in view.scan(Self::scanner(cmd)) {
-            seen.entry(id).or_insert_with(|| copy(&o));
+        for (id, mut o) in view.scan(Self::scanner(cmd)) {
+            if !history {
+                o.events.clear();
+            }
+            seen.entry(id).or_insert(o);
         }
         // The histories merged by revision (objects in id order within one, the same
         // at every destination); compacted up to the newest object's compaction.

@@ -112,7 +112,8 @@ pub struct Gateway {
     cluster: ClusterConfig,
     node: NodeId,
     /// The cluster runs the store on S-SMR or DS-SMR: its keys are objects of several
-    /// partitions, with no store-wide event history, lease table or digest.
+    /// partitions, each with its own history, and there is no store-wide lease table
+    /// or digest.
     objects: bool,
     /// Idle sessions, with when each was last used.
     pool: Mutex<Vec<(Instant, Session)>>,

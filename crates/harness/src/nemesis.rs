@@ -1282,21 +1282,8 @@ pub async fn run_kv(
     let live = nem.lc.cluster.clone();
     let converged = converged(&live, Duration::from_secs(60)).await;
     nem.restart_all().await?;
-    let survived_restart = match crate::kvload::contents(&cluster).await {
-        Ok(after) if after == before => Ok(format!(
-            "{} keys identical after restarting every node",
-            after.len()
-        )),
-        Ok(after) => Err(Failed::Violation(format!(
-            "{} keys before the restart, {} after; {} differ or are missing",
-            before.len(),
-            after.len(),
-            before.iter().filter(|e| !after.contains(e)).count()
-        ))),
-        Err(e) => Err(Failed::Undecided(format!(
-            "no answer after the restart: {e}"
-        ))),
-    };
+    let survived_restart =
+        same_keys_after_restart(&before, crate::kvload::contents(&cluster).await);
     let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,
@@ -1425,6 +1412,29 @@ pub async fn run_chirper(
     })
 }
 
+/// The key-value verdict on a full restart: every key read `before` it reads the same
+/// after it.
+fn same_keys_after_restart<T: PartialEq>(
+    before: &[T],
+    after: anyhow::Result<Vec<T>>,
+) -> Result<String, Failed> {
+    match after {
+        Ok(after) if after == before => Ok(format!(
+            "{} keys identical after restarting every node",
+            after.len()
+        )),
+        Ok(after) => Err(Failed::Violation(format!(
+            "{} keys before the restart, {} after; {} differ or are missing",
+            before.len(),
+            after.len(),
+            before.iter().filter(|e| !after.contains(e)).count()
+        ))),
+        Err(e) => Err(Failed::Undecided(format!(
+            "no answer after the restart: {e:#}"
+        ))),
+    }
+}
+
 /// [`run`] for the key-value store on S-SMR or DS-SMR (`partita up --service kv
 /// --execution ssmr|dssmr`): the key-value mix with two-key transactions (moves under
 /// way on DS-SMR) while the faults are injected. The verdict:
@@ -1509,20 +1519,8 @@ pub async fn run_kv_objects(
     let live = nem.lc.cluster.clone();
     let converged = converged(&live, Duration::from_secs(60)).await;
     nem.restart_all().await?;
-    let survived_restart = match crate::objects::read_all_kv(&cluster).await {
-        Ok(after) if after == finals => Ok(format!(
-            "{} keys identical after restarting every node",
-            after.len()
-        )),
-        Ok(after) => Err(Failed::Violation(format!(
-            "keys changed by a restart: {} before, {} after",
-            finals.len(),
-            after.len()
-        ))),
-        Err(e) => Err(Failed::Undecided(format!(
-            "no answer after the restart: {e:#}"
-        ))),
-    };
+    let survived_restart =
+        same_keys_after_restart(&finals, crate::objects::read_all_kv(&cluster).await);
     let failover = FailoverSummary::of_injected(&injected);
     Ok(NemesisReport {
         injected,

@@ -39,8 +39,9 @@ pub const EVENTS_MAX: usize = 100_000;
 /// oldest revisions are dropped as for [`EVENTS_MAX`].
 pub const EVENT_BYTES_MAX: usize = 64 << 20;
 
-/// The bytes an event holds, for [`EVENT_BYTES_MAX`].
-pub(crate) fn event_bytes(e: &Event) -> usize {
+/// The bytes an event holds, for [`EVENT_BYTES_MAX`] (and the bounds of other
+/// histories of events, `partita_dssmr::kv`'s per object).
+pub fn event_bytes(e: &Event) -> usize {
     e.kv.key.len() + e.kv.value.len() + e.prev_kv.as_ref().map_or(0, |p| p.value.len())
 }
 
