@@ -1874,13 +1874,13 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
                  query, next, prev)"
             );
         }
-        let reply = if cluster.execution.is_ssmr() {
-            kv_objects(&cluster, opts, &cmd).await?
-        } else {
-            let mut client =
-                partita_client::Client::<partita_kv::KvStore>::connect(cluster, opts).await?;
-            client.execute(cmd.clone()).await?
-        };
+        // What this cluster's store does not serve is refused before anything is sent.
+        partita_kv::check(&cmd).map_err(anyhow::Error::msg)?;
+        if let Some(why) = partita_client::kv::unsupported(&cluster, &cmd) {
+            bail!("{why}");
+        }
+        let mut client = partita_client::kv::KvClient::connect(&cluster, opts).await?;
+        let reply = client.execute(cmd.clone()).await?;
         if a.target.json {
             println!(
                 "{}",
@@ -1942,35 +1942,6 @@ async fn kv(a: KvArgs) -> anyhow::Result<i32> {
         println!("{}", describe(&result));
     }
     Ok(0)
-}
-
-/// One key-value command on an S-SMR or DS-SMR cluster (`partita_dssmr::kv`): what
-/// it cannot serve is refused here, before anything is sent.
-async fn kv_objects(
-    cluster: &ClusterConfig,
-    opts: partita_client::ClientOptions,
-    cmd: &partita_kv::KvCommand,
-) -> anyhow::Result<partita_kv::KvReply> {
-    use partita_dssmr::client::Outcome;
-    partita_kv::check(cmd).map_err(anyhow::Error::msg)?;
-    partita_dssmr::kv::supported(cmd).map_err(|why| {
-        anyhow::anyhow!(
-            "this cluster runs the key-value store on {}: {why}",
-            cluster.execution.model()
-        )
-    })?;
-    let mut client =
-        partita_client::objects::ObjectClient::<partita_dssmr::kv::KvObjects>::connect(
-            cluster,
-            opts,
-            partita_dssmr::StaticMap::Hashed,
-            rand::random(),
-        )
-        .await?;
-    match client.run(cmd.clone()).await? {
-        Outcome::Done(reply) => Ok(reply),
-        other => bail!("the cluster did not run the command: {other:?}"),
-    }
 }
 
 fn describe(r: &OpResult) -> String {

@@ -31,6 +31,7 @@
 pub use partita_client_core::{ClientBugs, ClientConfig, Topology};
 
 mod group;
+pub mod kv;
 pub mod objects;
 pub use group::{ClientGroup, GROUP_SESSIONS_MAX};
 

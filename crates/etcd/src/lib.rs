@@ -3,8 +3,8 @@
 //!
 //! **Where it runs.** Inside `partita node`, on every replica of a `service = "kv"`
 //! cluster whose `[[node]]` entry has an `etcd_addr` ([`serve`]): the one store, or
-//! the store's keys as objects of S-SMR/DS-SMR (`partita_dssmr::kv`, through
-//! `partita_client::objects::ObjectClient`), where the gateway serves the KV RPCs and
+//! the store's keys as objects of S-SMR/DS-SMR (`partita_dssmr::kv`; its sessions
+//! are `partita_client::kv::KvClient`s, as `partita kv`'s are), where the gateway serves the KV RPCs and
 //! watches and refuses what that store keeps no store-wide state for (leases,
 //! compaction, hashes, snapshots) with `UNIMPLEMENTED` and the reason. The gateway is
 //! a client of the cluster like any other: it executes requests as Partita commands

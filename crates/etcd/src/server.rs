@@ -2,12 +2,10 @@
 
 use crate::convert::{self, unsupported};
 use crate::pb::etcdserverpb as pb;
-use partita_client::objects::ObjectClient;
-use partita_client::{Client, ClientError, ClientOptions};
+use partita_client::kv::KvClient;
+use partita_client::{ClientError, ClientOptions};
 use partita_config::ClusterConfig;
-use partita_dssmr::client::Outcome;
-use partita_dssmr::kv::KvObjects;
-use partita_kv::{KvCommand, KvReply, KvStore};
+use partita_kv::{KvCommand, KvReply};
 use partita_types::members::{MemberChange, Members};
 use partita_types::NodeId;
 use std::collections::HashMap;
@@ -62,51 +60,6 @@ struct Queued {
     reply: tokio::sync::oneshot::Sender<Result<KvReply, Status>>,
 }
 
-/// A client session of the gateway's pool: of the one store, or of the store's keys
-/// as objects that S-SMR or DS-SMR partitions (`partita_dssmr::kv`).
-enum Session {
-    Store(Box<Client<KvStore>>),
-    Objects(Box<ObjectClient<KvObjects>>),
-}
-
-impl Session {
-    async fn connect(cluster: &ClusterConfig, opts: ClientOptions) -> Result<Session, Status> {
-        if !cluster.execution.is_ssmr() {
-            return Client::<KvStore>::connect(cluster.clone(), opts)
-                .await
-                .map(|c| Session::Store(Box::new(c)))
-                .map_err(status_of);
-        }
-        ObjectClient::connect(
-            cluster,
-            opts,
-            partita_dssmr::StaticMap::Hashed,
-            rand::random(),
-        )
-        .await
-        .map(|c| Session::Objects(Box::new(c)))
-        .map_err(status_of)
-    }
-
-    /// Run `cmd`; `Ok` with the session still usable for the next command (a reply,
-    /// or a refusal that changed nothing).
-    async fn execute(&mut self, cmd: KvCommand) -> (Result<KvReply, Status>, bool) {
-        let r = match self {
-            Session::Store(c) => c.execute(cmd).await,
-            Session::Objects(c) => match c.run(cmd).await {
-                Ok(Outcome::Done(r)) => Ok(r),
-                Ok(Outcome::Failed(why)) => Err(ClientError::Rejected(why)),
-                Ok(other) => Err(ClientError::BadReply(format!(
-                    "the store's keys are implicit objects, yet the cluster answered {other:?}"
-                ))),
-                Err(e) => Err(e),
-            },
-        };
-        let reusable = matches!(r, Ok(_) | Err(ClientError::Rejected(_)));
-        (r.map_err(status_of), reusable)
-    }
-}
-
 /// The state shared by every service of one gateway.
 pub struct Gateway {
     cluster: ClusterConfig,
@@ -116,7 +69,7 @@ pub struct Gateway {
     /// or digest.
     objects: bool,
     /// Idle sessions, with when each was last used.
-    pool: Mutex<Vec<(Instant, Session)>>,
+    pool: Mutex<Vec<(Instant, KvClient)>>,
     /// A pooled session idle this long is dropped rather than reused: the cluster
     /// forgets sessions idle for its lease, and a command on a forgotten session ends
     /// with an unknown outcome.
@@ -299,8 +252,8 @@ impl Gateway {
 
     async fn execute_raw(&self, cmd: KvCommand) -> Result<KvReply, Status> {
         partita_kv::check(&cmd).map_err(Status::invalid_argument)?;
-        if self.objects {
-            partita_dssmr::kv::supported(&cmd).map_err(|why| self.refused_on_objects(&why))?;
+        if let Some(why) = partita_client::kv::unsupported(&self.cluster, &cmd) {
+            return Err(Status::unimplemented(format!("partita: {why}")));
         }
         // Keep-alives ride in batches: many renewals, one ordered value and one fsync.
         let batchable = matches!(
@@ -350,27 +303,20 @@ impl Gateway {
                     .then_some(self.node),
                     ..ClientOptions::default()
                 };
-                Session::connect(&self.cluster, opts).await?
+                KvClient::connect(&self.cluster, opts)
+                    .await
+                    .map_err(status_of)?
             }
         };
-        let (r, reusable) = client.execute(cmd).await;
-        if reusable {
+        let r = client.execute(cmd).await;
+        // A reply, or a refusal that changed nothing: the session goes on.
+        if matches!(r, Ok(_) | Err(ClientError::Rejected(_))) {
             let mut pool = self.pool.lock().expect("pool");
             if pool.len() < POOL_MAX {
                 pool.push((Instant::now(), client));
             }
         }
-        r
-    }
-
-    /// etcd's `UNIMPLEMENTED`, for what the store on S-SMR/DS-SMR does not serve
-    /// (`why`, from `partita_dssmr::kv::supported`).
-    fn refused_on_objects(&self, why: &str) -> Status {
-        Status::unimplemented(format!(
-            "partita: this cluster runs the key-value store on S-SMR/DS-SMR ([execution] \
-             model = \"{}\"), which refuses {why}",
-            self.cluster.execution.model()
-        ))
+        r.map_err(status_of)
     }
 
     pub fn header(&self, revision: u64) -> Option<pb::ResponseHeader> {
@@ -1028,9 +974,12 @@ impl pb::maintenance_server::Maintenance for Svc {
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         let gw = &self.0;
         if gw.objects {
-            return Err(gw.refused_on_objects(
-                "a snapshot: a replica's checkpoint holds its partition's keys, not the store",
-            ));
+            let why =
+                "a snapshot: a replica's checkpoint holds its partition's keys, not the store";
+            return Err(Status::unimplemented(format!(
+                "partita: {}",
+                partita_client::kv::refusal(&gw.cluster, why)
+            )));
         }
         let (_, checkpoint) =
             partita_client::fetch_snapshot(&gw.cluster, gw.node, Duration::from_secs(120))
