@@ -1338,6 +1338,10 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
                         .unsafe_bugs
                         .iter()
                         .any(|b| b == "etcd-ack-keepalives-unordered"),
+                    expire_leases_early: a
+                        .unsafe_bugs
+                        .iter()
+                        .any(|b| b == "etcd-expire-leases-early"),
                 };
                 tokio::spawn(async move {
                     if let Err(e) = partita_etcd::serve(listener, cluster, id, planted).await {

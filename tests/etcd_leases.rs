@@ -9,8 +9,8 @@
 //! without ordering them must be caught.
 
 use crate::etcd::{
-    ctl, etcd_go, exe, install, json, launch, ok, refused, revision_of, start, start_kv,
-    watch_lines,
+    ctl, etcd_go, exe, install, json, launch, launch_with, ok, refused, revision_of, start,
+    start_kv, watch_lines,
 };
 use partita_config::{ClusterConfig, Durability};
 use partita_harness::launch::pick_base_port;
@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The id etcdctl prints for a lease it granted ("lease 694d... granted with TTL(5s)").
-fn granted(out: &str) -> String {
+pub(crate) fn granted(out: &str) -> String {
     let id = out
         .split_whitespace()
         .nth(1)
@@ -117,112 +117,8 @@ async fn etcdctl_leases_locks_elections_past_revisions_and_maintenance() {
         "{err}"
     );
 
-    // etcdctl lock: the second holder gets the lock only once the first let go.
-    let mark = dir.path().join("lock.log");
-    let script = |name: &str, hold: f64| {
-        format!(
-            "echo \"{name} in $ETCD_LOCK_KEY $ETCD_LOCK_REV\" >> {m}; sleep {hold}; \
-             echo \"{name} out\" >> {m}",
-            m = mark.display()
-        )
-    };
-    let first = crate::etcd::command(a, &["lock", "mutex", "sh", "--", "-c", &script("A", 1.5)])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // (etcdctl passes the command's arguments through; `sh -c` needs its `--`
-    // guard, or etcdctl reads `-c` as its own flag.)
-    std::thread::sleep(Duration::from_millis(500));
-    let second = ctl(
-        b,
-        &["lock", "mutex", "sh", "--", "-c", &script("B", 0.0)],
-        None,
-    );
-    let mut first = first;
-    let _ = first.wait();
-    assert!(
-        second.status.success(),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
-    let log = std::fs::read_to_string(&mark).unwrap();
-    let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 4, "{log}");
-    assert!(
-        lines[0].starts_with("A in mutex/") && lines[1] == "A out",
-        "{log}"
-    );
-    assert!(
-        lines[2].starts_with("B in mutex/") && lines[3] == "B out",
-        "{log}"
-    );
-    let rev = |l: &str| l.rsplit(' ').next().unwrap().parse::<i64>().unwrap();
-    assert!(
-        rev(lines[2]) > rev(lines[0]),
-        "lock revisions increase: {log}"
-    );
-    assert_eq!(ok(a, &["get", "--prefix", "mutex/"]), "", "unlocked");
-
-    // etcdctl elect: alice leads, bob waits; alice's session ends; bob leads.
-    let mut alice = crate::etcd::command(a, &["elect", "office", "alice"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    let mut bob = crate::etcd::command(b, &["elect", "office", "bob"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    let leader = |ep: &str| {
-        let o = crate::etcd::command(ep, &["elect", "-l", "office"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut o = o;
-        let mut out = String::new();
-        let mut stdout = o.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buf = [0u8; 256];
-            while let Ok(n) = stdout.read(&mut buf) {
-                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                    break;
-                }
-            }
-        });
-        while out.lines().count() < 2 && Instant::now() < deadline {
-            if let Ok(b) = rx.recv_timeout(Duration::from_millis(200)) {
-                out.push_str(&String::from_utf8_lossy(&b));
-            }
-        }
-        let _ = o.kill();
-        let _ = o.wait();
-        out.lines().nth(1).unwrap_or_default().to_string()
-    };
-    assert_eq!(leader(b), "alice");
-    // SIGINT: etcdctl resigns and closes its session (its lease revoked).
-    let st = Command::new("kill")
-        .args(["-INT", &alice.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let _ = alice.wait();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut now = leader(a);
-    while now != "bob" && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        now = leader(a);
-    }
-    assert_eq!(now, "bob", "bob leads once alice's session ended");
-    let _ = bob.kill();
-    let _ = bob.wait();
+    lock_is_exclusive(dir.path(), a, b);
+    election_hands_over(a, b);
 
     // Maintenance: HashKV equal on both replicas at one revision (and at a past one),
     // sizes, no alarms, defragment, and a snapshot saved that restores to the store.
@@ -373,15 +269,24 @@ print("after revoke", c.get("py/leased")[0])
 
 /// Lock holders (`etcd-go locks`: 3 workers, sessions of `ttl` s, 50 ms sections) for
 /// `secs`, with `faults` injected meanwhile; the checker's verdict on their sections.
+/// On the one store, or with `dssmr` on the store on DS-SMR
+/// ([`crate::kv_objects::dssmr_etcd`]).
 async fn lock_run(
     dir: &Path,
+    dssmr: bool,
     node_args: &[String],
     faults: Vec<Fault>,
     secs: u64,
     ttl: u64,
 ) -> Result<partita_checker::locks::LockSummary, String> {
     let go = etcd_go(dir);
-    let (mut lc, eps) = start_kv(dir, Durability::Fsync, node_args).await;
+    let (mut lc, eps) = match dssmr {
+        false => start_kv(dir, Durability::Fsync, node_args).await,
+        true => {
+            let (cfg, eps) = crate::kv_objects::dssmr_etcd(Durability::Fsync);
+            (launch_with(dir, &cfg, &eps, node_args).await, eps)
+        }
+    };
     let holders = Command::new(&go)
         .args(["locks", "-endpoints", &eps.join(","), "-workers", "3"])
         .args(["-seconds", &secs.to_string(), "-ttl", &ttl.to_string()])
@@ -431,6 +336,7 @@ async fn etcd_locks_hold_under_leader_kills_and_pauses() {
     let dir = tempfile::tempdir().unwrap();
     let summary = lock_run(
         dir.path(),
+        false,
         &[],
         vec![Fault::KillCoordinator, Fault::PauseCoordinator],
         8,
@@ -457,7 +363,59 @@ async fn unordered_keepalive_acks_are_caught() {
     let mut outcomes = Vec::new();
     for _ in 0..3 {
         let dir = tempfile::tempdir().unwrap();
-        match lock_run(dir.path(), &args, vec![], 6, 2).await {
+        match lock_run(dir.path(), false, &args, vec![], 6, 2).await {
+            Err(e) => {
+                assert!(
+                    e.contains("two held the lock at once within their leases")
+                        || e.contains("lost the lock within its lease"),
+                    "{e}"
+                );
+                eprintln!("caught in run {}: {e}", outcomes.len() + 1);
+                return;
+            }
+            Ok(summary) => outcomes.push(summary.to_string()),
+        }
+    }
+    panic!("the planted bug went unnoticed in three runs: {outcomes:?}");
+}
+
+/// The same holders on the key-value store on DS-SMR (2 data partitions), where a
+/// lease is an object and the gateways expire leases by ordered checks
+/// (`KvCommand::LeaseExpire`): a session's lease and its lock key are objects DS-SMR
+/// moves together, the waiters' range and watch scan both partitions, and the
+/// coordinator is killed and paused meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_locks_hold_on_dssmr_under_coordinator_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = lock_run(
+        dir.path(),
+        true,
+        &[],
+        vec![Fault::KillCoordinator, Fault::PauseCoordinator],
+        8,
+        3,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("lock holders on DS-SMR under faults: {summary}");
+    assert!(summary.guarded_writes >= 10, "{summary}");
+}
+
+/// The control on DS-SMR: gateways that revoke a lease on their own reckoning of its
+/// expiry (`--unsafe etcd-expire-leases-early`: within 1.5 s of it, by a plain
+/// revoke rather than an ordered check). A holder's session renews its 2 s lease
+/// every 2/3 s, so its lease often has under 1.5 s left when a gateway looks, and the
+/// lock goes from a holder inside its lease; three runs are allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_lease_expiry_on_dssmr_is_caught() {
+    let args = [
+        "--unsafe".to_string(),
+        "etcd-expire-leases-early".to_string(),
+    ];
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        match lock_run(dir.path(), true, &args, vec![], 6, 2).await {
             Err(e) => {
                 assert!(
                     e.contains("two held the lock at once within their leases")
@@ -511,4 +469,119 @@ async fn auto_compaction_keeps_the_retention() {
         after >= Duration::from_secs(2),
         "compacted {after:?} after the newer put, within the retention"
     );
+}
+
+/// `etcdctl lock` on endpoints `a` and `b`: the second holder gets the lock only once
+/// the first let go, at a larger revision, and the lock key goes with its holder.
+pub(crate) fn lock_is_exclusive(dir: &Path, a: &str, b: &str) {
+    // etcdctl lock: the second holder gets the lock only once the first let go.
+    let mark = dir.join("lock.log");
+    let script = |name: &str, hold: f64| {
+        format!(
+            "echo \"{name} in $ETCD_LOCK_KEY $ETCD_LOCK_REV\" >> {m}; sleep {hold}; \
+             echo \"{name} out\" >> {m}",
+            m = mark.display()
+        )
+    };
+    let first = crate::etcd::command(a, &["lock", "mutex", "sh", "--", "-c", &script("A", 1.5)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // (etcdctl passes the command's arguments through; `sh -c` needs its `--`
+    // guard, or etcdctl reads `-c` as its own flag.)
+    std::thread::sleep(Duration::from_millis(500));
+    let second = ctl(
+        b,
+        &["lock", "mutex", "sh", "--", "-c", &script("B", 0.0)],
+        None,
+    );
+    let mut first = first;
+    let _ = first.wait();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let log = std::fs::read_to_string(&mark).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 4, "{log}");
+    assert!(
+        lines[0].starts_with("A in mutex/") && lines[1] == "A out",
+        "{log}"
+    );
+    assert!(
+        lines[2].starts_with("B in mutex/") && lines[3] == "B out",
+        "{log}"
+    );
+    let rev = |l: &str| l.rsplit(' ').next().unwrap().parse::<i64>().unwrap();
+    assert!(
+        rev(lines[2]) > rev(lines[0]),
+        "lock revisions increase: {log}"
+    );
+    assert_eq!(ok(a, &["get", "--prefix", "mutex/"]), "", "unlocked");
+}
+
+/// `etcdctl elect` on endpoints `a` and `b`: alice leads, bob waits; alice's session
+/// ends (SIGINT: she resigns and revokes her lease); bob leads.
+pub(crate) fn election_hands_over(a: &str, b: &str) {
+    // etcdctl elect: alice leads, bob waits; alice's session ends; bob leads.
+    let mut alice = crate::etcd::command(a, &["elect", "office", "alice"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let mut bob = crate::etcd::command(b, &["elect", "office", "bob"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let leader = |ep: &str| {
+        let o = crate::etcd::command(ep, &["elect", "-l", "office"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut o = o;
+        let mut out = String::new();
+        let mut stdout = o.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 256];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        while out.lines().count() < 2 && Instant::now() < deadline {
+            if let Ok(b) = rx.recv_timeout(Duration::from_millis(200)) {
+                out.push_str(&String::from_utf8_lossy(&b));
+            }
+        }
+        let _ = o.kill();
+        let _ = o.wait();
+        out.lines().nth(1).unwrap_or_default().to_string()
+    };
+    assert_eq!(leader(b), "alice");
+    // SIGINT: etcdctl resigns and closes its session (its lease revoked).
+    let st = Command::new("kill")
+        .args(["-INT", &alice.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let _ = alice.wait();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut now = leader(a);
+    while now != "bob" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        now = leader(a);
+    }
+    assert_eq!(now, "bob", "bob leads once alice's session ended");
+    let _ = bob.kill();
+    let _ = bob.wait();
 }

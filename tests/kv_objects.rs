@@ -318,30 +318,14 @@ async fn the_nemesis_catches_locality_judged_at_consult_time_on_kv() {
 async fn etcdctl_works_on_the_store_on_dssmr() {
     use crate::etcd::{launch, ok, ok_in, refused};
     let dir = tempfile::tempdir().unwrap();
-    let base = pick_base_port();
-    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
-    cfg.cluster.service = "kv".into();
-    cfg.cluster.durability = Durability::Memory;
-    cfg.execution = ExecutionSection::Dssmr(Default::default());
-    let mut cfg = cfg.with_partitions(3, 2, 1 << 32).unwrap();
-    let mut eps = Vec::new();
-    for p in 0..2 {
-        let ep = format!("127.0.0.1:{}", base + 18 + p);
-        let n = cfg
-            .nodes
-            .iter_mut()
-            .find(|n| n.partition == Some(p as u32))
-            .unwrap();
-        n.etcd_addr = Some(ep.clone());
-        eps.push(ep);
-    }
+    let (cfg, eps) = dssmr_etcd(Durability::Memory);
     let mut lc = launch(dir.path(), &cfg, &eps).await;
     let (a, b) = (eps[0].as_str(), eps[1].as_str());
 
-    let keys: Vec<String> = (0..6).map(|i| format!("acct/{i}")).collect();
-    let homes: std::collections::BTreeSet<u64> = keys
+    let keys: Vec<String> = (0..6).map(|i| format!("acct-{i}")).collect();
+    let homes: std::collections::BTreeSet<u16> = keys
         .iter()
-        .map(|k| partita_dssmr::kv::key_object(k.as_bytes()) % 2)
+        .map(|k| partita_dssmr::StaticMap::hashed(partita_dssmr::kv::key_object(k.as_bytes()), 2))
         .collect();
     assert_eq!(homes.len(), 2, "the keys start in both partitions");
     for (i, k) in keys.iter().enumerate() {
@@ -352,65 +336,132 @@ async fn etcdctl_works_on_the_store_on_dssmr() {
         .enumerate()
         .map(|(i, k)| format!("{k}\n{i}\n"))
         .collect();
-    assert_eq!(ok(b, &["get", "--prefix", "acct/"]), all);
+    assert_eq!(ok(b, &["get", "--prefix", "acct-"]), all);
     assert_eq!(
-        ok(a, &["get", "--prefix", "acct/", "--limit", "2"]),
-        "acct/0\n0\nacct/1\n1\n"
+        ok(a, &["get", "--prefix", "acct-", "--limit", "2"]),
+        "acct-0\n0\nacct-1\n1\n"
     );
-    let j = crate::etcd::json(&ok(a, &["get", "acct/0", "-w", "json"]));
+    let j = crate::etcd::json(&ok(a, &["get", "acct-0", "-w", "json"]));
     let created = j["kvs"][0]["create_revision"].as_i64().unwrap();
     assert_eq!(j["kvs"][0]["mod_revision"], created);
     assert!(j["header"]["revision"].as_i64().unwrap() >= created);
     // A transaction over two keys (moved together by DS-SMR): both branches.
-    let txn = "value(\"acct/0\") = \"0\"\nvalue(\"acct/1\") = \"1\"\n\nput acct/0 10\nput acct/1 11\n\nget acct/0\n\n";
+    let txn = "value(\"acct-0\") = \"0\"\nvalue(\"acct-1\") = \"1\"\n\nput acct-0 10\nput acct-1 11\n\nget acct-0\n\n";
     assert_eq!(ok_in(a, &["txn"], Some(txn)), "SUCCESS\n\nOK\n\nOK\n");
-    assert_eq!(ok_in(b, &["txn"], Some(txn)), "FAILURE\n\nacct/0\n10\n");
-    let j = crate::etcd::json(&ok(b, &["get", "acct/0", "-w", "json"]));
+    assert_eq!(ok_in(b, &["txn"], Some(txn)), "FAILURE\n\nacct-0\n10\n");
+    let j = crate::etcd::json(&ok(b, &["get", "acct-0", "-w", "json"]));
     assert_eq!(j["kvs"][0]["version"], 2);
     let txn_rev = j["kvs"][0]["mod_revision"].as_i64().unwrap();
     assert!(txn_rev > created);
 
     // Reads at past revisions, from the objects' histories, in both partitions.
     let from = created.to_string();
-    assert_eq!(ok(b, &["get", "acct/0", "--rev", &from]), "acct/0\n0\n");
+    assert_eq!(ok(b, &["get", "acct-0", "--rev", &from]), "acct-0\n0\n");
     let before = (txn_rev - 1).to_string();
-    assert_eq!(ok(a, &["get", "--prefix", "acct/", "--rev", &before]), all);
+    assert_eq!(ok(a, &["get", "--prefix", "acct-", "--rev", &before]), all);
     // A watch from a past revision over both partitions: every put in revision
     // order (the transaction's two in one revision).
-    let lines = crate::etcd::watch_lines(b, &["--prefix", "acct/", "--rev", &from], 24, || {});
+    let lines = crate::etcd::watch_lines(b, &["--prefix", "acct-", "--rev", &from], 24, || {});
     let mut expected: Vec<String> = (0..6)
-        .flat_map(|i| ["PUT".into(), format!("acct/{i}"), format!("{i}")])
+        .flat_map(|i| ["PUT".into(), format!("acct-{i}"), format!("{i}")])
         .collect();
     assert_eq!(lines.len(), 24, "{lines:?}");
     assert_eq!(lines[..18], expected[..], "the six puts in order");
     let mut txn_events: Vec<&[String]> = lines[18..].chunks(3).collect();
     txn_events.sort();
-    expected = ["PUT", "acct/0", "10", "PUT", "acct/1", "11"]
+    expected = ["PUT", "acct-0", "10", "PUT", "acct-1", "11"]
         .map(String::from)
         .to_vec();
     assert_eq!(txn_events.concat(), expected, "the transaction's two puts");
     // A watch from now: puts and a delete of keys homed in both partitions.
-    let lines = crate::etcd::watch_lines(a, &["--prefix", "acct/"], 8, || {
+    let lines = crate::etcd::watch_lines(a, &["--prefix", "acct-"], 8, || {
         std::thread::sleep(Duration::from_millis(1000));
-        assert_eq!(ok(b, &["put", "acct/2", "x"]), "OK\n");
-        assert_eq!(ok(a, &["put", "acct/3", "y"]), "OK\n");
-        assert_eq!(ok(b, &["del", "acct/2"]), "1\n");
+        assert_eq!(ok(b, &["put", "acct-2", "x"]), "OK\n");
+        assert_eq!(ok(a, &["put", "acct-3", "y"]), "OK\n");
+        assert_eq!(ok(b, &["del", "acct-2"]), "1\n");
     });
     assert_eq!(
         lines,
-        ["PUT", "acct/2", "x", "PUT", "acct/3", "y", "DELETE", "acct/2"].map(String::from),
+        ["PUT", "acct-2", "x", "PUT", "acct-3", "y", "DELETE", "acct-2"].map(String::from),
         "the watch from now"
     );
-    assert_eq!(ok(b, &["del", "--prefix", "acct/"]), "5\n");
-    assert_eq!(ok(a, &["get", "--prefix", "acct/"]), "");
+    assert_eq!(ok(b, &["del", "--prefix", "acct-"]), "5\n");
+    assert_eq!(ok(a, &["get", "--prefix", "acct-"]), "");
     let st = ok(a, &["endpoint", "status"]);
     assert!(st.starts_with(&format!("{a}, ")), "{st}");
 
+    // Leases: a lease is an object, its keys in both partitions.
+    let id = crate::etcd_leases::granted(&ok(a, &["lease", "grant", "30"]));
+    let lease = format!("--lease={id}");
+    let leased: Vec<String> = (0..4).map(|i| format!("lease/{i}")).collect();
+    let homes: std::collections::BTreeSet<u16> = leased
+        .iter()
+        .map(|k| partita_dssmr::StaticMap::hashed(partita_dssmr::kv::key_object(k.as_bytes()), 2))
+        .collect();
+    assert_eq!(homes.len(), 2, "the leased keys start in both partitions");
+    for (i, k) in leased.iter().enumerate() {
+        assert_eq!(ok([a, b][i % 2], &["put", k, "x", &lease]), "OK\n");
+    }
+    let ttl = ok(b, &["lease", "timetolive", &id, "--keys"]);
+    assert!(
+        ttl.contains(&format!("lease {id} granted with TTL(30s)"))
+            && ttl.contains("attached keys([lease/0 lease/1 lease/2 lease/3])"),
+        "{ttl}"
+    );
+    assert!(ok(a, &["lease", "list"]).contains(&id));
+    let kept = ok(b, &["lease", "keep-alive", "--once", &id]);
+    assert_eq!(kept, format!("lease {id} keepalived with TTL(30)\n"));
+    assert_eq!(
+        ok(a, &["lease", "revoke", &id]),
+        format!("lease {id} revoked\n")
+    );
+    assert_eq!(ok(b, &["get", "--prefix", "lease/"]), "");
+    for args in [
+        &["lease", "keep-alive", "--once", id.as_str()][..],
+        &["lease", "revoke", &id],
+        &["put", "lease/9", "z", &lease],
+    ] {
+        let err = refused(a, args);
+        assert!(err.contains("requested lease not found"), "{args:?}: {err}");
+    }
+    // Expiry: no partition holds every lease, so the endpoints find it expired and
+    // order its revocation; a watcher sees both keys deleted, in both partitions, no
+    // sooner than the TTL.
+    let t0 = std::time::Instant::now();
+    let id = crate::etcd_leases::granted(&ok(a, &["lease", "grant", "2"]));
+    let lease = format!("--lease={id}");
+    for (i, k) in leased.iter().enumerate() {
+        assert_eq!(ok([a, b][i % 2], &["put", k, "y", &lease]), "OK\n");
+    }
+    let all_four = ok(b, &["get", "--prefix", "lease/", "--keys-only"]);
+    if t0.elapsed() < Duration::from_millis(1800) {
+        assert_eq!(
+            all_four.lines().filter(|l| !l.is_empty()).count(),
+            4,
+            "expired early: {all_four}"
+        );
+    }
+    let lines = crate::etcd::watch_lines(b, &["--prefix", "lease/"], 8, || {
+        std::thread::sleep(Duration::from_millis(4500))
+    });
+    let mut deleted: Vec<&[String]> = lines.chunks(2).collect();
+    deleted.sort();
+    let expected: Vec<String> = leased
+        .iter()
+        .flat_map(|k| ["DELETE".into(), k.clone()])
+        .collect();
+    assert_eq!(deleted.concat(), expected, "the expiry's deletes");
+    assert_eq!(ok(a, &["get", "--prefix", "lease/"]), "");
+    // What etcd's recipes build on leases.
+    crate::etcd_leases::lock_is_exclusive(dir.path(), a, b);
+    crate::etcd_leases::election_hands_over(a, b);
+    // Bob's campaign key stays until his lease ends; the history below starts empty.
+    ok(a, &["del", "", "--from-key"]);
+    assert_eq!(ok(b, &["get", "", "--from-key"]), "");
+
     // Refused with the reason, never ignored; the gateway carries on.
     for args in [
-        &["lease", "grant", "10"][..],
-        &["put", "k", "v", "--lease", "1234"],
-        &["compaction", &from],
+        &["compaction", &from][..],
         &["endpoint", "hashkv"],
         &["snapshot", "save", "/dev/null"],
     ] {
@@ -458,6 +509,30 @@ async fn etcdctl_works_on_the_store_on_dssmr() {
     let lines = partita_sim::ds::kv_lines(&tampered, finals, at).unwrap();
     let (check, err) = partita_sim::check::kv_history(&lines, 2_000_000).unwrap_err();
     assert_eq!(check, partita_sim::check::Check::Linearizability, "{err}");
+}
+
+/// The key-value store on DS-SMR with durability `durability` (2 data partitions and
+/// the oracle's, 3 replicas each), an etcd endpoint on a replica of each data
+/// partition (the endpoints returned).
+pub(crate) fn dssmr_etcd(durability: Durability) -> (ClusterConfig, Vec<String>) {
+    let base = pick_base_port();
+    let mut cfg = ClusterConfig::default_local(base, rand::random::<u64>() >> 1);
+    cfg.cluster.service = "kv".into();
+    cfg.cluster.durability = durability;
+    cfg.execution = ExecutionSection::Dssmr(Default::default());
+    let mut cfg = cfg.with_partitions(3, 2, 1 << 32).unwrap();
+    let mut eps = Vec::new();
+    for p in 0..2 {
+        let ep = format!("127.0.0.1:{}", base + 18 + p);
+        let n = cfg
+            .nodes
+            .iter_mut()
+            .find(|n| n.partition == Some(p as u32))
+            .unwrap();
+        n.etcd_addr = Some(ep.clone());
+        eps.push(ep);
+    }
+    (cfg, eps)
 }
 
 /// [`crate::etcd::etcdctl_ops`] as the simulator's S-SMR/DS-SMR key-value events.

@@ -9,7 +9,7 @@ use crate::{Client, ClientError, ClientOptions};
 use partita_config::ClusterConfig;
 use partita_dssmr::client::Outcome;
 use partita_dssmr::kv::KvObjects;
-use partita_kv::{KvCommand, KvReply, KvStore};
+use partita_kv::{KvCommand, KvError, KvReply, KvStore};
 
 /// One session of the key-value service, one command at a time.
 pub enum KvClient {
@@ -21,6 +21,10 @@ pub enum KvClient {
 /// does not: to refuse it before anything is sent.
 pub fn unsupported(cluster: &ClusterConfig, cmd: &KvCommand) -> Option<String> {
     if !cluster.execution.is_ssmr() {
+        return None;
+    }
+    if matches!(cmd, KvCommand::LeaseGrant(g) if g.id == 0) {
+        // [`KvClient::execute`] picks the id.
         return None;
     }
     partita_dssmr::kv::supported(cmd)
@@ -58,16 +62,37 @@ impl KvClient {
     }
 
     /// Run `cmd` to its end (a store's refusal is its reply, [`KvReply::Error`]).
+    ///
+    /// On S-SMR/DS-SMR a lease is the object its id names, so a grant must name its
+    /// id: for a grant of id 0 (the store's pick elsewhere) this session picks one at
+    /// random, and another if that one is taken.
     pub async fn execute(&mut self, cmd: KvCommand) -> Result<KvReply, ClientError> {
-        match self {
-            KvClient::Store(c) => c.execute(cmd).await,
-            KvClient::Objects(c) => match c.run(cmd).await? {
-                Outcome::Done(r) => Ok(r),
-                Outcome::Failed(why) => Err(ClientError::Rejected(why)),
-                other => Err(ClientError::BadReply(format!(
-                    "the store's keys are implicit objects, yet the cluster answered {other:?}"
-                ))),
-            },
+        match (self, cmd) {
+            (KvClient::Store(c), cmd) => c.execute(cmd).await,
+            (KvClient::Objects(c), KvCommand::LeaseGrant(g)) if g.id == 0 => {
+                let mut tries = 0;
+                loop {
+                    // A positive 63-bit id, as etcd's are.
+                    let id = (rand::random::<u64>() >> 1).max(1) as i64;
+                    let r = run(c, KvCommand::lease_grant(id, g.ttl)).await?;
+                    tries += 1;
+                    match r {
+                        KvReply::Error(e) if e.error == KvError::LeaseExists(id) && tries < 8 => {}
+                        r => return Ok(r),
+                    }
+                }
+            }
+            (KvClient::Objects(c), cmd) => run(c, cmd).await,
         }
+    }
+}
+
+async fn run(c: &mut ObjectClient<KvObjects>, cmd: KvCommand) -> Result<KvReply, ClientError> {
+    match c.run(cmd).await? {
+        Outcome::Done(r) => Ok(r),
+        Outcome::Failed(why) => Err(ClientError::Rejected(why)),
+        other => Err(ClientError::BadReply(format!(
+            "the store's keys are implicit objects, yet the cluster answered {other:?}"
+        ))),
     }
 }

@@ -42,9 +42,22 @@
 //!   read over a range runs at every partition like a range read; its revision is
 //!   the command's, and every change below it in every partition has executed, so a
 //!   watcher that goes on from there misses none.
+//! - **Leases.** A lease is an object too ([`lease_object`], holding a [`KvLease`]),
+//!   so a grant names its id (the client picks one for a grant of id 0). Grants,
+//!   keep-alives and times to live name the lease's object; a put with a lease names
+//!   it beside the key's, and fails if it is missing or expired. A key's pair records
+//!   its lease; no lease records its keys (that list would go stale when a key in
+//!   another partition changed lease), so a revoke, a time to live with keys and the
+//!   lease list are scans: every partition picks its keys attached to the lease (or
+//!   its lease objects) and the execution's store revokes as the one store does, every
+//!   attached key deleted in one revision. Time is ordered time ([`View::now_ms`]):
+//!   the stamp of the value that delivered the command, the same at every
+//!   destination. No partition holds every lease, so none expires them as it
+//!   executes: `KvCommand::LeaseExpire`, which the etcd gateways order for the leases
+//!   they find expired, revokes a lease only if it has expired at its own place in the
+//!   order; until then an expired lease is gone to puts and keep-alives.
 //! - **Refused** ([`supported`]), because they need what no partition keeps: an
-//!   explicit compaction (it would touch every object), the store's hash, leases (a
-//!   lease's expiry deletes keys in every partition at one ordered time), and batches
+//!   explicit compaction (it would touch every object), the store's hash, and batches
 //!   (each request of one takes a revision of its own).
 
 use crate::{Kind, ObjectId, ObjectService, Scanner, View};
@@ -74,6 +87,19 @@ pub struct KvObject {
     pub events: Vec<Event>,
     /// Changes below this revision are gone from `events` (0: none was dropped).
     pub compacted: u64,
+    /// The lease this object holds, if it is that lease's object ([`lease_object`]).
+    pub lease: Option<KvLease>,
+}
+
+/// A lease, held by the object [`lease_object`] names for its id: granted, renewed and
+/// revoked there, and read by every put that attaches a key to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvLease {
+    pub id: i64,
+    /// The TTL granted, in seconds.
+    pub ttl: i64,
+    /// Ordered time (ms, [`View::now_ms`]) at which it expires.
+    pub expiry_ms: u64,
 }
 
 impl KvObject {
@@ -83,6 +109,7 @@ impl KvObject {
             keys: self.keys.clone(),
             events: Vec::new(),
             compacted: self.compacted,
+            lease: self.lease,
         }
     }
 
@@ -118,6 +145,50 @@ pub fn key_object(key: &[u8]) -> ObjectId {
     partita_service::stable_hash(key)
 }
 
+/// The object that holds lease `id` (an object of its own hash; a key whose hash is
+/// the same shares it, holding its pair beside the lease).
+pub fn lease_object(id: i64) -> ObjectId {
+    let mut name = b"\0lease:".to_vec();
+    name.extend_from_slice(&id.to_be_bytes());
+    partita_service::stable_hash(&name)
+}
+
+/// The leases `cmd` names: the one a lease command is about, and those its puts
+/// attach keys to.
+fn lease_ids(cmd: &KvCommand) -> Vec<i64> {
+    let put = |o: &RequestOp| match o {
+        RequestOp::Put(p) if p.lease != 0 => Some(p.lease),
+        _ => None,
+    };
+    match cmd {
+        KvCommand::Put(p) if p.lease != 0 => vec![p.lease],
+        KvCommand::Txn(t) => t.success.iter().chain(&t.failure).filter_map(put).collect(),
+        KvCommand::LeaseGrant(g) => vec![g.id],
+        KvCommand::LeaseRevoke(l)
+        | KvCommand::LeaseExpire(l)
+        | KvCommand::LeaseKeepAlive(l)
+        | KvCommand::LeaseTimeToLive(l) => vec![l.id],
+        _ => Vec::new(),
+    }
+}
+
+/// What a lease command must find in every partition: the keys attached to a lease
+/// (a revoke deletes them, a time-to-live with keys lists them), or every lease.
+#[derive(Clone, Copy)]
+enum LeaseScan {
+    KeysOf(i64),
+    Leases,
+}
+
+fn lease_scan(cmd: &KvCommand) -> Option<LeaseScan> {
+    match cmd {
+        KvCommand::LeaseRevoke(l) | KvCommand::LeaseExpire(l) => Some(LeaseScan::KeysOf(l.id)),
+        KvCommand::LeaseTimeToLive(l) if l.keys => Some(LeaseScan::KeysOf(l.id)),
+        KvCommand::LeaseLeases => Some(LeaseScan::Leases),
+        _ => None,
+    }
+}
+
 /// Whether `reply` says its command changed something, and so took its position as
 /// its revision (a read, a delete of nothing or a transaction that wrote nothing
 /// reports the position before its own).
@@ -139,15 +210,24 @@ pub fn changed(reply: &KvReply) -> bool {
 /// [`KvError::Unsupported`].
 pub fn supported(cmd: &KvCommand) -> Result<(), String> {
     const WHY: &str = "S-SMR and DS-SMR partition the keys and keep no store-wide \
-                       lease table, digest or counter";
-    let op = |op: &RequestOp| match op {
-        RequestOp::Put(p) if p.lease != 0 => Err(format!("a put with a lease: {WHY}")),
-        _ => Ok(()),
-    };
+                       digest or counter";
     match cmd {
-        KvCommand::Put(p) => op(&RequestOp::Put(p.clone())),
-        KvCommand::Range(_) | KvCommand::DeleteRange(_) | KvCommand::Events(_) => Ok(()),
-        KvCommand::Txn(t) => t.success.iter().chain(&t.failure).try_for_each(op),
+        KvCommand::Put(_)
+        | KvCommand::Range(_)
+        | KvCommand::DeleteRange(_)
+        | KvCommand::Events(_)
+        | KvCommand::Txn(_)
+        | KvCommand::LeaseRevoke(_)
+        | KvCommand::LeaseExpire(_)
+        | KvCommand::LeaseKeepAlive(_)
+        | KvCommand::LeaseTimeToLive(_)
+        | KvCommand::LeaseLeases => Ok(()),
+        KvCommand::LeaseGrant(g) if g.id != 0 => Ok(()),
+        KvCommand::LeaseGrant(_) => Err(
+            "a grant of lease id 0 (a lease is an object named by its id, so the client \
+             picks the id: partita's clients do)"
+                .into(),
+        ),
         KvCommand::Batch(_) => Err(format!(
             "a batch (each request takes a revision of its own; send them one by one): {WHY}"
         )),
@@ -239,7 +319,8 @@ impl ObjectService for KvObjects {
     type Reply = KvReply;
 
     fn kind(cmd: &KvCommand) -> Kind {
-        let ids: BTreeSet<ObjectId> = keys(cmd).into_iter().map(key_object).collect();
+        let mut ids: BTreeSet<ObjectId> = keys(cmd).into_iter().map(key_object).collect();
+        ids.extend(lease_ids(cmd).into_iter().map(lease_object));
         Kind::Access(ids.into_iter().collect())
     }
 
@@ -248,19 +329,26 @@ impl ObjectService for KvObjects {
     }
 
     fn scans(cmd: &KvCommand) -> bool {
-        !ranges(cmd).is_empty()
+        !ranges(cmd).is_empty() || lease_scan(cmd).is_some()
     }
 
     /// The objects holding a key in one of the command's ranges, or a change of one
-    /// in their history, or that compacted changes the command reads.
+    /// in their history, or that compacted changes the command reads; for a lease
+    /// command, those holding a key attached to its lease, or every lease.
     fn scanner<'c>(cmd: &'c KvCommand) -> Scanner<'c, KvObject> {
         let rs = ranges(cmd);
         let floor = floor(cmd);
+        let leases = lease_scan(cmd);
         Box::new(move |_, obj| {
             let ours = |key: &[u8]| rs.iter().any(|r| r.contains(key));
             obj.keys.iter().any(|kv| ours(&kv.key))
                 || obj.events.iter().any(|e| ours(&e.kv.key))
                 || floor.is_some_and(|f| obj.compacted > f)
+                || match leases {
+                    Some(LeaseScan::KeysOf(id)) => obj.keys.iter().any(|kv| kv.lease == id),
+                    Some(LeaseScan::Leases) => obj.lease.is_some(),
+                    None => false,
+                }
         })
     }
 
@@ -315,15 +403,45 @@ impl ObjectService for KvObjects {
             .collect();
         events.sort_by_key(Event::revision);
         let compacted = seen.values().map(|o| o.compacted).max().unwrap_or(0);
-        let mut store = KvStore::with_history(
+        // A grant whose id's object holds another lease (two ids of one hash): that
+        // id is taken, as far as this store can tell.
+        if let KvCommand::LeaseGrant(g) = cmd {
+            if view
+                .get(lease_object(g.id))
+                .and_then(|o| o.lease)
+                .is_some_and(|l| l.id != g.id)
+            {
+                return KvReply::Error(ErrorResponse {
+                    error: KvError::LeaseExists(g.id),
+                    revision,
+                });
+            }
+        }
+        let leases: Vec<KvLease> = seen.values().filter_map(|o| o.lease).collect();
+        let mut store = KvStore::partial(
             seen.values().flat_map(|o| o.keys.iter().cloned()),
             events,
             compacted,
             revision,
+            leases.iter().map(|l| (l.id, l.ttl, l.expiry_ms)),
+            view.now_ms(),
         );
         let (reply, _) = store.execute(cmd);
         if is_read_only(cmd) {
             return reply;
+        }
+        // The leases the command granted, renewed or revoked, in their objects (only
+        // this member's: the lease's partition writes it).
+        for id in lease_ids(cmd) {
+            let after = store
+                .lease(id)
+                .map(|(ttl, expiry_ms)| KvLease { id, ttl, expiry_ms });
+            let before = leases.iter().find(|l| l.id == id).copied();
+            if after != before {
+                if let Some(o) = view.get_mut(lease_object(id)) {
+                    o.lease = after;
+                }
+            }
         }
         // Write back every object whose keys the command changed, its changes joining
         // the object's history (only this member's objects: another destination
@@ -362,11 +480,25 @@ mod tests {
     /// Run `cmd` at `position` over one member holding every object, its writes
     /// applied.
     fn run(objects: &mut DetHashMap<ObjectId, KvObject>, position: u64, cmd: KvCommand) -> KvReply {
-        for k in keys(&cmd) {
-            objects.entry(key_object(k)).or_default();
+        run_at(objects, position, 0, cmd)
+    }
+
+    /// [`run`] in a value stamped `now_ms`.
+    fn run_at(
+        objects: &mut DetHashMap<ObjectId, KvObject>,
+        position: u64,
+        now_ms: u64,
+        cmd: KvCommand,
+    ) -> KvReply {
+        let Kind::Access(named) = KvObjects::kind(&cmd) else {
+            unreachable!("the store's commands are accesses")
+        };
+        for id in named {
+            objects.entry(id).or_default();
         }
         let remote = BTreeMap::new();
-        let mut view = View::new(&*objects, &remote, false, position, KvObjects::scans(&cmd));
+        let mut view =
+            View::new(&*objects, &remote, false, position, KvObjects::scans(&cmd)).at_time(now_ms);
         let reply = KvObjects::execute(&cmd, &mut view);
         let (writes, _, _) = view.finish();
         objects.extend(writes);
@@ -444,5 +576,195 @@ mod tests {
             panic!("refused")
         };
         assert!(matches!(e.error, KvError::Unsupported(_)), "{e:?}");
+    }
+
+    /// Two members (partitions) and a command run at both, as S-SMR runs one that
+    /// spans them: each sends the other the objects the command names or scans that
+    /// it holds, and writes only its own. The reply of the first.
+    fn run_both(
+        members: &mut [DetHashMap<ObjectId, KvObject>; 2],
+        position: u64,
+        now_ms: u64,
+        cmd: KvCommand,
+    ) -> KvReply {
+        let Kind::Access(named) = KvObjects::kind(&cmd) else {
+            unreachable!("the store's commands are accesses")
+        };
+        // Implicit objects start at home: hashed to a member.
+        for id in &named {
+            let home = (*id % 2) as usize;
+            if !members[1 - home].contains_key(id) {
+                members[home].entry(*id).or_default();
+            }
+        }
+        let pick = KvObjects::scanner(&cmd);
+        let sent: Vec<BTreeMap<ObjectId, KvObject>> = members
+            .iter()
+            .map(|m| {
+                m.iter()
+                    .filter(|(id, o)| {
+                        named.contains(id) || (KvObjects::scans(&cmd) && pick(**id, o))
+                    })
+                    .map(|(id, o)| {
+                        let x = KvObjects::exchanged(&cmd, o).unwrap_or_else(|| o.clone());
+                        (*id, x)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut replies = Vec::new();
+        for (i, m) in members.iter_mut().enumerate() {
+            let remote = &sent[1 - i];
+            let mut view =
+                View::new(&*m, remote, false, position, KvObjects::scans(&cmd)).at_time(now_ms);
+            replies.push(KvObjects::execute(&cmd, &mut view));
+            let (writes, _, _) = view.finish();
+            m.extend(writes);
+        }
+        assert_eq!(replies[0], replies[1], "both members answer alike: {cmd:?}");
+        replies.swap_remove(0)
+    }
+
+    /// Leases over objects of two partitions: a lease lives in its object, a put
+    /// attaches a key of either partition to it, a keep-alive renews it, a time to
+    /// live with keys finds them in both, and it expires only by a command that runs
+    /// after its expiry in ordered time (an expire before then changes nothing), which
+    /// deletes exactly the keys still attached, in one revision, in both partitions.
+    #[test]
+    fn leases_span_partitions_and_expire_in_ordered_time() {
+        let mut m: [DetHashMap<ObjectId, KvObject>; 2] = Default::default();
+        let lease = 77;
+        let granted = run_both(&mut m, 10, 1_000, KvCommand::lease_grant(lease, 5));
+        assert!(
+            matches!(granted, KvReply::LeaseGrant(ref g) if g.id == lease && g.ttl == 5),
+            "{granted:?}"
+        );
+        let again = run_both(&mut m, 11, 1_000, KvCommand::lease_grant(lease, 5));
+        assert!(matches!(again, KvReply::Error(ref e) if e.error == KvError::LeaseExists(lease)));
+        // Keys in both members (the hash picks), attached; one of them re-put without
+        // the lease, which detaches it.
+        let names: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+        let homes: BTreeSet<u64> = names.iter().map(|k| key_object(k.as_bytes()) % 2).collect();
+        assert_eq!(homes.len(), 2, "keys in both members");
+        for (i, k) in names.iter().enumerate() {
+            let r = run_both(
+                &mut m,
+                20 + i as u64,
+                1_500,
+                KvCommand::put_leased(k.clone(), "v", lease),
+            );
+            assert!(matches!(r, KvReply::Put(_)), "{r:?}");
+        }
+        run_both(&mut m, 30, 1_600, KvCommand::put("k0", "free"));
+        run_both(&mut m, 31, 1_600, KvCommand::put("other", "x"));
+        // A put naming a lease that does not exist changes nothing.
+        let r = run_both(&mut m, 32, 1_600, KvCommand::put_leased("k9", "v", 78));
+        assert!(
+            matches!(r, KvReply::Error(ref e) if e.error == KvError::LeaseNotFound(78)),
+            "{r:?}"
+        );
+        let KvReply::LeaseTimeToLive(t) = run_both(
+            &mut m,
+            33,
+            2_000,
+            KvCommand::lease_time_to_live(lease, true),
+        ) else {
+            panic!("a time to live")
+        };
+        let attached: Vec<Vec<u8>> = names[1..].iter().map(|k| k.as_bytes().to_vec()).collect();
+        assert_eq!((t.ttl, t.granted_ttl, &t.keys), (4, 5, &attached));
+        // Renewed at 4,000: it now ends at 9,000.
+        let KvReply::LeaseKeepAlive(k) =
+            run_both(&mut m, 34, 4_000, KvCommand::lease_keep_alive(lease))
+        else {
+            panic!("a keep-alive")
+        };
+        assert_eq!(k.ttl, 5);
+        let KvReply::LeaseLeases(l) = run_both(&mut m, 35, 4_500, KvCommand::LeaseLeases) else {
+            panic!("the leases")
+        };
+        assert_eq!((l.ids, l.remaining_ms), (vec![lease], vec![4_500]));
+        // Not expired at 8,999: nothing changes.
+        let r = run_both(&mut m, 40, 8_999, KvCommand::lease_expire(lease));
+        assert_eq!(
+            r,
+            KvReply::LeaseRevoke(partita_kv::LeaseRevokeResponse { revision: 39 })
+        );
+        // Expired, not yet revoked: as good as gone to a put and a keep-alive.
+        let r = run_both(
+            &mut m,
+            41,
+            9_000,
+            KvCommand::put_leased("k1", "late", lease),
+        );
+        assert!(
+            matches!(r, KvReply::Error(ref e) if e.error == KvError::LeaseNotFound(lease)),
+            "{r:?}"
+        );
+        let KvReply::LeaseKeepAlive(k) =
+            run_both(&mut m, 42, 9_000, KvCommand::lease_keep_alive(lease))
+        else {
+            panic!("a keep-alive")
+        };
+        assert_eq!(k.ttl, 0, "no renewal after the expiry");
+        let r = run_both(&mut m, 50, 9_100, KvCommand::lease_expire(lease));
+        assert_eq!(
+            r,
+            KvReply::LeaseRevoke(partita_kv::LeaseRevokeResponse { revision: 50 })
+        );
+        let KvReply::Range(all) = run_both(
+            &mut m,
+            51,
+            9_100,
+            KvCommand::Range(RangeRequest::new(b"a".to_vec(), b"z".to_vec())),
+        ) else {
+            panic!("a range")
+        };
+        let left: Vec<&[u8]> = all.kvs.iter().map(|kv| &kv.key[..]).collect();
+        assert_eq!(
+            left,
+            [&b"k0"[..], &b"other"[..]],
+            "the attached keys went, in both members"
+        );
+        let KvReply::Events(e) = run_both(&mut m, 52, 9_100, events("k", "l", 50)) else {
+            panic!("events")
+        };
+        assert_eq!(
+            e.events.len(),
+            7,
+            "one delete per attached key, all at revision 50"
+        );
+        assert!(e
+            .events
+            .iter()
+            .all(|e| e.kind == EventKind::Delete && e.revision() == 50));
+        assert!(
+            m.iter().all(|m| m.values().all(|o| o.lease.is_none())),
+            "the lease is gone"
+        );
+        let r = run_both(&mut m, 53, 9_100, KvCommand::lease_revoke(lease));
+        assert!(
+            matches!(r, KvReply::Error(ref e) if e.error == KvError::LeaseNotFound(lease)),
+            "{r:?}"
+        );
+        // A revoke before the expiry deletes the keys too.
+        run_both(&mut m, 60, 10_000, KvCommand::lease_grant(5, 60));
+        run_both(&mut m, 61, 10_000, KvCommand::put_leased("k3", "v", 5));
+        let r = run_both(&mut m, 62, 10_000, KvCommand::lease_revoke(5));
+        assert_eq!(
+            r,
+            KvReply::LeaseRevoke(partita_kv::LeaseRevokeResponse { revision: 62 })
+        );
+        let r = run_both(&mut m, 63, 10_000, KvCommand::get("k3"));
+        assert!(
+            matches!(r, KvReply::Range(ref g) if g.kvs.is_empty()),
+            "{r:?}"
+        );
+        // Id 0 is the client's to replace.
+        let r = run_both(&mut m, 64, 10_000, KvCommand::lease_grant(0, 60));
+        assert!(
+            matches!(r, KvReply::Error(ref e) if matches!(e.error, KvError::Unsupported(_))),
+            "{r:?}"
+        );
     }
 }

@@ -256,7 +256,13 @@ impl<S: ObjectService> DsReplica<S> {
         }
     }
 
-    fn run_command(&mut self, instance: Instance, cmd: &Command, replies_out: &mut Vec<Reply>) {
+    fn run_command(
+        &mut self,
+        instance: Instance,
+        time_ms: u64,
+        cmd: &Command,
+        replies_out: &mut Vec<Reply>,
+    ) {
         let Some(payload) = cmd.body.payload_for(self.partition) else {
             return;
         };
@@ -327,7 +333,7 @@ impl<S: ObjectService> DsReplica<S> {
         self.pending
             .insert((cmd.client, cmd.seq), (cmd.reply_to, at));
         let mut outs = Vec::new();
-        self.server.deliver(at, dests, dcmd, &mut outs);
+        self.server.deliver(at, time_ms, dests, dcmd, &mut outs);
         self.outputs(outs, replies_out);
     }
 }
@@ -383,7 +389,7 @@ impl<S: ObjectService> Replica for DsReplica<S> {
         self.last_name = self.last_name.max(name);
         self.stats.sessions_expired += self.sessions.advance(value.time_ms, None);
         for cmd in &value.commands {
-            self.run_command(name, cmd, replies_out);
+            self.run_command(name, value.time_ms, cmd, replies_out);
         }
     }
     fn checkpoint(&self, ordering: &[u8]) -> Vec<u8> {

@@ -24,6 +24,8 @@ pub struct Planted {
 /// One delivered command waiting for its turn.
 struct Pending<C> {
     at: CmdRef,
+    /// The ordered time of the value that delivered it ([`View::now_ms`]).
+    time_ms: u64,
     /// This member's place for it among its commands of the instance, once it
     /// reached the head of the queue.
     clock: u64,
@@ -340,10 +342,11 @@ impl<S: ObjectService> Server<S> {
     }
 
     /// A command delivered to this member at `at` (positions increase along the
-    /// member's delivery sequence), multicast to `dests`.
+    /// member's delivery sequence) in a value stamped `time_ms`, multicast to `dests`.
     pub fn deliver(
         &mut self,
         at: CmdRef,
+        time_ms: u64,
         dests: Dests,
         cmd: DsCommand<S::Command>,
         out: &mut Vec<Output<S::Reply>>,
@@ -375,6 +378,7 @@ impl<S: ObjectService> Server<S> {
         }
         self.queue.push_back(Pending {
             at,
+            time_ms,
             clock: 0,
             dests,
             cmd,
@@ -635,7 +639,7 @@ impl<S: ObjectService> Server<S> {
                     out.push(Output::Reply { at, reply });
                     return;
                 };
-                let reply = self.access(&cmd, position, &omega, &got);
+                let reply = self.access(&cmd, (position, p.time_ms), &omega, &got);
                 if self.answers(dests, false) {
                     out.push(Output::Reply { at, reply });
                 }
@@ -646,7 +650,7 @@ impl<S: ObjectService> Server<S> {
                         return;
                     }
                     let remote = remote_values::<S>(&got);
-                    let reply = self.run_view(&cmd, position, &remote, false).0;
+                    let reply = self.run_view(&cmd, (position, p.time_ms), &remote, false).0;
                     if self.answers(dests, false) {
                         out.push(Output::Reply {
                             at,
@@ -762,12 +766,13 @@ impl<S: ObjectService> Server<S> {
     fn run_view(
         &mut self,
         cmd: &S::Command,
-        position: u64,
+        (position, time_ms): (u64, u64),
         remote: &BTreeMap<ObjectId, S::Object>,
         strict: bool,
     ) -> (S::Reply, BTreeSet<ObjectId>, BTreeSet<ObjectId>) {
         let scanning = !strict && S::scans(cmd);
-        let mut view = View::new(&self.objects, remote, strict, position, scanning);
+        let mut view =
+            View::new(&self.objects, remote, strict, position, scanning).at_time(time_ms);
         let reply = S::execute(cmd, &mut view);
         let (writes, touched, missing) = view.finish();
         self.stats.objects_touched += touched.len() as u64;
@@ -783,7 +788,7 @@ impl<S: ObjectService> Server<S> {
     fn access(
         &mut self,
         cmd: &S::Command,
-        position: u64,
+        position: (u64, u64),
         omega: &[ObjectId],
         got: &BTreeMap<Member, Exchange>,
     ) -> DsReply<S::Reply> {

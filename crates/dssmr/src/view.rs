@@ -20,6 +20,7 @@ pub struct View<'a, O> {
     missing: BTreeSet<ObjectId>,
     strict: bool,
     position: u64,
+    now_ms: u64,
     scanning: bool,
 }
 
@@ -39,8 +40,23 @@ impl<'a, O: Clone> View<'a, O> {
             missing: BTreeSet::new(),
             strict,
             position,
+            now_ms: 0,
             scanning,
         }
+    }
+
+    /// The view of a command delivered in a value stamped `now_ms`.
+    pub(crate) fn at_time(mut self, now_ms: u64) -> View<'a, O> {
+        self.now_ms = now_ms;
+        self
+    }
+
+    /// The ordered time (ms) of the value that delivered the command (the leader's
+    /// stamp, [`partita_types::Value::time_ms`]): the same at every member that
+    /// executes it, since one value delivers it everywhere, and never going back along
+    /// one ordered stream. What the key-value store's leases expire by.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
     }
 
     /// The command's position in the order ([`crate::server::position`]): the same at

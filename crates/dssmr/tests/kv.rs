@@ -223,7 +223,8 @@ fn run(
         let mut outs: Vec<(Member, Output<KvReply>)> = Vec::new();
         for d in m.dests.members() {
             let mut o = Vec::new();
-            servers[index(d)].deliver(at, m.dests, m.cmd.clone(), &mut o);
+            // Ordered time: 10 ms per instance.
+            servers[index(d)].deliver(at, instance * 10, m.dests, m.cmd.clone(), &mut o);
             outs.extend(o.into_iter().map(|x| (d, x)));
         }
         let mut answer = None;

@@ -287,7 +287,8 @@ impl World {
         r.next += 1;
         self.delivered.insert((e.at, r.member));
         let mut out = Vec::new();
-        r.server.deliver(e.at, e.dests, e.cmd.clone(), &mut out);
+        r.server
+            .deliver(e.at, e.at.instance, e.dests, e.cmd.clone(), &mut out);
         self.outputs(i, out);
     }
 

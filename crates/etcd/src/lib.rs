@@ -4,9 +4,10 @@
 //! **Where it runs.** Inside `partita node`, on every replica of a `service = "kv"`
 //! cluster whose `[[node]]` entry has an `etcd_addr` ([`serve`]): the one store, or
 //! the store's keys as objects of S-SMR/DS-SMR (`partita_dssmr::kv`; its sessions
-//! are `partita_client::kv::KvClient`s, as `partita kv`'s are), where the gateway serves the KV RPCs and
-//! watches and refuses what that store keeps no store-wide state for (leases,
-//! compaction, hashes, snapshots) with `UNIMPLEMENTED` and the reason. The gateway is
+//! are `partita_client::kv::KvClient`s, as `partita kv`'s are), where the gateway
+//! serves the KV RPCs, watches and leases (expiring them: [`Gateway::start_expiring`])
+//! and refuses what that store keeps no store-wide state for (compaction, hashes,
+//! snapshots) with `UNIMPLEMENTED` and the reason. The gateway is
 //! a client of the cluster like any other: it executes requests as Partita commands
 //! through [`partita_client::Client`] sessions (a pool), preferring its own node as the
 //! replica that answers. Requests in flight together are ordered as one
@@ -28,7 +29,7 @@
 //! | `Maintenance.Status` | the store's revision (an ordered read), the node's newest delivered ballot round as `raftTerm` and its leader as `leader`, the replica's executed instance as `raftIndex` |
 //! | `Cluster.MemberList` | the replicas with an `etcd_addr`, and those added at run time (learners flagged), less the removed ones, from this node's status |
 //! | `Cluster.MemberAdd`, `MemberRemove`, `MemberPromote` | `partita member add`, `remove`, `promote` (`MemberChange` ordered through this node; a promotion asked of the learner itself): the new member's id is that of its `join = true` entry in the cluster file at the peer URL's address, else one above every id used; it joins as a learner and, unless `isLearner`, promotes itself once caught up; refusals carry etcd's messages |
-//! | `Lease.*` | `KvCommand::LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` (each keep-alive of the stream ordered, batched with the requests in flight), `LeaseTimeToLive`, `LeaseLeases`: leases are replicated state, expired in ordered time |
+//! | `Lease.*` | `KvCommand::LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` (each keep-alive of the stream ordered, batched with the requests in flight), `LeaseTimeToLive`, `LeaseLeases`: leases are replicated state, expired in ordered time (on S-SMR/DS-SMR by the gateways' ordered `LeaseExpire` checks) |
 //! | `Maintenance.Hash`, `HashKV` | `KvCommand::Hash`, an ordered read of the store's digest |
 //! | `Maintenance.Snapshot` | this member's replica checkpoint (`partita snapshot save`'s backup), in etcd's snapshot file layout |
 //! | `Maintenance.Alarm` | NOSPACE for every member whose status says its log is stalled on a full disk ([`Gateway::follow_status`]) |
@@ -99,6 +100,7 @@ pub async fn serve(
     gw.plant(planted);
     gw.start_batching();
     tokio::spawn(gw.clone().follow_status());
+    gw.start_expiring();
     if let Ok(mode) = compaction {
         tokio::spawn(gw.clone().auto_compact(mode));
     }

@@ -51,6 +51,12 @@ pub struct Planted {
     /// `etcd-ack-keepalives-unordered`: a keep-alive is answered with the lease's TTL
     /// read in order, and never renewed.
     pub ack_keepalives_unordered: bool,
+    /// `etcd-expire-leases-early`: on S-SMR/DS-SMR the gateway revokes a lease it
+    /// finds within 1.5 s of its expiry with a plain revoke, trusting its own
+    /// reckoning rather than ordering the check of the expiry
+    /// ([`KvCommand::LeaseExpire`]): a lease renewed meanwhile loses its keys inside
+    /// its TTL.
+    pub expire_leases_early: bool,
 }
 
 /// A request waiting for the batcher.
@@ -65,8 +71,8 @@ pub struct Gateway {
     cluster: ClusterConfig,
     node: NodeId,
     /// The cluster runs the store on S-SMR or DS-SMR: its keys are objects of several
-    /// partitions, each with its own history, and there is no store-wide lease table
-    /// or digest.
+    /// partitions, each with its own history, leases are objects that the gateways
+    /// expire, and there is no store-wide digest.
     objects: bool,
     /// Idle sessions, with when each was last used.
     pool: Mutex<Vec<(Instant, KvClient)>>,
@@ -148,6 +154,55 @@ impl Gateway {
             tokio::spawn(self.clone().run_batcher(rx));
         }
         true
+    }
+
+    /// On S-SMR/DS-SMR, expire the leases: no partition holds every lease, so no
+    /// replica expires them as it executes (the one store does, in ordered time).
+    /// Instead every gateway lists the leases about once a second (an ordered read of
+    /// every lease object, with the ordered time each has left) and, for each it finds
+    /// expired, orders a [`KvCommand::LeaseExpire`], which revokes the lease only if
+    /// it has expired at its own place in the order, deleting its keys in every
+    /// partition in one revision. etcd's leader does the same: its lessor finds a
+    /// lease expired and proposes its revocation. So a lease's keys outlive its TTL
+    /// by up to about a second (more when no gateway runs, since only gateways
+    /// expire leases there); a holder's keys are never deleted before its TTL ends,
+    /// which the ordered check guarantees whoever sends it, however late or often.
+    /// Returns whether it started.
+    pub fn start_expiring(self: &Arc<Self>) -> bool {
+        if !self.objects {
+            return false;
+        }
+        tokio::spawn(self.clone().expire_leases());
+        true
+    }
+
+    async fn expire_leases(self: Arc<Self>) {
+        const PERIOD_MS: u64 = 1_000;
+        loop {
+            // Spread the gateways' lists apart.
+            let jitter = rand::random::<u64>() % (PERIOD_MS / 4);
+            let mut next = PERIOD_MS - PERIOD_MS / 8 + jitter;
+            match self.execute(KvCommand::LeaseLeases).await {
+                Ok(KvReply::LeaseLeases(l)) => {
+                    for (&id, &left) in l.ids.iter().zip(&l.remaining_ms) {
+                        if self.planted().expire_leases_early && left < 1_500 {
+                            // Planted: revoked on this gateway's reckoning.
+                            let _ = self.execute(KvCommand::lease_revoke(id)).await;
+                        } else if left == 0 {
+                            if let Err(e) = self.execute(KvCommand::lease_expire(id)).await {
+                                tracing::debug!(node = self.node, "expiring lease {id:x}: {e}");
+                            }
+                        } else {
+                            // Look again just after the soonest expiry.
+                            next = next.min(left + 20);
+                        }
+                    }
+                }
+                Ok(other) => tracing::warn!(node = self.node, "listing leases: {other:?}"),
+                Err(e) => tracing::debug!(node = self.node, "listing leases: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(next)).await;
+        }
     }
 
     /// Batches ordered so far, and the requests they carried.

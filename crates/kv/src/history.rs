@@ -290,6 +290,7 @@ fn op_json(cmd: &KvCommand) -> OpJson<'_> {
             ttl: g.ttl,
         },
         KvCommand::LeaseRevoke(l)
+        | KvCommand::LeaseExpire(l)
         | KvCommand::LeaseKeepAlive(l)
         | KvCommand::LeaseTimeToLive(l) => OpJson::Lease {
             op: cmd.name(),
@@ -464,11 +465,13 @@ fn result_of<'a>(cmd: &KvCommand, reply: &'a KvReply) -> ResultJson<'a> {
             ttl: r.ttl,
             revision: r.revision,
         },
-        (KvCommand::LeaseRevoke(l), KvReply::LeaseRevoke(r)) => ResultJson::Lease {
-            id: l.id,
-            ttl: 0,
-            revision: r.revision,
-        },
+        (KvCommand::LeaseRevoke(l) | KvCommand::LeaseExpire(l), KvReply::LeaseRevoke(r)) => {
+            ResultJson::Lease {
+                id: l.id,
+                ttl: 0,
+                revision: r.revision,
+            }
+        }
         (KvCommand::LeaseKeepAlive(_), KvReply::LeaseKeepAlive(r)) => ResultJson::Lease {
             id: r.id,
             ttl: r.ttl,

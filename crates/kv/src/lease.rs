@@ -93,10 +93,6 @@ impl Leases {
         self.table.get(&id).into_iter().flat_map(|l| l.keys.iter())
     }
 
-    pub(crate) fn ids(&self) -> impl Iterator<Item = i64> + '_ {
-        self.table.keys().copied()
-    }
-
     /// Every lease with its fields, by id (snapshots).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (i64, LeaseMeta)> + '_ {
         self.table.iter().map(|(&id, l)| (id, l.meta))

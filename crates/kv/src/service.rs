@@ -96,6 +96,7 @@ pub fn is_lease_command(cmd: &KvCommand) -> bool {
         cmd,
         KvCommand::LeaseGrant(_)
             | KvCommand::LeaseRevoke(_)
+            | KvCommand::LeaseExpire(_)
             | KvCommand::LeaseKeepAlive(_)
             | KvCommand::LeaseTimeToLive(_)
             | KvCommand::LeaseLeases
@@ -371,6 +372,7 @@ fn command_objects(cmd: &KvCommand, out: &mut Objects<Vec<u8>>) {
         KvCommand::Compact(_)
         | KvCommand::LeaseGrant(_)
         | KvCommand::LeaseRevoke(_)
+        | KvCommand::LeaseExpire(_)
         | KvCommand::LeaseKeepAlive(_)
         | KvCommand::LeaseTimeToLive(_)
         | KvCommand::LeaseLeases
@@ -410,7 +412,10 @@ fn merge(
                 | (KvCommand::Events(_), KvReply::Events(_))
                 | (KvCommand::Batch(_), KvReply::Batch(_))
                 | (KvCommand::LeaseGrant(_), KvReply::LeaseGrant(_))
-                | (KvCommand::LeaseRevoke(_), KvReply::LeaseRevoke(_))
+                | (
+                    KvCommand::LeaseRevoke(_) | KvCommand::LeaseExpire(_),
+                    KvReply::LeaseRevoke(_)
+                )
                 | (KvCommand::LeaseKeepAlive(_), KvReply::LeaseKeepAlive(_))
                 | (KvCommand::LeaseTimeToLive(_), KvReply::LeaseTimeToLive(_))
                 | (KvCommand::LeaseLeases, KvReply::LeaseLeases(_))

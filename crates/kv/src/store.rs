@@ -218,8 +218,10 @@ impl KvStore {
         }
     }
 
-    /// A store from its parts (snapshot restore); the caller has validated them, and
-    /// that every entry's lease is in `leases` (which has no keys yet).
+    /// A store from its parts (snapshot restore: the caller has validated them, and
+    /// that every entry's lease is in `leases`, which has no keys yet; or one command's
+    /// keys on S-SMR/DS-SMR, [`KvStore::partial`], whose entries may name leases the
+    /// command did not read: those keys are attached to no lease here).
     pub(crate) fn from_parts(
         map: BTreeMap<Vec<u8>, Entry>,
         revision: u64,
@@ -229,7 +231,7 @@ impl KvStore {
         now_ms: u64,
     ) -> KvStore {
         for (k, e) in &map {
-            if e.lease != 0 {
+            if e.lease != 0 && leases.contains(e.lease) {
                 leases.attach(e.lease, k);
             }
         }
@@ -252,22 +254,21 @@ impl KvStore {
         }
     }
 
-    /// A store of `kvs` at `revision`, with no history and no leases (a key's lease is
-    /// dropped): what S-SMR and DS-SMR execute one command over, built from the
-    /// objects that hold its keys (`partita_dssmr::kv`). A key given twice keeps its
-    /// last pair.
-    pub fn with_entries(kvs: impl IntoIterator<Item = KeyValue>, revision: u64) -> KvStore {
-        KvStore::with_history(kvs, Vec::new(), 0, revision)
-    }
-
-    /// [`KvStore::with_entries`] with an event history: `events` (every change of
-    /// these keys from `compacted` on, sorted by revision, each at or below
-    /// `revision`), so that reads at past revisions and event reads work over it.
-    pub fn with_history(
+    /// The part of a store that one command executes over on S-SMR and DS-SMR
+    /// (`partita_dssmr::kv`), built from the objects it reads: the pairs `kvs` at
+    /// `revision`, with the event history `events` (every change of these keys from
+    /// `compacted` on, sorted by revision, each at or below `revision`) so that reads
+    /// at past revisions and event reads work, and the leases `leases` (id, granted
+    /// TTL, expiry) at ordered time `now_ms`. A key keeps the lease it names; it is
+    /// attached (revoked with it, listed by it) only if that lease is given. A key
+    /// given twice keeps its last pair.
+    pub fn partial(
         kvs: impl IntoIterator<Item = KeyValue>,
         events: Vec<Event>,
         compacted: u64,
         revision: u64,
+        leases: impl IntoIterator<Item = (i64, i64, u64)>,
+        now_ms: u64,
     ) -> KvStore {
         let map = kvs
             .into_iter()
@@ -278,19 +279,21 @@ impl KvStore {
                     kv.create_revision,
                     kv.mod_revision,
                     kv.version,
-                    0,
+                    kv.lease,
                 );
                 (kv.key, e)
             })
             .collect();
-        KvStore::from_parts(
-            map,
-            revision,
-            events.into(),
-            compacted,
-            Leases::default(),
-            0,
-        )
+        let mut table = Leases::default();
+        for (id, ttl, expiry_ms) in leases {
+            table.set(id, Some(LeaseMeta { ttl, expiry_ms }));
+        }
+        KvStore::from_parts(map, revision, events.into(), compacted, table, now_ms)
+    }
+
+    /// Lease `id`'s granted TTL (s) and expiry (ordered ms), if held.
+    pub fn lease(&self, id: i64) -> Option<(i64, u64)> {
+        self.leases.meta(id).map(|m| (m.ttl, m.expiry_ms))
     }
 
     /// The lease table and the ordered time (snapshots).
@@ -409,8 +412,15 @@ impl KvStore {
             .saturating_add(u64::try_from(ttl).unwrap_or(0).saturating_mul(1000))
     }
 
+    /// Whether a lease has not expired (only the partitioned store's leases wait for
+    /// a revocation after their expiry, [`KvCommand::LeaseExpire`]; an expired one is
+    /// as good as gone: no put attaches to it and no keep-alive renews it).
+    fn live(&self, m: LeaseMeta) -> bool {
+        m.expiry_ms > self.now_ms
+    }
+
     fn keep_alive(&mut self, id: i64, w: &mut Writes) -> LeaseKeepAliveResponse {
-        let ttl = match self.leases.meta(id) {
+        let ttl = match self.leases.meta(id).filter(|m| self.live(*m)) {
             Some(m) => {
                 let renewed = LeaseMeta {
                     expiry_ms: self.expiry(m.ttl),
@@ -455,7 +465,9 @@ impl KvStore {
 
     /// The lease a put names must exist when it executes (0 names none).
     fn check_put_lease(&self, p: &PutRequest) -> Result<(), KvError> {
-        if p.lease != 0 && !self.leases.contains(p.lease) {
+        // Expired, though not yet revoked (only the partitioned store's leases wait
+        // for a revocation after their expiry): as good as gone.
+        if p.lease != 0 && !self.leases.meta(p.lease).is_some_and(|m| self.live(m)) {
             return Err(KvError::LeaseNotFound(p.lease));
         }
         Ok(())
@@ -740,10 +752,33 @@ impl KvStore {
                 Ok(KvReply::LeaseKeepAlive(self.keep_alive(l.id, &mut w)))
             }
             KvCommand::LeaseTimeToLive(l) => Ok(KvReply::LeaseTimeToLive(self.time_to_live(l))),
-            KvCommand::LeaseLeases => Ok(KvReply::LeaseLeases(LeaseLeasesResponse {
-                ids: self.leases.ids().collect(),
-                revision: self.revision,
-            })),
+            KvCommand::LeaseExpire(l) => match self.leases.meta(l.id) {
+                Some(m) => {
+                    if m.expiry_ms <= self.now_ms {
+                        self.revoke(l.id, &mut w);
+                    }
+                    Ok(KvReply::LeaseRevoke(LeaseRevokeResponse {
+                        revision: if w.changed {
+                            w.new_revision
+                        } else {
+                            self.revision
+                        },
+                    }))
+                }
+                None => Err(KvError::LeaseNotFound(l.id)),
+            },
+            KvCommand::LeaseLeases => {
+                let (ids, remaining_ms) = self
+                    .leases
+                    .iter()
+                    .map(|(id, m)| (id, m.expiry_ms.saturating_sub(self.now_ms)))
+                    .unzip();
+                Ok(KvReply::LeaseLeases(LeaseLeasesResponse {
+                    ids,
+                    remaining_ms,
+                    revision: self.revision,
+                }))
+            }
             KvCommand::Range(_) | KvCommand::Events(_) | KvCommand::Hash(_) => {
                 unreachable!("answered by read")
             }

@@ -238,7 +238,7 @@ pub enum KvError {
     /// revision above the store's (which it names).
     FutureRevision(u64),
     /// Not served by this cluster's execution model (Unimplemented), and why: S-SMR and
-    /// DS-SMR keep no store-wide history, lease table or revision counter (see
+    /// DS-SMR keep no store-wide history, digest or revision counter (see
     /// `partita_dssmr::kv`).
     Unsupported(String),
 }
@@ -311,6 +311,14 @@ pub enum KvCommand {
     /// Every lease held (read-only).
     LeaseLeases,
     Hash(HashRequest),
+    /// Revoke the lease only if it has expired at this command's ordered time (added
+    /// with leases on S-SMR/DS-SMR, where no partition holds every lease and the etcd
+    /// endpoints send these for the leases they find expired; etcd's leader likewise
+    /// proposes a revoke for each lease its lessor finds expired). The one store
+    /// expires its leases itself, so there a lease it holds has not expired and this
+    /// changes nothing. Answers [`KvReply::LeaseRevoke`], or
+    /// [`KvError::LeaseNotFound`] when there is no such lease.
+    LeaseExpire(LeaseRequest),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -426,6 +434,9 @@ pub struct LeaseTimeToLiveResponse {
 pub struct LeaseLeasesResponse {
     /// Every lease held, by id.
     pub ids: Vec<i64>,
+    /// For each, the ordered milliseconds it has left (0: it has expired and awaits
+    /// its revocation, which only the partitioned store leaves to a later command).
+    pub remaining_ms: Vec<u64>,
     pub revision: u64,
 }
 
@@ -530,6 +541,10 @@ impl KvCommand {
         KvCommand::LeaseKeepAlive(LeaseRequest { id, keys: false })
     }
 
+    pub fn lease_expire(id: i64) -> KvCommand {
+        KvCommand::LeaseExpire(LeaseRequest { id, keys: false })
+    }
+
     pub fn lease_time_to_live(id: i64, keys: bool) -> KvCommand {
         KvCommand::LeaseTimeToLive(LeaseRequest { id, keys })
     }
@@ -584,6 +599,7 @@ impl KvCommand {
             KvCommand::LeaseTimeToLive(_) => "lease_time_to_live",
             KvCommand::LeaseLeases => "lease_leases",
             KvCommand::Hash(_) => "hash",
+            KvCommand::LeaseExpire(_) => "lease_expire",
         }
     }
 }
@@ -870,6 +886,7 @@ pub fn checked_bytes(cmd: &KvCommand) -> Result<usize, String> {
             0
         }
         KvCommand::LeaseRevoke(l)
+        | KvCommand::LeaseExpire(l)
         | KvCommand::LeaseKeepAlive(l)
         | KvCommand::LeaseTimeToLive(l) => {
             if l.id <= 0 {
@@ -926,6 +943,7 @@ pub fn is_read_only(cmd: &KvCommand) -> bool {
         | KvCommand::Compact(_)
         | KvCommand::LeaseGrant(_)
         | KvCommand::LeaseRevoke(_)
+        | KvCommand::LeaseExpire(_)
         | KvCommand::LeaseKeepAlive(_) => false,
         KvCommand::Txn(t) => t
             .success

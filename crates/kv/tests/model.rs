@@ -201,6 +201,7 @@ impl Reference {
             }
             KvCommand::LeaseGrant(_)
             | KvCommand::LeaseRevoke(_)
+            | KvCommand::LeaseExpire(_)
             | KvCommand::LeaseKeepAlive(_)
             | KvCommand::LeaseTimeToLive(_)
             | KvCommand::LeaseLeases

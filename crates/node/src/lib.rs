@@ -323,6 +323,11 @@ pub struct UnsafeBugs {
     /// before the renewal is decided). The node core ignores it; `partita node`
     /// hands it to its gateway.
     pub etcd_ack_keepalives_unordered: bool,
+    /// The etcd gateway, on S-SMR/DS-SMR, revokes a lease it finds within 1.5 s of
+    /// its expiry without ordering the check that it expired: a lease renewed
+    /// meanwhile loses its keys inside its TTL. The node core ignores it; `partita
+    /// node` hands it to its gateway.
+    pub etcd_expire_leases_early: bool,
     /// Membership: replicas with odd node ids apply a change of the replicas one value
     /// late (at the next value they execute), so replicas disagree on where it took
     /// effect.
@@ -345,7 +350,7 @@ pub struct UnsafeBugs {
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 30] = [
+    pub const NAMES: [&'static str; 31] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -372,6 +377,7 @@ impl UnsafeBugs {
         "truncate-above-majority",
         "restore-wrong-frontier",
         "etcd-ack-keepalives-unordered",
+        "etcd-expire-leases-early",
         "member-apply-late",
         "member-join-without-transfer",
         "member-old-epoch-decisions",
@@ -407,6 +413,7 @@ impl UnsafeBugs {
             "truncate-above-majority" => &mut self.truncate_above_majority,
             "restore-wrong-frontier" => &mut self.restore_wrong_frontier,
             "etcd-ack-keepalives-unordered" => &mut self.etcd_ack_keepalives_unordered,
+            "etcd-expire-leases-early" => &mut self.etcd_expire_leases_early,
             "member-apply-late" => &mut self.member_apply_late,
             "member-join-without-transfer" => &mut self.member_join_without_transfer,
             "member-old-epoch-decisions" => &mut self.member_old_epoch_decisions,
