@@ -1689,12 +1689,17 @@ impl ClusterConfig {
                 ));
             }
             if self.execution.is_ssmr() {
-                if matches!(self.etcd.auto_compaction(), Ok(m) if m != AutoCompaction::Off) {
+                if matches!(
+                    self.etcd.auto_compaction(),
+                    Ok(AutoCompaction::Revisions(_))
+                ) {
                     return Err(FieldError::new(
                         "etcd.auto_compaction_mode",
                         format!(
-                            "the key-value store on {} keeps no event history to compact: \
-                             leave auto-compaction off (retention \"0\")",
+                            "the key-value store on {} takes its revisions from positions \
+                             in the order, which are not a count of changes, so keeping \
+                             the last N revisions means nothing there: use mode \
+                             \"periodic\" (a retention in time)",
                             self.execution.model()
                         ),
                     ));
@@ -2860,7 +2865,7 @@ mod tests {
     }
 
     #[test]
-    fn the_key_value_store_on_ssmr_needs_one_stream_and_no_compaction() {
+    fn the_key_value_store_on_ssmr_needs_one_stream_and_compaction_by_time() {
         let mut c = ClusterConfig::default_local(7100, 42)
             .with_partitions(3, 2, 1 << 32)
             .unwrap();
@@ -2881,9 +2886,12 @@ mod tests {
             .etcd_addr = Some("127.0.0.1:2399".into());
         ClusterConfig::parse(&etcd.to_toml(), "t").expect("etcd's API on DS-SMR");
         etcd.etcd.auto_compaction_retention = "1h".into();
+        ClusterConfig::parse(&etcd.to_toml(), "t").expect("periodic compaction on DS-SMR");
+        etcd.etcd.auto_compaction_mode = "revision".into();
+        etcd.etcd.auto_compaction_retention = "1000".into();
         let (field, message) = refused(&etcd);
         assert_eq!(field, "etcd.auto_compaction_mode");
-        assert!(message.contains("no event history"), "{message}");
+        assert!(message.contains("not a count of changes"), "{message}");
     }
 
     #[test]

@@ -56,15 +56,21 @@
 //!   executes: `KvCommand::LeaseExpire`, which the etcd gateways order for the leases
 //!   they find expired, revokes a lease only if it has expired at its own place in the
 //!   order; until then an expired lease is gone to puts and keep-alives.
-//! - **Refused** ([`supported`]), because they need what no partition keeps: an
-//!   explicit compaction (it would touch every object), the store's hash, and batches
-//!   (each request of one takes a revision of its own).
+//! - **Compaction.** A store-wide compaction runs at every partition, each trimming
+//!   its own objects' histories below it (nothing is exchanged: [`View::local_picked`]);
+//!   the newest one's revision is kept in an object of its own
+//!   ([`compaction_object`]), which only compactions name, so that one at or below it
+//!   is refused as etcd refuses it. A read from below it that sees an object with
+//!   changes below it is refused as compacted; one that sees none is answered, rightly,
+//!   from the history it sees (etcd would refuse it).
+//! - **Refused** ([`supported`]), because they need what no partition keeps: the
+//!   store's hash, and batches (each request of one takes a revision of its own).
 
 use crate::{Kind, ObjectId, ObjectService, Scanner, View};
 use partita_kv::store::event_bytes;
 use partita_kv::{
-    check, is_read_only, ErrorResponse, Event, KeyRange, KeyValue, KvCommand, KvError, KvReply,
-    KvStore, RequestOp, ResponseOp,
+    check, is_read_only, CompactResponse, ErrorResponse, Event, KeyRange, KeyValue, KvCommand,
+    KvError, KvReply, KvStore, RequestOp, ResponseOp,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,6 +159,12 @@ pub fn lease_object(id: i64) -> ObjectId {
     partita_service::stable_hash(&name)
 }
 
+/// The object that holds the store-wide compaction (the revision of the newest, in
+/// its [`KvObject::compacted`]): only compactions name it.
+pub fn compaction_object() -> ObjectId {
+    partita_service::stable_hash(b"\0compaction")
+}
+
 /// The leases `cmd` names: the one a lease command is about, and those its puts
 /// attach keys to.
 fn lease_ids(cmd: &KvCommand) -> Vec<i64> {
@@ -221,7 +233,8 @@ pub fn supported(cmd: &KvCommand) -> Result<(), String> {
         | KvCommand::LeaseExpire(_)
         | KvCommand::LeaseKeepAlive(_)
         | KvCommand::LeaseTimeToLive(_)
-        | KvCommand::LeaseLeases => Ok(()),
+        | KvCommand::LeaseLeases
+        | KvCommand::Compact(_) => Ok(()),
         KvCommand::LeaseGrant(g) if g.id != 0 => Ok(()),
         KvCommand::LeaseGrant(_) => Err(
             "a grant of lease id 0 (a lease is an object named by its id, so the client \
@@ -230,10 +243,6 @@ pub fn supported(cmd: &KvCommand) -> Result<(), String> {
         ),
         KvCommand::Batch(_) => Err(format!(
             "a batch (each request takes a revision of its own; send them one by one): {WHY}"
-        )),
-        KvCommand::Compact(_) => Err(format!(
-            "compact: {WHY}; each key's object keeps its newest {EVENTS_PER_OBJECT} changes \
-             and compacts the older ones itself"
         )),
         other => Err(format!("{}: {WHY}", other.name())),
     }
@@ -321,6 +330,9 @@ impl ObjectService for KvObjects {
     fn kind(cmd: &KvCommand) -> Kind {
         let mut ids: BTreeSet<ObjectId> = keys(cmd).into_iter().map(key_object).collect();
         ids.extend(lease_ids(cmd).into_iter().map(lease_object));
+        if let KvCommand::Compact(_) = cmd {
+            ids.insert(compaction_object());
+        }
         Kind::Access(ids.into_iter().collect())
     }
 
@@ -328,8 +340,10 @@ impl ObjectService for KvObjects {
         Some(KvObject::default())
     }
 
+    /// A compaction runs at every partition too, each trimming its own objects; its
+    /// scanner picks nothing, so nothing is exchanged for it.
     fn scans(cmd: &KvCommand) -> bool {
-        !ranges(cmd).is_empty() || lease_scan(cmd).is_some()
+        !ranges(cmd).is_empty() || lease_scan(cmd).is_some() || matches!(cmd, KvCommand::Compact(_))
     }
 
     /// The objects holding a key in one of the command's ranges, or a change of one
@@ -373,6 +387,9 @@ impl ObjectService for KvObjects {
                 error: KvError::Unsupported(why),
                 revision,
             });
+        }
+        if let KvCommand::Compact(c) = cmd {
+            return KvReply::Compact(compact(c.revision, revision, view));
         }
         // The objects as this execution reads them: with their histories only when it
         // reads history (a read at a past revision, an event read from one).
@@ -468,6 +485,42 @@ impl ObjectService for KvObjects {
             }
         }
         reply
+    }
+}
+
+/// A store-wide compaction at `to` by a command whose revision is `revision`: refused
+/// (in etcd's words) at or below the last one, or above `revision`; else every object
+/// of this member with changes below `to` drops them and marks itself compacted at
+/// `to`, so a read or watch from below `to` that sees it is refused as compacted. A
+/// read from below `to` that sees no such object (its keys did not change before
+/// `to`) is answered, rightly, from the history it sees, where etcd would refuse it.
+fn compact(to: u64, revision: u64, view: &mut View<'_, KvObject>) -> CompactResponse {
+    let last = view.get(compaction_object()).map_or(0, |o| o.compacted);
+    let refused = |error: &str, compacted: u64| CompactResponse {
+        revision,
+        compacted,
+        error: Some(error.into()),
+    };
+    if to <= last {
+        return refused("mvcc: required revision has been compacted", last);
+    }
+    if to > revision {
+        return refused("mvcc: required revision is a future revision", last);
+    }
+    let older = |_: ObjectId, o: &KvObject| o.events.first().is_some_and(|e| e.revision() < to);
+    for id in view.local_picked(older) {
+        if let Some(o) = view.get_mut(id) {
+            o.events.retain(|e| e.revision() >= to);
+            o.compacted = o.compacted.max(to);
+        }
+    }
+    if let Some(o) = view.get_mut(compaction_object()) {
+        o.compacted = to;
+    }
+    CompactResponse {
+        revision,
+        compacted: to,
+        error: None,
     }
 }
 
@@ -567,15 +620,73 @@ mod tests {
             panic!("compacted")
         };
         assert!(matches!(e.error, KvError::Compacted(_)), "{e:?}");
-        // Unsupported: explicit compaction.
-        let KvReply::Error(e) = run(
-            &mut objects,
-            401,
-            KvCommand::Compact(partita_kv::CompactRequest { revision: 30 }),
-        ) else {
-            panic!("refused")
+    }
+
+    /// A store-wide compaction across two members: refused above the command's
+    /// revision, then every object with older changes drops them, a read below it
+    /// that sees one is refused as compacted, one above it is answered from what was
+    /// kept, and a compaction at or below it is refused.
+    #[test]
+    fn compaction_trims_every_partition() {
+        let compact = |revision| KvCommand::Compact(partita_kv::CompactRequest { revision });
+        let mut m: [DetHashMap<ObjectId, KvObject>; 2] = Default::default();
+        let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            run_both(&mut m, 10 + i as u64, 0, KvCommand::put(k.clone(), "old"));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            run_both(&mut m, 30 + i as u64, 0, KvCommand::put(k.clone(), "new"));
+        }
+        let KvReply::Compact(c) = run_both(&mut m, 40, 0, compact(45)) else {
+            panic!("a compaction reply")
         };
-        assert!(matches!(e.error, KvError::Unsupported(_)), "{e:?}");
+        assert_eq!(
+            c.error.as_deref(),
+            Some("mvcc: required revision is a future revision")
+        );
+        let KvReply::Compact(c) = run_both(&mut m, 50, 0, compact(30)) else {
+            panic!("a compaction reply")
+        };
+        assert_eq!((c.error, c.compacted, c.revision), (None, 30, 49));
+        for member in &m {
+            for o in member.values().filter(|o| !o.keys.is_empty()) {
+                assert!(o.events.iter().all(|e| e.revision() >= 30), "{o:?}");
+            }
+        }
+        assert!(m.iter().all(|m| !m.is_empty()), "objects in both members");
+        let mut at = RangeRequest::new(b"k".to_vec(), b"l".to_vec());
+        at.revision = 20;
+        let r = run_both(&mut m, 51, 0, KvCommand::Range(at.clone()));
+        assert!(
+            matches!(r, KvReply::Error(ref e) if e.error == KvError::Compacted(30)),
+            "{r:?}"
+        );
+        at.revision = 33;
+        let KvReply::Range(r) = run_both(&mut m, 52, 0, KvCommand::Range(at)) else {
+            panic!("a range")
+        };
+        let values: Vec<&[u8]> = r.kvs.iter().map(|kv| &kv.value[..]).collect();
+        assert_eq!(
+            values,
+            [
+                &b"new"[..],
+                b"new",
+                b"new",
+                b"new",
+                b"old",
+                b"old",
+                b"old",
+                b"old"
+            ]
+        );
+        let KvReply::Compact(c) = run_both(&mut m, 53, 0, compact(30)) else {
+            panic!("a compaction reply")
+        };
+        assert_eq!(
+            c.error.as_deref(),
+            Some("mvcc: required revision has been compacted")
+        );
+        assert_eq!(c.compacted, 30);
     }
 
     /// Two members (partitions) and a command run at both, as S-SMR runs one that

@@ -128,6 +128,21 @@ impl<'a, O: Clone> View<'a, O> {
         self.writes.get_mut(&id)
     }
 
+    /// This member's objects that `pick` chooses (as this execution left them),
+    /// ascending by id: what a command that changes objects it cannot name changes,
+    /// each destination its own (the key-value store's compaction of every object's
+    /// history). Nothing is exchanged for them.
+    pub fn local_picked(&self, pick: impl Fn(ObjectId, &O) -> bool) -> Vec<ObjectId> {
+        let mut ids: Vec<ObjectId> = self
+            .local
+            .iter()
+            .filter(|(id, o)| pick(**id, self.writes.get(id).unwrap_or(o)))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Whether the object is this member's (the service may ask before writing).
     pub fn is_local(&self, id: ObjectId) -> bool {
         self.local.contains_key(&id)

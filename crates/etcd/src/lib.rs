@@ -6,8 +6,8 @@
 //! the store's keys as objects of S-SMR/DS-SMR (`partita_dssmr::kv`; its sessions
 //! are `partita_client::kv::KvClient`s, as `partita kv`'s are), where the gateway
 //! serves the KV RPCs, watches and leases (expiring them: [`Gateway::start_expiring`])
-//! and refuses what that store keeps no store-wide state for (compaction, hashes,
-//! snapshots) with `UNIMPLEMENTED` and the reason. The gateway is
+//! and compactions, and refuses what that store keeps no store-wide state for
+//! (hashes, snapshots) with `UNIMPLEMENTED` and the reason. The gateway is
 //! a client of the cluster like any other: it executes requests as Partita commands
 //! through [`partita_client::Client`] sessions (a pool), preferring its own node as the
 //! replica that answers. Requests in flight together are ordered as one
