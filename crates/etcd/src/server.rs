@@ -44,6 +44,10 @@ const BATCH_BYTES_MAX: usize = 256 << 10;
 /// the next batch takes them all.
 const BATCHES_IN_FLIGHT: usize = 8;
 
+/// How much sooner a gateway with the planted `etcd-expire-leases-early` revokes a
+/// lease than its own reckoning of the expiry.
+const EARLY: Duration = Duration::from_millis(1_500);
+
 /// Bugs planted in the gateway, for tests of the checks (`--unsafe NAME` of
 /// `partita node`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -94,6 +98,12 @@ pub struct Gateway {
     /// NOSPACE alarms: (member, why), from the nodes' status (see
     /// [`Gateway::follow_status`]).
     alarms: Mutex<Vec<(u64, String)>>,
+    /// On S-SMR/DS-SMR, the leases this gateway granted or renewed (or found listed),
+    /// each with when it should have expired by this gateway's clock
+    /// ([`Gateway::start_expiring`]).
+    expiring: Mutex<HashMap<i64, Instant>>,
+    /// Wakes the expirer when a lease's deadline comes sooner than it sleeps.
+    expiring_changed: tokio::sync::Notify,
 }
 
 pub fn status_of(e: ClientError) -> Status {
@@ -130,6 +140,8 @@ impl Gateway {
             batched: AtomicU64::new(0),
             planted: std::sync::OnceLock::new(),
             alarms: Mutex::new(Vec::new()),
+            expiring: Mutex::new(HashMap::new()),
+            expiring_changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -158,16 +170,19 @@ impl Gateway {
 
     /// On S-SMR/DS-SMR, expire the leases: no partition holds every lease, so no
     /// replica expires them as it executes (the one store does, in ordered time).
-    /// Instead every gateway lists the leases about once a second (an ordered read of
-    /// every lease object, with the ordered time each has left) and, for each it finds
-    /// expired, orders a [`KvCommand::LeaseExpire`], which revokes the lease only if
-    /// it has expired at its own place in the order, deleting its keys in every
-    /// partition in one revision. etcd's leader does the same: its lessor finds a
-    /// lease expired and proposes its revocation. So a lease's keys outlive its TTL
-    /// by up to about a second (more when no gateway runs, since only gateways
-    /// expire leases there); a holder's keys are never deleted before its TTL ends,
-    /// which the ordered check guarantees whoever sends it, however late or often.
-    /// Returns whether it started.
+    /// Instead each gateway keeps the deadlines of the leases it granted or renewed,
+    /// by its own clock, and when one passes it orders a [`KvCommand::LeaseExpire`],
+    /// which revokes the lease only if it has expired at its own place in the order,
+    /// deleting its keys in every partition in one revision (etcd's leader does the
+    /// same: its lessor finds a lease expired and proposes its revocation). If the
+    /// lease lives on (renewed through another gateway, or ordered time behind), an
+    /// ordered read of its time to live sets the next deadline. Every 30 s each gateway
+    /// also lists every lease (a scan of every partition), to take on those nobody
+    /// tracks (granted through a gateway that stopped). So keys outlive their lease by
+    /// little while a gateway that renewed it runs, by up to 30 s otherwise, and
+    /// forever on a cluster with no etcd endpoint; a holder's keys are never deleted
+    /// before its TTL ends, which the ordered check guarantees whoever sends it,
+    /// however late or often. Returns whether it started.
     pub fn start_expiring(self: &Arc<Self>) -> bool {
         if !self.objects {
             return false;
@@ -177,31 +192,80 @@ impl Gateway {
     }
 
     async fn expire_leases(self: Arc<Self>) {
-        const PERIOD_MS: u64 = 1_000;
+        const LIST_EVERY: Duration = Duration::from_secs(30);
+        let mut listed: Option<Instant> = None;
         loop {
-            // Spread the gateways' lists apart.
-            let jitter = rand::random::<u64>() % (PERIOD_MS / 4);
-            let mut next = PERIOD_MS - PERIOD_MS / 8 + jitter;
-            match self.execute(KvCommand::LeaseLeases).await {
-                Ok(KvReply::LeaseLeases(l)) => {
-                    for (&id, &left) in l.ids.iter().zip(&l.remaining_ms) {
-                        if self.planted().expire_leases_early && left < 1_500 {
-                            // Planted: revoked on this gateway's reckoning.
-                            let _ = self.execute(KvCommand::lease_revoke(id)).await;
-                        } else if left == 0 {
-                            if let Err(e) = self.execute(KvCommand::lease_expire(id)).await {
-                                tracing::debug!(node = self.node, "expiring lease {id:x}: {e}");
-                            }
-                        } else {
-                            // Look again just after the soonest expiry.
-                            next = next.min(left + 20);
+            if listed.is_none_or(|t| t.elapsed() >= LIST_EVERY) {
+                listed = Some(Instant::now());
+                match self.execute(KvCommand::LeaseLeases).await {
+                    Ok(KvReply::LeaseLeases(l)) => {
+                        let now = Instant::now();
+                        let mut t = self.expiring.lock().expect("expiring");
+                        for (&id, &left) in l.ids.iter().zip(&l.remaining_ms) {
+                            t.entry(id).or_insert(now + Duration::from_millis(left));
                         }
                     }
+                    Ok(other) => tracing::warn!(node = self.node, "listing leases: {other:?}"),
+                    Err(e) => tracing::debug!(node = self.node, "listing leases: {e}"),
                 }
-                Ok(other) => tracing::warn!(node = self.node, "listing leases: {other:?}"),
-                Err(e) => tracing::debug!(node = self.node, "listing leases: {e}"),
             }
-            tokio::time::sleep(Duration::from_millis(next)).await;
+            let now = Instant::now();
+            let due: Vec<i64> = {
+                let t = self.expiring.lock().expect("expiring");
+                t.iter()
+                    .filter(|(_, at)| **at <= now)
+                    .map(|(id, _)| *id)
+                    .collect()
+            };
+            for id in due {
+                self.expire_one(id).await;
+            }
+            let next = {
+                let t = self.expiring.lock().expect("expiring");
+                let list = listed.map_or(now, |l| l + LIST_EVERY);
+                t.values().copied().min().map_or(list, |at| at.min(list))
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.max(Instant::now()).into()) => {}
+                _ = self.expiring_changed.notified() => {}
+            }
+        }
+    }
+
+    /// Lease `id`'s deadline passed: order the check of its expiry, and if it lives
+    /// on, set its next deadline from its ordered time to live.
+    async fn expire_one(&self, id: i64) {
+        let retry = |this: &Self, after: Duration| {
+            let mut t = this.expiring.lock().expect("expiring");
+            if let Some(at) = t.get_mut(&id) {
+                *at = Instant::now() + after;
+            }
+        };
+        let gone = |this: &Self| {
+            this.expiring.lock().expect("expiring").remove(&id);
+        };
+        let cmd = match self.planted().expire_leases_early {
+            // Planted: revoked on this gateway's reckoning.
+            true => KvCommand::lease_revoke(id),
+            false => KvCommand::lease_expire(id),
+        };
+        match self.execute(cmd).await {
+            Err(e) if e.code() == tonic::Code::NotFound => return gone(self),
+            Err(e) => {
+                tracing::debug!(node = self.node, "expiring lease {id:x}: {e}");
+                return retry(self, Duration::from_millis(500));
+            }
+            Ok(_) => {}
+        }
+        match self.execute(KvCommand::lease_time_to_live(id, false)).await {
+            Ok(KvReply::LeaseTimeToLive(t)) if t.ttl < 0 => gone(self),
+            // Whole seconds left, truncated: look again then, or soon.
+            Ok(KvReply::LeaseTimeToLive(t)) => retry(
+                self,
+                Duration::from_secs(u64::try_from(t.ttl).unwrap_or(0))
+                    .max(Duration::from_millis(250)),
+            ),
+            _ => retry(self, Duration::from_millis(500)),
         }
     }
 
@@ -299,10 +363,42 @@ impl Gateway {
     /// with the others in flight when batching is on, else alone. A request the store
     /// refused as it executed it ([`KvReply::Error`]) is etcd's error status.
     pub async fn execute(&self, cmd: KvCommand) -> Result<KvReply, Status> {
+        let revoked = match &cmd {
+            KvCommand::LeaseRevoke(l) => Some(l.id),
+            _ => None,
+        };
         match self.execute_raw(cmd).await? {
             KvReply::Error(e) => Err(convert::kv_error(&e.error)),
-            r => Ok(r),
+            r => {
+                if self.objects {
+                    self.track_lease(revoked, &r);
+                }
+                Ok(r)
+            }
         }
+    }
+
+    /// Note what a lease command's reply says of the lease's expiry (S-SMR/DS-SMR).
+    fn track_lease(&self, revoked: Option<i64>, reply: &KvReply) {
+        let (id, ttl) = match reply {
+            KvReply::LeaseGrant(g) => (g.id, g.ttl),
+            KvReply::LeaseKeepAlive(k) if k.ttl > 0 => (k.id, k.ttl),
+            KvReply::LeaseRevoke(_) => {
+                if let Some(id) = revoked {
+                    self.expiring.lock().expect("expiring").remove(&id);
+                }
+                return;
+            }
+            _ => return,
+        };
+        // The renewal ran at an ordered time no later than now, and ordered time
+        // runs no faster than real time: by this deadline it has usually expired.
+        let mut at = Instant::now() + Duration::from_secs(u64::try_from(ttl).unwrap_or(0));
+        if self.planted().expire_leases_early {
+            at = at.checked_sub(EARLY).unwrap_or(at);
+        }
+        self.expiring.lock().expect("expiring").insert(id, at);
+        self.expiring_changed.notify_one();
     }
 
     async fn execute_raw(&self, cmd: KvCommand) -> Result<KvReply, Status> {
