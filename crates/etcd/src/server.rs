@@ -27,6 +27,9 @@ const POOL_MAX: usize = 4096;
 /// [`POLL_MAX`] while nothing happens.
 const POLL_MIN: Duration = Duration::from_millis(5);
 const POLL_MAX: Duration = Duration::from_millis(100);
+/// A write through this gateway wakes its watchers of the keys it changed at once
+/// ([`Gateway::wrote`]); this many writes may wait for watchers to look.
+const WROTE_QUEUE: usize = 1024;
 /// Events fetched per poll (whole revisions: a revision is never split).
 const EVENTS_PER_FETCH: u64 = 1000;
 /// With `progress_notify`, a watcher with nothing to send says how far it got after
@@ -104,6 +107,75 @@ pub struct Gateway {
     expiring: Mutex<HashMap<i64, Instant>>,
     /// Wakes the expirer when a lease's deadline comes sooner than it sleeps.
     expiring_changed: tokio::sync::Notify,
+    /// What each write executed through this gateway changed ([`Changed`]): a
+    /// watcher of those keys that backed off looks again at once, rather than after
+    /// up to [`POLL_MAX`] (a lock's next holder, watching its predecessor's key, hears
+    /// of the release that much sooner). Writes through other gateways are found by
+    /// polling.
+    wrote: tokio::sync::broadcast::Sender<Arc<Changed>>,
+}
+
+/// The keys a write changed, as etcd's (key, range end) pairs, or every key (a lease's
+/// revocation deletes keys nobody named).
+#[derive(Debug)]
+enum Changed {
+    Ranges(Vec<(Vec<u8>, Vec<u8>)>),
+    Everything,
+}
+
+impl Changed {
+    /// What `cmd` may change, if anything.
+    fn by(cmd: &KvCommand) -> Option<Changed> {
+        fn op(o: &partita_kv::RequestOp, out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+            match o {
+                partita_kv::RequestOp::Put(p) => out.push((p.key.clone(), Vec::new())),
+                partita_kv::RequestOp::DeleteRange(d) => out.push((d.key.clone(), d.end.clone())),
+                partita_kv::RequestOp::Range(_) => {}
+            }
+        }
+        fn ranges(cmd: &KvCommand, out: &mut Vec<(Vec<u8>, Vec<u8>)>) -> bool {
+            match cmd {
+                KvCommand::Put(p) => out.push((p.key.clone(), Vec::new())),
+                KvCommand::DeleteRange(d) => out.push((d.key.clone(), d.end.clone())),
+                KvCommand::Txn(t) => t.success.iter().chain(&t.failure).for_each(|o| op(o, out)),
+                KvCommand::Batch(cmds) => return cmds.iter().all(|c| ranges(c, out)),
+                KvCommand::LeaseRevoke(_) | KvCommand::LeaseExpire(_) => return false,
+                _ => {}
+            }
+            true
+        }
+        let mut out = Vec::new();
+        match ranges(cmd, &mut out) {
+            false => Some(Changed::Everything),
+            true if out.is_empty() => None,
+            true => Some(Changed::Ranges(out)),
+        }
+    }
+
+    /// Whether it may have changed a key of the watch (`key`, `end`).
+    fn touches(&self, key: &[u8], end: &[u8]) -> bool {
+        // [lo, hi) with hi None for no end.
+        fn span<'a>(key: &'a [u8], end: &'a [u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+            match partita_kv::KeyRange::new(key, end) {
+                partita_kv::KeyRange::Single(k) => {
+                    let mut hi = k.to_vec();
+                    hi.push(0);
+                    (k.to_vec(), Some(hi))
+                }
+                partita_kv::KeyRange::From(k) => (k.to_vec(), None),
+                partita_kv::KeyRange::Between(a, b) => (a.to_vec(), Some(b.to_vec())),
+            }
+        }
+        let below = |lo: &Vec<u8>, hi: &Option<Vec<u8>>| hi.as_ref().is_none_or(|h| lo < h);
+        let (wlo, whi) = span(key, end);
+        match self {
+            Changed::Everything => true,
+            Changed::Ranges(rs) => rs.iter().any(|(k, e)| {
+                let (lo, hi) = span(k, e);
+                below(&lo, &whi) && below(&wlo, &hi)
+            }),
+        }
+    }
 }
 
 pub fn status_of(e: ClientError) -> Status {
@@ -142,6 +214,7 @@ impl Gateway {
             alarms: Mutex::new(Vec::new()),
             expiring: Mutex::new(HashMap::new()),
             expiring_changed: tokio::sync::Notify::new(),
+            wrote: tokio::sync::broadcast::channel(WROTE_QUEUE).0,
         })
     }
 
@@ -367,11 +440,18 @@ impl Gateway {
             KvCommand::LeaseRevoke(l) => Some(l.id),
             _ => None,
         };
+        let changed = match self.wrote.receiver_count() {
+            0 => None,
+            _ => Changed::by(&cmd),
+        };
         match self.execute_raw(cmd).await? {
             KvReply::Error(e) => Err(convert::kv_error(&e.error)),
             r => {
                 if self.objects {
                     self.track_lease(revoked, &r);
+                }
+                if let Some(c) = changed {
+                    let _ = self.wrote.send(Arc::new(c));
                 }
                 Ok(r)
             }
@@ -736,6 +816,7 @@ async fn run_watcher(
     out: WatchOut,
 ) {
     let mut delay = POLL_MIN;
+    let mut wrote = gw.wrote.subscribe();
     let mut created = false;
     let mut start = spec.start_revision;
     let mut last_sent = Instant::now();
@@ -843,7 +924,22 @@ async fn run_watcher(
         } else {
             delay = (delay * 2).min(POLL_MAX);
         }
-        tokio::time::sleep(delay).await;
+        // Look again after the delay, or at once when a write through this gateway
+        // may have changed a watched key.
+        let until = tokio::time::Instant::now() + delay;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                w = wrote.recv() => match w {
+                    Ok(c) if !c.touches(&spec.key, &spec.end) => continue,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        tokio::time::sleep_until(until).await;
+                        break;
+                    }
+                },
+            }
+        }
     }
 }
 
@@ -1524,4 +1620,42 @@ auth_unsupported! {
     role_delete => "RoleDelete",
     role_grant_permission => "RoleGrantPermission",
     role_revoke_permission => "RoleRevokePermission",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a write changed against what a watcher watches: single keys, prefixes
+    /// (`[a, b)`), everything from a key on, transactions and batches by their
+    /// writes, a lease's revocation everything, reads and grants nothing.
+    #[test]
+    fn a_write_wakes_only_the_watchers_of_what_it_changed() {
+        let put = Changed::by(&KvCommand::put("lock/b", "x")).unwrap();
+        assert!(put.touches(b"lock/b", b""));
+        assert!(put.touches(b"lock/", b"lock0"));
+        assert!(put.touches(b"lock/a", b"\0"));
+        assert!(!put.touches(b"lock/a", b""));
+        assert!(!put.touches(b"lock/c", b"\0"));
+        assert!(!put.touches(b"lock/a", b"lock/b"), "the end is exclusive");
+        let del = Changed::by(&KvCommand::delete_range("a", "c")).unwrap();
+        assert!(del.touches(b"b", b""));
+        assert!(del.touches(b"b", b"z"));
+        assert!(!del.touches(b"c", b"\0"));
+        let txn = KvCommand::Txn(partita_kv::TxnRequest {
+            compare: Vec::new(),
+            success: vec![partita_kv::RequestOp::Range(partita_kv::RangeRequest::get("r"))],
+            failure: vec![partita_kv::RequestOp::Put(partita_kv::PutRequest {
+                key: b"f".to_vec(),
+                value: Vec::new(),
+                prev_kv: false,
+                lease: 0,
+            })],
+        });
+        let txn = Changed::by(&txn).unwrap();
+        assert!(txn.touches(b"f", b"") && !txn.touches(b"r", b""));
+        assert!(Changed::by(&KvCommand::lease_revoke(7)).unwrap().touches(b"k", b""));
+        assert!(Changed::by(&KvCommand::get("k")).is_none());
+        assert!(Changed::by(&KvCommand::lease_grant(7, 10)).is_none());
+    }
 }
