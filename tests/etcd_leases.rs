@@ -333,19 +333,7 @@ async fn lock_run(
 /// and no lost increment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_locks_hold_under_leader_kills_and_pauses() {
-    let dir = tempfile::tempdir().unwrap();
-    let summary = lock_run(
-        dir.path(),
-        false,
-        &[],
-        vec![Fault::KillCoordinator, Fault::PauseCoordinator],
-        8,
-        3,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("lock holders under faults: {summary}");
-    assert!(summary.guarded_writes >= 10, "{summary}");
+    locks_hold_under_coordinator_faults(false).await;
 }
 
 /// The control: a gateway that acknowledges keep-alives without ordering them. The
@@ -356,27 +344,7 @@ async fn etcd_locks_hold_under_leader_kills_and_pauses() {
 /// its holder's sections; three runs are allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unordered_keepalive_acks_are_caught() {
-    let args = [
-        "--unsafe".to_string(),
-        "etcd-ack-keepalives-unordered".to_string(),
-    ];
-    let mut outcomes = Vec::new();
-    for _ in 0..3 {
-        let dir = tempfile::tempdir().unwrap();
-        match lock_run(dir.path(), false, &args, vec![], 6, 2).await {
-            Err(e) => {
-                assert!(
-                    e.contains("two held the lock at once within their leases")
-                        || e.contains("lost the lock within its lease"),
-                    "{e}"
-                );
-                eprintln!("caught in run {}: {e}", outcomes.len() + 1);
-                return;
-            }
-            Ok(summary) => outcomes.push(summary.to_string()),
-        }
-    }
-    panic!("the planted bug went unnoticed in three runs: {outcomes:?}");
+    planted_lock_bug_is_caught(false, "etcd-ack-keepalives-unordered").await;
 }
 
 /// The same holders on the key-value store on DS-SMR (2 data partitions), where a
@@ -386,10 +354,26 @@ async fn unordered_keepalive_acks_are_caught() {
 /// coordinator is killed and paused meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_locks_hold_on_dssmr_under_coordinator_kills() {
+    locks_hold_under_coordinator_faults(true).await;
+}
+
+/// The control on DS-SMR: gateways that revoke a lease on their own reckoning of its
+/// expiry (`--unsafe etcd-expire-leases-early`: 1.5 s before it, by a plain revoke
+/// rather than an ordered check). A holder's session renews its 2 s lease every 2/3
+/// s, later than the gateway's early deadline half a second after a renewal, so the
+/// lock goes from a holder inside its lease; three runs are allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_lease_expiry_on_dssmr_is_caught() {
+    planted_lock_bug_is_caught(true, "etcd-expire-leases-early").await;
+}
+
+/// 3 holders, 3 s sessions, 8 s, the coordinator killed and paused: the checker
+/// passes, with enough guarded writes to mean something.
+async fn locks_hold_under_coordinator_faults(dssmr: bool) {
     let dir = tempfile::tempdir().unwrap();
     let summary = lock_run(
         dir.path(),
-        true,
+        dssmr,
         &[],
         vec![Fault::KillCoordinator, Fault::PauseCoordinator],
         8,
@@ -397,38 +381,31 @@ async fn etcd_locks_hold_on_dssmr_under_coordinator_kills() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("lock holders on DS-SMR under faults: {summary}");
+    eprintln!("lock holders under faults (DS-SMR: {dssmr}): {summary}");
     assert!(summary.guarded_writes >= 10, "{summary}");
 }
 
-/// The control on DS-SMR: gateways that revoke a lease on their own reckoning of its
-/// expiry (`--unsafe etcd-expire-leases-early`: within 1.5 s of it, by a plain
-/// revoke rather than an ordered check). A holder's session renews its 2 s lease
-/// every 2/3 s, so its lease often has under 1.5 s left when a gateway looks, and the
-/// lock goes from a holder inside its lease; three runs are allowed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn early_lease_expiry_on_dssmr_is_caught() {
-    let args = [
-        "--unsafe".to_string(),
-        "etcd-expire-leases-early".to_string(),
-    ];
+/// With the planted gateway bug `bug`, 2 s sessions for 6 s: the checker reports a
+/// lock lost inside a lease, in one of three runs.
+async fn planted_lock_bug_is_caught(dssmr: bool, bug: &str) {
+    let args = ["--unsafe".to_string(), bug.to_string()];
     let mut outcomes = Vec::new();
     for _ in 0..3 {
         let dir = tempfile::tempdir().unwrap();
-        match lock_run(dir.path(), true, &args, vec![], 6, 2).await {
+        match lock_run(dir.path(), dssmr, &args, vec![], 6, 2).await {
             Err(e) => {
                 assert!(
                     e.contains("two held the lock at once within their leases")
                         || e.contains("lost the lock within its lease"),
                     "{e}"
                 );
-                eprintln!("caught in run {}: {e}", outcomes.len() + 1);
+                eprintln!("{bug} caught in run {}: {e}", outcomes.len() + 1);
                 return;
             }
             Ok(summary) => outcomes.push(summary.to_string()),
         }
     }
-    panic!("the planted bug went unnoticed in three runs: {outcomes:?}");
+    panic!("the planted {bug} went unnoticed in three runs: {outcomes:?}");
 }
 
 /// etcd's `--auto-compaction-retention` as `[etcd] auto_compaction_retention = "2s"`:

@@ -530,28 +530,22 @@ mod tests {
     use partita_kv::{EventKind, EventsRequest, KvError, RangeRequest};
     use partita_types::DetHashMap;
 
+    /// The objects `cmd` names.
+    fn named(cmd: &KvCommand) -> Vec<ObjectId> {
+        let Kind::Access(named) = KvObjects::kind(cmd) else {
+            unreachable!("the store's commands are accesses")
+        };
+        named
+    }
+
     /// Run `cmd` at `position` over one member holding every object, its writes
     /// applied.
     fn run(objects: &mut DetHashMap<ObjectId, KvObject>, position: u64, cmd: KvCommand) -> KvReply {
-        run_at(objects, position, 0, cmd)
-    }
-
-    /// [`run`] in a value stamped `now_ms`.
-    fn run_at(
-        objects: &mut DetHashMap<ObjectId, KvObject>,
-        position: u64,
-        now_ms: u64,
-        cmd: KvCommand,
-    ) -> KvReply {
-        let Kind::Access(named) = KvObjects::kind(&cmd) else {
-            unreachable!("the store's commands are accesses")
-        };
-        for id in named {
+        for id in named(&cmd) {
             objects.entry(id).or_default();
         }
         let remote = BTreeMap::new();
-        let mut view =
-            View::new(&*objects, &remote, false, position, KvObjects::scans(&cmd)).at_time(now_ms);
+        let mut view = View::new(&*objects, &remote, false, position, KvObjects::scans(&cmd));
         let reply = KvObjects::execute(&cmd, &mut view);
         let (writes, _, _) = view.finish();
         objects.extend(writes);
@@ -698,9 +692,7 @@ mod tests {
         now_ms: u64,
         cmd: KvCommand,
     ) -> KvReply {
-        let Kind::Access(named) = KvObjects::kind(&cmd) else {
-            unreachable!("the store's commands are accesses")
-        };
+        let named = named(&cmd);
         // Implicit objects start at home: hashed to a member.
         for id in &named {
             let home = (*id % 2) as usize;

@@ -1644,7 +1644,9 @@ mod tests {
         assert!(!del.touches(b"c", b"\0"));
         let txn = KvCommand::Txn(partita_kv::TxnRequest {
             compare: Vec::new(),
-            success: vec![partita_kv::RequestOp::Range(partita_kv::RangeRequest::get("r"))],
+            success: vec![partita_kv::RequestOp::Range(partita_kv::RangeRequest::get(
+                "r",
+            ))],
             failure: vec![partita_kv::RequestOp::Put(partita_kv::PutRequest {
                 key: b"f".to_vec(),
                 value: Vec::new(),
@@ -1654,7 +1656,9 @@ mod tests {
         });
         let txn = Changed::by(&txn).unwrap();
         assert!(txn.touches(b"f", b"") && !txn.touches(b"r", b""));
-        assert!(Changed::by(&KvCommand::lease_revoke(7)).unwrap().touches(b"k", b""));
+        assert!(Changed::by(&KvCommand::lease_revoke(7))
+            .unwrap()
+            .touches(b"k", b""));
         assert!(Changed::by(&KvCommand::get("k")).is_none());
         assert!(Changed::by(&KvCommand::lease_grant(7, 10)).is_none());
     }

@@ -735,26 +735,12 @@ impl KvStore {
             KvCommand::Txn(t) => self.txn(t, &mut w).map(KvReply::Txn),
             KvCommand::Compact(c) => Ok(KvReply::Compact(self.compact(c, &mut w.undo))),
             KvCommand::LeaseGrant(g) => self.grant(g, &mut w).map(KvReply::LeaseGrant),
-            KvCommand::LeaseRevoke(l) => match self.leases.contains(l.id) {
-                true => {
-                    self.revoke(l.id, &mut w);
-                    Ok(KvReply::LeaseRevoke(LeaseRevokeResponse {
-                        revision: if w.changed {
-                            w.new_revision
-                        } else {
-                            self.revision
-                        },
-                    }))
-                }
-                false => Err(KvError::LeaseNotFound(l.id)),
-            },
-            KvCommand::LeaseKeepAlive(l) => {
-                Ok(KvReply::LeaseKeepAlive(self.keep_alive(l.id, &mut w)))
-            }
-            KvCommand::LeaseTimeToLive(l) => Ok(KvReply::LeaseTimeToLive(self.time_to_live(l))),
-            KvCommand::LeaseExpire(l) => match self.leases.meta(l.id) {
+            // An expire revokes only an expired lease (here never one: they expire as
+            // ordered time moves; see `KvCommand::LeaseExpire`).
+            KvCommand::LeaseRevoke(l) | KvCommand::LeaseExpire(l) => match self.leases.meta(l.id) {
                 Some(m) => {
-                    if m.expiry_ms <= self.now_ms {
+                    let expire = matches!(cmd, KvCommand::LeaseExpire(_));
+                    if !expire || m.expiry_ms <= self.now_ms {
                         self.revoke(l.id, &mut w);
                     }
                     Ok(KvReply::LeaseRevoke(LeaseRevokeResponse {
@@ -767,6 +753,10 @@ impl KvStore {
                 }
                 None => Err(KvError::LeaseNotFound(l.id)),
             },
+            KvCommand::LeaseKeepAlive(l) => {
+                Ok(KvReply::LeaseKeepAlive(self.keep_alive(l.id, &mut w)))
+            }
+            KvCommand::LeaseTimeToLive(l) => Ok(KvReply::LeaseTimeToLive(self.time_to_live(l))),
             KvCommand::LeaseLeases => {
                 let (ids, remaining_ms) = self
                     .leases
