@@ -441,8 +441,9 @@ async fn etcdctl_works_on_the_store_on_dssmr() {
             "expired early: {all_four}"
         );
     }
+    // (The watch waits up to 15 s for the deletes once it is under way.)
     let lines = crate::etcd::watch_lines(b, &["--prefix", "lease/"], 8, || {
-        std::thread::sleep(Duration::from_millis(4500))
+        std::thread::sleep(Duration::from_millis(500))
     });
     let mut deleted: Vec<&[String]> = lines.chunks(2).collect();
     deleted.sort();
