@@ -70,7 +70,7 @@ use crate::{Kind, ObjectId, ObjectService, Scanner, View};
 use partita_kv::store::event_bytes;
 use partita_kv::{
     check, is_read_only, CompactResponse, ErrorResponse, Event, KeyRange, KeyValue, KvCommand,
-    KvError, KvReply, KvStore, RequestOp, ResponseOp,
+    KvError, KvReply, KvStore, RequestOp, ResponseOp, COMPACTED_ALREADY, COMPACT_IN_FUTURE,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -502,10 +502,10 @@ fn compact(to: u64, revision: u64, view: &mut View<'_, KvObject>) -> CompactResp
         error: Some(error.into()),
     };
     if to <= last {
-        return refused("mvcc: required revision has been compacted", last);
+        return refused(COMPACTED_ALREADY, last);
     }
     if to > revision {
-        return refused("mvcc: required revision is a future revision", last);
+        return refused(COMPACT_IN_FUTURE, last);
     }
     let older = |_: ObjectId, o: &KvObject| o.events.first().is_some_and(|e| e.revision() < to);
     for id in view.local_picked(older) {

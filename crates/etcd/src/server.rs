@@ -152,27 +152,30 @@ impl Changed {
         }
     }
 
-    /// Whether it may have changed a key of the watch (`key`, `end`).
+    /// Whether it may have changed a key of the watch (`key`, `end`). Checked for
+    /// every watcher on every write, so without copying a key.
     fn touches(&self, key: &[u8], end: &[u8]) -> bool {
-        // [lo, hi) with hi None for no end.
-        fn span<'a>(key: &'a [u8], end: &'a [u8]) -> (Vec<u8>, Option<Vec<u8>>) {
-            match partita_kv::KeyRange::new(key, end) {
-                partita_kv::KeyRange::Single(k) => {
-                    let mut hi = k.to_vec();
-                    hi.push(0);
-                    (k.to_vec(), Some(hi))
-                }
-                partita_kv::KeyRange::From(k) => (k.to_vec(), None),
-                partita_kv::KeyRange::Between(a, b) => (a.to_vec(), Some(b.to_vec())),
+        use partita_kv::KeyRange;
+        // A range's lowest key, and whether a key is at or below its top.
+        fn lo<'a>(r: &KeyRange<'a>) -> &'a [u8] {
+            match *r {
+                KeyRange::Single(k) | KeyRange::From(k) => k,
+                KeyRange::Between(a, _) => a,
             }
         }
-        let below = |lo: &Vec<u8>, hi: &Option<Vec<u8>>| hi.as_ref().is_none_or(|h| lo < h);
-        let (wlo, whi) = span(key, end);
+        fn under(k: &[u8], r: &KeyRange<'_>) -> bool {
+            match *r {
+                KeyRange::Single(top) => k <= top,
+                KeyRange::From(_) => true,
+                KeyRange::Between(_, end) => k < end,
+            }
+        }
+        let w = KeyRange::new(key, end);
         match self {
             Changed::Everything => true,
             Changed::Ranges(rs) => rs.iter().any(|(k, e)| {
-                let (lo, hi) = span(k, e);
-                below(&lo, &whi) && below(&wlo, &hi)
+                let c = KeyRange::new(k, e);
+                !c.is_empty() && !w.is_empty() && under(lo(&c), &w) && under(lo(&w), &c)
             }),
         }
     }

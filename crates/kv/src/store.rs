@@ -522,9 +522,9 @@ impl KvStore {
 
     fn compact(&mut self, c: &CompactRequest, undo: &mut KvUndo) -> CompactResponse {
         let error = if c.revision <= self.compacted {
-            Some("mvcc: required revision has been compacted".to_string())
+            Some(COMPACTED_ALREADY.to_string())
         } else if c.revision > self.revision {
-            Some("mvcc: required revision is a future revision".to_string())
+            Some(COMPACT_IN_FUTURE.to_string())
         } else {
             while self
                 .events

@@ -367,6 +367,12 @@ pub struct TxnResponse {
     pub revision: u64,
 }
 
+/// Why a compaction is refused, in etcd's words ([`CompactResponse::error`]): at or
+/// below the last one ...
+pub const COMPACTED_ALREADY: &str = "mvcc: required revision has been compacted";
+/// ... or above the store's revision.
+pub const COMPACT_IN_FUTURE: &str = "mvcc: required revision is a future revision";
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactResponse {
     /// The store's revision (a compaction creates none).
