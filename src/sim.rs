@@ -118,7 +118,8 @@ pub struct SimArgs {
     /// geo-dop-not-ordered, geo-write-one-serializer (GeoPaxos+ seeds),
     /// epaxos-skip-slow-path, truncate-above-majority, restore-wrong-frontier (EPaxos
     /// seeds); with --members on: member-apply-late, member-join-without-transfer,
-    /// member-old-epoch-decisions, member-mixed-quorum.
+    /// member-old-epoch-decisions, member-mixed-quorum; with --tick-check:
+    /// tick-due-late.
     #[arg(long = "unsafe", value_name = "NAME", value_parser = parse_bug)]
     unsafe_bugs: Vec<String>,
     /// No faults at all (latency, jitter, bandwidth and clock skew remain).
@@ -136,6 +137,11 @@ pub struct SimArgs {
     /// it like any other node and failover must cope.
     #[arg(long)]
     no_coordinator_crashes: bool,
+    /// Deliver every tick to every node (as the runtime does) instead of skipping the
+    /// ticks before the one each node says may act, and fail when a tick acts before
+    /// that: checks the nodes' word (slower; the run is another run).
+    #[arg(long)]
+    tick_check: bool,
     /// CPU cost table (TOML; missing fields take the defaults). `--print-cost-table`
     /// shows the defaults.
     #[arg(long, value_name = "FILE")]
@@ -336,6 +342,7 @@ impl SimArgs {
             faults,
             without: self.without.clone(),
             coordinator_crashes: !self.no_coordinator_crashes,
+            tick_check: self.tick_check,
             cost,
             trace_tail: self.trace_tail,
             check_max_states: self.check_max_states,

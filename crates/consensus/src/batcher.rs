@@ -62,7 +62,7 @@
 //! not full and `min_interval_ticks` have not passed since the last send), and
 //! `outstanding_hard_max` when a full batch is buffered.
 
-use crate::{command_bytes, Action, Drop, DropCounts, Msg, Outbox};
+use crate::{command_bytes, Action, Drop, DropCounts, Msg, Outbox, TickDue};
 use partita_types::{Command, FieldError, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -272,6 +272,25 @@ impl Batcher {
         }
         self.leader = leader;
         self.flush(out);
+    }
+
+    /// When [`Batcher::on_tick`] may next act: a batch's acknowledgement timeout, or
+    /// the next batch of a buffer waiting for the interval between batches.
+    pub fn tick_due(&self) -> TickDue {
+        if self.leader.is_none() {
+            return TickDue::NEVER;
+        }
+        let mut due = TickDue::NEVER;
+        if !self.buffer.is_empty() {
+            due = due.tick(match self.last_send_tick {
+                Some(t) => t.saturating_add(self.cfg.min_interval_ticks),
+                None => 0,
+            });
+        }
+        for b in self.outstanding.values() {
+            due = due.tick(b.sent_at_tick.saturating_add(self.cfg.ack_timeout_ticks));
+        }
+        due
     }
 
     /// Time passes: resend batches unacknowledged for `ack_timeout_ticks` to the leader

@@ -15,7 +15,7 @@
 
 use crate::{
     command_bytes, send_all, CoordinatorConfig, Drop, DropCounts, Membership, Msg, Outbox, Part,
-    Protocol, RingDecision, Value, Vid,
+    Protocol, RingDecision, TickDue, Value, Vid,
 };
 use partita_types::{Ballot, ClientId, Command, Instance, NodeId};
 use partita_types::{DetHashMap, DetHashSet};
@@ -844,6 +844,66 @@ impl Coordinator {
         };
         self.stamped_clock_ms = Some(clock);
         self.last_stamp_ms
+    }
+
+    /// When [`Coordinator::on_tick`] may next act (see [`TickDue`]): a retransmission,
+    /// a suspected acceptor, the pacer's interval, a heartbeat, or anything `flush`
+    /// holds for a tick (a batch, a skip, an idle value, an announcement, Phase 1 for
+    /// the next range).
+    pub fn tick_due(&self) -> TickDue {
+        let rt = self.cfg.retransmit_ticks;
+        let mut due = TickDue::NEVER.tick(
+            self.last_heartbeat_tick
+                .saturating_add(self.cfg.heartbeat_ticks),
+        );
+        if let Some(p) = &self.phase1 {
+            due = due.tick(p.sent_at_tick.saturating_add(rt));
+        }
+        if self.membership.protocol == Protocol::RingPaxos {
+            if self.live_mask() != self.ring_mask {
+                return TickDue::NEXT;
+            }
+            // An acceptor heard at tick t is suspected from tick t + suspect_ticks + 1.
+            for &t in &self.heard_tick {
+                let suspected_at = t.saturating_add(self.cfg.suspect_ticks).saturating_add(1);
+                if suspected_at > self.now_tick {
+                    due = due.tick(suspected_at);
+                }
+            }
+        }
+        for f in self.in_flight.values() {
+            due = due.tick(f.sent_at_tick.saturating_add(rt));
+        }
+        if let Some(p) = &self.pacer {
+            if self.next_instance < self.prepared_up_to {
+                due = due.min(p.due());
+            }
+        }
+        if !self.unannounced.is_empty() {
+            return TickDue::NEXT;
+        }
+        let room = self.in_flight.len() < self.cfg.window_instances_max
+            && self.next_instance < self.prepared_up_to;
+        if room
+            && (!self.forced.is_empty()
+                || !self.pending.is_empty()
+                || self.skip_due > 0
+                || self.demand_skip_due())
+        {
+            return TickDue::NEXT;
+        }
+        if self.phase1.is_none()
+            && self.prepared_up_to.saturating_sub(self.next_instance)
+                <= self.cfg.phase1_range_instances / 2
+        {
+            return TickDue::NEXT;
+        }
+        if let Some(t) = self.cfg.idle_value_ms {
+            if self.cfg.skips.is_none() && self.in_flight.is_empty() && self.pending.is_empty() {
+                due = due.clock(self.proposed_clock_ms.saturating_add(t));
+            }
+        }
+        due
     }
 
     pub fn on_tick(&mut self, now_tick: u64, out: &mut Outbox) {

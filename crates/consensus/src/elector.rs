@@ -13,7 +13,7 @@
 //! Inputs: `on_leader_activity(ballot, now)`, `on_tick(now)`. Output: `on_tick`
 //! returns the ballot floor to campaign above. Invariant: `highest` never decreases.
 
-use crate::Membership;
+use crate::{Membership, TickDue};
 use partita_types::{Ballot, NodeId};
 
 #[derive(Clone, Debug)]
@@ -91,6 +91,24 @@ impl Elector {
     /// A ballot this node itself now leads with (it campaigned and started Phase 1).
     pub fn on_own_ballot(&mut self, ballot: Ballot) {
         self.on_leader_activity(ballot);
+    }
+
+    /// When [`Elector::on_tick`] may next start a campaign (`leading`: as there).
+    pub fn tick_due(&self, leading: bool) -> TickDue {
+        if leading {
+            return TickDue::NEVER;
+        }
+        let Some(rank) = self.membership.rank_after(self.leader(), self.id) else {
+            return TickDue::NEVER;
+        };
+        let rank = match rank as u64 {
+            0 => self.membership.acceptors.len() as u64,
+            r => r,
+        };
+        TickDue::NEVER.tick(
+            self.last_heard_tick
+                .saturating_add(self.timeout_ticks.saturating_mul(rank)),
+        )
     }
 
     /// Advance the clock; `leading` says whether this node runs a coordinator now.

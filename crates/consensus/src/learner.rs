@@ -26,7 +26,9 @@
 //! transfer, see `partita-node`) and moves the learner past it with
 //! [`Learner::skip_to`], the one way an instance is passed without being delivered.
 
-use crate::{Action, Drop, DropCounts, LearnerConfig, Membership, Msg, Outbox, Value, Vid};
+use crate::{
+    Action, Drop, DropCounts, LearnerConfig, Membership, Msg, Outbox, TickDue, Value, Vid,
+};
 use partita_types::{Ballot, Instance, NodeId, PartitionId, PartitionMap};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -552,6 +554,15 @@ impl Learner {
         self.paused = false;
         self.decided_prefix = self.decided_prefix.max(next_deliver - 1);
         self.deliver(out);
+    }
+
+    /// When [`Learner::on_tick`] may next act: a gap's request, `gap_ticks` after the
+    /// gap was seen or last asked about.
+    pub fn tick_due(&self) -> TickDue {
+        match self.gap_since_tick.filter(|_| !self.paused) {
+            Some(since) => TickDue::NEVER.tick(since.saturating_add(self.cfg.gap_ticks)),
+            None => TickDue::NEVER,
+        }
     }
 
     pub fn on_tick(&mut self, now_tick: u64, out: &mut Outbox) {

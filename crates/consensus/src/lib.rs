@@ -75,6 +75,73 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// When a role's `on_tick` may next act (send, propose, campaign, ask) if no other
+/// input arrives first: at a tick count, at a clock time, or at whichever comes first.
+/// A driver may skip the ticks before it and deliver them at once (a simulator does:
+/// most ticks of an idle node do nothing); one that ticks every period needs none of
+/// this. The promise is one way: a role may act later than its due (it is a bound from
+/// below on the next action, never a deadline), and a due too early costs only a tick
+/// that does nothing. Every input can move it, so a driver asks again after each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TickDue {
+    /// The tick count (as the driver numbers ticks) at which to tick next.
+    pub tick: u64,
+    /// The clock time (the `now_ms` of ticks) at which to tick next.
+    pub clock_ms: u64,
+}
+
+impl TickDue {
+    /// Nothing to do on any tick.
+    pub const NEVER: TickDue = TickDue {
+        tick: u64::MAX,
+        clock_ms: u64::MAX,
+    };
+    /// The next tick may act (the conservative answer).
+    pub const NEXT: TickDue = TickDue {
+        tick: 0,
+        clock_ms: 0,
+    };
+
+    /// This due, or tick `tick` if earlier.
+    #[must_use]
+    pub fn tick(self, tick: u64) -> TickDue {
+        TickDue {
+            tick: self.tick.min(tick),
+            ..self
+        }
+    }
+
+    /// This due, or clock time `clock_ms` if earlier.
+    #[must_use]
+    pub fn clock(self, clock_ms: u64) -> TickDue {
+        TickDue {
+            clock_ms: self.clock_ms.min(clock_ms),
+            ..self
+        }
+    }
+
+    /// Whichever of the two dues comes first.
+    #[must_use]
+    pub fn min(self, other: TickDue) -> TickDue {
+        TickDue {
+            tick: self.tick.min(other.tick),
+            clock_ms: self.clock_ms.min(other.clock_ms),
+        }
+    }
+
+    /// Ticks from tick `now_tick` (at clock `now_ms`) to the due, at least 1, given that
+    /// a tick is `tick_ms` of the clock (rounded down: a clock read as whole
+    /// milliseconds may lag by one, and the tick after acts then).
+    pub fn ticks_after(self, now_tick: u64, now_ms: u64, tick_ms: u64) -> u64 {
+        let by_tick = self.tick.saturating_sub(now_tick);
+        let by_clock = match self.clock_ms {
+            u64::MAX => u64::MAX,
+            c => c.saturating_sub(now_ms) / tick_ms.max(1),
+        };
+        by_tick.min(by_clock).max(1)
+    }
+}
+
 /// The largest batch (value) a coordinator or batcher builds, by default: the cluster
 /// file's `[batching] batch_bytes_max` when it says nothing.
 pub const BATCH_BYTES_MAX_DEFAULT: usize = 8 * 1024;

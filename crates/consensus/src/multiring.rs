@@ -763,6 +763,15 @@ impl SkipPacer {
         (short > 0).then_some(short)
     }
 
+    /// When [`SkipPacer::on_tick`] may next return a skip: the end of the interval (a
+    /// pacer not started starts at the next tick).
+    pub fn due(&self) -> crate::TickDue {
+        match self.interval_start_ms {
+            None => crate::TickDue::NEXT,
+            Some(start) => crate::TickDue::NEVER.clock(start.saturating_add(self.cfg.delta_ms)),
+        }
+    }
+
     /// Leadership lost or regained: start a new interval at the next tick.
     pub fn reset(&mut self) {
         self.interval_start_ms = None;

@@ -439,6 +439,9 @@ impl<S: ObjectService> Replica for DsReplica<S> {
     fn quiescent(&self) -> bool {
         self.server.waiting() == 0
     }
+    fn exchange(&self) -> Option<&dyn PartitionExchange> {
+        Some(self)
+    }
     fn exchange_mut(&mut self) -> Option<&mut dyn PartitionExchange> {
         Some(self)
     }
@@ -492,6 +495,11 @@ impl<S: ObjectService> PartitionExchange for DsReplica<S> {
     fn take_exec(&mut self) -> Vec<(NodeId, Vec<u8>)> {
         std::mem::take(&mut self.exec_out)
     }
+    fn exec_tick_due(&self) -> bool {
+        // While a signal is missing, every tick counts toward asking again.
+        self.server.missing().is_some()
+    }
+
     fn exec_tick(&mut self) {
         let missing = self.server.missing();
         let head = missing.map(|(at, _)| at);

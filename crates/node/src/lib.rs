@@ -66,7 +66,7 @@ pub use transfer::CHUNK_BYTES_MAX;
 
 use partita_consensus::{
     AcceptorRecord, Action, BatcherConfig, CoordinatorConfig, LearnerConfig, Membership, Msg,
-    Outbox, PersistToken, Value, Vid,
+    Outbox, PersistToken, TickDue, Value, Vid,
 };
 use partita_smr::{CheckpointError, Replica, ReplicaOptions, ServiceFactory};
 use partita_types::early::EarlyReply;
@@ -347,10 +347,15 @@ pub struct UnsafeBugs {
     /// 3 acceptors to 4, two acceptors make a quorum, and two disjoint pairs can
     /// each choose a value for one instance.
     pub member_mixed_quorum: bool,
+    /// [`NodeCore::tick_due`] answers 20 ticks (and milliseconds) late: a driver that skips idle
+    /// ticks holds a retransmission, heartbeat or campaign back that long. Caught by
+    /// the simulator's tick check (`--tick-check`), which ticks every period and fails
+    /// when a tick acts before the node said one would.
+    pub tick_due_late: bool,
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 31] = [
+    pub const NAMES: [&'static str; 32] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -382,6 +387,7 @@ impl UnsafeBugs {
         "member-join-without-transfer",
         "member-old-epoch-decisions",
         "member-mixed-quorum",
+        "tick-due-late",
     ];
 
     /// The flag of the bug called `name`.
@@ -418,6 +424,7 @@ impl UnsafeBugs {
             "member-join-without-transfer" => &mut self.member_join_without_transfer,
             "member-old-epoch-decisions" => &mut self.member_old_epoch_decisions,
             "member-mixed-quorum" => &mut self.member_mixed_quorum,
+            "tick-due-late" => &mut self.tick_due_late,
             _ => return None,
         })
     }
@@ -1048,10 +1055,18 @@ impl NodeCore {
     /// milliseconds (the wall clock; virtual time in the simulator): the time values
     /// are stamped with, which replicas use for session leases.
     pub fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.on_ticks(1, now_ms, out);
+    }
+
+    /// `n` clock ticks at once (at least one), of which all but the last did nothing:
+    /// what a driver delivers when it skipped the ticks before
+    /// [`NodeCore::ticks_until_due`] (a simulator: most ticks of an idle node do
+    /// nothing). The roles see the tick count jump by `n`.
+    pub fn on_ticks(&mut self, n: u64, now_ms: u64, out: &mut Vec<Output>) {
         if self.removed().is_some() {
             return;
         }
-        self.tick += 1;
+        self.tick += n.max(1);
         self.clock_ms = self.clock_ms.max(now_ms);
         let mut actions = Vec::new();
         if let Some(o) = self.ordering.as_mut() {
@@ -1072,6 +1087,60 @@ impl NodeCore {
             self.run(actions, out);
         }
         self.flush_replies(out);
+    }
+
+    /// How many ticks from the last one `on_tick` may next act (at least 1), if no other
+    /// input arrives first, given that a tick is `tick_ms` of the driver's clock: a
+    /// driver may skip the ticks before and deliver them at once
+    /// ([`NodeCore::on_ticks`]). Every input may bring it closer, so a driver asks
+    /// after each. Each role answers for itself (see [`TickDue`]); where one cannot
+    /// tell, the next tick.
+    pub fn ticks_until_due(&self, tick_ms: u64) -> u64 {
+        if self.removed().is_some() {
+            return u64::MAX;
+        }
+        self.tick_due()
+            .ticks_after(self.tick, self.clock_ms, tick_ms)
+    }
+
+    /// When `on_tick` may next act (see [`NodeCore::ticks_until_due`]): a tick count
+    /// (this node's ticks so far, [`NodeCore::ticks`], are the count now) or a time of
+    /// the clock its ticks carry, whichever comes first.
+    pub fn tick_due(&self) -> TickDue {
+        if self.removed().is_some() {
+            return TickDue::NEVER;
+        }
+        let mut due = self
+            .ordering
+            .as_ref()
+            .map_or(TickDue::NEVER, |o| o.tick_due());
+        if self.checkpoint_durable > 0 {
+            due = due.tick(
+                self.last_announce_tick
+                    .saturating_add(self.setup.checkpoint.announce_ticks),
+            );
+        }
+        let exchange_due = self
+            .replica
+            .as_ref()
+            .and_then(|r| r.exchange())
+            .is_some_and(|x| x.exec_tick_due());
+        if self.transfer.is_some() || exchange_due || self.member_tick_due_next() {
+            due = TickDue::NEXT;
+        }
+        due = due.min(self.member_tick_due());
+        if self.bugs.tick_due_late {
+            return TickDue {
+                tick: due.tick.max(self.tick).saturating_add(20),
+                clock_ms: due.clock_ms.max(self.clock_ms).saturating_add(20),
+            };
+        }
+        due
+    }
+
+    /// Ticks this node took so far (the count its roles see).
+    pub fn ticks(&self) -> u64 {
+        self.tick
     }
 
     /// The driver wrote checkpoint `instance` durably (from [`Output::SaveCheckpoint`]).

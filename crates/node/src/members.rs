@@ -592,6 +592,27 @@ impl NodeCore {
     /// again (one that was down or cut off when they changed learns them so); a
     /// learner that caught up proposes its promotion (every election timeout until it
     /// is applied).
+    /// When [`NodeCore::member_tick`] next tells the members around (see
+    /// [`NodeCore::ticks_until_due`]).
+    pub(crate) fn member_tick_due(&self) -> partita_consensus::TickDue {
+        let every = self.setup.checkpoint.announce_ticks.max(1);
+        if self.members().epoch > 0 {
+            partita_consensus::TickDue::NEVER.tick(self.member.told_tick.saturating_add(every))
+        } else {
+            partita_consensus::TickDue::NEVER
+        }
+    }
+
+    /// Whether [`NodeCore::member_tick`] may ask for this learner's promotion at the
+    /// next tick.
+    pub(crate) fn member_tick_due_next(&self) -> bool {
+        self.member
+            .applied
+            .replicas
+            .get(&self.setup.id)
+            .is_some_and(|a| a.learner && (a.promote || self.member.promote_asked))
+    }
+
     pub(crate) fn member_tick(&mut self, actions: &mut Outbox) {
         let every = self.setup.checkpoint.announce_ticks.max(1);
         if self.members().epoch > 0 && self.tick.saturating_sub(self.member.told_tick) >= every {

@@ -122,7 +122,9 @@
 use partita_consensus::multiring::{
     slot_name, Head, MergePosition, Merged, RingId, RingItem, RingMerge, SkipConfig,
 };
-use partita_consensus::{AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value};
+use partita_consensus::{
+    AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, TickDue, Value,
+};
 use partita_types::choice::FieldError;
 use partita_types::members::Members;
 use partita_types::{Command, Instance, NodeId};
@@ -926,6 +928,26 @@ impl AtomicMulticast for MultiRingOrdering {
         let handled = r.ord.on_message(from, *msg, &mut inner);
         self.absorb(ring, inner, out);
         handled
+    }
+
+    fn tick_due(&self) -> TickDue {
+        let mut due = self
+            .rings
+            .iter()
+            .fold(TickDue::NEVER, |d, r| d.min(r.ord.tick_due()));
+        if let Some((_, _, since)) = self.signals.waiting {
+            let last = since.max(self.signals.asked_tick);
+            due = due.tick(last.saturating_add(SIGNAL_ASK_TICKS));
+        }
+        // A merge waiting for an idle ring asks its leader for a skip again (`ask_skip`).
+        if let Some((ring, to)) = self.merge.as_ref().and_then(|m| m.wanted()) {
+            due = match self.skip_asks.get(&ring) {
+                None => TickDue::NEXT,
+                Some(&(last, at)) if to > last => due.tick(at.saturating_add(1)),
+                Some(&(_, at)) => due.tick(at.saturating_add(SKIP_ASK_AGAIN_TICKS)),
+            };
+        }
+        due
     }
 
     fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox) {

@@ -24,7 +24,7 @@
 
 use partita_consensus::{
     Acceptor, AcceptorRecord, Action, Batcher, Coordinator, Elector, Learner, Msg, Outbox,
-    PersistToken,
+    PersistToken, TickDue,
 };
 use partita_smr::Access;
 use partita_types::members::Members;
@@ -121,8 +121,14 @@ pub trait AtomicMulticast: Send {
     }
     /// A peer message of the ordering protocol. Returns whether a role here took it.
     fn on_message(&mut self, from: NodeId, msg: Msg, out: &mut Outbox) -> bool;
-    /// A clock tick (`tick` counts them; `now_ms` is the driver's clock).
+    /// A clock tick (`tick` counts them; `now_ms` is the driver's clock). A driver may
+    /// skip ticks before [`AtomicMulticast::tick_due`]: `tick` then jumps.
     fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox);
+    /// When `on_tick` may next act, if no input arrives first (see [`TickDue`]; the
+    /// default, the next tick, is always right).
+    fn tick_due(&self) -> TickDue {
+        TickDue::NEXT
+    }
     /// Writes with these tokens are durable (in order).
     fn on_persisted(&mut self, tokens: &[PersistToken], out: &mut Outbox);
     /// The last position delivered (`None`: this node delivers nothing).
@@ -877,6 +883,38 @@ impl AtomicMulticast for PaxosOrdering {
         }
         self.sync_batcher_leader(out);
         handled
+    }
+
+    fn tick_due(&self) -> TickDue {
+        let leading = self.coordinator.is_some();
+        // A leader changed by a campaign or a message since the last tick: the batcher
+        // and the commands forwarded to the old leader follow it at the next.
+        let leader = self.leader();
+        if leader != self.forwarded_leader {
+            return TickDue::NEXT;
+        }
+        let mut due = TickDue::NEVER;
+        if let Some(b) = &self.batcher {
+            let batch_to = if leading {
+                Some(self.setup.id)
+            } else {
+                leader.filter(|&l| l != self.setup.id)
+            };
+            if b.leader() != batch_to {
+                return TickDue::NEXT;
+            }
+            due = due.min(b.tick_due());
+        }
+        if let Some(c) = &self.coordinator {
+            due = due.min(c.tick_due());
+        }
+        if let Some(e) = &self.elector {
+            due = due.min(e.tick_due(leading));
+        }
+        if let Some(l) = &self.learner {
+            due = due.min(l.tick_due());
+        }
+        due
     }
 
     fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox) {

@@ -24,9 +24,11 @@
 use partita_checker::{CheckError, CheckOptions, CheckSummary, Event, Initial, KvCheckSummary};
 use partita_consensus::{Msg, Value, Vid};
 use partita_types::{Instance, NodeId, PartitionId, PartitionMap};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// Which check failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -153,21 +155,65 @@ pub fn fingerprint(v: &Value) -> u64 {
 pub struct Agreement {
     /// Per ring (0: the one stream without Multi-Ring Paxos), instance and ordering
     /// epoch.
-    decided: BTreeMap<(u32, Instance, u64), (Vid, NodeId)>,
+    decided: FxHashMap<(u32, Instance, u64), (Vid, NodeId)>,
     /// The ring of the message being observed.
     ring: u32,
     /// Fingerprint per ring and value id, of the whole value (`None`) and, with state
     /// partitioning, of each partition's part (`Some(p)`). Value ids are a ring's own:
     /// GeoPaxos+'s serializers (each a Multi-Paxos group on the same nodes, sent as
     /// rings) number their values independently.
-    values: BTreeMap<(u32, Vid, Option<PartitionId>), (u64, NodeId)>,
+    values: FxHashMap<(u32, Vid, Option<PartitionId>), (u64, NodeId)>,
+    /// The values judged last (`JUDGED_LAST` of them), each with its ring and what was
+    /// judged of it, and held so that its address names it alone: a copy of one (a
+    /// node sends one value to every acceptor or learner of a group, observed one
+    /// after another) agrees as the first did, and is not judged again.
+    judged: Vec<(u32, Judged, Arc<Value>)>,
+    judged_next: usize,
     pub decisions_seen: u64,
     /// State partitioning: the key ranges and the partition of each learner that is
     /// not also an acceptor (such a learner receives only its partition's part).
     partitioning: Option<(PartitionMap, BTreeMap<NodeId, PartitionId>)>,
 }
 
+/// What [`Agreement`] judged of one value: the whole value and every partition's part,
+/// the part one learner's partition receives, or one part of a split value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Judged {
+    Whole,
+    LearnerPart(PartitionId),
+    SplitPart(PartitionId),
+}
+
+/// How many values [`Agreement`] remembers having judged.
+const JUDGED_LAST: usize = 8;
+
 impl Agreement {
+    /// Judge `v` as `what` with `judge`, unless it was judged so lately.
+    fn judged_once(
+        &mut self,
+        v: &Arc<Value>,
+        what: Judged,
+        judge: impl FnOnce(&mut Self) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let ring = self.ring;
+        if self
+            .judged
+            .iter()
+            .any(|(r, w, j)| *r == ring && *w == what && Arc::ptr_eq(j, v))
+        {
+            return Ok(());
+        }
+        judge(self)?;
+        let entry = (ring, what, v.clone());
+        if self.judged.len() < JUDGED_LAST {
+            self.judged.push(entry);
+        } else {
+            self.judged[self.judged_next] = entry;
+        }
+        self.judged_next = (self.judged_next + 1) % JUDGED_LAST;
+        Ok(())
+    }
+
     fn decision(&mut self, from: NodeId, i: Instance, vid: Vid) -> Result<(), String> {
         self.decisions_seen += 1;
         let key = (self.ring, i, vid.ballot.epoch());
@@ -196,11 +242,21 @@ impl Agreement {
     /// A value sent to `to`: the whole value (to an acceptor) must agree with every
     /// other whole value of its id, and each partition's part with what that
     /// partition's learners received.
-    fn value(&mut self, from: NodeId, to: NodeId, v: &Value) -> Result<(), String> {
-        let Some((map, learners)) = &self.partitioning else {
+    fn value(&mut self, from: NodeId, to: NodeId, v: &Arc<Value>) -> Result<(), String> {
+        let what = match &self.partitioning {
+            Some((_, learners)) => learners
+                .get(&to)
+                .map_or(Judged::Whole, |&p| Judged::LearnerPart(p)),
+            None => Judged::Whole,
+        };
+        self.judged_once(v, what, |a| a.judge_value(from, what, v))
+    }
+
+    fn judge_value(&mut self, from: NodeId, what: Judged, v: &Value) -> Result<(), String> {
+        let Some((map, _)) = &self.partitioning else {
             return self.one_value(from, v, None);
         };
-        if let Some(&p) = learners.get(&to) {
+        if let Judged::LearnerPart(p) = what {
             let part = v.project(map, p);
             return self.one_value(from, &part, Some(p));
         }
@@ -270,7 +326,10 @@ impl Agreement {
                     // partition's learners and every acceptor): it must agree with that
                     // partition's part of every other copy of the value.
                     Some(part) if self.partitioning.is_some() => {
-                        self.one_value(from, value, Some(part.index))?
+                        let p = part.index;
+                        self.judged_once(value, Judged::SplitPart(p), |a| {
+                            a.one_value(from, value, Some(p))
+                        })?
                     }
                     _ => self.value(from, to, value)?,
                 }

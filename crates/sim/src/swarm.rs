@@ -383,6 +383,9 @@ pub struct SimOptions {
     pub without: Vec<FaultClass>,
     /// Allow the `crash-coordinator` class (on by default: failover must cope).
     pub coordinator_crashes: bool,
+    /// Deliver every tick to every node and fail when one acts before its node said a
+    /// tick would (`--tick-check`); by default ticks before that are skipped.
+    pub tick_check: bool,
     pub cost: CostTable,
     /// Events kept for the failure report.
     pub trace_tail: usize,
@@ -476,6 +479,9 @@ impl SimOptions {
         if !self.coordinator_crashes {
             f += " --no-coordinator-crashes";
         }
+        if self.tick_check {
+            f += " --tick-check";
+        }
         f
     }
 }
@@ -501,6 +507,7 @@ impl Default for SimOptions {
             faults: FaultSelection::Swarm,
             without: Vec::new(),
             coordinator_crashes: true,
+            tick_check: false,
             cost: CostTable::default(),
             trace_tail: 40,
             check_max_states: 2_000_000,

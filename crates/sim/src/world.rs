@@ -260,6 +260,13 @@ pub struct SimNode {
     inbox: VecDeque<Input>,
     tick_queued: bool,
     tick_ns: Time,
+    /// Ticks fall at `tick_base + k * tick_ns` (k = 0, 1, ...) since the node started;
+    /// `ticks_given` of them were delivered to the core (the others are owed, and go
+    /// with its next handler: see [`World::start_next`]), and the next is armed at
+    /// `tick_at` (the earliest the core said a tick may act).
+    tick_base: Time,
+    ticks_given: u64,
+    tick_at: Option<Time>,
     /// This node's clock runs at `1 / (1 + clock_skew)` of virtual time (its ticks
     /// are that much longer).
     clock_skew: f64,
@@ -289,6 +296,14 @@ impl SimNode {
     }
     fn up(&self) -> bool {
         self.core.is_some()
+    }
+    /// Ticks that fell by `now` since the node started.
+    fn ticks_by(&self, now: Time) -> u64 {
+        if now < self.tick_base {
+            0
+        } else {
+            (now - self.tick_base) / self.tick_ns + 1
+        }
     }
     fn idle(&self) -> bool {
         self.up() && self.paused.is_none() && !self.busy
@@ -346,6 +361,16 @@ fn roundtrip(w: &Wire) -> Result<(Wire, usize), String> {
     Ok((back, bytes.len() + partita_types::frame::FRAME_HEADER_BYTES))
 }
 
+/// [`roundtrip`] of a peer message, which comes back too (no copy to frame it).
+fn roundtrip_peer(msg: Msg) -> Result<(Msg, Wire, usize), String> {
+    let w = Wire::Peer(msg);
+    let r = roundtrip(&w);
+    let Wire::Peer(msg) = w else {
+        unreachable!("framed as a peer message")
+    };
+    r.map(|(back, bytes)| (msg, back, bytes))
+}
+
 /// In a benchmark, cores' invariants are checked after one handler in `clients /
 /// INVARIANT_CLIENTS` (every handler with fewer clients).
 pub const INVARIANT_CLIENTS: u64 = 64;
@@ -358,6 +383,11 @@ pub struct World {
     /// handler, as the swarm does), and handlers run so far.
     invariants_every: u64,
     handlers: u64,
+    /// The cluster's tick period in milliseconds of a node's clock.
+    tick_ms: u64,
+    /// Deliver every tick, and fail when one acts before its node said one would
+    /// (`--tick-check`); else a node's ticks before its due are skipped.
+    tick_check: bool,
     events_max: u64,
     q: EventQueue<Ev>,
     nodes: Vec<SimNode>,
@@ -628,6 +658,9 @@ impl World {
                     inbox: VecDeque::new(),
                     tick_queued: false,
                     tick_ns: ((tick_ns as f64) * (1.0 + p.clock_skew[i])).max(1.0) as Time,
+                    tick_base: 0,
+                    ticks_given: 0,
+                    tick_at: None,
                     clock_skew: p.clock_skew[i],
                     disk: Disk::new(p.disk.clone()),
                     checkpoint: None,
@@ -734,6 +767,8 @@ impl World {
             check_max_states: opts.check_max_states,
             invariants_every: 1,
             handlers: 0,
+            tick_ms: cluster.cluster.tick_ms.max(1),
+            tick_check: opts.tick_check,
             events_max: opts.events_max,
             q: EventQueue::new(),
             nodes,
@@ -921,9 +956,14 @@ impl World {
                 }
                 self.trace
                     .record(now, Endpoint::Node(n.id), "tick", Detail::None);
-                let at = now + n.tick_ns;
-                self.q.set_timer(node, at, Ev::Tick { node, inc });
                 let n = &mut self.nodes[node];
+                n.tick_at = None;
+                if self.tick_check {
+                    // Every tick, as the runtime's timer does.
+                    let at = now + n.tick_ns;
+                    n.tick_at = Some(at);
+                    self.q.set_timer(node, at, Ev::Tick { node, inc });
+                }
                 if !n.tick_queued {
                     n.tick_queued = true;
                     n.inbox.push_back(Input::Tick);
@@ -1134,8 +1174,12 @@ impl World {
         // Ticks start at a random phase of the period.
         let tick_ns = self.nodes[ni].tick_ns;
         let phase = self.rng_faults.gen_range(0..tick_ns);
+        let n = &mut self.nodes[ni];
+        n.tick_base = now + phase + 1;
+        n.ticks_given = 0;
+        n.tick_at = Some(n.tick_base);
         self.q
-            .set_timer(ni, now + phase + 1, Ev::Tick { node: ni, inc });
+            .set_timer(ni, n.tick_base, Ev::Tick { node: ni, inc });
         let mut work = Work::default();
         let leader = self.nodes[ni].core.as_ref().and_then(|c| c.leader());
         let Some(emits) = self.prepare(id, leader, &mut out, &mut work) else {
@@ -1187,6 +1231,18 @@ impl World {
         };
         let now = self.now();
         let n = &mut self.nodes[ni];
+        // Ticks owed since the last handler go first, in one call (the skipped ones
+        // did nothing by the node's own word); a queued tick that another handler
+        // caught up already is spent.
+        let owed = n.ticks_by(now).saturating_sub(n.ticks_given);
+        if matches!(input, Some(Input::Tick)) {
+            n.tick_queued = false;
+            if owed == 0 {
+                self.arm_tick(ni);
+                return self.start_next(ni);
+            }
+        }
+        n.ticks_given += owed;
         let id = n.id;
         let inc = n.inc;
         let server = n.server;
@@ -1219,19 +1275,30 @@ impl World {
             Some(Input::Member { .. }) => ("member", 0),
         };
         let mut persisted = 0;
-        if matches!(input, Some(Input::Tick)) {
-            n.tick_queued = false;
-        }
         // The node's own clock, in milliseconds (what its values are stamped with).
         let clock_ms = (now as f64 / (1.0 + n.clock_skew) / 1e6) as u64;
         self.handlers += 1;
         let check = self.handlers.is_multiple_of(self.invariants_every);
+        let tick_check = self.tick_check;
+        let mut acted_early = None;
         let r = guarded(|| {
+            if owed > 0 {
+                // The tick delivered now comes before the node's due: it must not act.
+                let early = tick_check
+                    .then(|| core.tick_due())
+                    .filter(|d| core.ticks() + owed < d.tick && clock_ms < d.clock_ms);
+                core.on_ticks(owed, clock_ms, &mut out);
+                if let Some(due) = early.filter(|_| !out.is_empty()) {
+                    let mut first = format!("{:?}", out[0]);
+                    first.truncate(160);
+                    acted_early = Some((due, out.len(), first));
+                }
+            }
             match input {
                 None => core.on_continue(&mut out),
                 Some(Input::Peer { from, msg, .. }) => core.on_peer(from, msg, &mut out),
                 Some(Input::Request { cmd, .. }) => core.on_request(cmd, &mut out),
-                Some(Input::Tick) => core.on_tick(clock_ms, &mut out),
+                Some(Input::Tick) => {}
                 Some(Input::Persisted(tokens)) => {
                     persisted = tokens.len();
                     core.on_persisted(&tokens, &mut out)
@@ -1254,6 +1321,18 @@ impl World {
             );
             return;
         }
+        if let Some((due, outputs, first)) = acted_early {
+            self.fail(
+                Check::Invariants,
+                format!(
+                    "node {id}: a tick acted ({outputs} outputs, the first {first}), though \
+                     the node said none would before its tick {} or clock {} ms",
+                    due.tick, due.clock_ms
+                ),
+            );
+            return;
+        }
+        self.arm_tick(ni);
         // An ordering drops a decision (or commit) that contradicts one it knows (it does
         // not die of a faulty peer); in the simulator every peer is correct, so that is a
         // bug.
@@ -1325,6 +1404,31 @@ impl World {
         self.q.push(now + cost, Ev::NodeDone { node: ni, inc });
     }
 
+    /// Arm node `ni`'s tick timer for the earliest tick its core says may act, unless
+    /// an earlier one is armed or a tick waits in its inbox (its handler arms the
+    /// next). With `--tick-check` every tick is armed already.
+    fn arm_tick(&mut self, ni: usize) {
+        let n = &mut self.nodes[ni];
+        if self.tick_check || n.tick_queued {
+            return;
+        }
+        let Some(core) = n.core.as_ref() else {
+            return;
+        };
+        let due = core.ticks_until_due(self.tick_ms);
+        let at = n.tick_base.saturating_add(
+            n.ticks_given
+                .saturating_add(due - 1)
+                .saturating_mul(n.tick_ns),
+        );
+        if n.tick_at.is_some_and(|t| t <= at) || at == Time::MAX {
+            return;
+        }
+        n.tick_at = Some(at);
+        let inc = n.inc;
+        self.q.set_timer(ni, at, Ev::Tick { node: ni, inc });
+    }
+
     /// The work of executing commands (the replica's counters over one step), for
     /// costing: B+tree operations (by kind where the table has kinds) and commands.
     fn execution_work(&self, executed: &partita_smr::ExecutionWork) -> Work {
@@ -1363,8 +1467,8 @@ impl World {
                     let fresh = cached.is_none();
                     let r = match cached {
                         Some(c) => Ok(c),
-                        None => match roundtrip(&Wire::Peer(msg.clone())) {
-                            Ok((Wire::Peer(decoded), bytes)) => {
+                        None => match roundtrip_peer(msg) {
+                            Ok((msg, Wire::Peer(decoded), bytes)) => {
                                 prev = Some((msg, decoded.clone(), bytes));
                                 Ok((decoded, bytes))
                             }
@@ -1734,6 +1838,7 @@ impl World {
                 );
                 return;
             }
+            self.arm_tick(ni);
             let core = self.nodes[ni].core.as_ref().expect("up");
             let (executed, synchronous) = match (core.replica(), before) {
                 (Some(r), Some((work, sync))) => (
@@ -2081,6 +2186,7 @@ impl World {
         n.emits.clear();
         n.inbox.clear();
         n.tick_queued = false;
+        n.tick_at = None;
         n.checkpoint_saving = None;
         n.workers.iter_mut().for_each(|w| *w = None);
         let loss = n.disk.crash(now, &mut self.rng_disk);
@@ -2151,6 +2257,12 @@ impl World {
         let now = self.now();
         let n = &mut self.nodes[ni];
         n.paused = None;
+        // A stopped process misses the ticks of its pause: it gets one on waking (the
+        // runtime's timer skips missed ticks), the same phase kept.
+        let owed = n.ticks_by(now).saturating_sub(n.ticks_given);
+        if owed > 1 {
+            n.tick_base += (owed - 1) * n.tick_ns;
+        }
         let (id, inc) = (n.id, n.inc);
         self.trace
             .record(now, Endpoint::Node(id), "resume", Detail::None);

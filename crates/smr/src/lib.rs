@@ -1944,6 +1944,9 @@ pub trait Replica: Send {
     }
     /// Exchanges with replicas of other partitions (S-SMR, DS-SMR), if this replica's
     /// execution model has them.
+    fn exchange(&self) -> Option<&dyn PartitionExchange> {
+        None
+    }
     fn exchange_mut(&mut self) -> Option<&mut dyn PartitionExchange> {
         None
     }
@@ -2000,6 +2003,9 @@ pub trait PartitionExchange {
     /// A tick of the driver's clock: an execution model that waits for other
     /// partitions asks again after a while.
     fn exec_tick(&mut self);
+    /// Whether the next [`PartitionExchange::exec_tick`] may act or counts toward
+    /// acting (a driver that skips idle ticks delivers every tick while it is).
+    fn exec_tick_due(&self) -> bool;
 }
 
 impl<S: StateMachine> Replica for SequentialReplica<S> {
