@@ -574,12 +574,23 @@ impl Coordinator {
     /// waiting, and nothing was proposed for that long. (A ring of Multi-Ring Paxos
     /// moves time with its skips instead.)
     fn idle_value_due(&self) -> bool {
-        self.cfg.idle_value_ms.is_some_and(|t| {
-            self.cfg.skips.is_none()
-                && self.in_flight.is_empty()
-                && self.pending.is_empty()
-                && self.clock_ms.saturating_sub(self.proposed_clock_ms) >= t
-        })
+        self.idle_value_at().is_some_and(|at| self.clock_ms >= at)
+    }
+
+    /// The clock time from which an idle value is due, if one can be (see
+    /// [`Coordinator::idle_value_due`]).
+    fn idle_value_at(&self) -> Option<u64> {
+        let t = self.cfg.idle_value_ms?;
+        (self.cfg.skips.is_none() && self.in_flight.is_empty() && self.pending.is_empty())
+            .then(|| self.proposed_clock_ms.saturating_add(t))
+    }
+
+    /// Whether Phase 1 for the next range is due, ahead of time, before proposals
+    /// stall on it.
+    fn phase1_ahead_due(&self) -> bool {
+        self.phase1.is_none()
+            && self.prepared_up_to.saturating_sub(self.next_instance)
+                <= self.cfg.phase1_range_instances / 2
     }
 
     fn demand_skip_due(&self) -> bool {
@@ -892,16 +903,11 @@ impl Coordinator {
         {
             return TickDue::NEXT;
         }
-        if self.phase1.is_none()
-            && self.prepared_up_to.saturating_sub(self.next_instance)
-                <= self.cfg.phase1_range_instances / 2
-        {
+        if self.phase1_ahead_due() {
             return TickDue::NEXT;
         }
-        if let Some(t) = self.cfg.idle_value_ms {
-            if self.cfg.skips.is_none() && self.in_flight.is_empty() && self.pending.is_empty() {
-                due = due.clock(self.proposed_clock_ms.saturating_add(t));
-            }
+        if let Some(at) = self.idle_value_at() {
+            due = due.clock(at);
         }
         due
     }
@@ -1073,11 +1079,7 @@ impl Coordinator {
             );
             self.send_phase2a(instance, value, out);
         }
-        // Run Phase 1 for the next range ahead of time, before proposals stall on it.
-        if self.phase1.is_none()
-            && self.prepared_up_to.saturating_sub(self.next_instance)
-                <= self.cfg.phase1_range_instances / 2
-        {
+        if self.phase1_ahead_due() {
             self.start_phase1(self.prepared_up_to, out);
         }
         // With the ring decided at an acceptor, decisions the learners already heard of

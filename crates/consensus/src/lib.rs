@@ -131,8 +131,12 @@ impl TickDue {
 
     /// Ticks from tick `now_tick` (at clock `now_ms`) to the due, at least 1, given that
     /// a tick is `tick_ms` of the clock (rounded down: a clock read as whole
-    /// milliseconds may lag by one, and the tick after acts then).
+    /// milliseconds may lag by one, and the tick after acts then); `u64::MAX` for
+    /// [`TickDue::NEVER`].
     pub fn ticks_after(self, now_tick: u64, now_ms: u64, tick_ms: u64) -> u64 {
+        if self == TickDue::NEVER {
+            return u64::MAX;
+        }
         let by_tick = self.tick.saturating_sub(now_tick);
         let by_clock = match self.clock_ms {
             u64::MAX => u64::MAX,

@@ -1096,9 +1096,6 @@ impl NodeCore {
     /// after each. Each role answers for itself (see [`TickDue`]); where one cannot
     /// tell, the next tick.
     pub fn ticks_until_due(&self, tick_ms: u64) -> u64 {
-        if self.removed().is_some() {
-            return u64::MAX;
-        }
         self.tick_due()
             .ticks_after(self.tick, self.clock_ms, tick_ms)
     }
@@ -1125,7 +1122,7 @@ impl NodeCore {
             .as_ref()
             .and_then(|r| r.exchange())
             .is_some_and(|x| x.exec_tick_due());
-        if self.transfer.is_some() || exchange_due || self.member_tick_due_next() {
+        if self.transfer.is_some() || exchange_due {
             due = TickDue::NEXT;
         }
         due = due.min(self.member_tick_due());

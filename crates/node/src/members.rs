@@ -592,20 +592,16 @@ impl NodeCore {
     /// again (one that was down or cut off when they changed learns them so); a
     /// learner that caught up proposes its promotion (every election timeout until it
     /// is applied).
-    /// When [`NodeCore::member_tick`] next tells the members around (see
-    /// [`NodeCore::ticks_until_due`]).
-    pub(crate) fn member_tick_due(&self) -> partita_consensus::TickDue {
+    /// The tick from which [`NodeCore::member_tick`] tells the members around again
+    /// (`None`: it never does, the first configuration being the cluster file's).
+    fn members_told_next(&self) -> Option<u64> {
         let every = self.setup.checkpoint.announce_ticks.max(1);
-        if self.members().epoch > 0 {
-            partita_consensus::TickDue::NEVER.tick(self.member.told_tick.saturating_add(every))
-        } else {
-            partita_consensus::TickDue::NEVER
-        }
+        (self.members().epoch > 0).then(|| self.member.told_tick.saturating_add(every))
     }
 
-    /// Whether [`NodeCore::member_tick`] may ask for this learner's promotion at the
-    /// next tick.
-    pub(crate) fn member_tick_due_next(&self) -> bool {
+    /// Whether this node is a learner whose promotion [`NodeCore::member_tick`] may ask
+    /// for (when caught up, and again after an election timeout).
+    fn promotion_wanted(&self) -> bool {
         self.member
             .applied
             .replicas
@@ -613,9 +609,20 @@ impl NodeCore {
             .is_some_and(|a| a.learner && (a.promote || self.member.promote_asked))
     }
 
+    /// When [`NodeCore::member_tick`] may next act (see [`NodeCore::tick_due`]): the
+    /// next telling, or the next tick while a promotion is wanted.
+    pub(crate) fn member_tick_due(&self) -> partita_consensus::TickDue {
+        if self.promotion_wanted() {
+            return partita_consensus::TickDue::NEXT;
+        }
+        self.members_told_next()
+            .map_or(partita_consensus::TickDue::NEVER, |t| {
+                partita_consensus::TickDue::NEVER.tick(t)
+            })
+    }
+
     pub(crate) fn member_tick(&mut self, actions: &mut Outbox) {
-        let every = self.setup.checkpoint.announce_ticks.max(1);
-        if self.members().epoch > 0 && self.tick.saturating_sub(self.member.told_tick) >= every {
+        if self.members_told_next().is_some_and(|t| self.tick >= t) {
             self.member.told_tick = self.tick;
             self.tell_members(actions);
             // A removed replica that was down when it was removed hears nothing else
@@ -638,10 +645,7 @@ impl NodeCore {
             }
         }
         let me = self.setup.id;
-        let Some(added) = self.member.applied.replicas.get(&me) else {
-            return;
-        };
-        if !added.learner || !(added.promote || self.member.promote_asked) {
+        if !self.promotion_wanted() {
             return;
         }
         if self.transfer.is_some() || self.learner_lag().is_none_or(|lag| lag > PROMOTE_LAG_MAX) {

@@ -465,12 +465,18 @@ impl PaxosOrdering {
     /// Tell the batcher who leads: this node while it coordinates, else the leader it
     /// knows, but nobody while it believes itself the leader without coordinating (a
     /// restarted former leader: batches sent to itself would be dropped).
-    fn sync_batcher_leader(&mut self, actions: &mut Outbox) {
-        let leader = if self.coordinator.is_some() {
+    /// Where this node's batcher sends: to its own coordinator while it leads, else
+    /// to the leader it knows (none while that is itself without a coordinator).
+    fn batcher_leader(&self) -> Option<NodeId> {
+        if self.coordinator.is_some() {
             Some(self.setup.id)
         } else {
             self.leader().filter(|&l| l != self.setup.id)
-        };
+        }
+    }
+
+    fn sync_batcher_leader(&mut self, actions: &mut Outbox) {
+        let leader = self.batcher_leader();
         if let Some(b) = self.batcher.as_mut() {
             b.set_leader(leader, actions);
         }
@@ -895,12 +901,7 @@ impl AtomicMulticast for PaxosOrdering {
         }
         let mut due = TickDue::NEVER;
         if let Some(b) = &self.batcher {
-            let batch_to = if leading {
-                Some(self.setup.id)
-            } else {
-                leader.filter(|&l| l != self.setup.id)
-            };
-            if b.leader() != batch_to {
+            if b.leader() != self.batcher_leader() {
                 return TickDue::NEXT;
             }
             due = due.min(b.tick_due());

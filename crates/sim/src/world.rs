@@ -1298,6 +1298,7 @@ impl World {
                 None => core.on_continue(&mut out),
                 Some(Input::Peer { from, msg, .. }) => core.on_peer(from, msg, &mut out),
                 Some(Input::Request { cmd, .. }) => core.on_request(cmd, &mut out),
+                // Its ticks went to the core above, with any others owed.
                 Some(Input::Tick) => {}
                 Some(Input::Persisted(tokens)) => {
                     persisted = tokens.len();
