@@ -115,7 +115,7 @@ pub struct SimArgs {
     /// unconfirmed-replies, independent-partitions, expired-sessions-reopen,
     /// psmr-no-barrier, psmr-check-passes, merge-order, ds-locality-at-consult,
     /// ds-oracle-ignores-moves, ds-no-signals; with --geo: geo-execute-before-safe,
-    /// geo-dop-not-ordered, geo-write-one-serializer (GeoPaxos+ seeds),
+    /// geo-dop-not-ordered, geo-write-one-serializer, geo-announce-fed (GeoPaxos+ seeds),
     /// epaxos-skip-slow-path, truncate-above-majority, restore-wrong-frontier (EPaxos
     /// seeds); with --members on: member-apply-late, member-join-without-transfer,
     /// member-old-epoch-decisions, member-mixed-quorum; with --tick-check:

@@ -45,11 +45,15 @@
 //! - **Checkpoints and truncation.** A checkpoint's position holds the merge (every
 //!   log's delivered prefix and what waits in it), the groups' instances fed to it,
 //!   and, per log, the first entry of every command not run yet. Each serializer's
-//!   acceptors are told the prefix of its log whose commands all ran at the cut; since
-//!   commands run at a cut are the same at every replica and grow from cut to cut,
-//!   those prefixes grow together in every log, and each group's acceptors truncating
-//!   below what a majority of replicas announced is covered by that majority's
-//!   checkpoints (spec rules 5 and 13). A learner that needs what its group's
+//!   acceptors are told the prefix of its log whose commands all ran at the cut,
+//!   bounded by the prefix that lies wholly below the cut's timestamp (`Settled`):
+//!   both are the same at every replica at one cut and grow from cut to cut, so the
+//!   replicas' announcements are ordered alike in every log, and each group's
+//!   acceptors truncating below what a majority of replicas announced is covered by
+//!   one majority's checkpoints in every log at once (spec rules 5 and 13). Bounded
+//!   only by what a replica fed, they were not: a replica that learned more of one
+//!   log than another that ran further announced more of that log and less of
+//!   another, and two logs could be truncated below two different majorities. A learner that needs what its group's
 //!   acceptors truncated asks the node core for a checkpoint ([`Action::NeedCheckpoint`])
 //!   that covers it; restoring one restarts each group's learner at its prefix.
 //! - **Liveness.** A serializer's leader proposes a clock entry when the merge says a
@@ -58,10 +62,13 @@
 //!   forward to a crashed leader was lost).
 //!
 //! Planted bugs: a DOP ordered by its origin's serializer only
-//! (`geo-dop-not-ordered`), and the merge executing before a timestamp is safe
-//! (`geo-execute-before-safe`).
+//! (`geo-dop-not-ordered`), the merge executing before a timestamp is safe
+//! (`geo-execute-before-safe`), and checkpoints announcing every log up to what the
+//! replica fed (`geo-announce-fed`, see `Settled`).
 
-use partita_consensus::geopaxos::{Entry, MergeBugs, SerializerId, SerializerSet, TimestampMerge};
+use partita_consensus::geopaxos::{
+    Entry, MergeBugs, SerializerId, SerializerSet, Timestamp, TimestampMerge,
+};
 use partita_consensus::{
     AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
@@ -246,8 +253,62 @@ struct Position {
     instances: Vec<Instance>,
     /// Per command not run yet: the instance of its first entry in each log.
     first: BTreeMap<GeoOp, Vec<(SerializerId, Instance)>>,
+    /// Per serializer: the prefix of its log settled at the cut (see [`Settled`]).
+    settled: Settled,
     time_ms: u64,
     incarnation: u32,
+}
+
+/// Per serializer: the prefix of its log that lies wholly below the newest cut's
+/// timestamp, and the instances fed since with the log's frontier after each.
+///
+/// A cut runs only once every log's frontier reached its timestamp `T`, so every
+/// replica at that cut has fed, in every log, each instance whose frontier is below
+/// `T`: the prefix is the same at every replica at one cut, and grows from cut to cut.
+/// The instances fed beyond it are not: a replica may have learned more of one log
+/// than another replica that ran further. So what a checkpoint announces of a log
+/// ([`Position::ran`]) is bounded by this prefix: the announcements of the replicas'
+/// checkpoints are then ordered alike in every log (the further cut's is at least as
+/// large in each), and the acceptors of each serializer, truncating below what a
+/// majority announced of their log, leave every log covered by the same majority's
+/// checkpoints (without it, one log's majority and another's could differ, and the
+/// only checkpoints covering both could be one replica's: planted bug
+/// `geo-announce-fed`, caught by the simulator's durability check).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Settled {
+    below_cut: Vec<Instance>,
+    fed: Vec<VecDeque<(Instance, Timestamp)>>,
+}
+
+impl Settled {
+    fn new(n: usize) -> Settled {
+        Settled {
+            below_cut: vec![0; n],
+            fed: vec![VecDeque::new(); n],
+        }
+    }
+
+    /// Serializer `g`'s instance `instance` was fed to the merge, leaving its log's
+    /// frontier at `frontier`.
+    fn fed(&mut self, g: SerializerId, instance: Instance, frontier: Timestamp) {
+        let fed = &mut self.fed[g as usize];
+        if fed.back().is_none_or(|&(i, _)| i < instance) && instance > self.below_cut[g as usize] {
+            fed.push_back((instance, frontier));
+        }
+    }
+
+    /// A cut with timestamp `t` ran.
+    fn cut(&mut self, t: Timestamp) {
+        for (below, fed) in self.below_cut.iter_mut().zip(&mut self.fed) {
+            while let Some(&(i, frontier)) = fed.front() {
+                if frontier >= t {
+                    break;
+                }
+                *below = (*below).max(i);
+                fed.pop_front();
+            }
+        }
+    }
 }
 
 impl Position {
@@ -262,6 +323,17 @@ impl Position {
             }
         }
         ran
+    }
+
+    /// Per serializer: the prefix of its log a checkpoint at this cut announces to
+    /// its acceptors, [`Position::ran`] bounded by the prefix settled below the cut:
+    /// the same at every replica at one cut, and growing from cut to cut.
+    fn announced(&self) -> Vec<Instance> {
+        self.ran()
+            .into_iter()
+            .zip(&self.settled.below_cut)
+            .map(|(ran, &settled)| ran.min(settled))
+            .collect()
     }
 }
 
@@ -285,6 +357,8 @@ pub struct GeoOrdering {
     instances: Vec<Instance>,
     /// Per command not run yet: its first entry's instance in each log.
     first: BTreeMap<GeoOp, Vec<(SerializerId, Instance)>>,
+    /// Per serializer: the prefix of its log below the newest cut.
+    settled: Settled,
     /// Commands delivered here, numbered from 1.
     delivered: Instance,
     /// Client commands submitted here and not delivered yet, by (client, seq,
@@ -332,6 +406,7 @@ pub struct GeoOrdering {
     /// learner still needs (a state transfer must cover it).
     needed: Vec<Instance>,
     dop_not_ordered: bool,
+    announce_fed: bool,
     tick: u64,
     clock_ms: u64,
     counters: BTreeMap<&'static str, u64>,
@@ -430,6 +505,9 @@ impl GeoOrdering {
             first: restored
                 .as_ref()
                 .map_or_else(BTreeMap::new, |p| p.first.clone()),
+            settled: restored
+                .as_ref()
+                .map_or_else(|| Settled::new(n), |p| p.settled.clone()),
             delivered: next_deliver.saturating_sub(1),
             in_flight: BTreeMap::new(),
             time_ms: restored.as_ref().map_or(0, |p| p.time_ms),
@@ -455,6 +533,7 @@ impl GeoOrdering {
             system_seq: u64::from(incarnation) << 32,
             needed: vec![0; n],
             dop_not_ordered: bugs.geo_dop_not_ordered,
+            announce_fed: bugs.geo_announce_fed,
             tick: 0,
             clock_ms: 0,
             counters: BTreeMap::new(),
@@ -510,6 +589,7 @@ impl GeoOrdering {
             merge: self.merge.clone(),
             instances: self.instances.clone(),
             first: self.first.clone(),
+            settled: self.settled.clone(),
             time_ms: self.time_ms,
             incarnation: self.incarnation,
         })
@@ -603,9 +683,10 @@ impl GeoOrdering {
                 self.count("geo_entries_undecodable");
                 continue;
             };
+            // An operation's entry in a log outside its serializers is a clock tick.
             let op = match &entry {
-                Entry::Op { op, .. } => Some(*op),
-                Entry::Clock { .. } => None,
+                Entry::Op { op, dst, .. } if dst.contains(g) => Some(*op),
+                Entry::Op { .. } | Entry::Clock { .. } => None,
             };
             let position = self.merge.next_position(g);
             if let Err(e) = self.merge.on_entry(g, position, entry) {
@@ -622,6 +703,7 @@ impl GeoOrdering {
             self.clock_sent[g as usize] = None;
         }
         self.instances[g as usize] = self.instances[g as usize].max(instance);
+        self.settled.fed(g, instance, self.merge.frontier(g));
         self.pop_ready(out);
     }
 
@@ -685,6 +767,7 @@ impl GeoOrdering {
             });
             if r.dst == all {
                 self.count("geo_cuts");
+                self.settled.cut(r.timestamp);
                 // The position holds the whole merge (what it remembers delivered, up
                 // to 2^16 operations): encoded only at a cut where the replica may
                 // checkpoint, not at every one (session opens, DOPs, splits).
@@ -1084,6 +1167,7 @@ impl AtomicMulticast for GeoOrdering {
             .unwrap_or_else(|e| panic!("skip_to with a position check_position refuses: {e}"));
         self.merge = p.merge.with_bugs(MergeBugs::default());
         self.first = p.first;
+        self.settled = p.settled;
         self.time_ms = self.time_ms.max(p.time_ms);
         self.delivered = next - 1;
         self.needed = vec![0; self.n()];
@@ -1105,7 +1189,11 @@ impl AtomicMulticast for GeoOrdering {
         let Ok(p) = decode_position(position) else {
             return;
         };
-        for (g, ran) in p.ran().into_iter().enumerate() {
+        let announced = match self.announce_fed {
+            true => p.ran(),
+            false => p.announced(),
+        };
+        for (g, ran) in announced.into_iter().enumerate() {
             if ran == 0 {
                 continue;
             }

@@ -306,6 +306,12 @@ pub struct UnsafeBugs {
     /// GeoPaxos+: the timestamp merge executes an operation before its timestamp is
     /// safe (drops rules R2 and R3).
     pub geo_execute_before_safe: bool,
+    /// GeoPaxos+: a checkpoint announces to each serializer's acceptors the prefix of
+    /// its log that this replica fed to the merge and ran, not the prefix settled
+    /// below the cut: replicas' announcements are no longer ordered alike in every
+    /// log, and each log's acceptors may truncate below a different majority's
+    /// checkpoints (caught by the simulator's durability check).
+    pub geo_announce_fed: bool,
     /// EPaxos: a command leader commits on the fast path once a fast quorum answered,
     /// even when the answers' dependencies differ from its own.
     pub epaxos_skip_slow_path: bool,
@@ -355,7 +361,7 @@ pub struct UnsafeBugs {
 }
 
 impl UnsafeBugs {
-    pub const NAMES: [&'static str; 32] = [
+    pub const NAMES: [&'static str; 33] = [
         "lose-acked-writes",
         "reexecute-duplicates",
         "vote-before-durable",
@@ -378,6 +384,7 @@ impl UnsafeBugs {
         "geo-dop-not-ordered",
         "geo-write-one-serializer",
         "geo-execute-before-safe",
+        "geo-announce-fed",
         "epaxos-skip-slow-path",
         "truncate-above-majority",
         "restore-wrong-frontier",
@@ -415,6 +422,7 @@ impl UnsafeBugs {
             "geo-dop-not-ordered" => &mut self.geo_dop_not_ordered,
             "geo-write-one-serializer" => &mut self.geo_write_one_serializer,
             "geo-execute-before-safe" => &mut self.geo_execute_before_safe,
+            "geo-announce-fed" => &mut self.geo_announce_fed,
             "epaxos-skip-slow-path" => &mut self.epaxos_skip_slow_path,
             "truncate-above-majority" => &mut self.truncate_above_majority,
             "restore-wrong-frontier" => &mut self.restore_wrong_frontier,

@@ -24,6 +24,9 @@
 //!   answers' dependencies differ): interfering commands committed without an edge
 //!   between them run in different orders; replicas diverge, or a client sees what no
 //!   order gives.
+//! - `geo-announce-fed` (a GeoPaxos+ checkpoint announces each log up to what its
+//!   replica fed, not the prefix settled below the cut): caught by the durability
+//!   check, two logs truncated below two different majorities' checkpoints.
 //! - `truncate-above-majority` (EPaxos truncates at the newest checkpoint any replica
 //!   announced, column by column): caught by the durability check, a replica's
 //!   truncation that fewer than a majority of durable checkpoints cover.
@@ -330,4 +333,26 @@ fn a_checkpoint_restored_at_the_wrong_frontier_is_caught() {
     // others (convergence), or its writes missing from a read (linearizability).
     let (seed, check, what) = control("restore-wrong-frontier", GeoChoice::Epaxos, 0..32);
     eprintln!("restore-wrong-frontier caught at seed {seed} by {check}: {what}");
+}
+
+#[test]
+fn checkpoints_announcing_what_their_replica_fed_are_caught() {
+    // Each log's acceptors truncate below what a majority of checkpoints announced of
+    // that log. Announced up to what each replica fed (not the prefix settled below
+    // the cut), two logs can be truncated below two different majorities' checkpoints,
+    // and only one replica's checkpoint covers both. Rare: caught at seed 431 of
+    // `partita sim --seeds 0..600 --ops 2000 --geo geopaxos+ --unsafe
+    // geo-announce-fed` (and at seed 1006 of `--geo both`, found with the bug in the
+    // code, before it was fixed).
+    let o = SimOptions {
+        ops: 2000,
+        ..opts(GeoChoice::GeoPaxosPlus)
+    };
+    let (seed, check, what) =
+        control_by("geo-announce-fed", &o, 431..432, |c| c == Check::Durability);
+    assert!(
+        what.contains("truncated what only the durable checkpoints"),
+        "{what}"
+    );
+    eprintln!("geo-announce-fed caught at seed {seed} by {check}: {what}");
 }
