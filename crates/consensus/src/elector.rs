@@ -10,11 +10,23 @@
 //! steps down on the Nack or on the winner's heartbeat. Deterministic: the same inputs
 //! give the same campaign at the same tick.
 //!
+//! A leader with a home ([`Elector::with_home`]: a GeoPaxos+ serializer's is its own
+//! region's replica, the configuration's coordinator) is taken back there: the home
+//! node, hearing another leader steadily for [`HOME_RECLAIM_TIMEOUTS`] election
+//! timeouts since that leader's ballot appeared (or since its own last try), campaigns
+//! although the leader lives. Only after hearing it: a home node cut off from the
+//! leader campaigns by its rank as before, and one that cannot win a quorum tries again
+//! only after as long, so the leader it disturbs keeps most of its time.
+//!
 //! Inputs: `on_leader_activity(ballot, now)`, `on_tick(now)`. Output: `on_tick`
 //! returns the ballot floor to campaign above. Invariant: `highest` never decreases.
 
 use crate::{Membership, TickDue};
 use partita_types::{Ballot, NodeId};
+
+/// Election timeouts a home node hears another leader before it takes the lead back
+/// ([`Elector::with_home`]).
+pub const HOME_RECLAIM_TIMEOUTS: u64 = 3;
 
 #[derive(Clone, Debug)]
 pub struct Elector {
@@ -26,6 +38,12 @@ pub struct Elector {
     last_heard_tick: u64,
     now: u64,
     campaigns: u64,
+    /// This node is its leader's home ([`Elector::with_home`]).
+    home: bool,
+    /// When the current leader's ballot appeared, or this node last tried to take the
+    /// lead back home.
+    settled_since: u64,
+    reclaims: u64,
 }
 
 impl Elector {
@@ -45,7 +63,34 @@ impl Elector {
             last_heard_tick: 0,
             now: 0,
             campaigns: 0,
+            home: false,
+            settled_since: 0,
+            reclaims: 0,
         }
+    }
+
+    /// With `home`, the lead belongs at the configuration's coordinator: there, this
+    /// elector takes it back from a live leader elsewhere (see the module
+    /// documentation). Without, and at every other node, nothing changes.
+    pub fn with_home(mut self, home: bool) -> Elector {
+        self.home = home && self.membership.coordinator == self.id;
+        self
+    }
+
+    /// Campaigns this node started to take the lead back home.
+    pub fn reclaims(&self) -> u64 {
+        self.reclaims
+    }
+
+    /// Whether this home node would take the lead back at tick `now` (not leading).
+    fn reclaim_due(&self) -> Option<u64> {
+        if !self.home || self.leader() == self.id {
+            return None;
+        }
+        Some(
+            self.settled_since
+                .saturating_add(self.timeout_ticks.saturating_mul(HOME_RECLAIM_TIMEOUTS)),
+        )
     }
 
     /// Start the election timeout afresh at tick `now` (an elector built while the
@@ -54,6 +99,7 @@ impl Elector {
     pub fn start_at(&mut self, now: u64) {
         self.now = now;
         self.last_heard_tick = now;
+        self.settled_since = now;
     }
 
     /// The node this elector believes leads.
@@ -85,6 +131,9 @@ impl Elector {
         let newer = ballot > self.highest;
         self.highest = ballot;
         self.last_heard_tick = self.now;
+        if newer {
+            self.settled_since = self.now;
+        }
         newer
     }
 
@@ -105,10 +154,14 @@ impl Elector {
             0 => self.membership.acceptors.len() as u64,
             r => r,
         };
-        TickDue::NEVER.tick(
+        let due = TickDue::NEVER.tick(
             self.last_heard_tick
                 .saturating_add(self.timeout_ticks.saturating_mul(rank)),
-        )
+        );
+        match self.reclaim_due() {
+            Some(at) => due.min(TickDue::NEVER.tick(at)),
+            None => due,
+        }
     }
 
     /// Advance the clock; `leading` says whether this node runs a coordinator now.
@@ -127,10 +180,23 @@ impl Elector {
             0 => self.membership.acceptors.len() as u64,
             r => r,
         };
-        if now.saturating_sub(self.last_heard_tick) < self.timeout_ticks * rank {
+        let silent = now.saturating_sub(self.last_heard_tick);
+        if silent < self.timeout_ticks * rank {
+            // The leader lives: a home node takes the lead back once it heard it
+            // steadily long enough (and lately: within an election timeout).
+            if self.reclaim_due().is_some_and(|at| now >= at) {
+                self.settled_since = now;
+                if silent < self.timeout_ticks {
+                    self.last_heard_tick = now;
+                    self.campaigns += 1;
+                    self.reclaims += 1;
+                    return Some(self.highest);
+                }
+            }
             return None;
         }
         self.last_heard_tick = now;
+        self.settled_since = now;
         self.campaigns += 1;
         Some(self.highest)
     }
@@ -202,5 +268,48 @@ mod tests {
         assert_eq!(e.on_tick(30, false), Some(b1));
         // While it leads it never campaigns.
         assert_eq!(e.on_tick(100, true), None);
+    }
+
+    #[test]
+    fn a_home_node_takes_the_lead_back_from_a_leader_it_hears() {
+        // Node 1 is the configuration's coordinator; node 2 won an election.
+        let b2 = Ballot::ZERO.next_for(1).next_for(2);
+        let mut home = Elector::new(1, m(), 10, Ballot::ZERO).with_home(true);
+        let mut other = Elector::new(3, m(), 10, Ballot::ZERO).with_home(true);
+        let mut plain = Elector::new(1, m(), 10, Ballot::ZERO);
+        for e in [&mut home, &mut other, &mut plain] {
+            e.on_tick(5, false);
+            assert!(e.on_leader_activity(b2));
+        }
+        // Silent, it would campaign by rank (two after node 2) at 25.
+        assert_eq!(home.tick_due(false), TickDue::NEVER.tick(5 + 2 * 10));
+        // Heartbeats every 5 ticks: the leader lives.
+        for t in (6..=34).filter(|t| t % 5 == 0) {
+            for e in [&mut home, &mut other, &mut plain] {
+                assert_eq!(e.on_tick(t, false), None, "tick {t}");
+                e.on_leader_activity(b2);
+            }
+        }
+        assert_eq!(home.tick_due(false), TickDue::NEVER.tick(35));
+        // Three election timeouts after b2 appeared, the home node campaigns; the
+        // others keep following.
+        assert_eq!(home.on_tick(35, false), Some(b2));
+        assert_eq!(home.reclaims(), 1);
+        assert_eq!(other.on_tick(35, false), None);
+        assert_eq!(plain.on_tick(35, false), None);
+        assert_eq!(other.tick_due(false), TickDue::NEVER.tick(30 + 10));
+        // Its try lost (b2's leader stays): it tries again three timeouts later, no
+        // sooner.
+        for t in 36..65 {
+            assert_eq!(home.on_tick(t, false), None, "tick {t}");
+            home.on_leader_activity(b2);
+        }
+        assert_eq!(home.on_tick(65, false), Some(b2));
+        // A leader it stopped hearing is not reclaimed from: it campaigns by its
+        // rank (two after node 2) once silence lasts two timeouts.
+        assert_eq!(home.reclaims(), 2);
+        assert_eq!(home.on_tick(84, false), None);
+        assert_eq!(home.on_tick(85, false), Some(b2));
+        assert_eq!(home.reclaims(), 2);
     }
 }

@@ -64,7 +64,7 @@ mod slot_set;
 pub use acceptor::Acceptor;
 pub use batcher::{Batcher, BatcherConfig, BatcherStats};
 pub use coordinator::{Coordinator, CoordinatorStats, Observation, OBSERVATIONS_MAX};
-pub use elector::Elector;
+pub use elector::{Elector, HOME_RECLAIM_TIMEOUTS};
 pub use learner::{Learner, LearnerStats};
 
 use partita_types::{
@@ -1399,6 +1399,12 @@ pub struct CoordinatorConfig {
     /// An acceptor that has not heard from the leader for this many ticks suspects it;
     /// the acceptor of rank r after the leader campaigns after r times this.
     pub election_timeout_ticks: u64,
+    /// The initial coordinator ([`Membership::coordinator`]) takes the lead back from
+    /// another leader it has heard steadily for [`HOME_RECLAIM_TIMEOUTS`] election
+    /// timeouts ([`Elector`]): for an ordering whose leaders have homes (a GeoPaxos+
+    /// serializer is led from its own region), so that a failover does not leave a
+    /// stream led from afar for good. Off: the leader is whoever won last.
+    pub home_leader: bool,
     /// The leader leaves out of its ring an acceptor it has not heard from in this many
     /// ticks (Ring Paxos).
     pub suspect_ticks: u64,
@@ -1437,6 +1443,7 @@ impl Default for CoordinatorConfig {
             retransmit_ticks: 200,
             heartbeat_ticks: 50,
             election_timeout_ticks: 250,
+            home_leader: false,
             suspect_ticks: 150,
             pending_commands_max: 100_000,
             time_step_max_ms: u64::MAX,

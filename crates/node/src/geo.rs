@@ -70,7 +70,7 @@ use partita_consensus::geopaxos::{
     Entry, MergeBugs, SerializerId, SerializerSet, Timestamp, TimestampMerge,
 };
 use partita_consensus::{
-    AcceptorRecord, Action, Membership, Msg, Outbox, PersistToken, Value, Vid,
+    AcceptorRecord, Action, CoordinatorConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
 };
 use partita_geo::{GeoBTree, OptimizerOptions};
 use partita_geo::{Placement, Topology, CACHE_ENTRIES_DEFAULT};
@@ -1009,6 +1009,12 @@ fn group_setup(setup: &NodeSetup, geo: &GeoSetup, g: usize) -> NodeSetup {
         early_replies: false,
         psmr: None,
         ordering: crate::OrderingSetup::Paxos,
+        // A serializer is led from its own region: after a failover its replica
+        // takes the lead back.
+        coordinator_config: CoordinatorConfig {
+            home_leader: true,
+            ..setup.coordinator_config.clone()
+        },
         ..setup.clone()
     }
 }

@@ -348,7 +348,8 @@ impl PaxosOrdering {
                 membership.clone(),
                 setup.coordinator_config.election_timeout_ticks,
                 a.promised(),
-            );
+            )
+            .with_home(setup.coordinator_config.home_leader);
             // A fresh cluster's initial coordinator leads at once. A restarted node
             // follows whoever leads now, and campaigns like any other acceptor if
             // nobody does.
@@ -592,7 +593,8 @@ impl PaxosOrdering {
             m.clone(),
             self.setup.coordinator_config.election_timeout_ticks,
             promised,
-        );
+        )
+        .with_home(self.setup.coordinator_config.home_leader);
         elector.start_at(self.tick);
         self.elector = Some(elector);
         let leads = match old_leader {
@@ -1190,6 +1192,14 @@ impl AtomicMulticast for PaxosOrdering {
     fn add_counters(&self, into: &mut BTreeMap<&'static str, u64>) {
         for (k, v) in &self.counters {
             *into.entry(k).or_default() += v;
+        }
+        if let Some(n) = self
+            .elector
+            .as_ref()
+            .map(|e| e.reclaims())
+            .filter(|&n| n > 0)
+        {
+            *into.entry("leader_reclaims").or_default() += n;
         }
     }
 

@@ -3239,8 +3239,8 @@ impl World {
                 *counters.entry("psmr_synchronous".into()).or_default() += st.psmr_synchronous;
             }
         }
-        // GeoPaxos+ and EPaxos: the orderings' counters (EPaxos's recoveries among
-        // them), summed over the nodes' running incarnations (a restart starts them
+        // GeoPaxos+ and EPaxos: the orderings' counters (EPaxos's recoveries and
+        // GeoPaxos+'s leads taken back home among them), summed over the nodes' running incarnations (a restart starts them
         // over).
         if self.p.geo.is_some() {
             for n in &self.nodes {
@@ -3248,7 +3248,7 @@ impl World {
                     continue;
                 };
                 for (k, v) in core.counters() {
-                    if k.starts_with("geo_") || k.starts_with("epaxos_") {
+                    if k.starts_with("geo_") || k.starts_with("epaxos_") || k == "leader_reclaims" {
                         *counters.entry(k.to_string()).or_default() += v;
                     }
                 }

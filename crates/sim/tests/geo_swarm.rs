@@ -87,7 +87,7 @@ fn geo_seeds_pass_every_check() {
     );
     // The batch exercises what it should: crashes of leaders and restarts, clients
     // resubmitting (and writes deduplicated), inserts that split nodes (resubmit
-    // decisions), DOPs, EPaxos's slow path and recoveries.
+    // decisions), DOPs, leads taken back home, EPaxos's slow path and recoveries.
     let sum = |rs: &[SeedReport], k: &str| rs.iter().map(|r| counter(r, k)).sum::<u64>();
     let all: Vec<SeedReport> = geo.iter().chain(&epaxos).cloned().collect();
     assert!(sum(&all, "restarts") > 0, "no crash and restart");
@@ -96,6 +96,8 @@ fn geo_seeds_pass_every_check() {
     assert!(sum(&geo, "geo_resubmit_decisions") > 0, "no resubmission");
     assert!(sum(&geo, "geo_dops_executed") > 0, "no DOP");
     assert!(sum(&geo, "geo_executed_multi") > 0);
+    // A serializer's lead that a failover moved away goes back to its region.
+    assert!(sum(&geo, "leader_reclaims") > 0, "no lead taken back home");
     assert!(sum(&epaxos, "epaxos_slow_commits") > 0, "no slow path");
     assert!(sum(&epaxos, "epaxos_recoveries_started") > 0, "no recovery");
     // EPaxos orders for the common replica: checkpoints at cuts, truncation below
