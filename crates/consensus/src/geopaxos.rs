@@ -74,6 +74,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use thiserror::Error;
 
 /// A serializer's index, `0..S`.
@@ -603,11 +604,12 @@ impl<K: Ord + Clone + std::fmt::Debug, V: Clone> TimestampMerge<K, V> {
     /// this when nothing else is on the way. `None` when `g` holds nothing back.
     pub fn wanted_clock(&self, g: SerializerId) -> Option<u64> {
         let frontier = self.logs.get(g as usize)?.frontier;
+        // By final timestamp, newest first: the first of `g` has the largest counter.
         self.complete
-            .iter()
-            .filter(|(t, op)| **t > frontier && self.pending[*op].dst.contains(g))
+            .range((Bound::Excluded(frontier), Bound::Unbounded))
+            .rev()
+            .find(|(_, op)| self.pending[*op].dst.contains(g))
             .map(|(t, _)| t.counter)
-            .max()
     }
 
     /// Operations missing from some of their serializers (their submitter stopped

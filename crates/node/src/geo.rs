@@ -70,7 +70,8 @@ use partita_consensus::geopaxos::{
     Entry, MergeBugs, SerializerId, SerializerSet, Timestamp, TimestampMerge,
 };
 use partita_consensus::{
-    AcceptorRecord, Action, CoordinatorConfig, Membership, Msg, Outbox, PersistToken, Value, Vid,
+    AcceptorRecord, Action, CoordinatorConfig, Membership, Msg, Outbox, PersistToken, TickDue,
+    Value, Vid,
 };
 use partita_geo::{GeoBTree, OptimizerOptions};
 use partita_geo::{Placement, Topology, CACHE_ENTRIES_DEFAULT};
@@ -1019,7 +1020,72 @@ fn group_setup(setup: &NodeSetup, geo: &GeoSetup, g: usize) -> NodeSetup {
     }
 }
 
+impl GeoOrdering {
+    /// When [`GeoOrdering::housekeeping`] may next act with no other input: a clock
+    /// entry's retry for a serializer led here that the merge waits on, the stall
+    /// check while anything is pending or remembered, the next DOP, the next barrier.
+    fn housekeeping_due(&self) -> TickDue {
+        let mut due = TickDue::NEVER;
+        let pending = self.merge.pending_len() > 0;
+        for g in 0..self.n() as SerializerId {
+            if pending && self.leads(g) && self.merge.wanted_clock(g).is_some() {
+                due = due.tick(
+                    self.clock_sent[g as usize]
+                        .map_or(0, |t| t.saturating_add(self.setup.clock_retry_ticks)),
+                );
+            }
+        }
+        if pending || !self.in_flight.is_empty() || !self.stalled_seen.is_empty() {
+            due = due.tick(
+                self.last_stall_check
+                    .saturating_add(self.setup.stall_check_ticks),
+            );
+        }
+        if self.boot_token.is_some() {
+            // Its write completing is an input.
+            return due;
+        }
+        if self.setup.dop_interval_ms > 0 && self.me == 0 {
+            due = due.clock(self.last_dop_ms.saturating_add(self.setup.dop_interval_ms));
+        }
+        let barrier = self.barriers.due_at(
+            self.me as usize,
+            self.time_ms,
+            self.since_barrier,
+            self.last_barrier_ms,
+        );
+        let barrier = match self.barrier_proposed_ms {
+            // One proposed is under way for an interval.
+            Some(t) if barrier != TickDue::NEVER => {
+                let until = t.saturating_add(self.barriers.interval_ms);
+                let at = match barrier.clock_ms {
+                    u64::MAX => until,
+                    c => c.max(until),
+                };
+                TickDue::NEVER.clock(at)
+            }
+            _ => barrier,
+        };
+        due.min(barrier)
+    }
+}
+
 impl AtomicMulticast for GeoOrdering {
+    fn tick_due(&self) -> TickDue {
+        if !self.unsent.is_empty() || self.clock_ms == 0 {
+            return TickDue::NEXT;
+        }
+        let due = self
+            .groups
+            .iter()
+            .fold(TickDue::NEVER, |due, g| due.min(g.tick_due()));
+        if due.tick <= self.tick.saturating_add(1) {
+            // The next tick is due anyway (a loaded leader's is, nearly always).
+            return due;
+        }
+        due.min(self.housekeeping_due())
+    }
+
     fn multicast(
         &mut self,
         cmd: Command,

@@ -1279,6 +1279,28 @@ impl BarrierPolicy {
     /// none ran yet), `since` commands ran since the last barrier, which ran at
     /// `last_ms` of this node's clock, now `clock_ms`. (A barrier this node proposed
     /// less than `interval_ms` ago is still under way: the caller waits for it.)
+    /// When [`BarrierPolicy::due`] may next say yes with no other input (a command
+    /// run or a barrier is one): at once if it may now, the clock time of the timed
+    /// turn, or never.
+    pub fn due_at(&self, rank: usize, time_ms: u64, since: u64, last_ms: u64) -> TickDue {
+        if time_ms == 0 {
+            return TickDue::NEXT;
+        }
+        if since == 0 && !self.idle {
+            return TickDue::NEVER;
+        }
+        let turn = 1 + rank as u64;
+        if self.every_commands > 0 && since >= self.every_commands.saturating_mul(turn) {
+            return TickDue::NEXT;
+        }
+        match self.timed {
+            true => {
+                TickDue::NEVER.clock(last_ms.saturating_add(self.interval_ms.saturating_mul(turn)))
+            }
+            false => TickDue::NEVER,
+        }
+    }
+
     pub fn due(&self, rank: usize, time_ms: u64, since: u64, last_ms: u64, clock_ms: u64) -> bool {
         if time_ms == 0 {
             return true;
@@ -1336,5 +1358,43 @@ mod barrier_tests {
             ..timed
         };
         assert!(leases.due(0, 7, 0, 0, 1000) && !leases.due(0, 7, 0, 0, 999));
+    }
+
+    /// `due_at` names the first clock time at which `due` says yes, for every policy
+    /// and input: never sooner (a driver that ticks only then misses no barrier).
+    #[test]
+    fn due_at_is_the_first_time_due_says_yes() {
+        use partita_consensus::TickDue;
+        for (timed, idle, every) in [
+            (false, false, 100),
+            (true, false, 0),
+            (true, true, 0),
+            (true, false, 100),
+        ] {
+            let p = BarrierPolicy {
+                interval_ms: 1000,
+                every_commands: every,
+                timed,
+                idle,
+            };
+            for rank in 0..3 {
+                for time_ms in [0, 7] {
+                    for since in [0, 1, 99, 100, 250] {
+                        for last_ms in [0, 500] {
+                            let at = p.due_at(rank, time_ms, since, last_ms);
+                            let first =
+                                (0..10_000).find(|&c| p.due(rank, time_ms, since, last_ms, c));
+                            let expected = match first {
+                                None => TickDue::NEVER,
+                                Some(0) => TickDue::NEXT,
+                                Some(c) => TickDue::NEVER.clock(c),
+                            };
+                            let case = (timed, idle, every, rank, time_ms, since, last_ms);
+                            assert_eq!(at, expected, "{case:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }
