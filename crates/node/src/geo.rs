@@ -53,9 +53,10 @@
 //!   one majority's checkpoints in every log at once (spec rules 5 and 13). Bounded
 //!   only by what a replica fed, they were not: a replica that learned more of one
 //!   log than another that ran further announced more of that log and less of
-//!   another, and two logs could be truncated below two different majorities. A learner that needs what its group's
-//!   acceptors truncated asks the node core for a checkpoint ([`Action::NeedCheckpoint`])
-//!   that covers it; restoring one restarts each group's learner at its prefix.
+//!   another, and two logs could be truncated below two different majorities. A
+//!   learner that needs what its group's acceptors truncated asks the node core for a
+//!   checkpoint ([`Action::NeedCheckpoint`]) that covers it; restoring one restarts
+//!   each group's learner at its prefix.
 //! - **Liveness.** A serializer's leader proposes a clock entry when the merge says a
 //!   command waits on that serializer's frontier, and orders again a command missing
 //!   from its log that stayed so over two checks (its origin crashed half-way, or the
@@ -1055,15 +1056,12 @@ impl GeoOrdering {
             self.last_barrier_ms,
         );
         let barrier = match self.barrier_proposed_ms {
-            // One proposed is under way for an interval.
-            Some(t) if barrier != TickDue::NEVER => {
-                let until = t.saturating_add(self.barriers.interval_ms);
-                let at = match barrier.clock_ms {
-                    u64::MAX => until,
-                    c => c.max(until),
-                };
-                TickDue::NEVER.clock(at)
-            }
+            // One proposed is under way for an interval (at once is clock 0).
+            Some(t) if barrier != TickDue::NEVER => TickDue::NEVER.clock(
+                barrier
+                    .clock_ms
+                    .max(t.saturating_add(self.barriers.interval_ms)),
+            ),
             _ => barrier,
         };
         due.min(barrier)
