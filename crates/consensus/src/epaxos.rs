@@ -203,7 +203,7 @@
 //! commands by no-ops.
 
 use crate::slot_set::SlotSet;
-use crate::{DropCounts, PersistToken, ROUND_MAX};
+use crate::{DropCounts, PersistToken, TickDue, ROUND_MAX};
 use partita_types::{Ballot, Command, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -1680,6 +1680,59 @@ impl Epaxos {
             self.send_peers(msg, out);
         }
         self.finish(out);
+    }
+
+    /// When [`Epaxos::on_tick`] may next act if no other input arrives first (see
+    /// [`TickDue`]), in the driver's tick count: the first tick after a start; a driven
+    /// phase's retransmission (or its turn to take the slow path); an awaited
+    /// instance's commit request or recovery; the state transfer asked again; the
+    /// heartbeat. A tick also forgets awaited instances that committed or ran meanwhile
+    /// (no action, but [`Epaxos::is_quiescent`] waits for it), so one is due at once
+    /// while there are any. A due may come early (a recovery held back by
+    /// `recoveries_max`, a commit request by its bound): that tick does nothing.
+    pub fn tick_due(&self) -> TickDue {
+        if !self.ticked {
+            return TickDue::NEXT;
+        }
+        let c = &self.config;
+        let mut due = self.last_heartbeat.saturating_add(c.heartbeat_ticks);
+        for d in self.drives.values() {
+            // A drive still starting waits for its record's write, an input.
+            if !matches!(d.phase, Phase::Starting) {
+                due = due.min(d.sent_tick.saturating_add(c.retransmit_ticks));
+            }
+        }
+        let n = self.n();
+        for (&i, w) in &self.waiting {
+            let Some(q) = self.pos(i.replica) else {
+                continue;
+            };
+            let executed = i.slot <= self.exec_prefix[q] || self.exec_above[q].contains(i.slot);
+            if executed || self.instances.get(&i).is_some_and(|x| x.committed()) {
+                return TickDue::NEXT;
+            }
+            if self.drives.contains_key(&i) {
+                continue;
+            }
+            let ask = w.since.saturating_add(c.commit_request_ticks);
+            let ask = w
+                .asked
+                .map_or(ask, |t| ask.max(t.saturating_add(c.commit_request_ticks)));
+            let rank = (self.me + n - q) % n;
+            let recover = w
+                .since
+                .saturating_add(c.recovery_timeout_ticks + rank as u64 * c.recovery_stagger_ticks);
+            due = due.min(ask).min(recover);
+        }
+        if let Some(needed) = &self.state_needed {
+            if !covers(&self.exec_prefix, needed) {
+                due = due.min(
+                    self.need_state_tick
+                        .map_or(0, |t| t.saturating_add(c.recovery_timeout_ticks)),
+                );
+            }
+        }
+        TickDue::NEVER.tick(due)
     }
 
     /// Every write up to `token` is durable (writes complete in order).

@@ -584,6 +584,12 @@ enum Violation {
         command: u64,
     },
     Liveness(String),
+    /// A tick before the core's `tick_due` acted.
+    TickBeforeDue {
+        node: NodeId,
+        tick: u64,
+        due: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -648,6 +654,8 @@ struct Totals {
     need_states: u64,
     restores: u64,
     restore_unexecuted: u64,
+    /// Ticks the cores were given before their `tick_due` (each must do nothing).
+    ticks_before_due: u64,
 }
 
 impl Totals {
@@ -705,6 +713,9 @@ struct Sim {
     free_checkpoint_per_mille: u32,
     /// State transfers due: (tick, node).
     transfers: Vec<(u64, usize)>,
+    /// Ticks added to every core's `tick_due` before the check that a tick before it
+    /// does nothing (0; the check's control makes the dues late).
+    tick_due_late: u64,
 }
 
 impl Sim {
@@ -736,6 +747,7 @@ impl Sim {
             barrier_per_cent: 2,
             free_checkpoint_per_mille: 0,
             transfers: Vec::new(),
+            tick_due_late: 0,
         };
         for &id in &ids {
             let mut core = Epaxos::new(id, cfg.clone());
@@ -1097,7 +1109,18 @@ impl Sim {
         for k in 0..self.nodes.len() {
             if let Some(core) = self.nodes[k].core.as_mut() {
                 let mut out = Vec::new();
+                let due = core.tick_due().tick.saturating_add(self.tick_due_late);
                 core.on_tick(self.now, &mut out);
+                if self.now < due {
+                    self.totals.ticks_before_due += 1;
+                    if !out.is_empty() {
+                        self.violations.push(Violation::TickBeforeDue {
+                            node: self.ids[k],
+                            tick: self.now,
+                            due,
+                        });
+                    }
+                }
                 self.apply(k, out);
             }
         }
@@ -1525,6 +1548,7 @@ fn swarm(n: usize, seed_count: u64, seed_base: u64, checkpoints: bool) -> Totals
         totals.need_states += t.need_states;
         totals.restores += t.restores;
         totals.restore_unexecuted += t.restore_unexecuted;
+        totals.ticks_before_due += t.ticks_before_due;
     }
     eprintln!(
         "epaxos swarm n={n}, seeds {seed_base}..{}, checkpoints {checkpoints}: {totals:?}",
@@ -1546,6 +1570,10 @@ fn swarm(n: usize, seed_count: u64, seed_base: u64, checkpoints: bool) -> Totals
         "both paths taken: {totals:?}"
     );
     assert!(totals.crashes > 0, "{totals:?}");
+    assert!(
+        totals.ticks_before_due > 0,
+        "ticks before the cores' due were given, and each did nothing: {totals:?}"
+    );
     assert!(
         totals.recovered_foreign > 0,
         "crashed leaders' instances recovered by others: {totals:?}"
@@ -1589,6 +1617,28 @@ fn the_same_seed_gives_the_same_run() {
         (logs, sim.now, sim.totals.messages)
     };
     assert_eq!(run(7), run(7));
+}
+
+/// The swarm's check of the cores' `tick_due` catches a due that comes late: with every
+/// due 20 ticks later than the core says, a tick the check takes for one before the due
+/// acts (a retransmission, a recovery, a heartbeat), and nothing else goes wrong.
+#[test]
+fn a_late_tick_due_is_caught() {
+    let (mut sim, rate) = swarm_sim(0, 3, false, None);
+    sim.tick_due_late = 20;
+    sim.run(2_000, rate);
+    assert!(
+        !sim.violations.is_empty()
+            && sim
+                .violations
+                .iter()
+                .all(|v| matches!(v, Violation::TickBeforeDue { .. })),
+        "{:?}",
+        sim.violations
+    );
+    let (mut sim, rate) = swarm_sim(0, 3, false, None);
+    sim.run(2_000, rate);
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
 /// Some seed of a calm three-replica run on two hot keys must make `bug` show as two

@@ -59,7 +59,7 @@ use partita_consensus::epaxos::{
     truncation_frontier, Epaxos, EpaxosAction, EpaxosBugs, EpaxosCommand, EpaxosConfig,
     EpaxosOutbox, ExecPosition, InstanceId, KeyAccess, Slot,
 };
-use partita_consensus::{AcceptorRecord, Action, Msg, Outbox, PersistToken, Value, Vid};
+use partita_consensus::{AcceptorRecord, Action, Msg, Outbox, PersistToken, TickDue, Value, Vid};
 use partita_smr::Access;
 use partita_types::{Ballot, Command, FieldError, Instance, NodeId, SystemOp};
 use serde::{Deserialize, Serialize};
@@ -579,6 +579,23 @@ impl AtomicMulticast for EpaxosOrdering {
                 false
             }
         }
+    }
+
+    /// The core's due, or the next barrier's ([`BarrierPolicy::next_at`]); the next
+    /// tick before the first (it starts the clock) or while something waits that a
+    /// tick would propose.
+    fn tick_due(&self) -> TickDue {
+        let proposable = self.barrier_due.is_some() || !self.pending.is_empty();
+        if self.clock_ms == 0 || (proposable && self.core.can_propose()) {
+            return TickDue::NEXT;
+        }
+        self.core.tick_due().min(self.barriers.next_at(
+            self.rank,
+            self.time_ms,
+            self.since_barrier,
+            self.last_barrier_ms,
+            self.barrier_proposed_ms,
+        ))
     }
 
     fn on_tick(&mut self, tick: u64, now_ms: u64, out: &mut Outbox) {

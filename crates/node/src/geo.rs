@@ -1049,22 +1049,13 @@ impl GeoOrdering {
         if self.setup.dop_interval_ms > 0 && self.me == 0 {
             due = due.clock(self.last_dop_ms.saturating_add(self.setup.dop_interval_ms));
         }
-        let barrier = self.barriers.due_at(
+        due.min(self.barriers.next_at(
             self.me as usize,
             self.time_ms,
             self.since_barrier,
             self.last_barrier_ms,
-        );
-        let barrier = match self.barrier_proposed_ms {
-            // One proposed is under way for an interval (at once is clock 0).
-            Some(t) if barrier != TickDue::NEVER => TickDue::NEVER.clock(
-                barrier
-                    .clock_ms
-                    .max(t.saturating_add(self.barriers.interval_ms)),
-            ),
-            _ => barrier,
-        };
-        due.min(barrier)
+            self.barrier_proposed_ms,
+        ))
     }
 }
 

@@ -1300,6 +1300,27 @@ impl BarrierPolicy {
         }
     }
 
+    /// [`BarrierPolicy::due_at`] for a node that waits an interval after proposing one
+    /// (`proposed_ms`: its clock then, while that barrier is under way) before it
+    /// proposes another: when its tick may next propose one.
+    pub fn next_at(
+        &self,
+        rank: usize,
+        time_ms: u64,
+        since: u64,
+        last_ms: u64,
+        proposed_ms: Option<u64>,
+    ) -> TickDue {
+        let due = self.due_at(rank, time_ms, since, last_ms);
+        match proposed_ms {
+            // At once is clock 0.
+            Some(t) if due != TickDue::NEVER => {
+                TickDue::NEVER.clock(due.clock_ms.max(t.saturating_add(self.interval_ms)))
+            }
+            _ => due,
+        }
+    }
+
     /// Whether replica `rank` proposes a barrier now, at `clock_ms` of this node's
     /// clock ([`BarrierPolicy::due_at`]).
     pub fn due(&self, rank: usize, time_ms: u64, since: u64, last_ms: u64, clock_ms: u64) -> bool {
@@ -1383,5 +1404,21 @@ mod barrier_tests {
             ..timed
         };
         assert_eq!(leases.due_at(0, 7, 0, 500), TickDue::NEVER.clock(1500));
+        // A barrier proposed at clock 900 holds the next back for an interval.
+        assert_eq!(
+            timed.next_at(1, 7, 200, 500, Some(900)),
+            TickDue::NEVER.clock(1900),
+            "due at once, but one is under way"
+        );
+        assert_eq!(
+            timed.next_at(1, 7, 5, 500, Some(900)),
+            TickDue::NEVER.clock(2500),
+            "its turn comes after the wait"
+        );
+        assert_eq!(
+            timed.next_at(1, 7, 5, 500, None),
+            timed.due_at(1, 7, 5, 500)
+        );
+        assert_eq!(p.next_at(0, 7, 0, 0, Some(900)), TickDue::NEVER);
     }
 }
