@@ -87,8 +87,14 @@ impl CacheKey {
 /// floor(100 · a / b) for a ≤ b, b > 0.
 fn hundredths(a: u128, b: u128) -> u8 {
     debug_assert!(a <= b && b > 0);
-    // a ≤ b ≤ 2^66 so 100·a cannot overflow.
-    u8::try_from(a * 100 / b).expect("a ratio of at most 1")
+    // a ≤ b ≤ 2^66 so 100·a cannot overflow. In 64 bits when it fits, as it does for
+    // any count a replica can have seen: a 128-bit division is a library call, and a
+    // DOP takes two of these per replica for every changed node it looks up.
+    let r = match (u64::try_from(a * 100), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => u128::from(a / b),
+        _ => a * 100 / b,
+    };
+    u8::try_from(r).expect("a ratio of at most 1")
 }
 
 impl Hash for CacheKey {
@@ -481,5 +487,29 @@ mod tests {
         assert_eq!(CacheKey::of(&AccessStats::new(3)), None);
         let all = AccessStats::from_counts(vec![0], vec![7]).unwrap();
         assert_eq!(CacheKey::of(&all).unwrap().to_string(), "100100");
+    }
+
+    #[test]
+    fn hundredths_in_64_bits_agree_with_128() {
+        let big = u128::from(u64::MAX);
+        let cases = [
+            (0, 1),
+            (1, 3),
+            (2, 3),
+            (7, 7),
+            (big / 100, big / 100 + 1),
+            (big / 100 + 1, big),
+            (big, big),
+            (big, 2 * big + 2),
+            (3 * big, 4 * big),
+        ];
+        for (a, b) in cases {
+            assert_eq!(u128::from(hundredths(a, b)), a * 100 / b, "{a} / {b}");
+        }
+        // Saturated counters of two replicas.
+        let s = AccessStats::from_counts(vec![u64::MAX, u64::MAX], vec![u64::MAX, 0]).unwrap();
+        let k = CacheKey::of(&s).unwrap();
+        assert_eq!((k.load_hundredths(0), k.update_hundredths(0)), (66, 50));
+        assert_eq!((k.load_hundredths(1), k.update_hundredths(1)), (33, 0));
     }
 }
