@@ -917,6 +917,17 @@ struct Wait {
     asked: Option<u64>,
 }
 
+impl Wait {
+    /// When a commit request for the awaited instance goes out: `commit_request_ticks`
+    /// after the wait began and after the last request.
+    fn ask_at(&self, c: &EpaxosConfig) -> u64 {
+        let first = self.since.saturating_add(c.commit_request_ticks);
+        self.asked.map_or(first, |t| {
+            first.max(t.saturating_add(c.commit_request_ticks))
+        })
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Deferred {
     Send(NodeId, EpaxosMsg),
@@ -1702,27 +1713,13 @@ impl Epaxos {
                 due = due.min(d.sent_tick.saturating_add(c.retransmit_ticks));
             }
         }
-        let n = self.n();
         for (&i, w) in &self.waiting {
-            let Some(q) = self.pos(i.replica) else {
-                continue;
-            };
-            let executed = i.slot <= self.exec_prefix[q] || self.exec_above[q].contains(i.slot);
-            if executed || self.instances.get(&i).is_some_and(|x| x.committed()) {
+            if self.wait_over(i) {
                 return TickDue::NEXT;
             }
-            if self.drives.contains_key(&i) {
-                continue;
+            if !self.drives.contains_key(&i) {
+                due = due.min(w.ask_at(c)).min(self.recovery_due(i, w));
             }
-            let ask = w.since.saturating_add(c.commit_request_ticks);
-            let ask = w
-                .asked
-                .map_or(ask, |t| ask.max(t.saturating_add(c.commit_request_ticks)));
-            let rank = (self.me + n - q) % n;
-            let recover = w
-                .since
-                .saturating_add(c.recovery_timeout_ticks + rank as u64 * c.recovery_stagger_ticks);
-            due = due.min(ask).min(recover);
         }
         if let Some(needed) = &self.state_needed {
             if !covers(&self.exec_prefix, needed) {
@@ -3042,45 +3039,46 @@ impl Epaxos {
         }
     }
 
+    /// An awaited instance that committed or ran here: the next tick forgets it.
+    fn wait_over(&self, i: InstanceId) -> bool {
+        self.instances.get(&i).is_some_and(|x| x.committed()) || self.is_executed(i)
+    }
+
+    /// When this replica recovers awaited instance `i` if no commit comes first: the
+    /// recovery timeout after the wait began, staggered by this replica's distance
+    /// after the instance's owner.
+    fn recovery_due(&self, i: InstanceId, w: &Wait) -> u64 {
+        let c = &self.config;
+        let n = self.n();
+        let owner = self.pos(i.replica).expect("validated instance");
+        let rank = ((self.me + n - owner) % n) as u64;
+        w.since
+            .saturating_add(c.recovery_timeout_ticks + rank * c.recovery_stagger_ticks)
+    }
+
     fn tick_waiting(&mut self, out: &mut EpaxosOutbox) {
         let now = self.now;
-        let n = self.n();
         let mut ask = Vec::new();
         let mut recover = Vec::new();
         let mut done = Vec::new();
-        for (&i, w) in self.waiting.iter_mut() {
-            let inst = self.instances.get(&i);
-            let q = self.config.replicas.iter().position(|&r| r == i.replica);
-            let executed = q.is_some_and(|q| {
-                i.slot <= self.exec_prefix[q] || self.exec_above[q].contains(i.slot)
-            });
-            if inst.is_some_and(|x| x.committed()) || executed {
+        for (&i, w) in &self.waiting {
+            if self.wait_over(i) {
                 done.push(i);
                 continue;
             }
             if self.drives.contains_key(&i) {
                 continue;
             }
-            let waited = now.saturating_sub(w.since);
-            if waited >= self.config.commit_request_ticks
-                && w.asked
-                    .is_none_or(|t| now >= t + self.config.commit_request_ticks)
-                && ask.len() < COMMIT_REQUEST_INSTANCES_MAX
-            {
-                w.asked = Some(now);
+            if now >= w.ask_at(&self.config) && ask.len() < COMMIT_REQUEST_INSTANCES_MAX {
                 ask.push(i);
             }
-            let owner = self
-                .config
-                .replicas
-                .iter()
-                .position(|&r| r == i.replica)
-                .expect("validated instance");
-            let rank = (self.me + n - owner) % n;
-            let timeout = self.config.recovery_timeout_ticks
-                + rank as u64 * self.config.recovery_stagger_ticks;
-            if waited >= timeout {
+            if now >= self.recovery_due(i, w) {
                 recover.push(i);
+            }
+        }
+        for i in &ask {
+            if let Some(w) = self.waiting.get_mut(i) {
+                w.asked = Some(now);
             }
         }
         for i in done {

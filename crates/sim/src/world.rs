@@ -3240,8 +3240,8 @@ impl World {
             }
         }
         // GeoPaxos+ and EPaxos: the orderings' counters (EPaxos's recoveries and
-        // GeoPaxos+'s leads taken back home among them), summed over the nodes' running incarnations (a restart starts them
-        // over).
+        // GeoPaxos+'s leads taken back home among them), summed over the nodes'
+        // running incarnations (a restart starts them over).
         if self.p.geo.is_some() {
             for n in &self.nodes {
                 let Some(core) = n.core.as_ref() else {
