@@ -98,20 +98,27 @@ async fn every_node_serves_its_metrics_on_its_own_address() {
     assert!(done > 0, "the clients got nothing done");
     let addr = |id: u32| cluster.node(id).unwrap().addr.clone();
 
-    // The coordinator (node 1) timed its decisions and sized its values.
-    let (code, text) = http_get(&addr(1), "/metrics").unwrap();
-    assert_eq!(code, 200, "{text}");
-    assert!(text.ends_with("# EOF\n"), "not OpenMetrics text:\n{text}");
-    let decided = sample(&text, "partita_commit_duration_seconds_count").unwrap();
-    assert!(decided > 0.0, "no commit latency observed:\n{text}");
-    let values = sample(&text, "partita_value_commands_count").unwrap();
-    let commands = sample(&text, "partita_value_commands_sum").unwrap();
+    // The coordinator timed its decisions and sized its values: node 1, the
+    // configuration's, unless another acceptor took the lead (a slow start under a
+    // loaded machine), so summed over the acceptors; each acceptor synced and voted.
+    let (mut decided, mut values, mut commands) = (0.0, 0.0, 0.0);
+    let mut texts = String::new();
+    for id in [1, 2, 3] {
+        let (code, text) = http_get(&addr(id), "/metrics").unwrap();
+        assert_eq!(code, 200, "{text}");
+        assert!(text.ends_with("# EOF\n"), "not OpenMetrics text:\n{text}");
+        decided += sample(&text, "partita_commit_duration_seconds_count").unwrap();
+        values += sample(&text, "partita_value_commands_count").unwrap();
+        commands += sample(&text, "partita_value_commands_sum").unwrap();
+        assert!(sample(&text, "partita_wal_sync_duration_seconds_count").unwrap() > 0.0);
+        assert!(sample(&text, "partita_acceptor_votes_total").unwrap() > 0.0);
+        texts += &format!("node {id}:\n{text}");
+    }
+    assert!(decided > 0.0, "no commit latency observed:\n{texts}");
     assert!(
         values > 0.0 && commands >= done as f64,
-        "{values} values, {commands} commands for {done} done:\n{text}"
+        "{values} values, {commands} commands for {done} done:\n{texts}"
     );
-    assert!(sample(&text, "partita_wal_sync_duration_seconds_count").unwrap() > 0.0);
-    assert!(sample(&text, "partita_acceptor_votes_total").unwrap() > 0.0);
     // Each replica executed at least what the clients saw done (updates run at both).
     for id in [4, 5] {
         let (code, text) = http_get(&addr(id), "/metrics").unwrap();
