@@ -421,9 +421,20 @@ struct ExperimentArgs {
     /// The partitioning experiment: also 2 and 4 partitions on Multi-Ring Paxos (paper
     /// 002), a ring of 3 acceptors per partition and one across them. The psmr
     /// experiment: every point on Multi-Ring Paxos (P-SMR and opt-PSMR on a ring per
-    /// thread's group and one for g_all, SMR on as many rings), without batchers.
+    /// thread's group and one for g_all, SMR on as many rings), without batchers; with
+    /// --sim that is its default, as the paper ran it (see --one-ring).
     #[arg(long)]
     rings: bool,
+    /// psmr, with --sim: one Ring Paxos ring with batchers (the real runs' setup)
+    /// instead of the paper's Multi-Ring Paxos, and a machine per client instead of
+    /// windows of 50.
+    #[arg(long, requires = "sim", conflicts_with = "rings")]
+    one_ring: bool,
+    /// psmr, with --sim: each client machine keeps N commands outstanding, a session
+    /// each, through its one network card (default: the paper's 50; 1 or --one-ring: a
+    /// machine per client). --clients counts the sessions.
+    #[arg(long, value_name = "N", requires = "sim", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    window: Option<u32>,
     /// dssmr: the Chirper workloads (timeline, post, follow, mix; default all four).
     #[arg(long, value_delimiter = ',')]
     chirper_workloads: Option<Vec<String>>,
@@ -2834,6 +2845,28 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     } else {
         partita_experiments::experiment::psmr::PsmrOptions::full()
     };
+    // Simulated, paper 002's sweep runs as the paper ran it (Multi-Ring Paxos, windows
+    // of 50) unless told otherwise; P-SMR inside partitions is built on one ring only.
+    let paper = a.sim && !a.one_ring && a.partition_counts.is_none();
+    if paper {
+        if a.batchers > 0 || a.multicast {
+            bail!(
+                "the simulated psmr experiment runs on Multi-Ring Paxos, as the paper did, \
+                 which does not combine with batchers or --multicast (yet); add --one-ring \
+                 for one ring with batchers"
+            );
+        }
+        o = o.as_paper_ran(a.quick);
+    }
+    if a.one_ring && a.window.is_some() {
+        bail!("--one-ring runs a machine per client; --window applies to the paper's setup");
+    }
+    if let Some(w) = a.window {
+        if a.partition_counts.is_some() {
+            bail!("--window applies to paper 002's sweep, not to --partition-counts");
+        }
+        o.window = (w > 1).then_some(w as usize);
+    }
     if let Some(d) = a.duration()? {
         o.duration = d;
     }
@@ -2857,7 +2890,7 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     if a.batchers > 0 {
         o.batchers = a.batchers;
     }
-    o.rings = a.rings;
+    o.rings = paper || a.rings;
     o.multicast = a.multicast;
     o.progress = true;
     if let Some(counts) = &a.partition_counts {
@@ -3310,6 +3343,9 @@ async fn one_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     use partita_experiments::experiment_partition::PartExperiment as P;
     if a.replot.is_some() && !matches!(a.name, ExperimentName::Dssmr) {
         bail!("--replot draws the figures of the dssmr experiment's reports only");
+    }
+    if (a.one_ring || a.window.is_some()) && !matches!(a.name, ExperimentName::Psmr) {
+        bail!("--one-ring and --window apply to the psmr experiment only");
     }
     match a.name {
         ExperimentName::Partitioning => return partition_experiment(a, P::Partitioning).await,

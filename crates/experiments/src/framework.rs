@@ -193,6 +193,10 @@ pub struct SimDriver {
     pub jobs: usize,
     /// A what-if: IP multicast on the simulated LAN (a group send leaves a card once).
     pub multicast: bool,
+    /// Each client machine keeps this many commands outstanding, one per session, all
+    /// through its one network card (paper 002's clients keep a window of 50); `None`:
+    /// a machine per session.
+    pub window: Option<usize>,
 }
 
 impl SimDriver {
@@ -206,6 +210,7 @@ impl SimDriver {
             cost: self.cost.clone(),
             seed: p.bench.seed,
             multicast: self.multicast,
+            window: self.window,
         };
         let spec = crate::experiment::SimPointSpec {
             series: p.series.clone(),

@@ -29,6 +29,14 @@
 //! arrives first (a port that queued in send order made a client beside its replica
 //! wait for the replica's answer from another continent).
 //!
+//! **Client machines** (optional, [`NicParams::client_cards`]): the clients share that
+//! many cards, as sessions share connections in `partita bench --connections N`
+//! (client `i` of `c` on card `⌊i·N/c⌋`, so each card holds a contiguous range of
+//! clients, as the bench's groups do): a client machine that keeps
+//! a window of commands outstanding, as paper 002's clients keep 50, sends and
+//! receives them all through its one card. Each client keeps its own links (their
+//! latencies and cuts).
+//!
 //! **IP multicast** (optional, [`NicParams::multicast`], a what-if for experiments: paper
 //! 001's Ring Paxos sent each value to acceptors and learners by IP multicast): a message
 //! a node sends to several peers in one step (a group send, `copy` in
@@ -119,6 +127,9 @@ pub struct NicParams {
     /// Group sends leave the sender's card once (IP multicast; see the module
     /// documentation). `false`: one copy per receiver (TCP, as the runtime does).
     pub multicast: bool,
+    /// The clients share this many cards (see the module documentation); `None`: a
+    /// card per client.
+    pub client_cards: Option<u32>,
 }
 
 impl NicParams {
@@ -129,6 +140,7 @@ impl NicParams {
             overhead_bytes: 66,
             mss_bytes: 1448,
             multicast: false,
+            client_cards: None,
         }
     }
 
@@ -223,13 +235,16 @@ pub struct Network {
     clients: u32,
     links: Vec<Link>,
     params: NetParams,
-    /// With network cards: per endpoint index, when its card finishes sending, and
+    /// With network cards: per card (see [`Network::card`]), when it finishes sending, and
     /// when its port finishes receiving, what it was given so far.
     egress_free: Vec<Time>,
     ingress: Vec<Port>,
-    /// Per endpoint index: nanoseconds its card spent sending.
+    /// Per card (nodes in order, then the clients' cards): nanoseconds it spent
+    /// sending.
     pub egress_busy_ns: Vec<u64>,
-    /// Per endpoint index: (start, length) of its card's last transmission to a peer
+    /// Per client: the index of its card ([`NicParams::client_cards`]).
+    client_card: Vec<usize>,
+    /// Per card: (start, length) of its last transmission to a peer
     /// that was not a copy (what a multicast copy shares).
     group_tx: Vec<(Time, u64)>,
 }
@@ -274,18 +289,32 @@ impl Network {
                 });
             }
         }
+        let cards = params
+            .nic
+            .as_ref()
+            .and_then(|nic| nic.client_cards)
+            .map_or(clients as usize, |c| {
+                (c as usize).clamp(1, (clients as usize).max(1))
+            });
+        // Client i of c on card ⌊i·N/c⌋: contiguous ranges, as `partita bench
+        // --connections N` groups its sessions.
+        let client_card = (0..clients as usize)
+            .map(|i| m + i * cards / (clients as usize))
+            .collect();
+        let n_cards = m + cards;
         Network {
             nodes: nodes.to_vec(),
             clients,
+            client_card,
             links: links
                 .into_iter()
                 .map(|l| l.expect("every stored link drawn"))
                 .collect(),
             params,
-            egress_free: vec![0; n],
-            ingress: vec![Port::default(); n],
-            egress_busy_ns: vec![0; n],
-            group_tx: vec![(0, 0); n],
+            egress_free: vec![0; n_cards],
+            ingress: vec![Port::default(); n_cards],
+            egress_busy_ns: vec![0; n_cards],
+            group_tx: vec![(0, 0); n_cards],
         }
     }
 
@@ -323,6 +352,18 @@ impl Network {
             Endpoint::Client(c) => {
                 assert!(c < self.clients, "client {c} is not on the network");
                 self.nodes.len() + c as usize
+            }
+        }
+    }
+
+    /// The card of an endpoint in per-card tables (nodes in order, then the clients'
+    /// cards): a node's is its [`Network::index`].
+    pub fn card(&self, e: Endpoint) -> usize {
+        match e {
+            Endpoint::Node(_) => self.index(e),
+            Endpoint::Client(c) => {
+                assert!(c < self.clients, "client {c} is not on the network");
+                self.client_card[c as usize]
             }
         }
     }
@@ -413,7 +454,7 @@ impl Network {
             Some(nic) => {
                 let wire = nic.wire_bytes(bytes);
                 let tx_ns = (wire as u128 * 1_000_000_000 / nic.bytes_per_s.max(1) as u128) as u64;
-                let f = self.index(from);
+                let f = self.card(from);
                 let start = if copy && nic.multicast {
                     // The datagram already left (or is leaving) the card.
                     self.group_tx[f].0
@@ -445,7 +486,7 @@ impl Network {
         }
         let mut at = start + tx_ns + link.latency_ns + jitter;
         if port {
-            let t = self.index(to);
+            let t = self.card(to);
             at = self.ingress[t].reserve(now, at - tx_ns, tx_ns);
         }
         if reordered {
@@ -675,6 +716,7 @@ mod tests {
             overhead_bytes: 0,
             mss_bytes: 1_000_000,
             multicast,
+            client_cards: None,
         });
         let nodes: Vec<NodeId> = (1..=n).collect();
         let net = Network::new(&nodes, 0, p, &mut rng);
@@ -777,5 +819,45 @@ mod tests {
                 Fate::Arrives(2_100_000, None)
             );
         }
+    }
+
+    /// Four clients on two cards: a client machine's sessions queue at its one card,
+    /// another machine's do not wait for them; nodes keep their own cards.
+    #[test]
+    fn clients_share_the_cards_of_their_machines() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut p = params(LinkFaults::none());
+        p.nic = Some(NicParams {
+            bytes_per_s: 1_000_000_000,
+            overhead_bytes: 0,
+            mss_bytes: 1_000_000,
+            multicast: false,
+            client_cards: Some(2),
+        });
+        let mut net = Network::new(&[1, 2], 4, p, &mut rng);
+        let cards: Vec<usize> = (0..4).map(|c| net.card(Endpoint::Client(c))).collect();
+        assert_eq!(cards, vec![2, 2, 3, 3]);
+        assert_eq!(net.card(Endpoint::Node(2)), 1);
+        // 1 MB takes 1 ms on a card; the link adds 100 µs.
+        let send = |net: &mut Network, rng: &mut ChaCha8Rng, c: u32, to: NodeId| match net.send(
+            0,
+            Endpoint::Client(c),
+            Endpoint::Node(to),
+            1_000_000,
+            false,
+            rng,
+        ) {
+            Fate::Arrives(at, None) => at,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(send(&mut net, &mut rng, 0, 1), 1_100_000);
+        // Client 1 shares client 0's card: it sends after it, to another node.
+        assert_eq!(send(&mut net, &mut rng, 1, 2), 2_100_000);
+        // Client 2 has a card of its own machine.
+        assert_eq!(send(&mut net, &mut rng, 2, 2), 1_100_000);
+        assert_eq!(net.egress_busy_ns[2], 2_000_000);
+        assert_eq!(net.egress_busy_ns[3], 1_000_000);
+        // Client 3 waits for client 2's send on their machine's card.
+        assert_eq!(send(&mut net, &mut rng, 3, 1), 2_100_000);
     }
 }

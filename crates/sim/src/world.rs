@@ -2737,7 +2737,7 @@ impl World {
             egress_ns: self
                 .nodes
                 .iter()
-                .map(|n| self.net.egress_busy_ns[self.net.index(Endpoint::Node(n.id))])
+                .map(|n| self.net.egress_busy_ns[self.net.card(Endpoint::Node(n.id))])
                 .collect(),
             syncs: self.nodes.iter().map(|n| n.disk.syncs).collect(),
             decided: self

@@ -156,6 +156,7 @@ impl SimCostOptions {
             cost_source: self.cost_source.clone(),
             jobs: self.jobs,
             multicast: false,
+            window: None,
         }
     }
 
@@ -169,6 +170,7 @@ impl SimCostOptions {
             cost: self.cost.clone(),
             seed: self.seed,
             multicast: false,
+            window: None,
         }
     }
 

@@ -475,6 +475,9 @@ pub struct SimParams {
     pub seed: u64,
     /// A what-if: IP multicast on the simulated LAN.
     pub multicast: bool,
+    /// Sessions per client machine (its window of outstanding commands), which share
+    /// the machine's card; `None`: a machine per session.
+    pub window: Option<usize>,
 }
 
 /// Simulate one point.
@@ -490,6 +493,7 @@ pub fn sim_point(o: &SimParams, p: &SimPointSpec) -> anyhow::Result<Point> {
     spec.fsync = o.durability == Durability::Fsync;
     if let Some(nic) = spec.net.nic.as_mut() {
         nic.multicast = o.multicast;
+        nic.client_cards = o.window.map(|w| p.clients.div_ceil(w.max(1)).max(1) as u32);
     }
     if !cs && o.preload > 0 {
         spec.replica_image = Some(match p.workload {

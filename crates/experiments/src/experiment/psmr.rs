@@ -57,6 +57,11 @@ pub struct PsmrOptions {
     /// paper 001's Ring Paxos, multicasts its values; the runtime sends a TCP copy per
     /// receiver).
     pub multicast: bool,
+    /// Simulated runs: each client machine keeps this many commands outstanding, a
+    /// session each, through its one network card (paper 002 §V-B: "a window of
+    /// outstanding requests that can contain up to 50 commands"); `clients` counts the
+    /// sessions, so `clients / window` machines. `None`: a machine per session.
+    pub window: Option<usize>,
     /// Virtual time per point (10% trimmed at each end).
     pub duration: Duration,
     pub preload: u64,
@@ -83,6 +88,7 @@ impl PsmrOptions {
             batchers: 4,
             rings: false,
             multicast: false,
+            window: None,
             duration: Duration::from_secs(2),
             preload: 10_000_000,
             think_ms: 0,
@@ -110,15 +116,53 @@ impl PsmrOptions {
         }
     }
 
+    /// The simulated sweep as paper 002 ran it (§V-B): every point on Multi-Ring Paxos,
+    /// no batchers, clients keeping windows of 50 commands outstanding. At full size,
+    /// 6,400 outstanding commands (128 client machines) for every point but Figure 3's
+    /// loads (100 to 6,400): 9 rings' coordinators order far more than one ring, and
+    /// the paper sized its load "to reach maximum performance".
+    pub fn as_paper_ran(mut self, quick: bool) -> PsmrOptions {
+        self.rings = true;
+        self.batchers = 0;
+        self.window = Some(PAPER_WINDOW);
+        if !quick {
+            self.clients = 6_400;
+            self.fig3_clients = vec![100, 400, 1_600, 6_400];
+        }
+        self
+    }
+
     fn driver(&self) -> SimDriver {
         SimDriver {
             cost: self.cost.clone(),
             cost_source: self.cost_source.clone(),
             jobs: self.jobs,
             multicast: self.multicast,
+            window: self.window,
+        }
+    }
+
+    /// The clients in words: sessions, and the machines they share.
+    fn clients_words(&self) -> String {
+        match self.window {
+            Some(w) if w > 1 => format!(
+                "{} clients in windows of {w} (at most {} client machine{}, each sending and \
+                 receiving its window's commands through one card)",
+                self.clients,
+                self.clients.div_ceil(w),
+                if self.clients.div_ceil(w) == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            ),
+            _ => format!("{} clients", self.clients),
         }
     }
 }
+
+/// Paper 002's clients' window of outstanding commands (§V-B).
+pub const PAPER_WINDOW: usize = 50;
 
 /// The three execution models.
 pub const SMR: &str = "SMR";
@@ -492,7 +536,7 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
     };
     let configuration = format!(
         "SIMULATED{} ({}); 3 acceptors, {replicas}, {}, fsync; {threads}; {} keys preloaded\
-         {fill}; {} clients, think time 0..={} ms; {:.1} s virtual runs; signal between \
+         {fill}; {}, think time 0..={} ms; {:.1} s virtual runs; signal between \
          threads {} ns",
         if o.multicast {
             " with IP multicast (what-if: group sends leave a card once)"
@@ -502,7 +546,7 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
         driver.machine(),
         ordering_words(o),
         o.preload,
-        o.clients,
+        o.clients_words(),
         o.think_ms,
         o.duration.as_secs_f64(),
         o.cost.psmr_signal_ns
@@ -918,9 +962,10 @@ mod tests {
         assert_eq!(files.len(), 1 + 2, "the report and Figure 2: {files:?}");
     }
 
-    /// `--rings`: every point on Multi-Ring Paxos, P-SMR's on a ring per thread's
-    /// group and one for g_all, SMR's on as many rings; commands run alone on their
-    /// threads at 0% dependent (their groups' rings carried them).
+    /// As the paper ran it (the simulated default): every point on Multi-Ring Paxos,
+    /// P-SMR's on a ring per thread's group and one for g_all, SMR's on as many rings,
+    /// clients in windows of 50; commands run alone on their threads at 0% dependent
+    /// (their groups' rings carried them).
     #[test]
     fn a_tiny_sweep_on_rings() {
         let o = PsmrOptions {
@@ -929,12 +974,12 @@ mod tests {
             fig3_clients: vec![],
             clients: 20,
             threads: 2,
-            rings: true,
             duration: Duration::from_millis(200),
             preload: 2_000,
             jobs: 2,
-            ..PsmrOptions::quick()
+            ..PsmrOptions::quick().as_paper_ran(true)
         };
+        assert!(o.rings && o.window == Some(PAPER_WINDOW) && o.batchers == 0);
         let specs = points(&o);
         for p in &specs {
             let mr = p.cluster.ordering.multiring().expect("rings");
@@ -946,7 +991,9 @@ mod tests {
         }
         let r = psmr_sim(&o).unwrap();
         assert!(
-            r.configuration.contains("Multi-Ring Paxos"),
+            r.configuration.contains("Multi-Ring Paxos")
+                && r.configuration
+                    .contains("20 clients in windows of 50 (at most 1 client machine,"),
             "{}",
             r.configuration
         );

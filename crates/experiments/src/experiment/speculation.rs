@@ -310,6 +310,7 @@ impl SimSpecOptions {
             cost_source: self.cost_source.clone(),
             jobs: self.jobs,
             multicast: false,
+            window: None,
         }
     }
 
