@@ -430,11 +430,18 @@ struct ExperimentArgs {
     /// windows of 50.
     #[arg(long, requires = "sim", conflicts_with = "rings")]
     one_ring: bool,
-    /// psmr, with --sim: each client machine keeps N commands outstanding, a session
-    /// each, through its one network card (default: the paper's 50; 1 or --one-ring: a
-    /// machine per client). --clients counts the sessions.
-    #[arg(long, value_name = "N", requires = "sim", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    /// psmr: each client machine keeps N commands outstanding, a session each, through
+    /// its one network card (--sim) or over one connection to each node (real runs)
+    /// (default: the paper's 50; 1, or --one-ring with --sim: a machine per client).
+    /// --clients counts the sessions.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     window: Option<u32>,
+    /// The seed of every random draw of the run (default 1): the simulator's runs are a
+    /// function of it, so another seed shows how much a result owes to one draw; real
+    /// runs seed their clients' keys with it, the optimizer its counts. Not for the
+    /// real cost-of-replication and speculation sweeps.
+    #[arg(long)]
+    seed: Option<u64>,
     /// dssmr: the Chirper workloads (timeline, post, follow, mix; default all four).
     #[arg(long, value_delimiter = ',')]
     chirper_workloads: Option<Vec<String>>,
@@ -2633,6 +2640,9 @@ macro_rules! sim_overrides {
         if let Some(j) = $a.jobs {
             $o.jobs = j;
         }
+        if let Some(s) = $a.seed {
+            $o.seed = s;
+        }
     };
 }
 
@@ -2692,6 +2702,9 @@ fn optimizer_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     if let Some(r) = a.rounds {
         o.rounds = r;
     }
+    if let Some(s) = a.seed {
+        o.seed = s;
+    }
     o.progress = true;
     let json = if a.json == Path::new("experiment.json") {
         PathBuf::from("docs/results/optimizer.json")
@@ -2720,6 +2733,9 @@ async fn geo_real_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     };
     if let Some(d) = a.duration()? {
         o.duration = d;
+    }
+    if let Some(s) = a.seed {
+        o.seed = s;
     }
     if let Some(r) = a.rounds {
         o.rounds = r;
@@ -2758,6 +2774,9 @@ fn geo_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     };
     if let Some(j) = a.jobs {
         o.jobs = j;
+    }
+    if let Some(s) = a.seed {
+        o.seed = s;
     }
     match a.clients.as_deref() {
         None => {}
@@ -2858,8 +2877,11 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
         }
         o = o.as_paper_ran(a.quick);
     }
-    if a.one_ring && a.window.is_some() {
-        bail!("--one-ring runs a machine per client; --window applies to the paper's setup");
+    if a.one_ring {
+        if a.window.is_some() {
+            bail!("--one-ring runs a machine per client; --window applies to the paper's setup");
+        }
+        o.window = None;
     }
     if let Some(w) = a.window {
         if a.partition_counts.is_some() {
@@ -2869,6 +2891,9 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
     }
     if let Some(d) = a.duration()? {
         o.duration = d;
+    }
+    if let Some(s) = a.seed {
+        o.seed = s;
     }
     if let Some(p) = a.preload {
         o.preload = p;
@@ -2904,6 +2929,15 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
             );
         }
         o.partitions = Some(p);
+        // A machine per client, as this sweep (which the papers did not run) was
+        // measured.
+        o.window = None;
+    }
+    if !a.sim && o.window.is_some() && o.think_ms > 0 {
+        bail!(
+            "a window's sessions share one connection to each node, which needs --think-ms 0 \
+             (or --window 1: a connection per client)"
+        );
     }
     if let Some((t, src)) = a.sim_cost()? {
         o.cost = t;
@@ -2955,6 +2989,9 @@ async fn dssmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
         o.partitions = vec![1, 2, 8];
         o.duration = Duration::from_secs(2);
         o.users = 4000;
+    }
+    if let Some(s) = a.seed {
+        o.seed = s;
     }
     if let Some(d) = a.duration()? {
         o.duration = d;
@@ -3376,6 +3413,12 @@ async fn one_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
         | ExperimentName::Optimizer
         | ExperimentName::All
         | ExperimentName::Geo => unreachable!("dispatched above"),
+        ExperimentName::CostOfReplication | ExperimentName::Speculation if a.seed.is_some() => {
+            bail!(
+                "--seed: the real cost-of-replication and speculation sweeps take none (each \
+                 point's clients use seed 1); the simulated ones (--sim) do"
+            )
+        }
         ExperimentName::CostOfReplication => {
             let mut o = if a.quick {
                 partita_experiments::experiment::CostOptions::quick()
@@ -3461,6 +3504,9 @@ async fn partition_experiment(
     };
     if let Some(d) = a.duration()? {
         o.duration = d;
+    }
+    if let Some(s) = a.seed {
+        o.seed = s;
     }
     if let Some(p) = a.preload {
         o.preload = p;

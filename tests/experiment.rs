@@ -201,14 +201,24 @@ async fn psmr_small_real_sweep() {
         preload: 2_000,
         ..psmr::PsmrOptions::quick()
     };
+    // The paper's window of 50: the 8 sessions are one client machine's, over one
+    // connection to each node.
+    assert_eq!(opts.window, Some(psmr::PAPER_WINDOW));
     let r = psmr::psmr_real(&opts, &exe).await.unwrap();
     let table = psmr::psmr_table(&r);
     assert!(!r.simulated);
     assert!(r.configuration.starts_with("REAL"), "{}", r.configuration);
+    assert!(
+        r.configuration
+            .contains("8 clients in windows of 50 (at most 1 client machine, each sending and receiving its window's commands over one connection to each node)"),
+        "{}",
+        r.configuration
+    );
     assert_eq!(r.points.len(), 3, "{table}");
     for p in &r.points {
         assert!(p.result.commands > 10, "{table}");
         assert!(p.latency_ms_mean.is_some_and(|m| m > 0.0), "{table}");
+        assert_eq!(p.result.client_connections, Some(1), "{table}");
     }
     let by = |s: &str| r.points.iter().find(|p| p.series == s).unwrap();
     assert!(by(psmr::SMR).psmr.is_none(), "SMR has no worker threads");

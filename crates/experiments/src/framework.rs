@@ -144,6 +144,10 @@ pub struct RealDriver {
     pub exe: PathBuf,
     pub node_cpu: Option<f64>,
     node_cpu_label: Option<String>,
+    /// Each client machine keeps this many commands outstanding, one per session,
+    /// all over its one connection to each node (`partita bench --connections`, with
+    /// `clients / window` connections); `None`: every session its own connections.
+    pub window: Option<usize>,
 }
 
 impl RealDriver {
@@ -152,6 +156,7 @@ impl RealDriver {
             exe: exe.to_path_buf(),
             node_cpu,
             node_cpu_label: crate::experiment::node_cpu_label(node_cpu)?,
+            window: None,
         })
     }
 }
@@ -164,9 +169,15 @@ impl Driver for RealDriver {
         crate::experiment::machine_with(self.node_cpu_label.as_deref())
     }
     async fn run(&mut self, p: &PointSpec) -> anyhow::Result<Measured> {
-        let rp =
-            crate::experiment::run_point_detailed(&self.exe, &p.cluster, &p.bench, self.node_cpu)
-                .await?;
+        let connections = self.window.map(|w| p.bench.clients.div_ceil(w.max(1)));
+        let rp = crate::experiment::run_point_detailed(
+            &self.exe,
+            &p.cluster,
+            &p.bench,
+            self.node_cpu,
+            connections,
+        )
+        .await?;
         Ok(Measured {
             point: Point::new(
                 p.series.clone(),

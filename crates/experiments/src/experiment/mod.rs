@@ -202,7 +202,7 @@ pub async fn run_point(
     cfg: &BenchConfig,
     node_cpu: Option<f64>,
 ) -> anyhow::Result<BenchResult> {
-    Ok(run_point_detailed(exe, cluster, cfg, node_cpu)
+    Ok(run_point_detailed(exe, cluster, cfg, node_cpu, None)
         .await?
         .result)
 }
@@ -236,12 +236,14 @@ async fn replica_statuses(cluster: &ClusterConfig) -> Vec<partita_wire::NodeStat
 }
 
 /// Run one bench point on a fresh cluster of real processes, keeping the records and
-/// the replicas' status after the load.
+/// the replicas' status after the load; the clients share `connections` connections to
+/// each node (`partita bench --connections`), or each has its own (`None`).
 pub async fn run_point_detailed(
     exe: &Path,
     cluster: &ClusterConfig,
     cfg: &BenchConfig,
     node_cpu: Option<f64>,
+    connections: Option<usize>,
 ) -> anyhow::Result<RealPoint> {
     let dir = std::env::temp_dir().join(format!(
         "partita-exp-{}-{}",
@@ -258,7 +260,7 @@ pub async fn run_point_detailed(
         lc.wait_ready(Duration::from_secs(30)).await?;
         bench::preload(cluster, cfg.preload, false).await?;
         let replica_status_before = replica_statuses(cluster).await;
-        let (mut result, records) = bench::run(cluster, cfg).await?;
+        let (mut result, records) = bench::run_with(cluster, cfg, connections).await?;
         result.node_cpu = lc.cpu_label();
         let replica_status = replica_statuses(cluster).await;
         lc.stop(Duration::from_secs(10));

@@ -57,10 +57,12 @@ pub struct PsmrOptions {
     /// paper 001's Ring Paxos, multicasts its values; the runtime sends a TCP copy per
     /// receiver).
     pub multicast: bool,
-    /// Simulated runs: each client machine keeps this many commands outstanding, a
-    /// session each, through its one network card (paper 002 §V-B: "a window of
-    /// outstanding requests that can contain up to 50 commands"); `clients` counts the
-    /// sessions, so `clients / window` machines. `None`: a machine per session.
+    /// Each client machine keeps this many commands outstanding, a session each (paper
+    /// 002 §V-B: "a window of outstanding requests that can contain up to 50
+    /// commands"); `clients` counts the sessions, so `clients / window` machines. In
+    /// the simulator a machine's sessions share its network card; on real processes
+    /// its connection to each node (`partita bench --connections`). `None`: a machine
+    /// per session.
     pub window: Option<usize>,
     /// Virtual time per point (10% trimmed at each end).
     pub duration: Duration,
@@ -88,7 +90,7 @@ impl PsmrOptions {
             batchers: 4,
             rings: false,
             multicast: false,
-            window: None,
+            window: Some(PAPER_WINDOW),
             duration: Duration::from_secs(2),
             preload: 10_000_000,
             think_ms: 0,
@@ -117,7 +119,8 @@ impl PsmrOptions {
     }
 
     /// The simulated sweep as paper 002 ran it (§V-B): every point on Multi-Ring Paxos,
-    /// no batchers, clients keeping windows of 50 commands outstanding. At full size,
+    /// no batchers, clients keeping windows of 50 commands outstanding (as every sweep's
+    /// do unless told otherwise). At full size,
     /// 6,400 outstanding commands (128 client machines) for every point but Figure 3's
     /// loads (100 to 6,400): 9 rings' coordinators order far more than one ring, and
     /// the paper sized its load "to reach maximum performance".
@@ -142,12 +145,18 @@ impl PsmrOptions {
         }
     }
 
-    /// The clients in words: sessions, and the machines they share.
-    fn clients_words(&self) -> String {
+    /// The clients in words: sessions, and the machines they share (`simulated`: their
+    /// cards; on real processes their connections).
+    fn clients_words(&self, simulated: bool) -> String {
+        let over = if simulated {
+            "through one card"
+        } else {
+            "over one connection to each node"
+        };
         match self.window {
             Some(w) if w > 1 => format!(
                 "{} clients in windows of {w} (at most {} client machine{}, each sending and \
-                 receiving its window's commands through one card)",
+                 receiving its window's commands {over})",
                 self.clients,
                 self.clients.div_ceil(w),
                 if self.clients.div_ceil(w) == 1 {
@@ -546,7 +555,7 @@ pub fn psmr_sim(o: &PsmrOptions) -> anyhow::Result<PsmrReport> {
         driver.machine(),
         ordering_words(o),
         o.preload,
-        o.clients_words(),
+        o.clients_words(true),
         o.think_ms,
         o.duration.as_secs_f64(),
         o.cost.psmr_signal_ns
@@ -576,6 +585,7 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
     o.threads = o.threads.min(cores);
     o.thread_counts.retain(|&k| k <= cores);
     let mut driver = framework::RealDriver::new(exe, None)?;
+    driver.window = o.window;
     let measured =
         framework::run_sweep(&points_with(&o, psmr_real_cluster), &mut driver, o.progress).await?;
     let points: Vec<Point> = measured
@@ -612,7 +622,7 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
     let configuration = format!(
         "REAL processes on this machine ({}); 3 acceptors, 2 replicas, {}, \
          fsync; {} worker threads on OS threads (Figures 2-4); {} keys preloaded in random \
-         order; {} clients, think time 0..={} ms; {:.1} s runs. Every process of the \
+         order; {}, think time 0..={} ms; {:.1} s runs. Every process of the \
          cluster and the clients share this machine's {cores} cores; P-SMR counters are \
          the first replica's over the load, opt-PSMR's latency by outcome the clients' \
          (worker CPU is not measured here)",
@@ -620,7 +630,7 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
         ordering_words(&o),
         o.threads,
         o.preload,
-        o.clients,
+        o.clients_words(false),
         o.think_ms,
         o.duration.as_secs_f64(),
     );
