@@ -192,6 +192,13 @@ async fn checkpoints_truncation_restarts_and_state_transfer() {
         s5.digest, s4.digest,
         "replicas diverge after state transfer"
     );
+    // The node writes the transferred checkpoint in the background, after it counts the
+    // transfer completed (an fsync this VM sometimes stalls for seconds): wait for the
+    // write to be reported before looking for the file.
+    c.wait_for(5, 60, "the transferred checkpoint saved", |s| {
+        counter(s, "checkpoints_saved") >= 1
+    })
+    .await;
     assert!(
         !checkpoint_files(&c.node_dir(5)).is_empty(),
         "transferred checkpoint not saved"

@@ -709,6 +709,16 @@ mod tests {
 
     /// Nodes 1..=n with 1 GB/s cards, no headers, 100 µs links.
     fn cards(n: NodeId, multicast: bool) -> (Network, ChaCha8Rng) {
+        cards_with_clients(n, 0, multicast, None)
+    }
+
+    /// [`cards`] and `clients` clients, on `client_cards` machines.
+    fn cards_with_clients(
+        n: NodeId,
+        clients: u32,
+        multicast: bool,
+        client_cards: Option<u32>,
+    ) -> (Network, ChaCha8Rng) {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut p = params(LinkFaults::none());
         p.nic = Some(NicParams {
@@ -716,10 +726,10 @@ mod tests {
             overhead_bytes: 0,
             mss_bytes: 1_000_000,
             multicast,
-            client_cards: None,
+            client_cards,
         });
         let nodes: Vec<NodeId> = (1..=n).collect();
-        let net = Network::new(&nodes, 0, p, &mut rng);
+        let net = Network::new(&nodes, clients, p, &mut rng);
         (net, rng)
     }
 
@@ -825,16 +835,7 @@ mod tests {
     /// another machine's do not wait for them; nodes keep their own cards.
     #[test]
     fn clients_share_the_cards_of_their_machines() {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let mut p = params(LinkFaults::none());
-        p.nic = Some(NicParams {
-            bytes_per_s: 1_000_000_000,
-            overhead_bytes: 0,
-            mss_bytes: 1_000_000,
-            multicast: false,
-            client_cards: Some(2),
-        });
-        let mut net = Network::new(&[1, 2], 4, p, &mut rng);
+        let (mut net, mut rng) = cards_with_clients(2, 4, false, Some(2));
         let cards: Vec<usize> = (0..4).map(|c| net.card(Endpoint::Client(c))).collect();
         assert_eq!(cards, vec![2, 2, 3, 3]);
         assert_eq!(net.card(Endpoint::Node(2)), 1);
