@@ -426,14 +426,13 @@ struct ExperimentArgs {
     #[arg(long)]
     rings: bool,
     /// psmr, with --sim: one Ring Paxos ring with batchers (the real runs' setup)
-    /// instead of the paper's Multi-Ring Paxos, and a machine per client instead of
-    /// windows of 50.
+    /// instead of the paper's Multi-Ring Paxos.
     #[arg(long, requires = "sim", conflicts_with = "rings")]
     one_ring: bool,
     /// psmr: each client machine keeps N commands outstanding, a session each, through
     /// its one network card (--sim) or over one connection to each node (real runs)
-    /// (default: the paper's 50; 1, or --one-ring with --sim: a machine per client).
-    /// --clients counts the sessions.
+    /// (default: the paper's 50; 1: a machine per client). --clients counts the
+    /// sessions.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     window: Option<u32>,
     /// The seed of every random draw of the run (default 1): the simulator's runs are a
@@ -2877,12 +2876,6 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
         }
         o = o.as_paper_ran(a.quick);
     }
-    if a.one_ring {
-        if a.window.is_some() {
-            bail!("--one-ring runs a machine per client; --window applies to the paper's setup");
-        }
-        o.window = None;
-    }
     if let Some(w) = a.window {
         if a.partition_counts.is_some() {
             bail!("--window applies to paper 002's sweep, not to --partition-counts");
@@ -2929,11 +2922,8 @@ async fn psmr_experiment(a: &ExperimentArgs) -> anyhow::Result<Outcome> {
             );
         }
         o.partitions = Some(p);
-        // A machine per client, as this sweep (which the papers did not run) was
-        // measured.
-        o.window = None;
     }
-    if !a.sim && o.window.is_some() && o.think_ms > 0 {
+    if !a.sim && o.client_window().is_some() && o.think_ms > 0 {
         bail!(
             "a window's sessions share one connection to each node, which needs --think-ms 0 \
              (or --window 1: a connection per client)"

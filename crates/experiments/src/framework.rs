@@ -138,6 +138,12 @@ fn progress_line(p: &PointSpec, m: &Measured) -> String {
     line
 }
 
+/// The client machines of `clients` sessions in windows of `window` (the last one may
+/// hold fewer); `None` without a window: a machine per session.
+pub fn client_machines(clients: usize, window: Option<usize>) -> Option<usize> {
+    window.map(|w| clients.div_ceil(w.max(1)).max(1))
+}
+
 /// Real points: each on a fresh local cluster of `partita node` processes (the
 /// binary `exe`), optionally each node process within a CPU budget.
 pub struct RealDriver {
@@ -169,7 +175,7 @@ impl Driver for RealDriver {
         crate::experiment::machine_with(self.node_cpu_label.as_deref())
     }
     async fn run(&mut self, p: &PointSpec) -> anyhow::Result<Measured> {
-        let connections = self.window.map(|w| p.bench.clients.div_ceil(w.max(1)));
+        let connections = client_machines(p.bench.clients, self.window);
         let rp = crate::experiment::run_point_detailed(
             &self.exe,
             &p.cluster,

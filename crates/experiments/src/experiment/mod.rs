@@ -495,7 +495,7 @@ pub fn sim_point(o: &SimParams, p: &SimPointSpec) -> anyhow::Result<Point> {
     spec.fsync = o.durability == Durability::Fsync;
     if let Some(nic) = spec.net.nic.as_mut() {
         nic.multicast = o.multicast;
-        nic.client_cards = o.window.map(|w| p.clients.div_ceil(w.max(1)).max(1) as u32);
+        nic.client_cards = crate::framework::client_machines(p.clients, o.window).map(|m| m as u32);
     }
     if !cs && o.preload > 0 {
         spec.replica_image = Some(match p.workload {

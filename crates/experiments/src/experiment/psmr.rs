@@ -62,7 +62,9 @@ pub struct PsmrOptions {
     /// commands"); `clients` counts the sessions, so `clients / window` machines. In
     /// the simulator a machine's sessions share its network card; on real processes
     /// its connection to each node (`partita bench --connections`). `None`: a machine
-    /// per session.
+    /// per session. Paper 002's sweep only: P-SMR inside partitions, which the papers
+    /// did not run, keeps a machine per session, as it was measured
+    /// ([`PsmrOptions::client_window`]).
     pub window: Option<usize>,
     /// Virtual time per point (10% trimmed at each end).
     pub duration: Duration,
@@ -141,8 +143,13 @@ impl PsmrOptions {
             cost_source: self.cost_source.clone(),
             jobs: self.jobs,
             multicast: self.multicast,
-            window: self.window,
+            window: self.client_window(),
         }
+    }
+
+    /// The window the sweep's clients keep (see [`PsmrOptions::window`]).
+    pub fn client_window(&self) -> Option<usize> {
+        self.window.filter(|_| self.partitions.is_none())
     }
 
     /// The clients in words: sessions, and the machines they share (`simulated`: their
@@ -153,17 +160,15 @@ impl PsmrOptions {
         } else {
             "over one connection to each node"
         };
-        match self.window {
-            Some(w) if w > 1 => format!(
-                "{} clients in windows of {w} (at most {} client machine{}, each sending and \
+        match (
+            self.client_window(),
+            framework::client_machines(self.clients, self.client_window()),
+        ) {
+            (Some(w), Some(m)) if w > 1 => format!(
+                "{} clients in windows of {w} (at most {m} client machine{}, each sending and \
                  receiving its window's commands {over})",
                 self.clients,
-                self.clients.div_ceil(w),
-                if self.clients.div_ceil(w) == 1 {
-                    ""
-                } else {
-                    "s"
-                }
+                if m == 1 { "" } else { "s" }
             ),
             _ => format!("{} clients", self.clients),
         }
@@ -585,7 +590,7 @@ pub async fn psmr_real(o: &PsmrOptions, exe: &Path) -> anyhow::Result<PsmrReport
     o.threads = o.threads.min(cores);
     o.thread_counts.retain(|&k| k <= cores);
     let mut driver = framework::RealDriver::new(exe, None)?;
-    driver.window = o.window;
+    driver.window = o.client_window();
     let measured =
         framework::run_sweep(&points_with(&o, psmr_real_cluster), &mut driver, o.progress).await?;
     let points: Vec<Point> = measured
@@ -949,6 +954,8 @@ mod tests {
             partitions: Some(2),
             ..PsmrOptions::quick()
         };
+        // Not the paper's sweep: a machine per client, whatever the window.
+        assert_eq!((o.window, o.client_window()), (Some(PAPER_WINDOW), None));
         let specs = points(&o);
         assert_eq!(specs.len(), 2 * 2);
         assert!(specs.iter().all(|p| p.cluster.partitioning.partitions == 2));
