@@ -1098,14 +1098,15 @@ impl NodeCore {
     }
 
     /// How many ticks from the last one `on_tick` may next act (at least 1), if no other
-    /// input arrives first, given that a tick is `tick_ms` of the driver's clock: a
-    /// driver may skip the ticks before and deliver them at once
+    /// input arrives first, given that a tick is `tick_ms` of the driver's clock, that
+    /// the driver holds `pending` ticks it has not given yet and that its clock reads
+    /// `now_ms`: a driver may skip the ticks before and deliver them at once
     /// ([`NodeCore::on_ticks`]). Every input may bring it closer, so a driver asks
     /// after each. Each role answers for itself (see [`TickDue`]); where one cannot
     /// tell, the next tick.
-    pub fn ticks_until_due(&self, tick_ms: u64) -> u64 {
+    pub fn ticks_until_due(&self, pending: u64, now_ms: u64, tick_ms: u64) -> u64 {
         self.tick_due()
-            .ticks_after(self.tick, self.clock_ms, tick_ms)
+            .ticks_after(self.tick + pending, self.clock_ms.max(now_ms), tick_ms)
     }
 
     /// When `on_tick` may next act (see [`NodeCore::ticks_until_due`]): a tick count

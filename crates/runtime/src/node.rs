@@ -1550,8 +1550,16 @@ async fn event_loop(
             continue;
         }
         tokio::select! {
-            // The node's own completions first: they release votes and replies.
+            // The timer first: a tick is cheap, and one that waited behind a queue that
+            // never empties would hold back a loaded node's heartbeats, retransmissions
+            // and batch timers (the simulator gives ticks the same place). Then the
+            // node's own completions: they release votes and replies.
             biased;
+            _ = tick.tick() => {
+                node.submit_backlog();
+                node.core.on_tick(ordered_clock_ms(), &mut node.out);
+                if !node.out.is_empty() { node.perform(); }
+            }
             ev = ev_rx.recv() => {
                 let Some(ev) = ev else { break };
                 node.handle(ev)?;
@@ -1574,11 +1582,6 @@ async fn event_loop(
                 node.deferring = false;
                 stepped?;
                 node.perform();
-            }
-            _ = tick.tick() => {
-                node.submit_backlog();
-                node.core.on_tick(ordered_clock_ms(), &mut node.out);
-                if !node.out.is_empty() { node.perform(); }
             }
             _ = tokio::signal::ctrl_c() => { info!("interrupted; stopping"); break; }
             _ = sigterm.recv() => { info!("terminated; stopping"); break; }

@@ -90,6 +90,8 @@ enum Input {
         cmd: Command,
         bytes: usize,
     },
+    /// The node's timer: the ticks it is owed (see [`World::account_ticks`]); never
+    /// queued, it goes before what is, as the runtime's does.
     Tick,
     Persisted(Vec<PersistToken>),
     CheckpointSaved(Instance),
@@ -258,15 +260,22 @@ pub struct SimNode {
     stalled: bool,
     emits: Vec<Emit>,
     inbox: VecDeque<Input>,
-    tick_queued: bool,
+    /// A tick fell while the node had work running, and goes before what is queued
+    /// when that work ends (the runtime's event loop takes its timer first).
+    tick_pending: bool,
     tick_ns: Time,
-    /// Ticks fall at `tick_base + k * tick_ns` (k = 0, 1, ...) since the node started;
-    /// `ticks_given` of them were delivered to the core (the others are owed, and go
-    /// with its next handler: see [`World::start_next`]), and the next is armed at
-    /// `tick_at` (the earliest the core said a tick may act).
+    /// Ticks fall at `tick_base + k * tick_ns` (k = 0, 1, ...) since the node started.
+    /// The first `ticks_seen` of them are accounted for ([`World::account_ticks`]);
+    /// `ticks_owed` ticks are the core's but not given to it yet (they go with its next
+    /// handler: see [`World::start_next`]). The next tick is armed at `tick_at` (the
+    /// earliest the core said a tick may act).
     tick_base: Time,
-    ticks_given: u64,
+    ticks_seen: u64,
+    ticks_owed: u64,
     tick_at: Option<Time>,
+    /// The node has had nothing to run or wait for since this time (no handler, no
+    /// input queued, not paused); `None` while it has.
+    free_from: Option<Time>,
     /// This node's clock runs at `1 / (1 + clock_skew)` of virtual time (its ticks
     /// are that much longer).
     clock_skew: f64,
@@ -307,6 +316,10 @@ impl SimNode {
     }
     fn idle(&self) -> bool {
         self.up() && self.paused.is_none() && !self.busy
+    }
+    /// The node's own clock at `now`, in milliseconds (what its ticks carry).
+    fn clock_ms(&self, now: Time) -> u64 {
+        (now as f64 / (1.0 + self.clock_skew) / 1e6) as u64
     }
 }
 
@@ -656,11 +669,13 @@ impl World {
                     stalled: false,
                     emits: Vec::new(),
                     inbox: VecDeque::new(),
-                    tick_queued: false,
+                    tick_pending: false,
                     tick_ns: ((tick_ns as f64) * (1.0 + p.clock_skew[i])).max(1.0) as Time,
                     tick_base: 0,
-                    ticks_given: 0,
+                    ticks_seen: 0,
+                    ticks_owed: 0,
                     tick_at: None,
+                    free_from: None,
                     clock_skew: p.clock_skew[i],
                     disk: Disk::new(p.disk.clone()),
                     checkpoint: None,
@@ -964,11 +979,11 @@ impl World {
                     n.tick_at = Some(at);
                     self.q.set_timer(node, at, Ev::Tick { node, inc });
                 }
-                if !n.tick_queued {
-                    n.tick_queued = true;
-                    n.inbox.push_back(Input::Tick);
-                    self.start_next(node);
-                }
+                // A node with work running or queued gets its tick after that work; a
+                // free one runs it now.
+                self.account_ticks(node, now);
+                self.start_next(node);
+                self.arm_tick(node);
             }
             Ev::DiskDone { node, inc, job } => {
                 if self.nodes[node].inc != inc {
@@ -1176,7 +1191,9 @@ impl World {
         let phase = self.rng_faults.gen_range(0..tick_ns);
         let n = &mut self.nodes[ni];
         n.tick_base = now + phase + 1;
-        n.ticks_given = 0;
+        n.ticks_seen = 0;
+        n.ticks_owed = 0;
+        n.free_from = None;
         n.tick_at = Some(n.tick_base);
         self.q
             .set_timer(ni, n.tick_base, Ev::Tick { node: ni, inc });
@@ -1206,9 +1223,11 @@ impl World {
             let now = self.now();
             let n = &mut self.nodes[ni];
             if now < until {
-                // The quiet handler still runs: the next input starts when it ends.
-                if !n.inbox.is_empty() {
+                // The quiet handler still runs: the next input (or a tick that fell
+                // meanwhile) starts when it ends.
+                if !n.inbox.is_empty() || n.tick_pending {
                     n.quiet_until = None;
+                    n.free_from = None;
                     n.busy = true;
                     let inc = n.inc;
                     self.q.push(until, Ev::NodeDone { node: ni, inc });
@@ -1217,32 +1236,43 @@ impl World {
             }
             n.quiet_until = None;
         }
+        let now = self.now();
+        self.account_ticks(ni, now);
         let deferred = self.nodes[ni]
             .core
             .as_ref()
             .is_some_and(|c| c.has_deferred_work());
+        let n = &mut self.nodes[ni];
+        // The node's own clock, in milliseconds (what its values are stamped with).
+        let clock_ms = n.clock_ms(now);
+        // Deferred work first, then the timer, then what is queued (the runtime's event
+        // loop takes a due tick before new messages). The core's ticks not given yet go
+        // first in the handler, in one call (the skipped ones did nothing by the node's
+        // own word). A tick that would not act either runs no handler of its own: its
+        // count waits for the next, as the skipped ones do.
         let input = if deferred {
             None
         } else {
-            let Some(input) = self.nodes[ni].inbox.pop_front() else {
-                return;
-            };
-            Some(input)
-        };
-        let now = self.now();
-        let n = &mut self.nodes[ni];
-        // Ticks owed since the last handler go first, in one call (the skipped ones
-        // did nothing by the node's own word); a queued tick that another handler
-        // caught up already is spent.
-        let owed = n.ticks_by(now).saturating_sub(n.ticks_given);
-        if matches!(input, Some(Input::Tick)) {
-            n.tick_queued = false;
-            if owed == 0 {
+            n.ticks_owed += u64::from(std::mem::take(&mut n.tick_pending));
+            let core = n.core.as_ref().expect("an idle node is up");
+            let due = core.tick_due();
+            let acts = n.ticks_owed > 0
+                && (self.tick_check
+                    || core.ticks() + n.ticks_owed >= due.tick
+                    || clock_ms >= due.clock_ms);
+            if acts {
+                Some(Input::Tick)
+            } else if let Some(input) = n.inbox.pop_front() {
+                Some(input)
+            } else {
+                n.free_from.get_or_insert(now);
                 self.arm_tick(ni);
-                return self.start_next(ni);
+                return;
             }
-        }
-        n.ticks_given += owed;
+        };
+        let n = &mut self.nodes[ni];
+        n.free_from = None;
+        let owed = std::mem::take(&mut n.ticks_owed);
         let id = n.id;
         let inc = n.inc;
         let server = n.server;
@@ -1275,8 +1305,6 @@ impl World {
             Some(Input::Member { .. }) => ("member", 0),
         };
         let mut persisted = 0;
-        // The node's own clock, in milliseconds (what its values are stamped with).
-        let clock_ms = (now as f64 / (1.0 + n.clock_skew) / 1e6) as u64;
         self.handlers += 1;
         let check = self.handlers.is_multiple_of(self.invariants_every);
         let tick_check = self.tick_check;
@@ -1388,16 +1416,18 @@ impl World {
         let cost = self.cost.cost(kind, &work).max(1);
         let n = &mut self.nodes[ni];
         n.busy_ns += cost;
-        // A handler that emitted nothing, with nothing queued or deferred behind it, no
+        // A handler that emitted nothing, with nothing queued, pending or deferred behind it, no
         // worker threads to start and no removal to act on, needs no `NodeDone`: the
         // node stays busy until `now + cost` all the same (`quiet_until`).
         let quiet = emits.is_empty()
             && n.inbox.is_empty()
+            && !n.tick_pending
             && n.core.as_ref().is_some_and(|c| {
                 !c.has_deferred_work() && c.worker_threads() == 0 && c.removed().is_none()
             });
         if quiet {
             n.quiet_until = Some(now + cost);
+            n.free_from = Some(now + cost);
             return;
         }
         n.emits = emits;
@@ -1409,16 +1439,21 @@ impl World {
     /// an earlier one is armed or a tick waits in its inbox (its handler arms the
     /// next). With `--tick-check` every tick is armed already.
     fn arm_tick(&mut self, ni: usize) {
+        let now = self.now();
         let n = &mut self.nodes[ni];
-        if self.tick_check || n.tick_queued {
+        if self.tick_check || n.tick_pending {
             return;
         }
         let Some(core) = n.core.as_ref() else {
             return;
         };
-        let due = core.ticks_until_due(self.tick_ms);
+        // Counted from the last tick accounted for, each one a tick of the core's if the
+        // node stays free (a busy node's come later, and its timer early: harmless).
+        let clock_ms = n.clock_ms(now);
+        let due = core.ticks_until_due(n.ticks_owed, clock_ms, self.tick_ms);
         let at = n.tick_base.saturating_add(
-            n.ticks_given
+            n.ticks_seen
+                .max(n.ticks_by(now))
                 .saturating_add(due - 1)
                 .saturating_mul(n.tick_ns),
         );
@@ -1428,6 +1463,31 @@ impl World {
         n.tick_at = Some(at);
         let inc = n.inc;
         self.q.set_timer(ni, at, Ev::Tick { node: ni, inc });
+    }
+
+    /// Account for node `ni`'s ticks that fell since it last did, as the runtime gives
+    /// them: its timer skips missed ticks (tokio's `MissedTickBehavior::Skip`) and its
+    /// event loop takes a due tick before new messages (`biased`). A tick that falls
+    /// while the node runs a handler (or is paused) waits for it to end and then goes
+    /// first (`tick_pending`), and the ticks that fall while it waits add nothing; a
+    /// tick that falls while the node is free is one tick of the core's (owed, and by
+    /// the node's own word one that does nothing: its due tick has a timer).
+    fn account_ticks(&mut self, ni: usize, now: Time) {
+        let n = &mut self.nodes[ni];
+        let by = n.ticks_by(now);
+        if by <= n.ticks_seen {
+            return;
+        }
+        // Ticks up to `busy_to` fell while the node was occupied.
+        let busy_to = match n.free_from {
+            None => by,
+            Some(f) => n.ticks_by(f.saturating_sub(1)).clamp(n.ticks_seen, by),
+        };
+        if busy_to > n.ticks_seen {
+            n.tick_pending = true;
+        }
+        n.ticks_owed += by - busy_to;
+        n.ticks_seen = by;
     }
 
     /// The work of executing commands (the replica's counters over one step), for
@@ -2186,7 +2246,9 @@ impl World {
         n.stalled = false;
         n.emits.clear();
         n.inbox.clear();
-        n.tick_queued = false;
+        n.tick_pending = false;
+        n.ticks_owed = 0;
+        n.free_from = None;
         n.tick_at = None;
         n.checkpoint_saving = None;
         n.workers.iter_mut().for_each(|w| *w = None);
@@ -2234,7 +2296,9 @@ impl World {
         let now = self.now();
         let pause = self.next_fault_id;
         self.next_fault_id += 1;
+        self.account_ticks(ni, now);
         let n = &mut self.nodes[ni];
+        n.free_from = None;
         n.paused = Some(pause);
         let (id, inc) = (n.id, n.inc);
         self.count("pauses");
@@ -2259,11 +2323,9 @@ impl World {
         let n = &mut self.nodes[ni];
         n.paused = None;
         // A stopped process misses the ticks of its pause: it gets one on waking (the
-        // runtime's timer skips missed ticks), the same phase kept.
-        let owed = n.ticks_by(now).saturating_sub(n.ticks_given);
-        if owed > 1 {
-            n.tick_base += (owed - 1) * n.tick_ns;
-        }
+        // runtime's timer skips missed ticks).
+        self.account_ticks(ni, now);
+        let n = &self.nodes[ni];
         let (id, inc) = (n.id, n.inc);
         self.trace
             .record(now, Endpoint::Node(id), "resume", Detail::None);

@@ -345,7 +345,8 @@ fn checkpoints_announcing_what_their_replica_fed_are_caught() {
     // and only one replica's checkpoint covers both. Rare: caught at seed 431 of
     // `partita sim --seeds 0..600 --ops 2000 --geo geopaxos+ --unsafe
     // geo-announce-fed` (and at seed 1006 of `--geo both`, found with the bug in the
-    // code, before it was fixed).
+    // code, before it was fixed); with a busy node's ticks given as the runtime gives
+    // them, at 431 and 540 of those 600.
     let o = SimOptions {
         ops: 2000,
         ..opts(GeoChoice::GeoPaxosPlus)
