@@ -344,11 +344,16 @@ impl Network {
     /// Position of an endpoint in per-endpoint tables (nodes in order, then clients).
     pub fn index(&self, e: Endpoint) -> usize {
         match e {
-            Endpoint::Node(id) => self
-                .nodes
-                .iter()
-                .position(|&n| n == id)
-                .unwrap_or_else(|| panic!("node {id} is not on the network")),
+            // Node ids are 1..=N in order where the simulator builds the network; any
+            // other list is searched.
+            Endpoint::Node(id) => match (id as usize).checked_sub(1) {
+                Some(i) if self.nodes.get(i) == Some(&id) => i,
+                _ => self
+                    .nodes
+                    .iter()
+                    .position(|&n| n == id)
+                    .unwrap_or_else(|| panic!("node {id} is not on the network")),
+            },
             Endpoint::Client(c) => {
                 assert!(c < self.clients, "client {c} is not on the network");
                 self.nodes.len() + c as usize

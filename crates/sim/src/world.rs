@@ -41,6 +41,7 @@ use partita_types::{encode, ClientId, Command, Instance, NodeId, PartitionLayout
 use partita_wire::Wire;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -424,7 +425,8 @@ pub struct World {
     invoked: u64,
     partitions: BTreeMap<u64, Vec<(Endpoint, Endpoint)>>,
     next_fault_id: u64,
-    counters: BTreeMap<&'static str, u64>,
+    /// Counted by name on every message: a hash map (the report sorts them).
+    counters: FxHashMap<&'static str, u64>,
     out_buf: Vec<Output>,
     actions_buf: Vec<ClientAction>,
     bench: Option<BenchState>,
@@ -807,7 +809,7 @@ impl World {
             invoked: 0,
             partitions: BTreeMap::new(),
             next_fault_id: 1,
-            counters: BTreeMap::new(),
+            counters: FxHashMap::default(),
             out_buf: Vec::new(),
             actions_buf: Vec::new(),
             script,
@@ -1255,11 +1257,11 @@ impl World {
         } else {
             n.ticks_owed += u64::from(std::mem::take(&mut n.tick_pending));
             let core = n.core.as_ref().expect("an idle node is up");
-            let due = core.tick_due();
             let acts = n.ticks_owed > 0
-                && (self.tick_check
-                    || core.ticks() + n.ticks_owed >= due.tick
-                    || clock_ms >= due.clock_ms);
+                && (self.tick_check || {
+                    let due = core.tick_due();
+                    core.ticks() + n.ticks_owed >= due.tick || clock_ms >= due.clock_ms
+                });
             if acts {
                 Some(Input::Tick)
             } else if let Some(input) = n.inbox.pop_front() {
