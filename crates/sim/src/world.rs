@@ -981,8 +981,8 @@ impl World {
                     n.tick_at = Some(at);
                     self.q.set_timer(node, at, Ev::Tick { node, inc });
                 }
-                // A node with work running or queued gets its tick after that work; a
-                // free one runs it now.
+                // A node running a handler (or paused) takes its tick when that ends,
+                // before what is queued; a free one takes it now.
                 self.account_ticks(node, now);
                 self.start_next(node);
                 self.arm_tick(node);
@@ -1418,9 +1418,10 @@ impl World {
         let cost = self.cost.cost(kind, &work).max(1);
         let n = &mut self.nodes[ni];
         n.busy_ns += cost;
-        // A handler that emitted nothing, with nothing queued, pending or deferred behind it, no
-        // worker threads to start and no removal to act on, needs no `NodeDone`: the
-        // node stays busy until `now + cost` all the same (`quiet_until`).
+        // A handler that emitted nothing, with nothing queued, pending or deferred
+        // behind it, no worker threads to start and no removal to act on, needs no
+        // `NodeDone`: the node stays busy until `now + cost` all the same
+        // (`quiet_until`).
         let quiet = emits.is_empty()
             && n.inbox.is_empty()
             && !n.tick_pending
