@@ -37,25 +37,37 @@ impl CacheKey {
     /// The key of `stats`, or `None` when it counts no operation (Equation 3 divides
     /// by zero).
     pub fn of(stats: &AccessStats) -> Option<CacheKey> {
-        let total = stats.total_ops();
+        CacheKey::of_counts(stats.read_counts(), stats.write_counts())
+    }
+
+    /// [`CacheKey::of`] the statistics with these reads and writes per replica (as
+    /// [`AccessStats::from_counts`] takes them), without building them.
+    ///
+    /// # Panics
+    /// When the two have different lengths, or none or more than [`REPLICAS_MAX`](crate::REPLICAS_MAX).
+    pub fn of_counts(reads: &[u64], writes: &[u64]) -> Option<CacheKey> {
+        assert_eq!(reads.len(), writes.len(), "reads and writes per replica");
+        let n = reads.len();
+        let ops = |g: usize| u128::from(reads[g]) + u128::from(writes[g]);
+        let total: u128 = (0..n).map(ops).sum();
         if total == 0 {
             return None;
         }
         let mut key = CacheKey {
-            n: u8::try_from(stats.n()).expect("n <= REPLICAS_MAX"),
+            n: u8::try_from(n).expect("n <= REPLICAS_MAX"),
             words: [0; 4],
         };
-        for g in 0..stats.n() {
-            let ops = stats.ops(g);
+        for (g, &w) in writes.iter().enumerate() {
+            let ops = ops(g);
             let load = hundredths(ops, total);
             let update = if ops == 0 {
                 0
             } else {
-                hundredths(u128::from(stats.writes(g)), ops)
+                hundredths(u128::from(w), ops)
             };
             key.words[g / 4] |= (u64::from(load) << 8 | u64::from(update)) << (16 * (g % 4));
         }
-        debug_assert!((0..stats.n()).all(|g| key.load_hundredths(g) <= 100));
+        debug_assert!((0..n).all(|g| key.load_hundredths(g) <= 100));
         Some(key)
     }
 

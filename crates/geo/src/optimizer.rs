@@ -193,9 +193,28 @@ impl Optimizer {
             self.topology.n(),
             "statistics for another topology"
         );
+        let key = CacheKey::of(stats);
+        assert_eq!(key.is_none(), stats.is_empty());
+        self.optimize_keyed(key, || stats)
+    }
+
+    /// [`Optimizer::optimize`] for statistics whose [`CacheKey`] the caller computed
+    /// (`CacheKey::of` them), the statistics themselves asked for only when the plan
+    /// is computed (no cache, or a miss): a caller that holds many objects' counters
+    /// can compute the keys where the counters are at hand and give the optimizer
+    /// the objects in another order, reading an object's counters again only for a
+    /// miss. The answer and the counters are those of `optimize`.
+    ///
+    /// # Panics
+    /// When the statistics count a different number of replicas than the topology
+    /// has, or (in debug builds) when `key` is not theirs.
+    pub fn optimize_keyed<'s>(
+        &mut self,
+        key: Option<CacheKey>,
+        stats: impl FnOnce() -> &'s AccessStats,
+    ) -> Option<Plan> {
         self.counters.calls += 1;
-        let Some(key) = CacheKey::of(stats) else {
-            assert!(stats.is_empty());
+        let Some(key) = key else {
             self.counters.skipped_empty += 1;
             return None;
         };
@@ -211,6 +230,17 @@ impl Optimizer {
                 });
             }
         }
+        let stats = stats();
+        assert_eq!(
+            stats.n(),
+            self.topology.n(),
+            "statistics for another topology"
+        );
+        debug_assert_eq!(
+            CacheKey::of(stats),
+            Some(key),
+            "the key of these statistics"
+        );
         let candidates = match self.options.hot_theta_permille {
             Some(theta) => hot_replicas(stats, theta).expect("statistics are not empty"),
             None => self.topology.all(),

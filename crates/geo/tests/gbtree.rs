@@ -427,6 +427,94 @@ fn dop_on_fig2_counters_gives_a_b_c() {
     }
 }
 
+/// The DOP reads the counters and applies the plans in memory order and gives the
+/// optimizer precomputed cache keys in tree order: it must come out as the optimizer
+/// asked node by node in tree order with each node's statistics, for every strategy
+/// (a small cache, so that entries are evicted and hits and misses mix), over DOPs
+/// on a tree that splits between them.
+#[test]
+fn dop_equals_the_optimizer_asked_node_by_node_in_tree_order() {
+    for options in [
+        OptimizerOptions::brute_force(),
+        OptimizerOptions::hot(),
+        OptimizerOptions::cached(6),
+        OptimizerOptions::hot_cached(6),
+    ] {
+        let mut t = tree(3, options);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut hits, mut computed, mut changed) = (0, 0, 0);
+        for window in 0..12 {
+            for _ in 0..150 {
+                let (r, from) = (next(), (next() % 3) as usize);
+                let key = r % 400;
+                let op = match r % 7 {
+                    0 | 1 => insert(key),
+                    2 => Op::Update {
+                        key,
+                        value: vec![window as u8],
+                    },
+                    _ => Op::Read { key },
+                };
+                t.execute(&op, from).unwrap();
+            }
+            let mut optimizer = t.optimizer().clone();
+            let mut expected = t.clone();
+            let mut want = Vec::new();
+            for id in t.tree_order() {
+                if t.changed(id) {
+                    let plan = optimizer.optimize(&t.stats(id));
+                    want.push((id, plan.map(|p| p.config)));
+                }
+            }
+            expected.initialize_reps(|id, n| match want.iter().find(|(w, _)| *w == id) {
+                Some((_, Some(c))) => *c,
+                _ => n.reps(),
+            });
+            let (r, plans) = t.dop_with_plans();
+            assert_eq!(
+                t.optimizer(),
+                &optimizer,
+                "{}: the cache and counters",
+                options.label()
+            );
+            assert_eq!(r.nodes_evaluated, want.len() as u64);
+            assert_eq!(
+                plans
+                    .iter()
+                    .map(|(id, p)| (*id, Some(p.config)))
+                    .collect::<Vec<_>>(),
+                want.iter()
+                    .filter(|(_, c)| c.is_some())
+                    .copied()
+                    .collect::<Vec<_>>(),
+                "{}: plans in tree order",
+                options.label()
+            );
+            for (id, n) in t.nodes() {
+                assert_eq!(n.reps(), expected.node(id).reps(), "{}", options.label());
+                assert!(!t.changed(id) && t.stats(id).is_empty(), "reset");
+            }
+            t.invariants();
+            (hits, computed) = (hits + r.cache_hits, computed + r.computed);
+            changed += r.reps_changed;
+        }
+        if options.cache_entries_max.is_some() {
+            assert!(
+                hits > 0 && computed > 0,
+                "{}: hits and misses",
+                options.label()
+            );
+        }
+        assert!(changed > 0 && t.node_count() > 20, "{}", options.label());
+    }
+}
+
 #[test]
 fn dop_skips_new_nodes_without_accesses_and_keeps_their_reps() {
     let mut t = fig4_tree();

@@ -2,6 +2,7 @@
 //! and the DOP.
 
 use super::{GbTreeError, GeoBTree, Node, NodeId, Op, Reply};
+use crate::cache::CacheKey;
 use crate::optimizer::Plan;
 use crate::set::{Config, Replica};
 use crate::stats::AccessStats;
@@ -286,39 +287,72 @@ impl GeoBTree {
     fn dop_with(&mut self, mut on_plan: impl FnMut(NodeId, &Plan)) -> DopReport {
         let before = self.optimizer.counters();
         let n = self.n();
+        let len = self.nodes.len();
         let mut r = DopReport::default();
-        // One scratch AccessStats for the optimizer, filled from the dense counters.
+        // The optimizer must see the nodes in tree order (below), which visits the
+        // arena out of memory order: on a big tree, a node's counters and its reps
+        // touched there would cost cache misses a node, most of a cached DOP's time.
+        // So the walk in tree order reads only each changed node's cache key and
+        // writes its plan, both dense; the counters are read (for the keys) and
+        // reset, and the plans applied, in memory order around it. The counters of a
+        // node are read again in the walk only when its plan must be computed.
         let mut stats = AccessStats::new(n);
-        // Tree order, not uid order: uids follow the order in which splits happened,
-        // and inserts that share no serializer split in either order at different
-        // replicas, while the optimizer's cache makes its answers depend on the
-        // order it sees nodes in.
-        for id in self.tree_order() {
-            let i = id.index();
-            let node = &mut self.nodes[i];
-            let counts = &mut self.counts[i * 2 * n..][..2 * n];
-            if !self.changed[i] {
-                debug_assert!(counts.iter().all(|&c| c == 0), "counters without changed");
-                continue;
-            }
-            r.nodes_evaluated += 1;
+        let fill = |stats: &mut AccessStats, counts: &[u64]| {
             stats.reset();
             for g in 0..n {
                 stats.add_reads(g, counts[g]);
                 stats.add_writes(g, counts[n + g]);
             }
-            counts.fill(0);
-            self.changed[i] = false;
-            match self.optimizer.optimize(&stats) {
+        };
+        let mut keys: Vec<Option<CacheKey>> = vec![None; len];
+        for (i, key) in keys.iter_mut().enumerate() {
+            let counts = &self.counts[i * 2 * n..][..2 * n];
+            if !self.changed[i] {
+                debug_assert!(counts.iter().all(|&c| c == 0), "counters without changed");
+                continue;
+            }
+            *key = CacheKey::of_counts(&counts[..n], &counts[n..]);
+        }
+        // Tree order, not uid order: uids follow the order in which splits happened,
+        // and inserts that share no serializer split in either order at different
+        // replicas, while the optimizer's cache makes its answers depend on the
+        // order it sees nodes in.
+        // The changed nodes' keys gathered in that order first, in a loop of a few
+        // instructions that has many of its reads in flight at once.
+        let walk: Vec<(NodeId, Option<CacheKey>)> = self
+            .tree_order()
+            .into_iter()
+            .filter(|id| self.changed[id.index()])
+            .map(|id| (id, keys[id.index()]))
+            .collect();
+        drop(keys);
+        let mut planned: Vec<Option<Config>> = vec![None; len];
+        for (id, key) in walk {
+            let i = id.index();
+            r.nodes_evaluated += 1;
+            let counts = &self.counts[i * 2 * n..][..2 * n];
+            let plan = self.optimizer.optimize_keyed(key, || {
+                fill(&mut stats, counts);
+                &stats
+            });
+            match plan {
                 Some(plan) => {
                     assert!(plan.config.span() <= n);
-                    if plan.config != node.reps {
-                        r.reps_changed += 1;
-                        node.reps = plan.config;
-                    }
+                    planned[i] = Some(plan.config);
                     on_plan(id, &plan);
                 }
                 None => r.nodes_skipped_empty += 1,
+            }
+        }
+        for (i, (node, config)) in self.nodes.iter_mut().zip(planned).enumerate() {
+            if !self.changed[i] {
+                continue;
+            }
+            self.changed[i] = false;
+            self.counts[i * 2 * n..][..2 * n].fill(0);
+            if let Some(config) = config.filter(|&c| c != node.reps) {
+                r.reps_changed += 1;
+                node.reps = config;
             }
         }
         let after = self.optimizer.counters();
