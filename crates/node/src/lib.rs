@@ -1105,8 +1105,14 @@ impl NodeCore {
     /// after each. Each role answers for itself (see [`TickDue`]); where one cannot
     /// tell, the next tick.
     pub fn ticks_until_due(&self, pending: u64, now_ms: u64, tick_ms: u64) -> u64 {
-        self.tick_due()
-            .ticks_after(self.tick + pending, self.clock_ms.max(now_ms), tick_ms)
+        self.ticks_until(self.tick_due(), pending, now_ms, tick_ms)
+    }
+
+    /// [`NodeCore::ticks_until_due`] from `due`, this core's [`NodeCore::tick_due`]
+    /// as a driver asked it since the core last changed (it changes only in its
+    /// handlers), so that a driver which asks often need not walk the roles again.
+    pub fn ticks_until(&self, due: TickDue, pending: u64, now_ms: u64, tick_ms: u64) -> u64 {
+        due.ticks_after(self.tick + pending, self.clock_ms.max(now_ms), tick_ms)
     }
 
     /// When `on_tick` may next act (see [`NodeCore::ticks_until_due`]): a tick count

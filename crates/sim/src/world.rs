@@ -34,7 +34,7 @@ use crate::trace::{Detail, Trace};
 use partita_btree::{BPlusTree, BatchOp, Op};
 use partita_checker::Event;
 use partita_config::ClusterConfig;
-use partita_consensus::{AcceptorRecord, Msg, PersistToken};
+use partita_consensus::{AcceptorRecord, Msg, PersistToken, TickDue};
 use partita_node::{CheckpointBytes, Mode, NodeCore, NodeSetup, Output};
 use partita_types::early::EarlyReply;
 use partita_types::{encode, ClientId, Command, Instance, NodeId, PartitionLayout, Reply};
@@ -264,6 +264,11 @@ pub struct SimNode {
     /// A tick fell while the node had work running, and goes before what is queued
     /// when that work ends (the runtime's event loop takes its timer first).
     tick_pending: bool,
+    /// The core's [`NodeCore::tick_due`] as last asked, until anything changes the
+    /// core (a handler, a worker thread's, a restart): the driver asks before and after
+    /// each handler and again when the node goes idle, and a role's answer walks its
+    /// state. `None`: to be asked.
+    due: Option<TickDue>,
     tick_ns: Time,
     /// Ticks fall at `tick_base + k * tick_ns` (k = 0, 1, ...) since the node started.
     /// The first `ticks_seen` of them are accounted for ([`World::account_ticks`]);
@@ -672,6 +677,7 @@ impl World {
                     emits: Vec::new(),
                     inbox: VecDeque::new(),
                     tick_pending: false,
+                    due: None,
                     tick_ns: ((tick_ns as f64) * (1.0 + p.clock_skew[i])).max(1.0) as Time,
                     tick_base: 0,
                     ticks_seen: 0,
@@ -1188,6 +1194,7 @@ impl World {
         }
         let inc = self.nodes[ni].inc;
         self.nodes[ni].core = Some(core);
+        self.nodes[ni].due = None;
         // Ticks start at a random phase of the period.
         let tick_ns = self.nodes[ni].tick_ns;
         let phase = self.rng_faults.gen_range(0..tick_ns);
@@ -1259,7 +1266,7 @@ impl World {
             let core = n.core.as_ref().expect("an idle node is up");
             let acts = n.ticks_owed > 0
                 && (self.tick_check || {
-                    let due = core.tick_due();
+                    let due = *n.due.get_or_insert_with(|| core.tick_due());
                     core.ticks() + n.ticks_owed >= due.tick || clock_ms >= due.clock_ms
                 });
             if acts {
@@ -1274,6 +1281,7 @@ impl World {
         };
         let n = &mut self.nodes[ni];
         n.free_from = None;
+        n.due = None;
         let owed = std::mem::take(&mut n.ticks_owed);
         let id = n.id;
         let inc = n.inc;
@@ -1453,7 +1461,8 @@ impl World {
         // Counted from the last tick accounted for, each one a tick of the core's if the
         // node stays free (a busy node's come later, and its timer early: harmless).
         let clock_ms = n.clock_ms(now);
-        let due = core.ticks_until_due(n.ticks_owed, clock_ms, self.tick_ms);
+        let due = *n.due.get_or_insert_with(|| core.tick_due());
+        let due = core.ticks_until(due, n.ticks_owed, clock_ms, self.tick_ms);
         let at = n.tick_base.saturating_add(
             n.ticks_seen
                 .max(n.ticks_by(now))
@@ -1693,6 +1702,7 @@ impl World {
             let Some(core) = node.core.as_mut().filter(|_| server) else {
                 continue;
             };
+            node.due = None;
             // The preloading client's session first.
             core.on_request(Command::open(Self::PRELOAD_CLIENT, id, 1), &mut out);
             let session = out
@@ -1881,6 +1891,7 @@ impl World {
             if !core.worker_runnable(t) {
                 continue;
             }
+            n.due = None;
             let (id, inc) = (n.id, n.inc);
             let before = core
                 .replica()
@@ -2242,6 +2253,7 @@ impl World {
         let now = self.now();
         let n = &mut self.nodes[ni];
         n.core = None;
+        n.due = None;
         n.inc += 1;
         n.paused = None;
         n.busy = false;
