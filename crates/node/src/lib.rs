@@ -1068,7 +1068,7 @@ impl NodeCore {
 
     /// `n` clock ticks at once (at least one), of which all but the last did nothing:
     /// what a driver delivers when it skipped the ticks before
-    /// [`NodeCore::ticks_until_due`] (a simulator: most ticks of an idle node do
+    /// [`NodeCore::ticks_until`] (a simulator: most ticks of an idle node do
     /// nothing). The roles see the tick count jump by `n`.
     pub fn on_ticks(&mut self, n: u64, now_ms: u64, out: &mut Vec<Output>) {
         if self.removed().is_some() {
@@ -1098,24 +1098,19 @@ impl NodeCore {
     }
 
     /// How many ticks from the last one `on_tick` may next act (at least 1), if no other
-    /// input arrives first, given that a tick is `tick_ms` of the driver's clock, that
-    /// the driver holds `pending` ticks it has not given yet and that its clock reads
+    /// input arrives first, given `due` (this core's [`NodeCore::tick_due`], asked since
+    /// the core last changed: it changes only in its handlers, so a driver that asks
+    /// often may keep it), that a tick is `tick_ms` of the driver's clock, that the
+    /// driver holds `pending` ticks it has not given yet and that its clock reads
     /// `now_ms`: a driver may skip the ticks before and deliver them at once
     /// ([`NodeCore::on_ticks`]). Every input may bring it closer, so a driver asks
     /// after each. Each role answers for itself (see [`TickDue`]); where one cannot
     /// tell, the next tick.
-    pub fn ticks_until_due(&self, pending: u64, now_ms: u64, tick_ms: u64) -> u64 {
-        self.ticks_until(self.tick_due(), pending, now_ms, tick_ms)
-    }
-
-    /// [`NodeCore::ticks_until_due`] from `due`, this core's [`NodeCore::tick_due`]
-    /// as a driver asked it since the core last changed (it changes only in its
-    /// handlers), so that a driver which asks often need not walk the roles again.
     pub fn ticks_until(&self, due: TickDue, pending: u64, now_ms: u64, tick_ms: u64) -> u64 {
         due.ticks_after(self.tick + pending, self.clock_ms.max(now_ms), tick_ms)
     }
 
-    /// When `on_tick` may next act (see [`NodeCore::ticks_until_due`]): a tick count
+    /// When `on_tick` may next act (see [`NodeCore::ticks_until`]): a tick count
     /// (this node's ticks so far, [`NodeCore::ticks`], are the count now) or a time of
     /// the clock its ticks carry, whichever comes first.
     pub fn tick_due(&self) -> TickDue {

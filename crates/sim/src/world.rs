@@ -1447,8 +1447,9 @@ impl World {
     }
 
     /// Arm node `ni`'s tick timer for the earliest tick its core says may act, unless
-    /// an earlier one is armed or a tick waits in its inbox (its handler arms the
-    /// next). With `--tick-check` every tick is armed already.
+    /// an earlier one is armed or a tick is pending (it goes first when the running
+    /// handler ends, and that handler arms the next). With `--tick-check` every tick
+    /// is armed already.
     fn arm_tick(&mut self, ni: usize) {
         let now = self.now();
         let n = &mut self.nodes[ni];
